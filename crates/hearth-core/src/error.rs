@@ -1,0 +1,67 @@
+//! Failures shared across crates.
+
+use displaydoc::Display;
+use thiserror::Error;
+
+/// Why an invocation produced no response of the function's own.
+///
+/// `Unsupported` asks the node to retry on the next tier; every other variant
+/// is the function's answer and reaches the caller as an HTTP error.
+#[derive(Debug, Clone, Display, Error, PartialEq, Eq)]
+pub enum InvokeError {
+    /// this tier cannot run what the function asked for: {0}
+    Unsupported(String),
+    /// the function ran past its time limit of {limit_ms} ms
+    Timeout { limit_ms: u64 },
+    /// the function ran out of memory: its limit is {limit_mib} MiB
+    OutOfMemory { limit_mib: u32 },
+    /// the function trapped: {0}
+    Trap(String),
+    /// the function's sandbox crashed: {0}
+    Crashed(String),
+    /// the function failed: {0}
+    Function(String),
+    /// the function's response is larger than the limit of {limit_bytes} bytes
+    ResponseTooLarge { limit_bytes: usize },
+    /// the node is at capacity; try again shortly
+    Overloaded,
+}
+
+impl InvokeError {
+    /// The HTTP status a caller sees for this failure.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            InvokeError::Timeout { .. } => 504,
+            InvokeError::Crashed(_) => 502,
+            InvokeError::Overloaded => 503,
+            InvokeError::Unsupported(_)
+            | InvokeError::OutOfMemory { .. }
+            | InvokeError::Trap(_)
+            | InvokeError::Function(_)
+            | InvokeError::ResponseTooLarge { .. } => 500,
+        }
+    }
+
+    /// A short stable name, used as a metrics label and in JSON errors.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            InvokeError::Unsupported(_) => "unsupported",
+            InvokeError::Timeout { .. } => "timeout",
+            InvokeError::OutOfMemory { .. } => "out_of_memory",
+            InvokeError::Trap(_) => "trap",
+            InvokeError::Crashed(_) => "crashed",
+            InvokeError::Function(_) => "function_error",
+            InvokeError::ResponseTooLarge { .. } => "response_too_large",
+            InvokeError::Overloaded => "overloaded",
+        }
+    }
+}
+
+/// A name, runtime or setting a user gave that Hearth cannot accept.
+#[derive(Debug, Clone, Display, Error, PartialEq, Eq)]
+pub enum ValidationError {
+    /// invalid {kind} name {name:?}: use 1-64 characters of a-z, 0-9, '-' and '_', starting with a letter or digit
+    BadName { kind: &'static str, name: String },
+    /// unknown runtime {0:?}: expected one of wasm, js, python, node
+    UnknownRuntime(String),
+}

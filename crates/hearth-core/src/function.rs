@@ -1,0 +1,241 @@
+//! Functions, their immutable versions, and the limits they run under.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ValidationError;
+
+/// What the user wrote. Chosen at deploy time (inferred from the file name
+/// unless given), fixed for the life of a version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    Wasm,
+    Js,
+    Python,
+    Node,
+}
+
+impl Runtime {
+    /// The runtime a file most likely holds, judged by its name.
+    pub fn infer_from_file_name(name: &str) -> Option<Runtime> {
+        let lower = name.to_ascii_lowercase();
+        let ext = lower.rsplit_once('.').map(|(_, e)| e)?;
+        match ext {
+            "wasm" | "wat" => Some(Runtime::Wasm),
+            "js" | "mjs" => Some(Runtime::Js),
+            "py" => Some(Runtime::Python),
+            "cjs" => Some(Runtime::Node),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Wasm => "wasm",
+            Runtime::Js => "js",
+            Runtime::Python => "python",
+            Runtime::Node => "node",
+        }
+    }
+
+    /// The tier a fresh function of this runtime starts in.
+    pub fn first_tier(self) -> Tier {
+        match self {
+            Runtime::Wasm => Tier::Wasm,
+            Runtime::Js => Tier::Js,
+            Runtime::Python | Runtime::Node => Tier::Process,
+        }
+    }
+}
+
+impl fmt::Display for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Runtime {
+    type Err = ValidationError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "wasm" => Ok(Runtime::Wasm),
+            "js" => Ok(Runtime::Js),
+            "python" => Ok(Runtime::Python),
+            "node" => Ok(Runtime::Node),
+            other => Err(ValidationError::UnknownRuntime(other.to_string())),
+        }
+    }
+}
+
+/// How the platform isolates a function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    Wasm,
+    Js,
+    Process,
+}
+
+impl Tier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Wasm => "wasm",
+            Tier::Js => "js",
+            Tier::Process => "process",
+        }
+    }
+}
+
+impl fmt::Display for Tier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Resource limits of one sandbox, fixed per version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Linear memory (wasm) or cgroup memory (process) one sandbox may use.
+    pub memory_mib: u32,
+    /// Wall-clock time one invocation may take, host calls included.
+    pub timeout_ms: u64,
+}
+
+impl Limits {
+    pub const DEFAULT_MEMORY_MIB: u32 = 64;
+    pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
+
+    pub fn memory_bytes(&self) -> usize {
+        (self.memory_mib as usize) << 20
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            memory_mib: Self::DEFAULT_MEMORY_MIB,
+            timeout_ms: Self::DEFAULT_TIMEOUT_MS,
+        }
+    }
+}
+
+/// Everything about a function that a deploy fixes besides its code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FunctionSpec {
+    pub runtime: Runtime,
+    pub limits: Limits,
+    /// Hosts outbound HTTP may reach, as `host` (any port) or `host:port`.
+    /// Empty means no outbound network at all.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// Environment the function sees (wasm: WASI env, next to the CGI vars).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Whether invocation works without a token.
+    #[serde(default)]
+    pub public: bool,
+}
+
+impl FunctionSpec {
+    pub fn new(runtime: Runtime) -> Self {
+        FunctionSpec {
+            runtime,
+            limits: Limits::default(),
+            allowed_hosts: Vec::new(),
+            env: BTreeMap::new(),
+            public: false,
+        }
+    }
+
+    /// Whether outbound HTTP to `host` on `port` is allowed by this spec.
+    pub fn allows_host(&self, host: &str, port: u16) -> bool {
+        self.allowed_hosts.iter().any(|allowed| {
+            match allowed.rsplit_once(':') {
+                Some((h, p)) if p.parse::<u16>().is_ok() => {
+                    h.eq_ignore_ascii_case(host) && p.parse::<u16>().ok() == Some(port)
+                }
+                _ => allowed.eq_ignore_ascii_case(host),
+            }
+        })
+    }
+}
+
+/// One immutable deploy of a function.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionVersion {
+    pub tenant: String,
+    pub name: String,
+    /// 1, 2, 3… per function, never reused while the function exists.
+    pub version: u32,
+    /// Content hash (sha256, hex) of the code artifact.
+    pub artifact: String,
+    pub spec: FunctionSpec,
+    /// Milliseconds since the Unix epoch.
+    pub created_at_ms: i64,
+}
+
+fn validate_name(kind: &'static str, name: &str) -> Result<(), ValidationError> {
+    let ok_len = !name.is_empty() && name.len() <= 64;
+    let ok_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    let ok_start = name.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric());
+    if ok_len && ok_chars && ok_start {
+        Ok(())
+    } else {
+        Err(ValidationError::BadName {
+            kind,
+            name: name.to_string(),
+        })
+    }
+}
+
+/// Function names: 1–64 of `a-z 0-9 - _`, starting with a letter or digit.
+pub fn validate_function_name(name: &str) -> Result<(), ValidationError> {
+    validate_name("function", name)
+}
+
+/// Tenant names follow the same rule as function names.
+pub fn validate_tenant_name(name: &str) -> Result<(), ValidationError> {
+    validate_name("tenant", name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_is_inferred_from_extension() {
+        assert_eq!(Runtime::infer_from_file_name("a/hello.WASM"), Some(Runtime::Wasm));
+        assert_eq!(Runtime::infer_from_file_name("x.wat"), Some(Runtime::Wasm));
+        assert_eq!(Runtime::infer_from_file_name("h.py"), Some(Runtime::Python));
+        assert_eq!(Runtime::infer_from_file_name("noext"), None);
+    }
+
+    #[test]
+    fn allowed_hosts_match_host_or_host_and_port() {
+        let mut spec = FunctionSpec::new(Runtime::Wasm);
+        spec.allowed_hosts = vec!["api.example.com".into(), "127.0.0.1:8080".into()];
+        assert!(spec.allows_host("api.example.com", 443));
+        assert!(spec.allows_host("API.example.com", 80));
+        assert!(spec.allows_host("127.0.0.1", 8080));
+        assert!(!spec.allows_host("127.0.0.1", 8081));
+        assert!(!spec.allows_host("evil.example.com", 443));
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(validate_function_name("hello-2").is_ok());
+        assert!(validate_function_name("").is_err());
+        assert!(validate_function_name("Hello").is_err());
+        assert!(validate_function_name("-x").is_err());
+        assert!(validate_function_name("a/b").is_err());
+        assert!(validate_function_name(&"a".repeat(65)).is_err());
+    }
+}

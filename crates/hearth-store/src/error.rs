@@ -1,0 +1,38 @@
+use std::path::PathBuf;
+
+use displaydoc::Display;
+use thiserror::Error;
+
+/// Why a store operation failed.
+#[derive(Debug, Display, Error)]
+pub enum StoreError {
+    /// database error: {0}
+    Sqlite(#[from] rusqlite::Error),
+    /// failed to {action} {path}: {source}
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// artifact {0} is not in the store
+    MissingArtifact(String),
+    /// artifact {hash} is corrupt: its content hashes to {actual}
+    CorruptArtifact { hash: String, actual: String },
+    /// tenant {0:?} does not exist
+    NoSuchTenant(String),
+    /// tenant {0:?} already exists
+    TenantExists(String),
+    /// stored data is unreadable: {0}
+    Corrupt(String),
+}
+
+impl StoreError {
+    pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        StoreError::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+}

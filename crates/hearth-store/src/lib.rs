@@ -1,0 +1,162 @@
+//! Hearth's durable state: the registry (tenants, tokens, functions and their
+//! versions), content-addressed artifacts, per-function KV, and function logs.
+//!
+//! The [`Store`] trait is the one interface the node and the API use;
+//! [`SqliteStore`] is the single-node backend (WAL mode, one file in the data
+//! directory). A PostgreSQL backend for clusters implements the same trait.
+//! Artifacts are plain files named by their sha256 in [`ArtifactStore`]:
+//! written to a temporary name, synced, then renamed, so a crash never leaves
+//! a half-written artifact under a real name and the registry only ever points
+//! at artifacts that are already complete on disk.
+//!
+//! What this crate is not: a cache. The node keeps its own in-memory function
+//! table; nothing here sits on the per-invocation hot path except KV.
+
+mod artifacts;
+mod error;
+mod sqlite;
+
+use hearth_core::{FunctionSpec, FunctionVersion};
+use serde::{Deserialize, Serialize};
+
+pub use artifacts::{ArtifactStore, sha256_hex};
+pub use error::StoreError;
+pub use sqlite::SqliteStore;
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// May also create tenants and their tokens.
+    Admin,
+    /// Manages and invokes its own tenant's functions only.
+    Member,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Member => "member",
+        }
+    }
+}
+
+/// Who a token belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Principal {
+    pub tenant: String,
+    pub role: Role,
+}
+
+/// A function as listed: its newest version and how many it has.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionSummary {
+    pub name: String,
+    pub latest: FunctionVersion,
+    pub versions: u32,
+}
+
+/// Where a log line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogStream {
+    /// The function's stderr (wasm) or unhandled output.
+    Stderr,
+    /// A structured log call through the host API.
+    Log,
+    /// Written by Hearth about the invocation (for example, why it failed).
+    System,
+}
+
+impl LogStream {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogStream::Stderr => "stderr",
+            LogStream::Log => "log",
+            LogStream::System => "system",
+        }
+    }
+
+    fn parse(s: &str) -> LogStream {
+        match s {
+            "stderr" => LogStream::Stderr,
+            "log" => LogStream::Log,
+            _ => LogStream::System,
+        }
+    }
+}
+
+/// One line of a function's log, tied to the invocation that wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRecord {
+    pub tenant: String,
+    pub function: String,
+    pub version: u32,
+    pub invocation_id: String,
+    pub ts_ms: i64,
+    pub stream: LogStream,
+    /// `info`, `warn`, `error`, … for host log calls; empty for stderr.
+    pub level: String,
+    pub message: String,
+}
+
+/// Which log lines to read.
+#[derive(Debug, Clone, Default)]
+pub struct LogQuery {
+    pub invocation_id: Option<String>,
+    /// Newest lines first, at most this many; the result is returned oldest first.
+    pub limit: u32,
+}
+
+/// The durable state behind one Hearth node (or a cluster's gateway).
+///
+/// Calls block on I/O: async callers run them on a blocking thread.
+pub trait Store: Send + Sync + 'static {
+    // -- tenants and tokens --
+    fn create_tenant(&self, name: &str) -> Result<(), StoreError>;
+    fn tenant_exists(&self, name: &str) -> Result<bool, StoreError>;
+    /// Makes a new random token for `tenant` and returns it; only its hash is kept.
+    fn create_token(&self, tenant: &str, role: Role) -> Result<String, StoreError>;
+    fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError>;
+
+    // -- functions --
+    /// Records a new version of `name` (creating the function if new) whose
+    /// code is the already-stored artifact `artifact`. Atomic.
+    fn create_version(
+        &self,
+        tenant: &str,
+        name: &str,
+        artifact: &str,
+        spec: &FunctionSpec,
+    ) -> Result<FunctionVersion, StoreError>;
+    /// The newest version, or the given one.
+    fn get_version(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<Option<FunctionVersion>, StoreError>;
+    fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>, StoreError>;
+    fn list_versions(&self, tenant: &str, name: &str) -> Result<Vec<FunctionVersion>, StoreError>;
+    /// Deletes the function, its versions, KV and logs. False if it did not exist.
+    fn delete_function(&self, tenant: &str, name: &str) -> Result<bool, StoreError>;
+    /// Every artifact hash some version still points at.
+    fn referenced_artifacts(&self) -> Result<Vec<String>, StoreError>;
+
+    // -- KV, scoped to one tenant's function --
+    fn kv_get(&self, tenant: &str, function: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    fn kv_set(&self, tenant: &str, function: &str, key: &[u8], value: &[u8]) -> Result<(), StoreError>;
+    fn kv_delete(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError>;
+    fn kv_list(
+        &self,
+        tenant: &str,
+        function: &str,
+        prefix: &[u8],
+        limit: u32,
+    ) -> Result<Vec<Vec<u8>>, StoreError>;
+
+    // -- logs --
+    fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError>;
+    fn read_logs(&self, tenant: &str, function: &str, query: &LogQuery) -> Result<Vec<LogRecord>, StoreError>;
+}

@@ -1,0 +1,583 @@
+//! The single-node [`Store`]: one SQLite database in WAL mode.
+//!
+//! Writes go through one connection (SQLite allows one writer at a time
+//! anyway); reads use a small set of separate connections so that KV reads
+//! and listings do not queue behind a write. `synchronous = NORMAL` in WAL
+//! mode keeps every committed transaction across a process crash (`kill -9`);
+//! only an OS crash or power loss can drop the last commits.
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hearth_core::{FunctionSpec, FunctionVersion};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::{
+    FunctionSummary, LogQuery, LogRecord, LogStream, Principal, Role, Store, StoreError, sha256_hex,
+};
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS tenants (
+    name        TEXT PRIMARY KEY,
+    created_ms  INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tokens (
+    hash        TEXT PRIMARY KEY,
+    tenant      TEXT NOT NULL REFERENCES tenants(name),
+    role        TEXT NOT NULL,
+    created_ms  INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS functions (
+    tenant      TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    latest      INTEGER NOT NULL,
+    PRIMARY KEY (tenant, name)
+);
+CREATE TABLE IF NOT EXISTS versions (
+    tenant      TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    version     INTEGER NOT NULL,
+    artifact    TEXT NOT NULL,
+    spec        TEXT NOT NULL,
+    created_ms  INTEGER NOT NULL,
+    PRIMARY KEY (tenant, name, version)
+);
+CREATE TABLE IF NOT EXISTS kv (
+    tenant      TEXT NOT NULL,
+    function    TEXT NOT NULL,
+    key         BLOB NOT NULL,
+    value       BLOB NOT NULL,
+    PRIMARY KEY (tenant, function, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS logs (
+    id          INTEGER PRIMARY KEY,
+    tenant      TEXT NOT NULL,
+    function    TEXT NOT NULL,
+    version     INTEGER NOT NULL,
+    invocation  TEXT NOT NULL,
+    ts_ms       INTEGER NOT NULL,
+    stream      TEXT NOT NULL,
+    level       TEXT NOT NULL,
+    message     TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS logs_by_function ON logs (tenant, function, id);
+CREATE INDEX IF NOT EXISTS logs_by_invocation ON logs (invocation);
+"#;
+
+const READERS: usize = 4;
+
+/// SQLite-backed [`Store`].
+pub struct SqliteStore {
+    writer: Mutex<Connection>,
+    readers: Vec<Mutex<Connection>>,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
+    // A panic while holding the lock cannot leave SQLite inconsistent (an
+    // open transaction is rolled back when its guard drops), so a poisoned
+    // lock is safe to keep using.
+    conn.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn open_connection(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(conn)
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref();
+        let writer = open_connection(path)?;
+        writer.execute_batch(SCHEMA)?;
+        let readers = (0..READERS)
+            .map(|_| open_connection(path).map(Mutex::new))
+            .collect::<Result<_, _>>()?;
+        Ok(SqliteStore {
+            writer: Mutex::new(writer),
+            readers,
+        })
+    }
+
+    fn reader(&self) -> MutexGuard<'_, Connection> {
+        for r in &self.readers {
+            if let Ok(guard) = r.try_lock() {
+                return guard;
+            }
+        }
+        lock(&self.readers[rand::random_range(0..self.readers.len())])
+    }
+
+    fn writer(&self) -> MutexGuard<'_, Connection> {
+        lock(&self.writer)
+    }
+}
+
+fn row_to_version(row: &rusqlite::Row<'_>) -> rusqlite::Result<(FunctionVersion, String)> {
+    let spec_json: String = row.get(4)?;
+    Ok((
+        FunctionVersion {
+            tenant: row.get(0)?,
+            name: row.get(1)?,
+            version: row.get(2)?,
+            artifact: row.get(3)?,
+            spec: hearth_core::FunctionSpec::new(hearth_core::Runtime::Wasm),
+            created_at_ms: row.get(5)?,
+        },
+        spec_json,
+    ))
+}
+
+fn finish_version((mut v, spec_json): (FunctionVersion, String)) -> Result<FunctionVersion, StoreError> {
+    v.spec = serde_json::from_str(&spec_json).map_err(|e| {
+        StoreError::Corrupt(format!("spec of {}/{} v{}: {e}", v.tenant, v.name, v.version))
+    })?;
+    Ok(v)
+}
+
+const VERSION_COLUMNS: &str = "tenant, name, version, artifact, spec, created_ms";
+
+impl Store for SqliteStore {
+    fn create_tenant(&self, name: &str) -> Result<(), StoreError> {
+        let conn = self.writer();
+        let inserted = conn.execute(
+            "INSERT OR IGNORE INTO tenants (name, created_ms) VALUES (?1, ?2)",
+            params![name, now_ms()],
+        )?;
+        if inserted == 0 {
+            return Err(StoreError::TenantExists(name.to_string()));
+        }
+        Ok(())
+    }
+
+    fn tenant_exists(&self, name: &str) -> Result<bool, StoreError> {
+        let conn = self.reader();
+        Ok(conn
+            .query_row("SELECT 1 FROM tenants WHERE name = ?1", [name], |_| Ok(()))
+            .optional()?
+            .is_some())
+    }
+
+    fn create_token(&self, tenant: &str, role: Role) -> Result<String, StoreError> {
+        let secret: [u8; 24] = rand::random();
+        let token = format!("hth_{}", hex::encode(secret));
+        let conn = self.writer();
+        let exists = conn
+            .query_row("SELECT 1 FROM tenants WHERE name = ?1", [tenant], |_| Ok(()))
+            .optional()?
+            .is_some();
+        if !exists {
+            return Err(StoreError::NoSuchTenant(tenant.to_string()));
+        }
+        conn.execute(
+            "INSERT INTO tokens (hash, tenant, role, created_ms) VALUES (?1, ?2, ?3, ?4)",
+            params![sha256_hex(token.as_bytes()), tenant, role.as_str(), now_ms()],
+        )?;
+        Ok(token)
+    }
+
+    fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError> {
+        let conn = self.reader();
+        let row: Option<(String, String)> = conn
+            .query_row(
+                "SELECT tenant, role FROM tokens WHERE hash = ?1",
+                [sha256_hex(token.as_bytes())],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        Ok(row.map(|(tenant, role)| Principal {
+            tenant,
+            role: if role == "admin" { Role::Admin } else { Role::Member },
+        }))
+    }
+
+    fn create_version(
+        &self,
+        tenant: &str,
+        name: &str,
+        artifact: &str,
+        spec: &FunctionSpec,
+    ) -> Result<FunctionVersion, StoreError> {
+        let spec_json = serde_json::to_string(spec).expect("FunctionSpec always serializes");
+        let created_at_ms = now_ms();
+        let mut conn = self.writer();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        // Versions keep counting after a function is removed and re-created,
+        // so "hello v3" never names two different pieces of code.
+        let last: u32 = tx.query_row(
+            "SELECT COALESCE(MAX(version), 0) FROM versions WHERE tenant = ?1 AND name = ?2",
+            params![tenant, name],
+            |r| r.get(0),
+        )?;
+        let floor: u32 = tx
+            .query_row(
+                "SELECT latest FROM functions WHERE tenant = ?1 AND name = ?2",
+                params![tenant, name],
+                |r| r.get(0),
+            )
+            .optional()?
+            .unwrap_or(0);
+        let version = last.max(floor) + 1;
+        tx.execute(
+            "INSERT INTO versions (tenant, name, version, artifact, spec, created_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![tenant, name, version, artifact, spec_json, created_at_ms],
+        )?;
+        tx.execute(
+            "INSERT INTO functions (tenant, name, latest) VALUES (?1, ?2, ?3)
+             ON CONFLICT (tenant, name) DO UPDATE SET latest = excluded.latest",
+            params![tenant, name, version],
+        )?;
+        tx.commit()?;
+        Ok(FunctionVersion {
+            tenant: tenant.to_string(),
+            name: name.to_string(),
+            version,
+            artifact: artifact.to_string(),
+            spec: spec.clone(),
+            created_at_ms,
+        })
+    }
+
+    fn get_version(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<Option<FunctionVersion>, StoreError> {
+        let conn = self.reader();
+        let row = match version {
+            Some(v) => conn
+                .query_row(
+                    &format!(
+                        "SELECT {VERSION_COLUMNS} FROM versions v
+                         WHERE tenant = ?1 AND name = ?2 AND version = ?3
+                           AND EXISTS (SELECT 1 FROM functions f WHERE f.tenant = v.tenant AND f.name = v.name)"
+                    ),
+                    params![tenant, name, v],
+                    row_to_version,
+                )
+                .optional()?,
+            None => conn
+                .query_row(
+                    &format!(
+                        "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms
+                         FROM functions f JOIN versions v
+                           ON v.tenant = f.tenant AND v.name = f.name AND v.version = f.latest
+                         WHERE f.tenant = ?1 AND f.name = ?2"
+                    ),
+                    params![tenant, name],
+                    row_to_version,
+                )
+                .optional()?,
+        };
+        row.map(finish_version).transpose()
+    }
+
+    fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>, StoreError> {
+        let conn = self.reader();
+        let mut stmt = conn.prepare(
+            "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms,
+                    (SELECT COUNT(*) FROM versions c WHERE c.tenant = f.tenant AND c.name = f.name)
+             FROM functions f JOIN versions v
+               ON v.tenant = f.tenant AND v.name = f.name AND v.version = f.latest
+             WHERE f.tenant = ?1 ORDER BY f.name",
+        )?;
+        let rows = stmt.query_map([tenant], |r| Ok((row_to_version(r)?, r.get::<_, u32>(6)?)))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (raw, versions) = row?;
+            let latest = finish_version(raw)?;
+            out.push(FunctionSummary {
+                name: latest.name.clone(),
+                latest,
+                versions,
+            });
+        }
+        Ok(out)
+    }
+
+    fn list_versions(&self, tenant: &str, name: &str) -> Result<Vec<FunctionVersion>, StoreError> {
+        let conn = self.reader();
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {VERSION_COLUMNS} FROM versions v
+             WHERE tenant = ?1 AND name = ?2
+               AND EXISTS (SELECT 1 FROM functions f WHERE f.tenant = v.tenant AND f.name = v.name)
+             ORDER BY version"
+        ))?;
+        let rows = stmt.query_map(params![tenant, name], row_to_version)?;
+        rows.map(|r| finish_version(r?)).collect()
+    }
+
+    fn delete_function(&self, tenant: &str, name: &str) -> Result<bool, StoreError> {
+        let mut conn = self.writer();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let existed = tx.execute(
+            "DELETE FROM functions WHERE tenant = ?1 AND name = ?2",
+            params![tenant, name],
+        )? > 0;
+        if existed {
+            // Keep the highest version number as a tombstone so a re-created
+            // function continues the count (see create_version).
+            let last: u32 = tx.query_row(
+                "SELECT COALESCE(MAX(version), 0) FROM versions WHERE tenant = ?1 AND name = ?2",
+                params![tenant, name],
+                |r| r.get(0),
+            )?;
+            tx.execute(
+                "DELETE FROM versions WHERE tenant = ?1 AND name = ?2 AND version < ?3",
+                params![tenant, name, last],
+            )?;
+            tx.execute(
+                "DELETE FROM kv WHERE tenant = ?1 AND function = ?2",
+                params![tenant, name],
+            )?;
+            tx.execute(
+                "DELETE FROM logs WHERE tenant = ?1 AND function = ?2",
+                params![tenant, name],
+            )?;
+        }
+        tx.commit()?;
+        Ok(existed)
+    }
+
+    fn referenced_artifacts(&self) -> Result<Vec<String>, StoreError> {
+        let conn = self.reader();
+        let mut stmt = conn.prepare(
+            "SELECT DISTINCT v.artifact FROM versions v JOIN functions f
+               ON f.tenant = v.tenant AND f.name = v.name",
+        )?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn kv_get(&self, tenant: &str, function: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let conn = self.reader();
+        Ok(conn
+            .query_row(
+                "SELECT value FROM kv WHERE tenant = ?1 AND function = ?2 AND key = ?3",
+                params![tenant, function, key],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    fn kv_set(&self, tenant: &str, function: &str, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        let conn = self.writer();
+        conn.execute(
+            "INSERT INTO kv (tenant, function, key, value) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (tenant, function, key) DO UPDATE SET value = excluded.value",
+            params![tenant, function, key, value],
+        )?;
+        Ok(())
+    }
+
+    fn kv_delete(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError> {
+        let conn = self.writer();
+        Ok(conn.execute(
+            "DELETE FROM kv WHERE tenant = ?1 AND function = ?2 AND key = ?3",
+            params![tenant, function, key],
+        )? > 0)
+    }
+
+    fn kv_list(
+        &self,
+        tenant: &str,
+        function: &str,
+        prefix: &[u8],
+        limit: u32,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        let conn = self.reader();
+        // Blob comparison is bytewise, so [prefix, prefix++) is exactly the
+        // keys that start with prefix; substr() would defeat the index.
+        let mut stmt = conn.prepare(
+            "SELECT key FROM kv WHERE tenant = ?1 AND function = ?2 AND key >= ?3
+             ORDER BY key LIMIT ?4",
+        )?;
+        let rows = stmt.query_map(params![tenant, function, prefix, limit], |r| r.get::<_, Vec<u8>>(0))?;
+        let mut out = Vec::new();
+        for key in rows {
+            let key = key?;
+            if !key.starts_with(prefix) {
+                break;
+            }
+            out.push(key);
+        }
+        Ok(out)
+    }
+
+    fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.writer();
+        let tx = conn.transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT INTO logs (tenant, function, version, invocation, ts_ms, stream, level, message)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?;
+            for r in records {
+                stmt.execute(params![
+                    r.tenant,
+                    r.function,
+                    r.version,
+                    r.invocation_id,
+                    r.ts_ms,
+                    r.stream.as_str(),
+                    r.level,
+                    r.message
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn read_logs(&self, tenant: &str, function: &str, query: &LogQuery) -> Result<Vec<LogRecord>, StoreError> {
+        let conn = self.reader();
+        let limit = if query.limit == 0 { 100 } else { query.limit };
+        let mut stmt = conn.prepare(
+            "SELECT tenant, function, version, invocation, ts_ms, stream, level, message FROM logs
+             WHERE tenant = ?1 AND function = ?2 AND (?3 IS NULL OR invocation = ?3)
+             ORDER BY id DESC LIMIT ?4",
+        )?;
+        let rows = stmt.query_map(
+            params![tenant, function, query.invocation_id, limit],
+            |r| {
+                Ok(LogRecord {
+                    tenant: r.get(0)?,
+                    function: r.get(1)?,
+                    version: r.get(2)?,
+                    invocation_id: r.get(3)?,
+                    ts_ms: r.get(4)?,
+                    stream: LogStream::parse(&r.get::<_, String>(5)?),
+                    level: r.get(6)?,
+                    message: r.get(7)?,
+                })
+            },
+        )?;
+        let mut out: Vec<LogRecord> = rows.collect::<Result<_, _>>()?;
+        out.reverse();
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hearth_core::Runtime;
+
+    fn store() -> (tempfile::TempDir, SqliteStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("hearth.db")).unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn versions_count_up_and_survive_reopen() {
+        let (dir, s) = store();
+        s.create_tenant("acme").unwrap();
+        let spec = FunctionSpec::new(Runtime::Wasm);
+        assert_eq!(s.create_version("acme", "hello", "aa", &spec).unwrap().version, 1);
+        assert_eq!(s.create_version("acme", "hello", "bb", &spec).unwrap().version, 2);
+        drop(s);
+        let s = SqliteStore::open(dir.path().join("hearth.db")).unwrap();
+        let latest = s.get_version("acme", "hello", None).unwrap().unwrap();
+        assert_eq!((latest.version, latest.artifact.as_str()), (2, "bb"));
+        assert_eq!(s.get_version("acme", "hello", Some(1)).unwrap().unwrap().artifact, "aa");
+        assert_eq!(s.list_versions("acme", "hello").unwrap().len(), 2);
+        assert!(s.get_version("other", "hello", None).unwrap().is_none());
+    }
+
+    #[test]
+    fn delete_removes_function_and_numbering_continues() {
+        let (_dir, s) = store();
+        let spec = FunctionSpec::new(Runtime::Wasm);
+        s.create_version("t", "f", "aa", &spec).unwrap();
+        s.create_version("t", "f", "bb", &spec).unwrap();
+        s.kv_set("t", "f", b"k", b"v").unwrap();
+        assert!(s.delete_function("t", "f").unwrap());
+        assert!(!s.delete_function("t", "f").unwrap());
+        assert!(s.get_version("t", "f", None).unwrap().is_none());
+        assert!(s.get_version("t", "f", Some(2)).unwrap().is_none());
+        assert!(s.list_functions("t").unwrap().is_empty());
+        assert!(s.list_versions("t", "f").unwrap().is_empty());
+        assert!(s.referenced_artifacts().unwrap().is_empty());
+        assert_eq!(s.kv_get("t", "f", b"k").unwrap(), None);
+        assert_eq!(s.create_version("t", "f", "cc", &spec).unwrap().version, 3);
+    }
+
+    #[test]
+    fn tokens_authenticate_to_their_tenant_only() {
+        let (_dir, s) = store();
+        s.create_tenant("acme").unwrap();
+        assert!(matches!(s.create_tenant("acme"), Err(StoreError::TenantExists(_))));
+        assert!(matches!(
+            s.create_token("ghost", Role::Member),
+            Err(StoreError::NoSuchTenant(_))
+        ));
+        let token = s.create_token("acme", Role::Member).unwrap();
+        let p = s.authenticate(&token).unwrap().unwrap();
+        assert_eq!((p.tenant.as_str(), p.role), ("acme", Role::Member));
+        assert!(s.authenticate("hth_wrong").unwrap().is_none());
+    }
+
+    #[test]
+    fn kv_is_scoped_and_lists_by_prefix() {
+        let (_dir, s) = store();
+        s.kv_set("t", "f", b"user:1", b"a").unwrap();
+        s.kv_set("t", "f", b"user:2", b"b").unwrap();
+        s.kv_set("t", "f", b"zzz", b"c").unwrap();
+        s.kv_set("t", "g", b"user:3", b"d").unwrap();
+        s.kv_set("u", "f", b"user:4", b"e").unwrap();
+        assert_eq!(
+            s.kv_list("t", "f", b"user:", 100).unwrap(),
+            vec![b"user:1".to_vec(), b"user:2".to_vec()]
+        );
+        assert_eq!(s.kv_list("t", "f", b"", 2).unwrap().len(), 2);
+        assert_eq!(s.kv_get("u", "f", b"user:1").unwrap(), None);
+        s.kv_set("t", "f", b"user:1", b"z").unwrap();
+        assert_eq!(s.kv_get("t", "f", b"user:1").unwrap().unwrap(), b"z");
+        assert!(s.kv_delete("t", "f", b"user:1").unwrap());
+        assert!(!s.kv_delete("t", "f", b"user:1").unwrap());
+    }
+
+    #[test]
+    fn logs_filter_by_invocation_and_return_oldest_first() {
+        let (_dir, s) = store();
+        let rec = |inv: &str, msg: &str| LogRecord {
+            tenant: "t".into(),
+            function: "f".into(),
+            version: 1,
+            invocation_id: inv.into(),
+            ts_ms: 1,
+            stream: LogStream::Stderr,
+            level: String::new(),
+            message: msg.into(),
+        };
+        s.append_logs(&[rec("a", "one"), rec("b", "two"), rec("a", "three")]).unwrap();
+        let all = s.read_logs("t", "f", &LogQuery::default()).unwrap();
+        assert_eq!(all.iter().map(|r| r.message.as_str()).collect::<Vec<_>>(), ["one", "two", "three"]);
+        let q = LogQuery {
+            invocation_id: Some("a".into()),
+            limit: 1,
+        };
+        let a = s.read_logs("t", "f", &q).unwrap();
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].message, "three");
+        assert!(s.read_logs("u", "f", &LogQuery::default()).unwrap().is_empty());
+    }
+}
