@@ -1,14 +1,28 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
+//! The host: everything a function may ask of the platform, and the seam
+//! every engine plugs into.
+//!
+//! ```text
+//!   Engine ──prepare──▶ Prepared ──instantiate──▶ Sandbox ──invoke(req, HostCtx)
+//!                                                              │ every effect
+//!                                                              ▼
+//!                                           HostCtx: policy ─▶ tape ─▶ world
+//! ```
+//!
+//! [`HostCtx`] binds one invocation to its tenant, function version and
+//! policy. It is the only way a sandbox sees anything nondeterministic —
+//! wall and monotonic clocks, random bytes, KV, outbound HTTP — and each
+//! answer it gives is appended to the invocation's [`Tape`], so recording
+//! and replay (a later layer) need no change in any engine.
+//!
+//! What this crate is not: an engine. It knows nothing of wasmtime, QuickJS
+//! or processes.
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+mod ctx;
+mod engine;
+mod http;
+mod tape;
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+pub use ctx::{HostCtx, HostError, HostLimits, HostServices, InvocationMeta, LogLine};
+pub use engine::{Compiled, DeployError, Engine, Prepared, Sandbox};
+pub use http::{OutboundRequest, OutboundResponse};
+pub use tape::{HostEvent, Tape};

@@ -1,14 +1,32 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
+//! The wasm tier: WASI preview 1 commands on wasmtime, Sledge-style.
+//!
+//! ```text
+//!  WasmEngine (one per process: wasmtime Engine, pooling allocator, epoch ticker)
+//!     │ compile(code)   deploy: validate, compile, cache `.cwasm` by content hash
+//!     │ prepare(version) once per version: load `.cwasm`, link → InstancePre
+//!     ▼
+//!  WasmPrepared ──instantiate──▶ WasmSandbox (Store + Instance, one pool slot)
+//!                                   │ invoke(req, host): stdin = body, env = CGI,
+//!                                   │ run `_start`, stdout = response (WAGI)
+//! ```
+//!
+//! Every invocation gets a fresh instance, so no state leaks between
+//! invocations; copy-on-write memory images make that cheap. An engine-wide
+//! ticker bumps wasmtime's epoch every `time_slice_ms`; each store yields to
+//! the async executor at every tick (Sledge's preemptive round robin, done
+//! cooperatively at loop headers and function entries) and traps once its
+//! deadline has passed. Memory is capped per sandbox by a resource limiter
+//! and, across the node, by the pool's slot count and slot size.
+//!
+//! WASI clocks and randomness are served by [`HostCtx`](hearth_host::HostCtx),
+//! like the `hearth` imports, so every answer is on the invocation's tape.
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+mod cgi;
+mod engine;
+mod imports;
+mod sandbox;
+mod wasi_host;
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+pub use cgi::parse_cgi_output;
+pub use engine::{WasmConfig, WasmEngine, WasmPrepared};
+pub use sandbox::WasmSandbox;

@@ -1,0 +1,433 @@
+//! [`HostCtx`]: one invocation's view of the platform.
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use displaydoc::Display;
+use hearth_core::{FunctionSpec, InvocationId};
+use hearth_store::{LogStream, Store};
+use rand::Rng;
+use thiserror::Error;
+
+use crate::http::{self, OutboundRequest, OutboundResponse};
+use crate::{HostEvent, Tape};
+
+/// Ceilings on what one invocation may ask of the host.
+#[derive(Debug, Clone)]
+pub struct HostLimits {
+    pub kv_max_key_bytes: usize,
+    pub kv_max_value_bytes: usize,
+    pub kv_max_list: u32,
+    pub http_timeout_ms: u64,
+    pub http_max_response_bytes: usize,
+    pub http_max_calls: u32,
+    /// Bytes of log text (stderr and log calls) kept per invocation.
+    pub log_max_bytes: usize,
+}
+
+impl Default for HostLimits {
+    fn default() -> Self {
+        HostLimits {
+            kv_max_key_bytes: 1024,
+            kv_max_value_bytes: 1 << 20,
+            kv_max_list: 1000,
+            http_timeout_ms: 10_000,
+            http_max_response_bytes: 8 << 20,
+            http_max_calls: 64,
+            log_max_bytes: 64 << 10,
+        }
+    }
+}
+
+/// What the host shares across invocations: storage and an HTTP client.
+pub struct HostServices {
+    pub store: Arc<dyn Store>,
+    pub http: reqwest::Client,
+    pub limits: HostLimits,
+}
+
+impl HostServices {
+    pub fn new(store: Arc<dyn Store>, limits: HostLimits) -> Self {
+        let http = reqwest::Client::builder()
+            // A redirect could lead to a host the function may not reach;
+            // the function sees the 3xx and decides.
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("hearth/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .expect("an HTTP client with default TLS settings always builds");
+        HostServices {
+            store,
+            http,
+            limits,
+        }
+    }
+}
+
+/// Which invocation a [`HostCtx`] serves.
+#[derive(Debug, Clone)]
+pub struct InvocationMeta {
+    pub id: InvocationId,
+    pub tenant: String,
+    pub function: String,
+    pub version: u32,
+    /// When the invocation must be finished; host calls never wait past it.
+    pub deadline: Instant,
+}
+
+/// One line of a function's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    pub ts_ms: i64,
+    pub stream: LogStream,
+    pub level: String,
+    pub message: String,
+}
+
+/// Why a host call failed. Guests see a negative code (see `code`) and, for
+/// logs, this message.
+#[derive(Debug, Clone, Display, Error, PartialEq, Eq)]
+pub enum HostError {
+    /// outbound HTTP to {0} is not allowed: add it with --allow-host
+    Denied(String),
+    /// invalid host call: {0}
+    Invalid(String),
+    /// network error: {0}
+    Network(String),
+    /// the response is larger than the limit of {0} bytes
+    TooLarge(usize),
+    /// the host call ran out of time
+    Timeout,
+    /// storage error: {0}
+    Storage(String),
+    /// too many calls of this kind in one invocation (limit {0})
+    TooMany(u32),
+}
+
+impl HostError {
+    /// The code a Wasm guest receives; documented in `examples/wasm/hearth.h`.
+    pub fn code(&self) -> i32 {
+        match self {
+            HostError::Denied(_) => -1,
+            HostError::Invalid(_) => -2,
+            HostError::Network(_) => -3,
+            HostError::TooLarge(_) => -4,
+            HostError::Timeout => -5,
+            HostError::Storage(_) => -6,
+            HostError::TooMany(_) => -7,
+        }
+    }
+}
+
+struct Recorded {
+    tape: Tape,
+    logs: Vec<LogLine>,
+    log_bytes: usize,
+    logs_truncated: bool,
+    http_calls: u32,
+}
+
+struct Inner {
+    meta: InvocationMeta,
+    policy: FunctionSpec,
+    services: Arc<HostServices>,
+    recorded: Mutex<Recorded>,
+}
+
+/// The host, bound to one invocation. Cheap to clone; all clones share one tape.
+#[derive(Clone)]
+pub struct HostCtx(Arc<Inner>);
+
+fn monotonic_origin() -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl HostCtx {
+    pub fn new(services: Arc<HostServices>, meta: InvocationMeta, spec: &FunctionSpec) -> Self {
+        HostCtx(Arc::new(Inner {
+            meta,
+            policy: spec.clone(),
+            services,
+            recorded: Mutex::new(Recorded {
+                tape: Tape::default(),
+                logs: Vec::new(),
+                log_bytes: 0,
+                logs_truncated: false,
+                http_calls: 0,
+            }),
+        }))
+    }
+
+    pub fn meta(&self) -> &InvocationMeta {
+        &self.0.meta
+    }
+
+    pub fn limits(&self) -> &HostLimits {
+        &self.0.services.limits
+    }
+
+    fn recorded(&self) -> std::sync::MutexGuard<'_, Recorded> {
+        // Only plain pushes happen under this lock; a panic cannot leave it
+        // half-updated in a way that matters.
+        self.0.recorded.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn record(&self, event: HostEvent) {
+        self.recorded().tape.events.push(event);
+    }
+
+    /// Time left before the invocation's deadline.
+    pub fn remaining(&self) -> Duration {
+        self.0.meta.deadline.saturating_duration_since(Instant::now())
+    }
+
+    // ---- clocks and randomness (synchronous: WASI asks for them inline) ----
+
+    /// Wall-clock time, nanoseconds since the Unix epoch.
+    pub fn wall_clock_nanos(&self) -> u64 {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        self.record(HostEvent::WallClock { nanos });
+        nanos
+    }
+
+    /// Monotonic time in nanoseconds from an arbitrary, per-process origin.
+    pub fn monotonic_nanos(&self) -> u64 {
+        let nanos = monotonic_origin().elapsed().as_nanos() as u64;
+        self.record(HostEvent::MonotonicClock { nanos });
+        nanos
+    }
+
+    /// Fills `buf` with cryptographically secure random bytes.
+    pub fn fill_random(&self, buf: &mut [u8]) {
+        rand::rng().fill_bytes(buf);
+        self.record(HostEvent::Random { bytes: buf.to_vec() });
+    }
+
+    // ---- logs ----
+
+    /// Appends to the function's log, within the per-invocation byte budget.
+    pub fn log(&self, stream: LogStream, level: &str, message: &str) {
+        let limit = self.0.services.limits.log_max_bytes;
+        let mut rec = self.recorded();
+        if stream == LogStream::Log {
+            rec.tape.events.push(HostEvent::Log {
+                level: level.to_string(),
+                message: message.to_string(),
+            });
+        }
+        if rec.logs_truncated {
+            return;
+        }
+        let room = limit.saturating_sub(rec.log_bytes);
+        let mut message = message.to_string();
+        if message.len() > room {
+            let mut cut = room;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+            rec.logs_truncated = true;
+        }
+        rec.log_bytes += message.len();
+        rec.logs.push(LogLine {
+            ts_ms: now_ms(),
+            stream,
+            level: level.to_string(),
+            message,
+        });
+        if rec.logs_truncated {
+            rec.logs.push(LogLine {
+                ts_ms: now_ms(),
+                stream: LogStream::System,
+                level: "warn".into(),
+                message: format!("log output truncated at {limit} bytes for this invocation"),
+            });
+        }
+    }
+
+    // ---- KV, scoped to this tenant's function ----
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn Store, &str, &str) -> Result<T, hearth_store::StoreError> + Send + 'static,
+    ) -> Result<T, HostError> {
+        let inner = self.0.clone();
+        let work = tokio::task::spawn_blocking(move || {
+            f(&*inner.services.store, &inner.meta.tenant, &inner.meta.function)
+        });
+        match tokio::time::timeout(self.remaining(), work).await {
+            Err(_) => Err(HostError::Timeout),
+            Ok(Err(join)) => Err(HostError::Storage(join.to_string())),
+            Ok(Ok(result)) => result.map_err(|e| HostError::Storage(e.to_string())),
+        }
+    }
+
+    fn check_key(&self, key: &[u8]) -> Result<(), HostError> {
+        let max = self.0.services.limits.kv_max_key_bytes;
+        if key.len() > max {
+            return Err(HostError::Invalid(format!("KV key longer than {max} bytes")));
+        }
+        Ok(())
+    }
+
+    pub async fn kv_get(&self, key: Vec<u8>) -> Result<Option<Vec<u8>>, HostError> {
+        self.check_key(&key)?;
+        let k = key.clone();
+        let value = self.blocking(move |s, t, f| s.kv_get(t, f, &k)).await?;
+        self.record(HostEvent::KvGet {
+            key,
+            value: value.clone(),
+        });
+        Ok(value)
+    }
+
+    pub async fn kv_set(&self, key: Vec<u8>, value: Vec<u8>) -> Result<(), HostError> {
+        self.check_key(&key)?;
+        let max = self.0.services.limits.kv_max_value_bytes;
+        if value.len() > max {
+            return Err(HostError::TooLarge(max));
+        }
+        let (k, v) = (key.clone(), value.clone());
+        self.blocking(move |s, t, f| s.kv_set(t, f, &k, &v)).await?;
+        self.record(HostEvent::KvSet { key, value });
+        Ok(())
+    }
+
+    pub async fn kv_delete(&self, key: Vec<u8>) -> Result<bool, HostError> {
+        self.check_key(&key)?;
+        let k = key.clone();
+        let existed = self.blocking(move |s, t, f| s.kv_delete(t, f, &k)).await?;
+        self.record(HostEvent::KvDelete { key, existed });
+        Ok(existed)
+    }
+
+    pub async fn kv_list(&self, prefix: Vec<u8>) -> Result<Vec<Vec<u8>>, HostError> {
+        self.check_key(&prefix)?;
+        let limit = self.0.services.limits.kv_max_list;
+        let p = prefix.clone();
+        let keys = self.blocking(move |s, t, f| s.kv_list(t, f, &p, limit)).await?;
+        self.record(HostEvent::KvList {
+            prefix,
+            keys: keys.clone(),
+        });
+        Ok(keys)
+    }
+
+    // ---- outbound HTTP ----
+
+    /// Sends an HTTP request on the function's behalf, if its policy allows
+    /// the destination. Never waits past the invocation's deadline.
+    pub async fn http_fetch(&self, request: OutboundRequest) -> Result<OutboundResponse, HostError> {
+        {
+            let mut rec = self.recorded();
+            let max = self.0.services.limits.http_max_calls;
+            if rec.http_calls >= max {
+                return Err(HostError::TooMany(max));
+            }
+            rec.http_calls += 1;
+        }
+        let services = &self.0.services;
+        let timeout = self.remaining().min(Duration::from_millis(services.limits.http_timeout_ms));
+        let result = http::fetch(
+            &services.http,
+            &self.0.policy,
+            &request,
+            timeout,
+            services.limits.http_max_response_bytes,
+        )
+        .await;
+        // A denied call never left the machine: nothing to record.
+        if !matches!(result, Err(HostError::Denied(_)) | Err(HostError::Invalid(_))) {
+            self.record(HostEvent::HttpFetch {
+                request,
+                result: result.clone().map_err(|e| e.to_string()),
+            });
+        }
+        result
+    }
+
+    /// Takes what the invocation recorded: its tape and its log lines.
+    pub fn take_records(&self) -> (Tape, Vec<LogLine>) {
+        let mut rec = self.recorded();
+        (std::mem::take(&mut rec.tape), std::mem::take(&mut rec.logs))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hearth_core::Runtime;
+    use hearth_store::SqliteStore;
+
+    fn ctx(dir: &tempfile::TempDir, limits: HostLimits) -> HostCtx {
+        let store = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+        let services = Arc::new(HostServices::new(store, limits));
+        let meta = InvocationMeta {
+            id: InvocationId::new(),
+            tenant: "t".into(),
+            function: "f".into(),
+            version: 1,
+            deadline: Instant::now() + Duration::from_secs(5),
+        };
+        HostCtx::new(services, meta, &FunctionSpec::new(Runtime::Wasm))
+    }
+
+    #[tokio::test]
+    async fn every_answer_lands_on_the_tape_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = ctx(&dir, HostLimits::default());
+        let wall = host.wall_clock_nanos();
+        let mut buf = [0u8; 8];
+        host.fill_random(&mut buf);
+        host.kv_set(b"k".to_vec(), b"v".to_vec()).await.unwrap();
+        assert_eq!(host.kv_get(b"k".to_vec()).await.unwrap(), Some(b"v".to_vec()));
+        let (tape, _) = host.take_records();
+        let names: Vec<_> = tape.events.iter().map(|e| e.name()).collect();
+        assert_eq!(names, ["clock.wall", "random", "kv.set", "kv.get"]);
+        assert_eq!(tape.events[0], HostEvent::WallClock { nanos: wall });
+        assert_eq!(tape.events[1], HostEvent::Random { bytes: buf.to_vec() });
+    }
+
+    #[tokio::test]
+    async fn logs_are_capped_per_invocation() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = HostLimits {
+            log_max_bytes: 10,
+            ..HostLimits::default()
+        };
+        let host = ctx(&dir, limits);
+        host.log(LogStream::Stderr, "", "0123456789abcdef");
+        host.log(LogStream::Stderr, "", "more");
+        let (_, logs) = host.take_records();
+        assert_eq!(logs[0].message, "0123456789");
+        assert_eq!(logs.len(), 2, "one truncated line and one notice: {logs:?}");
+        assert!(logs[1].message.contains("truncated"));
+    }
+
+    #[tokio::test]
+    async fn outbound_http_is_denied_unless_allowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = ctx(&dir, HostLimits::default());
+        let err = host
+            .http_fetch(OutboundRequest {
+                method: "GET".into(),
+                url: "http://127.0.0.1:9/".into(),
+                headers: vec![],
+                body: vec![],
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err, HostError::Denied("127.0.0.1:9".into()));
+        assert!(host.take_records().0.events.is_empty());
+    }
+}

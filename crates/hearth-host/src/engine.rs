@@ -1,0 +1,64 @@
+//! The contract between the node and each tier's engine.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use displaydoc::Display;
+use hearth_core::{FunctionVersion, InvokeError, Request, Response, Tier};
+use hearth_store::ArtifactStore;
+use thiserror::Error;
+
+use crate::HostCtx;
+
+/// Code an engine has accepted at deploy time.
+#[derive(Debug)]
+pub struct Compiled {
+    /// The canonical artifact to store (for example `.wat` text becomes
+    /// binary Wasm); its sha256 names it.
+    pub artifact: Vec<u8>,
+    /// Time spent validating and compiling.
+    pub compile_ms: u64,
+}
+
+/// Why an engine refused code at deploy time or could not load it later.
+#[derive(Debug, Display, Error)]
+pub enum DeployError {
+    /// invalid module: {0}
+    Invalid(String),
+    /// the module is not a function Hearth can run: {0}
+    NotAFunction(String),
+    /// could not load the function's code: {0}
+    Load(String),
+}
+
+/// One tier's implementation: heavy work once per version, fast sandboxes after.
+#[async_trait]
+pub trait Engine: Send + Sync + 'static {
+    fn tier(&self) -> Tier;
+
+    /// Validates code at deploy time, does whatever ahead-of-time work the
+    /// tier can (compiling, caching), and returns the artifact to store.
+    async fn compile(&self, code: Vec<u8>) -> Result<Compiled, DeployError>;
+
+    /// Makes a version ready to instantiate. Called once per version per
+    /// process; the node caches the result.
+    async fn prepare(
+        &self,
+        version: &FunctionVersion,
+        artifacts: &ArtifactStore,
+    ) -> Result<Arc<dyn Prepared>, DeployError>;
+}
+
+/// A version ready to run: compiled module, bytecode or zygote.
+#[async_trait]
+pub trait Prepared: Send + Sync + 'static {
+    /// Makes a fresh sandbox. Fails with [`InvokeError::Overloaded`] when
+    /// the tier has no room for another.
+    async fn instantiate(&self) -> Result<Box<dyn Sandbox>, InvokeError>;
+}
+
+/// One isolated execution context; runs one invocation at a time.
+#[async_trait]
+pub trait Sandbox: Send {
+    async fn invoke(&mut self, req: Request, host: HostCtx) -> Result<Response, InvokeError>;
+}

@@ -1,0 +1,88 @@
+//! Outbound HTTP on a function's behalf, under its allow-list.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use hearth_core::FunctionSpec;
+use serde::{Deserialize, Serialize};
+
+use crate::HostError;
+
+/// A request a function asks the host to send.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutboundRequest {
+    pub method: String,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// What came back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutboundResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+pub(crate) async fn fetch(
+    client: &reqwest::Client,
+    policy: &FunctionSpec,
+    request: &OutboundRequest,
+    timeout: Duration,
+    max_response_bytes: usize,
+) -> Result<OutboundResponse, HostError> {
+    let url = reqwest::Url::parse(&request.url)
+        .map_err(|e| HostError::Invalid(format!("bad URL {:?}: {e}", request.url)))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(HostError::Invalid(format!("unsupported scheme {:?}", url.scheme())));
+    }
+    let host = url
+        .host_str()
+        .ok_or_else(|| HostError::Invalid(format!("URL {:?} has no host", request.url)))?;
+    let port = url.port_or_known_default().unwrap_or(80);
+    if !policy.allows_host(host, port) {
+        return Err(HostError::Denied(format!("{host}:{port}")));
+    }
+    let method = reqwest::Method::from_bytes(request.method.as_bytes())
+        .map_err(|_| HostError::Invalid(format!("bad method {:?}", request.method)))?;
+    let mut builder = client.request(method, url).timeout(timeout);
+    for (k, v) in &request.headers {
+        builder = builder.header(k, v);
+    }
+    let send = async {
+        let response = builder.body(request.body.clone()).send().await.map_err(network)?;
+        let status = response.status().as_u16();
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+            .collect();
+        if response.content_length().is_some_and(|n| n as usize > max_response_bytes) {
+            return Err(HostError::TooLarge(max_response_bytes));
+        }
+        let mut body = Vec::new();
+        let mut stream = response.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(network)?;
+            if body.len() + chunk.len() > max_response_bytes {
+                return Err(HostError::TooLarge(max_response_bytes));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(OutboundResponse {
+            status,
+            headers,
+            body,
+        })
+    };
+    tokio::time::timeout(timeout, send).await.map_err(|_| HostError::Timeout)?
+}
+
+fn network(e: reqwest::Error) -> HostError {
+    if e.is_timeout() {
+        HostError::Timeout
+    } else {
+        HostError::Network(e.to_string())
+    }
+}

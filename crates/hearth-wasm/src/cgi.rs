@@ -1,0 +1,156 @@
+//! The WAGI guest contract: CGI environment in, CGI-style output out.
+
+use bytes::Bytes;
+use hearth_core::{Request, Response};
+
+/// CGI/1.1 meta-variables for a request, as WAGI passes them.
+pub(crate) fn cgi_env(req: &Request, function: &str, prefix: &str) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("GATEWAY_INTERFACE".into(), "CGI/1.1".into()),
+        ("SERVER_PROTOCOL".into(), "HTTP/1.1".into()),
+        ("SERVER_SOFTWARE".into(), concat!("hearth/", env!("CARGO_PKG_VERSION")).into()),
+        ("REQUEST_METHOD".into(), req.method.clone()),
+        ("SCRIPT_NAME".into(), prefix.to_string()),
+        ("PATH_INFO".into(), req.path.clone()),
+        ("QUERY_STRING".into(), req.query.clone()),
+        ("CONTENT_LENGTH".into(), req.body.len().to_string()),
+        ("X_FUNCTION_NAME".into(), function.to_string()),
+        (
+            "REQUEST_URI".into(),
+            if req.query.is_empty() {
+                format!("{prefix}{}", req.path)
+            } else {
+                format!("{prefix}{}?{}", req.path, req.query)
+            },
+        ),
+    ];
+    for (name, value) in &req.headers {
+        let upper = name.to_ascii_uppercase().replace('-', "_");
+        match upper.as_str() {
+            "CONTENT_TYPE" => env.push(("CONTENT_TYPE".into(), value.clone())),
+            // Never hand the caller's credentials to the function.
+            "AUTHORIZATION" | "CONTENT_LENGTH" => {}
+            _ => env.push((format!("HTTP_{upper}"), value.clone())),
+        }
+    }
+    env
+}
+
+/// Splits a guest's stdout into a response: an optional CGI header block
+/// (`Name: value` lines ended by an empty line; `Status: 404 Not Found`
+/// sets the status, `Location:` alone means 302) followed by the body.
+/// Output that does not open with such a block is all body.
+pub fn parse_cgi_output(stdout: Bytes) -> Response {
+    if let Some((headers, body_start)) = split_header_block(&stdout) {
+        let mut status = None;
+        let mut out = Vec::new();
+        let mut has_location = false;
+        for (k, v) in headers {
+            if k.eq_ignore_ascii_case("status") {
+                status = v.split_whitespace().next().and_then(|s| s.parse::<u16>().ok());
+            } else {
+                has_location |= k.eq_ignore_ascii_case("location");
+                out.push((k, v));
+            }
+        }
+        let status = status
+            .filter(|s| (100..=999).contains(s))
+            .unwrap_or(if has_location { 302 } else { 200 });
+        return Response {
+            status,
+            headers: out,
+            body: stdout.slice(body_start..),
+        };
+    }
+    Response {
+        status: 200,
+        headers: vec![("content-type".into(), "application/octet-stream".into())],
+        body: stdout,
+    }
+}
+
+/// The header block, if `out` opens with one, and where the body starts.
+fn split_header_block(out: &[u8]) -> Option<(Vec<(String, String)>, usize)> {
+    const MAX_BLOCK: usize = 64 << 10;
+    let window = &out[..out.len().min(MAX_BLOCK)];
+    let mut headers = Vec::new();
+    let mut pos = 0;
+    loop {
+        let rel_end = window[pos..].iter().position(|&b| b == b'\n')?;
+        let mut line = &window[pos..pos + rel_end];
+        if line.last() == Some(&b'\r') {
+            line = &line[..line.len() - 1];
+        }
+        pos += rel_end + 1;
+        if line.is_empty() {
+            return if headers.is_empty() { None } else { Some((headers, pos)) };
+        }
+        let line = std::str::from_utf8(line).ok()?;
+        let (name, value) = line.split_once(':')?;
+        let is_token = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !is_token {
+            return None;
+        }
+        headers.push((name.to_string(), value.trim().to_string()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_block_sets_status_and_headers() {
+        let r = parse_cgi_output(Bytes::from_static(
+            b"Content-Type: text/plain\r\nStatus: 404 Not Found\r\n\r\nnope",
+        ));
+        assert_eq!(r.status, 404);
+        assert_eq!(r.headers, vec![("Content-Type".to_string(), "text/plain".to_string())]);
+        assert_eq!(&r.body[..], b"nope");
+    }
+
+    #[test]
+    fn plain_output_is_all_body() {
+        let r = parse_cgi_output(Bytes::from_static(b"hello world\n"));
+        assert_eq!((r.status, &r.body[..]), (200, &b"hello world\n"[..]));
+        let r = parse_cgi_output(Bytes::from_static(b"note: this is prose\nnot headers"));
+        assert_eq!(&r.body[..], b"note: this is prose\nnot headers", "no blank line, no header block");
+        let r = parse_cgi_output(Bytes::from_static(b"a b: c\n\nx"));
+        assert_eq!(&r.body[..], b"a b: c\n\nx", "a name with a space is not a header");
+    }
+
+    #[test]
+    fn location_alone_redirects() {
+        let r = parse_cgi_output(Bytes::from_static(b"Location: /elsewhere\n\n"));
+        assert_eq!(r.status, 302);
+        assert!(r.body.is_empty());
+    }
+
+    #[test]
+    fn cgi_env_maps_headers_and_hides_credentials() {
+        let req = Request {
+            method: "POST".into(),
+            path: "/a/b".into(),
+            query: "x=1".into(),
+            headers: vec![
+                ("content-type".into(), "text/plain".into()),
+                ("x-trace-id".into(), "abc".into()),
+                ("authorization".into(), "Bearer secret".into()),
+            ],
+            body: Bytes::from_static(b"hey"),
+        };
+        let env = cgi_env(&req, "hello", "/fn/t/hello");
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("REQUEST_METHOD"), Some("POST"));
+        assert_eq!(get("PATH_INFO"), Some("/a/b"));
+        assert_eq!(get("QUERY_STRING"), Some("x=1"));
+        assert_eq!(get("CONTENT_LENGTH"), Some("3"));
+        assert_eq!(get("CONTENT_TYPE"), Some("text/plain"));
+        assert_eq!(get("HTTP_X_TRACE_ID"), Some("abc"));
+        assert_eq!(get("REQUEST_URI"), Some("/fn/t/hello/a/b?x=1"));
+        assert_eq!(get("HTTP_AUTHORIZATION"), None);
+    }
+}

@@ -1,0 +1,278 @@
+//! [`WasmEngine`]: compiling, caching and preparing modules.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use hearth_core::{FunctionVersion, InvokeError, Tier};
+use hearth_host::{Compiled, DeployError, Engine, Prepared, Sandbox};
+use hearth_store::ArtifactStore;
+use wasmtime::{InstanceAllocationStrategy, InstancePre, Linker, Module, PoolingAllocationConfig};
+
+use crate::sandbox::{SandboxState, WasmSandbox};
+
+/// How the wasm tier is set up; fixed for the life of the process.
+#[derive(Debug, Clone)]
+pub struct WasmConfig {
+    /// Pre-reserve sandbox slots (fast instantiation, bounded count) rather
+    /// than allocate each instance on demand.
+    pub pooling: bool,
+    /// Sandboxes that can exist at once (pool size). Past it: 503.
+    pub max_sandboxes: u32,
+    /// The largest memory limit any function may ask for.
+    pub max_memory_mib: u32,
+    /// Scheduling quantum: how often a running sandbox yields.
+    pub time_slice_ms: u64,
+    /// Where compiled modules are cached, by content hash.
+    pub cache_dir: PathBuf,
+    /// Largest response body a function may write to stdout.
+    pub max_response_bytes: usize,
+}
+
+impl WasmConfig {
+    pub fn new(cache_dir: impl Into<PathBuf>) -> Self {
+        WasmConfig {
+            pooling: true,
+            max_sandboxes: 1000,
+            max_memory_mib: 512,
+            time_slice_ms: 5,
+            cache_dir: cache_dir.into(),
+            max_response_bytes: 16 << 20,
+        }
+    }
+}
+
+/// The wasm tier's engine: one per process; clones share it.
+#[derive(Clone)]
+pub struct WasmEngine(Arc<EngineInner>);
+
+struct EngineInner {
+    engine: wasmtime::Engine,
+    linker: Linker<SandboxState>,
+    config: WasmConfig,
+    /// `cache_dir/<engine compatibility hash>`: a new wasmtime or new
+    /// settings never load another's compiled code.
+    cache_dir: PathBuf,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Drop for EngineInner {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl WasmEngine {
+    pub fn new(config: WasmConfig) -> anyhow::Result<Self> {
+        let mut wt = wasmtime::Config::new();
+        wt.epoch_interruption(true)
+            .memory_init_cow(true)
+            .max_wasm_stack(1 << 20)
+            .async_stack_size(2 << 20)
+            .wasm_backtrace_max_frames(std::num::NonZeroUsize::new(16));
+        if config.pooling {
+            let mut pool = PoolingAllocationConfig::new();
+            let n = config.max_sandboxes;
+            pool.total_core_instances(n)
+                .total_memories(n)
+                .total_tables(n)
+                .total_stacks(n)
+                .total_component_instances(0)
+                .max_memory_size((config.max_memory_mib as usize) << 20)
+                // Keep a little of each slot's memory mapped after use: the
+                // next instance in the slot then skips a page-fault storm.
+                .linear_memory_keep_resident(64 << 10)
+                .table_keep_resident(16 << 10);
+            wt.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        }
+        let engine = wasmtime::Engine::new(&wt)?;
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut SandboxState| &mut s.wasi)?;
+        crate::imports::add_to_linker(&mut linker)?;
+
+        let mut hasher = DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        let cache_dir = config.cache_dir.join(format!("wasm-{:016x}", hasher.finish()));
+        std::fs::create_dir_all(cache_dir.join("tmp"))?;
+
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        spawn_epoch_ticker(&engine, Duration::from_millis(config.time_slice_ms.max(1)), ticker_stop.clone());
+
+        Ok(WasmEngine(Arc::new(EngineInner {
+            engine,
+            linker,
+            config,
+            cache_dir,
+            ticker_stop,
+        })))
+    }
+
+    pub fn config(&self) -> &WasmConfig {
+        &self.0.config
+    }
+
+    pub fn wasmtime(&self) -> &wasmtime::Engine {
+        &self.0.engine
+    }
+
+    fn cached_path(&self, hash: &str) -> PathBuf {
+        self.0.cache_dir.join(format!("{hash}.cwasm"))
+    }
+
+    /// Links a module and checks it is a WASI command Hearth can run.
+    fn link(&self, module: &Module) -> Result<InstancePre<SandboxState>, DeployError> {
+        let start = module.get_export("_start");
+        if !matches!(start, Some(wasmtime::ExternType::Func(ref f)) if f.params().len() == 0 && f.results().len() == 0)
+        {
+            return Err(DeployError::NotAFunction(
+                "it exports no `_start` function: Hearth runs WASI preview 1 commands \
+                 (for C, build with `clang --target=wasm32-wasi`)"
+                    .into(),
+            ));
+        }
+        if !matches!(module.get_export("memory"), Some(wasmtime::ExternType::Memory(_))) {
+            return Err(DeployError::NotAFunction("it exports no memory named `memory`".into()));
+        }
+        self.0.linker.instantiate_pre(module).map_err(|e| {
+            DeployError::NotAFunction(format!(
+                "{e}; Hearth provides the `wasi_snapshot_preview1` and `hearth` import modules"
+            ))
+        })
+    }
+
+    fn compile_blocking(&self, code: Vec<u8>) -> Result<(Module, Vec<u8>), DeployError> {
+        let binary = if code.starts_with(b"\0asm") {
+            code
+        } else {
+            wat::parse_bytes(&code)
+                .map_err(|e| DeployError::Invalid(format!("not a Wasm binary, and not valid WAT text: {e}")))?
+                .into_owned()
+        };
+        let module = Module::new(&self.0.engine, &binary).map_err(|e| DeployError::Invalid(format!("{e:#}")))?;
+        Ok((module, binary))
+    }
+
+    fn store_compiled(&self, hash: &str, module: &Module) -> Result<(), DeployError> {
+        let bytes = module.serialize().map_err(|e| DeployError::Load(e.to_string()))?;
+        hearth_store::write_atomically(&self.0.cache_dir.join("tmp"), &self.cached_path(hash), &bytes)
+            .map_err(|e| DeployError::Load(e.to_string()))
+    }
+
+    fn load_blocking(&self, version: &FunctionVersion, artifacts: &ArtifactStore) -> Result<Module, DeployError> {
+        let path = self.cached_path(&version.artifact);
+        if path.is_file() {
+            // SAFETY: deserializing runs native code compiled ahead of time.
+            // This file was written by `store_compiled` in this node's own data
+            // directory (atomically, so never torn), in a directory keyed by
+            // this engine's compatibility hash; wasmtime also checks its header
+            // and version. Its name is the hash of the Wasm it came from.
+            match unsafe { Module::deserialize_file(&self.0.engine, &path) } {
+                Ok(module) => return Ok(module),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "discarding unusable compiled module");
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
+        let code = artifacts
+            .get(&version.artifact)
+            .map_err(|e| DeployError::Load(e.to_string()))?;
+        let (module, _) = self.compile_blocking(code)?;
+        self.store_compiled(&version.artifact, &module)?;
+        Ok(module)
+    }
+}
+
+fn spawn_epoch_ticker(engine: &wasmtime::Engine, every: Duration, stop: Arc<AtomicBool>) {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("hearth-epoch".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(every);
+                match weak.upgrade() {
+                    Some(engine) => engine.increment_epoch(),
+                    None => break,
+                }
+            }
+        })
+        .expect("spawning the epoch ticker thread");
+}
+
+#[async_trait]
+impl Engine for WasmEngine {
+    fn tier(&self) -> Tier {
+        Tier::Wasm
+    }
+
+    async fn compile(&self, code: Vec<u8>) -> Result<Compiled, DeployError> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let (module, binary) = this.compile_blocking(code)?;
+            this.link(&module)?;
+            let hash = hearth_store::sha256_hex(&binary);
+            this.store_compiled(&hash, &module)?;
+            Ok(Compiled {
+                artifact: binary,
+                compile_ms: started.elapsed().as_millis() as u64,
+            })
+        })
+        .await
+        .map_err(|e| DeployError::Load(format!("compiler task failed: {e}")))?
+    }
+
+    async fn prepare(
+        &self,
+        version: &FunctionVersion,
+        artifacts: &ArtifactStore,
+    ) -> Result<Arc<dyn Prepared>, DeployError> {
+        let this = self.clone();
+        let version = version.clone();
+        let artifacts = artifacts.clone();
+        tokio::task::spawn_blocking(move || {
+            let module = this.load_blocking(&version, &artifacts)?;
+            let pre = this.link(&module)?;
+            let memory_mib = version.spec.limits.memory_mib;
+            if memory_mib > this.0.config.max_memory_mib {
+                return Err(DeployError::NotAFunction(format!(
+                    "its memory limit of {memory_mib} MiB is above this node's maximum of {} MiB",
+                    this.0.config.max_memory_mib
+                )));
+            }
+            Ok(Arc::new(WasmPrepared {
+                engine: this.clone(),
+                pre,
+                version,
+            }) as Arc<dyn Prepared>)
+        })
+        .await
+        .map_err(|e| DeployError::Load(format!("loader task failed: {e}")))?
+    }
+}
+
+/// A linked module, ready for fresh instances.
+pub struct WasmPrepared {
+    engine: WasmEngine,
+    pre: InstancePre<SandboxState>,
+    version: FunctionVersion,
+}
+
+impl WasmPrepared {
+    /// Instantiates without boxing (used by benchmarks).
+    pub async fn instantiate_sandbox(&self) -> Result<WasmSandbox, InvokeError> {
+        WasmSandbox::new(&self.engine, &self.pre, &self.version).await
+    }
+}
+
+#[async_trait]
+impl Prepared for WasmPrepared {
+    async fn instantiate(&self) -> Result<Box<dyn Sandbox>, InvokeError> {
+        Ok(Box::new(self.instantiate_sandbox().await?))
+    }
+}

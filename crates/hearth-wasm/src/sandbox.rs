@@ -1,0 +1,216 @@
+//! [`WasmSandbox`]: one instance, one invocation.
+
+use std::time::Instant;
+
+use async_trait::async_trait;
+use hearth_core::{FunctionVersion, InvokeError, Request, Response};
+use hearth_host::{HostCtx, Sandbox};
+use hearth_store::LogStream;
+use wasmtime::{Instance, InstancePre, ResourceLimiter, Store, Trap, UpdateDeadline};
+use wasmtime_wasi::I32Exit;
+use wasmtime_wasi::WasiCtxBuilder;
+use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
+
+use crate::WasmEngine;
+use crate::cgi::{cgi_env, parse_cgi_output};
+
+/// Per-sandbox state inside the wasmtime `Store`.
+pub(crate) struct SandboxState {
+    /// Replaced with the request's context just before `_start` runs.
+    pub wasi: WasiP1Ctx,
+    /// Set for the duration of an invocation; the `hearth` imports use it.
+    pub host: Option<HostCtx>,
+    pub limiter: MemoryLimiter,
+    pub deadline: Option<Instant>,
+    pub timed_out: bool,
+}
+
+/// Caps linear memory at the function's limit and remembers refusals, so
+/// a trap that follows one is reported as running out of memory.
+pub(crate) struct MemoryLimiter {
+    limit_bytes: usize,
+    refused: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.limit_bytes {
+            self.refused = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
+        // The pool's slot is smaller than asked: the same thing to the guest.
+        self.refused = true;
+        Ok(())
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1 << 20)
+    }
+}
+
+/// A fresh instance of one function version.
+pub struct WasmSandbox {
+    store: Store<SandboxState>,
+    instance: Instance,
+    function: String,
+    limits: hearth_core::Limits,
+    max_response_bytes: usize,
+    prefix: String,
+    env: Vec<(String, String)>,
+}
+
+impl WasmSandbox {
+    pub(crate) async fn new(
+        engine: &WasmEngine,
+        pre: &InstancePre<SandboxState>,
+        version: &FunctionVersion,
+    ) -> Result<Self, InvokeError> {
+        let limits = version.spec.limits;
+        let state = SandboxState {
+            wasi: WasiCtxBuilder::new().build_p1(),
+            host: None,
+            limiter: MemoryLimiter {
+                limit_bytes: limits.memory_bytes(),
+                refused: false,
+            },
+            deadline: None,
+            timed_out: false,
+        };
+        let mut store = Store::new(engine.wasmtime(), state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|mut ctx| {
+            let state = ctx.data_mut();
+            match state.deadline {
+                Some(deadline) if Instant::now() >= deadline => {
+                    state.timed_out = true;
+                    Ok(UpdateDeadline::Interrupt)
+                }
+                _ => Ok(UpdateDeadline::Yield(1)),
+            }
+        });
+        let instance = match pre.instantiate_async(&mut store).await {
+            Ok(i) => i,
+            Err(e) => {
+                if store.data().limiter.refused {
+                    return Err(InvokeError::OutOfMemory {
+                        limit_mib: limits.memory_mib,
+                    });
+                }
+                let msg = format!("{e:#}");
+                // The pooling allocator refuses when every slot is taken.
+                if msg.contains("maximum concurrent") || msg.contains("limit of") {
+                    return Err(InvokeError::Overloaded);
+                }
+                return Err(InvokeError::Crashed(format!("instantiation failed: {msg}")));
+            }
+        };
+        Ok(WasmSandbox {
+            store,
+            instance,
+            function: version.name.clone(),
+            limits,
+            max_response_bytes: engine.config().max_response_bytes,
+            prefix: format!("/fn/{}/{}", version.tenant, version.name),
+            env: version.spec.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        })
+    }
+
+    fn wasi_for(&self, req: &Request, host: &HostCtx, stdout: &MemoryOutputPipe, stderr: &MemoryOutputPipe) -> WasiP1Ctx {
+        let mut b = WasiCtxBuilder::new();
+        b.stdin(MemoryInputPipe::new(req.body.clone()))
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .arg(&self.function)
+            .envs(&self.env)
+            .envs(&cgi_env(req, &self.function, &self.prefix))
+            .wall_clock(crate::wasi_host::WallClock(host.clone()))
+            .monotonic_clock(crate::wasi_host::MonotonicClock(host.clone()))
+            .secure_random(crate::wasi_host::Random(host.clone()))
+            .insecure_random(crate::wasi_host::Random(host.clone()));
+        b.build_p1()
+    }
+
+    /// Why a run that returned `err` failed, in the caller's terms.
+    fn classify(&self, err: &wasmtime::Error) -> InvokeError {
+        let state = self.store.data();
+        if state.timed_out {
+            return InvokeError::Timeout {
+                limit_ms: self.limits.timeout_ms,
+            };
+        }
+        if state.limiter.refused {
+            return InvokeError::OutOfMemory {
+                limit_mib: self.limits.memory_mib,
+            };
+        }
+        match err.downcast_ref::<Trap>() {
+            Some(Trap::StackOverflow) => InvokeError::Trap("stack overflow (call stack exhausted)".into()),
+            Some(trap) => {
+                let frames = err
+                    .downcast_ref::<wasmtime::WasmBacktrace>()
+                    .map(|bt| format!("\n{bt}"))
+                    .unwrap_or_default();
+                InvokeError::Trap(format!("{trap}{frames}"))
+            }
+            None => InvokeError::Trap(format!("{:#}", err)),
+        }
+    }
+}
+
+#[async_trait]
+impl Sandbox for WasmSandbox {
+    async fn invoke(&mut self, req: Request, host: HostCtx) -> Result<Response, InvokeError> {
+        // One byte over the limit tells "exactly at the limit" from "over it".
+        let stdout = MemoryOutputPipe::new(self.max_response_bytes + 1);
+        let stderr_cap = host.limits().log_max_bytes;
+        let stderr = MemoryOutputPipe::new(stderr_cap);
+        let wasi = self.wasi_for(&req, &host, &stdout, &stderr);
+        let deadline = host.meta().deadline;
+        {
+            let state = self.store.data_mut();
+            state.wasi = wasi;
+            state.host = Some(host.clone());
+            state.deadline = Some(deadline);
+        }
+        let start = self
+            .instance
+            .get_typed_func::<(), ()>(&mut self.store, "_start")
+            .map_err(|e| InvokeError::Crashed(e.to_string()))?;
+
+        // Epochs interrupt running Wasm; this outer timer also covers a guest
+        // parked in a WASI sleep or poll.
+        let run = start.call_async(&mut self.store, ());
+        let outcome = match tokio::time::timeout_at(deadline.into(), run).await {
+            Err(_) => Err(InvokeError::Timeout {
+                limit_ms: self.limits.timeout_ms,
+            }),
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => match e.downcast_ref::<I32Exit>() {
+                Some(I32Exit(0)) => Ok(()),
+                Some(I32Exit(code)) => Err(InvokeError::Function(format!("exited with status {code}"))),
+                None => Err(self.classify(&e)),
+            },
+        };
+        self.store.data_mut().host = None;
+
+        let err_bytes = stderr.contents();
+        if !err_bytes.is_empty() {
+            let text = String::from_utf8_lossy(&err_bytes);
+            host.log(LogStream::Stderr, "", text.trim_end_matches('\n'));
+        }
+        outcome?;
+        let out = stdout.contents();
+        if out.len() > self.max_response_bytes {
+            return Err(InvokeError::ResponseTooLarge {
+                limit_bytes: self.max_response_bytes,
+            });
+        }
+        Ok(parse_cgi_output(out))
+    }
+}
