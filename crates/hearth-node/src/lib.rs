@@ -1,14 +1,24 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
+//! The node: one Hearth process's invoker.
+//!
+//! ```text
+//!  deploy(code) ─▶ engine.compile ─▶ artifacts.put ─▶ store.create_version
+//!  invoke(fn)   ─▶ function table (latest version, in memory)
+//!               ─▶ prepared cache (engine.prepare once per version, single-flight)
+//!               ─▶ admission (concurrency permit) ─▶ instantiate ─▶ sandbox.invoke(req, HostCtx)
+//!               ─▶ logs to the batched writer, metrics
+//! ```
+//!
+//! A start is *cold* when the invocation had to prepare its version (load
+//! or compile the module) and *warm* when the version was already prepared.
+//! In the wasm tier every invocation still gets a fresh instance: warmth is
+//! in the prepared module, not in a reused sandbox.
+//!
+//! What this crate is not: HTTP. The API crate maps its results to status
+//! codes; the node speaks in [`NodeError`] and [`InvokeError`].
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+mod logs;
+mod metrics;
+mod node;
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+pub use metrics::Metrics;
+pub use node::{DeployOutcome, InvokeOutcome, Node, NodeConfig, NodeError, StartKind};

@@ -1,3 +1,53 @@
-fn main() {
-    println!("Hello, world!");
+//! `hearth`: the daemon (`hearth up`) and the CLI that talks to it.
+//! This binary only wires; the work lives in the library crates.
+
+mod client;
+mod config;
+mod daemon;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Hearth: a self-hostable serverless platform.
+#[derive(Debug, Parser)]
+#[command(name = "hearth", version, about)]
+struct Cli {
+    /// Data directory: the daemon keeps its state here; the CLI finds the
+    /// server and token here unless HEARTH_URL / HEARTH_TOKEN say otherwise.
+    #[arg(long, global = true, env = "HEARTH_DATA_DIR", default_value = ".hearth")]
+    data_dir: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start the daemon (default: 127.0.0.1:8080, data under ./.hearth).
+    Up(config::UpArgs),
+    #[command(flatten)]
+    Client(client::ClientCommand),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Up(args) => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG").unwrap_or_else(|_| "info".into()),
+                )
+                .with_writer(std::io::stderr)
+                .init();
+            let settings = config::Settings::resolve(&cli.data_dir, &args)?;
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(daemon::run(settings))
+        }
+        Command::Client(cmd) => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(client::run(&cli.data_dir, cmd))
+        }
+    }
 }

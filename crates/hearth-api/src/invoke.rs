@@ -1,0 +1,139 @@
+//! `ANY /fn/{tenant}/{name}[@version][/{*path}]`: invoke a function.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use hearth_core::Request;
+use serde_json::json;
+
+use crate::{ApiError, AppState};
+
+pub(crate) async fn invoke_root(
+    State(s): State<Arc<AppState>>,
+    Path((tenant, name)): Path<(String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    run(&s, &tenant, &name, "/".into(), method, uri, headers, body).await
+}
+
+pub(crate) async fn invoke_path(
+    State(s): State<Arc<AppState>>,
+    Path((tenant, name, path)): Path<(String, String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    run(&s, &tenant, &name, format!("/{path}"), method, uri, headers, body).await
+}
+
+/// `name` or `name@version`, and a `Hearth-Version` header, pin a version.
+fn split_version(name: &str, headers: &HeaderMap) -> Result<(String, Option<u32>), ApiError> {
+    let bad = |v: &str| ApiError::BadRequest(format!("version {v:?} is not a positive number"));
+    let (name, mut version) = match name.split_once('@') {
+        Some((n, v)) => (n, Some(v.parse::<u32>().map_err(|_| bad(v))?)),
+        None => (name, None),
+    };
+    if let Some(h) = headers.get("hearth-version") {
+        let v = h.to_str().unwrap_or_default();
+        version = Some(v.parse::<u32>().map_err(|_| bad(v))?);
+    }
+    Ok((name.to_string(), version))
+}
+
+/// Reads a body, refusing with 413 past `limit` bytes.
+pub(crate) async fn read_body(headers: &HeaderMap, body: Body, limit: usize, what: &str) -> Result<bytes::Bytes, ApiError> {
+    let too_large = || ApiError::TooLarge(format!("the {what} is larger than the limit of {limit} bytes"));
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|_| too_large())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    s: &AppState,
+    tenant: &str,
+    name: &str,
+    path: String,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let (name, version) = split_version(name, &headers)?;
+    let function = s.node.resolve(tenant, &name, version).await?;
+    if !function.spec.public {
+        let principal = s.auth.require(s.node.store(), &headers).await?;
+        if principal.tenant != tenant {
+            return Err(ApiError::Forbidden(format!(
+                "your token belongs to tenant {:?}, not {tenant:?}",
+                principal.tenant
+            )));
+        }
+    }
+    let body = read_body(&headers, body, s.config.max_body_bytes, "request body").await?;
+    let req = Request {
+        method: method.as_str().to_string(),
+        path,
+        query: uri.query().unwrap_or_default().to_string(),
+        headers: headers
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+            .collect(),
+        body,
+    };
+    let outcome = s.node.invoke(&function, req).await?;
+    let mut resp = match outcome.result {
+        Ok(r) => {
+            let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut resp = Response::new(Body::from(r.body));
+            *resp.status_mut() = status;
+            let h = resp.headers_mut();
+            for (k, v) in r.headers {
+                let (Ok(k), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v)) else {
+                    continue;
+                };
+                if !is_hop_by_hop(&k) {
+                    h.append(k, v);
+                }
+            }
+            resp
+        }
+        Err(e) => {
+            let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let body = json!({
+                "error": {"kind": e.kind(), "message": e.to_string()},
+                "invocation_id": outcome.id.to_string(),
+            });
+            let mut resp = (status, axum::Json(body)).into_response();
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            resp
+        }
+    };
+    let h = resp.headers_mut();
+    let id = HeaderValue::try_from(outcome.id.to_string()).expect("a hex id is a valid header value");
+    h.insert("hearth-invocation-id", id);
+    h.insert("hearth-version", HeaderValue::from(outcome.version));
+    h.insert("hearth-start", HeaderValue::from_static(outcome.start.as_str()));
+    Ok(resp)
+}
+
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection" | "keep-alive" | "transfer-encoding" | "content-length" | "upgrade" | "te" | "trailer"
+    )
+}

@@ -1,0 +1,189 @@
+//! The management API under `/v1`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use hearth_core::{FunctionSpec, Runtime};
+use hearth_store::{LogQuery, Principal, Role};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::invoke::read_body;
+use crate::{ApiError, AppState};
+
+type S = State<Arc<AppState>>;
+
+async fn blocking<T: Send + 'static>(
+    s: &AppState,
+    f: impl FnOnce(&dyn hearth_store::Store) -> Result<T, hearth_store::StoreError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let store = s.node.store().clone();
+    Ok(tokio::task::spawn_blocking(move || f(&*store))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))??)
+}
+
+pub(crate) async fn metrics(State(s): S) -> impl IntoResponse {
+    (
+        [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        s.node.metrics().encode(),
+    )
+}
+
+pub(crate) async fn whoami(State(s): S, headers: HeaderMap) -> Result<Json<Principal>, ApiError> {
+    Ok(Json(s.auth.require(s.node.store(), &headers).await?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewTenant {
+    name: String,
+}
+
+pub(crate) async fn create_tenant(
+    State(s): S,
+    headers: HeaderMap,
+    Json(body): Json<NewTenant>,
+) -> Result<impl IntoResponse, ApiError> {
+    let p = s.auth.require(s.node.store(), &headers).await?;
+    if p.role != Role::Admin {
+        return Err(ApiError::Forbidden("only an admin token may create tenants".into()));
+    }
+    hearth_core::validate_tenant_name(&body.name).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let name = body.name.clone();
+    let token = blocking(&s, move |st| {
+        st.create_tenant(&name)?;
+        st.create_token(&name, Role::Member)
+    })
+    .await?;
+    Ok((StatusCode::CREATED, Json(json!({"tenant": body.name, "token": token}))))
+}
+
+/// Deploy settings, from the query string (repeatable keys allowed).
+fn parse_deploy_query(query: &str) -> Result<(FunctionSpec, Option<Runtime>), ApiError> {
+    let mut spec = FunctionSpec::new(Runtime::Wasm);
+    let mut runtime = None;
+    let mut file_name = None;
+    let bad = |k: &str, v: &str| ApiError::BadRequest(format!("invalid value {v:?} for {k}"));
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        match &*k {
+            "runtime" => runtime = Some(v.parse::<Runtime>().map_err(|e| ApiError::BadRequest(e.to_string()))?),
+            "file_name" => file_name = Some(v.into_owned()),
+            "memory_mib" => spec.limits.memory_mib = v.parse().map_err(|_| bad(&k, &v))?,
+            "timeout_ms" => spec.limits.timeout_ms = v.parse().map_err(|_| bad(&k, &v))?,
+            "allow_host" => spec.allowed_hosts.push(v.into_owned()),
+            "public" => spec.public = v.parse().map_err(|_| bad(&k, &v))?,
+            "env" => {
+                let (name, value) = v
+                    .split_once('=')
+                    .ok_or_else(|| ApiError::BadRequest(format!("env {v:?} should be NAME=VALUE")))?;
+                spec.env.insert(name.to_string(), value.to_string());
+            }
+            other => {
+                return Err(ApiError::BadRequest(format!(
+                    "unknown deploy setting {other:?}; see /v1/openapi.json"
+                )));
+            }
+        }
+    }
+    let inferred = file_name.as_deref().and_then(Runtime::infer_from_file_name);
+    Ok((spec, runtime.or(inferred)))
+}
+
+pub(crate) async fn deploy(
+    State(s): S,
+    Path(name): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<impl IntoResponse, ApiError> {
+    let p = s.auth.require(s.node.store(), &headers).await?;
+    let (mut spec, runtime) = parse_deploy_query(query.as_deref().unwrap_or_default())?;
+    let code = read_body(&headers, body, s.config.max_code_bytes, "code").await?;
+    if code.is_empty() {
+        return Err(ApiError::BadRequest("the request body should hold the function's code".into()));
+    }
+    spec.runtime = match runtime {
+        Some(r) => r,
+        None if code.starts_with(b"\0asm") => Runtime::Wasm,
+        None => {
+            return Err(ApiError::BadRequest(
+                "cannot tell the runtime: pass runtime=wasm|js|python|node (or file_name)".into(),
+            ));
+        }
+    };
+    let out = s.node.deploy(&p.tenant, &name, code.to_vec(), spec).await?;
+    let v = out.version;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({
+            "tenant": v.tenant,
+            "name": v.name,
+            "version": v.version,
+            "artifact": v.artifact,
+            "spec": v.spec,
+            "created_at_ms": v.created_at_ms,
+            "compile_ms": out.compile_ms,
+            "url": format!("/fn/{}/{}", v.tenant, v.name),
+        })),
+    ))
+}
+
+pub(crate) async fn list_functions(State(s): S, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    let p = s.auth.require(s.node.store(), &headers).await?;
+    let tenant = p.tenant.clone();
+    let fns = blocking(&s, move |st| st.list_functions(&tenant)).await?;
+    Ok(Json(json!({ "tenant": p.tenant, "functions": fns })))
+}
+
+pub(crate) async fn get_function(State(s): S, Path(name): Path<String>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    let p = s.auth.require(s.node.store(), &headers).await?;
+    let (tenant, n) = (p.tenant.clone(), name.clone());
+    let versions = blocking(&s, move |st| st.list_versions(&tenant, &n)).await?;
+    if versions.is_empty() {
+        return Err(ApiError::NotFound(format!("function {}/{name} does not exist", p.tenant)));
+    }
+    Ok(Json(json!({ "tenant": p.tenant, "name": name, "versions": versions })))
+}
+
+pub(crate) async fn remove_function(
+    State(s): S,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse, ApiError> {
+    let p = s.auth.require(s.node.store(), &headers).await?;
+    if s.node.remove(&p.tenant, &name).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound(format!("function {}/{name} does not exist", p.tenant)))
+    }
+}
+
+pub(crate) async fn logs(
+    State(s): S,
+    Path(name): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let p = s.auth.require(s.node.store(), &headers).await?;
+    let params: BTreeMap<String, String> = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .into_owned()
+        .collect();
+    let q = LogQuery {
+        invocation_id: params.get("invocation").cloned(),
+        limit: match params.get("limit") {
+            Some(l) => l
+                .parse()
+                .map_err(|_| ApiError::BadRequest(format!("limit {l:?} is not a number")))?,
+            None => 100,
+        },
+    };
+    let (tenant, n) = (p.tenant.clone(), name.clone());
+    let lines = blocking(&s, move |st| st.read_logs(&tenant, &n, &q)).await?;
+    Ok(Json(json!({ "tenant": p.tenant, "name": name, "lines": lines })))
+}

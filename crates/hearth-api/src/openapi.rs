@@ -1,0 +1,102 @@
+//! `GET /v1/openapi.json`: the management and invocation API, described.
+//! Kept by hand beside the routes in `lib.rs`; the integration tests check
+//! that every route the router serves is listed here.
+
+use axum::Json;
+use serde_json::{Value, json};
+
+fn error_ref() -> Value {
+    json!({"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
+}
+
+pub(crate) async fn document() -> Json<Value> {
+    let err = error_ref();
+    let name = json!({"name": "name", "in": "path", "required": true, "schema": {"type": "string"}});
+    Json(json!({
+        "openapi": "3.0.3",
+        "info": {
+            "title": "Hearth",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Self-hostable serverless platform. Management calls need `Authorization: Bearer <token>`."
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Error": {"type": "object", "properties": {"error": {"type": "object", "properties": {
+                    "kind": {"type": "string"}, "message": {"type": "string"}}}}},
+                "Limits": {"type": "object", "properties": {
+                    "memory_mib": {"type": "integer"}, "timeout_ms": {"type": "integer"}}},
+                "FunctionSpec": {"type": "object", "properties": {
+                    "runtime": {"type": "string", "enum": ["wasm", "js", "python", "node"]},
+                    "limits": {"$ref": "#/components/schemas/Limits"},
+                    "allowed_hosts": {"type": "array", "items": {"type": "string"}},
+                    "env": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "public": {"type": "boolean"}}},
+                "FunctionVersion": {"type": "object", "properties": {
+                    "tenant": {"type": "string"}, "name": {"type": "string"},
+                    "version": {"type": "integer"}, "artifact": {"type": "string", "description": "sha256 of the code"},
+                    "spec": {"$ref": "#/components/schemas/FunctionSpec"},
+                    "created_at_ms": {"type": "integer"}}},
+                "LogRecord": {"type": "object", "properties": {
+                    "invocation_id": {"type": "string"}, "version": {"type": "integer"}, "ts_ms": {"type": "integer"},
+                    "stream": {"type": "string", "enum": ["stderr", "log", "system"]},
+                    "level": {"type": "string"}, "message": {"type": "string"}}}
+            }
+        },
+        "security": [{"bearer": []}],
+        "paths": {
+            "/healthz": {"get": {"summary": "Liveness", "security": [], "responses": {"200": {"description": "ok"}}}},
+            "/metrics": {"get": {"summary": "Prometheus metrics", "security": [], "responses": {"200": {"description": "text exposition"}}}},
+            "/v1/openapi.json": {"get": {"summary": "This document", "security": [], "responses": {"200": {"description": "OpenAPI 3"}}}},
+            "/v1/whoami": {"get": {"summary": "The tenant and role of the token", "responses": {"200": {"description": "principal"}, "401": err}}},
+            "/v1/tenants": {"post": {
+                "summary": "Create a tenant and a member token for it (admin only)",
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}}}},
+                "responses": {"201": {"description": "{tenant, token}"}, "401": err, "403": err, "409": err}}},
+            "/v1/functions": {"get": {"summary": "List the tenant's functions",
+                "responses": {"200": {"description": "{tenant, functions: [{name, latest, versions}]}"}, "401": err}}},
+            "/v1/functions/{name}": {
+                "parameters": [name],
+                "post": {
+                    "summary": "Deploy a new version. The body is the code (Wasm binary or WAT text).",
+                    "parameters": [
+                        {"name": "runtime", "in": "query", "schema": {"type": "string", "enum": ["wasm", "js", "python", "node"]}},
+                        {"name": "file_name", "in": "query", "description": "infers the runtime when none is given", "schema": {"type": "string"}},
+                        {"name": "memory_mib", "in": "query", "schema": {"type": "integer"}},
+                        {"name": "timeout_ms", "in": "query", "schema": {"type": "integer"}},
+                        {"name": "allow_host", "in": "query", "description": "repeatable; host or host:port", "schema": {"type": "string"}},
+                        {"name": "env", "in": "query", "description": "repeatable; NAME=VALUE", "schema": {"type": "string"}},
+                        {"name": "public", "in": "query", "schema": {"type": "boolean"}}
+                    ],
+                    "requestBody": {"required": true, "content": {"application/wasm": {}, "application/octet-stream": {}}},
+                    "responses": {"201": {"description": "the new version, with compile_ms and url"}, "400": err, "401": err, "413": err}
+                },
+                "get": {"summary": "A function's versions", "responses": {"200": {"description": "{tenant, name, versions}"}, "404": err}},
+                "delete": {"summary": "Remove a function, its versions, KV and logs", "responses": {"204": {"description": "removed"}, "404": err}}
+            },
+            "/v1/functions/{name}/logs": {"get": {
+                "summary": "A function's log lines, oldest first",
+                "parameters": [name,
+                    {"name": "invocation", "in": "query", "schema": {"type": "string"}},
+                    {"name": "limit", "in": "query", "schema": {"type": "integer", "default": 100}}],
+                "responses": {"200": {"description": "{tenant, name, lines: [LogRecord]}"}, "404": err}}},
+            "/fn/{tenant}/{name}": {
+                "parameters": [
+                    {"name": "tenant", "in": "path", "required": true, "schema": {"type": "string"}},
+                    {"name": "name", "in": "path", "required": true, "description": "`name` or `name@version`", "schema": {"type": "string"}},
+                    {"name": "Hearth-Version", "in": "header", "schema": {"type": "integer"}}
+                ],
+                "post": {
+                    "summary": "Invoke a function (any method; any sub-path after the name is passed on)",
+                    "security": [{"bearer": []}, {}],
+                    "responses": {
+                        "200": {"description": "the function's response; headers Hearth-Invocation-Id, Hearth-Version, Hearth-Start"},
+                        "401": err, "403": err, "404": err, "413": err,
+                        "500": err, "502": err, "503": err, "504": err
+                    }
+                }
+            }
+        }
+    }))
+}

@@ -1,0 +1,85 @@
+//! Prometheus metrics of one node.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub tier: &'static str,
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StartLabels {
+    pub start: &'static str,
+}
+
+/// Everything `/metrics` reports.
+pub struct Metrics {
+    registry: Registry,
+    pub invocations: Family<OutcomeLabels, Counter>,
+    pub errors: Family<ErrorLabels, Counter>,
+    pub starts: Family<StartLabels, Counter>,
+    pub duration: Family<StartLabels, Histogram>,
+    pub live_sandboxes: Gauge,
+    pub deploys: Counter,
+    pub logs_dropped: Counter,
+}
+
+fn latency_histogram() -> Histogram {
+    // 50 µs … ~26 s, doubling.
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(50e-6, 2.0, 20))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("hearth");
+        let invocations = Family::<OutcomeLabels, Counter>::default();
+        let errors = Family::<ErrorLabels, Counter>::default();
+        let starts = Family::<StartLabels, Counter>::default();
+        let duration = Family::<StartLabels, Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let live_sandboxes = Gauge::default();
+        let deploys = Counter::default();
+        let logs_dropped = Counter::default();
+        registry.register("invocations", "Invocations by tier and outcome", invocations.clone());
+        registry.register("invocation_errors", "Failed invocations by kind of failure", errors.clone());
+        registry.register("starts", "Invocations by cold or warm start", starts.clone());
+        registry.register(
+            "invocation_duration_seconds",
+            "Invocation latency inside the node, by cold or warm start",
+            duration.clone(),
+        );
+        registry.register("sandboxes_live", "Sandboxes that exist right now", live_sandboxes.clone());
+        registry.register("deploys", "Function versions deployed", deploys.clone());
+        registry.register("logs_dropped", "Log lines dropped because the writer fell behind", logs_dropped.clone());
+        Metrics {
+            registry,
+            invocations,
+            errors,
+            starts,
+            duration,
+            live_sandboxes,
+            deploys,
+            logs_dropped,
+        }
+    }
+}
+
+impl Metrics {
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}

@@ -1,0 +1,378 @@
+//! [`Node`]: deploy, resolve and invoke functions.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use displaydoc::Display;
+use hearth_core::{FunctionSpec, FunctionVersion, InvocationId, InvokeError, Request, Response, Tier};
+use hearth_host::{DeployError, Engine, HostCtx, HostServices, InvocationMeta, Prepared};
+use hearth_store::{ArtifactStore, LogRecord, LogStream, Store, StoreError};
+use thiserror::Error;
+use tokio::sync::{OnceCell, Semaphore, mpsc};
+
+use crate::Metrics;
+use crate::metrics::{ErrorLabels, OutcomeLabels, StartLabels};
+
+/// Settings of the invoker.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Invocations running at once; past it, 503 with Retry-After.
+    pub max_concurrency: usize,
+    pub max_timeout_ms: u64,
+    pub max_memory_mib: u32,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            max_concurrency: 1024,
+            max_timeout_ms: 300_000,
+            max_memory_mib: 512,
+        }
+    }
+}
+
+/// Why a node operation failed (not the function's own failure).
+#[derive(Debug, Display, Error)]
+pub enum NodeError {
+    /// function {tenant}/{name} does not exist
+    NotFound { tenant: String, name: String },
+    /// version {version} of {tenant}/{name} does not exist
+    NoSuchVersion { tenant: String, name: String, version: u32 },
+    /// {0}
+    Deploy(#[from] DeployError),
+    /// {0}
+    Invalid(String),
+    /// runtime {0} is not available on this node yet
+    RuntimeUnavailable(String),
+    /// storage failed: {0}
+    Store(#[from] StoreError),
+    /// internal error: {0}
+    Internal(String),
+}
+
+/// Whether an invocation had to prepare its version first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartKind {
+    Cold,
+    Warm,
+}
+
+impl StartKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StartKind::Cold => "cold",
+            StartKind::Warm => "warm",
+        }
+    }
+}
+
+/// A completed deploy.
+#[derive(Debug, Clone)]
+pub struct DeployOutcome {
+    pub version: FunctionVersion,
+    pub compile_ms: u64,
+}
+
+/// A finished invocation: the function's answer or why there is none.
+#[derive(Debug)]
+pub struct InvokeOutcome {
+    pub id: InvocationId,
+    pub version: u32,
+    pub start: StartKind,
+    pub duration: Duration,
+    pub result: Result<Response, InvokeError>,
+}
+
+type PreparedSlot = Arc<OnceCell<Arc<dyn Prepared>>>;
+
+/// One Hearth node.
+pub struct Node {
+    store: Arc<dyn Store>,
+    artifacts: ArtifactStore,
+    engines: HashMap<Tier, Arc<dyn Engine>>,
+    host: Arc<HostServices>,
+    config: NodeConfig,
+    /// tenant → function → newest version, filled on first use, updated on
+    /// deploy and removal.
+    latest: RwLock<HashMap<String, HashMap<String, Arc<FunctionVersion>>>>,
+    /// "tenant/name/version" → the version's prepared code.
+    prepared: RwLock<HashMap<String, PreparedSlot>>,
+    admission: Arc<Semaphore>,
+    logs: mpsc::Sender<LogRecord>,
+    metrics: Metrics,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    // These maps are caches; a panic mid-update leaves at worst a stale
+    // entry, which the store corrects on the next miss.
+    lock.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Node {
+    /// Must be called inside a Tokio runtime (it starts the log writer).
+    pub fn new(
+        store: Arc<dyn Store>,
+        artifacts: ArtifactStore,
+        engines: Vec<Arc<dyn Engine>>,
+        host: Arc<HostServices>,
+        config: NodeConfig,
+    ) -> Self {
+        let logs = crate::logs::spawn_writer(store.clone());
+        Node {
+            store,
+            artifacts,
+            engines: engines.into_iter().map(|e| (e.tier(), e)).collect(),
+            host,
+            admission: Arc::new(Semaphore::new(config.max_concurrency)),
+            config,
+            latest: RwLock::default(),
+            prepared: RwLock::default(),
+            logs,
+            metrics: Metrics::default(),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, NodeError> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || f(&*store))
+            .await
+            .map_err(|e| NodeError::Internal(e.to_string()))?
+            .map_err(NodeError::from)
+    }
+
+    fn engine_for(&self, spec: &FunctionSpec) -> Result<&Arc<dyn Engine>, NodeError> {
+        self.engines
+            .get(&spec.runtime.first_tier())
+            .ok_or_else(|| NodeError::RuntimeUnavailable(spec.runtime.to_string()))
+    }
+
+    /// Validates and compiles `code`, stores it, and records a new version.
+    pub async fn deploy(
+        &self,
+        tenant: &str,
+        name: &str,
+        code: Vec<u8>,
+        spec: FunctionSpec,
+    ) -> Result<DeployOutcome, NodeError> {
+        hearth_core::validate_function_name(name).map_err(|e| NodeError::Invalid(e.to_string()))?;
+        let limits = spec.limits;
+        if limits.memory_mib == 0 || limits.memory_mib > self.config.max_memory_mib {
+            return Err(NodeError::Invalid(format!(
+                "memory limit must be 1..={} MiB, not {}",
+                self.config.max_memory_mib, limits.memory_mib
+            )));
+        }
+        if limits.timeout_ms == 0 || limits.timeout_ms > self.config.max_timeout_ms {
+            return Err(NodeError::Invalid(format!(
+                "timeout must be 1..={} ms, not {}",
+                self.config.max_timeout_ms, limits.timeout_ms
+            )));
+        }
+        let engine = self.engine_for(&spec)?;
+        let compiled = engine.compile(code).await?;
+        // The artifact is durable before the registry names it, so a crash
+        // between the two leaves an unreferenced file, never a dangling version.
+        let artifacts = self.artifacts.clone();
+        let artifact = compiled.artifact;
+        let hash = tokio::task::spawn_blocking(move || artifacts.put(&artifact))
+            .await
+            .map_err(|e| NodeError::Internal(e.to_string()))??;
+        let (t, n) = (tenant.to_string(), name.to_string());
+        let version = self
+            .blocking(move |s| s.create_version(&t, &n, &hash, &spec))
+            .await?;
+        write(&self.latest)
+            .entry(tenant.to_string())
+            .or_default()
+            .insert(name.to_string(), Arc::new(version.clone()));
+        self.metrics.deploys.inc();
+        Ok(DeployOutcome {
+            version,
+            compile_ms: compiled.compile_ms,
+        })
+    }
+
+    /// Removes a function and everything of it. False if it did not exist.
+    pub async fn remove(&self, tenant: &str, name: &str) -> Result<bool, NodeError> {
+        let (t, n) = (tenant.to_string(), name.to_string());
+        let existed = self.blocking(move |s| s.delete_function(&t, &n)).await?;
+        if let Some(fns) = write(&self.latest).get_mut(tenant) {
+            fns.remove(name);
+        }
+        let prefix = format!("{tenant}/{name}/");
+        write(&self.prepared).retain(|k, _| !k.starts_with(&prefix));
+        Ok(existed)
+    }
+
+    /// The version a request names: the newest, or a pinned one.
+    pub async fn resolve(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<Arc<FunctionVersion>, NodeError> {
+        if version.is_none()
+            && let Some(v) = read(&self.latest).get(tenant).and_then(|m| m.get(name))
+        {
+            return Ok(v.clone());
+        }
+        let (t, n) = (tenant.to_string(), name.to_string());
+        let found = self.blocking(move |s| s.get_version(&t, &n, version)).await?;
+        let found = match (found, version) {
+            (Some(v), _) => Arc::new(v),
+            (None, Some(version)) => {
+                return Err(NodeError::NoSuchVersion {
+                    tenant: tenant.into(),
+                    name: name.into(),
+                    version,
+                });
+            }
+            (None, None) => {
+                return Err(NodeError::NotFound {
+                    tenant: tenant.into(),
+                    name: name.into(),
+                });
+            }
+        };
+        if version.is_none() {
+            write(&self.latest)
+                .entry(tenant.to_string())
+                .or_default()
+                .insert(name.to_string(), found.clone());
+        }
+        Ok(found)
+    }
+
+    /// The prepared code of `v`, preparing it (once, even under concurrent
+    /// callers) if needed. Also says whether this call did the preparing.
+    async fn prepared(&self, v: &FunctionVersion) -> Result<(Arc<dyn Prepared>, StartKind), NodeError> {
+        let key = format!("{}/{}/{}", v.tenant, v.name, v.version);
+        let slot = read(&self.prepared).get(&key).cloned();
+        let slot = match slot {
+            Some(slot) => slot,
+            None => write(&self.prepared).entry(key).or_default().clone(),
+        };
+        if let Some(p) = slot.get() {
+            return Ok((p.clone(), StartKind::Warm));
+        }
+        let mut start = StartKind::Warm;
+        let prepared = slot
+            .get_or_try_init(|| async {
+                start = StartKind::Cold;
+                let engine = self.engine_for(&v.spec)?;
+                engine.prepare(v, &self.artifacts).await.map_err(NodeError::from)
+            })
+            .await?;
+        Ok((prepared.clone(), start))
+    }
+
+    /// Runs one invocation of `v`. Node-level failures (a version that will
+    /// not load) are `Err`; the function's own failures are in the outcome.
+    pub async fn invoke(&self, v: &FunctionVersion, req: Request) -> Result<InvokeOutcome, NodeError> {
+        let id = InvocationId::new();
+        let started = Instant::now();
+        let Ok(_permit) = self.admission.clone().try_acquire_owned() else {
+            return Ok(self.finish(v, id, started, StartKind::Warm, None, Err(InvokeError::Overloaded)));
+        };
+        let (prepared, start) = self.prepared(v).await?;
+        let deadline = started + Duration::from_millis(v.spec.limits.timeout_ms);
+        let host = HostCtx::new(
+            self.host.clone(),
+            InvocationMeta {
+                id,
+                tenant: v.tenant.clone(),
+                function: v.name.clone(),
+                version: v.version,
+                deadline,
+            },
+            &v.spec,
+        );
+        let result = match prepared.instantiate().await {
+            Ok(mut sandbox) => {
+                self.metrics.live_sandboxes.inc();
+                let result = sandbox.invoke(req, host.clone()).await;
+                drop(sandbox);
+                self.metrics.live_sandboxes.dec();
+                result
+            }
+            Err(e) => Err(e),
+        };
+        Ok(self.finish(v, id, started, start, Some(host), result))
+    }
+
+    fn finish(
+        &self,
+        v: &FunctionVersion,
+        id: InvocationId,
+        started: Instant,
+        start: StartKind,
+        host: Option<HostCtx>,
+        result: Result<Response, InvokeError>,
+    ) -> InvokeOutcome {
+        let duration = started.elapsed();
+        let tier = v.spec.runtime.first_tier().as_str();
+        let outcome = if result.is_ok() { "ok" } else { "error" };
+        self.metrics.invocations.get_or_create(&OutcomeLabels { tier, outcome }).inc();
+        let start_labels = StartLabels { start: start.as_str() };
+        self.metrics.starts.get_or_create(&start_labels).inc();
+        self.metrics.duration.get_or_create(&start_labels).observe(duration.as_secs_f64());
+
+        let mut lines = host.map(|h| h.take_records().1).unwrap_or_default();
+        if let Err(e) = &result {
+            self.metrics.errors.get_or_create(&ErrorLabels { kind: e.kind() }).inc();
+            lines.push(hearth_host::LogLine {
+                ts_ms: now_ms(),
+                stream: LogStream::System,
+                level: "error".into(),
+                message: format!("invocation failed ({}): {e}", e.kind()),
+            });
+        }
+        let invocation_id = id.to_string();
+        for line in lines {
+            let record = LogRecord {
+                tenant: v.tenant.clone(),
+                function: v.name.clone(),
+                version: v.version,
+                invocation_id: invocation_id.clone(),
+                ts_ms: line.ts_ms,
+                stream: line.stream,
+                level: line.level,
+                message: line.message,
+            };
+            if self.logs.try_send(record).is_err() {
+                self.metrics.logs_dropped.inc();
+            }
+        }
+        InvokeOutcome {
+            id,
+            version: v.version,
+            start,
+            duration,
+            result,
+        }
+    }
+}

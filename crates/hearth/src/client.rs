@@ -1,0 +1,416 @@
+//! The CLI commands that talk to a Hearth daemon over its `/v1` API.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+#[derive(Debug, Args)]
+pub struct Target {
+    /// Server URL (default: from the data directory's server.json).
+    #[arg(long, env = "HEARTH_URL", global = true)]
+    url: Option<String>,
+    /// API token (default: the data directory's token file).
+    #[arg(long, env = "HEARTH_TOKEN", global = true, hide_env_values = true)]
+    token: Option<String>,
+    /// Print JSON instead of readable text.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClientCommand {
+    /// Deploy a function: a new immutable version of NAME.
+    Deploy {
+        /// The code: a .wasm module or .wat text.
+        file: PathBuf,
+        /// Function name (default: the file name without extension).
+        #[arg(long)]
+        name: Option<String>,
+        /// wasm, js, python or node (default: inferred from the file).
+        #[arg(long)]
+        runtime: Option<String>,
+        #[arg(long)]
+        memory_mib: Option<u32>,
+        #[arg(long)]
+        timeout_ms: Option<u64>,
+        /// Host (or host:port) outbound HTTP may reach; repeatable.
+        #[arg(long = "allow-host")]
+        allow_hosts: Vec<String>,
+        /// NAME=VALUE in the function's environment; repeatable.
+        #[arg(long = "env")]
+        env: Vec<String>,
+        /// Allow invocation without a token.
+        #[arg(long)]
+        public: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Invoke a function and print its response body.
+    Invoke {
+        name: String,
+        /// Request body; @FILE reads a file, @- standard input.
+        #[arg(short = 'd', long = "data")]
+        data: Option<String>,
+        #[arg(short = 'X', long = "method")]
+        method: Option<String>,
+        /// Sub-path after the function name, e.g. /users/7?x=1.
+        #[arg(long, default_value = "")]
+        path: String,
+        /// Header "Name: value"; repeatable.
+        #[arg(short = 'H', long = "header")]
+        headers: Vec<String>,
+        /// Tenant that owns the function (default: the token's).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Pin a version instead of the newest.
+        #[arg(long)]
+        version: Option<u32>,
+        /// Also print status and headers.
+        #[arg(short = 'i', long)]
+        include: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// List functions.
+    Ls {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// List a function's versions.
+    Versions {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Remove a function with all its versions, KV and logs.
+    Rm {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Show a function's log: stderr, log calls, and failures, per invocation.
+    Logs {
+        name: String,
+        /// Only this invocation's lines.
+        #[arg(long)]
+        invocation: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Create a tenant and print its token (admin token required).
+    CreateTenant {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+struct Client {
+    http: reqwest::Client,
+    url: String,
+    token: Option<String>,
+    json: bool,
+}
+
+impl Client {
+    fn new(data_dir: &Path, target: &Target) -> anyhow::Result<Self> {
+        let url = match &target.url {
+            Some(u) => u.trim_end_matches('/').to_string(),
+            None => {
+                let path = data_dir.join("server.json");
+                let text = std::fs::read_to_string(&path).with_context(|| {
+                    format!(
+                        "no running Hearth found ({} is missing): start one with `hearth up`, or set HEARTH_URL",
+                        path.display()
+                    )
+                })?;
+                let v: Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+                v["url"].as_str().context("server.json has no url")?.to_string()
+            }
+        };
+        let token = match &target.token {
+            Some(t) => Some(t.clone()),
+            None => std::fs::read_to_string(data_dir.join("token")).ok().map(|t| t.trim().to_string()),
+        };
+        Ok(Client {
+            http: reqwest::Client::new(),
+            url,
+            token,
+            json: target.json,
+        })
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let mut rb = self.http.request(method, format!("{}{path}", self.url));
+        if let Some(t) = &self.token {
+            rb = rb.bearer_auth(t);
+        }
+        rb
+    }
+
+    async fn send(&self, rb: reqwest::RequestBuilder) -> anyhow::Result<Value> {
+        let resp = rb.send().await.with_context(|| format!("cannot reach Hearth at {}", self.url))?;
+        let status = resp.status();
+        let bytes = resp.bytes().await?;
+        if !status.is_success() {
+            let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let msg = v["error"]["message"].as_str().map(str::to_string).unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
+            bail!("{} {}", status.as_u16(), msg);
+        }
+        if bytes.is_empty() {
+            return Ok(Value::Null);
+        }
+        Ok(serde_json::from_slice(&bytes)?)
+    }
+
+    fn print_json(&self, v: &Value) {
+        println!("{}", serde_json::to_string_pretty(v).expect("a Value always serializes"));
+    }
+}
+
+fn read_data(data: &str) -> anyhow::Result<Vec<u8>> {
+    match data.strip_prefix('@') {
+        Some("-") => {
+            let mut buf = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)?;
+            Ok(buf)
+        }
+        Some(path) => std::fs::read(path).with_context(|| format!("failed to read {path}")),
+        None => Ok(data.as_bytes().to_vec()),
+    }
+}
+
+/// Shows elapsed time on a terminal while `fut` runs longer than a second.
+async fn with_progress<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    if !std::io::stderr().is_terminal() {
+        return fut.await;
+    }
+    let started = Instant::now();
+    tokio::pin!(fut);
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tokio::select! {
+            out = &mut fut => {
+                if started.elapsed() >= Duration::from_secs(1) {
+                    eprintln!();
+                }
+                return out;
+            }
+            _ = tick.tick() => {
+                let secs = started.elapsed().as_secs_f32();
+                if secs >= 1.0 {
+                    eprint!("\r{what}… {secs:.1}s");
+                    let _ = std::io::stderr().flush();
+                }
+            }
+        }
+    }
+}
+
+fn fmt_time(ms: i64) -> String {
+    let secs = ms / 1000;
+    let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
+    format!("{h:02}:{m:02}:{s:02}.{:03}", ms % 1000)
+}
+
+pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
+    match cmd {
+        ClientCommand::Deploy {
+            file,
+            name,
+            runtime,
+            memory_mib,
+            timeout_ms,
+            allow_hosts,
+            env,
+            public,
+            target,
+        } => {
+            let c = Client::new(data_dir, &target)?;
+            let code = std::fs::read(&file).with_context(|| format!("failed to read {}", file.display()))?;
+            let file_name = file.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+            let name = match name {
+                Some(n) => n,
+                None => file.file_stem().map(|s| s.to_string_lossy().into_owned()).context("cannot name the function: pass --name")?,
+            };
+            let mut q: Vec<(&str, String)> = vec![("file_name", file_name)];
+            if let Some(r) = runtime {
+                q.push(("runtime", r));
+            }
+            if let Some(m) = memory_mib {
+                q.push(("memory_mib", m.to_string()));
+            }
+            if let Some(t) = timeout_ms {
+                q.push(("timeout_ms", t.to_string()));
+            }
+            q.extend(allow_hosts.into_iter().map(|h| ("allow_host", h)));
+            q.extend(env.into_iter().map(|e| ("env", e)));
+            if public {
+                q.push(("public", "true".into()));
+            }
+            let size_kib = code.len() as f64 / 1024.0;
+            let rb = c.request(reqwest::Method::POST, &format!("/v1/functions/{name}")).query(&q).body(code);
+            let v = with_progress(&format!("uploading {size_kib:.1} KiB and compiling"), c.send(rb)).await?;
+            if c.json {
+                c.print_json(&v);
+            } else {
+                println!(
+                    "deployed {} version {} ({} ms to compile)\n  invoke: {}{}",
+                    v["name"].as_str().unwrap_or_default(),
+                    v["version"],
+                    v["compile_ms"],
+                    c.url,
+                    v["url"].as_str().unwrap_or_default()
+                );
+            }
+        }
+        ClientCommand::Invoke {
+            name,
+            data,
+            method,
+            path,
+            headers,
+            tenant,
+            version,
+            include,
+            target,
+        } => {
+            let c = Client::new(data_dir, &target)?;
+            let tenant = match tenant {
+                Some(t) => t,
+                None => {
+                    let me = c.send(c.request(reqwest::Method::GET, "/v1/whoami")).await?;
+                    me["tenant"].as_str().context("whoami returned no tenant")?.to_string()
+                }
+            };
+            let body = data.as_deref().map(read_data).transpose()?;
+            let method = method.unwrap_or_else(|| if body.is_some() { "POST".into() } else { "GET".into() });
+            let method = reqwest::Method::from_bytes(method.as_bytes()).context("invalid method")?;
+            let mut rb = c.request(method, &format!("/fn/{tenant}/{name}{path}"));
+            if let Some(v) = version {
+                rb = rb.header("hearth-version", v);
+            }
+            for h in &headers {
+                let (k, v) = h.split_once(':').with_context(|| format!("header {h:?} should be \"Name: value\""))?;
+                rb = rb.header(k.trim(), v.trim());
+            }
+            if let Some(b) = body {
+                rb = rb.body(b);
+            }
+            let resp = rb.send().await.with_context(|| format!("cannot reach Hearth at {}", c.url))?;
+            let status = resp.status();
+            if include {
+                println!("{:?} {}", resp.version(), status);
+                for (k, v) in resp.headers() {
+                    println!("{k}: {}", v.to_str().unwrap_or("<binary>"));
+                }
+                println!();
+            }
+            let bytes = resp.bytes().await?;
+            std::io::stdout().write_all(&bytes)?;
+            if !status.is_success() {
+                bail!("the invocation failed with {status}");
+            }
+        }
+        ClientCommand::Ls { target } => {
+            let c = Client::new(data_dir, &target)?;
+            let v = c.send(c.request(reqwest::Method::GET, "/v1/functions")).await?;
+            if c.json {
+                return Ok(c.print_json(&v));
+            }
+            println!("{:<24} {:>7} {:>8} {:>10} {:>8}  PUBLIC", "NAME", "RUNTIME", "VERSION", "MEMORY", "TIMEOUT");
+            for f in v["functions"].as_array().into_iter().flatten() {
+                let l = &f["latest"];
+                println!(
+                    "{:<24} {:>7} {:>8} {:>7}MiB {:>6}ms  {}",
+                    f["name"].as_str().unwrap_or_default(),
+                    l["spec"]["runtime"].as_str().unwrap_or_default(),
+                    l["version"].to_string(),
+                    l["spec"]["limits"]["memory_mib"].to_string(),
+                    l["spec"]["limits"]["timeout_ms"].to_string(),
+                    if l["spec"]["public"].as_bool() == Some(true) { "yes" } else { "no" }
+                );
+            }
+        }
+        ClientCommand::Versions { name, target } => {
+            let c = Client::new(data_dir, &target)?;
+            let v = c.send(c.request(reqwest::Method::GET, &format!("/v1/functions/{name}"))).await?;
+            if c.json {
+                return Ok(c.print_json(&v));
+            }
+            println!("{:>8}  {:<12}  {:<16}  SETTINGS", "VERSION", "CREATED", "ARTIFACT");
+            for ver in v["versions"].as_array().into_iter().flatten() {
+                let spec = &ver["spec"];
+                println!(
+                    "{:>8}  {:<12}  {:<16}  {}MiB {}ms{}{}",
+                    ver["version"].to_string(),
+                    fmt_time(ver["created_at_ms"].as_i64().unwrap_or(0)),
+                    &ver["artifact"].as_str().unwrap_or_default()[..12.min(ver["artifact"].as_str().unwrap_or_default().len())],
+                    spec["limits"]["memory_mib"],
+                    spec["limits"]["timeout_ms"],
+                    if spec["public"].as_bool() == Some(true) { " public" } else { "" },
+                    spec["allowed_hosts"]
+                        .as_array()
+                        .filter(|a| !a.is_empty())
+                        .map(|a| format!(" hosts={}", a.iter().filter_map(|h| h.as_str()).collect::<Vec<_>>().join(",")))
+                        .unwrap_or_default(),
+                );
+            }
+        }
+        ClientCommand::Rm { name, target } => {
+            let c = Client::new(data_dir, &target)?;
+            c.send(c.request(reqwest::Method::DELETE, &format!("/v1/functions/{name}"))).await?;
+            if c.json {
+                c.print_json(&serde_json::json!({"removed": name}));
+            } else {
+                println!("removed {name}");
+            }
+        }
+        ClientCommand::Logs {
+            name,
+            invocation,
+            limit,
+            target,
+        } => {
+            let c = Client::new(data_dir, &target)?;
+            let mut q = vec![("limit", limit.to_string())];
+            if let Some(i) = invocation {
+                q.push(("invocation", i));
+            }
+            let v = c.send(c.request(reqwest::Method::GET, &format!("/v1/functions/{name}/logs")).query(&q)).await?;
+            if c.json {
+                return Ok(c.print_json(&v));
+            }
+            for l in v["lines"].as_array().into_iter().flatten() {
+                let level = l["level"].as_str().unwrap_or_default();
+                println!(
+                    "{} {} v{} {:<6} {}{}",
+                    fmt_time(l["ts_ms"].as_i64().unwrap_or(0)),
+                    l["invocation_id"].as_str().unwrap_or_default(),
+                    l["version"],
+                    l["stream"].as_str().unwrap_or_default(),
+                    if level.is_empty() { String::new() } else { format!("[{level}] ") },
+                    l["message"].as_str().unwrap_or_default()
+                );
+            }
+        }
+        ClientCommand::CreateTenant { name, target } => {
+            let c = Client::new(data_dir, &target)?;
+            let v = c
+                .send(c.request(reqwest::Method::POST, "/v1/tenants").json(&serde_json::json!({"name": name})))
+                .await?;
+            if c.json {
+                c.print_json(&v);
+            } else {
+                println!("created tenant {}\ntoken: {}", v["tenant"].as_str().unwrap_or_default(), v["token"].as_str().unwrap_or_default());
+            }
+        }
+    }
+    Ok(())
+}

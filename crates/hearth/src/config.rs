@@ -1,0 +1,115 @@
+//! Settings: `hearth.toml` in the data directory, overridden by `HEARTH_*`
+//! environment variables, overridden by flags (clap reads both of those).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use serde::Deserialize;
+
+/// `hearth.toml`. Every key is optional; a misspelt key is an error.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: Option<SocketAddr>,
+    pub max_body_bytes: Option<usize>,
+    pub max_code_bytes: Option<usize>,
+    pub max_response_bytes: Option<usize>,
+    pub max_sandboxes: Option<u32>,
+    pub max_concurrency: Option<usize>,
+    pub max_memory_mib: Option<u32>,
+    pub max_timeout_ms: Option<u64>,
+    pub time_slice_ms: Option<u64>,
+    pub pooling: Option<bool>,
+    pub http_timeout_ms: Option<u64>,
+    pub examples: Option<bool>,
+}
+
+/// Flags of `hearth up`; each also reads a `HEARTH_*` variable.
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Address to serve on (port 0 picks a free port).
+    #[arg(long, env = "HEARTH_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Largest invocation request body, in bytes (default 6 MiB).
+    #[arg(long, env = "HEARTH_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// Largest uploaded module, in bytes (default 64 MiB).
+    #[arg(long, env = "HEARTH_MAX_CODE_BYTES")]
+    pub max_code_bytes: Option<usize>,
+    /// Largest response a function may write, in bytes (default 16 MiB).
+    #[arg(long, env = "HEARTH_MAX_RESPONSE_BYTES")]
+    pub max_response_bytes: Option<usize>,
+    /// Wasm sandboxes that may exist at once (default 1000).
+    #[arg(long, env = "HEARTH_MAX_SANDBOXES")]
+    pub max_sandboxes: Option<u32>,
+    /// Invocations that may run at once before 503 (default 1024).
+    #[arg(long, env = "HEARTH_MAX_CONCURRENCY")]
+    pub max_concurrency: Option<usize>,
+    /// Largest memory limit a function may ask for, MiB (default 512).
+    #[arg(long, env = "HEARTH_MAX_MEMORY_MIB")]
+    pub max_memory_mib: Option<u32>,
+    /// Largest timeout a function may ask for, ms (default 300000).
+    #[arg(long, env = "HEARTH_MAX_TIMEOUT_MS")]
+    pub max_timeout_ms: Option<u64>,
+    /// Scheduling time slice for Wasm, ms (default 5).
+    #[arg(long, env = "HEARTH_TIME_SLICE_MS")]
+    pub time_slice_ms: Option<u64>,
+    /// Use wasmtime's pooling allocator (default true).
+    #[arg(long, env = "HEARTH_POOLING")]
+    pub pooling: Option<bool>,
+    /// Timeout of one outbound HTTP call, ms (default 10000).
+    #[arg(long, env = "HEARTH_HTTP_TIMEOUT_MS")]
+    pub http_timeout_ms: Option<u64>,
+    /// Deploy the bundled example functions on first start (default true).
+    #[arg(long, env = "HEARTH_EXAMPLES")]
+    pub examples: Option<bool>,
+}
+
+/// The settings `hearth up` runs with, after merging.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    pub max_body_bytes: usize,
+    pub max_code_bytes: usize,
+    pub max_response_bytes: usize,
+    pub max_sandboxes: u32,
+    pub max_concurrency: usize,
+    pub max_memory_mib: u32,
+    pub max_timeout_ms: u64,
+    pub time_slice_ms: u64,
+    pub pooling: bool,
+    pub http_timeout_ms: u64,
+    pub examples: bool,
+}
+
+impl Settings {
+    pub fn resolve(data_dir: &Path, args: &UpArgs) -> anyhow::Result<Settings> {
+        let path = data_dir.join("hearth.toml");
+        let file: FileConfig = match std::fs::read_to_string(&path) {
+            Ok(text) => toml::from_str(&text).with_context(|| format!("invalid {}", path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileConfig::default(),
+            Err(e) => return Err(e).with_context(|| format!("failed to read {}", path.display())),
+        };
+        Ok(Settings {
+            data_dir: data_dir.to_path_buf(),
+            listen: args
+                .listen
+                .or(file.listen)
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
+            max_body_bytes: args.max_body_bytes.or(file.max_body_bytes).unwrap_or(6 << 20),
+            max_code_bytes: args.max_code_bytes.or(file.max_code_bytes).unwrap_or(64 << 20),
+            max_response_bytes: args.max_response_bytes.or(file.max_response_bytes).unwrap_or(16 << 20),
+            max_sandboxes: args.max_sandboxes.or(file.max_sandboxes).unwrap_or(1000),
+            max_concurrency: args.max_concurrency.or(file.max_concurrency).unwrap_or(1024),
+            max_memory_mib: args.max_memory_mib.or(file.max_memory_mib).unwrap_or(512),
+            max_timeout_ms: args.max_timeout_ms.or(file.max_timeout_ms).unwrap_or(300_000),
+            time_slice_ms: args.time_slice_ms.or(file.time_slice_ms).unwrap_or(5),
+            pooling: args.pooling.or(file.pooling).unwrap_or(true),
+            http_timeout_ms: args.http_timeout_ms.or(file.http_timeout_ms).unwrap_or(10_000),
+            examples: args.examples.or(file.examples).unwrap_or(true),
+        })
+    }
+}

@@ -1,0 +1,144 @@
+//! `hearth up`: open the data directory, wire the crates, serve.
+//!
+//! Data directory layout:
+//! ```text
+//! hearth.toml      optional settings
+//! hearth.db        SQLite registry, KV, logs (WAL)
+//! artifacts/       code by sha256
+//! cache/           compiled modules by engine and sha256
+//! token            the admin token for the CLI (mode 0600)
+//! server.json      {url, pid} of the running daemon, for the CLI
+//! ```
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use hearth_core::{FunctionSpec, Runtime};
+use hearth_host::{Engine, HostLimits, HostServices};
+use hearth_node::{Node, NodeConfig};
+use hearth_store::{ArtifactStore, Role, SqliteStore, Store};
+use hearth_wasm::{WasmConfig, WasmEngine};
+
+use crate::config::Settings;
+
+pub const ADMIN_TENANT: &str = "admin";
+
+/// Functions every fresh Hearth starts with, so there is something to call.
+const EXAMPLES: &[(&str, &[u8], bool)] = &[
+    ("hello", include_bytes!("../../../examples/wasm/hello.wat"), true),
+    ("echo", include_bytes!("../../../examples/wasm/echo.wat"), true),
+    ("counter", include_bytes!("../../../examples/wasm/counter.wat"), false),
+];
+
+pub async fn run(settings: Settings) -> anyhow::Result<()> {
+    let dir = &settings.data_dir;
+    std::fs::create_dir_all(dir).with_context(|| format!("failed to create {}", dir.display()))?;
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open(dir.join("hearth.db")).with_context(|| format!("failed to open {}", dir.display()))?,
+    );
+    let artifacts = ArtifactStore::open(dir.join("artifacts"))?;
+    let mut wasm_config = WasmConfig::new(dir.join("cache"));
+    wasm_config.pooling = settings.pooling;
+    wasm_config.max_sandboxes = settings.max_sandboxes;
+    wasm_config.max_memory_mib = settings.max_memory_mib;
+    wasm_config.time_slice_ms = settings.time_slice_ms;
+    wasm_config.max_response_bytes = settings.max_response_bytes;
+    let wasm = WasmEngine::new(wasm_config).context("failed to start the wasm engine")?;
+    let host = Arc::new(HostServices::new(
+        store.clone(),
+        HostLimits {
+            http_timeout_ms: settings.http_timeout_ms,
+            ..HostLimits::default()
+        },
+    ));
+    let node = Arc::new(Node::new(
+        store.clone(),
+        artifacts,
+        vec![Arc::new(wasm) as Arc<dyn Engine>],
+        host,
+        NodeConfig {
+            max_concurrency: settings.max_concurrency,
+            max_timeout_ms: settings.max_timeout_ms,
+            max_memory_mib: settings.max_memory_mib,
+        },
+    ));
+
+    first_start(&settings, &store, &node).await?;
+
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .with_context(|| format!("failed to listen on {}", settings.listen))?;
+    let addr = listener.local_addr()?;
+    let url = format!("http://{addr}");
+    let server_json = serde_json::json!({"url": url, "pid": std::process::id()});
+    let tmp = dir.join("server.json.tmp");
+    std::fs::write(&tmp, server_json.to_string())?;
+    std::fs::rename(&tmp, dir.join("server.json"))?;
+    println!("Hearth listening on {url}");
+    println!("  data:  {}", dir.display());
+    println!("  try:   curl -d 'ping' {url}/fn/{ADMIN_TENANT}/echo");
+
+    let app = hearth_api::router(
+        node,
+        hearth_api::ApiConfig {
+            max_body_bytes: settings.max_body_bytes,
+            max_code_bytes: settings.max_code_bytes,
+        },
+    );
+    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await;
+    let _ = std::fs::remove_file(dir.join("server.json"));
+    served.context("server failed")
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+}
+
+/// Creates the admin tenant, its token and the examples, once.
+async fn first_start(settings: &Settings, store: &Arc<dyn Store>, node: &Node) -> anyhow::Result<()> {
+    let token_path = settings.data_dir.join("token");
+    if store.tenant_exists(ADMIN_TENANT)? && token_path.exists() {
+        return Ok(());
+    }
+    if !store.tenant_exists(ADMIN_TENANT)? {
+        store.create_tenant(ADMIN_TENANT)?;
+    }
+    let token = store.create_token(ADMIN_TENANT, Role::Admin)?;
+    write_secret(&token_path, &token)?;
+    println!("Created tenant {ADMIN_TENANT:?}; its admin token is in {} (mode 0600)", token_path.display());
+    if settings.examples {
+        for (name, code, public) in EXAMPLES {
+            let mut spec = FunctionSpec::new(Runtime::Wasm);
+            spec.public = *public;
+            node.deploy(ADMIN_TENANT, name, code.to_vec(), spec)
+                .await
+                .with_context(|| format!("failed to deploy example {name}"))?;
+        }
+        println!("Deployed examples: hello, echo (public), counter (needs the token)");
+    }
+    Ok(())
+}
+
+fn write_secret(path: &Path, secret: &str) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("failed to create {}", tmp.display()))?;
+    f.write_all(secret.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
