@@ -22,7 +22,11 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 
 impl TokenCache {
     /// The principal of the request's token; `None` if it carries none.
-    pub async fn principal(&self, store: &Arc<dyn Store>, headers: &HeaderMap) -> Result<Option<Principal>, ApiError> {
+    pub async fn principal(
+        &self,
+        store: &Arc<dyn Store>,
+        headers: &HeaderMap,
+    ) -> Result<Option<Principal>, ApiError> {
         let Some(token) = bearer(headers) else {
             return Ok(None);
         };
@@ -46,9 +50,15 @@ impl TokenCache {
     }
 
     /// Like [`principal`](Self::principal), but a token is required.
-    pub async fn require(&self, store: &Arc<dyn Store>, headers: &HeaderMap) -> Result<Principal, ApiError> {
+    pub async fn require(
+        &self,
+        store: &Arc<dyn Store>,
+        headers: &HeaderMap,
+    ) -> Result<Principal, ApiError> {
         self.principal(store, headers).await?.ok_or_else(|| {
-            ApiError::Unauthorized("this call needs a token: send `Authorization: Bearer <token>`".into())
+            ApiError::Unauthorized(
+                "this call needs a token: send `Authorization: Bearer <token>`".into(),
+            )
         })
     }
 }

@@ -40,9 +40,14 @@ impl IntoResponse for ApiError {
         if status.is_server_error() {
             tracing::error!(%kind, %message, "request failed");
         }
-        let mut resp = (status, Json(json!({"error": {"kind": kind, "message": message}}))).into_response();
+        let mut resp = (
+            status,
+            Json(json!({"error": {"kind": kind, "message": message}})),
+        )
+            .into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE {
-            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         resp
     }

@@ -30,7 +30,17 @@ pub(crate) async fn invoke_path(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    run(&s, &tenant, &name, format!("/{path}"), method, uri, headers, body).await
+    run(
+        &s,
+        &tenant,
+        &name,
+        format!("/{path}"),
+        method,
+        uri,
+        headers,
+        body,
+    )
+    .await
 }
 
 /// `name` or `name@version`, and a `Hearth-Version` header, pin a version.
@@ -48,8 +58,17 @@ fn split_version(name: &str, headers: &HeaderMap) -> Result<(String, Option<u32>
 }
 
 /// Reads a body, refusing with 413 past `limit` bytes.
-pub(crate) async fn read_body(headers: &HeaderMap, body: Body, limit: usize, what: &str) -> Result<bytes::Bytes, ApiError> {
-    let too_large = || ApiError::TooLarge(format!("the {what} is larger than the limit of {limit} bytes"));
+pub(crate) async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    what: &str,
+) -> Result<bytes::Bytes, ApiError> {
+    let too_large = || {
+        ApiError::TooLarge(format!(
+            "the {what} is larger than the limit of {limit} bytes"
+        ))
+    };
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -57,7 +76,9 @@ pub(crate) async fn read_body(headers: &HeaderMap, body: Body, limit: usize, wha
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large());
     }
-    axum::body::to_bytes(body, limit).await.map_err(|_| too_large())
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| too_large())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -89,14 +110,20 @@ async fn run(
         query: uri.query().unwrap_or_default().to_string(),
         headers: headers
             .iter()
-            .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
             .collect(),
         body,
     };
     let outcome = s.node.invoke(&function, req).await?;
     let mut resp = match outcome.result {
         Ok(r) => {
-            let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let status =
+                StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let mut resp = Response::new(Body::from(r.body));
             *resp.status_mut() = status;
             let h = resp.headers_mut();
@@ -111,29 +138,41 @@ async fn run(
             resp
         }
         Err(e) => {
-            let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let status =
+                StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let body = json!({
                 "error": {"kind": e.kind(), "message": e.to_string()},
                 "invocation_id": outcome.id.to_string(),
             });
             let mut resp = (status, axum::Json(body)).into_response();
             if status == StatusCode::SERVICE_UNAVAILABLE {
-                resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             resp
         }
     };
     let h = resp.headers_mut();
-    let id = HeaderValue::try_from(outcome.id.to_string()).expect("a hex id is a valid header value");
+    let id =
+        HeaderValue::try_from(outcome.id.to_string()).expect("a hex id is a valid header value");
     h.insert("hearth-invocation-id", id);
     h.insert("hearth-version", HeaderValue::from(outcome.version));
-    h.insert("hearth-start", HeaderValue::from_static(outcome.start.as_str()));
+    h.insert(
+        "hearth-start",
+        HeaderValue::from_static(outcome.start.as_str()),
+    );
     Ok(resp)
 }
 
 fn is_hop_by_hop(name: &HeaderName) -> bool {
     matches!(
         name.as_str(),
-        "connection" | "keep-alive" | "transfer-encoding" | "content-length" | "upgrade" | "te" | "trailer"
+        "connection"
+            | "keep-alive"
+            | "transfer-encoding"
+            | "content-length"
+            | "upgrade"
+            | "te"
+            | "trailer"
     )
 }

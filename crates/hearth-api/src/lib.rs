@@ -53,7 +53,6 @@ pub(crate) struct AppState {
     pub auth: auth::TokenCache,
 }
 
-
 /// The whole HTTP application.
 pub fn router(node: Arc<Node>, config: ApiConfig) -> Router {
     let state = Arc::new(AppState {
@@ -70,7 +69,9 @@ pub fn router(node: Arc<Node>, config: ApiConfig) -> Router {
         .route("/v1/functions", get(manage::list_functions))
         .route(
             "/v1/functions/{name}",
-            post(manage::deploy).get(manage::get_function).delete(manage::remove_function),
+            post(manage::deploy)
+                .get(manage::get_function)
+                .delete(manage::remove_function),
         )
         .route("/v1/functions/{name}/logs", get(manage::logs))
         .route("/fn/{tenant}/{name}", any(invoke::invoke_root))

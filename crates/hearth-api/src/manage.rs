@@ -30,7 +30,10 @@ async fn blocking<T: Send + 'static>(
 
 pub(crate) async fn metrics(State(s): S) -> impl IntoResponse {
     (
-        [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            "content-type",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         s.node.metrics().encode(),
     )
 }
@@ -52,16 +55,22 @@ pub(crate) async fn create_tenant(
 ) -> Result<impl IntoResponse, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     if p.role != Role::Admin {
-        return Err(ApiError::Forbidden("only an admin token may create tenants".into()));
+        return Err(ApiError::Forbidden(
+            "only an admin token may create tenants".into(),
+        ));
     }
-    hearth_core::validate_tenant_name(&body.name).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    hearth_core::validate_tenant_name(&body.name)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let name = body.name.clone();
     let token = blocking(&s, move |st| {
         st.create_tenant(&name)?;
         st.create_token(&name, Role::Member)
     })
     .await?;
-    Ok((StatusCode::CREATED, Json(json!({"tenant": body.name, "token": token}))))
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"tenant": body.name, "token": token})),
+    ))
 }
 
 /// Deploy settings, from the query string (repeatable keys allowed).
@@ -72,16 +81,21 @@ fn parse_deploy_query(query: &str) -> Result<(FunctionSpec, Option<Runtime>), Ap
     let bad = |k: &str, v: &str| ApiError::BadRequest(format!("invalid value {v:?} for {k}"));
     for (k, v) in form_urlencoded::parse(query.as_bytes()) {
         match &*k {
-            "runtime" => runtime = Some(v.parse::<Runtime>().map_err(|e| ApiError::BadRequest(e.to_string()))?),
+            "runtime" => {
+                runtime = Some(
+                    v.parse::<Runtime>()
+                        .map_err(|e| ApiError::BadRequest(e.to_string()))?,
+                )
+            }
             "file_name" => file_name = Some(v.into_owned()),
             "memory_mib" => spec.limits.memory_mib = v.parse().map_err(|_| bad(&k, &v))?,
             "timeout_ms" => spec.limits.timeout_ms = v.parse().map_err(|_| bad(&k, &v))?,
             "allow_host" => spec.allowed_hosts.push(v.into_owned()),
             "public" => spec.public = v.parse().map_err(|_| bad(&k, &v))?,
             "env" => {
-                let (name, value) = v
-                    .split_once('=')
-                    .ok_or_else(|| ApiError::BadRequest(format!("env {v:?} should be NAME=VALUE")))?;
+                let (name, value) = v.split_once('=').ok_or_else(|| {
+                    ApiError::BadRequest(format!("env {v:?} should be NAME=VALUE"))
+                })?;
                 spec.env.insert(name.to_string(), value.to_string());
             }
             other => {
@@ -106,7 +120,9 @@ pub(crate) async fn deploy(
     let (mut spec, runtime) = parse_deploy_query(query.as_deref().unwrap_or_default())?;
     let code = read_body(&headers, body, s.config.max_code_bytes, "code").await?;
     if code.is_empty() {
-        return Err(ApiError::BadRequest("the request body should hold the function's code".into()));
+        return Err(ApiError::BadRequest(
+            "the request body should hold the function's code".into(),
+        ));
     }
     spec.runtime = match runtime {
         Some(r) => r,
@@ -134,21 +150,33 @@ pub(crate) async fn deploy(
     ))
 }
 
-pub(crate) async fn list_functions(State(s): S, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn list_functions(
+    State(s): S,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     let tenant = p.tenant.clone();
     let fns = blocking(&s, move |st| st.list_functions(&tenant)).await?;
     Ok(Json(json!({ "tenant": p.tenant, "functions": fns })))
 }
 
-pub(crate) async fn get_function(State(s): S, Path(name): Path<String>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn get_function(
+    State(s): S,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     let (tenant, n) = (p.tenant.clone(), name.clone());
     let versions = blocking(&s, move |st| st.list_versions(&tenant, &n)).await?;
     if versions.is_empty() {
-        return Err(ApiError::NotFound(format!("function {}/{name} does not exist", p.tenant)));
+        return Err(ApiError::NotFound(format!(
+            "function {}/{name} does not exist",
+            p.tenant
+        )));
     }
-    Ok(Json(json!({ "tenant": p.tenant, "name": name, "versions": versions })))
+    Ok(Json(
+        json!({ "tenant": p.tenant, "name": name, "versions": versions }),
+    ))
 }
 
 pub(crate) async fn remove_function(
@@ -160,7 +188,10 @@ pub(crate) async fn remove_function(
     if s.node.remove(&p.tenant, &name).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
-        Err(ApiError::NotFound(format!("function {}/{name} does not exist", p.tenant)))
+        Err(ApiError::NotFound(format!(
+            "function {}/{name} does not exist",
+            p.tenant
+        )))
     }
 }
 
@@ -171,9 +202,10 @@ pub(crate) async fn logs(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
-    let params: BTreeMap<String, String> = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
-        .into_owned()
-        .collect();
+    let params: BTreeMap<String, String> =
+        form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+            .into_owned()
+            .collect();
     let q = LogQuery {
         invocation_id: params.get("invocation").cloned(),
         limit: match params.get("limit") {
@@ -185,5 +217,7 @@ pub(crate) async fn logs(
     };
     let (tenant, n) = (p.tenant.clone(), name.clone());
     let lines = blocking(&s, move |st| st.read_logs(&tenant, &n, &q)).await?;
-    Ok(Json(json!({ "tenant": p.tenant, "name": name, "lines": lines })))
+    Ok(Json(
+        json!({ "tenant": p.tenant, "name": name, "lines": lines }),
+    ))
 }

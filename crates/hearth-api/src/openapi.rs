@@ -11,7 +11,8 @@ fn error_ref() -> Value {
 
 pub(crate) async fn document() -> Json<Value> {
     let err = error_ref();
-    let name = json!({"name": "name", "in": "path", "required": true, "schema": {"type": "string"}});
+    let name =
+        json!({"name": "name", "in": "path", "required": true, "schema": {"type": "string"}});
     Json(json!({
         "openapi": "3.0.3",
         "info": {

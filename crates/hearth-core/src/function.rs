@@ -155,14 +155,14 @@ impl FunctionSpec {
 
     /// Whether outbound HTTP to `host` on `port` is allowed by this spec.
     pub fn allows_host(&self, host: &str, port: u16) -> bool {
-        self.allowed_hosts.iter().any(|allowed| {
-            match allowed.rsplit_once(':') {
+        self.allowed_hosts
+            .iter()
+            .any(|allowed| match allowed.rsplit_once(':') {
                 Some((h, p)) if p.parse::<u16>().is_ok() => {
                     h.eq_ignore_ascii_case(host) && p.parse::<u16>().ok() == Some(port)
                 }
                 _ => allowed.eq_ignore_ascii_case(host),
-            }
-        })
+            })
     }
 }
 
@@ -185,7 +185,10 @@ fn validate_name(kind: &'static str, name: &str) -> Result<(), ValidationError> 
     let ok_chars = name
         .bytes()
         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-    let ok_start = name.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric());
+    let ok_start = name
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_alphanumeric());
     if ok_len && ok_chars && ok_start {
         Ok(())
     } else {
@@ -212,7 +215,10 @@ mod tests {
 
     #[test]
     fn runtime_is_inferred_from_extension() {
-        assert_eq!(Runtime::infer_from_file_name("a/hello.WASM"), Some(Runtime::Wasm));
+        assert_eq!(
+            Runtime::infer_from_file_name("a/hello.WASM"),
+            Some(Runtime::Wasm)
+        );
         assert_eq!(Runtime::infer_from_file_name("x.wat"), Some(Runtime::Wasm));
         assert_eq!(Runtime::infer_from_file_name("h.py"), Some(Runtime::Python));
         assert_eq!(Runtime::infer_from_file_name("noext"), None);

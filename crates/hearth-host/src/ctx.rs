@@ -185,7 +185,10 @@ impl HostCtx {
 
     /// Time left before the invocation's deadline.
     pub fn remaining(&self) -> Duration {
-        self.0.meta.deadline.saturating_duration_since(Instant::now())
+        self.0
+            .meta
+            .deadline
+            .saturating_duration_since(Instant::now())
     }
 
     // ---- clocks and randomness (synchronous: WASI asks for them inline) ----
@@ -210,7 +213,9 @@ impl HostCtx {
     /// Fills `buf` with cryptographically secure random bytes.
     pub fn fill_random(&self, buf: &mut [u8]) {
         rand::rng().fill_bytes(buf);
-        self.record(HostEvent::Random { bytes: buf.to_vec() });
+        self.record(HostEvent::Random {
+            bytes: buf.to_vec(),
+        });
     }
 
     // ---- logs ----
@@ -263,7 +268,11 @@ impl HostCtx {
     ) -> Result<T, HostError> {
         let inner = self.0.clone();
         let work = tokio::task::spawn_blocking(move || {
-            f(&*inner.services.store, &inner.meta.tenant, &inner.meta.function)
+            f(
+                &*inner.services.store,
+                &inner.meta.tenant,
+                &inner.meta.function,
+            )
         });
         match tokio::time::timeout(self.remaining(), work).await {
             Err(_) => Err(HostError::Timeout),
@@ -275,7 +284,9 @@ impl HostCtx {
     fn check_key(&self, key: &[u8]) -> Result<(), HostError> {
         let max = self.0.services.limits.kv_max_key_bytes;
         if key.len() > max {
-            return Err(HostError::Invalid(format!("KV key longer than {max} bytes")));
+            return Err(HostError::Invalid(format!(
+                "KV key longer than {max} bytes"
+            )));
         }
         Ok(())
     }
@@ -315,7 +326,9 @@ impl HostCtx {
         self.check_key(&prefix)?;
         let limit = self.0.services.limits.kv_max_list;
         let p = prefix.clone();
-        let keys = self.blocking(move |s, t, f| s.kv_list(t, f, &p, limit)).await?;
+        let keys = self
+            .blocking(move |s, t, f| s.kv_list(t, f, &p, limit))
+            .await?;
         self.record(HostEvent::KvList {
             prefix,
             keys: keys.clone(),
@@ -327,7 +340,10 @@ impl HostCtx {
 
     /// Sends an HTTP request on the function's behalf, if its policy allows
     /// the destination. Never waits past the invocation's deadline.
-    pub async fn http_fetch(&self, request: OutboundRequest) -> Result<OutboundResponse, HostError> {
+    pub async fn http_fetch(
+        &self,
+        request: OutboundRequest,
+    ) -> Result<OutboundResponse, HostError> {
         {
             let mut rec = self.recorded();
             let max = self.0.services.limits.http_max_calls;
@@ -337,7 +353,9 @@ impl HostCtx {
             rec.http_calls += 1;
         }
         let services = &self.0.services;
-        let timeout = self.remaining().min(Duration::from_millis(services.limits.http_timeout_ms));
+        let timeout = self
+            .remaining()
+            .min(Duration::from_millis(services.limits.http_timeout_ms));
         let result = http::fetch(
             &services.http,
             &self.0.policy,
@@ -347,7 +365,10 @@ impl HostCtx {
         )
         .await;
         // A denied call never left the machine: nothing to record.
-        if !matches!(result, Err(HostError::Denied(_)) | Err(HostError::Invalid(_))) {
+        if !matches!(
+            result,
+            Err(HostError::Denied(_)) | Err(HostError::Invalid(_))
+        ) {
             self.record(HostEvent::HttpFetch {
                 request,
                 result: result.clone().map_err(|e| e.to_string()),
@@ -390,12 +411,20 @@ mod tests {
         let mut buf = [0u8; 8];
         host.fill_random(&mut buf);
         host.kv_set(b"k".to_vec(), b"v".to_vec()).await.unwrap();
-        assert_eq!(host.kv_get(b"k".to_vec()).await.unwrap(), Some(b"v".to_vec()));
+        assert_eq!(
+            host.kv_get(b"k".to_vec()).await.unwrap(),
+            Some(b"v".to_vec())
+        );
         let (tape, _) = host.take_records();
         let names: Vec<_> = tape.events.iter().map(|e| e.name()).collect();
         assert_eq!(names, ["clock.wall", "random", "kv.set", "kv.get"]);
         assert_eq!(tape.events[0], HostEvent::WallClock { nanos: wall });
-        assert_eq!(tape.events[1], HostEvent::Random { bytes: buf.to_vec() });
+        assert_eq!(
+            tape.events[1],
+            HostEvent::Random {
+                bytes: buf.to_vec()
+            }
+        );
     }
 
     #[tokio::test]

@@ -35,7 +35,10 @@ pub(crate) async fn fetch(
     let url = reqwest::Url::parse(&request.url)
         .map_err(|e| HostError::Invalid(format!("bad URL {:?}: {e}", request.url)))?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(HostError::Invalid(format!("unsupported scheme {:?}", url.scheme())));
+        return Err(HostError::Invalid(format!(
+            "unsupported scheme {:?}",
+            url.scheme()
+        )));
     }
     let host = url
         .host_str()
@@ -51,14 +54,26 @@ pub(crate) async fn fetch(
         builder = builder.header(k, v);
     }
     let send = async {
-        let response = builder.body(request.body.clone()).send().await.map_err(network)?;
+        let response = builder
+            .body(request.body.clone())
+            .send()
+            .await
+            .map_err(network)?;
         let status = response.status().as_u16();
         let headers = response
             .headers()
             .iter()
-            .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
             .collect();
-        if response.content_length().is_some_and(|n| n as usize > max_response_bytes) {
+        if response
+            .content_length()
+            .is_some_and(|n| n as usize > max_response_bytes)
+        {
             return Err(HostError::TooLarge(max_response_bytes));
         }
         let mut body = Vec::new();
@@ -76,7 +91,9 @@ pub(crate) async fn fetch(
             body,
         })
     };
-    tokio::time::timeout(timeout, send).await.map_err(|_| HostError::Timeout)?
+    tokio::time::timeout(timeout, send)
+        .await
+        .map_err(|_| HostError::Timeout)?
 }
 
 fn network(e: reqwest::Error) -> HostError {

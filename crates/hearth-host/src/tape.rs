@@ -9,19 +9,40 @@ use crate::{OutboundRequest, OutboundResponse};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum HostEvent {
     /// Nanoseconds since the Unix epoch.
-    WallClock { nanos: u64 },
+    WallClock {
+        nanos: u64,
+    },
     /// Nanoseconds on a clock that only moves forward.
-    MonotonicClock { nanos: u64 },
-    Random { bytes: Vec<u8> },
-    KvGet { key: Vec<u8>, value: Option<Vec<u8>> },
-    KvSet { key: Vec<u8>, value: Vec<u8> },
-    KvDelete { key: Vec<u8>, existed: bool },
-    KvList { prefix: Vec<u8>, keys: Vec<Vec<u8>> },
+    MonotonicClock {
+        nanos: u64,
+    },
+    Random {
+        bytes: Vec<u8>,
+    },
+    KvGet {
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+    },
+    KvSet {
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    KvDelete {
+        key: Vec<u8>,
+        existed: bool,
+    },
+    KvList {
+        prefix: Vec<u8>,
+        keys: Vec<Vec<u8>>,
+    },
     HttpFetch {
         request: OutboundRequest,
         result: Result<OutboundResponse, String>,
     },
-    Log { level: String, message: String },
+    Log {
+        level: String,
+        message: String,
+    },
 }
 
 impl HostEvent {

@@ -37,7 +37,9 @@ pub struct Metrics {
 
 fn latency_histogram() -> Histogram {
     // 50 µs … ~26 s, doubling.
-    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(50e-6, 2.0, 20))
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        50e-6, 2.0, 20,
+    ))
 }
 
 impl Default for Metrics {
@@ -46,21 +48,43 @@ impl Default for Metrics {
         let invocations = Family::<OutcomeLabels, Counter>::default();
         let errors = Family::<ErrorLabels, Counter>::default();
         let starts = Family::<StartLabels, Counter>::default();
-        let duration = Family::<StartLabels, Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let duration = Family::<StartLabels, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
         let live_sandboxes = Gauge::default();
         let deploys = Counter::default();
         let logs_dropped = Counter::default();
-        registry.register("invocations", "Invocations by tier and outcome", invocations.clone());
-        registry.register("invocation_errors", "Failed invocations by kind of failure", errors.clone());
-        registry.register("starts", "Invocations by cold or warm start", starts.clone());
+        registry.register(
+            "invocations",
+            "Invocations by tier and outcome",
+            invocations.clone(),
+        );
+        registry.register(
+            "invocation_errors",
+            "Failed invocations by kind of failure",
+            errors.clone(),
+        );
+        registry.register(
+            "starts",
+            "Invocations by cold or warm start",
+            starts.clone(),
+        );
         registry.register(
             "invocation_duration_seconds",
             "Invocation latency inside the node, by cold or warm start",
             duration.clone(),
         );
-        registry.register("sandboxes_live", "Sandboxes that exist right now", live_sandboxes.clone());
+        registry.register(
+            "sandboxes_live",
+            "Sandboxes that exist right now",
+            live_sandboxes.clone(),
+        );
         registry.register("deploys", "Function versions deployed", deploys.clone());
-        registry.register("logs_dropped", "Log lines dropped because the writer fell behind", logs_dropped.clone());
+        registry.register(
+            "logs_dropped",
+            "Log lines dropped because the writer fell behind",
+            logs_dropped.clone(),
+        );
         Metrics {
             registry,
             invocations,

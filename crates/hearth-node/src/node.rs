@@ -5,7 +5,9 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use displaydoc::Display;
-use hearth_core::{FunctionSpec, FunctionVersion, InvocationId, InvokeError, Request, Response, Tier};
+use hearth_core::{
+    FunctionSpec, FunctionVersion, InvocationId, InvokeError, Request, Response, Tier,
+};
 use hearth_host::{DeployError, Engine, HostCtx, HostServices, InvocationMeta, Prepared};
 use hearth_store::{ArtifactStore, LogRecord, LogStream, Store, StoreError};
 use thiserror::Error;
@@ -39,7 +41,11 @@ pub enum NodeError {
     /// function {tenant}/{name} does not exist
     NotFound { tenant: String, name: String },
     /// version {version} of {tenant}/{name} does not exist
-    NoSuchVersion { tenant: String, name: String, version: u32 },
+    NoSuchVersion {
+        tenant: String,
+        name: String,
+        version: u32,
+    },
     /// {0}
     Deploy(#[from] DeployError),
     /// {0}
@@ -241,7 +247,9 @@ impl Node {
             return Ok(v.clone());
         }
         let (t, n) = (tenant.to_string(), name.to_string());
-        let found = self.blocking(move |s| s.get_version(&t, &n, version)).await?;
+        let found = self
+            .blocking(move |s| s.get_version(&t, &n, version))
+            .await?;
         let found = match (found, version) {
             (Some(v), _) => Arc::new(v),
             (None, Some(version)) => {
@@ -269,7 +277,10 @@ impl Node {
 
     /// The prepared code of `v`, preparing it (once, even under concurrent
     /// callers) if needed. Also says whether this call did the preparing.
-    async fn prepared(&self, v: &FunctionVersion) -> Result<(Arc<dyn Prepared>, StartKind), NodeError> {
+    async fn prepared(
+        &self,
+        v: &FunctionVersion,
+    ) -> Result<(Arc<dyn Prepared>, StartKind), NodeError> {
         let key = format!("{}/{}/{}", v.tenant, v.name, v.version);
         let slot = read(&self.prepared).get(&key).cloned();
         let slot = match slot {
@@ -284,7 +295,10 @@ impl Node {
             .get_or_try_init(|| async {
                 start = StartKind::Cold;
                 let engine = self.engine_for(&v.spec)?;
-                engine.prepare(v, &self.artifacts).await.map_err(NodeError::from)
+                engine
+                    .prepare(v, &self.artifacts)
+                    .await
+                    .map_err(NodeError::from)
             })
             .await?;
         Ok((prepared.clone(), start))
@@ -292,11 +306,22 @@ impl Node {
 
     /// Runs one invocation of `v`. Node-level failures (a version that will
     /// not load) are `Err`; the function's own failures are in the outcome.
-    pub async fn invoke(&self, v: &FunctionVersion, req: Request) -> Result<InvokeOutcome, NodeError> {
+    pub async fn invoke(
+        &self,
+        v: &FunctionVersion,
+        req: Request,
+    ) -> Result<InvokeOutcome, NodeError> {
         let id = InvocationId::new();
         let started = Instant::now();
         let Ok(_permit) = self.admission.clone().try_acquire_owned() else {
-            return Ok(self.finish(v, id, started, StartKind::Warm, None, Err(InvokeError::Overloaded)));
+            return Ok(self.finish(
+                v,
+                id,
+                started,
+                StartKind::Warm,
+                None,
+                Err(InvokeError::Overloaded),
+            ));
         };
         let (prepared, start) = self.prepared(v).await?;
         let deadline = started + Duration::from_millis(v.spec.limits.timeout_ms);
@@ -336,14 +361,25 @@ impl Node {
         let duration = started.elapsed();
         let tier = v.spec.runtime.first_tier().as_str();
         let outcome = if result.is_ok() { "ok" } else { "error" };
-        self.metrics.invocations.get_or_create(&OutcomeLabels { tier, outcome }).inc();
-        let start_labels = StartLabels { start: start.as_str() };
+        self.metrics
+            .invocations
+            .get_or_create(&OutcomeLabels { tier, outcome })
+            .inc();
+        let start_labels = StartLabels {
+            start: start.as_str(),
+        };
         self.metrics.starts.get_or_create(&start_labels).inc();
-        self.metrics.duration.get_or_create(&start_labels).observe(duration.as_secs_f64());
+        self.metrics
+            .duration
+            .get_or_create(&start_labels)
+            .observe(duration.as_secs_f64());
 
         let mut lines = host.map(|h| h.take_records().1).unwrap_or_default();
         if let Err(e) = &result {
-            self.metrics.errors.get_or_create(&ErrorLabels { kind: e.kind() }).inc();
+            self.metrics
+                .errors
+                .get_or_create(&ErrorLabels { kind: e.kind() })
+                .inc();
             lines.push(hearth_host::LogLine {
                 ts_ms: now_ms(),
                 stream: LogStream::System,

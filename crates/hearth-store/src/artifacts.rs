@@ -102,7 +102,9 @@ impl ArtifactStore {
 }
 
 fn is_hash(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
 /// Writes `bytes` to `dest` so that `dest` is either absent or complete, even
@@ -112,12 +114,15 @@ pub fn write_atomically(tmp_dir: &Path, dest: &Path, bytes: &[u8]) -> Result<(),
     let tmp = tmp_dir.join(format!("{}.{}", std::process::id(), rand::random::<u64>()));
     let result = (|| {
         let mut file = File::create(&tmp).map_err(|e| StoreError::io("create", &tmp, e))?;
-        file.write_all(bytes).map_err(|e| StoreError::io("write", &tmp, e))?;
-        file.sync_all().map_err(|e| StoreError::io("sync", &tmp, e))?;
+        file.write_all(bytes)
+            .map_err(|e| StoreError::io("write", &tmp, e))?;
+        file.sync_all()
+            .map_err(|e| StoreError::io("sync", &tmp, e))?;
         fs::rename(&tmp, dest).map_err(|e| StoreError::io("rename into place", dest, e))?;
         if let Some(parent) = dest.parent() {
             let dir = File::open(parent).map_err(|e| StoreError::io("open", parent, e))?;
-            dir.sync_all().map_err(|e| StoreError::io("sync", parent, e))?;
+            dir.sync_all()
+                .map_err(|e| StoreError::io("sync", parent, e))?;
         }
         Ok(())
     })();
@@ -141,12 +146,18 @@ mod tests {
         assert_eq!(store.put(b"hello").unwrap(), hash, "idempotent");
 
         fs::write(store.path_of(&hash), b"tampered").unwrap();
-        assert!(matches!(store.get(&hash), Err(StoreError::CorruptArtifact { .. })));
+        assert!(matches!(
+            store.get(&hash),
+            Err(StoreError::CorruptArtifact { .. })
+        ));
         assert!(matches!(
             store.get(&sha256_hex(b"absent")),
             Err(StoreError::MissingArtifact(_))
         ));
-        assert!(matches!(store.get("../etc/passwd"), Err(StoreError::MissingArtifact(_))));
+        assert!(matches!(
+            store.get("../etc/passwd"),
+            Err(StoreError::MissingArtifact(_))
+        ));
     }
 
     #[test]

@@ -145,8 +145,19 @@ pub trait Store: Send + Sync + 'static {
     fn referenced_artifacts(&self) -> Result<Vec<String>, StoreError>;
 
     // -- KV, scoped to one tenant's function --
-    fn kv_get(&self, tenant: &str, function: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
-    fn kv_set(&self, tenant: &str, function: &str, key: &[u8], value: &[u8]) -> Result<(), StoreError>;
+    fn kv_get(
+        &self,
+        tenant: &str,
+        function: &str,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError>;
+    fn kv_set(
+        &self,
+        tenant: &str,
+        function: &str,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), StoreError>;
     fn kv_delete(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError>;
     fn kv_list(
         &self,
@@ -158,5 +169,10 @@ pub trait Store: Send + Sync + 'static {
 
     // -- logs --
     fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError>;
-    fn read_logs(&self, tenant: &str, function: &str, query: &LogQuery) -> Result<Vec<LogRecord>, StoreError>;
+    fn read_logs(
+        &self,
+        tenant: &str,
+        function: &str,
+        query: &LogQuery,
+    ) -> Result<Vec<LogRecord>, StoreError>;
 }

@@ -140,9 +140,14 @@ fn row_to_version(row: &rusqlite::Row<'_>) -> rusqlite::Result<(FunctionVersion,
     ))
 }
 
-fn finish_version((mut v, spec_json): (FunctionVersion, String)) -> Result<FunctionVersion, StoreError> {
+fn finish_version(
+    (mut v, spec_json): (FunctionVersion, String),
+) -> Result<FunctionVersion, StoreError> {
     v.spec = serde_json::from_str(&spec_json).map_err(|e| {
-        StoreError::Corrupt(format!("spec of {}/{} v{}: {e}", v.tenant, v.name, v.version))
+        StoreError::Corrupt(format!(
+            "spec of {}/{} v{}: {e}",
+            v.tenant, v.name, v.version
+        ))
     })?;
     Ok(v)
 }
@@ -175,7 +180,11 @@ impl Store for SqliteStore {
         let token = format!("hth_{}", hex::encode(secret));
         let conn = self.writer();
         let exists = conn
-            .query_row("SELECT 1 FROM tenants WHERE name = ?1", [tenant], |_| Ok(()))
+            .query_row(
+                "SELECT 1 FROM tenants WHERE name = ?1",
+                [tenant],
+                |_| Ok(()),
+            )
             .optional()?
             .is_some();
         if !exists {
@@ -183,7 +192,12 @@ impl Store for SqliteStore {
         }
         conn.execute(
             "INSERT INTO tokens (hash, tenant, role, created_ms) VALUES (?1, ?2, ?3, ?4)",
-            params![sha256_hex(token.as_bytes()), tenant, role.as_str(), now_ms()],
+            params![
+                sha256_hex(token.as_bytes()),
+                tenant,
+                role.as_str(),
+                now_ms()
+            ],
         )?;
         Ok(token)
     }
@@ -199,7 +213,11 @@ impl Store for SqliteStore {
             .optional()?;
         Ok(row.map(|(tenant, role)| Principal {
             tenant,
-            role: if role == "admin" { Role::Admin } else { Role::Member },
+            role: if role == "admin" {
+                Role::Admin
+            } else {
+                Role::Member
+            },
         }))
     }
 
@@ -272,12 +290,10 @@ impl Store for SqliteStore {
                 .optional()?,
             None => conn
                 .query_row(
-                    &format!(
-                        "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms
-                         FROM functions f JOIN versions v
-                           ON v.tenant = f.tenant AND v.name = f.name AND v.version = f.latest
-                         WHERE f.tenant = ?1 AND f.name = ?2"
-                    ),
+                    "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms
+                     FROM functions f JOIN versions v
+                       ON v.tenant = f.tenant AND v.name = f.name AND v.version = f.latest
+                     WHERE f.tenant = ?1 AND f.name = ?2",
                     params![tenant, name],
                     row_to_version,
                 )
@@ -363,7 +379,12 @@ impl Store for SqliteStore {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    fn kv_get(&self, tenant: &str, function: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+    fn kv_get(
+        &self,
+        tenant: &str,
+        function: &str,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
         let conn = self.reader();
         Ok(conn
             .query_row(
@@ -374,7 +395,13 @@ impl Store for SqliteStore {
             .optional()?)
     }
 
-    fn kv_set(&self, tenant: &str, function: &str, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+    fn kv_set(
+        &self,
+        tenant: &str,
+        function: &str,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), StoreError> {
         let conn = self.writer();
         conn.execute(
             "INSERT INTO kv (tenant, function, key, value) VALUES (?1, ?2, ?3, ?4)
@@ -406,7 +433,9 @@ impl Store for SqliteStore {
             "SELECT key FROM kv WHERE tenant = ?1 AND function = ?2 AND key >= ?3
              ORDER BY key LIMIT ?4",
         )?;
-        let rows = stmt.query_map(params![tenant, function, prefix, limit], |r| r.get::<_, Vec<u8>>(0))?;
+        let rows = stmt.query_map(params![tenant, function, prefix, limit], |r| {
+            r.get::<_, Vec<u8>>(0)
+        })?;
         let mut out = Vec::new();
         for key in rows {
             let key = key?;
@@ -446,7 +475,12 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    fn read_logs(&self, tenant: &str, function: &str, query: &LogQuery) -> Result<Vec<LogRecord>, StoreError> {
+    fn read_logs(
+        &self,
+        tenant: &str,
+        function: &str,
+        query: &LogQuery,
+    ) -> Result<Vec<LogRecord>, StoreError> {
         let conn = self.reader();
         let limit = if query.limit == 0 { 100 } else { query.limit };
         let mut stmt = conn.prepare(
@@ -454,21 +488,18 @@ impl Store for SqliteStore {
              WHERE tenant = ?1 AND function = ?2 AND (?3 IS NULL OR invocation = ?3)
              ORDER BY id DESC LIMIT ?4",
         )?;
-        let rows = stmt.query_map(
-            params![tenant, function, query.invocation_id, limit],
-            |r| {
-                Ok(LogRecord {
-                    tenant: r.get(0)?,
-                    function: r.get(1)?,
-                    version: r.get(2)?,
-                    invocation_id: r.get(3)?,
-                    ts_ms: r.get(4)?,
-                    stream: LogStream::parse(&r.get::<_, String>(5)?),
-                    level: r.get(6)?,
-                    message: r.get(7)?,
-                })
-            },
-        )?;
+        let rows = stmt.query_map(params![tenant, function, query.invocation_id, limit], |r| {
+            Ok(LogRecord {
+                tenant: r.get(0)?,
+                function: r.get(1)?,
+                version: r.get(2)?,
+                invocation_id: r.get(3)?,
+                ts_ms: r.get(4)?,
+                stream: LogStream::parse(&r.get::<_, String>(5)?),
+                level: r.get(6)?,
+                message: r.get(7)?,
+            })
+        })?;
         let mut out: Vec<LogRecord> = rows.collect::<Result<_, _>>()?;
         out.reverse();
         Ok(out)
@@ -491,13 +522,29 @@ mod tests {
         let (dir, s) = store();
         s.create_tenant("acme").unwrap();
         let spec = FunctionSpec::new(Runtime::Wasm);
-        assert_eq!(s.create_version("acme", "hello", "aa", &spec).unwrap().version, 1);
-        assert_eq!(s.create_version("acme", "hello", "bb", &spec).unwrap().version, 2);
+        assert_eq!(
+            s.create_version("acme", "hello", "aa", &spec)
+                .unwrap()
+                .version,
+            1
+        );
+        assert_eq!(
+            s.create_version("acme", "hello", "bb", &spec)
+                .unwrap()
+                .version,
+            2
+        );
         drop(s);
         let s = SqliteStore::open(dir.path().join("hearth.db")).unwrap();
         let latest = s.get_version("acme", "hello", None).unwrap().unwrap();
         assert_eq!((latest.version, latest.artifact.as_str()), (2, "bb"));
-        assert_eq!(s.get_version("acme", "hello", Some(1)).unwrap().unwrap().artifact, "aa");
+        assert_eq!(
+            s.get_version("acme", "hello", Some(1))
+                .unwrap()
+                .unwrap()
+                .artifact,
+            "aa"
+        );
         assert_eq!(s.list_versions("acme", "hello").unwrap().len(), 2);
         assert!(s.get_version("other", "hello", None).unwrap().is_none());
     }
@@ -524,7 +571,10 @@ mod tests {
     fn tokens_authenticate_to_their_tenant_only() {
         let (_dir, s) = store();
         s.create_tenant("acme").unwrap();
-        assert!(matches!(s.create_tenant("acme"), Err(StoreError::TenantExists(_))));
+        assert!(matches!(
+            s.create_tenant("acme"),
+            Err(StoreError::TenantExists(_))
+        ));
         assert!(matches!(
             s.create_token("ghost", Role::Member),
             Err(StoreError::NoSuchTenant(_))
@@ -568,9 +618,13 @@ mod tests {
             level: String::new(),
             message: msg.into(),
         };
-        s.append_logs(&[rec("a", "one"), rec("b", "two"), rec("a", "three")]).unwrap();
+        s.append_logs(&[rec("a", "one"), rec("b", "two"), rec("a", "three")])
+            .unwrap();
         let all = s.read_logs("t", "f", &LogQuery::default()).unwrap();
-        assert_eq!(all.iter().map(|r| r.message.as_str()).collect::<Vec<_>>(), ["one", "two", "three"]);
+        assert_eq!(
+            all.iter().map(|r| r.message.as_str()).collect::<Vec<_>>(),
+            ["one", "two", "three"]
+        );
         let q = LogQuery {
             invocation_id: Some("a".into()),
             limit: 1,
@@ -578,6 +632,10 @@ mod tests {
         let a = s.read_logs("t", "f", &q).unwrap();
         assert_eq!(a.len(), 1);
         assert_eq!(a[0].message, "three");
-        assert!(s.read_logs("u", "f", &LogQuery::default()).unwrap().is_empty());
+        assert!(
+            s.read_logs("u", "f", &LogQuery::default())
+                .unwrap()
+                .is_empty()
+        );
     }
 }

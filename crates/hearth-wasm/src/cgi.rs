@@ -8,7 +8,10 @@ pub(crate) fn cgi_env(req: &Request, function: &str, prefix: &str) -> Vec<(Strin
     let mut env = vec![
         ("GATEWAY_INTERFACE".into(), "CGI/1.1".into()),
         ("SERVER_PROTOCOL".into(), "HTTP/1.1".into()),
-        ("SERVER_SOFTWARE".into(), concat!("hearth/", env!("CARGO_PKG_VERSION")).into()),
+        (
+            "SERVER_SOFTWARE".into(),
+            concat!("hearth/", env!("CARGO_PKG_VERSION")).into(),
+        ),
         ("REQUEST_METHOD".into(), req.method.clone()),
         ("SCRIPT_NAME".into(), prefix.to_string()),
         ("PATH_INFO".into(), req.path.clone()),
@@ -47,7 +50,10 @@ pub fn parse_cgi_output(stdout: Bytes) -> Response {
         let mut has_location = false;
         for (k, v) in headers {
             if k.eq_ignore_ascii_case("status") {
-                status = v.split_whitespace().next().and_then(|s| s.parse::<u16>().ok());
+                status = v
+                    .split_whitespace()
+                    .next()
+                    .and_then(|s| s.parse::<u16>().ok());
             } else {
                 has_location |= k.eq_ignore_ascii_case("location");
                 out.push((k, v));
@@ -83,7 +89,11 @@ fn split_header_block(out: &[u8]) -> Option<(Vec<(String, String)>, usize)> {
         }
         pos += rel_end + 1;
         if line.is_empty() {
-            return if headers.is_empty() { None } else { Some((headers, pos)) };
+            return if headers.is_empty() {
+                None
+            } else {
+                Some((headers, pos))
+            };
         }
         let line = std::str::from_utf8(line).ok()?;
         let (name, value) = line.split_once(':')?;
@@ -108,7 +118,10 @@ mod tests {
             b"Content-Type: text/plain\r\nStatus: 404 Not Found\r\n\r\nnope",
         ));
         assert_eq!(r.status, 404);
-        assert_eq!(r.headers, vec![("Content-Type".to_string(), "text/plain".to_string())]);
+        assert_eq!(
+            r.headers,
+            vec![("Content-Type".to_string(), "text/plain".to_string())]
+        );
         assert_eq!(&r.body[..], b"nope");
     }
 
@@ -117,9 +130,17 @@ mod tests {
         let r = parse_cgi_output(Bytes::from_static(b"hello world\n"));
         assert_eq!((r.status, &r.body[..]), (200, &b"hello world\n"[..]));
         let r = parse_cgi_output(Bytes::from_static(b"note: this is prose\nnot headers"));
-        assert_eq!(&r.body[..], b"note: this is prose\nnot headers", "no blank line, no header block");
+        assert_eq!(
+            &r.body[..],
+            b"note: this is prose\nnot headers",
+            "no blank line, no header block"
+        );
         let r = parse_cgi_output(Bytes::from_static(b"a b: c\n\nx"));
-        assert_eq!(&r.body[..], b"a b: c\n\nx", "a name with a space is not a header");
+        assert_eq!(
+            &r.body[..],
+            b"a b: c\n\nx",
+            "a name with a space is not a header"
+        );
     }
 
     #[test]

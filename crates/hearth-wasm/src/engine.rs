@@ -97,11 +97,17 @@ impl WasmEngine {
 
         let mut hasher = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
-        let cache_dir = config.cache_dir.join(format!("wasm-{:016x}", hasher.finish()));
+        let cache_dir = config
+            .cache_dir
+            .join(format!("wasm-{:016x}", hasher.finish()));
         std::fs::create_dir_all(cache_dir.join("tmp"))?;
 
         let ticker_stop = Arc::new(AtomicBool::new(false));
-        spawn_epoch_ticker(&engine, Duration::from_millis(config.time_slice_ms.max(1)), ticker_stop.clone());
+        spawn_epoch_ticker(
+            &engine,
+            Duration::from_millis(config.time_slice_ms.max(1)),
+            ticker_stop.clone(),
+        );
 
         Ok(WasmEngine(Arc::new(EngineInner {
             engine,
@@ -135,8 +141,13 @@ impl WasmEngine {
                     .into(),
             ));
         }
-        if !matches!(module.get_export("memory"), Some(wasmtime::ExternType::Memory(_))) {
-            return Err(DeployError::NotAFunction("it exports no memory named `memory`".into()));
+        if !matches!(
+            module.get_export("memory"),
+            Some(wasmtime::ExternType::Memory(_))
+        ) {
+            return Err(DeployError::NotAFunction(
+                "it exports no memory named `memory`".into(),
+            ));
         }
         self.0.linker.instantiate_pre(module).map_err(|e| {
             DeployError::NotAFunction(format!(
@@ -150,20 +161,33 @@ impl WasmEngine {
             code
         } else {
             wat::parse_bytes(&code)
-                .map_err(|e| DeployError::Invalid(format!("not a Wasm binary, and not valid WAT text: {e}")))?
+                .map_err(|e| {
+                    DeployError::Invalid(format!("not a Wasm binary, and not valid WAT text: {e}"))
+                })?
                 .into_owned()
         };
-        let module = Module::new(&self.0.engine, &binary).map_err(|e| DeployError::Invalid(format!("{e:#}")))?;
+        let module = Module::new(&self.0.engine, &binary)
+            .map_err(|e| DeployError::Invalid(format!("{e:#}")))?;
         Ok((module, binary))
     }
 
     fn store_compiled(&self, hash: &str, module: &Module) -> Result<(), DeployError> {
-        let bytes = module.serialize().map_err(|e| DeployError::Load(e.to_string()))?;
-        hearth_store::write_atomically(&self.0.cache_dir.join("tmp"), &self.cached_path(hash), &bytes)
-            .map_err(|e| DeployError::Load(e.to_string()))
+        let bytes = module
+            .serialize()
+            .map_err(|e| DeployError::Load(e.to_string()))?;
+        hearth_store::write_atomically(
+            &self.0.cache_dir.join("tmp"),
+            &self.cached_path(hash),
+            &bytes,
+        )
+        .map_err(|e| DeployError::Load(e.to_string()))
     }
 
-    fn load_blocking(&self, version: &FunctionVersion, artifacts: &ArtifactStore) -> Result<Module, DeployError> {
+    fn load_blocking(
+        &self,
+        version: &FunctionVersion,
+        artifacts: &ArtifactStore,
+    ) -> Result<Module, DeployError> {
         let path = self.cached_path(&version.artifact);
         if path.is_file() {
             // SAFETY: deserializing runs native code compiled ahead of time.

@@ -7,10 +7,10 @@
 //! on success and a negative [`HostError::code`] otherwise. A pointer
 //! outside the guest's memory traps: it is a bug, not a condition.
 
-use wasmtime::{bail, format_err};
 use hearth_host::{HostCtx, HostError, OutboundRequest};
 use hearth_store::LogStream;
 use wasmtime::{Caller, Extern, Linker, Memory};
+use wasmtime::{bail, format_err};
 
 use crate::sandbox::SandboxState;
 
@@ -24,11 +24,9 @@ fn memory(caller: &mut C<'_>) -> wasmtime::Result<Memory> {
 }
 
 fn host(caller: &C<'_>) -> wasmtime::Result<HostCtx> {
-    caller
-        .data()
-        .host
-        .clone()
-        .ok_or_else(|| format_err!("a hearth host call was made outside an invocation (from a start function?)"))
+    caller.data().host.clone().ok_or_else(|| {
+        format_err!("a hearth host call was made outside an invocation (from a start function?)")
+    })
 }
 
 fn read(caller: &mut C<'_>, ptr: u32, len: u32) -> wasmtime::Result<Vec<u8>> {
@@ -45,11 +43,18 @@ fn read(caller: &mut C<'_>, ptr: u32, len: u32) -> wasmtime::Result<Vec<u8>> {
 
 fn read_str(caller: &mut C<'_>, ptr: u32, len: u32) -> wasmtime::Result<Result<String, HostError>> {
     let bytes = read(caller, ptr, len)?;
-    Ok(String::from_utf8(bytes).map_err(|_| HostError::Invalid("string argument is not UTF-8".into())))
+    Ok(String::from_utf8(bytes)
+        .map_err(|_| HostError::Invalid("string argument is not UTF-8".into())))
 }
 
 /// Writes `bytes` into the guest's `buf[..cap]` and the full length to `len_out`.
-fn write_out(caller: &mut C<'_>, buf: u32, cap: u32, len_out: u32, bytes: &[u8]) -> wasmtime::Result<()> {
+fn write_out(
+    caller: &mut C<'_>,
+    buf: u32,
+    cap: u32,
+    len_out: u32,
+    bytes: &[u8],
+) -> wasmtime::Result<()> {
     let mem = memory(caller)?;
     let n = bytes.len().min(cap as usize);
     mem.write(&mut *caller, buf as usize, &bytes[..n])
@@ -101,12 +106,20 @@ const ERRNO_FAULT: i32 = 21;
 
 pub(crate) fn add_to_linker(linker: &mut Linker<SandboxState>) -> wasmtime::Result<()> {
     shadow_wasi_random(linker)?;
-    linker.func_wrap("hearth", "log", |mut caller: C<'_>, level: i32, ptr: u32, len: u32| {
-        let bytes = read(&mut caller, ptr, len)?;
-        let host = host(&caller)?;
-        host.log(LogStream::Log, level_name(level), &String::from_utf8_lossy(&bytes));
-        Ok(())
-    })?;
+    linker.func_wrap(
+        "hearth",
+        "log",
+        |mut caller: C<'_>, level: i32, ptr: u32, len: u32| {
+            let bytes = read(&mut caller, ptr, len)?;
+            let host = host(&caller)?;
+            host.log(
+                LogStream::Log,
+                level_name(level),
+                &String::from_utf8_lossy(&bytes),
+            );
+            Ok(())
+        },
+    )?;
 
     linker.func_wrap_async(
         "hearth",
@@ -116,7 +129,9 @@ pub(crate) fn add_to_linker(linker: &mut Linker<SandboxState>) -> wasmtime::Resu
                 let key = read(&mut caller, kp, kl)?;
                 let host = host(&caller)?;
                 match host.kv_get(key).await {
-                    Ok(Some(value)) => write_out(&mut caller, buf, cap, len_out, &value).map(|()| 0),
+                    Ok(Some(value)) => {
+                        write_out(&mut caller, buf, cap, len_out, &value).map(|()| 0)
+                    }
                     Ok(None) => Ok(1),
                     Err(e) => Ok(e.code()),
                 }
@@ -132,22 +147,29 @@ pub(crate) fn add_to_linker(linker: &mut Linker<SandboxState>) -> wasmtime::Resu
                 let key = read(&mut caller, kp, kl)?;
                 let value = read(&mut caller, vp, vl)?;
                 let host = host(&caller)?;
-                Ok(host.kv_set(key, value).await.map_or_else(|e| e.code(), |()| 0))
+                Ok(host
+                    .kv_set(key, value)
+                    .await
+                    .map_or_else(|e| e.code(), |()| 0))
             })
         },
     )?;
 
-    linker.func_wrap_async("hearth", "kv_delete", |mut caller: C<'_>, (kp, kl): (u32, u32)| {
-        Box::new(async move {
-            let key = read(&mut caller, kp, kl)?;
-            let host = host(&caller)?;
-            Ok(match host.kv_delete(key).await {
-                Ok(true) => 0,
-                Ok(false) => 1,
-                Err(e) => e.code(),
+    linker.func_wrap_async(
+        "hearth",
+        "kv_delete",
+        |mut caller: C<'_>, (kp, kl): (u32, u32)| {
+            Box::new(async move {
+                let key = read(&mut caller, kp, kl)?;
+                let host = host(&caller)?;
+                Ok(match host.kv_delete(key).await {
+                    Ok(true) => 0,
+                    Ok(false) => 1,
+                    Err(e) => e.code(),
+                })
             })
-        })
-    })?;
+        },
+    )?;
 
     linker.func_wrap_async(
         "hearth",
@@ -176,7 +198,19 @@ pub(crate) fn add_to_linker(linker: &mut Linker<SandboxState>) -> wasmtime::Resu
         "hearth",
         "http_fetch",
         |mut caller: C<'_>,
-         (mp, ml, up, ul, hp, hl, bp, bl, buf, cap, len_out): (u32, u32, u32, u32, u32, u32, u32, u32, u32, u32, u32)| {
+         (mp, ml, up, ul, hp, hl, bp, bl, buf, cap, len_out): (
+            u32,
+            u32,
+            u32,
+            u32,
+            u32,
+            u32,
+            u32,
+            u32,
+            u32,
+            u32,
+            u32,
+        )| {
             Box::new(async move {
                 let method = read_str(&mut caller, mp, ml)?;
                 let url = read_str(&mut caller, up, ul)?;
@@ -185,7 +219,11 @@ pub(crate) fn add_to_linker(linker: &mut Linker<SandboxState>) -> wasmtime::Resu
                 let host = host(&caller)?;
                 let request = match (method, url, headers) {
                     (Ok(method), Ok(url), Ok(headers)) => OutboundRequest {
-                        method: if method.is_empty() { "GET".into() } else { method },
+                        method: if method.is_empty() {
+                            "GET".into()
+                        } else {
+                            method
+                        },
                         url,
                         headers: parse_header_lines(&headers),
                         body,
@@ -198,7 +236,11 @@ pub(crate) fn add_to_linker(linker: &mut Linker<SandboxState>) -> wasmtime::Resu
                         Ok(i32::from(resp.status))
                     }
                     Err(e) => {
-                        host.log(LogStream::System, "warn", &format!("hearth.http_fetch: {e}"));
+                        host.log(
+                            LogStream::System,
+                            "warn",
+                            &format!("hearth.http_fetch: {e}"),
+                        );
                         Ok(e.code())
                     }
                 }

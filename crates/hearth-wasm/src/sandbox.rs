@@ -34,7 +34,12 @@ pub(crate) struct MemoryLimiter {
 }
 
 impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.limit_bytes {
             self.refused = true;
             return Ok(false);
@@ -48,7 +53,12 @@ impl ResourceLimiter for MemoryLimiter {
         Ok(())
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 1 << 20)
     }
 }
@@ -117,11 +127,22 @@ impl WasmSandbox {
             limits,
             max_response_bytes: engine.config().max_response_bytes,
             prefix: format!("/fn/{}/{}", version.tenant, version.name),
-            env: version.spec.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            env: version
+                .spec
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
         })
     }
 
-    fn wasi_for(&self, req: &Request, host: &HostCtx, stdout: &MemoryOutputPipe, stderr: &MemoryOutputPipe) -> WasiP1Ctx {
+    fn wasi_for(
+        &self,
+        req: &Request,
+        host: &HostCtx,
+        stdout: &MemoryOutputPipe,
+        stderr: &MemoryOutputPipe,
+    ) -> WasiP1Ctx {
         let mut b = WasiCtxBuilder::new();
         b.stdin(MemoryInputPipe::new(req.body.clone()))
             .stdout(stdout.clone())
@@ -150,7 +171,9 @@ impl WasmSandbox {
             };
         }
         match err.downcast_ref::<Trap>() {
-            Some(Trap::StackOverflow) => InvokeError::Trap("stack overflow (call stack exhausted)".into()),
+            Some(Trap::StackOverflow) => {
+                InvokeError::Trap("stack overflow (call stack exhausted)".into())
+            }
             Some(trap) => {
                 let frames = err
                     .downcast_ref::<wasmtime::WasmBacktrace>()
@@ -193,7 +216,9 @@ impl Sandbox for WasmSandbox {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => match e.downcast_ref::<I32Exit>() {
                 Some(I32Exit(0)) => Ok(()),
-                Some(I32Exit(code)) => Err(InvokeError::Function(format!("exited with status {code}"))),
+                Some(I32Exit(code)) => {
+                    Err(InvokeError::Function(format!("exited with status {code}")))
+                }
                 None => Err(self.classify(&e)),
             },
         };

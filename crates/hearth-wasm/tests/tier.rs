@@ -36,7 +36,9 @@ fn fixture(pooling: bool) -> Fixture {
 }
 
 fn example(name: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/wasm").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/wasm")
+        .join(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -52,7 +54,11 @@ impl Fixture {
             spec,
             created_at_ms: 0,
         };
-        let prepared = self.engine.prepare(&version, &self.artifacts).await.unwrap();
+        let prepared = self
+            .engine
+            .prepare(&version, &self.artifacts)
+            .await
+            .unwrap();
         (version, prepared)
     }
 
@@ -67,7 +73,12 @@ impl Fixture {
         HostCtx::new(self.services.clone(), meta, &v.spec)
     }
 
-    async fn run(&self, v: &FunctionVersion, p: &Arc<dyn Prepared>, body: &[u8]) -> (Result<hearth_core::Response, InvokeError>, HostCtx) {
+    async fn run(
+        &self,
+        v: &FunctionVersion,
+        p: &Arc<dyn Prepared>,
+        body: &[u8],
+    ) -> (Result<hearth_core::Response, InvokeError>, HostCtx) {
         let host = self.host(v);
         let mut sandbox = p.instantiate().await.unwrap();
         let req = Request {
@@ -91,7 +102,10 @@ async fn hello_answers_with_its_cgi_headers() {
         let (v, p) = f.deploy("hello.wat", spec()).await;
         let resp = f.run(&v, &p, b"").await.0.unwrap();
         assert_eq!(resp.status, 200);
-        assert_eq!(resp.headers, vec![("Content-Type".into(), "text/plain".into())]);
+        assert_eq!(
+            resp.headers,
+            vec![("Content-Type".into(), "text/plain".into())]
+        );
         assert_eq!(&resp.body[..], b"hello from wasm\n");
     }
 }
@@ -101,7 +115,11 @@ async fn each_invocation_gets_a_fresh_instance() {
     let f = fixture(true);
     let (v, p) = f.deploy("echo.wat", spec()).await;
     assert_eq!(&f.run(&v, &p, b"first").await.0.unwrap().body[..], b"first");
-    assert_eq!(&f.run(&v, &p, b"2nd").await.0.unwrap().body[..], b"2nd", "no bytes of the first call remain");
+    assert_eq!(
+        &f.run(&v, &p, b"2nd").await.0.unwrap().body[..],
+        b"2nd",
+        "no bytes of the first call remain"
+    );
 }
 
 #[tokio::test]
@@ -119,7 +137,10 @@ async fn clocks_and_randomness_come_from_the_host_tape() {
         HostEvent::Random { bytes } if bytes.len() == 16 => Some(bytes.clone()),
         _ => None,
     });
-    assert_eq!(wall.map(u64::to_le_bytes).as_ref().map(|b| &b[..]), Some(&body[..8]));
+    assert_eq!(
+        wall.map(u64::to_le_bytes).as_ref().map(|b| &b[..]),
+        Some(&body[..8])
+    );
     assert_eq!(random.as_deref(), Some(&body[8..24]));
 }
 
@@ -132,7 +153,11 @@ async fn a_spinning_guest_is_stopped_at_its_deadline() {
     let started = Instant::now();
     let err = f.run(&v, &p, b"").await.0.unwrap_err();
     assert_eq!(err, InvokeError::Timeout { limit_ms: 200 });
-    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -141,7 +166,10 @@ async fn memory_past_the_limit_is_refused_and_reported() {
     let mut s = spec();
     s.limits.memory_mib = 8;
     let (v, p) = f.deploy("membomb.wat", s).await;
-    assert_eq!(f.run(&v, &p, b"").await.0.unwrap_err(), InvokeError::OutOfMemory { limit_mib: 8 });
+    assert_eq!(
+        f.run(&v, &p, b"").await.0.unwrap_err(),
+        InvokeError::OutOfMemory { limit_mib: 8 }
+    );
 }
 
 #[tokio::test]
@@ -160,7 +188,9 @@ async fn traps_stack_overflow_and_floods_are_contained() {
     let (v, p) = f.deploy("flood.wat", spec()).await;
     assert_eq!(
         f.run(&v, &p, b"").await.0.unwrap_err(),
-        InvokeError::ResponseTooLarge { limit_bytes: 1 << 20 }
+        InvokeError::ResponseTooLarge {
+            limit_bytes: 1 << 20
+        }
     );
 }
 
@@ -169,16 +199,27 @@ async fn kv_persists_across_invocations() {
     let f = fixture(true);
     let (v, p) = f.deploy("counter.wat", spec()).await;
     for expected in ["1\n", "2\n", "3\n"] {
-        assert_eq!(&f.run(&v, &p, b"").await.0.unwrap().body[..], expected.as_bytes());
+        assert_eq!(
+            &f.run(&v, &p, b"").await.0.unwrap().body[..],
+            expected.as_bytes()
+        );
     }
 }
 
 #[tokio::test]
 async fn modules_that_are_not_wasi_commands_are_refused_at_compile() {
     let f = fixture(true);
-    let bad = f.engine.compile(b"not wasm at all".to_vec()).await.unwrap_err();
+    let bad = f
+        .engine
+        .compile(b"not wasm at all".to_vec())
+        .await
+        .unwrap_err();
     assert!(bad.to_string().contains("not valid WAT"), "{bad}");
-    let no_start = f.engine.compile(b"(module (memory (export \"memory\") 1))".to_vec()).await.unwrap_err();
+    let no_start = f
+        .engine
+        .compile(b"(module (memory (export \"memory\") 1))".to_vec())
+        .await
+        .unwrap_err();
     assert!(no_start.to_string().contains("_start"), "{no_start}");
     let unknown = f
         .engine

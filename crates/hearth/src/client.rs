@@ -130,13 +130,19 @@ impl Client {
                         path.display()
                     )
                 })?;
-                let v: Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
-                v["url"].as_str().context("server.json has no url")?.to_string()
+                let v: Value = serde_json::from_str(&text)
+                    .with_context(|| format!("{} is not JSON", path.display()))?;
+                v["url"]
+                    .as_str()
+                    .context("server.json has no url")?
+                    .to_string()
             }
         };
         let token = match &target.token {
             Some(t) => Some(t.clone()),
-            None => std::fs::read_to_string(data_dir.join("token")).ok().map(|t| t.trim().to_string()),
+            None => std::fs::read_to_string(data_dir.join("token"))
+                .ok()
+                .map(|t| t.trim().to_string()),
         };
         Ok(Client {
             http: reqwest::Client::new(),
@@ -155,12 +161,18 @@ impl Client {
     }
 
     async fn send(&self, rb: reqwest::RequestBuilder) -> anyhow::Result<Value> {
-        let resp = rb.send().await.with_context(|| format!("cannot reach Hearth at {}", self.url))?;
+        let resp = rb
+            .send()
+            .await
+            .with_context(|| format!("cannot reach Hearth at {}", self.url))?;
         let status = resp.status();
         let bytes = resp.bytes().await?;
         if !status.is_success() {
             let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            let msg = v["error"]["message"].as_str().map(str::to_string).unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
+            let msg = v["error"]["message"]
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
             bail!("{} {}", status.as_u16(), msg);
         }
         if bytes.is_empty() {
@@ -170,7 +182,10 @@ impl Client {
     }
 
     fn print_json(&self, v: &Value) {
-        println!("{}", serde_json::to_string_pretty(v).expect("a Value always serializes"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(v).expect("a Value always serializes")
+        );
     }
 }
 
@@ -233,11 +248,18 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
             target,
         } => {
             let c = Client::new(data_dir, &target)?;
-            let code = std::fs::read(&file).with_context(|| format!("failed to read {}", file.display()))?;
-            let file_name = file.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+            let code = std::fs::read(&file)
+                .with_context(|| format!("failed to read {}", file.display()))?;
+            let file_name = file
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default();
             let name = match name {
                 Some(n) => n,
-                None => file.file_stem().map(|s| s.to_string_lossy().into_owned()).context("cannot name the function: pass --name")?,
+                None => file
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .context("cannot name the function: pass --name")?,
             };
             let mut q: Vec<(&str, String)> = vec![("file_name", file_name)];
             if let Some(r) = runtime {
@@ -255,8 +277,15 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
                 q.push(("public", "true".into()));
             }
             let size_kib = code.len() as f64 / 1024.0;
-            let rb = c.request(reqwest::Method::POST, &format!("/v1/functions/{name}")).query(&q).body(code);
-            let v = with_progress(&format!("uploading {size_kib:.1} KiB and compiling"), c.send(rb)).await?;
+            let rb = c
+                .request(reqwest::Method::POST, &format!("/v1/functions/{name}"))
+                .query(&q)
+                .body(code);
+            let v = with_progress(
+                &format!("uploading {size_kib:.1} KiB and compiling"),
+                c.send(rb),
+            )
+            .await?;
             if c.json {
                 c.print_json(&v);
             } else {
@@ -285,25 +314,42 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
             let tenant = match tenant {
                 Some(t) => t,
                 None => {
-                    let me = c.send(c.request(reqwest::Method::GET, "/v1/whoami")).await?;
-                    me["tenant"].as_str().context("whoami returned no tenant")?.to_string()
+                    let me = c
+                        .send(c.request(reqwest::Method::GET, "/v1/whoami"))
+                        .await?;
+                    me["tenant"]
+                        .as_str()
+                        .context("whoami returned no tenant")?
+                        .to_string()
                 }
             };
             let body = data.as_deref().map(read_data).transpose()?;
-            let method = method.unwrap_or_else(|| if body.is_some() { "POST".into() } else { "GET".into() });
-            let method = reqwest::Method::from_bytes(method.as_bytes()).context("invalid method")?;
+            let method = method.unwrap_or_else(|| {
+                if body.is_some() {
+                    "POST".into()
+                } else {
+                    "GET".into()
+                }
+            });
+            let method =
+                reqwest::Method::from_bytes(method.as_bytes()).context("invalid method")?;
             let mut rb = c.request(method, &format!("/fn/{tenant}/{name}{path}"));
             if let Some(v) = version {
                 rb = rb.header("hearth-version", v);
             }
             for h in &headers {
-                let (k, v) = h.split_once(':').with_context(|| format!("header {h:?} should be \"Name: value\""))?;
+                let (k, v) = h
+                    .split_once(':')
+                    .with_context(|| format!("header {h:?} should be \"Name: value\""))?;
                 rb = rb.header(k.trim(), v.trim());
             }
             if let Some(b) = body {
                 rb = rb.body(b);
             }
-            let resp = rb.send().await.with_context(|| format!("cannot reach Hearth at {}", c.url))?;
+            let resp = rb
+                .send()
+                .await
+                .with_context(|| format!("cannot reach Hearth at {}", c.url))?;
             let status = resp.status();
             if include {
                 println!("{:?} {}", resp.version(), status);
@@ -320,11 +366,17 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
         }
         ClientCommand::Ls { target } => {
             let c = Client::new(data_dir, &target)?;
-            let v = c.send(c.request(reqwest::Method::GET, "/v1/functions")).await?;
+            let v = c
+                .send(c.request(reqwest::Method::GET, "/v1/functions"))
+                .await?;
             if c.json {
-                return Ok(c.print_json(&v));
+                c.print_json(&v);
+                return Ok(());
             }
-            println!("{:<24} {:>7} {:>8} {:>10} {:>8}  PUBLIC", "NAME", "RUNTIME", "VERSION", "MEMORY", "TIMEOUT");
+            println!(
+                "{:<24} {:>7} {:>8} {:>10} {:>8}  PUBLIC",
+                "NAME", "RUNTIME", "VERSION", "MEMORY", "TIMEOUT"
+            );
             for f in v["functions"].as_array().into_iter().flatten() {
                 let l = &f["latest"];
                 println!(
@@ -334,38 +386,60 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
                     l["version"].to_string(),
                     l["spec"]["limits"]["memory_mib"].to_string(),
                     l["spec"]["limits"]["timeout_ms"].to_string(),
-                    if l["spec"]["public"].as_bool() == Some(true) { "yes" } else { "no" }
+                    if l["spec"]["public"].as_bool() == Some(true) {
+                        "yes"
+                    } else {
+                        "no"
+                    }
                 );
             }
         }
         ClientCommand::Versions { name, target } => {
             let c = Client::new(data_dir, &target)?;
-            let v = c.send(c.request(reqwest::Method::GET, &format!("/v1/functions/{name}"))).await?;
+            let v = c
+                .send(c.request(reqwest::Method::GET, &format!("/v1/functions/{name}")))
+                .await?;
             if c.json {
-                return Ok(c.print_json(&v));
+                c.print_json(&v);
+                return Ok(());
             }
-            println!("{:>8}  {:<12}  {:<16}  SETTINGS", "VERSION", "CREATED", "ARTIFACT");
+            println!(
+                "{:>8}  {:<12}  {:<16}  SETTINGS",
+                "VERSION", "CREATED", "ARTIFACT"
+            );
             for ver in v["versions"].as_array().into_iter().flatten() {
                 let spec = &ver["spec"];
                 println!(
                     "{:>8}  {:<12}  {:<16}  {}MiB {}ms{}{}",
                     ver["version"].to_string(),
                     fmt_time(ver["created_at_ms"].as_i64().unwrap_or(0)),
-                    &ver["artifact"].as_str().unwrap_or_default()[..12.min(ver["artifact"].as_str().unwrap_or_default().len())],
+                    &ver["artifact"].as_str().unwrap_or_default()
+                        [..12.min(ver["artifact"].as_str().unwrap_or_default().len())],
                     spec["limits"]["memory_mib"],
                     spec["limits"]["timeout_ms"],
-                    if spec["public"].as_bool() == Some(true) { " public" } else { "" },
+                    if spec["public"].as_bool() == Some(true) {
+                        " public"
+                    } else {
+                        ""
+                    },
                     spec["allowed_hosts"]
                         .as_array()
                         .filter(|a| !a.is_empty())
-                        .map(|a| format!(" hosts={}", a.iter().filter_map(|h| h.as_str()).collect::<Vec<_>>().join(",")))
+                        .map(|a| format!(
+                            " hosts={}",
+                            a.iter()
+                                .filter_map(|h| h.as_str())
+                                .collect::<Vec<_>>()
+                                .join(",")
+                        ))
                         .unwrap_or_default(),
                 );
             }
         }
         ClientCommand::Rm { name, target } => {
             let c = Client::new(data_dir, &target)?;
-            c.send(c.request(reqwest::Method::DELETE, &format!("/v1/functions/{name}"))).await?;
+            c.send(c.request(reqwest::Method::DELETE, &format!("/v1/functions/{name}")))
+                .await?;
             if c.json {
                 c.print_json(&serde_json::json!({"removed": name}));
             } else {
@@ -383,9 +457,15 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
             if let Some(i) = invocation {
                 q.push(("invocation", i));
             }
-            let v = c.send(c.request(reqwest::Method::GET, &format!("/v1/functions/{name}/logs")).query(&q)).await?;
+            let v = c
+                .send(
+                    c.request(reqwest::Method::GET, &format!("/v1/functions/{name}/logs"))
+                        .query(&q),
+                )
+                .await?;
             if c.json {
-                return Ok(c.print_json(&v));
+                c.print_json(&v);
+                return Ok(());
             }
             for l in v["lines"].as_array().into_iter().flatten() {
                 let level = l["level"].as_str().unwrap_or_default();
@@ -395,7 +475,11 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
                     l["invocation_id"].as_str().unwrap_or_default(),
                     l["version"],
                     l["stream"].as_str().unwrap_or_default(),
-                    if level.is_empty() { String::new() } else { format!("[{level}] ") },
+                    if level.is_empty() {
+                        String::new()
+                    } else {
+                        format!("[{level}] ")
+                    },
                     l["message"].as_str().unwrap_or_default()
                 );
             }
@@ -403,12 +487,19 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::CreateTenant { name, target } => {
             let c = Client::new(data_dir, &target)?;
             let v = c
-                .send(c.request(reqwest::Method::POST, "/v1/tenants").json(&serde_json::json!({"name": name})))
+                .send(
+                    c.request(reqwest::Method::POST, "/v1/tenants")
+                        .json(&serde_json::json!({"name": name})),
+                )
                 .await?;
             if c.json {
                 c.print_json(&v);
             } else {
-                println!("created tenant {}\ntoken: {}", v["tenant"].as_str().unwrap_or_default(), v["token"].as_str().unwrap_or_default());
+                println!(
+                    "created tenant {}\ntoken: {}",
+                    v["tenant"].as_str().unwrap_or_default(),
+                    v["token"].as_str().unwrap_or_default()
+                );
             }
         }
     }

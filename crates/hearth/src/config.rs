@@ -89,7 +89,9 @@ impl Settings {
     pub fn resolve(data_dir: &Path, args: &UpArgs) -> anyhow::Result<Settings> {
         let path = data_dir.join("hearth.toml");
         let file: FileConfig = match std::fs::read_to_string(&path) {
-            Ok(text) => toml::from_str(&text).with_context(|| format!("invalid {}", path.display()))?,
+            Ok(text) => {
+                toml::from_str(&text).with_context(|| format!("invalid {}", path.display()))?
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileConfig::default(),
             Err(e) => return Err(e).with_context(|| format!("failed to read {}", path.display())),
         };
@@ -99,16 +101,34 @@ impl Settings {
                 .listen
                 .or(file.listen)
                 .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
-            max_body_bytes: args.max_body_bytes.or(file.max_body_bytes).unwrap_or(6 << 20),
-            max_code_bytes: args.max_code_bytes.or(file.max_code_bytes).unwrap_or(64 << 20),
-            max_response_bytes: args.max_response_bytes.or(file.max_response_bytes).unwrap_or(16 << 20),
+            max_body_bytes: args
+                .max_body_bytes
+                .or(file.max_body_bytes)
+                .unwrap_or(6 << 20),
+            max_code_bytes: args
+                .max_code_bytes
+                .or(file.max_code_bytes)
+                .unwrap_or(64 << 20),
+            max_response_bytes: args
+                .max_response_bytes
+                .or(file.max_response_bytes)
+                .unwrap_or(16 << 20),
             max_sandboxes: args.max_sandboxes.or(file.max_sandboxes).unwrap_or(1000),
-            max_concurrency: args.max_concurrency.or(file.max_concurrency).unwrap_or(1024),
+            max_concurrency: args
+                .max_concurrency
+                .or(file.max_concurrency)
+                .unwrap_or(1024),
             max_memory_mib: args.max_memory_mib.or(file.max_memory_mib).unwrap_or(512),
-            max_timeout_ms: args.max_timeout_ms.or(file.max_timeout_ms).unwrap_or(300_000),
+            max_timeout_ms: args
+                .max_timeout_ms
+                .or(file.max_timeout_ms)
+                .unwrap_or(300_000),
             time_slice_ms: args.time_slice_ms.or(file.time_slice_ms).unwrap_or(5),
             pooling: args.pooling.or(file.pooling).unwrap_or(true),
-            http_timeout_ms: args.http_timeout_ms.or(file.http_timeout_ms).unwrap_or(10_000),
+            http_timeout_ms: args
+                .http_timeout_ms
+                .or(file.http_timeout_ms)
+                .unwrap_or(10_000),
             examples: args.examples.or(file.examples).unwrap_or(true),
         })
     }

@@ -28,16 +28,29 @@ pub const ADMIN_TENANT: &str = "admin";
 
 /// Functions every fresh Hearth starts with, so there is something to call.
 const EXAMPLES: &[(&str, &[u8], bool)] = &[
-    ("hello", include_bytes!("../../../examples/wasm/hello.wat"), true),
-    ("echo", include_bytes!("../../../examples/wasm/echo.wat"), true),
-    ("counter", include_bytes!("../../../examples/wasm/counter.wat"), false),
+    (
+        "hello",
+        include_bytes!("../../../examples/wasm/hello.wat"),
+        true,
+    ),
+    (
+        "echo",
+        include_bytes!("../../../examples/wasm/echo.wat"),
+        true,
+    ),
+    (
+        "counter",
+        include_bytes!("../../../examples/wasm/counter.wat"),
+        false,
+    ),
 ];
 
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let dir = &settings.data_dir;
     std::fs::create_dir_all(dir).with_context(|| format!("failed to create {}", dir.display()))?;
     let store: Arc<dyn Store> = Arc::new(
-        SqliteStore::open(dir.join("hearth.db")).with_context(|| format!("failed to open {}", dir.display()))?,
+        SqliteStore::open(dir.join("hearth.db"))
+            .with_context(|| format!("failed to open {}", dir.display()))?,
     );
     let artifacts = ArtifactStore::open(dir.join("artifacts"))?;
     let mut wasm_config = WasmConfig::new(dir.join("cache"));
@@ -88,7 +101,9 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             max_code_bytes: settings.max_code_bytes,
         },
     );
-    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await;
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await;
     let _ = std::fs::remove_file(dir.join("server.json"));
     served.context("server failed")
 }
@@ -104,7 +119,11 @@ async fn shutdown_signal() {
 }
 
 /// Creates the admin tenant, its token and the examples, once.
-async fn first_start(settings: &Settings, store: &Arc<dyn Store>, node: &Node) -> anyhow::Result<()> {
+async fn first_start(
+    settings: &Settings,
+    store: &Arc<dyn Store>,
+    node: &Node,
+) -> anyhow::Result<()> {
     let token_path = settings.data_dir.join("token");
     if store.tenant_exists(ADMIN_TENANT)? && token_path.exists() {
         return Ok(());
@@ -114,7 +133,10 @@ async fn first_start(settings: &Settings, store: &Arc<dyn Store>, node: &Node) -
     }
     let token = store.create_token(ADMIN_TENANT, Role::Admin)?;
     write_secret(&token_path, &token)?;
-    println!("Created tenant {ADMIN_TENANT:?}; its admin token is in {} (mode 0600)", token_path.display());
+    println!(
+        "Created tenant {ADMIN_TENANT:?}; its admin token is in {} (mode 0600)",
+        token_path.display()
+    );
     if settings.examples {
         for (name, code, public) in EXAMPLES {
             let mut spec = FunctionSpec::new(Runtime::Wasm);

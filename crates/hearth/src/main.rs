@@ -15,7 +15,12 @@ use clap::{Parser, Subcommand};
 struct Cli {
     /// Data directory: the daemon keeps its state here; the CLI finds the
     /// server and token here unless HEARTH_URL / HEARTH_TOKEN say otherwise.
-    #[arg(long, global = true, env = "HEARTH_DATA_DIR", default_value = ".hearth")]
+    #[arg(
+        long,
+        global = true,
+        env = "HEARTH_DATA_DIR",
+        default_value = ".hearth"
+    )]
     data_dir: PathBuf,
     #[command(subcommand)]
     command: Command,
@@ -35,7 +40,8 @@ fn main() -> anyhow::Result<()> {
         Command::Up(args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG").unwrap_or_else(|_| "info".into()),
+                    tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
+                        .unwrap_or_else(|_| "info".into()),
                 )
                 .with_writer(std::io::stderr)
                 .init();
@@ -46,7 +52,9 @@ fn main() -> anyhow::Result<()> {
                 .block_on(daemon::run(settings))
         }
         Command::Client(cmd) => {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
             rt.block_on(client::run(&cli.data_dir, cmd))
         }
     }

@@ -1,1 +1,11 @@
+//! End-to-end tests: each starts the real `hearth` daemon on 127.0.0.1:0
+//! with its own data directory and talks HTTP to it, as a user would.
 
+mod api;
+mod auth;
+mod cli;
+mod durability;
+mod examples_c;
+mod harness;
+mod hostile;
+mod outbound;

@@ -1,0 +1,255 @@
+//! Deploy, invoke, list, version, remove, logs, metrics, OpenAPI.
+
+use crate::harness::{Daemon, error_of, example};
+
+#[tokio::test]
+async fn first_start_serves_the_bundled_examples() {
+    let d = Daemon::start();
+    // Public examples answer without a token.
+    let resp = d
+        .http
+        .post(format!("{}/fn/admin/echo", d.url))
+        .body("ping")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.text().await.unwrap(), "ping");
+    let resp = d
+        .http
+        .get(format!("{}/fn/admin/hello/any/sub/path?x=1", d.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["content-type"], "text/plain");
+    assert_eq!(resp.headers().get_all("content-type").iter().count(), 1);
+    assert_eq!(resp.text().await.unwrap(), "hello from wasm\n");
+    // The token file is private to its owner.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(d.dir.join("token"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+#[tokio::test]
+async fn deploys_make_immutable_versions_that_can_be_pinned() {
+    let d = Daemon::start();
+    let v1 = d.deploy("greet", example("hello.wat"), &[]).await;
+    let v2 = d
+        .deploy("greet", example("echo.wat"), &[("memory_mib", "32")])
+        .await;
+    assert_eq!(
+        (v1["version"].as_u64(), v2["version"].as_u64()),
+        (Some(1), Some(2))
+    );
+    assert_eq!(v2["spec"]["limits"]["memory_mib"], 32);
+
+    let newest = d.invoke("greet", b"latest").await;
+    assert_eq!(newest.headers()["hearth-version"], "2");
+    assert_eq!(newest.text().await.unwrap(), "latest");
+    let pinned = d.invoke("greet@1", b"").await;
+    assert_eq!(pinned.text().await.unwrap(), "hello from wasm\n");
+    let by_header = d
+        .post("/fn/admin/greet")
+        .header("hearth-version", "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_header.headers()["hearth-version"], "1");
+    assert_eq!(error_of(d.invoke("greet@9", b"").await).await.0, 404);
+
+    let versions: serde_json::Value = d
+        .get("/v1/functions/greet")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(versions["versions"].as_array().unwrap().len(), 2);
+    let list: serde_json::Value = d
+        .get("/v1/functions")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let names: Vec<_> = list["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["counter", "echo", "greet", "hello"]);
+}
+
+#[tokio::test]
+async fn remove_deletes_the_function_and_its_kv() {
+    let d = Daemon::start();
+    d.deploy("tally", example("counter.wat"), &[]).await;
+    assert_eq!(d.invoke("tally", b"").await.text().await.unwrap(), "1\n");
+    assert_eq!(d.invoke("tally", b"").await.text().await.unwrap(), "2\n");
+    let resp = d
+        .http
+        .delete(format!("{}/v1/functions/tally", d.url))
+        .bearer_auth(&d.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    assert_eq!(error_of(d.invoke("tally", b"").await).await.0, 404);
+    let again = d
+        .http
+        .delete(format!("{}/v1/functions/tally", d.url))
+        .bearer_auth(&d.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 404);
+    let v = d.deploy("tally", example("counter.wat"), &[]).await;
+    assert_eq!(v["version"], 2, "numbers are not reused after removal");
+    assert_eq!(
+        d.invoke("tally", b"").await.text().await.unwrap(),
+        "1\n",
+        "KV went with the function"
+    );
+}
+
+#[tokio::test]
+async fn logs_hold_stderr_log_calls_and_failures_per_invocation() {
+    let d = Daemon::start();
+    d.deploy("logger", example("log.wat"), &[]).await;
+    let resp = d.invoke("logger", b"").await;
+    let id = resp.headers()["hearth-invocation-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(resp.text().await.unwrap(), "ok");
+    let lines = d.logs_until("logger", |l| l.len() >= 2).await;
+    let mine: Vec<_> = lines
+        .iter()
+        .filter(|l| l["invocation_id"] == id.as_str())
+        .collect();
+    assert!(
+        mine.iter()
+            .any(|l| l["stream"] == "stderr" && l["message"] == "to stderr"),
+        "{lines:?}"
+    );
+    assert!(
+        mine.iter().any(|l| l["stream"] == "log"
+            && l["level"] == "warn"
+            && l["message"] == "structured hello"),
+        "{lines:?}"
+    );
+
+    d.deploy("broken", example("trap.wat"), &[]).await;
+    let failed = d.invoke("broken", b"").await;
+    let failed_id = failed.headers()["hearth-invocation-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let lines = d.logs_until("broken", |l| !l.is_empty()).await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["invocation_id"] == failed_id.as_str()
+                && l["stream"] == "system"
+                && l["message"].as_str().unwrap().contains("divide by zero")),
+        "{lines:?}"
+    );
+    let only: serde_json::Value = d
+        .get(&format!("/v1/functions/logger/logs?invocation={id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        only["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["invocation_id"] == id.as_str())
+    );
+}
+
+#[tokio::test]
+async fn metrics_count_invocations_errors_and_starts() {
+    let d = Daemon::start();
+    d.deploy("broken", example("trap.wat"), &[]).await;
+    for _ in 0..3 {
+        d.invoke("hello", b"").await;
+    }
+    d.invoke("broken", b"").await;
+    let text = d
+        .http
+        .get(format!("{}/metrics", d.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |needle: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(needle))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{needle} not in:\n{text}"))
+    };
+    assert_eq!(
+        value("hearth_invocations_total{tier=\"wasm\",outcome=\"ok\"}"),
+        3.0
+    );
+    assert_eq!(
+        value("hearth_invocations_total{tier=\"wasm\",outcome=\"error\"}"),
+        1.0
+    );
+    assert_eq!(value("hearth_invocation_errors_total{kind=\"trap\"}"), 1.0);
+    assert_eq!(
+        value("hearth_starts_total{start=\"warm\"}"),
+        2.0,
+        "hello's 2nd and 3rd calls"
+    );
+    assert_eq!(
+        value("hearth_starts_total{start=\"cold\"}"),
+        2.0,
+        "first hello, first broken"
+    );
+    assert_eq!(value("hearth_sandboxes_live"), 0.0);
+    assert!(text.contains("hearth_invocation_duration_seconds_bucket"));
+}
+
+#[tokio::test]
+async fn openapi_describes_every_route() {
+    let d = Daemon::start();
+    let doc: serde_json::Value = d
+        .http
+        .get(format!("{}/v1/openapi.json", d.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(doc["openapi"], "3.0.3");
+    let paths = doc["paths"].as_object().unwrap();
+    for p in [
+        "/healthz",
+        "/metrics",
+        "/v1/whoami",
+        "/v1/tenants",
+        "/v1/functions",
+        "/v1/functions/{name}",
+        "/v1/functions/{name}/logs",
+        "/fn/{tenant}/{name}",
+    ] {
+        assert!(paths.contains_key(p), "{p} missing from openapi.json");
+    }
+    assert!(paths["/v1/functions/{name}"].get("post").is_some());
+    assert!(paths["/v1/functions/{name}"].get("delete").is_some());
+}

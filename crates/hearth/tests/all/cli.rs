@@ -1,0 +1,132 @@
+//! The `hearth` CLI against a running daemon.
+
+use std::process::Command;
+
+use crate::harness::{Daemon, HEARTH};
+
+fn hearth(d: &Daemon, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(HEARTH)
+        .arg("--data-dir")
+        .arg(&d.dir)
+        .args(args)
+        .env_remove("HEARTH_URL")
+        .env_remove("HEARTH_TOKEN")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn examples_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/wasm")
+}
+
+#[tokio::test]
+async fn deploy_invoke_ls_versions_logs_rm_from_the_data_dir() {
+    let d = Daemon::start();
+    let file = examples_dir().join("echo.wat");
+    let (ok, out, err) = hearth(
+        &d,
+        &[
+            "deploy",
+            file.to_str().unwrap(),
+            "--name",
+            "say",
+            "--memory-mib",
+            "32",
+            "--env",
+            "A=b",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("deployed say version 1"), "{out}");
+
+    let data = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(data.path(), "from a file").unwrap();
+    let at = format!("@{}", data.path().display());
+    let (ok, out, err) = hearth(&d, &["invoke", "say", "-d", &at]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "from a file");
+
+    let (ok, out, _) = hearth(&d, &["ls"]);
+    assert!(ok);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("say ") && l.contains("32MiB")),
+        "{out}"
+    );
+    let (ok, out, _) = hearth(&d, &["ls", "--json"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["name"] == "say")
+    );
+
+    hearth(
+        &d,
+        &[
+            "deploy",
+            examples_dir().join("log.wat").to_str().unwrap(),
+            "--name",
+            "say",
+        ],
+    );
+    let (_, out, _) = hearth(&d, &["versions", "say", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["versions"].as_array().unwrap().len(), 2);
+    assert_eq!(v["versions"][0]["spec"]["env"]["A"], "b");
+
+    let (ok, out, _) = hearth(&d, &["invoke", "say", "--version", "1", "-d", "pinned"]);
+    assert!(ok);
+    assert_eq!(out, "pinned");
+    hearth(&d, &["invoke", "say"]);
+    let lines = d.logs_until("say", |l| !l.is_empty()).await;
+    assert!(!lines.is_empty());
+    let (ok, out, _) = hearth(&d, &["logs", "say"]);
+    assert!(ok);
+    assert!(out.contains("structured hello"), "{out}");
+
+    let (ok, _, err) = hearth(&d, &["invoke", "nope"]);
+    assert!(!ok);
+    assert!(err.contains("404"), "{err}");
+    let (ok, out, _) = hearth(&d, &["rm", "say"]);
+    assert!(ok, "{out}");
+    let (ok, _, err) = hearth(&d, &["rm", "say"]);
+    assert!(!ok && err.contains("does not exist"), "{err}");
+}
+
+#[tokio::test]
+async fn hearth_url_and_token_reach_a_remote_hearth() {
+    let d = Daemon::start();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = Command::new(HEARTH)
+        .current_dir(elsewhere.path())
+        .args(["invoke", "counter"])
+        .env("HEARTH_URL", &d.url)
+        .env("HEARTH_TOKEN", &d.token)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "1\n");
+    // Without them, and no local daemon, the CLI says what to do.
+    let out = Command::new(HEARTH)
+        .current_dir(elsewhere.path())
+        .env_remove("HEARTH_URL")
+        .env_remove("HEARTH_DATA_DIR")
+        .args(["ls"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("hearth up"));
+}

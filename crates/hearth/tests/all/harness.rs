@@ -1,0 +1,181 @@
+//! Starting and talking to a real daemon.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const HEARTH: &str = env!("CARGO_BIN_EXE_hearth");
+
+pub fn example(name: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/wasm")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A running `hearth up`, killed when dropped.
+pub struct Daemon {
+    child: Child,
+    pub dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    pub url: String,
+    pub token: String,
+    pub http: reqwest::Client,
+}
+
+impl Daemon {
+    pub fn start() -> Daemon {
+        Self::start_with(&[])
+    }
+
+    pub fn start_with(args: &[&str]) -> Daemon {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        let mut d = Self::start_in(&dir, args);
+        d._tmp = Some(tmp);
+        d
+    }
+
+    /// Starts on an existing data directory (for restarts).
+    pub fn start_in(dir: &Path, args: &[&str]) -> Daemon {
+        let child = Command::new(HEARTH)
+            .arg("--data-dir")
+            .arg(dir)
+            .args(["up", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("HEARTH_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start hearth");
+        let pid = child.id();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let url = loop {
+            // A killed daemon leaves its server.json behind: wait for ours.
+            if let Ok(text) = std::fs::read_to_string(dir.join("server.json"))
+                && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
+                && v["pid"].as_u64() == Some(pid as u64)
+            {
+                break v["url"].as_str().unwrap().to_string();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "hearth did not start within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let token = std::fs::read_to_string(dir.join("token"))
+            .unwrap()
+            .trim()
+            .to_string();
+        Daemon {
+            child,
+            dir: dir.to_path_buf(),
+            _tmp: None,
+            url,
+            token,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub fn kill9(&mut self) {
+        self.child.kill().unwrap(); // SIGKILL
+        self.child.wait().unwrap();
+    }
+
+    pub fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+    }
+
+    pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+    }
+
+    /// Deploys `code` as `name` with extra query settings; returns the JSON.
+    pub async fn deploy(
+        &self,
+        name: &str,
+        code: Vec<u8>,
+        query: &[(&str, &str)],
+    ) -> serde_json::Value {
+        let resp = self.deploy_raw(name, code, query).await;
+        let status = resp.status();
+        let body = resp.text().await.unwrap();
+        assert_eq!(status, 201, "deploy {name}: {body}");
+        serde_json::from_str(&body).unwrap()
+    }
+
+    pub async fn deploy_raw(
+        &self,
+        name: &str,
+        code: Vec<u8>,
+        query: &[(&str, &str)],
+    ) -> reqwest::Response {
+        let mut q = vec![("runtime", "wasm")];
+        q.extend_from_slice(query);
+        self.post(&format!("/v1/functions/{name}"))
+            .query(&q)
+            .body(code)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Invokes admin's function `name` with `body`.
+    pub async fn invoke(&self, name: &str, body: &'static [u8]) -> reqwest::Response {
+        self.post(&format!("/fn/admin/{name}"))
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Logs of `name`, polled until `pred` holds (the writer batches).
+    pub async fn logs_until(
+        &self,
+        name: &str,
+        pred: impl Fn(&[serde_json::Value]) -> bool,
+    ) -> Vec<serde_json::Value> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let v: serde_json::Value = self
+                .get(&format!("/v1/functions/{name}/logs"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let lines = v["lines"].as_array().cloned().unwrap_or_default();
+            if pred(&lines) || Instant::now() > deadline {
+                return lines;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The JSON error body's kind and message.
+pub async fn error_of(resp: reqwest::Response) -> (u16, String, String) {
+    let status = resp.status().as_u16();
+    let v: serde_json::Value = resp.json().await.unwrap();
+    (
+        status,
+        v["error"]["kind"].as_str().unwrap_or_default().to_string(),
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    )
+}

@@ -1,0 +1,180 @@
+//! Bad input and hostile functions: refused or contained with a clear
+//! status and message, while other functions keep serving.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::{Daemon, error_of, example};
+
+#[tokio::test]
+async fn invalid_and_non_wasi_modules_are_refused_with_the_reason() {
+    let d = Daemon::start();
+    let (status, _, msg) = error_of(
+        d.deploy_raw("bad", b"\0asm\x01\0\0\0garbage".to_vec(), &[])
+            .await,
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(msg.contains("invalid module"), "{msg}");
+    let (status, _, msg) = error_of(
+        d.deploy_raw(
+            "bad",
+            b"(module (memory (export \"memory\") 1))".to_vec(),
+            &[],
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(msg.contains("_start"), "{msg}");
+    let lib = b"(module (import \"env\" \"puts\" (func)) (memory (export \"memory\") 1) (func (export \"_start\")))";
+    let (status, _, msg) = error_of(d.deploy_raw("bad", lib.to_vec(), &[]).await).await;
+    assert_eq!(status, 400);
+    assert!(msg.contains("env") && msg.contains("puts"), "{msg}");
+    let (status, _, msg) =
+        error_of(d.deploy_raw("Bad/Name", example("hello.wat"), &[]).await).await;
+    assert!(status == 400 || status == 404, "{status} {msg}");
+    let (status, _, msg) = error_of(
+        d.deploy_raw("big", example("hello.wat"), &[("memory_mib", "100000")])
+            .await,
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(msg.contains("memory limit"), "{msg}");
+    let (status, _, msg) = error_of(
+        d.deploy_raw("typo", example("hello.wat"), &[("memroy_mib", "1")])
+            .await,
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(msg.contains("memroy_mib"), "{msg}");
+    // Nothing half-made was registered.
+    let fns: serde_json::Value = d
+        .get("/v1/functions")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        fns["functions"].as_array().unwrap().len(),
+        3,
+        "only the examples"
+    );
+}
+
+#[tokio::test]
+async fn unknown_functions_and_oversized_bodies() {
+    let d = Daemon::start_with(&["--max-body-bytes", "1024"]);
+    let (status, _, msg) = error_of(d.invoke("nope", b"").await).await;
+    assert_eq!(status, 404);
+    assert!(msg.contains("admin/nope"), "{msg}");
+    let big = vec![b'x'; 4096];
+    let resp = d
+        .http
+        .post(format!("{}/fn/admin/echo", d.url))
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 413);
+    // Chunked bodies without a length are cut off too.
+    let stream = futures_stream(vec![b'y'; 4096]);
+    let resp = d
+        .http
+        .post(format!("{}/fn/admin/echo", d.url))
+        .body(stream)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 413);
+    let small = d
+        .http
+        .post(format!("{}/fn/admin/echo", d.url))
+        .body(vec![b'z'; 1000])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(small.status(), 200);
+}
+
+fn futures_stream(data: Vec<u8>) -> reqwest::Body {
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        data.chunks(512).map(|c| Ok(c.to_vec())).collect();
+    reqwest::Body::wrap_stream(futures::stream::iter(chunks))
+}
+
+#[tokio::test]
+async fn traps_overflows_floods_and_memory_bombs_get_clear_errors() {
+    let d = Daemon::start_with(&["--max-response-bytes", "1048576"]);
+    d.deploy("trap", example("trap.wat"), &[]).await;
+    d.deploy("deep", example("deep.wat"), &[]).await;
+    d.deploy("flood", example("flood.wat"), &[]).await;
+    d.deploy("bomb", example("membomb.wat"), &[("memory_mib", "16")])
+        .await;
+
+    let (status, kind, msg) = error_of(d.invoke("trap", b"").await).await;
+    assert_eq!((status, kind.as_str()), (500, "trap"));
+    assert!(msg.contains("divide by zero"), "{msg}");
+    let (status, _, msg) = error_of(d.invoke("deep", b"").await).await;
+    assert_eq!(status, 500);
+    assert!(msg.contains("stack overflow"), "{msg}");
+    let (status, kind, msg) = error_of(d.invoke("flood", b"").await).await;
+    assert_eq!((status, kind.as_str()), (500, "response_too_large"));
+    assert!(msg.contains("1048576"), "{msg}");
+    let (status, kind, msg) = error_of(d.invoke("bomb", b"").await).await;
+    assert_eq!((status, kind.as_str()), (500, "out_of_memory"));
+    assert!(msg.contains("16 MiB"), "{msg}");
+    assert_eq!(
+        d.invoke("hello", b"").await.status(),
+        200,
+        "the node still serves"
+    );
+}
+
+#[tokio::test]
+async fn spinning_functions_hit_their_deadline_while_hello_keeps_answering() {
+    let d = Daemon::start();
+    d.deploy("spin", example("spin.wat"), &[("timeout_ms", "3000")])
+        .await;
+    // More spinners than this machine has cores.
+    let spinners: Vec<_> = (0..4)
+        .map(|_| {
+            let req = d.post("/fn/admin/spin").send();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let resp = req.await.unwrap();
+                (
+                    resp.status().as_u16(),
+                    resp.json::<serde_json::Value>().await.unwrap(),
+                    started.elapsed(),
+                )
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut worst = Duration::ZERO;
+    for _ in 0..10 {
+        let started = Instant::now();
+        let resp = d.invoke("hello", b"").await;
+        assert_eq!(resp.status(), 200);
+        worst = worst.max(started.elapsed());
+    }
+    // Fair scheduling: hello waits at most a few 5 ms slices, not 3 s.
+    assert!(
+        worst < Duration::from_millis(1000),
+        "hello took {worst:?} while spinners ran"
+    );
+    for s in spinners {
+        let (status, body, took) = s.await.unwrap();
+        assert_eq!(status, 504);
+        assert_eq!(body["error"]["kind"], "timeout");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("3000 ms")
+        );
+        assert!(took < Duration::from_secs(10), "{took:?}");
+    }
+}

@@ -1,0 +1,7 @@
+/* hello.c: the smallest C function. */
+#include <stdio.h>
+
+int main(void) {
+    printf("Content-Type: text/plain\n\nhello from C\n");
+    return 0;
+}
