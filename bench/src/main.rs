@@ -1,1 +1,138 @@
-fn main() {}
+//! `hearth-bench instantiate [N]`: instantiate and invoke the hello module
+//! in process, pooling vs on-demand allocation, p50/p99 in µs.
+//!
+//! `hearth-bench ceiling ADDR`: a minimal hyper server answering exactly the
+//! bytes Hearth's hello function answers, the ceiling for `bench/http.sh`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hearth_core::{FunctionSpec, FunctionVersion, InvocationId, Request, Runtime};
+use hearth_host::{Engine, HostCtx, HostLimits, HostServices, InvocationMeta, Sandbox};
+use hearth_store::{ArtifactStore, SqliteStore};
+use hearth_wasm::{WasmConfig, WasmEngine};
+
+const HELLO: &[u8] = include_bytes!("../../examples/wasm/hello.wat");
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx].as_secs_f64() * 1e6
+}
+
+struct Stats {
+    p50: f64,
+    p99: f64,
+    mean: f64,
+}
+
+fn stats(mut samples: Vec<Duration>) -> Stats {
+    samples.sort();
+    let mean = samples.iter().map(Duration::as_secs_f64).sum::<f64>() / samples.len() as f64 * 1e6;
+    Stats {
+        p50: percentile(&samples, 0.50),
+        p99: percentile(&samples, 0.99),
+        mean,
+    }
+}
+
+async fn instantiate_bench(pooling: bool, n: usize) -> anyhow::Result<(Stats, Stats)> {
+    let dir = tempfile::tempdir()?;
+    let mut config = WasmConfig::new(dir.path().join("cache"));
+    config.pooling = pooling;
+    config.max_sandboxes = 64;
+    let engine = WasmEngine::new(config)?;
+    let artifacts = ArtifactStore::open(dir.path().join("artifacts"))?;
+    let compiled = engine.compile(HELLO.to_vec()).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let hash = artifacts.put(&compiled.artifact)?;
+    let version = Arc::new(FunctionVersion {
+        tenant: "bench".into(),
+        name: "hello".into(),
+        version: 1,
+        artifact: hash,
+        spec: FunctionSpec::new(Runtime::Wasm),
+        created_at_ms: 0,
+    });
+    // The concrete type, so the measurement has no extra boxing.
+    let prepared = engine
+        .prepare_wasm(&version, &artifacts)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let store = Arc::new(SqliteStore::open(dir.path().join("db"))?);
+    let services = Arc::new(HostServices::new(store, HostLimits::default()));
+
+    let warmup = n / 10;
+    let mut inst = Vec::with_capacity(n);
+    let mut total = Vec::with_capacity(n);
+    for i in 0..n + warmup {
+        let t0 = Instant::now();
+        let mut sandbox = prepared.instantiate_sandbox().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        let t1 = Instant::now();
+        let host = HostCtx::new(
+            services.clone(),
+            InvocationMeta {
+                id: InvocationId::new(),
+                version: version.clone(),
+                deadline: Instant::now() + Duration::from_secs(10),
+            },
+        );
+        let resp = sandbox.invoke(Request::default(), host).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        drop(sandbox);
+        let t2 = Instant::now();
+        assert_eq!(&resp.body[..], b"hello from wasm\n");
+        if i >= warmup {
+            inst.push(t1 - t0);
+            total.push(t2 - t0);
+        }
+    }
+    Ok((stats(inst), stats(total)))
+}
+
+async fn ceiling(addr: &str) -> anyhow::Result<()> {
+    use hyper::server::conn::http1;
+    use hyper::service::service_fn;
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    println!("ceiling listening on http://{}", listener.local_addr()?);
+    loop {
+        let (stream, _) = listener.accept().await?;
+        tokio::spawn(async move {
+            let service = service_fn(|_req| async {
+                Ok::<_, Infallible>(
+                    hyper::Response::builder()
+                        .header("content-type", "text/plain")
+                        .body(http_body_util::Full::new(Bytes::from_static(b"hello from wasm\n")))
+                        .expect("a static response is valid"),
+                )
+            });
+            let _ = http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    match args.first().map(String::as_str) {
+        Some("instantiate") => {
+            let n: usize = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(20_000);
+            println!("| allocator | instantiate p50 | p99 | mean | instantiate+invoke p50 | p99 | mean |");
+            println!("|---|---|---|---|---|---|---|");
+            for (name, pooling) in [("pooling", true), ("on-demand", false)] {
+                let (i, t) = rt.block_on(instantiate_bench(pooling, n))?;
+                println!(
+                    "| {name} | {:.1} µs | {:.1} µs | {:.1} µs | {:.1} µs | {:.1} µs | {:.1} µs |",
+                    i.p50, i.p99, i.mean, t.p50, t.p99, t.mean
+                );
+            }
+            Ok(())
+        }
+        Some("ceiling") => rt.block_on(ceiling(args.get(1).map(String::as_str).unwrap_or("127.0.0.1:0"))),
+        _ => {
+            eprintln!("usage: hearth-bench instantiate [N] | hearth-bench ceiling ADDR");
+            std::process::exit(2);
+        }
+    }
+}

@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use displaydoc::Display;
-use hearth_core::{FunctionSpec, InvocationId};
+use hearth_core::{FunctionVersion, InvocationId};
 use hearth_store::{LogStream, Store};
 use rand::Rng;
 use thiserror::Error;
@@ -67,9 +67,9 @@ impl HostServices {
 #[derive(Debug, Clone)]
 pub struct InvocationMeta {
     pub id: InvocationId,
-    pub tenant: String,
-    pub function: String,
-    pub version: u32,
+    /// The version being run: its tenant and name scope KV, its spec is the
+    /// policy. Shared, not copied, per invocation.
+    pub version: Arc<FunctionVersion>,
     /// When the invocation must be finished; host calls never wait past it.
     pub deadline: Instant,
 }
@@ -128,7 +128,6 @@ struct Recorded {
 
 struct Inner {
     meta: InvocationMeta,
-    policy: FunctionSpec,
     services: Arc<HostServices>,
     recorded: Mutex<Recorded>,
 }
@@ -150,10 +149,9 @@ fn now_ms() -> i64 {
 }
 
 impl HostCtx {
-    pub fn new(services: Arc<HostServices>, meta: InvocationMeta, spec: &FunctionSpec) -> Self {
+    pub fn new(services: Arc<HostServices>, meta: InvocationMeta) -> Self {
         HostCtx(Arc::new(Inner {
             meta,
-            policy: spec.clone(),
             services,
             recorded: Mutex::new(Recorded {
                 tape: Tape::default(),
@@ -270,8 +268,8 @@ impl HostCtx {
         let work = tokio::task::spawn_blocking(move || {
             f(
                 &*inner.services.store,
-                &inner.meta.tenant,
-                &inner.meta.function,
+                &inner.meta.version.tenant,
+                &inner.meta.version.name,
             )
         });
         match tokio::time::timeout(self.remaining(), work).await {
@@ -358,7 +356,7 @@ impl HostCtx {
             .min(Duration::from_millis(services.limits.http_timeout_ms));
         let result = http::fetch(
             &services.http,
-            &self.0.policy,
+            &self.0.meta.version.spec,
             &request,
             timeout,
             services.limits.http_max_response_bytes,
@@ -395,12 +393,17 @@ mod tests {
         let services = Arc::new(HostServices::new(store, limits));
         let meta = InvocationMeta {
             id: InvocationId::new(),
-            tenant: "t".into(),
-            function: "f".into(),
-            version: 1,
+            version: Arc::new(FunctionVersion {
+                tenant: "t".into(),
+                name: "f".into(),
+                version: 1,
+                artifact: String::new(),
+                spec: hearth_core::FunctionSpec::new(Runtime::Wasm),
+                created_at_ms: 0,
+            }),
             deadline: Instant::now() + Duration::from_secs(5),
         };
-        HostCtx::new(services, meta, &FunctionSpec::new(Runtime::Wasm))
+        HostCtx::new(services, meta)
     }
 
     #[tokio::test]

@@ -308,7 +308,7 @@ impl Node {
     /// not load) are `Err`; the function's own failures are in the outcome.
     pub async fn invoke(
         &self,
-        v: &FunctionVersion,
+        v: &Arc<FunctionVersion>,
         req: Request,
     ) -> Result<InvokeOutcome, NodeError> {
         let id = InvocationId::new();
@@ -329,12 +329,9 @@ impl Node {
             self.host.clone(),
             InvocationMeta {
                 id,
-                tenant: v.tenant.clone(),
-                function: v.name.clone(),
-                version: v.version,
+                version: v.clone(),
                 deadline,
             },
-            &v.spec,
         );
         let result = match prepared.instantiate().await {
             Ok(mut sandbox) => {

@@ -17,8 +17,9 @@ use crate::cgi::{cgi_env, parse_cgi_output};
 
 /// Per-sandbox state inside the wasmtime `Store`.
 pub(crate) struct SandboxState {
-    /// Replaced with the request's context just before `_start` runs.
-    pub wasi: WasiP1Ctx,
+    /// The request's context, set just before `_start` runs. Empty while
+    /// instantiating; a start function that calls WASI gets a bare one.
+    pub wasi: Option<WasiP1Ctx>,
     /// Set for the duration of an invocation; the `hearth` imports use it.
     pub host: Option<HostCtx>,
     pub limiter: MemoryLimiter,
@@ -82,7 +83,7 @@ impl WasmSandbox {
     ) -> Result<Self, InvokeError> {
         let limits = version.spec.limits;
         let state = SandboxState {
-            wasi: WasiCtxBuilder::new().build_p1(),
+            wasi: None,
             host: None,
             limiter: MemoryLimiter {
                 limit_bytes: limits.memory_bytes(),
@@ -197,7 +198,7 @@ impl Sandbox for WasmSandbox {
         let deadline = host.meta().deadline;
         {
             let state = self.store.data_mut();
-            state.wasi = wasi;
+            state.wasi = Some(wasi);
             state.host = Some(host.clone());
             state.deadline = Some(deadline);
         }

@@ -65,12 +65,10 @@ impl Fixture {
     fn host(&self, v: &FunctionVersion) -> HostCtx {
         let meta = InvocationMeta {
             id: InvocationId::new(),
-            tenant: v.tenant.clone(),
-            function: v.name.clone(),
-            version: v.version,
+            version: Arc::new(v.clone()),
             deadline: Instant::now() + Duration::from_millis(v.spec.limits.timeout_ms),
         };
-        HostCtx::new(self.services.clone(), meta, &v.spec)
+        HostCtx::new(self.services.clone(), meta)
     }
 
     async fn run(

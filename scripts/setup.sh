@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what building and testing Hearth needs on a Debian machine, and
+# only what is missing. Sourced by run.sh and test.sh.
+set -euo pipefail
+
+need_apt=()
+for pkg in clang lld wasi-libc libclang-rt-14-dev-wasm32 wrk pkg-config; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing ${need_apt[*]}" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo not found; install Rust with rustup (https://rustup.rs), then rerun" >&2
+  exit 1
+fi
+for comp in rustfmt clippy; do
+  rustup component list --installed 2>/dev/null | grep -q "^$comp" || rustup component add "$comp"
+done
+
+# Builds are kept outside the checkout so fresh clones build incrementally.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hearth/target}"

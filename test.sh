@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: format check, clippy, unit and end-to-end tests
+# (the latter start the real daemon and build the C examples with clang).
+set -euo pipefail
+cd "$(dirname "$0")"
+. scripts/setup.sh
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo test"
+cargo test --workspace --locked 2>&1 | tee "${TMPDIR:-/tmp}/hearth-test.log"
+status=${PIPESTATUS[0]}
+# One closing line for the whole run, summed over every test binary.
+awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "hearth: %d passed, %d failed, %d skipped\n", p, f, i }' \
+  "${TMPDIR:-/tmp}/hearth-test.log"
+exit "$status"
