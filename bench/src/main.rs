@@ -44,7 +44,10 @@ async fn instantiate_bench(pooling: bool, n: usize) -> anyhow::Result<(Stats, St
     config.max_sandboxes = 64;
     let engine = WasmEngine::new(config)?;
     let artifacts = ArtifactStore::open(dir.path().join("artifacts"))?;
-    let compiled = engine.compile(HELLO.to_vec()).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let compiled = engine
+        .compile(HELLO.to_vec())
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let hash = artifacts.put(&compiled.artifact)?;
     let version = Arc::new(FunctionVersion {
         tenant: "bench".into(),
@@ -67,7 +70,10 @@ async fn instantiate_bench(pooling: bool, n: usize) -> anyhow::Result<(Stats, St
     let mut total = Vec::with_capacity(n);
     for i in 0..n + warmup {
         let t0 = Instant::now();
-        let mut sandbox = prepared.instantiate_sandbox().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut sandbox = prepared
+            .instantiate_sandbox()
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let t1 = Instant::now();
         let host = HostCtx::new(
             services.clone(),
@@ -77,7 +83,10 @@ async fn instantiate_bench(pooling: bool, n: usize) -> anyhow::Result<(Stats, St
                 deadline: Instant::now() + Duration::from_secs(10),
             },
         );
-        let resp = sandbox.invoke(Request::default(), host).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        let resp = sandbox
+            .invoke(Request::default(), host)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         drop(sandbox);
         let t2 = Instant::now();
         assert_eq!(&resp.body[..], b"hello from wasm\n");
@@ -101,7 +110,9 @@ async fn ceiling(addr: &str) -> anyhow::Result<()> {
                 Ok::<_, Infallible>(
                     hyper::Response::builder()
                         .header("content-type", "text/plain")
-                        .body(http_body_util::Full::new(Bytes::from_static(b"hello from wasm\n")))
+                        .body(http_body_util::Full::new(Bytes::from_static(
+                            b"hello from wasm\n",
+                        )))
                         .expect("a static response is valid"),
                 )
             });
@@ -114,11 +125,19 @@ async fn ceiling(addr: &str) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     match args.first().map(String::as_str) {
         Some("instantiate") => {
-            let n: usize = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(20_000);
-            println!("| allocator | instantiate p50 | p99 | mean | instantiate+invoke p50 | p99 | mean |");
+            let n: usize = args
+                .get(1)
+                .map(|s| s.parse())
+                .transpose()?
+                .unwrap_or(20_000);
+            println!(
+                "| allocator | instantiate p50 | p99 | mean | instantiate+invoke p50 | p99 | mean |"
+            );
             println!("|---|---|---|---|---|---|---|");
             for (name, pooling) in [("pooling", true), ("on-demand", false)] {
                 let (i, t) = rt.block_on(instantiate_bench(pooling, n))?;
@@ -129,7 +148,9 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Some("ceiling") => rt.block_on(ceiling(args.get(1).map(String::as_str).unwrap_or("127.0.0.1:0"))),
+        Some("ceiling") => rt.block_on(ceiling(
+            args.get(1).map(String::as_str).unwrap_or("127.0.0.1:0"),
+        )),
         _ => {
             eprintln!("usage: hearth-bench instantiate [N] | hearth-bench ceiling ADDR");
             std::process::exit(2);

@@ -92,7 +92,10 @@ impl WasmEngine {
         let engine = wasmtime::Engine::new(&wt)?;
 
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut SandboxState| &mut s.wasi)?;
+        wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut SandboxState| {
+            s.wasi
+                .get_or_insert_with(|| wasmtime_wasi::WasiCtxBuilder::new().build_p1())
+        })?;
         crate::imports::add_to_linker(&mut linker)?;
 
         let mut hasher = DefaultHasher::new();
@@ -256,6 +259,17 @@ impl Engine for WasmEngine {
         version: &FunctionVersion,
         artifacts: &ArtifactStore,
     ) -> Result<Arc<dyn Prepared>, DeployError> {
+        Ok(self.prepare_wasm(version, artifacts).await? as Arc<dyn Prepared>)
+    }
+}
+
+impl WasmEngine {
+    /// [`Engine::prepare`] with the concrete type (benchmarks use it).
+    pub async fn prepare_wasm(
+        &self,
+        version: &FunctionVersion,
+        artifacts: &ArtifactStore,
+    ) -> Result<Arc<WasmPrepared>, DeployError> {
         let this = self.clone();
         let version = version.clone();
         let artifacts = artifacts.clone();
@@ -273,7 +287,7 @@ impl Engine for WasmEngine {
                 engine: this.clone(),
                 pre,
                 version,
-            }) as Arc<dyn Prepared>)
+            }))
         })
         .await
         .map_err(|e| DeployError::Load(format!("loader task failed: {e}")))?
