@@ -1,6 +1,6 @@
 //! Deploy, invoke, list, version, remove, logs, metrics, OpenAPI.
 
-use crate::harness::{Daemon, error_of, example};
+use crate::harness::{Daemon, JsonExt, error_of, example, function_names};
 
 #[tokio::test]
 async fn first_start_serves_the_bundled_examples() {
@@ -60,29 +60,10 @@ async fn deploys_make_immutable_versions_that_can_be_pinned() {
     assert_eq!(by_header.headers()["hearth-version"], "1");
     assert_eq!(error_of(d.invoke("greet@9", b"").await).await.0, 404);
 
-    let versions: serde_json::Value = d
-        .get("/v1/functions/greet")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let versions: serde_json::Value = d.get("/v1/functions/greet").json_value().await;
     assert_eq!(versions["versions"].as_array().unwrap().len(), 2);
-    let list: serde_json::Value = d
-        .get("/v1/functions")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let names: Vec<_> = list["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["name"].as_str().unwrap())
-        .collect();
+    let list: serde_json::Value = d.get("/v1/functions").json_value().await;
+    let names: Vec<_> = function_names(&list);
     assert_eq!(names, ["counter", "echo", "greet", "hello"]);
 }
 
@@ -162,12 +143,8 @@ async fn logs_hold_stderr_log_calls_and_failures_per_invocation() {
     );
     let only: serde_json::Value = d
         .get(&format!("/v1/functions/logger/logs?invocation={id}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .json_value()
+        .await;
     assert!(
         only["lines"]
             .as_array()
@@ -230,12 +207,8 @@ async fn openapi_describes_every_route() {
     let doc: serde_json::Value = d
         .http
         .get(format!("{}/v1/openapi.json", d.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .json_value()
+        .await;
     assert_eq!(doc["openapi"], "3.0.3");
     let paths = doc["paths"].as_object().unwrap();
     for p in [

@@ -1,6 +1,6 @@
 //! Tokens, tenants, and what one tenant can see of another.
 
-use crate::harness::{Daemon, error_of, example};
+use crate::harness::{Daemon, JsonExt, error_of, example, function_names};
 
 async fn new_tenant(d: &Daemon, name: &str) -> String {
     let resp = d
@@ -98,28 +98,12 @@ async fn tenants_never_see_each_others_functions_logs_or_kv() {
         .http
         .get(format!("{}/v1/functions", d.url))
         .bearer_auth(&beta)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let names: Vec<_> = list["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["name"].as_str().unwrap().to_string())
-        .collect();
+        .json_value()
+        .await;
+    let names: Vec<_> = function_names(&list);
     assert_eq!(names, ["count"]);
     assert_eq!(list["tenant"], "beta");
-    let admin_list: serde_json::Value = d
-        .get("/v1/functions")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let admin_list: serde_json::Value = d.get("/v1/functions").json_value().await;
     assert!(
         admin_list["functions"]
             .as_array()
@@ -142,12 +126,8 @@ async fn tenants_never_see_each_others_functions_logs_or_kv() {
         .http
         .get(format!("{}/v1/whoami", d.url))
         .bearer_auth(&acme)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .json_value()
+        .await;
     assert_eq!(
         (whoami["tenant"].as_str(), whoami["role"].as_str()),
         (Some("acme"), Some("member"))

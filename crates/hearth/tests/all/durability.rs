@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::harness::Daemon;
+use crate::harness::{Daemon, JsonExt};
 
 /// hello.wat with a different greeting, so each deploy is a new artifact.
 fn variant(i: usize) -> Vec<u8> {
@@ -80,14 +80,7 @@ async fn kill_9_during_deploys_and_invocations_loses_nothing_completed() {
 
     let d = Daemon::start_in(&dir, &[]);
     for (name, (version, i)) in &acked {
-        let fv: serde_json::Value = d
-            .get(&format!("/v1/functions/{name}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let fv: serde_json::Value = d.get(&format!("/v1/functions/{name}")).json_value().await;
         let versions = fv["versions"].as_array().unwrap();
         assert!(
             versions

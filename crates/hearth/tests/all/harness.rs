@@ -179,3 +179,24 @@ pub async fn error_of(resp: reqwest::Response) -> (u16, String, String) {
             .to_string(),
     )
 }
+
+/// `send().await.unwrap().json().await.unwrap()`, for tests that only want the JSON.
+pub trait JsonExt {
+    async fn json_value(self) -> serde_json::Value;
+}
+
+impl JsonExt for reqwest::RequestBuilder {
+    async fn json_value(self) -> serde_json::Value {
+        self.send().await.unwrap().json().await.unwrap()
+    }
+}
+
+/// The names in a `GET /v1/functions` answer.
+pub fn function_names(list: &serde_json::Value) -> Vec<String> {
+    list["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap().to_string())
+        .collect()
+}

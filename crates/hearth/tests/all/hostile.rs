@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::{Daemon, error_of, example};
+use crate::harness::{Daemon, JsonExt, error_of, example};
 
 #[tokio::test]
 async fn invalid_and_non_wasi_modules_are_refused_with_the_reason() {
@@ -48,14 +48,7 @@ async fn invalid_and_non_wasi_modules_are_refused_with_the_reason() {
     assert_eq!(status, 400);
     assert!(msg.contains("memroy_mib"), "{msg}");
     // Nothing half-made was registered.
-    let fns: serde_json::Value = d
-        .get("/v1/functions")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let fns: serde_json::Value = d.get("/v1/functions").json_value().await;
     assert_eq!(
         fns["functions"].as_array().unwrap().len(),
         3,
