@@ -161,6 +161,18 @@ mod tests {
     }
 
     #[test]
+    fn retain_keeps_only_what_is_referenced() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::open(dir.path()).unwrap();
+        let keep = store.put(b"kept").unwrap();
+        let drop = store.put(b"dropped").unwrap();
+        let removed = store.retain(&[keep.clone()].into_iter().collect()).unwrap();
+        assert_eq!(removed, 1);
+        assert!(store.contains(&keep));
+        assert!(!store.contains(&drop));
+    }
+
+    #[test]
     fn open_sweeps_abandoned_temporary_files() {
         let dir = tempfile::tempdir().unwrap();
         let store = ArtifactStore::open(dir.path()).unwrap();

@@ -53,6 +53,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             .with_context(|| format!("failed to open {}", dir.display()))?,
     );
     let artifacts = ArtifactStore::open(dir.join("artifacts"))?;
+    // Before serving, so no deploy can be between writing its artifact and
+    // committing its version: anything unreferenced now is garbage.
+    let keep = store.referenced_artifacts()?.into_iter().collect();
+    let removed = artifacts.retain(&keep)?;
+    if removed > 0 {
+        tracing::info!(removed, "removed artifacts no version refers to");
+    }
     let mut wasm_config = WasmConfig::new(dir.join("cache"));
     wasm_config.pooling = settings.pooling;
     wasm_config.max_sandboxes = settings.max_sandboxes;

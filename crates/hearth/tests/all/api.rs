@@ -100,6 +100,39 @@ async fn remove_deletes_the_function_and_its_kv() {
 }
 
 #[tokio::test]
+async fn restart_deletes_artifacts_of_removed_functions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let mut d = Daemon::start_in(&dir, &[]);
+    let gone = d.deploy("gone", example("trap.wat"), &[]).await;
+    let kept = d.deploy("kept", example("echo.wat"), &[]).await;
+    let path = |v: &serde_json::Value| {
+        dir.join("artifacts/sha256")
+            .join(v["artifact"].as_str().unwrap())
+    };
+    assert!(path(&gone).is_file());
+    let resp = d
+        .http
+        .delete(format!("{}/v1/functions/gone", d.url))
+        .bearer_auth(&d.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    d.kill9();
+    let d = Daemon::start_in(&dir, &[]);
+    assert!(
+        !path(&gone).exists(),
+        "the removed function's code is deleted"
+    );
+    assert!(path(&kept).is_file());
+    assert_eq!(
+        d.invoke("kept", b"still here").await.text().await.unwrap(),
+        "still here"
+    );
+}
+
+#[tokio::test]
 async fn logs_hold_stderr_log_calls_and_failures_per_invocation() {
     let d = Daemon::start();
     d.deploy("logger", example("log.wat"), &[]).await;
