@@ -57,6 +57,12 @@ fn split_version(name: &str, headers: &HeaderMap) -> Result<(String, Option<u32>
     Ok((name.to_string(), version))
 }
 
+/// How much of an oversized body is read and thrown away before answering
+/// 413, so a client still sending gets the answer instead of a reset
+/// connection. Larger uploads are cut off at once.
+const DRAIN_BYTES: usize = 1 << 20;
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Reads a body, refusing with 413 past `limit` bytes.
 pub(crate) async fn read_body(
     headers: &HeaderMap,
@@ -64,6 +70,7 @@ pub(crate) async fn read_body(
     limit: usize,
     what: &str,
 ) -> Result<bytes::Bytes, ApiError> {
+    use http_body_util::BodyExt;
     let too_large = || {
         ApiError::TooLarge(format!(
             "the {what} is larger than the limit of {limit} bytes"
@@ -73,12 +80,33 @@ pub(crate) async fn read_body(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
+    if declared.is_some_and(|n| n > limit.saturating_add(DRAIN_BYTES)) {
         return Err(too_large());
     }
-    axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| too_large())
+    let mut body = body;
+    let mut buf = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame =
+            frame.map_err(|e| ApiError::BadRequest(format!("failed to read the {what}: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if buf.len() + data.len() > limit {
+            let mut seen = buf.len() + data.len();
+            let drain = async {
+                while seen <= limit.saturating_add(DRAIN_BYTES) {
+                    match body.frame().await {
+                        Some(Ok(f)) => seen += f.data_ref().map_or(0, |d| d.len()),
+                        _ => break,
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+            return Err(too_large());
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok(buf.freeze())
 }
 
 #[allow(clippy::too_many_arguments)]
