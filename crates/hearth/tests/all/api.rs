@@ -73,22 +73,10 @@ async fn remove_deletes_the_function_and_its_kv() {
     d.deploy("tally", example("counter.wat"), &[]).await;
     assert_eq!(d.invoke("tally", b"").await.text().await.unwrap(), "1\n");
     assert_eq!(d.invoke("tally", b"").await.text().await.unwrap(), "2\n");
-    let resp = d
-        .http
-        .delete(format!("{}/v1/functions/tally", d.url))
-        .bearer_auth(&d.token)
-        .send()
-        .await
-        .unwrap();
+    let resp = d.delete("/v1/functions/tally").send().await.unwrap();
     assert_eq!(resp.status(), 204);
     assert_eq!(error_of(d.invoke("tally", b"").await).await.0, 404);
-    let again = d
-        .http
-        .delete(format!("{}/v1/functions/tally", d.url))
-        .bearer_auth(&d.token)
-        .send()
-        .await
-        .unwrap();
+    let again = d.delete("/v1/functions/tally").send().await.unwrap();
     assert_eq!(again.status(), 404);
     let v = d.deploy("tally", example("counter.wat"), &[]).await;
     assert_eq!(v["version"], 2, "numbers are not reused after removal");
@@ -111,13 +99,7 @@ async fn restart_deletes_artifacts_of_removed_functions() {
             .join(v["artifact"].as_str().unwrap())
     };
     assert!(path(&gone).is_file());
-    let resp = d
-        .http
-        .delete(format!("{}/v1/functions/gone", d.url))
-        .bearer_auth(&d.token)
-        .send()
-        .await
-        .unwrap();
+    let resp = d.delete("/v1/functions/gone").send().await.unwrap();
     assert_eq!(resp.status(), 204);
     d.kill9();
     let d = Daemon::start_in(&dir, &[]);

@@ -89,6 +89,12 @@ impl Daemon {
             .bearer_auth(&self.token)
     }
 
+    pub fn delete(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .delete(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+    }
+
     pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
         self.http
             .post(format!("{}{path}", self.url))
