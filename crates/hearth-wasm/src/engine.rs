@@ -13,7 +13,7 @@ use hearth_host::{Compiled, DeployError, Engine, Prepared, Sandbox};
 use hearth_store::ArtifactStore;
 use wasmtime::{InstanceAllocationStrategy, InstancePre, Linker, Module, PoolingAllocationConfig};
 
-use crate::sandbox::{SandboxState, WasmSandbox};
+use crate::sandbox::{SandboxState, SandboxTemplate, WasmSandbox};
 
 /// How the wasm tier is set up; fixed for the life of the process.
 #[derive(Debug, Clone)]
@@ -283,10 +283,14 @@ impl WasmEngine {
                     this.0.config.max_memory_mib
                 )));
             }
+            let template = Arc::new(SandboxTemplate::new(
+                &version,
+                this.0.config.max_response_bytes,
+            ));
             Ok(Arc::new(WasmPrepared {
                 engine: this.clone(),
                 pre,
-                version,
+                template,
             }))
         })
         .await
@@ -298,13 +302,13 @@ impl WasmEngine {
 pub struct WasmPrepared {
     engine: WasmEngine,
     pre: InstancePre<SandboxState>,
-    version: FunctionVersion,
+    template: Arc<SandboxTemplate>,
 }
 
 impl WasmPrepared {
     /// Instantiates without boxing (used by benchmarks).
     pub async fn instantiate_sandbox(&self) -> Result<WasmSandbox, InvokeError> {
-        WasmSandbox::new(&self.engine, &self.pre, &self.version).await
+        WasmSandbox::new(&self.engine, &self.pre, &self.template).await
     }
 }
 

@@ -1,12 +1,15 @@
 //! [`WasmSandbox`]: one instance, one invocation.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
 use hearth_core::{FunctionVersion, InvokeError, Request, Response};
 use hearth_host::{HostCtx, Sandbox};
 use hearth_store::LogStream;
-use wasmtime::{Instance, InstancePre, ResourceLimiter, Store, Trap, UpdateDeadline};
+use wasmtime::{
+    Instance, InstancePre, PoolConcurrencyLimitError, ResourceLimiter, Store, Trap, UpdateDeadline,
+};
 use wasmtime_wasi::I32Exit;
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p1::WasiP1Ctx;
@@ -64,24 +67,48 @@ impl ResourceLimiter for MemoryLimiter {
     }
 }
 
+/// What every sandbox of one version needs to know, computed once at
+/// prepare time and shared, so instantiating copies nothing from the spec.
+pub(crate) struct SandboxTemplate {
+    pub function: String,
+    /// `/fn/<tenant>/<name>`: the CGI `SCRIPT_NAME`.
+    pub prefix: String,
+    pub env: Vec<(String, String)>,
+    pub limits: hearth_core::Limits,
+    pub max_response_bytes: usize,
+}
+
+impl SandboxTemplate {
+    pub fn new(version: &FunctionVersion, max_response_bytes: usize) -> Self {
+        SandboxTemplate {
+            function: version.name.clone(),
+            prefix: format!("/fn/{}/{}", version.tenant, version.name),
+            env: version
+                .spec
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            limits: version.spec.limits,
+            max_response_bytes,
+        }
+    }
+}
+
 /// A fresh instance of one function version.
 pub struct WasmSandbox {
     store: Store<SandboxState>,
     instance: Instance,
-    function: String,
-    limits: hearth_core::Limits,
-    max_response_bytes: usize,
-    prefix: String,
-    env: Vec<(String, String)>,
+    template: Arc<SandboxTemplate>,
 }
 
 impl WasmSandbox {
     pub(crate) async fn new(
         engine: &WasmEngine,
         pre: &InstancePre<SandboxState>,
-        version: &FunctionVersion,
+        template: &Arc<SandboxTemplate>,
     ) -> Result<Self, InvokeError> {
-        let limits = version.spec.limits;
+        let limits = template.limits;
         let state = SandboxState {
             wasi: None,
             host: None,
@@ -113,27 +140,17 @@ impl WasmSandbox {
                         limit_mib: limits.memory_mib,
                     });
                 }
-                let msg = format!("{e:#}");
                 // The pooling allocator refuses when every slot is taken.
-                if msg.contains("maximum concurrent") || msg.contains("limit of") {
+                if e.downcast_ref::<PoolConcurrencyLimitError>().is_some() {
                     return Err(InvokeError::Overloaded);
                 }
-                return Err(InvokeError::Crashed(format!("instantiation failed: {msg}")));
+                return Err(InvokeError::Crashed(format!("instantiation failed: {e:#}")));
             }
         };
         Ok(WasmSandbox {
             store,
             instance,
-            function: version.name.clone(),
-            limits,
-            max_response_bytes: engine.config().max_response_bytes,
-            prefix: format!("/fn/{}/{}", version.tenant, version.name),
-            env: version
-                .spec
-                .env
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
+            template: template.clone(),
         })
     }
 
@@ -148,9 +165,13 @@ impl WasmSandbox {
         b.stdin(MemoryInputPipe::new(req.body.clone()))
             .stdout(stdout.clone())
             .stderr(stderr.clone())
-            .arg(&self.function)
-            .envs(&self.env)
-            .envs(&cgi_env(req, &self.function, &self.prefix))
+            .arg(&self.template.function)
+            .envs(&self.template.env)
+            .envs(&cgi_env(
+                req,
+                &self.template.function,
+                &self.template.prefix,
+            ))
             .wall_clock(crate::wasi_host::WallClock(host.clone()))
             .monotonic_clock(crate::wasi_host::MonotonicClock(host.clone()))
             .secure_random(crate::wasi_host::Random(host.clone()))
@@ -163,12 +184,12 @@ impl WasmSandbox {
         let state = self.store.data();
         if state.timed_out {
             return InvokeError::Timeout {
-                limit_ms: self.limits.timeout_ms,
+                limit_ms: self.template.limits.timeout_ms,
             };
         }
         if state.limiter.refused {
             return InvokeError::OutOfMemory {
-                limit_mib: self.limits.memory_mib,
+                limit_mib: self.template.limits.memory_mib,
             };
         }
         match err.downcast_ref::<Trap>() {
@@ -191,7 +212,7 @@ impl WasmSandbox {
 impl Sandbox for WasmSandbox {
     async fn invoke(&mut self, req: Request, host: HostCtx) -> Result<Response, InvokeError> {
         // One byte over the limit tells "exactly at the limit" from "over it".
-        let stdout = MemoryOutputPipe::new(self.max_response_bytes + 1);
+        let stdout = MemoryOutputPipe::new(self.template.max_response_bytes + 1);
         let stderr_cap = host.limits().log_max_bytes;
         let stderr = MemoryOutputPipe::new(stderr_cap);
         let wasi = self.wasi_for(&req, &host, &stdout, &stderr);
@@ -212,7 +233,7 @@ impl Sandbox for WasmSandbox {
         let run = start.call_async(&mut self.store, ());
         let outcome = match tokio::time::timeout_at(deadline.into(), run).await {
             Err(_) => Err(InvokeError::Timeout {
-                limit_ms: self.limits.timeout_ms,
+                limit_ms: self.template.limits.timeout_ms,
             }),
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => match e.downcast_ref::<I32Exit>() {
@@ -232,9 +253,9 @@ impl Sandbox for WasmSandbox {
         }
         outcome?;
         let out = stdout.contents();
-        if out.len() > self.max_response_bytes {
+        if out.len() > self.template.max_response_bytes {
             return Err(InvokeError::ResponseTooLarge {
-                limit_bytes: self.max_response_bytes,
+                limit_bytes: self.template.max_response_bytes,
             });
         }
         Ok(parse_cgi_output(out))
