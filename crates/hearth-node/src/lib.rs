@@ -19,6 +19,7 @@
 mod logs;
 mod metrics;
 mod node;
+mod table;
 
 pub use metrics::Metrics;
 pub use node::{DeployOutcome, InvokeOutcome, Node, NodeConfig, NodeError, StartKind};

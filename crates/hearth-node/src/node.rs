@@ -1,7 +1,7 @@
 //! [`Node`]: deploy, resolve and invoke functions.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use displaydoc::Display;
@@ -11,10 +11,11 @@ use hearth_core::{
 use hearth_host::{DeployError, Engine, HostCtx, HostServices, InvocationMeta, Prepared};
 use hearth_store::{ArtifactStore, LogRecord, LogStream, Store, StoreError};
 use thiserror::Error;
-use tokio::sync::{OnceCell, Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc};
 
 use crate::Metrics;
 use crate::metrics::{ErrorLabels, OutcomeLabels, StartLabels};
+use crate::table::FunctionTable;
 
 /// Settings of the invoker.
 #[derive(Debug, Clone)]
@@ -91,8 +92,6 @@ pub struct InvokeOutcome {
     pub result: Result<Response, InvokeError>,
 }
 
-type PreparedSlot = Arc<OnceCell<Arc<dyn Prepared>>>;
-
 /// One Hearth node.
 pub struct Node {
     store: Arc<dyn Store>,
@@ -100,11 +99,8 @@ pub struct Node {
     engines: HashMap<Tier, Arc<dyn Engine>>,
     host: Arc<HostServices>,
     config: NodeConfig,
-    /// tenant → function → newest version, filled on first use, updated on
-    /// deploy and removal.
-    latest: RwLock<HashMap<String, HashMap<String, Arc<FunctionVersion>>>>,
-    /// "tenant/name/version" → the version's prepared code.
-    prepared: RwLock<HashMap<String, PreparedSlot>>,
+    /// Versions and their prepared code, filled on first use.
+    table: FunctionTable,
     admission: Arc<Semaphore>,
     logs: mpsc::Sender<LogRecord>,
     metrics: Metrics,
@@ -115,16 +111,6 @@ fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
-}
-
-fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    // These maps are caches; a panic mid-update leaves at worst a stale
-    // entry, which the store corrects on the next miss.
-    lock.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    lock.write().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Node {
@@ -144,8 +130,7 @@ impl Node {
             host,
             admission: Arc::new(Semaphore::new(config.max_concurrency)),
             config,
-            latest: RwLock::default(),
-            prepared: RwLock::default(),
+            table: FunctionTable::default(),
             logs,
             metrics: Metrics::default(),
         }
@@ -208,13 +193,12 @@ impl Node {
             .await
             .map_err(|e| NodeError::Internal(e.to_string()))??;
         let (t, n) = (tenant.to_string(), name.to_string());
+        let generation = self.table.generation();
         let version = self
             .blocking(move |s| s.create_version(&t, &n, &hash, &spec))
             .await?;
-        write(&self.latest)
-            .entry(tenant.to_string())
-            .or_default()
-            .insert(name.to_string(), Arc::new(version.clone()));
+        self.table
+            .insert(Arc::new(version.clone()), true, generation);
         self.metrics.deploys.inc();
         Ok(DeployOutcome {
             version,
@@ -226,11 +210,7 @@ impl Node {
     pub async fn remove(&self, tenant: &str, name: &str) -> Result<bool, NodeError> {
         let (t, n) = (tenant.to_string(), name.to_string());
         let existed = self.blocking(move |s| s.delete_function(&t, &n)).await?;
-        if let Some(fns) = write(&self.latest).get_mut(tenant) {
-            fns.remove(name);
-        }
-        let prefix = format!("{tenant}/{name}/");
-        write(&self.prepared).retain(|k, _| !k.starts_with(&prefix));
+        self.table.remove(tenant, name);
         Ok(existed)
     }
 
@@ -241,11 +221,10 @@ impl Node {
         name: &str,
         version: Option<u32>,
     ) -> Result<Arc<FunctionVersion>, NodeError> {
-        if version.is_none()
-            && let Some(v) = read(&self.latest).get(tenant).and_then(|m| m.get(name))
-        {
-            return Ok(v.clone());
+        if let Some(v) = self.table.get(tenant, name, version) {
+            return Ok(v);
         }
+        let generation = self.table.generation();
         let (t, n) = (tenant.to_string(), name.to_string());
         let found = self
             .blocking(move |s| s.get_version(&t, &n, version))
@@ -266,12 +245,8 @@ impl Node {
                 });
             }
         };
-        if version.is_none() {
-            write(&self.latest)
-                .entry(tenant.to_string())
-                .or_default()
-                .insert(name.to_string(), found.clone());
-        }
+        self.table
+            .insert(found.clone(), version.is_none(), generation);
         Ok(found)
     }
 
@@ -281,12 +256,7 @@ impl Node {
         &self,
         v: &FunctionVersion,
     ) -> Result<(Arc<dyn Prepared>, StartKind), NodeError> {
-        let key = format!("{}/{}/{}", v.tenant, v.name, v.version);
-        let slot = read(&self.prepared).get(&key).cloned();
-        let slot = match slot {
-            Some(slot) => slot,
-            None => write(&self.prepared).entry(key).or_default().clone(),
-        };
+        let slot = self.table.slot(v);
         if let Some(p) = slot.get() {
             return Ok((p.clone(), StartKind::Warm));
         }

@@ -1,0 +1,154 @@
+//! The node's in-memory view of the registry: which version a name means
+//! now, the versions seen so far (immutable, so safe to keep), and each
+//! version's prepared code.
+//!
+//! ```text
+//! tenant ─▶ name ─▶ Entry { latest, versions: version ─▶ (FunctionVersion, prepared slot) }
+//! ```
+//! Lookups borrow `&str` keys, so once a version is known an invocation
+//! allocates nothing here and never touches the store, pinned or not.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use hearth_core::FunctionVersion;
+use hearth_host::Prepared;
+use tokio::sync::OnceCell;
+
+/// A version's prepared code, filled once (single-flight) on first use.
+pub(crate) type PreparedSlot = Arc<OnceCell<Arc<dyn Prepared>>>;
+
+#[derive(Default)]
+struct Entry {
+    /// The newest version, once known.
+    latest: Option<u32>,
+    versions: HashMap<u32, (Arc<FunctionVersion>, PreparedSlot)>,
+}
+
+#[derive(Default)]
+pub(crate) struct FunctionTable {
+    map: RwLock<HashMap<String, HashMap<String, Entry>>>,
+    /// Bumped by every removal, so a fill that read the store before a
+    /// removal cannot put back what was removed.
+    generation: AtomicU64,
+}
+
+impl FunctionTable {
+    // The map is a cache: a panic mid-update leaves at worst a stale entry,
+    // which the store corrects on the next miss, so poisoning is ignored.
+    fn read(&self) -> RwLockReadGuard<'_, HashMap<String, HashMap<String, Entry>>> {
+        self.map.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, HashMap<String, HashMap<String, Entry>>> {
+        self.map.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Read before consulting the store; pass to [`insert`](Self::insert).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// `version` of tenant/name, or its newest, if known.
+    pub fn get(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: Option<u32>,
+    ) -> Option<Arc<FunctionVersion>> {
+        let map = self.read();
+        let entry = map.get(tenant)?.get(name)?;
+        let v = version.or(entry.latest)?;
+        entry.versions.get(&v).map(|(fv, _)| fv.clone())
+    }
+
+    /// Records a version from the store or a deploy; `newest` says it is the
+    /// function's newest. Skipped if a removal happened since `generation`.
+    pub fn insert(&self, v: Arc<FunctionVersion>, newest: bool, generation: u64) {
+        let mut map = self.write();
+        if self.generation() != generation {
+            return;
+        }
+        let entry = map
+            .entry(v.tenant.clone())
+            .or_default()
+            .entry(v.name.clone())
+            .or_default();
+        if newest {
+            entry.latest = Some(entry.latest.map_or(v.version, |l| l.max(v.version)));
+        }
+        entry
+            .versions
+            .entry(v.version)
+            .or_insert_with(|| (v, PreparedSlot::default()));
+    }
+
+    /// Forgets a function, its versions and their prepared code.
+    pub fn remove(&self, tenant: &str, name: &str) {
+        let mut map = self.write();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        if let Some(fns) = map.get_mut(tenant) {
+            fns.remove(name);
+        }
+    }
+
+    /// The prepared-code slot of `v`. A version no longer in the table (its
+    /// function was removed mid-invocation) gets a slot that is not kept.
+    pub fn slot(&self, v: &FunctionVersion) -> PreparedSlot {
+        self.read()
+            .get(&v.tenant)
+            .and_then(|fns| fns.get(&v.name))
+            .and_then(|e| e.versions.get(&v.version))
+            .map(|(_, slot)| slot.clone())
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hearth_core::{FunctionSpec, Runtime};
+
+    fn v(version: u32) -> Arc<FunctionVersion> {
+        Arc::new(FunctionVersion {
+            tenant: "t".into(),
+            name: "f".into(),
+            version,
+            artifact: String::new(),
+            spec: FunctionSpec::new(Runtime::Wasm),
+            created_at_ms: 0,
+        })
+    }
+
+    #[test]
+    fn newest_and_pinned_versions_are_served_from_memory() {
+        let t = FunctionTable::default();
+        let g = t.generation();
+        t.insert(v(2), true, g);
+        t.insert(v(1), false, g);
+        t.insert(v(1), true, g); // an older "newest" never moves latest back
+        assert_eq!(t.get("t", "f", None).map(|v| v.version), Some(2));
+        assert_eq!(t.get("t", "f", Some(1)).map(|v| v.version), Some(1));
+        assert!(t.get("t", "f", Some(3)).is_none());
+        assert!(
+            Arc::ptr_eq(&t.slot(&v(2)), &t.slot(&v(2))),
+            "one slot per version"
+        );
+    }
+
+    #[test]
+    fn a_fill_that_raced_a_removal_is_dropped() {
+        let t = FunctionTable::default();
+        let before = t.generation();
+        t.insert(v(1), true, before);
+        t.remove("t", "f");
+        assert!(t.get("t", "f", None).is_none());
+        t.insert(v(1), true, before); // read from the store before the removal
+        assert!(t.get("t", "f", None).is_none());
+        assert!(
+            !Arc::ptr_eq(&t.slot(&v(1)), &t.slot(&v(1))),
+            "removed versions are not cached"
+        );
+    }
+}
