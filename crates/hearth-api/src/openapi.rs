@@ -1,6 +1,7 @@
 //! `GET /v1/openapi.json`: the management and invocation API, described.
-//! Kept by hand beside the routes in `lib.rs`; the integration tests check
-//! that every route the router serves is listed here.
+//! Kept by hand beside the routes in `lib.rs`: add a route there, describe
+//! it here and in the path list of `tests/all/api.rs`
+//! (`openapi_describes_every_route`).
 
 use axum::Json;
 use serde_json::{Value, json};

@@ -15,3 +15,12 @@ pub use function::{
     validate_tenant_name,
 };
 pub use invocation::{InvocationId, Request, Response};
+
+/// Milliseconds since the Unix epoch, the unit of every stored timestamp
+/// (0 if the clock is set before 1970).
+pub fn unix_time_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

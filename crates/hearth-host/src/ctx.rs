@@ -118,6 +118,7 @@ impl HostError {
     }
 }
 
+#[derive(Default)]
 struct Recorded {
     tape: Tape,
     logs: Vec<LogLine>,
@@ -141,25 +142,12 @@ fn monotonic_origin() -> Instant {
     *ORIGIN.get_or_init(Instant::now)
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 impl HostCtx {
     pub fn new(services: Arc<HostServices>, meta: InvocationMeta) -> Self {
         HostCtx(Arc::new(Inner {
             meta,
             services,
-            recorded: Mutex::new(Recorded {
-                tape: Tape::default(),
-                logs: Vec::new(),
-                log_bytes: 0,
-                logs_truncated: false,
-                http_calls: 0,
-            }),
+            recorded: Mutex::default(),
         }))
     }
 
@@ -243,14 +231,14 @@ impl HostCtx {
         }
         rec.log_bytes += message.len();
         rec.logs.push(LogLine {
-            ts_ms: now_ms(),
+            ts_ms: hearth_core::unix_time_ms(),
             stream,
             level: level.to_string(),
             message,
         });
         if rec.logs_truncated {
             rec.logs.push(LogLine {
-                ts_ms: now_ms(),
+                ts_ms: hearth_core::unix_time_ms(),
                 stream: LogStream::System,
                 level: "warn".into(),
                 message: format!("log output truncated at {limit} bytes for this invocation"),

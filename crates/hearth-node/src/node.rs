@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use displaydoc::Display;
 use hearth_core::{
@@ -104,13 +104,6 @@ pub struct Node {
     admission: Arc<Semaphore>,
     logs: mpsc::Sender<LogRecord>,
     metrics: Metrics,
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 impl Node {
@@ -348,7 +341,7 @@ impl Node {
                 .get_or_create(&ErrorLabels { kind: e.kind() })
                 .inc();
             lines.push(hearth_host::LogLine {
-                ts_ms: now_ms(),
+                ts_ms: hearth_core::unix_time_ms(),
                 stream: LogStream::System,
                 level: "error".into(),
                 message: format!("invocation failed ({}): {e}", e.kind()),

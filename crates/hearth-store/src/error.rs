@@ -23,8 +23,6 @@ pub enum StoreError {
     NoSuchTenant(String),
     /// tenant {0:?} already exists
     TenantExists(String),
-    /// stored data is unreadable: {0}
-    Corrupt(String),
 }
 
 impl StoreError {

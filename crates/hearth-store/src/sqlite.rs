@@ -8,7 +8,6 @@
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use hearth_core::{FunctionSpec, FunctionVersion};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -73,13 +72,6 @@ pub struct SqliteStore {
     readers: Vec<Mutex<Connection>>,
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
     // A panic while holding the lock cannot leave SQLite inconsistent (an
     // open transaction is rolled back when its guard drops), so a poisoned
@@ -125,31 +117,19 @@ impl SqliteStore {
     }
 }
 
-fn row_to_version(row: &rusqlite::Row<'_>) -> rusqlite::Result<(FunctionVersion, String)> {
+fn row_to_version(row: &rusqlite::Row<'_>) -> rusqlite::Result<FunctionVersion> {
     let spec_json: String = row.get(4)?;
-    Ok((
-        FunctionVersion {
-            tenant: row.get(0)?,
-            name: row.get(1)?,
-            version: row.get(2)?,
-            artifact: row.get(3)?,
-            spec: hearth_core::FunctionSpec::new(hearth_core::Runtime::Wasm),
-            created_at_ms: row.get(5)?,
-        },
-        spec_json,
-    ))
-}
-
-fn finish_version(
-    (mut v, spec_json): (FunctionVersion, String),
-) -> Result<FunctionVersion, StoreError> {
-    v.spec = serde_json::from_str(&spec_json).map_err(|e| {
-        StoreError::Corrupt(format!(
-            "spec of {}/{} v{}: {e}",
-            v.tenant, v.name, v.version
-        ))
+    let spec = serde_json::from_str(&spec_json).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(4, rusqlite::types::Type::Text, Box::new(e))
     })?;
-    Ok(v)
+    Ok(FunctionVersion {
+        tenant: row.get(0)?,
+        name: row.get(1)?,
+        version: row.get(2)?,
+        artifact: row.get(3)?,
+        spec,
+        created_at_ms: row.get(5)?,
+    })
 }
 
 const VERSION_COLUMNS: &str = "tenant, name, version, artifact, spec, created_ms";
@@ -159,7 +139,7 @@ impl Store for SqliteStore {
         let conn = self.writer();
         let inserted = conn.execute(
             "INSERT OR IGNORE INTO tenants (name, created_ms) VALUES (?1, ?2)",
-            params![name, now_ms()],
+            params![name, hearth_core::unix_time_ms()],
         )?;
         if inserted == 0 {
             return Err(StoreError::TenantExists(name.to_string()));
@@ -196,7 +176,7 @@ impl Store for SqliteStore {
                 sha256_hex(token.as_bytes()),
                 tenant,
                 role.as_str(),
-                now_ms()
+                hearth_core::unix_time_ms()
             ],
         )?;
         Ok(token)
@@ -229,7 +209,7 @@ impl Store for SqliteStore {
         spec: &FunctionSpec,
     ) -> Result<FunctionVersion, StoreError> {
         let spec_json = serde_json::to_string(spec).expect("FunctionSpec always serializes");
-        let created_at_ms = now_ms();
+        let created_at_ms = hearth_core::unix_time_ms();
         let mut conn = self.writer();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         // Versions keep counting after a function is removed and re-created,
@@ -299,7 +279,7 @@ impl Store for SqliteStore {
                 )
                 .optional()?,
         };
-        row.map(finish_version).transpose()
+        Ok(row)
     }
 
     fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>, StoreError> {
@@ -314,8 +294,7 @@ impl Store for SqliteStore {
         let rows = stmt.query_map([tenant], |r| Ok((row_to_version(r)?, r.get::<_, u32>(6)?)))?;
         let mut out = Vec::new();
         for row in rows {
-            let (raw, versions) = row?;
-            let latest = finish_version(raw)?;
+            let (latest, versions) = row?;
             out.push(FunctionSummary {
                 name: latest.name.clone(),
                 latest,
@@ -334,7 +313,7 @@ impl Store for SqliteStore {
              ORDER BY version"
         ))?;
         let rows = stmt.query_map(params![tenant, name], row_to_version)?;
-        rows.map(|r| finish_version(r?)).collect()
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     fn delete_function(&self, tenant: &str, name: &str) -> Result<bool, StoreError> {
