@@ -44,7 +44,10 @@ pub(crate) async fn invoke_path(
 }
 
 /// `name` or `name@version`, and a `Hearth-Version` header, pin a version.
-fn split_version(name: &str, headers: &HeaderMap) -> Result<(String, Option<u32>), ApiError> {
+fn split_version<'a>(
+    name: &'a str,
+    headers: &HeaderMap,
+) -> Result<(&'a str, Option<u32>), ApiError> {
     let bad = |v: &str| ApiError::BadRequest(format!("version {v:?} is not a positive number"));
     let (name, mut version) = match name.split_once('@') {
         Some((n, v)) => (n, Some(v.parse::<u32>().map_err(|_| bad(v))?)),
@@ -54,7 +57,7 @@ fn split_version(name: &str, headers: &HeaderMap) -> Result<(String, Option<u32>
         let v = h.to_str().unwrap_or_default();
         version = Some(v.parse::<u32>().map_err(|_| bad(v))?);
     }
-    Ok((name.to_string(), version))
+    Ok((name, version))
 }
 
 /// How much of an oversized body is read and thrown away before answering
@@ -121,7 +124,7 @@ async fn run(
     body: Body,
 ) -> Result<Response, ApiError> {
     let (name, version) = split_version(name, &headers)?;
-    let function = s.node.resolve(tenant, &name, version).await?;
+    let function = s.node.resolve(tenant, name, version).await?;
     if !function.spec.public {
         let principal = s.auth.require(s.node.store(), &headers).await?;
         if principal.tenant != tenant {
