@@ -73,8 +73,11 @@ pub(crate) async fn create_tenant(
     ))
 }
 
-/// Deploy settings, from the query string (repeatable keys allowed).
-fn parse_deploy_query(query: &str) -> Result<(FunctionSpec, Option<Runtime>), ApiError> {
+/// Deploy settings from the query string (repeatable keys allowed): the
+/// spec, the runtime if given or inferable, and the upload's file name.
+fn parse_deploy_query(
+    query: &str,
+) -> Result<(FunctionSpec, Option<Runtime>, Option<String>), ApiError> {
     let mut spec = FunctionSpec::new(Runtime::Wasm);
     let mut runtime = None;
     let mut file_name = None;
@@ -106,7 +109,7 @@ fn parse_deploy_query(query: &str) -> Result<(FunctionSpec, Option<Runtime>), Ap
         }
     }
     let inferred = file_name.as_deref().and_then(Runtime::infer_from_file_name);
-    Ok((spec, runtime.or(inferred)))
+    Ok((spec, runtime.or(inferred), file_name))
 }
 
 pub(crate) async fn deploy(
@@ -117,7 +120,7 @@ pub(crate) async fn deploy(
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
-    let (mut spec, runtime) = parse_deploy_query(query.as_deref().unwrap_or_default())?;
+    let (mut spec, runtime, file_name) = parse_deploy_query(query.as_deref().unwrap_or_default())?;
     let code = read_body(&headers, body, s.config.max_code_bytes, "code").await?;
     if code.is_empty() {
         return Err(ApiError::BadRequest(
@@ -133,7 +136,11 @@ pub(crate) async fn deploy(
             ));
         }
     };
-    let out = s.node.deploy(&p.tenant, &name, code.to_vec(), spec).await?;
+    let source = hearth_host::Source {
+        file_name,
+        code: code.to_vec(),
+    };
+    let out = s.node.deploy(&p.tenant, &name, source, spec).await?;
     let v = out.version;
     Ok((
         StatusCode::CREATED,

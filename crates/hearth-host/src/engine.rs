@@ -4,11 +4,28 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use displaydoc::Display;
-use hearth_core::{FunctionVersion, InvokeError, Request, Response, Tier};
+use hearth_core::{FunctionVersion, InvokeError, Request, Response, Runtime, Tier};
 use hearth_store::ArtifactStore;
 use thiserror::Error;
 
 use crate::HostCtx;
+
+/// Code as a user uploaded it.
+#[derive(Debug, Clone, Default)]
+pub struct Source {
+    /// The uploaded file's name, if known (`handler.py`, `fn.tar.gz`).
+    pub file_name: Option<String>,
+    pub code: Vec<u8>,
+}
+
+impl From<Vec<u8>> for Source {
+    fn from(code: Vec<u8>) -> Source {
+        Source {
+            file_name: None,
+            code,
+        }
+    }
+}
 
 /// Code an engine has accepted at deploy time.
 #[derive(Debug)]
@@ -38,7 +55,7 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Validates code at deploy time, does whatever ahead-of-time work the
     /// tier can (compiling, caching), and returns the artifact to store.
-    async fn compile(&self, code: Vec<u8>) -> Result<Compiled, DeployError>;
+    async fn compile(&self, runtime: Runtime, source: Source) -> Result<Compiled, DeployError>;
 
     /// Makes a version ready to instantiate. Called once per version per
     /// process; the node caches the result.

@@ -8,7 +8,7 @@ use displaydoc::Display;
 use hearth_core::{
     FunctionSpec, FunctionVersion, InvocationId, InvokeError, Request, Response, Tier,
 };
-use hearth_host::{DeployError, Engine, HostCtx, HostServices, InvocationMeta, Prepared};
+use hearth_host::{DeployError, Engine, HostCtx, HostServices, InvocationMeta, Prepared, Source};
 use hearth_store::{ArtifactStore, LogRecord, LogStream, Store, StoreError};
 use thiserror::Error;
 use tokio::sync::{Semaphore, mpsc};
@@ -148,9 +148,17 @@ impl Node {
             .map_err(NodeError::from)
     }
 
+    /// The engine a function runs in. JavaScript starts in the js tier;
+    /// until a node has one, JavaScript runs in the process tier (Node.js),
+    /// as it would after falling back.
     fn engine_for(&self, spec: &FunctionSpec) -> Result<&Arc<dyn Engine>, NodeError> {
+        let first = spec.runtime.first_tier();
         self.engines
-            .get(&spec.runtime.first_tier())
+            .get(&first)
+            .or_else(|| match first {
+                Tier::Js => self.engines.get(&Tier::Process),
+                _ => None,
+            })
             .ok_or_else(|| NodeError::RuntimeUnavailable(spec.runtime.to_string()))
     }
 
@@ -159,7 +167,7 @@ impl Node {
         &self,
         tenant: &str,
         name: &str,
-        code: Vec<u8>,
+        source: Source,
         spec: FunctionSpec,
     ) -> Result<DeployOutcome, NodeError> {
         hearth_core::validate_function_name(name).map_err(|e| NodeError::Invalid(e.to_string()))?;
@@ -177,7 +185,7 @@ impl Node {
             )));
         }
         let engine = self.engine_for(&spec)?;
-        let compiled = engine.compile(code).await?;
+        let compiled = engine.compile(spec.runtime, source).await?;
         // The artifact is durable before the registry names it, so a crash
         // between the two leaves an unreferenced file, never a dangling version.
         let artifacts = self.artifacts.clone();
@@ -319,7 +327,10 @@ impl Node {
         result: Result<Response, InvokeError>,
     ) -> InvokeOutcome {
         let duration = started.elapsed();
-        let tier = v.spec.runtime.first_tier().as_str();
+        let tier = self
+            .engine_for(&v.spec)
+            .map_or(v.spec.runtime.first_tier(), |e| e.tier())
+            .as_str();
         let outcome = if result.is_ok() { "ok" } else { "error" };
         self.metrics
             .invocations

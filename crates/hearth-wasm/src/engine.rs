@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use hearth_core::{FunctionVersion, InvokeError, Tier};
-use hearth_host::{Compiled, DeployError, Engine, Prepared, Sandbox};
+use hearth_core::{FunctionVersion, InvokeError, Runtime, Tier};
+use hearth_host::{Compiled, DeployError, Engine, Prepared, Sandbox, Source};
 use hearth_store::ArtifactStore;
 use wasmtime::{InstanceAllocationStrategy, InstancePre, Linker, Module, PoolingAllocationConfig};
 
@@ -237,7 +237,8 @@ impl Engine for WasmEngine {
         Tier::Wasm
     }
 
-    async fn compile(&self, code: Vec<u8>) -> Result<Compiled, DeployError> {
+    async fn compile(&self, _runtime: Runtime, source: Source) -> Result<Compiled, DeployError> {
+        let code = source.code;
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
             let started = Instant::now();

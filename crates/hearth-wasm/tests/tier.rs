@@ -44,7 +44,11 @@ fn example(name: &str) -> Vec<u8> {
 
 impl Fixture {
     async fn deploy(&self, file: &str, spec: FunctionSpec) -> (FunctionVersion, Arc<dyn Prepared>) {
-        let compiled = self.engine.compile(example(file)).await.unwrap();
+        let compiled = self
+            .engine
+            .compile(Runtime::Wasm, example(file).into())
+            .await
+            .unwrap();
         let hash = self.artifacts.put(&compiled.artifact).unwrap();
         let version = FunctionVersion {
             tenant: "t".into(),
@@ -209,19 +213,22 @@ async fn modules_that_are_not_wasi_commands_are_refused_at_compile() {
     let f = fixture(true);
     let bad = f
         .engine
-        .compile(b"not wasm at all".to_vec())
+        .compile(Runtime::Wasm, b"not wasm at all".to_vec().into())
         .await
         .unwrap_err();
     assert!(bad.to_string().contains("not valid WAT"), "{bad}");
     let no_start = f
         .engine
-        .compile(b"(module (memory (export \"memory\") 1))".to_vec())
+        .compile(
+            Runtime::Wasm,
+            b"(module (memory (export \"memory\") 1))".to_vec().into(),
+        )
         .await
         .unwrap_err();
     assert!(no_start.to_string().contains("_start"), "{no_start}");
     let unknown = f
         .engine
-        .compile(b"(module (import \"env\" \"f\" (func)) (memory (export \"memory\") 1) (func (export \"_start\")))".to_vec())
+        .compile(Runtime::Wasm, b"(module (import \"env\" \"f\" (func)) (memory (export \"memory\") 1) (func (export \"_start\")))".to_vec().into())
         .await
         .unwrap_err();
     assert!(unknown.to_string().contains("env"), "{unknown}");

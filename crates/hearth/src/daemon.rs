@@ -19,6 +19,7 @@ use anyhow::Context;
 use hearth_core::{FunctionSpec, Runtime};
 use hearth_host::{Engine, HostLimits, HostServices};
 use hearth_node::{Node, NodeConfig};
+use hearth_proc::{ProcConfig, ProcEngine};
 use hearth_store::{ArtifactStore, Role, SqliteStore, Store};
 use hearth_wasm::{WasmConfig, WasmEngine};
 
@@ -67,6 +68,9 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     wasm_config.time_slice_ms = settings.time_slice_ms;
     wasm_config.max_response_bytes = settings.max_response_bytes;
     let wasm = WasmEngine::new(wasm_config).context("failed to start the wasm engine")?;
+    let mut proc_config = ProcConfig::new(dir.join("proc"));
+    proc_config.max_response_bytes = settings.max_response_bytes;
+    let proc = ProcEngine::new(proc_config).context("failed to start the process tier")?;
     let host = Arc::new(HostServices::new(
         store.clone(),
         HostLimits {
@@ -77,7 +81,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let node = Arc::new(Node::new(
         store.clone(),
         artifacts,
-        vec![Arc::new(wasm) as Arc<dyn Engine>],
+        vec![
+            Arc::new(wasm) as Arc<dyn Engine>,
+            Arc::new(proc.clone()) as Arc<dyn Engine>,
+        ],
         host,
         NodeConfig {
             max_concurrency: settings.max_concurrency,
@@ -112,6 +119,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         .with_graceful_shutdown(shutdown_signal())
         .await;
     let _ = std::fs::remove_file(dir.join("server.json"));
+    // Sandboxes, zygotes, mounts and cgroups go with the daemon.
+    tokio::task::spawn_blocking(move || proc.shutdown()).await?;
     served.context("server failed")
 }
 
@@ -148,7 +157,7 @@ async fn first_start(
         for (name, code, public) in EXAMPLES {
             let mut spec = FunctionSpec::new(Runtime::Wasm);
             spec.public = *public;
-            node.deploy(ADMIN_TENANT, name, code.to_vec(), spec)
+            node.deploy(ADMIN_TENANT, name, code.to_vec().into(), spec)
                 .await
                 .with_context(|| format!("failed to deploy example {name}"))?;
         }

@@ -1,0 +1,227 @@
+// Hearth's Node.js handler. Started generic (no function) by the node's
+// zygote inside a lean container, with its connection to the node on fd 3.
+// The first `load` message names the function's code (bound at /code after
+// this process started); each `invoke` runs the handler once.
+//
+// Frames (both ways): u32 header length, u32 body length (big endian), a
+// JSON header, the raw body. Host calls (KV, outbound HTTP) go to the node
+// as `call` frames and block this handler until the `result` arrives.
+
+import net from "node:net";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+
+const sock = new net.Socket({ fd: 3, readable: true, writable: true });
+let buffered = Buffer.alloc(0);
+const waiting = [];
+const queued = [];
+
+sock.on("data", (chunk) => {
+  buffered = Buffer.concat([buffered, chunk]);
+  for (;;) {
+    if (buffered.length < 8) return;
+    const hlen = buffered.readUInt32BE(0);
+    const blen = buffered.readUInt32BE(4);
+    if (buffered.length < 8 + hlen + blen) return;
+    const header = hlen ? JSON.parse(buffered.subarray(8, 8 + hlen).toString()) : {};
+    const body = Buffer.from(buffered.subarray(8 + hlen, 8 + hlen + blen));
+    buffered = buffered.subarray(8 + hlen + blen);
+    const frame = { header, body };
+    if (waiting.length) waiting.shift()(frame);
+    else queued.push(frame);
+  }
+});
+sock.on("end", () => process.exit(0));
+sock.on("error", () => process.exit(0));
+
+function recv() {
+  return queued.length ? Promise.resolve(queued.shift()) : new Promise((r) => waiting.push(r));
+}
+
+function send(header, body = Buffer.alloc(0)) {
+  const h = Buffer.from(JSON.stringify(header));
+  const head = Buffer.alloc(8);
+  head.writeUInt32BE(h.length, 0);
+  head.writeUInt32BE(body.length, 4);
+  sock.write(Buffer.concat([head, h, body]));
+}
+
+// One host call at a time, in order: the tape (a later issue) relies on it.
+let chain = Promise.resolve();
+function call(header, body = Buffer.alloc(0)) {
+  const run = async () => {
+    send({ ...header, op: "call" }, body);
+    const reply = await recv();
+    if (reply.header.error) throw new HostError(reply.header.error);
+    return reply;
+  };
+  const p = chain.then(run, run);
+  chain = p.catch(() => {});
+  return p;
+}
+
+class HostError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "HostError";
+  }
+}
+
+const toBytes = (v) => (typeof v === "string" ? Buffer.from(v) : Buffer.from(v ?? []));
+const hex = (v) => toBytes(v).toString("hex");
+
+function log(stream, level, args) {
+  const text = args
+    .map((a) => (typeof a === "string" ? a : a instanceof Error ? a.stack : JSON.stringify(a)))
+    .join(" ");
+  send({ op: "log", stream, level }, Buffer.from(text));
+}
+
+const hearth = {
+  HostError,
+  kv: {
+    async get(key) {
+      const r = await call({ call: "kv_get", key: hex(key) });
+      return r.header.found ? r.body.toString() : null;
+    },
+    async getBytes(key) {
+      const r = await call({ call: "kv_get", key: hex(key) });
+      return r.header.found ? new Uint8Array(r.body) : null;
+    },
+    async set(key, value) {
+      await call({ call: "kv_set", key: hex(key) }, toBytes(value));
+    },
+    async delete(key) {
+      return !!(await call({ call: "kv_delete", key: hex(key) })).header.existed;
+    },
+    async list(prefix = "") {
+      const r = await call({ call: "kv_list", prefix: hex(prefix) });
+      return r.header.keys.map((k) => Buffer.from(k, "hex").toString());
+    },
+  },
+  async fetch(input, init = {}) {
+    const req = new Request(input, init);
+    const body = req.body ? Buffer.from(await req.arrayBuffer()) : Buffer.alloc(0);
+    const r = await call(
+      { call: "http_fetch", url: req.url, method: req.method, headers: [...req.headers] },
+      body,
+    );
+    return new Response(r.body.length ? r.body : null, {
+      status: r.header.status,
+      headers: r.header.headers,
+    });
+  },
+  log: (message, level = "info") => log("log", level, [message]),
+};
+globalThis.hearth = hearth;
+// Outbound HTTP always goes through the node (its allow-list applies).
+globalThis.fetch = hearth.fetch;
+console.log = console.info = (...a) => log("log", "info", a);
+console.debug = (...a) => log("log", "debug", a);
+console.warn = (...a) => log("stderr", "warn", a);
+console.error = (...a) => log("stderr", "error", a);
+
+let fn = null;
+let loadError = null;
+
+async function load(msg) {
+  for (const k of Object.keys(process.env)) delete process.env[k];
+  Object.assign(process.env, msg.env || {});
+  process.chdir(msg.code);
+  try {
+    const mod = await import(pathToFileURL(path.join(msg.code, msg.entry)).href);
+    const def = mod.default;
+    if (def && typeof def.fetch === "function") fn = { shape: "workers", f: def.fetch.bind(def) };
+    else if (typeof mod.handler === "function") fn = { shape: "lambda", f: mod.handler };
+    else if (def && typeof def.handler === "function") fn = { shape: "lambda", f: def.handler };
+    else if (typeof def === "function") fn = { shape: "lambda", f: def };
+    else loadError = `${msg.entry} exports neither default { fetch } nor handler`;
+  } catch (e) {
+    loadError = e && e.stack ? e.stack : String(e);
+  }
+}
+
+function event(msg, body, url) {
+  const headers = {};
+  for (const [k, v] of msg.headers) headers[k] = k in headers ? `${headers[k]},${v}` : v;
+  const query = Object.fromEntries(url.searchParams);
+  let decoded = body.toString();
+  let isBase64Encoded = false;
+  if (!Buffer.from(decoded).equals(body)) {
+    decoded = body.toString("base64");
+    isBase64Encoded = true;
+  } else if ((headers["content-type"] || "").includes("json") && decoded.trim()) {
+    try {
+      decoded = JSON.parse(decoded);
+    } catch {}
+  }
+  return {
+    method: msg.method, path: msg.path, query, headers, body: decoded, isBase64Encoded,
+    rawPath: msg.path, rawQueryString: msg.query, queryStringParameters: query,
+    requestContext: { http: { method: msg.method, path: msg.path }, requestId: msg.id },
+  };
+}
+
+async function toResult(result) {
+  if (result instanceof Response) {
+    return { status: result.status, headers: [...result.headers], body: Buffer.from(await result.arrayBuffer()) };
+  }
+  if (result && typeof result === "object" && ("statusCode" in result || "body" in result)) {
+    const headers = Object.entries(result.headers || {}).map(([k, v]) => [k, String(v)]);
+    let body = result.body ?? "";
+    if (typeof body === "object" && !Buffer.isBuffer(body)) {
+      body = JSON.stringify(body);
+      if (!headers.some(([k]) => k.toLowerCase() === "content-type")) headers.push(["content-type", "application/json"]);
+    }
+    body = result.isBase64Encoded ? Buffer.from(body, "base64") : toBytes(body);
+    return { status: result.statusCode ?? 200, headers, body };
+  }
+  if (result === undefined || result === null) return { status: 204, headers: [], body: Buffer.alloc(0) };
+  if (typeof result === "string") return { status: 200, headers: [["content-type", "text/plain; charset=utf-8"]], body: Buffer.from(result) };
+  return { status: 200, headers: [["content-type", "application/json"]], body: Buffer.from(JSON.stringify(result)) };
+}
+
+async function invoke(msg, body) {
+  if (loadError) {
+    log("stderr", "error", [loadError]);
+    send({ op: "error", message: loadError.split("\n")[0] });
+    return;
+  }
+  const url = new URL(`http://function${msg.path}${msg.query ? "?" + msg.query : ""}`);
+  try {
+    let result;
+    if (fn.shape === "workers") {
+      const init = { method: msg.method, headers: msg.headers };
+      if (!["GET", "HEAD"].includes(msg.method)) init.body = body;
+      result = await fn.f(new Request(url, init), { ...process.env, hearth }, { waitUntil() {} });
+    } else {
+      const deadline = Date.now() + (msg.remaining_ms || 0);
+      const context = {
+        awsRequestId: msg.id, invocationId: msg.id, functionName: msg.function,
+        functionVersion: String(msg.version), memoryLimitInMB: msg.memory_mib,
+        getRemainingTimeInMillis: () => Math.max(0, deadline - Date.now()),
+      };
+      result = await fn.f(event(msg, body, url), context);
+    }
+    const r = await toResult(result);
+    send({ op: "response", status: r.status, headers: r.headers }, r.body);
+  } catch (e) {
+    const text = e && e.stack ? e.stack : String(e);
+    log("stderr", "error", [text]);
+    send({ op: "error", message: text.split("\n")[0] });
+  }
+}
+
+process.on("uncaughtException", (e) => {
+  log("stderr", "error", [e && e.stack ? e.stack : String(e)]);
+});
+
+for (;;) {
+  const { header, body } = await recv();
+  if (header.op === "load") {
+    await load(header);
+    send({ op: "loaded", error: loadError });
+  } else if (header.op === "invoke") {
+    await invoke(header, body);
+  }
+}

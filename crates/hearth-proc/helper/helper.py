@@ -1,0 +1,528 @@
+"""Hearth's process-tier helper: zygote, launcher and Python handler in one.
+
+The node starts one *root zygote* (`helper.py zygote`) chrooted in the
+zygote root, with a control connection on fd 3. A zygote waits for commands
+and forks:
+
+* `fork_zygote`: a child zygote that imports more packages (SOCK's import
+  cache: a tree of zygotes, each a superset of its parent's imports);
+* `fork_handler`: a sandboxed child that becomes a Python handler;
+* `spawn`: a sandboxed child that execs a program (the Node.js helper).
+
+A sandboxed child is made in two forks, so that it is PID 1 of a new PID
+namespace: the first child unshares PID, IPC and UTS namespaces and forks
+the second, reports its pid and exits. The second chroots into its lean
+container, drops to an unprivileged user, sets no_new_privs, installs the
+seccomp filter the node wrote, closes every inherited descriptor and
+connects to the node on `/tmp/hearth.sock` (the container's scratch).
+
+Every message, both ways, is a frame: u32 header length, u32 body length
+(big endian), a JSON header, then the raw body bytes.
+
+Handler code runs only after the node has moved the process into its
+cgroup (the node sends nothing before that), so limits hold from the first
+line of user code.
+"""
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+import traceback
+
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+PR_SET_CHILD_SUBREAPER = 36
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret, what):
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+# ---------------------------------------------------------------- framing
+
+
+def _recv_exact(sock, n):
+    chunks = []
+    while n:
+        chunk = sock.recv(min(n, 1 << 20))
+        if not chunk:
+            raise EOFError("the node closed the connection")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def recv_frame(sock):
+    head = _recv_exact(sock, 8)
+    hlen, blen = struct.unpack(">II", head)
+    header = json.loads(_recv_exact(sock, hlen)) if hlen else {}
+    body = _recv_exact(sock, blen) if blen else b""
+    return header, body
+
+
+def send_frame(sock, header, body=b""):
+    h = json.dumps(header, separators=(",", ":")).encode()
+    sock.sendall(struct.pack(">II", len(h), len(body)) + h + body)
+
+
+# ---------------------------------------------------------------- zygote
+
+
+class Zygote:
+    def __init__(self, control, seccomp):
+        self.control = control
+        self.seccomp = seccomp  # name -> BPF program bytes
+        self.imported = []
+
+    def serve(self):
+        while True:
+            try:
+                cmd, _ = recv_frame(self.control)
+            except EOFError:
+                os._exit(0)
+            try:
+                reply = getattr(self, "op_" + cmd["op"])(cmd)
+            except Exception as e:  # the node gets every failure as text
+                reply = {"error": f"{type(e).__name__}: {e}"}
+            if reply is not None:
+                send_frame(self.control, reply)
+
+    def op_ping(self, cmd):
+        return {"pid": os.getpid(), "imported": self.imported}
+
+    def op_fork_zygote(self, cmd):
+        pid = os.fork()
+        if pid:
+            return {"pid": pid}
+        # The child: a new zygote with more packages imported.
+        try:
+            self.control.close()
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(cmd["connect"])
+            imported, failed = import_modules(cmd.get("paths", []), cmd.get("modules", []))
+            self.control = sock
+            self.imported = self.imported + imported
+            send_frame(sock, {"op": "ready", "pid": os.getpid(),
+                              "imported": imported, "failed": failed})
+            self.serve()
+        except BaseException:
+            traceback.print_exc()
+        os._exit(1)
+
+    def op_fork_handler(self, cmd):
+        return self._sandboxed(cmd, lambda sock: Handler(sock).serve())
+
+    def op_spawn(self, cmd):
+        argv = cmd["argv"]
+        env = cmd.get("env", {})
+
+        def run(sock):
+            # The program finds the node on fd 3.
+            os.dup2(sock.fileno(), 3, inheritable=True)
+            os.execve(argv[0], argv, env)
+
+        return self._sandboxed(cmd, run)
+
+    def _sandboxed(self, cmd, then):
+        r, w = os.pipe()
+        first = os.fork()
+        if first:
+            os.close(w)
+            data = b""
+            while True:
+                chunk = os.read(r, 64)
+                if not chunk:
+                    break
+                data += chunk
+            os.close(r)
+            # `first` exits once it has written; SIGCHLD is ignored, so the
+            # kernel reaps it (waiting here would wait for every sandbox).
+            if not data:
+                return {"error": "the sandbox could not be started (see the node's log)"}
+            msg = json.loads(data)
+            return msg
+        # First child: new namespaces, then the sandbox is our child (PID 1).
+        try:
+            os.close(r)
+            if cmd.get("isolate", True):
+                _check(_libc.unshare(CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+            second = os.fork()
+            if second:
+                os.write(w, json.dumps({"pid": second}).encode())
+                os._exit(0)
+            os.close(w)
+            sock = enter_sandbox(cmd, self.seccomp[cmd["seccomp"]])
+            then(sock)
+        except BaseException as e:
+            try:
+                os.write(w, json.dumps({"error": f"{type(e).__name__}: {e}"}).encode())
+            except OSError:
+                pass
+            traceback.print_exc()
+        os._exit(1)
+
+
+def import_modules(paths, modules):
+    for p in paths:
+        if p not in sys.path:
+            sys.path.append(p)
+    imported, failed = [], []
+    for m in modules:
+        try:
+            __import__(m)
+            imported.append(m)
+        except BaseException as e:  # a package that fails to import is skipped
+            failed.append(f"{m}: {type(e).__name__}: {e}")
+    return imported, failed
+
+
+def enter_sandbox(cmd, bpf):
+    """Turns this process into a sandbox; returns its connection to the node.
+
+    With `isolate` false (the node is not root) only the seccomp filter and
+    no_new_privs apply; the node says so at startup.
+    """
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    if cmd.get("isolate", True):
+        hostname = cmd.get("hostname", "sandbox").encode()
+        _check(_libc.sethostname(hostname, len(hostname)), "sethostname")
+        os.chroot(cmd["root"])
+        os.chdir("/")
+        uid, gid = cmd["uid"], cmd["gid"]
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+    install_seccomp(bpf)
+    # Nothing of the zygote's (its control socket, files) stays open.
+    os.closerange(3, 1 << 16)
+    for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
+        nfd = os.open("/dev/null", flags)
+        if nfd != fd:
+            os.dup2(nfd, fd)
+            os.close(nfd)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(cmd["socket"])
+    return sock
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte),
+                ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def install_seccomp(bpf):
+    n = len(bpf) // 8
+    prog = (_SockFilter * n).from_buffer_copy(bpf)
+    fprog = _SockFprog(n, prog)
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
+           "prctl(SECCOMP)")
+
+
+# ---------------------------------------------------------------- handler
+
+
+class HostError(Exception):
+    """A host call failed (denied, timed out, too large, ...)."""
+
+
+class _Output:
+    """sys.stdout / sys.stderr of a handler: lines go to the function's log."""
+
+    def __init__(self, handler, stream):
+        self.handler, self.stream, self.buf = handler, stream, ""
+
+    def write(self, s):
+        self.buf += s
+        while "\n" in self.buf:
+            line, self.buf = self.buf.split("\n", 1)
+            self.handler.log(line, stream=self.stream)
+        return len(s)
+
+    def flush(self):
+        if self.buf:
+            self.handler.log(self.buf, stream=self.stream)
+            self.buf = ""
+
+    def isatty(self):
+        return False
+
+
+class FetchResponse:
+    def __init__(self, status, headers, body):
+        self.status, self.headers, self.body = status, headers, body
+
+    @property
+    def text(self):
+        return self.body.decode("utf-8", "replace")
+
+    def json(self):
+        return json.loads(self.body)
+
+    def __repr__(self):
+        return f"<FetchResponse {self.status}, {len(self.body)} bytes>"
+
+
+def _make_hearth_module(handler):
+    import types
+
+    mod = types.ModuleType("hearth")
+    mod.HostError = HostError
+    mod.FetchResponse = FetchResponse
+
+    def _key(k):
+        return k.encode() if isinstance(k, str) else bytes(k)
+
+    class KV:
+        """Key-value store scoped to this function (and its tenant)."""
+
+        def get(self, key):
+            h, body = handler.call({"call": "kv_get", "key": _key(key).hex()})
+            return body if h.get("found") else None
+
+        def set(self, key, value):
+            value = value.encode() if isinstance(value, str) else bytes(value)
+            handler.call({"call": "kv_set", "key": _key(key).hex()}, value)
+
+        def delete(self, key):
+            h, _ = handler.call({"call": "kv_delete", "key": _key(key).hex()})
+            return bool(h.get("existed"))
+
+        def list(self, prefix=""):
+            h, _ = handler.call({"call": "kv_list", "prefix": _key(prefix).hex()})
+            return [bytes.fromhex(k).decode("utf-8", "replace") for k in h["keys"]]
+
+    def fetch(url, method="GET", headers=None, body=b""):
+        """Outbound HTTP through the node (the function's allow-list applies)."""
+        if isinstance(body, str):
+            body = body.encode()
+        hdrs = list((headers or {}).items()) if isinstance(headers, dict) else list(headers or [])
+        h, data = handler.call({"call": "http_fetch", "url": url, "method": method,
+                                "headers": hdrs}, bytes(body))
+        return FetchResponse(h["status"], dict(h["headers"]), data)
+
+    def log(message, level="info"):
+        handler.log(str(message), level=level, stream="log")
+
+    mod.kv = KV()
+    mod.fetch = fetch
+    mod.log = log
+    return mod
+
+
+class Handler:
+    def __init__(self, sock):
+        self.sock = sock
+        self.fn = None
+        self.shape = None
+        self.load_error = None
+        sys.modules["hearth"] = _make_hearth_module(self)
+        sys.stdout = _Output(self, "log")
+        sys.stderr = _Output(self, "stderr")
+
+    # ---- talking to the node
+    def call(self, header, body=b""):
+        header["op"] = "call"
+        send_frame(self.sock, header, body)
+        reply, data = recv_frame(self.sock)
+        if "error" in reply:
+            raise HostError(reply["error"])
+        return reply, data
+
+    def log(self, message, level="info", stream="log"):
+        send_frame(self.sock, {"op": "log", "level": level, "stream": stream},
+                   message.encode("utf-8", "replace"))
+
+    def serve(self):
+        while True:
+            try:
+                msg, body = recv_frame(self.sock)
+            except EOFError:
+                os._exit(0)
+            if msg["op"] == "load":
+                self.load(msg)
+                send_frame(self.sock, {"op": "loaded", "error": self.load_error})
+            elif msg["op"] == "invoke":
+                self.invoke(msg, body)
+
+    def load(self, msg):
+        os.environ.clear()
+        os.environ.update(msg.get("env", {}))
+        code_dir = msg.get("code", "/code")
+        for p in [code_dir] + msg.get("paths", []):
+            if p not in sys.path:
+                sys.path.insert(0 if p == code_dir else len(sys.path), p)
+        os.chdir(code_dir)
+        entry = msg["entry"]
+        try:
+            import importlib.util
+            spec = importlib.util.spec_from_file_location("__hearth_main__",
+                                                          os.path.join(code_dir, entry))
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules["__hearth_main__"] = mod
+            spec.loader.exec_module(mod)
+        except BaseException:
+            self.load_error = _traceback_text()
+            return
+        for name, shape in (("handler", "lambda"), ("main", "openwhisk")):
+            fn = getattr(mod, name, None)
+            if callable(fn):
+                self.fn, self.shape = fn, shape
+                return
+        self.load_error = f"{entry} defines neither handler(event, context) nor main(args)"
+
+    def invoke(self, msg, body):
+        if self.load_error:
+            self.log(self.load_error, level="error", stream="stderr")
+            send_frame(self.sock, {"op": "error", "message": self.load_error.strip().splitlines()[-1]})
+            return
+        event = make_event(msg, body)
+        try:
+            if self.shape == "lambda":
+                context = Context(msg)
+                result = self.fn(event, context)
+            else:
+                result = self.fn(openwhisk_args(event))
+            status, headers, out = make_response(result)
+        except BaseException:
+            text = _traceback_text()
+            sys.stdout.flush()
+            self.log(text.rstrip(), level="error", stream="stderr")
+            send_frame(self.sock, {"op": "error", "message": text.strip().splitlines()[-1]})
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        send_frame(self.sock, {"op": "response", "status": status, "headers": headers}, out)
+
+
+def _traceback_text():
+    etype, value, tb = sys.exc_info()
+    # Drop the helper's own frames: the user's code is what matters.
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(etype, value, tb))
+
+
+class Context:
+    """The Lambda-style context object."""
+
+    def __init__(self, msg):
+        self.aws_request_id = self.invocation_id = msg.get("id", "")
+        self.function_name = msg.get("function", "")
+        self.function_version = str(msg.get("version", ""))
+        self.memory_limit_in_mb = msg.get("memory_mib", 0)
+        self._deadline = time.monotonic() + msg.get("remaining_ms", 0) / 1000
+
+    def get_remaining_time_in_millis(self):
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+def make_event(msg, body):
+    from urllib.parse import parse_qs
+
+    headers = {}
+    for k, v in msg.get("headers", []):
+        headers[k] = f"{headers[k]},{v}" if k in headers else v
+    query = {k: v[0] for k, v in parse_qs(msg.get("query", ""), keep_blank_values=True).items()}
+    is_b64 = False
+    ctype = headers.get("content-type", "")
+    try:
+        text = body.decode("utf-8")
+        decoded = text
+        if "json" in ctype and text.strip():
+            try:
+                decoded = json.loads(text)
+            except ValueError:
+                pass
+    except UnicodeDecodeError:
+        import base64
+        decoded = base64.b64encode(body).decode()
+        is_b64 = True
+    method, path = msg.get("method", "GET"), msg.get("path", "/")
+    return {
+        "method": method, "path": path, "query": query, "headers": headers,
+        "body": decoded, "isBase64Encoded": is_b64,
+        # API Gateway (payload v2) names, for handlers written for AWS.
+        "rawPath": path, "rawQueryString": msg.get("query", ""),
+        "queryStringParameters": query,
+        "requestContext": {"http": {"method": method, "path": path},
+                           "requestId": msg.get("id", "")},
+    }
+
+
+def openwhisk_args(event):
+    args = dict(event["query"])
+    if isinstance(event["body"], dict):
+        args.update(event["body"])
+    args.update({"__ow_method": event["method"].lower(), "__ow_headers": event["headers"],
+                 "__ow_path": event["path"], "__ow_query": event["rawQueryString"],
+                 "__ow_body": event["body"] if not isinstance(event["body"], (dict, list))
+                 else json.dumps(event["body"])})
+    return args
+
+
+def make_response(result):
+    if isinstance(result, dict) and ("statusCode" in result or "body" in result):
+        status = int(result.get("statusCode", 200))
+        headers = [[str(k), str(v)] for k, v in (result.get("headers") or {}).items()]
+        body = result.get("body", "")
+        if result.get("isBase64Encoded") and isinstance(body, str):
+            import base64
+            body = base64.b64decode(body)
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+            if not any(k.lower() == "content-type" for k, _ in headers):
+                headers.append(["content-type", "application/json"])
+        if isinstance(body, str):
+            body = body.encode()
+        if body is None:
+            body = b""
+        return status, headers, bytes(body)
+    if result is None:
+        return 204, [], b""
+    if isinstance(result, (bytes, bytearray)):
+        return 200, [["content-type", "application/octet-stream"]], bytes(result)
+    if isinstance(result, str):
+        return 200, [["content-type", "text/plain; charset=utf-8"]], result.encode()
+    return 200, [["content-type", "application/json"]], json.dumps(result).encode()
+
+
+# ---------------------------------------------------------------- main
+
+
+def main():
+    mode = sys.argv[1] if len(sys.argv) > 1 else ""
+    if mode != "zygote":
+        sys.exit("usage: helper.py zygote   (started by the Hearth node)")
+    _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(SUBREAPER)")
+    # Zygotes reap their children (and orphaned sandboxes) automatically.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    seccomp = {}
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in os.listdir(here):
+        if name.endswith(".bpf"):
+            with open(os.path.join(here, name), "rb") as f:
+                seccomp[name[:-4]] = f.read()
+    control = socket.socket(fileno=3)
+    Zygote(control, seccomp).serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,497 @@
+//! Function code for the process tier: one source file or a bundle.
+//!
+//! Users upload a single file (`handler.py`, `index.mjs`), a tar (optionally
+//! gzipped) or a zip. Whatever arrives is checked (relative paths only, no
+//! links, bounded size) and stored as one canonical tar — sorted entries,
+//! zeroed times and owners — so that the same files always hash the same.
+//!
+//! Dependencies are declared inside the bundle: `requirements.txt` for
+//! Python (each line `name==version`) and `package.json` `dependencies`
+//! for Node.js (exact versions). Unpinned ones are refused: the install
+//! cache shares packages between functions by exact version.
+
+use std::collections::BTreeMap;
+use std::io::{Cursor, Read};
+use std::path::{Component, Path};
+
+use hearth_core::Runtime;
+
+/// Upper bounds on what a bundle may unpack to.
+pub const MAX_FILES: usize = 10_000;
+pub const MAX_UNPACKED_BYTES: u64 = 128 << 20;
+
+/// The files of a function version, by relative path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bundle {
+    files: BTreeMap<String, Vec<u8>>,
+}
+
+/// One pinned package.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Package {
+    pub name: String,
+    pub version: String,
+}
+
+impl Package {
+    /// `name==version` (Python) or `name@version` (Node.js).
+    pub fn spec(&self, runtime: Runtime) -> String {
+        match runtime {
+            Runtime::Python => format!("{}=={}", self.name, self.version),
+            _ => format!("{}@{}", self.name, self.version),
+        }
+    }
+
+    /// A directory name for the install cache.
+    pub fn dir_name(&self) -> String {
+        format!("{}-{}", self.name.replace('/', "+"), self.version)
+    }
+}
+
+impl Bundle {
+    /// Reads an upload: an archive (by its magic bytes) or a single source
+    /// file, named `file_name` or the runtime's default entry.
+    pub fn from_upload(
+        runtime: Runtime,
+        file_name: Option<&str>,
+        bytes: &[u8],
+    ) -> Result<Bundle, String> {
+        if bytes.starts_with(&[0x1f, 0x8b]) {
+            let mut raw = Vec::new();
+            flate2::read::GzDecoder::new(bytes)
+                .take(MAX_UNPACKED_BYTES + 1)
+                .read_to_end(&mut raw)
+                .map_err(|e| format!("not a valid gzip archive: {e}"))?;
+            if raw.len() as u64 > MAX_UNPACKED_BYTES {
+                return Err(too_big());
+            }
+            return Bundle::from_tar(&raw);
+        }
+        if bytes.starts_with(b"PK\x03\x04") || bytes.starts_with(b"PK\x05\x06") {
+            return Bundle::from_zip(bytes);
+        }
+        if is_tar(bytes) {
+            return Bundle::from_tar(bytes);
+        }
+        let name = file_name
+            .map(|n| n.rsplit('/').next().unwrap_or(n).to_string())
+            .unwrap_or_else(|| default_entry(runtime).to_string());
+        let name = check_path(&name)?;
+        if std::str::from_utf8(bytes).is_err() {
+            return Err(format!(
+                "{name} is neither source text nor a tar/zip archive"
+            ));
+        }
+        Ok(Bundle {
+            files: BTreeMap::from([(name, bytes.to_vec())]),
+        })
+    }
+
+    /// Reads a (canonical or user) tar archive.
+    pub fn from_tar(bytes: &[u8]) -> Result<Bundle, String> {
+        let mut archive = tar::Archive::new(Cursor::new(bytes));
+        let mut files = BTreeMap::new();
+        let mut total = 0u64;
+        for entry in archive
+            .entries()
+            .map_err(|e| format!("not a valid tar archive: {e}"))?
+        {
+            let mut entry = entry.map_err(|e| format!("not a valid tar archive: {e}"))?;
+            let kind = entry.header().entry_type();
+            let path = entry
+                .path()
+                .map_err(|e| format!("bad path in archive: {e}"))?
+                .to_string_lossy()
+                .into_owned();
+            if kind.is_dir() || kind.is_pax_global_extensions() || kind.is_pax_local_extensions() {
+                continue;
+            }
+            if !kind.is_file() {
+                return Err(format!(
+                    "{path}: only regular files and directories may be in a bundle"
+                ));
+            }
+            let path = check_path(&path)?;
+            total += entry.size();
+            if total > MAX_UNPACKED_BYTES || files.len() >= MAX_FILES {
+                return Err(too_big());
+            }
+            let mut data = Vec::with_capacity(entry.size() as usize);
+            entry
+                .read_to_end(&mut data)
+                .map_err(|e| format!("{path}: {e}"))?;
+            files.insert(path, data);
+        }
+        Bundle::nonempty(files)
+    }
+
+    fn from_zip(bytes: &[u8]) -> Result<Bundle, String> {
+        let mut zip = zip::ZipArchive::new(Cursor::new(bytes))
+            .map_err(|e| format!("not a valid zip archive: {e}"))?;
+        let mut files = BTreeMap::new();
+        let mut total = 0u64;
+        for i in 0..zip.len() {
+            let mut f = zip.by_index(i).map_err(|e| format!("bad zip entry: {e}"))?;
+            if f.is_dir() {
+                continue;
+            }
+            if f.is_symlink() {
+                return Err(format!("{}: links may not be in a bundle", f.name()));
+            }
+            let path = check_path(f.name())?;
+            let mut data = Vec::new();
+            // The declared size may lie (zip bombs): count what inflates.
+            (&mut f)
+                .take(MAX_UNPACKED_BYTES + 1 - total)
+                .read_to_end(&mut data)
+                .map_err(|e| format!("{path}: {e}"))?;
+            total += data.len() as u64;
+            if total > MAX_UNPACKED_BYTES || files.len() >= MAX_FILES {
+                return Err(too_big());
+            }
+            files.insert(path, data);
+        }
+        Bundle::nonempty(files)
+    }
+
+    fn nonempty(files: BTreeMap<String, Vec<u8>>) -> Result<Bundle, String> {
+        if files.is_empty() {
+            return Err("the archive holds no files".into());
+        }
+        // A bundle packed from a directory often has one top directory
+        // (`myfn/handler.py`): strip it when everything is inside it.
+        let first = files.keys().next().unwrap().clone();
+        if let Some((top, _)) = first.split_once('/') {
+            let prefix = format!("{top}/");
+            if files.keys().all(|k| k.starts_with(&prefix)) {
+                let stripped = files
+                    .into_iter()
+                    .map(|(k, v)| (k[prefix.len()..].to_string(), v))
+                    .collect();
+                return Ok(Bundle { files: stripped });
+            }
+        }
+        Ok(Bundle { files })
+    }
+
+    /// The canonical tar stored as the version's artifact.
+    pub fn to_tar(&self) -> Vec<u8> {
+        let mut builder = tar::Builder::new(Vec::new());
+        builder.mode(tar::HeaderMode::Deterministic);
+        for (path, data) in &self.files {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(data.len() as u64);
+            header.set_mode(0o644);
+            header.set_mtime(0);
+            header.set_cksum();
+            builder
+                .append_data(&mut header, path, data.as_slice())
+                .expect("writing a tar into memory cannot fail");
+        }
+        builder
+            .into_inner()
+            .expect("writing a tar into memory cannot fail")
+    }
+
+    pub fn file(&self, path: &str) -> Option<&[u8]> {
+        self.files.get(path).map(Vec::as_slice)
+    }
+
+    pub fn paths(&self) -> impl Iterator<Item = &str> {
+        self.files.keys().map(String::as_str)
+    }
+
+    /// Writes the files under `dir` (directories 0755, files 0644).
+    pub fn unpack_to(&self, dir: &Path) -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        for (path, data) in &self.files {
+            let target = dir.join(path);
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)?;
+                std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755))?;
+            }
+            std::fs::write(&target, data)?;
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644))?;
+        }
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+    }
+
+    /// The file the runtime starts from.
+    pub fn entry(&self, runtime: Runtime) -> Result<String, String> {
+        let candidates: &[&str] = match runtime {
+            Runtime::Python => &["handler.py", "main.py", "__main__.py", "lambda_function.py"],
+            _ => &[
+                "index.mjs",
+                "index.js",
+                "index.cjs",
+                "handler.mjs",
+                "handler.js",
+            ],
+        };
+        if runtime != Runtime::Python
+            && let Some(main) = self
+                .package_json()?
+                .and_then(|p| p.get("main").and_then(|m| m.as_str()).map(str::to_string))
+        {
+            let main = main.trim_start_matches("./").to_string();
+            return if self.files.contains_key(&main) {
+                Ok(main)
+            } else {
+                Err(format!(
+                    "package.json names main {main:?}, which is not in the bundle"
+                ))
+            };
+        }
+        if let Some(c) = candidates.iter().find(|c| self.files.contains_key(**c)) {
+            return Ok(c.to_string());
+        }
+        let ext: &[&str] = match runtime {
+            Runtime::Python => &[".py"],
+            _ => &[".mjs", ".js", ".cjs"],
+        };
+        let top: Vec<&String> = self
+            .files
+            .keys()
+            .filter(|k| !k.contains('/') && ext.iter().any(|e| k.ends_with(e)))
+            .collect();
+        match top.as_slice() {
+            [one] => Ok(one.to_string()),
+            _ => Err(format!(
+                "cannot tell which file to run: name it one of {}",
+                candidates.join(", ")
+            )),
+        }
+    }
+
+    fn package_json(&self) -> Result<Option<serde_json::Value>, String> {
+        self.files
+            .get("package.json")
+            .map(|b| serde_json::from_slice(b).map_err(|e| format!("package.json: {e}")))
+            .transpose()
+    }
+
+    /// The packages the bundle declares, pinned.
+    pub fn packages(&self, runtime: Runtime) -> Result<Vec<Package>, String> {
+        let mut out = match runtime {
+            Runtime::Python => match self.files.get("requirements.txt") {
+                Some(text) => parse_requirements(&String::from_utf8_lossy(text))?,
+                None => Vec::new(),
+            },
+            _ => match self.package_json()? {
+                Some(pkg) => parse_package_json(&pkg)?,
+                None => Vec::new(),
+            },
+        };
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+}
+
+fn too_big() -> String {
+    format!(
+        "the bundle unpacks to more than {} MiB or {MAX_FILES} files",
+        MAX_UNPACKED_BYTES >> 20
+    )
+}
+
+fn default_entry(runtime: Runtime) -> &'static str {
+    match runtime {
+        Runtime::Python => "handler.py",
+        _ => "index.mjs",
+    }
+}
+
+fn is_tar(bytes: &[u8]) -> bool {
+    bytes.len() >= 512 && &bytes[257..262] == b"ustar"
+}
+
+/// A relative path of normal components, as a `/`-separated string.
+fn check_path(path: &str) -> Result<String, String> {
+    let p = Path::new(path);
+    let mut parts = Vec::new();
+    for c in p.components() {
+        match c {
+            Component::Normal(s) => parts.push(s.to_string_lossy().into_owned()),
+            Component::CurDir => {}
+            _ => {
+                return Err(format!(
+                    "{path:?}: paths in a bundle must be relative and stay inside it"
+                ));
+            }
+        }
+    }
+    if parts.is_empty() {
+        return Err(format!("{path:?} is not a file name"));
+    }
+    Ok(parts.join("/"))
+}
+
+/// PEP 503 normalised name: lower case, runs of `-_.` become `-`.
+fn normalize_python_name(name: &str) -> String {
+    let mut out = String::new();
+    for ch in name.chars() {
+        if matches!(ch, '-' | '_' | '.') {
+            if !out.ends_with('-') {
+                out.push('-');
+            }
+        } else {
+            out.push(ch.to_ascii_lowercase());
+        }
+    }
+    out
+}
+
+fn parse_requirements(text: &str) -> Result<Vec<Package>, String> {
+    let mut out = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let bad = || {
+            format!(
+                "requirements.txt line {}: {line:?}: pin each package as name==version (pip freeze writes this form)",
+                i + 1
+            )
+        };
+        let (name, version) = line.split_once("==").ok_or_else(bad)?;
+        let (name, version) = (name.trim(), version.trim());
+        let name_ok = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        let version_ok = !version.is_empty()
+            && version
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.+!".contains(c));
+        if !name_ok || !version_ok {
+            return Err(bad());
+        }
+        out.push(Package {
+            name: normalize_python_name(name),
+            version: version.to_string(),
+        });
+    }
+    Ok(out)
+}
+
+fn parse_package_json(pkg: &serde_json::Value) -> Result<Vec<Package>, String> {
+    let Some(deps) = pkg.get("dependencies") else {
+        return Ok(Vec::new());
+    };
+    let deps = deps
+        .as_object()
+        .ok_or("package.json: dependencies must be an object")?;
+    let mut out = Vec::new();
+    for (name, version) in deps {
+        let version = version.as_str().unwrap_or("");
+        let exact = !version.is_empty()
+            && version
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-.+".contains(c))
+            && version.starts_with(|c: char| c.is_ascii_digit());
+        let name_ok = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.@/".contains(c));
+        if !exact || !name_ok {
+            return Err(format!(
+                "package.json: dependency {name:?} must name an exact version (\"1.2.3\"), not {version:?}"
+            ));
+        }
+        out.push(Package {
+            name: name.clone(),
+            version: version.to_string(),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn single_files_get_their_name_or_the_default() {
+        let b = Bundle::from_upload(Runtime::Python, Some("dir/app.py"), b"x = 1\n").unwrap();
+        assert_eq!(b.entry(Runtime::Python).unwrap(), "app.py");
+        let b = Bundle::from_upload(Runtime::Python, None, b"x = 1\n").unwrap();
+        assert_eq!(b.entry(Runtime::Python).unwrap(), "handler.py");
+        assert!(Bundle::from_upload(Runtime::Python, None, &[0xff, 0xfe, 0]).is_err());
+    }
+
+    #[test]
+    fn archives_round_trip_canonically_and_strip_one_top_directory() {
+        let mut b = tar::Builder::new(Vec::new());
+        for (p, d) in [
+            ("fn/handler.py", &b"def handler(e, c): return 1\n"[..]),
+            ("fn/requirements.txt", b"Six==1.16.0\n"),
+        ] {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(d.len() as u64);
+            h.set_mode(0o600);
+            h.set_mtime(12345);
+            h.set_cksum();
+            b.append_data(&mut h, p, d).unwrap();
+        }
+        let raw = b.into_inner().unwrap();
+        let bundle = Bundle::from_upload(Runtime::Python, Some("x.tar"), &raw).unwrap();
+        assert_eq!(
+            bundle.paths().collect::<Vec<_>>(),
+            ["handler.py", "requirements.txt"]
+        );
+        assert_eq!(
+            bundle.packages(Runtime::Python).unwrap(),
+            [Package {
+                name: "six".into(),
+                version: "1.16.0".into()
+            }]
+        );
+        let canonical = bundle.to_tar();
+        assert_eq!(Bundle::from_tar(&canonical).unwrap(), bundle);
+        assert_eq!(canonical, Bundle::from_tar(&canonical).unwrap().to_tar());
+    }
+
+    #[test]
+    fn escaping_paths_links_and_loose_pins_are_refused() {
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(1);
+        h.set_cksum();
+        // `append_data` refuses "..", so write the name into the header directly.
+        h.as_gnu_mut().unwrap().name[..9].copy_from_slice(b"../evil.p");
+        h.set_cksum();
+        b.append(&h, &b"x"[..]).unwrap();
+        let err = Bundle::from_tar(&b.into_inner().unwrap()).unwrap_err();
+        assert!(err.contains("relative"), "{err}");
+
+        let err = parse_requirements("numpy>=1.0\n").unwrap_err();
+        assert!(
+            err.contains("line 1") && err.contains("name==version"),
+            "{err}"
+        );
+        let err = parse_package_json(&serde_json::json!({"dependencies": {"left-pad": "^1.3.0"}}))
+            .unwrap_err();
+        assert!(err.contains("exact version"), "{err}");
+        assert_eq!(
+            parse_requirements("# pinned\npython_dateutil == 2.9.0.post0  # comment\n").unwrap(),
+            [Package {
+                name: "python-dateutil".into(),
+                version: "2.9.0.post0".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn zips_are_read_and_bombs_stopped_by_what_inflates() {
+        use std::io::Write;
+        let mut w = zip::ZipWriter::new(Cursor::new(Vec::new()));
+        let opts = zip::write::SimpleFileOptions::default();
+        w.start_file("index.mjs", opts).unwrap();
+        w.write_all(b"export default {}").unwrap();
+        let raw = w.finish().unwrap().into_inner();
+        let b = Bundle::from_upload(Runtime::Node, None, &raw).unwrap();
+        assert_eq!(b.entry(Runtime::Node).unwrap(), "index.mjs");
+    }
+}

@@ -1,0 +1,1206 @@
+//! The process tier's engine, its sandboxes and the handler cache.
+//!
+//! A *handler* is one sandboxed process serving one function version:
+//! Python handlers are forked from a zygote; Node.js handlers are taken from
+//! a pool of generic, pre-started Node processes and given the function's
+//! code when first needed (V8 does not survive `fork`). After an invocation
+//! a healthy handler is paused (cgroup freezer, or SIGSTOP without one) and
+//! kept in the handler cache for the next invocation of the same version;
+//! the cache evicts least recently used handlers beyond its memory budget
+//! and any idle longer than the keep-alive. A handler that timed out,
+//! crashed or misbehaved is destroyed, never reused.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use hearth_core::{FunctionVersion, InvokeError, Request, Response, Runtime, Tier};
+use hearth_host::{
+    Compiled, DeployError, Engine, HostCtx, OutboundRequest, Prepared, Sandbox, Source,
+};
+use hearth_store::{ArtifactStore, LogStream};
+use serde_json::{Value, json};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::OnceCell;
+
+use crate::bundle::Bundle;
+use crate::cgroup::{Cgroup, CgroupLimits, CgroupPool, Cgroups};
+use crate::container::{self, Base, Root};
+use crate::install::{InstallCache, Installed};
+use crate::proto::{Frame, read_frame, write_frame};
+use crate::zygote::{ZygoteConfig, ZygoteTree};
+
+/// Settings of the process tier.
+#[derive(Debug, Clone)]
+pub struct ProcConfig {
+    /// Where the tier keeps code, packages and sandbox roots (`<data>/proc`).
+    pub dir: PathBuf,
+    pub python: PathBuf,
+    pub node: PathBuf,
+    /// A directory of wheels / npm cache to install from without the network.
+    pub offline_packages: Option<PathBuf>,
+    /// Unprivileged user and group sandboxes run as.
+    pub sandbox_uid: u32,
+    /// Most sandboxes (running or paused) at once.
+    pub max_sandboxes: usize,
+    /// cgroups made ahead of time.
+    pub warm_cgroups: usize,
+    /// Memory the paused handlers may hold before the oldest go.
+    pub handler_cache_bytes: u64,
+    /// How long a paused handler is kept without being used.
+    pub keep_alive: Duration,
+    /// Memory the zygotes may hold.
+    pub zygote_budget_bytes: u64,
+    /// Generic Node.js processes kept started.
+    pub node_pool: usize,
+    pub scratch_mib: u32,
+    pub max_pids: u32,
+    pub cpu_percent: u32,
+    pub max_response_bytes: usize,
+}
+
+impl ProcConfig {
+    pub fn new(dir: PathBuf) -> ProcConfig {
+        ProcConfig {
+            dir,
+            python: "/usr/bin/python3".into(),
+            node: "/usr/bin/node".into(),
+            offline_packages: None,
+            sandbox_uid: 65534,
+            max_sandboxes: 64,
+            warm_cgroups: 8,
+            handler_cache_bytes: 1 << 30,
+            keep_alive: Duration::from_secs(300),
+            zygote_budget_bytes: 512 << 20,
+            node_pool: 2,
+            scratch_mib: 64,
+            max_pids: 64,
+            cpu_percent: 100,
+            max_response_bytes: 6 << 20,
+        }
+    }
+}
+
+/// What the tier can and cannot enforce on this machine, for `hearth status`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProcStatus {
+    pub cgroups: Option<String>,
+    pub chroot: bool,
+    pub namespaces: bool,
+    pub unprivileged_user: bool,
+    pub seccomp: bool,
+    /// Plain sentences about what is weaker than intended.
+    pub degraded: Vec<String>,
+    pub paused_handlers: usize,
+    pub generic_node_processes: usize,
+    /// (pid, packages, PSS bytes, forks) per zygote.
+    pub zygotes: Vec<(i32, usize, u64, u64)>,
+}
+
+/// The process tier. Cheap to clone.
+#[derive(Clone)]
+pub struct ProcEngine(Arc<Inner>);
+
+struct Inner {
+    config: ProcConfig,
+    base: Base,
+    cgroups: Option<CgroupPool>,
+    installs: InstallCache,
+    /// Started on first use; a failed start is retried by the next caller.
+    zygotes: OnceCell<ZygoteTree>,
+    handlers: Mutex<HandlerCache>,
+    node_pool: Mutex<Vec<Handler>>,
+    node_pool_filling: std::sync::atomic::AtomicBool,
+    /// Set once a Node.js function is prepared: the pool is kept from then on.
+    node_pool_wanted: std::sync::atomic::AtomicBool,
+    live: AtomicU64,
+    next_id: AtomicU64,
+    root: bool,
+    degraded: Vec<String>,
+}
+
+impl ProcEngine {
+    /// Prepares the tier's directories, base root and cgroup pool, and
+    /// removes what a previous run left (mounts, cgroups, sandbox roots).
+    /// Starts the Node pool and the reaper; zygotes start on first use.
+    pub fn new(config: ProcConfig) -> anyhow::Result<ProcEngine> {
+        use anyhow::Context;
+        let dir = &config.dir;
+        std::fs::create_dir_all(dir)?;
+        let swept = container::sweep(dir);
+        if swept > 0 {
+            tracing::info!(
+                mounts = swept,
+                "removed sandbox mounts left by a previous run"
+            );
+        }
+        let run = dir.join("run");
+        let _ = std::fs::remove_dir_all(&run);
+        std::fs::create_dir_all(run.join("sb"))?;
+        std::fs::create_dir_all(dir.join("code"))?;
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let mut degraded = Vec::new();
+        let nonet = crate::seccomp::compile(false).map_err(anyhow::Error::msg)?;
+        let net = crate::seccomp::compile(true).map_err(anyhow::Error::msg)?;
+        let base = Base::create(
+            &run.join("base"),
+            &[
+                ("helper.py", crate::HELPER_PY),
+                ("helper.mjs", crate::HELPER_MJS),
+                ("nonet.bpf", &nonet),
+                ("net.bpf", &net),
+            ],
+        )
+        .context("cannot prepare the sandbox base")?;
+        let cgroups = if root {
+            let instance = instance_name(dir);
+            match Cgroups::open(Path::new("/sys/fs/cgroup"), &instance)
+                .and_then(|c| CgroupPool::new(c, config.warm_cgroups, config.max_sandboxes))
+            {
+                Ok(pool) => Some(pool),
+                Err(e) => {
+                    degraded.push(format!(
+                        "no cgroups ({e}): memory, CPU and process limits of Python and Node.js functions are not enforced"
+                    ));
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        if !root {
+            degraded.push(
+                "not running as root: Python and Node.js sandboxes run without chroot, namespaces, cgroups or a separate user; only the seccomp filter and the time limit hold".into(),
+            );
+        }
+        for line in &degraded {
+            tracing::warn!("process tier degraded: {line}");
+        }
+        let installs = InstallCache::new(
+            dir.join("packages"),
+            config.python.clone(),
+            config.offline_packages.clone(),
+        )?;
+        let engine = ProcEngine(Arc::new(Inner {
+            base,
+            cgroups,
+            installs,
+            zygotes: OnceCell::new(),
+            handlers: Mutex::new(HandlerCache::default()),
+            node_pool: Mutex::new(Vec::new()),
+            node_pool_filling: false.into(),
+            node_pool_wanted: false.into(),
+            live: AtomicU64::new(0),
+            next_id: AtomicU64::new(1),
+            root,
+            degraded,
+            config,
+        }));
+        engine.start_reaper();
+        Ok(engine)
+    }
+
+    pub fn status(&self) -> ProcStatus {
+        let inner = &self.0;
+        ProcStatus {
+            cgroups: inner
+                .cgroups
+                .as_ref()
+                .map(|c| format!("{:?}", c.version()).to_lowercase()),
+            chroot: inner.root,
+            namespaces: inner.root,
+            unprivileged_user: inner.root,
+            seccomp: true,
+            degraded: inner.degraded.clone(),
+            paused_handlers: inner.handlers.lock().unwrap().idle.len(),
+            generic_node_processes: inner.node_pool.lock().unwrap().len(),
+            zygotes: inner
+                .zygotes
+                .get()
+                .map(ZygoteTree::describe)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Kills every sandbox and zygote and removes this node's mounts and
+    /// cgroups. Call once when the daemon stops.
+    pub fn shutdown(&self) {
+        let inner = &self.0;
+        let handlers: Vec<Handler> = inner.handlers.lock().unwrap().idle.drain(..).collect();
+        let generic: Vec<Handler> = inner.node_pool.lock().unwrap().drain(..).collect();
+        for h in handlers.into_iter().chain(generic) {
+            inner.destroy_now(h);
+        }
+        if let Some(tree) = inner.zygotes.get() {
+            tree.shutdown();
+        }
+        if let Some(pool) = &inner.cgroups {
+            pool.shutdown();
+        }
+        container::sweep(&inner.config.dir);
+    }
+
+    fn start_reaper(&self) {
+        let weak: Weak<Inner> = Arc::downgrade(&self.0);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let Some(inner) = weak.upgrade() else { return };
+                let expired = inner
+                    .handlers
+                    .lock()
+                    .unwrap()
+                    .expired(inner.config.keep_alive);
+                for h in expired {
+                    inner.destroy(h);
+                }
+                inner.fill_node_pool();
+            }
+        });
+    }
+
+    async fn zygotes(&self) -> Result<&ZygoteTree, InvokeError> {
+        let inner = &self.0;
+        inner
+            .zygotes
+            .get_or_try_init(|| async {
+                ZygoteTree::start(ZygoteConfig {
+                    python: inner.config.python.clone(),
+                    helper: inner.base.hearth.join("helper.py"),
+                    run_dir: inner.config.dir.join("run"),
+                    memory_budget_bytes: inner.config.zygote_budget_bytes,
+                })
+                .await
+            })
+            .await
+            .map_err(|e| InvokeError::Crashed(format!("the Python zygote could not start: {e}")))
+    }
+}
+
+/// A stable per-data-directory name for this node's cgroups.
+fn instance_name(dir: &Path) -> String {
+    let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let hash = hearth_store::sha256_hex(canonical.as_os_str().as_encoded_bytes());
+    format!("n{}", &hash[..12])
+}
+
+#[async_trait]
+impl Engine for ProcEngine {
+    fn tier(&self) -> Tier {
+        Tier::Process
+    }
+
+    async fn compile(&self, runtime: Runtime, source: Source) -> Result<Compiled, DeployError> {
+        let started = Instant::now();
+        if !matches!(runtime, Runtime::Python | Runtime::Node | Runtime::Js) {
+            return Err(DeployError::Invalid(format!(
+                "the process tier runs Python and Node.js, not {runtime}"
+            )));
+        }
+        let runtime = if runtime == Runtime::Js {
+            Runtime::Node
+        } else {
+            runtime
+        };
+        let bundle = Bundle::from_upload(runtime, source.file_name.as_deref(), &source.code)
+            .map_err(DeployError::Invalid)?;
+        let entry = bundle.entry(runtime).map_err(DeployError::NotAFunction)?;
+        let packages = bundle.packages(runtime).map_err(DeployError::Invalid)?;
+        if runtime == Runtime::Python {
+            self.check_python_syntax(&bundle, &entry).await?;
+        } else {
+            self.check_node_syntax(&bundle, &entry).await?;
+        }
+        // Packages are installed at deploy so a bad pin fails the deploy,
+        // not the first request.
+        for p in &packages {
+            self.0
+                .installs
+                .ensure(runtime, p)
+                .await
+                .map_err(DeployError::Invalid)?;
+        }
+        Ok(Compiled {
+            artifact: bundle.to_tar(),
+            compile_ms: started.elapsed().as_millis() as u64,
+        })
+    }
+
+    async fn prepare(
+        &self,
+        version: &FunctionVersion,
+        artifacts: &ArtifactStore,
+    ) -> Result<Arc<dyn Prepared>, DeployError> {
+        let runtime = match version.spec.runtime {
+            Runtime::Python => Runtime::Python,
+            _ => Runtime::Node,
+        };
+        let bytes = artifacts
+            .get(&version.artifact)
+            .map_err(|e| DeployError::Load(e.to_string()))?;
+        let bundle = Bundle::from_tar(&bytes).map_err(DeployError::Load)?;
+        let entry = bundle.entry(runtime).map_err(DeployError::Load)?;
+        let code_dir = self.0.config.dir.join("code").join(&version.artifact);
+        if !code_dir.exists() {
+            let tmp = code_dir.with_extension(format!("tmp{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&tmp);
+            std::fs::create_dir_all(&tmp).map_err(|e| DeployError::Load(e.to_string()))?;
+            bundle
+                .unpack_to(&tmp)
+                .map_err(|e| DeployError::Load(e.to_string()))?;
+            std::fs::rename(&tmp, &code_dir).map_err(|e| DeployError::Load(e.to_string()))?;
+        }
+        let mut installed = Vec::new();
+        for p in bundle.packages(runtime).map_err(DeployError::Load)? {
+            installed.push(
+                self.0
+                    .installs
+                    .ensure(runtime, &p)
+                    .await
+                    .map_err(DeployError::Load)?,
+            );
+        }
+        if runtime == Runtime::Node {
+            self.0.node_pool_wanted.store(true, Ordering::Relaxed);
+            self.0.fill_node_pool();
+        }
+        Ok(Arc::new(ProcPrepared {
+            engine: self.clone(),
+            version: Arc::new(version.clone()),
+            runtime,
+            key: version_key(version),
+            code_dir,
+            entry,
+            installed,
+        }))
+    }
+}
+
+impl ProcEngine {
+    async fn check_python_syntax(&self, bundle: &Bundle, entry: &str) -> Result<(), DeployError> {
+        let source = bundle.file(entry).unwrap_or_default().to_vec();
+        let script = "import sys\nsrc = sys.stdin.buffer.read()\ntry:\n    compile(src, sys.argv[1], 'exec')\nexcept SyntaxError as e:\n    print(f'{e.filename}, line {e.lineno}, column {e.offset}: {e.msg}')\n    sys.exit(1)\n";
+        syntax_check(
+            tokio::process::Command::new(&self.0.config.python)
+                .args(["-I", "-S", "-c", script, entry]),
+            source,
+        )
+        .await
+    }
+
+    async fn check_node_syntax(&self, bundle: &Bundle, entry: &str) -> Result<(), DeployError> {
+        let source = bundle.file(entry).unwrap_or_default().to_vec();
+        let module = entry.ends_with(".mjs")
+            || (!entry.ends_with(".cjs") && String::from_utf8_lossy(&source).contains("export "));
+        let mut cmd = tokio::process::Command::new(&self.0.config.node);
+        cmd.arg("--check");
+        if module {
+            cmd.arg("--input-type=module");
+        }
+        syntax_check(&mut cmd, source).await
+    }
+}
+
+async fn syntax_check(
+    cmd: &mut tokio::process::Command,
+    source: Vec<u8>,
+) -> Result<(), DeployError> {
+    use tokio::io::AsyncWriteExt;
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| DeployError::Load(format!("cannot check syntax: {e}")))?;
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = tokio::spawn(async move {
+        let _ = stdin.write_all(&source).await;
+    });
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .map_err(|_| DeployError::Load("the syntax check took too long".into()))?
+        .map_err(|e| DeployError::Load(e.to_string()))?;
+    let _ = writer.await;
+    if out.status.success() {
+        return Ok(());
+    }
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    // node --check prints "[stdin]:3", the line, a caret and the message.
+    let msg: Vec<&str> = text
+        .lines()
+        .map(str::trim_end)
+        .filter(|l| !l.is_empty() && !l.starts_with("    at ") && !l.starts_with("Node.js "))
+        .collect();
+    Err(DeployError::Invalid(format!(
+        "syntax error: {}",
+        msg.join(" | ")
+    )))
+}
+
+fn version_key(v: &FunctionVersion) -> String {
+    format!("{}/{}@{}/{}", v.tenant, v.name, v.version, v.artifact)
+}
+
+/// One version of a Python or Node.js function, ready to run.
+struct ProcPrepared {
+    engine: ProcEngine,
+    version: Arc<FunctionVersion>,
+    runtime: Runtime,
+    key: String,
+    code_dir: PathBuf,
+    entry: String,
+    installed: Vec<Installed>,
+}
+
+#[async_trait]
+impl Prepared for ProcPrepared {
+    async fn instantiate(&self) -> Result<Box<dyn Sandbox>, InvokeError> {
+        let inner = &self.engine.0;
+        let cached = inner.handlers.lock().unwrap().take(&self.key);
+        let handler = match cached {
+            Some(h) => {
+                h.resume();
+                h
+            }
+            None => match self.runtime {
+                Runtime::Python => self.new_python_handler().await?,
+                _ => self.new_node_handler().await?,
+            },
+        };
+        Ok(Box::new(ProcSandbox {
+            engine: self.engine.clone(),
+            handler: Some(handler),
+            healthy: false,
+            limits: self.version.spec.limits,
+            max_response: inner.config.max_response_bytes,
+        }))
+    }
+}
+
+impl ProcPrepared {
+    fn cgroup_limits(&self) -> CgroupLimits {
+        let c = &self.engine.0.config;
+        CgroupLimits {
+            memory_bytes: u64::from(self.version.spec.limits.memory_mib) << 20,
+            max_pids: c.max_pids,
+            cpu_percent: c.cpu_percent,
+        }
+    }
+
+    fn network(&self) -> bool {
+        !self.version.spec.allowed_hosts.is_empty()
+    }
+
+    async fn new_python_handler(&self) -> Result<Handler, InvokeError> {
+        let engine = &self.engine;
+        let tree = engine.zygotes().await?;
+        let zygote = tree.for_packages(&self.installed).await;
+        let packages: Vec<PathBuf> = self.installed.iter().map(|i| i.path.clone()).collect();
+        let mut handler = engine
+            .launch(
+                Some(&self.code_dir),
+                &packages,
+                self.cgroup_limits(),
+                self.network(),
+                |spec| {
+                    let zygote = zygote.clone();
+                    async move {
+                        zygote.used();
+                        zygote.command(spec.with_op("fork_handler")).await
+                    }
+                },
+            )
+            .await?;
+        handler.key = Some(self.key.clone());
+        self.load(&mut handler, &packages).await?;
+        Ok(handler)
+    }
+
+    async fn new_node_handler(&self) -> Result<Handler, InvokeError> {
+        let engine = &self.engine;
+        let generic = engine.0.node_pool.lock().unwrap().pop();
+        engine.0.fill_node_pool_soon();
+        let mut handler = match generic {
+            Some(h) => h,
+            None => engine.launch_node().await?,
+        };
+        // The generic process gets the function: its code, its packages,
+        // its limits. No mount namespace, so binding into its root now
+        // makes the files appear inside the running sandbox.
+        let attach = (|| {
+            let limits = self.cgroup_limits();
+            if let Some(root) = handler.root.as_mut() {
+                root.bind_code(&self.code_dir)?;
+                for pkg in &self.installed {
+                    root.bind_node_modules(&pkg.path)?;
+                }
+            }
+            if let Some(cg) = &handler.cgroup {
+                cg.set_limits(limits)?;
+            }
+            Ok::<_, std::io::Error>(())
+        })();
+        if let Err(e) = attach {
+            engine.0.destroy(handler);
+            return Err(InvokeError::Crashed(format!(
+                "could not attach the function to a sandbox: {e}"
+            )));
+        }
+        handler.key = Some(self.key.clone());
+        self.load(&mut handler, &[]).await?;
+        Ok(handler)
+    }
+
+    /// Sends the function's code location and environment; the helper
+    /// imports it. Import errors are kept and reported per invocation.
+    async fn load(&self, handler: &mut Handler, paths: &[PathBuf]) -> Result<(), InvokeError> {
+        let code = if self.engine.0.root {
+            "/code".to_string()
+        } else {
+            self.code_dir.display().to_string()
+        };
+        let msg = json!({
+            "op": "load",
+            "entry": self.entry,
+            "code": code,
+            "paths": paths,
+            "env": self.version.spec.env,
+        });
+        let wait = Duration::from_millis(self.version.spec.limits.timeout_ms.max(30_000));
+        let result = tokio::time::timeout(wait, async {
+            write_frame(handler.conn(), &msg, &[]).await?;
+            loop {
+                let f = read_frame(handler.conn(), 1 << 20).await?;
+                if f.str("op") == "loaded" {
+                    return Ok::<_, std::io::Error>(f);
+                }
+            }
+        })
+        .await;
+        match result {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => {
+                let oom = handler.oom_killed();
+                self.engine
+                    .0
+                    .destroy(std::mem::replace(handler, Handler::placeholder()));
+                if oom {
+                    Err(InvokeError::OutOfMemory {
+                        limit_mib: self.version.spec.limits.memory_mib,
+                    })
+                } else {
+                    Err(InvokeError::Crashed(format!(
+                        "the sandbox died while loading the function: {e}"
+                    )))
+                }
+            }
+            Err(_) => {
+                self.engine
+                    .0
+                    .destroy(std::mem::replace(handler, Handler::placeholder()));
+                Err(InvokeError::Timeout {
+                    limit_ms: wait.as_millis() as u64,
+                })
+            }
+        }
+    }
+}
+
+/// What a zygote needs to make a sandbox (the op is added by the caller).
+struct LaunchSpec(Value);
+
+impl LaunchSpec {
+    fn with_op(mut self, op: &str) -> Value {
+        self.0["op"] = json!(op);
+        self.0
+    }
+}
+
+impl ProcEngine {
+    /// Makes a sandbox: root, cgroup, a process from `fork` (a zygote
+    /// command returning its pid) and its connection.
+    async fn launch<F, Fut>(
+        &self,
+        code: Option<&Path>,
+        packages: &[PathBuf],
+        limits: CgroupLimits,
+        network: bool,
+        fork: F,
+    ) -> Result<Handler, InvokeError>
+    where
+        F: FnOnce(LaunchSpec) -> Fut,
+        Fut: std::future::Future<Output = Result<Value, String>>,
+    {
+        let inner = &self.0;
+        if inner.live.load(Ordering::Relaxed) >= inner.config.max_sandboxes as u64 {
+            // Make room by dropping the least recently used paused handler.
+            let victim = inner.handlers.lock().unwrap().idle.pop_front();
+            match victim {
+                Some(h) => inner.destroy(h),
+                None => return Err(InvokeError::Overloaded),
+            }
+        }
+        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let cgroup = match &inner.cgroups {
+            Some(pool) => match pool.take(limits) {
+                Ok(Some(cg)) => Some(cg),
+                Ok(None) => return Err(InvokeError::Overloaded),
+                Err(e) => return Err(InvokeError::Crashed(format!("cgroup setup failed: {e}"))),
+            },
+            None => None,
+        };
+        let mut handler = Handler {
+            key: None,
+            pid: 0,
+            conn: None,
+            cgroup,
+            root: None,
+            memory: 0,
+            idle_since: Instant::now(),
+            live: Some(LiveGuard::new(inner)),
+        };
+        let (root_path, socket_host, socket_inside) = if inner.root {
+            let path = inner.config.dir.join("run/sb").join(id.to_string());
+            let root = Root::build(&path, &inner.base, code, packages, inner.config.scratch_mib)
+                .map_err(|e| InvokeError::Crashed(format!("sandbox root setup failed: {e}")));
+            let root = match root {
+                Ok(r) => r,
+                Err(e) => {
+                    inner.destroy(handler);
+                    return Err(e);
+                }
+            };
+            let host = root.host_path("/tmp/hearth.sock");
+            handler.root = Some(root);
+            (Some(path), host, "/tmp/hearth.sock".to_string())
+        } else {
+            let dir = inner.config.dir.join("run/sb").join(id.to_string());
+            let _ = std::fs::create_dir_all(&dir);
+            let host = dir.join("hearth.sock");
+            let s = host.display().to_string();
+            (None, host, s)
+        };
+        let listener = match UnixListener::bind(&socket_host) {
+            Ok(l) => l,
+            Err(e) => {
+                inner.destroy(handler);
+                return Err(InvokeError::Crashed(format!(
+                    "cannot listen for the sandbox: {e}"
+                )));
+            }
+        };
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&socket_host, std::fs::Permissions::from_mode(0o777));
+        }
+        let spec = LaunchSpec(json!({
+            "root": root_path,
+            "uid": inner.config.sandbox_uid,
+            "gid": inner.config.sandbox_uid,
+            "isolate": inner.root,
+            "seccomp": crate::seccomp::filter_name(network),
+            "socket": socket_inside,
+            "hostname": format!("sandbox-{id}"),
+        }));
+        let reply = fork(spec).await;
+        let pid = match reply {
+            Ok(r) => r.get("pid").and_then(Value::as_i64).unwrap_or(0) as i32,
+            Err(e) => {
+                inner.destroy(handler);
+                return Err(InvokeError::Crashed(format!(
+                    "could not start the sandbox: {e}"
+                )));
+            }
+        };
+        handler.pid = pid;
+        // Into the cgroup before the node sends anything: user code runs
+        // only after a message from us, so limits hold from its first line.
+        if let Some(cg) = &handler.cgroup
+            && let Err(e) = cg.add(pid)
+        {
+            inner.destroy(handler);
+            return Err(InvokeError::Crashed(format!(
+                "cannot move the sandbox into its cgroup: {e}"
+            )));
+        }
+        match tokio::time::timeout(Duration::from_secs(10), listener.accept()).await {
+            Ok(Ok((stream, _))) => {
+                handler.conn = Some(stream);
+                Ok(handler)
+            }
+            Ok(Err(e)) => {
+                inner.destroy(handler);
+                Err(InvokeError::Crashed(format!(
+                    "the sandbox did not connect: {e}"
+                )))
+            }
+            Err(_) => {
+                inner.destroy(handler);
+                Err(InvokeError::Crashed(
+                    "the sandbox did not connect within 10 s".into(),
+                ))
+            }
+        }
+    }
+
+    /// Starts one generic Node.js process (no function yet).
+    async fn launch_node(&self) -> Result<Handler, InvokeError> {
+        let tree = self.zygotes().await?;
+        let root = tree.root();
+        let node = self.0.config.node.clone();
+        let limits = CgroupLimits {
+            memory_bytes: 256 << 20,
+            max_pids: self.0.config.max_pids,
+            cpu_percent: self.0.config.cpu_percent,
+        };
+        let helper = if self.0.root {
+            "/hearth/helper.mjs".to_string()
+        } else {
+            self.0.base.hearth.join("helper.mjs").display().to_string()
+        };
+        // Network sockets stay closed for generic processes; outbound HTTP
+        // goes through the host.
+        self.launch(None, &[], limits, false, |spec| async move {
+            let mut v = spec.with_op("spawn");
+            v["argv"] = json!([node, helper]);
+            v["env"] =
+                json!({"PATH": "/usr/bin:/bin", "HOME": "/tmp", "NODE_PATH": "/node_modules"});
+            root.command(v).await
+        })
+        .await
+    }
+}
+
+impl Inner {
+    /// Keeps `node_pool` generic Node processes ready, in the background.
+    fn fill_node_pool_soon(self: &Arc<Self>) {
+        self.fill_node_pool();
+    }
+
+    fn fill_node_pool(self: &Arc<Self>) {
+        if self.config.node_pool == 0
+            || !self.node_pool_wanted.load(Ordering::Relaxed)
+            || self.node_pool.lock().unwrap().len() >= self.config.node_pool
+            || self.node_pool_filling.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let engine = ProcEngine(self.clone());
+        tokio::spawn(async move {
+            while engine.0.node_pool.lock().unwrap().len() < engine.0.config.node_pool {
+                match engine.launch_node().await {
+                    Ok(h) => {
+                        h.pause();
+                        engine.0.node_pool.lock().unwrap().push(h);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not start a generic Node.js process");
+                        break;
+                    }
+                }
+            }
+            engine.0.node_pool_filling.store(false, Ordering::Release);
+        });
+    }
+
+    /// Destroys a handler off the async threads (unmounting and waiting for
+    /// processes to die take a moment).
+    fn destroy(self: &Arc<Self>, h: Handler) {
+        let inner = self.clone();
+        tokio::task::spawn_blocking(move || inner.destroy_now(h));
+    }
+
+    fn destroy_now(&self, mut h: Handler) {
+        h.conn = None;
+        if let Some(cg) = h.cgroup.take() {
+            match &self.cgroups {
+                Some(pool) => pool.give_back(cg),
+                None => drop(cg),
+            }
+        } else if h.pid > 0 {
+            // SAFETY: kill(2) has no memory-safety preconditions.
+            unsafe {
+                libc::kill(h.pid, libc::SIGCONT);
+                libc::kill(h.pid, libc::SIGKILL);
+            }
+        }
+        if let Some(mut root) = h.root.take() {
+            root.destroy();
+        }
+        drop(h.live.take());
+    }
+}
+
+/// Counts live sandboxes for `max_sandboxes`.
+struct LiveGuard(Weak<Inner>);
+
+impl LiveGuard {
+    fn new(inner: &Arc<Inner>) -> LiveGuard {
+        inner.live.fetch_add(1, Ordering::Relaxed);
+        LiveGuard(Arc::downgrade(inner))
+    }
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.live.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// One sandboxed process and what it holds.
+struct Handler {
+    /// The version it serves; `None` for a generic Node process.
+    key: Option<String>,
+    pid: i32,
+    conn: Option<UnixStream>,
+    cgroup: Option<Cgroup>,
+    root: Option<Root>,
+    memory: u64,
+    idle_since: Instant,
+    live: Option<LiveGuard>,
+}
+
+impl Handler {
+    fn placeholder() -> Handler {
+        Handler {
+            key: None,
+            pid: 0,
+            conn: None,
+            cgroup: None,
+            root: None,
+            memory: 0,
+            idle_since: Instant::now(),
+            live: None,
+        }
+    }
+
+    fn conn(&mut self) -> &mut UnixStream {
+        self.conn.as_mut().expect("a live handler has a connection")
+    }
+
+    fn oom_killed(&self) -> bool {
+        self.cgroup.as_ref().is_some_and(Cgroup::oom_killed)
+    }
+
+    /// Pauses the handler where it stands (SOCK's paused containers).
+    fn pause(&self) {
+        match &self.cgroup {
+            Some(cg) if cg.freeze().is_ok() => {}
+            // SAFETY: kill(2) has no memory-safety preconditions.
+            _ => unsafe {
+                libc::kill(self.pid, libc::SIGSTOP);
+            },
+        }
+    }
+
+    fn resume(&self) {
+        match &self.cgroup {
+            Some(cg) if cg.thaw().is_ok() => {}
+            // SAFETY: as above.
+            _ => unsafe {
+                libc::kill(self.pid, libc::SIGCONT);
+            },
+        }
+    }
+}
+
+/// Paused handlers, least recently used first.
+#[derive(Default)]
+struct HandlerCache {
+    idle: VecDeque<Handler>,
+}
+
+impl HandlerCache {
+    fn take(&mut self, key: &str) -> Option<Handler> {
+        let i = self
+            .idle
+            .iter()
+            .rposition(|h| h.key.as_deref() == Some(key))?;
+        self.idle.remove(i)
+    }
+
+    /// Adds a paused handler; returns those that must go to respect `budget`.
+    fn put(&mut self, h: Handler, budget: u64) -> Vec<Handler> {
+        self.idle.push_back(h);
+        let mut out = Vec::new();
+        let mut total: u64 = self.idle.iter().map(|h| h.memory).sum();
+        while total > budget && self.idle.len() > 1 {
+            let old = self.idle.pop_front().unwrap();
+            total -= old.memory;
+            out.push(old);
+        }
+        out
+    }
+
+    fn expired(&mut self, keep_alive: Duration) -> Vec<Handler> {
+        let mut out = Vec::new();
+        while self
+            .idle
+            .front()
+            .is_some_and(|h| h.idle_since.elapsed() > keep_alive)
+        {
+            out.push(self.idle.pop_front().unwrap());
+        }
+        out
+    }
+}
+
+/// A handler serving one invocation.
+struct ProcSandbox {
+    engine: ProcEngine,
+    handler: Option<Handler>,
+    /// Set once the invocation finished cleanly; only then is the handler kept.
+    healthy: bool,
+    limits: hearth_core::Limits,
+    max_response: usize,
+}
+
+impl Drop for ProcSandbox {
+    fn drop(&mut self) {
+        let Some(mut h) = self.handler.take() else {
+            return;
+        };
+        let inner = &self.engine.0;
+        if !self.healthy {
+            inner.destroy(h);
+            return;
+        }
+        h.memory = h.cgroup.as_ref().map_or(0, Cgroup::memory_bytes);
+        h.idle_since = Instant::now();
+        h.pause();
+        let evicted = inner
+            .handlers
+            .lock()
+            .unwrap()
+            .put(h, inner.config.handler_cache_bytes);
+        for old in evicted {
+            inner.destroy(old);
+        }
+    }
+}
+
+#[async_trait]
+impl Sandbox for ProcSandbox {
+    async fn invoke(&mut self, req: Request, host: HostCtx) -> Result<Response, InvokeError> {
+        let deadline = host.meta().deadline;
+        let limit_ms = self.limits.timeout_ms;
+        let max_response = self.max_response;
+        let handler = self.handler.as_mut().expect("one invocation per sandbox");
+        let exchange = converse(handler.conn(), req, &host, max_response);
+        match tokio::time::timeout_at(deadline.into(), exchange).await {
+            Ok(Ok(result)) => {
+                self.healthy = true;
+                result
+            }
+            Ok(Err(e)) => {
+                // The process died or broke the protocol: find out which.
+                let handler = self.handler.as_ref().unwrap();
+                if handler.oom_killed() {
+                    return Err(InvokeError::OutOfMemory {
+                        limit_mib: self.limits.memory_mib,
+                    });
+                }
+                let alive = handler
+                    .cgroup
+                    .as_ref()
+                    .map_or(true, |cg| !cg.pids().is_empty());
+                host.log(LogStream::System, "error", &format!("sandbox failed: {e}"));
+                if e.kind() == std::io::ErrorKind::InvalidData && alive {
+                    Err(InvokeError::ResponseTooLarge {
+                        limit_bytes: max_response,
+                    })
+                } else {
+                    Err(InvokeError::Crashed(
+                        "the function's process exited before answering".into(),
+                    ))
+                }
+            }
+            Err(_) => Err(InvokeError::Timeout { limit_ms }),
+        }
+    }
+}
+
+/// Sends the request and serves the handler's host calls until it answers.
+async fn converse(
+    conn: &mut UnixStream,
+    req: Request,
+    host: &HostCtx,
+    max_response: usize,
+) -> std::io::Result<Result<Response, InvokeError>> {
+    let meta = host.meta();
+    let v = &meta.version;
+    let header = json!({
+        "op": "invoke",
+        "id": meta.id.to_string(),
+        "method": req.method,
+        "path": req.path,
+        "query": req.query,
+        "headers": req.headers,
+        "function": v.name,
+        "version": v.version,
+        "memory_mib": v.spec.limits.memory_mib,
+        "remaining_ms": host.remaining().as_millis() as u64,
+    });
+    write_frame(conn, &header, &req.body).await?;
+    loop {
+        let frame = read_frame(conn, max_response.max(1 << 20)).await?;
+        match frame.str("op") {
+            "log" => {
+                let stream = if frame.str("stream") == "stderr" {
+                    LogStream::Stderr
+                } else {
+                    LogStream::Log
+                };
+                let level = match frame.str("level") {
+                    "" => "info",
+                    l => l,
+                };
+                host.log(stream, level, &String::from_utf8_lossy(&frame.body));
+            }
+            "call" => {
+                let (reply, body) = host_call(host, &frame).await;
+                write_frame(conn, &reply, &body).await?;
+            }
+            "response" => {
+                if frame.body.len() > max_response {
+                    return Ok(Err(InvokeError::ResponseTooLarge {
+                        limit_bytes: max_response,
+                    }));
+                }
+                let status = frame
+                    .header
+                    .get("status")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(200);
+                let status = if (100..=599).contains(&status) {
+                    status as u16
+                } else {
+                    500
+                };
+                let headers = frame
+                    .header
+                    .get("headers")
+                    .and_then(Value::as_array)
+                    .map(|hs| {
+                        hs.iter()
+                            .filter_map(|h| {
+                                let pair = h.as_array()?;
+                                Some((
+                                    pair.first()?.as_str()?.to_string(),
+                                    pair.get(1)?.as_str()?.to_string(),
+                                ))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                return Ok(Ok(Response {
+                    status,
+                    headers,
+                    body: frame.body.into(),
+                }));
+            }
+            "error" => {
+                let msg = match frame.str("message") {
+                    "" => "uncaught exception",
+                    m => m,
+                };
+                return Ok(Err(InvokeError::Function(msg.to_string())));
+            }
+            other => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("unexpected message {other:?} from the sandbox"),
+                ));
+            }
+        }
+    }
+}
+
+/// Runs one host call a handler asked for; the reply header and body.
+async fn host_call(host: &HostCtx, f: &Frame) -> (Value, Vec<u8>) {
+    let hex_arg = |k: &str| hex::decode(f.str(k)).map_err(|_| format!("{k} must be hex"));
+    let result: Result<(Value, Vec<u8>), String> = async {
+        match f.str("call") {
+            "kv_get" => {
+                let v = host
+                    .kv_get(hex_arg("key")?)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(match v {
+                    Some(v) => (json!({"found": true}), v),
+                    None => (json!({"found": false}), Vec::new()),
+                })
+            }
+            "kv_set" => {
+                host.kv_set(hex_arg("key")?, f.body.clone())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok((json!({}), Vec::new()))
+            }
+            "kv_delete" => {
+                let existed = host
+                    .kv_delete(hex_arg("key")?)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok((json!({"existed": existed}), Vec::new()))
+            }
+            "kv_list" => {
+                let keys = host
+                    .kv_list(hex_arg("prefix")?)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let keys: Vec<String> = keys.iter().map(hex::encode).collect();
+                Ok((json!({"keys": keys}), Vec::new()))
+            }
+            "http_fetch" => {
+                let headers = f
+                    .header
+                    .get("headers")
+                    .and_then(Value::as_array)
+                    .map(|hs| {
+                        hs.iter()
+                            .filter_map(|h| {
+                                let p = h.as_array()?;
+                                Some((
+                                    p.first()?.as_str()?.to_string(),
+                                    p.get(1)?.as_str()?.to_string(),
+                                ))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let method = match f.str("method") {
+                    "" => "GET",
+                    m => m,
+                };
+                let resp = host
+                    .http_fetch(OutboundRequest {
+                        method: method.to_ascii_uppercase(),
+                        url: f.str("url").to_string(),
+                        headers,
+                        body: f.body.clone(),
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok((
+                    json!({"status": resp.status, "headers": resp.headers}),
+                    resp.body,
+                ))
+            }
+            other => Err(format!("unknown host call {other:?}")),
+        }
+    }
+    .await;
+    match result {
+        Ok(r) => r,
+        Err(e) => (json!({"error": e}), Vec::new()),
+    }
+}

@@ -1,0 +1,46 @@
+//! The process tier: Python and Node.js functions in lean containers.
+//!
+//! SOCK's design (ATC '18) on Hearth's seams:
+//!
+//! * [`container`]: roots stitched from read-only bind mounts plus a
+//!   size-limited scratch tmpfs, entered with `chroot`; new PID, IPC and UTS
+//!   namespaces; no mount or network namespace on the hot path.
+//! * [`cgroup`]: memory, pids and CPU limits from a pool of pre-made
+//!   cgroups, v1 or v2 behind one interface; the freezer pauses idle handlers.
+//! * [`seccomp`]: a deny-list filter and `no_new_privs`; internet sockets only
+//!   for functions that list hosts.
+//! * [`zygote`]: the import cache, a tree of pre-imported Python zygotes that
+//!   handlers fork from.
+//! * [`install`]: the install cache, each pinned package installed once.
+//! * [`engine`]: the [`hearth_host::Engine`] for the tier, the handler cache
+//!   (paused sandboxes, LRU under a memory budget, keep-alive) and the pool
+//!   of generic Node.js processes.
+//!
+//! The helpers that run inside sandboxes are `helper/helper.py` (zygote,
+//! launcher and Python handler) and `helper/helper.mjs` (Node.js handler);
+//! [`proto`] is the framing they speak with the node over a Unix socket in
+//! the sandbox's scratch. `docs/process-tier.md` explains the choices.
+
+pub mod bundle;
+pub mod cgroup;
+pub mod container;
+pub mod engine;
+pub mod install;
+pub mod proto;
+pub mod seccomp;
+pub mod zygote;
+
+pub use engine::{ProcConfig, ProcEngine, ProcStatus};
+
+/// The helper programs, embedded so the binary is all a node needs.
+pub const HELPER_PY: &[u8] = include_bytes!("../helper/helper.py");
+pub const HELPER_MJS: &[u8] = include_bytes!("../helper/helper.mjs");
+
+/// Writes `bytes` to `path` through a temporary file and a rename.
+pub(crate) fn write_file(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))?;
+    std::fs::rename(&tmp, path)
+}

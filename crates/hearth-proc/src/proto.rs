@@ -1,0 +1,94 @@
+//! Frames between the node and its helpers (zygotes, handlers, Node.js).
+//!
+//! A frame is a u32 header length and a u32 body length (big endian), a
+//! JSON header, then the body's raw bytes, so payloads never go through
+//! JSON escaping. The same framing is implemented in `helper/helper.py`
+//! and `helper/helper.mjs`.
+
+use std::io;
+
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Largest JSON header accepted from a helper.
+const MAX_HEADER: usize = 1 << 20;
+
+#[derive(Debug)]
+pub struct Frame {
+    pub header: Value,
+    pub body: Vec<u8>,
+}
+
+impl Frame {
+    /// The header's `key` as a string, or "".
+    pub fn str(&self, key: &str) -> &str {
+        self.header.get(key).and_then(Value::as_str).unwrap_or("")
+    }
+}
+
+/// Reads one frame; a body over `max_body` is an error (the sandbox is
+/// then treated as misbehaving).
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max_body: usize) -> io::Result<Frame> {
+    let mut head = [0u8; 8];
+    r.read_exact(&mut head).await?;
+    let hlen = u32::from_be_bytes(head[..4].try_into().unwrap()) as usize;
+    let blen = u32::from_be_bytes(head[4..].try_into().unwrap()) as usize;
+    if hlen > MAX_HEADER {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "frame header too large",
+        ));
+    }
+    if blen > max_body {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame body of {blen} bytes is over the limit of {max_body}"),
+        ));
+    }
+    let mut h = vec![0u8; hlen];
+    r.read_exact(&mut h).await?;
+    let header = if hlen == 0 {
+        Value::Null
+    } else {
+        serde_json::from_slice(&h).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?
+    };
+    let mut body = vec![0u8; blen];
+    r.read_exact(&mut body).await?;
+    Ok(Frame { header, body })
+}
+
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    header: &Value,
+    body: &[u8],
+) -> io::Result<()> {
+    let h = serde_json::to_vec(header)?;
+    let mut buf = Vec::with_capacity(8 + h.len() + body.len());
+    buf.extend_from_slice(&(h.len() as u32).to_be_bytes());
+    buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    buf.extend_from_slice(&h);
+    buf.extend_from_slice(body);
+    w.write_all(&buf).await?;
+    w.flush().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_round_trip_and_oversized_bodies_are_refused() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        write_frame(&mut a, &serde_json::json!({"op": "x"}), b"\x00\xffbody")
+            .await
+            .unwrap();
+        let f = read_frame(&mut b, 100).await.unwrap();
+        assert_eq!(f.str("op"), "x");
+        assert_eq!(f.body, b"\x00\xffbody");
+        write_frame(&mut a, &serde_json::json!({}), &[0u8; 200])
+            .await
+            .unwrap();
+        let err = read_frame(&mut b, 100).await.unwrap_err();
+        assert!(err.to_string().contains("over the limit"), "{err}");
+    }
+}
