@@ -131,7 +131,10 @@ class Zygote:
 
         def run(sock):
             # The program finds the node on fd 3.
-            os.dup2(sock.fileno(), 3, inheritable=True)
+            if sock.fileno() == 3:
+                os.set_inheritable(3, True)
+            else:
+                os.dup2(sock.fileno(), 3, inheritable=True)
             os.execve(argv[0], argv, env)
 
         return self._sandboxed(cmd, run)
@@ -164,7 +167,8 @@ class Zygote:
                 os.write(w, json.dumps({"pid": second}).encode())
                 os._exit(0)
             os.close(w)
-            sock = enter_sandbox(cmd, self.seccomp[cmd["seccomp"]])
+            filters = [self.seccomp[cmd["seccomp"]], self.seccomp["noclone3"]]
+            sock = enter_sandbox(cmd, filters)
             then(sock)
         except BaseException as e:
             try:
@@ -189,7 +193,7 @@ def import_modules(paths, modules):
     return imported, failed
 
 
-def enter_sandbox(cmd, bpf):
+def enter_sandbox(cmd, filters):
     """Turns this process into a sandbox; returns its connection to the node.
 
     With `isolate` false (the node is not root) only the seccomp filter and
@@ -206,10 +210,13 @@ def enter_sandbox(cmd, bpf):
         os.setresgid(gid, gid, gid)
         os.setresuid(uid, uid, uid)
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
-    install_seccomp(bpf)
+    for bpf in filters:
+        install_seccomp(bpf)
     # Nothing of the zygote's (its control socket, files) stays open.
     os.closerange(3, 1 << 16)
-    for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
+    # A spawned program keeps the node's stderr for its own crash reports.
+    std = ((0, os.O_RDONLY), (1, os.O_WRONLY)) + (() if cmd.get("keep_stderr") else ((2, os.O_WRONLY),))
+    for fd, flags in std:
         nfd = os.open("/dev/null", flags)
         if nfd != fd:
             os.dup2(nfd, fd)

@@ -133,6 +133,12 @@ impl Cgroups {
     }
 }
 
+/// Writes a control file; errors name the file.
+fn write(path: impl AsRef<Path>, value: impl AsRef<[u8]>) -> io::Result<()> {
+    let path = path.as_ref();
+    fs::write(path, value).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
 /// Which interface `sysfs` offers, if any usable one.
 pub fn detect(sysfs: &Path) -> Option<CgroupVersion> {
     if let Ok(controllers) = fs::read_to_string(sysfs.join("cgroup.controllers"))
@@ -177,28 +183,27 @@ impl Cgroup {
                 let mem = self.dir("memory");
                 // Swap would let a sandbox exceed its limit slowly instead of
                 // being stopped; where the kernel accounts swap, cap it too.
-                fs::write(
-                    mem.join("memory.limit_in_bytes"),
-                    limits.memory_bytes.to_string(),
-                )?;
-                let _ = fs::write(
-                    mem.join("memory.memsw.limit_in_bytes"),
-                    limits.memory_bytes.to_string(),
-                );
-                fs::write(
+                // memory+swap may never be below memory: lift it first, so a
+                // pooled group can take a larger limit than its last user's.
+                let bytes = limits.memory_bytes.to_string();
+                let memsw = mem.join("memory.memsw.limit_in_bytes");
+                let _ = fs::write(&memsw, "-1");
+                write(mem.join("memory.limit_in_bytes"), &bytes)?;
+                let _ = fs::write(&memsw, &bytes);
+                write(
                     self.dir("pids").join("pids.max"),
                     limits.max_pids.to_string(),
                 )?;
                 let cpu = self.dir("cpu");
-                fs::write(cpu.join("cpu.cfs_period_us"), PERIOD_US.to_string())?;
-                fs::write(cpu.join("cpu.cfs_quota_us"), quota.to_string())?;
+                write(cpu.join("cpu.cfs_period_us"), PERIOD_US.to_string())?;
+                write(cpu.join("cpu.cfs_quota_us"), quota.to_string())?;
             }
             CgroupVersion::V2 => {
                 let d = &self.dirs[0];
-                fs::write(d.join("memory.max"), limits.memory_bytes.to_string())?;
+                write(d.join("memory.max"), limits.memory_bytes.to_string())?;
                 let _ = fs::write(d.join("memory.swap.max"), "0");
-                fs::write(d.join("pids.max"), limits.max_pids.to_string())?;
-                fs::write(d.join("cpu.max"), format!("{quota} {PERIOD_US}"))?;
+                write(d.join("pids.max"), limits.max_pids.to_string())?;
+                write(d.join("cpu.max"), format!("{quota} {PERIOD_US}"))?;
             }
         }
         Ok(())

@@ -146,6 +146,7 @@ impl ProcEngine {
         let mut degraded = Vec::new();
         let nonet = crate::seccomp::compile(false).map_err(anyhow::Error::msg)?;
         let net = crate::seccomp::compile(true).map_err(anyhow::Error::msg)?;
+        let no_clone3 = crate::seccomp::compile_no_clone3().map_err(anyhow::Error::msg)?;
         let base = Base::create(
             &run.join("base"),
             &[
@@ -153,6 +154,7 @@ impl ProcEngine {
                 ("helper.mjs", crate::HELPER_MJS),
                 ("nonet.bpf", &nonet),
                 ("net.bpf", &net),
+                ("noclone3.bpf", &no_clone3),
             ],
         )
         .context("cannot prepare the sandbox base")?;
@@ -527,7 +529,10 @@ impl ProcPrepared {
         let generic = engine.0.node_pool.lock().unwrap().pop();
         engine.0.fill_node_pool_soon();
         let mut handler = match generic {
-            Some(h) => h,
+            Some(h) => {
+                h.resume();
+                h
+            }
             None => engine.launch_node().await?,
         };
         // The generic process gets the function: its code, its packages,
@@ -768,6 +773,7 @@ impl ProcEngine {
         // goes through the host.
         self.launch(None, &[], limits, false, |spec| async move {
             let mut v = spec.with_op("spawn");
+            v["keep_stderr"] = json!(true);
             v["argv"] = json!([node, helper]);
             v["env"] =
                 json!({"PATH": "/usr/bin:/bin", "HOME": "/tmp", "NODE_PATH": "/node_modules"});

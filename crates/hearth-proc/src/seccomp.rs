@@ -59,10 +59,16 @@ const DENIED: &[i64] = &[
     libc::SYS_quotactl,
     libc::SYS_mknod,
     libc::SYS_mknodat,
-    // clone3 takes its flags in memory, where a filter cannot look; C
-    // libraries fall back to clone, whose flags are checked below.
-    libc::SYS_clone3,
 ];
+
+/// A second filter, installed after the main one: `clone3` fails with
+/// `ENOSYS`. It takes its flags in memory, where a filter cannot look, and
+/// C libraries fall back to `clone` (whose flags the main filter checks)
+/// only on `ENOSYS`, which is why this cannot be in the main filter.
+pub fn compile_no_clone3() -> Result<Vec<u8>, String> {
+    let rules = BTreeMap::from([(libc::SYS_clone3, Vec::new())]);
+    to_bytes(rules, libc::ENOSYS)
+}
 
 /// Compiles the filter for a sandbox with or without internet sockets.
 pub fn compile(network: bool) -> Result<Vec<u8>, String> {
@@ -97,10 +103,14 @@ pub fn compile(network: bool) -> Result<Vec<u8>, String> {
                 .collect::<Result<_, _>>()?,
         );
     }
+    to_bytes(rules, libc::EPERM)
+}
+
+fn to_bytes(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<Vec<u8>, String> {
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
+        SeccompAction::Errno(errno as u32),
         std::env::consts::ARCH
             .try_into()
             .map_err(|e: seccompiler::BackendError| e.to_string())?,
