@@ -164,10 +164,8 @@ impl Root {
         if let Some(code) = code {
             self.bind_code(code)?;
         }
-        for p in packages {
-            let inside = p.strip_prefix("/").unwrap_or(p);
-            self.bind_ro(p, inside, true)?;
-        }
+        // Scratch first: a data directory under /tmp puts package mount
+        // points inside it.
         let tmp = self.path.join("tmp");
         fs::create_dir(&tmp)?;
         mount(
@@ -178,6 +176,10 @@ impl Root {
             Some(&format!("size={}m,mode=1777", scratch_mib.max(1))),
         )?;
         self.mounts.push(tmp);
+        for p in packages {
+            let inside = p.strip_prefix("/").unwrap_or(p);
+            self.bind_ro(p, inside, true)?;
+        }
         Ok(())
     }
 

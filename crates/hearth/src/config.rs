@@ -24,6 +24,8 @@ pub struct FileConfig {
     pub pooling: Option<bool>,
     pub http_timeout_ms: Option<u64>,
     pub examples: Option<bool>,
+    pub offline_packages: Option<PathBuf>,
+    pub keep_alive_s: Option<u64>,
 }
 
 /// Flags of `hearth up`; each also reads a `HEARTH_*` variable.
@@ -65,6 +67,13 @@ pub struct UpArgs {
     /// Deploy the bundled example functions on first start (default true).
     #[arg(long, env = "HEARTH_EXAMPLES")]
     pub examples: Option<bool>,
+    /// Install Python/npm packages only from this directory of wheels
+    /// (pip --no-index --find-links) / npm's offline cache (default: online).
+    #[arg(long, env = "HEARTH_OFFLINE_PACKAGES")]
+    pub offline_packages: Option<PathBuf>,
+    /// Seconds a paused Python/Node.js handler is kept unused (default 300).
+    #[arg(long, env = "HEARTH_KEEP_ALIVE_S")]
+    pub keep_alive_s: Option<u64>,
 }
 
 /// The settings `hearth up` runs with, after merging.
@@ -83,6 +92,8 @@ pub struct Settings {
     pub pooling: bool,
     pub http_timeout_ms: u64,
     pub examples: bool,
+    pub offline_packages: Option<PathBuf>,
+    pub keep_alive_s: u64,
 }
 
 impl Settings {
@@ -96,6 +107,8 @@ impl Settings {
             Err(e) => return Err(e).with_context(|| format!("failed to read {}", path.display())),
         };
         Ok(Settings {
+            offline_packages: args.offline_packages.clone().or(file.offline_packages),
+            keep_alive_s: args.keep_alive_s.or(file.keep_alive_s).unwrap_or(300),
             data_dir: data_dir.to_path_buf(),
             listen: args
                 .listen

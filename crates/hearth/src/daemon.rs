@@ -70,6 +70,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let wasm = WasmEngine::new(wasm_config).context("failed to start the wasm engine")?;
     let mut proc_config = ProcConfig::new(dir.join("proc"));
     proc_config.max_response_bytes = settings.max_response_bytes;
+    proc_config.offline_packages = settings.offline_packages.clone();
+    proc_config.keep_alive = std::time::Duration::from_secs(settings.keep_alive_s);
     let proc = ProcEngine::new(proc_config).context("failed to start the process tier")?;
     let host = Arc::new(HostServices::new(
         store.clone(),

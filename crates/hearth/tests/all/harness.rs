@@ -166,7 +166,21 @@ impl Daemon {
 }
 
 impl Drop for Daemon {
+    /// SIGTERM, so the daemon removes its sandboxes, mounts and cgroups;
+    /// SIGKILL if it has not stopped after ten seconds.
     fn drop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return; // already gone (kill9)
+        }
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -9,3 +9,4 @@ mod examples_c;
 mod harness;
 mod hostile;
 mod outbound;
+mod process;

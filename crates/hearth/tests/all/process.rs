@@ -1,0 +1,399 @@
+//! The process tier end to end: Python and Node.js functions in lean
+//! containers, their caches, and hostile code.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::{Daemon, error_of};
+
+async fn deploy(d: &Daemon, name: &str, file: &str, code: &[u8], query: &[(&str, &str)]) {
+    let runtime = if file.ends_with(".py") {
+        "python"
+    } else {
+        "node"
+    };
+    let mut q = vec![("file_name", file), ("runtime", runtime)];
+    q.extend_from_slice(query);
+    d.deploy(name, code.to_vec(), &q).await;
+}
+
+async fn call(d: &Daemon, name: &str, query: &str, body: &str) -> (u16, String) {
+    let r = d
+        .post(&format!("/fn/admin/{name}{query}"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+const LAMBDA_PY: &str = r#"
+import os, hearth
+def handler(event, context):
+    n = int(hearth.kv.get("n") or 0) + 1
+    hearth.kv.set("n", str(n))
+    print("call", n)
+    return {"statusCode": 201, "headers": {"x-n": str(n)},
+            "body": {"n": n, "pid": os.getpid(), "uid": os.getuid(),
+                     "got": event["body"], "q": event["query"], "env": os.environ.get("GREETING")}}
+"#;
+
+#[tokio::test]
+async fn python_handlers_run_sandboxed_with_kv_logs_and_both_shapes() {
+    let d = Daemon::start();
+    deploy(
+        &d,
+        "lam",
+        "handler.py",
+        LAMBDA_PY.as_bytes(),
+        &[("env", "GREETING=hi")],
+    )
+    .await;
+    for n in 1..=3 {
+        let (status, body) = call(&d, "lam", "?a=b", r#"{"x": [1, 2]}"#).await;
+        assert_eq!(status, 201, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["n"], n, "KV persists across invocations: {v}");
+        assert_eq!(v["got"]["x"][1], 2, "a JSON body arrives decoded: {v}");
+        assert_eq!(v["q"]["a"], "b");
+        assert_eq!(v["env"], "hi");
+        assert_eq!(
+            v["pid"], 1,
+            "the handler is PID 1 of its own PID namespace: {v}"
+        );
+        assert_eq!(
+            v["uid"], 65534,
+            "the handler runs as an unprivileged user: {v}"
+        );
+    }
+    let lines = d
+        .logs_until("lam", |l| {
+            l.iter()
+                .filter(|x| x["message"].as_str().unwrap_or("").starts_with("call "))
+                .count()
+                >= 3
+        })
+        .await;
+    assert!(lines.iter().any(|l| l["message"] == "call 3"), "{lines:?}");
+
+    // OpenWhisk's shape; an uncaught exception reaches the caller and the log.
+    let ow = b"def main(args):\n    if args.get('boom'):\n        raise ValueError('no ' + args['boom'])\n    return {'hello': args.get('name')}\n";
+    deploy(&d, "ow", "main.py", ow, &[]).await;
+    let (status, body) = call(&d, "ow", "?name=ada", "").await;
+    assert_eq!((status, body.as_str()), (200, r#"{"hello": "ada"}"#));
+    let r = d
+        .post("/fn/admin/ow")
+        .header("content-type", "application/json")
+        .body(r#"{"boom":"way"}"#)
+        .send()
+        .await
+        .unwrap();
+    let (status, kind, msg) = error_of(r).await;
+    assert_eq!((status, kind.as_str()), (500, "function_error"));
+    assert!(msg.contains("ValueError: no way"), "{msg}");
+    let lines = d
+        .logs_until("ow", |l| {
+            l.iter()
+                .any(|x| x["message"].as_str().unwrap_or("").contains("Traceback"))
+        })
+        .await;
+    let tb = lines
+        .iter()
+        .find_map(|l| l["message"].as_str().filter(|m| m.contains("Traceback")))
+        .unwrap_or_default();
+    assert!(
+        tb.contains("line 3, in main"),
+        "the traceback points at the user's line: {tb}"
+    );
+
+    // A syntax error is refused at deploy with its position.
+    let r = d
+        .deploy_raw(
+            "bad",
+            b"def handler(e, c):\n  return (\n".to_vec(),
+            &[("runtime", "python"), ("file_name", "bad.py")],
+        )
+        .await;
+    let (status, _, msg) = error_of(r).await;
+    assert_eq!(status, 400);
+    assert!(msg.contains("line"), "{msg}");
+}
+
+const HOSTILE_PY: &str = r#"
+import os, socket, time
+def handler(event, context):
+    what = event["query"].get("what")
+    if what == "spin":
+        while True:
+            pass
+    if what == "mem":
+        hog = []
+        while True:
+            hog.append(bytearray(8 << 20))
+    if what == "fork":
+        n = 0
+        try:
+            while n < 10000:
+                if os.fork() == 0:
+                    time.sleep(20)
+                    os._exit(0)
+                n += 1
+        except OSError as e:
+            return f"stopped after {n}"
+        return "fork bomb not stopped"
+    if what == "shadow":
+        for path in ("/etc/shadow", "/proc/1/root/etc/shadow", "/../../etc/shadow"):
+            try:
+                return "read " + path + ": " + open(path).read()[:20]
+            except OSError:
+                pass
+        return "no host files"
+    if what == "net":
+        try:
+            socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            return "internet socket opened"
+        except OSError as e:
+            return f"denied: {e}"
+    if what == "crash":
+        os._exit(3)
+    return "fine"
+"#;
+
+#[tokio::test]
+async fn hostile_python_is_contained_and_others_keep_serving() {
+    let d = Daemon::start();
+    deploy(
+        &d,
+        "bad",
+        "h.py",
+        HOSTILE_PY.as_bytes(),
+        &[("timeout_ms", "1500"), ("memory_mib", "64")],
+    )
+    .await;
+    deploy(
+        &d,
+        "ok",
+        "ok.py",
+        b"def handler(e, c):\n    return 'ok'\n",
+        &[],
+    )
+    .await;
+
+    // A spinning function times out while another keeps answering.
+    let spin = tokio::spawn({
+        let req = d.post("/fn/admin/bad?what=spin");
+        async move { req.send().await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = Instant::now();
+    assert_eq!(call(&d, "ok", "", "").await, (200, "ok".into()));
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "ok waited {:?}",
+        t.elapsed()
+    );
+    let (status, kind, _) = error_of(spin.await.unwrap()).await;
+    assert_eq!((status, kind.as_str()), (504, "timeout"));
+
+    let (status, kind, msg) =
+        error_of(d.post("/fn/admin/bad?what=mem").send().await.unwrap()).await;
+    assert_eq!((status, kind.as_str()), (500, "out_of_memory"), "{msg}");
+    assert!(msg.contains("64 MiB"), "{msg}");
+
+    let (status, body) = call(&d, "bad", "?what=fork", "").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.starts_with("stopped after"),
+        "the process limit holds: {body}"
+    );
+    assert_eq!(call(&d, "ok", "", "").await, (200, "ok".into()));
+
+    assert_eq!(
+        call(&d, "bad", "?what=shadow", "").await,
+        (200, "no host files".into())
+    );
+    let (_, body) = call(&d, "bad", "?what=net", "").await;
+    assert!(body.starts_with("denied"), "{body}");
+
+    let (status, kind, _) =
+        error_of(d.post("/fn/admin/bad?what=crash").send().await.unwrap()).await;
+    assert_eq!((status, kind.as_str()), (502, "crashed"));
+    // The crashed sandbox is replaced.
+    assert_eq!(call(&d, "bad", "?what=x", "").await, (200, "fine".into()));
+}
+
+/// A wheel made by hand (a zip with a module and its dist-info), so the
+/// test needs no network: the daemon installs from a local directory.
+fn write_wheel(dir: &std::path::Path) {
+    use std::io::Write;
+    let file = std::fs::File::create(dir.join("tinypkg-1.2.0-py3-none-any.whl")).unwrap();
+    let mut w = zip::ZipWriter::new(file);
+    let o = zip::write::SimpleFileOptions::default();
+    let files = [
+        (
+            "tinypkg/__init__.py",
+            "import time\nIMPORTED_AT = time.time()\nVERSION = '1.2.0'\n",
+        ),
+        (
+            "tinypkg-1.2.0.dist-info/METADATA",
+            "Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.2.0\n",
+        ),
+        (
+            "tinypkg-1.2.0.dist-info/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        ),
+        ("tinypkg-1.2.0.dist-info/top_level.txt", "tinypkg\n"),
+        ("tinypkg-1.2.0.dist-info/RECORD", ""),
+    ];
+    for (name, text) in files {
+        w.start_file(name, o).unwrap();
+        w.write_all(text.as_bytes()).unwrap();
+    }
+    w.finish().unwrap();
+}
+
+fn tar_of(files: &[(&str, &str)]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (p, text) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(text.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, p, text.as_bytes()).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
+#[tokio::test]
+async fn pinned_packages_install_once_and_handlers_fork_from_a_zygote_that_imported_them() {
+    let wheels = tempfile::tempdir().unwrap();
+    write_wheel(wheels.path());
+    let d = Daemon::start_with(&["--offline-packages", wheels.path().to_str().unwrap()]);
+    let code = "import tinypkg, sys\ndef handler(e, c):\n    return {'v': tinypkg.VERSION, 'imported_at': tinypkg.IMPORTED_AT, 'paths': [p for p in sys.path if 'tinypkg' in p]}\n";
+    let bundle = tar_of(&[
+        ("handler.py", code),
+        ("requirements.txt", "TinyPkg==1.2.0\n"),
+    ]);
+    d.deploy(
+        "withpkg",
+        bundle.clone(),
+        &[("runtime", "python"), ("file_name", "fn.tar")],
+    )
+    .await;
+    // A second function with the same requirement shares the install and the zygote.
+    d.deploy(
+        "withpkg2",
+        bundle,
+        &[("runtime", "python"), ("file_name", "fn.tar")],
+    )
+    .await;
+    let (s1, b1) = call(&d, "withpkg", "", "").await;
+    let (s2, b2) = call(&d, "withpkg2", "", "").await;
+    assert_eq!((s1, s2), (200, 200), "{b1} {b2}");
+    let v1: serde_json::Value = serde_json::from_str(&b1).unwrap();
+    let v2: serde_json::Value = serde_json::from_str(&b2).unwrap();
+    assert_eq!(v1["v"], "1.2.0");
+    assert_eq!(
+        v1["imported_at"], v2["imported_at"],
+        "both handlers inherited one zygote's import (SOCK's import cache)"
+    );
+    // An unpinned requirement is refused at deploy, with the line.
+    let r = d
+        .deploy_raw(
+            "loose",
+            tar_of(&[("handler.py", code), ("requirements.txt", "tinypkg>=1\n")]),
+            &[("runtime", "python"), ("file_name", "fn.tar")],
+        )
+        .await;
+    let (status, _, msg) = error_of(r).await;
+    assert_eq!(status, 400);
+    assert!(msg.contains("line 1"), "{msg}");
+    // A package that does not exist fails the deploy, not the first request.
+    let r = d
+        .deploy_raw(
+            "missing",
+            tar_of(&[
+                ("handler.py", code),
+                ("requirements.txt", "nosuchpkg==9.9\n"),
+            ]),
+            &[("runtime", "python"), ("file_name", "fn.tar")],
+        )
+        .await;
+    assert_eq!(error_of(r).await.0, 400);
+}
+
+#[tokio::test]
+async fn node_functions_in_both_shapes_run_from_the_generic_pool() {
+    let d = Daemon::start();
+    let workers = br#"export default {
+  async fetch(request, env) {
+    const n = Number((await hearth.kv.get("n")) ?? 0) + 1;
+    await hearth.kv.set("n", String(n));
+    console.log("node call", n);
+    return Response.json({ n, body: await request.text(), pid: process.pid, uid: process.getuid() });
+  },
+};"#;
+    deploy(&d, "w", "index.mjs", workers, &[]).await;
+    let lambda = b"exports.handler = async (event) => ({ statusCode: 202, body: { got: event.body, q: event.query } });\n";
+    deploy(&d, "l", "index.cjs", lambda, &[]).await;
+    for n in 1..=2 {
+        let (status, body) = call(&d, "w", "", "hi").await;
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            (v["n"].as_i64(), v["pid"].as_i64(), v["uid"].as_i64()),
+            (Some(n), Some(1), Some(65534)),
+            "{v}"
+        );
+    }
+    let (status, body) = call(&d, "l", "?a=b", r#"{"x":1}"#).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body, r#"{"got":{"x":1},"q":{"a":"b"}}"#);
+    let lines = d
+        .logs_until("w", |l| l.iter().any(|x| x["message"] == "node call 2"))
+        .await;
+    assert!(
+        lines.iter().any(|x| x["message"] == "node call 2"),
+        "{lines:?}"
+    );
+    // A syntax error is refused at deploy.
+    let r = d
+        .deploy_raw(
+            "bad",
+            b"export default { fetch( {".to_vec(),
+            &[("runtime", "node"), ("file_name", "index.mjs")],
+        )
+        .await;
+    let (status, _, msg) = error_of(r).await;
+    assert_eq!(status, 400, "{msg}");
+    assert!(msg.contains("syntax error"), "{msg}");
+}
+
+#[tokio::test]
+async fn stopping_the_daemon_removes_its_mounts_and_cgroups() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let d = Daemon::start_in(dir.path(), &[]);
+        deploy(
+            &d,
+            "p",
+            "h.py",
+            b"def handler(e, c):\n    return 'x'\n",
+            &[],
+        )
+        .await;
+        assert_eq!(call(&d, "p", "", "").await.0, 200);
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let ours = dir.path().canonicalize().unwrap();
+        assert!(
+            mounts.contains(ours.to_str().unwrap()),
+            "a paused handler holds mounts"
+        );
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let ours = dir.path().canonicalize().unwrap();
+    assert!(
+        !mounts.contains(ours.to_str().unwrap()),
+        "mounts left behind"
+    );
+}
