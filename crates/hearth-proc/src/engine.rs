@@ -1017,7 +1017,7 @@ impl Sandbox for ProcSandbox {
                 let alive = handler
                     .cgroup
                     .as_ref()
-                    .map_or(true, |cg| !cg.pids().is_empty());
+                    .is_none_or(|cg| !cg.pids().is_empty());
                 host.log(LogStream::System, "error", &format!("sandbox failed: {e}"));
                 if e.kind() == std::io::ErrorKind::InvalidData && alive {
                     Err(InvokeError::ResponseTooLarge {
