@@ -25,8 +25,13 @@ pub struct Target {
 pub enum ClientCommand {
     /// Deploy a function: a new immutable version of NAME.
     Deploy {
-        /// The code: a .wasm module or .wat text.
+        /// The code: a .wasm/.wat module, a .py/.mjs/.js file, a directory,
+        /// or a tar/tar.gz/zip bundle.
         file: PathBuf,
+        /// Python packages (pinned name==version lines) or an npm
+        /// package.json to bundle with a single source file.
+        #[arg(long)]
+        requirements: Option<PathBuf>,
         /// Function name (default: the file name without extension).
         #[arg(long)]
         name: Option<String>,
@@ -238,8 +243,9 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
     match cmd {
         ClientCommand::Deploy {
             file,
+            requirements,
             name,
-            runtime,
+            mut runtime,
             memory_mib,
             timeout_ms,
             allow_hosts,
@@ -248,12 +254,22 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
             target,
         } => {
             let c = Client::new(data_dir, &target)?;
-            let code = std::fs::read(&file)
-                .with_context(|| format!("failed to read {}", file.display()))?;
-            let file_name = file
+            let mut file_name = file
                 .file_name()
                 .map(|f| f.to_string_lossy().into_owned())
                 .unwrap_or_default();
+            let code = if file.is_dir() || requirements.is_some() {
+                // Directories and source + requirements travel as one tar.
+                if runtime.is_none() {
+                    runtime =
+                        Some(infer_bundle_runtime(&file, requirements.as_deref()).to_string());
+                }
+                file_name = "bundle.tar".into();
+                bundle(&file, requirements.as_deref())?
+            } else {
+                std::fs::read(&file)
+                    .with_context(|| format!("failed to read {}", file.display()))?
+            };
             let name = match name {
                 Some(n) => n,
                 None => file
@@ -504,4 +520,43 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A tar of a directory, or of one source file plus its requirements file.
+fn bundle(file: &Path, requirements: Option<&Path>) -> anyhow::Result<Vec<u8>> {
+    let mut b = tar::Builder::new(Vec::new());
+    if file.is_dir() {
+        b.append_dir_all(".", file)
+            .with_context(|| format!("failed to pack {}", file.display()))?;
+    } else {
+        let name = file.file_name().context("not a file")?;
+        b.append_path_with_name(file, name)
+            .with_context(|| format!("failed to read {}", file.display()))?;
+    }
+    if let Some(r) = requirements {
+        let name = if r.extension().is_some_and(|e| e == "json") {
+            "package.json"
+        } else {
+            "requirements.txt"
+        };
+        b.append_path_with_name(r, name)
+            .with_context(|| format!("failed to read {}", r.display()))?;
+    }
+    Ok(b.into_inner()?)
+}
+
+/// python when the bundle holds Python, else node.
+fn infer_bundle_runtime(file: &Path, requirements: Option<&Path>) -> &'static str {
+    let is_py = |p: &Path| p.extension().is_some_and(|e| e == "py" || e == "txt");
+    let python = if file.is_dir() {
+        std::fs::read_dir(file)
+            .map(|d| {
+                d.flatten()
+                    .any(|e| is_py(&e.path()) && e.path().extension().is_some_and(|x| x == "py"))
+            })
+            .unwrap_or(false)
+    } else {
+        is_py(file) || requirements.is_some_and(is_py)
+    };
+    if python { "python" } else { "node" }
 }
