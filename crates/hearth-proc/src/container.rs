@@ -99,7 +99,7 @@ impl Base {
         let hearth = dir.join("hearth");
         fs::create_dir_all(&hearth)?;
         for (name, bytes) in helpers {
-            crate::write_file(&hearth.join(name), bytes)?;
+            fs::write(hearth.join(name), bytes)?;
         }
         Ok(Base {
             system,

@@ -10,7 +10,6 @@
 //! and any idle longer than the keep-alive. A handler that timed out,
 //! crashed or misbehaved is destroyed, never reused.
 
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -18,19 +17,19 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use hearth_core::{FunctionVersion, InvokeError, Request, Response, Runtime, Tier};
-use hearth_host::{
-    Compiled, DeployError, Engine, HostCtx, OutboundRequest, Prepared, Sandbox, Source,
-};
+use hearth_host::{Compiled, DeployError, Engine, HostCtx, Prepared, Sandbox, Source};
 use hearth_store::{ArtifactStore, LogStream};
 use serde_json::{Value, json};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixListener;
 use tokio::sync::OnceCell;
 
 use crate::bundle::Bundle;
 use crate::cgroup::{Cgroup, CgroupLimits, CgroupPool, Cgroups};
 use crate::container::{self, Base, Root};
+use crate::handler::{Handler, HandlerCache, LiveGuard};
 use crate::install::{InstallCache, Installed};
-use crate::proto::{Frame, read_frame, write_frame};
+use crate::proto::{read_frame, write_frame};
+use crate::session::converse;
 use crate::zygote::{ZygoteConfig, ZygoteTree};
 
 /// Settings of the process tier.
@@ -88,10 +87,9 @@ impl ProcConfig {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ProcStatus {
     pub cgroups: Option<String>,
-    pub chroot: bool,
-    pub namespaces: bool,
-    pub unprivileged_user: bool,
-    pub seccomp: bool,
+    /// chroot, PID/IPC/UTS namespaces and an unprivileged user (needs root);
+    /// seccomp and no_new_privs apply either way.
+    pub isolated: bool,
     /// Plain sentences about what is weaker than intended.
     pub degraded: Vec<String>,
     pub paused_handlers: usize,
@@ -116,7 +114,7 @@ struct Inner {
     node_pool_filling: std::sync::atomic::AtomicBool,
     /// Set once a Node.js function is prepared: the pool is kept from then on.
     node_pool_wanted: std::sync::atomic::AtomicBool,
-    live: AtomicU64,
+    live: Arc<AtomicU64>,
     next_id: AtomicU64,
     root: bool,
     degraded: Vec<String>,
@@ -196,7 +194,7 @@ impl ProcEngine {
             node_pool: Mutex::new(Vec::new()),
             node_pool_filling: false.into(),
             node_pool_wanted: false.into(),
-            live: AtomicU64::new(0),
+            live: Arc::default(),
             next_id: AtomicU64::new(1),
             root,
             degraded,
@@ -213,10 +211,7 @@ impl ProcEngine {
                 .cgroups
                 .as_ref()
                 .map(|c| format!("{:?}", c.version()).to_lowercase()),
-            chroot: inner.root,
-            namespaces: inner.root,
-            unprivileged_user: inner.root,
-            seccomp: true,
+            isolated: inner.root,
             degraded: inner.degraded.clone(),
             paused_handlers: inner.handlers.lock().unwrap().idle.len(),
             generic_node_processes: inner.node_pool.lock().unwrap().len(),
@@ -313,9 +308,9 @@ impl Engine for ProcEngine {
         let entry = bundle.entry(runtime).map_err(DeployError::NotAFunction)?;
         let packages = bundle.packages(runtime).map_err(DeployError::Invalid)?;
         if runtime == Runtime::Python {
-            self.check_python_syntax(&bundle, &entry).await?;
+            crate::syntax::check_python(&self.0.config.python, &bundle, &entry).await?;
         } else {
-            self.check_node_syntax(&bundle, &entry).await?;
+            crate::syntax::check_node(&self.0.config.node, &bundle, &entry).await?;
         }
         // Packages are installed at deploy so a bad pin fails the deploy,
         // not the first request.
@@ -380,69 +375,6 @@ impl Engine for ProcEngine {
             installed,
         }))
     }
-}
-
-impl ProcEngine {
-    async fn check_python_syntax(&self, bundle: &Bundle, entry: &str) -> Result<(), DeployError> {
-        let source = bundle.file(entry).unwrap_or_default().to_vec();
-        let script = "import sys\nsrc = sys.stdin.buffer.read()\ntry:\n    compile(src, sys.argv[1], 'exec')\nexcept SyntaxError as e:\n    print(f'{e.filename}, line {e.lineno}, column {e.offset}: {e.msg}')\n    sys.exit(1)\n";
-        syntax_check(
-            tokio::process::Command::new(&self.0.config.python)
-                .args(["-I", "-S", "-c", script, entry]),
-            source,
-        )
-        .await
-    }
-
-    async fn check_node_syntax(&self, bundle: &Bundle, entry: &str) -> Result<(), DeployError> {
-        let source = bundle.file(entry).unwrap_or_default().to_vec();
-        let module = entry.ends_with(".mjs")
-            || (!entry.ends_with(".cjs") && String::from_utf8_lossy(&source).contains("export "));
-        let mut cmd = tokio::process::Command::new(&self.0.config.node);
-        cmd.arg("--check");
-        if module {
-            cmd.arg("--input-type=module");
-        }
-        syntax_check(&mut cmd, source).await
-    }
-}
-
-async fn syntax_check(
-    cmd: &mut tokio::process::Command,
-    source: Vec<u8>,
-) -> Result<(), DeployError> {
-    use tokio::io::AsyncWriteExt;
-    cmd.stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| DeployError::Load(format!("cannot check syntax: {e}")))?;
-    let mut stdin = child.stdin.take().unwrap();
-    let writer = tokio::spawn(async move {
-        let _ = stdin.write_all(&source).await;
-    });
-    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
-        .await
-        .map_err(|_| DeployError::Load("the syntax check took too long".into()))?
-        .map_err(|e| DeployError::Load(e.to_string()))?;
-    let _ = writer.await;
-    if out.status.success() {
-        return Ok(());
-    }
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    // node --check prints "[stdin]:3", the line, a caret and the message.
-    let msg: Vec<&str> = text
-        .lines()
-        .map(str::trim_end)
-        .filter(|l| !l.is_empty() && !l.starts_with("    at ") && !l.starts_with("Node.js "))
-        .collect();
-    Err(DeployError::Invalid(format!(
-        "syntax error: {}",
-        msg.join(" | ")
-    )))
 }
 
 fn version_key(v: &FunctionVersion) -> String {
@@ -520,14 +452,13 @@ impl ProcPrepared {
             )
             .await?;
         handler.key = Some(self.key.clone());
-        self.load(&mut handler, &packages).await?;
-        Ok(handler)
+        self.load(handler, &packages).await
     }
 
     async fn new_node_handler(&self) -> Result<Handler, InvokeError> {
         let engine = &self.engine;
         let generic = engine.0.node_pool.lock().unwrap().pop();
-        engine.0.fill_node_pool_soon();
+        engine.0.fill_node_pool();
         let mut handler = match generic {
             Some(h) => {
                 h.resume();
@@ -558,13 +489,13 @@ impl ProcPrepared {
             )));
         }
         handler.key = Some(self.key.clone());
-        self.load(&mut handler, &[]).await?;
-        Ok(handler)
+        self.load(handler, &[]).await
     }
 
     /// Sends the function's code location and environment; the helper
-    /// imports it. Import errors are kept and reported per invocation.
-    async fn load(&self, handler: &mut Handler, paths: &[PathBuf]) -> Result<(), InvokeError> {
+    /// imports it. Import errors are kept and reported per invocation; a
+    /// handler that dies or hangs while loading is destroyed.
+    async fn load(&self, mut handler: Handler, paths: &[PathBuf]) -> Result<Handler, InvokeError> {
         let code = if self.engine.0.root {
             "/code".to_string()
         } else {
@@ -578,42 +509,27 @@ impl ProcPrepared {
             "env": self.version.spec.env,
         });
         let wait = Duration::from_millis(self.version.spec.limits.timeout_ms.max(30_000));
+        let conn = handler.conn();
         let result = tokio::time::timeout(wait, async {
-            write_frame(handler.conn(), &msg, &[]).await?;
-            loop {
-                let f = read_frame(handler.conn(), 1 << 20).await?;
-                if f.str("op") == "loaded" {
-                    return Ok::<_, std::io::Error>(f);
-                }
-            }
+            write_frame(conn, &msg, &[]).await?;
+            while read_frame(conn, 1 << 20).await?.str("op") != "loaded" {}
+            Ok::<_, std::io::Error>(())
         })
         .await;
-        match result {
-            Ok(Ok(_)) => Ok(()),
+        let err = match result {
+            Ok(Ok(())) => return Ok(handler),
+            Ok(Err(_)) if handler.oom_killed() => InvokeError::OutOfMemory {
+                limit_mib: self.version.spec.limits.memory_mib,
+            },
             Ok(Err(e)) => {
-                let oom = handler.oom_killed();
-                self.engine
-                    .0
-                    .destroy(std::mem::replace(handler, Handler::placeholder()));
-                if oom {
-                    Err(InvokeError::OutOfMemory {
-                        limit_mib: self.version.spec.limits.memory_mib,
-                    })
-                } else {
-                    Err(InvokeError::Crashed(format!(
-                        "the sandbox died while loading the function: {e}"
-                    )))
-                }
+                InvokeError::Crashed(format!("the sandbox died while loading the function: {e}"))
             }
-            Err(_) => {
-                self.engine
-                    .0
-                    .destroy(std::mem::replace(handler, Handler::placeholder()));
-                Err(InvokeError::Timeout {
-                    limit_ms: wait.as_millis() as u64,
-                })
-            }
-        }
+            Err(_) => InvokeError::Timeout {
+                limit_ms: wait.as_millis() as u64,
+            },
+        };
+        self.engine.0.destroy(handler);
+        Err(err)
     }
 }
 
@@ -668,7 +584,7 @@ impl ProcEngine {
             root: None,
             memory: 0,
             idle_since: Instant::now(),
-            live: Some(LiveGuard::new(inner)),
+            _live: LiveGuard::new(&inner.live),
         };
         let (root_path, socket_host, socket_inside) = if inner.root {
             let path = inner.config.dir.join("run/sb").join(id.to_string());
@@ -785,10 +701,6 @@ impl ProcEngine {
 
 impl Inner {
     /// Keeps `node_pool` generic Node processes ready, in the background.
-    fn fill_node_pool_soon(self: &Arc<Self>) {
-        self.fill_node_pool();
-    }
-
     fn fill_node_pool(self: &Arc<Self>) {
         if self.config.node_pool == 0
             || !self.node_pool_wanted.load(Ordering::Relaxed)
@@ -839,123 +751,7 @@ impl Inner {
         if let Some(mut root) = h.root.take() {
             root.destroy();
         }
-        drop(h.live.take());
-    }
-}
-
-/// Counts live sandboxes for `max_sandboxes`.
-struct LiveGuard(Weak<Inner>);
-
-impl LiveGuard {
-    fn new(inner: &Arc<Inner>) -> LiveGuard {
-        inner.live.fetch_add(1, Ordering::Relaxed);
-        LiveGuard(Arc::downgrade(inner))
-    }
-}
-
-impl Drop for LiveGuard {
-    fn drop(&mut self) {
-        if let Some(inner) = self.0.upgrade() {
-            inner.live.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-}
-
-/// One sandboxed process and what it holds.
-struct Handler {
-    /// The version it serves; `None` for a generic Node process.
-    key: Option<String>,
-    pid: i32,
-    conn: Option<UnixStream>,
-    cgroup: Option<Cgroup>,
-    root: Option<Root>,
-    memory: u64,
-    idle_since: Instant,
-    live: Option<LiveGuard>,
-}
-
-impl Handler {
-    fn placeholder() -> Handler {
-        Handler {
-            key: None,
-            pid: 0,
-            conn: None,
-            cgroup: None,
-            root: None,
-            memory: 0,
-            idle_since: Instant::now(),
-            live: None,
-        }
-    }
-
-    fn conn(&mut self) -> &mut UnixStream {
-        self.conn.as_mut().expect("a live handler has a connection")
-    }
-
-    fn oom_killed(&self) -> bool {
-        self.cgroup.as_ref().is_some_and(Cgroup::oom_killed)
-    }
-
-    /// Pauses the handler where it stands (SOCK's paused containers).
-    fn pause(&self) {
-        match &self.cgroup {
-            Some(cg) if cg.freeze().is_ok() => {}
-            // SAFETY: kill(2) has no memory-safety preconditions.
-            _ => unsafe {
-                libc::kill(self.pid, libc::SIGSTOP);
-            },
-        }
-    }
-
-    fn resume(&self) {
-        match &self.cgroup {
-            Some(cg) if cg.thaw().is_ok() => {}
-            // SAFETY: as above.
-            _ => unsafe {
-                libc::kill(self.pid, libc::SIGCONT);
-            },
-        }
-    }
-}
-
-/// Paused handlers, least recently used first.
-#[derive(Default)]
-struct HandlerCache {
-    idle: VecDeque<Handler>,
-}
-
-impl HandlerCache {
-    fn take(&mut self, key: &str) -> Option<Handler> {
-        let i = self
-            .idle
-            .iter()
-            .rposition(|h| h.key.as_deref() == Some(key))?;
-        self.idle.remove(i)
-    }
-
-    /// Adds a paused handler; returns those that must go to respect `budget`.
-    fn put(&mut self, h: Handler, budget: u64) -> Vec<Handler> {
-        self.idle.push_back(h);
-        let mut out = Vec::new();
-        let mut total: u64 = self.idle.iter().map(|h| h.memory).sum();
-        while total > budget && self.idle.len() > 1 {
-            let old = self.idle.pop_front().unwrap();
-            total -= old.memory;
-            out.push(old);
-        }
-        out
-    }
-
-    fn expired(&mut self, keep_alive: Duration) -> Vec<Handler> {
-        let mut out = Vec::new();
-        while self
-            .idle
-            .front()
-            .is_some_and(|h| h.idle_since.elapsed() > keep_alive)
-        {
-            out.push(self.idle.pop_front().unwrap());
-        }
-        out
+        drop(h);
     }
 }
 
@@ -1031,182 +827,5 @@ impl Sandbox for ProcSandbox {
             }
             Err(_) => Err(InvokeError::Timeout { limit_ms }),
         }
-    }
-}
-
-/// Sends the request and serves the handler's host calls until it answers.
-async fn converse(
-    conn: &mut UnixStream,
-    req: Request,
-    host: &HostCtx,
-    max_response: usize,
-) -> std::io::Result<Result<Response, InvokeError>> {
-    let meta = host.meta();
-    let v = &meta.version;
-    let header = json!({
-        "op": "invoke",
-        "id": meta.id.to_string(),
-        "method": req.method,
-        "path": req.path,
-        "query": req.query,
-        "headers": req.headers,
-        "function": v.name,
-        "version": v.version,
-        "memory_mib": v.spec.limits.memory_mib,
-        "remaining_ms": host.remaining().as_millis() as u64,
-    });
-    write_frame(conn, &header, &req.body).await?;
-    loop {
-        let frame = read_frame(conn, max_response.max(1 << 20)).await?;
-        match frame.str("op") {
-            "log" => {
-                let stream = if frame.str("stream") == "stderr" {
-                    LogStream::Stderr
-                } else {
-                    LogStream::Log
-                };
-                let level = match frame.str("level") {
-                    "" => "info",
-                    l => l,
-                };
-                host.log(stream, level, &String::from_utf8_lossy(&frame.body));
-            }
-            "call" => {
-                let (reply, body) = host_call(host, &frame).await;
-                write_frame(conn, &reply, &body).await?;
-            }
-            "response" => {
-                if frame.body.len() > max_response {
-                    return Ok(Err(InvokeError::ResponseTooLarge {
-                        limit_bytes: max_response,
-                    }));
-                }
-                let status = frame
-                    .header
-                    .get("status")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(200);
-                let status = if (100..=599).contains(&status) {
-                    status as u16
-                } else {
-                    500
-                };
-                let headers = frame
-                    .header
-                    .get("headers")
-                    .and_then(Value::as_array)
-                    .map(|hs| {
-                        hs.iter()
-                            .filter_map(|h| {
-                                let pair = h.as_array()?;
-                                Some((
-                                    pair.first()?.as_str()?.to_string(),
-                                    pair.get(1)?.as_str()?.to_string(),
-                                ))
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                return Ok(Ok(Response {
-                    status,
-                    headers,
-                    body: frame.body.into(),
-                }));
-            }
-            "error" => {
-                let msg = match frame.str("message") {
-                    "" => "uncaught exception",
-                    m => m,
-                };
-                return Ok(Err(InvokeError::Function(msg.to_string())));
-            }
-            other => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("unexpected message {other:?} from the sandbox"),
-                ));
-            }
-        }
-    }
-}
-
-/// Runs one host call a handler asked for; the reply header and body.
-async fn host_call(host: &HostCtx, f: &Frame) -> (Value, Vec<u8>) {
-    let hex_arg = |k: &str| hex::decode(f.str(k)).map_err(|_| format!("{k} must be hex"));
-    let result: Result<(Value, Vec<u8>), String> = async {
-        match f.str("call") {
-            "kv_get" => {
-                let v = host
-                    .kv_get(hex_arg("key")?)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok(match v {
-                    Some(v) => (json!({"found": true}), v),
-                    None => (json!({"found": false}), Vec::new()),
-                })
-            }
-            "kv_set" => {
-                host.kv_set(hex_arg("key")?, f.body.clone())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok((json!({}), Vec::new()))
-            }
-            "kv_delete" => {
-                let existed = host
-                    .kv_delete(hex_arg("key")?)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok((json!({"existed": existed}), Vec::new()))
-            }
-            "kv_list" => {
-                let keys = host
-                    .kv_list(hex_arg("prefix")?)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let keys: Vec<String> = keys.iter().map(hex::encode).collect();
-                Ok((json!({"keys": keys}), Vec::new()))
-            }
-            "http_fetch" => {
-                let headers = f
-                    .header
-                    .get("headers")
-                    .and_then(Value::as_array)
-                    .map(|hs| {
-                        hs.iter()
-                            .filter_map(|h| {
-                                let p = h.as_array()?;
-                                Some((
-                                    p.first()?.as_str()?.to_string(),
-                                    p.get(1)?.as_str()?.to_string(),
-                                ))
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let method = match f.str("method") {
-                    "" => "GET",
-                    m => m,
-                };
-                let resp = host
-                    .http_fetch(OutboundRequest {
-                        method: method.to_ascii_uppercase(),
-                        url: f.str("url").to_string(),
-                        headers,
-                        body: f.body.clone(),
-                    })
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok((
-                    json!({"status": resp.status, "headers": resp.headers}),
-                    resp.body,
-                ))
-            }
-            other => Err(format!("unknown host call {other:?}")),
-        }
-    }
-    .await;
-    match result {
-        Ok(r) => r,
-        Err(e) => (json!({"error": e}), Vec::new()),
     }
 }

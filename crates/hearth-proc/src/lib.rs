@@ -12,9 +12,10 @@
 //! * [`zygote`]: the import cache, a tree of pre-imported Python zygotes that
 //!   handlers fork from.
 //! * [`install`]: the install cache, each pinned package installed once.
-//! * [`engine`]: the [`hearth_host::Engine`] for the tier, the handler cache
-//!   (paused sandboxes, LRU under a memory budget, keep-alive) and the pool
-//!   of generic Node.js processes.
+//! * [`engine`]: the [`hearth_host::Engine`] for the tier, sandbox launch and
+//!   the pool of generic Node.js processes; `handler` holds the handler cache
+//!   (paused sandboxes, LRU under a memory budget, keep-alive) and `session`
+//!   one invocation's exchange with a handler.
 //!
 //! The helpers that run inside sandboxes are `helper/helper.py` (zygote,
 //! launcher and Python handler) and `helper/helper.mjs` (Node.js handler);
@@ -25,9 +26,12 @@ pub mod bundle;
 pub mod cgroup;
 pub mod container;
 pub mod engine;
+mod handler;
 pub mod install;
 pub mod proto;
 pub mod seccomp;
+mod session;
+mod syntax;
 pub mod zygote;
 
 pub use engine::{ProcConfig, ProcEngine, ProcStatus};
@@ -35,12 +39,3 @@ pub use engine::{ProcConfig, ProcEngine, ProcStatus};
 /// The helper programs, embedded so the binary is all a node needs.
 pub const HELPER_PY: &[u8] = include_bytes!("../helper/helper.py");
 pub const HELPER_MJS: &[u8] = include_bytes!("../helper/helper.mjs");
-
-/// Writes `bytes` to `path` through a temporary file and a rename.
-pub(crate) fn write_file(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))?;
-    std::fs::rename(&tmp, path)
-}

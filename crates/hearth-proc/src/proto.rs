@@ -24,6 +24,20 @@ impl Frame {
     pub fn str(&self, key: &str) -> &str {
         self.header.get(key).and_then(Value::as_str).unwrap_or("")
     }
+
+    /// The header's `key` as `[[name, value], ...]` pairs (HTTP headers);
+    /// malformed entries are skipped.
+    pub fn pairs(&self, key: &str) -> Vec<(String, String)> {
+        let Some(list) = self.header.get(key).and_then(Value::as_array) else {
+            return Vec::new();
+        };
+        list.iter()
+            .filter_map(|h| match h.as_array()?.as_slice() {
+                [k, v] => Some((k.as_str()?.to_string(), v.as_str()?.to_string())),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 /// Reads one frame; a body over `max_body` is an error (the sandbox is
@@ -85,6 +99,15 @@ mod tests {
         let f = read_frame(&mut b, 100).await.unwrap();
         assert_eq!(f.str("op"), "x");
         assert_eq!(f.body, b"\x00\xffbody");
+        let h = Frame {
+            header: serde_json::json!({"h": [["a", "1"], ["bad"], ["b", "2"]]}),
+            body: Vec::new(),
+        };
+        assert_eq!(
+            h.pairs("h"),
+            [("a".into(), "1".into()), ("b".into(), "2".into())]
+        );
+        assert!(h.pairs("missing").is_empty());
         write_frame(&mut a, &serde_json::json!({}), &[0u8; 200])
             .await
             .unwrap();

@@ -16,6 +16,24 @@ async fn deploy(d: &Daemon, name: &str, file: &str, code: &[u8], query: &[(&str,
     d.deploy(name, code.to_vec(), &q).await;
 }
 
+/// A deploy that must be refused: its status and message.
+async fn deploy_error(d: &Daemon, name: &str, file: &str, code: &[u8]) -> (u16, String) {
+    let runtime = if file.ends_with(".py") || file.ends_with(".tar") {
+        "python"
+    } else {
+        "node"
+    };
+    let r = d
+        .deploy_raw(
+            name,
+            code.to_vec(),
+            &[("runtime", runtime), ("file_name", file)],
+        )
+        .await;
+    let (status, _, msg) = error_of(r).await;
+    (status, msg)
+}
+
 async fn call(d: &Daemon, name: &str, query: &str, body: &str) -> (u16, String) {
     let r = d
         .post(&format!("/fn/admin/{name}{query}"))
@@ -107,16 +125,13 @@ async fn python_handlers_run_sandboxed_with_kv_logs_and_both_shapes() {
     );
 
     // A syntax error is refused at deploy with its position.
-    let r = d
-        .deploy_raw(
-            "bad",
-            b"def handler(e, c):\n  return (\n".to_vec(),
-            &[("runtime", "python"), ("file_name", "bad.py")],
-        )
-        .await;
-    let (status, _, msg) = error_of(r).await;
+    let (status, msg) =
+        deploy_error(&d, "bad", "bad.py", b"def handler(e, c):\n  return (\n").await;
     assert_eq!(status, 400);
-    assert!(msg.contains("line"), "{msg}");
+    assert!(
+        msg.contains("bad.py, line 2") && msg.contains("never closed"),
+        "{msg}"
+    );
 }
 
 const HOSTILE_PY: &str = r#"
@@ -298,28 +313,18 @@ async fn pinned_packages_install_once_and_handlers_fork_from_a_zygote_that_impor
         "both handlers inherited one zygote's import (SOCK's import cache)"
     );
     // An unpinned requirement is refused at deploy, with the line.
-    let r = d
-        .deploy_raw(
-            "loose",
-            tar_of(&[("handler.py", code), ("requirements.txt", "tinypkg>=1\n")]),
-            &[("runtime", "python"), ("file_name", "fn.tar")],
-        )
-        .await;
-    let (status, _, msg) = error_of(r).await;
+    let loose = tar_of(&[("handler.py", code), ("requirements.txt", "tinypkg>=1\n")]);
+    let (status, msg) = deploy_error(&d, "loose", "fn.tar", &loose).await;
     assert_eq!(status, 400);
     assert!(msg.contains("line 1"), "{msg}");
     // A package that does not exist fails the deploy, not the first request.
-    let r = d
-        .deploy_raw(
-            "missing",
-            tar_of(&[
-                ("handler.py", code),
-                ("requirements.txt", "nosuchpkg==9.9\n"),
-            ]),
-            &[("runtime", "python"), ("file_name", "fn.tar")],
-        )
-        .await;
-    assert_eq!(error_of(r).await.0, 400);
+    let missing = tar_of(&[
+        ("handler.py", code),
+        ("requirements.txt", "nosuchpkg==9.9\n"),
+    ]);
+    let (status, msg) = deploy_error(&d, "missing", "fn.tar", &missing).await;
+    assert_eq!(status, 400);
+    assert!(msg.contains("nosuchpkg==9.9"), "{msg}");
 }
 
 #[tokio::test]
@@ -357,14 +362,7 @@ async fn node_functions_in_both_shapes_run_from_the_generic_pool() {
         "{lines:?}"
     );
     // A syntax error is refused at deploy.
-    let r = d
-        .deploy_raw(
-            "bad",
-            b"export default { fetch( {".to_vec(),
-            &[("runtime", "node"), ("file_name", "index.mjs")],
-        )
-        .await;
-    let (status, _, msg) = error_of(r).await;
+    let (status, msg) = deploy_error(&d, "bad", "index.mjs", b"export default { fetch( {").await;
     assert_eq!(status, 400, "{msg}");
     assert!(msg.contains("syntax error"), "{msg}");
 }

@@ -1,0 +1,162 @@
+//! Handlers and the handler cache (SOCK's paused containers).
+//!
+//! A handler is one sandboxed process serving one function version (or, for
+//! a generic Node.js process, none yet). Between invocations it is paused
+//! and kept in the [`HandlerCache`], least recently used first.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::net::UnixStream;
+
+use crate::cgroup::Cgroup;
+use crate::container::Root;
+
+/// One live sandbox, counted against `max_sandboxes` until dropped.
+pub(crate) struct LiveGuard(Arc<AtomicU64>);
+
+impl LiveGuard {
+    pub(crate) fn new(count: &Arc<AtomicU64>) -> LiveGuard {
+        count.fetch_add(1, Ordering::Relaxed);
+        LiveGuard(count.clone())
+    }
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// One sandboxed process and what it holds.
+pub(crate) struct Handler {
+    /// The version it serves; `None` for a generic Node process.
+    pub(crate) key: Option<String>,
+    pub(crate) pid: i32,
+    pub(crate) conn: Option<UnixStream>,
+    pub(crate) cgroup: Option<Cgroup>,
+    pub(crate) root: Option<Root>,
+    pub(crate) memory: u64,
+    pub(crate) idle_since: Instant,
+    /// Held for its `Drop`: the sandbox counts as live while this exists.
+    pub(crate) _live: LiveGuard,
+}
+
+impl Handler {
+    pub(crate) fn conn(&mut self) -> &mut UnixStream {
+        self.conn.as_mut().expect("a live handler has a connection")
+    }
+
+    pub(crate) fn oom_killed(&self) -> bool {
+        self.cgroup.as_ref().is_some_and(Cgroup::oom_killed)
+    }
+
+    /// Pauses the handler where it stands (SOCK's paused containers).
+    pub(crate) fn pause(&self) {
+        match &self.cgroup {
+            Some(cg) if cg.freeze().is_ok() => {}
+            // SAFETY: kill(2) has no memory-safety preconditions.
+            _ => unsafe {
+                libc::kill(self.pid, libc::SIGSTOP);
+            },
+        }
+    }
+
+    pub(crate) fn resume(&self) {
+        match &self.cgroup {
+            Some(cg) if cg.thaw().is_ok() => {}
+            // SAFETY: as above.
+            _ => unsafe {
+                libc::kill(self.pid, libc::SIGCONT);
+            },
+        }
+    }
+}
+
+/// Paused handlers, least recently used first.
+#[derive(Default)]
+pub(crate) struct HandlerCache {
+    pub(crate) idle: VecDeque<Handler>,
+}
+
+impl HandlerCache {
+    pub(crate) fn take(&mut self, key: &str) -> Option<Handler> {
+        let i = self
+            .idle
+            .iter()
+            .rposition(|h| h.key.as_deref() == Some(key))?;
+        self.idle.remove(i)
+    }
+
+    /// Adds a paused handler; returns those that must go to respect `budget`.
+    pub(crate) fn put(&mut self, h: Handler, budget: u64) -> Vec<Handler> {
+        self.idle.push_back(h);
+        let mut out = Vec::new();
+        let mut total: u64 = self.idle.iter().map(|h| h.memory).sum();
+        while total > budget && self.idle.len() > 1 {
+            let old = self.idle.pop_front().unwrap();
+            total -= old.memory;
+            out.push(old);
+        }
+        out
+    }
+
+    pub(crate) fn expired(&mut self, keep_alive: Duration) -> Vec<Handler> {
+        let mut out = Vec::new();
+        while self
+            .idle
+            .front()
+            .is_some_and(|h| h.idle_since.elapsed() > keep_alive)
+        {
+            out.push(self.idle.pop_front().unwrap());
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handler(key: &str, memory: u64, live: &Arc<AtomicU64>) -> Handler {
+        Handler {
+            key: Some(key.into()),
+            pid: 0,
+            conn: None,
+            cgroup: None,
+            root: None,
+            memory,
+            idle_since: Instant::now(),
+            _live: LiveGuard::new(live),
+        }
+    }
+
+    #[test]
+    fn the_cache_hands_back_by_version_and_evicts_the_oldest_over_budget() {
+        let live = Arc::new(AtomicU64::new(0));
+        let mut cache = HandlerCache::default();
+        assert!(cache.put(handler("a", 40, &live), 100).is_empty());
+        assert!(cache.put(handler("b", 40, &live), 100).is_empty());
+        let evicted = cache.put(handler("c", 40, &live), 100);
+        assert_eq!(
+            evicted.iter().map(|h| h.key.as_deref()).collect::<Vec<_>>(),
+            [Some("a")]
+        );
+        drop(evicted);
+        assert_eq!(
+            live.load(Ordering::Relaxed),
+            2,
+            "dropping a handler frees its slot"
+        );
+        assert!(cache.take("a").is_none());
+        assert_eq!(cache.take("c").unwrap().key.as_deref(), Some("c"));
+        assert_eq!(
+            cache.expired(Duration::ZERO).len(),
+            1,
+            "b is past a zero keep-alive"
+        );
+        assert!(cache.idle.is_empty());
+    }
+}

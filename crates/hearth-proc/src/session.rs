@@ -1,0 +1,157 @@
+//! One invocation's conversation with a handler: the request out, then
+//! logs and host calls in until the response (or an error) arrives.
+
+use hearth_core::{InvokeError, Request, Response};
+use hearth_host::{HostCtx, OutboundRequest};
+use hearth_store::LogStream;
+use serde_json::{Value, json};
+use tokio::net::UnixStream;
+
+use crate::proto::{Frame, read_frame, write_frame};
+
+/// Sends the request and serves the handler's host calls until it answers.
+pub(crate) async fn converse(
+    conn: &mut UnixStream,
+    req: Request,
+    host: &HostCtx,
+    max_response: usize,
+) -> std::io::Result<Result<Response, InvokeError>> {
+    let meta = host.meta();
+    let v = &meta.version;
+    let header = json!({
+        "op": "invoke",
+        "id": meta.id.to_string(),
+        "method": req.method,
+        "path": req.path,
+        "query": req.query,
+        "headers": req.headers,
+        "function": v.name,
+        "version": v.version,
+        "memory_mib": v.spec.limits.memory_mib,
+        "remaining_ms": host.remaining().as_millis() as u64,
+    });
+    write_frame(conn, &header, &req.body).await?;
+    loop {
+        let frame = read_frame(conn, max_response.max(1 << 20)).await?;
+        match frame.str("op") {
+            "log" => {
+                let stream = if frame.str("stream") == "stderr" {
+                    LogStream::Stderr
+                } else {
+                    LogStream::Log
+                };
+                let level = match frame.str("level") {
+                    "" => "info",
+                    l => l,
+                };
+                host.log(stream, level, &String::from_utf8_lossy(&frame.body));
+            }
+            "call" => {
+                let (reply, body) = host_call(host, &frame).await;
+                write_frame(conn, &reply, &body).await?;
+            }
+            "response" => {
+                if frame.body.len() > max_response {
+                    return Ok(Err(InvokeError::ResponseTooLarge {
+                        limit_bytes: max_response,
+                    }));
+                }
+                let status = frame
+                    .header
+                    .get("status")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(200);
+                let status = if (100..=599).contains(&status) {
+                    status as u16
+                } else {
+                    500
+                };
+                let headers = frame.pairs("headers");
+                return Ok(Ok(Response {
+                    status,
+                    headers,
+                    body: frame.body.into(),
+                }));
+            }
+            "error" => {
+                let msg = match frame.str("message") {
+                    "" => "uncaught exception",
+                    m => m,
+                };
+                return Ok(Err(InvokeError::Function(msg.to_string())));
+            }
+            other => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("unexpected message {other:?} from the sandbox"),
+                ));
+            }
+        }
+    }
+}
+
+/// Runs one host call a handler asked for; the reply header and body.
+async fn host_call(host: &HostCtx, f: &Frame) -> (Value, Vec<u8>) {
+    let hex_arg = |k: &str| hex::decode(f.str(k)).map_err(|_| format!("{k} must be hex"));
+    let result: Result<(Value, Vec<u8>), String> = async {
+        match f.str("call") {
+            "kv_get" => {
+                let v = host
+                    .kv_get(hex_arg("key")?)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(match v {
+                    Some(v) => (json!({"found": true}), v),
+                    None => (json!({"found": false}), Vec::new()),
+                })
+            }
+            "kv_set" => {
+                host.kv_set(hex_arg("key")?, f.body.clone())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok((json!({}), Vec::new()))
+            }
+            "kv_delete" => {
+                let existed = host
+                    .kv_delete(hex_arg("key")?)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok((json!({"existed": existed}), Vec::new()))
+            }
+            "kv_list" => {
+                let keys = host
+                    .kv_list(hex_arg("prefix")?)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let keys: Vec<String> = keys.iter().map(hex::encode).collect();
+                Ok((json!({"keys": keys}), Vec::new()))
+            }
+            "http_fetch" => {
+                let headers = f.pairs("headers");
+                let method = match f.str("method") {
+                    "" => "GET",
+                    m => m,
+                };
+                let resp = host
+                    .http_fetch(OutboundRequest {
+                        method: method.to_ascii_uppercase(),
+                        url: f.str("url").to_string(),
+                        headers,
+                        body: f.body.clone(),
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok((
+                    json!({"status": resp.status, "headers": resp.headers}),
+                    resp.body,
+                ))
+            }
+            other => Err(format!("unknown host call {other:?}")),
+        }
+    }
+    .await;
+    match result {
+        Ok(r) => r,
+        Err(e) => (json!({"error": e}), Vec::new()),
+    }
+}
