@@ -42,13 +42,20 @@ impl Runtime {
         }
     }
 
+    /// The tiers that can run this runtime, in order of preference: a
+    /// function starts in the first one its node has, and JavaScript falls
+    /// back from the isolate to the process tier.
+    pub fn tiers(self) -> &'static [Tier] {
+        match self {
+            Runtime::Wasm => &[Tier::Wasm],
+            Runtime::Js => &[Tier::Js, Tier::Process],
+            Runtime::Python | Runtime::Node => &[Tier::Process],
+        }
+    }
+
     /// The tier a fresh function of this runtime starts in.
     pub fn first_tier(self) -> Tier {
-        match self {
-            Runtime::Wasm => Tier::Wasm,
-            Runtime::Js => Tier::Js,
-            Runtime::Python | Runtime::Node => Tier::Process,
-        }
+        self.tiers()[0]
     }
 }
 

@@ -148,17 +148,14 @@ impl Node {
             .map_err(NodeError::from)
     }
 
-    /// The engine a function runs in. JavaScript starts in the js tier;
-    /// until a node has one, JavaScript runs in the process tier (Node.js),
-    /// as it would after falling back.
+    /// The engine a function runs in: the first of its runtime's tiers
+    /// this node has (JavaScript runs in the process tier until a node has
+    /// the isolate tier).
     fn engine_for(&self, spec: &FunctionSpec) -> Result<&Arc<dyn Engine>, NodeError> {
-        let first = spec.runtime.first_tier();
-        self.engines
-            .get(&first)
-            .or_else(|| match first {
-                Tier::Js => self.engines.get(&Tier::Process),
-                _ => None,
-            })
+        spec.runtime
+            .tiers()
+            .iter()
+            .find_map(|t| self.engines.get(t))
             .ok_or_else(|| NodeError::RuntimeUnavailable(spec.runtime.to_string()))
     }
 

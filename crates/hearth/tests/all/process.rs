@@ -351,6 +351,16 @@ async fn node_functions_in_both_shapes_run_from_the_generic_pool() {
             "{v}"
         );
     }
+    // runtime=js: no isolate tier on this node yet, so it runs in Node.js.
+    d.deploy(
+        "js",
+        workers.to_vec(),
+        &[("runtime", "js"), ("file_name", "index.mjs")],
+    )
+    .await;
+    let (status, body) = call(&d, "js", "", "hey").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""body":"hey""#), "{body}");
     let (status, body) = call(&d, "l", "?a=b", r#"{"x":1}"#).await;
     assert_eq!(status, 202, "{body}");
     assert_eq!(body, r#"{"got":{"x":1},"q":{"a":"b"}}"#);
