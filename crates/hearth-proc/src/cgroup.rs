@@ -125,10 +125,10 @@ impl Cgroups {
                         oom_baseline: 0,
                     };
                     cg.kill_all();
-                    let _ = fs::remove_dir(entry.path());
+                    remove_dir_when_released(&entry.path());
                 }
             }
-            let _ = fs::remove_dir(base);
+            remove_dir_when_released(base);
         }
     }
 }
@@ -137,6 +137,20 @@ impl Cgroups {
 fn write(path: impl AsRef<Path>, value: impl AsRef<[u8]>) -> io::Result<()> {
     let path = path.as_ref();
     fs::write(path, value).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+/// Removes an emptied cgroup. The kernel refuses (EBUSY) for a moment
+/// after the last process died, while it is still being torn down.
+fn remove_dir_when_released(dir: &Path) {
+    for _ in 0..50 {
+        match fs::remove_dir(dir) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                std::thread::sleep(Duration::from_millis(2))
+            }
+            _ => return,
+        }
+    }
+    tracing::warn!(dir = %dir.display(), "cgroup still busy; left in place");
 }
 
 /// Which interface `sysfs` offers, if any usable one.

@@ -397,6 +397,10 @@ async fn stopping_the_daemon_removes_its_mounts_and_cgroups() {
             mounts.contains(ours.to_str().unwrap()),
             "a paused handler holds mounts"
         );
+        assert!(
+            instance_dir(&ours, "memory").exists(),
+            "the node's cgroups are where the check below looks"
+        );
     }
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     let ours = dir.path().canonicalize().unwrap();
@@ -404,4 +408,18 @@ async fn stopping_the_daemon_removes_its_mounts_and_cgroups() {
         !mounts.contains(ours.to_str().unwrap()),
         "mounts left behind"
     );
+    for c in ["memory", "pids", "cpu", "freezer"] {
+        let left = instance_dir(&ours, c);
+        assert!(!left.exists(), "{} left behind", left.display());
+    }
+}
+
+/// Where a node with data directory `data` keeps its cgroups of `controller`
+/// (named after a hash of its process-tier directory).
+fn instance_dir(data: &std::path::Path, controller: &str) -> std::path::PathBuf {
+    let hash = hearth_store::sha256_hex(data.join("proc").as_os_str().as_encoded_bytes());
+    std::path::Path::new("/sys/fs/cgroup")
+        .join(controller)
+        .join("hearth")
+        .join(format!("n{}", &hash[..12]))
 }
