@@ -65,6 +65,7 @@ pub fn router(node: Arc<Node>, config: ApiConfig) -> Router {
         .route("/metrics", get(manage::metrics))
         .route("/v1/openapi.json", get(openapi::document))
         .route("/v1/whoami", get(manage::whoami))
+        .route("/v1/status", get(manage::status))
         .route("/v1/tenants", post(manage::create_tenant))
         .route("/v1/functions", get(manage::list_functions))
         .route(

@@ -42,6 +42,12 @@ pub(crate) async fn whoami(State(s): S, headers: HeaderMap) -> Result<Json<Princ
     Ok(Json(s.auth.require(s.node.store(), &headers).await?))
 }
 
+/// The node's state and what it cannot enforce here; any valid token.
+pub(crate) async fn status(State(s): S, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    s.auth.require(s.node.store(), &headers).await?;
+    Ok(Json(s.node.status()))
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct NewTenant {

@@ -64,6 +64,22 @@ pub trait Engine: Send + Sync + 'static {
         version: &FunctionVersion,
         artifacts: &ArtifactStore,
     ) -> Result<Arc<dyn Prepared>, DeployError>;
+
+    /// What this tier enforces on this machine and what it holds now, for
+    /// `hearth status`.
+    fn status(&self) -> EngineStatus {
+        EngineStatus::default()
+    }
+}
+
+/// One tier's report for `hearth status`.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct EngineStatus {
+    /// Plain sentences about protections this machine cannot give (for
+    /// example no cgroups when not root). Empty when nothing is degraded.
+    pub degraded: Vec<String>,
+    /// Tier-specific figures (sandboxes, zygotes, pools).
+    pub details: serde_json::Value,
 }
 
 /// A version ready to run: compiled module, bytecode or zygote.

@@ -23,6 +23,6 @@ mod http;
 mod tape;
 
 pub use ctx::{HostCtx, HostError, HostLimits, HostServices, InvocationMeta, LogLine};
-pub use engine::{Compiled, DeployError, Engine, Prepared, Sandbox, Source};
+pub use engine::{Compiled, DeployError, Engine, EngineStatus, Prepared, Sandbox, Source};
 pub use http::{OutboundRequest, OutboundResponse};
 pub use tape::{HostEvent, Tape};

@@ -159,6 +159,27 @@ impl Node {
             .ok_or_else(|| NodeError::RuntimeUnavailable(spec.runtime.to_string()))
     }
 
+    /// What this node is doing and what it cannot enforce, per tier.
+    pub fn status(&self) -> serde_json::Value {
+        let mut degraded = Vec::new();
+        let mut tiers = serde_json::Map::new();
+        for (tier, engine) in &self.engines {
+            let s = engine.status();
+            degraded.extend(s.degraded.iter().map(|d| format!("{}: {d}", tier.as_str())));
+            tiers.insert(
+                tier.as_str().to_string(),
+                serde_json::to_value(s).unwrap_or_default(),
+            );
+        }
+        serde_json::json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "in_flight": self.config.max_concurrency - self.admission.available_permits(),
+            "max_concurrency": self.config.max_concurrency,
+            "degraded": degraded,
+            "tiers": tiers,
+        })
+    }
+
     /// Validates and compiles `code`, stores it, and records a new version.
     pub async fn deploy(
         &self,

@@ -34,6 +34,7 @@ import sys
 import time
 import traceback
 
+CLONE_NEWUSER = 0x10000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
@@ -160,8 +161,11 @@ class Zygote:
         # First child: new namespaces, then the sandbox is our child (PID 1).
         try:
             os.close(r)
-            if cmd.get("isolate", True):
+            isolation = cmd.get("isolation", "full")
+            if isolation == "full":
                 _check(_libc.unshare(CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+            elif isolation == "userns":
+                enter_user_namespace(cmd["uid"], cmd["gid"])
             second = os.fork()
             if second:
                 os.write(w, json.dumps({"pid": second}).encode())
@@ -193,14 +197,48 @@ def import_modules(paths, modules):
     return imported, failed
 
 
+def enter_user_namespace(uid, gid):
+    """Without root: a new user namespace (this process's user seen as
+    `uid` inside) owning new PID, IPC and UTS namespaces."""
+    outer_uid, outer_gid = os.getuid(), os.getgid()
+    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {outer_uid} 1"),
+                       ("gid_map", f"{gid} {outer_gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def drop_capabilities():
+    """Drops the capabilities a new user namespace granted."""
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (_CapData * 2)()
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
+
+
 def enter_sandbox(cmd, filters):
     """Turns this process into a sandbox; returns its connection to the node.
 
-    With `isolate` false (the node is not root) only the seccomp filter and
-    no_new_privs apply; the node says so at startup.
+    `isolation` says how: "full" (the node is root: namespaces, chroot,
+    unprivileged user), "userns" (not root: a user namespace with PID, IPC
+    and UTS namespaces, no chroot) or "none". seccomp and no_new_privs apply
+    in every case; the node reports what is missing at startup.
     """
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    if cmd.get("isolate", True):
+    isolation = cmd.get("isolation", "full")
+    if isolation == "userns":
+        hostname = cmd.get("hostname", "sandbox").encode()
+        _check(_libc.sethostname(hostname, len(hostname)), "sethostname")
+        drop_capabilities()
+    if isolation == "full":
         hostname = cmd.get("hostname", "sandbox").encode()
         _check(_libc.sethostname(hostname, len(hostname)), "sethostname")
         os.chroot(cmd["root"])
@@ -209,6 +247,14 @@ def enter_sandbox(cmd, filters):
         os.setgroups([])
         os.setresgid(gid, gid, gid)
         os.setresuid(uid, uid, uid)
+    if cmd.get("extra_memory_bytes"):
+        # No cgroup to hold memory: cap the address space at what the
+        # process maps now plus the function's limit.
+        import resource
+        with open("/proc/self/status") as f:
+            vm = next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmSize:"))
+        cap = vm + int(cmd["extra_memory_bytes"])
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
     for bpf in filters:
         install_seccomp(bpf)

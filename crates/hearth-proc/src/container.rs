@@ -47,7 +47,9 @@ const SYSTEM_DIRS: [&str; 6] = ["usr", "bin", "sbin", "lib", "lib64", "lib32"];
 
 impl Base {
     /// Prepares `<dir>/etc`, `<dir>/dev` and `<dir>/hearth` (the helpers).
-    pub fn create(dir: &Path, helpers: &[(&str, &[u8])]) -> io::Result<Base> {
+    /// `devices`: make /dev nodes (needs root; without root there is no
+    /// chroot, so sandboxes use the host's /dev).
+    pub fn create(dir: &Path, helpers: &[(&str, &[u8])], devices: bool) -> io::Result<Base> {
         let mut system = Vec::new();
         for name in SYSTEM_DIRS {
             let host = Path::new("/").join(name);
@@ -84,7 +86,7 @@ impl Base {
         fs::create_dir_all(&dev)?;
         for (name, minor) in [("null", 3), ("zero", 5), ("random", 8), ("urandom", 9)] {
             let path = dev.join(name);
-            if !path.exists() {
+            if devices && !path.exists() {
                 let c = cstr(&path)?;
                 // SAFETY: `c` is a valid NUL-terminated path.
                 let rc = unsafe {

@@ -59,6 +59,56 @@ pub struct ProcConfig {
     pub max_pids: u32,
     pub cpu_percent: u32,
     pub max_response_bytes: usize,
+    /// Which of SOCK's three caches are on (all, unless measuring them).
+    pub caches: Caches,
+}
+
+/// SOCK's three caches. All are on by default; turning one off exists to
+/// measure what it is worth (`bench/proc.sh`), as SOCK's Fig. 17 does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Caches {
+    /// Packages installed once into a shared store. Off: each new Python
+    /// handler installs its packages afresh (pip, without pip's own cache)
+    /// into a directory of its own, and forks from the bare zygote.
+    pub install: bool,
+    /// Python zygotes with packages imported. Off: handlers fork from the
+    /// bare zygote and import their packages themselves.
+    pub import: bool,
+    /// Paused handlers kept for the next invocation. Off: every invocation
+    /// gets a new handler, destroyed after it.
+    pub handler: bool,
+}
+
+impl Caches {
+    pub const ALL: Caches = Caches {
+        install: true,
+        import: true,
+        handler: true,
+    };
+
+    /// Parses `all`, `none`, or a comma list of `install`, `import`, `handler`.
+    pub fn parse(s: &str) -> Result<Caches, String> {
+        let mut c = Caches {
+            install: false,
+            import: false,
+            handler: false,
+        };
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part {
+                "all" => c = Caches::ALL,
+                "none" => {}
+                "install" => c.install = true,
+                "import" => c.import = true,
+                "handler" => c.handler = true,
+                other => {
+                    return Err(format!(
+                        "unknown cache {other:?}: expected all, none, install, import or handler"
+                    ));
+                }
+            }
+        }
+        Ok(c)
+    }
 }
 
 impl ProcConfig {
@@ -79,6 +129,7 @@ impl ProcConfig {
             max_pids: 64,
             cpu_percent: 100,
             max_response_bytes: 6 << 20,
+            caches: Caches::ALL,
         }
     }
 }
@@ -87,9 +138,8 @@ impl ProcConfig {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ProcStatus {
     pub cgroups: Option<String>,
-    /// chroot, PID/IPC/UTS namespaces and an unprivileged user (needs root);
-    /// seccomp and no_new_privs apply either way.
-    pub isolated: bool,
+    pub isolation: Isolation,
+    pub caches: Caches,
     /// Plain sentences about what is weaker than intended.
     pub degraded: Vec<String>,
     pub paused_handlers: usize,
@@ -117,7 +167,50 @@ struct Inner {
     live: Arc<AtomicU64>,
     next_id: AtomicU64,
     root: bool,
+    isolation: Isolation,
     degraded: Vec<String>,
+}
+
+/// How sandboxes are separated from the host and each other. seccomp and
+/// `no_new_privs` apply in every case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    /// Root: lean container (chroot), PID/IPC/UTS namespaces, uid 65534.
+    Full,
+    /// Not root: a user namespace owning PID/IPC/UTS namespaces, no
+    /// capabilities; no chroot.
+    UserNamespace,
+    /// Not root and no user namespaces: seccomp only.
+    None,
+}
+
+impl Isolation {
+    fn as_str(self) -> &'static str {
+        match self {
+            Isolation::Full => "full",
+            Isolation::UserNamespace => "userns",
+            Isolation::None => "none",
+        }
+    }
+
+    /// Whether this kernel lets an unprivileged process make a user namespace.
+    fn user_namespaces_work() -> bool {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new("/bin/true");
+        // SAFETY: the closure runs in the forked child and makes one
+        // syscall, which is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::unshare(libc::CLONE_NEWUSER) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+        cmd.status().is_ok_and(|s| s.success())
+    }
 }
 
 impl ProcEngine {
@@ -154,6 +247,7 @@ impl ProcEngine {
                 ("net.bpf", &net),
                 ("noclone3.bpf", &no_clone3),
             ],
+            root,
         )
         .context("cannot prepare the sandbox base")?;
         let cgroups = if root {
@@ -172,11 +266,19 @@ impl ProcEngine {
         } else {
             None
         };
-        if !root {
+        let isolation = if root {
+            Isolation::Full
+        } else if Isolation::user_namespaces_work() {
             degraded.push(
-                "not running as root: Python and Node.js sandboxes run without chroot, namespaces, cgroups or a separate user; only the seccomp filter and the time limit hold".into(),
+                "not running as root: Python and Node.js sandboxes get a user namespace with their own PID, IPC and UTS namespaces, seccomp and no capabilities, but no chroot (they can read what this daemon's user can read) and no cgroups (no CPU or process-count limits; Python memory is capped by an address-space limit, Node.js memory is not capped)".into(),
             );
-        }
+            Isolation::UserNamespace
+        } else {
+            degraded.push(
+                "not running as root and user namespaces are unavailable: Python and Node.js sandboxes run without chroot, namespaces, cgroups or a separate user; only the seccomp filter and the time limit hold".into(),
+            );
+            Isolation::None
+        };
         for line in &degraded {
             tracing::warn!("process tier degraded: {line}");
         }
@@ -197,6 +299,7 @@ impl ProcEngine {
             live: Arc::default(),
             next_id: AtomicU64::new(1),
             root,
+            isolation,
             degraded,
             config,
         }));
@@ -211,7 +314,8 @@ impl ProcEngine {
                 .cgroups
                 .as_ref()
                 .map(|c| format!("{:?}", c.version()).to_lowercase()),
-            isolated: inner.root,
+            isolation: inner.isolation,
+            caches: inner.config.caches,
             degraded: inner.degraded.clone(),
             paused_handlers: inner.handlers.lock().unwrap().idle.len(),
             generic_node_processes: inner.node_pool.lock().unwrap().len(),
@@ -289,6 +393,14 @@ fn instance_name(dir: &Path) -> String {
 impl Engine for ProcEngine {
     fn tier(&self) -> Tier {
         Tier::Process
+    }
+
+    fn status(&self) -> hearth_host::EngineStatus {
+        let s = ProcEngine::status(self);
+        hearth_host::EngineStatus {
+            degraded: s.degraded.clone(),
+            details: serde_json::to_value(&s).unwrap_or_default(),
+        }
     }
 
     async fn compile(&self, runtime: Runtime, source: Source) -> Result<Compiled, DeployError> {
@@ -433,10 +545,21 @@ impl ProcPrepared {
 
     async fn new_python_handler(&self) -> Result<Handler, InvokeError> {
         let engine = &self.engine;
+        let caches = engine.0.config.caches;
         let tree = engine.zygotes().await?;
-        let zygote = tree.for_packages(&self.installed).await;
-        let packages: Vec<PathBuf> = self.installed.iter().map(|i| i.path.clone()).collect();
-        let mut handler = engine
+        let (installed, private) = if caches.install {
+            (self.installed.clone(), None)
+        } else {
+            let (installed, dir) = engine.install_privately(&self.installed).await?;
+            (installed, Some(dir))
+        };
+        let zygote = if caches.install && caches.import {
+            tree.for_packages(&installed).await
+        } else {
+            tree.for_packages(&[]).await
+        };
+        let packages: Vec<PathBuf> = installed.iter().map(|i| i.path.clone()).collect();
+        let launched = engine
             .launch(
                 Some(&self.code_dir),
                 &packages,
@@ -450,7 +573,17 @@ impl ProcPrepared {
                     }
                 },
             )
-            .await?;
+            .await;
+        let mut handler = match launched {
+            Ok(h) => h,
+            Err(e) => {
+                if let Some(dir) = private {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+                return Err(e);
+            }
+        };
+        handler.private_packages = private;
         handler.key = Some(self.key.clone());
         self.load(handler, &packages).await
     }
@@ -584,6 +717,7 @@ impl ProcEngine {
             root: None,
             memory: 0,
             idle_since: Instant::now(),
+            private_packages: None,
             _live: LiveGuard::new(&inner.live),
         };
         let (root_path, socket_host, socket_inside) = if inner.root {
@@ -624,7 +758,8 @@ impl ProcEngine {
             "root": root_path,
             "uid": inner.config.sandbox_uid,
             "gid": inner.config.sandbox_uid,
-            "isolate": inner.root,
+            "isolation": inner.isolation.as_str(),
+            "extra_memory_bytes": if inner.cgroups.is_none() { limits.memory_bytes } else { 0 },
             "seccomp": crate::seccomp::filter_name(network),
             "socket": socket_inside,
             "hostname": format!("sandbox-{id}"),
@@ -670,6 +805,35 @@ impl ProcEngine {
         }
     }
 
+    /// Installs packages for one handler alone, as if there were no
+    /// install cache (see [`Caches::install`]).
+    async fn install_privately(
+        &self,
+        packages: &[Installed],
+    ) -> Result<(Vec<Installed>, PathBuf), InvokeError> {
+        let id = self.0.next_id.fetch_add(1, Ordering::Relaxed);
+        let dir = self.0.config.dir.join("run/pkgs").join(id.to_string());
+        let mut out = Vec::new();
+        for (i, p) in packages.iter().enumerate() {
+            match self
+                .0
+                .installs
+                .install_uncached(&p.package, &dir.join(i.to_string()))
+                .await
+            {
+                Ok(installed) => out.push(installed),
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(InvokeError::Crashed(format!(
+                        "installing {} failed: {e}",
+                        p.package.spec(Runtime::Python)
+                    )));
+                }
+            }
+        }
+        Ok((out, dir))
+    }
+
     /// Starts one generic Node.js process (no function yet).
     async fn launch_node(&self) -> Result<Handler, InvokeError> {
         let tree = self.zygotes().await?;
@@ -690,6 +854,8 @@ impl ProcEngine {
         self.launch(None, &[], limits, false, |spec| async move {
             let mut v = spec.with_op("spawn");
             v["keep_stderr"] = json!(true);
+            // V8 reserves far more address space than it uses: no RLIMIT_AS.
+            v["extra_memory_bytes"] = json!(0);
             v["argv"] = json!([node, helper]);
             v["env"] =
                 json!({"PATH": "/usr/bin:/bin", "HOME": "/tmp", "NODE_PATH": "/node_modules"});
@@ -751,6 +917,9 @@ impl Inner {
         if let Some(mut root) = h.root.take() {
             root.destroy();
         }
+        if let Some(dir) = h.private_packages.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
         drop(h);
     }
 }
@@ -771,7 +940,7 @@ impl Drop for ProcSandbox {
             return;
         };
         let inner = &self.engine.0;
-        if !self.healthy {
+        if !self.healthy || !inner.config.caches.handler {
             inner.destroy(h);
             return;
         }
@@ -827,5 +996,24 @@ impl Sandbox for ProcSandbox {
             }
             Err(_) => Err(InvokeError::Timeout { limit_ms }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Caches;
+
+    #[test]
+    fn caches_parse_lists_and_refuses_unknown_names() {
+        assert_eq!(Caches::parse("all").unwrap(), Caches::ALL);
+        let none = Caches::parse("none").unwrap();
+        assert!(!none.install && !none.import && !none.handler);
+        let some = Caches::parse("install, handler").unwrap();
+        assert!(some.install && !some.import && some.handler);
+        assert!(
+            Caches::parse("install,zygote")
+                .unwrap_err()
+                .contains("zygote")
+        );
     }
 }

@@ -40,6 +40,9 @@ pub(crate) struct Handler {
     pub(crate) root: Option<Root>,
     pub(crate) memory: u64,
     pub(crate) idle_since: Instant,
+    /// Packages installed for this handler alone (install cache off);
+    /// removed with it.
+    pub(crate) private_packages: Option<std::path::PathBuf>,
     /// Held for its `Drop`: the sandbox counts as live while this exists.
     pub(crate) _live: LiveGuard,
 }
@@ -129,6 +132,7 @@ mod tests {
             root: None,
             memory,
             idle_since: Instant::now(),
+            private_packages: None,
             _live: LiveGuard::new(live),
         }
     }

@@ -82,7 +82,7 @@ impl InstallCache {
             let _ = std::fs::remove_dir_all(&tmp);
             std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
             let result = match runtime {
-                Runtime::Python => self.pip(pkg, &tmp).await,
+                Runtime::Python => self.pip(pkg, &tmp, true).await,
                 _ => self.npm(pkg, &tmp).await,
             };
             if let Err(e) = result {
@@ -106,7 +106,21 @@ impl InstallCache {
         })
     }
 
-    async fn pip(&self, pkg: &Package, target: &Path) -> Result<(), String> {
+    /// Installs a Python package into `dir` as if nothing were cached:
+    /// neither this store nor pip's download cache is used. Only for
+    /// measuring what the install cache saves (`ProcConfig::caches`).
+    pub async fn install_uncached(&self, pkg: &Package, dir: &Path) -> Result<Installed, String> {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        self.pip(pkg, dir, false).await?;
+        make_world_readable(dir);
+        Ok(Installed {
+            package: pkg.clone(),
+            modules: python_modules(dir),
+            path: dir.to_path_buf(),
+        })
+    }
+
+    async fn pip(&self, pkg: &Package, target: &Path, pip_cache: bool) -> Result<(), String> {
         let mut cmd = tokio::process::Command::new(&self.python);
         cmd.args([
             "-m",
@@ -123,6 +137,9 @@ impl InstallCache {
         ])
         .arg(target)
         .arg(pkg.spec(Runtime::Python));
+        if !pip_cache {
+            cmd.arg("--no-cache-dir");
+        }
         if let Some(dir) = &self.offline {
             cmd.arg("--no-index").arg("--find-links").arg(dir);
         }

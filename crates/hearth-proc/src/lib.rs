@@ -34,7 +34,7 @@ mod session;
 mod syntax;
 pub mod zygote;
 
-pub use engine::{ProcConfig, ProcEngine, ProcStatus};
+pub use engine::{Caches, Isolation, ProcConfig, ProcEngine, ProcStatus};
 
 /// The helper programs, embedded so the binary is all a node needs.
 pub const HELPER_PY: &[u8] = include_bytes!("../helper/helper.py");

@@ -237,6 +237,19 @@ impl Engine for WasmEngine {
         Tier::Wasm
     }
 
+    fn status(&self) -> hearth_host::EngineStatus {
+        let c = &self.0.config;
+        hearth_host::EngineStatus {
+            degraded: Vec::new(),
+            details: serde_json::json!({
+                "pooling": c.pooling,
+                "max_sandboxes": c.max_sandboxes,
+                "max_memory_mib": c.max_memory_mib,
+                "time_slice_ms": c.time_slice_ms,
+            }),
+        }
+    }
+
     async fn compile(&self, _runtime: Runtime, source: Source) -> Result<Compiled, DeployError> {
         let code = source.code;
         let this = self.clone();

@@ -108,6 +108,11 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
+    /// Show the node's state and any protection it cannot give here.
+    Status {
+        #[command(flatten)]
+        target: Target,
+    },
     /// Create a tenant and print its token (admin token required).
     CreateTenant {
         name: String,
@@ -237,6 +242,46 @@ fn fmt_time(ms: i64) -> String {
     let secs = ms / 1000;
     let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
     format!("{h:02}:{m:02}:{s:02}.{:03}", ms % 1000)
+}
+
+fn print_status(url: &str, v: &Value) {
+    println!(
+        "Hearth {} at {url}: {} of {} invocations in flight",
+        v["version"].as_str().unwrap_or("?"),
+        v["in_flight"],
+        v["max_concurrency"]
+    );
+    let degraded = v["degraded"].as_array().cloned().unwrap_or_default();
+    if degraded.is_empty() {
+        println!("isolation: full (nothing degraded)");
+    } else {
+        println!("isolation: DEGRADED");
+        for d in degraded {
+            println!("  - {}", d.as_str().unwrap_or_default());
+        }
+    }
+    if let Some(p) = v["tiers"]["process"]["details"].as_object() {
+        println!(
+            "process tier: cgroups {}, {} paused handlers, {} generic Node.js processes",
+            p.get("cgroups").and_then(Value::as_str).unwrap_or("none"),
+            p.get("paused_handlers").unwrap_or(&Value::Null),
+            p.get("generic_node_processes").unwrap_or(&Value::Null),
+        );
+        for z in p
+            .get("zygotes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            println!(
+                "  zygote pid {}: {} packages, {:.1} MiB PSS, {} forks",
+                z[0],
+                z[1],
+                z[2].as_f64().unwrap_or(0.0) / 1048576.0,
+                z[3]
+            );
+        }
+    }
 }
 
 pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
@@ -379,6 +424,17 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
             if !status.is_success() {
                 bail!("the invocation failed with {status}");
             }
+        }
+        ClientCommand::Status { target } => {
+            let c = Client::new(data_dir, &target)?;
+            let v = c
+                .send(c.request(reqwest::Method::GET, "/v1/status"))
+                .await?;
+            if c.json {
+                c.print_json(&v);
+                return Ok(());
+            }
+            print_status(&c.url, &v);
         }
         ClientCommand::Ls { target } => {
             let c = Client::new(data_dir, &target)?;

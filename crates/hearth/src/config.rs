@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
+use hearth_proc::Caches;
 use serde::Deserialize;
 
 /// `hearth.toml`. Every key is optional; a misspelt key is an error.
@@ -26,6 +27,7 @@ pub struct FileConfig {
     pub examples: Option<bool>,
     pub offline_packages: Option<PathBuf>,
     pub keep_alive_s: Option<u64>,
+    pub proc_caches: Option<String>,
 }
 
 /// Flags of `hearth up`; each also reads a `HEARTH_*` variable.
@@ -74,6 +76,10 @@ pub struct UpArgs {
     /// Seconds a paused Python/Node.js handler is kept unused (default 300).
     #[arg(long, env = "HEARTH_KEEP_ALIVE_S")]
     pub keep_alive_s: Option<u64>,
+    /// The process tier's caches: all (default), none, or a comma list of
+    /// install, import, handler. Turning caches off is for measuring them.
+    #[arg(long, env = "HEARTH_PROC_CACHES")]
+    pub proc_caches: Option<String>,
 }
 
 /// The settings `hearth up` runs with, after merging.
@@ -94,6 +100,7 @@ pub struct Settings {
     pub examples: bool,
     pub offline_packages: Option<PathBuf>,
     pub keep_alive_s: u64,
+    pub proc_caches: Caches,
 }
 
 impl Settings {
@@ -109,6 +116,10 @@ impl Settings {
         Ok(Settings {
             offline_packages: args.offline_packages.clone().or(file.offline_packages),
             keep_alive_s: args.keep_alive_s.or(file.keep_alive_s).unwrap_or(300),
+            proc_caches: match args.proc_caches.as_ref().or(file.proc_caches.as_ref()) {
+                Some(s) => Caches::parse(s).map_err(anyhow::Error::msg)?,
+                None => Caches::ALL,
+            },
             data_dir: data_dir.to_path_buf(),
             listen: args
                 .listen

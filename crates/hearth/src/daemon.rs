@@ -72,6 +72,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     proc_config.max_response_bytes = settings.max_response_bytes;
     proc_config.offline_packages = settings.offline_packages.clone();
     proc_config.keep_alive = std::time::Duration::from_secs(settings.keep_alive_s);
+    proc_config.caches = settings.proc_caches;
+    if settings.proc_caches != hearth_proc::Caches::ALL {
+        tracing::warn!(caches = ?settings.proc_caches, "process tier caches are turned off: cold starts will be slow");
+    }
     let proc = ProcEngine::new(proc_config).context("failed to start the process tier")?;
     let host = Arc::new(HostServices::new(
         store.clone(),

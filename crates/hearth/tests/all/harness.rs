@@ -36,9 +36,32 @@ impl Daemon {
         d
     }
 
+    /// Starts as an unprivileged user (uid = gid = `uid`), from a copy of
+    /// the binary that user can execute, in a data directory it owns.
+    pub fn start_as_user(uid: u32) -> Daemon {
+        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::process::CommandExt;
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let bin = tmp.path().join("hearth");
+        std::fs::copy(HEARTH, &bin).unwrap();
+        let dir = tmp.path().join("data");
+        std::fs::create_dir(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(uid), Some(uid)).unwrap();
+        let mut cmd = Command::new(&bin);
+        cmd.uid(uid).gid(uid).env("HOME", &dir);
+        let mut d = Self::spawn(cmd, &dir, &[]);
+        d._tmp = Some(tmp);
+        d
+    }
+
     /// Starts on an existing data directory (for restarts).
     pub fn start_in(dir: &Path, args: &[&str]) -> Daemon {
-        let child = Command::new(HEARTH)
+        Self::spawn(Command::new(HEARTH), dir, args)
+    }
+
+    fn spawn(mut cmd: Command, dir: &Path, args: &[&str]) -> Daemon {
+        let child = cmd
             .arg("--data-dir")
             .arg(dir)
             .args(["up", "--listen", "127.0.0.1:0"])

@@ -423,3 +423,154 @@ fn instance_dir(data: &std::path::Path, controller: &str) -> std::path::PathBuf 
         .join("hearth")
         .join(format!("n{}", &hash[..12]))
 }
+
+async fn create_tenant(d: &Daemon, name: &str) -> String {
+    let r = d
+        .post("/v1/tenants")
+        .json(&serde_json::json!({ "name": name }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let v: serde_json::Value = r.json().await.unwrap();
+    v["token"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn tenants_share_package_zygotes_but_never_a_sandbox_or_its_scratch() {
+    let wheels = tempfile::tempdir().unwrap();
+    write_wheel(wheels.path());
+    let d = Daemon::start_with(&["--offline-packages", wheels.path().to_str().unwrap()]);
+    let acme = create_tenant(&d, "acme").await;
+    let code = r#"
+import os, tinypkg
+def handler(e, c):
+    seen = sorted(f for f in os.listdir('/tmp') if f.startswith('mark'))
+    open('/tmp/mark-' + os.environ['WHO'], 'w').write('x')
+    return {'seen': seen, 'host': os.uname().nodename, 'imported_at': tinypkg.IMPORTED_AT,
+            'code': sorted(os.listdir('/code'))}
+"#;
+    let bundle = tar_of(&[
+        ("handler.py", code),
+        ("requirements.txt", "tinypkg==1.2.0\n"),
+        ("admin-only.txt", "secret"),
+    ]);
+    d.deploy(
+        "same",
+        bundle,
+        &[
+            ("runtime", "python"),
+            ("file_name", "fn.tar"),
+            ("env", "WHO=admin"),
+        ],
+    )
+    .await;
+    let acme_bundle = tar_of(&[
+        ("handler.py", code),
+        ("requirements.txt", "tinypkg==1.2.0\n"),
+    ]);
+    let r = d
+        .http
+        .post(format!("{}/v1/functions/same", d.url))
+        .query(&[
+            ("runtime", "python"),
+            ("file_name", "fn.tar"),
+            ("env", "WHO=acme"),
+        ])
+        .bearer_auth(&acme)
+        .body(acme_bundle)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+
+    let as_json = |b: &str| serde_json::from_str::<serde_json::Value>(b).unwrap();
+    let (_, first) = call(&d, "same", "", "").await;
+    let (_, again) = call(&d, "same", "", "").await;
+    let (first, again) = (as_json(&first), as_json(&again));
+    assert_eq!(first["seen"], serde_json::json!([]));
+    assert_eq!(
+        again["seen"],
+        serde_json::json!(["mark-admin"]),
+        "one handler keeps its scratch between invocations, so the check below can fail"
+    );
+    let r = d
+        .http
+        .post(format!("{}/fn/acme/same", d.url))
+        .bearer_auth(&acme)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let theirs = as_json(&r.text().await.unwrap());
+    assert_eq!(
+        theirs["seen"],
+        serde_json::json!([]),
+        "acme's sandbox must not see admin's scratch: {theirs}"
+    );
+    assert_ne!(theirs["host"], first["host"], "a sandbox of its own");
+    assert_eq!(
+        theirs["code"],
+        serde_json::json!(["handler.py", "requirements.txt"]),
+        "acme sees only its own code"
+    );
+    assert_eq!(
+        theirs["imported_at"], first["imported_at"],
+        "the zygote holds packages only, so tenants may share it"
+    );
+}
+
+#[tokio::test]
+async fn without_root_sandboxes_get_a_user_namespace_and_status_says_what_is_missing() {
+    let d = Daemon::start_as_user(65534);
+    let status: serde_json::Value = d
+        .get("/v1/status")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let degraded = status["degraded"].to_string();
+    assert!(degraded.contains("not running as root"), "{status}");
+    assert!(degraded.contains("no cgroups"), "{status}");
+    assert_eq!(
+        status["tiers"]["process"]["details"]["isolation"], "user_namespace",
+        "{status}"
+    );
+
+    let who = r#"
+import os
+def handler(e, c):
+    return {"pid": os.getpid(), "uid": os.getuid(), "host": os.uname().nodename}
+"#;
+    deploy(&d, "who", "who.py", who.as_bytes(), &[]).await;
+    let (code, body) = call(&d, "who", "", "").await;
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["pid"], 1, "PID 1 of a namespace of its own: {v}");
+    assert!(v["host"].as_str().unwrap().starts_with("sandbox-"), "{v}");
+
+    deploy(
+        &d,
+        "bad",
+        "h.py",
+        HOSTILE_PY.as_bytes(),
+        &[("timeout_ms", "1500"), ("memory_mib", "64")],
+    )
+    .await;
+    let (status, kind, _) = error_of(d.post("/fn/admin/bad?what=spin").send().await.unwrap()).await;
+    assert_eq!((status, kind.as_str()), (504, "timeout"));
+    let (status, _, msg) = error_of(d.post("/fn/admin/bad?what=mem").send().await.unwrap()).await;
+    assert_eq!(
+        status, 500,
+        "the address-space cap stops a memory bomb: {msg}"
+    );
+    assert_eq!(
+        call(&d, "bad", "?what=shadow", "").await,
+        (200, "no host files".into())
+    );
+    let (_, body) = call(&d, "bad", "?what=net", "").await;
+    assert!(body.starts_with("denied"), "{body}");
+    assert_eq!(call(&d, "who", "", "").await.0, 200);
+}
