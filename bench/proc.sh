@@ -1,60 +1,110 @@
 #!/usr/bin/env bash
-# Process tier cold starts, in one run (SOCK Fig. 17's configurations that
-# this tier has, over HTTP with curl):
-#   * baseline: a fresh `python3` process importing the package per request;
-#   * install cache hit, new zygote (the function's first invocation: the
-#     zygote for its package set imports the package, the handler forks);
-#   * import cache hit (a second function with the same requirements: its
-#     handler forks from the existing zygote, nothing imported);
-#   * handler cache hit (the next invocation: a paused handler resumes).
+# The process tier against SOCK's Figures 17 and 18, in one run.
+#
+# Fig. 17, cold starts of a function importing a heavy package, over HTTP
+# with curl, each configuration on its own daemon (HEARTH_PROC_CACHES):
+#   * no caches: every invocation installs the package (pip, no download
+#     cache), forks a bare interpreter, imports it;
+#   * install cache only: the package is installed once; every invocation
+#     forks a bare interpreter that imports it;
+#   * import cache hit: a new function's handler forks from the zygote that
+#     already imported the package;
+#   * handler cache hit: a paused handler resumes;
+#   * baseline: a fresh `python3` process importing the package.
+# Fig. 18, memory: N paused handlers forked from one zygote vs N separate
+# interpreters that imported the same package (proportional set size).
 # And Node.js: a new function's first invocation from the generic pool vs
 # starting `node` for it.
-# Usage: bench/proc.sh [package==version] [runs]   (prints a Markdown report)
+#
+# Usage: bench/proc.sh [package==version] [runs] [N]   (prints Markdown)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh
 PKG="${1:-numpy==1.26.4}"
 RUNS="${2:-5}"
+N="${3:-10}"
 MOD=$(python3 -c "import sys; n=sys.argv[1].split('==')[0].lower(); print({'pyyaml':'yaml','pillow':'PIL','scikit-learn':'sklearn'}.get(n, n.replace('-','_')))" "$PKG")
 cargo build --release -q -p hearth
 BIN="$CARGO_TARGET_DIR/release/hearth"
 WORK="$(mktemp -d)"
-cleanup() { [ -n "${PID:-}" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null; rm -rf "$WORK"; }
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  rm -rf "$WORK"
+}
 trap cleanup EXIT
-HEARTH_LOG=warn "$BIN" --data-dir "$WORK/data" up --listen 127.0.0.1:0 >"$WORK/up.log" 2>&1 &
-PID=$!
-for _ in $(seq 1 600); do [ -s "$WORK/data/server.json" ] && break; sleep 0.05; done
-URL=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["url"])' "$WORK/data/server.json")
-TOKEN=$(cat "$WORK/data/token")
+
+# start NAME CACHES: a daemon in $WORK/NAME; sets URL and TOKEN.
+start() {
+  HEARTH_LOG=error HEARTH_EXAMPLES=false HEARTH_PROC_CACHES="$2" \
+    "$BIN" --data-dir "$WORK/$1" up --listen 127.0.0.1:0 >"$WORK/$1.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 1 600); do [ -s "$WORK/$1/server.json" ] && break; sleep 0.05; done
+  URL=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["url"])' "$WORK/$1/server.json")
+  TOKEN=$(cat "$WORK/$1/token")
+}
+stop_last() { kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true; unset 'PIDS[-1]'; }
 ms() { python3 -c "import sys; print(f'{float(sys.argv[1])*1000:.1f}')" "$1"; }
+p50() { python3 -c "import statistics,sys; print(f'{statistics.median(float(x) for x in sys.argv[1:]):.1f}')" "$@"; }
 stats() { python3 -c "
 import statistics, sys
 xs = sorted(float(x) for x in sys.argv[1:])
-print(f'{statistics.median(xs):.1f} ms | {xs[-1]:.1f} ms')" "$@"; }
-
-# Baseline: a plain interpreter that imports the package, per request.
-pip_dir="$WORK/site"; python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps --target "$pip_dir" "$PKG"
-base=(); for _ in $(seq "$RUNS"); do
-  s=$(date +%s%N); PYTHONPATH="$pip_dir" /usr/bin/python3 -c "import $MOD" ; e=$(date +%s%N)
-  base+=("$(python3 -c "print(($e-$s)/1e6)")"); done
+print(f'{statistics.median(xs):.1f} ms | {xs[-1]:.1f} ms | {len(xs)}')" "$@"; }
+deploy() { curl -sf -o /dev/null -H "Authorization: Bearer $TOKEN" --data-binary @"$WORK/fn.tar" "$URL/v1/functions/$1?runtime=python&file_name=fn.tar"; }
+invoke() { curl -sf -o /dev/null -w '%{time_total}' -H "Authorization: Bearer $TOKEN" "$URL/fn/admin/$1"; }
+pss_kib() { # the summed Pss of the given pids, KiB
+  local t=0; for p in "$@"; do
+    t=$((t + $(awk '/^Pss:/ {print $2}' "/proc/$p/smaps_rollup"))); done; echo $t; }
 
 mkdir -p "$WORK/fn"
 printf 'import %s\ndef handler(event, context):\n    return "ok"\n' "$MOD" >"$WORK/fn/handler.py"
 echo "$PKG" >"$WORK/fn/requirements.txt"
 tar -C "$WORK/fn" -cf "$WORK/fn.tar" handler.py requirements.txt
-deploy() { curl -sf -o /dev/null -H "Authorization: Bearer $TOKEN" --data-binary @"$WORK/fn.tar" "$URL/v1/functions/$1?runtime=python&file_name=fn.tar"; }
-invoke() { curl -sf -o /dev/null -w '%{time_total}' -H "Authorization: Bearer $TOKEN" "$URL/fn/admin/$1"; }
 
+# Baseline: a plain interpreter that imports the package.
+pip_dir="$WORK/site"; python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps --target "$pip_dir" "$PKG"
+base=(); for _ in $(seq "$RUNS"); do
+  s=$(date +%s%N); PYTHONPATH="$pip_dir" /usr/bin/python3 -c "import $MOD"; e=$(date +%s%N)
+  base+=("$(python3 -c "print(($e-$s)/1e6)")"); done
+
+# No caches. Each invocation downloads and installs: a few runs suffice.
+start none none
+deploy f; none=(); for _ in $(seq "$(( RUNS < 3 ? RUNS : 3 ))"); do none+=("$(ms "$(invoke f)")"); done
+stop_last
+
+# Install cache only.
+start install install
+deploy f; invoke f >/dev/null   # the bare zygote starts on first use
+install_only=(); for _ in $(seq "$RUNS"); do install_only+=("$(ms "$(invoke f)")"); done
+stop_last
+
+# All caches: first invocation (new zygote), import cache hits, resumes.
+start all all
 first=(); import_hit=(); resume=()
 for i in $(seq "$RUNS"); do
-  deploy "f$i-a"; deploy "f$i-b"
-  # A new package set per round would need a new package; instead the
-  # zygote made in round 1 serves later rounds, so only round 1 measures
-  # "new zygote". Rounds >1 of f-a are import-cache hits too.
-  t=$(invoke "f$i-a"); [ "$i" = 1 ] && first+=("$(ms "$t")") || import_hit+=("$(ms "$t")")
-  import_hit+=("$(ms "$(invoke "f$i-b")")")
-  resume+=("$(ms "$(invoke "f$i-a")")")
+  deploy "f$i"
+  t=$(invoke "f$i"); [ "$i" = 1 ] && first+=("$(ms "$t")") || import_hit+=("$(ms "$t")")
+  resume+=("$(ms "$(invoke "f$i")")")
 done
+
+# Fig. 18: N paused handlers forked from the package's zygote.
+for i in $(seq "$((RUNS + 1))" "$N"); do deploy "f$i"; invoke "f$i" >/dev/null; done
+INSTANCE=n$(printf %s "$(realpath "$WORK/all/proc")" | sha256sum | cut -c1-12)
+CG=/sys/fs/cgroup/memory/hearth/$INSTANCE
+[ -d "$CG" ] || CG=/sys/fs/cgroup/hearth/$INSTANCE   # cgroup v2
+mapfile -t handler_pids < <(cat "$CG"/[0-9]*/cgroup.procs)   # not zygotes/
+zygote_pid=$(curl -sf -H "Authorization: Bearer $TOKEN" "$URL/v1/status" |
+  python3 -c 'import json,sys; z=json.load(sys.stdin)["tiers"]["process"]["details"]["zygotes"]; print(max(z, key=lambda r: r[1])[0])')
+shared_kib=$(pss_kib "${handler_pids[@]}")
+zygote_kib=$(pss_kib "$zygote_pid")
+
+# N independent interpreters with the same import, alive at once.
+solo=(); for _ in $(seq "$N"); do
+  PYTHONPATH="$pip_dir" /usr/bin/python3 -c "import $MOD, time; open('$WORK/ready.' + str(__import__('os').getpid()), 'w'); time.sleep(600)" &
+  solo+=($!); done
+for _ in $(seq 1 600); do [ "$(ls "$WORK"/ready.* 2>/dev/null | wc -l)" -ge "$N" ] && break; sleep 0.05; done
+solo_kib=$(pss_kib "${solo[@]}")
+kill "${solo[@]}"; wait "${solo[@]}" 2>/dev/null || true
 
 # Node.js: a new function from the generic pool vs starting node.
 printf 'export default { fetch() { return new Response("ok"); } };\n' >"$WORK/index.mjs"
@@ -66,13 +116,26 @@ node_start=(); for _ in $(seq "$RUNS"); do
   s=$(date +%s%N); node "$WORK/index.mjs"; e=$(date +%s%N)
   node_start+=("$(python3 -c "print(($e-$s)/1e6)")"); done
 
-echo "### Process tier cold starts ($PKG, $RUNS runs, $(nproc) cores)"
+ratio() { python3 -c "import sys; print(f'{float(sys.argv[1])/float(sys.argv[2]):.0f}')" "$1" "$2"; }
+echo "### Process tier cold starts ($PKG, $(nproc) cores)"
 echo
-echo "| configuration | p50 | max |"
-echo "|---|---|---|"
-echo "| plain python3 importing $MOD per request (baseline) | $(stats "${base[@]}") |"
-echo "| first invocation: install cache hit, new zygote imports $MOD | ${first[0]} ms | (1 sample) |"
+echo "| configuration | p50 | max | runs |"
+echo "|---|---|---|---|"
+echo "| no caches: pip install + bare interpreter + import $MOD, per invocation | $(stats "${none[@]}") |"
+echo "| install cache only: bare interpreter forks, imports $MOD | $(stats "${install_only[@]}") |"
+echo "| first invocation: new zygote imports $MOD, handler forks | ${first[0]} ms | | 1 |"
 echo "| import cache hit: handler forked from the zygote | $(stats "${import_hit[@]}") |"
 echo "| handler cache hit: paused handler resumed | $(stats "${resume[@]}") |"
+echo "| baseline: plain python3 importing $MOD | $(stats "${base[@]}") |"
 echo "| Node.js: new function's first invocation from the generic pool | $(stats "${node_first[@]}") |"
 echo "| Node.js: starting \`node\` for it (baseline) | $(stats "${node_start[@]}") |"
+echo
+echo "Speed-up over no caches (p50): import cache hit $(ratio "$(p50 "${none[@]}")" "$(p50 "${import_hit[@]}")")×, handler cache hit $(ratio "$(p50 "${none[@]}")" "$(p50 "${resume[@]}")")×; over install cache only: import cache hit $(python3 -c "print(f'{$(p50 "${install_only[@]}")/$(p50 "${import_hit[@]}"):.1f}')")×."
+echo
+echo "### Memory of $N warm handlers importing $MOD (Pss, SOCK Fig. 18)"
+echo
+echo "| | total | per handler |"
+echo "|---|---|---|"
+echo "| $N paused handlers forked from one zygote (${#handler_pids[@]} processes) | $((shared_kib / 1024)) MiB | $((shared_kib / N / 1024)) MiB |"
+echo "| the same, plus the zygote itself | $(((shared_kib + zygote_kib) / 1024)) MiB | $(((shared_kib + zygote_kib) / N / 1024)) MiB |"
+echo "| $N independent python3 processes | $((solo_kib / 1024)) MiB | $((solo_kib / N / 1024)) MiB |"

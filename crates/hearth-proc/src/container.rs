@@ -123,20 +123,18 @@ impl Root {
     /// Builds a root at `path` (which must not exist): the base, the code,
     /// the packages (host paths, mounted at the same path inside) and a
     /// scratch tmpfs of `scratch_mib`.
-    pub fn build(
-        path: &Path,
-        base: &Base,
-        code: Option<&Path>,
-        packages: &[PathBuf],
-        scratch_mib: u32,
-    ) -> io::Result<Root> {
+    /// Builds the generic part of a root: system directories, the base's
+    /// etc, dev and helpers, and the scratch tmpfs. Nothing here depends on
+    /// a function, so roots can be built ahead of time; [`Root::attach`]
+    /// adds a function's code and packages.
+    pub fn build(path: &Path, base: &Base, scratch_mib: u32) -> io::Result<Root> {
         fs::create_dir(path)?;
         fs::set_permissions(path, fs::Permissions::from_mode(0o755))?;
         let mut root = Root {
             path: path.to_path_buf(),
             mounts: Vec::new(),
         };
-        match root.populate(base, code, packages, scratch_mib) {
+        match root.populate(base, scratch_mib) {
             Ok(()) => Ok(root),
             Err(e) => {
                 root.destroy();
@@ -145,13 +143,7 @@ impl Root {
         }
     }
 
-    fn populate(
-        &mut self,
-        base: &Base,
-        code: Option<&Path>,
-        packages: &[PathBuf],
-        scratch_mib: u32,
-    ) -> io::Result<()> {
+    fn populate(&mut self, base: &Base, scratch_mib: u32) -> io::Result<()> {
         for entry in &base.system {
             match entry {
                 SystemEntry::Link(name, target) => symlink(target, self.path.join(name))?,
@@ -163,11 +155,8 @@ impl Root {
         self.bind_ro(&base.etc, Path::new("etc"), true)?;
         self.bind_ro(&base.dev, Path::new("dev"), false)?;
         self.bind_ro(&base.hearth, Path::new("hearth"), true)?;
-        if let Some(code) = code {
-            self.bind_code(code)?;
-        }
-        // Scratch first: a data directory under /tmp puts package mount
-        // points inside it.
+        // Scratch before packages: a data directory under /tmp puts
+        // package mount points inside it.
         let tmp = self.path.join("tmp");
         fs::create_dir(&tmp)?;
         mount(
@@ -178,6 +167,15 @@ impl Root {
             Some(&format!("size={}m,mode=1777", scratch_mib.max(1))),
         )?;
         self.mounts.push(tmp);
+        Ok(())
+    }
+
+    /// Gives the root a function: its code at `/code` and its installed
+    /// packages read-only at their host paths.
+    pub fn attach(&mut self, code: Option<&Path>, packages: &[PathBuf]) -> io::Result<()> {
+        if let Some(code) = code {
+            self.bind_code(code)?;
+        }
         for p in packages {
             let inside = p.strip_prefix("/").unwrap_or(p);
             self.bind_ro(p, inside, true)?;

@@ -47,6 +47,10 @@ pub struct ProcConfig {
     pub max_sandboxes: usize,
     /// cgroups made ahead of time.
     pub warm_cgroups: usize,
+    /// Generic sandbox roots (system directories and scratch mounted, no
+    /// function yet) built ahead of time, so a cold start only binds code
+    /// and packages.
+    pub warm_roots: usize,
     /// Memory the paused handlers may hold before the oldest go.
     pub handler_cache_bytes: u64,
     /// How long a paused handler is kept without being used.
@@ -121,6 +125,7 @@ impl ProcConfig {
             sandbox_uid: 65534,
             max_sandboxes: 64,
             warm_cgroups: 8,
+            warm_roots: 4,
             handler_cache_bytes: 1 << 30,
             keep_alive: Duration::from_secs(300),
             zygote_budget_bytes: 512 << 20,
@@ -161,6 +166,8 @@ struct Inner {
     zygotes: OnceCell<ZygoteTree>,
     handlers: Mutex<HandlerCache>,
     node_pool: Mutex<Vec<Handler>>,
+    roots: Mutex<Vec<Root>>,
+    roots_filling: std::sync::atomic::AtomicBool,
     node_pool_filling: std::sync::atomic::AtomicBool,
     /// Set once a Node.js function is prepared: the pool is kept from then on.
     node_pool_wanted: std::sync::atomic::AtomicBool,
@@ -294,6 +301,8 @@ impl ProcEngine {
             zygotes: OnceCell::new(),
             handlers: Mutex::new(HandlerCache::default()),
             node_pool: Mutex::new(Vec::new()),
+            roots: Mutex::new(Vec::new()),
+            roots_filling: false.into(),
             node_pool_filling: false.into(),
             node_pool_wanted: false.into(),
             live: Arc::default(),
@@ -336,6 +345,9 @@ impl ProcEngine {
         for h in handlers.into_iter().chain(generic) {
             inner.destroy_now(h);
         }
+        for mut root in inner.roots.lock().unwrap().drain(..) {
+            root.destroy();
+        }
         if let Some(tree) = inner.zygotes.get() {
             tree.shutdown();
         }
@@ -360,6 +372,7 @@ impl ProcEngine {
                     inner.destroy(h);
                 }
                 inner.fill_node_pool();
+                inner.fill_roots();
             }
         });
     }
@@ -369,13 +382,19 @@ impl ProcEngine {
         inner
             .zygotes
             .get_or_try_init(|| async {
-                ZygoteTree::start(ZygoteConfig {
+                let tree = ZygoteTree::start(ZygoteConfig {
                     python: inner.config.python.clone(),
                     helper: inner.base.hearth.join("helper.py"),
                     run_dir: inner.config.dir.join("run"),
                     memory_budget_bytes: inner.config.zygote_budget_bytes,
                 })
-                .await
+                .await?;
+                if let Some(pool) = &inner.cgroups
+                    && let Err(e) = pool.adopt_zygote(tree.root().pid)
+                {
+                    tracing::warn!(error = %e, "could not move the zygotes into their cgroup");
+                }
+                Ok::<_, String>(tree)
             })
             .await
             .map_err(|e| InvokeError::Crashed(format!("the Python zygote could not start: {e}")))
@@ -444,6 +463,7 @@ impl Engine for ProcEngine {
         version: &FunctionVersion,
         artifacts: &ArtifactStore,
     ) -> Result<Arc<dyn Prepared>, DeployError> {
+        let started = Instant::now();
         let runtime = match version.spec.runtime {
             Runtime::Python => Runtime::Python,
             _ => Runtime::Node,
@@ -473,10 +493,12 @@ impl Engine for ProcEngine {
                     .map_err(DeployError::Load)?,
             );
         }
+        self.0.fill_roots();
         if runtime == Runtime::Node {
             self.0.node_pool_wanted.store(true, Ordering::Relaxed);
             self.0.fill_node_pool();
         }
+        tracing::debug!(elapsed = ?started.elapsed(), "version prepared");
         Ok(Arc::new(ProcPrepared {
             engine: self.clone(),
             version: Arc::new(version.clone()),
@@ -514,10 +536,16 @@ impl Prepared for ProcPrepared {
                 h.resume();
                 h
             }
-            None => match self.runtime {
-                Runtime::Python => self.new_python_handler().await?,
-                _ => self.new_node_handler().await?,
-            },
+            None => {
+                let started = Instant::now();
+                let h = match self.runtime {
+                    Runtime::Python => self.new_python_handler().await?,
+                    _ => self.new_node_handler().await?,
+                };
+                tracing::debug!(elapsed = ?started.elapsed(), "new handler loaded");
+                inner.fill_roots();
+                h
+            }
         };
         Ok(Box::new(ProcSandbox {
             engine: self.engine.clone(),
@@ -700,7 +728,12 @@ impl ProcEngine {
                 None => return Err(InvokeError::Overloaded),
             }
         }
+        if inner.cgroups.is_some() {
+            let inner = self.0.clone();
+            tokio::task::spawn_blocking(move || inner.cgroups.as_ref().map(CgroupPool::prewarm));
+        }
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
         let cgroup = match &inner.cgroups {
             Some(pool) => match pool.take(limits) {
                 Ok(Some(cg)) => Some(cg),
@@ -721,19 +754,24 @@ impl ProcEngine {
             _live: LiveGuard::new(&inner.live),
         };
         let (root_path, socket_host, socket_inside) = if inner.root {
-            let path = inner.config.dir.join("run/sb").join(id.to_string());
-            let root = Root::build(&path, &inner.base, code, packages, inner.config.scratch_mib)
-                .map_err(|e| InvokeError::Crashed(format!("sandbox root setup failed: {e}")));
-            let root = match root {
-                Ok(r) => r,
-                Err(e) => {
-                    inner.destroy(handler);
-                    return Err(e);
-                }
-            };
+            let root = inner.take_root().and_then(|mut root| {
+                let attached = root.attach(code, packages);
+                handler.root = Some(root);
+                attached
+            });
+            if let Err(e) = root {
+                inner.destroy(handler);
+                return Err(InvokeError::Crashed(format!(
+                    "sandbox root setup failed: {e}"
+                )));
+            }
+            let root = handler.root.as_ref().expect("just attached");
             let host = root.host_path("/tmp/hearth.sock");
-            handler.root = Some(root);
-            (Some(path), host, "/tmp/hearth.sock".to_string())
+            (
+                Some(root.host_path("/")),
+                host,
+                "/tmp/hearth.sock".to_string(),
+            )
         } else {
             let dir = inner.config.dir.join("run/sb").join(id.to_string());
             let _ = std::fs::create_dir_all(&dir);
@@ -764,7 +802,9 @@ impl ProcEngine {
             "socket": socket_inside,
             "hostname": format!("sandbox-{id}"),
         }));
+        let root_ready = started.elapsed();
         let reply = fork(spec).await;
+        let forked = started.elapsed();
         let pid = match reply {
             Ok(r) => r.get("pid").and_then(Value::as_i64).unwrap_or(0) as i32,
             Err(e) => {
@@ -785,8 +825,16 @@ impl ProcEngine {
                 "cannot move the sandbox into its cgroup: {e}"
             )));
         }
+        let joined = started.elapsed();
         match tokio::time::timeout(Duration::from_secs(10), listener.accept()).await {
             Ok(Ok((stream, _))) => {
+                tracing::debug!(
+                    ?root_ready,
+                    ?forked,
+                    ?joined,
+                    connected = ?started.elapsed(),
+                    "sandbox launched"
+                );
                 handler.conn = Some(stream);
                 Ok(handler)
             }
@@ -866,6 +914,47 @@ impl ProcEngine {
 }
 
 impl Inner {
+    /// A generic root from the pool, or a new one if the pool is empty.
+    /// The pool is refilled once the new sandbox is running (mounting
+    /// beside a starting sandbox slows it down on a small machine).
+    fn take_root(&self) -> std::io::Result<Root> {
+        let pooled = self.roots.lock().unwrap().pop();
+        match pooled {
+            Some(root) => Ok(root),
+            None => self.build_root(),
+        }
+    }
+
+    fn build_root(&self) -> std::io::Result<Root> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let path = self.config.dir.join("run/sb").join(format!("r{id}"));
+        Root::build(&path, &self.base, self.config.scratch_mib)
+    }
+
+    /// Keeps `warm_roots` generic roots built, in the background.
+    fn fill_roots(self: &Arc<Self>) {
+        if !self.root
+            || self.config.warm_roots == 0
+            || self.roots.lock().unwrap().len() >= self.config.warm_roots
+            || self.roots_filling.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let inner = self.clone();
+        tokio::task::spawn_blocking(move || {
+            while inner.roots.lock().unwrap().len() < inner.config.warm_roots {
+                match inner.build_root() {
+                    Ok(root) => inner.roots.lock().unwrap().push(root),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not build a sandbox root ahead of time");
+                        break;
+                    }
+                }
+            }
+            inner.roots_filling.store(false, Ordering::Release);
+        });
+    }
+
     /// Keeps `node_pool` generic Node processes ready, in the background.
     fn fill_node_pool(self: &Arc<Self>) {
         if self.config.node_pool == 0
