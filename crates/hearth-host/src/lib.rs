@@ -22,6 +22,8 @@ mod engine;
 mod http;
 mod tape;
 
+pub mod bundle;
+
 pub use ctx::{HostCtx, HostError, HostLimits, HostServices, InvocationMeta, LogLine};
 pub use engine::{Compiled, DeployError, Engine, EngineStatus, Prepared, Sandbox, Source};
 pub use http::{OutboundRequest, OutboundResponse};

@@ -22,7 +22,7 @@
 //! [`proto`] is the framing they speak with the node over a Unix socket in
 //! the sandbox's scratch. `docs/process-tier.md` explains the choices.
 
-pub mod bundle;
+pub use hearth_host::bundle;
 pub mod cgroup;
 pub mod container;
 pub mod engine;

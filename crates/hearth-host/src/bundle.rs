@@ -1,4 +1,4 @@
-//! Function code for the process tier: one source file or a bundle.
+//! Function code for the js and process tiers: one source file or a bundle.
 //!
 //! Users upload a single file (`handler.py`, `index.mjs`), a tar (optionally
 //! gzipped) or a zip. Whatever arrives is checked (relative paths only, no
