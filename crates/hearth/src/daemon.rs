@@ -18,6 +18,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use hearth_core::{FunctionSpec, Runtime};
 use hearth_host::{Engine, HostLimits, HostServices};
+use hearth_js::{JsConfig, JsEngine};
 use hearth_node::{Node, NodeConfig};
 use hearth_proc::{ProcConfig, ProcEngine};
 use hearth_store::{ArtifactStore, Role, SqliteStore, Store};
@@ -77,6 +78,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         tracing::warn!(caches = ?settings.proc_caches, "process tier caches are turned off: cold starts will be slow");
     }
     let proc = ProcEngine::new(proc_config).context("failed to start the process tier")?;
+    let mut js_config = JsConfig::new(dir.join("cache"));
+    js_config.max_response_bytes = settings.max_response_bytes;
+    js_config.keep_alive = std::time::Duration::from_secs(settings.keep_alive_s);
+    let js = JsEngine::new(js_config).context("failed to start the js tier")?;
     let host = Arc::new(HostServices::new(
         store.clone(),
         HostLimits {
@@ -89,6 +94,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         artifacts,
         vec![
             Arc::new(wasm) as Arc<dyn Engine>,
+            Arc::new(js) as Arc<dyn Engine>,
             Arc::new(proc.clone()) as Arc<dyn Engine>,
         ],
         host,

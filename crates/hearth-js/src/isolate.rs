@@ -1,0 +1,892 @@
+//! One QuickJS isolate serving one function version, and its event loop.
+//!
+//! An isolate is a QuickJS runtime and context with the prelude (web APIs,
+//! `hearth`, the driver) and the function's code loaded. It lives on one
+//! worker thread. An invocation calls the driver, then loops: run pending
+//! jobs; stop when the handler's promise settles; otherwise wait for a host
+//! call to finish or a timer to fall due. Host calls run on the node's Tokio
+//! runtime; their answers come back here and settle the JS promises.
+//!
+//! Limits: QuickJS's memory limit, a stack limit, and an interrupt handler
+//! that stops execution at the deadline — or at once when the code asked for
+//! something this tier does not provide (`Unsupported`), so that a `catch`
+//! in user code cannot swallow the fallback.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use hearth_core::{InvokeError, Request, Response};
+use hearth_host::{HostCtx, OutboundRequest};
+use hearth_store::LogStream;
+use rquickjs::function::Opt;
+use rquickjs::loader::{Loader, Resolver};
+use rquickjs::promise::PromiseState;
+use rquickjs::{
+    Context, Ctx, Exception, Function, IntoJs, Module, Object, Persistent, Promise, Runtime,
+    TypedArray, Value,
+};
+use serde_json::json;
+
+use crate::compile::{CompiledCode, Kind};
+
+pub(crate) const PRELUDE: &str = include_str!("prelude.js");
+
+/// What a finished host call hands back to JS: ok, a JSON header, a body.
+type Completion = (u64, Result<(String, Vec<u8>), String>);
+
+struct State {
+    code: Arc<CompiledCode>,
+    host: RefCell<Option<HostCtx>>,
+    deadline: Cell<Option<Instant>>,
+    unsupported: RefCell<Option<String>>,
+    next_call: Cell<u64>,
+    calls: RefCell<FuturesUnordered<tokio::task::JoinHandle<Completion>>>,
+    /// The node's runtime, where host calls run.
+    io: tokio::runtime::Handle,
+}
+
+impl State {
+    fn host(&self) -> Option<HostCtx> {
+        self.host.borrow().clone()
+    }
+
+    fn flag_unsupported(&self, what: &str) {
+        let mut u = self.unsupported.borrow_mut();
+        if u.is_none() {
+            *u = Some(what.to_string());
+        }
+    }
+}
+
+/// Why an isolate could not be made or used.
+pub enum Failure {
+    Invoke(InvokeError),
+    /// The function's code threw while loading: message and full text.
+    Load(String, String),
+}
+
+pub struct Isolate {
+    // Field order: the context must go before its runtime.
+    ctx: Context,
+    rt: Runtime,
+    state: Rc<State>,
+    driver: Persistent<Object<'static>>,
+    memory_limit_mib: u32,
+}
+
+impl Isolate {
+    /// Makes an isolate and loads `code` into it. Must run on a worker
+    /// thread with a Tokio runtime (for host calls made while loading).
+    pub async fn new(
+        code: Arc<CompiledCode>,
+        memory_limit_mib: u32,
+        io: tokio::runtime::Handle,
+        host: HostCtx,
+    ) -> Result<Isolate, Failure> {
+        let fail = |e: rquickjs::Error| Failure::Invoke(InvokeError::Crashed(e.to_string()));
+        let rt = Runtime::new().map_err(fail)?;
+        rt.set_memory_limit((memory_limit_mib as usize) << 20);
+        rt.set_max_stack_size(512 << 10);
+        rt.set_gc_threshold(4 << 20);
+        let state = Rc::new(State {
+            code: code.clone(),
+            host: RefCell::new(Some(host.clone())),
+            deadline: Cell::new(Some(host.meta().deadline)),
+            unsupported: RefCell::new(None),
+            next_call: Cell::new(1),
+            calls: RefCell::new(FuturesUnordered::new()),
+            io,
+        });
+        {
+            let s = state.clone();
+            rt.set_interrupt_handler(Some(Box::new(move || {
+                s.unsupported.borrow().is_some()
+                    || s.deadline.get().is_some_and(|d| Instant::now() >= d)
+            })));
+        }
+        rt.set_loader(BundleResolver(state.clone()), BundleLoader(state.clone()));
+        let ctx = Context::full(&rt).map_err(fail)?;
+        let driver = ctx
+            .with(|ctx| -> rquickjs::Result<Persistent<Object<'static>>> {
+                install_bridge(&ctx, &state)?;
+                let prelude = crate::prelude_bytecode();
+                // SAFETY: the prelude's bytecode was made by this build.
+                unsafe { crate::compile::load_cjs(&ctx, prelude) }?;
+                let driver: Object = ctx.globals().get("__hearth_driver")?;
+                Ok(Persistent::save(&ctx, driver))
+            })
+            .map_err(|e| {
+                let text = ctx.with(|ctx| describe(&ctx, e));
+                Failure::Invoke(InvokeError::Crashed(format!(
+                    "the js prelude failed: {text}"
+                )))
+            })?;
+        let mut isolate = Isolate {
+            ctx,
+            rt,
+            state,
+            driver,
+            memory_limit_mib,
+        };
+        isolate.load_entry().await?;
+        isolate.state.host.replace(None);
+        Ok(isolate)
+    }
+
+    /// Evaluates the entry module (ESM: with its imports; CommonJS: through
+    /// `require`) and hands its exports to the driver.
+    async fn load_entry(&mut self) -> Result<(), Failure> {
+        let code = self.state.code.clone();
+        let entry = code.entry.clone();
+        let unit = &code.units[&entry];
+        let started = self.ctx.with(
+            |ctx| -> rquickjs::Result<Option<Persistent<Promise<'static>>>> {
+                match unit.kind {
+                    Kind::Esm => {
+                        // SAFETY: bytecode from `compile`, checksummed on disk.
+                        let m = unsafe { Module::load(ctx.clone(), &unit.bytes) }?;
+                        let (m, promise) = m.eval()?;
+                        let ns = m.namespace()?;
+                        ctx.globals().set("__hearth_entry_ns", ns)?;
+                        Ok(Some(Persistent::save(&ctx, promise)))
+                    }
+                    _ => {
+                        let require: Function = ctx.globals().get("__hearth_require")?;
+                        let exports: Value = require.call((entry.clone(),))?;
+                        let driver = self.driver.clone().restore(&ctx)?;
+                        let load: Function = driver.get("load")?;
+                        load.call::<_, ()>((exports, true, entry.clone()))?;
+                        Ok(None)
+                    }
+                }
+            },
+        );
+        let promise = match started {
+            Ok(p) => p,
+            Err(e) => return Err(self.load_failure(e)),
+        };
+        if let Some(promise) = promise {
+            match self.run(promise).await {
+                Ok(_) => {}
+                Err(Failure::Load(m, t)) => return Err(Failure::Load(m, t)),
+                Err(Failure::Invoke(InvokeError::Function(m))) => {
+                    return Err(Failure::Load(m.clone(), m));
+                }
+                Err(e) => return Err(e),
+            }
+            let loaded = self.ctx.with(|ctx| -> rquickjs::Result<()> {
+                let ns: Value = ctx.globals().get("__hearth_entry_ns")?;
+                ctx.globals().remove("__hearth_entry_ns")?;
+                let driver = self.driver.clone().restore(&ctx)?;
+                let load: Function = driver.get("load")?;
+                load.call::<_, ()>((ns, false, entry.clone()))
+            });
+            if let Err(e) = loaded {
+                return Err(self.load_failure(e));
+            }
+        }
+        Ok(())
+    }
+
+    fn load_failure(&self, e: rquickjs::Error) -> Failure {
+        if let Some(f) = self.interrupted() {
+            return Failure::Invoke(f);
+        }
+        let text = self.ctx.with(|ctx| describe(&ctx, e));
+        if text.contains("out of memory") {
+            return Failure::Invoke(InvokeError::OutOfMemory {
+                limit_mib: self.memory_limit_mib,
+            });
+        }
+        let first = text.lines().next().unwrap_or_default().to_string();
+        Failure::Load(first, text)
+    }
+
+    /// Unsupported or past the deadline: why the interrupt handler fired.
+    fn interrupted(&self) -> Option<InvokeError> {
+        if let Some(what) = self.state.unsupported.borrow().clone() {
+            return Some(InvokeError::Unsupported(what));
+        }
+        let host = self.state.host();
+        match self.state.deadline.get() {
+            Some(d) if Instant::now() >= d => Some(InvokeError::Timeout {
+                limit_ms: host.map_or(0, |h| h.meta().version.spec.limits.timeout_ms),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Bytes QuickJS holds for this isolate.
+    pub fn memory_bytes(&self) -> u64 {
+        self.rt.memory_usage().memory_used_size.max(0) as u64
+    }
+
+    /// Runs one invocation. `Ok(response)` or the failure; the caller keeps
+    /// the isolate only after `Ok` or a plain function error.
+    pub async fn invoke(
+        &mut self,
+        req: Request,
+        host: HostCtx,
+        max_response: usize,
+    ) -> Result<Response, InvokeError> {
+        let meta = host.meta().clone();
+        self.state.host.replace(Some(host));
+        self.state.deadline.set(Some(meta.deadline));
+        let v = &meta.version;
+        let started = self.ctx.with(|ctx| -> rquickjs::Result<Persistent<Promise<'static>>> {
+            let msg = json!({
+                "method": req.method,
+                "path": req.path,
+                "query": req.query,
+                "headers": req.headers,
+                "id": meta.id.to_string(),
+                "function": v.name,
+                "version": v.version,
+                "memory_mib": v.spec.limits.memory_mib,
+                "remaining_ms": meta.deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
+                "env": v.spec.env,
+            });
+            let msg = ctx.json_parse(msg.to_string())?;
+            let body = TypedArray::<u8>::new(ctx.clone(), req.body.to_vec())?;
+            let driver = self.driver.clone().restore(&ctx)?;
+            let invoke: Function = driver.get("invoke")?;
+            let promise: Promise = invoke.call((msg, body))?;
+            Ok(Persistent::save(&ctx, promise))
+        });
+        let result = match started {
+            Ok(promise) => self.run(promise).await,
+            Err(e) => Err(self.function_failure(e)),
+        };
+        let value = match result {
+            Ok(v) => v,
+            Err(Failure::Invoke(e)) => return Err(e),
+            Err(Failure::Load(m, _)) => return Err(InvokeError::Function(m)),
+        };
+        let response = self.ctx.with(|ctx| -> rquickjs::Result<Response> {
+            let v = value.restore(&ctx)?;
+            let o = v
+                .as_object()
+                .ok_or_else(|| Exception::throw_type(&ctx, "bad result"))?;
+            let status: u16 = o.get("status")?;
+            let headers: Vec<Vec<String>> = o.get("headers")?;
+            let headers = headers
+                .into_iter()
+                .filter_map(|mut p| {
+                    let v = p.pop()?;
+                    Some((p.pop()?, v))
+                })
+                .collect();
+            let body: TypedArray<u8> = o.get("body")?;
+            // SAFETY: no JS runs while the slice is borrowed; it is copied.
+            let bytes = unsafe { body.as_bytes() }.unwrap_or_default().to_vec();
+            Ok(Response {
+                status,
+                headers,
+                body: bytes.into(),
+            })
+        });
+        let response = match response {
+            Ok(r) => r,
+            Err(e) => {
+                return Err(match self.function_failure(e) {
+                    Failure::Invoke(e) => e,
+                    Failure::Load(m, _) => InvokeError::Function(m),
+                });
+            }
+        };
+        if response.body.len() > max_response {
+            return Err(InvokeError::ResponseTooLarge {
+                limit_bytes: max_response,
+            });
+        }
+        Ok(response)
+    }
+
+    /// Ends an invocation: forgets its host and drops unfinished host calls
+    /// (they complete on the node's runtime; nobody waits for them).
+    pub fn finish(&mut self) {
+        self.state.host.replace(None);
+        self.state.deadline.set(None);
+        self.state.calls.borrow_mut().clear();
+    }
+
+    /// An exception in user code: OOM, interrupted, or the function's error.
+    fn function_failure(&self, e: rquickjs::Error) -> Failure {
+        if let Some(f) = self.interrupted() {
+            return Failure::Invoke(f);
+        }
+        let text = self.ctx.with(|ctx| describe(&ctx, e));
+        if text.contains("out of memory") {
+            return Failure::Invoke(InvokeError::OutOfMemory {
+                limit_mib: self.memory_limit_mib,
+            });
+        }
+        if let Some(host) = self.state.host() {
+            host.log(LogStream::Stderr, "error", &text);
+        }
+        Failure::Invoke(InvokeError::Function(
+            text.lines().next().unwrap_or_default().to_string(),
+        ))
+    }
+
+    fn run_jobs(&self) {
+        loop {
+            match self.rt.execute_pending_job() {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(_) => {} // a job threw; its promise carries the error
+            }
+        }
+    }
+
+    /// Drives `promise` to completion: jobs, timers, host calls.
+    async fn run(
+        &mut self,
+        promise: Persistent<Promise<'static>>,
+    ) -> Result<Persistent<Value<'static>>, Failure> {
+        loop {
+            self.run_jobs();
+            if let Some(f) = self.interrupted() {
+                return Err(Failure::Invoke(f));
+            }
+            let settled = self.ctx.with(|ctx| -> rquickjs::Result<Settled> {
+                let p = promise.clone().restore(&ctx)?;
+                Ok(match p.state() {
+                    PromiseState::Pending => Settled::Pending,
+                    PromiseState::Resolved => {
+                        let v: Value = p
+                            .result::<Value>()
+                            .transpose()?
+                            .unwrap_or_else(|| Value::new_undefined(ctx.clone()));
+                        Settled::Resolved(Persistent::save(&ctx, v))
+                    }
+                    PromiseState::Rejected => Settled::Rejected(match p.result::<Value>() {
+                        Some(Err(rquickjs::Error::Exception)) => describe_value(&ctx.catch()),
+                        Some(Ok(v)) => describe_value(&v),
+                        Some(Err(e)) => e.to_string(),
+                        None => "rejected".into(),
+                    }),
+                })
+            });
+            match settled {
+                Ok(Settled::Resolved(v)) => return Ok(v),
+                Ok(Settled::Rejected(text)) => {
+                    if let Some(f) = self.interrupted() {
+                        return Err(Failure::Invoke(f));
+                    }
+                    if text.contains("out of memory") {
+                        return Err(Failure::Invoke(InvokeError::OutOfMemory {
+                            limit_mib: self.memory_limit_mib,
+                        }));
+                    }
+                    if let Some(host) = self.state.host() {
+                        host.log(LogStream::Stderr, "error", &text);
+                    }
+                    return Err(Failure::Invoke(InvokeError::Function(
+                        text.lines().next().unwrap_or_default().to_string(),
+                    )));
+                }
+                Ok(Settled::Pending) => {}
+                Err(e) => return Err(self.function_failure(e)),
+            }
+            // Timers due now run; the next one bounds the wait.
+            let next_timer = self.ctx.with(|ctx| -> rquickjs::Result<f64> {
+                let driver = self.driver.clone().restore(&ctx)?;
+                let tick: Function = driver.get("tick")?;
+                tick.call(())
+            });
+            let next_timer = match next_timer {
+                Ok(t) => t,
+                Err(e) => return Err(self.function_failure(e)),
+            };
+            // A timer that ran may have queued jobs (resolved a promise).
+            if next_timer == 0.0 || self.rt.is_job_pending() {
+                continue;
+            }
+            let deadline = self.state.deadline.get().unwrap_or_else(Instant::now);
+            let wait_until = if next_timer > 0.0 {
+                deadline
+                    .min(Instant::now() + std::time::Duration::from_secs_f64(next_timer / 1000.0))
+            } else {
+                deadline
+            };
+            if self.state.calls.borrow().is_empty() && next_timer < 0.0 {
+                return Err(Failure::Invoke(InvokeError::Function(
+                    "the handler's promise never settled (no pending fetch, KV call or timer)"
+                        .into(),
+                )));
+            }
+            // Out of the cell while waiting: no JS runs meanwhile, so nothing
+            // else can add a call.
+            let mut calls = std::mem::take(&mut *self.state.calls.borrow_mut());
+            let next = tokio::select! {
+                c = calls.next() => c,
+                _ = tokio::time::sleep_until(wait_until.into()) => None,
+            };
+            *self.state.calls.borrow_mut() = calls;
+            if let Some(done) = next {
+                let (id, result) =
+                    done.unwrap_or_else(|e| (0, Err(format!("host call failed: {e}"))));
+                let settled = self.ctx.with(|ctx| -> rquickjs::Result<()> {
+                    let driver = self.driver.clone().restore(&ctx)?;
+                    let settle: Function = driver.get("settle")?;
+                    match result {
+                        Ok((header, body)) => {
+                            let body = TypedArray::<u8>::new(ctx.clone(), body)?;
+                            settle.call((id as f64, true, header, body))
+                        }
+                        Err(message) => settle.call((id as f64, false, message, ())),
+                    }
+                });
+                if let Err(e) = settled {
+                    return Err(self.function_failure(e));
+                }
+            } else if Instant::now() >= deadline {
+                return Err(Failure::Invoke(InvokeError::Timeout {
+                    limit_ms: self
+                        .state
+                        .host()
+                        .map_or(0, |h| h.meta().version.spec.limits.timeout_ms),
+                }));
+            }
+        }
+    }
+}
+
+enum Settled {
+    Pending,
+    Resolved(Persistent<Value<'static>>),
+    Rejected(String),
+}
+
+/// The text of an error: the pending exception's name, message and stack.
+fn describe(ctx: &Ctx<'_>, e: rquickjs::Error) -> String {
+    match e {
+        rquickjs::Error::Exception => describe_value(&ctx.catch()),
+        other => other.to_string(),
+    }
+}
+
+fn describe_value(v: &Value<'_>) -> String {
+    if let Some(o) = v.as_object() {
+        let name = o
+            .get::<_, String>("name")
+            .unwrap_or_else(|_| "Error".into());
+        let message = o.get::<_, String>("message").unwrap_or_default();
+        let stack = o.get::<_, String>("stack").unwrap_or_default();
+        return format!("{name}: {message}\n{stack}").trim_end().to_string();
+    }
+    if let Some(s) = v.as_string() {
+        return s.to_string().unwrap_or_default();
+    }
+    format!("{v:?}")
+}
+
+// ---------------------------------------------------------------- the bridge
+
+/// Bytes handed to JS as a Uint8Array.
+struct Bytes(Vec<u8>);
+
+impl<'js> IntoJs<'js> for Bytes {
+    fn into_js(self, ctx: &Ctx<'js>) -> rquickjs::Result<Value<'js>> {
+        TypedArray::<u8>::new(ctx.clone(), self.0).map(TypedArray::into_value)
+    }
+}
+
+/// CommonJS bytecode, handed to JS as the wrapper function it evaluates to.
+struct Script(Vec<u8>);
+
+impl<'js> IntoJs<'js> for Script {
+    fn into_js(self, ctx: &Ctx<'js>) -> rquickjs::Result<Value<'js>> {
+        // SAFETY: bytecode from `compile`, checksummed on disk.
+        unsafe { crate::compile::load_cjs(ctx, &self.0) }
+    }
+}
+
+fn bytes_of(a: &TypedArray<'_, u8>) -> Vec<u8> {
+    // SAFETY: copied at once; no JS runs meanwhile.
+    unsafe { a.as_bytes() }.unwrap_or_default().to_vec()
+}
+
+fn install_bridge(ctx: &Ctx<'_>, state: &Rc<State>) -> rquickjs::Result<()> {
+    let h = Object::new(ctx.clone())?;
+    h.set(
+        "encode",
+        Function::new(ctx.clone(), |s: String| Bytes(s.into_bytes()))?,
+    )?;
+    h.set(
+        "decode",
+        Function::new(ctx.clone(), |a: TypedArray<u8>| {
+            String::from_utf8_lossy(&bytes_of(&a)).into_owned()
+        })?,
+    )?;
+    h.set(
+        "isUtf8",
+        Function::new(ctx.clone(), |a: TypedArray<u8>| {
+            std::str::from_utf8(&bytes_of(&a)).is_ok()
+        })?,
+    )?;
+    let s = state.clone();
+    h.set(
+        "now",
+        Function::new(ctx.clone(), move || match s.host() {
+            Some(h) => (h.wall_clock_nanos() / 1_000_000) as f64,
+            None => 0.0,
+        })?,
+    )?;
+    let s = state.clone();
+    h.set(
+        "monotonic",
+        Function::new(ctx.clone(), move || match s.host() {
+            Some(h) => h.monotonic_nanos() as f64 / 1e6,
+            None => 0.0,
+        })?,
+    )?;
+    let s = state.clone();
+    h.set(
+        "random",
+        Function::new(ctx.clone(), move |n: usize| {
+            let mut buf = vec![0u8; n.min(65536)];
+            if let Some(h) = s.host() {
+                h.fill_random(&mut buf);
+            }
+            Bytes(buf)
+        })?,
+    )?;
+    let s = state.clone();
+    h.set(
+        "log",
+        Function::new(
+            ctx.clone(),
+            move |stream: String, level: String, text: String| {
+                if let Some(h) = s.host() {
+                    let stream = if stream == "stderr" {
+                        LogStream::Stderr
+                    } else {
+                        LogStream::Log
+                    };
+                    h.log(stream, &level, &text);
+                }
+            },
+        )?,
+    )?;
+    let s = state.clone();
+    h.set(
+        "unsupported",
+        Function::new(
+            ctx.clone(),
+            move |ctx: Ctx, what: String| -> rquickjs::Result<()> {
+                s.flag_unsupported(&what);
+                Err(Exception::throw_message(
+                    &ctx,
+                    &format!("{what} is not available in the js tier"),
+                ))
+            },
+        )?,
+    )?;
+    let s = state.clone();
+    h.set(
+        "resolve",
+        Function::new(ctx.clone(), move |ctx: Ctx, from: String, name: String| {
+            resolve(&s, &from, &name).map_err(|e| Exception::throw_message(&ctx, &e))
+        })?,
+    )?;
+    let s = state.clone();
+    h.set(
+        "source",
+        Function::new(ctx.clone(), move |path: String| {
+            Bytes(
+                s.code
+                    .units
+                    .get(&path)
+                    .map(|u| u.bytes.clone())
+                    .unwrap_or_default(),
+            )
+        })?,
+    )?;
+    let s = state.clone();
+    h.set(
+        "cjs",
+        Function::new(ctx.clone(), move |ctx: Ctx, path: String| {
+            match s.code.units.get(&path) {
+                Some(u) if u.kind == Kind::Cjs => Ok(Script(u.bytes.clone())),
+                Some(_) => Err(Exception::throw_type(
+                    &ctx,
+                    &format!("{path} is an ES module; use import"),
+                )),
+                None => Err(Exception::throw_message(
+                    &ctx,
+                    &format!("cannot find module {path}"),
+                )),
+            }
+        })?,
+    )?;
+    let s = state.clone();
+    h.set(
+        "call",
+        Function::new(
+            ctx.clone(),
+            move |ctx: Ctx,
+                  op: String,
+                  args: String,
+                  body: Opt<TypedArray<u8>>|
+                  -> rquickjs::Result<f64> {
+                let Some(host) = s.host() else {
+                    return Err(Exception::throw_message(&ctx, "no invocation is running"));
+                };
+                let id = s.next_call.get();
+                s.next_call.set(id + 1);
+                let body = body.0.as_ref().map(bytes_of).unwrap_or_default();
+                let args: serde_json::Value = serde_json::from_str(&args).unwrap_or_default();
+                let task =
+                    s.io.spawn(async move { (id, host_call(&host, &op, args, body).await) });
+                s.calls.borrow_mut().push(task);
+                Ok(id as f64)
+            },
+        )?,
+    )?;
+    ctx.globals().set("__hearth", h)?;
+    Ok(())
+}
+
+fn unhex(v: &serde_json::Value) -> Vec<u8> {
+    let s = v.as_str().unwrap_or_default();
+    (0..s.len() / 2)
+        .filter_map(|i| u8::from_str_radix(&s[i * 2..i * 2 + 2], 16).ok())
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// One host call, as the prelude's `call(op, args, body)` asks for it.
+async fn host_call(
+    host: &HostCtx,
+    op: &str,
+    args: serde_json::Value,
+    body: Vec<u8>,
+) -> Result<(String, Vec<u8>), String> {
+    let err = |e: hearth_host::HostError| e.to_string();
+    match op {
+        "kv_get" => match host.kv_get(unhex(&args["key"])).await.map_err(err)? {
+            Some(v) => Ok((json!({"found": true}).to_string(), v)),
+            None => Ok((json!({"found": false}).to_string(), Vec::new())),
+        },
+        "kv_set" => {
+            host.kv_set(unhex(&args["key"]), body).await.map_err(err)?;
+            Ok(("{}".into(), Vec::new()))
+        }
+        "kv_delete" => {
+            let existed = host.kv_delete(unhex(&args["key"])).await.map_err(err)?;
+            Ok((json!({"existed": existed}).to_string(), Vec::new()))
+        }
+        "kv_list" => {
+            let keys = host.kv_list(unhex(&args["prefix"])).await.map_err(err)?;
+            let keys: Vec<String> = keys.iter().map(|k| hex(k)).collect();
+            Ok((json!({"keys": keys}).to_string(), Vec::new()))
+        }
+        "http_fetch" => {
+            let headers: Vec<(String, String)> =
+                serde_json::from_value(args["headers"].clone()).unwrap_or_default();
+            let request = OutboundRequest {
+                method: args["method"].as_str().unwrap_or("GET").to_string(),
+                url: args["url"].as_str().unwrap_or_default().to_string(),
+                headers,
+                body,
+            };
+            let r = host.http_fetch(request).await.map_err(err)?;
+            Ok((
+                json!({"status": r.status, "headers": r.headers}).to_string(),
+                r.body.to_vec(),
+            ))
+        }
+        other => Err(format!("unknown host call {other}")),
+    }
+}
+
+// ---------------------------------------------------------------- modules
+
+/// Node.js built-in module names: importing one is `Unsupported` here.
+fn is_builtin(name: &str) -> bool {
+    const BUILTINS: &[&str] = &[
+        "assert",
+        "async_hooks",
+        "buffer",
+        "child_process",
+        "cluster",
+        "console",
+        "constants",
+        "crypto",
+        "dgram",
+        "diagnostics_channel",
+        "dns",
+        "domain",
+        "events",
+        "fs",
+        "http",
+        "http2",
+        "https",
+        "inspector",
+        "module",
+        "net",
+        "os",
+        "path",
+        "perf_hooks",
+        "process",
+        "punycode",
+        "querystring",
+        "readline",
+        "repl",
+        "stream",
+        "string_decoder",
+        "sys",
+        "timers",
+        "tls",
+        "trace_events",
+        "tty",
+        "url",
+        "util",
+        "v8",
+        "vm",
+        "wasi",
+        "worker_threads",
+        "zlib",
+    ];
+    name.starts_with("node:") || BUILTINS.contains(&name.split('/').next().unwrap_or(name))
+}
+
+fn normalize(path: &str) -> String {
+    let mut out: Vec<&str> = Vec::new();
+    for seg in path.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            s => out.push(s),
+        }
+    }
+    out.join("/")
+}
+
+/// Resolves `name` imported or required from bundle file `from`, like
+/// Node: relative paths with extensions and index files tried, bare names
+/// in the bundle's `node_modules`. Built-ins and packages the bundle does
+/// not carry are `Unsupported` (the process tier has them).
+fn resolve(state: &State, from: &str, name: &str) -> Result<String, String> {
+    let units = &state.code.units;
+    if is_builtin(name) {
+        let what = format!("the Node.js module \"{name}\"");
+        state.flag_unsupported(&what);
+        return Err(format!("{what} is not available in the js tier"));
+    }
+    let candidates = |base: &str| -> Vec<String> {
+        let mut c = vec![base.to_string()];
+        for ext in [".js", ".mjs", ".cjs", ".json"] {
+            c.push(format!("{base}{ext}"));
+        }
+        for index in ["index.js", "index.mjs", "index.cjs"] {
+            c.push(normalize(&format!("{base}/{index}")));
+        }
+        c
+    };
+    let find = |base: &str| candidates(base).into_iter().find(|c| units.contains_key(c));
+    if name.starts_with("./") || name.starts_with("../") || name.starts_with('/') {
+        let dir = from.rsplit_once('/').map_or("", |(d, _)| d);
+        let joined = if name.starts_with('/') {
+            normalize(name)
+        } else {
+            normalize(&format!("{dir}/{name}"))
+        };
+        return find(&joined).ok_or_else(|| format!("cannot find module '{name}' from '{from}'"));
+    }
+    // A bare name: node_modules in the bundle.
+    let (pkg, sub) = match name.strip_prefix('@') {
+        Some(rest) => {
+            let mut parts = rest.splitn(3, '/');
+            let scope = parts.next().unwrap_or_default();
+            let n = parts.next().unwrap_or_default();
+            (format!("@{scope}/{n}"), parts.next().map(str::to_string))
+        }
+        None => {
+            let mut parts = name.splitn(2, '/');
+            (
+                parts.next().unwrap_or_default().to_string(),
+                parts.next().map(str::to_string),
+            )
+        }
+    };
+    let root = format!("node_modules/{pkg}");
+    let found = match sub {
+        Some(sub) => find(&format!("{root}/{sub}")),
+        None => {
+            let main = units
+                .get(&format!("{root}/package.json"))
+                .and_then(|u| serde_json::from_slice::<serde_json::Value>(&u.bytes).ok())
+                .and_then(|p| {
+                    p.get("main")
+                        .or_else(|| p.get("module"))
+                        .and_then(|m| m.as_str())
+                        .map(|m| normalize(&format!("{root}/{m}")))
+                });
+            main.and_then(|m| find(&m)).or_else(|| find(&root))
+        }
+    };
+    found.ok_or_else(|| {
+        let what = format!("the package \"{pkg}\" (not in the bundle)");
+        state.flag_unsupported(&what);
+        format!("{what} is not available in the js tier")
+    })
+}
+
+struct BundleResolver(Rc<State>);
+
+impl Resolver for BundleResolver {
+    fn resolve<'js>(
+        &mut self,
+        _ctx: &Ctx<'js>,
+        base: &str,
+        name: &str,
+        _attributes: Option<rquickjs::loader::ImportAttributes<'js>>,
+    ) -> rquickjs::Result<String> {
+        resolve(&self.0, base, name)
+            .map_err(|msg| rquickjs::Error::new_resolving_message(base, name, msg))
+    }
+}
+
+struct BundleLoader(Rc<State>);
+
+impl Loader for BundleLoader {
+    fn load<'js>(
+        &mut self,
+        ctx: &Ctx<'js>,
+        name: &str,
+        _attributes: Option<rquickjs::loader::ImportAttributes<'js>>,
+    ) -> rquickjs::Result<Module<'js, rquickjs::module::Declared>> {
+        let Some(unit) = self.0.code.units.get(name) else {
+            return Err(rquickjs::Error::new_loading(name));
+        };
+        match unit.kind {
+            // SAFETY: bytecode from `compile`, checksummed on disk.
+            Kind::Esm => unsafe { Module::load(ctx.clone(), &unit.bytes) },
+            Kind::Cjs => Module::declare(
+                ctx.clone(),
+                name,
+                format!(
+                    "export default globalThis.__hearth_require({});",
+                    serde_json::to_string(name).unwrap_or_default()
+                ),
+            ),
+            Kind::Json => Module::declare(
+                ctx.clone(),
+                name,
+                format!("export default {};", String::from_utf8_lossy(&unit.bytes)),
+            ),
+        }
+    }
+}

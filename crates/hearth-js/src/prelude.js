@@ -1,0 +1,540 @@
+// The js tier's world: the web APIs functions use, `hearth`, CommonJS
+// `require`, and the invocation driver. Evaluated once per isolate, before
+// the function's code. Everything nondeterministic (clocks, randomness, KV,
+// outbound HTTP) goes through `__hearth`, the host bridge, so it is taped.
+//
+// The shapes (event, context, results) mirror the process tier's Node.js
+// helper (crates/hearth-proc/helper/helper.mjs) exactly: a function that
+// falls back to Node.js must answer the same.
+"use strict";
+(() => {
+  const H = globalThis.__hearth;
+  delete globalThis.__hearth;
+  const unsupported = (what) => H.unsupported(what);
+
+  // ---------------------------------------------------------- text, base64
+  class TextEncoder {
+    get encoding() { return "utf-8"; }
+    encode(s = "") { return H.encode(String(s)); }
+  }
+  class TextDecoder {
+    constructor(label = "utf-8") {
+      if (!/^utf-?8$/i.test(label)) throw new RangeError(`TextDecoder: only utf-8 is supported, not ${label}`);
+    }
+    get encoding() { return "utf-8"; }
+    decode(b) {
+      if (b === undefined) return "";
+      return H.decode(toBytes(b));
+    }
+  }
+  const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  function btoa(s) {
+    s = String(s);
+    let out = "";
+    for (let i = 0; i < s.length; i += 3) {
+      const a = s.charCodeAt(i), b = s.charCodeAt(i + 1), c = s.charCodeAt(i + 2);
+      if (a > 255 || b > 255 || c > 255) throw new Error("btoa: character out of range");
+      const n = (a << 16) | ((b || 0) << 8) | (c || 0);
+      out += B64[n >> 18] + B64[(n >> 12) & 63] + (i + 1 < s.length ? B64[(n >> 6) & 63] : "=") + (i + 2 < s.length ? B64[n & 63] : "=");
+    }
+    return out;
+  }
+  function atob(s) {
+    s = String(s).replace(/[\t\n\f\r ]/g, "").replace(/=+$/, "");
+    let out = "", bits = 0, acc = 0;
+    for (const ch of s) {
+      const v = B64.indexOf(ch);
+      if (v < 0) throw new Error("atob: invalid character");
+      acc = (acc << 6) | v; bits += 6;
+      if (bits >= 8) { bits -= 8; out += String.fromCharCode((acc >> bits) & 255); }
+    }
+    return out;
+  }
+  function toBytes(v) {
+    if (v instanceof Uint8Array) return v;
+    if (v instanceof ArrayBuffer) return new Uint8Array(v);
+    if (ArrayBuffer.isView(v)) return new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
+    if (v === null || v === undefined) return new Uint8Array(0);
+    return H.encode(String(v));
+  }
+
+  // ---------------------------------------------------------- URL
+  class URLSearchParams {
+    #list = [];
+    constructor(init = "") {
+      if (init instanceof URLSearchParams) this.#list = init.#list.map((p) => [...p]);
+      else if (typeof init === "string") this.#parse(init);
+      else if (init && typeof init[Symbol.iterator] === "function") for (const [k, v] of init) this.#list.push([String(k), String(v)]);
+      else if (init && typeof init === "object") for (const k of Object.keys(init)) this.#list.push([k, String(init[k])]);
+    }
+    #parse(s) {
+      this.#list = [];
+      s = s.startsWith("?") ? s.slice(1) : s;
+      for (const part of s.split("&")) {
+        if (!part) continue;
+        const i = part.indexOf("=");
+        const dec = (x) => { try { return decodeURIComponent(x.replace(/\+/g, " ")); } catch { return x; } };
+        this.#list.push(i < 0 ? [dec(part), ""] : [dec(part.slice(0, i)), dec(part.slice(i + 1))]);
+      }
+    }
+    _reset(s) { this.#parse(s); }
+    get size() { return this.#list.length; }
+    append(k, v) { this.#list.push([String(k), String(v)]); this._changed?.(); }
+    delete(k) { this.#list = this.#list.filter(([n]) => n !== k); this._changed?.(); }
+    get(k) { const e = this.#list.find(([n]) => n === k); return e ? e[1] : null; }
+    getAll(k) { return this.#list.filter(([n]) => n === k).map(([, v]) => v); }
+    has(k) { return this.#list.some(([n]) => n === k); }
+    set(k, v) {
+      const i = this.#list.findIndex(([n]) => n === k);
+      if (i < 0) this.#list.push([String(k), String(v)]);
+      else { this.#list[i][1] = String(v); this.#list = this.#list.filter(([n], j) => n !== k || j === i); }
+      this._changed?.();
+    }
+    sort() { this.#list.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)); this._changed?.(); }
+    forEach(f, self) { for (const [k, v] of this.#list) f.call(self, v, k, this); }
+    *entries() { for (const p of this.#list) yield [p[0], p[1]]; }
+    *keys() { for (const p of this.#list) yield p[0]; }
+    *values() { for (const p of this.#list) yield p[1]; }
+    [Symbol.iterator]() { return this.entries(); }
+    toString() {
+      const enc = (x) => encodeURIComponent(x).replace(/%20/g, "+");
+      return this.#list.map(([k, v]) => `${enc(k)}=${enc(v)}`).join("&");
+    }
+  }
+
+  const DEFAULT_PORTS = { "http:": "80", "https:": "443", "ws:": "80", "wss:": "443", "ftp:": "21" };
+  const URL_RE = /^([a-zA-Z][a-zA-Z0-9+.-]*:)(?:\/\/(?:([^:@\/?#]*)(?::([^@\/?#]*))?@)?(\[[^\]]*\]|[^:\/?#]*)(?::(\d*))?)?([^?#]*)(\?[^#]*)?(#.*)?$/;
+  function normalizePath(p) {
+    const out = [];
+    const parts = p.split("/");
+    for (let i = 0; i < parts.length; i++) {
+      const seg = parts[i];
+      if (seg === "..") { if (out.length > 1) out.pop(); if (i === parts.length - 1) out.push(""); }
+      else if (seg === ".") { if (i === parts.length - 1) out.push(""); }
+      else out.push(seg);
+    }
+    let r = out.join("/");
+    if (!r.startsWith("/")) r = "/" + r;
+    return r.replace(/[^A-Za-z0-9\-._~!$&'()*+,;=:@\/%]/g, (c) => encodeURIComponent(c));
+  }
+  class URL {
+    #protocol; #username = ""; #password = ""; #hostname = ""; #port = ""; #pathname = "/"; #hash = "";
+    #search;
+    constructor(input, base) {
+      input = String(input).trim();
+      let m = URL_RE.exec(input);
+      if (!m || (m[1] && !/^[a-z][a-z0-9+.-]*:$/i.test(m[1]))) m = null;
+      if (!m) {
+        if (base === undefined) throw new TypeError(`Invalid URL: ${input}`);
+        const b = base instanceof URL ? base : new URL(base);
+        let path, search = b.search, hash = "";
+        const hi = input.indexOf("#");
+        if (hi >= 0) { hash = input.slice(hi); input = input.slice(0, hi); }
+        const qi = input.indexOf("?");
+        if (qi >= 0) { search = input.slice(qi); input = input.slice(0, qi); }
+        else if (input) search = "";
+        if (input.startsWith("//")) return new URL(b.protocol + input + search + hash);
+        if (input.startsWith("/")) path = input;
+        else if (input === "") path = b.pathname;
+        else path = b.pathname.replace(/[^/]*$/, "") + input;
+        m = URL_RE.exec(`${b.protocol}//${b.host}${path}${search}${hash}`);
+        if (b.username || b.password) { this.#username = b.username; this.#password = b.password; }
+      }
+      this.#protocol = m[1].toLowerCase();
+      if (m[2]) this.#username = m[2];
+      if (m[3]) this.#password = m[3];
+      this.#hostname = (m[4] || "").toLowerCase();
+      this.#port = m[5] && m[5] !== DEFAULT_PORTS[this.#protocol] ? m[5] : "";
+      const special = this.#protocol in DEFAULT_PORTS || this.#protocol === "file:";
+      this.#pathname = special ? normalizePath(m[6] || "/") : (m[6] || "");
+      if (special && !this.#hostname && this.#protocol !== "file:") throw new TypeError(`Invalid URL: ${input}`);
+      this.#search = new URLSearchParams(m[7] || "");
+      this.#rawSearch = m[7] && m[7] !== "?" ? m[7] : "";
+      this.#search._changed = () => { const s = this.#search.toString(); this.#rawSearch = s ? "?" + s : ""; };
+      this.#hash = m[8] && m[8] !== "#" ? m[8] : "";
+    }
+    #rawSearch = "";
+    get protocol() { return this.#protocol; }
+    set protocol(v) { this.#protocol = String(v).replace(/:?$/, ":").toLowerCase(); }
+    get username() { return this.#username; }
+    set username(v) { this.#username = String(v); }
+    get password() { return this.#password; }
+    set password(v) { this.#password = String(v); }
+    get hostname() { return this.#hostname; }
+    set hostname(v) { this.#hostname = String(v).toLowerCase(); }
+    get port() { return this.#port; }
+    set port(v) { v = String(v); this.#port = v === DEFAULT_PORTS[this.#protocol] ? "" : v; }
+    get host() { return this.#port ? `${this.#hostname}:${this.#port}` : this.#hostname; }
+    set host(v) { const [h, p] = String(v).split(":"); this.hostname = h; this.port = p ?? ""; }
+    get origin() { return this.#protocol in DEFAULT_PORTS ? `${this.#protocol}//${this.host}` : "null"; }
+    get pathname() { return this.#pathname; }
+    set pathname(v) { this.#pathname = normalizePath(String(v)); }
+    get search() { return this.#rawSearch; }
+    set search(v) { v = String(v); this.#rawSearch = v && v !== "?" ? (v.startsWith("?") ? v : "?" + v) : ""; this.#search._reset(this.#rawSearch); }
+    get searchParams() { return this.#search; }
+    get hash() { return this.#hash; }
+    set hash(v) { v = String(v); this.#hash = v && v !== "#" ? (v.startsWith("#") ? v : "#" + v) : ""; }
+    get href() {
+      const auth = this.#username || this.#password ? `${this.#username}${this.#password ? ":" + this.#password : ""}@` : "";
+      const slashes = this.#protocol in DEFAULT_PORTS || this.#protocol === "file:" || this.#hostname ? "//" : "";
+      return `${this.#protocol}${slashes}${auth}${this.host}${this.#pathname}${this.#rawSearch}${this.#hash}`;
+    }
+    set href(v) { const u = new URL(v); Object.assign(this, {}); this.protocol = u.protocol; this.username = u.username; this.password = u.password; this.host = u.host; this.#pathname = u.pathname; this.search = u.search; this.hash = u.hash; }
+    toString() { return this.href; }
+    toJSON() { return this.href; }
+    static canParse(u, b) { try { new URL(u, b); return true; } catch { return false; } }
+  }
+
+  // ---------------------------------------------------------- fetch types
+  class Headers {
+    #map = new Map();
+    constructor(init) {
+      if (init instanceof Headers) for (const [k, v] of init) this.append(k, v);
+      else if (Array.isArray(init)) for (const [k, v] of init) this.append(k, v);
+      else if (init && typeof init === "object") for (const k of Object.keys(init)) this.append(k, init[k]);
+    }
+    append(k, v) {
+      k = String(k).toLowerCase(); v = String(v).trim();
+      const cur = this.#map.get(k);
+      if (cur) cur.push(v); else this.#map.set(k, [v]);
+    }
+    set(k, v) { this.#map.set(String(k).toLowerCase(), [String(v).trim()]); }
+    get(k) { const v = this.#map.get(String(k).toLowerCase()); return v ? v.join(", ") : null; }
+    getSetCookie() { return this.#map.get("set-cookie")?.slice() ?? []; }
+    has(k) { return this.#map.has(String(k).toLowerCase()); }
+    delete(k) { this.#map.delete(String(k).toLowerCase()); }
+    forEach(f, self) { for (const [k, v] of this) f.call(self, v, k, this); }
+    *entries() {
+      for (const k of [...this.#map.keys()].sort()) {
+        if (k === "set-cookie") for (const v of this.#map.get(k)) yield [k, v];
+        else yield [k, this.#map.get(k).join(", ")];
+      }
+    }
+    *keys() { for (const [k] of this.entries()) yield k; }
+    *values() { for (const [, v] of this.entries()) yield v; }
+    [Symbol.iterator]() { return this.entries(); }
+  }
+
+  function bodyBytes(body, headers) {
+    if (body === null || body === undefined) return null;
+    if (typeof body === "string") {
+      if (headers && !headers.has("content-type")) headers.set("content-type", "text/plain;charset=UTF-8");
+      return H.encode(body);
+    }
+    if (body instanceof URLSearchParams) {
+      if (headers && !headers.has("content-type")) headers.set("content-type", "application/x-www-form-urlencoded;charset=UTF-8");
+      return H.encode(body.toString());
+    }
+    if (body instanceof ArrayBuffer || ArrayBuffer.isView(body)) return toBytes(body).slice();
+    if (body instanceof Body) return body._bytes;
+    return H.encode(String(body));
+  }
+  class Body {
+    _bytes = null;
+    bodyUsed = false;
+    get body() { return this._bytes; }
+    #take() {
+      if (this.bodyUsed) return Promise.reject(new TypeError("Body has already been consumed"));
+      this.bodyUsed = true;
+      return Promise.resolve(this._bytes ?? new Uint8Array(0));
+    }
+    async arrayBuffer() { const b = await this.#take(); return b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength); }
+    async bytes() { return (await this.#take()).slice(); }
+    async text() { return H.decode(await this.#take()); }
+    async json() { return JSON.parse(await this.text()); }
+    async formData() { unsupported("Body.formData()"); }
+    async blob() { unsupported("Body.blob()"); }
+  }
+  class Request extends Body {
+    constructor(input, init = {}) {
+      super();
+      if (input instanceof Request) {
+        this.url = input.url; this.method = input.method; this.headers = new Headers(input.headers);
+        this._bytes = input._bytes; this.signal = input.signal;
+      } else {
+        this.url = new URL(String(input)).href; this.method = "GET"; this.headers = new Headers();
+      }
+      if (init.method) this.method = String(init.method).toUpperCase();
+      if (init.headers) this.headers = new Headers(init.headers);
+      if (init.body !== undefined && init.body !== null) {
+        if (this.method === "GET" || this.method === "HEAD") throw new TypeError("Request with GET/HEAD method cannot have body");
+        this._bytes = bodyBytes(init.body, this.headers);
+      }
+      this.redirect = init.redirect ?? "follow";
+      this.signal = init.signal ?? this.signal ?? null;
+    }
+    clone() { return new Request(this); }
+  }
+  class Response extends Body {
+    constructor(body = null, init = {}) {
+      super();
+      this.status = init.status ?? 200;
+      if (this.status < 200 || this.status > 599) throw new RangeError(`Response status ${this.status} is out of range`);
+      this.statusText = init.statusText ?? "";
+      this.headers = new Headers(init.headers);
+      this._bytes = bodyBytes(body, this.headers);
+      this.type = "default";
+      this.url = init.url ?? "";
+      this.redirected = false;
+    }
+    get ok() { return this.status >= 200 && this.status < 300; }
+    clone() { const r = new Response(this._bytes ? this._bytes.slice() : null, this); return r; }
+    static json(data, init = {}) {
+      const headers = new Headers(init.headers);
+      if (!headers.has("content-type")) headers.set("content-type", "application/json");
+      return new Response(JSON.stringify(data), { ...init, headers });
+    }
+    static redirect(url, status = 302) { return new Response(null, { status, headers: { location: new URL(url).href } }); }
+    static error() { const r = new Response(null, { status: 200 }); r.status = 0; r.type = "error"; return r; }
+  }
+
+  // ---------------------------------------------------------- the host
+  const pending = new Map();
+  function call(op, args = {}, body) {
+    return new Promise((resolve, reject) => {
+      // (An explicit `undefined` would not convert to an optional typed array.)
+      const id = body ? H.call(op, JSON.stringify(args), toBytes(body)) : H.call(op, JSON.stringify(args));
+      pending.set(id, { resolve, reject });
+    });
+  }
+  class HostError extends Error {
+    constructor(message) { super(message); this.name = "HostError"; }
+  }
+  const hex = (v) => Array.from(toBytes(v), (b) => b.toString(16).padStart(2, "0")).join("");
+  const unhex = (h) => { const out = new Uint8Array(h.length / 2); for (let i = 0; i < out.length; i++) out[i] = parseInt(h.substr(i * 2, 2), 16); return out; };
+  async function hostFetch(input, init = {}) {
+    const req = new Request(input, init);
+    const r = await call("http_fetch", { url: req.url, method: req.method, headers: [...req.headers] }, req._bytes);
+    return new Response(r.body.length ? r.body : null, { status: r.status, headers: r.headers, url: req.url });
+  }
+  function logArgs(args) {
+    return args.map((a) => (typeof a === "string" ? a : a instanceof Error ? a.stack ? `${a.name}: ${a.message}\n${a.stack}` : String(a) : (() => { try { return JSON.stringify(a); } catch { return String(a); } })())).join(" ");
+  }
+  const hearth = {
+    HostError,
+    kv: {
+      async get(key) { const r = await call("kv_get", { key: hex(key) }); return r.found ? H.decode(r.body) : null; },
+      async getBytes(key) { const r = await call("kv_get", { key: hex(key) }); return r.found ? r.body : null; },
+      async set(key, value) { await call("kv_set", { key: hex(key) }, toBytes(value)); },
+      async delete(key) { return !!(await call("kv_delete", { key: hex(key) })).existed; },
+      async list(prefix = "") { const r = await call("kv_list", { prefix: hex(prefix) }); return r.keys.map((k) => H.decode(unhex(k))); },
+    },
+    fetch: hostFetch,
+    log: (message, level = "info") => H.log("log", level, String(message)),
+  };
+  const console = {
+    log: (...a) => H.log("log", "info", logArgs(a)),
+    info: (...a) => H.log("log", "info", logArgs(a)),
+    debug: (...a) => H.log("log", "debug", logArgs(a)),
+    warn: (...a) => H.log("stderr", "warn", logArgs(a)),
+    error: (...a) => H.log("stderr", "error", logArgs(a)),
+    trace: (...a) => H.log("stderr", "debug", logArgs(a)),
+  };
+
+  // ---------------------------------------------------------- time, randomness
+  // Date and Math.random come from the host (taped); Math.random is a
+  // xorshift128+ seeded by one host random call per invocation.
+  const OrigDate = Date;
+  class HostDate extends OrigDate {
+    constructor(...a) { if (a.length === 0) super(H.now()); else super(...a); }
+    static now() { return H.now(); }
+  }
+  let seed = null;
+  function random() {
+    if (seed === null) {
+      const b = H.random(16);
+      seed = [0, 0, 0, 0].map((_, i) => (b[i * 4] | (b[i * 4 + 1] << 8) | (b[i * 4 + 2] << 16) | (b[i * 4 + 3] << 24)) >>> 0);
+      if (seed.every((x) => x === 0)) seed[0] = 1;
+    }
+    // xorshift128 on four 32-bit words.
+    let t = seed[3];
+    const s = seed[0];
+    seed[3] = seed[2]; seed[2] = seed[1]; seed[1] = s;
+    t ^= t << 11; t ^= t >>> 8;
+    seed[0] = (t ^ s ^ (s >>> 19)) >>> 0;
+    return seed[0] / 4294967296;
+  }
+  const crypto = {
+    getRandomValues(a) {
+      if (!ArrayBuffer.isView(a)) throw new TypeError("getRandomValues needs a typed array");
+      if (a.byteLength > 65536) throw new RangeError("getRandomValues: at most 65536 bytes");
+      const b = H.random(a.byteLength);
+      new Uint8Array(a.buffer, a.byteOffset, a.byteLength).set(b);
+      return a;
+    },
+    randomUUID() {
+      const b = H.random(16);
+      b[6] = (b[6] & 0x0f) | 0x40; b[8] = (b[8] & 0x3f) | 0x80;
+      const h = Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+      return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+    },
+    get subtle() { return unsupported("crypto.subtle"); },
+  };
+  const performance = { now: () => H.monotonic(), timeOrigin: 0 };
+
+  // ---------------------------------------------------------- timers
+  const timers = new Map();
+  let nextTimer = 1;
+  function setTimeout(f, ms = 0, ...args) {
+    if (typeof f !== "function") throw new TypeError("setTimeout needs a function");
+    const id = nextTimer++;
+    timers.set(id, { due: H.monotonic() + Math.max(0, Number(ms) || 0), f, args, every: null });
+    return id;
+  }
+  function setInterval(f, ms = 0, ...args) {
+    const id = setTimeout(f, ms, ...args);
+    timers.get(id).every = Math.max(1, Number(ms) || 0);
+    return id;
+  }
+  const clearTimeout = (id) => { timers.delete(id); };
+  const queueMicrotask = (f) => { Promise.resolve().then(f); };
+
+  // ---------------------------------------------------------- Node.js bits
+  const BUILTINS = new Set(["assert", "async_hooks", "buffer", "child_process", "cluster", "console", "constants", "crypto", "dgram", "diagnostics_channel", "dns", "domain", "events", "fs", "http", "http2", "https", "inspector", "module", "net", "os", "path", "perf_hooks", "process", "punycode", "querystring", "readline", "repl", "stream", "string_decoder", "sys", "timers", "tls", "trace_events", "tty", "url", "util", "v8", "vm", "wasi", "worker_threads", "zlib"]);
+  let env = {};
+  const process = new Proxy({}, {
+    get(_, prop) {
+      if (prop === "env") return env;
+      if (prop === Symbol.toStringTag) return "process";
+      return unsupported(`process.${String(prop)}`);
+    },
+    has(_, prop) { return prop === "env"; },
+  });
+  const cjsCache = new Map();
+  function makeRequire(from) {
+    const require = (name) => {
+      name = String(name);
+      const bare = name.startsWith("node:") ? name.slice(5) : name;
+      if (name.startsWith("node:") || BUILTINS.has(bare.split("/")[0])) return unsupported(`require("${name}")`);
+      const path = H.resolve(from, name);
+      if (cjsCache.has(path)) return cjsCache.get(path).exports;
+      const module = { exports: {}, id: path, filename: path, loaded: false };
+      cjsCache.set(path, module);
+      if (path.endsWith(".json")) { module.exports = JSON.parse(H.decode(H.source(path))); return module.exports; }
+      const dir = path.includes("/") ? path.slice(0, path.lastIndexOf("/")) : "";
+      H.cjs(path).call(module.exports, module.exports, makeRequire(path), module, "/code/" + path, "/code/" + dir);
+      module.loaded = true;
+      return module.exports;
+    };
+    require.resolve = (name) => H.resolve(from, name);
+    return require;
+  }
+
+  const globals = {
+    TextEncoder, TextDecoder, atob, btoa, URL, URLSearchParams, Headers, Request, Response,
+    fetch: hostFetch, hearth, console, crypto, performance, setTimeout, setInterval,
+    clearTimeout, clearInterval: clearTimeout, queueMicrotask, process, Date: HostDate,
+    global: globalThis, self: globalThis,
+  };
+  for (const [k, v] of Object.entries(globals)) {
+    Object.defineProperty(globalThis, k, { value: v, writable: true, configurable: true, enumerable: false });
+  }
+  Math.random = random;
+  for (const name of ["Buffer", "setImmediate", "clearImmediate", "__dirname", "__filename"]) {
+    Object.defineProperty(globalThis, name, { get: () => unsupported(name), configurable: true });
+  }
+  globalThis.__hearth_require = (path) => makeRequire("")("./" + path);
+
+  // ---------------------------------------------------------- the driver
+  let fn = null;
+  function pick(ns) {
+    const def = ns.default;
+    if (def && typeof def.fetch === "function") return { shape: "workers", f: def.fetch.bind(def) };
+    if (typeof ns.handler === "function") return { shape: "lambda", f: ns.handler };
+    if (def && typeof def.handler === "function") return { shape: "lambda", f: def.handler };
+    if (typeof def === "function") return { shape: "lambda", f: def };
+    return null;
+  }
+  function event(msg, body, url) {
+    const headers = {};
+    for (const [k, v] of msg.headers) headers[k] = k in headers ? `${headers[k]},${v}` : v;
+    const query = Object.fromEntries(url.searchParams);
+    let decoded = H.decode(body);
+    let isBase64Encoded = false;
+    if (!H.isUtf8(body)) {
+      let bin = "";
+      for (const b of body) bin += String.fromCharCode(b);
+      decoded = btoa(bin);
+      isBase64Encoded = true;
+    } else if ((headers["content-type"] || "").includes("json") && decoded.trim()) {
+      try { decoded = JSON.parse(decoded); } catch {}
+    }
+    return {
+      method: msg.method, path: msg.path, query, headers, body: decoded, isBase64Encoded,
+      rawPath: msg.path, rawQueryString: msg.query, queryStringParameters: query,
+      requestContext: { http: { method: msg.method, path: msg.path }, requestId: msg.id },
+    };
+  }
+  async function toResult(result) {
+    if (result instanceof Response) {
+      return { status: result.status, headers: [...result.headers], body: new Uint8Array(await result.arrayBuffer()) };
+    }
+    if (result && typeof result === "object" && ("statusCode" in result || "body" in result)) {
+      const headers = Object.entries(result.headers || {}).map(([k, v]) => [k, String(v)]);
+      let body = result.body ?? "";
+      if (typeof body === "object" && !(body instanceof Uint8Array)) {
+        body = JSON.stringify(body);
+        if (!headers.some(([k]) => k.toLowerCase() === "content-type")) headers.push(["content-type", "application/json"]);
+      }
+      if (result.isBase64Encoded) {
+        const bin = atob(body);
+        body = Uint8Array.from(bin, (c) => c.charCodeAt(0));
+      } else body = toBytes(body);
+      return { status: result.statusCode ?? 200, headers, body };
+    }
+    if (result === undefined || result === null) return { status: 204, headers: [], body: new Uint8Array(0) };
+    if (typeof result === "string") return { status: 200, headers: [["content-type", "text/plain; charset=utf-8"]], body: H.encode(result) };
+    return { status: 200, headers: [["content-type", "application/json"]], body: H.encode(JSON.stringify(result)) };
+  }
+
+  globalThis.__hearth_driver = {
+    // The entry module's namespace (ESM) or exports (CommonJS).
+    load(ns, isCjs, entry) {
+      if (isCjs) ns = { default: ns, handler: ns && ns.handler };
+      fn = pick(ns);
+      if (!fn) throw new Error(`${entry} exports neither default { fetch } nor handler`);
+    },
+    async invoke(msg, body) {
+      env = msg.env;
+      seed = null;
+      timers.clear();
+      const url = new URL(`http://function${msg.path}${msg.query ? "?" + msg.query : ""}`);
+      let result;
+      if (fn.shape === "workers") {
+        const init = { method: msg.method, headers: msg.headers };
+        if (!["GET", "HEAD"].includes(msg.method)) init.body = body;
+        result = await fn.f(new Request(url, init), { ...env, hearth }, { waitUntil() {}, passThroughOnException() {} });
+      } else {
+        const deadline = H.now() + (msg.remaining_ms || 0);
+        const context = {
+          awsRequestId: msg.id, invocationId: msg.id, functionName: msg.function,
+          functionVersion: String(msg.version), memoryLimitInMB: msg.memory_mib,
+          getRemainingTimeInMillis: () => Math.max(0, deadline - H.now()),
+        };
+        result = await fn.f(event(msg, body, url), context);
+      }
+      return toResult(result);
+    },
+    // A host call finished.
+    settle(id, ok, header, body) {
+      const p = pending.get(id);
+      if (!p) return;
+      pending.delete(id);
+      if (ok) p.resolve({ ...JSON.parse(header), body });
+      else p.reject(new HostError(header));
+    },
+    // Runs due timers; returns ms until the next one, or -1.
+    tick() {
+      const now = H.monotonic();
+      let next = -1;
+      for (const [id, t] of [...timers]) {
+        if (t.due <= now) {
+          if (t.every) t.due = now + t.every; else timers.delete(id);
+          t.f(...t.args);
+        }
+      }
+      for (const t of timers.values()) { const d = t.due - now; if (next < 0 || d < next) next = Math.max(0, d); }
+      return next;
+    },
+  };
+})();
