@@ -131,6 +131,9 @@ struct Inner {
     meta: InvocationMeta,
     services: Arc<HostServices>,
     recorded: Mutex<Recorded>,
+    /// Answers an aborted earlier attempt got, served again in order (see
+    /// [`HostCtx::replaying`]).
+    prefix: Mutex<std::collections::VecDeque<HostEvent>>,
 }
 
 /// The host, bound to one invocation. Cheap to clone; all clones share one tape.
@@ -148,7 +151,63 @@ impl HostCtx {
             meta,
             services,
             recorded: Mutex::default(),
+            prefix: Mutex::default(),
         }))
+    }
+
+    /// A host for a second attempt at the same invocation (the js tier's
+    /// fallback to the process tier). Its KV and HTTP calls are answered
+    /// from `earlier` — what the aborted attempt got — in order and without
+    /// touching the world, as long as they are the same calls; so each
+    /// effect happens once. Clocks, randomness and logs of the earlier
+    /// attempt are not replayed (the second attempt reads its own). At the
+    /// first call that differs, the rest of `earlier` is dropped, a warning
+    /// goes to the function's log, and calls go to the world.
+    pub fn replaying(services: Arc<HostServices>, meta: InvocationMeta, earlier: Tape) -> Self {
+        let ctx = HostCtx::new(services, meta);
+        *ctx.0.prefix.lock().unwrap_or_else(|p| p.into_inner()) = earlier
+            .events
+            .into_iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    HostEvent::KvGet { .. }
+                        | HostEvent::KvSet { .. }
+                        | HostEvent::KvDelete { .. }
+                        | HostEvent::KvList { .. }
+                        | HostEvent::HttpFetch { .. }
+                )
+            })
+            .collect();
+        ctx
+    }
+
+    /// The earlier attempt's answer to this call, if it made the same one
+    /// next; the answer is recorded on this attempt's tape too.
+    fn replayed<T>(&self, same: impl FnOnce(&HostEvent) -> Option<T>) -> Option<T> {
+        let mut prefix = self.0.prefix.lock().unwrap_or_else(|p| p.into_inner());
+        let next = prefix.front()?;
+        match same(next) {
+            Some(answer) => {
+                let event = prefix.pop_front().expect("just looked at it");
+                drop(prefix);
+                self.record(event);
+                Some(answer)
+            }
+            None => {
+                let left = prefix.len();
+                prefix.clear();
+                drop(prefix);
+                self.log(
+                    LogStream::System,
+                    "warn",
+                    &format!(
+                        "the retry in the process tier made a different host call than the first attempt; {left} recorded call(s) were not replayed and calls now go to the world"
+                    ),
+                );
+                None
+            }
+        }
     }
 
     pub fn meta(&self) -> &InvocationMeta {
@@ -279,6 +338,12 @@ impl HostCtx {
 
     pub async fn kv_get(&self, key: Vec<u8>) -> Result<Option<Vec<u8>>, HostError> {
         self.check_key(&key)?;
+        if let Some(value) = self.replayed(|e| match e {
+            HostEvent::KvGet { key: k, value } if *k == key => Some(value.clone()),
+            _ => None,
+        }) {
+            return Ok(value);
+        }
         let k = key.clone();
         let value = self.blocking(move |s, t, f| s.kv_get(t, f, &k)).await?;
         self.record(HostEvent::KvGet {
@@ -294,6 +359,12 @@ impl HostCtx {
         if value.len() > max {
             return Err(HostError::TooLarge(max));
         }
+        if let Some(()) = self.replayed(|e| match e {
+            HostEvent::KvSet { key: k, value: v } if *k == key && *v == value => Some(()),
+            _ => None,
+        }) {
+            return Ok(());
+        }
         let (k, v) = (key.clone(), value.clone());
         self.blocking(move |s, t, f| s.kv_set(t, f, &k, &v)).await?;
         self.record(HostEvent::KvSet { key, value });
@@ -302,6 +373,12 @@ impl HostCtx {
 
     pub async fn kv_delete(&self, key: Vec<u8>) -> Result<bool, HostError> {
         self.check_key(&key)?;
+        if let Some(existed) = self.replayed(|e| match e {
+            HostEvent::KvDelete { key: k, existed } if *k == key => Some(*existed),
+            _ => None,
+        }) {
+            return Ok(existed);
+        }
         let k = key.clone();
         let existed = self.blocking(move |s, t, f| s.kv_delete(t, f, &k)).await?;
         self.record(HostEvent::KvDelete { key, existed });
@@ -310,6 +387,12 @@ impl HostCtx {
 
     pub async fn kv_list(&self, prefix: Vec<u8>) -> Result<Vec<Vec<u8>>, HostError> {
         self.check_key(&prefix)?;
+        if let Some(keys) = self.replayed(|e| match e {
+            HostEvent::KvList { prefix: p, keys } if *p == prefix => Some(keys.clone()),
+            _ => None,
+        }) {
+            return Ok(keys);
+        }
         let limit = self.0.services.limits.kv_max_list;
         let p = prefix.clone();
         let keys = self
@@ -330,6 +413,12 @@ impl HostCtx {
         &self,
         request: OutboundRequest,
     ) -> Result<OutboundResponse, HostError> {
+        if let Some(result) = self.replayed(|e| match e {
+            HostEvent::HttpFetch { request: r, result } if *r == request => Some(result.clone()),
+            _ => None,
+        }) {
+            return result.map_err(HostError::Network);
+        }
         {
             let mut rec = self.recorded();
             let max = self.0.services.limits.http_max_calls;
@@ -416,6 +505,58 @@ mod tests {
                 bytes: buf.to_vec()
             }
         );
+    }
+
+    /// A second host for the same function and store as `first`.
+    fn again(first: &HostCtx, earlier: Tape) -> HostCtx {
+        HostCtx::replaying(first.0.services.clone(), first.meta().clone(), earlier)
+    }
+
+    #[tokio::test]
+    async fn a_retry_gets_the_first_attempts_answers_and_effects_happen_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = ctx(&dir, HostLimits::default());
+        // The first attempt reads a counter, writes it, then is aborted.
+        assert_eq!(first.kv_get(b"n".to_vec()).await.unwrap(), None);
+        first.kv_set(b"n".to_vec(), b"1".to_vec()).await.unwrap();
+        let now = first.wall_clock_nanos();
+        let (tape, _) = first.take_records();
+
+        let retry = again(&first, tape.clone());
+        assert_eq!(
+            retry.kv_get(b"n".to_vec()).await.unwrap(),
+            None,
+            "replayed: the store already holds 1, the first attempt saw nothing"
+        );
+        retry.kv_set(b"n".to_vec(), b"1".to_vec()).await.unwrap();
+        // Past the prefix, calls are live again.
+        retry.kv_set(b"m".to_vec(), b"2".to_vec()).await.unwrap();
+        assert_eq!(
+            retry.kv_get(b"m".to_vec()).await.unwrap(),
+            Some(b"2".to_vec())
+        );
+        let (retry_tape, logs) = retry.take_records();
+        assert_eq!(retry_tape.events.len(), 4, "replayed calls are taped too");
+        assert!(logs.is_empty(), "{logs:?}");
+        assert!(
+            !retry_tape
+                .events
+                .contains(&HostEvent::WallClock { nanos: now })
+        );
+
+        // A retry that asks for something else goes live and says so.
+        let diverging = again(&first, tape);
+        assert_eq!(
+            diverging.kv_get(b"m".to_vec()).await.unwrap(),
+            Some(b"2".to_vec())
+        );
+        assert_eq!(
+            diverging.kv_get(b"n".to_vec()).await.unwrap(),
+            Some(b"1".to_vec()),
+            "after diverging, nothing more is replayed"
+        );
+        let (_, logs) = diverging.take_records();
+        assert!(logs[0].message.contains("different host call"), "{logs:?}");
     }
 
     #[tokio::test]

@@ -70,11 +70,12 @@ pub enum Failure {
 }
 
 pub struct Isolate {
-    // Field order: the context must go before its runtime.
+    // Field order is drop order: values held from Rust, then the context,
+    // then the runtime (QuickJS asserts that nothing outlives it).
+    driver: Persistent<Object<'static>>,
     ctx: Context,
     rt: Runtime,
     state: Rc<State>,
-    driver: Persistent<Object<'static>>,
     memory_limit_mib: u32,
 }
 
@@ -126,10 +127,10 @@ impl Isolate {
                 )))
             })?;
         let mut isolate = Isolate {
+            driver,
             ctx,
             rt,
             state,
-            driver,
             memory_limit_mib,
         };
         isolate.load_entry().await?;

@@ -33,6 +33,16 @@ pub struct Metrics {
     pub live_sandboxes: Gauge,
     pub deploys: Counter,
     pub logs_dropped: Counter,
+    /// JavaScript invocations re-run in the process tier, per function.
+    pub fallbacks: Family<FunctionLabels, Counter>,
+    /// 1 for each function pinned to the process tier by its fallbacks.
+    pub pinned: Family<FunctionLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FunctionLabels {
+    pub tenant: String,
+    pub function: String,
 }
 
 fn latency_histogram() -> Histogram {
@@ -54,6 +64,18 @@ impl Default for Metrics {
         let live_sandboxes = Gauge::default();
         let deploys = Counter::default();
         let logs_dropped = Counter::default();
+        let fallbacks = Family::<FunctionLabels, Counter>::default();
+        let pinned = Family::<FunctionLabels, Gauge>::default();
+        registry.register(
+            "js_fallbacks",
+            "JavaScript invocations the isolate tier could not run, re-run in the process tier",
+            fallbacks.clone(),
+        );
+        registry.register(
+            "js_pinned",
+            "1 for a JavaScript function pinned to the process tier after repeated fallbacks",
+            pinned.clone(),
+        );
         registry.register(
             "invocations",
             "Invocations by tier and outcome",
@@ -94,6 +116,8 @@ impl Default for Metrics {
             live_sandboxes,
             deploys,
             logs_dropped,
+            fallbacks,
+            pinned,
         }
     }
 }

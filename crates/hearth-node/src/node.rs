@@ -9,12 +9,12 @@ use hearth_core::{
     FunctionSpec, FunctionVersion, InvocationId, InvokeError, Request, Response, Tier,
 };
 use hearth_host::{DeployError, Engine, HostCtx, HostServices, InvocationMeta, Prepared, Source};
-use hearth_store::{ArtifactStore, LogRecord, LogStream, Store, StoreError};
+use hearth_store::{ArtifactStore, FunctionMode, LogRecord, LogStream, Store, StoreError};
 use thiserror::Error;
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::Metrics;
-use crate::metrics::{ErrorLabels, OutcomeLabels, StartLabels};
+use crate::metrics::{ErrorLabels, FunctionLabels, OutcomeLabels, StartLabels};
 use crate::table::FunctionTable;
 
 /// Settings of the invoker.
@@ -24,6 +24,9 @@ pub struct NodeConfig {
     pub max_concurrency: usize,
     pub max_timeout_ms: u64,
     pub max_memory_mib: u32,
+    /// Fallbacks after which a JavaScript function is pinned to the process
+    /// tier (until its next deploy).
+    pub pin_after_fallbacks: u32,
 }
 
 impl Default for NodeConfig {
@@ -32,6 +35,7 @@ impl Default for NodeConfig {
             max_concurrency: 1024,
             max_timeout_ms: 300_000,
             max_memory_mib: 512,
+            pin_after_fallbacks: 3,
         }
     }
 }
@@ -104,6 +108,9 @@ pub struct Node {
     admission: Arc<Semaphore>,
     logs: mpsc::Sender<LogRecord>,
     metrics: Metrics,
+    /// Fallback records of JavaScript functions, read from the store on
+    /// first use; forgotten on deploy and removal.
+    modes: std::sync::Mutex<HashMap<(String, String), FunctionMode>>,
 }
 
 impl Node {
@@ -126,6 +133,7 @@ impl Node {
             table: FunctionTable::default(),
             logs,
             metrics: Metrics::default(),
+            modes: Default::default(),
         }
     }
 
@@ -218,6 +226,7 @@ impl Node {
             .await?;
         self.table
             .insert(Arc::new(version.clone()), true, generation);
+        self.forget_mode(tenant, name);
         self.metrics.deploys.inc();
         Ok(DeployOutcome {
             version,
@@ -230,6 +239,7 @@ impl Node {
         let (t, n) = (tenant.to_string(), name.to_string());
         let existed = self.blocking(move |s| s.delete_function(&t, &n)).await?;
         self.table.remove(tenant, name);
+        self.forget_mode(tenant, name);
         Ok(existed)
     }
 
@@ -274,8 +284,10 @@ impl Node {
     async fn prepared(
         &self,
         v: &FunctionVersion,
+        tier: Tier,
     ) -> Result<(Arc<dyn Prepared>, StartKind), NodeError> {
-        let slot = self.table.slot(v);
+        let slots = self.table.slot(v);
+        let slot = slots.get(tier);
         if let Some(p) = slot.get() {
             return Ok((p.clone(), StartKind::Warm));
         }
@@ -283,7 +295,10 @@ impl Node {
         let prepared = slot
             .get_or_try_init(|| async {
                 start = StartKind::Cold;
-                let engine = self.engine_for(&v.spec)?;
+                let engine = self
+                    .engines
+                    .get(&tier)
+                    .ok_or_else(|| NodeError::RuntimeUnavailable(v.spec.runtime.to_string()))?;
                 engine
                     .prepare(v, &self.artifacts)
                     .await
@@ -307,32 +322,125 @@ impl Node {
                 v,
                 id,
                 started,
-                StartKind::Warm,
+                (StartKind::Warm, v.spec.runtime.first_tier()),
                 None,
                 Err(InvokeError::Overloaded),
             ));
         };
-        let (prepared, start) = self.prepared(v).await?;
+        let tier = self.tier_for(v).await?;
+        let (prepared, start) = self.prepared(v, tier).await?;
         let deadline = started + Duration::from_millis(v.spec.limits.timeout_ms);
-        let host = HostCtx::new(
-            self.host.clone(),
-            InvocationMeta {
-                id,
-                version: v.clone(),
-                deadline,
-            },
-        );
-        let result = match prepared.instantiate().await {
-            Ok(mut sandbox) => {
-                self.metrics.live_sandboxes.inc();
-                let result = sandbox.invoke(req, host.clone()).await;
-                drop(sandbox);
-                self.metrics.live_sandboxes.dec();
-                result
-            }
-            Err(e) => Err(e),
+        let meta = InvocationMeta {
+            id,
+            version: v.clone(),
+            deadline,
         };
-        Ok(self.finish(v, id, started, start, Some(host), result))
+        let fallback = v.spec.runtime.tiers().get(1).copied();
+        // The isolate keeps no body after an Unsupported: keep one to retry.
+        let retry_req = fallback.filter(|_| tier == Tier::Js).map(|_| req.clone());
+        let host = HostCtx::new(self.host.clone(), meta.clone());
+        let result = self.attempt(&prepared, req, &host).await;
+        let (Err(InvokeError::Unsupported(why)), Some(fallback), Some(req)) =
+            (&result, fallback, retry_req)
+        else {
+            return Ok(self.finish(v, id, started, (start, tier), Some(host), result));
+        };
+        // Containerless: re-run in the process tier; the host calls the
+        // first attempt made are answered again from its tape, so each
+        // effect happens once.
+        let (tape, _) = host.take_records();
+        let retry = HostCtx::replaying(self.host.clone(), meta, tape);
+        retry.log(
+            LogStream::System,
+            "info",
+            &format!("the isolate tier cannot run this ({why}); running it in the process tier"),
+        );
+        self.record_fallback(v).await;
+        let result = match self.prepared(v, fallback).await {
+            Ok((prepared, _)) => self.attempt(&prepared, req, &retry).await,
+            Err(e) => Err(InvokeError::Crashed(format!(
+                "the process tier could not load the function: {e}"
+            ))),
+        };
+        Ok(self.finish(v, id, started, (start, fallback), Some(retry), result))
+    }
+
+    async fn attempt(
+        &self,
+        prepared: &Arc<dyn Prepared>,
+        req: Request,
+        host: &HostCtx,
+    ) -> Result<Response, InvokeError> {
+        let mut sandbox = prepared.instantiate().await?;
+        self.metrics.live_sandboxes.inc();
+        let result = sandbox.invoke(req, host.clone()).await;
+        drop(sandbox);
+        self.metrics.live_sandboxes.dec();
+        result
+    }
+
+    /// The tier `v` runs in now: its runtime's first tier this node has,
+    /// unless fallbacks pinned the function to a later one.
+    async fn tier_for(&self, v: &FunctionVersion) -> Result<Tier, NodeError> {
+        let first = self.engine_for(&v.spec)?.tier();
+        let tiers = v.spec.runtime.tiers();
+        if tiers.len() < 2 || first != tiers[0] {
+            return Ok(first);
+        }
+        let mode = self.mode(&v.tenant, &v.name).await?;
+        Ok(if mode.pinned && self.engines.contains_key(&tiers[1]) {
+            tiers[1]
+        } else {
+            first
+        })
+    }
+
+    /// A function's fallback record (cached).
+    pub async fn mode(&self, tenant: &str, name: &str) -> Result<FunctionMode, NodeError> {
+        let key = (tenant.to_string(), name.to_string());
+        if let Some(m) = self.modes.lock().unwrap().get(&key) {
+            return Ok(*m);
+        }
+        let (t, n) = key.clone();
+        let mode = self.blocking(move |s| s.function_mode(&t, &n)).await?;
+        self.modes.lock().unwrap().insert(key, mode);
+        Ok(mode)
+    }
+
+    fn forget_mode(&self, tenant: &str, name: &str) {
+        self.modes
+            .lock()
+            .unwrap()
+            .remove(&(tenant.to_string(), name.to_string()));
+        self.metrics.pinned.remove(&FunctionLabels {
+            tenant: tenant.to_string(),
+            function: name.to_string(),
+        });
+    }
+
+    async fn record_fallback(&self, v: &FunctionVersion) {
+        let labels = FunctionLabels {
+            tenant: v.tenant.clone(),
+            function: v.name.clone(),
+        };
+        self.metrics.fallbacks.get_or_create(&labels).inc();
+        let (t, n, limit) = (
+            v.tenant.clone(),
+            v.name.clone(),
+            self.config.pin_after_fallbacks,
+        );
+        match self.blocking(move |s| s.record_bounce(&t, &n, limit)).await {
+            Ok(mode) => {
+                if mode.pinned {
+                    self.metrics.pinned.get_or_create(&labels).set(1);
+                }
+                self.modes
+                    .lock()
+                    .unwrap()
+                    .insert((v.tenant.clone(), v.name.clone()), mode);
+            }
+            Err(e) => tracing::warn!(error = %e, "could not record a fallback"),
+        }
     }
 
     fn finish(
@@ -340,15 +448,12 @@ impl Node {
         v: &FunctionVersion,
         id: InvocationId,
         started: Instant,
-        start: StartKind,
+        (start, tier): (StartKind, Tier),
         host: Option<HostCtx>,
         result: Result<Response, InvokeError>,
     ) -> InvokeOutcome {
         let duration = started.elapsed();
-        let tier = self
-            .engine_for(&v.spec)
-            .map_or(v.spec.runtime.first_tier(), |e| e.tier())
-            .as_str();
+        let tier = tier.as_str();
         let outcome = if result.is_ok() { "ok" } else { "error" };
         self.metrics
             .invocations

@@ -12,12 +12,27 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use hearth_core::FunctionVersion;
+use hearth_core::{FunctionVersion, Tier};
 use hearth_host::Prepared;
 use tokio::sync::OnceCell;
 
-/// A version's prepared code, filled once (single-flight) on first use.
-pub(crate) type PreparedSlot = Arc<OnceCell<Arc<dyn Prepared>>>;
+/// A version's prepared code in each tier that ran it, each filled once
+/// (single-flight) on first use. JavaScript has two: the isolate tier and,
+/// after a fallback, the process tier.
+pub(crate) type PreparedSlot = Arc<TierSlots>;
+
+#[derive(Default)]
+pub(crate) struct TierSlots([OnceCell<Arc<dyn Prepared>>; 3]);
+
+impl TierSlots {
+    pub fn get(&self, tier: Tier) -> &OnceCell<Arc<dyn Prepared>> {
+        &self.0[match tier {
+            Tier::Wasm => 0,
+            Tier::Js => 1,
+            Tier::Process => 2,
+        }]
+    }
+}
 
 #[derive(Default)]
 struct Entry {

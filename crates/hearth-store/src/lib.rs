@@ -55,6 +55,17 @@ pub struct FunctionSummary {
     pub name: String,
     pub latest: FunctionVersion,
     pub versions: u32,
+    /// Where a JavaScript function runs (see [`FunctionMode`]).
+    #[serde(flatten)]
+    pub mode: FunctionMode,
+}
+
+/// How often a JavaScript function fell back from the isolate tier to the
+/// process tier since its newest deploy, and whether it is now pinned there.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionMode {
+    pub bounces: u32,
+    pub pinned: bool,
 }
 
 /// Where a log line came from.
@@ -141,6 +152,15 @@ pub trait Store: Send + Sync + 'static {
     fn list_versions(&self, tenant: &str, name: &str) -> Result<Vec<FunctionVersion>, StoreError>;
     /// Deletes the function, its versions, KV and logs. False if it did not exist.
     fn delete_function(&self, tenant: &str, name: &str) -> Result<bool, StoreError>;
+    /// The function's fallback record; reset by every deploy.
+    fn function_mode(&self, tenant: &str, name: &str) -> Result<FunctionMode, StoreError>;
+    /// Counts one fallback; pins the function once it has `pin_after`.
+    fn record_bounce(
+        &self,
+        tenant: &str,
+        name: &str,
+        pin_after: u32,
+    ) -> Result<FunctionMode, StoreError>;
     /// Every artifact hash some version still points at.
     fn referenced_artifacts(&self) -> Result<Vec<String>, StoreError>;
 

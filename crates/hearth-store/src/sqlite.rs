@@ -13,7 +13,8 @@ use hearth_core::{FunctionSpec, FunctionVersion};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::{
-    FunctionSummary, LogQuery, LogRecord, LogStream, Principal, Role, Store, StoreError, sha256_hex,
+    FunctionMode, FunctionSummary, LogQuery, LogRecord, LogStream, Principal, Role, Store,
+    StoreError, sha256_hex,
 };
 
 const SCHEMA: &str = r#"
@@ -41,6 +42,13 @@ CREATE TABLE IF NOT EXISTS versions (
     spec        TEXT NOT NULL,
     created_ms  INTEGER NOT NULL,
     PRIMARY KEY (tenant, name, version)
+);
+CREATE TABLE IF NOT EXISTS modes (
+    tenant      TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    bounces     INTEGER NOT NULL,
+    pinned      INTEGER NOT NULL,
+    PRIMARY KEY (tenant, name)
 );
 CREATE TABLE IF NOT EXISTS kv (
     tenant      TEXT NOT NULL,
@@ -238,6 +246,11 @@ impl Store for SqliteStore {
              ON CONFLICT (tenant, name) DO UPDATE SET latest = excluded.latest",
             params![tenant, name, version],
         )?;
+        // New code gets a new chance in the isolate tier.
+        tx.execute(
+            "DELETE FROM modes WHERE tenant = ?1 AND name = ?2",
+            params![tenant, name],
+        )?;
         tx.commit()?;
         Ok(FunctionVersion {
             tenant: tenant.to_string(),
@@ -286,19 +299,31 @@ impl Store for SqliteStore {
         let conn = self.reader();
         let mut stmt = conn.prepare(
             "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms,
-                    (SELECT COUNT(*) FROM versions c WHERE c.tenant = f.tenant AND c.name = f.name)
+                    (SELECT COUNT(*) FROM versions c WHERE c.tenant = f.tenant AND c.name = f.name),
+                    COALESCE(m.bounces, 0), COALESCE(m.pinned, 0)
              FROM functions f JOIN versions v
                ON v.tenant = f.tenant AND v.name = f.name AND v.version = f.latest
+             LEFT JOIN modes m ON m.tenant = f.tenant AND m.name = f.name
              WHERE f.tenant = ?1 ORDER BY f.name",
         )?;
-        let rows = stmt.query_map([tenant], |r| Ok((row_to_version(r)?, r.get::<_, u32>(6)?)))?;
+        let rows = stmt.query_map([tenant], |r| {
+            Ok((
+                row_to_version(r)?,
+                r.get::<_, u32>(6)?,
+                FunctionMode {
+                    bounces: r.get(7)?,
+                    pinned: r.get(8)?,
+                },
+            ))
+        })?;
         let mut out = Vec::new();
         for row in rows {
-            let (latest, versions) = row?;
+            let (latest, versions, mode) = row?;
             out.push(FunctionSummary {
                 name: latest.name.clone(),
                 latest,
                 versions,
+                mode,
             });
         }
         Ok(out)
@@ -340,12 +365,55 @@ impl Store for SqliteStore {
                 params![tenant, name],
             )?;
             tx.execute(
+                "DELETE FROM modes WHERE tenant = ?1 AND name = ?2",
+                params![tenant, name],
+            )?;
+            tx.execute(
                 "DELETE FROM logs WHERE tenant = ?1 AND function = ?2",
                 params![tenant, name],
             )?;
         }
         tx.commit()?;
         Ok(existed)
+    }
+
+    fn function_mode(&self, tenant: &str, name: &str) -> Result<FunctionMode, StoreError> {
+        let conn = self.reader();
+        Ok(conn
+            .query_row(
+                "SELECT bounces, pinned FROM modes WHERE tenant = ?1 AND name = ?2",
+                params![tenant, name],
+                |r| {
+                    Ok(FunctionMode {
+                        bounces: r.get(0)?,
+                        pinned: r.get(1)?,
+                    })
+                },
+            )
+            .optional()?
+            .unwrap_or_default())
+    }
+
+    fn record_bounce(
+        &self,
+        tenant: &str,
+        name: &str,
+        pin_after: u32,
+    ) -> Result<FunctionMode, StoreError> {
+        let conn = self.writer();
+        Ok(conn.query_row(
+            "INSERT INTO modes (tenant, name, bounces, pinned) VALUES (?1, ?2, 1, ?3 <= 1)
+             ON CONFLICT (tenant, name) DO UPDATE
+               SET bounces = bounces + 1, pinned = (bounces + 1 >= ?3)
+             RETURNING bounces, pinned",
+            params![tenant, name, pin_after],
+            |r| {
+                Ok(FunctionMode {
+                    bounces: r.get(0)?,
+                    pinned: r.get(1)?,
+                })
+            },
+        )?)
     }
 
     fn referenced_artifacts(&self) -> Result<Vec<String>, StoreError> {
@@ -562,6 +630,21 @@ mod tests {
         let p = s.authenticate(&token).unwrap().unwrap();
         assert_eq!((p.tenant.as_str(), p.role), ("acme", Role::Member));
         assert!(s.authenticate("hth_wrong").unwrap().is_none());
+    }
+
+    #[test]
+    fn bounces_count_up_pin_at_the_limit_and_reset_on_deploy() {
+        let (_dir, s) = store();
+        s.create_tenant("t").unwrap();
+        let spec = FunctionSpec::new(hearth_core::Runtime::Js);
+        s.create_version("t", "f", "a", &spec).unwrap();
+        assert_eq!(s.function_mode("t", "f").unwrap(), FunctionMode::default());
+        assert!(!s.record_bounce("t", "f", 2).unwrap().pinned);
+        let m = s.record_bounce("t", "f", 2).unwrap();
+        assert_eq!((m.bounces, m.pinned), (2, true));
+        assert_eq!(s.list_functions("t").unwrap()[0].mode, m);
+        s.create_version("t", "f", "b", &spec).unwrap();
+        assert_eq!(s.function_mode("t", "f").unwrap(), FunctionMode::default());
     }
 
     #[test]

@@ -446,13 +446,22 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
                 return Ok(());
             }
             println!(
-                "{:<24} {:>7} {:>8} {:>10} {:>8}  PUBLIC",
-                "NAME", "RUNTIME", "VERSION", "MEMORY", "TIMEOUT"
+                "{:<24} {:>7} {:>8} {:>10} {:>8}  {:<6}  MODE",
+                "NAME", "RUNTIME", "VERSION", "MEMORY", "TIMEOUT", "PUBLIC"
             );
             for f in v["functions"].as_array().into_iter().flatten() {
                 let l = &f["latest"];
+                let runtime = l["spec"]["runtime"].as_str().unwrap_or_default();
+                let bounces = f["bounces"].as_u64().unwrap_or(0);
+                let mode = match (runtime, f["pinned"].as_bool() == Some(true)) {
+                    ("js", true) => format!("process (pinned after {bounces} fallbacks)"),
+                    ("js", false) if bounces > 0 => format!("isolate ({bounces} fallbacks)"),
+                    ("js", false) => "isolate".to_string(),
+                    ("wasm", _) => "wasm".to_string(),
+                    _ => "process".to_string(),
+                };
                 println!(
-                    "{:<24} {:>7} {:>8} {:>7}MiB {:>6}ms  {}",
+                    "{:<24} {:>7} {:>8} {:>7}MiB {:>6}ms  {:<6}  {mode}",
                     f["name"].as_str().unwrap_or_default(),
                     l["spec"]["runtime"].as_str().unwrap_or_default(),
                     l["version"].to_string(),

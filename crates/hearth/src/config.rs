@@ -28,6 +28,7 @@ pub struct FileConfig {
     pub offline_packages: Option<PathBuf>,
     pub keep_alive_s: Option<u64>,
     pub proc_caches: Option<String>,
+    pub js_pin_after: Option<u32>,
 }
 
 /// Flags of `hearth up`; each also reads a `HEARTH_*` variable.
@@ -80,6 +81,10 @@ pub struct UpArgs {
     /// install, import, handler. Turning caches off is for measuring them.
     #[arg(long, env = "HEARTH_PROC_CACHES")]
     pub proc_caches: Option<String>,
+    /// Fallbacks to the process tier after which a JavaScript function
+    /// stays there until its next deploy (default 3).
+    #[arg(long, env = "HEARTH_JS_PIN_AFTER")]
+    pub js_pin_after: Option<u32>,
 }
 
 /// The settings `hearth up` runs with, after merging.
@@ -101,6 +106,7 @@ pub struct Settings {
     pub offline_packages: Option<PathBuf>,
     pub keep_alive_s: u64,
     pub proc_caches: Caches,
+    pub js_pin_after: u32,
 }
 
 impl Settings {
@@ -116,6 +122,7 @@ impl Settings {
         Ok(Settings {
             offline_packages: args.offline_packages.clone().or(file.offline_packages),
             keep_alive_s: args.keep_alive_s.or(file.keep_alive_s).unwrap_or(300),
+            js_pin_after: args.js_pin_after.or(file.js_pin_after).unwrap_or(3).max(1),
             proc_caches: match args.proc_caches.as_ref().or(file.proc_caches.as_ref()) {
                 Some(s) => Caches::parse(s).map_err(anyhow::Error::msg)?,
                 None => Caches::ALL,

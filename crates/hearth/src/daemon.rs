@@ -102,6 +102,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             max_concurrency: settings.max_concurrency,
             max_timeout_ms: settings.max_timeout_ms,
             max_memory_mib: settings.max_memory_mib,
+            pin_after_fallbacks: settings.js_pin_after,
         },
     ));
 

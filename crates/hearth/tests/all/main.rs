@@ -8,5 +8,6 @@ mod durability;
 mod examples_c;
 mod harness;
 mod hostile;
+mod js;
 mod outbound;
 mod process;

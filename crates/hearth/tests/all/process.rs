@@ -351,7 +351,7 @@ async fn node_functions_in_both_shapes_run_from_the_generic_pool() {
             "{v}"
         );
     }
-    // runtime=js: no isolate tier on this node yet, so it runs in Node.js.
+    // runtime=js: the isolate tier answers the same way (or falls back).
     d.deploy(
         "js",
         workers.to_vec(),

@@ -1,0 +1,348 @@
+//! The js tier end to end: QuickJS isolates, their web APIs, hostile code,
+//! and the transparent fallback to the process tier.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::{Daemon, error_of};
+
+fn tar_of(files: &[(&str, &str)]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (p, text) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(text.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, p, text.as_bytes()).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
+async fn deploy(d: &Daemon, name: &str, file: &str, code: &[u8], query: &[(&str, &str)]) {
+    let mut q = vec![("runtime", "js"), ("file_name", file)];
+    q.extend_from_slice(query);
+    d.deploy(name, code.to_vec(), &q).await;
+}
+
+async fn call(d: &Daemon, name: &str, query: &str, body: &str) -> (u16, String) {
+    let r = d
+        .post(&format!("/fn/admin/{name}{query}"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+fn text(logs: &[serde_json::Value]) -> String {
+    serde_json::Value::from(logs.to_vec()).to_string()
+}
+
+fn by_name<'a>(list: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    list["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == name)
+        .unwrap()
+}
+
+fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+const WORKER: &str = r#"
+import { greet } from "./lib/greet.mjs";
+const counter = require_free();
+function require_free() { return { n: 0 }; }
+export default {
+  async fetch(request, env) {
+    counter.n += 1;
+    const url = new URL(request.url);
+    const n = Number((await hearth.kv.get("n")) ?? 0) + 1;
+    await hearth.kv.set("n", String(n));
+    console.log("visit", n);
+    await new Promise((r) => setTimeout(r, 2));
+    const bytes = new TextEncoder().encode("héllo");
+    return Response.json({
+      n, warm: counter.n, greet: greet(url.searchParams.get("who")), path: url.pathname,
+      body: await request.json(), env: env.GREETING,
+      utf8: bytes.length, back: new TextDecoder().decode(bytes), b64: btoa("hi"), unb64: atob("aGk="),
+      uuid: /^[0-9a-f]{8}-[0-9a-f]{4}-4/.test(crypto.randomUUID()),
+      now: Math.abs(Date.now() - new Date().getTime()) < 5000, random: Math.random() < 1,
+      header: request.headers.get("x-test"),
+    }, { status: 201, headers: { "x-n": String(n) } });
+  },
+};
+"#;
+
+const LAMBDA: &str = r#"
+const { double } = require("./util");
+const data = require("./data.json");
+exports.handler = async (event, context) => ({
+  statusCode: 200,
+  headers: { "content-type": "application/json" },
+  body: { twice: double(event.body.x), label: data.label, method: event.method,
+          q: event.queryStringParameters.a, fn: context.functionName },
+});
+"#;
+
+#[tokio::test]
+async fn js_functions_run_in_isolates_with_web_apis_and_both_shapes() {
+    let d = Daemon::start();
+    let bundle = tar_of(&[
+        ("index.mjs", WORKER),
+        ("lib/greet.mjs", "export const greet = (w) => `hi ${w}`;\n"),
+    ]);
+    deploy(&d, "w", "w.tar", &bundle, &[("env", "GREETING=hey")]).await;
+    for n in 1..=2 {
+        let r = d
+            .post("/fn/admin/w/some/path?who=ann")
+            .header("x-test", "yes")
+            .body(r#"{"a": 1}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+        assert_eq!(r.headers()["x-n"], n.to_string());
+        let v = json(&r.text().await.unwrap());
+        assert_eq!(v["n"], n, "KV persists: {v}");
+        assert_eq!(v["warm"], n, "the isolate is reused, with its state: {v}");
+        assert_eq!(v["greet"], "hi ann");
+        assert_eq!(v["path"], "/some/path");
+        assert_eq!(v["body"]["a"], 1);
+        assert_eq!(v["env"], "hey");
+        assert_eq!(
+            (v["utf8"].as_u64(), v["back"].as_str()),
+            (Some(6), Some("héllo"))
+        );
+        assert_eq!(
+            (v["b64"].as_str(), v["unb64"].as_str()),
+            (Some("aGk="), Some("hi"))
+        );
+        assert_eq!(v["uuid"], true);
+        assert_eq!(v["now"], true);
+        assert_eq!(v["random"], true);
+        assert_eq!(v["header"], "yes");
+    }
+    let logs = d.logs_until("w", |v| text(v).contains("visit 2")).await;
+    assert!(text(&logs).contains("visit 1"), "{logs:?}");
+
+    // A new version gets fresh isolates: module state starts again.
+    let bundle = tar_of(&[
+        ("index.mjs", WORKER),
+        ("lib/greet.mjs", "export const greet = (w) => `yo ${w}`;\n"),
+    ]);
+    deploy(&d, "w", "w.tar", &bundle, &[]).await;
+    let v = json(&call(&d, "w", "?who=bo", "{}").await.1);
+    assert_eq!(
+        (v["warm"].as_u64(), v["greet"].as_str()),
+        (Some(1), Some("yo bo"))
+    );
+
+    // Lambda shape, CommonJS with require of files and JSON in the bundle.
+    let bundle = tar_of(&[
+        ("index.js", LAMBDA),
+        ("util.js", "module.exports.double = (x) => x * 2;\n"),
+        ("data.json", r#"{"label": "from json"}"#),
+    ]);
+    deploy(&d, "lam", "lam.tar", &bundle, &[]).await;
+    let (status, body) = call(&d, "lam", "?a=b", r#"{"x": 21}"#).await;
+    assert_eq!(status, 200, "{body}");
+    let v = json(&body);
+    assert_eq!(v["twice"], 42);
+    assert_eq!(v["label"], "from json");
+    assert_eq!(
+        (v["method"].as_str(), v["q"].as_str(), v["fn"].as_str()),
+        (Some("POST"), Some("b"), Some("lam"))
+    );
+
+    let status: serde_json::Value = d
+        .get("/v1/status")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        status["tiers"]["js"]["details"]["idle_isolates"]
+            .as_u64()
+            .unwrap()
+            >= 2,
+        "{status}"
+    );
+    // None of this needed the process tier.
+    let metrics = d
+        .get("/metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!metrics.contains("hearth_js_fallbacks_total{"), "{metrics}");
+}
+
+const FALLS_BACK: &str = r#"
+exports.handler = async () => {
+  const n = Number((await hearth.kv.get("n")) ?? 0) + 1;
+  await hearth.kv.set("n", String(n));
+  let caught = "not caught";
+  try { require("fs"); } catch (e) { caught = "caught"; }
+  return { n, node: require("fs").existsSync("/code/index.js"), caught };
+};
+"#;
+
+#[tokio::test]
+async fn unsupported_code_reruns_in_node_with_each_effect_once_then_is_pinned() {
+    let d = Daemon::start_with(&["--js-pin-after", "3"]);
+    deploy(&d, "fb", "index.js", FALLS_BACK.as_bytes(), &[]).await;
+    for n in 1..=4 {
+        let (status, body) = call(&d, "fb", "", "").await;
+        assert_eq!(status, 200, "{body}");
+        let v = json(&body);
+        assert_eq!(
+            v["n"], n,
+            "the counter moves by exactly one per request, though the isolate incremented it before bouncing: {v}"
+        );
+        assert_eq!(v["node"], true, "ran in Node.js: {v}");
+        assert_eq!(
+            v["caught"], "not caught",
+            "the isolate's catch did not swallow the fallback; in Node, require works: {v}"
+        );
+    }
+    // Three bounces pinned it; the fourth request went straight to Node.
+    let list: serde_json::Value = d
+        .get("/v1/functions")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let f = by_name(&list, "fb");
+    assert_eq!(
+        (f["bounces"].as_u64(), f["pinned"].as_bool()),
+        (Some(3), Some(true)),
+        "{list}"
+    );
+    let metrics = d
+        .get("/metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"hearth_js_fallbacks_total{tenant="admin",function="fb"} 3"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"hearth_js_pinned{tenant="admin",function="fb"} 1"#),
+        "{metrics}"
+    );
+    let logs = d
+        .logs_until("fb", |v| text(v).contains("process tier"))
+        .await;
+    assert!(text(&logs).contains("fs"), "the reason is logged: {logs:?}");
+
+    // A new deploy gets a new chance in the isolate tier.
+    deploy(
+        &d,
+        "fb",
+        "index.js",
+        b"exports.handler = async () => ({ tier: typeof process.version });",
+        &[],
+    )
+    .await;
+    let list: serde_json::Value = d
+        .get("/v1/functions")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(by_name(&list, "fb")["pinned"], false, "{list}");
+    // `process.version` is Node-only: it bounces, and Node answers.
+    let (status, body) = call(&d, "fb", "", "").await;
+    assert_eq!(
+        (status, json(&body)["tier"].as_str()),
+        (200, Some("string")),
+        "{body}"
+    );
+}
+
+const HOSTILE: &str = r#"
+export default {
+  async fetch(request) {
+    const what = new URL(request.url).searchParams.get("what");
+    if (what === "spin") { for (;;) {} }
+    if (what === "spin-catch") { for (;;) { try { for (;;) {} } catch (e) {} } }
+    if (what === "mem") { const a = []; for (;;) a.push(new Array(1 << 16).fill(7)); }
+    if (what === "deep") { const f = (n) => f(n + 1) + 1; return new Response(String(f(0))); }
+    return new Response("fine");
+  },
+};
+"#;
+
+#[tokio::test]
+async fn hostile_js_is_contained_and_others_keep_serving() {
+    let d = Daemon::start();
+    deploy(
+        &d,
+        "bad",
+        "index.mjs",
+        HOSTILE.as_bytes(),
+        &[("timeout_ms", "1000"), ("memory_mib", "32")],
+    )
+    .await;
+    deploy(
+        &d,
+        "ok",
+        "index.mjs",
+        b"export default { fetch() { return new Response('ok'); } };",
+        &[],
+    )
+    .await;
+
+    for what in ["spin", "spin-catch"] {
+        let spin = tokio::spawn({
+            let req = d.post(&format!("/fn/admin/bad?what={what}"));
+            async move { req.send().await.unwrap() }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let t = Instant::now();
+        assert_eq!(call(&d, "ok", "", "").await, (200, "ok".into()));
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "ok waited {:?}",
+            t.elapsed()
+        );
+        let (status, kind, _) = error_of(spin.await.unwrap()).await;
+        assert_eq!((status, kind.as_str()), (504, "timeout"), "{what}");
+    }
+    let (status, kind, msg) =
+        error_of(d.post("/fn/admin/bad?what=mem").send().await.unwrap()).await;
+    assert_eq!((status, kind.as_str()), (500, "out_of_memory"), "{msg}");
+    assert!(msg.contains("32 MiB"), "{msg}");
+    let (status, kind, msg) =
+        error_of(d.post("/fn/admin/bad?what=deep").send().await.unwrap()).await;
+    assert_eq!((status, kind.as_str()), (500, "function_error"), "{msg}");
+    assert!(msg.contains("stack"), "{msg}");
+    assert_eq!(call(&d, "bad", "", "").await, (200, "fine".into()));
+
+    // A syntax error is refused at deploy, with file, line and column.
+    let r = d
+        .deploy_raw(
+            "broken",
+            b"export default {\n  fetch() { return 1 +; }\n};\n".to_vec(),
+            &[("runtime", "js"), ("file_name", "index.mjs")],
+        )
+        .await;
+    let (status, _, msg) = error_of(r).await;
+    assert_eq!(status, 400);
+    assert!(msg.contains("index.mjs:2:"), "{msg}");
+}
