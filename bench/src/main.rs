@@ -98,23 +98,27 @@ async fn instantiate_bench(pooling: bool, n: usize) -> anyhow::Result<(Stats, St
     Ok((stats(inst), stats(total)))
 }
 
-async fn ceiling(addr: &str) -> anyhow::Result<()> {
+/// Answers every request with `body` (Hearth's hello bytes by default, or
+/// a file's contents: the JSON document `bench/js.sh` fetches).
+async fn ceiling(addr: &str, body: Bytes, content_type: &'static str) -> anyhow::Result<()> {
     use hyper::server::conn::http1;
     use hyper::service::service_fn;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("ceiling listening on http://{}", listener.local_addr()?);
     loop {
         let (stream, _) = listener.accept().await?;
+        let body = body.clone();
         tokio::spawn(async move {
-            let service = service_fn(|_req| async {
-                Ok::<_, Infallible>(
-                    hyper::Response::builder()
-                        .header("content-type", "text/plain")
-                        .body(http_body_util::Full::new(Bytes::from_static(
-                            b"hello from wasm\n",
-                        )))
-                        .expect("a static response is valid"),
-                )
+            let service = service_fn(move |_req| {
+                let body = body.clone();
+                async move {
+                    Ok::<_, Infallible>(
+                        hyper::Response::builder()
+                            .header("content-type", content_type)
+                            .body(http_body_util::Full::new(body))
+                            .expect("a static response is valid"),
+                    )
+                }
             });
             let _ = http1::Builder::new()
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
@@ -148,11 +152,23 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Some("ceiling") => rt.block_on(ceiling(
-            args.get(1).map(String::as_str).unwrap_or("127.0.0.1:0"),
-        )),
+        Some("ceiling") => {
+            let addr = args.get(1).map(String::as_str).unwrap_or("127.0.0.1:0");
+            match args.get(2) {
+                Some(file) => rt.block_on(ceiling(
+                    addr,
+                    Bytes::from(std::fs::read(file)?),
+                    "application/json",
+                )),
+                None => rt.block_on(ceiling(
+                    addr,
+                    Bytes::from_static(b"hello from wasm\n"),
+                    "text/plain",
+                )),
+            }
+        }
         _ => {
-            eprintln!("usage: hearth-bench instantiate [N] | hearth-bench ceiling ADDR");
+            eprintln!("usage: hearth-bench instantiate [N] | hearth-bench ceiling ADDR [FILE]");
             std::process::exit(2);
         }
     }
