@@ -26,9 +26,8 @@ impl Runtime {
         let ext = lower.rsplit_once('.').map(|(_, e)| e)?;
         match ext {
             "wasm" | "wat" => Some(Runtime::Wasm),
-            "js" | "mjs" => Some(Runtime::Js),
+            "js" | "mjs" | "cjs" => Some(Runtime::Js),
             "py" => Some(Runtime::Python),
-            "cjs" => Some(Runtime::Node),
             _ => None,
         }
     }

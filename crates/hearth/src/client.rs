@@ -623,5 +623,5 @@ fn infer_bundle_runtime(file: &Path, requirements: Option<&Path>) -> &'static st
     } else {
         is_py(file) || requirements.is_some_and(is_py)
     };
-    if python { "python" } else { "node" }
+    if python { "python" } else { "js" }
 }
