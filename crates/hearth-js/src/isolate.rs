@@ -197,17 +197,30 @@ impl Isolate {
     }
 
     fn load_failure(&self, e: rquickjs::Error) -> Failure {
+        let text = self.ctx.with(|ctx| describe(&ctx, e));
+        self.failure(text, true)
+    }
+
+    /// What an exception with this text means: the interrupt handler fired
+    /// (unsupported, deadline), QuickJS ran out of memory, or the code threw
+    /// (while loading, or in an invocation: then its text is logged).
+    fn failure(&self, text: String, loading: bool) -> Failure {
         if let Some(f) = self.interrupted() {
             return Failure::Invoke(f);
         }
-        let text = self.ctx.with(|ctx| describe(&ctx, e));
         if text.contains("out of memory") {
             return Failure::Invoke(InvokeError::OutOfMemory {
                 limit_mib: self.memory_limit_mib,
             });
         }
         let first = text.lines().next().unwrap_or_default().to_string();
-        Failure::Load(first, text)
+        if loading {
+            return Failure::Load(first, text);
+        }
+        if let Some(host) = self.state.host() {
+            host.log(LogStream::Stderr, "error", &text);
+        }
+        Failure::Invoke(InvokeError::Function(first))
     }
 
     /// Unsupported or past the deadline: why the interrupt handler fired.
@@ -329,21 +342,8 @@ impl Isolate {
 
     /// An exception in user code: OOM, interrupted, or the function's error.
     fn function_failure(&self, e: rquickjs::Error) -> Failure {
-        if let Some(f) = self.interrupted() {
-            return Failure::Invoke(f);
-        }
         let text = self.ctx.with(|ctx| describe(&ctx, e));
-        if text.contains("out of memory") {
-            return Failure::Invoke(InvokeError::OutOfMemory {
-                limit_mib: self.memory_limit_mib,
-            });
-        }
-        if let Some(host) = self.state.host() {
-            host.log(LogStream::Stderr, "error", &text);
-        }
-        Failure::Invoke(InvokeError::Function(
-            text.lines().next().unwrap_or_default().to_string(),
-        ))
+        self.failure(text, false)
     }
 
     fn run_jobs(&self) {
@@ -387,22 +387,7 @@ impl Isolate {
             });
             match settled {
                 Ok(Settled::Resolved(v)) => return Ok(v),
-                Ok(Settled::Rejected(text)) => {
-                    if let Some(f) = self.interrupted() {
-                        return Err(Failure::Invoke(f));
-                    }
-                    if text.contains("out of memory") {
-                        return Err(Failure::Invoke(InvokeError::OutOfMemory {
-                            limit_mib: self.memory_limit_mib,
-                        }));
-                    }
-                    if let Some(host) = self.state.host() {
-                        host.log(LogStream::Stderr, "error", &text);
-                    }
-                    return Err(Failure::Invoke(InvokeError::Function(
-                        text.lines().next().unwrap_or_default().to_string(),
-                    )));
-                }
+                Ok(Settled::Rejected(text)) => return Err(self.failure(text, false)),
                 Ok(Settled::Pending) => {}
                 Err(e) => return Err(self.function_failure(e)),
             }

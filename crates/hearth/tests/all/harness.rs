@@ -243,3 +243,16 @@ pub fn function_names(list: &serde_json::Value) -> Vec<String> {
         .map(|f| f["name"].as_str().unwrap().to_string())
         .collect()
 }
+
+/// An uncompressed tar of `(path, text)` files.
+pub fn tar_of(files: &[(&str, &str)]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (p, text) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(text.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, p, text.as_bytes()).unwrap();
+    }
+    b.into_inner().unwrap()
+}

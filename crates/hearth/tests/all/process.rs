@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::{Daemon, error_of};
+use crate::harness::{Daemon, error_of, tar_of};
 
 async fn deploy(d: &Daemon, name: &str, file: &str, code: &[u8], query: &[(&str, &str)]) {
     let runtime = if file.ends_with(".py") {
@@ -265,18 +265,6 @@ fn write_wheel(dir: &std::path::Path) {
         w.write_all(text.as_bytes()).unwrap();
     }
     w.finish().unwrap();
-}
-
-fn tar_of(files: &[(&str, &str)]) -> Vec<u8> {
-    let mut b = tar::Builder::new(Vec::new());
-    for (p, text) in files {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(text.len() as u64);
-        h.set_mode(0o644);
-        h.set_cksum();
-        b.append_data(&mut h, p, text.as_bytes()).unwrap();
-    }
-    b.into_inner().unwrap()
 }
 
 #[tokio::test]
