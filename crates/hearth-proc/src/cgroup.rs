@@ -142,10 +142,16 @@ fn write(path: impl AsRef<Path>, value: impl AsRef<[u8]>) -> io::Result<()> {
 /// Removes an emptied cgroup. The kernel refuses (EBUSY) for a moment
 /// after the last process died, while it is still being torn down.
 fn remove_dir_when_released(dir: &Path) {
-    for _ in 0..50 {
+    // Killed processes leave the group only once the kernel has torn them
+    // down; with tens of MiB each (Node.js handlers) that took over 100 ms
+    // here. Wait up to five seconds, backing off.
+    let give_up = std::time::Instant::now() + Duration::from_secs(5);
+    let mut pause = Duration::from_millis(2);
+    while std::time::Instant::now() < give_up {
         match fs::remove_dir(dir) {
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                std::thread::sleep(Duration::from_millis(2))
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(100));
             }
             _ => return,
         }

@@ -145,6 +145,14 @@ async fn js_functions_run_in_isolates_with_web_apis_and_both_shapes() {
         (Some("POST"), Some("b"), Some("lam"))
     );
 
+    // `export const handler` (Lambda shape in an ES module).
+    let esm = b"export const handler = async (event) => ({ statusCode: 202, body: { m: event.method } });";
+    deploy(&d, "esm", "handler.mjs", esm, &[]).await;
+    assert_eq!(
+        call(&d, "esm", "", "").await,
+        (202, r#"{"m":"POST"}"#.into())
+    );
+
     let status: serde_json::Value = d
         .get("/v1/status")
         .send()
