@@ -260,6 +260,18 @@ fn print_status(url: &str, v: &Value) {
             println!("  - {}", d.as_str().unwrap_or_default());
         }
     }
+    if let Some(j) = v["tiers"]["js"]["details"].as_object() {
+        println!(
+            "js tier: {} workers, {} running, {} idle isolates ({} KiB)",
+            j.get("workers").unwrap_or(&Value::Null),
+            j.get("running").unwrap_or(&Value::Null),
+            j.get("idle_isolates").unwrap_or(&Value::Null),
+            j.get("idle_isolate_bytes")
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+                / 1024,
+        );
+    }
     if let Some(p) = v["tiers"]["process"]["details"].as_object() {
         println!(
             "process tier: cgroups {}, {} paused handlers, {} generic Node.js processes",
