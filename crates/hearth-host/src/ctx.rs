@@ -132,8 +132,9 @@ struct Inner {
     services: Arc<HostServices>,
     recorded: Mutex<Recorded>,
     /// Answers an aborted earlier attempt got, served again in order (see
-    /// [`HostCtx::replaying`]).
-    prefix: Mutex<std::collections::VecDeque<HostEvent>>,
+    /// [`HostCtx::replaying`]); `None` for a first attempt, which then pays
+    /// nothing for this.
+    prefix: Option<Mutex<std::collections::VecDeque<HostEvent>>>,
 }
 
 /// The host, bound to one invocation. Cheap to clone; all clones share one tape.
@@ -151,7 +152,7 @@ impl HostCtx {
             meta,
             services,
             recorded: Mutex::default(),
-            prefix: Mutex::default(),
+            prefix: None,
         }))
     }
 
@@ -164,8 +165,7 @@ impl HostCtx {
     /// first call that differs, the rest of `earlier` is dropped, a warning
     /// goes to the function's log, and calls go to the world.
     pub fn replaying(services: Arc<HostServices>, meta: InvocationMeta, earlier: Tape) -> Self {
-        let ctx = HostCtx::new(services, meta);
-        *ctx.0.prefix.lock().unwrap_or_else(|p| p.into_inner()) = earlier
+        let prefix = earlier
             .events
             .into_iter()
             .filter(|e| {
@@ -179,13 +179,23 @@ impl HostCtx {
                 )
             })
             .collect();
-        ctx
+        HostCtx(Arc::new(Inner {
+            meta,
+            services,
+            recorded: Mutex::default(),
+            prefix: Some(Mutex::new(prefix)),
+        }))
     }
 
     /// The earlier attempt's answer to this call, if it made the same one
     /// next; the answer is recorded on this attempt's tape too.
     fn replayed<T>(&self, same: impl FnOnce(&HostEvent) -> Option<T>) -> Option<T> {
-        let mut prefix = self.0.prefix.lock().unwrap_or_else(|p| p.into_inner());
+        let mut prefix = self
+            .0
+            .prefix
+            .as_ref()?
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let next = prefix.front()?;
         match same(next) {
             Some(answer) => {

@@ -108,9 +108,10 @@ pub struct Node {
     admission: Arc<Semaphore>,
     logs: mpsc::Sender<LogRecord>,
     metrics: Metrics,
-    /// Fallback records of JavaScript functions, read from the store on
-    /// first use; forgotten on deploy and removal.
-    modes: std::sync::Mutex<HashMap<(String, String), FunctionMode>>,
+    /// Fallback records of JavaScript functions (tenant → name → mode),
+    /// read from the store on first use; forgotten on deploy and removal.
+    /// Nested so that the per-invocation lookup borrows its keys.
+    modes: std::sync::Mutex<HashMap<String, HashMap<String, FunctionMode>>>,
 }
 
 impl Node {
@@ -397,21 +398,34 @@ impl Node {
 
     /// A function's fallback record (cached).
     pub async fn mode(&self, tenant: &str, name: &str) -> Result<FunctionMode, NodeError> {
-        let key = (tenant.to_string(), name.to_string());
-        if let Some(m) = self.modes.lock().unwrap().get(&key) {
+        if let Some(m) = self
+            .modes
+            .lock()
+            .unwrap()
+            .get(tenant)
+            .and_then(|f| f.get(name))
+        {
             return Ok(*m);
         }
-        let (t, n) = key.clone();
+        let (t, n) = (tenant.to_string(), name.to_string());
         let mode = self.blocking(move |s| s.function_mode(&t, &n)).await?;
-        self.modes.lock().unwrap().insert(key, mode);
+        self.remember_mode(tenant, name, mode);
         Ok(mode)
     }
 
-    fn forget_mode(&self, tenant: &str, name: &str) {
+    fn remember_mode(&self, tenant: &str, name: &str, mode: FunctionMode) {
         self.modes
             .lock()
             .unwrap()
-            .remove(&(tenant.to_string(), name.to_string()));
+            .entry(tenant.to_string())
+            .or_default()
+            .insert(name.to_string(), mode);
+    }
+
+    fn forget_mode(&self, tenant: &str, name: &str) {
+        if let Some(f) = self.modes.lock().unwrap().get_mut(tenant) {
+            f.remove(name);
+        }
         self.metrics.pinned.remove(&FunctionLabels {
             tenant: tenant.to_string(),
             function: name.to_string(),
@@ -434,10 +448,7 @@ impl Node {
                 if mode.pinned {
                     self.metrics.pinned.get_or_create(&labels).set(1);
                 }
-                self.modes
-                    .lock()
-                    .unwrap()
-                    .insert((v.tenant.clone(), v.name.clone()), mode);
+                self.remember_mode(&v.tenant, &v.name, mode);
             }
             Err(e) => tracing::warn!(error = %e, "could not record a fallback"),
         }
