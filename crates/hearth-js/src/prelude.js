@@ -179,7 +179,7 @@
       const slashes = this.#protocol in DEFAULT_PORTS || this.#protocol === "file:" || this.#hostname ? "//" : "";
       return `${this.#protocol}${slashes}${auth}${this.host}${this.#pathname}${this.#rawSearch}${this.#hash}`;
     }
-    set href(v) { const u = new URL(v); Object.assign(this, {}); this.protocol = u.protocol; this.username = u.username; this.password = u.password; this.host = u.host; this.#pathname = u.pathname; this.search = u.search; this.hash = u.hash; }
+    set href(v) { const u = new URL(v); this.protocol = u.protocol; this.username = u.username; this.password = u.password; this.host = u.host; this.#pathname = u.pathname; this.search = u.search; this.hash = u.hash; }
     toString() { return this.href; }
     toJSON() { return this.href; }
     static canParse(u, b) { try { new URL(u, b); return true; } catch { return false; } }
@@ -390,7 +390,6 @@
   const queueMicrotask = (f) => { Promise.resolve().then(f); };
 
   // ---------------------------------------------------------- Node.js bits
-  const BUILTINS = new Set(["assert", "async_hooks", "buffer", "child_process", "cluster", "console", "constants", "crypto", "dgram", "diagnostics_channel", "dns", "domain", "events", "fs", "http", "http2", "https", "inspector", "module", "net", "os", "path", "perf_hooks", "process", "punycode", "querystring", "readline", "repl", "stream", "string_decoder", "sys", "timers", "tls", "trace_events", "tty", "url", "util", "v8", "vm", "wasi", "worker_threads", "zlib"]);
   let env = {};
   const process = new Proxy({}, {
     get(_, prop) {
@@ -404,8 +403,7 @@
   function makeRequire(from) {
     const require = (name) => {
       name = String(name);
-      const bare = name.startsWith("node:") ? name.slice(5) : name;
-      if (name.startsWith("node:") || BUILTINS.has(bare.split("/")[0])) return unsupported(`require("${name}")`);
+      // Built-ins and packages not in the bundle: `Unsupported` (resolve says so).
       const path = H.resolve(from, name);
       if (cjsCache.has(path)) return cjsCache.get(path).exports;
       const module = { exports: {}, id: path, filename: path, loaded: false };

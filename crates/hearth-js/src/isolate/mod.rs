@@ -20,20 +20,24 @@ use std::time::Instant;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use hearth_core::{InvokeError, Request, Response};
-use hearth_host::{HostCtx, OutboundRequest};
+use hearth_host::HostCtx;
 use hearth_store::LogStream;
-use rquickjs::function::Opt;
-use rquickjs::loader::{Loader, Resolver};
 use rquickjs::promise::PromiseState;
 use rquickjs::{
-    Context, Ctx, Exception, Function, IntoJs, Module, Object, Persistent, Promise, Runtime,
-    TypedArray, Value,
+    Context, Ctx, Exception, Function, Module, Object, Persistent, Promise, Runtime, TypedArray,
+    Value,
 };
 use serde_json::json;
 
 use crate::compile::{CompiledCode, Kind};
 
-pub(crate) const PRELUDE: &str = include_str!("prelude.js");
+mod bridge;
+mod modules;
+
+use bridge::install_bridge;
+use modules::{BundleLoader, BundleResolver};
+
+pub(crate) const PRELUDE: &str = include_str!("../prelude.js");
 
 /// What a finished host call hands back to JS: ok, a JSON header, a body.
 type Completion = (u64, Result<(String, Vec<u8>), String>);
@@ -174,14 +178,7 @@ impl Isolate {
             Err(e) => return Err(self.load_failure(e)),
         };
         if let Some(promise) = promise {
-            match self.run(promise).await {
-                Ok(_) => {}
-                Err(Failure::Load(m, t)) => return Err(Failure::Load(m, t)),
-                Err(Failure::Invoke(InvokeError::Function(m))) => {
-                    return Err(Failure::Load(m.clone(), m));
-                }
-                Err(e) => return Err(e),
-            }
+            self.run(promise, true).await?;
             let loaded = self.ctx.with(|ctx| -> rquickjs::Result<()> {
                 let ns: Value = ctx.globals().get("__hearth_entry_ns")?;
                 ctx.globals().remove("__hearth_entry_ns")?;
@@ -197,8 +194,12 @@ impl Isolate {
     }
 
     fn load_failure(&self, e: rquickjs::Error) -> Failure {
+        self.exception(e, true)
+    }
+
+    fn exception(&self, e: rquickjs::Error, loading: bool) -> Failure {
         let text = self.ctx.with(|ctx| describe(&ctx, e));
-        self.failure(text, true)
+        self.failure(text, loading)
     }
 
     /// What an exception with this text means: the interrupt handler fired
@@ -284,7 +285,7 @@ impl Isolate {
             Ok(Persistent::save(&ctx, promise))
         });
         let result = match started {
-            Ok(promise) => self.run(promise).await,
+            Ok(promise) => self.run(promise, false).await,
             Err(e) => Err(self.function_failure(e)),
         };
         let value = match result {
@@ -342,8 +343,7 @@ impl Isolate {
 
     /// An exception in user code: OOM, interrupted, or the function's error.
     fn function_failure(&self, e: rquickjs::Error) -> Failure {
-        let text = self.ctx.with(|ctx| describe(&ctx, e));
-        self.failure(text, false)
+        self.exception(e, false)
     }
 
     fn run_jobs(&self) {
@@ -356,10 +356,13 @@ impl Isolate {
         }
     }
 
-    /// Drives `promise` to completion: jobs, timers, host calls.
+    /// Drives `promise` to completion: jobs, timers, host calls. While
+    /// `loading` (the entry module's evaluation) a rejection is a load
+    /// failure, reported once by the caller.
     async fn run(
         &mut self,
         promise: Persistent<Promise<'static>>,
+        loading: bool,
     ) -> Result<Persistent<Value<'static>>, Failure> {
         loop {
             self.run_jobs();
@@ -387,9 +390,9 @@ impl Isolate {
             });
             match settled {
                 Ok(Settled::Resolved(v)) => return Ok(v),
-                Ok(Settled::Rejected(text)) => return Err(self.failure(text, false)),
+                Ok(Settled::Rejected(text)) => return Err(self.failure(text, loading)),
                 Ok(Settled::Pending) => {}
-                Err(e) => return Err(self.function_failure(e)),
+                Err(e) => return Err(self.exception(e, loading)),
             }
             // Timers due now run; the next one bounds the wait.
             let next_timer = self.ctx.with(|ctx| -> rquickjs::Result<f64> {
@@ -399,7 +402,7 @@ impl Isolate {
             });
             let next_timer = match next_timer {
                 Ok(t) => t,
-                Err(e) => return Err(self.function_failure(e)),
+                Err(e) => return Err(self.exception(e, loading)),
             };
             // A timer that ran may have queued jobs (resolved a promise).
             if next_timer == 0.0 || self.rt.is_job_pending() {
@@ -441,7 +444,7 @@ impl Isolate {
                     }
                 });
                 if let Err(e) = settled {
-                    return Err(self.function_failure(e));
+                    return Err(self.exception(e, loading));
                 }
             } else if Instant::now() >= deadline {
                 return Err(Failure::Invoke(InvokeError::Timeout {
@@ -482,409 +485,4 @@ fn describe_value(v: &Value<'_>) -> String {
         return s.to_string().unwrap_or_default();
     }
     format!("{v:?}")
-}
-
-// ---------------------------------------------------------------- the bridge
-
-/// Bytes handed to JS as a Uint8Array.
-struct Bytes(Vec<u8>);
-
-impl<'js> IntoJs<'js> for Bytes {
-    fn into_js(self, ctx: &Ctx<'js>) -> rquickjs::Result<Value<'js>> {
-        TypedArray::<u8>::new(ctx.clone(), self.0).map(TypedArray::into_value)
-    }
-}
-
-/// CommonJS bytecode, handed to JS as the wrapper function it evaluates to.
-struct Script(Vec<u8>);
-
-impl<'js> IntoJs<'js> for Script {
-    fn into_js(self, ctx: &Ctx<'js>) -> rquickjs::Result<Value<'js>> {
-        // SAFETY: bytecode from `compile`, checksummed on disk.
-        unsafe { crate::compile::load_cjs(ctx, &self.0) }
-    }
-}
-
-fn bytes_of(a: &TypedArray<'_, u8>) -> Vec<u8> {
-    // SAFETY: copied at once; no JS runs meanwhile.
-    unsafe { a.as_bytes() }.unwrap_or_default().to_vec()
-}
-
-fn install_bridge(ctx: &Ctx<'_>, state: &Rc<State>) -> rquickjs::Result<()> {
-    let h = Object::new(ctx.clone())?;
-    h.set(
-        "encode",
-        Function::new(ctx.clone(), |s: String| Bytes(s.into_bytes()))?,
-    )?;
-    h.set(
-        "decode",
-        Function::new(ctx.clone(), |a: TypedArray<u8>| {
-            String::from_utf8_lossy(&bytes_of(&a)).into_owned()
-        })?,
-    )?;
-    h.set(
-        "isUtf8",
-        Function::new(ctx.clone(), |a: TypedArray<u8>| {
-            std::str::from_utf8(&bytes_of(&a)).is_ok()
-        })?,
-    )?;
-    let s = state.clone();
-    h.set(
-        "now",
-        Function::new(ctx.clone(), move || match s.host() {
-            Some(h) => (h.wall_clock_nanos() / 1_000_000) as f64,
-            None => 0.0,
-        })?,
-    )?;
-    let s = state.clone();
-    h.set(
-        "monotonic",
-        Function::new(ctx.clone(), move || match s.host() {
-            Some(h) => h.monotonic_nanos() as f64 / 1e6,
-            None => 0.0,
-        })?,
-    )?;
-    let s = state.clone();
-    h.set(
-        "random",
-        Function::new(ctx.clone(), move |n: usize| {
-            let mut buf = vec![0u8; n.min(65536)];
-            if let Some(h) = s.host() {
-                h.fill_random(&mut buf);
-            }
-            Bytes(buf)
-        })?,
-    )?;
-    let s = state.clone();
-    h.set(
-        "log",
-        Function::new(
-            ctx.clone(),
-            move |stream: String, level: String, text: String| {
-                if let Some(h) = s.host() {
-                    let stream = if stream == "stderr" {
-                        LogStream::Stderr
-                    } else {
-                        LogStream::Log
-                    };
-                    h.log(stream, &level, &text);
-                }
-            },
-        )?,
-    )?;
-    let s = state.clone();
-    h.set(
-        "unsupported",
-        Function::new(
-            ctx.clone(),
-            move |ctx: Ctx, what: String| -> rquickjs::Result<()> {
-                s.flag_unsupported(&what);
-                Err(Exception::throw_message(
-                    &ctx,
-                    &format!("{what} is not available in the js tier"),
-                ))
-            },
-        )?,
-    )?;
-    let s = state.clone();
-    h.set(
-        "resolve",
-        Function::new(ctx.clone(), move |ctx: Ctx, from: String, name: String| {
-            resolve(&s, &from, &name).map_err(|e| Exception::throw_message(&ctx, &e))
-        })?,
-    )?;
-    let s = state.clone();
-    h.set(
-        "source",
-        Function::new(ctx.clone(), move |path: String| {
-            Bytes(
-                s.code
-                    .units
-                    .get(&path)
-                    .map(|u| u.bytes.clone())
-                    .unwrap_or_default(),
-            )
-        })?,
-    )?;
-    let s = state.clone();
-    h.set(
-        "cjs",
-        Function::new(ctx.clone(), move |ctx: Ctx, path: String| {
-            match s.code.units.get(&path) {
-                Some(u) if u.kind == Kind::Cjs => Ok(Script(u.bytes.clone())),
-                Some(_) => Err(Exception::throw_type(
-                    &ctx,
-                    &format!("{path} is an ES module; use import"),
-                )),
-                None => Err(Exception::throw_message(
-                    &ctx,
-                    &format!("cannot find module {path}"),
-                )),
-            }
-        })?,
-    )?;
-    let s = state.clone();
-    h.set(
-        "call",
-        Function::new(
-            ctx.clone(),
-            move |ctx: Ctx,
-                  op: String,
-                  args: String,
-                  body: Opt<TypedArray<u8>>|
-                  -> rquickjs::Result<f64> {
-                let Some(host) = s.host() else {
-                    return Err(Exception::throw_message(&ctx, "no invocation is running"));
-                };
-                let id = s.next_call.get();
-                s.next_call.set(id + 1);
-                let body = body.0.as_ref().map(bytes_of).unwrap_or_default();
-                let args: serde_json::Value = serde_json::from_str(&args).unwrap_or_default();
-                let task =
-                    s.io.spawn(async move { (id, host_call(&host, &op, args, body).await) });
-                s.calls.borrow_mut().push(task);
-                Ok(id as f64)
-            },
-        )?,
-    )?;
-    ctx.globals().set("__hearth", h)?;
-    Ok(())
-}
-
-fn unhex(v: &serde_json::Value) -> Vec<u8> {
-    let s = v.as_str().unwrap_or_default();
-    (0..s.len() / 2)
-        .filter_map(|i| u8::from_str_radix(&s[i * 2..i * 2 + 2], 16).ok())
-        .collect()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// One host call, as the prelude's `call(op, args, body)` asks for it.
-async fn host_call(
-    host: &HostCtx,
-    op: &str,
-    args: serde_json::Value,
-    body: Vec<u8>,
-) -> Result<(String, Vec<u8>), String> {
-    let err = |e: hearth_host::HostError| e.to_string();
-    match op {
-        "kv_get" => match host.kv_get(unhex(&args["key"])).await.map_err(err)? {
-            Some(v) => Ok((json!({"found": true}).to_string(), v)),
-            None => Ok((json!({"found": false}).to_string(), Vec::new())),
-        },
-        "kv_set" => {
-            host.kv_set(unhex(&args["key"]), body).await.map_err(err)?;
-            Ok(("{}".into(), Vec::new()))
-        }
-        "kv_delete" => {
-            let existed = host.kv_delete(unhex(&args["key"])).await.map_err(err)?;
-            Ok((json!({"existed": existed}).to_string(), Vec::new()))
-        }
-        "kv_list" => {
-            let keys = host.kv_list(unhex(&args["prefix"])).await.map_err(err)?;
-            let keys: Vec<String> = keys.iter().map(|k| hex(k)).collect();
-            Ok((json!({"keys": keys}).to_string(), Vec::new()))
-        }
-        "http_fetch" => {
-            let headers: Vec<(String, String)> =
-                serde_json::from_value(args["headers"].clone()).unwrap_or_default();
-            let request = OutboundRequest {
-                method: args["method"].as_str().unwrap_or("GET").to_string(),
-                url: args["url"].as_str().unwrap_or_default().to_string(),
-                headers,
-                body,
-            };
-            let r = host.http_fetch(request).await.map_err(err)?;
-            Ok((
-                json!({"status": r.status, "headers": r.headers}).to_string(),
-                r.body.to_vec(),
-            ))
-        }
-        other => Err(format!("unknown host call {other}")),
-    }
-}
-
-// ---------------------------------------------------------------- modules
-
-/// Node.js built-in module names: importing one is `Unsupported` here.
-fn is_builtin(name: &str) -> bool {
-    const BUILTINS: &[&str] = &[
-        "assert",
-        "async_hooks",
-        "buffer",
-        "child_process",
-        "cluster",
-        "console",
-        "constants",
-        "crypto",
-        "dgram",
-        "diagnostics_channel",
-        "dns",
-        "domain",
-        "events",
-        "fs",
-        "http",
-        "http2",
-        "https",
-        "inspector",
-        "module",
-        "net",
-        "os",
-        "path",
-        "perf_hooks",
-        "process",
-        "punycode",
-        "querystring",
-        "readline",
-        "repl",
-        "stream",
-        "string_decoder",
-        "sys",
-        "timers",
-        "tls",
-        "trace_events",
-        "tty",
-        "url",
-        "util",
-        "v8",
-        "vm",
-        "wasi",
-        "worker_threads",
-        "zlib",
-    ];
-    name.starts_with("node:") || BUILTINS.contains(&name.split('/').next().unwrap_or(name))
-}
-
-fn normalize(path: &str) -> String {
-    let mut out: Vec<&str> = Vec::new();
-    for seg in path.split('/') {
-        match seg {
-            "" | "." => {}
-            ".." => {
-                out.pop();
-            }
-            s => out.push(s),
-        }
-    }
-    out.join("/")
-}
-
-/// Resolves `name` imported or required from bundle file `from`, like
-/// Node: relative paths with extensions and index files tried, bare names
-/// in the bundle's `node_modules`. Built-ins and packages the bundle does
-/// not carry are `Unsupported` (the process tier has them).
-fn resolve(state: &State, from: &str, name: &str) -> Result<String, String> {
-    let units = &state.code.units;
-    if is_builtin(name) {
-        let what = format!("the Node.js module \"{name}\"");
-        state.flag_unsupported(&what);
-        return Err(format!("{what} is not available in the js tier"));
-    }
-    let candidates = |base: &str| -> Vec<String> {
-        let mut c = vec![base.to_string()];
-        for ext in [".js", ".mjs", ".cjs", ".json"] {
-            c.push(format!("{base}{ext}"));
-        }
-        for index in ["index.js", "index.mjs", "index.cjs"] {
-            c.push(normalize(&format!("{base}/{index}")));
-        }
-        c
-    };
-    let find = |base: &str| candidates(base).into_iter().find(|c| units.contains_key(c));
-    if name.starts_with("./") || name.starts_with("../") || name.starts_with('/') {
-        let dir = from.rsplit_once('/').map_or("", |(d, _)| d);
-        let joined = if name.starts_with('/') {
-            normalize(name)
-        } else {
-            normalize(&format!("{dir}/{name}"))
-        };
-        return find(&joined).ok_or_else(|| format!("cannot find module '{name}' from '{from}'"));
-    }
-    // A bare name: node_modules in the bundle.
-    let (pkg, sub) = match name.strip_prefix('@') {
-        Some(rest) => {
-            let mut parts = rest.splitn(3, '/');
-            let scope = parts.next().unwrap_or_default();
-            let n = parts.next().unwrap_or_default();
-            (format!("@{scope}/{n}"), parts.next().map(str::to_string))
-        }
-        None => {
-            let mut parts = name.splitn(2, '/');
-            (
-                parts.next().unwrap_or_default().to_string(),
-                parts.next().map(str::to_string),
-            )
-        }
-    };
-    let root = format!("node_modules/{pkg}");
-    let found = match sub {
-        Some(sub) => find(&format!("{root}/{sub}")),
-        None => {
-            let main = units
-                .get(&format!("{root}/package.json"))
-                .and_then(|u| serde_json::from_slice::<serde_json::Value>(&u.bytes).ok())
-                .and_then(|p| {
-                    p.get("main")
-                        .or_else(|| p.get("module"))
-                        .and_then(|m| m.as_str())
-                        .map(|m| normalize(&format!("{root}/{m}")))
-                });
-            main.and_then(|m| find(&m)).or_else(|| find(&root))
-        }
-    };
-    found.ok_or_else(|| {
-        let what = format!("the package \"{pkg}\" (not in the bundle)");
-        state.flag_unsupported(&what);
-        format!("{what} is not available in the js tier")
-    })
-}
-
-struct BundleResolver(Rc<State>);
-
-impl Resolver for BundleResolver {
-    fn resolve<'js>(
-        &mut self,
-        _ctx: &Ctx<'js>,
-        base: &str,
-        name: &str,
-        _attributes: Option<rquickjs::loader::ImportAttributes<'js>>,
-    ) -> rquickjs::Result<String> {
-        resolve(&self.0, base, name)
-            .map_err(|msg| rquickjs::Error::new_resolving_message(base, name, msg))
-    }
-}
-
-struct BundleLoader(Rc<State>);
-
-impl Loader for BundleLoader {
-    fn load<'js>(
-        &mut self,
-        ctx: &Ctx<'js>,
-        name: &str,
-        _attributes: Option<rquickjs::loader::ImportAttributes<'js>>,
-    ) -> rquickjs::Result<Module<'js, rquickjs::module::Declared>> {
-        let Some(unit) = self.0.code.units.get(name) else {
-            return Err(rquickjs::Error::new_loading(name));
-        };
-        match unit.kind {
-            // SAFETY: bytecode from `compile`, checksummed on disk.
-            Kind::Esm => unsafe { Module::load(ctx.clone(), &unit.bytes) },
-            Kind::Cjs => Module::declare(
-                ctx.clone(),
-                name,
-                format!(
-                    "export default globalThis.__hearth_require({});",
-                    serde_json::to_string(name).unwrap_or_default()
-                ),
-            ),
-            Kind::Json => Module::declare(
-                ctx.clone(),
-                name,
-                format!("export default {};", String::from_utf8_lossy(&unit.bytes)),
-            ),
-        }
-    }
 }
