@@ -24,6 +24,7 @@
 
 pub use hearth_host::bundle;
 pub mod cgroup;
+pub mod config;
 pub mod container;
 pub mod engine;
 mod handler;
@@ -34,7 +35,8 @@ mod session;
 mod syntax;
 pub mod zygote;
 
-pub use engine::{Caches, Isolation, ProcConfig, ProcEngine, ProcStatus};
+pub use config::{Caches, Isolation, ProcConfig, ProcStatus};
+pub use engine::ProcEngine;
 
 /// The helper programs, embedded so the binary is all a node needs.
 pub const HELPER_PY: &[u8] = include_bytes!("../helper/helper.py");

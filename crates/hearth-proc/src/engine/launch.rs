@@ -1,0 +1,337 @@
+//! Making and unmaking sandboxes: a root (from the pool of generic roots),
+//! a cgroup (from the cgroup pool), a process forked by a zygote or spawned
+//! through one, and its connection; the generic Node.js pool; destruction.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use hearth_core::{InvokeError, Runtime};
+use serde_json::{Value, json};
+use tokio::net::UnixListener;
+
+use super::{Inner, ProcEngine};
+use crate::cgroup::{CgroupLimits, CgroupPool};
+use crate::container::Root;
+use crate::handler::{Handler, LiveGuard};
+use crate::install::Installed;
+
+/// What a zygote needs to make a sandbox (the op is added by the caller).
+pub(super) struct LaunchSpec(Value);
+
+impl LaunchSpec {
+    pub(super) fn with_op(mut self, op: &str) -> Value {
+        self.0["op"] = json!(op);
+        self.0
+    }
+}
+
+impl ProcEngine {
+    /// Makes a sandbox: root, cgroup, a process from `fork` (a zygote
+    /// command returning its pid) and its connection.
+    pub(super) async fn launch<F, Fut>(
+        &self,
+        code: Option<&Path>,
+        packages: &[PathBuf],
+        limits: CgroupLimits,
+        network: bool,
+        fork: F,
+    ) -> Result<Handler, InvokeError>
+    where
+        F: FnOnce(LaunchSpec) -> Fut,
+        Fut: std::future::Future<Output = Result<Value, String>>,
+    {
+        let inner = &self.0;
+        if inner.live.load(Ordering::Relaxed) >= inner.config.max_sandboxes as u64 {
+            // Make room by dropping the least recently used paused handler.
+            let victim = inner.handlers.lock().unwrap().idle.pop_front();
+            match victim {
+                Some(h) => inner.destroy(h),
+                None => return Err(InvokeError::Overloaded),
+            }
+        }
+        if inner.cgroups.is_some() {
+            let inner = self.0.clone();
+            tokio::task::spawn_blocking(move || inner.cgroups.as_ref().map(CgroupPool::prewarm));
+        }
+        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let cgroup = match &inner.cgroups {
+            Some(pool) => match pool.take(limits) {
+                Ok(Some(cg)) => Some(cg),
+                Ok(None) => return Err(InvokeError::Overloaded),
+                Err(e) => return Err(InvokeError::Crashed(format!("cgroup setup failed: {e}"))),
+            },
+            None => None,
+        };
+        let mut handler = Handler {
+            key: None,
+            pid: 0,
+            conn: None,
+            cgroup,
+            root: None,
+            memory: 0,
+            idle_since: Instant::now(),
+            private_packages: None,
+            _live: LiveGuard::new(&inner.live),
+        };
+        let (root_path, socket_host, socket_inside) = if inner.root {
+            let root = inner.take_root().and_then(|mut root| {
+                let attached = root.attach(code, packages);
+                handler.root = Some(root);
+                attached
+            });
+            if let Err(e) = root {
+                inner.destroy(handler);
+                return Err(InvokeError::Crashed(format!(
+                    "sandbox root setup failed: {e}"
+                )));
+            }
+            let root = handler.root.as_ref().expect("just attached");
+            let host = root.host_path("/tmp/hearth.sock");
+            (
+                Some(root.host_path("/")),
+                host,
+                "/tmp/hearth.sock".to_string(),
+            )
+        } else {
+            let dir = inner.config.dir.join("run/sb").join(id.to_string());
+            let _ = std::fs::create_dir_all(&dir);
+            let host = dir.join("hearth.sock");
+            let s = host.display().to_string();
+            (None, host, s)
+        };
+        let listener = match UnixListener::bind(&socket_host) {
+            Ok(l) => l,
+            Err(e) => {
+                inner.destroy(handler);
+                return Err(InvokeError::Crashed(format!(
+                    "cannot listen for the sandbox: {e}"
+                )));
+            }
+        };
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&socket_host, std::fs::Permissions::from_mode(0o777));
+        }
+        let spec = LaunchSpec(json!({
+            "root": root_path,
+            "uid": inner.config.sandbox_uid,
+            "gid": inner.config.sandbox_uid,
+            "isolation": inner.isolation.as_str(),
+            "extra_memory_bytes": if inner.cgroups.is_none() { limits.memory_bytes } else { 0 },
+            "seccomp": crate::seccomp::filter_name(network),
+            "socket": socket_inside,
+            "hostname": format!("sandbox-{id}"),
+        }));
+        let root_ready = started.elapsed();
+        let reply = fork(spec).await;
+        let forked = started.elapsed();
+        let pid = match reply {
+            Ok(r) => r.get("pid").and_then(Value::as_i64).unwrap_or(0) as i32,
+            Err(e) => {
+                inner.destroy(handler);
+                return Err(InvokeError::Crashed(format!(
+                    "could not start the sandbox: {e}"
+                )));
+            }
+        };
+        handler.pid = pid;
+        // Into the cgroup before the node sends anything: user code runs
+        // only after a message from us, so limits hold from its first line.
+        if let Some(cg) = &handler.cgroup
+            && let Err(e) = cg.add(pid)
+        {
+            inner.destroy(handler);
+            return Err(InvokeError::Crashed(format!(
+                "cannot move the sandbox into its cgroup: {e}"
+            )));
+        }
+        let joined = started.elapsed();
+        match tokio::time::timeout(Duration::from_secs(10), listener.accept()).await {
+            Ok(Ok((stream, _))) => {
+                tracing::debug!(
+                    ?root_ready,
+                    ?forked,
+                    ?joined,
+                    connected = ?started.elapsed(),
+                    "sandbox launched"
+                );
+                handler.conn = Some(stream);
+                Ok(handler)
+            }
+            Ok(Err(e)) => {
+                inner.destroy(handler);
+                Err(InvokeError::Crashed(format!(
+                    "the sandbox did not connect: {e}"
+                )))
+            }
+            Err(_) => {
+                inner.destroy(handler);
+                Err(InvokeError::Crashed(
+                    "the sandbox did not connect within 10 s".into(),
+                ))
+            }
+        }
+    }
+
+    /// Installs packages for one handler alone, as if there were no
+    /// install cache (see [`Caches::install`]).
+    pub(super) async fn install_privately(
+        &self,
+        packages: &[Installed],
+    ) -> Result<(Vec<Installed>, PathBuf), InvokeError> {
+        let id = self.0.next_id.fetch_add(1, Ordering::Relaxed);
+        let dir = self.0.config.dir.join("run/pkgs").join(id.to_string());
+        let mut out = Vec::new();
+        for (i, p) in packages.iter().enumerate() {
+            match self
+                .0
+                .installs
+                .install_uncached(&p.package, &dir.join(i.to_string()))
+                .await
+            {
+                Ok(installed) => out.push(installed),
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(InvokeError::Crashed(format!(
+                        "installing {} failed: {e}",
+                        p.package.spec(Runtime::Python)
+                    )));
+                }
+            }
+        }
+        Ok((out, dir))
+    }
+
+    /// Starts one generic Node.js process (no function yet).
+    pub(super) async fn launch_node(&self) -> Result<Handler, InvokeError> {
+        let tree = self.zygotes().await?;
+        let root = tree.root();
+        let node = self.0.config.node.clone();
+        let limits = CgroupLimits {
+            memory_bytes: 256 << 20,
+            max_pids: self.0.config.max_pids,
+            cpu_percent: self.0.config.cpu_percent,
+        };
+        let helper = if self.0.root {
+            "/hearth/helper.mjs".to_string()
+        } else {
+            self.0.base.hearth.join("helper.mjs").display().to_string()
+        };
+        // Network sockets stay closed for generic processes; outbound HTTP
+        // goes through the host.
+        self.launch(None, &[], limits, false, |spec| async move {
+            let mut v = spec.with_op("spawn");
+            v["keep_stderr"] = json!(true);
+            // V8 reserves far more address space than it uses: no RLIMIT_AS.
+            v["extra_memory_bytes"] = json!(0);
+            v["argv"] = json!([node, helper]);
+            v["env"] =
+                json!({"PATH": "/usr/bin:/bin", "HOME": "/tmp", "NODE_PATH": "/node_modules"});
+            root.command(v).await
+        })
+        .await
+    }
+}
+
+impl Inner {
+    /// A generic root from the pool, or a new one if the pool is empty.
+    /// The pool is refilled once the new sandbox is running (mounting
+    /// beside a starting sandbox slows it down on a small machine).
+    pub(super) fn take_root(&self) -> std::io::Result<Root> {
+        let pooled = self.roots.lock().unwrap().pop();
+        match pooled {
+            Some(root) => Ok(root),
+            None => self.build_root(),
+        }
+    }
+
+    fn build_root(&self) -> std::io::Result<Root> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let path = self.config.dir.join("run/sb").join(format!("r{id}"));
+        Root::build(&path, &self.base, self.config.scratch_mib)
+    }
+
+    /// Keeps `warm_roots` generic roots built, in the background.
+    pub(super) fn fill_roots(self: &Arc<Self>) {
+        if !self.root
+            || self.config.warm_roots == 0
+            || self.roots.lock().unwrap().len() >= self.config.warm_roots
+            || self.roots_filling.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let inner = self.clone();
+        tokio::task::spawn_blocking(move || {
+            while inner.roots.lock().unwrap().len() < inner.config.warm_roots {
+                match inner.build_root() {
+                    Ok(root) => inner.roots.lock().unwrap().push(root),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not build a sandbox root ahead of time");
+                        break;
+                    }
+                }
+            }
+            inner.roots_filling.store(false, Ordering::Release);
+        });
+    }
+
+    /// Keeps `node_pool` generic Node processes ready, in the background.
+    pub(super) fn fill_node_pool(self: &Arc<Self>) {
+        if self.config.node_pool == 0
+            || !self.node_pool_wanted.load(Ordering::Relaxed)
+            || self.node_pool.lock().unwrap().len() >= self.config.node_pool
+            || self.node_pool_filling.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let engine = ProcEngine(self.clone());
+        tokio::spawn(async move {
+            while engine.0.node_pool.lock().unwrap().len() < engine.0.config.node_pool {
+                match engine.launch_node().await {
+                    Ok(h) => {
+                        h.pause();
+                        engine.0.node_pool.lock().unwrap().push(h);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not start a generic Node.js process");
+                        break;
+                    }
+                }
+            }
+            engine.0.node_pool_filling.store(false, Ordering::Release);
+        });
+    }
+
+    /// Destroys a handler off the async threads (unmounting and waiting for
+    /// processes to die take a moment).
+    pub(super) fn destroy(self: &Arc<Self>, h: Handler) {
+        let inner = self.clone();
+        tokio::task::spawn_blocking(move || inner.destroy_now(h));
+    }
+
+    pub(super) fn destroy_now(&self, mut h: Handler) {
+        h.conn = None;
+        if let Some(cg) = h.cgroup.take() {
+            match &self.cgroups {
+                Some(pool) => pool.give_back(cg),
+                None => drop(cg),
+            }
+        } else if h.pid > 0 {
+            // SAFETY: kill(2) has no memory-safety preconditions.
+            unsafe {
+                libc::kill(h.pid, libc::SIGCONT);
+                libc::kill(h.pid, libc::SIGKILL);
+            }
+        }
+        if let Some(mut root) = h.root.take() {
+            root.destroy();
+        }
+        if let Some(dir) = h.private_packages.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        drop(h);
+    }
+}
