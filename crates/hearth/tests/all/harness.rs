@@ -112,6 +112,16 @@ impl Daemon {
             .bearer_auth(&self.token)
     }
 
+    /// GET `path` with the admin token; the body as JSON.
+    pub async fn get_json(&self, path: &str) -> serde_json::Value {
+        self.get(path).send().await.unwrap().json().await.unwrap()
+    }
+
+    /// GET `path` with the admin token; the body as text.
+    pub async fn get_text(&self, path: &str) -> String {
+        self.get(path).send().await.unwrap().text().await.unwrap()
+    }
+
     pub fn delete(&self, path: &str) -> reqwest::RequestBuilder {
         self.http
             .delete(format!("{}{path}", self.url))
@@ -255,4 +265,26 @@ pub fn tar_of(files: &[(&str, &str)]) -> Vec<u8> {
         b.append_data(&mut h, p, text.as_bytes()).unwrap();
     }
     b.into_inner().unwrap()
+}
+
+/// Sends `spin` (a request that runs until its deadline), and while it
+/// runs checks that admin's function `ok` answers "ok" within `within`;
+/// then asserts the spinning request ended with 504 `timeout`.
+pub async fn spin_times_out_while_ok_answers(d: &Daemon, spin: &str, within: Duration) {
+    let spinning = tokio::spawn({
+        let req = d.post(spin);
+        async move { req.send().await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let t = Instant::now();
+    let r = d.post("/fn/admin/ok").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "ok");
+    assert!(
+        t.elapsed() < within,
+        "ok waited {:?} beside {spin}",
+        t.elapsed()
+    );
+    let (status, kind, _) = error_of(spinning.await.unwrap()).await;
+    assert_eq!((status, kind.as_str()), (504, "timeout"), "{spin}");
 }

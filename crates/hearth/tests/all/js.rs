@@ -1,9 +1,9 @@
 //! The js tier end to end: QuickJS isolates, their web APIs, hostile code,
 //! and the transparent fallback to the process tier.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::harness::{Daemon, error_of, tar_of};
+use crate::harness::{Daemon, error_of, spin_times_out_while_ok_answers, tar_of};
 
 async fn deploy(d: &Daemon, name: &str, file: &str, code: &[u8], query: &[(&str, &str)]) {
     let mut q = vec![("runtime", "js"), ("file_name", file)];
@@ -153,14 +153,7 @@ async fn js_functions_run_in_isolates_with_web_apis_and_both_shapes() {
         (202, r#"{"m":"POST"}"#.into())
     );
 
-    let status: serde_json::Value = d
-        .get("/v1/status")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status: serde_json::Value = d.get_json("/v1/status").await;
     assert!(
         status["tiers"]["js"]["details"]["idle_isolates"]
             .as_u64()
@@ -169,14 +162,7 @@ async fn js_functions_run_in_isolates_with_web_apis_and_both_shapes() {
         "{status}"
     );
     // None of this needed the process tier.
-    let metrics = d
-        .get("/metrics")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = d.get_text("/metrics").await;
     assert!(!metrics.contains("hearth_js_fallbacks_total{"), "{metrics}");
 }
 
@@ -209,28 +195,14 @@ async fn unsupported_code_reruns_in_node_with_each_effect_once_then_is_pinned() 
         );
     }
     // Three bounces pinned it; the fourth request went straight to Node.
-    let list: serde_json::Value = d
-        .get("/v1/functions")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: serde_json::Value = d.get_json("/v1/functions").await;
     let f = by_name(&list, "fb");
     assert_eq!(
         (f["bounces"].as_u64(), f["pinned"].as_bool()),
         (Some(3), Some(true)),
         "{list}"
     );
-    let metrics = d
-        .get("/metrics")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = d.get_text("/metrics").await;
     assert!(
         metrics.contains(r#"hearth_js_fallbacks_total{tenant="admin",function="fb"} 3"#),
         "{metrics}"
@@ -253,14 +225,7 @@ async fn unsupported_code_reruns_in_node_with_each_effect_once_then_is_pinned() 
         &[],
     )
     .await;
-    let list: serde_json::Value = d
-        .get("/v1/functions")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: serde_json::Value = d.get_json("/v1/functions").await;
     assert_eq!(by_name(&list, "fb")["pinned"], false, "{list}");
     // `process.version` is Node-only: it bounces, and Node answers.
     let (status, body) = call(&d, "fb", "", "").await;
@@ -305,20 +270,8 @@ async fn hostile_js_is_contained_and_others_keep_serving() {
     .await;
 
     for what in ["spin", "spin-catch"] {
-        let spin = tokio::spawn({
-            let req = d.post(&format!("/fn/admin/bad?what={what}"));
-            async move { req.send().await.unwrap() }
-        });
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let t = Instant::now();
-        assert_eq!(call(&d, "ok", "", "").await, (200, "ok".into()));
-        assert!(
-            t.elapsed() < Duration::from_millis(500),
-            "ok waited {:?}",
-            t.elapsed()
-        );
-        let (status, kind, _) = error_of(spin.await.unwrap()).await;
-        assert_eq!((status, kind.as_str()), (504, "timeout"), "{what}");
+        let spin = format!("/fn/admin/bad?what={what}");
+        spin_times_out_while_ok_answers(&d, &spin, Duration::from_millis(500)).await;
     }
     let (status, kind, msg) =
         error_of(d.post("/fn/admin/bad?what=mem").send().await.unwrap()).await;
