@@ -376,15 +376,21 @@ async fn run_job(
         version.idle_on[index].fetch_add(1, Ordering::Relaxed);
         me.idle.fetch_add(1, Ordering::Relaxed);
         me.idle_bytes.fetch_add(bytes, Ordering::Relaxed);
-        idle.borrow_mut()
-            .entry(version.key.clone())
-            .or_default()
-            .push(Idle {
-                isolate,
-                since: Instant::now(),
-                bytes,
-                version: version.clone(),
-            });
+        let parked = Idle {
+            isolate,
+            since: Instant::now(),
+            bytes,
+            version: version.clone(),
+        };
+        // The key is cloned only for a version's first idle isolate here.
+        let mut map = idle.borrow_mut();
+        match map.get_mut(&version.key) {
+            Some(list) => list.push(parked),
+            None => {
+                map.insert(version.key.clone(), vec![parked]);
+            }
+        }
+        drop(map);
         if me.idle.load(Ordering::Relaxed) > config.max_idle_per_worker {
             // Over the cap: drop the oldest idle isolate.
             let oldest = idle
