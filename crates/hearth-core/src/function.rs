@@ -146,6 +146,38 @@ pub struct FunctionSpec {
     /// Whether invocation works without a token.
     #[serde(default)]
     pub public: bool,
+    /// How this function's invocations are recorded.
+    #[serde(default)]
+    pub record: RecordPolicy,
+}
+
+/// A function's recording settings: how many invocations get a tape and
+/// how long tapes are kept (`None`: the node's default retention).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordPolicy {
+    /// Invocations recorded per million (1_000_000 = every one, 0 = none).
+    pub sample_ppm: u32,
+    /// Seconds to keep tapes of invocations that succeeded.
+    #[serde(default)]
+    pub keep_ok_s: Option<u64>,
+    /// Seconds to keep tapes of invocations that failed.
+    #[serde(default)]
+    pub keep_errors_s: Option<u64>,
+}
+
+impl RecordPolicy {
+    pub const ALL: u32 = 1_000_000;
+}
+
+impl Default for RecordPolicy {
+    fn default() -> Self {
+        RecordPolicy {
+            sample_ppm: Self::ALL,
+            keep_ok_s: None,
+            keep_errors_s: None,
+        }
+    }
 }
 
 impl FunctionSpec {
@@ -156,6 +188,7 @@ impl FunctionSpec {
             allowed_hosts: Vec::new(),
             env: BTreeMap::new(),
             public: false,
+            record: RecordPolicy::default(),
         }
     }
 

@@ -11,7 +11,7 @@ mod invocation;
 
 pub use error::{InvokeError, ValidationError};
 pub use function::{
-    FunctionSpec, FunctionVersion, Limits, Runtime, Tier, validate_function_name,
+    FunctionSpec, FunctionVersion, Limits, RecordPolicy, Runtime, Tier, validate_function_name,
     validate_tenant_name,
 };
 pub use invocation::{InvocationId, Request, Response};

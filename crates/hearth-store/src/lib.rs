@@ -120,6 +120,51 @@ pub struct LogQuery {
     pub limit: u32,
 }
 
+/// Where one tape lives and what a listing shows of it. The tape itself is
+/// in a recording segment (see `hearth-record`); this is its index row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TapeEntry {
+    /// The invocation id (UUIDv7, hex): sorts by start time.
+    pub id: String,
+    pub tenant: String,
+    pub function: String,
+    pub version: u32,
+    pub tier: String,
+    pub started_ms: i64,
+    pub duration_us: i64,
+    /// The HTTP status the caller got.
+    pub status: u16,
+    /// `ok`, or the failure's kind (`timeout`, `trap`, …).
+    pub outcome: String,
+    pub segment: u64,
+    /// Byte offset of the block holding the tape.
+    pub offset: u64,
+}
+
+/// A large payload stored once per tenant and segment, by content hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobEntry {
+    pub tenant: String,
+    /// sha256 of the payload, hex.
+    pub hash: String,
+    pub segment: u64,
+    pub offset: u64,
+}
+
+/// Which tapes to list: newest first.
+#[derive(Debug, Clone, Default)]
+pub struct TapeQuery {
+    pub function: Option<String>,
+    /// Only failed invocations.
+    pub errors_only: bool,
+    /// Only this HTTP status.
+    pub status: Option<u16>,
+    pub since_ms: Option<i64>,
+    pub version: Option<u32>,
+    /// At most this many (0: 100).
+    pub limit: u32,
+}
+
 /// The durable state behind one Hearth node (or a cluster's gateway).
 ///
 /// Calls block on I/O: async callers run them on a blocking thread.
@@ -186,6 +231,30 @@ pub trait Store: Send + Sync + 'static {
         prefix: &[u8],
         limit: u32,
     ) -> Result<Vec<Vec<u8>>, StoreError>;
+
+    // -- recording index --
+    /// Indexes a written block's tapes and new blobs, in one transaction.
+    fn index_tapes(&self, tapes: &[TapeEntry], blobs: &[BlobEntry]) -> Result<(), StoreError>;
+    fn find_tape(&self, tenant: &str, id: &str) -> Result<Option<TapeEntry>, StoreError>;
+    fn list_tapes(&self, tenant: &str, query: &TapeQuery) -> Result<Vec<TapeEntry>, StoreError>;
+    /// Where `segment` holds the payload with this hash (segments are
+    /// self-contained: a payload is stored once per segment).
+    fn find_blob(
+        &self,
+        tenant: &str,
+        hash: &str,
+        segment: u64,
+    ) -> Result<Option<BlobEntry>, StoreError>;
+    /// Forgets single tapes (retention expired them before their segment).
+    fn unindex_tapes(&self, ids: &[String]) -> Result<(), StoreError>;
+    /// Every tape indexed in `segment`, oldest first.
+    fn tapes_in_segment(&self, segment: u64) -> Result<Vec<TapeEntry>, StoreError>;
+    /// Forgets the index rows of `segment` at or past `from_offset`
+    /// (0: the whole segment, which is being deleted).
+    fn unindex_segment(&self, segment: u64, from_offset: u64) -> Result<(), StoreError>;
+    /// The end of the last indexed block of `segment`, if any: the offset of
+    /// its last indexed block.
+    fn last_indexed_offset(&self, segment: u64) -> Result<Option<u64>, StoreError>;
 
     // -- logs --
     fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError>;

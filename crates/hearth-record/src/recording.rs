@@ -1,0 +1,317 @@
+//! [`Recording`]: everything about one invocation that replay needs, and the
+//! two ways it is written down — inside segment blocks (compact, large
+//! payloads split out by hash) and as an export file (self-checking JSON).
+
+use bytes::Bytes;
+use hearth_core::{InvokeError, Request, Response, Tier};
+use hearth_host::{HostEvent, Tape};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::RecordError;
+
+/// How the function answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    Response(Response),
+    Error {
+        /// [`InvokeError::kind`]: `timeout`, `trap`, …
+        kind: String,
+        /// The HTTP status the caller got.
+        status: u16,
+        message: String,
+    },
+}
+
+impl Outcome {
+    pub fn of(result: &Result<Response, InvokeError>) -> Outcome {
+        match result {
+            Ok(r) => Outcome::Response(r.clone()),
+            Err(e) => Outcome::Error {
+                kind: e.kind().to_string(),
+                status: e.http_status(),
+                message: e.to_string(),
+            },
+        }
+    }
+
+    pub fn status(&self) -> u16 {
+        match self {
+            Outcome::Response(r) => r.status,
+            Outcome::Error { status, .. } => *status,
+        }
+    }
+
+    /// `ok`, or the failure's kind.
+    pub fn kind(&self) -> &str {
+        match self {
+            Outcome::Response(_) => "ok",
+            Outcome::Error { kind, .. } => kind,
+        }
+    }
+}
+
+/// The tape of one invocation, with what it ran and what it answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recording {
+    /// The invocation id (UUIDv7, hex).
+    pub id: String,
+    pub tenant: String,
+    pub function: String,
+    pub version: u32,
+    /// sha256 of the code that ran: replay refuses other code under the
+    /// same version number.
+    pub artifact: String,
+    pub tier: Tier,
+    pub started_ms: i64,
+    pub duration_us: u64,
+    pub request: Request,
+    /// Every host call and its answer, in order.
+    pub tape: Tape,
+    pub outcome: Outcome,
+}
+
+/// Payloads at least this large are stored once per segment, by hash.
+pub const BLOB_MIN_BYTES: usize = 4096;
+
+/// Where a split-out payload belongs in its recording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Slot {
+    RequestBody,
+    ResponseBody,
+    /// The response body of the host call at this index.
+    FetchBody(u32),
+}
+
+pub(crate) type Hash = [u8; 32];
+
+/// A recording as it sits in a block: large payloads replaced by hashes.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Stored {
+    pub recording: Recording,
+    pub refs: Vec<(Slot, Hash)>,
+}
+
+pub(crate) fn sha256(data: &[u8]) -> Hash {
+    Sha256::digest(data).into()
+}
+
+impl Stored {
+    /// Takes every large payload out of `recording`; returns them with the
+    /// stored form.
+    pub fn split(mut recording: Recording) -> (Stored, Vec<(Hash, Vec<u8>)>) {
+        let mut refs = Vec::new();
+        let mut blobs = Vec::new();
+        let mut take = |slot: Slot, body: Vec<u8>| -> Option<Vec<u8>> {
+            if body.len() < BLOB_MIN_BYTES {
+                return Some(body);
+            }
+            let hash = sha256(&body);
+            refs.push((slot, hash));
+            blobs.push((hash, body));
+            None
+        };
+        let body = std::mem::take(&mut recording.request.body);
+        if let Some(b) = take(Slot::RequestBody, body.to_vec()) {
+            recording.request.body = Bytes::from(b);
+        }
+        if let Outcome::Response(r) = &mut recording.outcome {
+            let body = std::mem::take(&mut r.body);
+            if let Some(b) = take(Slot::ResponseBody, body.to_vec()) {
+                r.body = Bytes::from(b);
+            }
+        }
+        for (i, event) in recording.tape.events.iter_mut().enumerate() {
+            if let HostEvent::HttpFetch {
+                result: Ok(response),
+                ..
+            } = event
+            {
+                let body = std::mem::take(&mut response.body);
+                if let Some(b) = take(Slot::FetchBody(i as u32), body) {
+                    response.body = b;
+                }
+            }
+        }
+        (Stored { recording, refs }, blobs)
+    }
+
+    /// Puts the payloads back; `find` looks one up by hash.
+    pub fn join(
+        self,
+        mut find: impl FnMut(&Hash) -> Result<Vec<u8>, RecordError>,
+    ) -> Result<Recording, RecordError> {
+        let mut r = self.recording;
+        for (slot, hash) in &self.refs {
+            let body = find(hash)?;
+            if sha256(&body) != *hash {
+                return Err(RecordError::Corrupt(
+                    "a stored payload does not match its hash".into(),
+                ));
+            }
+            match *slot {
+                Slot::RequestBody => r.request.body = Bytes::from(body),
+                Slot::ResponseBody => match &mut r.outcome {
+                    Outcome::Response(resp) => resp.body = Bytes::from(body),
+                    Outcome::Error { .. } => {
+                        return Err(RecordError::Corrupt(
+                            "a response body without a response".into(),
+                        ));
+                    }
+                },
+                Slot::FetchBody(i) => match r.tape.events.get_mut(i as usize) {
+                    Some(HostEvent::HttpFetch {
+                        result: Ok(resp), ..
+                    }) => resp.body = body,
+                    _ => {
+                        return Err(RecordError::Corrupt(format!(
+                            "payload for host call {i}, which is not a fetch"
+                        )));
+                    }
+                },
+            }
+        }
+        Ok(r)
+    }
+}
+
+/// First line of an exported tape.
+const EXPORT_FORMAT: &str = "hearth-tape/1";
+
+#[derive(Serialize, Deserialize)]
+struct Export {
+    format: String,
+    /// sha256 (hex) of `recording` as compact JSON: a tape edited by hand
+    /// is refused instead of replayed as if it were real traffic.
+    checksum: String,
+    recording: Recording,
+}
+
+fn checksum(recording: &Recording) -> String {
+    let json = serde_json::to_vec(recording).expect("a recording always serializes");
+    hex::encode(sha256(&json))
+}
+
+impl Recording {
+    /// The tape as a file a person can keep next to a test: JSON, with a
+    /// checksum.
+    pub fn export(&self) -> Vec<u8> {
+        let export = Export {
+            format: EXPORT_FORMAT.into(),
+            checksum: checksum(self),
+            recording: self.clone(),
+        };
+        let mut out = serde_json::to_vec_pretty(&export).expect("a recording always serializes");
+        out.push(b'\n');
+        out
+    }
+
+    /// Reads an exported tape, refusing one that is truncated, edited or
+    /// not a tape at all.
+    pub fn import(file: &[u8]) -> Result<Recording, RecordError> {
+        let export: Export = serde_json::from_slice(file).map_err(|e| {
+            if e.is_eof() {
+                RecordError::BadTape(format!("the file ends early (truncated?): {e}"))
+            } else {
+                RecordError::BadTape(format!("not a Hearth tape: {e}"))
+            }
+        })?;
+        if export.format != EXPORT_FORMAT {
+            return Err(RecordError::BadTape(format!(
+                "tape format {:?} is not {EXPORT_FORMAT:?}",
+                export.format
+            )));
+        }
+        if checksum(&export.recording) != export.checksum {
+            return Err(RecordError::BadTape(
+                "the tape was changed after it was exported (checksum mismatch)".into(),
+            ));
+        }
+        Ok(export.recording)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use hearth_host::{OutboundRequest, OutboundResponse};
+
+    pub fn sample(body_len: usize) -> Recording {
+        Recording {
+            id: hearth_core::InvocationId::new().to_string(),
+            tenant: "acme".into(),
+            function: "f".into(),
+            version: 1,
+            artifact: "ab".repeat(32),
+            tier: Tier::Wasm,
+            started_ms: hearth_core::unix_time_ms(),
+            duration_us: 120,
+            request: Request {
+                method: "POST".into(),
+                path: "/".into(),
+                query: "a=1".into(),
+                headers: vec![("x-k".into(), "v".into())],
+                body: Bytes::from(vec![7u8; body_len]),
+            },
+            tape: Tape {
+                events: vec![
+                    HostEvent::WallClock { nanos: 5 },
+                    HostEvent::HttpFetch {
+                        request: OutboundRequest {
+                            method: "GET".into(),
+                            url: "http://x/".into(),
+                            headers: vec![],
+                            body: vec![],
+                        },
+                        result: Ok(OutboundResponse {
+                            status: 200,
+                            headers: vec![],
+                            body: vec![1u8; body_len],
+                        }),
+                    },
+                ],
+            },
+            outcome: Outcome::Response(Response {
+                status: 200,
+                headers: vec![],
+                body: Bytes::from(vec![9u8; body_len]),
+            }),
+        }
+    }
+
+    #[test]
+    fn large_payloads_split_out_and_join_back() {
+        let r = sample(BLOB_MIN_BYTES);
+        let (stored, blobs) = Stored::split(r.clone());
+        assert_eq!(stored.refs.len(), 3);
+        assert_eq!(blobs.len(), 3);
+        assert!(stored.recording.request.body.is_empty());
+        let joined = stored
+            .join(|h| Ok(blobs.iter().find(|(b, _)| b == h).unwrap().1.clone()))
+            .unwrap();
+        assert_eq!(joined, r);
+
+        let small = sample(10);
+        let (stored, blobs) = Stored::split(small.clone());
+        assert!(blobs.is_empty() && stored.refs.is_empty());
+        assert_eq!(stored.join(|_| unreachable!()).unwrap(), small);
+    }
+
+    #[test]
+    fn exports_refuse_edits_and_truncation() {
+        let r = sample(10);
+        let file = r.export();
+        assert_eq!(Recording::import(&file).unwrap(), r);
+
+        let text = String::from_utf8(file.clone()).unwrap();
+        let edited = text.replacen("\"POST\"", "\"PUT\"", 1);
+        assert_ne!(edited, text);
+        let err = Recording::import(edited.as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("checksum"), "{err}");
+
+        let err = Recording::import(&file[..file.len() / 2]).unwrap_err();
+        assert!(err.to_string().contains("truncated"), "{err}");
+        let err = Recording::import(b"hello").unwrap_err();
+        assert!(err.to_string().contains("not a Hearth tape"), "{err}");
+    }
+}

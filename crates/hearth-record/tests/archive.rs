@@ -1,0 +1,266 @@
+//! The recorder against a real SQLite index and real segment files.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hearth_core::{FunctionSpec, Request, Response, Runtime, Tier};
+use hearth_host::{HostEvent, Tape};
+use hearth_record::{Archive, Durability, Outcome, RecordConfig, RecordError, Recorder, Recording};
+use hearth_store::{SqliteStore, Store, TapeQuery};
+
+fn recording(tenant: &str, function: &str, body: &str, ok: bool, started_ms: i64) -> Recording {
+    Recording {
+        id: hearth_core::InvocationId::new().to_string(),
+        tenant: tenant.into(),
+        function: function.into(),
+        version: 1,
+        artifact: "00".repeat(32),
+        tier: Tier::Wasm,
+        started_ms,
+        duration_us: 50,
+        request: Request {
+            method: "POST".into(),
+            path: "/".into(),
+            body: Bytes::from(body.to_string()),
+            ..Request::default()
+        },
+        tape: Tape {
+            events: vec![HostEvent::WallClock { nanos: 42 }],
+        },
+        outcome: if ok {
+            Outcome::Response(Response {
+                status: 200,
+                headers: vec![],
+                body: Bytes::from(format!("echo {body}")),
+            })
+        } else {
+            Outcome::Error {
+                kind: "trap".into(),
+                status: 500,
+                message: "boom".into(),
+            }
+        },
+    }
+}
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    store: Arc<dyn Store>,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+        Fixture { dir, store }
+    }
+
+    fn recorder(&self, config: RecordConfig) -> Recorder {
+        let archive =
+            Arc::new(Archive::open(&self.dir.path().join("rec"), self.store.clone()).unwrap());
+        Recorder::open(archive, config).unwrap()
+    }
+
+    fn segments(&self) -> Vec<std::path::PathBuf> {
+        let mut v: Vec<_> = std::fs::read_dir(self.dir.path().join("rec/segments"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+#[tokio::test]
+async fn tapes_round_trip_and_stay_with_their_tenant() {
+    let fx = Fixture::new();
+    let rec = fx.recorder(RecordConfig::default());
+    let now = hearth_core::unix_time_ms();
+    let a = recording("a", "f", "the-secret-request-body", true, now);
+    let big = recording("a", "f", &"x".repeat(100_000), false, now);
+    let b = recording("b", "f", "hello", true, now);
+    for r in [&a, &big, &b] {
+        rec.record(r.clone()).await.unwrap();
+    }
+    rec.flush().await.unwrap();
+    let archive = rec.archive();
+    assert_eq!(archive.read("a", &a.id).unwrap(), a);
+    assert_eq!(archive.read("a", &big.id).unwrap(), big);
+    assert_eq!(archive.read("b", &b.id).unwrap(), b);
+    assert!(matches!(
+        archive.read("b", &a.id),
+        Err(RecordError::NotFound(_))
+    ));
+
+    let errors = archive
+        .list(
+            "a",
+            &TapeQuery {
+                errors_only: true,
+                ..TapeQuery::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0].id, big.id);
+    assert_eq!(archive.list("b", &TapeQuery::default()).unwrap().len(), 1);
+
+    // Encrypted at rest: neither the body nor the function's answer is there.
+    for path in fx.segments() {
+        let bytes = std::fs::read(path).unwrap();
+        assert!(!bytes.windows(10).any(|w| w == b"the-secret"));
+        assert!(!bytes.windows(5).any(|w| w == b"hello"));
+    }
+}
+
+#[tokio::test]
+async fn a_large_payload_is_stored_once_per_segment() {
+    let fx = Fixture::new();
+    let rec = fx.recorder(RecordConfig::default());
+    // Not compressible, so only deduplication can make it small.
+    let mut x: u32 = 1;
+    let body: String = (0..50_000)
+        .map(|_| {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            char::from(b'a' + (x >> 16) as u8 % 26)
+        })
+        .collect();
+    let first = recording("a", "f", &body, true, hearth_core::unix_time_ms());
+    rec.record(first.clone()).await.unwrap();
+    rec.flush().await.unwrap();
+    let after_one = rec.stats().bytes.load(std::sync::atomic::Ordering::Relaxed);
+    for _ in 0..10 {
+        rec.record(recording(
+            "a",
+            "f",
+            &body,
+            true,
+            hearth_core::unix_time_ms(),
+        ))
+        .await
+        .unwrap();
+        rec.flush().await.unwrap();
+    }
+    let total = rec.stats().bytes.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        total - after_one < after_one,
+        "ten more tapes with the same payload took {} bytes, the first {after_one}",
+        total - after_one
+    );
+    let all = rec.archive().list("a", &TapeQuery::default()).unwrap();
+    assert_eq!(all.len(), 11);
+    for e in all {
+        assert_eq!(
+            rec.archive().read("a", &e.id).unwrap().request.body.len(),
+            50_000
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_torn_tail_is_cut_and_unindexed_blocks_are_found_on_restart() {
+    let fx = Fixture::new();
+    let now = hearth_core::unix_time_ms();
+    let kept = recording("a", "f", "kept", true, now);
+    {
+        let rec = fx.recorder(RecordConfig::default());
+        rec.record(kept.clone()).await.unwrap();
+        rec.flush().await.unwrap();
+        rec.close();
+    }
+    // A crash mid-write: half a block at the tail.
+    let seg = fx.segments().pop().unwrap();
+    let whole = std::fs::read(&seg).unwrap();
+    let mut f = std::fs::OpenOptions::new().append(true).open(&seg).unwrap();
+    std::io::Write::write_all(&mut f, &whole[8..whole.len() / 2 + 4]).unwrap();
+    drop(f);
+    // And a crash between writing a block and indexing it.
+    let lost_index = recording("a", "f", "unindexed", true, now);
+    {
+        let rec = fx.recorder(RecordConfig::default());
+        rec.record(lost_index.clone()).await.unwrap();
+        rec.flush().await.unwrap();
+        rec.close();
+    }
+    fx.store
+        .unindex_tapes(std::slice::from_ref(&lost_index.id))
+        .unwrap();
+    // Drop the blob/tape rows of the newest segment so it looks unindexed.
+    let newest = fx.segments().pop().unwrap();
+    let n = u64::from_str_radix(newest.file_stem().unwrap().to_str().unwrap(), 16).unwrap();
+    fx.store.unindex_segment(n, 0).unwrap();
+
+    let rec = fx.recorder(RecordConfig::default());
+    assert_eq!(std::fs::read(&seg).unwrap(), whole, "the torn tail is cut");
+    assert_eq!(rec.archive().read("a", &kept.id).unwrap(), kept);
+    assert_eq!(rec.archive().read("a", &lost_index.id).unwrap(), lost_index);
+}
+
+#[tokio::test]
+async fn sync_durability_acknowledges_only_indexed_tapes() {
+    let fx = Fixture::new();
+    let rec = fx.recorder(RecordConfig {
+        durability: Durability::Sync,
+        flush_interval: Duration::from_secs(3600),
+        ..RecordConfig::default()
+    });
+    let r = recording("a", "f", "x", true, hearth_core::unix_time_ms());
+    // No flush: with an hour's flush interval, only sync mode writes now.
+    rec.record(r.clone()).await.unwrap();
+    assert_eq!(rec.archive().read("a", &r.id).unwrap(), r);
+}
+
+#[tokio::test]
+async fn retention_keeps_errors_longer_when_a_function_asks_and_caps_size() {
+    let fx = Fixture::new();
+    fx.store.create_tenant("a").unwrap();
+    let mut spec = FunctionSpec::new(Runtime::Wasm);
+    spec.record.keep_errors_s = Some(30 * 24 * 3600);
+    fx.store
+        .create_version("a", "f", &"00".repeat(32), &spec)
+        .unwrap();
+    let day = 24 * 3600 * 1000;
+    let old = hearth_core::unix_time_ms() - 10 * day;
+    let old_ok = recording("a", "f", "ok", true, old);
+    let old_err = recording("a", "f", "err", false, old);
+    let fresh = recording("a", "f", "fresh", true, hearth_core::unix_time_ms());
+    {
+        let rec = fx.recorder(RecordConfig::default());
+        for r in [&old_ok, &old_err] {
+            rec.record(r.clone()).await.unwrap();
+        }
+        rec.flush().await.unwrap();
+        rec.close();
+    }
+    let rec = fx.recorder(RecordConfig::default()); // the first segment is now closed
+    rec.record(fresh.clone()).await.unwrap();
+    rec.flush().await.unwrap();
+    rec.sweep().await.unwrap();
+    let a = rec.archive();
+    assert!(
+        matches!(a.read("a", &old_ok.id), Err(RecordError::NotFound(_))),
+        "7 days by default"
+    );
+    assert_eq!(
+        a.read("a", &old_err.id).unwrap(),
+        old_err,
+        "carried forward: errors kept 30 days"
+    );
+    assert_eq!(a.read("a", &fresh.id).unwrap(), fresh);
+    assert_eq!(fx.segments().len(), 1, "the expired segment is gone");
+    rec.close();
+
+    // A size cap of one byte leaves only the segment being written.
+    let rec = fx.recorder(RecordConfig {
+        max_bytes: 1,
+        ..RecordConfig::default()
+    });
+    assert_eq!(fx.segments().len(), 1);
+    assert!(
+        rec.archive()
+            .list("a", &TapeQuery::default())
+            .unwrap()
+            .is_empty()
+    );
+}
