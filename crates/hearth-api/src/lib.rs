@@ -20,6 +20,7 @@ mod error;
 mod invoke;
 mod manage;
 mod openapi;
+mod recordings;
 
 use std::sync::Arc;
 
@@ -75,6 +76,15 @@ pub fn router(node: Arc<Node>, config: ApiConfig) -> Router {
                 .delete(manage::remove_function),
         )
         .route("/v1/functions/{name}/logs", get(manage::logs))
+        .route("/v1/functions/{name}/recordings", get(recordings::list))
+        .route(
+            "/v1/functions/{name}/replay",
+            post(recordings::replay_traffic),
+        )
+        .route("/v1/recordings/{id}", get(recordings::show))
+        .route("/v1/recordings/{id}/export", get(recordings::export))
+        .route("/v1/recordings/{id}/replay", post(recordings::replay))
+        .route("/v1/replay", post(recordings::replay_file))
         .route("/fn/{tenant}/{name}", any(invoke::invoke_root))
         .route("/fn/{tenant}/{name}/{*path}", any(invoke::invoke_path))
         .fallback(|| async { ApiError::NotFound("no such route; see /v1/openapi.json".into()) })

@@ -101,6 +101,21 @@ fn parse_deploy_query(
             "timeout_ms" => spec.limits.timeout_ms = v.parse().map_err(|_| bad(&k, &v))?,
             "allow_host" => spec.allowed_hosts.push(v.into_owned()),
             "public" => spec.public = v.parse().map_err(|_| bad(&k, &v))?,
+            "record_sample" => {
+                let rate: f64 = v.parse().map_err(|_| bad(&k, &v))?;
+                if !(0.0..=1.0).contains(&rate) {
+                    return Err(bad(&k, &v));
+                }
+                spec.record.sample_ppm = (rate * 1e6).round() as u32;
+            }
+            "keep_ok" => {
+                spec.record.keep_ok_s =
+                    Some(hearth_core::parse_duration_s(&v).ok_or_else(|| bad(&k, &v))?)
+            }
+            "keep_errors" => {
+                spec.record.keep_errors_s =
+                    Some(hearth_core::parse_duration_s(&v).ok_or_else(|| bad(&k, &v))?)
+            }
             "env" => {
                 let (name, value) = v.split_once('=').ok_or_else(|| {
                     ApiError::BadRequest(format!("env {v:?} should be NAME=VALUE"))

@@ -24,3 +24,37 @@ pub fn unix_time_ms() -> i64 {
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
+
+/// Seconds in a duration written `90s`, `15m`, `12h` or `30d` (a bare
+/// number is seconds); `None` if it is not one.
+pub fn parse_duration_s(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: u64 = digits.parse().ok()?;
+    let scale = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return None,
+    };
+    n.checked_mul(scale)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn durations_read_with_their_unit() {
+        use super::parse_duration_s as p;
+        assert_eq!(p("90"), Some(90));
+        assert_eq!(p("15m"), Some(900));
+        assert_eq!(p("1h"), Some(3600));
+        assert_eq!(p("30d"), Some(30 * 86_400));
+        assert_eq!(p("1w"), None);
+        assert_eq!(p("h"), None);
+        assert_eq!(p(""), None);
+    }
+}

@@ -10,7 +10,7 @@ use rand::Rng;
 use thiserror::Error;
 
 use crate::http::{self, OutboundRequest, OutboundResponse};
-use crate::{HostEvent, Tape};
+use crate::{Divergence, HostEvent, Tape};
 
 /// Ceilings on what one invocation may ask of the host.
 #[derive(Debug, Clone)]
@@ -85,7 +85,7 @@ pub struct LogLine {
 
 /// Why a host call failed. Guests see a negative code (see `code`) and, for
 /// logs, this message.
-#[derive(Debug, Clone, Display, Error, PartialEq, Eq)]
+#[derive(Debug, Clone, Display, Error, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum HostError {
     /// outbound HTTP to {0} is not allowed: add it with --allow-host
     Denied(String),
@@ -101,6 +101,8 @@ pub enum HostError {
     Storage(String),
     /// too many calls of this kind in one invocation (limit {0})
     TooMany(u32),
+    /// this replay left its tape: {0}
+    OffTape(String),
 }
 
 impl HostError {
@@ -114,6 +116,7 @@ impl HostError {
             HostError::Timeout => -5,
             HostError::Storage(_) => -6,
             HostError::TooMany(_) => -7,
+            HostError::OffTape(_) => -8,
         }
     }
 }
@@ -127,14 +130,40 @@ struct Recorded {
     http_calls: u32,
 }
 
+/// Where a host's answers come from.
+enum Source {
+    /// The world: a normal invocation.
+    Live,
+    /// An aborted earlier attempt's KV and HTTP answers, then the world
+    /// (see [`HostCtx::retrying`]).
+    Retry(Mutex<std::collections::VecDeque<HostEvent>>),
+    /// A tape, and never the world (see [`HostCtx::replaying`]).
+    Tape(Mutex<Cursor>),
+}
+
+/// A replay's place on its tape.
+struct Cursor {
+    events: Vec<HostEvent>,
+    next: usize,
+    diverged: Option<Divergence>,
+}
+
+impl Cursor {
+    /// The next call on the tape; log lines are outputs, not answers, and
+    /// are stepped over.
+    fn peek(&mut self) -> Option<&HostEvent> {
+        while matches!(self.events.get(self.next), Some(HostEvent::Log { .. })) {
+            self.next += 1;
+        }
+        self.events.get(self.next)
+    }
+}
+
 struct Inner {
     meta: InvocationMeta,
     services: Arc<HostServices>,
     recorded: Mutex<Recorded>,
-    /// Answers an aborted earlier attempt got, served again in order (see
-    /// [`HostCtx::replaying`]); `None` for a first attempt, which then pays
-    /// nothing for this.
-    prefix: Option<Mutex<std::collections::VecDeque<HostEvent>>>,
+    source: Source,
 }
 
 /// The host, bound to one invocation. Cheap to clone; all clones share one tape.
@@ -152,7 +181,7 @@ impl HostCtx {
             meta,
             services,
             recorded: Mutex::default(),
-            prefix: None,
+            source: Source::Live,
         }))
     }
 
@@ -164,7 +193,7 @@ impl HostCtx {
     /// attempt are not replayed (the second attempt reads its own). At the
     /// first call that differs, the rest of `earlier` is dropped, a warning
     /// goes to the function's log, and calls go to the world.
-    pub fn replaying(services: Arc<HostServices>, meta: InvocationMeta, earlier: Tape) -> Self {
+    pub fn retrying(services: Arc<HostServices>, meta: InvocationMeta, earlier: Tape) -> Self {
         let prefix = earlier
             .events
             .into_iter()
@@ -183,19 +212,89 @@ impl HostCtx {
             meta,
             services,
             recorded: Mutex::default(),
-            prefix: Some(Mutex::new(prefix)),
+            source: Source::Retry(Mutex::new(prefix)),
         }))
+    }
+
+    /// A host that answers every call from `tape` and never touches the
+    /// world: replay. While the code makes the calls the tape holds, in
+    /// order, it gets the recorded answers. At the first call that differs
+    /// the replay has *diverged* ([`HostCtx::divergence`]): from then on KV
+    /// and HTTP calls fail with [`HostError::OffTape`] and clocks and
+    /// randomness are read fresh, so the code runs to an end without side
+    /// effects.
+    pub fn replaying(services: Arc<HostServices>, meta: InvocationMeta, tape: Tape) -> Self {
+        HostCtx(Arc::new(Inner {
+            meta,
+            services,
+            recorded: Mutex::default(),
+            source: Source::Tape(Mutex::new(Cursor {
+                events: tape.events,
+                next: 0,
+                diverged: None,
+            })),
+        }))
+    }
+
+    /// Where a replay left its tape: at a call that differs, or at a call
+    /// the code never made. `None` for a replay that followed its tape to
+    /// the end, and for a live host.
+    pub fn divergence(&self) -> Option<Divergence> {
+        let Source::Tape(cursor) = &self.0.source else {
+            return None;
+        };
+        let mut c = cursor.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = &c.diverged {
+            return Some(d.clone());
+        }
+        let recorded = c.peek().map(HostEvent::call)?;
+        Some(Divergence {
+            at: c.next + 1,
+            recorded: Some(recorded),
+            asked: None,
+        })
+    }
+
+    /// The tape's answer to a call, for a replaying host. `None`: this host
+    /// is live (or retrying), go on. `Some(Ok)`: the recorded answer, which
+    /// is also put on this host's tape. `Some(Err)`: the replay has left
+    /// its tape (now or before); `asked` names the call for the report.
+    fn from_tape<T>(
+        &self,
+        asked: impl FnOnce() -> String,
+        same: impl FnOnce(&HostEvent) -> Option<T>,
+    ) -> Option<Result<T, HostError>> {
+        let Source::Tape(cursor) = &self.0.source else {
+            return None;
+        };
+        let mut c = cursor.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = &c.diverged {
+            return Some(Err(HostError::OffTape(d.to_string())));
+        }
+        let recorded = c.peek().cloned();
+        if let Some(answer) = recorded.as_ref().and_then(same) {
+            c.next += 1;
+            drop(c);
+            self.record(recorded.expect("matched"));
+            return Some(Ok(answer));
+        }
+        let d = Divergence {
+            at: c.next + 1,
+            recorded: recorded.map(|e| e.call()),
+            asked: Some(asked()),
+        };
+        let err = HostError::OffTape(d.to_string());
+        c.diverged = Some(d);
+        Some(Err(err))
     }
 
     /// The earlier attempt's answer to this call, if it made the same one
     /// next; the answer is recorded on this attempt's tape too.
     fn replayed<T>(&self, same: impl FnOnce(&HostEvent) -> Option<T>) -> Option<T> {
-        let mut prefix = self
-            .0
-            .prefix
-            .as_ref()?
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let Source::Retry(prefix) = &self.0.source else {
+            return None;
+        };
+        let mut prefix = prefix.lock().unwrap_or_else(|p| p.into_inner());
         let next = prefix.front()?;
         match same(next) {
             Some(answer) => {
@@ -250,6 +349,15 @@ impl HostCtx {
 
     /// Wall-clock time, nanoseconds since the Unix epoch.
     pub fn wall_clock_nanos(&self) -> u64 {
+        if let Some(Ok(nanos)) = self.from_tape(
+            || "clock.wall".into(),
+            |e| match e {
+                HostEvent::WallClock { nanos } => Some(*nanos),
+                _ => None,
+            },
+        ) {
+            return nanos;
+        }
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
@@ -260,6 +368,15 @@ impl HostCtx {
 
     /// Monotonic time in nanoseconds from an arbitrary, per-process origin.
     pub fn monotonic_nanos(&self) -> u64 {
+        if let Some(Ok(nanos)) = self.from_tape(
+            || "clock.monotonic".into(),
+            |e| match e {
+                HostEvent::MonotonicClock { nanos } => Some(*nanos),
+                _ => None,
+            },
+        ) {
+            return nanos;
+        }
         let nanos = monotonic_origin().elapsed().as_nanos() as u64;
         self.record(HostEvent::MonotonicClock { nanos });
         nanos
@@ -267,6 +384,17 @@ impl HostCtx {
 
     /// Fills `buf` with cryptographically secure random bytes.
     pub fn fill_random(&self, buf: &mut [u8]) {
+        let len = buf.len();
+        if let Some(Ok(bytes)) = self.from_tape(
+            || format!("random {len} bytes"),
+            |e| match e {
+                HostEvent::Random { bytes } if bytes.len() == len => Some(bytes.clone()),
+                _ => None,
+            },
+        ) {
+            buf.copy_from_slice(&bytes);
+            return;
+        }
         rand::rng().fill_bytes(buf);
         self.record(HostEvent::Random {
             bytes: buf.to_vec(),
@@ -348,10 +476,23 @@ impl HostCtx {
 
     pub async fn kv_get(&self, key: Vec<u8>) -> Result<Option<Vec<u8>>, HostError> {
         self.check_key(&key)?;
-        if let Some(value) = self.replayed(|e| match e {
+        let same = |e: &HostEvent| match e {
             HostEvent::KvGet { key: k, value } if *k == key => Some(value.clone()),
             _ => None,
-        }) {
+        };
+        if let Some(answer) = self.from_tape(
+            || {
+                HostEvent::KvGet {
+                    key: key.clone(),
+                    value: None,
+                }
+                .call()
+            },
+            same,
+        ) {
+            return answer;
+        }
+        if let Some(value) = self.replayed(same) {
             return Ok(value);
         }
         let k = key.clone();
@@ -369,10 +510,23 @@ impl HostCtx {
         if value.len() > max {
             return Err(HostError::TooLarge(max));
         }
-        if let Some(()) = self.replayed(|e| match e {
+        let same = |e: &HostEvent| match e {
             HostEvent::KvSet { key: k, value: v } if *k == key && *v == value => Some(()),
             _ => None,
-        }) {
+        };
+        if let Some(answer) = self.from_tape(
+            || {
+                HostEvent::KvSet {
+                    key: key.clone(),
+                    value: value.clone(),
+                }
+                .call()
+            },
+            same,
+        ) {
+            return answer;
+        }
+        if let Some(()) = self.replayed(same) {
             return Ok(());
         }
         let (k, v) = (key.clone(), value.clone());
@@ -383,10 +537,23 @@ impl HostCtx {
 
     pub async fn kv_delete(&self, key: Vec<u8>) -> Result<bool, HostError> {
         self.check_key(&key)?;
-        if let Some(existed) = self.replayed(|e| match e {
+        let same = |e: &HostEvent| match e {
             HostEvent::KvDelete { key: k, existed } if *k == key => Some(*existed),
             _ => None,
-        }) {
+        };
+        if let Some(answer) = self.from_tape(
+            || {
+                HostEvent::KvDelete {
+                    key: key.clone(),
+                    existed: false,
+                }
+                .call()
+            },
+            same,
+        ) {
+            return answer;
+        }
+        if let Some(existed) = self.replayed(same) {
             return Ok(existed);
         }
         let k = key.clone();
@@ -397,10 +564,23 @@ impl HostCtx {
 
     pub async fn kv_list(&self, prefix: Vec<u8>) -> Result<Vec<Vec<u8>>, HostError> {
         self.check_key(&prefix)?;
-        if let Some(keys) = self.replayed(|e| match e {
+        let same = |e: &HostEvent| match e {
             HostEvent::KvList { prefix: p, keys } if *p == prefix => Some(keys.clone()),
             _ => None,
-        }) {
+        };
+        if let Some(answer) = self.from_tape(
+            || {
+                HostEvent::KvList {
+                    prefix: prefix.clone(),
+                    keys: vec![],
+                }
+                .call()
+            },
+            same,
+        ) {
+            return answer;
+        }
+        if let Some(keys) = self.replayed(same) {
             return Ok(keys);
         }
         let limit = self.0.services.limits.kv_max_list;
@@ -423,11 +603,19 @@ impl HostCtx {
         &self,
         request: OutboundRequest,
     ) -> Result<OutboundResponse, HostError> {
-        if let Some(result) = self.replayed(|e| match e {
+        let same = |e: &HostEvent| match e {
             HostEvent::HttpFetch { request: r, result } if *r == request => Some(result.clone()),
             _ => None,
-        }) {
-            return result.map_err(HostError::Network);
+        };
+        if matches!(self.0.source, Source::Tape(_)) {
+            // A call the policy refuses was refused without a trace the
+            // first time too.
+            http::check(&self.0.meta.version.spec, &request)?;
+            let asked = || format!("http.fetch {} {}", request.method, request.url);
+            return self.from_tape(asked, same).expect("a replaying host")?;
+        }
+        if let Some(result) = self.replayed(same) {
+            return result;
         }
         {
             let mut rec = self.recorded();
@@ -456,7 +644,7 @@ impl HostCtx {
         ) {
             self.record(HostEvent::HttpFetch {
                 request,
-                result: result.clone().map_err(|e| e.to_string()),
+                result: result.clone(),
             });
         }
         result
@@ -519,7 +707,7 @@ mod tests {
 
     /// A second host for the same function and store as `first`.
     fn again(first: &HostCtx, earlier: Tape) -> HostCtx {
-        HostCtx::replaying(first.0.services.clone(), first.meta().clone(), earlier)
+        HostCtx::retrying(first.0.services.clone(), first.meta().clone(), earlier)
     }
 
     #[tokio::test]
@@ -567,6 +755,51 @@ mod tests {
         );
         let (_, logs) = diverging.take_records();
         assert!(logs[0].message.contains("different host call"), "{logs:?}");
+    }
+
+    #[tokio::test]
+    async fn a_replay_answers_from_the_tape_and_never_touches_the_world() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = ctx(&dir, HostLimits::default());
+        let now = live.wall_clock_nanos();
+        live.log(LogStream::Log, "info", "hi");
+        live.kv_set(b"n".to_vec(), b"1".to_vec()).await.unwrap();
+        let mut rnd = [0u8; 4];
+        live.fill_random(&mut rnd);
+        let (tape, _) = live.take_records();
+        live.kv_set(b"n".to_vec(), b"changed".to_vec())
+            .await
+            .unwrap();
+        let (services, meta) = (live.0.services.clone(), live.meta().clone());
+
+        let same = HostCtx::replaying(services.clone(), meta.clone(), tape.clone());
+        assert_eq!(same.wall_clock_nanos(), now);
+        same.kv_set(b"n".to_vec(), b"1".to_vec()).await.unwrap();
+        let mut again = [0u8; 4];
+        same.fill_random(&mut again);
+        assert_eq!(again, rnd);
+        assert_eq!(same.divergence(), None);
+        assert_eq!(
+            live.kv_get(b"n".to_vec()).await.unwrap(),
+            Some(b"changed".to_vec()),
+            "the replayed kv.set did not write"
+        );
+
+        // A different call: diverged at its place (the log line counts).
+        let other = HostCtx::replaying(services.clone(), meta.clone(), tape.clone());
+        other.wall_clock_nanos();
+        let err = other.kv_get(b"n".to_vec()).await.unwrap_err();
+        assert!(matches!(err, HostError::OffTape(_)), "{err:?}");
+        let d = other.divergence().unwrap();
+        assert_eq!(d.at, 3);
+        assert_eq!(d.recorded.as_deref(), Some("kv.set \"n\" = \"1\""));
+        assert_eq!(d.asked.as_deref(), Some("kv.get \"n\""));
+
+        // Fewer calls than the tape holds is a divergence too.
+        let short = HostCtx::replaying(services, meta, tape);
+        short.wall_clock_nanos();
+        let d = short.divergence().unwrap();
+        assert_eq!((d.at, d.asked), (3, None));
     }
 
     #[tokio::test]

@@ -25,13 +25,11 @@ pub struct OutboundResponse {
     pub body: Vec<u8>,
 }
 
-pub(crate) async fn fetch(
-    client: &reqwest::Client,
+/// Whether `policy` lets `request` leave the machine; its URL and method.
+pub(crate) fn check(
     policy: &FunctionSpec,
     request: &OutboundRequest,
-    timeout: Duration,
-    max_response_bytes: usize,
-) -> Result<OutboundResponse, HostError> {
+) -> Result<(reqwest::Url, reqwest::Method), HostError> {
     let url = reqwest::Url::parse(&request.url)
         .map_err(|e| HostError::Invalid(format!("bad URL {:?}: {e}", request.url)))?;
     if !matches!(url.scheme(), "http" | "https") {
@@ -49,6 +47,17 @@ pub(crate) async fn fetch(
     }
     let method = reqwest::Method::from_bytes(request.method.as_bytes())
         .map_err(|_| HostError::Invalid(format!("bad method {:?}", request.method)))?;
+    Ok((url, method))
+}
+
+pub(crate) async fn fetch(
+    client: &reqwest::Client,
+    policy: &FunctionSpec,
+    request: &OutboundRequest,
+    timeout: Duration,
+    max_response_bytes: usize,
+) -> Result<OutboundResponse, HostError> {
+    let (url, method) = check(policy, request)?;
     let mut builder = client.request(method, url).timeout(timeout);
     for (k, v) in &request.headers {
         builder = builder.header(k, v);

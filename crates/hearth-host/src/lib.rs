@@ -27,4 +27,4 @@ pub mod bundle;
 pub use ctx::{HostCtx, HostError, HostLimits, HostServices, InvocationMeta, LogLine};
 pub use engine::{Compiled, DeployError, Engine, EngineStatus, Prepared, Sandbox, Source};
 pub use http::{OutboundRequest, OutboundResponse};
-pub use tape::{HostEvent, Tape};
+pub use tape::{Divergence, HostEvent, Tape};

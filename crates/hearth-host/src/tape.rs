@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{OutboundRequest, OutboundResponse};
+use crate::{HostError, OutboundRequest, OutboundResponse};
 
 /// One host call and the answer the sandbox got.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,7 +37,7 @@ pub enum HostEvent {
     },
     HttpFetch {
         request: OutboundRequest,
-        result: Result<OutboundResponse, String>,
+        result: Result<OutboundResponse, HostError>,
     },
     Log {
         level: String,
@@ -59,6 +59,89 @@ impl HostEvent {
             HostEvent::HttpFetch { .. } => "http.fetch",
             HostEvent::Log { .. } => "log",
         }
+    }
+}
+
+impl HostEvent {
+    /// The call and its arguments, for a person: `kv.get "count"`.
+    pub fn call(&self) -> String {
+        match self {
+            HostEvent::WallClock { .. } | HostEvent::MonotonicClock { .. } => {
+                self.name().to_string()
+            }
+            HostEvent::Random { bytes } => format!("random {} bytes", bytes.len()),
+            HostEvent::KvGet { key, .. } => format!("kv.get {}", shown(key)),
+            HostEvent::KvSet { key, value } => {
+                format!("kv.set {} = {}", shown(key), shown(value))
+            }
+            HostEvent::KvDelete { key, .. } => format!("kv.delete {}", shown(key)),
+            HostEvent::KvList { prefix, .. } => format!("kv.list {}", shown(prefix)),
+            HostEvent::HttpFetch { request, .. } => {
+                format!("http.fetch {} {}", request.method, request.url)
+            }
+            HostEvent::Log { level, message } => format!("log {level} {message:?}"),
+        }
+    }
+
+    /// What the host answered, for a person.
+    pub fn answer(&self) -> String {
+        match self {
+            HostEvent::WallClock { nanos } | HostEvent::MonotonicClock { nanos } => {
+                format!("{nanos} ns")
+            }
+            HostEvent::Random { bytes } => short_hex(bytes),
+            HostEvent::KvGet { value, .. } => value.as_deref().map_or("(none)".into(), shown),
+            HostEvent::KvSet { .. } | HostEvent::Log { .. } => "ok".into(),
+            HostEvent::KvDelete { existed, .. } => {
+                if *existed { "deleted" } else { "(absent)" }.into()
+            }
+            HostEvent::KvList { keys, .. } => format!("{} keys", keys.len()),
+            HostEvent::HttpFetch { result, .. } => match result {
+                Ok(r) => format!("{} ({} bytes)", r.status, r.body.len()),
+                Err(e) => format!("error: {e}"),
+            },
+        }
+    }
+}
+
+/// Bytes as a quoted string if they are short text, else their size.
+fn shown(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) if s.len() <= 80 => format!("{s:?}"),
+        Ok(s) => format!("{:?}… ({} bytes)", &s[..s.floor_char_boundary(60)], b.len()),
+        Err(_) => format!("<{} bytes>", b.len()),
+    }
+}
+
+fn short_hex(b: &[u8]) -> String {
+    let hex: String = b.iter().take(16).map(|x| format!("{x:02x}")).collect();
+    if b.len() > 16 {
+        format!("{hex}…")
+    } else {
+        hex
+    }
+}
+
+/// Where a replay stopped following its tape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Divergence {
+    /// 1-based position on the tape (log calls count, as in a timeline).
+    pub at: usize,
+    /// The call the tape holds there (`None`: the tape had ended).
+    pub recorded: Option<String>,
+    /// The call the code made instead (`None`: the code made no more calls).
+    pub asked: Option<String>,
+}
+
+impl std::fmt::Display for Divergence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "diverged at call {}: the tape holds {}, the code asked for {}",
+            self.at,
+            self.recorded.as_deref().unwrap_or("nothing more"),
+            self.asked.as_deref().unwrap_or("nothing more")
+        )
     }
 }
 

@@ -22,4 +22,6 @@ mod node;
 mod table;
 
 pub use metrics::Metrics;
-pub use node::{DeployOutcome, InvokeOutcome, Node, NodeConfig, NodeError, StartKind};
+pub use node::{
+    DeployOutcome, InvokeOutcome, Node, NodeConfig, NodeError, ReplayReport, StartKind,
+};

@@ -37,6 +37,9 @@ pub struct Metrics {
     pub fallbacks: Family<FunctionLabels, Counter>,
     /// 1 for each function pinned to the process tier by its fallbacks.
     pub pinned: Family<FunctionLabels, Gauge>,
+    /// Tapes handed to the recorder, and tapes it had no room for.
+    pub tapes: Counter,
+    pub tapes_dropped: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -107,8 +110,18 @@ impl Default for Metrics {
             "Log lines dropped because the writer fell behind",
             logs_dropped.clone(),
         );
+        let tapes = Counter::default();
+        let tapes_dropped = Counter::default();
+        registry.register("tapes", "Invocations recorded", tapes.clone());
+        registry.register(
+            "tapes_dropped",
+            "Tapes lost because the recorder fell behind or failed to write",
+            tapes_dropped.clone(),
+        );
         Metrics {
             registry,
+            tapes,
+            tapes_dropped,
             invocations,
             errors,
             starts,

@@ -8,7 +8,10 @@ use displaydoc::Display;
 use hearth_core::{
     FunctionSpec, FunctionVersion, InvocationId, InvokeError, Request, Response, Tier,
 };
-use hearth_host::{DeployError, Engine, HostCtx, HostServices, InvocationMeta, Prepared, Source};
+use hearth_host::{
+    DeployError, Divergence, Engine, HostCtx, HostServices, InvocationMeta, Prepared, Source, Tape,
+};
+use hearth_record::{Outcome, Recorder, Recording};
 use hearth_store::{ArtifactStore, FunctionMode, LogRecord, LogStream, Store, StoreError};
 use thiserror::Error;
 use tokio::sync::{Semaphore, mpsc};
@@ -112,8 +115,31 @@ pub struct Node {
     /// read from the store on first use; forgotten on deploy and removal.
     /// Nested so that the per-invocation lookup borrows its keys.
     modes: std::sync::Mutex<HashMap<String, HashMap<String, FunctionMode>>>,
+    /// Where tapes go; `None` when recording is off.
+    recorder: Option<Arc<Recorder>>,
 }
 
+/// What replaying one tape showed.
+#[derive(Debug)]
+pub struct ReplayReport {
+    pub id: String,
+    pub function: String,
+    pub recorded_version: u32,
+    pub replayed_version: u32,
+    /// The code differs from the code the tape was made with.
+    pub code_changed: bool,
+    pub tier: Tier,
+    /// Same host calls in the same order, and the same response.
+    pub identical: bool,
+    pub divergence: Option<Divergence>,
+    pub recorded: Outcome,
+    pub replayed: Outcome,
+    /// `-` recorded, `+` replayed; `None` when the outcomes are equal.
+    pub diff: Option<String>,
+    /// What the replay logged (it is not added to the function's logs).
+    pub logs: Vec<String>,
+    pub duration: Duration,
+}
 impl Node {
     /// Must be called inside a Tokio runtime (it starts the log writer).
     pub fn new(
@@ -135,7 +161,19 @@ impl Node {
             logs,
             metrics: Metrics::default(),
             modes: Default::default(),
+            recorder: None,
         }
+    }
+
+    /// Records invocations with `recorder` (each function's sampling rate
+    /// applies).
+    pub fn with_recorder(mut self, recorder: Arc<Recorder>) -> Self {
+        self.recorder = Some(recorder);
+        self
+    }
+
+    pub fn recorder(&self) -> Option<&Arc<Recorder>> {
+        self.recorder.as_ref()
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -319,15 +357,20 @@ impl Node {
         let id = InvocationId::new();
         let started = Instant::now();
         let Ok(_permit) = self.admission.clone().try_acquire_owned() else {
-            return Ok(self.finish(
-                v,
-                id,
-                started,
-                (StartKind::Warm, v.spec.runtime.first_tier()),
-                None,
-                Err(InvokeError::Overloaded),
-            ));
+            return Ok(self
+                .finish(
+                    v,
+                    id,
+                    started,
+                    (StartKind::Warm, v.spec.runtime.first_tier()),
+                    None,
+                    Err(InvokeError::Overloaded),
+                )
+                .0);
         };
+        let taping = self
+            .sampled(v)
+            .then(|| (hearth_core::unix_time_ms(), req.clone()));
         let tier = self.tier_for(v).await?;
         let (prepared, start) = self.prepared(v, tier).await?;
         let deadline = started + Duration::from_millis(v.spec.limits.timeout_ms);
@@ -344,13 +387,14 @@ impl Node {
         let (Err(InvokeError::Unsupported(why)), Some(fallback), Some(req)) =
             (&result, fallback, retry_req)
         else {
-            return Ok(self.finish(v, id, started, (start, tier), Some(host), result));
+            let done = self.finish(v, id, started, (start, tier), Some(host), result);
+            return Ok(self.record(v, tier, taping, done).await);
         };
         // Containerless: re-run in the process tier; the host calls the
         // first attempt made are answered again from its tape, so each
         // effect happens once.
         let (tape, _) = host.take_records();
-        let retry = HostCtx::replaying(self.host.clone(), meta, tape);
+        let retry = HostCtx::retrying(self.host.clone(), meta, tape);
         retry.log(
             LogStream::System,
             "info",
@@ -363,7 +407,112 @@ impl Node {
                 "the process tier could not load the function: {e}"
             ))),
         };
-        Ok(self.finish(v, id, started, (start, fallback), Some(retry), result))
+        let done = self.finish(v, id, started, (start, fallback), Some(retry), result);
+        Ok(self.record(v, fallback, taping, done).await)
+    }
+
+    /// Whether this invocation of `v` gets a tape.
+    fn sampled(&self, v: &FunctionVersion) -> bool {
+        use rand::Rng;
+        let ppm = v.spec.record.sample_ppm;
+        self.recorder.is_some()
+            && (ppm >= hearth_core::RecordPolicy::ALL || rand::rng().next_u32() % 1_000_000 < ppm)
+    }
+
+    /// Hands the finished invocation's tape to the recorder (in `sync`
+    /// durability, waits until it is on disk).
+    async fn record(
+        &self,
+        v: &FunctionVersion,
+        tier: Tier,
+        taping: Option<(i64, Request)>,
+        (outcome, tape): (InvokeOutcome, Tape),
+    ) -> InvokeOutcome {
+        let (Some(recorder), Some((started_ms, request))) = (&self.recorder, taping) else {
+            return outcome;
+        };
+        let recording = Recording {
+            id: outcome.id.to_string(),
+            tenant: v.tenant.clone(),
+            function: v.name.clone(),
+            version: v.version,
+            artifact: v.artifact.clone(),
+            tier,
+            started_ms,
+            duration_us: outcome.duration.as_micros() as u64,
+            request,
+            tape,
+            outcome: Outcome::of(&outcome.result),
+        };
+        match recorder.record(recording).await {
+            Ok(()) => {
+                self.metrics.tapes.inc();
+            }
+            Err(e) => {
+                self.metrics.tapes_dropped.inc();
+                tracing::warn!(error = %e, id = %outcome.id, "an invocation's tape was not kept");
+            }
+        };
+        outcome
+    }
+
+    /// Runs `recording` again against `target` (the version that made it,
+    /// or another), answering every host call from the tape; nothing the
+    /// replay does reaches the world, the function's logs or the tapes.
+    pub async fn replay(
+        &self,
+        recording: &Recording,
+        target: &Arc<FunctionVersion>,
+    ) -> Result<ReplayReport, NodeError> {
+        let runs_in =
+            |t: Tier| target.spec.runtime.tiers().contains(&t) && self.engines.contains_key(&t);
+        let tier = if runs_in(recording.tier) {
+            recording.tier
+        } else {
+            self.tier_for(target).await?
+        };
+        let (prepared, _) = self.prepared(target, tier).await?;
+        let _permit = self
+            .admission
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| NodeError::Internal(e.to_string()))?;
+        let started = Instant::now();
+        let meta = InvocationMeta {
+            id: InvocationId::new(),
+            version: target.clone(),
+            deadline: started + Duration::from_millis(target.spec.limits.timeout_ms),
+        };
+        let host = HostCtx::replaying(self.host.clone(), meta, recording.tape.clone());
+        let result = self
+            .attempt(&prepared, recording.request.clone(), &host)
+            .await;
+        let duration = started.elapsed();
+        let divergence = host.divergence();
+        let replayed = Outcome::of(&result);
+        let diff = hearth_record::diff::outcome_diff(&recording.outcome, &replayed);
+        let logs = host
+            .take_records()
+            .1
+            .into_iter()
+            .map(|l| l.message)
+            .collect();
+        Ok(ReplayReport {
+            id: recording.id.clone(),
+            function: recording.function.clone(),
+            recorded_version: recording.version,
+            replayed_version: target.version,
+            code_changed: target.artifact != recording.artifact,
+            tier,
+            identical: divergence.is_none() && diff.is_none(),
+            divergence,
+            recorded: recording.outcome.clone(),
+            replayed,
+            diff,
+            logs,
+            duration,
+        })
     }
 
     async fn attempt(
@@ -462,7 +611,7 @@ impl Node {
         (start, tier): (StartKind, Tier),
         host: Option<HostCtx>,
         result: Result<Response, InvokeError>,
-    ) -> InvokeOutcome {
+    ) -> (InvokeOutcome, Tape) {
         let duration = started.elapsed();
         let tier = tier.as_str();
         let outcome = if result.is_ok() { "ok" } else { "error" };
@@ -479,7 +628,7 @@ impl Node {
             .get_or_create(&start_labels)
             .observe(duration.as_secs_f64());
 
-        let mut lines = host.map(|h| h.take_records().1).unwrap_or_default();
+        let (tape, mut lines) = host.map(|h| h.take_records()).unwrap_or_default();
         if let Err(e) = &result {
             self.metrics
                 .errors
@@ -508,12 +657,13 @@ impl Node {
                 self.metrics.logs_dropped.inc();
             }
         }
-        InvokeOutcome {
+        let outcome = InvokeOutcome {
             id,
             version: v.version,
             start,
             duration,
             result,
-        }
+        };
+        (outcome, tape)
     }
 }

@@ -20,6 +20,7 @@ pub mod diff;
 mod keys;
 mod recording;
 mod segment;
+pub mod view;
 mod writer;
 
 pub use archive::Archive;

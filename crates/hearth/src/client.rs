@@ -51,6 +51,15 @@ pub enum ClientCommand {
         /// Allow invocation without a token.
         #[arg(long)]
         public: bool,
+        /// Share of invocations recorded, 0 to 1 (default 1: all).
+        #[arg(long)]
+        record_sample: Option<f64>,
+        /// Keep tapes of successful invocations this long (e.g. 1d).
+        #[arg(long)]
+        keep_ok: Option<String>,
+        /// Keep tapes of failed invocations this long (e.g. 30d).
+        #[arg(long)]
+        keep_errors: Option<String>,
         #[command(flatten)]
         target: Target,
     },
@@ -119,17 +128,65 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
+    /// List a function's recorded invocations (`recordings NAME`), or show
+    /// one's timeline of host calls (`recordings show ID`).
+    Recordings {
+        /// A function name, or `show`.
+        name: String,
+        /// With `show`: the recording's id.
+        id: Option<String>,
+        /// `error`, `any`, or an HTTP status.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only invocations newer than this: 90s, 15m, 1h, 2d.
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Replay recorded invocations: `replay ID` (exits 1 unless identical),
+    /// `replay NAME --against V`, `replay --export ID > case.tape`,
+    /// `replay --file case.tape`. Replays never touch KV or the network.
+    Replay {
+        /// A recording id, or with --against a function name.
+        what: Option<String>,
+        /// Replay NAME's recorded traffic against this version.
+        #[arg(long)]
+        against: Option<u32>,
+        /// With --against: the newest N recordings (default 100).
+        #[arg(long)]
+        last: Option<u32>,
+        /// With --against: recordings newer than this (90s, 15m, 1h, 2d).
+        #[arg(long)]
+        since: Option<String>,
+        /// With --against: `error`, `any` or an HTTP status.
+        #[arg(long)]
+        status: Option<String>,
+        /// Print recording ID as a tape file, to keep as a test case.
+        #[arg(long, value_name = "ID")]
+        export: Option<String>,
+        /// Replay a tape file made with --export.
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// With an id or --file: replay against this version instead.
+        #[arg(long)]
+        version: Option<u32>,
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
-struct Client {
+pub(crate) struct Client {
     http: reqwest::Client,
-    url: String,
+    pub(crate) url: String,
     token: Option<String>,
-    json: bool,
+    pub(crate) json: bool,
 }
 
 impl Client {
-    fn new(data_dir: &Path, target: &Target) -> anyhow::Result<Self> {
+    pub(crate) fn new(data_dir: &Path, target: &Target) -> anyhow::Result<Self> {
         let url = match &target.url {
             Some(u) => u.trim_end_matches('/').to_string(),
             None => {
@@ -162,7 +219,7 @@ impl Client {
         })
     }
 
-    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+    pub(crate) fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         let mut rb = self.http.request(method, format!("{}{path}", self.url));
         if let Some(t) = &self.token {
             rb = rb.bearer_auth(t);
@@ -170,7 +227,17 @@ impl Client {
         rb
     }
 
-    async fn send(&self, rb: reqwest::RequestBuilder) -> anyhow::Result<Value> {
+    pub(crate) async fn send(&self, rb: reqwest::RequestBuilder) -> anyhow::Result<Value> {
+        let bytes = self.send_raw(rb).await?;
+        if bytes.is_empty() {
+            return Ok(Value::Null);
+        }
+        Ok(serde_json::from_slice(&bytes)?)
+    }
+
+    /// The response body of a successful request; an error with the
+    /// server's message otherwise.
+    pub(crate) async fn send_raw(&self, rb: reqwest::RequestBuilder) -> anyhow::Result<Vec<u8>> {
         let resp = rb
             .send()
             .await
@@ -185,13 +252,10 @@ impl Client {
                 .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
             bail!("{} {}", status.as_u16(), msg);
         }
-        if bytes.is_empty() {
-            return Ok(Value::Null);
-        }
-        Ok(serde_json::from_slice(&bytes)?)
+        Ok(bytes.to_vec())
     }
 
-    fn print_json(&self, v: &Value) {
+    pub(crate) fn print_json(&self, v: &Value) {
         println!(
             "{}",
             serde_json::to_string_pretty(v).expect("a Value always serializes")
@@ -238,7 +302,7 @@ async fn with_progress<T>(what: &str, fut: impl std::future::Future<Output = T>)
     }
 }
 
-fn fmt_time(ms: i64) -> String {
+pub(crate) fn fmt_time(ms: i64) -> String {
     let secs = ms / 1000;
     let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
     format!("{h:02}:{m:02}:{s:02}.{:03}", ms % 1000)
@@ -308,6 +372,9 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
             allow_hosts,
             env,
             public,
+            record_sample,
+            keep_ok,
+            keep_errors,
             target,
         } => {
             let c = Client::new(data_dir, &target)?;
@@ -349,6 +416,9 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
             if public {
                 q.push(("public", "true".into()));
             }
+            q.extend(record_sample.map(|r| ("record_sample", r.to_string())));
+            q.extend(keep_ok.map(|k| ("keep_ok", k)));
+            q.extend(keep_errors.map(|k| ("keep_errors", k)));
             let size_kib = code.len() as f64 / 1024.0;
             let rb = c
                 .request(reqwest::Method::POST, &format!("/v1/functions/{name}"))
@@ -575,6 +645,64 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
                     },
                     l["message"].as_str().unwrap_or_default()
                 );
+            }
+        }
+        ClientCommand::Recordings {
+            name,
+            id,
+            status,
+            since,
+            limit,
+            target,
+        } => {
+            let c = Client::new(data_dir, &target)?;
+            match (name.as_str(), id) {
+                ("show", Some(id)) => crate::recordings::show(&c, &id).await?,
+                (_, Some(_)) => {
+                    bail!("use `hearth recordings NAME` or `hearth recordings show ID`")
+                }
+                (name, None) => crate::recordings::list(&c, name, status, since, limit).await?,
+            }
+        }
+        ClientCommand::Replay {
+            what,
+            against,
+            last,
+            since,
+            status,
+            export,
+            file,
+            version,
+            target,
+        } => {
+            let c = Client::new(data_dir, &target)?;
+            let identical = match (what, against, export, file) {
+                (None, None, Some(id), None) => {
+                    let tape = c
+                        .send_raw(
+                            c.request(reqwest::Method::GET, &format!("/v1/recordings/{id}/export")),
+                        )
+                        .await?;
+                    std::io::stdout().write_all(&tape)?;
+                    true
+                }
+                (None, None, None, Some(path)) => {
+                    let tape = std::fs::read(&path)
+                        .with_context(|| format!("failed to read {}", path.display()))?;
+                    crate::recordings::replay_file(&c, tape, version).await?
+                }
+                (Some(name), Some(against), None, None) => {
+                    crate::recordings::replay_traffic(&c, &name, against, last, since, status)
+                        .await?;
+                    true
+                }
+                (Some(id), None, None, None) => crate::recordings::replay(&c, &id, version).await?,
+                _ => bail!(
+                    "use one of: replay ID | replay NAME --against VERSION | replay --export ID | replay --file FILE"
+                ),
+            };
+            if !identical {
+                std::process::exit(1);
             }
         }
         ClientCommand::CreateTenant { name, target } => {

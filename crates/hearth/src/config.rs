@@ -29,6 +29,11 @@ pub struct FileConfig {
     pub keep_alive_s: Option<u64>,
     pub proc_caches: Option<String>,
     pub js_pin_after: Option<u32>,
+    pub record: Option<bool>,
+    pub record_durability: Option<String>,
+    pub record_flush_ms: Option<u64>,
+    pub record_max_age_h: Option<u64>,
+    pub record_max_mib: Option<u64>,
 }
 
 /// Flags of `hearth up`; each also reads a `HEARTH_*` variable.
@@ -85,6 +90,22 @@ pub struct UpArgs {
     /// stays there until its next deploy (default 3).
     #[arg(long, env = "HEARTH_JS_PIN_AFTER")]
     pub js_pin_after: Option<u32>,
+    /// Record every invocation's tape (default true).
+    #[arg(long, env = "HEARTH_RECORD")]
+    pub record: Option<bool>,
+    /// When a tape counts as kept: batched (default; a crash loses at most
+    /// one flush interval) or sync (the response waits for the disk).
+    #[arg(long, env = "HEARTH_RECORD_DURABILITY")]
+    pub record_durability: Option<String>,
+    /// Flush interval of batched recording, ms (default 200).
+    #[arg(long, env = "HEARTH_RECORD_FLUSH_MS")]
+    pub record_flush_ms: Option<u64>,
+    /// Hours tapes are kept unless a function says otherwise (default 168).
+    #[arg(long, env = "HEARTH_RECORD_MAX_AGE_H")]
+    pub record_max_age_h: Option<u64>,
+    /// MiB of disk tapes may take; the oldest go first (default 1024).
+    #[arg(long, env = "HEARTH_RECORD_MAX_MIB")]
+    pub record_max_mib: Option<u64>,
 }
 
 /// The settings `hearth up` runs with, after merging.
@@ -107,6 +128,8 @@ pub struct Settings {
     pub keep_alive_s: u64,
     pub proc_caches: Caches,
     pub js_pin_after: u32,
+    /// `None`: recording is off.
+    pub record: Option<hearth_record::RecordConfig>,
 }
 
 impl Settings {
@@ -119,7 +142,38 @@ impl Settings {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileConfig::default(),
             Err(e) => return Err(e).with_context(|| format!("failed to read {}", path.display())),
         };
+        let record = if args.record.or(file.record).unwrap_or(true) {
+            let defaults = hearth_record::RecordConfig::default();
+            Some(hearth_record::RecordConfig {
+                durability: match args
+                    .record_durability
+                    .as_ref()
+                    .or(file.record_durability.as_ref())
+                {
+                    Some(d) => d.parse().map_err(anyhow::Error::msg)?,
+                    None => defaults.durability,
+                },
+                flush_interval: args
+                    .record_flush_ms
+                    .or(file.record_flush_ms)
+                    .map_or(defaults.flush_interval, std::time::Duration::from_millis),
+                max_age: args
+                    .record_max_age_h
+                    .or(file.record_max_age_h)
+                    .map_or(defaults.max_age, |h| {
+                        std::time::Duration::from_secs(h * 3600)
+                    }),
+                max_bytes: args
+                    .record_max_mib
+                    .or(file.record_max_mib)
+                    .map_or(defaults.max_bytes, |m| m << 20),
+                ..defaults
+            })
+        } else {
+            None
+        };
         Ok(Settings {
+            record,
             offline_packages: args.offline_packages.clone().or(file.offline_packages),
             keep_alive_s: args.keep_alive_s.or(file.keep_alive_s).unwrap_or(300),
             js_pin_after: args.js_pin_after.or(file.js_pin_after).unwrap_or(3).max(1),

@@ -89,7 +89,20 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             ..HostLimits::default()
         },
     ));
-    let node = Arc::new(Node::new(
+    let recorder = match &settings.record {
+        Some(config) => {
+            let archive = hearth_record::Archive::open(&dir.join("recordings"), store.clone())
+                .context("failed to open the recordings")?;
+            let recorder = hearth_record::Recorder::open(Arc::new(archive), config.clone())
+                .context("failed to start the recorder")?;
+            Some(Arc::new(recorder))
+        }
+        None => {
+            tracing::warn!("recording is off: invocations cannot be replayed");
+            None
+        }
+    };
+    let mut node = Node::new(
         store.clone(),
         artifacts,
         vec![
@@ -104,7 +117,11 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             max_memory_mib: settings.max_memory_mib,
             pin_after_fallbacks: settings.js_pin_after,
         },
-    ));
+    );
+    if let Some(r) = &recorder {
+        node = node.with_recorder(r.clone());
+    }
+    let node = Arc::new(node);
 
     first_start(&settings, &store, &node).await?;
 
@@ -132,6 +149,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         .with_graceful_shutdown(shutdown_signal())
         .await;
     let _ = std::fs::remove_file(dir.join("server.json"));
+    if let Some(r) = recorder {
+        // Writes what is queued: a clean stop loses no tape.
+        tokio::task::spawn_blocking(move || r.close()).await?;
+    }
     // Sandboxes, zygotes, mounts and cgroups go with the daemon.
     tokio::task::spawn_blocking(move || proc.shutdown()).await?;
     served.context("server failed")

@@ -4,6 +4,7 @@
 mod client;
 mod config;
 mod daemon;
+mod recordings;
 
 use std::path::PathBuf;
 

@@ -1,0 +1,205 @@
+//! `hearth recordings` and `hearth replay`: the readable side of the
+//! `/v1/recordings` API.
+
+use anyhow::Context;
+use serde_json::Value;
+
+use crate::client::{Client, fmt_time};
+
+pub(crate) async fn list(
+    c: &Client,
+    name: &str,
+    status: Option<String>,
+    since: Option<String>,
+    limit: u32,
+) -> anyhow::Result<()> {
+    let mut q = vec![("limit", limit.to_string())];
+    q.extend(status.map(|s| ("status", s)));
+    q.extend(since.map(|s| ("since", s)));
+    let v = c
+        .send(
+            c.request(
+                reqwest::Method::GET,
+                &format!("/v1/functions/{name}/recordings"),
+            )
+            .query(&q),
+        )
+        .await?;
+    if c.json {
+        c.print_json(&v);
+        return Ok(());
+    }
+    println!(
+        "{:<32}  {:<23}  {:>4}  {:<8}  {:>6}  {:>10}  OUTCOME",
+        "ID", "STARTED", "VER", "TIER", "STATUS", "DURATION"
+    );
+    for t in v["recordings"].as_array().into_iter().flatten() {
+        println!(
+            "{:<32}  {:<23}  {:>4}  {:<8}  {:>6}  {:>8.2}ms  {}",
+            t["id"].as_str().unwrap_or_default(),
+            fmt_time(t["started_ms"].as_i64().unwrap_or(0)),
+            t["version"],
+            t["tier"].as_str().unwrap_or_default(),
+            t["status"],
+            t["duration_us"].as_f64().unwrap_or(0.0) / 1000.0,
+            t["outcome"].as_str().unwrap_or_default(),
+        );
+    }
+    Ok(())
+}
+
+pub(crate) async fn show(c: &Client, id: &str) -> anyhow::Result<()> {
+    let v = c
+        .send(c.request(reqwest::Method::GET, &format!("/v1/recordings/{id}")))
+        .await?;
+    if c.json {
+        c.print_json(&v);
+        return Ok(());
+    }
+    let req = &v["request"];
+    println!(
+        "recording {}  {} v{} ({} tier)  {}  {:.2} ms",
+        v["id"].as_str().unwrap_or_default(),
+        v["function"].as_str().unwrap_or_default(),
+        v["version"],
+        v["tier"].as_str().unwrap_or_default(),
+        fmt_time(v["started_ms"].as_i64().unwrap_or(0)),
+        v["duration_us"].as_f64().unwrap_or(0.0) / 1000.0
+    );
+    let query = req["query"].as_str().unwrap_or_default();
+    println!(
+        "  request   {} {}{}{}  ({} bytes)",
+        req["method"].as_str().unwrap_or_default(),
+        req["path"].as_str().unwrap_or_default(),
+        if query.is_empty() { "" } else { "?" },
+        query,
+        req["body"]["bytes"]
+    );
+    for call in v["calls"].as_array().into_iter().flatten() {
+        println!(
+            "  {:>3}  {}  →  {}",
+            call["n"],
+            call["call"].as_str().unwrap_or_default(),
+            call["answer"].as_str().unwrap_or_default()
+        );
+    }
+    println!("  outcome   {}", outcome_line(&v["outcome"]));
+    Ok(())
+}
+
+fn outcome_line(o: &Value) -> String {
+    match o["kind"].as_str() {
+        Some("ok") => format!(
+            "{} ({} bytes): {}",
+            o["status"],
+            o["body"]["bytes"],
+            preview(o["body"]["text"].as_str().unwrap_or_default())
+        ),
+        _ => format!(
+            "{} {}: {}",
+            o["status"],
+            o["kind"].as_str().unwrap_or_default(),
+            o["message"].as_str().unwrap_or_default()
+        ),
+    }
+}
+
+fn preview(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    if line.len() > 80 || text.lines().count() > 1 {
+        format!("{:?}…", &line[..line.floor_char_boundary(80)])
+    } else {
+        format!("{line:?}")
+    }
+}
+
+/// Prints one replay's verdict; true if it was identical.
+fn print_report(c: &Client, r: &Value) -> bool {
+    let identical = r["identical"].as_bool().unwrap_or(false);
+    if c.json {
+        c.print_json(r);
+        return identical;
+    }
+    println!(
+        "{}  v{} → v{}{}: {}",
+        r["id"].as_str().unwrap_or_default(),
+        r["recorded_version"],
+        r["replayed_version"],
+        if r["code_changed"].as_bool() == Some(true)
+            && r["recorded_version"] == r["replayed_version"]
+        {
+            " (the code under this version changed)"
+        } else {
+            ""
+        },
+        r["verdict"].as_str().unwrap_or_default()
+    );
+    if let Some(diff) = r["diff"].as_str() {
+        for line in diff.lines() {
+            println!("    {line}");
+        }
+    }
+    identical
+}
+
+pub(crate) async fn replay(c: &Client, id: &str, version: Option<u32>) -> anyhow::Result<bool> {
+    let mut rb = c.request(
+        reqwest::Method::POST,
+        &format!("/v1/recordings/{id}/replay"),
+    );
+    if let Some(v) = version {
+        rb = rb.query(&[("version", v)]);
+    }
+    let r = c.send(rb).await?;
+    Ok(print_report(c, &r))
+}
+
+pub(crate) async fn replay_file(
+    c: &Client,
+    tape: Vec<u8>,
+    version: Option<u32>,
+) -> anyhow::Result<bool> {
+    let mut rb = c.request(reqwest::Method::POST, "/v1/replay").body(tape);
+    if let Some(v) = version {
+        rb = rb.query(&[("version", v)]);
+    }
+    let r = c.send(rb).await.context("replaying the tape file failed")?;
+    Ok(print_report(c, &r))
+}
+
+pub(crate) async fn replay_traffic(
+    c: &Client,
+    name: &str,
+    against: u32,
+    last: Option<u32>,
+    since: Option<String>,
+    status: Option<String>,
+) -> anyhow::Result<()> {
+    let mut q = vec![("against", against.to_string())];
+    q.extend(last.map(|l| ("last", l.to_string())));
+    q.extend(since.map(|s| ("since", s)));
+    q.extend(status.map(|s| ("status", s)));
+    let v = c
+        .send(
+            c.request(
+                reqwest::Method::POST,
+                &format!("/v1/functions/{name}/replay"),
+            )
+            .query(&q),
+        )
+        .await?;
+    if c.json {
+        c.print_json(&v);
+        return Ok(());
+    }
+    for r in v["results"].as_array().into_iter().flatten() {
+        if r["diff"].is_string() || !r["divergence"].is_null() {
+            print_report(c, r);
+        }
+    }
+    println!(
+        "replayed {} recordings of {name} against v{against}: {} responses changed, {} diverged from their tape",
+        v["replayed"], v["changed"], v["diverged"]
+    );
+    Ok(())
+}
