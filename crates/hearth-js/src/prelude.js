@@ -378,7 +378,7 @@
   function setTimeout(f, ms = 0, ...args) {
     if (typeof f !== "function") throw new TypeError("setTimeout needs a function");
     const id = nextTimer++;
-    timers.set(id, { due: H.monotonic() + Math.max(0, Number(ms) || 0), f, args, every: null });
+    timers.set(id, { due: H.clock() + Math.max(0, Number(ms) || 0), f, args, every: null });
     return id;
   }
   function setInterval(f, ms = 0, ...args) {
@@ -503,11 +503,11 @@
         if (!["GET", "HEAD"].includes(msg.method)) init.body = body;
         result = await fn.f(new Request(url, init), { ...env, hearth }, { waitUntil() {}, passThroughOnException() {} });
       } else {
-        const deadline = H.now() + (msg.remaining_ms || 0);
+        const deadline = H.clock() + (msg.remaining_ms || 0);
         const context = {
           awsRequestId: msg.id, invocationId: msg.id, functionName: msg.function,
           functionVersion: String(msg.version), memoryLimitInMB: msg.memory_mib,
-          getRemainingTimeInMillis: () => Math.max(0, deadline - H.now()),
+          getRemainingTimeInMillis: () => Math.max(0, deadline - H.clock()),
         };
         result = await fn.f(event(msg, body, url), context);
       }
@@ -523,7 +523,8 @@
     },
     // Runs due timers; returns ms until the next one, or -1.
     tick() {
-      const now = H.monotonic();
+      if (timers.size === 0) return -1;
+      const now = H.clock();
       let next = -1;
       for (const [id, t] of [...timers]) {
         if (t.due <= now) {

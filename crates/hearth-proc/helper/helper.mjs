@@ -181,7 +181,55 @@ async function toResult(result) {
   return { status: 200, headers: [["content-type", "application/json"]], body: Buffer.from(JSON.stringify(result)) };
 }
 
+// Nondeterminism through the host, so it is taped: during an invocation
+// Date.now() / new Date() read the invocation's start time from the host
+// (frozen, as in Cloudflare Workers) and Math.random() runs from a seed
+// the host drew. Not covered: crypto.*, performance.now(), process.hrtime
+// (docs/recording.md).
+const RealDate = Date;
+let frozenMs = null;
+class TapedDate extends RealDate {
+  constructor(...args) {
+    if (args.length === 0 && frozenMs !== null) super(frozenMs);
+    else super(...args);
+  }
+  static now() {
+    return frozenMs ?? RealDate.now();
+  }
+}
+globalThis.Date = TapedDate;
+const realRandom = Math.random;
+const seed = new Uint32Array(4);
+let seeded = false;
+function xoshiro128ss() {
+  const r = Math.imul(rotl(Math.imul(seed[1], 5), 7), 9) >>> 0;
+  const t = seed[1] << 9;
+  seed[2] ^= seed[0]; seed[3] ^= seed[1]; seed[1] ^= seed[2]; seed[0] ^= seed[3];
+  seed[2] ^= t; seed[3] = rotl(seed[3], 11);
+  return r;
+}
+function rotl(x, k) { return ((x << k) | (x >>> (32 - k))) >>> 0; }
+Math.random = () => (seeded ? ((xoshiro128ss() >>> 5) * 67108864 + (xoshiro128ss() >>> 6)) / 9007199254740992 : realRandom());
+
+async function fromHost() {
+  frozenMs = Math.floor((await call({ call: "clock_wall" })).header.nanos / 1e6);
+  const bytes = (await call({ call: "random", n: 16 })).body;
+  for (let i = 0; i < 4; i++) seed[i] = bytes.readUInt32LE(i * 4);
+  if (seed.every((x) => x === 0)) seed[0] = 1;
+  seeded = true;
+}
+
 async function invoke(msg, body) {
+  try {
+    await fromHost();
+    await invokeHandler(msg, body);
+  } finally {
+    frozenMs = null;
+    seeded = false;
+  }
+}
+
+async function invokeHandler(msg, body) {
   if (loadError) {
     log("stderr", "error", [loadError]);
     send({ op: "error", message: loadError.split("\n")[0] });
@@ -195,11 +243,11 @@ async function invoke(msg, body) {
       if (!["GET", "HEAD"].includes(msg.method)) init.body = body;
       result = await fn.f(new Request(url, init), { ...process.env, hearth }, { waitUntil() {} });
     } else {
-      const deadline = Date.now() + (msg.remaining_ms || 0);
+      const deadline = RealDate.now() + (msg.remaining_ms || 0);
       const context = {
         awsRequestId: msg.id, invocationId: msg.id, functionName: msg.function,
         functionVersion: String(msg.version), memoryLimitInMB: msg.memory_mib,
-        getRemainingTimeInMillis: () => Math.max(0, deadline - Date.now()),
+        getRemainingTimeInMillis: () => Math.max(0, deadline - RealDate.now()),
       };
       result = await fn.f(event(msg, body, url), context);
     }

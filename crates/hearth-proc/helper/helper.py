@@ -380,12 +380,56 @@ def _make_hearth_module(handler):
     return mod
 
 
+_real = {name: getattr(time, name) for name in
+         ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns")}
+_real["urandom"] = os.urandom
+
+
+def _route_through_host(handler):
+    """During an invocation, clocks and randomness are answered by the node,
+    so they are on the invocation's tape and a replay sees the same values.
+    Outside one (module load) they are the real ones. Not covered: code that
+    bound a function before this ran (`from time import time` in a zygote
+    package) and C-level clocks such as datetime.now(); docs/recording.md."""
+
+    def host(real, ask):
+        def f(*args):
+            return ask(*args) if handler.invoking else _real[real](*args)
+        return f
+
+    def wall_ns():
+        return handler.call({"call": "clock_wall"})[0]["nanos"]
+
+    def mono_ns():
+        return handler.call({"call": "clock_monotonic"})[0]["nanos"]
+
+    def urandom(n):
+        n = int(n)
+        if n < 0:
+            raise ValueError("negative argument not allowed")
+        out = b""
+        while len(out) < n:
+            out += handler.call({"call": "random", "n": min(n - len(out), 65536)})[1]
+        return out
+
+    time.time_ns = host("time_ns", wall_ns)
+    time.time = host("time", lambda: wall_ns() / 1e9)
+    time.monotonic_ns = host("monotonic_ns", mono_ns)
+    time.monotonic = host("monotonic", lambda: mono_ns() / 1e9)
+    time.perf_counter_ns = host("perf_counter_ns", mono_ns)
+    time.perf_counter = host("perf_counter", lambda: mono_ns() / 1e9)
+    os.urandom = host("urandom", urandom)
+    return urandom
+
+
 class Handler:
     def __init__(self, sock):
         self.sock = sock
         self.fn = None
         self.shape = None
         self.load_error = None
+        self.invoking = False
+        self.urandom = _route_through_host(self)
         sys.modules["hearth"] = _make_hearth_module(self)
         sys.stdout = _Output(self, "log")
         sys.stderr = _Output(self, "stderr")
@@ -447,6 +491,13 @@ class Handler:
             send_frame(self.sock, {"op": "error", "message": self.load_error.strip().splitlines()[-1]})
             return
         event = make_event(msg, body)
+        self.invoking = True
+        rnd = sys.modules.get("random")
+        if rnd is not None:
+            # The module's generator, seeded from the tape: random.random()
+            # and friends replay exactly. SystemRandom reads os.urandom.
+            rnd._urandom = os.urandom
+            rnd.seed(self.urandom(32))
         try:
             if self.shape == "lambda":
                 context = Context(msg)
@@ -460,6 +511,8 @@ class Handler:
             self.log(text.rstrip(), level="error", stream="stderr")
             send_frame(self.sock, {"op": "error", "message": text.strip().splitlines()[-1]})
             return
+        finally:
+            self.invoking = False
         sys.stdout.flush()
         sys.stderr.flush()
         send_frame(self.sock, {"op": "response", "status": status, "headers": headers}, out)
@@ -481,10 +534,10 @@ class Context:
         self.function_name = msg.get("function", "")
         self.function_version = str(msg.get("version", ""))
         self.memory_limit_in_mb = msg.get("memory_mib", 0)
-        self._deadline = time.monotonic() + msg.get("remaining_ms", 0) / 1000
+        self._deadline = _real["monotonic"]() + msg.get("remaining_ms", 0) / 1000
 
     def get_remaining_time_in_millis(self):
-        return max(0, int((self._deadline - time.monotonic()) * 1000))
+        return max(0, int((self._deadline - _real["monotonic"]()) * 1000))
 
 
 def make_event(msg, body):

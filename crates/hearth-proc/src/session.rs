@@ -146,6 +146,19 @@ async fn host_call(host: &HostCtx, f: &Frame) -> (Value, Vec<u8>) {
                     resp.body,
                 ))
             }
+            // Clocks and randomness come from the host so they are taped
+            // (the helpers patch `time` and `os.urandom` to ask here).
+            "clock_wall" => Ok((json!({"nanos": host.wall_clock_nanos()}), Vec::new())),
+            "clock_monotonic" => Ok((json!({"nanos": host.monotonic_nanos()}), Vec::new())),
+            "random" => {
+                let n = f.header.get("n").and_then(Value::as_u64).unwrap_or(0) as usize;
+                if n > 65_536 {
+                    return Err(format!("at most 65536 random bytes per call, not {n}"));
+                }
+                let mut buf = vec![0u8; n];
+                host.fill_random(&mut buf);
+                Ok((json!({}), buf))
+            }
             other => Err(format!("unknown host call {other:?}")),
         }
     }

@@ -72,6 +72,20 @@ pub(super) fn install_bridge(ctx: &Ctx<'_>, state: &Rc<State>) -> rquickjs::Resu
             None => 0.0,
         })?,
     )?;
+    // The event loop's own clock for timer deadlines: not a host call, so
+    // not taped — how often the loop looks at it depends on scheduling, and
+    // a tape must only hold what the function's code asked for.
+    h.set(
+        "clock",
+        Function::new(ctx.clone(), || {
+            static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+            ORIGIN
+                .get_or_init(std::time::Instant::now)
+                .elapsed()
+                .as_secs_f64()
+                * 1e3
+        })?,
+    )?;
     let s = state.clone();
     h.set(
         "random",

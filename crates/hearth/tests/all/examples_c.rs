@@ -7,12 +7,24 @@ use std::process::Command;
 use crate::harness::Daemon;
 
 fn build(name: &str, out_dir: &Path) -> Vec<u8> {
+    build_with(name, out_dir, &[])
+}
+
+/// Builds examples/wasm/NAME.c with extra clang arguments (e.g. -D...).
+pub fn build_with(name: &str, out_dir: &Path, extra: &[&str]) -> Vec<u8> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../examples/wasm")
         .join(format!("{name}.c"));
-    let out: PathBuf = out_dir.join(format!("{name}.wasm"));
+    let tag: String = extra
+        .concat()
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
+    let out: PathBuf = out_dir.join(format!("{name}-{tag}.wasm"));
     let status = Command::new("clang")
-        .args(["--target=wasm32-wasi", "-O2", "-Wall", "-Werror", "-o"])
+        .args(["--target=wasm32-wasi", "-O2", "-Wall", "-Werror"])
+        .args(extra)
+        .arg("-o")
         .arg(&out)
         .arg(&src)
         .status()

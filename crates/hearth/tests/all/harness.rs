@@ -164,6 +164,21 @@ impl Daemon {
             .unwrap()
     }
 
+    /// Invokes admin's function `name` with `body`; its response body, which
+    /// must come with 200.
+    pub async fn invoke_body(&self, name: &str, body: String) -> String {
+        let resp = self
+            .post(&format!("/fn/admin/{name}"))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status();
+        let text = resp.text().await.unwrap();
+        assert_eq!(status, 200, "{name}: {text}");
+        text
+    }
+
     /// Invokes admin's function `name` with `body`.
     pub async fn invoke(&self, name: &str, body: &'static [u8]) -> reqwest::Response {
         self.post(&format!("/fn/admin/{name}"))

@@ -11,3 +11,4 @@ mod hostile;
 mod js;
 mod outbound;
 mod process;
+mod recording;
