@@ -27,6 +27,7 @@
 #define HEARTH_ETIMEOUT  (-5) /* the call ran out of time */
 #define HEARTH_ESTORAGE  (-6) /* the KV store failed */
 #define HEARTH_ETOOMANY  (-7) /* too many calls in one invocation */
+#define HEARTH_EOFFTAPE  (-8) /* a replay left its tape (docs/recording.md) */
 
 #define HEARTH_IMPORT(name) __attribute__((import_module("hearth"), import_name(name)))
 

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Cost of always-on recording, in one run on this machine:
+#   * throughput and p99 with recording on vs off (two daemons side by
+#     side, runs interleaved on/off/on/off) for the wasm hello function, a
+#     JS function making one outbound call, and a Python function;
+#   * bytes on disk per invocation for each, and replay speed (tapes/s).
+# Usage: bench/record.sh [seconds-per-run] [rounds]   (prints Markdown)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/setup.sh
+DUR="${1:-5}"
+ROUNDS="${2:-2}"
+C=16
+cargo build --release -q -p hearth -p hearth-bench
+BIN="$CARGO_TARGET_DIR/release"
+WORK="$(mktemp -d)"
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+# start NAME [flags...]: a daemon with data in $WORK/NAME; sets URL_NAME.
+start() {
+  local name=$1; shift
+  HEARTH_LOG=warn "$BIN/hearth" --data-dir "$WORK/$name" up --listen 127.0.0.1:0 "$@" >"$WORK/$name.log" 2>&1 &
+  PIDS+=("$!")
+  for _ in $(seq 1 600); do [ -s "$WORK/$name/server.json" ] && break; sleep 0.05; done
+  printf -v "URL_$name" '%s' "$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["url"])' "$WORK/$name/server.json")"
+}
+start on
+start off --record false
+
+# The outbound call's target: the ceiling server (fixed bytes, no work).
+"$BIN/hearth-bench" ceiling 127.0.0.1:0 >"$WORK/upstream.log" &
+PIDS+=("$!")
+for _ in $(seq 1 100); do grep -q listening "$WORK/upstream.log" 2>/dev/null && break; sleep 0.05; done
+UP=$(awk '{print $4}' "$WORK/upstream.log")
+UPHOST=${UP#http://}
+
+cat >"$WORK/onecall.mjs" <<JS
+export default {
+  async fetch() {
+    const r = await fetch("$UP/");
+    return new Response("upstream said " + (await r.text()).length + " bytes");
+  },
+};
+JS
+cat >"$WORK/handler.py" <<'PY'
+import random, time
+def handler(event, context):
+    return {"statusCode": 200, "body": f"t={time.time():.3f} r={random.random():.6f}"}
+PY
+for d in on off; do
+  url="URL_$d"; url=${!url}
+  tok=$(cat "$WORK/$d/token")
+  curl -sf -H "Authorization: Bearer $tok" --data-binary @"$WORK/onecall.mjs" \
+    "$url/v1/functions/onecall?runtime=js&file_name=index.mjs&public=true&allow_host=$UPHOST" >/dev/null
+  curl -sf -H "Authorization: Bearer $tok" --data-binary @"$WORK/handler.py" \
+    "$url/v1/functions/py?runtime=python&file_name=handler.py&public=true" >/dev/null
+  for f in hello onecall py; do curl -sf "$url/fn/admin/$f" >/dev/null; done
+done
+
+# wrk -> "req/s p99_us"
+wrk_run() {
+  wrk -t1 -c"$C" -d"${DUR}s" --latency "$1" | python3 -c '
+import re, sys
+text = sys.stdin.read()
+def us(v):
+    n, u = re.match(r"([\d.]+)(us|ms|s)", v).groups()
+    return float(n) * {"us": 1, "ms": 1e3, "s": 1e6}[u]
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+p99 = us(re.search(r"\s99%\s+(\S+)", text).group(1))
+bad = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+if bad: sys.exit("non-2xx responses: " + bad.group(1))
+print(f"{rps:.0f} {p99:.0f}")'
+}
+tapes() { curl -sf "$URL_on/metrics" | awk '$1=="hearth_tapes_total"{print $2}'; }
+seg_bytes() { du -sb "$WORK/on/recordings/segments" | awk '{print $1}'; }
+
+echo "### Recording on vs off (wrk -t1 -c$C, ${DUR}s per run, $ROUNDS rounds interleaved, $(nproc) cores)"
+echo
+echo "| function | recording | req/s | p99 | throughput change | p99 change | bytes on disk per invocation |"
+echo "|---|---|---|---|---|---|---|"
+for f in hello onecall py; do
+  on_rps=0; on_p99=0; off_rps=0; off_p99=0
+  t0=$(tapes); b0=$(seg_bytes)
+  for _ in $(seq 1 "$ROUNDS"); do
+    read -r r p < <(wrk_run "$URL_on/fn/admin/$f");  on_rps=$((on_rps + r));  on_p99=$((on_p99 + p))
+    read -r r p < <(wrk_run "$URL_off/fn/admin/$f"); off_rps=$((off_rps + r)); off_p99=$((off_p99 + p))
+  done
+  sleep 0.5   # one flush interval
+  t1=$(tapes); b1=$(seg_bytes)
+  python3 - "$f" "$on_rps" "$on_p99" "$off_rps" "$off_p99" "$ROUNDS" "$t0" "$t1" "$b0" "$b1" <<'PY'
+import sys
+f, on_r, on_p, off_r, off_p, n, t0, t1, b0, b1 = sys.argv[1:]
+n = int(n); on_r, on_p, off_r, off_p = (int(x) / n for x in (on_r, on_p, off_r, off_p))
+per = (int(b1) - int(b0)) / max(1, int(float(t1)) - int(float(t0)))
+print(f"| {f} | off | {off_r:.0f} | {off_p/1000:.2f} ms | | | |")
+print(f"| {f} | on | {on_r:.0f} | {on_p/1000:.2f} ms | **{(on_r/off_r-1)*100:+.1f}%** | **{(on_p/off_p-1)*100:+.1f}%** | {per:.0f} B |")
+PY
+done
+
+echo
+echo "### Replay speed"
+echo
+echo "| function | tapes replayed | seconds | tapes/s |"
+echo "|---|---|---|---|"
+TOK=$(cat "$WORK/on/token")
+for f in hello onecall py; do
+  out=$(curl -sf -w ' %{time_total}' -X POST -H "Authorization: Bearer $TOK" \
+    "$URL_on/v1/functions/$f/replay?against=1&last=2000")
+  python3 - "$f" "$out" <<'PY'
+import json, sys
+f, out = sys.argv[1], sys.argv[2]
+body, secs = out.rsplit(" ", 1)
+v = json.loads(body)
+secs = float(secs)
+assert v["changed"] == 0 and v["diverged"] == 0, (v["changed"], v["diverged"])
+print(f"| {f} | {v['replayed']} (all identical) | {secs:.2f} | {v['replayed']/secs:.0f} |")
+PY
+done
