@@ -15,7 +15,13 @@ cargo build --release -q -p hearth -p hearth-bench
 BIN="$CARGO_TARGET_DIR/release"
 WORK="$(mktemp -d)"
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+# Daemons get SIGTERM and time to unmount their sandboxes before the
+# directory goes.
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
 trap cleanup EXIT
 
 # start NAME [flags...]: a daemon with data in $WORK/NAME; sets URL_NAME.
@@ -106,12 +112,12 @@ echo "| function | tapes replayed | seconds | tapes/s |"
 echo "|---|---|---|---|"
 TOK=$(cat "$WORK/on/token")
 for f in hello onecall py; do
-  out=$(curl -sf -w ' %{time_total}' -X POST -H "Authorization: Bearer $TOK" \
-    "$URL_on/v1/functions/$f/replay?against=1&last=2000")
-  python3 - "$f" "$out" <<'PY'
+  curl -sf -w ' %{time_total}' -X POST -H "Authorization: Bearer $TOK" \
+    "$URL_on/v1/functions/$f/replay?against=1&last=2000" >"$WORK/replay.out"
+  python3 - "$f" "$WORK/replay.out" <<'PY'
 import json, sys
-f, out = sys.argv[1], sys.argv[2]
-body, secs = out.rsplit(" ", 1)
+f = sys.argv[1]
+body, secs = open(sys.argv[2]).read().rsplit(" ", 1)
 v = json.loads(body)
 secs = float(secs)
 assert v["changed"] == 0 and v["diverged"] == 0, (v["changed"], v["diverged"])

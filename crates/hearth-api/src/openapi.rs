@@ -84,6 +84,39 @@ pub(crate) async fn document() -> Json<Value> {
                     {"name": "invocation", "in": "query", "schema": {"type": "string"}},
                     {"name": "limit", "in": "query", "schema": {"type": "integer", "default": 100}}],
                 "responses": {"200": {"description": "{tenant, name, lines: [LogRecord]}"}, "404": err}}},
+            "/v1/functions/{name}/recordings": {"get": {
+                "summary": "The function's tapes, newest first (docs/recording.md)",
+                "parameters": [name,
+                    {"name": "status", "in": "query", "description": "`error`, `any` or an HTTP status", "schema": {"type": "string"}},
+                    {"name": "since", "in": "query", "description": "90s, 15m, 1h, 2d", "schema": {"type": "string"}},
+                    {"name": "version", "in": "query", "schema": {"type": "integer"}},
+                    {"name": "limit", "in": "query", "schema": {"type": "integer", "default": 100}}],
+                "responses": {"200": {"description": "{tenant, name, recordings: [{id, version, tier, started_ms, duration_us, status, outcome}]}"}, "400": err, "503": err}}},
+            "/v1/functions/{name}/replay": {"post": {
+                "summary": "Replay recorded traffic against a version; which responses changed",
+                "parameters": [name,
+                    {"name": "against", "in": "query", "required": true, "schema": {"type": "integer"}},
+                    {"name": "last", "in": "query", "schema": {"type": "integer", "default": 100}},
+                    {"name": "since", "in": "query", "schema": {"type": "string"}},
+                    {"name": "status", "in": "query", "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "{name, against, replayed, changed, diverged, results: [ReplayReport]}"}, "400": err, "404": err}}},
+            "/v1/recordings/{id}": {"get": {
+                "summary": "One tape's timeline: request, host calls with answers, outcome",
+                "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "the timeline"}, "404": err}}},
+            "/v1/recordings/{id}/export": {"get": {
+                "summary": "One tape as a self-checking file (JSON with a sha256)",
+                "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "the tape file"}, "404": err}}},
+            "/v1/recordings/{id}/replay": {"post": {
+                "summary": "Replay one tape: identical, or where it diverged and how the response differs",
+                "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}},
+                    {"name": "version", "in": "query", "description": "default: the version that made the tape", "schema": {"type": "integer"}}],
+                "responses": {"200": {"description": "{identical, verdict, divergence, recorded, replayed, diff, logs}"}, "404": err}}},
+            "/v1/replay": {"post": {
+                "summary": "Replay an exported tape file (the body) against the caller's function of its name",
+                "parameters": [{"name": "version", "in": "query", "schema": {"type": "integer"}}],
+                "responses": {"200": {"description": "a replay report"}, "400": err, "404": err}}},
             "/fn/{tenant}/{name}": {
                 "parameters": [
                     {"name": "tenant", "in": "path", "required": true, "schema": {"type": "string"}},

@@ -259,7 +259,7 @@ impl HostCtx {
     /// is live (or retrying), go on. `Some(Ok)`: the recorded answer, which
     /// is also put on this host's tape. `Some(Err)`: the replay has left
     /// its tape (now or before); `asked` names the call for the report.
-    fn from_tape<T>(
+    fn taped_answer<T>(
         &self,
         asked: impl FnOnce() -> String,
         same: impl FnOnce(&HostEvent) -> Option<T>,
@@ -349,7 +349,7 @@ impl HostCtx {
 
     /// Wall-clock time, nanoseconds since the Unix epoch.
     pub fn wall_clock_nanos(&self) -> u64 {
-        if let Some(Ok(nanos)) = self.from_tape(
+        if let Some(Ok(nanos)) = self.taped_answer(
             || "clock.wall".into(),
             |e| match e {
                 HostEvent::WallClock { nanos } => Some(*nanos),
@@ -368,7 +368,7 @@ impl HostCtx {
 
     /// Monotonic time in nanoseconds from an arbitrary, per-process origin.
     pub fn monotonic_nanos(&self) -> u64 {
-        if let Some(Ok(nanos)) = self.from_tape(
+        if let Some(Ok(nanos)) = self.taped_answer(
             || "clock.monotonic".into(),
             |e| match e {
                 HostEvent::MonotonicClock { nanos } => Some(*nanos),
@@ -385,7 +385,7 @@ impl HostCtx {
     /// Fills `buf` with cryptographically secure random bytes.
     pub fn fill_random(&self, buf: &mut [u8]) {
         let len = buf.len();
-        if let Some(Ok(bytes)) = self.from_tape(
+        if let Some(Ok(bytes)) = self.taped_answer(
             || format!("random {len} bytes"),
             |e| match e {
                 HostEvent::Random { bytes } if bytes.len() == len => Some(bytes.clone()),
@@ -480,7 +480,7 @@ impl HostCtx {
             HostEvent::KvGet { key: k, value } if *k == key => Some(value.clone()),
             _ => None,
         };
-        if let Some(answer) = self.from_tape(
+        if let Some(answer) = self.taped_answer(
             || {
                 HostEvent::KvGet {
                     key: key.clone(),
@@ -514,7 +514,7 @@ impl HostCtx {
             HostEvent::KvSet { key: k, value: v } if *k == key && *v == value => Some(()),
             _ => None,
         };
-        if let Some(answer) = self.from_tape(
+        if let Some(answer) = self.taped_answer(
             || {
                 HostEvent::KvSet {
                     key: key.clone(),
@@ -541,7 +541,7 @@ impl HostCtx {
             HostEvent::KvDelete { key: k, existed } if *k == key => Some(*existed),
             _ => None,
         };
-        if let Some(answer) = self.from_tape(
+        if let Some(answer) = self.taped_answer(
             || {
                 HostEvent::KvDelete {
                     key: key.clone(),
@@ -568,7 +568,7 @@ impl HostCtx {
             HostEvent::KvList { prefix: p, keys } if *p == prefix => Some(keys.clone()),
             _ => None,
         };
-        if let Some(answer) = self.from_tape(
+        if let Some(answer) = self.taped_answer(
             || {
                 HostEvent::KvList {
                     prefix: prefix.clone(),
@@ -612,7 +612,7 @@ impl HostCtx {
             // first time too.
             http::check(&self.0.meta.version.spec, &request)?;
             let asked = || format!("http.fetch {} {}", request.method, request.url);
-            return self.from_tape(asked, same).expect("a replaying host")?;
+            return self.taped_answer(asked, same).expect("a replaying host")?;
         }
         if let Some(result) = self.replayed(same) {
             return result;

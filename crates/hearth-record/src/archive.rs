@@ -70,7 +70,11 @@ impl Archive {
     }
 
     pub(crate) fn seal(&self, tenant: &str, body: &BlockBody) -> Result<Vec<u8>, RecordError> {
-        let plain = postcard::to_stdvec(body)
+        // Sized up front: growing a vector of thousands of tapes by
+        // doubling was most of the writer's copying.
+        let guess =
+            body.tapes.len() * 512 + body.blobs.iter().map(|(_, b)| b.len() + 40).sum::<usize>();
+        let plain = postcard::to_extend(body, Vec::with_capacity(guess))
             .map_err(|e| RecordError::Corrupt(format!("cannot encode a block: {e}")))?;
         let packed = zstd::bulk::compress(&plain, ZSTD_LEVEL)?;
         Ok(segment::frame(tenant, &self.keys.seal(tenant, &packed)))
@@ -123,6 +127,11 @@ impl Archive {
 
     pub(crate) fn read_entry(&self, entry: &TapeEntry) -> Result<Recording, RecordError> {
         let mut body = self.read_body(&entry.tenant, entry.segment, entry.offset)?;
+        self.take_from(&mut body, entry)
+    }
+
+    /// Takes `entry`'s tape out of its decoded block.
+    fn take_from(&self, body: &mut BlockBody, entry: &TapeEntry) -> Result<Recording, RecordError> {
         let at = body
             .tapes
             .iter()
@@ -131,8 +140,28 @@ impl Archive {
                 RecordError::Corrupt(format!("tape {} is not in its block", entry.id))
             })?;
         let stored = body.tapes.swap_remove(at);
-        let blobs = std::mem::take(&mut body.blobs);
-        stored.join(|hash| self.blob(entry, &blobs, hash))
+        stored.join(|hash| self.blob(entry, &body.blobs, hash))
+    }
+
+    /// Reads many tapes, decoding each block once (a block holds every tape
+    /// of a flush interval): for replaying traffic. Tapes that expired
+    /// since they were listed are left out.
+    pub fn read_many(&self, entries: &[TapeEntry]) -> Result<Vec<Recording>, RecordError> {
+        let mut out = Vec::with_capacity(entries.len());
+        let mut block: Option<((u64, u64), BlockBody)> = None;
+        for e in entries {
+            let at = (e.segment, e.offset);
+            if block.as_ref().is_none_or(|(k, _)| *k != at) {
+                match self.read_body(&e.tenant, e.segment, e.offset) {
+                    Ok(b) => block = Some((at, b)),
+                    Err(RecordError::Expired) => continue,
+                    Err(err) => return Err(err),
+                }
+            }
+            let (_, body) = block.as_mut().expect("just read");
+            out.push(self.take_from(body, e)?);
+        }
+        Ok(out)
     }
 
     /// A payload by hash: in the tape's own block, or in an earlier block of

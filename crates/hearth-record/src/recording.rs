@@ -74,13 +74,13 @@ pub struct Recording {
 /// Payloads at least this large are stored once per segment, by hash.
 pub const BLOB_MIN_BYTES: usize = 4096;
 
-/// Where a split-out payload belongs in its recording.
+/// Whose body a split-out payload is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum Slot {
-    RequestBody,
-    ResponseBody,
+    Request,
+    Response,
     /// The response body of the host call at this index.
-    FetchBody(u32),
+    Fetch(u32),
 }
 
 pub(crate) type Hash = [u8; 32];
@@ -102,35 +102,32 @@ impl Stored {
     pub fn split(mut recording: Recording) -> (Stored, Vec<(Hash, Vec<u8>)>) {
         let mut refs = Vec::new();
         let mut blobs = Vec::new();
-        let mut take = |slot: Slot, body: Vec<u8>| -> Option<Vec<u8>> {
-            if body.len() < BLOB_MIN_BYTES {
-                return Some(body);
-            }
+        // Small bodies stay where they are, uncopied: most tapes have none
+        // to split.
+        let mut take = |slot: Slot, body: Vec<u8>| {
             let hash = sha256(&body);
             refs.push((slot, hash));
             blobs.push((hash, body));
-            None
         };
-        let body = std::mem::take(&mut recording.request.body);
-        if let Some(b) = take(Slot::RequestBody, body.to_vec()) {
-            recording.request.body = Bytes::from(b);
+        if recording.request.body.len() >= BLOB_MIN_BYTES {
+            take(
+                Slot::Request,
+                std::mem::take(&mut recording.request.body).into(),
+            );
         }
-        if let Outcome::Response(r) = &mut recording.outcome {
-            let body = std::mem::take(&mut r.body);
-            if let Some(b) = take(Slot::ResponseBody, body.to_vec()) {
-                r.body = Bytes::from(b);
-            }
+        if let Outcome::Response(r) = &mut recording.outcome
+            && r.body.len() >= BLOB_MIN_BYTES
+        {
+            take(Slot::Response, std::mem::take(&mut r.body).into());
         }
         for (i, event) in recording.tape.events.iter_mut().enumerate() {
             if let HostEvent::HttpFetch {
                 result: Ok(response),
                 ..
             } = event
+                && response.body.len() >= BLOB_MIN_BYTES
             {
-                let body = std::mem::take(&mut response.body);
-                if let Some(b) = take(Slot::FetchBody(i as u32), body) {
-                    response.body = b;
-                }
+                take(Slot::Fetch(i as u32), std::mem::take(&mut response.body));
             }
         }
         (Stored { recording, refs }, blobs)
@@ -150,8 +147,8 @@ impl Stored {
                 ));
             }
             match *slot {
-                Slot::RequestBody => r.request.body = Bytes::from(body),
-                Slot::ResponseBody => match &mut r.outcome {
+                Slot::Request => r.request.body = Bytes::from(body),
+                Slot::Response => match &mut r.outcome {
                     Outcome::Response(resp) => resp.body = Bytes::from(body),
                     Outcome::Error { .. } => {
                         return Err(RecordError::Corrupt(
@@ -159,7 +156,7 @@ impl Stored {
                         ));
                     }
                 },
-                Slot::FetchBody(i) => match r.tape.events.get_mut(i as usize) {
+                Slot::Fetch(i) => match r.tape.events.get_mut(i as usize) {
                     Some(HostEvent::HttpFetch {
                         result: Ok(resp), ..
                     }) => resp.body = body,

@@ -200,6 +200,7 @@ impl Recorder {
             .await
             .map_err(|_| RecordError::Closed)?
             .map_err(|_| RecordError::Closed)?;
+        self.wake();
         done.await
             .map_err(|_| RecordError::Closed)?
             .map_err(RecordError::Write)
@@ -215,10 +216,18 @@ impl Recorder {
         self.ask(Job::Sweep).await
     }
 
+    /// Wakes the writer before its flush interval is up.
+    fn wake(&self) {
+        if let Some(t) = &*self.thread.lock().unwrap_or_else(|p| p.into_inner()) {
+            t.thread().unpark();
+        }
+    }
+
     /// Writes what is queued and stops the writer.
     pub fn close(&self) {
         drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
         if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            t.thread().unpark();
             let _ = t.join();
         }
     }
@@ -227,6 +236,16 @@ impl Recorder {
 impl Drop for Recorder {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+/// Makes the calling thread yield to invocations when the CPU is short: the
+/// writer's work can wait a few milliseconds, a request should not.
+fn lower_priority() {
+    // SAFETY: setpriority on this thread's own id; no memory is touched.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
+    if rc != 0 {
+        tracing::debug!("could not lower the recorder thread's priority");
     }
 }
 
@@ -333,55 +352,39 @@ struct Writer {
 
 impl Writer {
     fn run(mut self, rx: mpsc::Receiver<Job>) {
+        lower_priority();
         let mut last_sweep = Instant::now();
         loop {
-            let wait = self
-                .config
-                .sweep_interval
-                .saturating_sub(last_sweep.elapsed());
-            let first = match rx.recv_timeout(wait) {
-                Ok(job) => job,
-                Err(RecvTimeoutError::Timeout) => {
-                    self.sweep_logged();
-                    last_sweep = Instant::now();
-                    continue;
-                }
-                Err(RecvTimeoutError::Disconnected) => return,
-            };
             let mut batch = Vec::new();
             let mut acks = Vec::new();
             let mut sweep = None;
-            take(first, &mut batch, &mut acks, &mut sweep);
             let mut open = true;
-            // Batched: gather for one interval. Sync: take what is already
-            // queued (group commit) and write at once.
-            let until = Instant::now()
-                + match (self.config.durability, acks.is_empty()) {
-                    (Durability::Batched, true) => self.config.flush_interval,
-                    _ => Duration::ZERO,
-                };
+            match self.config.durability {
+                // Batched: sleep one interval, then take everything queued.
+                // Senders never wake this thread (a futex wake per
+                // invocation cost more than writing the tape); a flush,
+                // sweep or close unparks it.
+                Durability::Batched => std::thread::park_timeout(self.config.flush_interval),
+                // Sync: a caller is waiting; wake for it, then take what
+                // else is queued with it (group commit).
+                Durability::Sync => {
+                    let wait = self
+                        .config
+                        .sweep_interval
+                        .saturating_sub(last_sweep.elapsed());
+                    match rx.recv_timeout(wait) {
+                        Ok(job) => take(job, &mut batch, &mut acks, &mut sweep),
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Err(RecvTimeoutError::Disconnected) => open = false,
+                    }
+                }
+            }
             while open && sweep.is_none() {
-                let left = until.saturating_duration_since(Instant::now());
-                let job = if left.is_zero() {
-                    match rx.try_recv() {
-                        Ok(job) => job,
-                        Err(mpsc::TryRecvError::Empty) => break,
-                        Err(mpsc::TryRecvError::Disconnected) => {
-                            open = false;
-                            break;
-                        }
-                    }
-                } else {
-                    match rx.recv_timeout(left) {
-                        Ok(job) => job,
-                        Err(RecvTimeoutError::Timeout) => break,
-                        Err(RecvTimeoutError::Disconnected) => {
-                            open = false;
-                            break;
-                        }
-                    }
-                };
-                take(job, &mut batch, &mut acks, &mut sweep);
+                match rx.try_recv() {
+                    Ok(job) => take(job, &mut batch, &mut acks, &mut sweep),
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => open = false,
+                }
             }
             let result = self.write(batch).map_err(|e| {
                 tracing::error!(error = %e, "writing tapes failed");

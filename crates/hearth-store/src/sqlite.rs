@@ -82,7 +82,7 @@ CREATE TABLE IF NOT EXISTS tapes (
     outcome     TEXT NOT NULL,
     segment     INTEGER NOT NULL,
     offset      INTEGER NOT NULL
-);
+) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tapes_by_function ON tapes (tenant, function, id);
 CREATE INDEX IF NOT EXISTS tapes_by_segment ON tapes (segment, offset);
 CREATE TABLE IF NOT EXISTS tape_blobs (

@@ -234,6 +234,12 @@ async fn openapi_describes_every_route() {
         "/v1/functions",
         "/v1/functions/{name}",
         "/v1/functions/{name}/logs",
+        "/v1/functions/{name}/recordings",
+        "/v1/functions/{name}/replay",
+        "/v1/recordings/{id}",
+        "/v1/recordings/{id}/export",
+        "/v1/recordings/{id}/replay",
+        "/v1/replay",
         "/fn/{tenant}/{name}",
     ] {
         assert!(paths.contains_key(p), "{p} missing from openapi.json");
