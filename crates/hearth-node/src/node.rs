@@ -449,8 +449,11 @@ impl Node {
                 self.metrics.tapes.inc();
             }
             Err(e) => {
-                self.metrics.tapes_dropped.inc();
-                tracing::warn!(error = %e, id = %outcome.id, "an invocation's tape was not kept");
+                // Counted in hearth_tapes_dropped_total; logged once per
+                // thousand so an overloaded recorder does not flood the log.
+                if self.metrics.tapes_dropped.inc() % 1000 == 0 {
+                    tracing::warn!(error = %e, id = %outcome.id, "an invocation's tape was not kept");
+                }
             }
         };
         outcome
