@@ -451,7 +451,7 @@ impl Node {
             Err(e) => {
                 // Counted in hearth_tapes_dropped_total; logged once per
                 // thousand so an overloaded recorder does not flood the log.
-                if self.metrics.tapes_dropped.inc() % 1000 == 0 {
+                if self.metrics.tapes_dropped.inc().is_multiple_of(1000) {
                     tracing::warn!(error = %e, id = %outcome.id, "an invocation's tape was not kept");
                 }
             }

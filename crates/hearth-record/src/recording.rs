@@ -71,6 +71,42 @@ pub struct Recording {
     pub outcome: Outcome,
 }
 
+impl Recording {
+    /// Roughly what this tape holds in memory, for bounding the queue.
+    pub fn approx_bytes(&self) -> u64 {
+        let events: usize = self
+            .tape
+            .events
+            .iter()
+            .map(|e| {
+                32 + match e {
+                    HostEvent::Random { bytes } => bytes.len(),
+                    HostEvent::KvGet { key, value } => {
+                        key.len() + value.as_ref().map_or(0, Vec::len)
+                    }
+                    HostEvent::KvSet { key, value } => key.len() + value.len(),
+                    HostEvent::KvDelete { key, .. } => key.len(),
+                    HostEvent::KvList { prefix, keys } => {
+                        prefix.len() + keys.iter().map(Vec::len).sum::<usize>()
+                    }
+                    HostEvent::HttpFetch { request, result } => {
+                        request.url.len()
+                            + request.body.len()
+                            + result.as_ref().map_or(0, |r| r.body.len())
+                    }
+                    HostEvent::Log { message, .. } => message.len(),
+                    HostEvent::WallClock { .. } | HostEvent::MonotonicClock { .. } => 0,
+                }
+            })
+            .sum();
+        let response = match &self.outcome {
+            Outcome::Response(r) => r.body.len(),
+            Outcome::Error { message, .. } => message.len(),
+        };
+        (256 + self.request.body.len() + response + events) as u64
+    }
+}
+
 /// Payloads at least this large are stored once per segment, by hash.
 pub const BLOB_MIN_BYTES: usize = 4096;
 

@@ -66,6 +66,10 @@ pub struct RecordConfig {
     pub sweep_interval: Duration,
     /// Tapes waiting to be written before new ones are dropped (and counted).
     pub queue: usize,
+    /// Bytes of tapes waiting to be written before new ones are dropped:
+    /// a flood of large requests must not turn the queue into the largest
+    /// thing in memory.
+    pub queue_bytes: u64,
 }
 
 impl Default for RecordConfig {
@@ -79,6 +83,7 @@ impl Default for RecordConfig {
             max_bytes: 1 << 30,
             sweep_interval: Duration::from_secs(60),
             queue: 65_536,
+            queue_bytes: 256 << 20,
         }
     }
 }
@@ -92,6 +97,8 @@ pub struct RecorderStats {
     /// Bytes appended to segments.
     pub bytes: AtomicU64,
     pub expired: AtomicU64,
+    /// Approximate bytes of tapes handed over and not yet written.
+    pub queued_bytes: AtomicU64,
 }
 
 type Ack = oneshot::Sender<Result<(), String>>;
@@ -109,6 +116,7 @@ pub struct Recorder {
     archive: Arc<Archive>,
     durability: Durability,
     stats: Arc<RecorderStats>,
+    queue_bytes: u64,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -142,6 +150,7 @@ impl Recorder {
             archive,
             durability: config.durability,
             stats,
+            queue_bytes: config.queue_bytes,
             thread: Mutex::new(Some(thread)),
         })
     }
@@ -168,15 +177,29 @@ impl Recorder {
         let Some(tx) = self.sender() else {
             return Err(RecordError::Closed);
         };
+        let size = recording.approx_bytes();
+        let queued = self.stats.queued_bytes.fetch_add(size, Ordering::Relaxed);
         match self.durability {
-            Durability::Batched => match tx.try_send(Job::Record(Box::new(recording), None)) {
-                Ok(()) => Ok(()),
-                Err(TrySendError::Full(_)) => {
+            Durability::Batched => {
+                if queued + size > self.queue_bytes {
+                    self.stats.queued_bytes.fetch_sub(size, Ordering::Relaxed);
                     self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                    Err(RecordError::Overloaded)
+                    return Err(RecordError::Overloaded);
                 }
-                Err(TrySendError::Disconnected(_)) => Err(RecordError::Closed),
-            },
+                match tx.try_send(Job::Record(Box::new(recording), None)) {
+                    Ok(()) => Ok(()),
+                    Err(e) => {
+                        self.stats.queued_bytes.fetch_sub(size, Ordering::Relaxed);
+                        match e {
+                            TrySendError::Full(_) => {
+                                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                                Err(RecordError::Overloaded)
+                            }
+                            TrySendError::Disconnected(_) => Err(RecordError::Closed),
+                        }
+                    }
+                }
+            }
             Durability::Sync => {
                 let (ack, done) = oneshot::channel();
                 let job = Job::Record(Box::new(recording), Some(ack));
@@ -386,10 +409,12 @@ impl Writer {
                     Err(mpsc::TryRecvError::Disconnected) => open = false,
                 }
             }
+            let handed: u64 = batch.iter().map(Recording::approx_bytes).sum();
             let result = self.write(batch).map_err(|e| {
                 tracing::error!(error = %e, "writing tapes failed");
                 e.to_string()
             });
+            self.stats.queued_bytes.fetch_sub(handed, Ordering::Relaxed);
             for ack in acks {
                 let _ = ack.send(result.clone());
             }

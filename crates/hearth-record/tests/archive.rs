@@ -264,3 +264,34 @@ async fn retention_keeps_errors_longer_when_a_function_asks_and_caps_size() {
             .is_empty()
     );
 }
+
+#[tokio::test]
+async fn a_flood_of_large_tapes_is_dropped_and_counted_not_queued_without_bound() {
+    let fx = Fixture::new();
+    let rec = fx.recorder(RecordConfig {
+        flush_interval: Duration::from_secs(3600),
+        queue_bytes: 128 << 10, // one tape here is ~80 KiB (request and echoed response)
+        ..RecordConfig::default()
+    });
+    let now = hearth_core::unix_time_ms();
+    let big = "x".repeat(40 << 10);
+    rec.record(recording("a", "f", &big, true, now))
+        .await
+        .unwrap();
+    let err = rec
+        .record(recording("a", "f", &big, true, now))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RecordError::Overloaded), "{err}");
+    assert_eq!(
+        rec.stats()
+            .dropped
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    // Once the queue is written, there is room again.
+    rec.flush().await.unwrap();
+    rec.record(recording("a", "f", &big, true, now))
+        .await
+        .unwrap();
+}
