@@ -125,6 +125,13 @@ impl ZygoteTree {
             .env("PYTHONDONTWRITEBYTECODE", "1")
             .env("PATH", "/usr/bin:/bin")
             .stdin(std::process::Stdio::null())
+            // Not the daemon's own stdout/stderr: every sandbox descends from
+            // this process, and if the daemon is killed outright a frozen
+            // orphan holding the daemon's pipes would keep whoever reads
+            // them (a terminal's pager, a test runner) waiting forever.
+            // What the tree writes to stderr goes to the daemon's log.
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
         use std::os::fd::AsRawFd;
         let fd = theirs.as_raw_fd();
@@ -137,10 +144,19 @@ impl ZygoteTree {
                 Ok(())
             });
         }
-        let child = cmd
+        let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", config.python.display()))?;
         drop(theirs);
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(async move {
+                use tokio::io::AsyncBufReadExt;
+                let mut lines = tokio::io::BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::warn!(target: "hearth_proc::zygote", "{line}");
+                }
+            });
+        }
         ours.set_nonblocking(true).map_err(|e| e.to_string())?;
         let control = UnixStream::from_std(ours).map_err(|e| e.to_string())?;
         let pid = child.id().unwrap_or(0) as i32;

@@ -145,17 +145,40 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             max_code_bytes: settings.max_code_bytes,
         },
     );
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await;
+    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                shutdown_signal().await;
+                let _ = stopping.send(());
+            })
+            .await
+    });
+    // Requests in flight get a few seconds to finish; a function that runs
+    // longer (or a client that never closes) must not keep the node from
+    // cleaning up its sandboxes.
+    let served = tokio::select! {
+        r = &mut server => r.map_err(anyhow::Error::from).and_then(|r| r.context("server failed")),
+        _ = async {
+            let _ = stopped.await;
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+        } => {
+            tracing::warn!("requests still open 5 s after the stop signal; stopping anyway");
+            server.abort();
+            Ok(())
+        }
+    };
     let _ = std::fs::remove_file(dir.join("server.json"));
+    // Sandboxes, zygotes, mounts and cgroups go with the daemon: first,
+    // since they outlive it on the host.
+    tokio::task::spawn_blocking(move || proc.shutdown()).await?;
+    tracing::info!("sandboxes removed");
     if let Some(r) = recorder {
         // Writes what is queued: a clean stop loses no tape.
         tokio::task::spawn_blocking(move || r.close()).await?;
+        tracing::info!("recordings written");
     }
-    // Sandboxes, zygotes, mounts and cgroups go with the daemon.
-    tokio::task::spawn_blocking(move || proc.shutdown()).await?;
-    served.context("server failed")
+    served
 }
 
 async fn shutdown_signal() {

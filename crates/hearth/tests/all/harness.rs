@@ -194,7 +194,7 @@ impl Daemon {
         name: &str,
         pred: impl Fn(&[serde_json::Value]) -> bool,
     ) -> Vec<serde_json::Value> {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let v: serde_json::Value = self
                 .get(&format!("/v1/functions/{name}/logs"))
@@ -215,14 +215,16 @@ impl Daemon {
 
 impl Drop for Daemon {
     /// SIGTERM, so the daemon removes its sandboxes, mounts and cgroups;
-    /// SIGKILL if it has not stopped after ten seconds.
+    /// SIGKILL if it has not stopped after thirty seconds (a loaded,
+    /// parallel test run can make an orderly shutdown slow; a SIGKILL
+    /// leaves mounts behind).
     fn drop(&mut self) {
         if let Ok(Some(_)) = self.child.try_wait() {
             return; // already gone (kill9)
         }
         // SAFETY: kill(2) has no memory-safety preconditions.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return;
