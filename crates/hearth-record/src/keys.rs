@@ -9,8 +9,6 @@
 //! per-tenant key to throw away).
 
 use std::collections::HashMap;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -39,18 +37,9 @@ impl Keys {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let mut key = [0u8; 32];
                 rand::rng().fill_bytes(&mut key);
-                // Written under a temporary name and renamed, so a crash
-                // never leaves half a key that would lock every tape away.
-                let tmp = path.with_extension("key.tmp");
-                let mut f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .mode(0o600)
-                    .open(&tmp)?;
-                f.write_all(&key)?;
-                f.sync_all()?;
-                std::fs::rename(&tmp, path)?;
+                // Written whole or not at all: half a key would lock every
+                // tape away.
+                hearth_store::write_secret(path, &key)?;
                 key
             }
             Err(e) => return Err(e.into()),

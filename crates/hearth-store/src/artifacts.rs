@@ -111,9 +111,35 @@ fn is_hash(s: &str) -> bool {
 /// across a crash: temp file in `tmp_dir` (same filesystem), fsync, rename,
 /// fsync of the destination directory.
 pub fn write_atomically(tmp_dir: &Path, dest: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let tmp = tmp_dir.join(format!("{}.{}", std::process::id(), rand::random::<u64>()));
+    write_atomically_with_mode(tmp_dir, dest, bytes, 0o666)
+}
+
+/// [`write_atomically`] for a secret (a token, a key): readable by the
+/// owner only, from the moment the file exists.
+pub fn write_secret(dest: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let dir = dest.parent().unwrap_or(Path::new("."));
+    write_atomically_with_mode(dir, dest, bytes, 0o600)
+}
+
+fn write_atomically_with_mode(
+    tmp_dir: &Path,
+    dest: &Path,
+    bytes: &[u8],
+    mode: u32,
+) -> Result<(), StoreError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = tmp_dir.join(format!(
+        ".{}.{}.tmp",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
     let result = (|| {
-        let mut file = File::create(&tmp).map_err(|e| StoreError::io("create", &tmp, e))?;
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)
+            .map_err(|e| StoreError::io("create", &tmp, e))?;
         file.write_all(bytes)
             .map_err(|e| StoreError::io("write", &tmp, e))?;
         file.sync_all()

@@ -19,7 +19,7 @@ mod sqlite;
 use hearth_core::{FunctionSpec, FunctionVersion};
 use serde::{Deserialize, Serialize};
 
-pub use artifacts::{ArtifactStore, sha256_hex, write_atomically};
+pub use artifacts::{ArtifactStore, sha256_hex, write_atomically, write_secret};
 pub use error::StoreError;
 pub use sqlite::SqliteStore;
 

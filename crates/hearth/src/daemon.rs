@@ -10,9 +10,6 @@
 //! server.json      {url, pid} of the running daemon, for the CLI
 //! ```
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -205,7 +202,7 @@ async fn first_start(
         store.create_tenant(ADMIN_TENANT)?;
     }
     let token = store.create_token(ADMIN_TENANT, Role::Admin)?;
-    write_secret(&token_path, &token)?;
+    hearth_store::write_secret(&token_path, token.as_bytes())?;
     println!(
         "Created tenant {ADMIN_TENANT:?}; its admin token is in {} (mode 0600)",
         token_path.display()
@@ -220,20 +217,5 @@ async fn first_start(
         }
         println!("Deployed examples: hello, echo (public), counter (needs the token)");
     }
-    Ok(())
-}
-
-fn write_secret(path: &Path, secret: &str) -> anyhow::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("failed to create {}", tmp.display()))?;
-    f.write_all(secret.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
     Ok(())
 }
