@@ -20,6 +20,7 @@ mod error;
 mod invoke;
 mod manage;
 mod openapi;
+mod query;
 mod recordings;
 
 use std::sync::Arc;

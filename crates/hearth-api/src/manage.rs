@@ -1,6 +1,5 @@
 //! The management API under `/v1`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Json;
@@ -230,18 +229,10 @@ pub(crate) async fn logs(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
-    let params: BTreeMap<String, String> =
-        form_urlencoded::parse(query.unwrap_or_default().as_bytes())
-            .into_owned()
-            .collect();
+    let params = crate::query::params(query);
     let q = LogQuery {
         invocation_id: params.get("invocation").cloned(),
-        limit: match params.get("limit") {
-            Some(l) => l
-                .parse()
-                .map_err(|_| ApiError::BadRequest(format!("limit {l:?} is not a number")))?,
-            None => 100,
-        },
+        limit: crate::query::number(&params, "limit")?.unwrap_or(100),
     };
     let (tenant, n) = (p.tenant.clone(), name.clone());
     let lines = blocking(&s, move |st| st.read_logs(&tenant, &n, &q)).await?;

@@ -16,6 +16,7 @@ use hearth_store::TapeQuery;
 use serde_json::{Value, json};
 
 use crate::invoke::read_body;
+use crate::query::{number, params};
 use crate::{ApiError, AppState};
 
 type S = State<Arc<AppState>>;
@@ -49,24 +50,6 @@ async fn with_archive<T: Send + 'static>(
     Ok(tokio::task::spawn_blocking(move || f(&a))
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??)
-}
-
-fn params(query: Option<String>) -> BTreeMap<String, String> {
-    form_urlencoded::parse(query.unwrap_or_default().as_bytes())
-        .into_owned()
-        .collect()
-}
-
-fn number<T: std::str::FromStr>(
-    p: &BTreeMap<String, String>,
-    k: &str,
-) -> Result<Option<T>, ApiError> {
-    p.get(k)
-        .map(|v| {
-            v.parse()
-                .map_err(|_| ApiError::BadRequest(format!("{k} {v:?} is not a number")))
-        })
-        .transpose()
 }
 
 /// `status=error`, `status=500`, `since=1h`, `version=N`, `limit=N`.
