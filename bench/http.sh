@@ -25,20 +25,9 @@ start_hearth() {
 }
 stop_hearth() { kill "$HEARTH_PID"; wait "$HEARTH_PID" 2>/dev/null || true; }
 
-# wrk output -> "req/s p50_us p99_us"
-wrk_run() {
-  wrk -t1 -c"$1" -d"${DUR}s" --latency "$2" | python3 -c '
-import re, sys
-text = sys.stdin.read()
-def us(v):
-    n, u = re.match(r"([\d.]+)(us|ms|s)", v).groups()
-    return float(n) * {"us": 1, "ms": 1e3, "s": 1e6}[u]
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
-p50 = us(re.search(r"\s50%\s+(\S+)", text).group(1))
-p99 = us(re.search(r"\s99%\s+(\S+)", text).group(1))
-errs = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
-print(f"{rps:.0f} {p50:.0f} {p99:.0f} {errs.group(1) if errs else 0}")'
-}
+. bench/wrk.sh
+# -> "req/s p50_us p99_us non2xx"
+wrk_run() { wrk_stats us -t1 -c"$1" -d"${DUR}s" "$2"; }
 
 start_hearth
 "$BIN/hearth-bench" ceiling 127.0.0.1:0 >"$WORK/ceiling.log" &

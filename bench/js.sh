@@ -92,20 +92,9 @@ for f in auth-js auth-node; do
 done
 [ "$(curl -sf "$URL/fn/admin/maze-js")" = "$(curl -sf "$URL/fn/admin/maze-node")" ] || { echo "maze answers differ" >&2; exit 1; }
 
-# wrk output -> "req/s p50_ms p99_ms non2xx"
-wrk_run() {
-  wrk -t2 -c10 -d"${DUR}s" --latency "$@" | python3 -c '
-import re, sys
-text = sys.stdin.read()
-def ms(v):
-    n, u = re.match(r"([\d.]+)(us|ms|s)", v).groups()
-    return float(n) * {"us": 1e-3, "ms": 1, "s": 1e3}[u]
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
-p50 = ms(re.search(r"\s50%\s+(\S+)", text).group(1))
-p99 = ms(re.search(r"\s99%\s+(\S+)", text).group(1))
-errs = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
-print(f"{rps:.0f} {p50:.2f} {p99:.2f} {errs.group(1) if errs else 0}")'
-}
+. bench/wrk.sh
+# -> "req/s p50_ms p99_ms non2xx"
+wrk_run() { wrk_stats ms -t2 -c10 -d"${DUR}s" "$@"; }
 
 # Warm both up (Node handlers for 10 connections), then measure.
 wrk -t2 -c10 -d2s -s "$WORK/post.lua" "$URL/fn/admin/auth-node" >/dev/null

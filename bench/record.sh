@@ -65,19 +65,13 @@ for d in on off; do
   for f in hello onecall py; do curl -sf "$url/fn/admin/$f" >/dev/null; done
 done
 
-# wrk -> "req/s p99_us"
+. bench/wrk.sh
+# -> "req/s p99_us"; any non-2xx answer ends the run: it would skew the ratio.
 wrk_run() {
-  wrk -t1 -c"$C" -d"${DUR}s" --latency "$1" | python3 -c '
-import re, sys
-text = sys.stdin.read()
-def us(v):
-    n, u = re.match(r"([\d.]+)(us|ms|s)", v).groups()
-    return float(n) * {"us": 1, "ms": 1e3, "s": 1e6}[u]
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
-p99 = us(re.search(r"\s99%\s+(\S+)", text).group(1))
-bad = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
-if bad: sys.exit("non-2xx responses: " + bad.group(1))
-print(f"{rps:.0f} {p99:.0f}")'
+  local rps p50 p99 bad
+  read -r rps p50 p99 bad < <(wrk_stats us -t1 -c"$C" -d"${DUR}s" "$1")
+  [ "$bad" = 0 ] || { echo "non-2xx responses from $1: $bad" >&2; exit 1; }
+  echo "$rps $p99"
 }
 tapes() { curl -sf "$URL_on/metrics" | awk '$1=="hearth_tapes_total"{print $2}'; }
 seg_bytes() { du -sb "$WORK/on/recordings/segments" | awk '{print $1}'; }
