@@ -218,8 +218,22 @@ impl Node {
                 serde_json::to_value(s).unwrap_or_default(),
             );
         }
+        let recording = self.recorder.as_ref().map(|r| {
+            let s = r.stats();
+            let n = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+            serde_json::json!({
+                "durability": format!("{:?}", r.durability()).to_lowercase(),
+                "tapes_written": n(&s.tapes),
+                "bytes_written": n(&s.bytes),
+                "dropped": n(&s.dropped),
+                "expired": n(&s.expired),
+                "queued_bytes": n(&s.queued_bytes),
+                "disk_bytes": r.archive().disk_bytes(),
+            })
+        });
         serde_json::json!({
             "version": env!("CARGO_PKG_VERSION"),
+            "recording": recording,
             "in_flight": self.config.max_concurrency - self.admission.available_permits(),
             "max_concurrency": self.config.max_concurrency,
             "degraded": degraded,

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -93,7 +93,6 @@ impl Default for RecordConfig {
 pub struct RecorderStats {
     pub tapes: AtomicU64,
     pub dropped: AtomicU64,
-    pub blocks: AtomicU64,
     /// Bytes appended to segments.
     pub bytes: AtomicU64,
     pub expired: AtomicU64,
@@ -104,7 +103,10 @@ pub struct RecorderStats {
 type Ack = oneshot::Sender<Result<(), String>>;
 
 enum Job {
-    Record(Box<Recording>, Option<Ack>),
+    /// A tape, its size as counted in `queued_bytes`, and who waits for it.
+    Record(Box<Recording>, u64, Option<Ack>),
+    /// Write what is queued, then stop.
+    Close,
     /// Write everything queued before this, then answer.
     Flush(Ack),
     /// Run retention now, then answer.
@@ -112,11 +114,15 @@ enum Job {
 }
 
 pub struct Recorder {
-    tx: Mutex<Option<SyncSender<Job>>>,
+    /// Shared by every invocation as it is: no lock and no clone per tape.
+    tx: SyncSender<Job>,
+    closed: AtomicBool,
     archive: Arc<Archive>,
     durability: Durability,
     stats: Arc<RecorderStats>,
     queue_bytes: u64,
+    /// The writer, to unpark; and to join, once.
+    writer: std::thread::Thread,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -146,7 +152,9 @@ impl Recorder {
             .name("hearth-recorder".into())
             .spawn(move || writer.run(rx))?;
         Ok(Recorder {
-            tx: Mutex::new(Some(tx)),
+            tx,
+            closed: AtomicBool::new(false),
+            writer: thread.thread().clone(),
             archive,
             durability: config.durability,
             stats,
@@ -167,16 +175,12 @@ impl Recorder {
         self.durability
     }
 
-    fn sender(&self) -> Option<SyncSender<Job>> {
-        self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
     /// Hands a tape to the writer. In batched mode this never waits; in
     /// sync mode it returns once the tape is durable (or failed to be).
     pub async fn record(&self, recording: Recording) -> Result<(), RecordError> {
-        let Some(tx) = self.sender() else {
+        if self.closed.load(Ordering::Relaxed) {
             return Err(RecordError::Closed);
-        };
+        }
         let size = recording.approx_bytes();
         let queued = self.stats.queued_bytes.fetch_add(size, Ordering::Relaxed);
         match self.durability {
@@ -186,7 +190,10 @@ impl Recorder {
                     self.stats.dropped.fetch_add(1, Ordering::Relaxed);
                     return Err(RecordError::Overloaded);
                 }
-                match tx.try_send(Job::Record(Box::new(recording), None)) {
+                match self
+                    .tx
+                    .try_send(Job::Record(Box::new(recording), size, None))
+                {
                     Ok(()) => Ok(()),
                     Err(e) => {
                         self.stats.queued_bytes.fetch_sub(size, Ordering::Relaxed);
@@ -202,8 +209,9 @@ impl Recorder {
             }
             Durability::Sync => {
                 let (ack, done) = oneshot::channel();
-                let job = Job::Record(Box::new(recording), Some(ack));
+                let job = Job::Record(Box::new(recording), size, Some(ack));
                 // A full queue makes this caller wait, on a blocking thread.
+                let tx = self.tx.clone();
                 tokio::task::spawn_blocking(move || tx.send(job))
                     .await
                     .map_err(|_| RecordError::Closed)?
@@ -216,14 +224,17 @@ impl Recorder {
     }
 
     async fn ask(&self, job: impl FnOnce(Ack) -> Job) -> Result<(), RecordError> {
-        let tx = self.sender().ok_or(RecordError::Closed)?;
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(RecordError::Closed);
+        }
         let (ack, done) = oneshot::channel();
         let job = job(ack);
+        let tx = self.tx.clone();
         tokio::task::spawn_blocking(move || tx.send(job))
             .await
             .map_err(|_| RecordError::Closed)?
             .map_err(|_| RecordError::Closed)?;
-        self.wake();
+        self.writer.unpark();
         done.await
             .map_err(|_| RecordError::Closed)?
             .map_err(RecordError::Write)
@@ -239,18 +250,14 @@ impl Recorder {
         self.ask(Job::Sweep).await
     }
 
-    /// Wakes the writer before its flush interval is up.
-    fn wake(&self) {
-        if let Some(t) = &*self.thread.lock().unwrap_or_else(|p| p.into_inner()) {
-            t.thread().unpark();
-        }
-    }
-
     /// Writes what is queued and stops the writer.
     pub fn close(&self) {
-        drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
+        if self.closed.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let _ = self.tx.send(Job::Close);
+        self.writer.unpark();
         if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            t.thread().unpark();
             let _ = t.join();
         }
     }
@@ -272,15 +279,29 @@ fn lower_priority() {
     }
 }
 
-/// Sorts one job into the batch being gathered.
-fn take(job: Job, batch: &mut Vec<Recording>, acks: &mut Vec<Ack>, sweep: &mut Option<Ack>) {
-    match job {
-        Job::Record(r, ack) => {
-            batch.push(*r);
-            acks.extend(ack);
+/// What one turn of the writer gathered.
+#[derive(Default)]
+struct Gathered {
+    batch: Vec<Recording>,
+    /// Queued bytes the batch accounts for.
+    bytes: u64,
+    acks: Vec<Ack>,
+    sweep: Option<Ack>,
+    close: bool,
+}
+
+impl Gathered {
+    fn take(&mut self, job: Job) {
+        match job {
+            Job::Record(r, size, ack) => {
+                self.batch.push(*r);
+                self.bytes += size;
+                self.acks.extend(ack);
+            }
+            Job::Close => self.close = true,
+            Job::Flush(ack) => self.acks.push(ack),
+            Job::Sweep(ack) => self.sweep = Some(ack),
         }
-        Job::Flush(ack) => acks.push(ack),
-        Job::Sweep(ack) => *sweep = Some(ack),
     }
 }
 
@@ -378,10 +399,7 @@ impl Writer {
         lower_priority();
         let mut last_sweep = Instant::now();
         loop {
-            let mut batch = Vec::new();
-            let mut acks = Vec::new();
-            let mut sweep = None;
-            let mut open = true;
+            let mut got = Gathered::default();
             match self.config.durability {
                 // Batched: sleep one interval, then take everything queued.
                 // Senders never wake this thread (a futex wake per
@@ -396,29 +414,30 @@ impl Writer {
                         .sweep_interval
                         .saturating_sub(last_sweep.elapsed());
                     match rx.recv_timeout(wait) {
-                        Ok(job) => take(job, &mut batch, &mut acks, &mut sweep),
+                        Ok(job) => got.take(job),
                         Err(RecvTimeoutError::Timeout) => {}
-                        Err(RecvTimeoutError::Disconnected) => open = false,
+                        Err(RecvTimeoutError::Disconnected) => got.close = true,
                     }
                 }
             }
-            while open && sweep.is_none() {
+            while !got.close && got.sweep.is_none() {
                 match rx.try_recv() {
-                    Ok(job) => take(job, &mut batch, &mut acks, &mut sweep),
+                    Ok(job) => got.take(job),
                     Err(mpsc::TryRecvError::Empty) => break,
-                    Err(mpsc::TryRecvError::Disconnected) => open = false,
+                    Err(mpsc::TryRecvError::Disconnected) => got.close = true,
                 }
             }
-            let handed: u64 = batch.iter().map(Recording::approx_bytes).sum();
-            let result = self.write(batch).map_err(|e| {
+            let result = self.write(got.batch).map_err(|e| {
                 tracing::error!(error = %e, "writing tapes failed");
                 e.to_string()
             });
-            self.stats.queued_bytes.fetch_sub(handed, Ordering::Relaxed);
-            for ack in acks {
+            self.stats
+                .queued_bytes
+                .fetch_sub(got.bytes, Ordering::Relaxed);
+            for ack in got.acks {
                 let _ = ack.send(result.clone());
             }
-            if let Some(ack) = sweep {
+            if let Some(ack) = got.sweep {
                 let r = self.sweep().map_err(|e| e.to_string());
                 last_sweep = Instant::now();
                 let _ = ack.send(r);
@@ -426,7 +445,7 @@ impl Writer {
                 self.sweep_logged();
                 last_sweep = Instant::now();
             }
-            if !open {
+            if got.close {
                 return;
             }
         }
@@ -487,7 +506,6 @@ impl Writer {
         }
         self.archive.store().index_tapes(&tapes, &blobs)?;
         self.stats.tapes.fetch_add(count, Ordering::Relaxed);
-        self.stats.blocks.fetch_add(1, Ordering::Relaxed);
         self.stats
             .bytes
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);

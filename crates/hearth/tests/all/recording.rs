@@ -419,6 +419,17 @@ async fn tenants_see_only_their_own_tapes_and_tapes_are_encrypted_on_disk() {
         assert!(!bytes.windows(8).any(|w| w == b"a-secret"));
     }
     assert!(seen > 100, "the tape is on disk ({seen} bytes)");
+    let status = d.get_json("/v1/status").await;
+    let recording = &status["recording"];
+    assert!(
+        recording["tapes_written"].as_u64().unwrap() >= 1,
+        "{status:#}"
+    );
+    assert!(
+        recording["disk_bytes"].as_u64().unwrap() >= seen as u64 / 2,
+        "{status:#}"
+    );
+    assert_eq!(recording["durability"], "batched");
 }
 
 #[tokio::test]
