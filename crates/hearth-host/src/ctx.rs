@@ -10,6 +10,7 @@ use rand::Rng;
 use thiserror::Error;
 
 use crate::http::{self, OutboundRequest, OutboundResponse};
+use crate::replay::{Earlier, Follow, Verdict};
 use crate::{Divergence, HostEvent, Tape};
 
 /// Ceilings on what one invocation may ask of the host.
@@ -130,40 +131,13 @@ struct Recorded {
     http_calls: u32,
 }
 
-/// Where a host's answers come from.
-enum Source {
-    /// The world: a normal invocation.
-    Live,
-    /// An aborted earlier attempt's KV and HTTP answers, then the world
-    /// (see [`HostCtx::retrying`]).
-    Retry(Mutex<std::collections::VecDeque<HostEvent>>),
-    /// A tape, and never the world (see [`HostCtx::replaying`]).
-    Tape(Mutex<Cursor>),
-}
-
-/// A replay's place on its tape.
-struct Cursor {
-    events: Vec<HostEvent>,
-    next: usize,
-    diverged: Option<Divergence>,
-}
-
-impl Cursor {
-    /// The next call on the tape; log lines are outputs, not answers, and
-    /// are stepped over.
-    fn peek(&mut self) -> Option<&HostEvent> {
-        while matches!(self.events.get(self.next), Some(HostEvent::Log { .. })) {
-            self.next += 1;
-        }
-        self.events.get(self.next)
-    }
-}
-
 struct Inner {
     meta: InvocationMeta,
     services: Arc<HostServices>,
     recorded: Mutex<Recorded>,
-    source: Source,
+    /// A tape to answer from (replay, or a retry); `None` for a first
+    /// attempt, which then pays nothing for this.
+    earlier: Option<Earlier>,
 }
 
 /// The host, bound to one invocation. Cheap to clone; all clones share one tape.
@@ -181,7 +155,7 @@ impl HostCtx {
             meta,
             services,
             recorded: Mutex::default(),
-            source: Source::Live,
+            earlier: None,
         }))
     }
 
@@ -194,25 +168,15 @@ impl HostCtx {
     /// first call that differs, the rest of `earlier` is dropped, a warning
     /// goes to the function's log, and calls go to the world.
     pub fn retrying(services: Arc<HostServices>, meta: InvocationMeta, earlier: Tape) -> Self {
-        let prefix = earlier
-            .events
-            .into_iter()
-            .filter(|e| {
-                matches!(
-                    e,
-                    HostEvent::KvGet { .. }
-                        | HostEvent::KvSet { .. }
-                        | HostEvent::KvDelete { .. }
-                        | HostEvent::KvList { .. }
-                        | HostEvent::HttpFetch { .. }
-                )
-            })
-            .collect();
+        Self::following(services, meta, Earlier::new(Follow::ThenLive, earlier))
+    }
+
+    fn following(services: Arc<HostServices>, meta: InvocationMeta, earlier: Earlier) -> Self {
         HostCtx(Arc::new(Inner {
             meta,
             services,
             recorded: Mutex::default(),
-            source: Source::Retry(Mutex::new(prefix)),
+            earlier: Some(earlier),
         }))
     }
 
@@ -224,89 +188,37 @@ impl HostCtx {
     /// randomness are read fresh, so the code runs to an end without side
     /// effects.
     pub fn replaying(services: Arc<HostServices>, meta: InvocationMeta, tape: Tape) -> Self {
-        HostCtx(Arc::new(Inner {
-            meta,
-            services,
-            recorded: Mutex::default(),
-            source: Source::Tape(Mutex::new(Cursor {
-                events: tape.events,
-                next: 0,
-                diverged: None,
-            })),
-        }))
+        Self::following(services, meta, Earlier::new(Follow::Strict, tape))
     }
 
     /// Where a replay left its tape: at a call that differs, or at a call
     /// the code never made. `None` for a replay that followed its tape to
-    /// the end, and for a live host.
+    /// the end, and for a host that is not replaying.
     pub fn divergence(&self) -> Option<Divergence> {
-        let Source::Tape(cursor) = &self.0.source else {
-            return None;
-        };
-        let mut c = cursor.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(d) = &c.diverged {
-            return Some(d.clone());
-        }
-        let recorded = c.peek().map(HostEvent::call)?;
-        Some(Divergence {
-            at: c.next + 1,
-            recorded: Some(recorded),
-            asked: None,
-        })
+        self.0
+            .earlier
+            .as_ref()
+            .filter(|e| e.is_strict())?
+            .divergence()
     }
 
-    /// The tape's answer to a call, for a replaying host. `None`: this host
-    /// is live (or retrying), go on. `Some(Ok)`: the recorded answer, which
-    /// is also put on this host's tape. `Some(Err)`: the replay has left
-    /// its tape (now or before); `asked` names the call for the report.
-    fn taped_answer<T>(
+    /// The earlier tape's answer to a call (see [`crate::replay`]). `None`:
+    /// ask the world. `Some(Ok)`: the recorded answer, also put on this
+    /// host's tape. `Some(Err)`: a replay is off its tape.
+    fn earlier<T>(
         &self,
+        effect: bool,
         asked: impl FnOnce() -> String,
         same: impl FnOnce(&HostEvent) -> Option<T>,
     ) -> Option<Result<T, HostError>> {
-        let Source::Tape(cursor) = &self.0.source else {
-            return None;
-        };
-        let mut c = cursor.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(d) = &c.diverged {
-            return Some(Err(HostError::OffTape(d.to_string())));
-        }
-        let recorded = c.peek().cloned();
-        if let Some(answer) = recorded.as_ref().and_then(same) {
-            c.next += 1;
-            drop(c);
-            self.record(recorded.expect("matched"));
-            return Some(Ok(answer));
-        }
-        let d = Divergence {
-            at: c.next + 1,
-            recorded: recorded.map(|e| e.call()),
-            asked: Some(asked()),
-        };
-        let err = HostError::OffTape(d.to_string());
-        c.diverged = Some(d);
-        Some(Err(err))
-    }
-
-    /// The earlier attempt's answer to this call, if it made the same one
-    /// next; the answer is recorded on this attempt's tape too.
-    fn replayed<T>(&self, same: impl FnOnce(&HostEvent) -> Option<T>) -> Option<T> {
-        let Source::Retry(prefix) = &self.0.source else {
-            return None;
-        };
-        let mut prefix = prefix.lock().unwrap_or_else(|p| p.into_inner());
-        let next = prefix.front()?;
-        match same(next) {
-            Some(answer) => {
-                let event = prefix.pop_front().expect("just looked at it");
-                drop(prefix);
+        match self.0.earlier.as_ref()?.answer(effect, asked, same) {
+            Verdict::Live => None,
+            Verdict::Recorded(answer, event) => {
                 self.record(event);
-                Some(answer)
+                Some(Ok(answer))
             }
-            None => {
-                let left = prefix.len();
-                prefix.clear();
-                drop(prefix);
+            Verdict::OffTape(e) => Some(Err(e)),
+            Verdict::LeftTape(left) => {
                 self.log(
                     LogStream::System,
                     "warn",
@@ -349,7 +261,8 @@ impl HostCtx {
 
     /// Wall-clock time, nanoseconds since the Unix epoch.
     pub fn wall_clock_nanos(&self) -> u64 {
-        if let Some(Ok(nanos)) = self.taped_answer(
+        if let Some(Ok(nanos)) = self.earlier(
+            false,
             || "clock.wall".into(),
             |e| match e {
                 HostEvent::WallClock { nanos } => Some(*nanos),
@@ -368,7 +281,8 @@ impl HostCtx {
 
     /// Monotonic time in nanoseconds from an arbitrary, per-process origin.
     pub fn monotonic_nanos(&self) -> u64 {
-        if let Some(Ok(nanos)) = self.taped_answer(
+        if let Some(Ok(nanos)) = self.earlier(
+            false,
             || "clock.monotonic".into(),
             |e| match e {
                 HostEvent::MonotonicClock { nanos } => Some(*nanos),
@@ -385,7 +299,8 @@ impl HostCtx {
     /// Fills `buf` with cryptographically secure random bytes.
     pub fn fill_random(&self, buf: &mut [u8]) {
         let len = buf.len();
-        if let Some(Ok(bytes)) = self.taped_answer(
+        if let Some(Ok(bytes)) = self.earlier(
+            false,
             || format!("random {len} bytes"),
             |e| match e {
                 HostEvent::Random { bytes } if bytes.len() == len => Some(bytes.clone()),
@@ -480,7 +395,8 @@ impl HostCtx {
             HostEvent::KvGet { key: k, value } if *k == key => Some(value.clone()),
             _ => None,
         };
-        if let Some(answer) = self.taped_answer(
+        if let Some(answer) = self.earlier(
+            true,
             || {
                 HostEvent::KvGet {
                     key: key.clone(),
@@ -491,9 +407,6 @@ impl HostCtx {
             same,
         ) {
             return answer;
-        }
-        if let Some(value) = self.replayed(same) {
-            return Ok(value);
         }
         let k = key.clone();
         let value = self.blocking(move |s, t, f| s.kv_get(t, f, &k)).await?;
@@ -514,7 +427,8 @@ impl HostCtx {
             HostEvent::KvSet { key: k, value: v } if *k == key && *v == value => Some(()),
             _ => None,
         };
-        if let Some(answer) = self.taped_answer(
+        if let Some(answer) = self.earlier(
+            true,
             || {
                 HostEvent::KvSet {
                     key: key.clone(),
@@ -525,9 +439,6 @@ impl HostCtx {
             same,
         ) {
             return answer;
-        }
-        if let Some(()) = self.replayed(same) {
-            return Ok(());
         }
         let (k, v) = (key.clone(), value.clone());
         self.blocking(move |s, t, f| s.kv_set(t, f, &k, &v)).await?;
@@ -541,7 +452,8 @@ impl HostCtx {
             HostEvent::KvDelete { key: k, existed } if *k == key => Some(*existed),
             _ => None,
         };
-        if let Some(answer) = self.taped_answer(
+        if let Some(answer) = self.earlier(
+            true,
             || {
                 HostEvent::KvDelete {
                     key: key.clone(),
@@ -552,9 +464,6 @@ impl HostCtx {
             same,
         ) {
             return answer;
-        }
-        if let Some(existed) = self.replayed(same) {
-            return Ok(existed);
         }
         let k = key.clone();
         let existed = self.blocking(move |s, t, f| s.kv_delete(t, f, &k)).await?;
@@ -568,7 +477,8 @@ impl HostCtx {
             HostEvent::KvList { prefix: p, keys } if *p == prefix => Some(keys.clone()),
             _ => None,
         };
-        if let Some(answer) = self.taped_answer(
+        if let Some(answer) = self.earlier(
+            true,
             || {
                 HostEvent::KvList {
                     prefix: prefix.clone(),
@@ -579,9 +489,6 @@ impl HostCtx {
             same,
         ) {
             return answer;
-        }
-        if let Some(keys) = self.replayed(same) {
-            return Ok(keys);
         }
         let limit = self.0.services.limits.kv_max_list;
         let p = prefix.clone();
@@ -607,15 +514,14 @@ impl HostCtx {
             HostEvent::HttpFetch { request: r, result } if *r == request => Some(result.clone()),
             _ => None,
         };
-        if matches!(self.0.source, Source::Tape(_)) {
+        if self.0.earlier.as_ref().is_some_and(Earlier::is_strict) {
             // A call the policy refuses was refused without a trace the
-            // first time too.
+            // first time too, so it is refused before the tape is asked.
             http::check(&self.0.meta.version.spec, &request)?;
-            let asked = || format!("http.fetch {} {}", request.method, request.url);
-            return self.taped_answer(asked, same).expect("a replaying host")?;
         }
-        if let Some(result) = self.replayed(same) {
-            return result;
+        let asked = || format!("http.fetch {} {}", request.method, request.url);
+        if let Some(answer) = self.earlier(true, asked, same) {
+            return answer?;
         }
         {
             let mut rec = self.recorded();

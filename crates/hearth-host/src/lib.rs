@@ -20,6 +20,7 @@
 mod ctx;
 mod engine;
 mod http;
+mod replay;
 mod tape;
 
 pub mod bundle;
