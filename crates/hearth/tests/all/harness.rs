@@ -164,6 +164,19 @@ impl Daemon {
             .unwrap()
     }
 
+    /// POSTs `body` as JSON to admin's function `name` (`query` is
+    /// appended to the URL, e.g. `?a=b`): the status and response body.
+    pub async fn call(&self, name: &str, query: &str, body: &str) -> (u16, String) {
+        let r = self
+            .post(&format!("/fn/admin/{name}{query}"))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
     /// Invokes admin's function `name` with `body`; its response body, which
     /// must come with 200.
     pub async fn invoke_body(&self, name: &str, body: String) -> String {

@@ -11,17 +11,6 @@ async fn deploy(d: &Daemon, name: &str, file: &str, code: &[u8], query: &[(&str,
     d.deploy(name, code.to_vec(), &q).await;
 }
 
-async fn call(d: &Daemon, name: &str, query: &str, body: &str) -> (u16, String) {
-    let r = d
-        .post(&format!("/fn/admin/{name}{query}"))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.text().await.unwrap())
-}
-
 fn text(logs: &[serde_json::Value]) -> String {
     serde_json::Value::from(logs.to_vec()).to_string()
 }
@@ -122,7 +111,7 @@ async fn js_functions_run_in_isolates_with_web_apis_and_both_shapes() {
         ("lib/greet.mjs", "export const greet = (w) => `yo ${w}`;\n"),
     ]);
     deploy(&d, "w", "w.tar", &bundle, &[]).await;
-    let v = json(&call(&d, "w", "?who=bo", "{}").await.1);
+    let v = json(&d.call("w", "?who=bo", "{}").await.1);
     assert_eq!(
         (v["warm"].as_u64(), v["greet"].as_str()),
         (Some(1), Some("yo bo"))
@@ -135,7 +124,7 @@ async fn js_functions_run_in_isolates_with_web_apis_and_both_shapes() {
         ("data.json", r#"{"label": "from json"}"#),
     ]);
     deploy(&d, "lam", "lam.tar", &bundle, &[]).await;
-    let (status, body) = call(&d, "lam", "?a=b", r#"{"x": 21}"#).await;
+    let (status, body) = d.call("lam", "?a=b", r#"{"x": 21}"#).await;
     assert_eq!(status, 200, "{body}");
     let v = json(&body);
     assert_eq!(v["twice"], 42);
@@ -148,10 +137,7 @@ async fn js_functions_run_in_isolates_with_web_apis_and_both_shapes() {
     // `export const handler` (Lambda shape in an ES module).
     let esm = b"export const handler = async (event) => ({ statusCode: 202, body: { m: event.method } });";
     deploy(&d, "esm", "handler.mjs", esm, &[]).await;
-    assert_eq!(
-        call(&d, "esm", "", "").await,
-        (202, r#"{"m":"POST"}"#.into())
-    );
+    assert_eq!(d.call("esm", "", "").await, (202, r#"{"m":"POST"}"#.into()));
 
     let status: serde_json::Value = d.get_json("/v1/status").await;
     assert!(
@@ -181,7 +167,7 @@ async fn unsupported_code_reruns_in_node_with_each_effect_once_then_is_pinned() 
     let d = Daemon::start_with(&["--js-pin-after", "3"]);
     deploy(&d, "fb", "index.js", FALLS_BACK.as_bytes(), &[]).await;
     for n in 1..=4 {
-        let (status, body) = call(&d, "fb", "", "").await;
+        let (status, body) = d.call("fb", "", "").await;
         assert_eq!(status, 200, "{body}");
         let v = json(&body);
         assert_eq!(
@@ -228,7 +214,7 @@ async fn unsupported_code_reruns_in_node_with_each_effect_once_then_is_pinned() 
     let list: serde_json::Value = d.get_json("/v1/functions").await;
     assert_eq!(by_name(&list, "fb")["pinned"], false, "{list}");
     // `process.version` is Node-only: it bounces, and Node answers.
-    let (status, body) = call(&d, "fb", "", "").await;
+    let (status, body) = d.call("fb", "", "").await;
     assert_eq!(
         (status, json(&body)["tier"].as_str()),
         (200, Some("string")),
@@ -281,7 +267,7 @@ async fn hostile_js_is_contained_and_others_keep_serving() {
         error_of(d.post("/fn/admin/bad?what=deep").send().await.unwrap()).await;
     assert_eq!((status, kind.as_str()), (500, "function_error"), "{msg}");
     assert!(msg.contains("stack"), "{msg}");
-    assert_eq!(call(&d, "bad", "", "").await, (200, "fine".into()));
+    assert_eq!(d.call("bad", "", "").await, (200, "fine".into()));
 
     // A syntax error is refused at deploy, with file, line and column.
     let r = d

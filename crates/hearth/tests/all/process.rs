@@ -34,17 +34,6 @@ async fn deploy_error(d: &Daemon, name: &str, file: &str, code: &[u8]) -> (u16, 
     (status, msg)
 }
 
-async fn call(d: &Daemon, name: &str, query: &str, body: &str) -> (u16, String) {
-    let r = d
-        .post(&format!("/fn/admin/{name}{query}"))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.text().await.unwrap())
-}
-
 const LAMBDA_PY: &str = r#"
 import os, hearth
 def handler(event, context):
@@ -68,7 +57,7 @@ async fn python_handlers_run_sandboxed_with_kv_logs_and_both_shapes() {
     )
     .await;
     for n in 1..=3 {
-        let (status, body) = call(&d, "lam", "?a=b", r#"{"x": [1, 2]}"#).await;
+        let (status, body) = d.call("lam", "?a=b", r#"{"x": [1, 2]}"#).await;
         assert_eq!(status, 201, "{body}");
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["n"], n, "KV persists across invocations: {v}");
@@ -97,7 +86,7 @@ async fn python_handlers_run_sandboxed_with_kv_logs_and_both_shapes() {
     // OpenWhisk's shape; an uncaught exception reaches the caller and the log.
     let ow = b"def main(args):\n    if args.get('boom'):\n        raise ValueError('no ' + args['boom'])\n    return {'hello': args.get('name')}\n";
     deploy(&d, "ow", "main.py", ow, &[]).await;
-    let (status, body) = call(&d, "ow", "?name=ada", "").await;
+    let (status, body) = d.call("ow", "?name=ada", "").await;
     assert_eq!((status, body.as_str()), (200, r#"{"hello": "ada"}"#));
     let r = d
         .post("/fn/admin/ow")
@@ -202,26 +191,26 @@ async fn hostile_python_is_contained_and_others_keep_serving() {
     assert_eq!((status, kind.as_str()), (500, "out_of_memory"), "{msg}");
     assert!(msg.contains("64 MiB"), "{msg}");
 
-    let (status, body) = call(&d, "bad", "?what=fork", "").await;
+    let (status, body) = d.call("bad", "?what=fork", "").await;
     assert_eq!(status, 200, "{body}");
     assert!(
         body.starts_with("stopped after"),
         "the process limit holds: {body}"
     );
-    assert_eq!(call(&d, "ok", "", "").await, (200, "ok".into()));
+    assert_eq!(d.call("ok", "", "").await, (200, "ok".into()));
 
     assert_eq!(
-        call(&d, "bad", "?what=shadow", "").await,
+        d.call("bad", "?what=shadow", "").await,
         (200, "no host files".into())
     );
-    let (_, body) = call(&d, "bad", "?what=net", "").await;
+    let (_, body) = d.call("bad", "?what=net", "").await;
     assert!(body.starts_with("denied"), "{body}");
 
     let (status, kind, _) =
         error_of(d.post("/fn/admin/bad?what=crash").send().await.unwrap()).await;
     assert_eq!((status, kind.as_str()), (502, "crashed"));
     // The crashed sandbox is replaced.
-    assert_eq!(call(&d, "bad", "?what=x", "").await, (200, "fine".into()));
+    assert_eq!(d.call("bad", "?what=x", "").await, (200, "fine".into()));
 }
 
 /// A wheel made by hand (a zip with a module and its dist-info), so the
@@ -277,8 +266,8 @@ async fn pinned_packages_install_once_and_handlers_fork_from_a_zygote_that_impor
         &[("runtime", "python"), ("file_name", "fn.tar")],
     )
     .await;
-    let (s1, b1) = call(&d, "withpkg", "", "").await;
-    let (s2, b2) = call(&d, "withpkg2", "", "").await;
+    let (s1, b1) = d.call("withpkg", "", "").await;
+    let (s2, b2) = d.call("withpkg2", "", "").await;
     assert_eq!((s1, s2), (200, 200), "{b1} {b2}");
     let v1: serde_json::Value = serde_json::from_str(&b1).unwrap();
     let v2: serde_json::Value = serde_json::from_str(&b2).unwrap();
@@ -317,7 +306,7 @@ async fn node_functions_in_both_shapes_run_from_the_generic_pool() {
     let lambda = b"exports.handler = async (event) => ({ statusCode: 202, body: { got: event.body, q: event.query } });\n";
     deploy(&d, "l", "index.cjs", lambda, &[]).await;
     for n in 1..=2 {
-        let (status, body) = call(&d, "w", "", "hi").await;
+        let (status, body) = d.call("w", "", "hi").await;
         assert_eq!(status, 200, "{body}");
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(
@@ -333,10 +322,10 @@ async fn node_functions_in_both_shapes_run_from_the_generic_pool() {
         &[("runtime", "js"), ("file_name", "index.mjs")],
     )
     .await;
-    let (status, body) = call(&d, "js", "", "hey").await;
+    let (status, body) = d.call("js", "", "hey").await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(r#""body":"hey""#), "{body}");
-    let (status, body) = call(&d, "l", "?a=b", r#"{"x":1}"#).await;
+    let (status, body) = d.call("l", "?a=b", r#"{"x":1}"#).await;
     assert_eq!(status, 202, "{body}");
     assert_eq!(body, r#"{"got":{"x":1},"q":{"a":"b"}}"#);
     let lines = d
@@ -365,7 +354,7 @@ async fn stopping_the_daemon_removes_its_mounts_and_cgroups() {
             &[],
         )
         .await;
-        assert_eq!(call(&d, "p", "", "").await.0, 200);
+        assert_eq!(d.call("p", "", "").await.0, 200);
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
         let ours = dir.path().canonicalize().unwrap();
         assert!(
@@ -460,8 +449,8 @@ def handler(e, c):
     assert_eq!(r.status(), 201);
 
     let as_json = |b: &str| serde_json::from_str::<serde_json::Value>(b).unwrap();
-    let (_, first) = call(&d, "same", "", "").await;
-    let (_, again) = call(&d, "same", "", "").await;
+    let (_, first) = d.call("same", "", "").await;
+    let (_, again) = d.call("same", "", "").await;
     let (first, again) = (as_json(&first), as_json(&again));
     assert_eq!(first["seen"], serde_json::json!([]));
     assert_eq!(
@@ -513,7 +502,7 @@ def handler(e, c):
     return {"pid": os.getpid(), "uid": os.getuid(), "host": os.uname().nodename}
 "#;
     deploy(&d, "who", "who.py", who.as_bytes(), &[]).await;
-    let (code, body) = call(&d, "who", "", "").await;
+    let (code, body) = d.call("who", "", "").await;
     assert_eq!(code, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["pid"], 1, "PID 1 of a namespace of its own: {v}");
@@ -535,10 +524,10 @@ def handler(e, c):
         "the address-space cap stops a memory bomb: {msg}"
     );
     assert_eq!(
-        call(&d, "bad", "?what=shadow", "").await,
+        d.call("bad", "?what=shadow", "").await,
         (200, "no host files".into())
     );
-    let (_, body) = call(&d, "bad", "?what=net", "").await;
+    let (_, body) = d.call("bad", "?what=net", "").await;
     assert!(body.starts_with("denied"), "{body}");
-    assert_eq!(call(&d, "who", "", "").await.0, 200);
+    assert_eq!(d.call("who", "", "").await.0, 200);
 }
