@@ -222,7 +222,7 @@ pub(crate) async fn replay_traffic(
     let mut q = tape_query(Some(name.clone()), &params)?;
     q.limit = number(&params, "last")?.unwrap_or(q.limit);
     let tenant = p.tenant.clone();
-    let recordings = with_archive(&s, move |a| a.read_many(&a.list(&tenant, &q)?)).await?;
+    let recordings = with_archive(&s, move |a| a.recordings(&tenant, &q)).await?;
     let mut results = Vec::new();
     let (mut changed, mut diverged) = (0, 0);
     // Oldest first: the order the traffic came in.

@@ -1,20 +1,26 @@
 //! [`Archive`]: the segment directory, its keys and its index — reading
 //! tapes back, and sealing blocks for the writer.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use hearth_store::{Store, TapeEntry, TapeQuery};
+use hearth_store::{BlockQuery, Store, TapeBlock, TapeEntry, TapeQuery};
 
 use crate::RecordError;
 use crate::keys::Keys;
-use crate::recording::{Hash, Recording};
+use crate::recording::{Hash, Recording, Stored};
 use crate::segment::{self, BlockBody};
 
 /// zstd level for blocks: tapes are small and repetitive, and level 3
 /// already finds most of what there is while costing little CPU.
 const ZSTD_LEVEL: i32 = 3;
+
+/// A block read for a listing: its tapes (taken out as they are used) and
+/// payloads.
+type Decoded = (Vec<Option<Stored>>, Vec<(Hash, Vec<u8>)>);
 
 pub struct Archive {
     dir: PathBuf,
@@ -69,14 +75,9 @@ impl Archive {
             .sum()
     }
 
-    pub(crate) fn seal(&self, tenant: &str, body: &BlockBody) -> Result<Vec<u8>, RecordError> {
-        // Sized up front: growing a vector of thousands of tapes by
-        // doubling was most of the writer's copying.
-        let guess =
-            body.tapes.len() * 512 + body.blobs.iter().map(|(_, b)| b.len() + 40).sum::<usize>();
-        let plain = postcard::to_extend(body, Vec::with_capacity(guess))
-            .map_err(|e| RecordError::Corrupt(format!("cannot encode a block: {e}")))?;
-        let packed = zstd::bulk::compress(&plain, ZSTD_LEVEL)?;
+    /// Compresses, encrypts and frames a block body's plain bytes.
+    pub(crate) fn seal(&self, tenant: &str, plain: &[u8]) -> Result<Vec<u8>, RecordError> {
+        let packed = zstd::bulk::compress(plain, ZSTD_LEVEL)?;
         Ok(segment::frame(tenant, &self.keys.seal(tenant, &packed)))
     }
 
@@ -111,23 +112,149 @@ impl Archive {
             .map_err(|e| RecordError::Corrupt(format!("a block does not decode: {e}")))
     }
 
-    /// Lists `tenant`'s tapes.
+    /// Lists `tenant`'s tapes, newest first.
     pub fn list(&self, tenant: &str, query: &TapeQuery) -> Result<Vec<TapeEntry>, RecordError> {
-        Ok(self.store.list_tapes(tenant, query)?)
+        Ok(self.select(tenant, query)?.0)
     }
 
-    /// Reads one of `tenant`'s tapes; another tenant's id is `NotFound`.
+    /// The tapes [`list`](Self::list) names, whole: for replaying traffic.
+    /// Each block is decoded once however many of its tapes are taken.
+    pub fn recordings(
+        &self,
+        tenant: &str,
+        query: &TapeQuery,
+    ) -> Result<Vec<Recording>, RecordError> {
+        let (entries, mut blocks) = self.select(tenant, query)?;
+        entries
+            .iter()
+            .map(|e| {
+                let (tapes, blobs) = blocks
+                    .get_mut(&(e.segment, e.offset))
+                    .expect("select keeps the blocks it lists from");
+                let at = tapes
+                    .iter()
+                    .position(|s| s.as_ref().is_some_and(|s| s.recording.id == e.id))
+                    .expect("select lists tapes of its blocks");
+                let stored = tapes[at].take().expect("just found");
+                stored.join(|hash| self.blob(e, blobs, hash))
+            })
+            .collect()
+    }
+
+    /// Walks `tenant`'s index rows newest first, decoding their blocks,
+    /// until no block left can hold a tape newer than the `limit`-th found.
+    /// Returns the tapes found and the decoded blocks they are in.
+    #[allow(clippy::type_complexity)]
+    fn select(
+        &self,
+        tenant: &str,
+        q: &TapeQuery,
+    ) -> Result<
+        (
+            Vec<TapeEntry>,
+            HashMap<(u64, u64), (Vec<Option<Stored>>, Vec<(Hash, Vec<u8>)>)>,
+        ),
+        RecordError,
+    > {
+        let limit = if q.limit == 0 { 100 } else { q.limit as usize };
+        let mut page = BlockQuery {
+            function: q.function.clone(),
+            errors_only: q.errors_only,
+            since_ms: q.since_ms,
+            version: q.version,
+            after: None,
+            limit: 32,
+        };
+        let mut found: Vec<TapeEntry> = Vec::new();
+        let mut blocks: HashMap<(u64, u64), Decoded> = HashMap::new();
+        'pages: loop {
+            let rows = self.store.list_blocks(tenant, &page)?;
+            for row in &rows {
+                if found.len() >= limit {
+                    found.sort_unstable_by(|a, b| b.id.cmp(&a.id));
+                    found.truncate(limit);
+                    if row.last_id < found[limit - 1].id {
+                        break 'pages;
+                    }
+                }
+                let (tapes, _) = match blocks.entry((row.segment, row.offset)) {
+                    Entry::Occupied(e) => e.into_mut(),
+                    Entry::Vacant(e) => match self.read_body(tenant, row.segment, row.offset) {
+                        Ok(b) => e.insert((b.tapes.into_iter().map(Some).collect(), b.blobs)),
+                        Err(RecordError::Expired) => continue,
+                        Err(e) => return Err(e),
+                    },
+                };
+                found.extend(
+                    tapes
+                        .iter()
+                        .flatten()
+                        .map(|s| &s.recording)
+                        .filter(|r| shows(row, r) && matches(q, r))
+                        .map(|r| entry_of(r, row.segment, row.offset)),
+                );
+            }
+            match rows.last() {
+                Some(last) if rows.len() == page.limit as usize => page.after = Some(last.cursor()),
+                _ => break,
+            }
+        }
+        found.sort_unstable_by(|a, b| b.id.cmp(&a.id));
+        found.truncate(limit);
+        Ok((found, blocks))
+    }
+
+    /// Reads one of `tenant`'s tapes; another tenant's id, or an expired
+    /// one, is `NotFound`.
     pub fn read(&self, tenant: &str, id: &str) -> Result<Recording, RecordError> {
-        let entry = self
-            .store
-            .find_tape(tenant, id)?
-            .ok_or_else(|| RecordError::NotFound(id.to_string()))?;
-        self.read_entry(&entry)
+        let rows = self.store.blocks_holding(tenant, id)?;
+        let mut tried = Vec::new();
+        for row in &rows {
+            let key = (row.segment, row.offset);
+            if tried.contains(&key) {
+                continue;
+            }
+            tried.push(key);
+            let mut body = match self.read_body(tenant, row.segment, row.offset) {
+                Ok(b) => b,
+                Err(RecordError::Expired) => continue,
+                Err(e) => return Err(e),
+            };
+            let Some(at) = body.tapes.iter().position(|s| s.recording.id == id) else {
+                continue;
+            };
+            // Visible through its own function's row of this block.
+            let r = &body.tapes[at].recording;
+            if !rows
+                .iter()
+                .any(|x| (x.segment, x.offset) == key && shows(x, r))
+            {
+                break;
+            }
+            let entry = entry_of(r, row.segment, row.offset);
+            return self.take_from(&mut body, &entry);
+        }
+        Err(RecordError::NotFound(id.to_string()))
     }
 
-    pub(crate) fn read_entry(&self, entry: &TapeEntry) -> Result<Recording, RecordError> {
-        let mut body = self.read_body(&entry.tenant, entry.segment, entry.offset)?;
-        self.take_from(&mut body, entry)
+    /// The tapes `rows` still show, whole (retention moving them forward).
+    pub(crate) fn read_rows(&self, rows: &[TapeBlock]) -> Result<Vec<Recording>, RecordError> {
+        let mut out = Vec::new();
+        for row in rows {
+            let mut body = match self.read_body(&row.tenant, row.segment, row.offset) {
+                Ok(b) => b,
+                Err(RecordError::Expired) => continue,
+                Err(e) => return Err(e),
+            };
+            let blobs = std::mem::take(&mut body.blobs);
+            for stored in body.tapes {
+                if shows(row, &stored.recording) {
+                    let entry = entry_of(&stored.recording, row.segment, row.offset);
+                    out.push(stored.join(|hash| self.blob(&entry, &blobs, hash))?);
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Takes `entry`'s tape out of its decoded block.
@@ -141,27 +268,6 @@ impl Archive {
             })?;
         let stored = body.tapes.swap_remove(at);
         stored.join(|hash| self.blob(entry, &body.blobs, hash))
-    }
-
-    /// Reads many tapes, decoding each block once (a block holds every tape
-    /// of a flush interval): for replaying traffic. Tapes that expired
-    /// since they were listed are left out.
-    pub fn read_many(&self, entries: &[TapeEntry]) -> Result<Vec<Recording>, RecordError> {
-        let mut out = Vec::with_capacity(entries.len());
-        let mut block: Option<((u64, u64), BlockBody)> = None;
-        for e in entries {
-            let at = (e.segment, e.offset);
-            if block.as_ref().is_none_or(|(k, _)| *k != at) {
-                match self.read_body(&e.tenant, e.segment, e.offset) {
-                    Ok(b) => block = Some((at, b)),
-                    Err(RecordError::Expired) => continue,
-                    Err(err) => return Err(err),
-                }
-            }
-            let (_, body) = block.as_mut().expect("just read");
-            out.push(self.take_from(body, e)?);
-        }
-        Ok(out)
     }
 
     /// A payload by hash: in the tape's own block, or in an earlier block of
@@ -189,7 +295,20 @@ impl Archive {
     }
 }
 
-/// The index row of a tape written at (`segment`, `offset`).
+/// Whether `row` shows `r`: a tape of its function, and not a success
+/// whose retention ran out while the block's failures are kept.
+fn shows(row: &TapeBlock, r: &Recording) -> bool {
+    r.function == row.function && !(row.ok_expired && r.outcome.kind() == "ok")
+}
+
+fn matches(q: &TapeQuery, r: &Recording) -> bool {
+    (!q.errors_only || r.outcome.kind() != "ok")
+        && q.status.is_none_or(|s| s == r.outcome.status())
+        && q.since_ms.is_none_or(|s| r.started_ms >= s)
+        && q.version.is_none_or(|v| v == r.version)
+}
+
+/// What a listing shows of a tape in the block at (`segment`, `offset`).
 pub(crate) fn entry_of(r: &Recording, segment: u64, offset: u64) -> TapeEntry {
     TapeEntry {
         id: r.id.clone(),

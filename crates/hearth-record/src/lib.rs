@@ -3,21 +3,23 @@
 //! kept cheaply enough to leave on, and readable only by its tenant.
 //!
 //! ```text
-//! invocation ──Recording──▶ Recorder (queue) ──▶ writer thread
-//!                                                  │ batch per flush interval
-//!                                                  │ one block per tenant: postcard → zstd → ChaCha20-Poly1305
-//!                                                  ▼
-//!                               segments/NNNN.seg (append, crc32 per block)
-//!                               + index rows in the store (tapes, tape_blobs)
+//! invocation ──Recording──▶ postcard, into a shard ──▶ writer thread
+//!                                                      │ takes the shards each flush interval
+//!                                                      │ one block per tenant: zstd → ChaCha20-Poly1305
+//!                                                      ▼
+//!                        segments/NNNN.seg (append, crc32 per block)
+//!                        + index rows in the store: one per block and function
+//!                          (tape_blocks), one per large payload (tape_blobs)
 //! ```
 //!
-//! Reading goes through [`Archive`]: index row → block → decrypt → tape.
+//! Reading goes through [`Archive`]: index rows → blocks → decrypt → tapes.
 //! Replay itself (running a tape again) is the node's job; this crate keeps
 //! tapes and compares outcomes ([`diff`]).
 
 mod archive;
 pub mod diff;
 mod keys;
+mod pending;
 mod recording;
 mod segment;
 pub mod view;

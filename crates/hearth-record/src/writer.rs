@@ -1,8 +1,10 @@
-//! [`Recorder`]: the invocation path hands it a [`Recording`] and moves on;
-//! one background thread batches, seals, appends, indexes and expires.
+//! [`Recorder`]: the invocation path encodes its [`Recording`] into a shard
+//! ([`crate::pending`]) and moves on; one background thread takes the
+//! shards each flush interval, seals, appends, indexes and expires.
 //!
 //! Order of writes, which is what makes a crash harmless: block bytes are
-//! appended and synced, then their index rows committed. A crash before the
+//! appended and synced, then their index rows (one per block and function)
+//! committed. A crash before the
 //! sync can leave a torn block at a segment's tail: [`Recorder::open`] cuts
 //! it off. A crash between sync and commit leaves whole blocks the index
 //! does not name: `open` decodes and indexes them. A segment is
@@ -13,19 +15,20 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hearth_core::RecordPolicy;
-use hearth_store::{BlobEntry, TapeEntry};
+use hearth_store::{BlobEntry, TapeBlock};
 use tokio::sync::oneshot;
 
 use crate::RecordError;
-use crate::archive::{Archive, entry_of};
-use crate::recording::{Hash, Recording, Stored};
-use crate::segment::{self, BlockBody, SEGMENT_MAGIC};
+use crate::archive::Archive;
+use crate::pending::{Pending, Shards, Summary, TenantTapes, summarize};
+use crate::recording::{Hash, Recording};
+use crate::segment::{self, SEGMENT_MAGIC};
 
 /// When an invocation's tape counts as kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,30 +99,38 @@ pub struct RecorderStats {
     /// Bytes appended to segments.
     pub bytes: AtomicU64,
     pub expired: AtomicU64,
-    /// Approximate bytes of tapes handed over and not yet written.
+    /// Encoded bytes of tapes handed over and not yet written.
     pub queued_bytes: AtomicU64,
+    /// Tapes handed over and not yet written.
+    pub queued: AtomicU64,
 }
 
 type Ack = oneshot::Sender<Result<(), String>>;
 
+/// What the writer is asked besides writing tapes (which it finds in the
+/// shards on its own).
 enum Job {
-    /// A tape, its size as counted in `queued_bytes`, and who waits for it.
-    Record(Box<Recording>, u64, Option<Ack>),
-    /// Write what is queued, then stop.
+    /// Write what is pending, then stop.
     Close,
-    /// Write everything queued before this, then answer.
+    /// Write everything handed over before this, then answer.
     Flush(Ack),
     /// Run retention now, then answer.
     Sweep(Ack),
 }
 
+/// How many shards tapes are encoded into: more than there are worker
+/// threads, so two rarely share a lock.
+const SHARDS: usize = 16;
+
 pub struct Recorder {
-    /// Shared by every invocation as it is: no lock and no clone per tape.
-    tx: SyncSender<Job>,
+    shards: Arc<Shards>,
+    /// Shared by every caller as it is (`Sender` is `Sync`).
+    tx: Sender<Job>,
     closed: AtomicBool,
     archive: Arc<Archive>,
     durability: Durability,
     stats: Arc<RecorderStats>,
+    queue: u64,
     queue_bytes: u64,
     /// The writer, to unpark; and to join, once.
     writer: std::thread::Thread,
@@ -127,15 +138,14 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Opens the archive, repairs the newest segment after a crash, and
-    /// starts the writer thread.
+    /// Opens the archive, repairs it after a crash, and starts the writer
+    /// thread.
     pub fn open(archive: Arc<Archive>, config: RecordConfig) -> Result<Recorder, RecordError> {
         let segments = archive.segments()?;
-        if let Some(&last) = segments.last() {
-            recover(&archive, last)?;
-        }
+        recover(&archive, &segments)?;
         let next = segments.last().map_or(1, |n| n + 1);
         let stats = Arc::new(RecorderStats::default());
+        let shards = Arc::new(Shards::new(SHARDS));
         let mut writer = Writer {
             current: Segment::create(&archive, next)?,
             archive: archive.clone(),
@@ -143,21 +153,24 @@ impl Recorder {
             known: HashMap::new(),
             stats: stats.clone(),
             policies: HashMap::new(),
+            shards: shards.clone(),
         };
         if let Err(e) = writer.sweep() {
             tracing::warn!(error = %e, "recording retention failed");
         }
-        let (tx, rx) = mpsc::sync_channel(config.queue);
+        let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("hearth-recorder".into())
             .spawn(move || writer.run(rx))?;
         Ok(Recorder {
+            shards,
             tx,
             closed: AtomicBool::new(false),
             writer: thread.thread().clone(),
             archive,
             durability: config.durability,
             stats,
+            queue: config.queue as u64,
             queue_bytes: config.queue_bytes,
             thread: Mutex::new(Some(thread)),
         })
@@ -175,51 +188,29 @@ impl Recorder {
         self.durability
     }
 
-    /// Hands a tape to the writer. In batched mode this never waits; in
-    /// sync mode it returns once the tape is durable (or failed to be).
+    /// Hands a tape to the writer. In batched mode this never waits (a
+    /// full queue drops the tape, counted); in sync mode it returns once
+    /// the tape is durable (or failed to be).
     pub async fn record(&self, recording: Recording) -> Result<(), RecordError> {
         if self.closed.load(Ordering::Relaxed) {
             return Err(RecordError::Closed);
         }
-        let size = recording.approx_bytes();
-        let queued = self.stats.queued_bytes.fetch_add(size, Ordering::Relaxed);
+        if self.durability == Durability::Batched
+            && (self.stats.queued.load(Ordering::Relaxed) >= self.queue
+                || self.stats.queued_bytes.load(Ordering::Relaxed) + recording.approx_bytes()
+                    > self.queue_bytes)
+        {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return Err(RecordError::Overloaded);
+        }
+        let added = self.shards.push(recording)?;
+        self.stats.queued.fetch_add(1, Ordering::Relaxed);
+        self.stats.queued_bytes.fetch_add(added, Ordering::Relaxed);
         match self.durability {
-            Durability::Batched => {
-                if queued + size > self.queue_bytes {
-                    self.stats.queued_bytes.fetch_sub(size, Ordering::Relaxed);
-                    self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                    return Err(RecordError::Overloaded);
-                }
-                match self
-                    .tx
-                    .try_send(Job::Record(Box::new(recording), size, None))
-                {
-                    Ok(()) => Ok(()),
-                    Err(e) => {
-                        self.stats.queued_bytes.fetch_sub(size, Ordering::Relaxed);
-                        match e {
-                            TrySendError::Full(_) => {
-                                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                                Err(RecordError::Overloaded)
-                            }
-                            TrySendError::Disconnected(_) => Err(RecordError::Closed),
-                        }
-                    }
-                }
-            }
-            Durability::Sync => {
-                let (ack, done) = oneshot::channel();
-                let job = Job::Record(Box::new(recording), size, Some(ack));
-                // A full queue makes this caller wait, on a blocking thread.
-                let tx = self.tx.clone();
-                tokio::task::spawn_blocking(move || tx.send(job))
-                    .await
-                    .map_err(|_| RecordError::Closed)?
-                    .map_err(|_| RecordError::Closed)?;
-                done.await
-                    .map_err(|_| RecordError::Closed)?
-                    .map_err(RecordError::Write)
-            }
+            Durability::Batched => Ok(()),
+            // Every caller waiting at once is written in one go (group
+            // commit): the writer takes all shards per wake-up.
+            Durability::Sync => self.ask(Job::Flush).await,
         }
     }
 
@@ -228,12 +219,7 @@ impl Recorder {
             return Err(RecordError::Closed);
         }
         let (ack, done) = oneshot::channel();
-        let job = job(ack);
-        let tx = self.tx.clone();
-        tokio::task::spawn_blocking(move || tx.send(job))
-            .await
-            .map_err(|_| RecordError::Closed)?
-            .map_err(|_| RecordError::Closed)?;
+        self.tx.send(job(ack)).map_err(|_| RecordError::Closed)?;
         self.writer.unpark();
         done.await
             .map_err(|_| RecordError::Closed)?
@@ -250,7 +236,7 @@ impl Recorder {
         self.ask(Job::Sweep).await
     }
 
-    /// Writes what is queued and stops the writer.
+    /// Writes what is pending and stops the writer.
     pub fn close(&self) {
         if self.closed.swap(true, Ordering::Relaxed) {
             return;
@@ -279,25 +265,17 @@ fn lower_priority() {
     }
 }
 
-/// What one turn of the writer gathered.
+/// What one turn of the writer was asked.
 #[derive(Default)]
-struct Gathered {
-    batch: Vec<Recording>,
-    /// Queued bytes the batch accounts for.
-    bytes: u64,
+struct Asked {
     acks: Vec<Ack>,
     sweep: Option<Ack>,
     close: bool,
 }
 
-impl Gathered {
+impl Asked {
     fn take(&mut self, job: Job) {
         match job {
-            Job::Record(r, size, ack) => {
-                self.batch.push(*r);
-                self.bytes += size;
-                self.acks.extend(ack);
-            }
             Job::Close => self.close = true,
             Job::Flush(ack) => self.acks.push(ack),
             Job::Sweep(ack) => self.sweep = Some(ack),
@@ -305,57 +283,69 @@ impl Gathered {
     }
 }
 
-/// Cuts a torn tail off segment `n` and indexes whole blocks the index
-/// missed.
-fn recover(archive: &Archive, n: u64) -> Result<(), RecordError> {
-    let path = archive.segment_path(n);
-    let scan = segment::scan(&path)?;
+/// Repairs the archive after a crash: cuts a torn tail off the newest
+/// segment, and indexes whole blocks the index missed — at the newest
+/// segment's end (a crash between sync and commit), or in any segment with
+/// no rows at all (an index lost or from an older layout; retention never
+/// leaves a segment without rows on disk).
+fn recover(archive: &Archive, segments: &[u64]) -> Result<(), RecordError> {
     let store = archive.store();
-    if scan.valid_end < scan.file_len {
-        tracing::warn!(
-            segment = %path.display(),
-            cut = scan.file_len - scan.valid_end,
-            "a recording segment ends in a torn write (a crash mid-write); cutting it off"
-        );
-        let file = OpenOptions::new().write(true).open(&path)?;
-        if scan.valid_end == 0 {
-            file.set_len(0)?;
-            (&file).write_all(SEGMENT_MAGIC)?;
-        } else {
-            file.set_len(scan.valid_end)?;
-        }
-        file.sync_all()?;
-        store.unindex_segment(n, scan.valid_end)?;
-    }
-    let indexed = store.last_indexed_offset(n)?;
-    let mut tapes = Vec::new();
-    let mut blobs = Vec::new();
-    for (offset, raw) in scan.blocks {
-        if indexed.is_some_and(|i| offset <= i) {
+    for (i, &n) in segments.iter().enumerate() {
+        let newest = i + 1 == segments.len();
+        let indexed = store.last_indexed_offset(n)?;
+        if !newest && indexed.is_some() {
             continue;
         }
-        let body = match archive.open_block(&raw.tenant, &raw.sealed) {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!(offset, error = %e, "skipping an unreadable recording block");
+        let path = archive.segment_path(n);
+        let scan = segment::scan(&path)?;
+        if newest && scan.valid_end < scan.file_len {
+            tracing::warn!(
+                segment = %path.display(),
+                cut = scan.file_len - scan.valid_end,
+                "a recording segment ends in a torn write (a crash mid-write); cutting it off"
+            );
+            let file = OpenOptions::new().write(true).open(&path)?;
+            if scan.valid_end == 0 {
+                file.set_len(0)?;
+                (&file).write_all(SEGMENT_MAGIC)?;
+            } else {
+                file.set_len(scan.valid_end)?;
+            }
+            file.sync_all()?;
+            store.unindex_segment(n, scan.valid_end)?;
+        }
+        let mut rows = Vec::new();
+        let mut blobs = Vec::new();
+        for (offset, raw) in scan.blocks {
+            if indexed.is_some_and(|i| offset <= i) {
                 continue;
             }
-        };
-        tapes.extend(body.tapes.iter().map(|s| entry_of(&s.recording, n, offset)));
-        blobs.extend(body.blobs.iter().map(|(h, _)| BlobEntry {
-            tenant: raw.tenant.clone(),
-            hash: hex::encode(h),
-            segment: n,
-            offset,
-        }));
+            let body = match archive.open_block(&raw.tenant, &raw.sealed) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!(offset, error = %e, "skipping an unreadable recording block");
+                    continue;
+                }
+            };
+            let summaries = summarize(body.tapes.iter().map(|s| &s.recording));
+            rows.extend(
+                summaries
+                    .iter()
+                    .map(|(f, s)| s.row(&raw.tenant, f, n, offset)),
+            );
+            blobs.extend(body.blobs.iter().map(|(h, _)| BlobEntry {
+                tenant: raw.tenant.clone(),
+                hash: hex::encode(h),
+                segment: n,
+                offset,
+            }));
+        }
+        if !rows.is_empty() {
+            let tapes: u32 = rows.iter().map(|r| r.count).sum();
+            tracing::info!(segment = n, tapes, "indexed tapes the index did not know");
+        }
+        store.index_tapes(&rows, &blobs, None)?;
     }
-    if !tapes.is_empty() {
-        tracing::info!(
-            count = tapes.len(),
-            "indexed tapes written just before a crash"
-        );
-    }
-    store.index_tapes(&tapes, &blobs)?;
     Ok(())
 }
 
@@ -387,6 +377,7 @@ struct Writer {
     archive: Arc<Archive>,
     config: RecordConfig,
     current: Segment,
+    shards: Arc<Shards>,
     /// Payloads already in the current segment, per tenant.
     known: HashMap<String, HashSet<Hash>>,
     stats: Arc<RecorderStats>,
@@ -399,45 +390,50 @@ impl Writer {
         lower_priority();
         let mut last_sweep = Instant::now();
         loop {
-            let mut got = Gathered::default();
+            let mut asked = Asked::default();
             match self.config.durability {
-                // Batched: sleep one interval, then take everything queued.
-                // Senders never wake this thread (a futex wake per
+                // Batched: sleep one interval, then take everything pending.
+                // Invocations never wake this thread (a futex wake per
                 // invocation cost more than writing the tape); a flush,
                 // sweep or close unparks it.
                 Durability::Batched => std::thread::park_timeout(self.config.flush_interval),
                 // Sync: a caller is waiting; wake for it, then take what
-                // else is queued with it (group commit).
+                // else is pending with it (group commit).
                 Durability::Sync => {
                     let wait = self
                         .config
                         .sweep_interval
                         .saturating_sub(last_sweep.elapsed());
                     match rx.recv_timeout(wait) {
-                        Ok(job) => got.take(job),
+                        Ok(job) => asked.take(job),
                         Err(RecvTimeoutError::Timeout) => {}
-                        Err(RecvTimeoutError::Disconnected) => got.close = true,
+                        Err(RecvTimeoutError::Disconnected) => asked.close = true,
                     }
                 }
             }
-            while !got.close && got.sweep.is_none() {
+            while !asked.close && asked.sweep.is_none() {
                 match rx.try_recv() {
-                    Ok(job) => got.take(job),
+                    Ok(job) => asked.take(job),
                     Err(mpsc::TryRecvError::Empty) => break,
-                    Err(mpsc::TryRecvError::Disconnected) => got.close = true,
+                    Err(mpsc::TryRecvError::Disconnected) => asked.close = true,
                 }
             }
-            let result = self.write(got.batch).map_err(|e| {
+            // Taken after the jobs: a caller's tape is in a shard before
+            // its flush job is sent.
+            let pending = self.shards.take();
+            let (count, bytes) = pending
+                .iter()
+                .fold((0, 0), |(c, b), p| (c + p.count, b + p.bytes));
+            let result = self.write(pending, None).map_err(|e| {
                 tracing::error!(error = %e, "writing tapes failed");
                 e.to_string()
             });
-            self.stats
-                .queued_bytes
-                .fetch_sub(got.bytes, Ordering::Relaxed);
-            for ack in got.acks {
+            self.stats.queued.fetch_sub(count, Ordering::Relaxed);
+            self.stats.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            for ack in asked.acks {
                 let _ = ack.send(result.clone());
             }
-            if let Some(ack) = got.sweep {
+            if let Some(ack) = asked.sweep {
                 let r = self.sweep().map_err(|e| e.to_string());
                 last_sweep = Instant::now();
                 let _ = ack.send(r);
@@ -445,50 +441,60 @@ impl Writer {
                 self.sweep_logged();
                 last_sweep = Instant::now();
             }
-            if got.close {
+            if asked.close {
                 return;
             }
         }
     }
 
-    /// Seals `batch` into one block per tenant, appends, syncs, indexes.
-    fn write(&mut self, batch: Vec<Recording>) -> Result<(), RecordError> {
-        if batch.is_empty() {
-            return Ok(());
+    /// Seals `pending` into one block per tenant, appends, syncs, and
+    /// indexes a row per block and function (in the same transaction
+    /// forgetting segment `retire`, whose tapes these are, when retention
+    /// moves them forward).
+    fn write(&mut self, pending: Vec<Pending>, retire: Option<u64>) -> Result<(), RecordError> {
+        let mut by_tenant: BTreeMap<String, Vec<TenantTapes>> = BTreeMap::new();
+        for p in pending {
+            for (tenant, tapes) in p.tenants {
+                by_tenant.entry(tenant).or_default().push(tapes);
+            }
         }
-        let count = batch.len() as u64;
-        let mut by_tenant: BTreeMap<String, Vec<Recording>> = BTreeMap::new();
-        for r in batch {
-            by_tenant.entry(r.tenant.clone()).or_default().push(r);
+        if by_tenant.is_empty() && retire.is_none() {
+            return Ok(());
         }
         let n = self.current.n;
         let mut bytes = Vec::new();
-        let mut tapes = Vec::new();
+        let mut rows = Vec::new();
         let mut blobs = Vec::new();
         let mut added: Vec<(String, Hash)> = Vec::new();
-        for (tenant, recordings) in by_tenant {
+        let mut count = 0;
+        for (tenant, parts) in by_tenant {
             let offset = self.current.len + bytes.len() as u64;
             let known = self.known.entry(tenant.clone()).or_default();
-            let mut body = BlockBody::default();
-            for r in recordings {
-                tapes.push(entry_of(&r, n, offset));
-                let (stored, payloads) = Stored::split(r);
-                for (hash, data) in payloads {
-                    if known.contains(&hash) || body.blobs.iter().any(|(h, _)| *h == hash) {
-                        continue;
-                    }
-                    blobs.push(BlobEntry {
-                        tenant: tenant.clone(),
-                        hash: hex::encode(hash),
-                        segment: n,
-                        offset,
-                    });
-                    added.push((tenant.clone(), hash));
-                    body.blobs.push((hash, data));
+            let mut summaries: HashMap<&str, Summary> = HashMap::new();
+            let mut new_blobs: Vec<&(Hash, Vec<u8>)> = Vec::new();
+            for part in &parts {
+                count += part.count;
+                for (f, s) in &part.functions {
+                    summaries.entry(f).and_modify(|m| m.merge(s)).or_insert(*s);
                 }
-                body.tapes.push(stored);
+                for blob in &part.blobs {
+                    if !known.contains(&blob.0) && !new_blobs.iter().any(|b| b.0 == blob.0) {
+                        new_blobs.push(blob);
+                    }
+                }
             }
-            bytes.extend_from_slice(&self.archive.seal(&tenant, &body)?);
+            for (hash, _) in &new_blobs {
+                blobs.push(BlobEntry {
+                    tenant: tenant.clone(),
+                    hash: hex::encode(hash),
+                    segment: n,
+                    offset,
+                });
+                added.push((tenant.clone(), *hash));
+            }
+            rows.extend(summaries.iter().map(|(f, s)| s.row(&tenant, f, n, offset)));
+            let plain = block_body(&parts, &new_blobs)?;
+            bytes.extend_from_slice(&self.archive.seal(&tenant, &plain)?);
         }
         if let Err(e) = self
             .current
@@ -504,7 +510,7 @@ impl Writer {
         for (tenant, hash) in added {
             self.known.entry(tenant).or_default().insert(hash);
         }
-        self.archive.store().index_tapes(&tapes, &blobs)?;
+        self.archive.store().index_tapes(&rows, &blobs, retire)?;
         self.stats.tapes.fetch_add(count, Ordering::Relaxed);
         self.stats
             .bytes
@@ -529,31 +535,33 @@ impl Writer {
         }
     }
 
-    /// How long `entry` is kept: its function's setting for its outcome, or
-    /// the node's.
-    fn keep_for(&mut self, entry: &TapeEntry) -> Duration {
-        let key = (entry.tenant.clone(), entry.function.clone());
+    /// How long `row`'s function keeps tapes that succeeded and that
+    /// failed: its own settings, or the node's.
+    fn keep_for(&mut self, row: &TapeBlock) -> (Duration, Duration) {
+        let key = (row.tenant.clone(), row.function.clone());
         let store = self.archive.store().clone();
         let policy = *self.policies.entry(key).or_insert_with(|| {
             store
-                .get_version(&entry.tenant, &entry.function, None)
+                .get_version(&row.tenant, &row.function, None)
                 .ok()
                 .flatten()
                 .map(|v| v.spec.record)
                 .unwrap_or_default()
         });
-        let secs = if entry.outcome == "ok" {
-            policy.keep_ok_s
-        } else {
-            policy.keep_errors_s
-        };
-        secs.map_or(self.config.max_age, Duration::from_secs)
+        let or_default = |s: Option<u64>| s.map_or(self.config.max_age, Duration::from_secs);
+        (
+            or_default(policy.keep_ok_s),
+            or_default(policy.keep_errors_s),
+        )
     }
 
-    /// Retention: forget expired tapes; delete a closed segment once
-    /// nothing in it is kept, or once it is older than the node's maximum
-    /// age (copying forward tapes whose function keeps them longer); then
-    /// delete the oldest segments while the total is over the size cap.
+    /// Retention, a block and function at a time (a tape lives as long as
+    /// the newest tape of its block, at most one flush interval more):
+    /// forget expired rows, or only their successful tapes when failures
+    /// are kept longer; delete a closed segment once no row is left, or
+    /// once it is older than the node's maximum age (moving forward the
+    /// tapes whose function keeps them longer); then delete the oldest
+    /// segments while the total is over the size cap.
     fn sweep(&mut self) -> Result<(), RecordError> {
         self.policies.clear();
         let now = hearth_core::unix_time_ms();
@@ -564,41 +572,47 @@ impl Writer {
             .into_iter()
             .filter(|&n| n != self.current.n)
             .collect();
+        let age = |ms: i64| Duration::from_millis(now.saturating_sub(ms).max(0) as u64);
         for &n in &closed {
-            let entries = store.tapes_in_segment(n)?;
-            let (mut kept, mut expired) = (Vec::new(), Vec::new());
-            for e in entries {
-                let age = Duration::from_millis(now.saturating_sub(e.started_ms).max(0) as u64);
-                if age > self.keep_for(&e) {
-                    expired.push(e.id);
+            let (mut gone, mut ok_gone, mut kept) = (Vec::new(), Vec::new(), Vec::new());
+            let mut expired = 0;
+            for mut row in store.blocks_in_segment(n)? {
+                let (keep_ok, keep_errors) = self.keep_for(&row);
+                let ok_expired = row.ok_expired || age(row.last_ms) > keep_ok;
+                let errors_expired = row.errors == 0 || age(row.last_ms) > keep_errors;
+                if ok_expired && errors_expired {
+                    expired += if row.ok_expired {
+                        row.errors
+                    } else {
+                        row.count
+                    };
+                    gone.push(row);
+                } else if ok_expired && !row.ok_expired {
+                    expired += row.count - row.errors;
+                    row.ok_expired = true;
+                    ok_gone.push(row.clone());
+                    kept.push(row);
                 } else {
-                    kept.push(e);
+                    kept.push(row);
                 }
             }
-            let newest = kept.iter().map(|e| e.started_ms).max().unwrap_or(0);
-            let segment_expired =
-                now.saturating_sub(newest).max(0) as u128 > self.config.max_age.as_millis();
-            if !expired.is_empty() {
+            if !gone.is_empty() || !ok_gone.is_empty() {
                 self.stats
                     .expired
-                    .fetch_add(expired.len() as u64, Ordering::Relaxed);
-                store.unindex_tapes(&expired)?;
+                    .fetch_add(expired as u64, Ordering::Relaxed);
+                store.expire_blocks(&gone, &ok_gone)?;
             }
+            let newest = kept.iter().map(|r| r.last_ms).max().unwrap_or(0);
             if kept.is_empty() {
                 self.delete_segment(n)?;
-            } else if segment_expired {
+            } else if age(newest) > self.config.max_age {
                 // Only tapes kept longer than the node's default are left:
                 // move them to the current segment so this one can go.
-                let mut moved = Vec::new();
-                for e in &kept {
-                    match self.archive.read_entry(e) {
-                        Ok(r) => moved.push(r),
-                        Err(err) => {
-                            tracing::warn!(id = %e.id, error = %err, "cannot carry a tape forward")
-                        }
-                    }
+                let mut moved = Pending::default();
+                for r in self.archive.read_rows(&kept)? {
+                    moved.push(r)?;
                 }
-                self.write(moved)?;
+                self.write(vec![moved], Some(n))?;
                 self.delete_segment(n)?;
             }
         }
@@ -618,7 +632,11 @@ impl Writer {
         let mut total: u64 = remaining.iter().map(|&n| size(n)).sum::<u64>() + self.current.len;
         while total > self.config.max_bytes && !remaining.is_empty() {
             let n = remaining.remove(0);
-            let lost = store.tapes_in_segment(n)?.len();
+            let lost: u32 = store
+                .blocks_in_segment(n)?
+                .iter()
+                .map(|r| if r.ok_expired { r.errors } else { r.count })
+                .sum();
             tracing::warn!(
                 segment = n,
                 tapes = lost,
@@ -633,12 +651,97 @@ impl Writer {
 
     fn delete_segment(&mut self, n: u64) -> Result<(), RecordError> {
         // Index first: a crash in between leaves an unindexed file, which
-        // the next sweep deletes, never an index row pointing at nothing.
+        // the next start indexes again and a sweep then judges anew, never
+        // an index row pointing at nothing.
         self.archive.store().unindex_segment(n, 0)?;
         match std::fs::remove_file(self.archive.segment_path(n)) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+/// The plain bytes of a block holding `parts`' tapes and `blobs`: postcard's
+/// encoding of a [`BlockBody`](crate::segment::BlockBody), assembled from
+/// tapes the invocations already encoded.
+fn block_body(parts: &[TenantTapes], blobs: &[&(Hash, Vec<u8>)]) -> Result<Vec<u8>, RecordError> {
+    let tapes: usize = parts.iter().map(|p| p.count as usize).sum();
+    let size = parts.iter().map(|p| p.tapes.len()).sum::<usize>()
+        + blobs.iter().map(|(_, b)| b.len() + 40).sum::<usize>()
+        + 20;
+    let mut plain = Vec::with_capacity(size);
+    let encode = |e: postcard::Error| RecordError::Corrupt(format!("cannot encode a block: {e}"));
+    postcard::to_io(&tapes, &mut plain).map_err(encode)?;
+    for p in parts {
+        plain.extend_from_slice(&p.tapes);
+    }
+    postcard::to_io(blobs, &mut plain).map_err(encode)?;
+    Ok(plain)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recording::Stored;
+    use crate::segment::BlockBody;
+
+    fn tape(id: u128, function: &str, body: Vec<u8>) -> Recording {
+        Recording {
+            id: format!("{id:032x}"),
+            tenant: "t".into(),
+            function: function.into(),
+            version: 3,
+            artifact: "ab".into(),
+            tier: hearth_core::Tier::Wasm,
+            started_ms: 1000 + id as i64,
+            duration_us: 7,
+            request: hearth_core::Request {
+                body: body.into(),
+                ..Default::default()
+            },
+            tape: Default::default(),
+            outcome: crate::Outcome::Error {
+                kind: "trap".into(),
+                status: 500,
+                message: "x".into(),
+            },
+        }
+    }
+
+    /// The writer's shortcut must be byte for byte what decoding expects.
+    #[test]
+    fn assembled_block_is_postcard_of_the_block_body() {
+        let big = vec![7u8; crate::BLOB_MIN_BYTES];
+        let tapes = [
+            tape(1, "f", b"a".to_vec()),
+            tape(2, "g", big),
+            tape(3, "f", vec![]),
+        ];
+        let (mut a, mut b) = (Pending::default(), Pending::default());
+        a.push(tapes[0].clone()).unwrap();
+        b.push(tapes[1].clone()).unwrap();
+        b.push(tapes[2].clone()).unwrap();
+        let parts: Vec<TenantTapes> = [a, b]
+            .into_iter()
+            .map(|mut p| p.tenants.remove("t").unwrap())
+            .collect();
+        let blobs: Vec<_> = parts.iter().flat_map(|p| &p.blobs).collect();
+        let plain = block_body(&parts, &blobs).unwrap();
+
+        let mut expected = BlockBody::default();
+        for t in &tapes {
+            let (stored, payloads) = Stored::split(t.clone());
+            expected.tapes.push(stored);
+            expected.blobs.extend(payloads);
+        }
+        assert_eq!(plain, postcard::to_allocvec(&expected).unwrap());
+        let f = parts[0].functions["f"];
+        let mut both = f;
+        both.merge(&parts[1].functions["f"]);
+        let row = both.row("t", "f", 1, 8);
+        assert_eq!((row.count, row.errors), (2, 2));
+        assert_eq!(row.first_id, format!("{:032x}", 1));
+        assert_eq!(row.last_id, format!("{:032x}", 3));
     }
 }

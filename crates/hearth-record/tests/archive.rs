@@ -183,16 +183,25 @@ async fn a_torn_tail_is_cut_and_unindexed_blocks_are_found_on_restart() {
         rec.flush().await.unwrap();
         rec.close();
     }
+    // Drop the index rows of the newest segment so it looks unindexed;
+    // and of the first too, as if the index were lost or older than it.
+    let number = |p: &std::path::Path| {
+        u64::from_str_radix(p.file_stem().unwrap().to_str().unwrap(), 16).unwrap()
+    };
     fx.store
-        .unindex_tapes(std::slice::from_ref(&lost_index.id))
+        .unindex_segment(number(&fx.segments().pop().unwrap()), 0)
         .unwrap();
-    // Drop the blob/tape rows of the newest segment so it looks unindexed.
-    let newest = fx.segments().pop().unwrap();
-    let n = u64::from_str_radix(newest.file_stem().unwrap().to_str().unwrap(), 16).unwrap();
-    fx.store.unindex_segment(n, 0).unwrap();
+    fx.store.unindex_segment(number(&seg), 0).unwrap();
 
     let rec = fx.recorder(RecordConfig::default());
     assert_eq!(std::fs::read(&seg).unwrap(), whole, "the torn tail is cut");
+    assert_eq!(
+        rec.archive()
+            .list("a", &TapeQuery::default())
+            .unwrap()
+            .len(),
+        2
+    );
     assert_eq!(rec.archive().read("a", &kept.id).unwrap(), kept);
     assert_eq!(rec.archive().read("a", &lost_index.id).unwrap(), lost_index);
 }
@@ -294,4 +303,91 @@ async fn a_flood_of_large_tapes_is_dropped_and_counted_not_queued_without_bound(
     rec.record(recording("a", "f", &big, true, now))
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn listing_walks_blocks_newest_first_and_filters() {
+    let fx = Fixture::new();
+    let rec = fx.recorder(RecordConfig::default());
+    let now = hearth_core::unix_time_ms();
+    // Five flushes (five blocks), two functions interleaved, every third
+    // invocation failing, versions 1 then 2.
+    let mut all = Vec::new();
+    for block in 0..5 {
+        for i in 0..6 {
+            let n = block * 6 + i;
+            let mut r = recording(
+                "a",
+                ["f", "g"][i % 2],
+                &format!("{n}"),
+                n % 3 != 0,
+                now + n as i64,
+            );
+            r.version = if block < 3 { 1 } else { 2 };
+            rec.record(r.clone()).await.unwrap();
+            all.push(r);
+        }
+        rec.flush().await.unwrap();
+    }
+    let ids = |q: TapeQuery| -> Vec<String> {
+        rec.archive()
+            .list("a", &q)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.id)
+            .collect()
+    };
+    let newest = |keep: &dyn Fn(&Recording) -> bool, n: usize| -> Vec<String> {
+        let mut v: Vec<String> = all
+            .iter()
+            .filter(|r| keep(r))
+            .map(|r| r.id.clone())
+            .collect();
+        v.sort_unstable_by(|a, b| b.cmp(a));
+        v.truncate(n);
+        v
+    };
+    let q = |limit| TapeQuery {
+        limit,
+        ..TapeQuery::default()
+    };
+    assert_eq!(ids(q(7)), newest(&|_| true, 7), "spans two blocks");
+    assert_eq!(ids(q(0)), newest(&|_| true, 100));
+    assert_eq!(
+        ids(TapeQuery {
+            function: Some("g".into()),
+            limit: 4,
+            ..TapeQuery::default()
+        }),
+        newest(&|r| r.function == "g", 4)
+    );
+    assert_eq!(
+        ids(TapeQuery {
+            errors_only: true,
+            ..TapeQuery::default()
+        }),
+        newest(&|r| matches!(r.outcome, Outcome::Error { .. }), 100)
+    );
+    assert_eq!(
+        ids(TapeQuery {
+            version: Some(1),
+            function: Some("f".into()),
+            ..TapeQuery::default()
+        }),
+        newest(&|r| r.version == 1 && r.function == "f", 100)
+    );
+    assert_eq!(
+        ids(TapeQuery {
+            since_ms: Some(now + 20),
+            ..TapeQuery::default()
+        }),
+        newest(&|r| r.started_ms >= now + 20, 100)
+    );
+    // Whole tapes in the same order, each block decoded once.
+    let got = rec.archive().recordings("a", &q(9)).unwrap();
+    let want: Vec<Recording> = newest(&|_| true, 9)
+        .iter()
+        .map(|id| all.iter().find(|r| &r.id == id).unwrap().clone())
+        .collect();
+    assert_eq!(got, want);
 }

@@ -120,8 +120,9 @@ pub struct LogQuery {
     pub limit: u32,
 }
 
-/// Where one tape lives and what a listing shows of it. The tape itself is
-/// in a recording segment (see `hearth-record`); this is its index row.
+/// What a listing shows of one tape. Built from the tape itself (see
+/// `hearth-record`): the index holds one [`TapeBlock`] per block and
+/// function, not a row per invocation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TapeEntry {
     /// The invocation id (UUIDv7, hex): sorts by start time.
@@ -139,6 +140,69 @@ pub struct TapeEntry {
     pub segment: u64,
     /// Byte offset of the block holding the tape.
     pub offset: u64,
+}
+
+/// The index row of one function's tapes in one block (one tenant's flush
+/// interval): enough to find a tape by id, list newest first, filter and
+/// expire, at one row per function per flush instead of one per
+/// invocation — per-invocation rows were most of the recorder's cost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TapeBlock {
+    pub tenant: String,
+    pub function: String,
+    pub segment: u64,
+    /// Byte offset of the block in its segment.
+    pub offset: u64,
+    /// Lowest and highest invocation id among these tapes (UUIDv7 hex,
+    /// which sorts by start time).
+    pub first_id: String,
+    pub last_id: String,
+    /// Earliest and latest start time, ms since the epoch.
+    pub first_ms: i64,
+    pub last_ms: i64,
+    pub count: u32,
+    /// How many of `count` failed.
+    pub errors: u32,
+    pub min_version: u32,
+    pub max_version: u32,
+    /// Retention expired the successful tapes; the failures are still kept.
+    pub ok_expired: bool,
+}
+
+/// Which blocks to list, newest `last_id` first.
+#[derive(Debug, Clone, Default)]
+pub struct BlockQuery {
+    pub function: Option<String>,
+    /// Only blocks holding a failure that is still kept.
+    pub errors_only: bool,
+    /// Only blocks with a tape started at or after this.
+    pub since_ms: Option<i64>,
+    /// Only blocks that may hold this version.
+    pub version: Option<u32>,
+    /// Keyset cursor: only blocks ordered after this one.
+    pub after: Option<BlockCursor>,
+    /// At most this many.
+    pub limit: u32,
+}
+
+/// A block's place in [`BlockQuery`] order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockCursor {
+    pub last_id: String,
+    pub segment: u64,
+    pub offset: u64,
+    pub function: String,
+}
+
+impl TapeBlock {
+    pub fn cursor(&self) -> BlockCursor {
+        BlockCursor {
+            last_id: self.last_id.clone(),
+            segment: self.segment,
+            offset: self.offset,
+            function: self.function.clone(),
+        }
+    }
 }
 
 /// A large payload stored once per tenant and segment, by content hash.
@@ -233,10 +297,24 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<Vec<u8>>, StoreError>;
 
     // -- recording index --
-    /// Indexes a written block's tapes and new blobs, in one transaction.
-    fn index_tapes(&self, tapes: &[TapeEntry], blobs: &[BlobEntry]) -> Result<(), StoreError>;
-    fn find_tape(&self, tenant: &str, id: &str) -> Result<Option<TapeEntry>, StoreError>;
-    fn list_tapes(&self, tenant: &str, query: &TapeQuery) -> Result<Vec<TapeEntry>, StoreError>;
+    /// Indexes written blocks' rows and new blobs in one transaction, which
+    /// also forgets every row of segment `retire` (retention moving its
+    /// last tapes forward: they are never indexed twice, nor lost).
+    fn index_tapes(
+        &self,
+        blocks: &[TapeBlock],
+        blobs: &[BlobEntry],
+        retire: Option<u64>,
+    ) -> Result<(), StoreError>;
+    /// The blocks of `tenant` whose id range holds `id`.
+    fn blocks_holding(&self, tenant: &str, id: &str) -> Result<Vec<TapeBlock>, StoreError>;
+    /// `tenant`'s blocks, newest first.
+    fn list_blocks(&self, tenant: &str, query: &BlockQuery) -> Result<Vec<TapeBlock>, StoreError>;
+    /// Every block row of `segment`, oldest first.
+    fn blocks_in_segment(&self, segment: u64) -> Result<Vec<TapeBlock>, StoreError>;
+    /// Retention: forgets `gone` rows and marks `ok_expired` ones.
+    fn expire_blocks(&self, gone: &[TapeBlock], ok_expired: &[TapeBlock])
+    -> Result<(), StoreError>;
     /// Where `segment` holds the payload with this hash (segments are
     /// self-contained: a payload is stored once per segment).
     fn find_blob(
@@ -245,15 +323,10 @@ pub trait Store: Send + Sync + 'static {
         hash: &str,
         segment: u64,
     ) -> Result<Option<BlobEntry>, StoreError>;
-    /// Forgets single tapes (retention expired them before their segment).
-    fn unindex_tapes(&self, ids: &[String]) -> Result<(), StoreError>;
-    /// Every tape indexed in `segment`, oldest first.
-    fn tapes_in_segment(&self, segment: u64) -> Result<Vec<TapeEntry>, StoreError>;
     /// Forgets the index rows of `segment` at or past `from_offset`
     /// (0: the whole segment, which is being deleted).
     fn unindex_segment(&self, segment: u64, from_offset: u64) -> Result<(), StoreError>;
-    /// The end of the last indexed block of `segment`, if any: the offset of
-    /// its last indexed block.
+    /// The offset of the last indexed block of `segment`, if any.
     fn last_indexed_offset(&self, segment: u64) -> Result<Option<u64>, StoreError>;
 
     // -- logs --

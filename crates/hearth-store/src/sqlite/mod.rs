@@ -15,8 +15,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 mod tapes;
 
 use crate::{
-    BlobEntry, FunctionMode, FunctionSummary, LogQuery, LogRecord, LogStream, Principal, Role,
-    Store, StoreError, TapeEntry, TapeQuery, sha256_hex,
+    BlobEntry, BlockQuery, FunctionMode, FunctionSummary, LogQuery, LogRecord, LogStream,
+    Principal, Role, Store, StoreError, TapeBlock, sha256_hex,
 };
 
 const SCHEMA: &str = r#"
@@ -378,7 +378,7 @@ impl Store for SqliteStore {
             // The tapes' bytes stay in their segments until retention
             // deletes those; without an index row nobody can read them.
             tx.execute(
-                "DELETE FROM tapes WHERE tenant = ?1 AND function = ?2",
+                "DELETE FROM tape_blocks WHERE tenant = ?1 AND function = ?2",
                 params![tenant, name],
             )?;
         }
@@ -503,16 +503,33 @@ impl Store for SqliteStore {
         Ok(out)
     }
 
-    fn index_tapes(&self, tapes: &[TapeEntry], blobs: &[BlobEntry]) -> Result<(), StoreError> {
-        tapes::index(&mut self.writer(), tapes, blobs)
+    fn index_tapes(
+        &self,
+        blocks: &[TapeBlock],
+        blobs: &[BlobEntry],
+        retire: Option<u64>,
+    ) -> Result<(), StoreError> {
+        tapes::index(&mut self.writer(), blocks, blobs, retire)
     }
 
-    fn find_tape(&self, tenant: &str, id: &str) -> Result<Option<TapeEntry>, StoreError> {
-        tapes::find(&self.reader(), tenant, id)
+    fn blocks_holding(&self, tenant: &str, id: &str) -> Result<Vec<TapeBlock>, StoreError> {
+        tapes::holding(&self.reader(), tenant, id)
     }
 
-    fn list_tapes(&self, tenant: &str, q: &TapeQuery) -> Result<Vec<TapeEntry>, StoreError> {
+    fn list_blocks(&self, tenant: &str, q: &BlockQuery) -> Result<Vec<TapeBlock>, StoreError> {
         tapes::list(&self.reader(), tenant, q)
+    }
+
+    fn blocks_in_segment(&self, segment: u64) -> Result<Vec<TapeBlock>, StoreError> {
+        tapes::in_segment(&self.reader(), segment)
+    }
+
+    fn expire_blocks(
+        &self,
+        gone: &[TapeBlock],
+        ok_expired: &[TapeBlock],
+    ) -> Result<(), StoreError> {
+        tapes::expire(&mut self.writer(), gone, ok_expired)
     }
 
     fn find_blob(
@@ -522,14 +539,6 @@ impl Store for SqliteStore {
         segment: u64,
     ) -> Result<Option<BlobEntry>, StoreError> {
         tapes::find_blob(&self.reader(), tenant, hash, segment)
-    }
-
-    fn unindex_tapes(&self, ids: &[String]) -> Result<(), StoreError> {
-        tapes::unindex(&mut self.writer(), ids)
-    }
-
-    fn tapes_in_segment(&self, segment: u64) -> Result<Vec<TapeEntry>, StoreError> {
-        tapes::in_segment(&self.reader(), segment)
     }
 
     fn unindex_segment(&self, segment: u64, from_offset: u64) -> Result<(), StoreError> {

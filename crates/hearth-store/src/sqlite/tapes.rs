@@ -1,27 +1,38 @@
-//! The tape index: one row per recorded invocation (`tapes`) and one per
-//! large payload stored in a segment (`tape_blobs`). The tapes themselves
-//! are in segment files (`hearth-record`); this is how they are found.
+//! The tape index: one row per block and function (`tape_blocks`), one
+//! per large payload stored in a segment (`tape_blobs`), and per tenant the
+//! widest id range a block has spanned (`tape_spans`, which bounds a lookup
+//! by id). The tapes themselves are in segment files (`hearth-record`);
+//! this is how they are found.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::{BlobEntry, StoreError, TapeEntry, TapeQuery};
+use crate::{BlobEntry, BlockQuery, StoreError, TapeBlock};
 
 pub(super) const SCHEMA: &str = r#"
-CREATE TABLE IF NOT EXISTS tapes (
-    id          TEXT PRIMARY KEY,
+DROP TABLE IF EXISTS tapes;
+CREATE TABLE IF NOT EXISTS tape_blocks (
     tenant      TEXT NOT NULL,
     function    TEXT NOT NULL,
-    version     INTEGER NOT NULL,
-    tier        TEXT NOT NULL,
-    started_ms  INTEGER NOT NULL,
-    duration_us INTEGER NOT NULL,
-    status      INTEGER NOT NULL,
-    outcome     TEXT NOT NULL,
     segment     INTEGER NOT NULL,
-    offset      INTEGER NOT NULL
+    offset      INTEGER NOT NULL,
+    first_id    TEXT NOT NULL,
+    last_id     TEXT NOT NULL,
+    first_ms    INTEGER NOT NULL,
+    last_ms     INTEGER NOT NULL,
+    count       INTEGER NOT NULL,
+    errors      INTEGER NOT NULL,
+    min_version INTEGER NOT NULL,
+    max_version INTEGER NOT NULL,
+    ok_expired  INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (segment, offset, function)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS tapes_by_function ON tapes (tenant, function, id);
-CREATE INDEX IF NOT EXISTS tapes_by_segment ON tapes (segment, offset);
+CREATE INDEX IF NOT EXISTS tape_blocks_by_id ON tape_blocks (tenant, first_id);
+CREATE INDEX IF NOT EXISTS tape_blocks_by_function ON tape_blocks (tenant, function, last_id);
+CREATE INDEX IF NOT EXISTS tape_blocks_newest ON tape_blocks (tenant, last_id);
+CREATE TABLE IF NOT EXISTS tape_spans (
+    tenant      TEXT PRIMARY KEY,
+    span_ms     INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS tape_blobs (
     tenant      TEXT NOT NULL,
     hash        TEXT NOT NULL,
@@ -32,54 +43,72 @@ CREATE TABLE IF NOT EXISTS tape_blobs (
 CREATE INDEX IF NOT EXISTS tape_blobs_by_segment ON tape_blobs (segment, offset);
 "#;
 
-const TAPE_COLUMNS: &str = "id, tenant, function, version, tier, started_ms, duration_us, status, outcome, segment, offset";
+const BLOCK_COLUMNS: &str = "tenant, function, segment, offset, first_id, last_id, first_ms, last_ms, count, errors, min_version, max_version, ok_expired";
 
-fn tape_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TapeEntry> {
-    Ok(TapeEntry {
-        id: r.get(0)?,
-        tenant: r.get(1)?,
-        function: r.get(2)?,
-        version: r.get(3)?,
-        tier: r.get(4)?,
-        started_ms: r.get(5)?,
-        duration_us: r.get(6)?,
-        status: r.get(7)?,
-        outcome: r.get(8)?,
-        segment: r.get::<_, i64>(9)? as u64,
-        offset: r.get::<_, i64>(10)? as u64,
+fn block_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TapeBlock> {
+    Ok(TapeBlock {
+        tenant: r.get(0)?,
+        function: r.get(1)?,
+        segment: r.get::<_, i64>(2)? as u64,
+        offset: r.get::<_, i64>(3)? as u64,
+        first_id: r.get(4)?,
+        last_id: r.get(5)?,
+        first_ms: r.get(6)?,
+        last_ms: r.get(7)?,
+        count: r.get(8)?,
+        errors: r.get(9)?,
+        min_version: r.get(10)?,
+        max_version: r.get(11)?,
+        ok_expired: r.get(12)?,
     })
+}
+
+/// Milliseconds since the epoch in a UUIDv7's leading 48 bits (hex).
+fn id_ms(id: &str) -> i64 {
+    id.get(..12)
+        .and_then(|h| i64::from_str_radix(h, 16).ok())
+        .unwrap_or(0)
 }
 
 pub(super) fn index(
     conn: &mut Connection,
-    tapes: &[TapeEntry],
+    blocks: &[TapeBlock],
     blobs: &[BlobEntry],
+    retire: Option<u64>,
 ) -> Result<(), StoreError> {
-    if tapes.is_empty() && blobs.is_empty() {
+    if blocks.is_empty() && blobs.is_empty() && retire.is_none() {
         return Ok(());
     }
     let tx = conn.transaction()?;
+    if let Some(n) = retire {
+        delete_segment_rows(&tx, n, 0)?;
+    }
     {
-        // REPLACE: retention re-writes a tape it keeps into a new segment.
-        let mut stmt = tx.prepare_cached(
-            "INSERT OR REPLACE INTO tapes (id, tenant, function, version, tier, started_ms,
-                 duration_us, status, outcome, segment, offset)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        let mut stmt = tx.prepare_cached(&format!(
+            "INSERT OR REPLACE INTO tape_blocks ({BLOCK_COLUMNS})
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+        ))?;
+        let mut span = tx.prepare_cached(
+            "INSERT INTO tape_spans (tenant, span_ms) VALUES (?1, ?2)
+             ON CONFLICT (tenant) DO UPDATE SET span_ms = max(span_ms, excluded.span_ms)",
         )?;
-        for t in tapes {
+        for b in blocks {
             stmt.execute(params![
-                t.id,
-                t.tenant,
-                t.function,
-                t.version,
-                t.tier,
-                t.started_ms,
-                t.duration_us,
-                t.status,
-                t.outcome,
-                t.segment as i64,
-                t.offset as i64
+                b.tenant,
+                b.function,
+                b.segment as i64,
+                b.offset as i64,
+                b.first_id,
+                b.last_id,
+                b.first_ms,
+                b.last_ms,
+                b.count,
+                b.errors,
+                b.min_version,
+                b.max_version,
+                b.ok_expired
             ])?;
+            span.execute(params![b.tenant, id_ms(&b.last_id) - id_ms(&b.first_id)])?;
         }
         let mut stmt = tx.prepare_cached(
             "INSERT OR REPLACE INTO tape_blobs (tenant, hash, segment, offset)
@@ -93,43 +122,104 @@ pub(super) fn index(
     Ok(())
 }
 
-pub(super) fn find(
+pub(super) fn holding(
     conn: &Connection,
     tenant: &str,
     id: &str,
-) -> Result<Option<TapeEntry>, StoreError> {
+) -> Result<Vec<TapeBlock>, StoreError> {
+    // A block's ids are at most `span_ms` apart, so a block holding `id`
+    // starts no earlier than that before it: the scan is bounded even for
+    // an id that is not there.
+    let span: i64 = conn
+        .query_row(
+            "SELECT span_ms FROM tape_spans WHERE tenant = ?1",
+            params![tenant],
+            |r| r.get(0),
+        )
+        .optional()?
+        .unwrap_or(0);
+    let floor = format!("{:012x}", (id_ms(id) - span - 1).max(0));
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {TAPE_COLUMNS} FROM tapes WHERE tenant = ?1 AND id = ?2"
+        "SELECT {BLOCK_COLUMNS} FROM tape_blocks
+         WHERE tenant = ?1 AND first_id <= ?2 AND first_id >= ?3 AND last_id >= ?2
+         ORDER BY first_id DESC"
     ))?;
-    Ok(stmt.query_row(params![tenant, id], tape_row).optional()?)
+    let rows = stmt.query_map(params![tenant, id, floor], block_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 pub(super) fn list(
     conn: &Connection,
     tenant: &str,
-    q: &TapeQuery,
-) -> Result<Vec<TapeEntry>, StoreError> {
-    let limit = if q.limit == 0 { 100 } else { q.limit };
+    q: &BlockQuery,
+) -> Result<Vec<TapeBlock>, StoreError> {
+    let (after_id, after_seg, after_off, after_fn) = match &q.after {
+        Some(c) => (
+            Some(c.last_id.as_str()),
+            c.segment as i64,
+            c.offset as i64,
+            c.function.as_str(),
+        ),
+        None => (None, 0, 0, ""),
+    };
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {TAPE_COLUMNS} FROM tapes
+        "SELECT {BLOCK_COLUMNS} FROM tape_blocks
          WHERE tenant = ?1 AND (?2 IS NULL OR function = ?2)
-           AND (?3 = 0 OR outcome != 'ok') AND (?4 IS NULL OR status = ?4)
-           AND (?5 IS NULL OR started_ms >= ?5) AND (?6 IS NULL OR version = ?6)
-         ORDER BY id DESC LIMIT ?7"
+           AND (?3 = 0 OR errors > 0) AND (?4 IS NULL OR last_ms >= ?4)
+           AND (?5 IS NULL OR ?5 BETWEEN min_version AND max_version)
+           AND (?6 IS NULL OR (last_id, segment, offset, function) < (?6, ?7, ?8, ?9))
+         ORDER BY last_id DESC, segment DESC, offset DESC, function DESC
+         LIMIT ?10"
     ))?;
     let rows = stmt.query_map(
         params![
             tenant,
             q.function,
             q.errors_only,
-            q.status,
             q.since_ms,
             q.version,
-            limit
+            after_id,
+            after_seg,
+            after_off,
+            after_fn,
+            q.limit.max(1)
         ],
-        tape_row,
+        block_row,
     )?;
     Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub(super) fn in_segment(conn: &Connection, segment: u64) -> Result<Vec<TapeBlock>, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {BLOCK_COLUMNS} FROM tape_blocks WHERE segment = ?1 ORDER BY offset, function"
+    ))?;
+    let rows = stmt.query_map(params![segment as i64], block_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub(super) fn expire(
+    conn: &mut Connection,
+    gone: &[TapeBlock],
+    ok_expired: &[TapeBlock],
+) -> Result<(), StoreError> {
+    let tx = conn.transaction()?;
+    {
+        let mut delete = tx.prepare_cached(
+            "DELETE FROM tape_blocks WHERE segment = ?1 AND offset = ?2 AND function = ?3",
+        )?;
+        for b in gone {
+            delete.execute(params![b.segment as i64, b.offset as i64, b.function])?;
+        }
+        let mut mark = tx.prepare_cached(
+            "UPDATE tape_blocks SET ok_expired = 1
+             WHERE segment = ?1 AND offset = ?2 AND function = ?3",
+        )?;
+        for b in ok_expired {
+            mark.execute(params![b.segment as i64, b.offset as i64, b.function])?;
+        }
+    }
+    tx.commit()?;
+    Ok(())
 }
 
 pub(super) fn find_blob(
@@ -153,41 +243,30 @@ pub(super) fn find_blob(
         .optional()?)
 }
 
-pub(super) fn unindex(conn: &mut Connection, ids: &[String]) -> Result<(), StoreError> {
-    let tx = conn.transaction()?;
-    {
-        let mut stmt = tx.prepare_cached("DELETE FROM tapes WHERE id = ?1")?;
-        for id in ids {
-            stmt.execute(params![id])?;
-        }
-    }
-    tx.commit()?;
-    Ok(())
-}
-
-pub(super) fn in_segment(conn: &Connection, segment: u64) -> Result<Vec<TapeEntry>, StoreError> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {TAPE_COLUMNS} FROM tapes WHERE segment = ?1 ORDER BY offset, id"
-    ))?;
-    let rows = stmt.query_map(params![segment as i64], tape_row)?;
-    Ok(rows.collect::<Result<_, _>>()?)
-}
-
 pub(super) fn unindex_segment(
     conn: &mut Connection,
     segment: u64,
     from_offset: u64,
 ) -> Result<(), StoreError> {
     let tx = conn.transaction()?;
+    delete_segment_rows(&tx, segment, from_offset)?;
+    tx.commit()?;
+    Ok(())
+}
+
+fn delete_segment_rows(
+    tx: &rusqlite::Transaction<'_>,
+    segment: u64,
+    from_offset: u64,
+) -> Result<(), StoreError> {
     tx.execute(
-        "DELETE FROM tapes WHERE segment = ?1 AND offset >= ?2",
+        "DELETE FROM tape_blocks WHERE segment = ?1 AND offset >= ?2",
         params![segment as i64, from_offset as i64],
     )?;
     tx.execute(
         "DELETE FROM tape_blobs WHERE segment = ?1 AND offset >= ?2",
         params![segment as i64, from_offset as i64],
     )?;
-    tx.commit()?;
     Ok(())
 }
 
@@ -196,7 +275,7 @@ pub(super) fn last_indexed_offset(
     segment: u64,
 ) -> Result<Option<u64>, StoreError> {
     let max: Option<i64> = conn.query_row(
-        "SELECT MAX(o) FROM (SELECT MAX(offset) AS o FROM tapes WHERE segment = ?1
+        "SELECT MAX(o) FROM (SELECT MAX(offset) AS o FROM tape_blocks WHERE segment = ?1
                              UNION ALL SELECT MAX(offset) FROM tape_blobs WHERE segment = ?1)",
         params![segment as i64],
         |r| r.get(0),
