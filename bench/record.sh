@@ -5,6 +5,7 @@
 #     JS function making one outbound call, and a Python function;
 #   * bytes on disk per invocation for each, and replay speed (tapes/s).
 # Usage: bench/record.sh [seconds-per-run] [rounds]   (prints Markdown)
+#        FNS="hello py" bench/record.sh …   only these functions
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh
@@ -80,7 +81,7 @@ echo "### Recording on vs off (wrk -t1 -c$C, ${DUR}s per run, $ROUNDS rounds int
 echo
 echo "| function | recording | req/s | p99 | throughput change | p99 change | bytes on disk per invocation |"
 echo "|---|---|---|---|---|---|---|"
-for f in hello onecall py; do
+for f in ${FNS:-hello onecall py}; do
   on_rps=0; on_p99=0; off_rps=0; off_p99=0
   t0=$(tapes); b0=$(seg_bytes)
   for _ in $(seq 1 "$ROUNDS"); do
@@ -105,7 +106,7 @@ echo
 echo "| function | tapes replayed | seconds | tapes/s |"
 echo "|---|---|---|---|"
 TOK=$(cat "$WORK/on/token")
-for f in hello onecall py; do
+for f in ${FNS:-hello onecall py}; do
   curl -sf -w ' %{time_total}' -X POST -H "Authorization: Bearer $TOK" \
     "$URL_on/v1/functions/$f/replay?against=1&last=2000" >"$WORK/replay.out"
   python3 - "$f" "$WORK/replay.out" <<'PY'

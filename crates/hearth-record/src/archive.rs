@@ -18,6 +18,23 @@ use crate::segment::{self, BlockBody};
 /// already finds most of what there is while costing little CPU.
 const ZSTD_LEVEL: i32 = 3;
 
+/// What sealing blocks reuses from one flush to the next: a zstd context
+/// (its tables are over a megabyte) and the compressed bytes. Allocating
+/// them afresh each flush cost page faults that showed on every request.
+pub(crate) struct Sealer {
+    zstd: zstd::bulk::Compressor<'static>,
+    packed: Vec<u8>,
+}
+
+impl Sealer {
+    pub(crate) fn new() -> Result<Sealer, RecordError> {
+        Ok(Sealer {
+            zstd: zstd::bulk::Compressor::new(ZSTD_LEVEL)?,
+            packed: Vec::new(),
+        })
+    }
+}
+
 /// A block read for a listing: its tapes (taken out as they are used) and
 /// payloads.
 type Decoded = (Vec<Option<Stored>>, Vec<(Hash, Vec<u8>)>);
@@ -75,10 +92,21 @@ impl Archive {
             .sum()
     }
 
-    /// Compresses, encrypts and frames a block body's plain bytes.
-    pub(crate) fn seal(&self, tenant: &str, plain: &[u8]) -> Result<Vec<u8>, RecordError> {
-        let packed = zstd::bulk::compress(plain, ZSTD_LEVEL)?;
-        Ok(segment::frame(tenant, &self.keys.seal(tenant, &packed)))
+    /// Compresses, encrypts and frames a block body's plain bytes,
+    /// appending the block to `out`.
+    pub(crate) fn seal_into(
+        &self,
+        sealer: &mut Sealer,
+        tenant: &str,
+        plain: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        let packed = &mut sealer.packed;
+        packed.clear();
+        packed.reserve(zstd::zstd_safe::compress_bound(plain.len()));
+        sealer.zstd.compress_to_buffer(plain, packed)?;
+        segment::frame_into(out, tenant, |out| self.keys.seal_into(tenant, packed, out));
+        Ok(())
     }
 
     /// Decrypts and decodes the block at (`segment`, `offset`), which must

@@ -42,7 +42,28 @@ pub(crate) struct TenantTapes {
     pub functions: HashMap<String, Summary>,
 }
 
+/// A batch's buffer larger than this is freed after a flush instead of
+/// kept for the next: a burst should not pin its memory for good.
+const KEEP_BUFFER_BYTES: usize = 8 << 20;
+
 impl Pending {
+    /// Empties this batch, keeping its buffers (up to a size) for the next:
+    /// growing them from nothing each flush cost page faults on the
+    /// invocations' threads.
+    pub fn clear(&mut self) {
+        for t in self.tenants.values_mut() {
+            if t.tapes.capacity() > KEEP_BUFFER_BYTES {
+                t.tapes = Vec::new();
+            }
+            t.tapes.clear();
+            t.count = 0;
+            t.blobs.clear();
+            t.functions.clear();
+        }
+        self.count = 0;
+        self.bytes = 0;
+    }
+
     /// Encodes `recording` into this batch; returns the bytes it added.
     pub fn push(&mut self, recording: Recording) -> Result<u64, RecordError> {
         let (stored, payloads) = Stored::split(recording);
@@ -72,12 +93,15 @@ impl Pending {
 /// the writer takes each whole in a swap.
 pub(crate) struct Shards {
     shards: Box<[Mutex<Pending>]>,
+    /// Emptied batches with their buffers, to swap in for full ones.
+    spare: Mutex<Vec<Pending>>,
 }
 
 impl Shards {
     pub fn new(n: usize) -> Shards {
         Shards {
             shards: (0..n.max(1)).map(|_| Mutex::default()).collect(),
+            spare: Mutex::default(),
         }
     }
 
@@ -91,13 +115,29 @@ impl Shards {
             .push(recording)
     }
 
-    /// Everything pending, leaving the shards empty.
+    /// Everything pending, leaving the shards empty; give the batches
+    /// back with [`recycle`](Self::recycle) once written.
     pub fn take(&self) -> Vec<Pending> {
-        self.shards
-            .iter()
-            .map(|s| std::mem::take(&mut *s.lock().unwrap_or_else(|p| p.into_inner())))
-            .filter(|p| p.count > 0)
-            .collect()
+        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = Vec::new();
+        for shard in &self.shards {
+            let mut pending = shard.lock().unwrap_or_else(|p| p.into_inner());
+            if pending.count > 0 {
+                out.push(std::mem::replace(
+                    &mut *pending,
+                    spare.pop().unwrap_or_default(),
+                ));
+            }
+        }
+        out
+    }
+
+    pub fn recycle(&self, mut used: Vec<Pending>) {
+        used.iter_mut().for_each(Pending::clear);
+        self.spare
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(used);
     }
 }
 

@@ -34,18 +34,20 @@ pub(crate) struct BlockBody {
     pub blobs: Vec<(Hash, Vec<u8>)>,
 }
 
-/// The bytes of one block around an already sealed body.
-pub(crate) fn frame(tenant: &str, sealed: &[u8]) -> Vec<u8> {
-    let mut rest = Vec::with_capacity(2 + tenant.len() + sealed.len());
-    rest.extend_from_slice(&(tenant.len() as u16).to_le_bytes());
-    rest.extend_from_slice(tenant.as_bytes());
-    rest.extend_from_slice(sealed);
-    let mut out = Vec::with_capacity(HEADER_BYTES + rest.len());
+/// Appends one block to `out`: its header, `tenant`, and the sealed body
+/// that `seal` appends after them.
+pub(crate) fn frame_into(out: &mut Vec<u8>, tenant: &str, seal: impl FnOnce(&mut Vec<u8>)) {
+    let start = out.len();
     out.extend_from_slice(BLOCK_MAGIC);
-    out.extend_from_slice(&(rest.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(&rest).to_le_bytes());
-    out.extend_from_slice(&rest);
-    out
+    out.extend_from_slice(&[0; 8]); // length and checksum, once known
+    out.extend_from_slice(&(tenant.len() as u16).to_le_bytes());
+    out.extend_from_slice(tenant.as_bytes());
+    seal(out);
+    let rest = start + HEADER_BYTES;
+    let len = (out.len() - rest) as u32;
+    let crc = crc32fast::hash(&out[rest..]);
+    out[start + 4..start + 8].copy_from_slice(&len.to_le_bytes());
+    out[start + 8..rest].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// A block read back and checked: its tenant, sealed body and length.

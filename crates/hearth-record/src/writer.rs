@@ -25,7 +25,7 @@ use hearth_store::{BlobEntry, TapeBlock};
 use tokio::sync::oneshot;
 
 use crate::RecordError;
-use crate::archive::Archive;
+use crate::archive::{Archive, Sealer};
 use crate::pending::{Pending, Shards, Summary, TenantTapes, summarize};
 use crate::recording::{Hash, Recording};
 use crate::segment::{self, SEGMENT_MAGIC};
@@ -148,6 +148,9 @@ impl Recorder {
         let shards = Arc::new(Shards::new(SHARDS));
         let mut writer = Writer {
             current: Segment::create(&archive, next)?,
+            sealer: Sealer::new()?,
+            plain: Vec::new(),
+            out: Vec::new(),
             archive: archive.clone(),
             config: config.clone(),
             known: HashMap::new(),
@@ -378,6 +381,11 @@ struct Writer {
     config: RecordConfig,
     current: Segment,
     shards: Arc<Shards>,
+    /// Buffers kept from one flush to the next: a block's plain bytes, and
+    /// the blocks to append.
+    sealer: Sealer,
+    plain: Vec<u8>,
+    out: Vec<u8>,
     /// Payloads already in the current segment, per tenant.
     known: HashMap<String, HashSet<Hash>>,
     stats: Arc<RecorderStats>,
@@ -424,10 +432,11 @@ impl Writer {
             let (count, bytes) = pending
                 .iter()
                 .fold((0, 0), |(c, b), p| (c + p.count, b + p.bytes));
-            let result = self.write(pending, None).map_err(|e| {
+            let result = self.write(&pending, None).map_err(|e| {
                 tracing::error!(error = %e, "writing tapes failed");
                 e.to_string()
             });
+            self.shards.recycle(pending);
             self.stats.queued.fetch_sub(count, Ordering::Relaxed);
             self.stats.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
             for ack in asked.acks {
@@ -451,10 +460,10 @@ impl Writer {
     /// indexes a row per block and function (in the same transaction
     /// forgetting segment `retire`, whose tapes these are, when retention
     /// moves them forward).
-    fn write(&mut self, pending: Vec<Pending>, retire: Option<u64>) -> Result<(), RecordError> {
-        let mut by_tenant: BTreeMap<String, Vec<TenantTapes>> = BTreeMap::new();
+    fn write(&mut self, pending: &[Pending], retire: Option<u64>) -> Result<(), RecordError> {
+        let mut by_tenant: BTreeMap<&str, Vec<&TenantTapes>> = BTreeMap::new();
         for p in pending {
-            for (tenant, tapes) in p.tenants {
+            for (tenant, tapes) in p.tenants.iter().filter(|(_, t)| t.count > 0) {
                 by_tenant.entry(tenant).or_default().push(tapes);
             }
         }
@@ -462,14 +471,14 @@ impl Writer {
             return Ok(());
         }
         let n = self.current.n;
-        let mut bytes = Vec::new();
+        self.out.clear();
         let mut rows = Vec::new();
         let mut blobs = Vec::new();
         let mut added: Vec<(String, Hash)> = Vec::new();
         let mut count = 0;
         for (tenant, parts) in by_tenant {
-            let offset = self.current.len + bytes.len() as u64;
-            let known = self.known.entry(tenant.clone()).or_default();
+            let offset = self.current.len + self.out.len() as u64;
+            let known = self.known.entry(tenant.to_string()).or_default();
             let mut summaries: HashMap<&str, Summary> = HashMap::new();
             let mut new_blobs: Vec<&(Hash, Vec<u8>)> = Vec::new();
             for part in &parts {
@@ -485,21 +494,23 @@ impl Writer {
             }
             for (hash, _) in &new_blobs {
                 blobs.push(BlobEntry {
-                    tenant: tenant.clone(),
+                    tenant: tenant.to_string(),
                     hash: hex::encode(hash),
                     segment: n,
                     offset,
                 });
-                added.push((tenant.clone(), *hash));
+                added.push((tenant.to_string(), *hash));
             }
-            rows.extend(summaries.iter().map(|(f, s)| s.row(&tenant, f, n, offset)));
-            let plain = block_body(&parts, &new_blobs)?;
-            bytes.extend_from_slice(&self.archive.seal(&tenant, &plain)?);
+            rows.extend(summaries.iter().map(|(f, s)| s.row(tenant, f, n, offset)));
+            block_body(&parts, &new_blobs, &mut self.plain)?;
+            self.archive
+                .seal_into(&mut self.sealer, tenant, &self.plain, &mut self.out)?;
         }
+        let bytes = &self.out;
         if let Err(e) = self
             .current
             .file
-            .write_all(&bytes)
+            .write_all(bytes)
             .and_then(|()| self.current.file.sync_data())
         {
             // Never leave a half block for the next append to follow.
@@ -612,7 +623,7 @@ impl Writer {
                 for r in self.archive.read_rows(&kept)? {
                     moved.push(r)?;
                 }
-                self.write(vec![moved], Some(n))?;
+                self.write(&[moved], Some(n))?;
                 self.delete_segment(n)?;
             }
         }
@@ -662,22 +673,23 @@ impl Writer {
     }
 }
 
-/// The plain bytes of a block holding `parts`' tapes and `blobs`: postcard's
-/// encoding of a [`BlockBody`](crate::segment::BlockBody), assembled from
-/// tapes the invocations already encoded.
-fn block_body(parts: &[TenantTapes], blobs: &[&(Hash, Vec<u8>)]) -> Result<Vec<u8>, RecordError> {
+/// Writes into `plain` the bytes of a block holding `parts`' tapes and
+/// `blobs`: postcard's encoding of a [`BlockBody`](crate::segment::BlockBody),
+/// assembled from tapes the invocations already encoded.
+fn block_body(
+    parts: &[&TenantTapes],
+    blobs: &[&(Hash, Vec<u8>)],
+    plain: &mut Vec<u8>,
+) -> Result<(), RecordError> {
+    plain.clear();
     let tapes: usize = parts.iter().map(|p| p.count as usize).sum();
-    let size = parts.iter().map(|p| p.tapes.len()).sum::<usize>()
-        + blobs.iter().map(|(_, b)| b.len() + 40).sum::<usize>()
-        + 20;
-    let mut plain = Vec::with_capacity(size);
     let encode = |e: postcard::Error| RecordError::Corrupt(format!("cannot encode a block: {e}"));
-    postcard::to_io(&tapes, &mut plain).map_err(encode)?;
+    postcard::to_io(&tapes, &mut *plain).map_err(encode)?;
     for p in parts {
         plain.extend_from_slice(&p.tapes);
     }
-    postcard::to_io(blobs, &mut plain).map_err(encode)?;
-    Ok(plain)
+    postcard::to_io(blobs, &mut *plain).map_err(encode)?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -727,7 +739,8 @@ mod tests {
             .map(|mut p| p.tenants.remove("t").unwrap())
             .collect();
         let blobs: Vec<_> = parts.iter().flat_map(|p| &p.blobs).collect();
-        let plain = block_body(&parts, &blobs).unwrap();
+        let mut plain = b"stale".to_vec();
+        block_body(&parts.iter().collect::<Vec<_>>(), &blobs, &mut plain).unwrap();
 
         let mut expected = BlockBody::default();
         for t in &tapes {
