@@ -1,6 +1,7 @@
 //! `hearth`: the daemon (`hearth up`) and the CLI that talks to it.
 //! This binary only wires; the work lives in the library crates.
 
+mod bench;
 mod client;
 mod config;
 mod daemon;
@@ -33,6 +34,9 @@ enum Command {
     Up(config::UpArgs),
     #[command(flatten)]
     Client(client::ClientCommand),
+    /// Evaluation tools that need no daemon.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -52,6 +56,7 @@ fn main() -> anyhow::Result<()> {
                 .build()?
                 .block_on(daemon::run(settings))
         }
+        Command::Bench(cmd) => bench::run(cmd),
         Command::Client(cmd) => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

@@ -12,3 +12,4 @@ mod js;
 mod outbound;
 mod process;
 mod recording;
+mod trace;

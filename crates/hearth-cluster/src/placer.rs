@@ -1,0 +1,194 @@
+//! The placer (Hydra §4.1): picks a node for each invocation.
+//!
+//! It knows, per node, the functions and tenants registered there (those
+//! with a live runtime instance) and the memory committed to running work.
+//! An invocation goes to a node already holding its function, else one
+//! holding its tenant, else the least loaded — always one with room; among
+//! several candidates of a kind, the least loaded. With no room anywhere
+//! the answer is `None`, which the gateway turns into 429 with
+//! `Retry-After`.
+
+use std::collections::HashMap;
+
+/// Which invocations may share one runtime instance on a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Colocation {
+    /// Any function of any tenant (Hydra*).
+    Full,
+    /// Functions of the same tenant (Hydra; the default).
+    Tenant,
+    /// Invocations of the same function, concurrently (like Knative).
+    Function,
+    /// Nothing: one invocation per instance at a time (like OpenWhisk).
+    None,
+}
+
+impl Colocation {
+    pub const ALL: [Colocation; 4] = [
+        Colocation::Full,
+        Colocation::Tenant,
+        Colocation::Function,
+        Colocation::None,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Colocation::Full => "full",
+            Colocation::Tenant => "tenant",
+            Colocation::Function => "function",
+            Colocation::None => "none",
+        }
+    }
+}
+
+impl std::str::FromStr for Colocation {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Colocation::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| {
+                format!("colocation mode must be full, tenant, function or none, not {s:?}")
+            })
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct NodeState {
+    capacity_mb: u64,
+    committed_mb: u64,
+}
+
+/// Nodes registered per key, with how many registrations each holds.
+type Holders = HashMap<u32, HashMap<usize, u32>>;
+
+#[derive(Debug, Clone, Default)]
+pub struct Placer {
+    nodes: Vec<NodeState>,
+    by_function: Holders,
+    by_tenant: Holders,
+}
+
+impl Placer {
+    /// `nodes` nodes of `capacity_mb` each.
+    pub fn new(nodes: usize, capacity_mb: u64) -> Placer {
+        Placer {
+            nodes: vec![
+                NodeState {
+                    capacity_mb,
+                    committed_mb: 0
+                };
+                nodes
+            ],
+            ..Placer::default()
+        }
+    }
+
+    pub fn nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The node for an invocation of `function` (of `tenant`) that needs
+    /// `memory_mb` more, or `None` when no node has room.
+    pub fn place(&self, tenant: u32, function: u32, memory_mb: u64) -> Option<usize> {
+        let fits = |n: usize| {
+            let s = &self.nodes[n];
+            s.committed_mb + memory_mb <= s.capacity_mb
+        };
+        let least = |candidates: &mut dyn Iterator<Item = usize>| {
+            candidates
+                .filter(|&n| fits(n))
+                .min_by_key(|&n| (self.nodes[n].committed_mb, n))
+        };
+        for holders in [self.by_function.get(&function), self.by_tenant.get(&tenant)] {
+            if let Some(found) = holders.and_then(|h| least(&mut h.keys().copied())) {
+                return Some(found);
+            }
+        }
+        least(&mut (0..self.nodes.len()))
+    }
+
+    /// A node's memory committed to running work changed.
+    pub fn set_committed(&mut self, node: usize, mb: u64) {
+        self.nodes[node].committed_mb = mb;
+    }
+
+    pub fn committed(&self, node: usize) -> u64 {
+        self.nodes[node].committed_mb
+    }
+
+    /// `function` (of `tenant`) got, or lost, a runtime on `node`.
+    pub fn register(&mut self, node: usize, tenant: u32, function: u32) {
+        for (map, key) in [
+            (&mut self.by_function, function),
+            (&mut self.by_tenant, tenant),
+        ] {
+            *map.entry(key).or_default().entry(node).or_default() += 1;
+        }
+    }
+
+    pub fn unregister(&mut self, node: usize, tenant: u32, function: u32) {
+        for (map, key) in [
+            (&mut self.by_function, function),
+            (&mut self.by_tenant, tenant),
+        ] {
+            if let Some(nodes) = map.get_mut(&key) {
+                if let Some(c) = nodes.get_mut(&node) {
+                    *c -= 1;
+                    if *c == 0 {
+                        nodes.remove(&node);
+                    }
+                }
+                if nodes.is_empty() {
+                    map.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn function_then_tenant_then_least_loaded_within_capacity() {
+        let mut p = Placer::new(3, 1000);
+        p.set_committed(0, 100);
+        p.set_committed(1, 500);
+        p.set_committed(2, 300);
+        assert_eq!(
+            p.place(7, 70, 100),
+            Some(0),
+            "nothing registered: least loaded"
+        );
+        p.register(2, 7, 71);
+        assert_eq!(p.place(7, 70, 100), Some(2), "same tenant");
+        p.register(1, 7, 70);
+        assert_eq!(p.place(7, 70, 100), Some(1), "same function first");
+        assert_eq!(
+            p.place(7, 70, 600),
+            Some(2),
+            "node 1 is full for this: the tenant's other node"
+        );
+        assert_eq!(p.place(7, 70, 800), Some(0), "only node 0 has room");
+        assert_eq!(p.place(7, 70, 950), None, "no room anywhere: 429");
+        p.unregister(1, 7, 70);
+        assert_eq!(p.place(7, 70, 100), Some(2));
+        p.unregister(2, 7, 71);
+        assert_eq!(p.place(7, 70, 100), Some(0));
+    }
+
+    #[test]
+    fn modes_parse_and_refuse_others() {
+        for m in Colocation::ALL {
+            assert_eq!(m.as_str().parse::<Colocation>().unwrap(), m);
+        }
+        assert!(
+            "some"
+                .parse::<Colocation>()
+                .unwrap_err()
+                .contains("full, tenant")
+        );
+    }
+}

@@ -1,0 +1,582 @@
+//! Simulated nodes (Hydra §5.2): they account for time and memory without
+//! running code, so the placer can be driven by a whole trace.
+//!
+//! The node model, stated so its numbers can be argued with:
+//!
+//! - A node runs **instances** (language runtimes). Which invocations may
+//!   share one is the colocation mode: `full` any, `tenant` the tenant's,
+//!   `function` the function's (concurrently, one shared heap, like
+//!   Knative), `none` one invocation at a time (like OpenWhisk).
+//! - Memory: an instance holds `runtime_mb`; in `full` and `tenant` each
+//!   running invocation adds a sandbox of its function's size, returned
+//!   when it ends (Hydra instances shrink); in `function` and `none` the
+//!   instance also holds its function's heap for as long as it lives.
+//! - Starts: an invocation that finds an instance it may use starts **hot**
+//!   (no cost); else it takes one from the node's **pool** of pre-started
+//!   generic instances (`pool_start_ms`), which is refilled in the
+//!   background after `cold_start_ms`; else it starts **cold**
+//!   (`cold_start_ms`). Latency = start cost + duration.
+//! - An idle instance lives a keep-alive drawn between 10 and 20 minutes
+//!   (as in Hydra's evaluation), then returns its memory; past
+//!   `max_instances` or the node's memory, idle instances go least
+//!   recently used first.
+//! - The placer sees each node's committed memory (busy instances) and the
+//!   functions and tenants with a live instance there.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::time::Instant;
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+use crate::placer::{Colocation, Placer};
+use crate::trace::{Invocation, Trace};
+
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub nodes: usize,
+    pub node_mb: u64,
+    pub mode: Colocation,
+    /// Pre-started generic instances per node (0: no pool).
+    pub pool: usize,
+    pub runtime_mb: u64,
+    pub cold_start_ms: u64,
+    pub pool_start_ms: u64,
+    pub keep_alive_ms: (u64, u64),
+    pub max_instances: usize,
+    /// How often memory is sampled for the time series.
+    pub sample_ms: u64,
+    pub seed: u64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            nodes: 10,
+            node_mb: 16 << 10,
+            mode: Colocation::Tenant,
+            pool: 8,
+            // A Python or Node runtime's resident size, roughly, and its
+            // start (FACTS.md: 290–376 ms to a first answer here).
+            runtime_mb: 40,
+            cold_start_ms: 300,
+            pool_start_ms: 5,
+            keep_alive_ms: (600_000, 1_200_000),
+            max_instances: 416,
+            sample_ms: 10_000,
+            seed: 7,
+        }
+    }
+}
+
+/// What one mode did with the trace.
+#[derive(Debug, Clone, Default)]
+pub struct ModeReport {
+    pub mode: String,
+    pub pool: usize,
+    pub invocations: u64,
+    pub completed: u64,
+    /// No node had room (429).
+    pub rejected: u64,
+    pub cold: u64,
+    pub from_pool: u64,
+    pub hot: u64,
+    pub p50_ms: u64,
+    pub p99_ms: u64,
+    pub mean_gb: f64,
+    pub peak_gb: f64,
+    pub gb_s: f64,
+    /// Completed invocations per GB-second of memory held.
+    pub density: f64,
+    /// Placer time per decision.
+    pub place_ns: f64,
+    /// (seconds, GB held across nodes), every `sample_ms`.
+    pub memory: Vec<(f64, f64)>,
+}
+
+#[derive(Debug, Clone)]
+struct Instance {
+    /// The colocation key it serves; `None` while in the pool.
+    key: Option<u32>,
+    running: u32,
+    /// Memory it holds now.
+    mb: u64,
+    /// Functions registered with the placer through it, with their tenant.
+    functions: Vec<(u32, u32)>,
+    idle_since: u64,
+}
+
+#[derive(Default)]
+struct Node {
+    slots: Vec<Option<Instance>>,
+    free: Vec<usize>,
+    by_key: HashMap<u32, Vec<usize>>,
+    pool: Vec<usize>,
+    /// Memory held by every instance, and by busy ones.
+    held_mb: u64,
+    busy_mb: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    /// An invocation ends: node, slot, the memory its sandbox returns.
+    End {
+        node: usize,
+        slot: usize,
+        sandbox_mb: u64,
+    },
+    /// A pool instance finished starting on this node.
+    Refill { node: usize },
+    /// An instance idle since `since` reaches its keep-alive.
+    Expire {
+        node: usize,
+        slot: usize,
+        since: u64,
+    },
+}
+
+struct Sim<'a> {
+    cfg: &'a SimConfig,
+    placer: Placer,
+    nodes: Vec<Node>,
+    events: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    seq: u64,
+    rng: StdRng,
+    held_mb: u64,
+    last_ms: u64,
+    mb_ms: f64,
+    peak_mb: u64,
+    report: ModeReport,
+    latencies: Vec<u64>,
+}
+
+/// Runs `trace` through `cfg.nodes` simulated nodes in `cfg.mode`.
+pub fn simulate(trace: &Trace, cfg: &SimConfig) -> ModeReport {
+    let mut sim = Sim {
+        cfg,
+        placer: Placer::new(cfg.nodes, cfg.node_mb),
+        nodes: (0..cfg.nodes).map(|_| Node::default()).collect(),
+        events: BinaryHeap::new(),
+        seq: 0,
+        rng: StdRng::seed_from_u64(cfg.seed),
+        held_mb: 0,
+        last_ms: 0,
+        mb_ms: 0.0,
+        peak_mb: 0,
+        report: ModeReport {
+            mode: cfg.mode.as_str().to_string(),
+            pool: cfg.pool,
+            ..ModeReport::default()
+        },
+        latencies: Vec::with_capacity(trace.invocations.len()),
+    };
+    for n in 0..cfg.nodes {
+        for _ in 0..cfg.pool {
+            sim.add_pool_instance(n);
+        }
+    }
+    let mut place_ns = 0u128;
+    let mut next_sample = 0;
+    for inv in &trace.invocations {
+        sim.run_until(inv.start_ms, &mut next_sample);
+        sim.report.invocations += 1;
+        let t0 = Instant::now();
+        let node = sim
+            .placer
+            .place(inv.tenant, inv.function, u64::from(inv.memory_mb));
+        place_ns += t0.elapsed().as_nanos();
+        match node {
+            Some(n) => sim.start(n, inv),
+            None => sim.report.rejected += 1,
+        }
+    }
+    sim.run_until(u64::MAX, &mut next_sample);
+    let mut r = sim.report;
+    sim.latencies.sort_unstable();
+    let pct = |p: f64| {
+        sim.latencies
+            .get(
+                ((sim.latencies.len() as f64 * p) as usize)
+                    .min(sim.latencies.len().saturating_sub(1)),
+            )
+            .copied()
+            .unwrap_or(0)
+    };
+    r.p50_ms = pct(0.50);
+    r.p99_ms = pct(0.99);
+    r.gb_s = sim.mb_ms / 1024.0 / 1000.0;
+    r.mean_gb = if sim.last_ms > 0 {
+        sim.mb_ms / sim.last_ms as f64 / 1024.0
+    } else {
+        0.0
+    };
+    r.peak_gb = sim.peak_mb as f64 / 1024.0;
+    r.density = if r.gb_s > 0.0 {
+        r.completed as f64 / r.gb_s
+    } else {
+        0.0
+    };
+    r.place_ns = place_ns as f64 / r.invocations.max(1) as f64;
+    r
+}
+
+impl Sim<'_> {
+    fn key(&self, inv: &Invocation) -> u32 {
+        match self.cfg.mode {
+            Colocation::Full => 0,
+            Colocation::Tenant => inv.tenant,
+            Colocation::Function | Colocation::None => inv.function,
+        }
+    }
+
+    /// Memory accounting: integrate what was held up to `now`.
+    fn advance(&mut self, now: u64) {
+        if now > self.last_ms {
+            self.mb_ms += self.held_mb as f64 * (now - self.last_ms) as f64;
+            self.last_ms = now;
+        }
+    }
+
+    fn change(&mut self, node: usize, held: i64, busy: i64) {
+        let n = &mut self.nodes[node];
+        n.held_mb = n
+            .held_mb
+            .checked_add_signed(held)
+            .expect("memory accounting");
+        n.busy_mb = n
+            .busy_mb
+            .checked_add_signed(busy)
+            .expect("memory accounting");
+        self.held_mb = self
+            .held_mb
+            .checked_add_signed(held)
+            .expect("memory accounting");
+        self.peak_mb = self.peak_mb.max(self.held_mb);
+        let busy = self.nodes[node].busy_mb;
+        self.placer.set_committed(node, busy);
+    }
+
+    fn push(&mut self, at: u64, e: Event) {
+        self.seq += 1;
+        self.events.push(Reverse((at, self.seq, e)));
+    }
+
+    fn new_slot(&mut self, node: usize, inst: Instance) -> usize {
+        let n = &mut self.nodes[node];
+        match n.free.pop() {
+            Some(s) => {
+                n.slots[s] = Some(inst);
+                s
+            }
+            None => {
+                n.slots.push(Some(inst));
+                n.slots.len() - 1
+            }
+        }
+    }
+
+    fn add_pool_instance(&mut self, node: usize) {
+        let slot = self.new_slot(node, Instance::fresh(self.cfg.runtime_mb));
+        self.nodes[node].pool.push(slot);
+        self.change(node, self.cfg.runtime_mb as i64, 0);
+    }
+
+    /// Handles every event up to `now`, sampling memory on the way.
+    fn run_until(&mut self, now: u64, next_sample: &mut u64) {
+        while let Some(&Reverse((at, _, e))) = self.events.peek() {
+            if at > now {
+                break;
+            }
+            self.sample_until(at, next_sample);
+            self.events.pop();
+            self.advance(at);
+            match e {
+                Event::End {
+                    node,
+                    slot,
+                    sandbox_mb,
+                } => self.end(node, slot, sandbox_mb, at),
+                Event::Refill { node } => self.add_pool_instance(node),
+                Event::Expire { node, slot, since } => self.expire(node, slot, since),
+            }
+        }
+        if now != u64::MAX {
+            self.sample_until(now, next_sample);
+            self.advance(now);
+        }
+    }
+
+    fn sample_until(&mut self, t: u64, next_sample: &mut u64) {
+        while *next_sample <= t {
+            self.advance(*next_sample);
+            self.report
+                .memory
+                .push((*next_sample as f64 / 1000.0, self.held_mb as f64 / 1024.0));
+            *next_sample += self.cfg.sample_ms;
+        }
+    }
+
+    fn evict(&mut self, node: usize, slot: usize) {
+        let inst = self.nodes[node].slots[slot]
+            .take()
+            .expect("a live instance");
+        self.nodes[node].free.push(slot);
+        if let Some(key) = inst.key
+            && let Some(list) = self.nodes[node].by_key.get_mut(&key)
+        {
+            list.retain(|&s| s != slot);
+            if list.is_empty() {
+                self.nodes[node].by_key.remove(&key);
+            }
+        }
+        for (tenant, function) in inst.functions {
+            self.placer.unregister(node, tenant, function);
+        }
+        self.change(node, -(inst.mb as i64), 0);
+    }
+
+    /// Makes room for `need_mb` more on `node` by evicting idle instances,
+    /// least recently used first.
+    fn make_room(&mut self, node: usize, need_mb: u64, need_slot: bool) {
+        loop {
+            let n = &self.nodes[node];
+            let live = n.slots.len() - n.free.len();
+            if n.held_mb + need_mb <= self.cfg.node_mb
+                && !(need_slot && live >= self.cfg.max_instances)
+            {
+                return;
+            }
+            let lru = n
+                .slots
+                .iter()
+                .enumerate()
+                .filter_map(|(s, i)| {
+                    i.as_ref()
+                        .filter(|i| i.key.is_some() && i.running == 0)
+                        .map(|i| (i.idle_since, s))
+                })
+                .min();
+            match lru {
+                Some((_, s)) => self.evict(node, s),
+                None => return,
+            }
+        }
+    }
+
+    fn start(&mut self, node: usize, inv: &Invocation) {
+        let key = self.key(inv);
+        let sandbox_mb = u64::from(inv.memory_mb);
+        let shares = matches!(self.cfg.mode, Colocation::Full | Colocation::Tenant);
+        let usable = self.nodes[node].by_key.get(&key).and_then(|list| {
+            list.iter().copied().find(|&s| {
+                let i = self.nodes[node].slots[s]
+                    .as_ref()
+                    .expect("listed instances are live");
+                self.cfg.mode != Colocation::None || i.running == 0
+            })
+        });
+        let (slot, cost) = match usable {
+            Some(s) => {
+                self.report.hot += 1;
+                (s, 0)
+            }
+            None => {
+                // In `function` and `none` the instance also holds its
+                // function's heap for as long as it lives.
+                let heap_mb = if shares { 0 } else { sandbox_mb };
+                let pooled = !self.nodes[node].pool.is_empty();
+                let runtime = if pooled { 0 } else { self.cfg.runtime_mb };
+                self.make_room(node, heap_mb + runtime, !pooled);
+                let (slot, cost) = match self.nodes[node].pool.pop() {
+                    Some(s) => {
+                        self.report.from_pool += 1;
+                        self.push(
+                            inv.start_ms + self.cfg.cold_start_ms,
+                            Event::Refill { node },
+                        );
+                        (s, self.cfg.pool_start_ms)
+                    }
+                    None => {
+                        self.report.cold += 1;
+                        let s = self.new_slot(node, Instance::fresh(self.cfg.runtime_mb));
+                        self.change(node, self.cfg.runtime_mb as i64, 0);
+                        (s, self.cfg.cold_start_ms)
+                    }
+                };
+                let inst = self.nodes[node].slots[slot].as_mut().expect("live");
+                inst.key = Some(key);
+                inst.mb += heap_mb;
+                self.nodes[node].by_key.entry(key).or_default().push(slot);
+                self.change(node, heap_mb as i64, 0);
+                (slot, cost)
+            }
+        };
+        let add_mb = if shares { sandbox_mb } else { 0 };
+        let inst = self.nodes[node].slots[slot].as_mut().expect("live");
+        let was_idle = inst.running == 0;
+        inst.running += 1;
+        inst.mb += add_mb;
+        let busy_add = if was_idle { inst.mb } else { add_mb };
+        let pair = (inv.tenant, inv.function);
+        if !inst.functions.contains(&pair) {
+            inst.functions.push(pair);
+            self.placer.register(node, inv.tenant, inv.function);
+        }
+        self.change(node, add_mb as i64, busy_add as i64);
+        self.latencies.push(cost + inv.duration_ms);
+        let end = inv.start_ms + cost + inv.duration_ms;
+        self.push(
+            end,
+            Event::End {
+                node,
+                slot,
+                sandbox_mb: add_mb,
+            },
+        );
+    }
+
+    fn end(&mut self, node: usize, slot: usize, sandbox_mb: u64, now: u64) {
+        let keep_alive = self
+            .rng
+            .random_range(self.cfg.keep_alive_ms.0..=self.cfg.keep_alive_ms.1);
+        let inst = self.nodes[node].slots[slot]
+            .as_mut()
+            .expect("a running instance is live");
+        inst.running -= 1;
+        inst.mb -= sandbox_mb;
+        let idle = inst.running == 0;
+        let busy_mb = if idle { inst.mb } else { 0 };
+        if idle {
+            inst.idle_since = now;
+        }
+        self.change(node, -(sandbox_mb as i64), -((sandbox_mb + busy_mb) as i64));
+        if idle {
+            self.push(
+                now + keep_alive,
+                Event::Expire {
+                    node,
+                    slot,
+                    since: now,
+                },
+            );
+        }
+        self.report.completed += 1;
+    }
+
+    /// An idle instance past its keep-alive returns its memory (unless it
+    /// was used, or replaced, since).
+    fn expire(&mut self, node: usize, slot: usize, since: u64) {
+        let still_idle = self.nodes[node].slots[slot]
+            .as_ref()
+            .is_some_and(|i| i.key.is_some() && i.running == 0 && i.idle_since == since);
+        if still_idle {
+            self.evict(node, slot);
+        }
+    }
+}
+
+impl Instance {
+    fn fresh(runtime_mb: u64) -> Instance {
+        Instance {
+            key: None,
+            running: 0,
+            mb: runtime_mb,
+            functions: Vec::new(),
+            idle_since: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{Synthetic, synthetic};
+
+    fn run(trace: &Trace, mode: Colocation, pool: usize) -> ModeReport {
+        simulate(
+            trace,
+            &SimConfig {
+                nodes: 4,
+                mode,
+                pool,
+                ..SimConfig::default()
+            },
+        )
+    }
+
+    #[test]
+    fn every_invocation_is_started_once_and_accounted_for() {
+        let t = synthetic(Synthetic {
+            functions: 120,
+            hours: 2,
+            ..Synthetic::default()
+        });
+        for mode in Colocation::ALL {
+            for pool in [0, 4] {
+                let r = run(&t, mode, pool);
+                assert_eq!(r.invocations, t.invocations.len() as u64);
+                assert_eq!(r.completed + r.rejected, r.invocations, "{mode:?}");
+                assert_eq!(r.cold + r.from_pool + r.hot, r.completed, "{mode:?}");
+                assert!(r.p99_ms >= r.p50_ms && r.gb_s > 0.0 && r.density > 0.0);
+                if pool == 0 {
+                    assert_eq!(r.from_pool, 0);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pools_and_tenant_colocation_cut_cold_starts_and_memory_as_hydra_found() {
+        let t = synthetic(Synthetic {
+            functions: 200,
+            hours: 3,
+            ..Synthetic::default()
+        });
+        let none = run(&t, Colocation::None, 0);
+        let tenant = run(&t, Colocation::Tenant, 8);
+        let full = run(&t, Colocation::Full, 8);
+        assert!(
+            tenant.cold * 10 < none.cold,
+            "cold starts: tenant+pool {} vs none {}",
+            tenant.cold,
+            none.cold
+        );
+        assert!(
+            tenant.mean_gb < none.mean_gb,
+            "memory: tenant {} GB vs none {} GB",
+            tenant.mean_gb,
+            none.mean_gb
+        );
+        assert!(
+            full.mean_gb <= tenant.mean_gb * 1.05,
+            "full {} vs tenant {}",
+            full.mean_gb,
+            tenant.mean_gb
+        );
+        assert!(tenant.p99_ms <= none.p99_ms);
+    }
+
+    #[test]
+    fn a_cluster_without_room_refuses_rather_than_overcommits() {
+        let t = synthetic(Synthetic {
+            functions: 100,
+            hours: 1,
+            ..Synthetic::default()
+        });
+        let r = simulate(
+            &t,
+            &SimConfig {
+                nodes: 1,
+                node_mb: 512,
+                mode: Colocation::Tenant,
+                ..SimConfig::default()
+            },
+        );
+        assert!(
+            r.rejected > 0,
+            "512 MB cannot take this trace's concurrency"
+        );
+        assert!(r.completed > 0);
+    }
+}

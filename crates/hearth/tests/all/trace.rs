@@ -1,0 +1,73 @@
+//! `hearth bench trace`: the placer and simulated nodes driven by the real
+//! Azure 2021 excerpt, through the CLI a user runs.
+
+use std::process::Command;
+
+use crate::harness::HEARTH;
+
+fn data(p: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data")
+        .join(p)
+}
+
+#[test]
+fn the_azure_2021_excerpt_is_reported_per_mode_as_csv_and_svg() {
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(HEARTH)
+        .args(["bench", "trace", "--nodes", "3", "--pools", "8,0", "--out"])
+        .arg(out.path())
+        .arg("--trace")
+        .arg(data("azure2021/Azure2021_200.csv"))
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let summary = std::fs::read_to_string(out.path().join("summary.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = summary
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(
+        rows.len(),
+        8,
+        "four modes, with and without a pool:\n{summary}"
+    );
+    let get = |mode: &str, pool: &str, col: usize| -> f64 {
+        rows.iter().find(|r| r[0] == mode && r[1] == pool).unwrap()[col]
+            .parse()
+            .unwrap()
+    };
+    for r in &rows {
+        assert_eq!(
+            r[2], "199",
+            "every invocation of the excerpt is placed: {r:?}"
+        );
+    }
+    // Columns: 5 cold, 10 mean_gb. Sharing runtimes starts fewer and holds less.
+    assert!(get("tenant", "8", 5) < get("none", "0", 5));
+    assert!(get("tenant", "8", 10) < get("none", "0", 10));
+    let svg = std::fs::read_to_string(out.path().join("memory.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 8);
+    let memory = std::fs::read_to_string(out.path().join("memory.csv")).unwrap();
+    assert!(
+        memory.lines().count() > 100,
+        "a sample every 10 s over ~21 min"
+    );
+
+    // A file that is not a trace gets a reason, not a panic.
+    let bad = out.path().join("bad.csv");
+    std::fs::write(&bad, "a,b\n1,2\n").unwrap();
+    let run = Command::new(HEARTH)
+        .args(["bench", "trace", "--trace"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!run.status.success());
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains("no \"app\" column"), "{err}");
+}
