@@ -443,9 +443,7 @@ mod tests {
     use super::*;
 
     fn data(p: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/data")
-            .join(p)
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("data").join(p)
     }
 
     #[test]

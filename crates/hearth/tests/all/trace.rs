@@ -7,7 +7,7 @@ use crate::harness::HEARTH;
 
 fn data(p: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data")
+        .join("../hearth-cluster/data")
         .join(p)
 }
 
