@@ -7,32 +7,64 @@ use std::path::Path;
 
 use crate::sim::ModeReport;
 
-pub const SUMMARY_HEADER: &str = "mode,pool,invocations,completed,rejected,cold,from_pool,hot,p50_ms,p99_ms,mean_gb,peak_gb,gb_s,density_per_gb_s,place_ns";
+/// The summary's columns, named as in `summary.csv`, with one run's values.
+fn summary_fields(r: &ModeReport) -> [(&'static str, String); 15] {
+    [
+        ("mode", r.mode.clone()),
+        ("pool", r.pool.to_string()),
+        ("invocations", r.invocations.to_string()),
+        ("completed", r.completed.to_string()),
+        ("rejected", r.rejected.to_string()),
+        ("cold", r.cold.to_string()),
+        ("from_pool", r.from_pool.to_string()),
+        ("hot", r.hot.to_string()),
+        ("p50_ms", r.p50_ms.to_string()),
+        ("p99_ms", r.p99_ms.to_string()),
+        ("mean_gb", format!("{:.3}", r.mean_gb)),
+        ("peak_gb", format!("{:.3}", r.peak_gb)),
+        ("gb_s", format!("{:.1}", r.gb_s)),
+        ("density_per_gb_s", format!("{:.3}", r.density)),
+        ("place_ns", format!("{:.0}", r.place_ns)),
+    ]
+}
+
+/// A header line, then one line per run: the columns of [`summary_fields`]
+/// between `sep`s.
+fn summary_table(reports: &[ModeReport], sep: &str) -> Vec<String> {
+    let Some(first) = reports.first() else {
+        return Vec::new();
+    };
+    let line = |cells: Vec<String>| cells.join(sep);
+    let mut out = vec![line(
+        summary_fields(first)
+            .iter()
+            .map(|(h, _)| h.to_string())
+            .collect(),
+    )];
+    out.extend(
+        reports
+            .iter()
+            .map(|r| line(summary_fields(r).into_iter().map(|(_, v)| v).collect())),
+    );
+    out
+}
 
 pub fn summary_csv(reports: &[ModeReport]) -> String {
-    let mut out = format!("{SUMMARY_HEADER}\n");
-    for r in reports {
-        let _ = writeln!(
-            out,
-            "{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{:.1},{:.3},{:.0}",
-            r.mode,
-            r.pool,
-            r.invocations,
-            r.completed,
-            r.rejected,
-            r.cold,
-            r.from_pool,
-            r.hot,
-            r.p50_ms,
-            r.p99_ms,
-            r.mean_gb,
-            r.peak_gb,
-            r.gb_s,
-            r.density,
-            r.place_ns
-        );
+    summary_table(reports, ",")
+        .iter()
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// The same summary as a Markdown table, for the terminal and RESULTS.md.
+pub fn summary_markdown(reports: &[ModeReport]) -> String {
+    let mut lines = summary_table(reports, " | ");
+    if lines.is_empty() {
+        return String::new();
     }
-    out
+    let columns = summary_fields(&reports[0]).len();
+    lines.insert(1, vec!["---"; columns].join(" | "));
+    lines.iter().map(|l| format!("| {l} |\n")).collect()
 }
 
 fn label(r: &ModeReport) -> String {

@@ -128,6 +128,16 @@ fn reader(path: &Path) -> Result<csv::Reader<std::fs::File>, TraceError> {
     Ok(csv::ReaderBuilder::new().flexible(true).from_reader(file))
 }
 
+/// A small CSV whole: its header and rows (the per-function tables of the
+/// 2019 layout; the invocation counts are streamed instead).
+fn table(path: &Path) -> Result<(csv::StringRecord, Vec<csv::StringRecord>), TraceError> {
+    let mut rd = reader(path)?;
+    let csv_err = |e| TraceError::Csv(path.into(), e);
+    let headers = rd.headers().map_err(csv_err)?.clone();
+    let rows = rd.records().collect::<Result<_, _>>().map_err(csv_err)?;
+    Ok((headers, rows))
+}
+
 fn load_2021(path: &Path) -> Result<Trace, TraceError> {
     let mut rd = reader(path)?;
     let headers = rd
@@ -246,13 +256,8 @@ fn load_2019(dir: &Path, minutes: Option<(u32, u32)>) -> Result<Trace, TraceErro
     // Durations: percentiles per function.
     let mut durations: HashMap<String, Vec<(f64, f64)>> = HashMap::new();
     if let Some(p) = find(dir, "durations")? {
-        let mut rd = reader(&p)?;
-        let h = rd
-            .headers()
-            .map_err(|e| TraceError::Csv(p.clone(), e))?
-            .clone();
-        for row in rd.records() {
-            let row = row.map_err(|e| TraceError::Csv(p.clone(), e))?;
+        let (h, rows) = table(&p)?;
+        for row in rows {
             let key = format!(
                 "{}/{}",
                 row.get(1).unwrap_or_default(),
@@ -264,15 +269,10 @@ fn load_2019(dir: &Path, minutes: Option<(u32, u32)>) -> Result<Trace, TraceErro
     // Memory: the average allocated MB, per function or per app.
     let mut memory: HashMap<String, u32> = HashMap::new();
     if let Some(p) = find(dir, "memory")? {
-        let mut rd = reader(&p)?;
-        let h = rd
-            .headers()
-            .map_err(|e| TraceError::Csv(p.clone(), e))?
-            .clone();
+        let (h, rows) = table(&p)?;
         let avg = h.iter().position(|c| c == "AverageAllocatedMb");
         let per_function = h.iter().any(|c| c == "HashFunction");
-        for row in rd.records() {
-            let row = row.map_err(|e| TraceError::Csv(p.clone(), e))?;
+        for row in rows {
             let Some(mb) = avg
                 .and_then(|i| row.get(i))
                 .and_then(|v| v.trim().parse::<f64>().ok())
@@ -338,9 +338,9 @@ fn load_2019(dir: &Path, minutes: Option<(u32, u32)>) -> Result<Trace, TraceErro
                 )));
             }
             let base = u64::from(minute - 1) * 60_000;
+            let slot = (60_000 / count.max(1)).max(1);
             for k in 0..count {
-                let slot = 60_000 / count.max(1);
-                let start_ms = base + k * slot + rng.random_range(0..slot.max(1));
+                let start_ms = base + k * slot + rng.random_range(0..slot);
                 let duration_ms = dist
                     .map_or(1000.0, |d| sample(d, &mut rng))
                     .round()

@@ -109,28 +109,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     let title = format!("Memory held, {title}");
     report::write(&a.out, &title, &reports)
         .with_context(|| format!("writing {}", a.out.display()))?;
-    println!(
-        "| mode | pool | invocations | rejected | cold | from pool | hot | p50 ms | p99 ms | mean GB | peak GB | inv/GB·s | placement ns |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for r in &reports {
-        println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.0} |",
-            r.mode,
-            r.pool,
-            r.invocations,
-            r.rejected,
-            r.cold,
-            r.from_pool,
-            r.hot,
-            r.p50_ms,
-            r.p99_ms,
-            r.mean_gb,
-            r.peak_gb,
-            r.density,
-            r.place_ns
-        );
-    }
+    print!("{}", report::summary_markdown(&reports));
     eprintln!(
         "wrote {}/summary.csv, memory.csv, memory.svg",
         a.out.display()
