@@ -11,6 +11,13 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+/// glibc's malloc was a fifth of the daemon's CPU on the invocation path
+/// (`perf`, bench/RESULTS.md §2): many small per-request allocations freed
+/// on another thread than the one that made them. mimalloc's per-thread
+/// free lists take them without a lock or a consolidation pass.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Hearth: a self-hostable serverless platform.
 #[derive(Debug, Parser)]
 #[command(name = "hearth", version, about)]
