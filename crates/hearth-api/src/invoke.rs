@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hearth_core::Request;
 use serde_json::json;
@@ -14,33 +14,17 @@ use crate::{ApiError, AppState};
 pub(crate) async fn invoke_root(
     State(s): State<Arc<AppState>>,
     Path((tenant, name)): Path<(String, String)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
-    run(&s, &tenant, &name, "/".into(), method, uri, headers, body).await
+    run(&s, &tenant, &name, "/".into(), request).await
 }
 
 pub(crate) async fn invoke_path(
     State(s): State<Arc<AppState>>,
     Path((tenant, name, path)): Path<(String, String, String)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
-    run(
-        &s,
-        &tenant,
-        &name,
-        format!("/{path}"),
-        method,
-        uri,
-        headers,
-        body,
-    )
-    .await
+    run(&s, &tenant, &name, format!("/{path}"), request).await
 }
 
 /// `name` or `name@version`, and a `Hearth-Version` header, pin a version.
@@ -112,17 +96,17 @@ pub(crate) async fn read_body(
     Ok(buf.freeze())
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The request is taken whole (not as `HeaderMap`, `Method`, `Uri`
+/// extractors, which clone them): this is the invocation hot path.
 async fn run(
     s: &AppState,
     tenant: &str,
     name: &str,
     path: String,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
+    let (parts, body) = request.into_parts();
+    let (method, uri, headers) = (parts.method, parts.uri, parts.headers);
     let (name, version) = split_version(name, &headers)?;
     let function = s.node.resolve(tenant, name, version).await?;
     if !function.spec.public {

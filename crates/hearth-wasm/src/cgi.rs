@@ -1,39 +1,45 @@
 //! The WAGI guest contract: CGI environment in, CGI-style output out.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use hearth_core::{Request, Response};
 
-/// CGI/1.1 meta-variables for a request, as WAGI passes them.
-pub(crate) fn cgi_env(req: &Request, function: &str, prefix: &str) -> Vec<(String, String)> {
-    let mut env = vec![
+/// CGI/1.1 meta-variables for a request, as WAGI passes them. Names and
+/// values borrow from the request where they can: wasmtime-wasi copies
+/// them into the sandbox's context anyway, and this runs per invocation.
+pub(crate) fn cgi_env<'a>(
+    req: &'a Request,
+    function: &'a str,
+    prefix: &'a str,
+) -> Vec<(Cow<'static, str>, Cow<'a, str>)> {
+    let request_uri = if req.query.is_empty() {
+        format!("{prefix}{}", req.path)
+    } else {
+        format!("{prefix}{}?{}", req.path, req.query)
+    };
+    let mut env: Vec<(Cow<'static, str>, Cow<'a, str>)> = vec![
         ("GATEWAY_INTERFACE".into(), "CGI/1.1".into()),
         ("SERVER_PROTOCOL".into(), "HTTP/1.1".into()),
         (
             "SERVER_SOFTWARE".into(),
             concat!("hearth/", env!("CARGO_PKG_VERSION")).into(),
         ),
-        ("REQUEST_METHOD".into(), req.method.clone()),
-        ("SCRIPT_NAME".into(), prefix.to_string()),
-        ("PATH_INFO".into(), req.path.clone()),
-        ("QUERY_STRING".into(), req.query.clone()),
-        ("CONTENT_LENGTH".into(), req.body.len().to_string()),
-        ("X_FUNCTION_NAME".into(), function.to_string()),
-        (
-            "REQUEST_URI".into(),
-            if req.query.is_empty() {
-                format!("{prefix}{}", req.path)
-            } else {
-                format!("{prefix}{}?{}", req.path, req.query)
-            },
-        ),
+        ("REQUEST_METHOD".into(), req.method.as_str().into()),
+        ("SCRIPT_NAME".into(), prefix.into()),
+        ("PATH_INFO".into(), req.path.as_str().into()),
+        ("QUERY_STRING".into(), req.query.as_str().into()),
+        ("CONTENT_LENGTH".into(), req.body.len().to_string().into()),
+        ("X_FUNCTION_NAME".into(), function.into()),
+        ("REQUEST_URI".into(), request_uri.into()),
     ];
     for (name, value) in &req.headers {
         let upper = name.to_ascii_uppercase().replace('-', "_");
         match upper.as_str() {
-            "CONTENT_TYPE" => env.push(("CONTENT_TYPE".into(), value.clone())),
+            "CONTENT_TYPE" => env.push(("CONTENT_TYPE".into(), value.as_str().into())),
             // Never hand the caller's credentials to the function.
             "AUTHORIZATION" | "CONTENT_LENGTH" => {}
-            _ => env.push((format!("HTTP_{upper}"), value.clone())),
+            _ => env.push((format!("HTTP_{upper}").into(), value.as_str().into())),
         }
     }
     env
@@ -164,7 +170,7 @@ mod tests {
             body: Bytes::from_static(b"hey"),
         };
         let env = cgi_env(&req, "hello", "/fn/t/hello");
-        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_ref());
         assert_eq!(get("REQUEST_METHOD"), Some("POST"));
         assert_eq!(get("PATH_INFO"), Some("/a/b"));
         assert_eq!(get("QUERY_STRING"), Some("x=1"));
