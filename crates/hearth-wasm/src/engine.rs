@@ -129,6 +129,10 @@ impl WasmEngine {
         &self.0.engine
     }
 
+    pub(crate) fn linker(&self) -> &Linker<SandboxState> {
+        &self.0.linker
+    }
+
     fn cached_path(&self, hash: &str) -> PathBuf {
         self.0.cache_dir.join(format!("{hash}.cwasm"))
     }
@@ -157,6 +161,13 @@ impl WasmEngine {
                 "{e}; Hearth provides the `wasi_snapshot_preview1` and `hearth` import modules"
             ))
         })
+    }
+
+    async fn compile_off_thread(&self, code: Vec<u8>) -> Result<(Module, Vec<u8>), DeployError> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.compile_blocking(code))
+            .await
+            .map_err(|e| DeployError::Load(format!("compiler task failed: {e}")))?
     }
 
     fn compile_blocking(&self, code: Vec<u8>) -> Result<(Module, Vec<u8>), DeployError> {
@@ -251,11 +262,18 @@ impl Engine for WasmEngine {
     }
 
     async fn compile(&self, _runtime: Runtime, source: Source) -> Result<Compiled, DeployError> {
-        let code = source.code;
+        let started = Instant::now();
+        let (module, binary) = self.compile_off_thread(source.code).await?;
+        // A module with an init step is stored initialized (see `snapshot`).
+        let (module, binary) = match crate::snapshot::init_export(&module) {
+            None => (module, binary),
+            Some(init) => {
+                let initialized = crate::snapshot::snapshot(self, &binary, init).await?;
+                self.compile_off_thread(initialized).await?
+            }
+        };
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
-            let started = Instant::now();
-            let (module, binary) = this.compile_blocking(code)?;
             this.link(&module)?;
             let hash = hearth_store::sha256_hex(&binary);
             this.store_compiled(&hash, &module)?;

@@ -25,7 +25,10 @@ fn memory(caller: &mut C<'_>) -> wasmtime::Result<Memory> {
 
 fn host(caller: &C<'_>) -> wasmtime::Result<HostCtx> {
     caller.data().host.clone().ok_or_else(|| {
-        format_err!("a hearth host call was made outside an invocation (from a start function?)")
+        format_err!(
+            "a host call (randomness, KV, HTTP or logs) was made outside an invocation: \
+             start functions and init steps cannot make them"
+        )
     })
 }
 

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //!  WasmEngine (one per process: wasmtime Engine, pooling allocator, epoch ticker)
-//!     │ compile(code)   deploy: validate, compile, cache `.cwasm` by content hash
+//!     │ compile(code)   deploy: validate, run an init step and snapshot (snapshot.rs),
+//!     │                 compile, cache `.cwasm` by content hash
 //!     │ prepare(version) once per version: load `.cwasm`, link → InstancePre
 //!     ▼
 //!  WasmPrepared ──instantiate──▶ WasmSandbox (Store + Instance, one pool slot)
@@ -25,8 +26,10 @@ mod cgi;
 mod engine;
 mod imports;
 mod sandbox;
+mod snapshot;
 mod wasi_host;
 
 pub use cgi::parse_cgi_output;
 pub use engine::{WasmConfig, WasmEngine, WasmPrepared};
 pub use sandbox::WasmSandbox;
+pub use snapshot::INIT_TIMEOUT;

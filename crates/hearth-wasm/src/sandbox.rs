@@ -37,6 +37,20 @@ pub(crate) struct MemoryLimiter {
     refused: bool,
 }
 
+impl MemoryLimiter {
+    pub fn new(limit_bytes: usize) -> Self {
+        MemoryLimiter {
+            limit_bytes,
+            refused: false,
+        }
+    }
+
+    /// Whether a growth past the limit was refused.
+    pub fn refused(&self) -> bool {
+        self.refused
+    }
+}
+
 impl ResourceLimiter for MemoryLimiter {
     fn memory_growing(
         &mut self,
@@ -112,10 +126,7 @@ impl WasmSandbox {
         let state = SandboxState {
             wasi: None,
             host: None,
-            limiter: MemoryLimiter {
-                limit_bytes: limits.memory_bytes(),
-                refused: false,
-            },
+            limiter: MemoryLimiter::new(limits.memory_bytes()),
             deadline: None,
             timed_out: false,
         };
@@ -135,7 +146,7 @@ impl WasmSandbox {
         let instance = match pre.instantiate_async(&mut store).await {
             Ok(i) => i,
             Err(e) => {
-                if store.data().limiter.refused {
+                if store.data().limiter.refused() {
                     return Err(InvokeError::OutOfMemory {
                         limit_mib: limits.memory_mib,
                     });
@@ -187,7 +198,7 @@ impl WasmSandbox {
                 limit_ms: self.template.limits.timeout_ms,
             };
         }
-        if state.limiter.refused {
+        if state.limiter.refused() {
             return InvokeError::OutOfMemory {
                 limit_mib: self.template.limits.memory_mib,
             };

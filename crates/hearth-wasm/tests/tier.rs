@@ -250,3 +250,69 @@ async fn pool_exhaustion_is_overload_not_a_crash() {
     drop(held);
     assert!(p.instantiate().await.is_ok(), "slots come back");
 }
+
+#[tokio::test]
+async fn an_init_step_runs_once_at_deploy_and_every_invocation_starts_from_its_snapshot() {
+    let f = fixture(true);
+    let (v, p) = f.deploy("preinit.wat", spec()).await;
+    for _ in 0..3 {
+        let body = f.run(&v, &p, b"").await.0.unwrap().body;
+        assert_eq!(
+            std::str::from_utf8(&body).unwrap(),
+            "built at deploy\nruns=1\n",
+            "the table comes from the snapshot, and no run sees another's state"
+        );
+    }
+    // The stored artifact is the initialized module, without the init export.
+    let stored = f.artifacts.get(&v.artifact).unwrap();
+    let module = wasmtime::Module::new(&wasmtime::Engine::default(), &stored).unwrap();
+    assert!(module.get_export("wizer-initialize").is_none());
+    assert!(module.get_export("_start").is_some());
+}
+
+/// Compiles WAT text as a deploy would; the error message if refused.
+async fn compile_error(f: &Fixture, wat: &str) -> String {
+    match f
+        .engine
+        .compile(Runtime::Wasm, wat.as_bytes().to_vec().into())
+        .await
+    {
+        Ok(_) => panic!("{wat} was accepted"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[tokio::test]
+async fn an_init_step_that_fails_or_asks_the_host_is_a_deploy_error_with_the_reason() {
+    let f = fixture(true);
+    let module = |init: &str, imports: &str| {
+        format!(
+            "(module {imports} (memory (export \"memory\") 1) \
+             (func (export \"wizer-initialize\") {init}) (func (export \"_start\")))"
+        )
+    };
+    let msg = compile_error(&f, &module("unreachable", "")).await;
+    assert!(
+        msg.contains("init step (wizer-initialize) failed") && msg.contains("unreachable"),
+        "{msg}"
+    );
+    // Randomness drawn at init would be shared by every invocation.
+    let random =
+        r#"(import "wasi_snapshot_preview1" "random_get" (func $r (param i32 i32) (result i32)))"#;
+    let msg = compile_error(
+        &f,
+        &module("(drop (call $r (i32.const 0) (i32.const 8)))", random),
+    )
+    .await;
+    assert!(
+        msg.contains("init step") && msg.contains("outside an invocation"),
+        "{msg}"
+    );
+    // Memory past the node's largest limit.
+    let msg = compile_error(
+        &f,
+        &module("(drop (memory.grow (i32.const 100000)))  unreachable", ""),
+    )
+    .await;
+    assert!(msg.contains("more than 512 MiB"), "{msg}");
+}

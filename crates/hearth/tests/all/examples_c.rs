@@ -75,6 +75,22 @@ async fn c_examples_build_deploy_and_answer() {
         "{lines:?}"
     );
 
+    // The init step (the sieve) runs at deploy; without it, per invocation.
+    for (name, extra) in [
+        ("c-preinit", &[][..]),
+        ("c-preinit-plain", &["-DNO_INIT"][..]),
+    ] {
+        d.deploy(name, build_with("preinit", tmp.path(), extra), &[])
+            .await;
+        let (status, body) = d.call(name, "?n=1000000", "").await;
+        assert_eq!(
+            (status, body.as_str()),
+            (200, "78498 primes up to 1000000\n")
+        );
+        let (status, body) = d.call(name, "?n=99999999", "").await;
+        assert_eq!(status, 400, "{body}");
+    }
+
     d.deploy("c-fetch", build("fetch", tmp.path()), &[]).await;
     let resp = d
         .post("/fn/admin/c-fetch")

@@ -12,4 +12,5 @@ mod js;
 mod outbound;
 mod process;
 mod recording;
+mod snapshot;
 mod trace;

@@ -1,0 +1,171 @@
+//! Snapshots of initialized modules (Hydra §4.2, Wizer).
+//!
+//! A function may export an init step, `wizer-initialize` (Wizer's name;
+//! the older `wizer.initialize` works too). At deploy Hearth instantiates
+//! the module once, runs that step, and writes the instance's memory and
+//! globals back into a new module as data segments and initial values
+//! ([`wasmtime_wizer`]). That module is what is stored and compiled, so
+//! every invocation starts from the initialized state, through the same
+//! copy-on-write memory image as any other module: work the init step did
+//! (parsing a table, building an index, warming an interpreter) is paid
+//! once per deploy instead of once per invocation.
+//!
+//! What the init step may do: compute, allocate, write to stderr (shown in
+//! the deploy error if it fails). What it may not: host calls (KV, HTTP,
+//! logs) and randomness, which trap, because a snapshot is shared by every
+//! invocation: a random seed drawn at init would be the same for all of
+//! them, and a KV read would be frozen at deploy time. WASI clocks read at
+//! init are frozen in the same way; the guest contract says not to.
+//!
+//! The init step runs under the node's largest memory limit and
+//! [`INIT_TIMEOUT`]; a step that traps, runs out of either, or exits is a
+//! deploy error with the reason.
+
+use std::time::{Duration, Instant};
+
+use hearth_host::DeployError;
+use wasmtime::{Extern, Instance, Module, Store, UpdateDeadline, Val};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wizer::{InstanceState, SnapshotVal, ValType, Wizer};
+
+use crate::WasmEngine;
+use crate::sandbox::{MemoryLimiter, SandboxState};
+
+/// How long an init step may run at deploy.
+pub const INIT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The export names of an init step, Wizer's current one first.
+const INIT_EXPORTS: [&str; 2] = ["wizer-initialize", "wizer.initialize"];
+
+/// Bytes of the init step's stderr quoted in a deploy error.
+const STDERR_QUOTE_BYTES: usize = 4 << 10;
+
+/// The init step `binary` exports, if any.
+pub(crate) fn init_export(module: &Module) -> Option<&'static str> {
+    INIT_EXPORTS.into_iter().find(|name| {
+        matches!(module.get_export(name), Some(wasmtime::ExternType::Func(f))
+            if f.params().len() == 0 && f.results().len() == 0)
+    })
+}
+
+/// Runs `binary`'s init step `init` and returns the initialized module's
+/// binary, without the init export.
+pub(crate) async fn snapshot(
+    engine: &WasmEngine,
+    binary: &[u8],
+    init: &str,
+) -> Result<Vec<u8>, DeployError> {
+    let mut wizer = Wizer::new();
+    wizer.init_func(init).keep_init_func(false);
+    let refused = |e: wasmtime::Error| {
+        DeployError::Invalid(format!(
+            "the module exports an init step ({init}) but cannot be snapshotted: {e:#}"
+        ))
+    };
+    let (cx, instrumented) = wizer.instrument(binary).map_err(refused)?;
+    // Compiling is the slow part; instrumenting is one pass over the binary.
+    let wasmtime_engine = engine.wasmtime().clone();
+    let module = tokio::task::spawn_blocking(move || Module::new(&wasmtime_engine, &instrumented))
+        .await
+        .map_err(|e| DeployError::Load(format!("compiler task failed: {e}")))?
+        .map_err(refused)?;
+    let pre = engine.linker().instantiate_pre(&module).map_err(|e| {
+        DeployError::NotAFunction(format!(
+            "{e}; Hearth provides the `wasi_snapshot_preview1` and `hearth` import modules"
+        ))
+    })?;
+
+    let stderr = MemoryOutputPipe::new(STDERR_QUOTE_BYTES);
+    let max_memory_mib = engine.config().max_memory_mib;
+    let mut store = Store::new(
+        engine.wasmtime(),
+        SandboxState {
+            wasi: Some(
+                wasmtime_wasi::WasiCtxBuilder::new()
+                    .stderr(stderr.clone())
+                    .build_p1(),
+            ),
+            host: None,
+            limiter: MemoryLimiter::new((max_memory_mib as usize) << 20),
+            deadline: Some(Instant::now() + INIT_TIMEOUT),
+            timed_out: false,
+        },
+    );
+    store.limiter(|s| &mut s.limiter);
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|mut ctx| {
+        let state = ctx.data_mut();
+        match state.deadline {
+            Some(deadline) if Instant::now() >= deadline => {
+                state.timed_out = true;
+                Ok(UpdateDeadline::Interrupt)
+            }
+            _ => Ok(UpdateDeadline::Yield(1)),
+        }
+    });
+
+    let failed = |store: &Store<SandboxState>, what: &str, e: wasmtime::Error| {
+        let state = store.data();
+        let why = if state.timed_out {
+            format!("it ran longer than {} s", INIT_TIMEOUT.as_secs())
+        } else if state.limiter.refused() {
+            format!("it needed more than {max_memory_mib} MiB of memory")
+        } else {
+            format!("{e:#}")
+        };
+        let err = String::from_utf8_lossy(&stderr.contents()).into_owned();
+        let err = if err.trim().is_empty() {
+            String::new()
+        } else {
+            format!("; its stderr: {}", err.trim_end())
+        };
+        DeployError::Invalid(format!("the init step ({init}) {what}: {why}{err}"))
+    };
+    let instance = match pre.instantiate_async(&mut store).await {
+        Ok(i) => i,
+        Err(e) => return Err(failed(&store, "could not be instantiated", e)),
+    };
+    let step = instance
+        .get_typed_func::<(), ()>(&mut store, init)
+        .map_err(refused)?;
+    if let Err(e) = step.call_async(&mut store, ()).await {
+        return Err(failed(&store, "failed", e));
+    }
+    wizer
+        .snapshot(&cx, &mut Initialized { store, instance })
+        .await
+        .map_err(refused)
+}
+
+/// The instance after its init step, as Wizer reads it.
+struct Initialized {
+    store: Store<SandboxState>,
+    instance: Instance,
+}
+
+impl InstanceState for Initialized {
+    async fn global_get(&mut self, name: &str, _: ValType) -> SnapshotVal {
+        // Wizer only asks for the globals and memories its instrumentation
+        // exported, so these lookups cannot miss.
+        let global = self
+            .instance
+            .get_global(&mut self.store, name)
+            .expect("wizer asks for globals it exported");
+        match global.get(&mut self.store) {
+            Val::I32(x) => SnapshotVal::I32(x),
+            Val::I64(x) => SnapshotVal::I64(x),
+            Val::F32(x) => SnapshotVal::F32(x),
+            Val::F64(x) => SnapshotVal::F64(x),
+            Val::V128(x) => SnapshotVal::V128(x.as_u128()),
+            // Wizer's instrumentation only exports numeric globals.
+            other => unreachable!("wizer asked for a non-numeric global: {other:?}"),
+        }
+    }
+
+    async fn memory_contents(&mut self, name: &str, contents: impl FnOnce(&[u8]) + Send) {
+        let Some(Extern::Memory(memory)) = self.instance.get_export(&mut self.store, name) else {
+            unreachable!("wizer asks for memories it exported");
+        };
+        contents(memory.data(&self.store))
+    }
+}
