@@ -81,6 +81,25 @@ impl ResourceLimiter for MemoryLimiter {
     }
 }
 
+/// A store whose memory is capped by `state.limiter` and which yields at
+/// every epoch tick (the time slice) until `state.deadline`, then traps.
+pub(crate) fn new_store(engine: &WasmEngine, state: SandboxState) -> Store<SandboxState> {
+    let mut store = Store::new(engine.wasmtime(), state);
+    store.limiter(|s| &mut s.limiter);
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|mut ctx| {
+        let state = ctx.data_mut();
+        match state.deadline {
+            Some(deadline) if Instant::now() >= deadline => {
+                state.timed_out = true;
+                Ok(UpdateDeadline::Interrupt)
+            }
+            _ => Ok(UpdateDeadline::Yield(1)),
+        }
+    });
+    store
+}
+
 /// What every sandbox of one version needs to know, computed once at
 /// prepare time and shared, so instantiating copies nothing from the spec.
 pub(crate) struct SandboxTemplate {
@@ -130,19 +149,7 @@ impl WasmSandbox {
             deadline: None,
             timed_out: false,
         };
-        let mut store = Store::new(engine.wasmtime(), state);
-        store.limiter(|s| &mut s.limiter);
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|mut ctx| {
-            let state = ctx.data_mut();
-            match state.deadline {
-                Some(deadline) if Instant::now() >= deadline => {
-                    state.timed_out = true;
-                    Ok(UpdateDeadline::Interrupt)
-                }
-                _ => Ok(UpdateDeadline::Yield(1)),
-            }
-        });
+        let mut store = new_store(engine, state);
         let instance = match pre.instantiate_async(&mut store).await {
             Ok(i) => i,
             Err(e) => {

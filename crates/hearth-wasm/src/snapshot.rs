@@ -24,12 +24,12 @@
 use std::time::{Duration, Instant};
 
 use hearth_host::DeployError;
-use wasmtime::{Extern, Instance, Module, Store, UpdateDeadline, Val};
+use wasmtime::{Extern, Instance, Module, Store, Val};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wizer::{InstanceState, SnapshotVal, ValType, Wizer};
 
 use crate::WasmEngine;
-use crate::sandbox::{MemoryLimiter, SandboxState};
+use crate::sandbox::{MemoryLimiter, SandboxState, new_store};
 
 /// How long an init step may run at deploy.
 pub const INIT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -77,8 +77,8 @@ pub(crate) async fn snapshot(
 
     let stderr = MemoryOutputPipe::new(STDERR_QUOTE_BYTES);
     let max_memory_mib = engine.config().max_memory_mib;
-    let mut store = Store::new(
-        engine.wasmtime(),
+    let mut store = new_store(
+        engine,
         SandboxState {
             wasi: Some(
                 wasmtime_wasi::WasiCtxBuilder::new()
@@ -91,18 +91,6 @@ pub(crate) async fn snapshot(
             timed_out: false,
         },
     );
-    store.limiter(|s| &mut s.limiter);
-    store.set_epoch_deadline(1);
-    store.epoch_deadline_callback(|mut ctx| {
-        let state = ctx.data_mut();
-        match state.deadline {
-            Some(deadline) if Instant::now() >= deadline => {
-                state.timed_out = true;
-                Ok(UpdateDeadline::Interrupt)
-            }
-            _ => Ok(UpdateDeadline::Yield(1)),
-        }
-    });
 
     let failed = |store: &Store<SandboxState>, what: &str, e: wasmtime::Error| {
         let state = store.data();
