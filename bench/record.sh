@@ -4,6 +4,10 @@
 #     side, runs interleaved on/off/on/off) for the wasm hello function, a
 #     JS function making one outbound call, and a Python function;
 #   * bytes on disk per invocation for each, and replay speed (tapes/s).
+# A third daemon, also with recording off, runs in the same rotation: the
+# off/off difference is this run's noise floor, printed beside the result
+# (on this 2-core machine one run's p99 moves by tens of percent). Each
+# figure is the median over the rounds.
 # Usage: bench/record.sh [seconds-per-run] [rounds]   (prints Markdown)
 #        FNS="hello py" bench/record.sh …   only these functions
 set -euo pipefail
@@ -35,6 +39,7 @@ start() {
 }
 start on
 start off --record false
+start ctl --record false
 
 # The outbound call's target: the ceiling server (fixed bytes, no work).
 "$BIN/hearth-bench" ceiling 127.0.0.1:0 >"$WORK/upstream.log" &
@@ -56,7 +61,7 @@ import random, time
 def handler(event, context):
     return {"statusCode": 200, "body": f"t={time.time():.3f} r={random.random():.6f}"}
 PY
-for d in on off; do
+for d in on off ctl; do
   url="URL_$d"; url=${!url}
   tok=$(cat "$WORK/$d/token")
   curl -sf -H "Authorization: Bearer $tok" --data-binary @"$WORK/onecall.mjs" \
@@ -77,26 +82,36 @@ wrk_run() {
 tapes() { curl -sf "$URL_on/metrics" | awk '$1=="hearth_tapes_total"{print $2}'; }
 seg_bytes() { du -sb "$WORK/on/recordings/segments" | awk '{print $1}'; }
 
-echo "### Recording on vs off (wrk -t1 -c$C, ${DUR}s per run, $ROUNDS rounds interleaved, $(nproc) cores)"
+echo "### Recording on vs off (wrk -t1 -c$C, ${DUR}s per run, $ROUNDS rounds of on/off/off interleaved, medians, $(nproc) cores)"
 echo
 echo "| function | recording | req/s | p99 | throughput change | p99 change | bytes on disk per invocation |"
 echo "|---|---|---|---|---|---|---|"
 for f in ${FNS:-hello onecall py}; do
-  on_rps=0; on_p99=0; off_rps=0; off_p99=0
+  runs=()
   t0=$(tapes); b0=$(seg_bytes)
   for _ in $(seq 1 "$ROUNDS"); do
-    read -r r p < <(wrk_run "$URL_on/fn/admin/$f");  on_rps=$((on_rps + r));  on_p99=$((on_p99 + p))
-    read -r r p < <(wrk_run "$URL_off/fn/admin/$f"); off_rps=$((off_rps + r)); off_p99=$((off_p99 + p))
+    for d in on off ctl; do
+      url="URL_$d"
+      read -r r p < <(wrk_run "${!url}/fn/admin/$f")
+      runs+=("$d:$r:$p")
+    done
   done
   sleep 0.5   # one flush interval
   t1=$(tapes); b1=$(seg_bytes)
-  python3 - "$f" "$on_rps" "$on_p99" "$off_rps" "$off_p99" "$ROUNDS" "$t0" "$t1" "$b0" "$b1" <<'PY'
-import sys
-f, on_r, on_p, off_r, off_p, n, t0, t1, b0, b1 = sys.argv[1:]
-n = int(n); on_r, on_p, off_r, off_p = (int(x) / n for x in (on_r, on_p, off_r, off_p))
+  python3 - "$f" "$t0" "$t1" "$b0" "$b1" "${runs[@]}" <<'PY'
+import statistics, sys
+f, t0, t1, b0, b1, *runs = sys.argv[1:]
+rps, p99 = {}, {}
+for run in runs:
+    d, r, p = run.split(":")
+    rps.setdefault(d, []).append(int(r)); p99.setdefault(d, []).append(int(p))
+med = lambda xs: statistics.median(xs)
+r = {d: med(v) for d, v in rps.items()}; p = {d: med(v) for d, v in p99.items()}
 per = (int(b1) - int(b0)) / max(1, int(float(t1)) - int(float(t0)))
-print(f"| {f} | off | {off_r:.0f} | {off_p/1000:.2f} ms | | | |")
-print(f"| {f} | on | {on_r:.0f} | {on_p/1000:.2f} ms | **{(on_r/off_r-1)*100:+.1f}%** | **{(on_p/off_p-1)*100:+.1f}%** | {per:.0f} B |")
+ch = lambda a, b: f"{(a / b - 1) * 100:+.1f}%"
+print(f"| {f} | off | {r['off']:.0f} | {p['off']/1000:.2f} ms | | | |")
+print(f"| {f} | on | {r['on']:.0f} | {p['on']/1000:.2f} ms | **{ch(r['on'], r['off'])}** | **{ch(p['on'], p['off'])}** | {per:.0f} B |")
+print(f"| {f} | off again (A/A: the noise floor) | {r['ctl']:.0f} | {p['ctl']/1000:.2f} ms | {ch(r['ctl'], r['off'])} | {ch(p['ctl'], p['off'])} | |")
 PY
 done
 
