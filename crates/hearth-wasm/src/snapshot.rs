@@ -40,7 +40,7 @@ const INIT_EXPORTS: [&str; 2] = ["wizer-initialize", "wizer.initialize"];
 /// Bytes of the init step's stderr quoted in a deploy error.
 const STDERR_QUOTE_BYTES: usize = 4 << 10;
 
-/// The init step `binary` exports, if any.
+/// The init step `module` exports, if any.
 pub(crate) fn init_export(module: &Module) -> Option<&'static str> {
     INIT_EXPORTS.into_iter().find(|name| {
         matches!(module.get_export(name), Some(wasmtime::ExternType::Func(f))
