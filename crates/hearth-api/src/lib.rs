@@ -87,6 +87,9 @@ pub fn router(node: Arc<Node>, config: ApiConfig) -> Router {
         .route("/v1/recordings/{id}/replay", post(recordings::replay))
         .route("/v1/replay", post(recordings::replay_file))
         .route("/fn/{tenant}/{name}", any(invoke::invoke_root))
+        // A trailing slash is the root sub-path, not an unknown route
+        // (`{*path}` does not match an empty rest).
+        .route("/fn/{tenant}/{name}/", any(invoke::invoke_root))
         .route("/fn/{tenant}/{name}/{*path}", any(invoke::invoke_path))
         .fallback(|| async { ApiError::NotFound("no such route; see /v1/openapi.json".into()) })
         .with_state(state)

@@ -24,6 +24,17 @@ async fn first_start_serves_the_bundled_examples() {
     assert_eq!(resp.headers()["content-type"], "text/plain");
     assert_eq!(resp.headers().get_all("content-type").iter().count(), 1);
     assert_eq!(resp.text().await.unwrap(), "hello from wasm\n");
+    // A trailing slash after the name is the root path (`hearth invoke
+    // --path '/?q=1'` sends one), not "no such route".
+    let resp = d
+        .http
+        .post(format!("{}/fn/admin/echo/?x=1", d.url))
+        .body("slash")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.text().await.unwrap(), "slash");
     // The token file is private to its owner.
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(d.dir.join("token"))
