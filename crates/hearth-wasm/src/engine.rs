@@ -129,16 +129,12 @@ impl WasmEngine {
         &self.0.engine
     }
 
-    pub(crate) fn linker(&self) -> &Linker<SandboxState> {
-        &self.0.linker
-    }
-
     fn cached_path(&self, hash: &str) -> PathBuf {
         self.0.cache_dir.join(format!("{hash}.cwasm"))
     }
 
     /// Links a module and checks it is a WASI command Hearth can run.
-    fn link(&self, module: &Module) -> Result<InstancePre<SandboxState>, DeployError> {
+    pub(crate) fn link(&self, module: &Module) -> Result<InstancePre<SandboxState>, DeployError> {
         let start = module.get_export("_start");
         if !matches!(start, Some(wasmtime::ExternType::Func(ref f)) if f.params().len() == 0 && f.results().len() == 0)
         {
@@ -163,7 +159,10 @@ impl WasmEngine {
         })
     }
 
-    async fn compile_off_thread(&self, code: Vec<u8>) -> Result<(Module, Vec<u8>), DeployError> {
+    pub(crate) async fn compile_off_thread(
+        &self,
+        code: Vec<u8>,
+    ) -> Result<(Module, Vec<u8>), DeployError> {
         let this = self.clone();
         tokio::task::spawn_blocking(move || this.compile_blocking(code))
             .await

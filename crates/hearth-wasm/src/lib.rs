@@ -32,4 +32,3 @@ mod wasi_host;
 pub use cgi::parse_cgi_output;
 pub use engine::{WasmConfig, WasmEngine, WasmPrepared};
 pub use sandbox::WasmSandbox;
-pub use snapshot::INIT_TIMEOUT;

@@ -32,7 +32,7 @@ use crate::WasmEngine;
 use crate::sandbox::{MemoryLimiter, SandboxState, new_store};
 
 /// How long an init step may run at deploy.
-pub const INIT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const INIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The export names of an init step, Wizer's current one first.
 const INIT_EXPORTS: [&str; 2] = ["wizer-initialize", "wizer.initialize"];
@@ -63,17 +63,10 @@ pub(crate) async fn snapshot(
         ))
     };
     let (cx, instrumented) = wizer.instrument(binary).map_err(refused)?;
-    // Compiling is the slow part; instrumenting is one pass over the binary.
-    let wasmtime_engine = engine.wasmtime().clone();
-    let module = tokio::task::spawn_blocking(move || Module::new(&wasmtime_engine, &instrumented))
-        .await
-        .map_err(|e| DeployError::Load(format!("compiler task failed: {e}")))?
-        .map_err(refused)?;
-    let pre = engine.linker().instantiate_pre(&module).map_err(|e| {
-        DeployError::NotAFunction(format!(
-            "{e}; Hearth provides the `wasi_snapshot_preview1` and `hearth` import modules"
-        ))
-    })?;
+    // The instrumented module is still a WASI command, so the deploy's own
+    // compile and link checks apply to it as they would to the original.
+    let (module, _) = engine.compile_off_thread(instrumented).await?;
+    let pre = engine.link(&module)?;
 
     let stderr = MemoryOutputPipe::new(STDERR_QUOTE_BYTES);
     let max_memory_mib = engine.config().max_memory_mib;

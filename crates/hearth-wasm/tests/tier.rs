@@ -291,9 +291,22 @@ async fn an_init_step_that_fails_or_asks_the_host_is_a_deploy_error_with_the_rea
              (func (export \"wizer-initialize\") {init}) (func (export \"_start\")))"
         )
     };
-    let msg = compile_error(&f, &module("unreachable", "")).await;
+    // The step's stderr is quoted, so its author sees why it gave up.
+    let fd_write = r#"(import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+        (data (i32.const 16) "no config table")"#;
+    let msg = compile_error(
+        &f,
+        &module(
+            "(i32.store (i32.const 0) (i32.const 16)) (i32.store (i32.const 4) (i32.const 15))
+             (drop (call $w (i32.const 2) (i32.const 0) (i32.const 1) (i32.const 8))) unreachable",
+            fd_write,
+        ),
+    )
+    .await;
     assert!(
-        msg.contains("init step (wizer-initialize) failed") && msg.contains("unreachable"),
+        msg.contains("init step (wizer-initialize) failed")
+            && msg.contains("unreachable")
+            && msg.contains("its stderr: no config table"),
         "{msg}"
     );
     // Randomness drawn at init would be shared by every invocation.
