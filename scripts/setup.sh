@@ -4,7 +4,7 @@
 set -euo pipefail
 
 need_apt=()
-for pkg in clang lld wasi-libc libclang-rt-14-dev-wasm32 wrk pkg-config; do
+for pkg in clang lld wasi-libc libclang-rt-14-dev-wasm32 wrk pkg-config postgresql; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

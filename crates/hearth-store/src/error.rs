@@ -8,6 +8,10 @@ use thiserror::Error;
 pub enum StoreError {
     /// database error: {0}
     Sqlite(#[from] rusqlite::Error),
+    /// PostgreSQL: {0}
+    Postgres(#[from] postgres::Error),
+    /// a stored record is unreadable: {0}
+    Corrupt(String),
     /// failed to {action} {path}: {source}
     Io {
         action: &'static str,

@@ -3,7 +3,9 @@
 //!
 //! The [`Store`] trait is the one interface the node and the API use;
 //! [`SqliteStore`] is the single-node backend (WAL mode, one file in the data
-//! directory). A PostgreSQL backend for clusters implements the same trait.
+//! directory). In a cluster, [`SplitStore`] implements the same trait with
+//! the shared state in PostgreSQL ([`PgStore`]) and the node's own tape
+//! index in its SQLite.
 //! Artifacts are plain files named by their sha256 in [`ArtifactStore`]:
 //! written to a temporary name, synced, then renamed, so a crash never leaves
 //! a half-written artifact under a real name and the registry only ever points
@@ -13,14 +15,21 @@
 //! table; nothing here sits on the per-invocation hot path except KV.
 
 mod artifacts;
+#[cfg(test)]
+mod conformance;
 mod error;
+mod postgres;
+mod split;
 mod sqlite;
+pub mod testing;
 
 use hearth_core::{FunctionSpec, FunctionVersion};
 use serde::{Deserialize, Serialize};
 
 pub use artifacts::{ArtifactStore, sha256_hex, write_atomically, write_secret};
 pub use error::StoreError;
+pub use postgres::PgStore;
+pub use split::SplitStore;
 pub use sqlite::SqliteStore;
 
 /// What a token may do.

@@ -114,6 +114,12 @@ impl SqliteStore {
         })
     }
 
+    /// Forgets the tape index rows of one function (a cluster member's
+    /// share of removing it; see `SplitStore`).
+    pub fn forget_tapes(&self, tenant: &str, name: &str) -> Result<(), StoreError> {
+        tapes::forget_function(&self.writer(), tenant, name)
+    }
+
     fn reader(&self) -> MutexGuard<'_, Connection> {
         for r in &self.readers {
             if let Ok(guard) = r.try_lock() {
@@ -375,12 +381,7 @@ impl Store for SqliteStore {
                 "DELETE FROM logs WHERE tenant = ?1 AND function = ?2",
                 params![tenant, name],
             )?;
-            // The tapes' bytes stay in their segments until retention
-            // deletes those; without an index row nobody can read them.
-            tx.execute(
-                "DELETE FROM tape_blocks WHERE tenant = ?1 AND function = ?2",
-                params![tenant, name],
-            )?;
+            tapes::forget_function(&tx, tenant, name)?;
         }
         tx.commit()?;
         Ok(existed)
@@ -621,6 +622,15 @@ mod tests {
     }
 
     #[test]
+    fn passes_the_store_scenarios() {
+        for (name, scenario) in crate::conformance::SCENARIOS {
+            eprintln!("scenario {name}");
+            let (_dir, s) = store();
+            scenario(&s);
+        }
+    }
+
+    #[test]
     fn versions_count_up_and_survive_reopen() {
         let (dir, s) = store();
         s.create_tenant("acme").unwrap();
@@ -650,110 +660,5 @@ mod tests {
         );
         assert_eq!(s.list_versions("acme", "hello").unwrap().len(), 2);
         assert!(s.get_version("other", "hello", None).unwrap().is_none());
-    }
-
-    #[test]
-    fn delete_removes_function_and_numbering_continues() {
-        let (_dir, s) = store();
-        let spec = FunctionSpec::new(Runtime::Wasm);
-        s.create_version("t", "f", "aa", &spec).unwrap();
-        s.create_version("t", "f", "bb", &spec).unwrap();
-        s.kv_set("t", "f", b"k", b"v").unwrap();
-        assert!(s.delete_function("t", "f").unwrap());
-        assert!(!s.delete_function("t", "f").unwrap());
-        assert!(s.get_version("t", "f", None).unwrap().is_none());
-        assert!(s.get_version("t", "f", Some(2)).unwrap().is_none());
-        assert!(s.list_functions("t").unwrap().is_empty());
-        assert!(s.list_versions("t", "f").unwrap().is_empty());
-        assert!(s.referenced_artifacts().unwrap().is_empty());
-        assert_eq!(s.kv_get("t", "f", b"k").unwrap(), None);
-        assert_eq!(s.create_version("t", "f", "cc", &spec).unwrap().version, 3);
-    }
-
-    #[test]
-    fn tokens_authenticate_to_their_tenant_only() {
-        let (_dir, s) = store();
-        s.create_tenant("acme").unwrap();
-        assert!(matches!(
-            s.create_tenant("acme"),
-            Err(StoreError::TenantExists(_))
-        ));
-        assert!(matches!(
-            s.create_token("ghost", Role::Member),
-            Err(StoreError::NoSuchTenant(_))
-        ));
-        let token = s.create_token("acme", Role::Member).unwrap();
-        let p = s.authenticate(&token).unwrap().unwrap();
-        assert_eq!((p.tenant.as_str(), p.role), ("acme", Role::Member));
-        assert!(s.authenticate("hth_wrong").unwrap().is_none());
-    }
-
-    #[test]
-    fn bounces_count_up_pin_at_the_limit_and_reset_on_deploy() {
-        let (_dir, s) = store();
-        s.create_tenant("t").unwrap();
-        let spec = FunctionSpec::new(hearth_core::Runtime::Js);
-        s.create_version("t", "f", "a", &spec).unwrap();
-        assert_eq!(s.function_mode("t", "f").unwrap(), FunctionMode::default());
-        assert!(!s.record_bounce("t", "f", 2).unwrap().pinned);
-        let m = s.record_bounce("t", "f", 2).unwrap();
-        assert_eq!((m.bounces, m.pinned), (2, true));
-        assert_eq!(s.list_functions("t").unwrap()[0].mode, m);
-        s.create_version("t", "f", "b", &spec).unwrap();
-        assert_eq!(s.function_mode("t", "f").unwrap(), FunctionMode::default());
-    }
-
-    #[test]
-    fn kv_is_scoped_and_lists_by_prefix() {
-        let (_dir, s) = store();
-        s.kv_set("t", "f", b"user:1", b"a").unwrap();
-        s.kv_set("t", "f", b"user:2", b"b").unwrap();
-        s.kv_set("t", "f", b"zzz", b"c").unwrap();
-        s.kv_set("t", "g", b"user:3", b"d").unwrap();
-        s.kv_set("u", "f", b"user:4", b"e").unwrap();
-        assert_eq!(
-            s.kv_list("t", "f", b"user:", 100).unwrap(),
-            vec![b"user:1".to_vec(), b"user:2".to_vec()]
-        );
-        assert_eq!(s.kv_list("t", "f", b"", 2).unwrap().len(), 2);
-        assert_eq!(s.kv_get("u", "f", b"user:1").unwrap(), None);
-        s.kv_set("t", "f", b"user:1", b"z").unwrap();
-        assert_eq!(s.kv_get("t", "f", b"user:1").unwrap().unwrap(), b"z");
-        assert!(s.kv_delete("t", "f", b"user:1").unwrap());
-        assert!(!s.kv_delete("t", "f", b"user:1").unwrap());
-    }
-
-    #[test]
-    fn logs_filter_by_invocation_and_return_oldest_first() {
-        let (_dir, s) = store();
-        let rec = |inv: &str, msg: &str| LogRecord {
-            tenant: "t".into(),
-            function: "f".into(),
-            version: 1,
-            invocation_id: inv.into(),
-            ts_ms: 1,
-            stream: LogStream::Stderr,
-            level: String::new(),
-            message: msg.into(),
-        };
-        s.append_logs(&[rec("a", "one"), rec("b", "two"), rec("a", "three")])
-            .unwrap();
-        let all = s.read_logs("t", "f", &LogQuery::default()).unwrap();
-        assert_eq!(
-            all.iter().map(|r| r.message.as_str()).collect::<Vec<_>>(),
-            ["one", "two", "three"]
-        );
-        let q = LogQuery {
-            invocation_id: Some("a".into()),
-            limit: 1,
-        };
-        let a = s.read_logs("t", "f", &q).unwrap();
-        assert_eq!(a.len(), 1);
-        assert_eq!(a[0].message, "three");
-        assert!(
-            s.read_logs("u", "f", &LogQuery::default())
-                .unwrap()
-                .is_empty()
-        );
     }
 }

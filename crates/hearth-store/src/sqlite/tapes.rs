@@ -282,3 +282,18 @@ pub(super) fn last_indexed_offset(
     )?;
     Ok(max.map(|m| m as u64))
 }
+
+/// Forgets a removed function's rows. The tapes' bytes stay in their
+/// segments until retention deletes those; without an index row nobody can
+/// read them.
+pub(super) fn forget_function(
+    conn: &Connection,
+    tenant: &str,
+    name: &str,
+) -> Result<(), StoreError> {
+    conn.execute(
+        "DELETE FROM tape_blocks WHERE tenant = ?1 AND function = ?2",
+        params![tenant, name],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,159 @@
+//! Behaviour every [`Store`] must have, run against each backend: SQLite
+//! here, PostgreSQL (through `SplitStore`) in `postgres.rs`'s tests.
+
+use hearth_core::{FunctionSpec, Runtime};
+
+use crate::{FunctionMode, LogQuery, LogRecord, LogStream, Role, Store, StoreError};
+
+/// Each scenario with its name; each wants a fresh, empty store.
+pub(crate) const SCENARIOS: &[(&str, fn(&dyn Store))] = &[
+    (
+        "versions_resolve_newest_or_pinned",
+        versions_resolve_newest_or_pinned,
+    ),
+    (
+        "delete_removes_function_and_numbering_continues",
+        delete_removes_function_and_numbering_continues,
+    ),
+    (
+        "tokens_authenticate_to_their_tenant_only",
+        tokens_authenticate_to_their_tenant_only,
+    ),
+    (
+        "bounces_count_up_pin_at_the_limit_and_reset_on_deploy",
+        bounces_count_up_pin_at_the_limit_and_reset_on_deploy,
+    ),
+    (
+        "kv_is_scoped_and_lists_by_prefix",
+        kv_is_scoped_and_lists_by_prefix,
+    ),
+    (
+        "logs_filter_by_invocation_and_return_oldest_first",
+        logs_filter_by_invocation_and_return_oldest_first,
+    ),
+];
+
+pub(crate) fn versions_resolve_newest_or_pinned(s: &dyn Store) {
+    s.create_tenant("acme").unwrap();
+    let spec = FunctionSpec::new(Runtime::Wasm);
+    assert_eq!(
+        s.create_version("acme", "hello", "aa", &spec)
+            .unwrap()
+            .version,
+        1
+    );
+    assert_eq!(
+        s.create_version("acme", "hello", "bb", &spec)
+            .unwrap()
+            .version,
+        2
+    );
+    let latest = s.get_version("acme", "hello", None).unwrap().unwrap();
+    assert_eq!((latest.version, latest.artifact.as_str()), (2, "bb"));
+    assert_eq!(latest.spec, spec);
+    let first = s.get_version("acme", "hello", Some(1)).unwrap().unwrap();
+    assert_eq!(first.artifact, "aa");
+    assert!(s.get_version("acme", "hello", Some(3)).unwrap().is_none());
+    assert_eq!(s.list_versions("acme", "hello").unwrap().len(), 2);
+    let listed = s.list_functions("acme").unwrap();
+    assert_eq!((listed.len(), listed[0].versions), (1, 2));
+    assert!(s.get_version("other", "hello", None).unwrap().is_none());
+    let mut refs = s.referenced_artifacts().unwrap();
+    refs.sort();
+    assert_eq!(refs, ["aa", "bb"]);
+}
+
+pub(crate) fn delete_removes_function_and_numbering_continues(s: &dyn Store) {
+    let spec = FunctionSpec::new(Runtime::Wasm);
+    s.create_version("t", "f", "aa", &spec).unwrap();
+    s.create_version("t", "f", "bb", &spec).unwrap();
+    s.kv_set("t", "f", b"k", b"v").unwrap();
+    assert!(s.delete_function("t", "f").unwrap());
+    assert!(!s.delete_function("t", "f").unwrap());
+    assert!(s.get_version("t", "f", None).unwrap().is_none());
+    assert!(s.get_version("t", "f", Some(2)).unwrap().is_none());
+    assert!(s.list_functions("t").unwrap().is_empty());
+    assert!(s.list_versions("t", "f").unwrap().is_empty());
+    assert!(s.referenced_artifacts().unwrap().is_empty());
+    assert_eq!(s.kv_get("t", "f", b"k").unwrap(), None);
+    assert_eq!(s.create_version("t", "f", "cc", &spec).unwrap().version, 3);
+}
+
+pub(crate) fn tokens_authenticate_to_their_tenant_only(s: &dyn Store) {
+    s.create_tenant("acme").unwrap();
+    assert!(matches!(
+        s.create_tenant("acme"),
+        Err(StoreError::TenantExists(_))
+    ));
+    assert!(matches!(
+        s.create_token("ghost", Role::Member),
+        Err(StoreError::NoSuchTenant(_))
+    ));
+    let token = s.create_token("acme", Role::Member).unwrap();
+    let p = s.authenticate(&token).unwrap().unwrap();
+    assert_eq!((p.tenant.as_str(), p.role), ("acme", Role::Member));
+    assert!(s.authenticate("hth_wrong").unwrap().is_none());
+}
+
+pub(crate) fn bounces_count_up_pin_at_the_limit_and_reset_on_deploy(s: &dyn Store) {
+    s.create_tenant("t").unwrap();
+    let spec = FunctionSpec::new(Runtime::Js);
+    s.create_version("t", "f", "a", &spec).unwrap();
+    assert_eq!(s.function_mode("t", "f").unwrap(), FunctionMode::default());
+    assert!(!s.record_bounce("t", "f", 2).unwrap().pinned);
+    let m = s.record_bounce("t", "f", 2).unwrap();
+    assert_eq!((m.bounces, m.pinned), (2, true));
+    assert_eq!(s.list_functions("t").unwrap()[0].mode, m);
+    s.create_version("t", "f", "b", &spec).unwrap();
+    assert_eq!(s.function_mode("t", "f").unwrap(), FunctionMode::default());
+}
+
+pub(crate) fn kv_is_scoped_and_lists_by_prefix(s: &dyn Store) {
+    s.kv_set("t", "f", b"user:1", b"a").unwrap();
+    s.kv_set("t", "f", b"user:2", b"b").unwrap();
+    s.kv_set("t", "f", b"zzz", b"c").unwrap();
+    s.kv_set("t", "g", b"user:3", b"d").unwrap();
+    s.kv_set("u", "f", b"user:4", b"e").unwrap();
+    assert_eq!(
+        s.kv_list("t", "f", b"user:", 100).unwrap(),
+        vec![b"user:1".to_vec(), b"user:2".to_vec()]
+    );
+    assert_eq!(s.kv_list("t", "f", b"", 2).unwrap().len(), 2);
+    assert_eq!(s.kv_get("u", "f", b"user:1").unwrap(), None);
+    s.kv_set("t", "f", b"user:1", b"z").unwrap();
+    assert_eq!(s.kv_get("t", "f", b"user:1").unwrap().unwrap(), b"z");
+    assert!(s.kv_delete("t", "f", b"user:1").unwrap());
+    assert!(!s.kv_delete("t", "f", b"user:1").unwrap());
+}
+
+pub(crate) fn logs_filter_by_invocation_and_return_oldest_first(s: &dyn Store) {
+    let rec = |inv: &str, msg: &str| LogRecord {
+        tenant: "t".into(),
+        function: "f".into(),
+        version: 1,
+        invocation_id: inv.into(),
+        ts_ms: 1,
+        stream: LogStream::Stderr,
+        level: String::new(),
+        message: msg.into(),
+    };
+    s.append_logs(&[rec("a", "one"), rec("b", "two"), rec("a", "three")])
+        .unwrap();
+    let all = s.read_logs("t", "f", &LogQuery::default()).unwrap();
+    assert_eq!(
+        all.iter().map(|r| r.message.as_str()).collect::<Vec<_>>(),
+        ["one", "two", "three"]
+    );
+    let q = LogQuery {
+        invocation_id: Some("a".into()),
+        limit: 1,
+    };
+    let a = s.read_logs("t", "f", &q).unwrap();
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].message, "three");
+    assert!(
+        s.read_logs("u", "f", &LogQuery::default())
+            .unwrap()
+            .is_empty()
+    );
+}

@@ -1,0 +1,598 @@
+//! The cluster's shared state in PostgreSQL: tenants, tokens, functions and
+//! their versions, fallback modes, KV and logs — everything that must
+//! outlive a node. The tape index is not here: it points into one node's
+//! segment files, so it stays in that node's SQLite ([`SplitStore`]
+//! joins the two behind [`Store`](crate::Store)).
+//!
+//! The schema is the SQLite one ported (`BLOB` → `bytea`, rowids →
+//! `bigserial`). Where SQLite relies on its single writer, PostgreSQL gets
+//! a lock: version numbering takes an advisory transaction lock on the
+//! function's name, and schema creation one of its own, so nodes starting
+//! together do not race on `CREATE TABLE`.
+//!
+//! Calls are synchronous (the `postgres` crate), like SQLite's; callers
+//! already run store calls on blocking threads. A few connections are kept
+//! open; one that PostgreSQL closed is reopened on its next use.
+//!
+//! [`SplitStore`]: crate::SplitStore
+
+use std::sync::{Mutex, MutexGuard};
+
+use hearth_core::{FunctionSpec, FunctionVersion};
+use postgres::{Client, NoTls, Row};
+
+use crate::{
+    FunctionMode, FunctionSummary, LogQuery, LogRecord, LogStream, Principal, Role, StoreError,
+    sha256_hex,
+};
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS tenants (
+    name        TEXT PRIMARY KEY,
+    created_ms  BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tokens (
+    hash        TEXT PRIMARY KEY,
+    tenant      TEXT NOT NULL REFERENCES tenants(name),
+    role        TEXT NOT NULL,
+    created_ms  BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS functions (
+    tenant      TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    latest      BIGINT NOT NULL,
+    PRIMARY KEY (tenant, name)
+);
+CREATE TABLE IF NOT EXISTS versions (
+    tenant      TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    version     BIGINT NOT NULL,
+    artifact    TEXT NOT NULL,
+    spec        TEXT NOT NULL,
+    created_ms  BIGINT NOT NULL,
+    PRIMARY KEY (tenant, name, version)
+);
+CREATE TABLE IF NOT EXISTS modes (
+    tenant      TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    bounces     BIGINT NOT NULL,
+    pinned      BOOLEAN NOT NULL,
+    PRIMARY KEY (tenant, name)
+);
+CREATE TABLE IF NOT EXISTS kv (
+    tenant      TEXT NOT NULL,
+    function    TEXT NOT NULL,
+    key         BYTEA NOT NULL,
+    value       BYTEA NOT NULL,
+    PRIMARY KEY (tenant, function, key)
+);
+CREATE TABLE IF NOT EXISTS logs (
+    id          BIGSERIAL PRIMARY KEY,
+    tenant      TEXT NOT NULL,
+    function    TEXT NOT NULL,
+    version     BIGINT NOT NULL,
+    invocation  TEXT NOT NULL,
+    ts_ms       BIGINT NOT NULL,
+    stream      TEXT NOT NULL,
+    level       TEXT NOT NULL,
+    message     TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS logs_by_function ON logs (tenant, function, id);
+CREATE INDEX IF NOT EXISTS logs_by_invocation ON logs (invocation);
+"#;
+
+/// Taken while creating the schema (an arbitrary constant: "hearth").
+const SCHEMA_LOCK: i64 = 0x6865_6172_7468;
+
+const CONNECTIONS: usize = 4;
+
+/// The cluster's registry, KV and logs in PostgreSQL.
+pub struct PgStore {
+    url: String,
+    conns: Vec<Mutex<Option<Client>>>,
+}
+
+fn connect(url: &str) -> Result<Client, StoreError> {
+    Ok(Client::connect(url, NoTls)?)
+}
+
+impl PgStore {
+    /// Connects to `url` (`postgres://user@host:port/db`) and creates the
+    /// schema if it is not there.
+    pub fn open(url: &str) -> Result<Self, StoreError> {
+        let store = PgStore {
+            url: url.to_string(),
+            conns: (0..CONNECTIONS).map(|_| Mutex::new(None)).collect(),
+        };
+        store.with(|c| {
+            let mut tx = c.transaction()?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])?;
+            tx.batch_execute(SCHEMA)?;
+            tx.commit()
+        })?;
+        Ok(store)
+    }
+
+    /// Runs `f` on a free connection, opening it if needed.
+    ///
+    /// The `postgres` client runs its own small runtime, which must not be
+    /// started on an async worker: `block_in_place` steps off it (and is a
+    /// plain call on a blocking or non-Tokio thread).
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
+    ) -> Result<T, StoreError> {
+        tokio::task::block_in_place(|| {
+            let mut slot = self.slot();
+            let client = match slot.take() {
+                Some(c) if !c.is_closed() => slot.insert(c),
+                _ => slot.insert(connect(&self.url)?),
+            };
+            Ok(f(client)?)
+        })
+    }
+
+    fn slot(&self) -> MutexGuard<'_, Option<Client>> {
+        for c in &self.conns {
+            if let Ok(guard) = c.try_lock() {
+                return guard;
+            }
+        }
+        // A panic mid-call leaves at worst a connection in an aborted
+        // transaction, which the client rolls back when it is reused.
+        self.conns[rand::random_range(0..self.conns.len())]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn create_tenant(&self, name: &str) -> Result<(), StoreError> {
+        let inserted = self.with(|c| {
+            c.execute(
+                "INSERT INTO tenants (name, created_ms) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&name, &hearth_core::unix_time_ms()],
+            )
+        })?;
+        if inserted == 0 {
+            return Err(StoreError::TenantExists(name.to_string()));
+        }
+        Ok(())
+    }
+
+    pub fn tenant_exists(&self, name: &str) -> Result<bool, StoreError> {
+        self.with(|c| {
+            Ok(
+                c.query_opt("SELECT 1 FROM tenants WHERE name = $1", &[&name])?
+                    .is_some(),
+            )
+        })
+    }
+
+    pub fn create_token(&self, tenant: &str, role: Role) -> Result<String, StoreError> {
+        let secret: [u8; 24] = rand::random();
+        let token = format!("hth_{}", hex::encode(secret));
+        let hash = sha256_hex(token.as_bytes());
+        let inserted = self.with(|c| {
+            c.execute(
+                "INSERT INTO tokens (hash, tenant, role, created_ms)
+                 SELECT $1, name, $3, $4 FROM tenants WHERE name = $2",
+                &[&hash, &tenant, &role.as_str(), &hearth_core::unix_time_ms()],
+            )
+        })?;
+        if inserted == 0 {
+            return Err(StoreError::NoSuchTenant(tenant.to_string()));
+        }
+        Ok(token)
+    }
+
+    pub fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError> {
+        let hash = sha256_hex(token.as_bytes());
+        let row = self
+            .with(|c| c.query_opt("SELECT tenant, role FROM tokens WHERE hash = $1", &[&hash]))?;
+        Ok(row.map(|r| Principal {
+            tenant: r.get(0),
+            role: if r.get::<_, &str>(1) == "admin" {
+                Role::Admin
+            } else {
+                Role::Member
+            },
+        }))
+    }
+
+    pub fn create_version(
+        &self,
+        tenant: &str,
+        name: &str,
+        artifact: &str,
+        spec: &FunctionSpec,
+    ) -> Result<FunctionVersion, StoreError> {
+        let spec_json = serde_json::to_string(spec).expect("FunctionSpec always serializes");
+        let created_at_ms = hearth_core::unix_time_ms();
+        let key = format!("{tenant}/{name}");
+        let version = self.with(|c| {
+            let mut tx = c.transaction()?;
+            // One deploy of a name at a time, across the cluster; the
+            // numbering rule is SqliteStore::create_version's.
+            tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&key])?;
+            let last: i64 = tx
+                .query_one(
+                    "SELECT GREATEST(
+                        (SELECT COALESCE(MAX(version), 0) FROM versions WHERE tenant = $1 AND name = $2),
+                        (SELECT COALESCE(MAX(latest), 0) FROM functions WHERE tenant = $1 AND name = $2))",
+                    &[&tenant, &name],
+                )?
+                .get(0);
+            let version = last + 1;
+            tx.execute(
+                "INSERT INTO versions (tenant, name, version, artifact, spec, created_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+                &[&tenant, &name, &version, &artifact, &spec_json, &created_at_ms],
+            )?;
+            tx.execute(
+                "INSERT INTO functions (tenant, name, latest) VALUES ($1, $2, $3)
+                 ON CONFLICT (tenant, name) DO UPDATE SET latest = excluded.latest",
+                &[&tenant, &name, &version],
+            )?;
+            tx.execute(
+                "DELETE FROM modes WHERE tenant = $1 AND name = $2",
+                &[&tenant, &name],
+            )?;
+            tx.commit()?;
+            Ok(version)
+        })?;
+        Ok(FunctionVersion {
+            tenant: tenant.to_string(),
+            name: name.to_string(),
+            version: version as u32,
+            artifact: artifact.to_string(),
+            spec: spec.clone(),
+            created_at_ms,
+        })
+    }
+
+    pub fn get_version(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<Option<FunctionVersion>, StoreError> {
+        let version = version.map(i64::from);
+        let row = self.with(|c| {
+            c.query_opt(
+                "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms
+                 FROM functions f JOIN versions v ON v.tenant = f.tenant AND v.name = f.name
+                 WHERE f.tenant = $1 AND f.name = $2 AND v.version = COALESCE($3, f.latest)",
+                &[&tenant, &name, &version],
+            )
+        })?;
+        row.as_ref().map(row_to_version).transpose()
+    }
+
+    pub fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>, StoreError> {
+        let rows = self.with(|c| {
+            c.query(
+                "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms,
+                        (SELECT COUNT(*) FROM versions c WHERE c.tenant = f.tenant AND c.name = f.name),
+                        COALESCE(m.bounces, 0), COALESCE(m.pinned, false)
+                 FROM functions f JOIN versions v
+                   ON v.tenant = f.tenant AND v.name = f.name AND v.version = f.latest
+                 LEFT JOIN modes m ON m.tenant = f.tenant AND m.name = f.name
+                 WHERE f.tenant = $1 ORDER BY f.name",
+                &[&tenant],
+            )
+        })?;
+        rows.iter()
+            .map(|r| {
+                let latest = row_to_version(r)?;
+                Ok(FunctionSummary {
+                    name: latest.name.clone(),
+                    latest,
+                    versions: r.get::<_, i64>(6) as u32,
+                    mode: FunctionMode {
+                        bounces: r.get::<_, i64>(7) as u32,
+                        pinned: r.get(8),
+                    },
+                })
+            })
+            .collect()
+    }
+
+    pub fn list_versions(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<Vec<FunctionVersion>, StoreError> {
+        let rows = self.with(|c| {
+            c.query(
+                "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms
+                 FROM versions v JOIN functions f ON f.tenant = v.tenant AND f.name = v.name
+                 WHERE v.tenant = $1 AND v.name = $2 ORDER BY v.version",
+                &[&tenant, &name],
+            )
+        })?;
+        rows.iter().map(row_to_version).collect()
+    }
+
+    pub fn delete_function(&self, tenant: &str, name: &str) -> Result<bool, StoreError> {
+        self.with(|c| {
+            let mut tx = c.transaction()?;
+            // The last version row stays as a tombstone, invisible without
+            // its functions row, so a re-created function continues the
+            // count (as in SqliteStore).
+            let existed = tx.execute(
+                "DELETE FROM functions WHERE tenant = $1 AND name = $2",
+                &[&tenant, &name],
+            )? > 0;
+            if existed {
+                tx.execute(
+                    "DELETE FROM versions WHERE tenant = $1 AND name = $2
+                       AND version < (SELECT MAX(version) FROM versions WHERE tenant = $1 AND name = $2)",
+                    &[&tenant, &name],
+                )?;
+                for table in ["kv", "logs"] {
+                    tx.execute(
+                        &format!("DELETE FROM {table} WHERE tenant = $1 AND function = $2"),
+                        &[&tenant, &name],
+                    )?;
+                }
+                tx.execute(
+                    "DELETE FROM modes WHERE tenant = $1 AND name = $2",
+                    &[&tenant, &name],
+                )?;
+            }
+            tx.commit()?;
+            Ok(existed)
+        })
+    }
+
+    pub fn function_mode(&self, tenant: &str, name: &str) -> Result<FunctionMode, StoreError> {
+        let row = self.with(|c| {
+            c.query_opt(
+                "SELECT bounces, pinned FROM modes WHERE tenant = $1 AND name = $2",
+                &[&tenant, &name],
+            )
+        })?;
+        Ok(row.map(|r| mode_of(&r)).unwrap_or_default())
+    }
+
+    pub fn record_bounce(
+        &self,
+        tenant: &str,
+        name: &str,
+        pin_after: u32,
+    ) -> Result<FunctionMode, StoreError> {
+        let pin_after = i64::from(pin_after);
+        let row = self.with(|c| {
+            c.query_one(
+                "INSERT INTO modes (tenant, name, bounces, pinned) VALUES ($1, $2, 1, $3::bigint <= 1)
+                 ON CONFLICT (tenant, name) DO UPDATE
+                   SET bounces = modes.bounces + 1, pinned = (modes.bounces + 1 >= $3)
+                 RETURNING bounces, pinned",
+                &[&tenant, &name, &pin_after],
+            )
+        })?;
+        Ok(mode_of(&row))
+    }
+
+    pub fn referenced_artifacts(&self) -> Result<Vec<String>, StoreError> {
+        let rows = self.with(|c| {
+            c.query(
+                "SELECT DISTINCT v.artifact FROM versions v JOIN functions f
+                   ON f.tenant = v.tenant AND f.name = v.name",
+                &[],
+            )
+        })?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    pub fn kv_get(
+        &self,
+        tenant: &str,
+        function: &str,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let row = self.with(|c| {
+            c.query_opt(
+                "SELECT value FROM kv WHERE tenant = $1 AND function = $2 AND key = $3",
+                &[&tenant, &function, &key],
+            )
+        })?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    pub fn kv_set(
+        &self,
+        tenant: &str,
+        function: &str,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), StoreError> {
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO kv (tenant, function, key, value) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (tenant, function, key) DO UPDATE SET value = excluded.value",
+                &[&tenant, &function, &key, &value],
+            )
+        })?;
+        Ok(())
+    }
+
+    pub fn kv_delete(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError> {
+        Ok(self.with(|c| {
+            c.execute(
+                "DELETE FROM kv WHERE tenant = $1 AND function = $2 AND key = $3",
+                &[&tenant, &function, &key],
+            )
+        })? > 0)
+    }
+
+    pub fn kv_list(
+        &self,
+        tenant: &str,
+        function: &str,
+        prefix: &[u8],
+        limit: u32,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        // bytea compares bytewise, as SQLite's blobs do (see SqliteStore).
+        let limit = i64::from(limit);
+        let rows = self.with(|c| {
+            c.query(
+                "SELECT key FROM kv WHERE tenant = $1 AND function = $2 AND key >= $3
+                 ORDER BY key LIMIT $4",
+                &[&tenant, &function, &prefix, &limit],
+            )
+        })?;
+        Ok(rows
+            .iter()
+            .map(|r| r.get::<_, Vec<u8>>(0))
+            .take_while(|k| k.starts_with(prefix))
+            .collect())
+    }
+
+    pub fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        self.with(|c| {
+            let mut tx = c.transaction()?;
+            let stmt = tx.prepare(
+                "INSERT INTO logs (tenant, function, version, invocation, ts_ms, stream, level, message)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )?;
+            for r in records {
+                tx.execute(
+                    &stmt,
+                    &[
+                        &r.tenant,
+                        &r.function,
+                        &i64::from(r.version),
+                        &r.invocation_id,
+                        &r.ts_ms,
+                        &r.stream.as_str(),
+                        &r.level,
+                        &r.message,
+                    ],
+                )?;
+            }
+            tx.commit()
+        })
+    }
+
+    pub fn read_logs(
+        &self,
+        tenant: &str,
+        function: &str,
+        query: &LogQuery,
+    ) -> Result<Vec<LogRecord>, StoreError> {
+        let limit = i64::from(if query.limit == 0 { 100 } else { query.limit });
+        let rows = self.with(|c| {
+            c.query(
+                "SELECT tenant, function, version, invocation, ts_ms, stream, level, message
+                 FROM logs WHERE tenant = $1 AND function = $2
+                   AND ($3::text IS NULL OR invocation = $3)
+                 ORDER BY id DESC LIMIT $4",
+                &[&tenant, &function, &query.invocation_id, &limit],
+            )
+        })?;
+        Ok(rows
+            .iter()
+            .rev()
+            .map(|r| LogRecord {
+                tenant: r.get(0),
+                function: r.get(1),
+                version: r.get::<_, i64>(2) as u32,
+                invocation_id: r.get(3),
+                ts_ms: r.get(4),
+                stream: LogStream::parse(r.get(5)),
+                level: r.get(6),
+                message: r.get(7),
+            })
+            .collect())
+    }
+}
+
+fn row_to_version(r: &Row) -> Result<FunctionVersion, StoreError> {
+    Ok(FunctionVersion {
+        tenant: r.get(0),
+        name: r.get(1),
+        version: r.get::<_, i64>(2) as u32,
+        artifact: r.get(3),
+        spec: serde_json::from_str(r.get(4)).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        created_at_ms: r.get(5),
+    })
+}
+
+fn mode_of(r: &Row) -> FunctionMode {
+    FunctionMode {
+        bounces: r.get::<_, i64>(0) as u32,
+        pinned: r.get(1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TempPostgres;
+    use crate::{SplitStore, SqliteStore, Store};
+
+    /// One server for all of this; a database per scenario.
+    #[test]
+    fn postgres_passes_the_store_scenarios_and_numbers_concurrent_deploys() {
+        let pg = TempPostgres::start().unwrap();
+        let local = tempfile::tempdir().unwrap();
+        for (i, (name, scenario)) in crate::conformance::SCENARIOS.iter().enumerate() {
+            eprintln!("scenario {name}");
+            let url = pg.create_database(&format!("s{i}")).unwrap();
+            let s = SplitStore::new(
+                PgStore::open(&url).unwrap(),
+                SqliteStore::open(local.path().join(format!("s{i}.db"))).unwrap(),
+            );
+            scenario(&s);
+        }
+
+        // Deploys of one name from many connections (as from several
+        // nodes) each get their own number, with none skipped.
+        let url = pg.create_database("race").unwrap();
+        let stores: Vec<_> = (0..4).map(|_| PgStore::open(&url).unwrap()).collect();
+        let spec = FunctionSpec::new(hearth_core::Runtime::Wasm);
+        let mut got: Vec<u32> = std::thread::scope(|scope| {
+            let handles: Vec<_> = stores
+                .iter()
+                .map(|s| {
+                    let spec = &spec;
+                    scope.spawn(move || {
+                        (0..10)
+                            .map(|_| s.create_version("t", "f", "aa", spec).unwrap().version)
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect()
+        });
+        got.sort();
+        assert_eq!(got, (1..=40).collect::<Vec<_>>());
+        assert_eq!(
+            stores[0]
+                .get_version("t", "f", None)
+                .unwrap()
+                .unwrap()
+                .version,
+            40
+        );
+    }
+
+    #[test]
+    fn an_unreachable_server_is_a_clear_error() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let err = PgStore::open(&format!("postgres://hearth@127.0.0.1:{port}/x"))
+            .err()
+            .expect("nothing listens there");
+        assert!(err.to_string().contains("PostgreSQL"), "{err}");
+    }
+}

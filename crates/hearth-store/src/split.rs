@@ -1,0 +1,162 @@
+//! [`SplitStore`]: what a cluster member runs. The cluster's state
+//! (registry, tokens, KV, logs) is shared in PostgreSQL; the tape index
+//! stays in the member's own SQLite, beside the segment files it points
+//! into (a segment number means nothing on another node).
+
+use hearth_core::{FunctionSpec, FunctionVersion};
+
+use crate::{
+    BlobEntry, BlockQuery, FunctionMode, FunctionSummary, LogQuery, LogRecord, PgStore, Principal,
+    Role, SqliteStore, Store, StoreError, TapeBlock,
+};
+
+/// Shared state in PostgreSQL, the tape index in local SQLite.
+pub struct SplitStore {
+    shared: PgStore,
+    local: SqliteStore,
+}
+
+impl SplitStore {
+    pub fn new(shared: PgStore, local: SqliteStore) -> Self {
+        SplitStore { shared, local }
+    }
+}
+
+impl Store for SplitStore {
+    fn create_tenant(&self, name: &str) -> Result<(), StoreError> {
+        self.shared.create_tenant(name)
+    }
+    fn tenant_exists(&self, name: &str) -> Result<bool, StoreError> {
+        self.shared.tenant_exists(name)
+    }
+    fn create_token(&self, tenant: &str, role: Role) -> Result<String, StoreError> {
+        self.shared.create_token(tenant, role)
+    }
+    fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError> {
+        self.shared.authenticate(token)
+    }
+    fn create_version(
+        &self,
+        tenant: &str,
+        name: &str,
+        artifact: &str,
+        spec: &FunctionSpec,
+    ) -> Result<FunctionVersion, StoreError> {
+        self.shared.create_version(tenant, name, artifact, spec)
+    }
+    fn get_version(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<Option<FunctionVersion>, StoreError> {
+        self.shared.get_version(tenant, name, version)
+    }
+    fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>, StoreError> {
+        self.shared.list_functions(tenant)
+    }
+    fn list_versions(&self, tenant: &str, name: &str) -> Result<Vec<FunctionVersion>, StoreError> {
+        self.shared.list_versions(tenant, name)
+    }
+    fn delete_function(&self, tenant: &str, name: &str) -> Result<bool, StoreError> {
+        let existed = self.shared.delete_function(tenant, name)?;
+        // This member's tapes of it. Other members keep their index rows
+        // of it until retention expires them (docs/cluster.md lists this).
+        self.local.forget_tapes(tenant, name)?;
+        Ok(existed)
+    }
+    fn function_mode(&self, tenant: &str, name: &str) -> Result<FunctionMode, StoreError> {
+        self.shared.function_mode(tenant, name)
+    }
+    fn record_bounce(
+        &self,
+        tenant: &str,
+        name: &str,
+        pin_after: u32,
+    ) -> Result<FunctionMode, StoreError> {
+        self.shared.record_bounce(tenant, name, pin_after)
+    }
+    fn referenced_artifacts(&self) -> Result<Vec<String>, StoreError> {
+        self.shared.referenced_artifacts()
+    }
+    fn kv_get(
+        &self,
+        tenant: &str,
+        function: &str,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.shared.kv_get(tenant, function, key)
+    }
+    fn kv_set(
+        &self,
+        tenant: &str,
+        function: &str,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), StoreError> {
+        self.shared.kv_set(tenant, function, key, value)
+    }
+    fn kv_delete(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError> {
+        self.shared.kv_delete(tenant, function, key)
+    }
+    fn kv_list(
+        &self,
+        tenant: &str,
+        function: &str,
+        prefix: &[u8],
+        limit: u32,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.shared.kv_list(tenant, function, prefix, limit)
+    }
+    fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError> {
+        self.shared.append_logs(records)
+    }
+    fn read_logs(
+        &self,
+        tenant: &str,
+        function: &str,
+        query: &LogQuery,
+    ) -> Result<Vec<LogRecord>, StoreError> {
+        self.shared.read_logs(tenant, function, query)
+    }
+
+    // -- the tape index: this member's own --
+    fn index_tapes(
+        &self,
+        blocks: &[TapeBlock],
+        blobs: &[BlobEntry],
+        retire: Option<u64>,
+    ) -> Result<(), StoreError> {
+        self.local.index_tapes(blocks, blobs, retire)
+    }
+    fn blocks_holding(&self, tenant: &str, id: &str) -> Result<Vec<TapeBlock>, StoreError> {
+        self.local.blocks_holding(tenant, id)
+    }
+    fn list_blocks(&self, tenant: &str, query: &BlockQuery) -> Result<Vec<TapeBlock>, StoreError> {
+        self.local.list_blocks(tenant, query)
+    }
+    fn blocks_in_segment(&self, segment: u64) -> Result<Vec<TapeBlock>, StoreError> {
+        self.local.blocks_in_segment(segment)
+    }
+    fn expire_blocks(
+        &self,
+        gone: &[TapeBlock],
+        ok_expired: &[TapeBlock],
+    ) -> Result<(), StoreError> {
+        self.local.expire_blocks(gone, ok_expired)
+    }
+    fn find_blob(
+        &self,
+        tenant: &str,
+        hash: &str,
+        segment: u64,
+    ) -> Result<Option<BlobEntry>, StoreError> {
+        self.local.find_blob(tenant, hash, segment)
+    }
+    fn unindex_segment(&self, segment: u64, from_offset: u64) -> Result<(), StoreError> {
+        self.local.unindex_segment(segment, from_offset)
+    }
+    fn last_indexed_offset(&self, segment: u64) -> Result<Option<u64>, StoreError> {
+        self.local.last_indexed_offset(segment)
+    }
+}
