@@ -15,8 +15,14 @@ pub enum ApiError {
     NotFound(String),
     Conflict(String),
     TooLarge(String),
+    /// 429: no capacity now; try again shortly.
+    TooManyRequests(String),
     Unavailable(String),
     Internal(String),
+    /// 502: the node that should have answered failed.
+    BadGateway(String),
+    /// 504: the node did not answer in time.
+    GatewayTimeout(String),
 }
 
 impl ApiError {
@@ -29,7 +35,10 @@ impl ApiError {
             ApiError::Conflict(m) => (StatusCode::CONFLICT, "conflict", m),
             ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", m),
             ApiError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", m),
+            ApiError::TooManyRequests(m) => (StatusCode::TOO_MANY_REQUESTS, "no_capacity", m),
             ApiError::Internal(m) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", m),
+            ApiError::BadGateway(m) => (StatusCode::BAD_GATEWAY, "node_failed", m),
+            ApiError::GatewayTimeout(m) => (StatusCode::GATEWAY_TIMEOUT, "timeout", m),
         }
     }
 }
@@ -45,7 +54,7 @@ impl IntoResponse for ApiError {
             Json(json!({"error": {"kind": kind, "message": message}})),
         )
             .into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
+        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }

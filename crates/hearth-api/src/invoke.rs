@@ -119,6 +119,9 @@ async fn run(
         }
     }
     let body = read_body(&headers, body, s.config.max_body_bytes, "request body").await?;
+    if let Some(g) = &s.gateway {
+        return crate::cluster::forward(g, &function, method, &uri, headers, body).await;
+    }
     let req = Request {
         method: method.as_str().to_string(),
         path,
@@ -179,7 +182,7 @@ async fn run(
     Ok(resp)
 }
 
-fn is_hop_by_hop(name: &HeaderName) -> bool {
+pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
     matches!(
         name.as_str(),
         "connection"

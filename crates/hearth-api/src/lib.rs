@@ -6,6 +6,7 @@
 //! | `/v1/...` | management API (JSON), described at `/v1/openapi.json` |
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /healthz` | liveness |
+//! | `/v1/cluster/nodes`, `/v1/artifacts/{sha256}` | a gateway's nodes join, report and fetch code |
 //!
 //! Auth: `Authorization: Bearer <token>`. Management calls always need a
 //! token and act on the token's own tenant; invocation needs one unless the
@@ -16,6 +17,7 @@
 //! sizes and maps results to status codes; [`hearth_node::Node`] does the rest.
 
 mod auth;
+mod cluster;
 mod error;
 mod invoke;
 mod manage;
@@ -26,7 +28,8 @@ mod recordings;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::{any, get, post};
+use axum::routing::{any, delete, get, post};
+use hearth_cluster::Gateway;
 use hearth_node::Node;
 
 pub use error::ApiError;
@@ -49,18 +52,45 @@ impl Default for ApiConfig {
     }
 }
 
+/// What this Hearth is in a cluster.
+#[derive(Clone, Default)]
+pub enum ClusterRole {
+    /// Serves everything itself (`--role all`).
+    #[default]
+    Standalone,
+    /// Forwards invocations to its nodes and serves them artifacts.
+    Gateway(Arc<Gateway>),
+    /// Runs invocations the gateway at this URL forwards; deploys go there.
+    Member { gateway: String },
+}
+
 pub(crate) struct AppState {
     pub node: Arc<Node>,
     pub config: ApiConfig,
     pub auth: auth::TokenCache,
+    pub gateway: Option<Arc<Gateway>>,
+    /// On a cluster member: the gateway deploys must go through.
+    pub deploys_via: Option<String>,
 }
 
-/// The whole HTTP application.
+/// The whole HTTP application of a single Hearth.
 pub fn router(node: Arc<Node>, config: ApiConfig) -> Router {
+    router_for(node, config, ClusterRole::Standalone)
+}
+
+/// The HTTP application of a Hearth in `role`.
+pub fn router_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> Router {
+    let (gateway, deploys_via) = match role {
+        ClusterRole::Standalone => (None, None),
+        ClusterRole::Gateway(g) => (Some(g), None),
+        ClusterRole::Member { gateway } => (None, Some(gateway)),
+    };
     let state = Arc::new(AppState {
         node,
         config,
         auth: auth::TokenCache::default(),
+        gateway,
+        deploys_via,
     });
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -86,6 +116,13 @@ pub fn router(node: Arc<Node>, config: ApiConfig) -> Router {
         .route("/v1/recordings/{id}/export", get(recordings::export))
         .route("/v1/recordings/{id}/replay", post(recordings::replay))
         .route("/v1/replay", post(recordings::replay_file))
+        .route(
+            "/v1/cluster/nodes",
+            post(cluster::join).get(cluster::members),
+        )
+        .route("/v1/cluster/nodes/{id}", delete(cluster::leave))
+        .route("/v1/cluster/nodes/{id}/heartbeat", post(cluster::heartbeat))
+        .route("/v1/artifacts/{hash}", get(cluster::artifact))
         .route("/fn/{tenant}/{name}", any(invoke::invoke_root))
         // A trailing slash is the root sub-path, not an unknown route
         // (`{*path}` does not match an empty rest).

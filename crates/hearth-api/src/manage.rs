@@ -140,6 +140,11 @@ pub(crate) async fn deploy(
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
+    if let Some(gateway) = &s.deploys_via {
+        return Err(ApiError::Conflict(format!(
+            "this node belongs to the cluster of {gateway}: deploy there, so every node can fetch the code"
+        )));
+    }
     let (mut spec, runtime, file_name) = parse_deploy_query(query.as_deref().unwrap_or_default())?;
     let code = read_body(&headers, body, s.config.max_code_bytes, "code").await?;
     if code.is_empty() {

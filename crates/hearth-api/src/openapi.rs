@@ -117,6 +117,23 @@ pub(crate) async fn document() -> Json<Value> {
                 "summary": "Replay an exported tape file (the body) against the caller's function of its name",
                 "parameters": [{"name": "version", "in": "query", "schema": {"type": "integer"}}],
                 "responses": {"200": {"description": "a replay report"}, "400": err, "404": err}}},
+            "/v1/cluster/nodes": {
+                "get": {"summary": "A gateway's nodes: alive or why not, capacity, memory committed, functions loaded (admin)",
+                    "responses": {"200": {"description": "{nodes: [MemberView]}"}, "401": err, "403": err, "404": err}},
+                "post": {"summary": "A node joins the gateway: {url, capacity_mb} → {id, heartbeat_ms} (admin)",
+                    "responses": {"201": {"description": "joined"}, "400": err, "401": err, "403": err, "404": err}}},
+            "/v1/cluster/nodes/{id}": {"delete": {
+                "summary": "A node leaves the gateway cleanly (admin)",
+                "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "responses": {"204": {"description": "left"}, "404": err}}},
+            "/v1/cluster/nodes/{id}/heartbeat": {"post": {
+                "summary": "A node's heartbeat: {loaded: [[tenant, name]], in_flight, rss_mb}; 404 means join again (admin)",
+                "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "responses": {"204": {"description": "recorded"}, "404": err}}},
+            "/v1/artifacts/{hash}": {"get": {
+                "summary": "Deployed code by sha256, for a gateway's nodes (admin)",
+                "parameters": [{"name": "hash", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "the artifact's bytes"}, "400": err, "404": err}}},
             "/fn/{tenant}/{name}": {
                 "parameters": [
                     {"name": "tenant", "in": "path", "required": true, "schema": {"type": "string"}},
@@ -127,8 +144,8 @@ pub(crate) async fn document() -> Json<Value> {
                     "summary": "Invoke a function (any method; any sub-path after the name is passed on)",
                     "security": [{"bearer": []}, {}],
                     "responses": {
-                        "200": {"description": "the function's response; headers Hearth-Invocation-Id, Hearth-Version, Hearth-Start"},
-                        "401": err, "403": err, "404": err, "413": err,
+                        "200": {"description": "the function's response; headers Hearth-Invocation-Id, Hearth-Version, Hearth-Start (and through a gateway Hearth-Node, Hearth-Retried-From)"},
+                        "401": err, "403": err, "404": err, "413": err, "429": err,
                         "500": err, "502": err, "503": err, "504": err
                     }
                 }

@@ -10,15 +10,25 @@
 //!            keep-alive, memory accounting ──▶ Report (CSV, SVG)
 //! ```
 //!
-//! What is here is the evaluation half of the cluster: the placer and the
-//! node model are the same code a gateway would use, but no gateway, node
-//! registration or PostgreSQL store exists yet (see `docs/cluster.md`).
+//! And the running half, with the same placer:
+//!
+//! ```text
+//! client ──▶ gateway (Gateway::forward) ──placer──▶ node /fn/…@version
+//!              ▲ join, heartbeats, leave     │ retried once elsewhere if
+//!              └──── Membership (node) ◀─────┘ the node fails before answering
+//! ```
+//!
+//! `docs/cluster.md` says what works and what does not yet.
 
+pub mod gateway;
+pub mod member;
 pub mod placer;
 pub mod report;
 pub mod sim;
 pub mod trace;
 
+pub use gateway::{Gateway, GatewayConfig, GatewayError};
+pub use member::{GatewayArtifacts, Membership};
 pub use placer::{Colocation, Placer};
 pub use sim::{ModeReport, SimConfig, simulate};
 pub use trace::{Invocation, Trace, TraceError};

@@ -88,12 +88,39 @@ impl Placer {
         self.nodes.len()
     }
 
+    /// Adds a node of `capacity_mb`; returns its index.
+    pub fn add_node(&mut self, capacity_mb: u64) -> usize {
+        self.nodes.push(NodeState {
+            capacity_mb,
+            committed_mb: 0,
+        });
+        self.nodes.len() - 1
+    }
+
+    /// A node's capacity changed; 0 takes it out of placement (a node that
+    /// left or stopped answering keeps its index).
+    pub fn set_capacity(&mut self, node: usize, capacity_mb: u64) {
+        self.nodes[node].capacity_mb = capacity_mb;
+    }
+
     /// The node for an invocation of `function` (of `tenant`) that needs
     /// `memory_mb` more, or `None` when no node has room.
     pub fn place(&self, tenant: u32, function: u32, memory_mb: u64) -> Option<usize> {
+        self.place_except(tenant, function, memory_mb, None)
+    }
+
+    /// As [`place`](Self::place), never choosing `except` (the node a
+    /// retried invocation just failed on).
+    pub fn place_except(
+        &self,
+        tenant: u32,
+        function: u32,
+        memory_mb: u64,
+        except: Option<usize>,
+    ) -> Option<usize> {
         let fits = |n: usize| {
             let s = &self.nodes[n];
-            s.committed_mb + memory_mb <= s.capacity_mb
+            Some(n) != except && s.capacity_mb > 0 && s.committed_mb + memory_mb <= s.capacity_mb
         };
         let least = |candidates: &mut dyn Iterator<Item = usize>| {
             candidates
@@ -177,6 +204,24 @@ mod tests {
         assert_eq!(p.place(7, 70, 100), Some(2));
         p.unregister(2, 7, 71);
         assert_eq!(p.place(7, 70, 100), Some(0));
+    }
+
+    #[test]
+    fn nodes_join_leave_and_retries_avoid_the_failed_node() {
+        let mut p = Placer::new(0, 0);
+        assert_eq!(p.place(1, 10, 0), None, "no nodes");
+        let a = p.add_node(1000);
+        let b = p.add_node(1000);
+        p.register(a, 1, 10);
+        assert_eq!(p.place(1, 10, 100), Some(a));
+        assert_eq!(p.place_except(1, 10, 100, Some(a)), Some(b));
+        p.set_capacity(a, 0);
+        assert_eq!(
+            p.place(1, 10, 0),
+            Some(b),
+            "a node out of placement gets nothing"
+        );
+        assert_eq!(p.place_except(1, 10, 0, Some(b)), None);
     }
 
     #[test]

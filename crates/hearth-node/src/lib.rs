@@ -23,5 +23,6 @@ mod table;
 
 pub use metrics::Metrics;
 pub use node::{
-    DeployOutcome, InvokeOutcome, Node, NodeConfig, NodeError, ReplayReport, StartKind,
+    ArtifactSource, DeployOutcome, InvokeOutcome, Node, NodeConfig, NodeError, ReplayReport,
+    StartKind,
 };

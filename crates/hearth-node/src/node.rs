@@ -99,6 +99,14 @@ pub struct InvokeOutcome {
     pub result: Result<Response, InvokeError>,
 }
 
+/// Where a node gets code it does not have: in a cluster, the gateway
+/// (`GET /v1/artifacts/{sha256}`). The node checks the bytes against the
+/// hash before keeping them.
+#[async_trait::async_trait]
+pub trait ArtifactSource: Send + Sync + 'static {
+    async fn fetch(&self, hash: &str) -> Result<Vec<u8>, String>;
+}
+
 /// One Hearth node.
 pub struct Node {
     store: Arc<dyn Store>,
@@ -117,6 +125,8 @@ pub struct Node {
     modes: std::sync::Mutex<HashMap<String, HashMap<String, FunctionMode>>>,
     /// Where tapes go; `None` when recording is off.
     recorder: Option<Arc<Recorder>>,
+    /// Where missing artifacts come from; `None`: nowhere (single node).
+    artifact_source: Option<Arc<dyn ArtifactSource>>,
 }
 
 /// What replaying one tape showed.
@@ -162,7 +172,49 @@ impl Node {
             metrics: Metrics::default(),
             modes: Default::default(),
             recorder: None,
+            artifact_source: None,
         }
+    }
+
+    /// Fetches artifacts this node does not have from `source`.
+    pub fn with_artifact_source(mut self, source: Arc<dyn ArtifactSource>) -> Self {
+        self.artifact_source = Some(source);
+        self
+    }
+
+    /// Invocations running now.
+    pub fn in_flight(&self) -> usize {
+        self.config.max_concurrency - self.admission.available_permits()
+    }
+
+    /// Functions this node has code prepared for, as (tenant, name).
+    pub fn loaded(&self) -> Vec<(String, String)> {
+        self.table.loaded()
+    }
+
+    /// Makes sure `hash` is in the local artifact store, fetching it from
+    /// the artifact source if there is one.
+    async fn ensure_artifact(&self, hash: &str) -> Result<(), NodeError> {
+        let Some(source) = &self.artifact_source else {
+            return Ok(());
+        };
+        if self.artifacts.contains(hash) {
+            return Ok(());
+        }
+        let bytes = source
+            .fetch(hash)
+            .await
+            .map_err(|e| NodeError::Internal(format!("failed to fetch artifact {hash}: {e}")))?;
+        let artifacts = self.artifacts.clone();
+        let stored = tokio::task::spawn_blocking(move || artifacts.put(&bytes))
+            .await
+            .map_err(|e| NodeError::Internal(e.to_string()))??;
+        if stored != hash {
+            return Err(NodeError::Internal(format!(
+                "artifact {hash} fetched from the gateway hashes to {stored}"
+            )));
+        }
+        Ok(())
     }
 
     /// Records invocations with `recorder` (each function's sampling rate
@@ -178,6 +230,11 @@ impl Node {
 
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// This node's code by hash (a gateway serves it to its nodes).
+    pub fn artifacts(&self) -> &ArtifactStore {
+        &self.artifacts
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -234,7 +291,7 @@ impl Node {
         serde_json::json!({
             "version": env!("CARGO_PKG_VERSION"),
             "recording": recording,
-            "in_flight": self.config.max_concurrency - self.admission.available_permits(),
+            "in_flight": self.in_flight(),
             "max_concurrency": self.config.max_concurrency,
             "degraded": degraded,
             "tiers": tiers,
@@ -352,6 +409,7 @@ impl Node {
                     .engines
                     .get(&tier)
                     .ok_or_else(|| NodeError::RuntimeUnavailable(v.spec.runtime.to_string()))?;
+                self.ensure_artifact(&v.artifact).await?;
                 engine
                     .prepare(v, &self.artifacts)
                     .await

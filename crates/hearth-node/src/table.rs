@@ -108,6 +108,25 @@ impl FunctionTable {
         }
     }
 
+    /// Functions with some version's code prepared, as (tenant, name):
+    /// what this node can run without a cold start.
+    pub fn loaded(&self) -> Vec<(String, String)> {
+        let map = self.read();
+        let mut out = Vec::new();
+        for (tenant, fns) in map.iter() {
+            for (name, entry) in fns {
+                let prepared = entry
+                    .versions
+                    .values()
+                    .any(|(_, slots)| slots.0.iter().any(|cell| cell.initialized()));
+                if prepared {
+                    out.push((tenant.clone(), name.clone()));
+                }
+            }
+        }
+        out
+    }
+
     /// The prepared-code slot of `v`. A version no longer in the table (its
     /// function was removed mid-invocation) gets a slot that is not kept.
     pub fn slot(&self, v: &FunctionVersion) -> PreparedSlot {

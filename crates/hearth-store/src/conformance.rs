@@ -5,8 +5,11 @@ use hearth_core::{FunctionSpec, Runtime};
 
 use crate::{FunctionMode, LogQuery, LogRecord, LogStream, Role, Store, StoreError};
 
-/// Each scenario with its name; each wants a fresh, empty store.
-pub(crate) const SCENARIOS: &[(&str, fn(&dyn Store))] = &[
+/// One scenario: it wants a fresh, empty store.
+type Scenario = fn(&dyn Store);
+
+/// Each scenario with its name.
+pub(crate) const SCENARIOS: &[(&str, Scenario)] = &[
     (
         "versions_resolve_newest_or_pinned",
         versions_resolve_newest_or_pinned,

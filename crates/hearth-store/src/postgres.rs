@@ -510,6 +510,16 @@ impl PgStore {
     }
 }
 
+impl Drop for PgStore {
+    /// A `postgres` client closes its connection by blocking on its own
+    /// runtime, which panics on an async worker (where a daemon drops its
+    /// store): close them on a plain thread instead.
+    fn drop(&mut self) {
+        let conns = std::mem::take(&mut self.conns);
+        let _ = std::thread::spawn(move || drop(conns)).join();
+    }
+}
+
 fn row_to_version(r: &Row) -> Result<FunctionVersion, StoreError> {
     Ok(FunctionVersion {
         tenant: r.get(0),
@@ -532,7 +542,7 @@ fn mode_of(r: &Row) -> FunctionMode {
 mod tests {
     use super::*;
     use crate::testing::TempPostgres;
-    use crate::{SplitStore, SqliteStore, Store};
+    use crate::{SplitStore, SqliteStore};
 
     /// One server for all of this; a database per scenario.
     #[test]

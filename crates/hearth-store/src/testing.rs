@@ -120,12 +120,15 @@ impl TempPostgres {
     }
 
     /// Creates database `name` and returns its URL.
+    /// Callable from async tests too (see `PgStore`'s `block_in_place`).
     pub fn create_database(&self, name: &str) -> Result<String, String> {
-        let mut client = postgres::Client::connect(&self.url("postgres"), postgres::NoTls)
-            .map_err(|e| e.to_string())?;
-        client
-            .batch_execute(&format!("CREATE DATABASE \"{name}\""))
-            .map_err(|e| e.to_string())?;
+        tokio::task::block_in_place(|| {
+            let mut client = postgres::Client::connect(&self.url("postgres"), postgres::NoTls)
+                .map_err(|e| e.to_string())?;
+            client
+                .batch_execute(&format!("CREATE DATABASE \"{name}\""))
+                .map_err(|e| e.to_string())
+        })?;
         Ok(self.url(name))
     }
 

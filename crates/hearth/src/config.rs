@@ -34,6 +34,12 @@ pub struct FileConfig {
     pub record_flush_ms: Option<u64>,
     pub record_max_age_h: Option<u64>,
     pub record_max_mib: Option<u64>,
+    pub role: Option<String>,
+    pub join: Option<String>,
+    pub store: Option<String>,
+    pub advertise: Option<String>,
+    pub capacity_mib: Option<u64>,
+    pub heartbeat_ms: Option<u64>,
 }
 
 /// Flags of `hearth up`; each also reads a `HEARTH_*` variable.
@@ -106,6 +112,41 @@ pub struct UpArgs {
     /// MiB of disk tapes may take; the oldest go first (default 1024).
     #[arg(long, env = "HEARTH_RECORD_MAX_MIB")]
     pub record_max_mib: Option<u64>,
+    /// all (default: one Hearth serves everything), gateway (places
+    /// invocations on nodes) or node (runs what a gateway sends it).
+    #[arg(long, env = "HEARTH_ROLE")]
+    pub role: Option<String>,
+    /// A node's gateway, e.g. http://10.0.0.1:8080; needs an admin token
+    /// in HEARTH_JOIN_TOKEN.
+    #[arg(long, env = "HEARTH_JOIN")]
+    pub join: Option<String>,
+    /// Where the registry, tokens, KV and logs live: sqlite (default, in
+    /// the data directory) or postgres://user@host:port/db (a cluster's).
+    #[arg(long, env = "HEARTH_STORE")]
+    pub store: Option<String>,
+    /// The URL the gateway reaches this node at (default: http:// and the
+    /// address it listens on).
+    #[arg(long, env = "HEARTH_ADVERTISE")]
+    pub advertise: Option<String>,
+    /// Memory a node offers to running functions, MiB (default: the
+    /// machine's memory).
+    #[arg(long, env = "HEARTH_CAPACITY_MIB")]
+    pub capacity_mib: Option<u64>,
+    /// A gateway's heartbeat interval, ms; three missed take a node out
+    /// (default 1000).
+    #[arg(long, env = "HEARTH_HEARTBEAT_MS")]
+    pub heartbeat_ms: Option<u64>,
+}
+
+/// What this Hearth is in a cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    All,
+    Gateway,
+    /// With its gateway's URL.
+    Node {
+        join: String,
+    },
 }
 
 /// The settings `hearth up` runs with, after merging.
@@ -130,6 +171,23 @@ pub struct Settings {
     pub js_pin_after: u32,
     /// `None`: recording is off.
     pub record: Option<hearth_record::RecordConfig>,
+    pub role: Role,
+    /// A postgres:// URL; `None`: SQLite in the data directory.
+    pub store: Option<String>,
+    pub advertise: Option<String>,
+    pub capacity_mib: u64,
+    pub heartbeat_ms: u64,
+}
+
+/// The machine's memory in MiB, from /proc/meminfo (4096 if unreadable).
+fn machine_mib() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(4096, |kib| kib / 1024)
 }
 
 impl Settings {
@@ -172,7 +230,48 @@ impl Settings {
         } else {
             None
         };
+        let join = args.join.clone().or(file.join);
+        let role = match args.role.as_deref().or(file.role.as_deref()).unwrap_or("all") {
+            "all" => Role::All,
+            "gateway" => Role::Gateway,
+            "node" => Role::Node {
+                join: join.clone().context(
+                    "--role node needs --join <gateway URL> (and an admin token in HEARTH_JOIN_TOKEN)",
+                )?,
+            },
+            other => anyhow::bail!("--role must be all, gateway or node, not {other:?}"),
+        };
+        if join.is_some() && !matches!(role, Role::Node { .. }) {
+            anyhow::bail!("--join is for --role node");
+        }
+        let store = match args.store.as_deref().or(file.store.as_deref()) {
+            None | Some("sqlite") => None,
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Some(url.to_string())
+            }
+            Some(other) => {
+                anyhow::bail!("--store must be sqlite or a postgres:// URL, not {other:?}")
+            }
+        };
+        if role != Role::All && store.is_none() {
+            anyhow::bail!(
+                "a cluster keeps its registry, tokens and KV in PostgreSQL: \
+                 pass --store postgres://user@host:port/db to the gateway and every node"
+            );
+        }
         Ok(Settings {
+            role,
+            store,
+            advertise: args.advertise.clone().or(file.advertise),
+            capacity_mib: args
+                .capacity_mib
+                .or(file.capacity_mib)
+                .unwrap_or_else(machine_mib),
+            heartbeat_ms: args
+                .heartbeat_ms
+                .or(file.heartbeat_ms)
+                .unwrap_or(1000)
+                .max(50),
             record,
             offline_packages: args.offline_packages.clone().or(file.offline_packages),
             keep_alive_s: args.keep_alive_s.or(file.keep_alive_s).unwrap_or(300),

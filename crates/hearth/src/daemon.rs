@@ -13,15 +13,18 @@
 use std::sync::Arc;
 
 use anyhow::Context;
+use hearth_api::ClusterRole;
+use hearth_cluster::gateway::Join;
+use hearth_cluster::{Gateway, GatewayArtifacts, GatewayConfig, Membership};
 use hearth_core::{FunctionSpec, Runtime};
 use hearth_host::{Engine, HostLimits, HostServices};
 use hearth_js::{JsConfig, JsEngine};
 use hearth_node::{Node, NodeConfig};
 use hearth_proc::{ProcConfig, ProcEngine};
-use hearth_store::{ArtifactStore, Role, SqliteStore, Store};
+use hearth_store::{ArtifactStore, PgStore, SplitStore, SqliteStore, Store};
 use hearth_wasm::{WasmConfig, WasmEngine};
 
-use crate::config::Settings;
+use crate::config::{Role, Settings};
 
 pub const ADMIN_TENANT: &str = "admin";
 
@@ -47,10 +50,26 @@ const EXAMPLES: &[(&str, &[u8], bool)] = &[
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let dir = &settings.data_dir;
     std::fs::create_dir_all(dir).with_context(|| format!("failed to create {}", dir.display()))?;
-    let store: Arc<dyn Store> = Arc::new(
-        SqliteStore::open(dir.join("hearth.db"))
-            .with_context(|| format!("failed to open {}", dir.display()))?,
-    );
+    let local = SqliteStore::open(dir.join("hearth.db"))
+        .with_context(|| format!("failed to open {}", dir.display()))?;
+    let store: Arc<dyn Store> = match &settings.store {
+        None => Arc::new(local),
+        Some(url) => {
+            let shared = PgStore::open(url)
+                .with_context(|| format!("failed to open the cluster store {}", redact(url)))?;
+            Arc::new(SplitStore::new(shared, local))
+        }
+    };
+    // A node's token is the one it joins its gateway with.
+    let join_token = match &settings.role {
+        Role::Node { .. } => Some(
+            std::env::var("HEARTH_JOIN_TOKEN")
+                .ok()
+                .filter(|t| !t.is_empty())
+                .context("a node needs the cluster's admin token in HEARTH_JOIN_TOKEN")?,
+        ),
+        _ => None,
+    };
     let artifacts = ArtifactStore::open(dir.join("artifacts"))?;
     // Before serving, so no deploy can be between writing its artifact and
     // committing its version: anything unreferenced now is garbage.
@@ -118,9 +137,15 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     if let Some(r) = &recorder {
         node = node.with_recorder(r.clone());
     }
+    if let (Role::Node { join }, Some(token)) = (&settings.role, &join_token) {
+        node = node.with_artifact_source(GatewayArtifacts::shared(join, token));
+    }
     let node = Arc::new(node);
 
-    first_start(&settings, &store, &node).await?;
+    match &join_token {
+        None => first_start(&settings, &store, &node).await?,
+        Some(token) => hearth_store::write_secret(&dir.join("token"), token.as_bytes())?,
+    }
 
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
@@ -131,22 +156,63 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let tmp = dir.join("server.json.tmp");
     std::fs::write(&tmp, server_json.to_string())?;
     std::fs::rename(&tmp, dir.join("server.json"))?;
+    let (role, membership) = match (&settings.role, &join_token) {
+        (Role::Node { join }, Some(token)) => {
+            let advertise = settings.advertise.clone().unwrap_or_else(|| url.clone());
+            let joining = Join {
+                url: advertise,
+                capacity_mb: settings.capacity_mib,
+            };
+            let m = Membership::join(join, token, joining, std::time::Duration::from_secs(30))
+                .await
+                .map_err(anyhow::Error::msg)?;
+            m.spawn_heartbeats(node.clone());
+            (
+                ClusterRole::Member {
+                    gateway: join.clone(),
+                },
+                Some(m),
+            )
+        }
+        (Role::Gateway, _) => {
+            let g = Gateway::new(GatewayConfig {
+                heartbeat: std::time::Duration::from_millis(settings.heartbeat_ms),
+                ..GatewayConfig::default()
+            });
+            g.spawn_reaper();
+            (ClusterRole::Gateway(g), None)
+        }
+        _ => (ClusterRole::Standalone, None),
+    };
     println!("Hearth listening on {url}");
     println!("  data:  {}", dir.display());
-    println!("  try:   curl -d 'ping' {url}/fn/{ADMIN_TENANT}/echo");
+    match &settings.role {
+        Role::All => println!("  try:   curl -d 'ping' {url}/fn/{ADMIN_TENANT}/echo"),
+        Role::Gateway => println!(
+            "  role:  gateway; start nodes with HEARTH_JOIN_TOKEN=$(cat {}) hearth up --role node --join {url} --store <the same postgres URL>",
+            dir.join("token").display()
+        ),
+        Role::Node { join } => println!("  role:  node of {join}"),
+    }
 
-    let app = hearth_api::router(
+    let app = hearth_api::router_for(
         node,
         hearth_api::ApiConfig {
             max_body_bytes: settings.max_body_bytes,
             max_code_bytes: settings.max_code_bytes,
         },
+        role,
     );
     let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 shutdown_signal().await;
+                // Out of placement first, so the gateway sends nothing
+                // more while requests in flight finish.
+                if let Some(m) = membership {
+                    m.leave().await;
+                }
                 let _ = stopping.send(());
             })
             .await
@@ -178,6 +244,17 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     served
 }
 
+/// A store URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.split_once("://"), url.rfind('@')) {
+        (Some((scheme, rest)), Some(at)) if rest.contains(':') && url[..at].contains(':') => {
+            let user = rest.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***{}", &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
@@ -201,7 +278,7 @@ async fn first_start(
     if !store.tenant_exists(ADMIN_TENANT)? {
         store.create_tenant(ADMIN_TENANT)?;
     }
-    let token = store.create_token(ADMIN_TENANT, Role::Admin)?;
+    let token = store.create_token(ADMIN_TENANT, hearth_store::Role::Admin)?;
     hearth_store::write_secret(&token_path, token.as_bytes())?;
     println!(
         "Created tenant {ADMIN_TENANT:?}; its admin token is in {} (mode 0600)",

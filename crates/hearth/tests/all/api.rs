@@ -251,6 +251,10 @@ async fn openapi_describes_every_route() {
         "/v1/recordings/{id}/export",
         "/v1/recordings/{id}/replay",
         "/v1/replay",
+        "/v1/cluster/nodes",
+        "/v1/cluster/nodes/{id}",
+        "/v1/cluster/nodes/{id}/heartbeat",
+        "/v1/artifacts/{hash}",
         "/fn/{tenant}/{name}",
     ] {
         assert!(paths.contains_key(p), "{p} missing from openapi.json");

@@ -29,9 +29,16 @@ impl Daemon {
     }
 
     pub fn start_with(args: &[&str]) -> Daemon {
+        Self::start_with_env(args, &[])
+    }
+
+    /// Starts in a fresh data directory with extra environment variables.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Daemon {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("data");
-        let mut d = Self::start_in(&dir, args);
+        let mut cmd = Command::new(HEARTH);
+        cmd.envs(env.iter().copied());
+        let mut d = Self::spawn(cmd, &dir, args);
         d._tmp = Some(tmp);
         d
     }

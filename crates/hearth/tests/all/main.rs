@@ -4,6 +4,7 @@
 mod api;
 mod auth;
 mod cli;
+mod cluster;
 mod durability;
 mod examples_c;
 mod harness;

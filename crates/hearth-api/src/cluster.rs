@@ -1,0 +1,179 @@
+//! The gateway's side of the HTTP surface: nodes join, send heartbeats and
+//! leave under `/v1/cluster/nodes`, fetch code by hash from
+//! `/v1/artifacts/{sha256}`, and invocations are forwarded to the node the
+//! placer picks (see `hearth_cluster::gateway`). Every cluster call needs
+//! an admin token: the nodes hold the cluster's.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use hearth_cluster::gateway::{Heartbeat, Join, Outgoing};
+use hearth_cluster::{Gateway, GatewayError};
+use hearth_core::FunctionVersion;
+use hearth_store::Role;
+use serde_json::json;
+
+use crate::invoke::is_hop_by_hop;
+use crate::{ApiError, AppState};
+
+type S = State<Arc<AppState>>;
+
+/// The gateway, or 404 on a node that is not one.
+async fn gateway_for_admin(s: &AppState, headers: &HeaderMap) -> Result<Arc<Gateway>, ApiError> {
+    let p = s.auth.require(s.node.store(), headers).await?;
+    if p.role != Role::Admin {
+        return Err(ApiError::Forbidden(
+            "cluster calls need an admin token".into(),
+        ));
+    }
+    s.gateway
+        .clone()
+        .ok_or_else(|| ApiError::NotFound("this Hearth is not a gateway (--role gateway)".into()))
+}
+
+pub(crate) async fn join(
+    State(s): S,
+    headers: HeaderMap,
+    Json(join): Json<Join>,
+) -> Result<impl IntoResponse, ApiError> {
+    let g = gateway_for_admin(&s, &headers).await?;
+    let parsed: http::Uri = join
+        .url
+        .parse()
+        .map_err(|e| ApiError::BadRequest(format!("node url {:?}: {e}", join.url)))?;
+    if !matches!(parsed.scheme_str(), Some("http" | "https")) || parsed.host().is_none() {
+        return Err(ApiError::BadRequest(format!(
+            "node url {:?} is not http(s)",
+            join.url
+        )));
+    }
+    Ok((StatusCode::CREATED, Json(g.join(join))))
+}
+
+pub(crate) async fn heartbeat(
+    State(s): S,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Json(beat): Json<Heartbeat>,
+) -> Result<StatusCode, ApiError> {
+    let g = gateway_for_admin(&s, &headers).await?;
+    if g.heartbeat(&id, beat) {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound(format!("no node {id}: join again")))
+    }
+}
+
+pub(crate) async fn leave(
+    State(s): S,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    let g = gateway_for_admin(&s, &headers).await?;
+    if g.leave(&id) {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound(format!("no node {id}")))
+    }
+}
+
+pub(crate) async fn members(
+    State(s): S,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let g = gateway_for_admin(&s, &headers).await?;
+    Ok(Json(json!({ "nodes": g.members() })))
+}
+
+/// `GET /v1/artifacts/{sha256}`: code as deployed, for nodes to cache.
+pub(crate) async fn artifact(
+    State(s): S,
+    Path(hash): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    gateway_for_admin(&s, &headers).await?;
+    if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(ApiError::BadRequest(format!("{hash:?} is not a sha256")));
+    }
+    let artifacts = s.node.artifacts().clone();
+    let bytes = tokio::task::spawn_blocking(move || artifacts.get(&hash))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .map_err(|e| match e {
+            hearth_store::StoreError::MissingArtifact(_) => ApiError::NotFound(e.to_string()),
+            other => ApiError::Internal(other.to_string()),
+        })?;
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+}
+
+/// How much longer than the function's own timeout the gateway waits for a
+/// node: a cold start (a process-tier runtime, an artifact fetch) comes
+/// before the function's clock starts.
+const NODE_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Sends an invocation to a node, pinned to the version the gateway
+/// resolved, so every node runs the same code whatever it has cached.
+pub(crate) async fn forward(
+    g: &Gateway,
+    function: &FunctionVersion,
+    method: http::Method,
+    uri: &http::Uri,
+    mut headers: HeaderMap,
+    body: bytes::Bytes,
+) -> Result<Response, ApiError> {
+    // `/fn/{tenant}/{name}[@v][/rest]`, kept raw (still percent-encoded).
+    let raw = uri.path().strip_prefix("/fn/").unwrap_or_default();
+    let mut parts = raw.splitn(3, '/');
+    let (tenant, name) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
+    let name = name.split('@').next().unwrap_or_default();
+    let rest = parts.next().map(|r| format!("/{r}")).unwrap_or_default();
+    let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+    for h in [
+        "host",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "upgrade",
+        "hearth-version",
+    ] {
+        headers.remove(h);
+    }
+    let out = Outgoing {
+        tenant: function.tenant.clone(),
+        function: function.name.clone(),
+        memory_mb: u64::from(function.spec.limits.memory_mib),
+        timeout: std::time::Duration::from_millis(function.spec.limits.timeout_ms) + NODE_GRACE,
+        method,
+        path_and_query: format!("/fn/{tenant}/{name}@{}{rest}{query}", function.version),
+        headers,
+        body,
+    };
+    let done = g.forward(&out).await.map_err(|e| match e {
+        GatewayError::NoNodes => ApiError::Unavailable(e.to_string()),
+        GatewayError::NoRoom(_) => ApiError::TooManyRequests(e.to_string()),
+        GatewayError::Failed(_) => ApiError::BadGateway(e.to_string()),
+        GatewayError::Timeout { .. } => ApiError::GatewayTimeout(e.to_string()),
+    })?;
+    let mut resp = Response::new(Body::from(done.body));
+    *resp.status_mut() = StatusCode::from_u16(done.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let h = resp.headers_mut();
+    for (k, v) in &done.headers {
+        if !is_hop_by_hop(k) {
+            h.append(k.clone(), v.clone());
+        }
+    }
+    let node = |id: String| HeaderValue::try_from(id).expect("a hex id is a valid header value");
+    h.insert(HeaderName::from_static("hearth-node"), node(done.node));
+    if let Some(first) = done.retried_from {
+        h.insert(HeaderName::from_static("hearth-retried-from"), node(first));
+    }
+    Ok(resp)
+}

@@ -1,0 +1,476 @@
+//! The gateway of a real cluster: who the nodes are, whether they are
+//! alive, and which one runs each invocation.
+//!
+//! Nodes join with their URL and memory capacity and then send a heartbeat
+//! every interval with what they have loaded; a node that misses
+//! `missed` heartbeats in a row, leaves, or refuses a connection is out of
+//! placement until its next heartbeat. Each invocation goes where the
+//! [`Placer`] says (its function's node, else its tenant's, else the least
+//! loaded, within capacity), with the function's memory limit committed on
+//! that node while it runs.
+//!
+//! An invocation whose node fails before answering (connection refused,
+//! reset, or closed mid-response) is sent once more to another node: the
+//! platform expects functions to be idempotent, as the issue allows. One
+//! that got an answer, of any status, is never retried, and neither is one
+//! that timed out (it may still be running). A second failure is an error
+//! naming both nodes.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use displaydoc::Display;
+use http::{HeaderMap, Method};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::placer::Placer;
+
+const LEFT: &str = "left";
+
+/// How often nodes report, and how many missed reports take one out.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    pub heartbeat: Duration,
+    pub missed: u32,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            heartbeat: Duration::from_secs(1),
+            missed: 3,
+        }
+    }
+}
+
+/// `POST /v1/cluster/nodes`: a node asks to join.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Join {
+    /// Where the gateway reaches the node (`http://host:port`).
+    pub url: String,
+    /// Memory the node offers to running functions, MiB.
+    pub capacity_mb: u64,
+}
+
+/// The gateway's answer to a [`Join`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Joined {
+    pub id: String,
+    pub heartbeat_ms: u64,
+}
+
+/// What a node reports every interval.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// Functions with code prepared there, as (tenant, name).
+    pub loaded: Vec<(String, String)>,
+    /// Invocations running there now (from any gateway).
+    pub in_flight: u64,
+    /// The node process's resident memory, MiB.
+    pub rss_mb: u64,
+}
+
+/// One node as `GET /v1/cluster/nodes` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemberView {
+    pub id: String,
+    pub url: String,
+    pub alive: bool,
+    /// Why a node is out of placement: `left`, `missed heartbeats`, or
+    /// the error of a forwarded invocation.
+    pub out_because: Option<String>,
+    pub capacity_mb: u64,
+    /// Memory committed to invocations this gateway has running there.
+    pub committed_mb: u64,
+    pub loaded: usize,
+    pub in_flight: u64,
+    pub rss_mb: u64,
+    /// Invocations this gateway sent there.
+    pub placed: u64,
+    pub last_heartbeat_ms_ago: u64,
+}
+
+/// Why an invocation got no answer from any node.
+#[derive(Debug, Display, Error)]
+pub enum GatewayError {
+    /// no node is available: none has joined this gateway, or all have left or stopped answering
+    NoNodes,
+    /// no node has room for {0} MiB more right now
+    NoRoom(u64),
+    /// {0}
+    Failed(String),
+    /// node {node} did not answer within {timeout_ms} ms
+    Timeout { node: String, timeout_ms: u64 },
+}
+
+/// An invocation to forward.
+pub struct Outgoing {
+    pub tenant: String,
+    pub function: String,
+    /// The function's memory limit: what it commits on its node.
+    pub memory_mb: u64,
+    /// How long to wait for the node's answer.
+    pub timeout: Duration,
+    pub method: Method,
+    /// `/fn/…` with the query, as the node should see it.
+    pub path_and_query: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// A node's answer.
+pub struct Forwarded {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// The node that answered.
+    pub node: String,
+    /// The node that failed first, if this was a retry.
+    pub retried_from: Option<String>,
+}
+
+struct Member {
+    id: String,
+    url: String,
+    capacity_mb: u64,
+    /// `None` while in placement; why not, otherwise.
+    out: Option<String>,
+    last_seen: Instant,
+    loaded: HashSet<(u32, u32)>,
+    committed_mb: u64,
+    report: Heartbeat,
+    placed: u64,
+}
+
+#[derive(Default)]
+struct State {
+    placer: Placer,
+    /// Index = the placer's node index; a node that left keeps its slot
+    /// (capacity 0) until a node with its URL joins again.
+    members: Vec<Member>,
+    tenants: HashMap<String, u32>,
+    functions: HashMap<(String, String), u32>,
+}
+
+impl State {
+    fn ids(&mut self, tenant: &str, function: &str) -> (u32, u32) {
+        let next = self.tenants.len() as u32;
+        let t = *self.tenants.entry(tenant.to_string()).or_insert(next);
+        let next = self.functions.len() as u32;
+        let f = *self
+            .functions
+            .entry((tenant.to_string(), function.to_string()))
+            .or_insert(next);
+        (t, f)
+    }
+
+    fn find(&self, id: &str) -> Option<usize> {
+        self.members.iter().position(|m| m.id == id)
+    }
+
+    /// Takes node `n` out of placement and forgets what it had loaded.
+    fn take_out(&mut self, n: usize, why: &str) {
+        let m = &mut self.members[n];
+        if m.out.is_some() {
+            return;
+        }
+        tracing::warn!(node = %m.id, url = %m.url, why, "node out of placement");
+        m.out = Some(why.to_string());
+        self.placer.set_capacity(n, 0);
+        for (t, f) in std::mem::take(&mut self.members[n].loaded) {
+            self.placer.unregister(n, t, f);
+        }
+    }
+
+    fn set_loaded(&mut self, n: usize, now: HashSet<(u32, u32)>) {
+        let before = std::mem::take(&mut self.members[n].loaded);
+        for &(t, f) in before.difference(&now) {
+            self.placer.unregister(n, t, f);
+        }
+        for &(t, f) in now.difference(&before) {
+            self.placer.register(n, t, f);
+        }
+        self.members[n].loaded = now;
+    }
+}
+
+/// The cluster as one gateway sees it.
+pub struct Gateway {
+    state: Mutex<State>,
+    client: reqwest::Client,
+    config: GatewayConfig,
+}
+
+/// Memory committed on a node for one forwarded invocation; released on drop.
+struct Lease<'a> {
+    gateway: &'a Gateway,
+    node: usize,
+    mb: u64,
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        let mut s = self.gateway.lock();
+        let m = &mut s.members[self.node];
+        m.committed_mb = m.committed_mb.saturating_sub(self.mb);
+        let committed = m.committed_mb;
+        s.placer.set_committed(self.node, committed);
+    }
+}
+
+impl Gateway {
+    pub fn new(config: GatewayConfig) -> Arc<Gateway> {
+        let client = reqwest::Client::builder()
+            .pool_idle_timeout(Duration::from_secs(30))
+            .connect_timeout(Duration::from_secs(2))
+            .build()
+            .expect("building an HTTP client");
+        Arc::new(Gateway {
+            state: Mutex::new(State::default()),
+            client,
+            config,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every update leaves the state consistent before it can panic.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes out nodes whose heartbeats stopped, every half interval,
+    /// for as long as the gateway lives.
+    pub fn spawn_reaper(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let period = self.config.heartbeat / 2;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(period).await;
+                let Some(g) = weak.upgrade() else { return };
+                let limit = g.config.heartbeat * g.config.missed;
+                let mut s = g.lock();
+                for n in 0..s.members.len() {
+                    if s.members[n].out.is_none() && s.members[n].last_seen.elapsed() > limit {
+                        s.take_out(n, "missed heartbeats");
+                    }
+                }
+            }
+        });
+    }
+
+    /// A node joins (or rejoins, after a restart, under a new id).
+    pub fn join(&self, join: Join) -> Joined {
+        let id = uuid::Uuid::now_v7().simple().to_string();
+        let mut s = self.lock();
+        let member = Member {
+            id: id.clone(),
+            url: join.url.trim_end_matches('/').to_string(),
+            capacity_mb: join.capacity_mb,
+            out: None,
+            last_seen: Instant::now(),
+            loaded: HashSet::new(),
+            committed_mb: 0,
+            report: Heartbeat::default(),
+            placed: 0,
+        };
+        let n = match s.members.iter().position(|m| m.url == member.url) {
+            Some(n) => {
+                s.take_out(n, "rejoined");
+                s.members[n] = member;
+                n
+            }
+            None => {
+                let n = s.placer.add_node(0);
+                s.members.push(member);
+                n
+            }
+        };
+        s.placer.set_capacity(n, join.capacity_mb);
+        s.placer.set_committed(n, 0);
+        tracing::info!(node = %id, url = %s.members[n].url, capacity_mb = join.capacity_mb, "node joined");
+        Joined {
+            id,
+            heartbeat_ms: self.config.heartbeat.as_millis() as u64,
+        }
+    }
+
+    /// Records a heartbeat; false if the node is unknown (it should join).
+    pub fn heartbeat(&self, id: &str, beat: Heartbeat) -> bool {
+        let mut s = self.lock();
+        let Some(n) = s.find(id) else { return false };
+        if s.members[n].out.as_deref() == Some(LEFT) {
+            // A heartbeat that crossed the node's goodbye.
+            return false;
+        }
+        let loaded = beat
+            .loaded
+            .iter()
+            .map(|(t, f)| s.ids(t, f))
+            .collect::<HashSet<_>>();
+        let m = &mut s.members[n];
+        m.last_seen = Instant::now();
+        m.report = beat;
+        if m.out.take().is_some() {
+            tracing::info!(node = %m.id, "node back in placement");
+            let capacity = m.capacity_mb;
+            s.placer.set_capacity(n, capacity);
+        }
+        s.set_loaded(n, loaded);
+        true
+    }
+
+    /// A node leaves cleanly; false if it was unknown.
+    pub fn leave(&self, id: &str) -> bool {
+        let mut s = self.lock();
+        let Some(n) = s.find(id) else { return false };
+        s.take_out(n, LEFT);
+        true
+    }
+
+    pub fn members(&self) -> Vec<MemberView> {
+        let s = self.lock();
+        s.members
+            .iter()
+            .map(|m| MemberView {
+                id: m.id.clone(),
+                url: m.url.clone(),
+                alive: m.out.is_none(),
+                out_because: m.out.clone(),
+                capacity_mb: m.capacity_mb,
+                committed_mb: m.committed_mb,
+                loaded: m.loaded.len(),
+                in_flight: m.report.in_flight,
+                rss_mb: m.report.rss_mb,
+                placed: m.placed,
+                last_heartbeat_ms_ago: m.last_seen.elapsed().as_millis() as u64,
+            })
+            .collect()
+    }
+
+    /// Picks a node (not `except`) and commits the invocation's memory there.
+    fn place(
+        &self,
+        out: &Outgoing,
+        except: Option<usize>,
+    ) -> Result<(Lease<'_>, String, String), GatewayError> {
+        let mut s = self.lock();
+        if s.members.iter().all(|m| m.out.is_some()) {
+            return Err(GatewayError::NoNodes);
+        }
+        let (t, f) = s.ids(&out.tenant, &out.function);
+        let n = s
+            .placer
+            .place_except(t, f, out.memory_mb, except)
+            .ok_or(GatewayError::NoRoom(out.memory_mb))?;
+        // The function will be loaded there once this runs: later
+        // invocations follow it before the next heartbeat says so.
+        if s.members[n].loaded.insert((t, f)) {
+            s.placer.register(n, t, f);
+        }
+        let m = &mut s.members[n];
+        m.committed_mb += out.memory_mb;
+        m.placed += 1;
+        let (committed, id, url) = (m.committed_mb, m.id.clone(), m.url.clone());
+        s.placer.set_committed(n, committed);
+        Ok((
+            Lease {
+                gateway: self,
+                node: n,
+                mb: out.memory_mb,
+            },
+            id,
+            url,
+        ))
+    }
+
+    /// Runs `out` on a node, retrying once elsewhere if that node fails
+    /// before answering.
+    pub async fn forward(&self, out: &Outgoing) -> Result<Forwarded, GatewayError> {
+        let (lease, id, url) = self.place(out, None)?;
+        let first = lease.node;
+        let err = match self.send(&url, out).await {
+            Ok(f) => return Ok(Forwarded { node: id, ..f }),
+            Err(SendError::Timeout) => {
+                return Err(GatewayError::Timeout {
+                    node: id,
+                    timeout_ms: out.timeout.as_millis() as u64,
+                });
+            }
+            Err(SendError::Failed(e)) => e,
+        };
+        drop(lease);
+        self.lock().take_out(first, &err);
+        let (lease, second_id, url) = match self.place(out, Some(first)) {
+            Ok(p) => p,
+            Err(e) => {
+                return Err(GatewayError::Failed(format!(
+                    "node {id} failed ({err}) and no other node could take the retry ({e})"
+                )));
+            }
+        };
+        let second = lease.node;
+        let result = self.send(&url, out).await;
+        drop(lease);
+        match result {
+            Ok(f) => Ok(Forwarded {
+                node: second_id,
+                retried_from: Some(id),
+                ..f
+            }),
+            Err(SendError::Timeout) => Err(GatewayError::Timeout {
+                node: second_id,
+                timeout_ms: out.timeout.as_millis() as u64,
+            }),
+            Err(SendError::Failed(err2)) => {
+                self.lock().take_out(second, &err2);
+                Err(GatewayError::Failed(format!(
+                    "node {id} failed ({err}); the retry on node {second_id} failed too ({err2})"
+                )))
+            }
+        }
+    }
+
+    async fn send(&self, base: &str, out: &Outgoing) -> Result<Forwarded, SendError> {
+        let classify = |e: reqwest::Error| {
+            if e.is_timeout() {
+                SendError::Timeout
+            } else {
+                // reqwest's Display is only the outermost layer
+                // ("error sending request"): name the cause too.
+                let mut msg = e.to_string();
+                let mut source = std::error::Error::source(&e);
+                while let Some(s) = source {
+                    msg = format!("{msg}: {s}");
+                    source = s.source();
+                }
+                SendError::Failed(msg)
+            }
+        };
+        let resp = self
+            .client
+            .request(out.method.clone(), format!("{base}{}", out.path_and_query))
+            .headers(out.headers.clone())
+            .body(out.body.clone())
+            .timeout(out.timeout)
+            .send()
+            .await
+            .map_err(classify)?;
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = resp.bytes().await.map_err(classify)?;
+        Ok(Forwarded {
+            status,
+            headers,
+            body,
+            node: String::new(),
+            retried_from: None,
+        })
+    }
+}
+
+enum SendError {
+    Timeout,
+    Failed(String),
+}

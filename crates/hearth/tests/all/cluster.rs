@@ -1,0 +1,224 @@
+//! A real cluster on loopback: PostgreSQL from Debian's packages, a
+//! gateway and three nodes, each a `hearth up` process.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use hearth_store::testing::TempPostgres;
+
+use crate::harness::{Daemon, error_of};
+
+/// Spins ~0.2 s, then prints "done".
+const SLOW: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write"
+    (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "done\n")
+  (func (export "_start") (local $i i64)
+    (loop $l
+      (local.set $i (i64.add (local.get $i) (i64.const 1)))
+      (br_if $l (i64.lt_u (local.get $i) (i64.const 150000000))))
+    (i32.store (i32.const 0) (i32.const 16))
+    (i32.store (i32.const 4) (i32.const 5))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
+
+fn node(gateway: &Daemon, store: &str, extra: &[&str]) -> Daemon {
+    let mut args = vec!["--role", "node", "--join", &gateway.url, "--store", store];
+    args.extend_from_slice(extra);
+    Daemon::start_with_env(&args, &[("HEARTH_JOIN_TOKEN", &gateway.token)])
+}
+
+async fn members(gw: &Daemon) -> Vec<serde_json::Value> {
+    gw.get_json("/v1/cluster/nodes").await["nodes"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// Waits until `pred` holds of the gateway's node list.
+async fn members_until(
+    gw: &Daemon,
+    what: &str,
+    pred: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = members(gw).await;
+        if pred(&m) {
+            return m;
+        }
+        assert!(Instant::now() < deadline, "{what}: {m:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn alive(m: &[serde_json::Value]) -> usize {
+    m.iter().filter(|n| n["alive"] == true).count()
+}
+
+fn header(r: &reqwest::Response, name: &str) -> String {
+    r.headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
+    let pg = TempPostgres::start().unwrap();
+    let store = pg.create_database("cluster").unwrap();
+    let gw = Daemon::start_with(&[
+        "--role",
+        "gateway",
+        "--store",
+        &store,
+        "--heartbeat-ms",
+        "200",
+    ]);
+
+    // No node yet: nothing can run, and the caller is told so.
+    let (status, _, message) = error_of(gw.invoke("hello", b"").await).await;
+    assert_eq!(status, 503, "{message}");
+    assert!(message.contains("no node is available"), "{message}");
+
+    let mut nodes: Vec<Daemon> = (0..3).map(|_| node(&gw, &store, &[])).collect();
+    members_until(&gw, "three nodes join", |m| alive(m) == 3).await;
+
+    // The bundled examples were deployed through the gateway; the nodes
+    // fetch their code by hash from it. Repeated calls stay on one node.
+    let mut placed = HashSet::new();
+    for _ in 0..10 {
+        let r = gw.invoke("hello", b"").await;
+        assert_eq!(r.status(), 200);
+        placed.insert(header(&r, "hearth-node"));
+        assert_eq!(header(&r, "hearth-version"), "1");
+        assert_eq!(r.text().await.unwrap(), "hello from wasm\n");
+    }
+    assert_eq!(placed.len(), 1, "hello ran on {placed:?}");
+
+    // A sub-path and query reach the function as sent.
+    let r = gw
+        .post("/fn/admin/echo/a%20b/c?x=1")
+        .body("ping")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let echoed = r.text().await.unwrap();
+    assert!(echoed.contains("ping"), "{echoed}");
+
+    // KV lives in PostgreSQL: the count continues across the gateway and
+    // two nodes called directly.
+    let mut counts = Vec::new();
+    for d in [&gw, &nodes[0], &nodes[1]] {
+        counts.push(d.invoke_body("counter", String::new()).await);
+    }
+    assert_eq!(counts, ["1\n", "2\n", "3\n"]);
+
+    // Code is deployed through the gateway only: a node has no way to
+    // give it to the others.
+    let (status, _, message) = error_of(
+        nodes[0]
+            .deploy_raw("elsewhere", crate::harness::example("hello.wat"), &[])
+            .await,
+    )
+    .await;
+    assert_eq!(status, 409, "{message}");
+    assert!(message.contains(&gw.url), "{message}");
+
+    // Artifacts by hash: only real hashes, only what was deployed; cluster
+    // calls on a node that is not a gateway are not found.
+    let r = gw.get("/v1/artifacts/not-a-hash").send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    let r = gw
+        .get(&format!("/v1/artifacts/{}", "0".repeat(64)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let r = nodes[0].get("/v1/cluster/nodes").send().await.unwrap();
+    assert_eq!(r.status(), 404);
+
+    // Kill the node running `slow` while it has invocations in flight.
+    gw.deploy("slow", SLOW.as_bytes().to_vec(), &[]).await;
+    let r = gw.invoke("slow", b"").await;
+    assert_eq!(r.status(), 200);
+    let victim_id = header(&r, "hearth-node");
+    let m = members(&gw).await;
+    let victim_url = m.iter().find(|n| n["id"] == victim_id.as_str()).unwrap()["url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let victim = nodes.iter().position(|d| d.url == victim_url).unwrap();
+    let load: Vec<_> = (0..16)
+        .map(|_| {
+            let req = gw.post("/fn/admin/slow");
+            tokio::spawn(async move { req.send().await.unwrap() })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    nodes[victim].kill9();
+    let mut retried = 0;
+    for call in load {
+        let r = call.await.unwrap();
+        let (status, from, node) = (
+            r.status().as_u16(),
+            header(&r, "hearth-retried-from"),
+            header(&r, "hearth-node"),
+        );
+        let body = r.text().await.unwrap();
+        // Every call is answered: by the victim before it died, or by
+        // another node on the one retry.
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body, "done\n");
+        if !from.is_empty() {
+            assert_eq!(from, victim_id);
+            assert_ne!(node, victim_id);
+            retried += 1;
+        }
+    }
+    assert!(
+        retried > 0,
+        "no invocation was in flight on the killed node"
+    );
+
+    let m = members_until(&gw, "the killed node leaves placement", |m| alive(m) == 2).await;
+    let dead = m.iter().find(|n| n["id"] == victim_id.as_str()).unwrap();
+    assert!(dead["out_because"].is_string(), "{dead}");
+    for _ in 0..10 {
+        let r = gw.invoke("slow", b"").await;
+        assert_eq!(r.status(), 200);
+        assert_ne!(header(&r, "hearth-node"), victim_id);
+        assert!(header(&r, "hearth-retried-from").is_empty());
+    }
+
+    // A node stopped cleanly says goodbye rather than going silent.
+    let leaving = (0..3).find(|&i| i != victim).unwrap();
+    let leaving_url = nodes[leaving].url.clone();
+    drop(nodes.remove(leaving));
+    let m = members(&gw).await;
+    let gone = m.iter().find(|n| n["url"] == leaving_url.as_str()).unwrap();
+    assert_eq!(gone["out_because"], "left", "{gone}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_without_room_answers_429_with_retry_after() {
+    let pg = TempPostgres::start().unwrap();
+    let store = pg.create_database("small").unwrap();
+    let gw = Daemon::start_with(&[
+        "--role",
+        "gateway",
+        "--store",
+        &store,
+        "--heartbeat-ms",
+        "200",
+    ]);
+    // Less room than one invocation of hello (64 MiB) needs.
+    let _node = node(&gw, &store, &["--capacity-mib", "32"]);
+    members_until(&gw, "the node joins", |m| alive(m) == 1).await;
+    let r = gw.invoke("hello", b"").await;
+    assert_eq!(header(&r, "retry-after"), "1");
+    let (status, kind, message) = error_of(r).await;
+    assert_eq!((status, kind.as_str()), (429, "no_capacity"), "{message}");
+    assert!(message.contains("no node has room"), "{message}");
+}
