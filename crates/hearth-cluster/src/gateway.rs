@@ -18,7 +18,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use displaydoc::Display;
@@ -473,4 +475,109 @@ impl Gateway {
 enum SendError {
     Timeout,
     Failed(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outgoing(function: &str, memory_mb: u64) -> Outgoing {
+        Outgoing {
+            tenant: "t".into(),
+            function: function.into(),
+            memory_mb,
+            timeout: Duration::from_secs(1),
+            method: Method::GET,
+            path_and_query: "/".into(),
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+        }
+    }
+
+    fn view<'a>(views: &'a [MemberView], id: &str) -> &'a MemberView {
+        views.iter().find(|v| v.id == id).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn members_join_report_time_out_come_back_and_leave() {
+        let g = Gateway::new(GatewayConfig {
+            heartbeat: Duration::from_millis(100),
+            missed: 3,
+        });
+        g.spawn_reaper();
+        assert!(matches!(
+            g.place(&outgoing("f", 10), None),
+            Err(GatewayError::NoNodes)
+        ));
+        let a = g.join(Join {
+            url: "http://a/".into(),
+            capacity_mb: 100,
+        });
+        let b = g.join(Join {
+            url: "http://b".into(),
+            capacity_mb: 100,
+        });
+        assert_eq!(a.heartbeat_ms, 100);
+
+        // b reports f loaded: f goes there, and g (unknown) to the least loaded.
+        assert!(g.heartbeat(
+            &b.id,
+            Heartbeat {
+                loaded: vec![("t".into(), "f".into())],
+                ..Heartbeat::default()
+            }
+        ));
+        let (lease, id, url) = g.place(&outgoing("f", 60), None).unwrap();
+        assert_eq!((id.as_str(), url.as_str()), (b.id.as_str(), "http://b"));
+        assert_eq!(view(&g.members(), &b.id).committed_mb, 60);
+        // b has 40 MiB left: a second f of 60 goes to a, then nowhere.
+        let (_lease2, id2, _) = g.place(&outgoing("f", 60), None).unwrap();
+        assert_eq!(id2, a.id);
+        assert!(matches!(
+            g.place(&outgoing("f", 60), None),
+            Err(GatewayError::NoRoom(60))
+        ));
+        drop(lease);
+        assert_eq!(
+            view(&g.members(), &b.id).committed_mb,
+            0,
+            "released on drop"
+        );
+
+        // a keeps reporting, b goes silent: after three intervals b is out.
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(g.heartbeat(&a.id, Heartbeat::default()));
+        }
+        let v = g.members();
+        assert!(view(&v, &a.id).alive);
+        assert_eq!(
+            view(&v, &b.id).out_because.as_deref(),
+            Some("missed heartbeats")
+        );
+        assert_eq!(view(&v, &b.id).loaded, 0);
+        let (_l, id, _) = g.place(&outgoing("f", 10), None).unwrap();
+        assert_eq!(id, a.id, "only a is in placement");
+        // b speaks again: back in.
+        assert!(g.heartbeat(&b.id, Heartbeat::default()));
+        assert!(view(&g.members(), &b.id).alive);
+
+        // a leaves; a heartbeat that crossed its goodbye does not revive it.
+        assert!(g.leave(&a.id));
+        assert!(!g.heartbeat(&a.id, Heartbeat::default()));
+        assert_eq!(
+            view(&g.members(), &a.id).out_because.as_deref(),
+            Some("left")
+        );
+        assert!(!g.leave("nobody"));
+
+        // a restarts and joins again under the same URL: its slot is reused.
+        let a2 = g.join(Join {
+            url: "http://a".into(),
+            capacity_mb: 100,
+        });
+        let v = g.members();
+        assert_eq!(v.len(), 2);
+        assert!(view(&v, &a2.id).alive);
+    }
 }
