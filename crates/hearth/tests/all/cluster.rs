@@ -22,6 +22,18 @@ const SLOW: &str = r#"(module
     (i32.store (i32.const 4) (i32.const 5))
     (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
 
+/// A gateway on `store` with 200 ms heartbeats (a node is out after 600 ms).
+fn gateway(store: &str) -> Daemon {
+    Daemon::start_with(&[
+        "--role",
+        "gateway",
+        "--store",
+        store,
+        "--heartbeat-ms",
+        "200",
+    ])
+}
+
 fn node(gateway: &Daemon, store: &str, extra: &[&str]) -> Daemon {
     let mut args = vec!["--role", "node", "--join", &gateway.url, "--store", store];
     args.extend_from_slice(extra);
@@ -67,14 +79,7 @@ fn header(r: &reqwest::Response, name: &str) -> String {
 async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
     let pg = TempPostgres::start().unwrap();
     let store = pg.create_database("cluster").unwrap();
-    let gw = Daemon::start_with(&[
-        "--role",
-        "gateway",
-        "--store",
-        &store,
-        "--heartbeat-ms",
-        "200",
-    ]);
+    let gw = gateway(&store);
 
     // No node yet: nothing can run, and the caller is told so.
     let (status, _, message) = error_of(gw.invoke("hello", b"").await).await;
@@ -205,14 +210,7 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
 async fn a_gateway_without_room_answers_429_with_retry_after() {
     let pg = TempPostgres::start().unwrap();
     let store = pg.create_database("small").unwrap();
-    let gw = Daemon::start_with(&[
-        "--role",
-        "gateway",
-        "--store",
-        &store,
-        "--heartbeat-ms",
-        "200",
-    ]);
+    let gw = gateway(&store);
     // Less room than one invocation of hello (64 MiB) needs.
     let _node = node(&gw, &store, &["--capacity-mib", "32"]);
     members_until(&gw, "the node joins", |m| alive(m) == 1).await;
