@@ -135,20 +135,21 @@ pub(crate) async fn forward(
     let name = name.split('@').next().unwrap_or_default();
     let rest = parts.next().map(|r| format!("/{r}")).unwrap_or_default();
     let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
-    for h in [
-        "host",
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "te",
-        "upgrade",
-        "hearth-version",
-    ] {
+    // The node's own: its address, and the version, which the path pins.
+    for h in [header::HOST, HeaderName::from_static("hearth-version")] {
+        headers.remove(h);
+    }
+    let hop_by_hop: Vec<HeaderName> = headers
+        .keys()
+        .filter(|k| is_hop_by_hop(k))
+        .cloned()
+        .collect();
+    for h in hop_by_hop {
         headers.remove(h);
     }
     let out = Outgoing {
-        tenant: function.tenant.clone(),
-        function: function.name.clone(),
+        tenant: &function.tenant,
+        function: &function.name,
         memory_mb: u64::from(function.spec.limits.memory_mib),
         timeout: std::time::Duration::from_millis(function.spec.limits.timeout_ms) + NODE_GRACE,
         method,
@@ -170,9 +171,9 @@ pub(crate) async fn forward(
             h.append(k.clone(), v.clone());
         }
     }
-    let node = |id: String| HeaderValue::try_from(id).expect("a hex id is a valid header value");
-    h.insert(HeaderName::from_static("hearth-node"), node(done.node));
-    if let Some(first) = done.retried_from {
+    let node = |id: &str| HeaderValue::try_from(id).expect("a hex id is a valid header value");
+    h.insert(HeaderName::from_static("hearth-node"), node(&done.node));
+    if let Some(first) = &done.retried_from {
         h.insert(HeaderName::from_static("hearth-retried-from"), node(first));
     }
     Ok(resp)

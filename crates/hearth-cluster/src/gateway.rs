@@ -105,13 +105,13 @@ pub enum GatewayError {
     /// {0}
     Failed(String),
     /// node {node} did not answer within {timeout_ms} ms
-    Timeout { node: String, timeout_ms: u64 },
+    Timeout { node: Arc<str>, timeout_ms: u64 },
 }
 
 /// An invocation to forward.
-pub struct Outgoing {
-    pub tenant: String,
-    pub function: String,
+pub struct Outgoing<'a> {
+    pub tenant: &'a str,
+    pub function: &'a str,
     /// The function's memory limit: what it commits on its node.
     pub memory_mb: u64,
     /// How long to wait for the node's answer.
@@ -129,14 +129,15 @@ pub struct Forwarded {
     pub headers: HeaderMap,
     pub body: Bytes,
     /// The node that answered.
-    pub node: String,
+    pub node: Arc<str>,
     /// The node that failed first, if this was a retry.
-    pub retried_from: Option<String>,
+    pub retried_from: Option<Arc<str>>,
 }
 
 struct Member {
-    id: String,
-    url: String,
+    /// Shared with each forward's answer, which names its node.
+    id: Arc<str>,
+    url: Arc<str>,
     capacity_mb: u64,
     /// `None` while in placement; why not, otherwise.
     out: Option<String>,
@@ -153,24 +154,36 @@ struct State {
     /// Index = the placer's node index; a node that left keeps its slot
     /// (capacity 0) until a node with its URL joins again.
     members: Vec<Member>,
-    tenants: HashMap<String, u32>,
-    functions: HashMap<(String, String), u32>,
+    /// The placer's numbers for tenants and their functions: tenant →
+    /// (its number, function → its number). Nested so that a lookup
+    /// borrows its keys; only a name seen for the first time allocates.
+    names: HashMap<String, (u32, HashMap<String, u32>)>,
+    functions_named: u32,
 }
 
 impl State {
     fn ids(&mut self, tenant: &str, function: &str) -> (u32, u32) {
-        let next = self.tenants.len() as u32;
-        let t = *self.tenants.entry(tenant.to_string()).or_insert(next);
-        let next = self.functions.len() as u32;
-        let f = *self
-            .functions
-            .entry((tenant.to_string(), function.to_string()))
-            .or_insert(next);
-        (t, f)
+        if let Some((t, fns)) = self.names.get(tenant)
+            && let Some(&f) = fns.get(function)
+        {
+            return (*t, f);
+        }
+        let tenants = self.names.len() as u32;
+        let (t, fns) = self
+            .names
+            .entry(tenant.to_string())
+            .or_insert_with(|| (tenants, HashMap::new()));
+        let f = *fns
+            .entry(function.to_string())
+            .or_insert(self.functions_named);
+        if f == self.functions_named {
+            self.functions_named += 1;
+        }
+        (*t, f)
     }
 
     fn find(&self, id: &str) -> Option<usize> {
-        self.members.iter().position(|m| m.id == id)
+        self.members.iter().position(|m| &*m.id == id)
     }
 
     /// Takes node `n` out of placement and forgets what it had loaded.
@@ -267,8 +280,8 @@ impl Gateway {
         let id = uuid::Uuid::now_v7().simple().to_string();
         let mut s = self.lock();
         let member = Member {
-            id: id.clone(),
-            url: join.url.trim_end_matches('/').to_string(),
+            id: id.as_str().into(),
+            url: join.url.trim_end_matches('/').into(),
             capacity_mb: join.capacity_mb,
             out: None,
             last_seen: Instant::now(),
@@ -336,8 +349,8 @@ impl Gateway {
         s.members
             .iter()
             .map(|m| MemberView {
-                id: m.id.clone(),
-                url: m.url.clone(),
+                id: m.id.to_string(),
+                url: m.url.to_string(),
                 alive: m.out.is_none(),
                 out_because: m.out.clone(),
                 capacity_mb: m.capacity_mb,
@@ -354,18 +367,18 @@ impl Gateway {
     /// Picks a node (not `except`) and commits the invocation's memory there.
     fn place(
         &self,
-        out: &Outgoing,
+        out: &Outgoing<'_>,
         except: Option<usize>,
-    ) -> Result<(Lease<'_>, String, String), GatewayError> {
+    ) -> Result<(Lease<'_>, Arc<str>, Arc<str>), GatewayError> {
         let mut s = self.lock();
-        if s.members.iter().all(|m| m.out.is_some()) {
-            return Err(GatewayError::NoNodes);
-        }
-        let (t, f) = s.ids(&out.tenant, &out.function);
-        let n = s
-            .placer
-            .place_except(t, f, out.memory_mb, except)
-            .ok_or(GatewayError::NoRoom(out.memory_mb))?;
+        let (t, f) = s.ids(out.tenant, out.function);
+        let Some(n) = s.placer.place_except(t, f, out.memory_mb, except) else {
+            return Err(if s.members.iter().all(|m| m.out.is_some()) {
+                GatewayError::NoNodes
+            } else {
+                GatewayError::NoRoom(out.memory_mb)
+            });
+        };
         // The function will be loaded there once this runs: later
         // invocations follow it before the next heartbeat says so.
         if s.members[n].loaded.insert((t, f)) {
@@ -389,7 +402,7 @@ impl Gateway {
 
     /// Runs `out` on a node, retrying once elsewhere if that node fails
     /// before answering.
-    pub async fn forward(&self, out: &Outgoing) -> Result<Forwarded, GatewayError> {
+    pub async fn forward(&self, out: &Outgoing<'_>) -> Result<Forwarded, GatewayError> {
         let (lease, id, url) = self.place(out, None)?;
         let first = lease.node;
         let err = match self.send(&url, out).await {
@@ -434,7 +447,7 @@ impl Gateway {
         }
     }
 
-    async fn send(&self, base: &str, out: &Outgoing) -> Result<Forwarded, SendError> {
+    async fn send(&self, base: &str, out: &Outgoing<'_>) -> Result<Forwarded, SendError> {
         let classify = |e: reqwest::Error| {
             if e.is_timeout() {
                 SendError::Timeout
@@ -466,7 +479,7 @@ impl Gateway {
             status,
             headers,
             body,
-            node: String::new(),
+            node: "".into(),
             retried_from: None,
         })
     }
@@ -481,10 +494,10 @@ enum SendError {
 mod tests {
     use super::*;
 
-    fn outgoing(function: &str, memory_mb: u64) -> Outgoing {
+    fn outgoing(function: &str, memory_mb: u64) -> Outgoing<'_> {
         Outgoing {
-            tenant: "t".into(),
-            function: function.into(),
+            tenant: "t",
+            function,
             memory_mb,
             timeout: Duration::from_secs(1),
             method: Method::GET,
@@ -496,6 +509,23 @@ mod tests {
 
     fn view<'a>(views: &'a [MemberView], id: &str) -> &'a MemberView {
         views.iter().find(|v| v.id == id).unwrap()
+    }
+
+    #[test]
+    fn each_function_of_each_tenant_gets_its_own_number_once() {
+        let mut s = State::default();
+        let f = s.ids("t", "f");
+        assert_eq!(s.ids("t", "f"), f, "the same name, the same numbers");
+        let g = s.ids("t", "g");
+        let uf = s.ids("u", "f");
+        assert_eq!(g.0, f.0, "one tenant");
+        assert_ne!(uf.0, f.0);
+        let functions = HashSet::from([f.1, g.1, uf.1]);
+        assert_eq!(
+            functions.len(),
+            3,
+            "f of t and f of u are different functions"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -528,11 +558,11 @@ mod tests {
             }
         ));
         let (lease, id, url) = g.place(&outgoing("f", 60), None).unwrap();
-        assert_eq!((id.as_str(), url.as_str()), (b.id.as_str(), "http://b"));
+        assert_eq!((&*id, &*url), (b.id.as_str(), "http://b"));
         assert_eq!(view(&g.members(), &b.id).committed_mb, 60);
         // b has 40 MiB left: a second f of 60 goes to a, then nowhere.
         let (_lease2, id2, _) = g.place(&outgoing("f", 60), None).unwrap();
-        assert_eq!(id2, a.id);
+        assert_eq!(*id2, a.id);
         assert!(matches!(
             g.place(&outgoing("f", 60), None),
             Err(GatewayError::NoRoom(60))
@@ -557,7 +587,7 @@ mod tests {
         );
         assert_eq!(view(&v, &b.id).loaded, 0);
         let (_l, id, _) = g.place(&outgoing("f", 10), None).unwrap();
-        assert_eq!(id, a.id, "only a is in placement");
+        assert_eq!(*id, a.id, "only a is in placement");
         // b speaks again: back in.
         assert!(g.heartbeat(&b.id, Heartbeat::default()));
         assert!(view(&g.members(), &b.id).alive);
