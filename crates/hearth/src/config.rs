@@ -139,14 +139,27 @@ pub struct UpArgs {
 }
 
 /// What this Hearth is in a cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum Role {
     All,
     Gateway,
-    /// With its gateway's URL.
+    /// With its gateway's URL and the admin token it joins with (from
+    /// `HEARTH_JOIN_TOKEN` only: a flag would show it in `ps`).
     Node {
         join: String,
+        token: String,
     },
+}
+
+impl std::fmt::Debug for Role {
+    /// Never prints the token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Role::All => f.write_str("All"),
+            Role::Gateway => f.write_str("Gateway"),
+            Role::Node { join, .. } => f.debug_struct("Node").field("join", join).finish(),
+        }
+    }
 }
 
 /// The settings `hearth up` runs with, after merging.
@@ -238,6 +251,10 @@ impl Settings {
                 join: join.clone().context(
                     "--role node needs --join <gateway URL> (and an admin token in HEARTH_JOIN_TOKEN)",
                 )?,
+                token: std::env::var("HEARTH_JOIN_TOKEN")
+                    .ok()
+                    .filter(|t| !t.is_empty())
+                    .context("a node needs the cluster's admin token in HEARTH_JOIN_TOKEN")?,
             },
             other => anyhow::bail!("--role must be all, gateway or node, not {other:?}"),
         };

@@ -60,16 +60,6 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             Arc::new(SplitStore::new(shared, local))
         }
     };
-    // A node's token is the one it joins its gateway with.
-    let join_token = match &settings.role {
-        Role::Node { .. } => Some(
-            std::env::var("HEARTH_JOIN_TOKEN")
-                .ok()
-                .filter(|t| !t.is_empty())
-                .context("a node needs the cluster's admin token in HEARTH_JOIN_TOKEN")?,
-        ),
-        _ => None,
-    };
     let artifacts = ArtifactStore::open(dir.join("artifacts"))?;
     // Before serving, so no deploy can be between writing its artifact and
     // committing its version: anything unreferenced now is garbage.
@@ -137,14 +127,17 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     if let Some(r) = &recorder {
         node = node.with_recorder(r.clone());
     }
-    if let (Role::Node { join }, Some(token)) = (&settings.role, &join_token) {
+    if let Role::Node { join, token } = &settings.role {
         node = node.with_artifact_source(GatewayArtifacts::shared(join, token));
     }
     let node = Arc::new(node);
 
-    match &join_token {
-        None => first_start(&settings, &store, &node).await?,
-        Some(token) => hearth_store::write_secret(&dir.join("token"), token.as_bytes())?,
+    match &settings.role {
+        // A node's token is the one it joins its gateway with.
+        Role::Node { token, .. } => {
+            hearth_store::write_secret(&dir.join("token"), token.as_bytes())?
+        }
+        _ => first_start(&settings, &store, &node).await?,
     }
 
     let listener = tokio::net::TcpListener::bind(settings.listen)
@@ -156,8 +149,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let tmp = dir.join("server.json.tmp");
     std::fs::write(&tmp, server_json.to_string())?;
     std::fs::rename(&tmp, dir.join("server.json"))?;
-    let (role, membership) = match (&settings.role, &join_token) {
-        (Role::Node { join }, Some(token)) => {
+    let (role, membership) = match &settings.role {
+        Role::Node { join, token } => {
             let advertise = settings.advertise.clone().unwrap_or_else(|| url.clone());
             let joining = Join {
                 url: advertise,
@@ -174,7 +167,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
                 Some(m),
             )
         }
-        (Role::Gateway, _) => {
+        Role::Gateway => {
             let g = Gateway::new(GatewayConfig {
                 heartbeat: std::time::Duration::from_millis(settings.heartbeat_ms),
                 ..GatewayConfig::default()
@@ -182,7 +175,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             g.spawn_reaper();
             (ClusterRole::Gateway(g), None)
         }
-        _ => (ClusterRole::Standalone, None),
+        Role::All => (ClusterRole::Standalone, None),
     };
     println!("Hearth listening on {url}");
     println!("  data:  {}", dir.display());
@@ -192,7 +185,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             "  role:  gateway; start nodes with HEARTH_JOIN_TOKEN=$(cat {}) hearth up --role node --join {url} --store <the same postgres URL>",
             dir.join("token").display()
         ),
-        Role::Node { join } => println!("  role:  node of {join}"),
+        Role::Node { join, .. } => println!("  role:  node of {join}"),
     }
 
     let app = hearth_api::router_for(
@@ -246,10 +239,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
 
 /// A store URL without its password, for messages.
 fn redact(url: &str) -> String {
-    match (url.split_once("://"), url.rfind('@')) {
-        (Some((scheme, rest)), Some(at)) if rest.contains(':') && url[..at].contains(':') => {
-            let user = rest.split(':').next().unwrap_or_default();
-            format!("{scheme}://{user}:***{}", &url[at..])
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.rsplit_once('@') {
+        Some((userinfo, host)) if userinfo.contains(':') => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{host}")
         }
         _ => url.to_string(),
     }
@@ -295,4 +291,21 @@ async fn first_start(
         println!("Deployed examples: hello, echo (public), counter (needs the token)");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn store_urls_lose_their_password_only() {
+        use super::redact;
+        assert_eq!(
+            redact("postgres://hearth:s3cret@db:5432/h"),
+            "postgres://hearth:***@db:5432/h"
+        );
+        assert_eq!(
+            redact("postgres://hearth@db:5432/h"),
+            "postgres://hearth@db:5432/h"
+        );
+        assert_eq!(redact("postgres://db/h"), "postgres://db/h");
+    }
 }
