@@ -120,6 +120,24 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
     }
     assert_eq!(counts, ["1\n", "2\n", "3\n"]);
 
+    // A node the gateway never placed anything on reports, in its
+    // heartbeats, the function it ran when called directly.
+    let m = members(&gw).await;
+    let untouched = [&nodes[0], &nodes[1]]
+        .into_iter()
+        .find(|d| {
+            m.iter()
+                .any(|n| n["url"] == d.url.as_str() && n["placed"] == 0)
+        })
+        .expect("the gateway placed everything on one node")
+        .url
+        .clone();
+    members_until(&gw, "a heartbeat reports counter loaded", |m| {
+        m.iter()
+            .any(|n| n["url"] == untouched.as_str() && n["loaded"] == 1)
+    })
+    .await;
+
     // Code is deployed through the gateway only: a node has no way to
     // give it to the others.
     let (status, _, message) = error_of(
