@@ -94,7 +94,7 @@ CG=/sys/fs/cgroup/memory/hearth/$INSTANCE
 [ -d "$CG" ] || CG=/sys/fs/cgroup/hearth/$INSTANCE   # cgroup v2
 mapfile -t handler_pids < <(cat "$CG"/[0-9]*/cgroup.procs)   # not zygotes/
 zygote_pid=$(curl -sf -H "Authorization: Bearer $TOKEN" "$URL/v1/status" |
-  python3 -c 'import json,sys; z=json.load(sys.stdin)["tiers"]["process"]["details"]["zygotes"]; print(max(z, key=lambda r: r[1])[0])')
+  python3 -c 'import json,sys; z=json.load(sys.stdin)["tiers"]["process"]["details"]["zygotes"]; print(max(z, key=lambda r: r["packages"])["pid"])')
 shared_kib=$(pss_kib "${handler_pids[@]}")
 zygote_kib=$(pss_kib "$zygote_pid")
 

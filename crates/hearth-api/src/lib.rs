@@ -16,6 +16,9 @@
 //! What this crate is not: the invoker. It parses, authenticates, bounds
 //! sizes and maps results to status codes; [`hearth_node::Node`] does the rest.
 
+// The OpenAPI document is one `json!` literal, deeper than the default limit.
+#![recursion_limit = "256"]
+
 mod auth;
 mod cluster;
 mod error;
@@ -99,6 +102,10 @@ pub fn router_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> Rout
         .route("/v1/whoami", get(manage::whoami))
         .route("/v1/status", get(manage::status))
         .route("/v1/tenants", post(manage::create_tenant))
+        .route(
+            "/v1/tenants/{tenant}",
+            get(manage::get_tenant).put(manage::put_tenant),
+        )
         .route("/v1/functions", get(manage::list_functions))
         .route(
             "/v1/functions/{name}",

@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
-use hearth_core::{FunctionSpec, Runtime};
+use hearth_core::{Colocation, FunctionSpec, Runtime};
 use hearth_store::{LogQuery, Principal, Role};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -76,6 +76,69 @@ pub(crate) async fn create_tenant(
         StatusCode::CREATED,
         Json(json!({"tenant": body.name, "token": token})),
     ))
+}
+
+/// A tenant's settings as the API shows them.
+fn tenant_view(s: &AppState, tenant: &str, own: Option<Colocation>) -> Value {
+    let cluster = s.node.default_colocation();
+    json!({
+        "tenant": tenant,
+        "colocation": own.unwrap_or(cluster),
+        "colocation_override": own,
+        "cluster_colocation": cluster,
+    })
+}
+
+/// A tenant's settings; its own token or an admin's.
+pub(crate) async fn get_tenant(
+    State(s): S,
+    headers: HeaderMap,
+    Path(tenant): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let p = s.auth.require(s.node.store(), &headers).await?;
+    if p.role != Role::Admin && p.tenant != tenant {
+        return Err(ApiError::Forbidden(format!(
+            "a token of {} cannot read tenant {tenant}",
+            p.tenant
+        )));
+    }
+    let name = tenant.clone();
+    let own = blocking(&s, move |st| {
+        if !st.tenant_exists(&name)? {
+            return Err(hearth_store::StoreError::NoSuchTenant(name));
+        }
+        st.tenant_colocation(&name)
+    })
+    .await?;
+    Ok(Json(tenant_view(&s, &tenant, own)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TenantSettings {
+    /// `null` clears the override.
+    colocation: Option<Colocation>,
+}
+
+/// Sets a tenant's colocation override; admin only (it trades the
+/// tenant's isolation against memory, which is the operator's call).
+/// Applies to the tenant's next cold starts.
+pub(crate) async fn put_tenant(
+    State(s): S,
+    headers: HeaderMap,
+    Path(tenant): Path<String>,
+    Json(body): Json<TenantSettings>,
+) -> Result<Json<Value>, ApiError> {
+    let p = s.auth.require(s.node.store(), &headers).await?;
+    if p.role != Role::Admin {
+        return Err(ApiError::Forbidden(
+            "only an admin token may change a tenant's colocation".into(),
+        ));
+    }
+    let name = tenant.clone();
+    let mode = body.colocation;
+    blocking(&s, move |st| st.set_tenant_colocation(&name, mode)).await?;
+    Ok(Json(tenant_view(&s, &tenant, mode)))
 }
 
 /// Deploy settings from the query string (repeatable keys allowed): the

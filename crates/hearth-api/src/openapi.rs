@@ -57,6 +57,15 @@ pub(crate) async fn document() -> Json<Value> {
                 "requestBody": {"required": true, "content": {"application/json": {"schema": {
                     "type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}}}},
                 "responses": {"201": {"description": "{tenant, token}"}, "401": err, "403": err, "409": err}}},
+            "/v1/tenants/{tenant}": {
+                "parameters": [{"name": "tenant", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "get": {"summary": "A tenant's settings (its own token or an admin's)",
+                    "responses": {"200": {"description": "{tenant, colocation, colocation_override, cluster_colocation}"}, "403": err, "404": err}},
+                "put": {"summary": "Set or clear (null) the tenant's colocation mode; admin only; applies to its next cold starts",
+                    "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                        "type": "object", "properties": {"colocation": {"type": "string", "nullable": true, "enum": ["full", "tenant", "function", "none"]}}}}}},
+                    "responses": {"200": {"description": "the tenant's settings"}, "403": err, "404": err, "422": err}}
+            },
             "/v1/functions": {"get": {"summary": "List the tenant's functions",
                 "responses": {"200": {"description": "{tenant, functions: [{name, latest, versions}]}"}, "401": err}}},
             "/v1/functions/{name}": {

@@ -10,48 +10,7 @@
 
 use std::collections::HashMap;
 
-/// Which invocations may share one runtime instance on a node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Colocation {
-    /// Any function of any tenant (Hydra*).
-    Full,
-    /// Functions of the same tenant (Hydra; the default).
-    Tenant,
-    /// Invocations of the same function, concurrently (like Knative).
-    Function,
-    /// Nothing: one invocation per instance at a time (like OpenWhisk).
-    None,
-}
-
-impl Colocation {
-    pub const ALL: [Colocation; 4] = [
-        Colocation::Full,
-        Colocation::Tenant,
-        Colocation::Function,
-        Colocation::None,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Colocation::Full => "full",
-            Colocation::Tenant => "tenant",
-            Colocation::Function => "function",
-            Colocation::None => "none",
-        }
-    }
-}
-
-impl std::str::FromStr for Colocation {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Colocation::ALL
-            .into_iter()
-            .find(|m| m.as_str() == s)
-            .ok_or_else(|| {
-                format!("colocation mode must be full, tenant, function or none, not {s:?}")
-            })
-    }
-}
+pub use hearth_core::Colocation;
 
 #[derive(Debug, Clone, Default)]
 struct NodeState {
@@ -222,18 +181,5 @@ mod tests {
             "a node out of placement gets nothing"
         );
         assert_eq!(p.place_except(1, 10, 0, Some(b)), None);
-    }
-
-    #[test]
-    fn modes_parse_and_refuse_others() {
-        for m in Colocation::ALL {
-            assert_eq!(m.as_str().parse::<Colocation>().unwrap(), m);
-        }
-        assert!(
-            "some"
-                .parse::<Colocation>()
-                .unwrap_err()
-                .contains("full, tenant")
-        );
     }
 }

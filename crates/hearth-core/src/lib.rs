@@ -5,10 +5,12 @@
 //! `ARCHITECTURE.md` as types, so the store, the engines, the node and the API
 //! agree on one meaning for "version", "tier" and "timeout".
 
+mod colocation;
 mod error;
 mod function;
 mod invocation;
 
+pub use colocation::Colocation;
 pub use error::{InvokeError, ValidationError};
 pub use function::{
     FunctionSpec, FunctionVersion, Limits, RecordPolicy, Runtime, Tier, validate_function_name,

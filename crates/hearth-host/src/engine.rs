@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use displaydoc::Display;
-use hearth_core::{FunctionVersion, InvokeError, Request, Response, Runtime, Tier};
+use hearth_core::{Colocation, FunctionVersion, InvokeError, Request, Response, Runtime, Tier};
 use hearth_store::ArtifactStore;
 use thiserror::Error;
 
@@ -46,6 +46,26 @@ pub enum DeployError {
     NotAFunction(String),
     /// could not load the function's code: {0}
     Load(String),
+}
+
+/// Which colocation mode governs a tenant's functions. A tier asks it each
+/// time it is about to give a function a runtime that another function
+/// could also be using (a Python zygote), so a changed override applies to
+/// the next cold start.
+pub trait ColocationPolicy: Send + Sync + std::fmt::Debug {
+    fn mode_for(&self, tenant: &str) -> Colocation;
+    /// The mode of tenants without an override (the cluster's).
+    fn default_mode(&self) -> Colocation;
+}
+
+/// One mode for every tenant.
+impl ColocationPolicy for Colocation {
+    fn mode_for(&self, _tenant: &str) -> Colocation {
+        *self
+    }
+    fn default_mode(&self) -> Colocation {
+        *self
+    }
 }
 
 /// One tier's implementation: heavy work once per version, fast sandboxes after.

@@ -26,6 +26,8 @@ mod tape;
 pub mod bundle;
 
 pub use ctx::{HostCtx, HostError, HostLimits, HostServices, InvocationMeta, LogLine};
-pub use engine::{Compiled, DeployError, Engine, EngineStatus, Prepared, Sandbox, Source};
+pub use engine::{
+    ColocationPolicy, Compiled, DeployError, Engine, EngineStatus, Prepared, Sandbox, Source,
+};
 pub use http::{OutboundRequest, OutboundResponse};
 pub use tape::{Divergence, HostEvent, Tape};

@@ -16,11 +16,13 @@
 //! What this crate is not: HTTP. The API crate maps its results to status
 //! codes; the node speaks in [`NodeError`] and [`InvokeError`].
 
+mod colocation;
 mod logs;
 mod metrics;
 mod node;
 mod table;
 
+pub use colocation::StoreColocation;
 pub use metrics::Metrics;
 pub use node::{
     ArtifactSource, DeployOutcome, InvokeOutcome, Node, NodeConfig, NodeError, ReplayReport,

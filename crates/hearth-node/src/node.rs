@@ -30,6 +30,9 @@ pub struct NodeConfig {
     /// Fallbacks after which a JavaScript function is pinned to the process
     /// tier (until its next deploy).
     pub pin_after_fallbacks: u32,
+    /// The colocation mode of tenants without their own (the tiers get
+    /// the policy itself: [`crate::StoreColocation`]).
+    pub colocation: hearth_core::Colocation,
 }
 
 impl Default for NodeConfig {
@@ -39,6 +42,7 @@ impl Default for NodeConfig {
             max_timeout_ms: 300_000,
             max_memory_mib: 512,
             pin_after_fallbacks: 3,
+            colocation: hearth_core::Colocation::default(),
         }
     }
 }
@@ -264,6 +268,11 @@ impl Node {
     }
 
     /// What this node is doing and what it cannot enforce, per tier.
+    /// The colocation mode of tenants without their own.
+    pub fn default_colocation(&self) -> hearth_core::Colocation {
+        self.config.colocation
+    }
+
     pub fn status(&self) -> serde_json::Value {
         let mut degraded = Vec::new();
         let mut tiers = serde_json::Map::new();
@@ -293,6 +302,7 @@ impl Node {
             "recording": recording,
             "in_flight": self.in_flight(),
             "max_concurrency": self.config.max_concurrency,
+            "colocation": self.config.colocation,
             "degraded": degraded,
             "tiers": tiers,
         })

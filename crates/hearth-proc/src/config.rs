@@ -2,7 +2,11 @@
 //! sandboxes are on this machine, and what it reports to `hearth status`.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+use hearth_core::Colocation;
+use hearth_host::ColocationPolicy;
 
 /// Settings of the process tier.
 #[derive(Debug, Clone)]
@@ -37,6 +41,9 @@ pub struct ProcConfig {
     pub max_response_bytes: usize,
     /// Which of SOCK's three caches are on (all, unless measuring them).
     pub caches: Caches,
+    /// Which functions may fork from the same package zygote
+    /// (`zygote.rs`); asked at each new Python handler.
+    pub colocation: Arc<dyn ColocationPolicy>,
 }
 
 /// SOCK's three caches. All are on by default; turning one off exists to
@@ -107,6 +114,7 @@ impl ProcConfig {
             cpu_percent: 100,
             max_response_bytes: 6 << 20,
             caches: Caches::ALL,
+            colocation: Arc::new(Colocation::default()),
         }
     }
 }
@@ -121,8 +129,9 @@ pub struct ProcStatus {
     pub degraded: Vec<String>,
     pub paused_handlers: usize,
     pub generic_node_processes: usize,
-    /// (pid, packages, PSS bytes, forks) per zygote.
-    pub zygotes: Vec<(i32, usize, u64, u64)>,
+    pub zygotes: Vec<crate::zygote::ZygoteStatus>,
+    /// The mode for tenants without an override of their own.
+    pub colocation: Colocation,
 }
 
 /// How sandboxes are separated from the host and each other. seccomp and

@@ -9,6 +9,14 @@
 //! best match and imports the rest, so the next handler of that set starts
 //! with everything imported.
 //!
+//! Colocation (Hydra §4.1) decides who may fork from a zygote. The root
+//! holds nothing and serves everyone. A zygote with packages belongs to a
+//! [`Scope`]: in `full` mode one per package set serves every tenant; in
+//! `tenant` mode (the default) each tenant gets its own; in `function`
+//! mode each function; in `none` there are no package zygotes and every
+//! handler forks from the root and imports its packages itself. A
+//! function's zygote is looked for, and made, only within its scope.
+//!
 //! Eviction keeps the zygotes' memory within a budget; the one freed first
 //! is the one whose benefit per byte is smallest: recent forks × import
 //! time saved, divided by its proportional set size. The root stays.
@@ -22,9 +30,47 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::net::{UnixListener, UnixStream};
 
+use hearth_core::Colocation;
+
 use crate::bundle::Package;
 use crate::install::Installed;
 use crate::proto::{Frame, read_frame, write_frame};
+
+/// Who may fork from a package zygote.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(tag = "shared_by", content = "of", rename_all = "snake_case")]
+pub enum Scope {
+    /// Any function of any tenant (`full`).
+    Anyone,
+    /// The named tenant's functions (`tenant`).
+    Tenant(String),
+    /// One function, `tenant/name` (`function`).
+    Function(String),
+}
+
+impl Scope {
+    /// The scope a function's zygote has under `mode`; `None` when the
+    /// mode allows no shared runtime (`none`: fork from the root).
+    pub fn for_function(mode: Colocation, tenant: &str, name: &str) -> Option<Scope> {
+        match mode {
+            Colocation::Full => Some(Scope::Anyone),
+            Colocation::Tenant => Some(Scope::Tenant(tenant.to_string())),
+            Colocation::Function => Some(Scope::Function(format!("{tenant}/{name}"))),
+            Colocation::None => None,
+        }
+    }
+}
+
+/// One zygote, for `hearth status`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ZygoteStatus {
+    pub pid: i32,
+    pub packages: usize,
+    pub pss_bytes: u64,
+    pub forks: u64,
+    /// `None` for the root, which holds nothing and serves everyone.
+    pub scope: Option<Scope>,
+}
 
 /// One zygote process and the channel the node commands it through.
 #[derive(Debug)]
@@ -32,6 +78,8 @@ pub struct Zygote {
     pub id: u64,
     pub pid: i32,
     pub packages: BTreeSet<Package>,
+    /// `None` only for the root.
+    pub scope: Option<Scope>,
     /// Import paths (install-cache directories) the zygote has on sys.path.
     pub paths: Vec<PathBuf>,
     /// How long importing its packages took (what a fork from it saves).
@@ -164,6 +212,7 @@ impl ZygoteTree {
             id: 0,
             pid,
             packages: BTreeSet::new(),
+            scope: None,
             paths: Vec::new(),
             import_ms: 0,
             control: tokio::sync::Mutex::new(control),
@@ -186,21 +235,23 @@ impl ZygoteTree {
         self.zygotes.lock().unwrap()[0].clone()
     }
 
-    /// The best zygote for a function needing `installed`, making one with
-    /// exactly that set when none exists yet. Falls back to the best
-    /// existing match if a new zygote cannot be made.
-    pub async fn for_packages(&self, installed: &[Installed]) -> Arc<Zygote> {
+    /// The best zygote in `scope` for a function needing `installed`,
+    /// making one with exactly that set when none exists yet. Falls back to
+    /// the best existing match if a new zygote cannot be made.
+    pub async fn for_packages(&self, installed: &[Installed], scope: &Scope) -> Arc<Zygote> {
         let want: BTreeSet<Package> = installed.iter().map(|i| i.package.clone()).collect();
-        let best = self.best(&want);
-        if best.packages == want {
+        let exact =
+            |z: &Zygote| z.packages == want && (z.id == 0 || z.scope.as_ref() == Some(scope));
+        let best = self.best(&want, scope);
+        if exact(&best) {
             return best;
         }
         let _one = self.creating.lock().await;
-        let best = self.best(&want);
-        if best.packages == want {
+        let best = self.best(&want, scope);
+        if exact(&best) {
             return best;
         }
-        match self.fork_child(&best, installed).await {
+        match self.fork_child(&best, installed, scope).await {
             Ok(z) => {
                 self.zygotes.lock().unwrap().push(z.clone());
                 self.evict();
@@ -213,12 +264,13 @@ impl ZygoteTree {
         }
     }
 
-    /// The zygote with the most packages, all of them in `want`.
-    pub fn best(&self, want: &BTreeSet<Package>) -> Arc<Zygote> {
+    /// The zygote in `scope` with the most packages, all of them in
+    /// `want`; the root if there is none.
+    pub fn best(&self, want: &BTreeSet<Package>, scope: &Scope) -> Arc<Zygote> {
         let zygotes = self.zygotes.lock().unwrap();
         zygotes
             .iter()
-            .filter(|z| z.packages.is_subset(want))
+            .filter(|z| z.scope.as_ref() == Some(scope) && z.packages.is_subset(want))
             .max_by_key(|z| z.packages.len())
             .cloned()
             .unwrap_or_else(|| zygotes[0].clone())
@@ -228,6 +280,7 @@ impl ZygoteTree {
         &self,
         parent: &Zygote,
         installed: &[Installed],
+        scope: &Scope,
     ) -> Result<Arc<Zygote>, String> {
         let started = Instant::now();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -274,6 +327,7 @@ impl ZygoteTree {
             id,
             pid,
             packages: installed.iter().map(|i| i.package.clone()).collect(),
+            scope: Some(scope.clone()),
             paths,
             import_ms: started.elapsed().as_millis() as u64,
             control: tokio::sync::Mutex::new(stream),
@@ -286,6 +340,7 @@ impl ZygoteTree {
             pid,
             packages = ?z.packages.iter().map(|p| p.spec(hearth_core::Runtime::Python)).collect::<Vec<_>>(),
             import_ms = z.import_ms,
+            scope = ?z.scope,
             "zygote ready"
         );
         Ok(Arc::new(z))
@@ -310,19 +365,18 @@ impl ZygoteTree {
         }
     }
 
-    /// (pid, package count, PSS bytes, forks) of every zygote, for status.
-    pub fn describe(&self) -> Vec<(i32, usize, u64, u64)> {
+    /// Every zygote, for status.
+    pub fn describe(&self) -> Vec<ZygoteStatus> {
         self.zygotes
             .lock()
             .unwrap()
             .iter()
-            .map(|z| {
-                (
-                    z.pid,
-                    z.packages.len(),
-                    z.pss_bytes(),
-                    z.forks.load(Ordering::Relaxed),
-                )
+            .map(|z| ZygoteStatus {
+                pid: z.pid,
+                packages: z.packages.len(),
+                pss_bytes: z.pss_bytes(),
+                forks: z.forks.load(Ordering::Relaxed),
+                scope: z.scope.clone(),
             })
             .collect()
     }

@@ -1,7 +1,7 @@
 //! Behaviour every [`Store`] must have, run against each backend: SQLite
 //! here, PostgreSQL (through `SplitStore`) in `postgres.rs`'s tests.
 
-use hearth_core::{FunctionSpec, Runtime};
+use hearth_core::{Colocation, FunctionSpec, Runtime};
 
 use crate::{FunctionMode, LogQuery, LogRecord, LogStream, Role, Store, StoreError};
 
@@ -21,6 +21,10 @@ pub(crate) const SCENARIOS: &[(&str, Scenario)] = &[
     (
         "tokens_authenticate_to_their_tenant_only",
         tokens_authenticate_to_their_tenant_only,
+    ),
+    (
+        "tenant_colocation_overrides_are_set_cleared_and_refused_for_unknown_tenants",
+        tenant_colocation_overrides_are_set_cleared_and_refused_for_unknown_tenants,
     ),
     (
         "bounces_count_up_pin_at_the_limit_and_reset_on_deploy",
@@ -96,6 +100,35 @@ pub(crate) fn tokens_authenticate_to_their_tenant_only(s: &dyn Store) {
     let p = s.authenticate(&token).unwrap().unwrap();
     assert_eq!((p.tenant.as_str(), p.role), ("acme", Role::Member));
     assert!(s.authenticate("hth_wrong").unwrap().is_none());
+}
+
+pub(crate) fn tenant_colocation_overrides_are_set_cleared_and_refused_for_unknown_tenants(
+    s: &dyn Store,
+) {
+    s.create_tenant("acme").unwrap();
+    s.create_tenant("zeta").unwrap();
+    assert_eq!(
+        s.tenant_colocation("acme").unwrap(),
+        None,
+        "no override yet"
+    );
+    s.set_tenant_colocation("acme", Some(Colocation::Function))
+        .unwrap();
+    s.set_tenant_colocation("acme", Some(Colocation::None))
+        .unwrap();
+    assert_eq!(
+        s.tenant_colocation("acme").unwrap(),
+        Some(Colocation::None),
+        "the second write replaces the first"
+    );
+    assert_eq!(s.tenant_colocation("zeta").unwrap(), None, "per tenant");
+    s.set_tenant_colocation("acme", None).unwrap();
+    assert_eq!(s.tenant_colocation("acme").unwrap(), None, "cleared");
+    assert!(matches!(
+        s.set_tenant_colocation("ghost", Some(Colocation::Full)),
+        Err(StoreError::NoSuchTenant(t)) if t == "ghost"
+    ));
+    assert_eq!(s.tenant_colocation("ghost").unwrap(), None);
 }
 
 pub(crate) fn bounces_count_up_pin_at_the_limit_and_reset_on_deploy(s: &dyn Store) {

@@ -23,7 +23,7 @@ mod split;
 mod sqlite;
 pub mod testing;
 
-use hearth_core::{FunctionSpec, FunctionVersion};
+use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use serde::{Deserialize, Serialize};
 
 pub use artifacts::{ArtifactStore, sha256_hex, write_atomically, write_secret};
@@ -238,6 +238,12 @@ pub struct TapeQuery {
     pub limit: u32,
 }
 
+/// A stored colocation mode (`NULL`: no override).
+fn parse_colocation(text: Option<String>) -> Result<Option<Colocation>, StoreError> {
+    text.map(|t| t.parse().map_err(StoreError::Corrupt))
+        .transpose()
+}
+
 /// The durable state behind one Hearth node (or a cluster's gateway).
 ///
 /// Calls block on I/O: async callers run them on a blocking thread.
@@ -247,6 +253,15 @@ pub trait Store: Send + Sync + 'static {
     fn tenant_exists(&self, name: &str) -> Result<bool, StoreError>;
     /// Makes a new random token for `tenant` and returns it; only its hash is kept.
     fn create_token(&self, tenant: &str, role: Role) -> Result<String, StoreError>;
+    /// The tenant's own colocation mode, if it overrides the cluster's.
+    fn tenant_colocation(&self, tenant: &str) -> Result<Option<Colocation>, StoreError>;
+    /// Sets (or, with `None`, clears) the tenant's override; fails with
+    /// [`StoreError::NoSuchTenant`] for an unknown tenant.
+    fn set_tenant_colocation(
+        &self,
+        tenant: &str,
+        mode: Option<Colocation>,
+    ) -> Result<(), StoreError>;
     fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError>;
 
     // -- functions --

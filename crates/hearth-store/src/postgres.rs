@@ -18,18 +18,22 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use hearth_core::{FunctionSpec, FunctionVersion};
+use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use postgres::{Client, NoTls, Row};
 
 use crate::{
     FunctionMode, FunctionSummary, LogQuery, LogRecord, LogStream, Principal, Role, StoreError,
-    sha256_hex,
+    parse_colocation, sha256_hex,
 };
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS tenants (
     name        TEXT PRIMARY KEY,
     created_ms  BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tenant_settings (
+    tenant      TEXT PRIMARY KEY REFERENCES tenants(name),
+    colocation  TEXT
 );
 CREATE TABLE IF NOT EXISTS tokens (
     hash        TEXT PRIMARY KEY,
@@ -165,6 +169,37 @@ impl PgStore {
                     .is_some(),
             )
         })
+    }
+
+    pub fn tenant_colocation(&self, tenant: &str) -> Result<Option<Colocation>, StoreError> {
+        let text: Option<String> = self.with(|c| {
+            Ok(c.query_opt(
+                "SELECT colocation FROM tenant_settings WHERE tenant = $1",
+                &[&tenant],
+            )?
+            .and_then(|r| r.get(0)))
+        })?;
+        parse_colocation(text)
+    }
+
+    pub fn set_tenant_colocation(
+        &self,
+        tenant: &str,
+        mode: Option<Colocation>,
+    ) -> Result<(), StoreError> {
+        let mode = mode.map(Colocation::as_str);
+        let written = self.with(|c| {
+            c.execute(
+                "INSERT INTO tenant_settings (tenant, colocation)
+                 SELECT name, $2 FROM tenants WHERE name = $1
+                 ON CONFLICT (tenant) DO UPDATE SET colocation = excluded.colocation",
+                &[&tenant, &mode],
+            )
+        })?;
+        if written == 0 {
+            return Err(StoreError::NoSuchTenant(tenant.to_string()));
+        }
+        Ok(())
     }
 
     pub fn create_token(&self, tenant: &str, role: Role) -> Result<String, StoreError> {

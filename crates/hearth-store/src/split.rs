@@ -3,7 +3,7 @@
 //! stays in the member's own SQLite, beside the segment files it points
 //! into (a segment number means nothing on another node).
 
-use hearth_core::{FunctionSpec, FunctionVersion};
+use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 
 use crate::{
     BlobEntry, BlockQuery, FunctionMode, FunctionSummary, LogQuery, LogRecord, PgStore, Principal,
@@ -28,6 +28,16 @@ impl Store for SplitStore {
     }
     fn tenant_exists(&self, name: &str) -> Result<bool, StoreError> {
         self.shared.tenant_exists(name)
+    }
+    fn tenant_colocation(&self, tenant: &str) -> Result<Option<Colocation>, StoreError> {
+        self.shared.tenant_colocation(tenant)
+    }
+    fn set_tenant_colocation(
+        &self,
+        tenant: &str,
+        mode: Option<Colocation>,
+    ) -> Result<(), StoreError> {
+        self.shared.set_tenant_colocation(tenant, mode)
     }
     fn create_token(&self, tenant: &str, role: Role) -> Result<String, StoreError> {
         self.shared.create_token(tenant, role)

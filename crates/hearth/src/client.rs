@@ -128,6 +128,19 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
+    /// Show a tenant's settings, or change its colocation mode (admin):
+    /// which of its functions may share a runtime with whose.
+    Tenant {
+        name: String,
+        /// full, tenant, function or none.
+        #[arg(long, conflicts_with = "clear_colocation")]
+        colocation: Option<hearth_core::Colocation>,
+        /// Drop the tenant's own mode: the cluster's applies again.
+        #[arg(long)]
+        clear_colocation: bool,
+        #[command(flatten)]
+        target: Target,
+    },
     /// List a function's recorded invocations (`recordings NAME`), or show
     /// one's timeline of host calls (`recordings show ID`).
     Recordings {
@@ -338,8 +351,9 @@ fn print_status(url: &str, v: &Value) {
     }
     if let Some(p) = v["tiers"]["process"]["details"].as_object() {
         println!(
-            "process tier: cgroups {}, {} paused handlers, {} generic Node.js processes",
+            "process tier: cgroups {}, colocation {}, {} paused handlers, {} generic Node.js processes",
             p.get("cgroups").and_then(Value::as_str).unwrap_or("none"),
+            p.get("colocation").and_then(Value::as_str).unwrap_or("?"),
             p.get("paused_handlers").unwrap_or(&Value::Null),
             p.get("generic_node_processes").unwrap_or(&Value::Null),
         );
@@ -349,12 +363,17 @@ fn print_status(url: &str, v: &Value) {
             .into_iter()
             .flatten()
         {
+            let scope = match (z["scope"]["shared_by"].as_str(), z["scope"]["of"].as_str()) {
+                (None, _) => "root".to_string(),
+                (Some(by), None) => format!("shared by {by}"),
+                (Some(by), Some(of)) => format!("shared by {by} {of}"),
+            };
             println!(
-                "  zygote pid {}: {} packages, {:.1} MiB PSS, {} forks",
-                z[0],
-                z[1],
-                z[2].as_f64().unwrap_or(0.0) / 1048576.0,
-                z[3]
+                "  zygote pid {}: {} packages, {:.1} MiB PSS, {} forks, {scope}",
+                z["pid"],
+                z["packages"],
+                z["pss_bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
+                z["forks"]
             );
         }
     }
@@ -703,6 +722,39 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
             };
             if !identical {
                 std::process::exit(1);
+            }
+        }
+        ClientCommand::Tenant {
+            name,
+            colocation,
+            clear_colocation,
+            target,
+        } => {
+            let c = Client::new(data_dir, &target)?;
+            let path = format!("/v1/tenants/{name}");
+            let req = if colocation.is_some() || clear_colocation {
+                c.request(reqwest::Method::PUT, &path)
+                    .json(&serde_json::json!({ "colocation": colocation }))
+            } else {
+                c.request(reqwest::Method::GET, &path)
+            };
+            let v = c.send(req).await?;
+            if c.json {
+                c.print_json(&v);
+            } else {
+                let own = v["colocation_override"].as_str();
+                println!(
+                    "tenant {}: colocation {} ({})",
+                    v["tenant"].as_str().unwrap_or_default(),
+                    v["colocation"].as_str().unwrap_or("?"),
+                    match own {
+                        Some(_) => "its own".to_string(),
+                        None => format!(
+                            "the cluster's; its own would override {}",
+                            v["cluster_colocation"].as_str().unwrap_or("?")
+                        ),
+                    }
+                );
             }
         }
         ClientCommand::CreateTenant { name, target } => {

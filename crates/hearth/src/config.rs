@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
+use hearth_core::Colocation;
 use hearth_proc::Caches;
 use serde::Deserialize;
 
@@ -28,6 +29,7 @@ pub struct FileConfig {
     pub offline_packages: Option<PathBuf>,
     pub keep_alive_s: Option<u64>,
     pub proc_caches: Option<String>,
+    pub colocation: Option<String>,
     pub js_pin_after: Option<u32>,
     pub record: Option<bool>,
     pub record_durability: Option<String>,
@@ -92,6 +94,12 @@ pub struct UpArgs {
     /// install, import, handler. Turning caches off is for measuring them.
     #[arg(long, env = "HEARTH_PROC_CACHES")]
     pub proc_caches: Option<String>,
+    /// Which functions may share a runtime (a Python zygote holding their
+    /// packages): full, tenant (default), function or none. A tenant's
+    /// own setting (PUT /v1/tenants/{tenant}) overrides it. Give every
+    /// member of a cluster the same.
+    #[arg(long, env = "HEARTH_COLOCATION")]
+    pub colocation: Option<Colocation>,
     /// Fallbacks to the process tier after which a JavaScript function
     /// stays there until its next deploy (default 3).
     #[arg(long, env = "HEARTH_JS_PIN_AFTER")]
@@ -181,6 +189,7 @@ pub struct Settings {
     pub offline_packages: Option<PathBuf>,
     pub keep_alive_s: u64,
     pub proc_caches: Caches,
+    pub colocation: Colocation,
     pub js_pin_after: u32,
     /// `None`: recording is off.
     pub record: Option<hearth_record::RecordConfig>,
@@ -296,6 +305,16 @@ impl Settings {
             proc_caches: match args.proc_caches.as_ref().or(file.proc_caches.as_ref()) {
                 Some(s) => Caches::parse(s).map_err(anyhow::Error::msg)?,
                 None => Caches::ALL,
+            },
+            colocation: match args.colocation {
+                Some(m) => m,
+                None => file
+                    .colocation
+                    .as_deref()
+                    .map(str::parse)
+                    .transpose()
+                    .map_err(anyhow::Error::msg)?
+                    .unwrap_or_default(),
             },
             data_dir: data_dir.to_path_buf(),
             listen: args

@@ -80,6 +80,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     proc_config.offline_packages = settings.offline_packages.clone();
     proc_config.keep_alive = std::time::Duration::from_secs(settings.keep_alive_s);
     proc_config.caches = settings.proc_caches;
+    proc_config.colocation = Arc::new(hearth_node::StoreColocation::new(
+        settings.colocation,
+        store.clone(),
+    ));
     if settings.proc_caches != hearth_proc::Caches::ALL {
         tracing::warn!(caches = ?settings.proc_caches, "process tier caches are turned off: cold starts will be slow");
     }
@@ -122,6 +126,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             max_timeout_ms: settings.max_timeout_ms,
             max_memory_mib: settings.max_memory_mib,
             pin_after_fallbacks: settings.js_pin_after,
+            colocation: settings.colocation,
         },
     );
     if let Some(r) = &recorder {

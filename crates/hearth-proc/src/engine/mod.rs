@@ -30,7 +30,7 @@ use crate::handler::{Handler, HandlerCache};
 use crate::install::{InstallCache, Installed};
 use crate::proto::{read_frame, write_frame};
 use crate::session::converse;
-use crate::zygote::{ZygoteConfig, ZygoteTree};
+use crate::zygote::{Scope, ZygoteConfig, ZygoteTree};
 
 mod launch;
 
@@ -172,6 +172,7 @@ impl ProcEngine {
                 .get()
                 .map(ZygoteTree::describe)
                 .unwrap_or_default(),
+            colocation: inner.config.colocation.default_mode(),
         }
     }
 
@@ -420,10 +421,13 @@ impl ProcPrepared {
             let (installed, dir) = engine.install_privately(&self.installed).await?;
             (installed, Some(dir))
         };
-        let zygote = if caches.install && caches.import {
-            tree.for_packages(&installed).await
-        } else {
-            tree.for_packages(&[]).await
+        let v = &self.version;
+        let mode = engine.0.config.colocation.mode_for(&v.tenant);
+        let zygote = match Scope::for_function(mode, &v.tenant, &v.name) {
+            Some(scope) if caches.install && caches.import => {
+                tree.for_packages(&installed, &scope).await
+            }
+            _ => tree.root(),
         };
         let packages: Vec<PathBuf> = installed.iter().map(|i| i.path.clone()).collect();
         let launched = engine

@@ -9,20 +9,24 @@
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
-use hearth_core::{FunctionSpec, FunctionVersion};
+use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use rusqlite::{Connection, OptionalExtension, params};
 
 mod tapes;
 
 use crate::{
     BlobEntry, BlockQuery, FunctionMode, FunctionSummary, LogQuery, LogRecord, LogStream,
-    Principal, Role, Store, StoreError, TapeBlock, sha256_hex,
+    Principal, Role, Store, StoreError, TapeBlock, parse_colocation, sha256_hex,
 };
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS tenants (
     name        TEXT PRIMARY KEY,
     created_ms  INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tenant_settings (
+    tenant      TEXT PRIMARY KEY REFERENCES tenants(name),
+    colocation  TEXT
 );
 CREATE TABLE IF NOT EXISTS tokens (
     hash        TEXT PRIMARY KEY,
@@ -170,6 +174,43 @@ impl Store for SqliteStore {
             .query_row("SELECT 1 FROM tenants WHERE name = ?1", [name], |_| Ok(()))
             .optional()?
             .is_some())
+    }
+
+    fn tenant_colocation(&self, tenant: &str) -> Result<Option<Colocation>, StoreError> {
+        let conn = self.reader();
+        let text: Option<Option<String>> = conn
+            .query_row(
+                "SELECT colocation FROM tenant_settings WHERE tenant = ?1",
+                [tenant],
+                |r| r.get(0),
+            )
+            .optional()?;
+        parse_colocation(text.flatten())
+    }
+
+    fn set_tenant_colocation(
+        &self,
+        tenant: &str,
+        mode: Option<Colocation>,
+    ) -> Result<(), StoreError> {
+        let conn = self.writer();
+        let exists = conn
+            .query_row(
+                "SELECT 1 FROM tenants WHERE name = ?1",
+                [tenant],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some();
+        if !exists {
+            return Err(StoreError::NoSuchTenant(tenant.to_string()));
+        }
+        conn.execute(
+            "INSERT INTO tenant_settings (tenant, colocation) VALUES (?1, ?2)
+             ON CONFLICT (tenant) DO UPDATE SET colocation = excluded.colocation",
+            params![tenant, mode.map(Colocation::as_str)],
+        )?;
+        Ok(())
     }
 
     fn create_token(&self, tenant: &str, role: Role) -> Result<String, StoreError> {

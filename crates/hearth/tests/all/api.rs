@@ -242,6 +242,7 @@ async fn openapi_describes_every_route() {
         "/metrics",
         "/v1/whoami",
         "/v1/tenants",
+        "/v1/tenants/{tenant}",
         "/v1/functions",
         "/v1/functions/{name}",
         "/v1/functions/{name}/logs",
