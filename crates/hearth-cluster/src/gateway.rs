@@ -16,7 +16,7 @@
 //! that timed out (it may still be running). A second failure is an error
 //! naming both nodes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -73,6 +73,9 @@ pub struct Heartbeat {
     pub in_flight: u64,
     /// The node process's resident memory, MiB.
     pub rss_mb: u64,
+    /// Warm pools: instances ready for a new invocation, by kind.
+    #[serde(default)]
+    pub pool_free: BTreeMap<String, u64>,
 }
 
 /// One node as `GET /v1/cluster/nodes` shows it.
@@ -88,8 +91,11 @@ pub struct MemberView {
     /// Memory committed to invocations this gateway has running there.
     pub committed_mb: u64,
     pub loaded: usize,
+    /// Tenants with a function loaded there.
+    pub tenants: usize,
     pub in_flight: u64,
     pub rss_mb: u64,
+    pub pool_free: BTreeMap<String, u64>,
     /// Invocations this gateway sent there.
     pub placed: u64,
     pub last_heartbeat_ms_ago: u64,
@@ -356,8 +362,15 @@ impl Gateway {
                 capacity_mb: m.capacity_mb,
                 committed_mb: m.committed_mb,
                 loaded: m.loaded.len(),
+                tenants: m
+                    .loaded
+                    .iter()
+                    .map(|(t, _)| t)
+                    .collect::<HashSet<_>>()
+                    .len(),
                 in_flight: m.report.in_flight,
                 rss_mb: m.report.rss_mb,
+                pool_free: m.report.pool_free.clone(),
                 placed: m.placed,
                 last_heartbeat_ms_ago: m.last_seen.elapsed().as_millis() as u64,
             })

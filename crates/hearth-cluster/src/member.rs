@@ -108,6 +108,7 @@ impl Membership {
                     loaded: node.loaded(),
                     in_flight: node.in_flight() as u64,
                     rss_mb: rss_mb(),
+                    pool_free: node.pool_free(),
                 };
                 let url = format!("{}/v1/cluster/nodes/{}/heartbeat", me.gateway, me.id());
                 let sent = me

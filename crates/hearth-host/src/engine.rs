@@ -90,6 +90,13 @@ pub trait Engine: Send + Sync + 'static {
     fn status(&self) -> EngineStatus {
         EngineStatus::default()
     }
+
+    /// The tier's warm pools: pre-started or pre-allocated instances a new
+    /// invocation could take now, by kind. Cheap: nodes send it in every
+    /// heartbeat.
+    fn pool_free(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// One tier's report for `hearth status`.

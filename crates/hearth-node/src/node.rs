@@ -192,6 +192,16 @@ impl Node {
     }
 
     /// Functions this node has code prepared for, as (tenant, name).
+    /// Every tier's warm pools: instances ready for a new invocation, by
+    /// kind (`wasm_slots`, `node_processes`, `sandbox_roots`).
+    pub fn pool_free(&self) -> std::collections::BTreeMap<String, u64> {
+        self.engines
+            .values()
+            .flat_map(|e| e.pool_free())
+            .map(|(kind, n)| (kind.to_string(), n))
+            .collect()
+    }
+
     pub fn loaded(&self) -> Vec<(String, String)> {
         self.table.loaded()
     }

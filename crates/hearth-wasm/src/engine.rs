@@ -4,7 +4,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -58,6 +58,8 @@ struct EngineInner {
     /// settings never load another's compiled code.
     cache_dir: PathBuf,
     ticker_stop: Arc<AtomicBool>,
+    /// Sandboxes alive now (each holds one pool slot while it lives).
+    live: Arc<AtomicUsize>,
 }
 
 impl Drop for EngineInner {
@@ -67,6 +69,12 @@ impl Drop for EngineInner {
 }
 
 impl WasmEngine {
+    /// Counts a sandbox as alive until the guard drops.
+    pub(crate) fn live_guard(&self) -> LiveGuard {
+        self.0.live.fetch_add(1, Ordering::Relaxed);
+        LiveGuard(self.0.live.clone())
+    }
+
     pub fn new(config: WasmConfig) -> anyhow::Result<Self> {
         let mut wt = wasmtime::Config::new();
         wt.epoch_interruption(true)
@@ -118,6 +126,7 @@ impl WasmEngine {
             config,
             cache_dir,
             ticker_stop,
+            live: Arc::new(AtomicUsize::new(0)),
         })))
     }
 
@@ -247,6 +256,15 @@ impl Engine for WasmEngine {
         Tier::Wasm
     }
 
+    fn pool_free(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.0.config;
+        if !c.pooling {
+            return Vec::new();
+        }
+        let live = self.0.live.load(Ordering::Relaxed) as u64;
+        vec![("wasm_slots", (c.max_sandboxes as u64).saturating_sub(live))]
+    }
+
     fn status(&self) -> hearth_host::EngineStatus {
         let c = &self.0.config;
         hearth_host::EngineStatus {
@@ -326,6 +344,15 @@ impl WasmEngine {
         })
         .await
         .map_err(|e| DeployError::Load(format!("loader task failed: {e}")))?
+    }
+}
+
+/// One live sandbox, counted in [`WasmEngine::pool_free`].
+pub(crate) struct LiveGuard(Arc<AtomicUsize>);
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

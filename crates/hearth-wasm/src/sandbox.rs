@@ -133,6 +133,7 @@ pub struct WasmSandbox {
     store: Store<SandboxState>,
     instance: Instance,
     template: Arc<SandboxTemplate>,
+    _live: crate::engine::LiveGuard,
 }
 
 impl WasmSandbox {
@@ -149,6 +150,7 @@ impl WasmSandbox {
             deadline: None,
             timed_out: false,
         };
+        let live = engine.live_guard();
         let mut store = new_store(engine, state);
         let instance = match pre.instantiate_async(&mut store).await {
             Ok(i) => i,
@@ -169,6 +171,7 @@ impl WasmSandbox {
             store,
             instance,
             template: template.clone(),
+            _live: live,
         })
     }
 

@@ -254,6 +254,17 @@ impl Engine for ProcEngine {
         Tier::Process
     }
 
+    fn pool_free(&self) -> Vec<(&'static str, u64)> {
+        let inner = &self.0;
+        vec![
+            (
+                "node_processes",
+                inner.node_pool.lock().unwrap().len() as u64,
+            ),
+            ("sandbox_roots", inner.roots.lock().unwrap().len() as u64),
+        ]
+    }
+
     fn status(&self) -> hearth_host::EngineStatus {
         let s = ProcEngine::status(self);
         hearth_host::EngineStatus {

@@ -137,6 +137,28 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
             .any(|n| n["url"] == untouched.as_str() && n["loaded"] == 1)
     })
     .await;
+    let m = members(&gw).await;
+    let view = m.iter().find(|n| n["url"] == untouched.as_str()).unwrap();
+    assert_eq!(view["tenants"], 1, "{view}");
+    let slots = view["pool_free"]["wasm_slots"].as_u64();
+    assert!(
+        slots.is_some_and(|n| n > 0 && n <= 1000),
+        "the heartbeat reports free wasm pool slots: {view}"
+    );
+
+    // A tenant's colocation mode, set through the gateway, is what every
+    // node reads (the cluster store holds it).
+    let r = gw
+        .http
+        .put(format!("{}/v1/tenants/admin", gw.url))
+        .bearer_auth(&gw.token)
+        .json(&serde_json::json!({"colocation": "function"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let on_node = nodes[2].get_json("/v1/tenants/admin").await;
+    assert_eq!(on_node["colocation_override"], "function", "{on_node}");
 
     // Code is deployed through the gateway only: a node has no way to
     // give it to the others.
