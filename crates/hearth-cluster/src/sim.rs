@@ -47,6 +47,9 @@ pub struct SimConfig {
     pub max_instances: usize,
     /// How often memory is sampled for the time series.
     pub sample_ms: u64,
+    /// Nodes `0..real_nodes` stand for real ones: what the placer sends
+    /// them is also kept in [`ModeReport::real`], for a real node to run.
+    pub real_nodes: usize,
     pub seed: u64,
 }
 
@@ -65,6 +68,7 @@ impl Default for SimConfig {
             keep_alive_ms: (600_000, 1_200_000),
             max_instances: 416,
             sample_ms: 10_000,
+            real_nodes: 0,
             seed: 7,
         }
     }
@@ -93,6 +97,8 @@ pub struct ModeReport {
     pub place_ns: f64,
     /// (seconds, GB held across nodes), every `sample_ms`.
     pub memory: Vec<(f64, f64)>,
+    /// What the placer sent to nodes `0..real_nodes`, as (node, invocation).
+    pub real: Vec<(usize, Invocation)>,
 }
 
 #[derive(Debug, Clone)]
@@ -187,7 +193,12 @@ pub fn simulate(trace: &Trace, cfg: &SimConfig) -> ModeReport {
             .place(inv.tenant, inv.function, u64::from(inv.memory_mb));
         place_ns += t0.elapsed().as_nanos();
         match node {
-            Some(n) => sim.start(n, inv),
+            Some(n) => {
+                if n < cfg.real_nodes {
+                    sim.report.real.push((n, *inv));
+                }
+                sim.start(n, inv)
+            }
             None => sim.report.rejected += 1,
         }
     }

@@ -44,6 +44,21 @@ pub struct TraceArgs {
     /// Pool sizes (pre-started instances per node) to compare.
     #[arg(long, value_delimiter = ',', default_value = "8,0")]
     pools: Vec<usize>,
+    /// Real nodes: the placer's first N nodes are also run for real (a
+    /// `hearth up` each, started for the run), replaying what it sent them
+    /// in a window of the trace; results in real.csv.
+    #[arg(long, default_value_t = 0)]
+    real_nodes: usize,
+    /// The real nodes' window, replayed at the trace's own pace: trace
+    /// seconds FROM .. FROM + SECONDS.
+    #[arg(long, default_value_t = 0)]
+    real_from_s: u64,
+    #[arg(long, default_value_t = 60)]
+    real_seconds: u64,
+    /// Cap on how long a real invocation sleeps (trace durations run to
+    /// minutes).
+    #[arg(long, default_value_t = 1000)]
+    real_max_ms: u64,
     /// Where the report goes.
     #[arg(long, default_value = "trace-report")]
     out: PathBuf,
@@ -93,7 +108,20 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         a.nodes,
         a.node_mib
     );
+    anyhow::ensure!(
+        a.real_nodes <= a.nodes,
+        "--real-nodes {} is more than --nodes {}",
+        a.real_nodes,
+        a.nodes
+    );
+    let real = crate::realnode::RealConfig {
+        nodes: a.real_nodes,
+        from_s: a.real_from_s,
+        seconds: a.real_seconds,
+        max_ms: a.real_max_ms,
+    };
     let mut reports = Vec::new();
+    let mut real_reports = Vec::new();
     for &pool in &a.pools {
         for &mode in &a.modes {
             let cfg = SimConfig {
@@ -101,15 +129,33 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                 node_mb: a.node_mib,
                 mode,
                 pool,
+                real_nodes: a.real_nodes,
                 ..SimConfig::default()
             };
-            reports.push(simulate(&t, &cfg));
+            let mut r = simulate(&t, &cfg);
+            if a.real_nodes > 0 {
+                eprintln!("{} / pool {pool}:", mode.as_str());
+                let share = std::mem::take(&mut r.real);
+                real_reports.push(crate::realnode::run(&share, mode, pool, &real)?);
+            }
+            reports.push(r);
         }
     }
     let title = format!("Memory held, {title}");
     report::write(&a.out, &title, &reports)
         .with_context(|| format!("writing {}", a.out.display()))?;
     print!("{}", report::summary_markdown(&reports));
+    if !real_reports.is_empty() {
+        std::fs::write(a.out.join("real.csv"), crate::realnode::csv(&real_reports))?;
+        println!(
+            "\nReal nodes ({} of {}), trace seconds {}..{}:\n\n{}",
+            a.real_nodes,
+            a.nodes,
+            a.real_from_s,
+            a.real_from_s + a.real_seconds,
+            crate::realnode::markdown(&real_reports)
+        );
+    }
     eprintln!(
         "wrote {}/summary.csv, memory.csv, memory.svg",
         a.out.display()

@@ -5,6 +5,7 @@ mod bench;
 mod client;
 mod config;
 mod daemon;
+mod realnode;
 mod recordings;
 
 use std::path::PathBuf;

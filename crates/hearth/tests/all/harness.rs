@@ -240,7 +240,9 @@ impl Drop for Daemon {
     /// leaves mounts behind).
     fn drop(&mut self) {
         if let Ok(Some(_)) = self.child.try_wait() {
-            return; // already gone (kill9)
+            // Killed (kill9): nothing removed its cgroups.
+            remove_cgroups_of_killed(&self.dir);
+            return;
         }
         // SAFETY: kill(2) has no memory-safety preconditions.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
@@ -253,6 +255,48 @@ impl Drop for Daemon {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Where a node with data directory `data` keeps its cgroups of `controller`
+/// (named after a hash of its process-tier directory).
+pub fn instance_dir(data: &Path, controller: &str) -> PathBuf {
+    let dir = data.canonicalize().unwrap_or_else(|_| data.to_path_buf());
+    let hash = hearth_store::sha256_hex(dir.join("proc").as_os_str().as_encoded_bytes());
+    Path::new("/sys/fs/cgroup")
+        .join(controller)
+        .join("hearth")
+        .join(format!("n{}", &hash[..12]))
+}
+
+/// Removes the (empty) cgroups a killed daemon left, unless a daemon
+/// restarted on the same data directory owns them now. A node restarted
+/// there would remove them itself; a test's directory is never reused.
+fn remove_cgroups_of_killed(dir: &Path) {
+    let restarted = std::fs::read_to_string(dir.join("server.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["pid"].as_u64())
+        .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+    if restarted {
+        return;
+    }
+    fn rmdir_tree(d: &Path) {
+        if let Ok(entries) = std::fs::read_dir(d) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    rmdir_tree(&e.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(d);
+    }
+    // cgroup v1 (a directory per controller) and v2 (one, "" here).
+    for c in ["memory", "pids", "cpu", "cpu,cpuacct", "freezer", ""] {
+        let d = instance_dir(dir, c);
+        if d.exists() {
+            rmdir_tree(&d);
+        }
     }
 }
 

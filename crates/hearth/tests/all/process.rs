@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::harness::{Daemon, error_of, spin_times_out_while_ok_answers, tar_of};
+use crate::harness::{Daemon, error_of, instance_dir, spin_times_out_while_ok_answers, tar_of};
 
 async fn deploy(d: &Daemon, name: &str, file: &str, code: &[u8], query: &[(&str, &str)]) {
     let runtime = if file.ends_with(".py") {
@@ -376,16 +376,6 @@ async fn stopping_the_daemon_removes_its_mounts_and_cgroups() {
         let left = instance_dir(&ours, c);
         assert!(!left.exists(), "{} left behind", left.display());
     }
-}
-
-/// Where a node with data directory `data` keeps its cgroups of `controller`
-/// (named after a hash of its process-tier directory).
-fn instance_dir(data: &std::path::Path, controller: &str) -> std::path::PathBuf {
-    let hash = hearth_store::sha256_hex(data.join("proc").as_os_str().as_encoded_bytes());
-    std::path::Path::new("/sys/fs/cgroup")
-        .join(controller)
-        .join("hearth")
-        .join(format!("n{}", &hash[..12]))
 }
 
 async fn create_tenant(d: &Daemon, name: &str) -> String {

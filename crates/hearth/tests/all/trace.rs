@@ -71,3 +71,76 @@ fn the_azure_2021_excerpt_is_reported_per_mode_as_csv_and_svg() {
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(err.contains("no \"app\" column"), "{err}");
 }
+
+/// Hydra §5.2's setup in small: the placer runs the whole excerpt over three
+/// nodes, and what it sends node 0 in the first 30 trace seconds is run for
+/// real on a `hearth up` started by the bench (Python handlers that sleep
+/// for the invocation's duration).
+#[test]
+fn a_real_node_runs_its_share_of_the_trace_window() {
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(HEARTH)
+        .args([
+            "bench",
+            "trace",
+            "--nodes",
+            "3",
+            "--modes",
+            "tenant",
+            "--pools",
+            "8",
+            "--real-nodes",
+            "1",
+            "--real-seconds",
+            "30",
+            "--real-max-ms",
+            "200",
+            "--out",
+        ])
+        .arg(out.path())
+        .arg("--trace")
+        .arg(data("azure2021/Azure2021_200.csv"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = run.id();
+    let run = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let real = std::fs::read_to_string(out.path().join("real.csv")).unwrap();
+    let header: Vec<&str> = real.lines().next().unwrap().split(',').collect();
+    let rows: Vec<Vec<&str>> = real
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 1, "{real}");
+    let col = |name: &str| -> f64 {
+        let i = header.iter().position(|h| *h == name).unwrap();
+        rows[0][i].parse().unwrap()
+    };
+    assert!(col("sent") > 0.0, "the placer sent node 0 work: {real}");
+    assert_eq!(col("failed"), 0.0, "{real}\n{stderr}");
+    assert_eq!(col("ok"), col("sent"));
+    assert_eq!(col("cold") + col("warm"), col("ok"));
+    assert!(
+        col("cold") >= 1.0,
+        "a fresh node's first invocation is cold: {real}"
+    );
+    assert!(
+        col("peak_mb") > 0.0,
+        "the node's memory was sampled: {real}"
+    );
+    // The bench stopped its node: no data directory or cgroup of it left.
+    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("hearth-real-{pid}-"))
+        })
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
