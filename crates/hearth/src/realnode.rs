@@ -407,53 +407,60 @@ fn node_memory_mb(pid: u32, dir: &Path) -> f64 {
     rss_kb as f64 / 1024.0 + sandboxes as f64 / 1048576.0
 }
 
+/// The report's columns: (CSV header, Markdown header), in order.
+const COLUMNS: [(&str, &str); 12] = [
+    ("mode", "mode"),
+    ("pool", "pool"),
+    ("sent", "sent"),
+    ("ok", "ok"),
+    ("failed", "failed"),
+    ("cold", "cold"),
+    ("warm", "warm"),
+    ("functions_py_wasm", "functions (py/wasm)"),
+    ("p50_overhead_ms", "p50 overhead ms"),
+    ("p99_overhead_ms", "p99 overhead ms"),
+    ("mean_mb", "mean MB"),
+    ("peak_mb", "peak MB"),
+];
+
+impl RealReport {
+    /// The row's cells, in [`COLUMNS`] order.
+    fn cells(&self) -> [String; 12] {
+        [
+            self.mode.clone(),
+            self.pool.to_string(),
+            self.sent.to_string(),
+            self.ok.to_string(),
+            self.failed.to_string(),
+            self.cold.to_string(),
+            self.warm.to_string(),
+            format!("{}/{}", self.python_functions, self.wasm_functions),
+            format!("{:.1}", self.p50_overhead_ms),
+            format!("{:.1}", self.p99_overhead_ms),
+            format!("{:.1}", self.mean_mb),
+            format!("{:.1}", self.peak_mb),
+        ]
+    }
+}
+
 /// `real.csv`: one row per mode and pool size.
 pub fn csv(reports: &[RealReport]) -> String {
-    let mut out = String::from(
-        "mode,pool,sent,ok,failed,cold,warm,python_functions,wasm_functions,p50_overhead_ms,p99_overhead_ms,mean_mb,peak_mb\n",
-    );
+    let mut out = COLUMNS.map(|c| c.0).join(",") + "\n";
     for r in reports {
-        out.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{:.1},{:.1},{:.1},{:.1}\n",
-            r.mode,
-            r.pool,
-            r.sent,
-            r.ok,
-            r.failed,
-            r.cold,
-            r.warm,
-            r.python_functions,
-            r.wasm_functions,
-            r.p50_overhead_ms,
-            r.p99_overhead_ms,
-            r.mean_mb,
-            r.peak_mb
-        ));
+        out += &(r.cells().join(",") + "\n");
     }
     out
 }
 
 /// The same as a Markdown table, for `bench/RESULTS.md`.
 pub fn markdown(reports: &[RealReport]) -> String {
-    let mut out = String::from(
-        "| mode | pool | sent | failed | cold | warm | functions (py/wasm) | p50 overhead ms | p99 overhead ms | mean MB | peak MB |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+    let mut out = format!(
+        "| {} |\n|{}\n",
+        COLUMNS.map(|c| c.1).join(" | "),
+        "---|".repeat(COLUMNS.len())
     );
     for r in reports {
-        out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {}/{} | {:.1} | {:.1} | {:.0} | {:.0} |\n",
-            r.mode,
-            r.pool,
-            r.sent,
-            r.failed,
-            r.cold,
-            r.warm,
-            r.python_functions,
-            r.wasm_functions,
-            r.p50_overhead_ms,
-            r.p99_overhead_ms,
-            r.mean_mb,
-            r.peak_mb
-        ));
+        out += &format!("| {} |\n", r.cells().join(" | "));
     }
     out
 }

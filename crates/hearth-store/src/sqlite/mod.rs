@@ -193,23 +193,17 @@ impl Store for SqliteStore {
         tenant: &str,
         mode: Option<Colocation>,
     ) -> Result<(), StoreError> {
-        let conn = self.writer();
-        let exists = conn
-            .query_row(
-                "SELECT 1 FROM tenants WHERE name = ?1",
-                [tenant],
-                |_| Ok(()),
-            )
-            .optional()?
-            .is_some();
-        if !exists {
-            return Err(StoreError::NoSuchTenant(tenant.to_string()));
-        }
-        conn.execute(
-            "INSERT INTO tenant_settings (tenant, colocation) VALUES (?1, ?2)
+        // Written only if the tenant exists, in one statement (as in
+        // PostgreSQL's version).
+        let written = self.writer().execute(
+            "INSERT INTO tenant_settings (tenant, colocation)
+             SELECT name, ?2 FROM tenants WHERE name = ?1
              ON CONFLICT (tenant) DO UPDATE SET colocation = excluded.colocation",
             params![tenant, mode.map(Colocation::as_str)],
         )?;
+        if written == 0 {
+            return Err(StoreError::NoSuchTenant(tenant.to_string()));
+        }
         Ok(())
     }
 
