@@ -191,7 +191,6 @@ impl Node {
         self.config.max_concurrency - self.admission.available_permits()
     }
 
-    /// Functions this node has code prepared for, as (tenant, name).
     /// Every tier's warm pools: instances ready for a new invocation, by
     /// kind (`wasm_slots`, `node_processes`, `sandbox_roots`).
     pub fn pool_free(&self) -> std::collections::BTreeMap<String, u64> {
@@ -202,6 +201,7 @@ impl Node {
             .collect()
     }
 
+    /// Functions this node has code prepared for, as (tenant, name).
     pub fn loaded(&self) -> Vec<(String, String)> {
         self.table.loaded()
     }
@@ -277,12 +277,12 @@ impl Node {
             .ok_or_else(|| NodeError::RuntimeUnavailable(spec.runtime.to_string()))
     }
 
-    /// What this node is doing and what it cannot enforce, per tier.
     /// The colocation mode of tenants without their own.
     pub fn default_colocation(&self) -> hearth_core::Colocation {
         self.config.colocation
     }
 
+    /// What this node is doing and what it cannot enforce, per tier.
     pub fn status(&self) -> serde_json::Value {
         let mut degraded = Vec::new();
         let mut tiers = serde_json::Map::new();

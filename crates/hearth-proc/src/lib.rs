@@ -36,7 +36,7 @@ mod syntax;
 pub mod zygote;
 
 pub use config::{Caches, Isolation, ProcConfig, ProcStatus};
-pub use engine::ProcEngine;
+pub use engine::{ProcEngine, instance_name};
 
 /// The helper programs, embedded so the binary is all a node needs.
 pub const HELPER_PY: &[u8] = include_bytes!("../helper/helper.py");

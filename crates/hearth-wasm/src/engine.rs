@@ -4,7 +4,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -58,8 +58,6 @@ struct EngineInner {
     /// settings never load another's compiled code.
     cache_dir: PathBuf,
     ticker_stop: Arc<AtomicBool>,
-    /// Sandboxes alive now (each holds one pool slot while it lives).
-    live: Arc<AtomicUsize>,
 }
 
 impl Drop for EngineInner {
@@ -69,12 +67,6 @@ impl Drop for EngineInner {
 }
 
 impl WasmEngine {
-    /// Counts a sandbox as alive until the guard drops.
-    pub(crate) fn live_guard(&self) -> LiveGuard {
-        self.0.live.fetch_add(1, Ordering::Relaxed);
-        LiveGuard(self.0.live.clone())
-    }
-
     pub fn new(config: WasmConfig) -> anyhow::Result<Self> {
         let mut wt = wasmtime::Config::new();
         wt.epoch_interruption(true)
@@ -126,7 +118,6 @@ impl WasmEngine {
             config,
             cache_dir,
             ticker_stop,
-            live: Arc::new(AtomicUsize::new(0)),
         })))
     }
 
@@ -257,12 +248,13 @@ impl Engine for WasmEngine {
     }
 
     fn pool_free(&self) -> Vec<(&'static str, u64)> {
-        let c = &self.0.config;
-        if !c.pooling {
+        // wasmtime counts the pool's live instances itself; `None` when
+        // the pooling allocator is off.
+        let Some(pool) = self.0.engine.pooling_allocator_metrics() else {
             return Vec::new();
-        }
-        let live = self.0.live.load(Ordering::Relaxed) as u64;
-        vec![("wasm_slots", (c.max_sandboxes as u64).saturating_sub(live))]
+        };
+        let slots = self.0.config.max_sandboxes as u64;
+        vec![("wasm_slots", slots.saturating_sub(pool.core_instances()))]
     }
 
     fn status(&self) -> hearth_host::EngineStatus {
@@ -344,15 +336,6 @@ impl WasmEngine {
         })
         .await
         .map_err(|e| DeployError::Load(format!("loader task failed: {e}")))?
-    }
-}
-
-/// One live sandbox, counted in [`WasmEngine::pool_free`].
-pub(crate) struct LiveGuard(Arc<AtomicUsize>);
-
-impl Drop for LiveGuard {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -133,7 +133,6 @@ pub struct WasmSandbox {
     store: Store<SandboxState>,
     instance: Instance,
     template: Arc<SandboxTemplate>,
-    _live: crate::engine::LiveGuard,
 }
 
 impl WasmSandbox {
@@ -150,7 +149,6 @@ impl WasmSandbox {
             deadline: None,
             timed_out: false,
         };
-        let live = engine.live_guard();
         let mut store = new_store(engine, state);
         let instance = match pre.instantiate_async(&mut store).await {
             Ok(i) => i,
@@ -171,7 +169,6 @@ impl WasmSandbox {
             store,
             instance,
             template: template.clone(),
-            _live: live,
         })
     }
 

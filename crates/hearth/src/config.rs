@@ -29,7 +29,7 @@ pub struct FileConfig {
     pub offline_packages: Option<PathBuf>,
     pub keep_alive_s: Option<u64>,
     pub proc_caches: Option<String>,
-    pub colocation: Option<String>,
+    pub colocation: Option<Colocation>,
     pub js_pin_after: Option<u32>,
     pub record: Option<bool>,
     pub record_durability: Option<String>,
@@ -306,16 +306,7 @@ impl Settings {
                 Some(s) => Caches::parse(s).map_err(anyhow::Error::msg)?,
                 None => Caches::ALL,
             },
-            colocation: match args.colocation {
-                Some(m) => m,
-                None => file
-                    .colocation
-                    .as_deref()
-                    .map(str::parse)
-                    .transpose()
-                    .map_err(anyhow::Error::msg)?
-                    .unwrap_or_default(),
-            },
+            colocation: args.colocation.or(file.colocation).unwrap_or_default(),
             data_dir: data_dir.to_path_buf(),
             listen: args
                 .listen

@@ -393,9 +393,7 @@ fn node_memory_mb(pid: u32, dir: &Path) -> f64 {
                 .and_then(|kb| kb.parse::<u64>().ok())
         })
         .unwrap_or(0);
-    // Named as the process tier names it (`cgroup.rs`: a hash of its directory).
-    let hash = hearth_store::sha256_hex(dir.join("proc").as_os_str().as_encoded_bytes());
-    let instance = format!("n{}", &hash[..12]);
+    let instance = hearth_proc::instance_name(&dir.join("proc"));
     let sandboxes = [
         format!("/sys/fs/cgroup/memory/hearth/{instance}/memory.usage_in_bytes"),
         format!("/sys/fs/cgroup/hearth/{instance}/memory.current"),

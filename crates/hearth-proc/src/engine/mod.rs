@@ -242,7 +242,10 @@ impl ProcEngine {
 }
 
 /// A stable per-data-directory name for this node's cgroups.
-fn instance_name(dir: &Path) -> String {
+/// The name of the cgroup directory (`hearth/<name>` under each
+/// controller) of the process tier kept in `dir` (`<data>/proc`): a hash of
+/// the directory, so a restarted node finds what a killed one left.
+pub fn instance_name(dir: &Path) -> String {
     let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
     let hash = hearth_store::sha256_hex(canonical.as_os_str().as_encoded_bytes());
     format!("n{}", &hash[..12])

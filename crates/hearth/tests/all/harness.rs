@@ -261,12 +261,10 @@ impl Drop for Daemon {
 /// Where a node with data directory `data` keeps its cgroups of `controller`
 /// (named after a hash of its process-tier directory).
 pub fn instance_dir(data: &Path, controller: &str) -> PathBuf {
-    let dir = data.canonicalize().unwrap_or_else(|_| data.to_path_buf());
-    let hash = hearth_store::sha256_hex(dir.join("proc").as_os_str().as_encoded_bytes());
     Path::new("/sys/fs/cgroup")
         .join(controller)
         .join("hearth")
-        .join(format!("n{}", &hash[..12]))
+        .join(hearth_proc::instance_name(&data.join("proc")))
 }
 
 /// Removes the (empty) cgroups a killed daemon left, unless a daemon
