@@ -149,6 +149,14 @@ fn monotonic_origin() -> Instant {
     *ORIGIN.get_or_init(Instant::now)
 }
 
+/// The monotonic clock [`HostCtx::monotonic_nanos`] answers from, read
+/// without going on any tape: for the host's own timing (how long a sleep
+/// until an absolute monotonic time lasts) and for code that runs outside
+/// any invocation (an init step at deploy), which has no tape.
+pub fn monotonic_now_nanos() -> u64 {
+    monotonic_origin().elapsed().as_nanos() as u64
+}
+
 impl HostCtx {
     pub fn new(services: Arc<HostServices>, meta: InvocationMeta) -> Self {
         HostCtx(Arc::new(Inner {
@@ -291,7 +299,7 @@ impl HostCtx {
         ) {
             return nanos;
         }
-        let nanos = monotonic_origin().elapsed().as_nanos() as u64;
+        let nanos = monotonic_now_nanos();
         self.record(HostEvent::MonotonicClock { nanos });
         nanos
     }

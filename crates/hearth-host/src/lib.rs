@@ -25,7 +25,9 @@ mod tape;
 
 pub mod bundle;
 
-pub use ctx::{HostCtx, HostError, HostLimits, HostServices, InvocationMeta, LogLine};
+pub use ctx::{
+    HostCtx, HostError, HostLimits, HostServices, InvocationMeta, LogLine, monotonic_now_nanos,
+};
 pub use engine::{
     ColocationPolicy, Compiled, DeployError, Engine, EngineStatus, Prepared, Sandbox, Source,
 };

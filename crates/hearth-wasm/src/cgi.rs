@@ -1,45 +1,71 @@
 //! The WAGI guest contract: CGI environment in, CGI-style output out.
 
-use std::borrow::Cow;
-
 use bytes::Bytes;
 use hearth_core::{Request, Response};
 
-/// CGI/1.1 meta-variables for a request, as WAGI passes them. Names and
-/// values borrow from the request where they can: wasmtime-wasi copies
-/// them into the sandbox's context anyway, and this runs per invocation.
-pub(crate) fn cgi_env<'a>(
-    req: &'a Request,
-    function: &'a str,
-    prefix: &'a str,
-) -> Vec<(Cow<'static, str>, Cow<'a, str>)> {
-    let request_uri = if req.query.is_empty() {
-        format!("{prefix}{}", req.path)
-    } else {
-        format!("{prefix}{}?{}", req.path, req.query)
-    };
-    let mut env: Vec<(Cow<'static, str>, Cow<'a, str>)> = vec![
-        ("GATEWAY_INTERFACE".into(), "CGI/1.1".into()),
-        ("SERVER_PROTOCOL".into(), "HTTP/1.1".into()),
-        (
-            "SERVER_SOFTWARE".into(),
-            concat!("hearth/", env!("CARGO_PKG_VERSION")).into(),
-        ),
-        ("REQUEST_METHOD".into(), req.method.as_str().into()),
-        ("SCRIPT_NAME".into(), prefix.into()),
-        ("PATH_INFO".into(), req.path.as_str().into()),
-        ("QUERY_STRING".into(), req.query.as_str().into()),
-        ("CONTENT_LENGTH".into(), req.body.len().to_string().into()),
-        ("X_FUNCTION_NAME".into(), function.into()),
-        ("REQUEST_URI".into(), request_uri.into()),
-    ];
+use crate::wasi::Strings;
+
+/// The environment every invocation of a version shares: the function's
+/// own variables, then the CGI/1.1 meta-variables that do not depend on
+/// the request. Built once, at prepare.
+pub(crate) fn version_env<'a>(
+    env: impl IntoIterator<Item = (&'a String, &'a String)>,
+    function: &str,
+    prefix: &str,
+) -> Strings {
+    let mut out = Strings::default();
+    for (k, v) in env {
+        out.push_var(k, v);
+    }
+    out.push_var("GATEWAY_INTERFACE", "CGI/1.1");
+    out.push_var("SERVER_PROTOCOL", "HTTP/1.1");
+    out.push_var(
+        "SERVER_SOFTWARE",
+        concat!("hearth/", env!("CARGO_PKG_VERSION")),
+    );
+    out.push_var("SCRIPT_NAME", prefix);
+    out.push_var("X_FUNCTION_NAME", function);
+    out
+}
+
+/// The CGI/1.1 meta-variables of one request, as WAGI passes them:
+/// method, path, query, length, URI, and each header as `HTTP_NAME`.
+/// One buffer per invocation; nothing else is allocated.
+pub(crate) fn request_env(req: &Request, prefix: &str) -> Strings {
+    let headers: usize = req.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let mut env = Strings::with_capacity(
+        128 + 2 * (prefix.len() + req.path.len() + req.query.len()) + headers + 8 * req.headers.len(),
+    );
+    let (method, path, query) = (req.method.as_str(), req.path.as_str(), req.query.as_str());
+    env.push_var("REQUEST_METHOD", method);
+    env.push_var("PATH_INFO", path);
+    env.push_var("QUERY_STRING", query);
+    env.push(&[
+        b"CONTENT_LENGTH=",
+        req.body.len().to_string().as_bytes(),
+    ]);
+    let q: &[u8] = if query.is_empty() { b"" } else { b"?" };
+    env.push(&[
+        b"REQUEST_URI=",
+        prefix.as_bytes(),
+        path.as_bytes(),
+        q,
+        query.as_bytes(),
+    ]);
     for (name, value) in &req.headers {
-        let upper = name.to_ascii_uppercase().replace('-', "_");
-        match upper.as_str() {
-            "CONTENT_TYPE" => env.push(("CONTENT_TYPE".into(), value.as_str().into())),
-            // Never hand the caller's credentials to the function.
-            "AUTHORIZATION" | "CONTENT_LENGTH" => {}
-            _ => env.push((format!("HTTP_{upper}").into(), value.as_str().into())),
+        if name.eq_ignore_ascii_case("content-type") {
+            env.push_var("CONTENT_TYPE", value);
+        } else if name.eq_ignore_ascii_case("authorization")
+            || name.eq_ignore_ascii_case("content-length")
+        {
+            // Never hand the caller's credentials to the function; the
+            // length is CONTENT_LENGTH above.
+        } else {
+            let upper: Vec<u8> = name
+                .bytes()
+                .map(|b| if b == b'-' { b'_' } else { b.to_ascii_uppercase() })
+                .collect();
+            env.push(&[b"HTTP_", &upper, b"=", value.as_bytes()]);
         }
     }
     env
@@ -169,8 +195,17 @@ mod tests {
             ],
             body: Bytes::from_static(b"hey"),
         };
-        let env = cgi_env(&req, "hello", "/fn/t/hello");
-        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_ref());
+        let request = request_env(&req, "/fn/t/hello");
+        let version = version_env([], "hello", "/fn/t/hello");
+        let vars: Vec<(String, String)> = version
+            .iter()
+            .chain(request.iter())
+            .map(|s| {
+                let (k, v) = std::str::from_utf8(s).unwrap().split_once('=').unwrap();
+                (k.to_string(), v.to_string())
+            })
+            .collect();
+        let get = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("REQUEST_METHOD"), Some("POST"));
         assert_eq!(get("PATH_INFO"), Some("/a/b"));
         assert_eq!(get("QUERY_STRING"), Some("x=1"));
@@ -179,5 +214,8 @@ mod tests {
         assert_eq!(get("HTTP_X_TRACE_ID"), Some("abc"));
         assert_eq!(get("REQUEST_URI"), Some("/fn/t/hello/a/b?x=1"));
         assert_eq!(get("HTTP_AUTHORIZATION"), None);
+        assert_eq!(get("SCRIPT_NAME"), Some("/fn/t/hello"));
+        assert_eq!(get("GATEWAY_INTERFACE"), Some("CGI/1.1"));
+        assert_eq!(get("X_FUNCTION_NAME"), Some("hello"));
     }
 }

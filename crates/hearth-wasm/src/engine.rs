@@ -92,10 +92,7 @@ impl WasmEngine {
         let engine = wasmtime::Engine::new(&wt)?;
 
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut SandboxState| {
-            s.wasi
-                .get_or_insert_with(|| wasmtime_wasi::WasiCtxBuilder::new().build_p1())
-        })?;
+        crate::wasi::add_to_linker(&mut linker)?;
         crate::imports::add_to_linker(&mut linker)?;
 
         let mut hasher = DefaultHasher::new();

@@ -24,12 +24,15 @@ fn memory(caller: &mut C<'_>) -> wasmtime::Result<Memory> {
 }
 
 fn host(caller: &C<'_>) -> wasmtime::Result<HostCtx> {
-    caller.data().host.clone().ok_or_else(|| {
-        format_err!(
-            "a host call (randomness, KV, HTTP or logs) was made outside an invocation: \
-             start functions and init steps cannot make them"
-        )
-    })
+    caller.data().host.clone().ok_or_else(outside_invocation)
+}
+
+/// The trap for a host call made with no invocation to answer it.
+pub(crate) fn outside_invocation() -> wasmtime::Error {
+    format_err!(
+        "a host call (randomness, KV, HTTP or logs) was made outside an invocation: \
+         start functions and init steps cannot make them"
+    )
 }
 
 fn read(caller: &mut C<'_>, ptr: u32, len: u32) -> wasmtime::Result<Vec<u8>> {
@@ -77,38 +80,7 @@ fn level_name(level: i32) -> &'static str {
     }
 }
 
-/// Replaces WASI's `random_get` so one guest call is one host call with
-/// exactly the bytes the guest receives (the stock version draws a `u32`
-/// from its RNG for every byte, which would tape four times the data).
-pub(crate) fn shadow_wasi_random(linker: &mut Linker<SandboxState>) -> wasmtime::Result<()> {
-    linker.allow_shadowing(true);
-    linker.func_wrap(
-        "wasi_snapshot_preview1",
-        "random_get",
-        |mut caller: C<'_>, buf: u32, len: u32| -> wasmtime::Result<i32> {
-            const MAX_RANDOM: u32 = 1 << 20;
-            if len > MAX_RANDOM {
-                bail!("random_get of {len} bytes exceeds the limit of {MAX_RANDOM}");
-            }
-            let host = host(&caller)?;
-            let mut bytes = vec![0u8; len as usize];
-            host.fill_random(&mut bytes);
-            let mem = memory(&mut caller)?;
-            if mem.write(&mut caller, buf as usize, &bytes).is_err() {
-                return Ok(ERRNO_FAULT);
-            }
-            Ok(0)
-        },
-    )?;
-    linker.allow_shadowing(false);
-    Ok(())
-}
-
-/// WASI's errno for a bad address.
-const ERRNO_FAULT: i32 = 21;
-
 pub(crate) fn add_to_linker(linker: &mut Linker<SandboxState>) -> wasmtime::Result<()> {
-    shadow_wasi_random(linker)?;
     linker.func_wrap(
         "hearth",
         "log",

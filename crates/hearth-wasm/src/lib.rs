@@ -19,7 +19,9 @@
 //! deadline has passed. Memory is capped per sandbox by a resource limiter
 //! and, across the node, by the pool's slot count and slot size.
 //!
-//! WASI clocks and randomness are served by [`HostCtx`](hearth_host::HostCtx),
+//! WASI preview 1 is Hearth's own (`wasi.rs`): standard streams, args,
+//! environment, clocks, randomness, sleep and exit, no files or sockets.
+//! Clocks and randomness are served by [`HostCtx`](hearth_host::HostCtx),
 //! like the `hearth` imports, so every answer is on the invocation's tape.
 
 mod cgi;
@@ -27,7 +29,7 @@ mod engine;
 mod imports;
 mod sandbox;
 mod snapshot;
-mod wasi_host;
+mod wasi;
 
 pub use cgi::parse_cgi_output;
 pub use engine::{WasmConfig, WasmEngine, WasmPrepared};

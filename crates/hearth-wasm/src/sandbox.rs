@@ -4,25 +4,24 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use hearth_core::{FunctionVersion, InvokeError, Request, Response};
 use hearth_host::{HostCtx, Sandbox};
 use hearth_store::LogStream;
 use wasmtime::{
     Instance, InstancePre, PoolConcurrencyLimitError, ResourceLimiter, Store, Trap, UpdateDeadline,
 };
-use wasmtime_wasi::I32Exit;
-use wasmtime_wasi::WasiCtxBuilder;
-use wasmtime_wasi::p1::WasiP1Ctx;
-use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
 
 use crate::WasmEngine;
-use crate::cgi::{cgi_env, parse_cgi_output};
+use crate::cgi::{parse_cgi_output, request_env, version_env};
+use crate::wasi::{Exit, Output, Strings, WasiCtx};
 
 /// Per-sandbox state inside the wasmtime `Store`.
 pub(crate) struct SandboxState {
-    /// The request's context, set just before `_start` runs. Empty while
-    /// instantiating; a start function that calls WASI gets a bare one.
-    pub wasi: Option<WasiP1Ctx>,
+    /// What WASI serves: arguments and the version's environment from
+    /// instantiation on; the request (stdin, its CGI variables) and fresh
+    /// output buffers are added just before `_start` runs.
+    pub wasi: WasiCtx,
     /// Set for the duration of an invocation; the `hearth` imports use it.
     pub host: Option<HostCtx>,
     pub limiter: MemoryLimiter,
@@ -103,25 +102,25 @@ pub(crate) fn new_store(engine: &WasmEngine, state: SandboxState) -> Store<Sandb
 /// What every sandbox of one version needs to know, computed once at
 /// prepare time and shared, so instantiating copies nothing from the spec.
 pub(crate) struct SandboxTemplate {
-    pub function: String,
     /// `/fn/<tenant>/<name>`: the CGI `SCRIPT_NAME`.
     pub prefix: String,
-    pub env: Vec<(String, String)>,
+    /// `argv`: the function's name.
+    pub args: Arc<Strings>,
+    /// The function's env and the request-independent CGI variables.
+    pub env: Arc<Strings>,
     pub limits: hearth_core::Limits,
     pub max_response_bytes: usize,
 }
 
 impl SandboxTemplate {
     pub fn new(version: &FunctionVersion, max_response_bytes: usize) -> Self {
+        let prefix = format!("/fn/{}/{}", version.tenant, version.name);
+        let mut args = Strings::default();
+        args.push(&[version.name.as_bytes()]);
         SandboxTemplate {
-            function: version.name.clone(),
-            prefix: format!("/fn/{}/{}", version.tenant, version.name),
-            env: version
-                .spec
-                .env
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
+            env: Arc::new(version_env(&version.spec.env, &version.name, &prefix)),
+            args: Arc::new(args),
+            prefix,
             limits: version.spec.limits,
             max_response_bytes,
         }
@@ -143,7 +142,11 @@ impl WasmSandbox {
     ) -> Result<Self, InvokeError> {
         let limits = template.limits;
         let state = SandboxState {
-            wasi: None,
+            wasi: WasiCtx {
+                args: template.args.clone(),
+                env_version: template.env.clone(),
+                ..WasiCtx::default()
+            },
             host: None,
             limiter: MemoryLimiter::new(limits.memory_bytes()),
             deadline: None,
@@ -172,34 +175,14 @@ impl WasmSandbox {
         })
     }
 
-    fn wasi_for(
-        &self,
-        req: &Request,
-        host: &HostCtx,
-        stdout: &MemoryOutputPipe,
-        stderr: &MemoryOutputPipe,
-    ) -> WasiP1Ctx {
-        let mut b = WasiCtxBuilder::new();
-        b.stdin(MemoryInputPipe::new(req.body.clone()))
-            .stdout(stdout.clone())
-            .stderr(stderr.clone())
-            .arg(&self.template.function)
-            .envs(&self.template.env)
-            .envs(&cgi_env(
-                req,
-                &self.template.function,
-                &self.template.prefix,
-            ))
-            .wall_clock(crate::wasi_host::WallClock(host.clone()))
-            .monotonic_clock(crate::wasi_host::MonotonicClock(host.clone()))
-            .secure_random(crate::wasi_host::Random(host.clone()))
-            .insecure_random(crate::wasi_host::Random(host.clone()));
-        b.build_p1()
-    }
-
     /// Why a run that returned `err` failed, in the caller's terms.
     fn classify(&self, err: &wasmtime::Error) -> InvokeError {
         let state = self.store.data();
+        if state.wasi.stdout_overflowed() {
+            return InvokeError::ResponseTooLarge {
+                limit_bytes: self.template.max_response_bytes,
+            };
+        }
         if state.timed_out {
             return InvokeError::Timeout {
                 limit_ms: self.template.limits.timeout_ms,
@@ -229,15 +212,15 @@ impl WasmSandbox {
 #[async_trait]
 impl Sandbox for WasmSandbox {
     async fn invoke(&mut self, req: Request, host: HostCtx) -> Result<Response, InvokeError> {
-        // One byte over the limit tells "exactly at the limit" from "over it".
-        let stdout = MemoryOutputPipe::new(self.template.max_response_bytes + 1);
-        let stderr_cap = host.limits().log_max_bytes;
-        let stderr = MemoryOutputPipe::new(stderr_cap);
-        let wasi = self.wasi_for(&req, &host, &stdout, &stderr);
         let deadline = host.meta().deadline;
         {
             let state = self.store.data_mut();
-            state.wasi = Some(wasi);
+            let wasi = &mut state.wasi;
+            wasi.env_request = request_env(&req, &self.template.prefix);
+            wasi.stdin = req.body;
+            wasi.stdout = Output::new(self.template.max_response_bytes);
+            // One byte over the log budget, so the log notes the cut.
+            wasi.stderr = Output::new(host.limits().log_max_bytes + 1);
             state.host = Some(host.clone());
             state.deadline = Some(deadline);
         }
@@ -254,28 +237,22 @@ impl Sandbox for WasmSandbox {
                 limit_ms: self.template.limits.timeout_ms,
             }),
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => match e.downcast_ref::<I32Exit>() {
-                Some(I32Exit(0)) => Ok(()),
-                Some(I32Exit(code)) => {
-                    Err(InvokeError::Function(format!("exited with status {code}")))
-                }
+            Ok(Err(e)) => match e.downcast_ref::<Exit>() {
+                Some(Exit(0)) => Ok(()),
+                Some(exit) => Err(InvokeError::Function(exit.to_string())),
                 None => Err(self.classify(&e)),
             },
         };
-        self.store.data_mut().host = None;
-
-        let err_bytes = stderr.contents();
-        if !err_bytes.is_empty() {
-            let text = String::from_utf8_lossy(&err_bytes);
+        let state = self.store.data_mut();
+        state.host = None;
+        let wasi = &mut state.wasi;
+        if !wasi.stderr.bytes.is_empty() {
+            let text = String::from_utf8_lossy(&wasi.stderr.bytes);
             host.log(LogStream::Stderr, "", text.trim_end_matches('\n'));
         }
         outcome?;
-        let out = stdout.contents();
-        if out.len() > self.template.max_response_bytes {
-            return Err(InvokeError::ResponseTooLarge {
-                limit_bytes: self.template.max_response_bytes,
-            });
-        }
-        Ok(parse_cgi_output(out))
+        Ok(parse_cgi_output(Bytes::from(std::mem::take(
+            &mut wasi.stdout.bytes,
+        ))))
     }
 }

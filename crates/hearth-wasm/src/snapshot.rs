@@ -25,11 +25,11 @@ use std::time::{Duration, Instant};
 
 use hearth_host::DeployError;
 use wasmtime::{Extern, Instance, Module, Store, Val};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wizer::{InstanceState, SnapshotVal, ValType, Wizer};
 
 use crate::WasmEngine;
 use crate::sandbox::{MemoryLimiter, SandboxState, new_store};
+use crate::wasi::{Output, WasiCtx};
 
 /// How long an init step may run at deploy.
 pub(crate) const INIT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -68,16 +68,14 @@ pub(crate) async fn snapshot(
     let (module, _) = engine.compile_off_thread(instrumented).await?;
     let pre = engine.link(&module)?;
 
-    let stderr = MemoryOutputPipe::new(STDERR_QUOTE_BYTES);
     let max_memory_mib = engine.config().max_memory_mib;
     let mut store = new_store(
         engine,
         SandboxState {
-            wasi: Some(
-                wasmtime_wasi::WasiCtxBuilder::new()
-                    .stderr(stderr.clone())
-                    .build_p1(),
-            ),
+            wasi: WasiCtx {
+                stderr: Output::new(STDERR_QUOTE_BYTES),
+                ..WasiCtx::default()
+            },
             host: None,
             limiter: MemoryLimiter::new((max_memory_mib as usize) << 20),
             deadline: Some(Instant::now() + INIT_TIMEOUT),
@@ -94,7 +92,7 @@ pub(crate) async fn snapshot(
         } else {
             format!("{e:#}")
         };
-        let err = String::from_utf8_lossy(&stderr.contents()).into_owned();
+        let err = String::from_utf8_lossy(&state.wasi.stderr.bytes).into_owned();
         let err = if err.trim().is_empty() {
             String::new()
         } else {
