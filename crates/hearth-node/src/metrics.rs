@@ -1,5 +1,6 @@
 //! Prometheus metrics of one node.
 
+use hearth_core::Tier;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -40,6 +41,45 @@ pub struct Metrics {
     /// Tapes handed to the recorder, and tapes it had no room for.
     pub tapes: Counter,
     pub tapes_dropped: Counter,
+    /// Handles to the series every invocation updates, looked up once:
+    /// a family lookup (hash, lock) per update was measurable on `hello`.
+    hot: Hot,
+}
+
+/// The per-invocation series, by index rather than by label lookup.
+struct Hot {
+    /// `[tier][ok, error]`
+    invocations: [[Counter; 2]; 3],
+    /// `[cold, warm]`
+    starts: [Counter; 2],
+    duration: [Histogram; 2],
+}
+
+const TIERS: [Tier; 3] = [Tier::Wasm, Tier::Js, Tier::Process];
+const STARTS: [&str; 2] = ["cold", "warm"];
+
+impl Hot {
+    fn new(
+        invocations: &Family<OutcomeLabels, Counter>,
+        starts: &Family<StartLabels, Counter>,
+        duration: &Family<StartLabels, Histogram>,
+    ) -> Hot {
+        let start = |i: usize| StartLabels { start: STARTS[i] };
+        Hot {
+            invocations: TIERS.map(|tier| {
+                ["ok", "error"].map(|outcome| {
+                    invocations
+                        .get_or_create(&OutcomeLabels {
+                            tier: tier.as_str(),
+                            outcome,
+                        })
+                        .clone()
+                })
+            }),
+            starts: [0, 1].map(|i| starts.get_or_create(&start(i)).clone()),
+            duration: [0, 1].map(|i| duration.get_or_create(&start(i)).clone()),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -119,6 +159,7 @@ impl Default for Metrics {
             tapes_dropped.clone(),
         );
         Metrics {
+            hot: Hot::new(&invocations, &starts, &duration),
             registry,
             tapes,
             tapes_dropped,
@@ -136,6 +177,15 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts one finished invocation: its tier, outcome, start and time.
+    pub fn invocation(&self, tier: Tier, ok: bool, cold: bool, seconds: f64) {
+        let t = TIERS.iter().position(|&x| x == tier).unwrap_or(0);
+        self.hot.invocations[t][usize::from(!ok)].inc();
+        let s = usize::from(!cold);
+        self.hot.starts[s].inc();
+        self.hot.duration[s].observe(seconds);
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();

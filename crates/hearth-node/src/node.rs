@@ -17,7 +17,7 @@ use thiserror::Error;
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::Metrics;
-use crate::metrics::{ErrorLabels, FunctionLabels, OutcomeLabels, StartLabels};
+use crate::metrics::{ErrorLabels, FunctionLabels};
 use crate::table::FunctionTable;
 
 /// Settings of the invoker.
@@ -338,6 +338,15 @@ impl Node {
             return Err(NodeError::Invalid(format!(
                 "timeout must be 1..={} ms, not {}",
                 self.config.max_timeout_ms, limits.timeout_ms
+            )));
+        }
+        // A NUL would cut a variable short inside the sandbox, and `=` in
+        // a name would make it another variable.
+        if let Some((k, _)) = spec.env.iter().find(|(k, v)| {
+            k.is_empty() || k.contains(['=', '\0']) || v.contains('\0')
+        }) {
+            return Err(NodeError::Invalid(format!(
+                "environment variable {k:?}: names must be non-empty without '=' or NUL, values without NUL"
             )));
         }
         let engine = self.engine_for(&spec)?;
@@ -708,20 +717,12 @@ impl Node {
         result: Result<Response, InvokeError>,
     ) -> (InvokeOutcome, Tape) {
         let duration = started.elapsed();
-        let tier = tier.as_str();
-        let outcome = if result.is_ok() { "ok" } else { "error" };
-        self.metrics
-            .invocations
-            .get_or_create(&OutcomeLabels { tier, outcome })
-            .inc();
-        let start_labels = StartLabels {
-            start: start.as_str(),
-        };
-        self.metrics.starts.get_or_create(&start_labels).inc();
-        self.metrics
-            .duration
-            .get_or_create(&start_labels)
-            .observe(duration.as_secs_f64());
+        self.metrics.invocation(
+            tier,
+            result.is_ok(),
+            start == StartKind::Cold,
+            duration.as_secs_f64(),
+        );
 
         let (tape, mut lines) = host.map(|h| h.take_records()).unwrap_or_default();
         if let Err(e) = &result {

@@ -9,7 +9,7 @@ use hearth_core::{FunctionVersion, InvokeError, Request, Response};
 use hearth_host::{HostCtx, Sandbox};
 use hearth_store::LogStream;
 use wasmtime::{
-    Instance, InstancePre, PoolConcurrencyLimitError, ResourceLimiter, Store, Trap, UpdateDeadline,
+    Instance, InstancePre, ModuleExport, PoolConcurrencyLimitError, ResourceLimiter, Store, Trap, UpdateDeadline,
 };
 
 use crate::WasmEngine;
@@ -110,10 +110,13 @@ pub(crate) struct SandboxTemplate {
     pub env: Arc<Strings>,
     pub limits: hearth_core::Limits,
     pub max_response_bytes: usize,
+    /// Where `_start` is among the module's exports (found once, not
+    /// by name per invocation).
+    pub start: ModuleExport,
 }
 
 impl SandboxTemplate {
-    pub fn new(version: &FunctionVersion, max_response_bytes: usize) -> Self {
+    pub fn new(version: &FunctionVersion, start: ModuleExport, max_response_bytes: usize) -> Self {
         let prefix = format!("/fn/{}/{}", version.tenant, version.name);
         let mut args = Strings::default();
         args.push(&[version.name.as_bytes()]);
@@ -123,6 +126,7 @@ impl SandboxTemplate {
             prefix,
             limits: version.spec.limits,
             max_response_bytes,
+            start,
         }
     }
 }
@@ -226,7 +230,10 @@ impl Sandbox for WasmSandbox {
         }
         let start = self
             .instance
-            .get_typed_func::<(), ()>(&mut self.store, "_start")
+            .get_module_export(&mut self.store, &self.template.start)
+            .and_then(wasmtime::Extern::into_func)
+            .ok_or_else(|| InvokeError::Crashed("the module lost its `_start` export".into()))?
+            .typed::<(), ()>(&self.store)
             .map_err(|e| InvokeError::Crashed(e.to_string()))?;
 
         // Epochs interrupt running Wasm; this outer timer also covers a guest

@@ -101,3 +101,67 @@ async fn c_examples_build_deploy_and_answer() {
     assert_eq!(resp.status(), 502);
     assert!(resp.text().await.unwrap().contains("host not allowed"));
 }
+
+/// Hearth's own WASI, seen through wasi-libc: arguments, environment,
+/// clocks, sleep, entropy and stdin work; the host's files do not exist;
+/// stderr past the log budget is cut without stopping the function; a
+/// non-zero exit is the function's error.
+#[tokio::test]
+async fn wasi_libc_gets_what_a_function_needs_and_no_host_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = Daemon::start();
+    d.deploy(
+        "probe",
+        build("wasi_probe", tmp.path()),
+        &[("env", "GREETING=hi there")],
+    )
+    .await;
+    let (status, body) = d.call("probe", "", "ping").await;
+    assert_eq!(status, 200, "{body}");
+    let want = [
+        "argv0=probe argc=1",
+        "GREETING=hi there",
+        "wall_after_2020=1",
+        "nanosleep=0 slept_20ms=1",
+        "entropy=1 differs=1",
+        "opendir=refused",
+        "stdin=4:ping eof=1",
+    ];
+    for line in want {
+        assert!(body.lines().any(|l| l == line), "{line:?} missing from:\n{body}");
+    }
+    let fopen = body.lines().find(|l| l.starts_with("fopen_passwd=")).unwrap();
+    assert!(fopen.starts_with("fopen_passwd=refused"), "{fopen}");
+
+    // 200 KiB of stderr against a 64 KiB log budget: the answer still comes.
+    let (status, body) = d.call("probe", "?stderr=200", "").await;
+    assert_eq!(status, 200, "{body}");
+    let logs = d
+        .logs_until("probe", |l| {
+            l.iter().any(|x| {
+                x["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("truncated at"))
+            })
+        })
+        .await;
+    let stderr_bytes: usize = logs
+        .iter()
+        .filter(|l| l["stream"] == "stderr")
+        .map(|l| l["message"].as_str().unwrap().len())
+        .sum();
+    assert!(stderr_bytes <= 64 << 10, "kept {stderr_bytes} bytes of stderr");
+
+    let (status, body) = d.call("probe", "?exit=3", "").await;
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("exited with status 3"), "{body}");
+
+    // Variables the guest could not see as written are refused at deploy.
+    for bad in ["=x", "A\0B=1", "A=1\02"] {
+        let resp = d
+            .deploy_raw("probe-bad", build("wasi_probe", tmp.path()), &[("env", bad)])
+            .await;
+        assert_eq!(resp.status(), 400, "{bad:?}");
+        assert!(resp.text().await.unwrap().contains("environment variable"));
+    }
+}
