@@ -135,8 +135,13 @@ pub(crate) async fn forward(
     let name = name.split('@').next().unwrap_or_default();
     let rest = parts.next().map(|r| format!("/{r}")).unwrap_or_default();
     let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
-    // The node's own: its address, and the version, which the path pins.
-    for h in [header::HOST, HeaderName::from_static("hearth-version")] {
+    // The node's own: its address, the version, which the path pins, and
+    // the attempt, which only the gateway may name.
+    for h in [
+        header::HOST,
+        HeaderName::from_static("hearth-version"),
+        HeaderName::from_static(hearth_cluster::attempt::HEADER),
+    ] {
         headers.remove(h);
     }
     let hop_by_hop: Vec<HeaderName> = headers

@@ -122,12 +122,22 @@ async fn run(
     if let Some(g) = &s.gateway {
         return crate::cluster::forward(g, &function, method, &uri, headers, body).await;
     }
+    // A cluster member trusts the header only with its gateway's signature.
+    let attempt = headers.get(hearth_cluster::attempt::HEADER);
+    let forwarded = match (&s.attempt_key, attempt) {
+        (Some(key), Some(value)) => Some(
+            key.verify(value.to_str().unwrap_or_default())
+                .map_err(ApiError::Forbidden)?,
+        ),
+        _ => None,
+    };
     let req = Request {
         method: method.as_str().to_string(),
         path,
         query: uri.query().unwrap_or_default().to_string(),
         headers: headers
             .iter()
+            .filter(|(k, _)| attempt.is_none() || k.as_str() != hearth_cluster::attempt::HEADER)
             .map(|(k, v)| {
                 (
                     k.as_str().to_string(),
@@ -137,7 +147,7 @@ async fn run(
             .collect(),
         body,
     };
-    let outcome = s.node.invoke(&function, req).await?;
+    let outcome = s.node.invoke(&function, req, forwarded).await?;
     let mut resp = match outcome.result {
         Ok(r) => {
             let status =

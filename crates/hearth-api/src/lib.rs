@@ -64,7 +64,11 @@ pub enum ClusterRole {
     /// Forwards invocations to its nodes and serves them artifacts.
     Gateway(Arc<Gateway>),
     /// Runs invocations the gateway at this URL forwards; deploys go there.
-    Member { gateway: String },
+    /// `key` checks the gateway's `Hearth-Attempt` headers.
+    Member {
+        gateway: String,
+        key: hearth_cluster::AttemptKey,
+    },
 }
 
 pub(crate) struct AppState {
@@ -74,6 +78,8 @@ pub(crate) struct AppState {
     pub gateway: Option<Arc<Gateway>>,
     /// On a cluster member: the gateway deploys must go through.
     pub deploys_via: Option<String>,
+    /// On a cluster member: what checks the gateway's signed attempts.
+    pub attempt_key: Option<hearth_cluster::AttemptKey>,
 }
 
 /// The whole HTTP application of a single Hearth.
@@ -83,10 +89,10 @@ pub fn router(node: Arc<Node>, config: ApiConfig) -> Router {
 
 /// The HTTP application of a Hearth in `role`.
 pub fn router_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> Router {
-    let (gateway, deploys_via) = match role {
-        ClusterRole::Standalone => (None, None),
-        ClusterRole::Gateway(g) => (Some(g), None),
-        ClusterRole::Member { gateway } => (None, Some(gateway)),
+    let (gateway, deploys_via, attempt_key) = match role {
+        ClusterRole::Standalone => (None, None, None),
+        ClusterRole::Gateway(g) => (Some(g), None, None),
+        ClusterRole::Member { gateway, key } => (None, Some(gateway), Some(key)),
     };
     let state = Arc::new(AppState {
         node,
@@ -94,6 +100,7 @@ pub fn router_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> Rout
         auth: auth::TokenCache::default(),
         gateway,
         deploys_via,
+        attempt_key,
     });
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))

@@ -11,10 +11,14 @@
 //!
 //! An invocation whose node fails before answering (connection refused,
 //! reset, or closed mid-response) is sent once more to another node: the
-//! platform expects functions to be idempotent, as the issue allows. One
-//! that got an answer, of any status, is never retried, and neither is one
-//! that timed out (it may still be running). A second failure is an error
-//! naming both nodes.
+//! platform expects functions to be idempotent, as the issue allows, and
+//! helps where it can: both attempts carry the same invocation id in a
+//! signed `Hearth-Attempt` header ([`crate::attempt`]), the first attempt's
+//! node journals each KV and HTTP answer to the shared store before the
+//! function sees it, and the retry is given those answers again instead of
+//! repeating the calls. One that got an answer, of any status, is never
+//! retried, and neither is one that timed out (it may still be running).
+//! A second failure is an error naming both nodes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -28,6 +32,10 @@ use http::{HeaderMap, Method};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use hearth_core::InvocationId;
+use hearth_node::GatewayAttempt;
+
+use crate::attempt::AttemptKey;
 use crate::placer::Placer;
 
 const LEFT: &str = "left";
@@ -37,6 +45,9 @@ const LEFT: &str = "left";
 pub struct GatewayConfig {
     pub heartbeat: Duration,
     pub missed: u32,
+    /// Signs each forward's `Hearth-Attempt` header; `None` sends none
+    /// (nodes then give a retry no journal).
+    pub attempt_key: Option<AttemptKey>,
 }
 
 impl Default for GatewayConfig {
@@ -44,6 +55,7 @@ impl Default for GatewayConfig {
         GatewayConfig {
             heartbeat: Duration::from_secs(1),
             missed: 3,
+            attempt_key: None,
         }
     }
 }
@@ -416,9 +428,14 @@ impl Gateway {
     /// Runs `out` on a node, retrying once elsewhere if that node fails
     /// before answering.
     pub async fn forward(&self, out: &Outgoing<'_>) -> Result<Forwarded, GatewayError> {
+        let invocation = InvocationId::new();
+        let attempt = |retry| GatewayAttempt {
+            id: invocation,
+            retry,
+        };
         let (lease, id, url) = self.place(out, None)?;
         let first = lease.node;
-        let err = match self.send(&url, out).await {
+        let err = match self.send(&url, out, attempt(false)).await {
             Ok(f) => return Ok(Forwarded { node: id, ..f }),
             Err(SendError::Timeout) => {
                 return Err(GatewayError::Timeout {
@@ -439,7 +456,7 @@ impl Gateway {
             }
         };
         let second = lease.node;
-        let result = self.send(&url, out).await;
+        let result = self.send(&url, out, attempt(true)).await;
         drop(lease);
         match result {
             Ok(f) => Ok(Forwarded {
@@ -460,7 +477,12 @@ impl Gateway {
         }
     }
 
-    async fn send(&self, base: &str, out: &Outgoing<'_>) -> Result<Forwarded, SendError> {
+    async fn send(
+        &self,
+        base: &str,
+        out: &Outgoing<'_>,
+        attempt: GatewayAttempt,
+    ) -> Result<Forwarded, SendError> {
         let classify = |e: reqwest::Error| {
             if e.is_timeout() {
                 SendError::Timeout
@@ -476,10 +498,14 @@ impl Gateway {
                 SendError::Failed(msg)
             }
         };
-        let resp = self
+        let mut request = self
             .client
             .request(out.method.clone(), format!("{base}{}", out.path_and_query))
-            .headers(out.headers.clone())
+            .headers(out.headers.clone());
+        if let Some(key) = &self.config.attempt_key {
+            request = request.header(crate::attempt::HEADER, key.sign(attempt));
+        }
+        let resp = request
             .body(out.body.clone())
             .timeout(out.timeout)
             .send()
@@ -546,6 +572,7 @@ mod tests {
         let g = Gateway::new(GatewayConfig {
             heartbeat: Duration::from_millis(100),
             missed: 3,
+            attempt_key: None,
         });
         g.spawn_reaper();
         assert!(matches!(

@@ -20,6 +20,7 @@
 //!
 //! `docs/cluster.md` says what works and what does not yet.
 
+pub mod attempt;
 pub mod gateway;
 pub mod member;
 pub mod placer;
@@ -27,6 +28,7 @@ pub mod report;
 pub mod sim;
 pub mod trace;
 
+pub use attempt::AttemptKey;
 pub use gateway::{Gateway, GatewayConfig, GatewayError};
 pub use member::{GatewayArtifacts, Membership};
 pub use placer::{Colocation, Placer};

@@ -1,11 +1,12 @@
 //! [`HostCtx`]: one invocation's view of the platform.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use displaydoc::Display;
 use hearth_core::{FunctionVersion, InvocationId};
-use hearth_store::{LogStream, Store};
+use hearth_store::{JournalKey, LogStream, Store};
 use rand::Rng;
 use thiserror::Error;
 
@@ -129,6 +130,7 @@ struct Recorded {
     log_bytes: usize,
     logs_truncated: bool,
     http_calls: u32,
+    journal_failed: bool,
 }
 
 struct Inner {
@@ -138,6 +140,9 @@ struct Inner {
     /// A tape to answer from (replay, or a retry); `None` for a first
     /// attempt, which then pays nothing for this.
     earlier: Option<Earlier>,
+    /// Set for a first attempt a gateway may retry on another node: the
+    /// next position in its journal (see [`HostCtx::journaling`]).
+    journal: Option<AtomicU32>,
 }
 
 /// The host, bound to one invocation. Cheap to clone; all clones share one tape.
@@ -164,7 +169,57 @@ impl HostCtx {
             services,
             recorded: Mutex::default(),
             earlier: None,
+            journal: None,
         }))
+    }
+
+    /// A host for the first attempt at an invocation a cluster's gateway
+    /// would retry on another node if this one died: every answer from KV
+    /// and outbound HTTP is also written to the shared store's journal
+    /// under the invocation's id before the function sees it. The retry
+    /// reads the journal back ([`journal_tape`](Self::journal_tape)) and
+    /// follows it as [`retrying`](Self::retrying) does, so the effects the
+    /// first attempt had are not had twice. Clocks, randomness and logs are
+    /// not journaled: the retry reads its own.
+    pub fn journaling(services: Arc<HostServices>, meta: InvocationMeta) -> Self {
+        HostCtx(Arc::new(Inner {
+            meta,
+            services,
+            recorded: Mutex::default(),
+            earlier: None,
+            journal: Some(AtomicU32::new(0)),
+        }))
+    }
+
+    /// What a first attempt journaled for invocation `meta.id` (see
+    /// [`journaling`](Self::journaling)), as a tape to retry from. An
+    /// entry that does not decode ends the tape there: the retry then
+    /// goes to the world from that call on.
+    pub fn journal_tape(services: &HostServices, meta: &InvocationMeta) -> Result<Tape, HostError> {
+        let invocation = meta.id.to_string();
+        let key = JournalKey {
+            tenant: &meta.version.tenant,
+            function: &meta.version.name,
+            invocation: &invocation,
+        };
+        let entries = services
+            .store
+            .journal_read(&key)
+            .map_err(|e| HostError::Storage(e.to_string()))?;
+        Ok(Tape {
+            events: entries
+                .iter()
+                .map_while(|bytes| postcard::from_bytes(bytes).ok())
+                .collect(),
+        })
+    }
+
+    /// How many answers this host journaled.
+    pub fn journaled(&self) -> u32 {
+        self.0
+            .journal
+            .as_ref()
+            .map_or(0, |n| n.load(Ordering::Relaxed))
     }
 
     /// A host for a second attempt at the same invocation (the js tier's
@@ -185,6 +240,7 @@ impl HostCtx {
             services,
             recorded: Mutex::default(),
             earlier: Some(earlier),
+            journal: None,
         }))
     }
 
@@ -231,7 +287,7 @@ impl HostCtx {
                     LogStream::System,
                     "warn",
                     &format!(
-                        "the retry in the process tier made a different host call than the first attempt; {left} recorded call(s) were not replayed and calls now go to the world"
+                        "the retry made a different host call than the first attempt; {left} recorded call(s) were not replayed and calls now go to the world"
                     ),
                 );
                 None
@@ -255,6 +311,40 @@ impl HostCtx {
 
     fn record(&self, event: HostEvent) {
         self.recorded().tape.events.push(event);
+    }
+
+    /// Records a live answer from KV or HTTP, journaling it first if this
+    /// host journals. A journal that cannot be written costs the retry its
+    /// replay of this answer, not the invocation: it is logged, once.
+    async fn record_effect(&self, event: HostEvent) {
+        if let Some(next) = &self.0.journal {
+            let seq = next.fetch_add(1, Ordering::Relaxed);
+            let bytes = postcard::to_allocvec(&event).expect("host events always encode");
+            let invocation = self.0.meta.id.to_string();
+            let written = self
+                .blocking(move |s, tenant, function| {
+                    let key = JournalKey {
+                        tenant,
+                        function,
+                        invocation: &invocation,
+                    };
+                    s.journal_append(&key, seq, &bytes)
+                })
+                .await;
+            if let Err(e) = written
+                && !self.recorded().journal_failed
+            {
+                self.recorded().journal_failed = true;
+                self.log(
+                    LogStream::System,
+                    "warn",
+                    &format!(
+                        "could not journal a host answer for a retry on another node ({e}); a retry would repeat it"
+                    ),
+                );
+            }
+        }
+        self.record(event);
     }
 
     /// Time left before the invocation's deadline.
@@ -418,10 +508,11 @@ impl HostCtx {
         }
         let k = key.clone();
         let value = self.blocking(move |s, t, f| s.kv_get(t, f, &k)).await?;
-        self.record(HostEvent::KvGet {
+        self.record_effect(HostEvent::KvGet {
             key,
             value: value.clone(),
-        });
+        })
+        .await;
         Ok(value)
     }
 
@@ -450,7 +541,7 @@ impl HostCtx {
         }
         let (k, v) = (key.clone(), value.clone());
         self.blocking(move |s, t, f| s.kv_set(t, f, &k, &v)).await?;
-        self.record(HostEvent::KvSet { key, value });
+        self.record_effect(HostEvent::KvSet { key, value }).await;
         Ok(())
     }
 
@@ -475,7 +566,8 @@ impl HostCtx {
         }
         let k = key.clone();
         let existed = self.blocking(move |s, t, f| s.kv_delete(t, f, &k)).await?;
-        self.record(HostEvent::KvDelete { key, existed });
+        self.record_effect(HostEvent::KvDelete { key, existed })
+            .await;
         Ok(existed)
     }
 
@@ -503,10 +595,11 @@ impl HostCtx {
         let keys = self
             .blocking(move |s, t, f| s.kv_list(t, f, &p, limit))
             .await?;
-        self.record(HostEvent::KvList {
+        self.record_effect(HostEvent::KvList {
             prefix,
             keys: keys.clone(),
-        });
+        })
+        .await;
         Ok(keys)
     }
 
@@ -556,10 +649,11 @@ impl HostCtx {
             result,
             Err(HostError::Denied(_)) | Err(HostError::Invalid(_))
         ) {
-            self.record(HostEvent::HttpFetch {
+            self.record_effect(HostEvent::HttpFetch {
                 request,
                 result: result.clone(),
-            });
+            })
+            .await;
         }
         result
     }
@@ -593,6 +687,57 @@ mod tests {
             deadline: Instant::now() + Duration::from_secs(5),
         };
         HostCtx::new(services, meta)
+    }
+
+    #[tokio::test]
+    async fn a_retry_from_the_journal_gets_the_first_attempts_answers_and_repeats_no_effect() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = ctx(&dir, HostLimits::default());
+        let (services, meta) = (first.0.services.clone(), first.0.meta.clone());
+        // The first attempt: read a counter, bump it, then its node dies.
+        let journaling = HostCtx::journaling(services.clone(), meta.clone());
+        assert_eq!(journaling.kv_get(b"n".to_vec()).await.unwrap(), None);
+        journaling
+            .kv_set(b"n".to_vec(), b"1".to_vec())
+            .await
+            .unwrap();
+        assert_eq!(journaling.journaled(), 2);
+        drop(journaling);
+
+        // The retry runs the same code: it must see the counter as the
+        // first attempt did (not the live 1), and its write must not happen
+        // again: the key is removed behind its back, and stays removed.
+        assert!(services.store.kv_delete("t", "f", b"n").unwrap());
+        let tape = HostCtx::journal_tape(&services, &meta).unwrap();
+        assert_eq!(tape.events.len(), 2);
+        let retry = HostCtx::retrying(services.clone(), meta.clone(), tape);
+        services.store.kv_set("t", "f", b"n", b"1").unwrap();
+        assert_eq!(
+            retry.kv_get(b"n".to_vec()).await.unwrap(),
+            None,
+            "the journal's answer"
+        );
+        services.store.kv_delete("t", "f", b"n").unwrap();
+        retry.kv_set(b"n".to_vec(), b"1".to_vec()).await.unwrap();
+        // Past the journal calls are live again, and see no second write.
+        assert_eq!(retry.kv_get(b"n".to_vec()).await.unwrap(), None);
+        assert_eq!(retry.journaled(), 0, "a retry does not journal");
+        let key = JournalKey {
+            tenant: "t",
+            function: "f",
+            invocation: &meta.id.to_string(),
+        };
+        services.store.journal_forget(&key).unwrap();
+        assert!(
+            HostCtx::journal_tape(&services, &meta)
+                .unwrap()
+                .events
+                .is_empty()
+        );
+        // A host that does not journal writes nothing.
+        let plain = HostCtx::new(services.clone(), meta.clone());
+        plain.kv_set(b"m".to_vec(), b"x".to_vec()).await.unwrap();
+        assert!(services.store.journal_read(&key).unwrap().is_empty());
     }
 
     #[tokio::test]

@@ -25,6 +25,6 @@ mod table;
 pub use colocation::StoreColocation;
 pub use metrics::Metrics;
 pub use node::{
-    ArtifactSource, DeployOutcome, InvokeOutcome, Node, NodeConfig, NodeError, ReplayReport,
-    StartKind,
+    ArtifactSource, DeployOutcome, GatewayAttempt, InvokeOutcome, Node, NodeConfig, NodeError,
+    ReplayReport, StartKind,
 };

@@ -93,6 +93,16 @@ pub struct DeployOutcome {
     pub compile_ms: u64,
 }
 
+/// An invocation a cluster's gateway forwarded. The gateway names it, with
+/// the same id on both attempts, so a retry on another node can find what
+/// the first attempt journaled.
+#[derive(Debug, Clone, Copy)]
+pub struct GatewayAttempt {
+    pub id: InvocationId,
+    /// This is the second attempt: the first one's node failed.
+    pub retry: bool,
+}
+
 /// A finished invocation: the function's answer or why there is none.
 #[derive(Debug)]
 pub struct InvokeOutcome {
@@ -342,9 +352,11 @@ impl Node {
         }
         // A NUL would cut a variable short inside the sandbox, and `=` in
         // a name would make it another variable.
-        if let Some((k, _)) = spec.env.iter().find(|(k, v)| {
-            k.is_empty() || k.contains(['=', '\0']) || v.contains('\0')
-        }) {
+        if let Some((k, _)) = spec
+            .env
+            .iter()
+            .find(|(k, v)| k.is_empty() || k.contains(['=', '\0']) || v.contains('\0'))
+        {
             return Err(NodeError::Invalid(format!(
                 "environment variable {k:?}: names must be non-empty without '=' or NUL, values without NUL"
             )));
@@ -450,12 +462,18 @@ impl Node {
 
     /// Runs one invocation of `v`. Node-level failures (a version that will
     /// not load) are `Err`; the function's own failures are in the outcome.
+    ///
+    /// `forwarded` is set when a gateway sent it: the invocation then keeps
+    /// the gateway's id, a first attempt journals its KV and HTTP answers,
+    /// and a retry is answered from that journal (see
+    /// [`HostCtx::journaling`]).
     pub async fn invoke(
         &self,
         v: &Arc<FunctionVersion>,
         req: Request,
+        forwarded: Option<GatewayAttempt>,
     ) -> Result<InvokeOutcome, NodeError> {
-        let id = InvocationId::new();
+        let id = forwarded.map_or_else(InvocationId::new, |f| f.id);
         let started = Instant::now();
         let Ok(_permit) = self.admission.clone().try_acquire_owned() else {
             return Ok(self
@@ -483,8 +501,11 @@ impl Node {
         let fallback = v.spec.runtime.tiers().get(1).copied();
         // The isolate keeps no body after an Unsupported: keep one to retry.
         let retry_req = fallback.filter(|_| tier == Tier::Js).map(|_| req.clone());
-        let host = HostCtx::new(self.host.clone(), meta.clone());
+        let host = self.host_for(forwarded, &meta).await;
         let result = self.attempt(&prepared, req, &host).await;
+        if forwarded.is_some_and(|f| f.retry) || host.journaled() > 0 {
+            self.forget_journal(&meta);
+        }
         let (Err(InvokeError::Unsupported(why)), Some(fallback), Some(req)) =
             (&result, fallback, retry_req)
         else {
@@ -510,6 +531,62 @@ impl Node {
         };
         let done = self.finish(v, id, started, (start, fallback), Some(retry), result);
         Ok(self.record(v, fallback, taping, done).await)
+    }
+
+    /// The host of a first attempt: plain, or journaling if a gateway may
+    /// retry it elsewhere, or for a gateway's retry, following what the
+    /// first attempt journaled.
+    async fn host_for(&self, forwarded: Option<GatewayAttempt>, meta: &InvocationMeta) -> HostCtx {
+        let services = self.host.clone();
+        match forwarded {
+            None => HostCtx::new(services, meta.clone()),
+            Some(GatewayAttempt { retry: false, .. }) => {
+                HostCtx::journaling(services, meta.clone())
+            }
+            Some(GatewayAttempt { retry: true, .. }) => {
+                let (s, m) = (services.clone(), meta.clone());
+                let journal = tokio::task::spawn_blocking(move || HostCtx::journal_tape(&s, &m))
+                    .await
+                    .map_err(|e| hearth_host::HostError::Storage(e.to_string()))
+                    .and_then(|r| r);
+                let (tape, note) = match journal {
+                    Ok(tape) => {
+                        let note = format!(
+                            "retry of an invocation whose node failed: {} answer(s) its first attempt got from KV and HTTP are given again",
+                            tape.events.len()
+                        );
+                        (tape, note)
+                    }
+                    Err(e) => (
+                        Tape::default(),
+                        format!(
+                            "retry of an invocation whose node failed; its journal could not be read ({e}), so its host calls go to the world again"
+                        ),
+                    ),
+                };
+                let host = HostCtx::retrying(services, meta.clone(), tape);
+                host.log(LogStream::System, "warn", &note);
+                host
+            }
+        }
+    }
+
+    /// Drops an invocation's journal once it is answered, off the
+    /// response's path; what is missed here the gateway's sweep removes.
+    fn forget_journal(&self, meta: &InvocationMeta) {
+        let store = self.store.clone();
+        let (tenant, function) = (meta.version.tenant.clone(), meta.version.name.clone());
+        let invocation = meta.id.to_string();
+        tokio::task::spawn_blocking(move || {
+            let key = hearth_store::JournalKey {
+                tenant: &tenant,
+                function: &function,
+                invocation: &invocation,
+            };
+            if let Err(e) = store.journal_forget(&key) {
+                tracing::warn!(error = %e, invocation, "could not forget a retry journal");
+            }
+        });
     }
 
     /// Whether this invocation of `v` gets a tape.

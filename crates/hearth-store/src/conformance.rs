@@ -3,7 +3,7 @@
 
 use hearth_core::{Colocation, FunctionSpec, Runtime};
 
-use crate::{FunctionMode, LogQuery, LogRecord, LogStream, Role, Store, StoreError};
+use crate::{FunctionMode, JournalKey, LogQuery, LogRecord, LogStream, Role, Store, StoreError};
 
 /// One scenario: it wants a fresh, empty store.
 type Scenario = fn(&dyn Store);
@@ -37,6 +37,10 @@ pub(crate) const SCENARIOS: &[(&str, Scenario)] = &[
     (
         "logs_filter_by_invocation_and_return_oldest_first",
         logs_filter_by_invocation_and_return_oldest_first,
+    ),
+    (
+        "journals_keep_order_per_invocation_and_are_forgotten_or_swept",
+        journals_keep_order_per_invocation_and_are_forgotten_or_swept,
     ),
 ];
 
@@ -192,4 +196,36 @@ pub(crate) fn logs_filter_by_invocation_and_return_oldest_first(s: &dyn Store) {
             .unwrap()
             .is_empty()
     );
+}
+
+pub(crate) fn journals_keep_order_per_invocation_and_are_forgotten_or_swept(s: &dyn Store) {
+    let key = |f, i| JournalKey {
+        tenant: "t",
+        function: f,
+        invocation: i,
+    };
+    let (a, b, other_fn) = (key("f", "a"), key("f", "b"), key("g", "a"));
+    s.journal_append(&a, 1, b"second").unwrap();
+    s.journal_append(&a, 0, b"first").unwrap();
+    s.journal_append(&a, 0, b"again").unwrap();
+    s.journal_append(&b, 0, b"b's").unwrap();
+    assert_eq!(
+        s.journal_read(&a).unwrap(),
+        vec![b"first".to_vec(), b"second".to_vec()],
+        "in seq order; a repeated seq keeps the first"
+    );
+    assert!(
+        s.journal_read(&other_fn).unwrap().is_empty(),
+        "scoped to the function"
+    );
+    s.journal_forget(&a).unwrap();
+    assert!(s.journal_read(&a).unwrap().is_empty());
+    assert_eq!(s.journal_read(&b).unwrap().len(), 1);
+    assert_eq!(
+        s.journal_sweep(hearth_core::unix_time_ms() - 60_000)
+            .unwrap(),
+        0
+    );
+    assert_eq!(s.journal_sweep(hearth_core::unix_time_ms() + 1).unwrap(), 1);
+    assert!(s.journal_read(&b).unwrap().is_empty());
 }

@@ -238,6 +238,15 @@ pub struct TapeQuery {
     pub limit: u32,
 }
 
+/// Whose retry journal: one invocation of one tenant's function.
+#[derive(Debug, Clone, Copy)]
+pub struct JournalKey<'a> {
+    pub tenant: &'a str,
+    pub function: &'a str,
+    /// The invocation id the gateway gave it (the same on a retry).
+    pub invocation: &'a str,
+}
+
 /// A stored colocation mode (`NULL`: no override).
 fn parse_colocation(text: Option<String>) -> Result<Option<Colocation>, StoreError> {
     text.map(|t| t.parse().map_err(StoreError::Corrupt))
@@ -352,6 +361,25 @@ pub trait Store: Send + Sync + 'static {
     fn unindex_segment(&self, segment: u64, from_offset: u64) -> Result<(), StoreError>;
     /// The offset of the last indexed block of `segment`, if any.
     fn last_indexed_offset(&self, segment: u64) -> Result<Option<u64>, StoreError>;
+
+    // -- retry journals (clusters) --
+    /// Appends event `seq` (encoded by the host) to `key`'s journal: the
+    /// answers an invocation got from KV and HTTP, written before the
+    /// function sees them, so a retry on another node can be given the
+    /// same answers if this node dies. Appending a `seq` twice keeps the first.
+    fn journal_append(
+        &self,
+        key: &JournalKey<'_>,
+        seq: u32,
+        event: &[u8],
+    ) -> Result<(), StoreError>;
+    /// `key`'s journal, in order.
+    fn journal_read(&self, key: &JournalKey<'_>) -> Result<Vec<Vec<u8>>, StoreError>;
+    /// Forgets `key`'s journal: the invocation finished.
+    fn journal_forget(&self, key: &JournalKey<'_>) -> Result<(), StoreError>;
+    /// Forgets journals begun before `before_ms` (left by nodes that died;
+    /// their retries are long over). Returns how many events went.
+    fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError>;
 
     // -- logs --
     fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError>;

@@ -22,8 +22,8 @@ use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use postgres::{Client, NoTls, Row};
 
 use crate::{
-    FunctionMode, FunctionSummary, LogQuery, LogRecord, LogStream, Principal, Role, StoreError,
-    parse_colocation, sha256_hex,
+    FunctionMode, FunctionSummary, JournalKey, LogQuery, LogRecord, LogStream, Principal, Role,
+    StoreError, parse_colocation, sha256_hex,
 };
 
 const SCHEMA: &str = r#"
@@ -83,6 +83,15 @@ CREATE TABLE IF NOT EXISTS logs (
 );
 CREATE INDEX IF NOT EXISTS logs_by_function ON logs (tenant, function, id);
 CREATE INDEX IF NOT EXISTS logs_by_invocation ON logs (invocation);
+CREATE TABLE IF NOT EXISTS journal (
+    tenant      TEXT NOT NULL,
+    function    TEXT NOT NULL,
+    invocation  TEXT NOT NULL,
+    seq         BIGINT NOT NULL,
+    event       BYTEA NOT NULL,
+    created_ms  BIGINT NOT NULL,
+    PRIMARY KEY (tenant, function, invocation, seq)
+);
 "#;
 
 /// Taken while creating the schema (an arbitrary constant: "hearth").
@@ -481,6 +490,54 @@ impl PgStore {
             .map(|r| r.get::<_, Vec<u8>>(0))
             .take_while(|k| k.starts_with(prefix))
             .collect())
+    }
+
+    pub fn journal_append(
+        &self,
+        key: &JournalKey<'_>,
+        seq: u32,
+        event: &[u8],
+    ) -> Result<(), StoreError> {
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO journal (tenant, function, invocation, seq, event, created_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                &[
+                    &key.tenant,
+                    &key.function,
+                    &key.invocation,
+                    &i64::from(seq),
+                    &event,
+                    &hearth_core::unix_time_ms(),
+                ],
+            )
+        })?;
+        Ok(())
+    }
+
+    pub fn journal_read(&self, key: &JournalKey<'_>) -> Result<Vec<Vec<u8>>, StoreError> {
+        let rows = self.with(|c| {
+            c.query(
+                "SELECT event FROM journal
+                 WHERE tenant = $1 AND function = $2 AND invocation = $3 ORDER BY seq",
+                &[&key.tenant, &key.function, &key.invocation],
+            )
+        })?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    pub fn journal_forget(&self, key: &JournalKey<'_>) -> Result<(), StoreError> {
+        self.with(|c| {
+            c.execute(
+                "DELETE FROM journal WHERE tenant = $1 AND function = $2 AND invocation = $3",
+                &[&key.tenant, &key.function, &key.invocation],
+            )
+        })?;
+        Ok(())
+    }
+
+    pub fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError> {
+        self.with(|c| c.execute("DELETE FROM journal WHERE created_ms < $1", &[&before_ms]))
     }
 
     pub fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError> {

@@ -6,8 +6,8 @@
 use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 
 use crate::{
-    BlobEntry, BlockQuery, FunctionMode, FunctionSummary, LogQuery, LogRecord, PgStore, Principal,
-    Role, SqliteStore, Store, StoreError, TapeBlock,
+    BlobEntry, BlockQuery, FunctionMode, FunctionSummary, JournalKey, LogQuery, LogRecord, PgStore,
+    Principal, Role, SqliteStore, Store, StoreError, TapeBlock,
 };
 
 /// Shared state in PostgreSQL, the tape index in local SQLite.
@@ -117,6 +117,23 @@ impl Store for SplitStore {
         limit: u32,
     ) -> Result<Vec<Vec<u8>>, StoreError> {
         self.shared.kv_list(tenant, function, prefix, limit)
+    }
+    fn journal_append(
+        &self,
+        key: &JournalKey<'_>,
+        seq: u32,
+        event: &[u8],
+    ) -> Result<(), StoreError> {
+        self.shared.journal_append(key, seq, event)
+    }
+    fn journal_read(&self, key: &JournalKey<'_>) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.shared.journal_read(key)
+    }
+    fn journal_forget(&self, key: &JournalKey<'_>) -> Result<(), StoreError> {
+        self.shared.journal_forget(key)
+    }
+    fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError> {
+        self.shared.journal_sweep(before_ms)
     }
     fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError> {
         self.shared.append_logs(records)

@@ -34,16 +34,15 @@ pub(crate) fn version_env<'a>(
 pub(crate) fn request_env(req: &Request, prefix: &str) -> Strings {
     let headers: usize = req.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
     let mut env = Strings::with_capacity(
-        128 + 2 * (prefix.len() + req.path.len() + req.query.len()) + headers + 8 * req.headers.len(),
+        128 + 2 * (prefix.len() + req.path.len() + req.query.len())
+            + headers
+            + 8 * req.headers.len(),
     );
     let (method, path, query) = (req.method.as_str(), req.path.as_str(), req.query.as_str());
     env.push_var("REQUEST_METHOD", method);
     env.push_var("PATH_INFO", path);
     env.push_var("QUERY_STRING", query);
-    env.push(&[
-        b"CONTENT_LENGTH=",
-        req.body.len().to_string().as_bytes(),
-    ]);
+    env.push(&[b"CONTENT_LENGTH=", req.body.len().to_string().as_bytes()]);
     let q: &[u8] = if query.is_empty() { b"" } else { b"?" };
     env.push(&[
         b"REQUEST_URI=",
@@ -63,7 +62,13 @@ pub(crate) fn request_env(req: &Request, prefix: &str) -> Strings {
         } else {
             let upper: Vec<u8> = name
                 .bytes()
-                .map(|b| if b == b'-' { b'_' } else { b.to_ascii_uppercase() })
+                .map(|b| {
+                    if b == b'-' {
+                        b'_'
+                    } else {
+                        b.to_ascii_uppercase()
+                    }
+                })
                 .collect();
             env.push(&[b"HTTP_", &upper, b"=", value.as_bytes()]);
         }

@@ -321,9 +321,9 @@ impl WasmEngine {
                     this.0.config.max_memory_mib
                 )));
             }
-            let start = module
-                .get_export_index("_start")
-                .ok_or_else(|| DeployError::NotAFunction("it exports no `_start` function".into()))?;
+            let start = module.get_export_index("_start").ok_or_else(|| {
+                DeployError::NotAFunction("it exports no `_start` function".into())
+            })?;
             let template = Arc::new(SandboxTemplate::new(
                 &version,
                 start,

@@ -9,7 +9,8 @@ use hearth_core::{FunctionVersion, InvokeError, Request, Response};
 use hearth_host::{HostCtx, Sandbox};
 use hearth_store::LogStream;
 use wasmtime::{
-    Instance, InstancePre, ModuleExport, PoolConcurrencyLimitError, ResourceLimiter, Store, Trap, UpdateDeadline,
+    Instance, InstancePre, ModuleExport, PoolConcurrencyLimitError, ResourceLimiter, Store, Trap,
+    UpdateDeadline,
 };
 
 use crate::WasmEngine;

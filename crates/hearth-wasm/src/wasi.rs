@@ -103,9 +103,7 @@ impl Strings {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
-        self.bytes
-            .split(|&b| b == 0)
-            .take(self.count as usize)
+        self.bytes.split(|&b| b == 0).take(self.count as usize)
     }
 }
 
@@ -175,9 +173,7 @@ struct Guest<'a>(&'a mut [u8]);
 impl Guest<'_> {
     fn slice(&self, ptr: u32, len: u32) -> Result<&[u8], i32> {
         let start = ptr as usize;
-        self.0
-            .get(start..start + len as usize)
-            .ok_or(errno::FAULT)
+        self.0.get(start..start + len as usize).ok_or(errno::FAULT)
     }
 
     fn slice_mut(&mut self, ptr: u32, len: u32) -> Result<&mut [u8], i32> {
@@ -239,7 +235,9 @@ impl Guest<'_> {
 /// The guest's memory and the store's state, together.
 fn split<'a>(caller: &'a mut C<'_>) -> wasmtime::Result<(Guest<'a>, &'a mut SandboxState)> {
     let Some(Extern::Memory(memory)) = caller.get_export("memory") else {
-        return Err(format_err!("WASI needs the module to export its memory as `memory`"));
+        return Err(format_err!(
+            "WASI needs the module to export its memory as `memory`"
+        ));
     };
     let (mem, state) = memory.data_and_store_mut(caller);
     Ok((Guest(mem), state))
@@ -423,7 +421,8 @@ pub(crate) fn add_to_linker(linker: &mut Linker<SandboxState>) -> wasmtime::Resu
                 }
                 total = total.saturating_add(len);
             }
-            Ok(g.put_u32(nwritten, total).map_or_else(|e| e, |()| errno::SUCCESS))
+            Ok(g.put_u32(nwritten, total)
+                .map_or_else(|e| e, |()| errno::SUCCESS))
         },
     )?;
     linker.func_wrap(
@@ -499,33 +498,43 @@ pub(crate) fn add_to_linker(linker: &mut Linker<SandboxState>) -> wasmtime::Resu
         MODULE,
         "fd_fdstat_set_flags",
         |mut caller: C<'_>, fd: u32, _flags: u32| {
-            with(&mut caller, |_, s| Err::<i32, _>(stdio_only(s, fd, errno::NOTSUP)))
+            with(&mut caller, |_, s| {
+                Err::<i32, _>(stdio_only(s, fd, errno::NOTSUP))
+            })
         },
     )?;
     linker.func_wrap(
         MODULE,
         "fd_fdstat_set_rights",
         |mut caller: C<'_>, fd: u32, _base: u64, _inheriting: u64| {
-            with(&mut caller, |_, s| Err::<i32, _>(stdio_only(s, fd, errno::NOTSUP)))
+            with(&mut caller, |_, s| {
+                Err::<i32, _>(stdio_only(s, fd, errno::NOTSUP))
+            })
         },
     )?;
     linker.func_wrap(
         MODULE,
         "fd_seek",
         |mut caller: C<'_>, fd: u32, _offset: i64, _whence: u32, _out: u32| {
-            with(&mut caller, |_, s| Err::<i32, _>(stdio_only(s, fd, errno::SPIPE)))
+            with(&mut caller, |_, s| {
+                Err::<i32, _>(stdio_only(s, fd, errno::SPIPE))
+            })
         },
     )?;
-    linker.func_wrap(MODULE, "fd_tell", |mut caller: C<'_>, fd: u32, _out: u32| {
-        with(&mut caller, |_, s| Err::<i32, _>(stdio_only(s, fd, errno::SPIPE)))
-    })?;
-    // No preopened directories: the scan wasi-libc does at start ends at
-    // the first `EBADF`.
     linker.func_wrap(
         MODULE,
-        "fd_prestat_get",
-        |_: C<'_>, _fd: u32, _out: u32| errno::BADF,
+        "fd_tell",
+        |mut caller: C<'_>, fd: u32, _out: u32| {
+            with(&mut caller, |_, s| {
+                Err::<i32, _>(stdio_only(s, fd, errno::SPIPE))
+            })
+        },
     )?;
+    // No preopened directories: the scan wasi-libc does at start ends at
+    // the first `EBADF`.
+    linker.func_wrap(MODULE, "fd_prestat_get", |_: C<'_>, _fd: u32, _out: u32| {
+        errno::BADF
+    })?;
     linker.func_wrap(
         MODULE,
         "fd_prestat_dir_name",
@@ -564,7 +573,9 @@ pub(crate) fn add_to_linker(linker: &mut Linker<SandboxState>) -> wasmtime::Resu
         MODULE,
         "path_symlink",
         |mut caller: C<'_>, _old: u32, _old_len: u32, fd: u32, _new: u32, _new_len: u32| {
-            with(&mut caller, |_, s| Err::<i32, _>(stdio_only(s, fd, errno::NOTDIR)))
+            with(&mut caller, |_, s| {
+                Err::<i32, _>(stdio_only(s, fd, errno::NOTDIR))
+            })
         },
     )?;
     not_a_file!("sock_accept", errno::NOTSUP, |fd, a: u32, b: u32|);
@@ -576,7 +587,9 @@ pub(crate) fn add_to_linker(linker: &mut Linker<SandboxState>) -> wasmtime::Resu
     linker.func_wrap(
         MODULE,
         "proc_exit",
-        |_: C<'_>, code: u32| -> wasmtime::Result<()> { Err(wasmtime::Error::new(Exit(code as i32))) },
+        |_: C<'_>, code: u32| -> wasmtime::Result<()> {
+            Err(wasmtime::Error::new(Exit(code as i32)))
+        },
     )?;
     linker.func_wrap(MODULE, "proc_raise", |_: C<'_>, _sig: u32| errno::NOSYS)?;
     // Epoch ticks already share the CPU (see `sandbox::new_store`).
@@ -681,7 +694,9 @@ async fn poll_oneoff(
             waits.push((userdata, tag, wait));
         }
     }
-    let any_ready = waits.iter().any(|(_, _, w)| matches!(w, Wait::Ready { .. }));
+    let any_ready = waits
+        .iter()
+        .any(|(_, _, w)| matches!(w, Wait::Ready { .. }));
     let sleep = waits
         .iter()
         .filter_map(|(_, _, w)| match w {
@@ -721,7 +736,8 @@ async fn poll_oneoff(
         }
         count += 1;
     }
-    Ok(g.put_u32(nevents, count).map_or_else(|e| e, |()| errno::SUCCESS))
+    Ok(g.put_u32(nevents, count)
+        .map_or_else(|e| e, |()| errno::SUCCESS))
 }
 
 #[cfg(test)]
@@ -758,7 +774,11 @@ mod tests {
         assert_eq!(g.iovecs(8, 2), Err(errno::FAULT));
         let mut a = Strings::default();
         a.push(&[b"name"]);
-        assert_eq!(g.put_strings(&[&a], 0, 12), Err(errno::FAULT), "string runs past the end");
+        assert_eq!(
+            g.put_strings(&[&a], 0, 12),
+            Err(errno::FAULT),
+            "string runs past the end"
+        );
         assert_eq!(g.put_strings(&[&a], 0, 4), Ok(()));
         assert_eq!(&g.0[0..9], &[4, 0, 0, 0, b'n', b'a', b'm', b'e', 0]);
     }

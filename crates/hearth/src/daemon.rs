@@ -15,7 +15,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use hearth_api::ClusterRole;
 use hearth_cluster::gateway::Join;
-use hearth_cluster::{Gateway, GatewayArtifacts, GatewayConfig, Membership};
+use hearth_cluster::{AttemptKey, Gateway, GatewayArtifacts, GatewayConfig, Membership};
 use hearth_core::{FunctionSpec, Runtime};
 use hearth_host::{Engine, HostLimits, HostServices};
 use hearth_js::{JsConfig, JsEngine};
@@ -168,16 +168,23 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             (
                 ClusterRole::Member {
                     gateway: join.clone(),
+                    key: AttemptKey::from_token(token),
                 },
                 Some(m),
             )
         }
         Role::Gateway => {
+            // Nodes join with this token: it also keys the attempts the
+            // gateway signs for them.
+            let token = std::fs::read_to_string(dir.join("token"))
+                .context("the gateway's admin token (written at first start)")?;
             let g = Gateway::new(GatewayConfig {
                 heartbeat: std::time::Duration::from_millis(settings.heartbeat_ms),
+                attempt_key: Some(AttemptKey::from_token(&token)),
                 ..GatewayConfig::default()
             });
             g.spawn_reaper();
+            spawn_journal_sweep(store.clone());
             (ClusterRole::Gateway(g), None)
         }
         Role::All => (ClusterRole::Standalone, None),
@@ -296,6 +303,30 @@ async fn first_start(
         println!("Deployed examples: hello, echo (public), counter (needs the token)");
     }
     Ok(())
+}
+
+/// Retry journals whose invocations are long over (their node died before
+/// forgetting them) go every minute; a journal is read only by a retry,
+/// within the function's timeout of its first attempt.
+fn spawn_journal_sweep(store: Arc<dyn Store>) {
+    const KEEP_MS: i64 = 30 * 60 * 1000;
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(60));
+        loop {
+            every.tick().await;
+            let store = store.clone();
+            let swept = tokio::task::spawn_blocking(move || {
+                store.journal_sweep(hearth_core::unix_time_ms() - KEEP_MS)
+            })
+            .await;
+            match swept {
+                Ok(Ok(0)) => {}
+                Ok(Ok(n)) => tracing::info!(events = n, "swept old retry journals"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "could not sweep retry journals"),
+                Err(_) => {}
+            }
+        }
+    });
 }
 
 #[cfg(test)]

@@ -15,8 +15,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 mod tapes;
 
 use crate::{
-    BlobEntry, BlockQuery, FunctionMode, FunctionSummary, LogQuery, LogRecord, LogStream,
-    Principal, Role, Store, StoreError, TapeBlock, parse_colocation, sha256_hex,
+    BlobEntry, BlockQuery, FunctionMode, FunctionSummary, JournalKey, LogQuery, LogRecord,
+    LogStream, Principal, Role, Store, StoreError, TapeBlock, parse_colocation, sha256_hex,
 };
 
 const SCHEMA: &str = r#"
@@ -76,6 +76,15 @@ CREATE TABLE IF NOT EXISTS logs (
 );
 CREATE INDEX IF NOT EXISTS logs_by_function ON logs (tenant, function, id);
 CREATE INDEX IF NOT EXISTS logs_by_invocation ON logs (invocation);
+CREATE TABLE IF NOT EXISTS journal (
+    tenant      TEXT NOT NULL,
+    function    TEXT NOT NULL,
+    invocation  TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    event       BLOB NOT NULL,
+    created_ms  INTEGER NOT NULL,
+    PRIMARY KEY (tenant, function, invocation, seq)
+) WITHOUT ROWID;
 "#;
 
 const READERS: usize = 4;
@@ -584,6 +593,54 @@ impl Store for SqliteStore {
     fn last_indexed_offset(&self, segment: u64) -> Result<Option<u64>, StoreError> {
         // The writer's connection: it sees the writer's own last commit.
         tapes::last_indexed_offset(&self.writer(), segment)
+    }
+
+    fn journal_append(
+        &self,
+        key: &JournalKey<'_>,
+        seq: u32,
+        event: &[u8],
+    ) -> Result<(), StoreError> {
+        self.writer().execute(
+            "INSERT INTO journal (tenant, function, invocation, seq, event, created_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+            params![
+                key.tenant,
+                key.function,
+                key.invocation,
+                seq,
+                event,
+                hearth_core::unix_time_ms()
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn journal_read(&self, key: &JournalKey<'_>) -> Result<Vec<Vec<u8>>, StoreError> {
+        let conn = self.reader();
+        let mut stmt = conn.prepare(
+            "SELECT event FROM journal WHERE tenant = ?1 AND function = ?2 AND invocation = ?3
+             ORDER BY seq",
+        )?;
+        let rows = stmt.query_map(params![key.tenant, key.function, key.invocation], |r| {
+            r.get::<_, Vec<u8>>(0)
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn journal_forget(&self, key: &JournalKey<'_>) -> Result<(), StoreError> {
+        self.writer().execute(
+            "DELETE FROM journal WHERE tenant = ?1 AND function = ?2 AND invocation = ?3",
+            params![key.tenant, key.function, key.invocation],
+        )?;
+        Ok(())
+    }
+
+    fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError> {
+        Ok(self.writer().execute(
+            "DELETE FROM journal WHERE created_ms < ?1",
+            params![before_ms],
+        )? as u64)
     }
 
     fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError> {

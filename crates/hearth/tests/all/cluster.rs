@@ -22,6 +22,51 @@ const SLOW: &str = r#"(module
     (i32.store (i32.const 4) (i32.const 5))
     (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
 
+/// The fetch example, spinning ~0.2 s between its outbound call and its
+/// answer.
+fn fetch_then_spin() -> Vec<u8> {
+    let wat = String::from_utf8(crate::harness::example("fetch.wat")).unwrap();
+    let spin = "(loop $spin
+      (local.set $i (i64.add (local.get $i) (i64.const 1)))
+      (br_if $spin (i64.lt_u (local.get $i) (i64.const 150000000))))
+    (if (i32.eq (local.get $status) (i32.const -1))";
+    let out = wat
+        .replacen(
+            "(local $status i32) (local $len i32)",
+            "(local $status i32) (local $len i32) (local $i i64)",
+            1,
+        )
+        .replacen("(if (i32.eq (local.get $status) (i32.const -1))", spin, 1);
+    assert_ne!(out, wat, "fetch.wat changed shape");
+    out.into_bytes()
+}
+
+/// An HTTP server on loopback answering `GET /hit/{i}` with `hit {i}`,
+/// and how many times it saw each `i`.
+async fn counting_upstream() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, u32>>>,
+) {
+    use axum::extract::{Path, State};
+    type Hits = std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, u32>>>;
+    let hits = Hits::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new()
+        .route(
+            "/hit/{i}",
+            axum::routing::get(
+                |State(hits): State<Hits>, Path(i): Path<String>| async move {
+                    *hits.lock().unwrap().entry(i.clone()).or_default() += 1;
+                    format!("hit {i}")
+                },
+            ),
+        )
+        .with_state(hits.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, hits)
+}
+
 /// A gateway on `store` with 200 ms heartbeats (a node is out after 600 ms).
 fn gateway(store: &str) -> Daemon {
     Daemon::start_with(&[
@@ -184,9 +229,24 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
     let r = nodes[0].get("/v1/cluster/nodes").send().await.unwrap();
     assert_eq!(r.status(), 404);
 
-    // Kill the node running `slow` while it has invocations in flight.
+    // Kill the node running `effect` while it has invocations in flight,
+    // each past its one outbound call: every call is answered, by a retry
+    // on another node, and no call is made twice, because the retry gets
+    // the first attempt's answer from the journal.
+    let (upstream, hits) = counting_upstream().await;
     gw.deploy("slow", SLOW.as_bytes().to_vec(), &[]).await;
-    let r = gw.invoke("slow", b"").await;
+    gw.deploy(
+        "effect",
+        fetch_then_spin(),
+        &[("allow_host", &upstream.to_string())],
+    )
+    .await;
+    let r = gw
+        .post("/fn/admin/effect")
+        .body(format!("http://{upstream}/hit/warm"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let victim_id = header(&r, "hearth-node");
     let m = members(&gw).await;
@@ -196,16 +256,28 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
         .to_string();
     let victim = nodes.iter().position(|d| d.url == victim_url).unwrap();
     let load: Vec<_> = (0..16)
-        .map(|_| {
-            let req = gw.post("/fn/admin/slow");
-            tokio::spawn(async move { req.send().await.unwrap() })
+        .map(|i| {
+            let req = gw
+                .post("/fn/admin/effect")
+                .body(format!("http://{upstream}/hit/{i}"));
+            tokio::spawn(async move { (i, req.send().await.unwrap()) })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Every call has made its outbound call (and journaled the answer, a
+    // moment later) and is spinning when its node dies.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while hits.lock().unwrap().len() < 17 {
+        assert!(
+            Instant::now() < deadline,
+            "the calls never reached upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
     nodes[victim].kill9();
     let mut retried = 0;
     for call in load {
-        let r = call.await.unwrap();
+        let (i, r) = call.await.unwrap();
         let (status, from, node) = (
             r.status().as_u16(),
             header(&r, "hearth-retried-from"),
@@ -215,7 +287,7 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
         // Every call is answered: by the victim before it died, or by
         // another node on the one retry.
         assert_eq!(status, 200, "{body}");
-        assert_eq!(body, "done\n");
+        assert_eq!(body, format!("hit {i}"));
         if !from.is_empty() {
             assert_eq!(from, victim_id);
             assert_ne!(node, victim_id);
@@ -226,6 +298,21 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
         retried > 0,
         "no invocation was in flight on the killed node"
     );
+    let hits = hits.lock().unwrap().clone();
+    assert!(
+        hits.values().all(|&n| n == 1),
+        "a retry repeated an outbound call the first attempt made: {hits:?}"
+    );
+    let lines = gw
+        .logs_until("effect", |l| {
+            l.iter().any(|x| {
+                x["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("1 answer(s) its first attempt got"))
+            })
+        })
+        .await;
+    assert!(!lines.is_empty());
 
     let m = members_until(&gw, "the killed node leaves placement", |m| alive(m) == 2).await;
     let dead = m.iter().find(|n| n["id"] == victim_id.as_str()).unwrap();
