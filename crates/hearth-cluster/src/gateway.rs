@@ -32,7 +32,7 @@ use http::{HeaderMap, Method};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use hearth_core::InvocationId;
+use hearth_core::{Colocation, InvocationId};
 use hearth_node::GatewayAttempt;
 
 use crate::attempt::AttemptKey;
@@ -48,6 +48,9 @@ pub struct GatewayConfig {
     /// Signs each forward's `Hearth-Attempt` header; `None` sends none
     /// (nodes then give a retry no journal).
     pub attempt_key: Option<AttemptKey>,
+    /// The cluster's colocation mode (tenants without their own), handed
+    /// to every node that joins.
+    pub colocation: Colocation,
 }
 
 impl Default for GatewayConfig {
@@ -56,6 +59,7 @@ impl Default for GatewayConfig {
             heartbeat: Duration::from_secs(1),
             missed: 3,
             attempt_key: None,
+            colocation: Colocation::default(),
         }
     }
 }
@@ -74,6 +78,9 @@ pub struct Join {
 pub struct Joined {
     pub id: String,
     pub heartbeat_ms: u64,
+    /// The cluster's default colocation mode, which the node takes.
+    #[serde(default)]
+    pub colocation: Option<Colocation>,
 }
 
 /// What a node reports every interval.
@@ -326,6 +333,7 @@ impl Gateway {
         Joined {
             id,
             heartbeat_ms: self.config.heartbeat.as_millis() as u64,
+            colocation: Some(self.config.colocation),
         }
     }
 
@@ -573,6 +581,7 @@ mod tests {
             heartbeat: Duration::from_millis(100),
             missed: 3,
             attempt_key: None,
+            colocation: Colocation::Tenant,
         });
         g.spawn_reaper();
         assert!(matches!(

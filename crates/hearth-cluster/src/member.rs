@@ -19,6 +19,7 @@ pub struct Membership {
     /// The id the gateway gave us; a new one if it forgot us and we rejoined.
     id: Mutex<String>,
     heartbeat: Duration,
+    colocation: Option<hearth_core::Colocation>,
     /// Set by [`leave`](Self::leave): heartbeats stop (one more would put
     /// the node back in placement).
     left: AtomicBool,
@@ -63,6 +64,7 @@ impl Membership {
             client,
             id: Mutex::new(joined.id),
             heartbeat: Duration::from_millis(joined.heartbeat_ms.max(50)),
+            colocation: joined.colocation,
             left: AtomicBool::new(false),
         }))
     }
@@ -86,6 +88,11 @@ impl Membership {
             return Err((retry, error_text(resp).await));
         }
         resp.json().await.map_err(|e| (false, e.to_string()))
+    }
+
+    /// The cluster's default colocation mode, as the gateway said at join.
+    pub fn colocation(&self) -> Option<hearth_core::Colocation> {
+        self.colocation
     }
 
     pub fn id(&self) -> String {
@@ -124,6 +131,9 @@ impl Membership {
                         match Self::post_join(&me.client, &me.gateway, &me.token, &me.join).await {
                             Ok(j) => {
                                 tracing::info!(id = %j.id, "rejoined the cluster");
+                                if let Some(mode) = j.colocation {
+                                    node.set_default_colocation(mode);
+                                }
                                 *me.id.lock().unwrap_or_else(|p| p.into_inner()) = j.id;
                             }
                             Err((_, e)) => tracing::warn!(error = %e, "failed to rejoin"),

@@ -7,19 +7,49 @@
 //! (PostgreSQL), and no node can then act on a stale override.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use hearth_core::Colocation;
 use hearth_host::ColocationPolicy;
 use hearth_store::Store;
 
+/// The mode of tenants without their own: `--colocation` at start, then,
+/// on a cluster node, the gateway's, which it hands out at every join so
+/// that all nodes of a cluster share one default. Clones share the value.
+#[derive(Clone, Default)]
+pub struct DefaultColocation(Arc<AtomicU8>);
+
+impl DefaultColocation {
+    pub fn new(mode: Colocation) -> Self {
+        let cell = DefaultColocation::default();
+        cell.set(mode);
+        cell
+    }
+
+    pub fn get(&self) -> Colocation {
+        Colocation::ALL[usize::from(self.0.load(Ordering::Relaxed))]
+    }
+
+    pub fn set(&self, mode: Colocation) {
+        let i = Colocation::ALL.iter().position(|&m| m == mode).unwrap_or(0);
+        self.0.store(i as u8, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for DefaultColocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
 #[derive(Clone)]
 pub struct StoreColocation {
-    default: Colocation,
+    default: DefaultColocation,
     store: Arc<dyn Store>,
 }
 
 impl StoreColocation {
-    pub fn new(default: Colocation, store: Arc<dyn Store>) -> StoreColocation {
+    pub fn new(default: DefaultColocation, store: Arc<dyn Store>) -> StoreColocation {
         StoreColocation { default, store }
     }
 }
@@ -36,7 +66,7 @@ impl ColocationPolicy for StoreColocation {
     fn mode_for(&self, tenant: &str) -> Colocation {
         match self.store.tenant_colocation(tenant) {
             Ok(Some(mode)) => mode,
-            Ok(None) => self.default,
+            Ok(None) => self.default.get(),
             Err(e) => {
                 // Unknown is treated as the strictest: sharing nothing
                 // costs a slower start, sharing wrongly costs isolation.
@@ -47,6 +77,21 @@ impl ColocationPolicy for StoreColocation {
     }
 
     fn default_mode(&self) -> Colocation {
-        self.default
+        self.default.get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clones_share_the_default_and_every_mode_round_trips() {
+        let a = DefaultColocation::new(Colocation::Tenant);
+        let b = a.clone();
+        for mode in Colocation::ALL {
+            a.set(mode);
+            assert_eq!(b.get(), mode);
+        }
     }
 }

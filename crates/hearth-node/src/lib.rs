@@ -22,7 +22,7 @@ mod metrics;
 mod node;
 mod table;
 
-pub use colocation::StoreColocation;
+pub use colocation::{DefaultColocation, StoreColocation};
 pub use metrics::Metrics;
 pub use node::{
     ArtifactSource, DeployOutcome, GatewayAttempt, InvokeOutcome, Node, NodeConfig, NodeError,

@@ -30,9 +30,10 @@ pub struct NodeConfig {
     /// Fallbacks after which a JavaScript function is pinned to the process
     /// tier (until its next deploy).
     pub pin_after_fallbacks: u32,
-    /// The colocation mode of tenants without their own (the tiers get
-    /// the policy itself: [`crate::StoreColocation`]).
-    pub colocation: hearth_core::Colocation,
+    /// The colocation mode of tenants without their own, shared with the
+    /// tiers' policy ([`crate::StoreColocation`]); a cluster node takes
+    /// its gateway's at join.
+    pub colocation: crate::DefaultColocation,
 }
 
 impl Default for NodeConfig {
@@ -42,7 +43,7 @@ impl Default for NodeConfig {
             max_timeout_ms: 300_000,
             max_memory_mib: 512,
             pin_after_fallbacks: 3,
-            colocation: hearth_core::Colocation::default(),
+            colocation: crate::DefaultColocation::default(),
         }
     }
 }
@@ -289,7 +290,21 @@ impl Node {
 
     /// The colocation mode of tenants without their own.
     pub fn default_colocation(&self) -> hearth_core::Colocation {
-        self.config.colocation
+        self.config.colocation.get()
+    }
+
+    /// Takes the cluster's default mode (a node's gateway's): it applies
+    /// from the next runtime a tier starts.
+    pub fn set_default_colocation(&self, mode: hearth_core::Colocation) {
+        let was = self.config.colocation.get();
+        if was != mode {
+            tracing::info!(
+                was = was.as_str(),
+                now = mode.as_str(),
+                "colocation mode set by the gateway"
+            );
+            self.config.colocation.set(mode);
+        }
     }
 
     /// What this node is doing and what it cannot enforce, per tier.
@@ -322,7 +337,7 @@ impl Node {
             "recording": recording,
             "in_flight": self.in_flight(),
             "max_concurrency": self.config.max_concurrency,
-            "colocation": self.config.colocation,
+            "colocation": self.config.colocation.get(),
             "degraded": degraded,
             "tiers": tiers,
         })

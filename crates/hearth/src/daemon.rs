@@ -80,8 +80,9 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     proc_config.offline_packages = settings.offline_packages.clone();
     proc_config.keep_alive = std::time::Duration::from_secs(settings.keep_alive_s);
     proc_config.caches = settings.proc_caches;
+    let colocation = hearth_node::DefaultColocation::new(settings.colocation);
     proc_config.colocation = Arc::new(hearth_node::StoreColocation::new(
-        settings.colocation,
+        colocation.clone(),
         store.clone(),
     ));
     if settings.proc_caches != hearth_proc::Caches::ALL {
@@ -126,7 +127,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             max_timeout_ms: settings.max_timeout_ms,
             max_memory_mib: settings.max_memory_mib,
             pin_after_fallbacks: settings.js_pin_after,
-            colocation: settings.colocation,
+            colocation,
         },
     );
     if let Some(r) = &recorder {
@@ -164,6 +165,16 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             let m = Membership::join(join, token, joining, std::time::Duration::from_secs(30))
                 .await
                 .map_err(anyhow::Error::msg)?;
+            if let Some(mode) = m.colocation() {
+                if mode != settings.colocation {
+                    tracing::warn!(
+                        ours = settings.colocation.as_str(),
+                        gateway = mode.as_str(),
+                        "this node's --colocation differs from its gateway's; the gateway's applies"
+                    );
+                }
+                node.set_default_colocation(mode);
+            }
             m.spawn_heartbeats(node.clone());
             (
                 ClusterRole::Member {
@@ -181,6 +192,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             let g = Gateway::new(GatewayConfig {
                 heartbeat: std::time::Duration::from_millis(settings.heartbeat_ms),
                 attempt_key: Some(AttemptKey::from_token(&token)),
+                colocation: settings.colocation,
                 ..GatewayConfig::default()
             });
             g.spawn_reaper();

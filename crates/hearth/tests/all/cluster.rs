@@ -67,7 +67,8 @@ async fn counting_upstream() -> (
     (addr, hits)
 }
 
-/// A gateway on `store` with 200 ms heartbeats (a node is out after 600 ms).
+/// A gateway on `store` with 200 ms heartbeats (a node is out after 600 ms)
+/// and `full` as the cluster's colocation mode (nodes default to `tenant`).
 fn gateway(store: &str) -> Daemon {
     Daemon::start_with(&[
         "--role",
@@ -76,6 +77,8 @@ fn gateway(store: &str) -> Daemon {
         store,
         "--heartbeat-ms",
         "200",
+        "--colocation",
+        "full",
     ])
 }
 
@@ -133,6 +136,10 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
 
     let mut nodes: Vec<Daemon> = (0..3).map(|_| node(&gw, &store, &[])).collect();
     members_until(&gw, "three nodes join", |m| alive(m) == 3).await;
+    // The cluster has one default colocation mode: the gateway's.
+    for n in &nodes {
+        assert_eq!(n.get_json("/v1/status").await["colocation"], "full");
+    }
 
     // The bundled examples were deployed through the gateway; the nodes
     // fetch their code by hash from it. Repeated calls stay on one node.
@@ -331,6 +338,45 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
     let m = members(&gw).await;
     let gone = m.iter().find(|n| n["url"] == leaving_url.as_str()).unwrap();
     assert_eq!(gone["out_because"], "left", "{gone}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nodes_rejoin_a_gateway_restarted_on_its_address() {
+    let pg = TempPostgres::start().unwrap();
+    let store = pg.create_database("restart").unwrap();
+    let mut gw = gateway(&store);
+    let node = node(&gw, &store, &[]);
+    let first = members_until(&gw, "the node joins", |m| alive(m) == 1).await;
+    assert_eq!(gw.invoke("hello", b"").await.status(), 200);
+
+    // The gateway dies; the node keeps serving what is called on it.
+    let addr = gw.url.trim_start_matches("http://").to_string();
+    gw.kill9();
+    assert_eq!(node.invoke("hello", b"").await.status(), 200);
+
+    // A new gateway on the same address and store knows no node until the
+    // node's next heartbeat is refused and it joins again.
+    let gw2 = Daemon::start_in(
+        &gw.dir,
+        &[
+            "--role",
+            "gateway",
+            "--store",
+            &store,
+            "--heartbeat-ms",
+            "200",
+            "--listen",
+            &addr,
+        ],
+    );
+    assert_eq!(gw2.url, gw.url);
+    let again = members_until(&gw2, "the node rejoins", |m| alive(m) == 1).await;
+    assert_eq!(again[0]["url"], first[0]["url"]);
+    assert_ne!(again[0]["id"], first[0]["id"], "a rejoin gets a new id");
+    let r = gw2.invoke("hello", b"").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "hearth-node"), again[0]["id"].as_str().unwrap());
+    assert_eq!(r.text().await.unwrap(), "hello from wasm\n");
 }
 
 #[tokio::test(flavor = "multi_thread")]

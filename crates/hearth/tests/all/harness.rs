@@ -68,10 +68,11 @@ impl Daemon {
     }
 
     fn spawn(mut cmd: Command, dir: &Path, args: &[&str]) -> Daemon {
+        cmd.arg("--data-dir").arg(dir).arg("up");
+        if !args.contains(&"--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
         let child = cmd
-            .arg("--data-dir")
-            .arg(dir)
-            .args(["up", "--listen", "127.0.0.1:0"])
             .args(args)
             .env("HEARTH_LOG", "warn")
             .stdout(Stdio::null())
