@@ -36,7 +36,7 @@ pub struct Unit {
 }
 
 /// A version's code.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct CompiledCode {
     pub entry: String,
     pub units: BTreeMap<String, Unit>,

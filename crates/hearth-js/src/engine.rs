@@ -9,6 +9,12 @@
 //! same version). Idle isolates are kept per worker, per version — never
 //! shared across versions, functions or tenants — and dropped after the
 //! keep-alive or beyond a per-worker count.
+//!
+//! Each worker also keeps a few *blank* isolates (Hydra's generic warm
+//! pool, §3.4): runtime, context and prelude, no function. A version's
+//! first invocation on a worker loads its code into one of them instead of
+//! building an isolate from nothing (the prelude is most of that cost),
+//! and the worker makes a new blank one when it next has nothing to run.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -41,6 +47,8 @@ pub struct JsConfig {
     pub keep_alive: Duration,
     /// Idle isolates one worker keeps at most.
     pub max_idle_per_worker: usize,
+    /// Blank isolates (prelude, no function) each worker keeps ready.
+    pub blank_per_worker: usize,
     pub max_response_bytes: usize,
 }
 
@@ -52,6 +60,7 @@ impl JsConfig {
             workers: (cores * 2).max(4),
             keep_alive: Duration::from_secs(300),
             max_idle_per_worker: 256,
+            blank_per_worker: 1,
             max_response_bytes: 6 << 20,
         }
     }
@@ -70,6 +79,8 @@ struct Worker {
     load: AtomicUsize,
     idle: AtomicUsize,
     idle_bytes: AtomicU64,
+    /// Blank isolates ready.
+    blank: AtomicUsize,
 }
 
 struct Inner {
@@ -106,6 +117,7 @@ impl JsEngine {
                 load: AtomicUsize::new(0),
                 idle: AtomicUsize::new(0),
                 idle_bytes: AtomicU64::new(0),
+                blank: AtomicUsize::new(0),
             });
             let (w, io, cfg) = (worker.clone(), io.clone(), config.clone());
             std::thread::Builder::new()
@@ -200,9 +212,20 @@ impl Engine for JsEngine {
         }))
     }
 
+    fn pool_free(&self) -> Vec<(&'static str, u64)> {
+        let blank: usize = self
+            .0
+            .workers
+            .iter()
+            .map(|w| w.blank.load(Ordering::Relaxed))
+            .sum();
+        vec![("js_isolates", blank as u64)]
+    }
+
     fn status(&self) -> EngineStatus {
         let w = &self.0.workers;
         let idle: usize = w.iter().map(|w| w.idle.load(Ordering::Relaxed)).sum();
+        let blank: usize = w.iter().map(|w| w.blank.load(Ordering::Relaxed)).sum();
         let bytes: u64 = w.iter().map(|w| w.idle_bytes.load(Ordering::Relaxed)).sum();
         let running: usize = w.iter().map(|w| w.load.load(Ordering::Relaxed)).sum();
         EngineStatus {
@@ -211,6 +234,7 @@ impl Engine for JsEngine {
                 "workers": w.len(),
                 "running": running,
                 "idle_isolates": idle,
+                "blank_isolates": blank,
                 "idle_isolate_bytes": bytes,
                 "keep_alive_s": self.0.config.keep_alive.as_secs(),
             }),
@@ -273,7 +297,18 @@ struct Idle {
     version: Arc<JsVersion>,
 }
 
-type IdleMap = Rc<RefCell<HashMap<String, Vec<Idle>>>>;
+type IdleMap = RefCell<HashMap<String, Vec<Idle>>>;
+
+/// What one worker keeps between invocations.
+#[derive(Default)]
+struct Local {
+    /// Isolates of versions, parked after an invocation.
+    idle: IdleMap,
+    /// Blank isolates, ready for any version.
+    blanks: RefCell<Vec<Isolate>>,
+    /// Woken when a blank isolate is taken.
+    refill: tokio::sync::Notify,
+}
 
 fn worker_main(
     index: usize,
@@ -288,23 +323,29 @@ fn worker_main(
         .expect("a worker runtime");
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
-        let idle: IdleMap = Rc::default();
+        let here: Rc<Local> = Rc::default();
         {
-            let (idle, me, keep) = (idle.clone(), me.clone(), config.keep_alive);
+            let (here, me, keep) = (here.clone(), me.clone(), config.keep_alive);
             tokio::task::spawn_local(async move {
                 loop {
                     tokio::time::sleep(Duration::from_secs(1)).await;
-                    evict(&idle, &me, index, |i| i.since.elapsed() > keep);
+                    evict(&here.idle, &me, index, |i| i.since.elapsed() > keep);
                 }
             });
         }
+        tokio::task::spawn_local(refill_blanks(
+            here.clone(),
+            me.clone(),
+            io.clone(),
+            config.blank_per_worker,
+        ));
         while let Some(job) = rx.recv().await {
-            let (idle, me, io, config) = (idle.clone(), me.clone(), io.clone(), config.clone());
+            let (here, me, io, config) = (here.clone(), me.clone(), io.clone(), config.clone());
             tokio::task::spawn_local(async move {
                 let result = run_job(
                     index,
                     &me,
-                    &idle,
+                    &here,
                     io,
                     &config,
                     job.version,
@@ -317,6 +358,35 @@ fn worker_main(
             });
         }
     });
+}
+
+/// Keeps `target` blank isolates on this worker, making them only while it
+/// has no invocation to run, so a refill never delays one.
+async fn refill_blanks(
+    here: Rc<Local>,
+    me: Arc<Worker>,
+    io: tokio::runtime::Handle,
+    target: usize,
+) {
+    loop {
+        while here.blanks.borrow().len() < target {
+            while me.load.load(Ordering::Relaxed) > 0 {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            match Isolate::blank(io.clone()) {
+                Ok(i) => {
+                    here.blanks.borrow_mut().push(i);
+                    me.blank.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(_) => {
+                    tracing::warn!("could not make a blank js isolate; the pool stays short");
+                    break;
+                }
+            }
+            tokio::task::yield_now().await;
+        }
+        here.refill.notified().await;
+    }
 }
 
 /// Drops idle isolates for which `expired` holds.
@@ -341,13 +411,14 @@ fn evict(idle: &IdleMap, me: &Worker, index: usize, expired: impl Fn(&Idle) -> b
 async fn run_job(
     index: usize,
     me: &Worker,
-    idle: &IdleMap,
+    here: &Local,
     io: tokio::runtime::Handle,
     config: &JsConfig,
     version: Arc<JsVersion>,
     req: Request,
     host: HostCtx,
 ) -> Result<Response, InvokeError> {
+    let idle = &here.idle;
     let warm = idle.borrow_mut().get_mut(&version.key).and_then(Vec::pop);
     let mut isolate = match warm {
         Some(i) => {
@@ -357,7 +428,23 @@ async fn run_job(
             i.isolate
         }
         None => {
-            match Isolate::new(version.code.clone(), version.memory_mib, io, host.clone()).await {
+            let blank = here.blanks.borrow_mut().pop();
+            let blank = match blank {
+                Some(i) => {
+                    me.blank.fetch_sub(1, Ordering::Relaxed);
+                    here.refill.notify_one();
+                    Ok(i)
+                }
+                None => Isolate::blank(io),
+            };
+            let loaded = match blank {
+                Ok(i) => {
+                    i.load(version.code.clone(), version.memory_mib, host.clone())
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            match loaded {
                 Ok(i) => i,
                 Err(Failure::Invoke(e)) => return Err(e),
                 Err(Failure::Load(first, text)) => {

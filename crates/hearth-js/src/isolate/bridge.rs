@@ -140,7 +140,7 @@ pub(super) fn install_bridge(ctx: &Ctx<'_>, state: &Rc<State>) -> rquickjs::Resu
         "source",
         Function::new(ctx.clone(), move |path: String| {
             Bytes(
-                s.code
+                s.code()
                     .units
                     .get(&path)
                     .map(|u| u.bytes.clone())
@@ -152,7 +152,7 @@ pub(super) fn install_bridge(ctx: &Ctx<'_>, state: &Rc<State>) -> rquickjs::Resu
     h.set(
         "cjs",
         Function::new(ctx.clone(), move |ctx: Ctx, path: String| {
-            match s.code.units.get(&path) {
+            match s.code().units.get(&path) {
                 Some(u) if u.kind == Kind::Cjs => Ok(Script(u.bytes.clone())),
                 Some(_) => Err(Exception::throw_type(
                     &ctx,

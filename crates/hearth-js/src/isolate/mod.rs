@@ -1,7 +1,10 @@
 //! One QuickJS isolate serving one function version, and its event loop.
 //!
 //! An isolate is a QuickJS runtime and context with the prelude (web APIs,
-//! `hearth`, the driver) and the function's code loaded. It lives on one
+//! `hearth`, the driver) and the function's code loaded. It is made in two
+//! steps: [`Isolate::blank`] (runtime, context, prelude: about 0.5 ms, the
+//! same for every function, so workers keep a few ready) and
+//! [`Isolate::load`] (one version's code, tens of µs). It lives on one
 //! worker thread. An invocation calls the driver, then loops: run pending
 //! jobs; stop when the handler's promise settles; otherwise wait for a host
 //! call to finish or a timer to fall due. Host calls run on the node's Tokio
@@ -39,11 +42,17 @@ use modules::{BundleLoader, BundleResolver};
 
 pub(crate) const PRELUDE: &str = include_str!("../prelude.js");
 
+/// The memory limit of a blank isolate: room for the prelude, never a
+/// function's (each gets its own at load).
+pub const BLANK_LIMIT_MIB: usize = 16;
+
 /// What a finished host call hands back to JS: ok, a JSON header, a body.
 type Completion = (u64, Result<(String, Vec<u8>), String>);
 
 struct State {
-    code: Arc<CompiledCode>,
+    /// The version's code, once loaded; before that, none (the prelude
+    /// imports nothing).
+    code: std::cell::OnceCell<Arc<CompiledCode>>,
     host: RefCell<Option<HostCtx>>,
     deadline: Cell<Option<Instant>>,
     unsupported: RefCell<Option<String>>,
@@ -54,6 +63,14 @@ struct State {
 }
 
 impl State {
+    fn code(&self) -> &CompiledCode {
+        static NONE: std::sync::OnceLock<CompiledCode> = std::sync::OnceLock::new();
+        match self.code.get() {
+            Some(c) => c,
+            None => NONE.get_or_init(CompiledCode::default),
+        }
+    }
+
     fn host(&self) -> Option<HostCtx> {
         self.host.borrow().clone()
     }
@@ -86,23 +103,19 @@ pub struct Isolate {
 }
 
 impl Isolate {
-    /// Makes an isolate and loads `code` into it. Must run on a worker
-    /// thread with a Tokio runtime (for host calls made while loading).
-    pub async fn new(
-        code: Arc<CompiledCode>,
-        memory_limit_mib: u32,
-        io: tokio::runtime::Handle,
-        host: HostCtx,
-    ) -> Result<Isolate, Failure> {
+    /// An isolate with the prelude and no function: what any version's
+    /// isolate starts as. Its memory limit until [`load`](Self::load) is
+    /// [`BLANK_LIMIT_MIB`].
+    pub fn blank(io: tokio::runtime::Handle) -> Result<Isolate, Failure> {
         let fail = |e: rquickjs::Error| Failure::Invoke(InvokeError::Crashed(e.to_string()));
         let rt = Runtime::new().map_err(fail)?;
-        rt.set_memory_limit((memory_limit_mib as usize) << 20);
+        rt.set_memory_limit(BLANK_LIMIT_MIB << 20);
         rt.set_max_stack_size(512 << 10);
         rt.set_gc_threshold(4 << 20);
         let state = Rc::new(State {
-            code: code.clone(),
-            host: RefCell::new(Some(host.clone())),
-            deadline: Cell::new(Some(host.meta().deadline)),
+            code: std::cell::OnceCell::new(),
+            host: RefCell::new(None),
+            deadline: Cell::new(None),
             unsupported: RefCell::new(None),
             next_call: Cell::new(1),
             calls: RefCell::new(FuturesUnordered::new()),
@@ -132,23 +145,44 @@ impl Isolate {
                     "the js prelude failed: {text}"
                 )))
             })?;
-        let mut isolate = Isolate {
+        Ok(Isolate {
             driver,
             ctx,
             rt,
             state,
-            memory_limit_mib,
+            memory_limit_mib: BLANK_LIMIT_MIB as u32,
             measured: Cell::new((0, u32::MAX)),
-        };
-        isolate.load_entry().await?;
-        isolate.state.host.replace(None);
-        Ok(isolate)
+        })
+    }
+
+    /// Makes a blank isolate `code`'s, under its memory limit. `host` is
+    /// the invocation it is made for: loading may make host calls, so this
+    /// runs on a worker thread with a Tokio runtime.
+    pub async fn load(
+        mut self,
+        code: Arc<CompiledCode>,
+        memory_limit_mib: u32,
+        host: HostCtx,
+    ) -> Result<Isolate, Failure> {
+        if self.state.code.set(code).is_err() {
+            return Err(Failure::Invoke(InvokeError::Crashed(
+                "an isolate was loaded twice".into(),
+            )));
+        }
+        self.rt.set_memory_limit((memory_limit_mib as usize) << 20);
+        self.memory_limit_mib = memory_limit_mib;
+        self.state.deadline.set(Some(host.meta().deadline));
+        self.state.host.replace(Some(host));
+        self.load_entry().await?;
+        self.state.host.replace(None);
+        self.state.deadline.set(None);
+        Ok(self)
     }
 
     /// Evaluates the entry module (ESM: with its imports; CommonJS: through
     /// `require`) and hands its exports to the driver.
     async fn load_entry(&mut self) -> Result<(), Failure> {
-        let code = self.state.code.clone();
+        let code = self.state.code.get().cloned().unwrap_or_default();
         let entry = code.entry.clone();
         let unit = &code.units[&entry];
         let started = self.ctx.with(

@@ -79,7 +79,7 @@ fn normalize(path: &str) -> String {
 /// in the bundle's `node_modules`. Built-ins and packages the bundle does
 /// not carry are `Unsupported` (the process tier has them).
 pub(super) fn resolve(state: &State, from: &str, name: &str) -> Result<String, String> {
-    let units = &state.code.units;
+    let units = &state.code().units;
     if is_builtin(name) {
         let what = format!("the Node.js module \"{name}\"");
         state.flag_unsupported(&what);
@@ -168,7 +168,7 @@ impl Loader for BundleLoader {
         name: &str,
         _attributes: Option<rquickjs::loader::ImportAttributes<'js>>,
     ) -> rquickjs::Result<Module<'js, rquickjs::module::Declared>> {
-        let Some(unit) = self.0.code.units.get(name) else {
+        let Some(unit) = self.0.code().units.get(name) else {
             return Err(rquickjs::Error::new_loading(name));
         };
         match unit.kind {

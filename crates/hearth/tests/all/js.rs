@@ -150,6 +150,22 @@ async fn js_functions_run_in_isolates_with_web_apis_and_both_shapes() {
     // None of this needed the process tier.
     let metrics = d.get_text("/metrics").await;
     assert!(!metrics.contains("hearth_js_fallbacks_total{"), "{metrics}");
+
+    // Each worker keeps a blank isolate (prelude loaded, no function); the
+    // versions above took some, and idle workers made new ones.
+    let workers = status["tiers"]["js"]["details"]["workers"]
+        .as_u64()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = d.get_json("/v1/status").await;
+        let blank = status["tiers"]["js"]["details"]["blank_isolates"].as_u64();
+        if blank == Some(workers) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{status}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 const FALLS_BACK: &str = r#"
