@@ -183,3 +183,187 @@ pub(crate) async fn forward(
     }
     Ok(resp)
 }
+
+// ---- recordings in a cluster: each node keeps its own, the gateway asks all
+
+/// What a fan-out passes on: the caller's credentials (tokens live in the
+/// shared store, so every node knows them) and the body's type.
+fn passed_on(headers: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    for h in [header::AUTHORIZATION, header::CONTENT_TYPE] {
+        if let Some(v) = headers.get(&h) {
+            out.insert(h, v.clone());
+        }
+    }
+    out
+}
+
+/// Nodes that did not answer, for the caller to know what it is not seeing.
+fn unreachable(failed: &[(Arc<str>, String)]) -> serde_json::Value {
+    json!(
+        failed
+            .iter()
+            .map(|(node, why)| json!({"node": node.as_ref(), "error": why}))
+            .collect::<Vec<_>>()
+    )
+}
+
+/// Each node's JSON answer to `path`, and the nodes that failed. A node's
+/// own error (4xx/5xx other than 404) is returned as the caller's error.
+async fn ask_all(
+    g: &Gateway,
+    method: http::Method,
+    path: &str,
+    headers: &HeaderMap,
+    body: bytes::Bytes,
+) -> Result<(Vec<(Arc<str>, serde_json::Value)>, Vec<(Arc<str>, String)>), ApiError> {
+    let mut answers = Vec::new();
+    let mut failed = Vec::new();
+    for (node, answer) in g.ask_nodes(method, path, &passed_on(headers), body).await {
+        match answer {
+            Ok((200, bytes)) => match serde_json::from_slice(&bytes) {
+                Ok(v) => answers.push((node, v)),
+                Err(e) => failed.push((node, format!("unreadable answer: {e}"))),
+            },
+            Ok((404, _)) => {}
+            Ok((status, bytes)) => {
+                let text = String::from_utf8_lossy(&bytes);
+                return Err(ApiError::BadGateway(format!(
+                    "node {node} answered {status}: {text}"
+                )));
+            }
+            Err(e) => failed.push((node, e)),
+        }
+    }
+    Ok((answers, failed))
+}
+
+/// `GET /v1/functions/{name}/recordings` on a gateway: every node's tapes
+/// of the function, newest first (ids sort by time), each with its node.
+pub(crate) async fn recordings_list(
+    g: &Gateway,
+    tenant: &str,
+    name: &str,
+    query: Option<&str>,
+    limit: usize,
+    headers: &HeaderMap,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let path = match query {
+        Some(q) => format!("/v1/functions/{name}/recordings?{q}"),
+        None => format!("/v1/functions/{name}/recordings"),
+    };
+    let (answers, failed) =
+        ask_all(g, http::Method::GET, &path, headers, Default::default()).await?;
+    let mut all = Vec::new();
+    for (node, mut answer) in answers {
+        if let Some(list) = answer["recordings"].as_array_mut() {
+            for mut r in list.drain(..) {
+                r["node"] = json!(node.as_ref());
+                all.push(r);
+            }
+        }
+    }
+    all.sort_by(|a, b| b["id"].as_str().cmp(&a["id"].as_str()));
+    all.truncate(limit);
+    Ok(Json(json!({
+        "tenant": tenant,
+        "name": name,
+        "recordings": all,
+        "unreachable": unreachable(&failed),
+    })))
+}
+
+/// `GET /v1/recordings/{id}[/export]` and `POST /v1/recordings/{id}/replay`
+/// on a gateway: the node holding the tape answers, its bytes passed on
+/// as they are (a replay runs there, beside its tape).
+pub(crate) async fn recording_on_its_node(
+    g: &Gateway,
+    method: http::Method,
+    id: &str,
+    path_and_query: &str,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let mut failed = Vec::new();
+    let mut found = None;
+    for (node, answer) in g
+        .ask_nodes(
+            method,
+            path_and_query,
+            &passed_on(headers),
+            Default::default(),
+        )
+        .await
+    {
+        match answer {
+            Ok((404, _)) => {}
+            Ok((status, bytes)) if found.is_none() => found = Some((node, status, bytes)),
+            Ok(_) => {}
+            Err(e) => failed.push((node, e)),
+        }
+    }
+    let Some((node, status, bytes)) = found else {
+        let also = if failed.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} node(s) did not answer: {}",
+                failed.len(),
+                unreachable(&failed)
+            )
+        };
+        return Err(ApiError::NotFound(format!(
+            "no recording {id} on any node{also}"
+        )));
+    };
+    let mut resp = Response::new(Body::from(bytes));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(
+        HeaderName::from_static("hearth-node"),
+        HeaderValue::try_from(node.as_ref()).expect("a hex id is a valid header value"),
+    );
+    Ok(resp)
+}
+
+/// `POST /v1/functions/{name}/replay?against=N…` on a gateway: every node
+/// replays its own recorded traffic; the reports are added up.
+pub(crate) async fn replay_traffic(
+    g: &Gateway,
+    path_and_query: &str,
+    headers: &HeaderMap,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let (answers, failed) = ask_all(
+        g,
+        http::Method::POST,
+        path_and_query,
+        headers,
+        Default::default(),
+    )
+    .await?;
+    let mut total = json!({"replayed": 0, "changed": 0, "diverged": 0, "results": []});
+    for (node, answer) in answers {
+        for key in ["replayed", "changed", "diverged"] {
+            let sum = total[key].as_u64().unwrap_or(0) + answer[key].as_u64().unwrap_or(0);
+            total[key] = json!(sum);
+        }
+        for key in ["name", "against"] {
+            total[key] = answer[key].clone();
+        }
+        if let (Some(all), Some(results)) = (
+            total["results"].as_array_mut(),
+            answer["results"].as_array(),
+        ) {
+            for r in results {
+                let mut r = r.clone();
+                r["node"] = json!(node.as_ref());
+                all.push(r);
+            }
+        }
+    }
+    total["unreachable"] = unreachable(&failed);
+    Ok(Json(total))
+}

@@ -91,7 +91,19 @@ pub(crate) async fn list(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
-    let q = tape_query(Some(name.clone()), &params(query))?;
+    let q = tape_query(Some(name.clone()), &params(query.clone()))?;
+    if let Some(g) = &s.gateway {
+        let limit = q.limit as usize;
+        return crate::cluster::recordings_list(
+            g,
+            &p.tenant,
+            &name,
+            query.as_deref(),
+            limit,
+            &headers,
+        )
+        .await;
+    }
     let tenant = p.tenant.clone();
     let tapes = with_archive(&s, move |a| a.list(&tenant, &q)).await?;
     Ok(Json(
@@ -109,9 +121,14 @@ pub(crate) async fn show(
     State(s): S,
     Path(id): Path<String>,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
-    Ok(Json(view::timeline(&read(&s, &p.tenant, &id).await?)))
+    if let Some(g) = &s.gateway {
+        let path = format!("/v1/recordings/{id}");
+        return crate::cluster::recording_on_its_node(g, http::Method::GET, &id, &path, &headers)
+            .await;
+    }
+    Ok(Json(view::timeline(&read(&s, &p.tenant, &id).await?)).into_response())
 }
 
 /// `GET /v1/recordings/{id}/export`: the tape as a file.
@@ -119,19 +136,34 @@ pub(crate) async fn export(
     State(s): S,
     Path(id): Path<String>,
     headers: HeaderMap,
-) -> Result<impl IntoResponse, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
+    let attachment = header::HeaderValue::try_from(format!("attachment; filename=\"{id}.tape\""))
+        .map_err(|_| ApiError::BadRequest(format!("{id:?} is not a recording id")))?;
+    if let Some(g) = &s.gateway {
+        // The node holding it exports it, byte for byte.
+        let path = format!("/v1/recordings/{id}/export");
+        let mut resp =
+            crate::cluster::recording_on_its_node(g, http::Method::GET, &id, &path, &headers)
+                .await?;
+        if resp.status().is_success() {
+            resp.headers_mut()
+                .insert(header::CONTENT_DISPOSITION, attachment);
+        }
+        return Ok(resp);
+    }
     let file = read(&s, &p.tenant, &id).await?.export();
     Ok((
         [
-            (header::CONTENT_TYPE, "application/json".to_string()),
             (
-                header::CONTENT_DISPOSITION,
-                format!("attachment; filename=\"{id}.tape\""),
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/json"),
             ),
+            (header::CONTENT_DISPOSITION, attachment),
         ],
         file,
-    ))
+    )
+        .into_response())
 }
 
 fn report_json(r: &ReplayReport) -> Value {
@@ -178,13 +210,22 @@ pub(crate) async fn replay(
     Path(id): Path<String>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
-    let version = number(&params(query), "version")?;
+    let version = number(&params(query.clone()), "version")?;
+    if let Some(g) = &s.gateway {
+        let path = match &query {
+            Some(q) => format!("/v1/recordings/{id}/replay?{q}"),
+            None => format!("/v1/recordings/{id}/replay"),
+        };
+        return crate::cluster::recording_on_its_node(g, http::Method::POST, &id, &path, &headers)
+            .await;
+    }
     let rec = read(&s, &p.tenant, &id).await?;
     Ok(Json(report_json(
         &replay_one(&s, &p.tenant, &rec, version).await?,
-    )))
+    ))
+    .into_response())
 }
 
 /// `POST /v1/replay[?version=N]` with an exported tape as the body: runs
@@ -214,6 +255,13 @@ pub(crate) async fn replay_traffic(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
+    if let Some(g) = &s.gateway {
+        let path = match &query {
+            Some(q) => format!("/v1/functions/{name}/replay?{q}"),
+            None => format!("/v1/functions/{name}/replay"),
+        };
+        return crate::cluster::replay_traffic(g, &path, &headers).await;
+    }
     let params = params(query);
     let against: u32 = number(&params, "against")?.ok_or_else(|| {
         ApiError::BadRequest("say which version to replay against: against=N".into())

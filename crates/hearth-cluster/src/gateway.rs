@@ -397,6 +397,44 @@ impl Gateway {
             .collect()
     }
 
+    /// Sends the same request to every node in placement, at once: for
+    /// what each node keeps to itself (its recordings). Each answer comes
+    /// with its node's id; a node that did not answer gives the reason.
+    pub async fn ask_nodes(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Vec<(Arc<str>, Result<(u16, Bytes), String>)> {
+        let nodes: Vec<(Arc<str>, Arc<str>)> = self
+            .lock()
+            .members
+            .iter()
+            .filter(|m| m.out.is_none())
+            .map(|m| (m.id.clone(), m.url.clone()))
+            .collect();
+        let asks = nodes.into_iter().map(|(id, url)| {
+            let request = self
+                .client
+                .request(method.clone(), format!("{url}{path_and_query}"))
+                .headers(headers.clone())
+                .body(body.clone())
+                .timeout(Duration::from_secs(60));
+            async move {
+                let answer = async {
+                    let resp = request.send().await.map_err(|e| e.to_string())?;
+                    let status = resp.status().as_u16();
+                    let bytes = resp.bytes().await.map_err(|e| e.to_string())?;
+                    Ok((status, bytes))
+                }
+                .await;
+                (id, answer)
+            }
+        });
+        futures::future::join_all(asks).await
+    }
+
     /// Picks a node (not `except`) and commits the invocation's memory there.
     fn place(
         &self,

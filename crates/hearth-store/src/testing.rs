@@ -132,6 +132,17 @@ impl TempPostgres {
         Ok(self.url(name))
     }
 
+    /// The number `sql` (one row, one integer column) gives on `database`:
+    /// for tests to watch the cluster's shared state.
+    pub fn count(&self, database: &str, sql: &str) -> Result<i64, String> {
+        tokio::task::block_in_place(|| {
+            let mut client = postgres::Client::connect(&self.url(database), postgres::NoTls)
+                .map_err(|e| e.to_string())?;
+            let row = client.query_one(sql, &[]).map_err(|e| e.to_string())?;
+            Ok(row.get::<_, i64>(0))
+        })
+    }
+
     pub fn url(&self, database: &str) -> String {
         format!("postgres://hearth@127.0.0.1:{}/{database}", self.port)
     }

@@ -283,6 +283,7 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     nodes[victim].kill9();
     let mut retried = 0;
+    let mut retried_ids = Vec::new();
     for call in load {
         let (i, r) = call.await.unwrap();
         let (status, from, node) = (
@@ -290,6 +291,7 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
             header(&r, "hearth-retried-from"),
             header(&r, "hearth-node"),
         );
+        let id = header(&r, "hearth-invocation-id");
         let body = r.text().await.unwrap();
         // Every call is answered: by the victim before it died, or by
         // another node on the one retry.
@@ -299,6 +301,7 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
             assert_eq!(from, victim_id);
             assert_ne!(node, victim_id);
             retried += 1;
+            retried_ids.push(id);
         }
     }
     assert!(
@@ -320,6 +323,67 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
         })
         .await;
     assert!(!lines.is_empty());
+
+    // The gateway lists the recordings its nodes keep: each retried
+    // invocation has one tape, under the id the caller was given, on the
+    // node that answered; it shows, exports and replays from there.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let listed = loop {
+        let list = gw
+            .get_json("/v1/functions/effect/recordings?limit=100")
+            .await;
+        let ids: Vec<String> = list["recordings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect();
+        if retried_ids.iter().all(|id| ids.contains(id)) {
+            break list;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{list:#}\nwanted {retried_ids:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let tapes = listed["recordings"].as_array().unwrap();
+    assert!(
+        tapes.iter().all(|t| t["node"] != victim_id.as_str()),
+        "{listed}"
+    );
+    let id = &retried_ids[0];
+    let shown = gw
+        .get(&format!("/v1/recordings/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(shown.status(), 200);
+    assert!(!header(&shown, "hearth-node").is_empty());
+    let timeline = shown.text().await.unwrap();
+    assert!(timeline.contains("http.fetch"), "{timeline}");
+    let replayed: serde_json::Value = gw
+        .post(&format!("/v1/recordings/{id}/replay"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(replayed["verdict"], "identical", "{replayed}");
+    let exported = gw
+        .get(&format!("/v1/recordings/{id}/export"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(exported.status(), 200);
+    assert!(header(&exported, "content-disposition").contains(".tape"));
+    let missing = gw
+        .get(&format!("/v1/recordings/{}", "0".repeat(32)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
 
     let m = members_until(&gw, "the killed node leaves placement", |m| alive(m) == 2).await;
     let dead = m.iter().find(|n| n["id"] == victim_id.as_str()).unwrap();
