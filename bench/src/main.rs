@@ -84,7 +84,7 @@ async fn instantiate_bench(pooling: bool, n: usize) -> anyhow::Result<(Stats, St
             },
         );
         let resp = sandbox
-            .invoke(Request::default(), host)
+            .invoke(&Request::default(), host)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         drop(sandbox);

@@ -120,5 +120,8 @@ pub trait Prepared: Send + Sync + 'static {
 /// One isolated execution context; runs one invocation at a time.
 #[async_trait]
 pub trait Sandbox: Send {
-    async fn invoke(&mut self, req: Request, host: HostCtx) -> Result<Response, InvokeError>;
+    /// Runs `req`. The request is borrowed: the node keeps it for the
+    /// tape and for a retry in the next tier, so no tier copies it for
+    /// them (bodies are `Bytes`: a tier that needs its own is a refcount).
+    async fn invoke(&mut self, req: &Request, host: HostCtx) -> Result<Response, InvokeError>;
 }

@@ -265,14 +265,15 @@ struct JsSandbox {
 
 #[async_trait]
 impl Sandbox for JsSandbox {
-    async fn invoke(&mut self, req: Request, host: HostCtx) -> Result<Response, InvokeError> {
+    async fn invoke(&mut self, req: &Request, host: HostCtx) -> Result<Response, InvokeError> {
         let i = self.engine.pick(&self.version);
         let worker = &self.engine.0.workers[i];
         let (reply, answer) = oneshot::channel();
         worker.load.fetch_add(1, Ordering::Relaxed);
         let job = Job {
             version: self.version.clone(),
-            req,
+            // The worker is another thread: it gets its own copy.
+            req: req.clone(),
             host,
             reply,
         };

@@ -11,7 +11,7 @@ use hearth_core::{
 use hearth_host::{
     DeployError, Divergence, Engine, HostCtx, HostServices, InvocationMeta, Prepared, Source, Tape,
 };
-use hearth_record::{Outcome, Recorder, Recording};
+use hearth_record::{Outcome, OutcomeRef, Recorder, Recording, RecordingRef};
 use hearth_store::{ArtifactStore, FunctionMode, LogRecord, LogStream, Store, StoreError};
 use thiserror::Error;
 use tokio::sync::{Semaphore, mpsc};
@@ -502,9 +502,9 @@ impl Node {
                 )
                 .0);
         };
-        let taping = self
-            .sampled(v)
-            .then(|| (hearth_core::unix_time_ms(), req.clone()));
+        // When it started, if it gets a tape (the request itself is kept
+        // below, borrowed by the tiers, and taped from there).
+        let taping = self.sampled(v).then(hearth_core::unix_time_ms);
         let tier = self.tier_for(v).await?;
         let (prepared, start) = self.prepared(v, tier).await?;
         let deadline = started + Duration::from_millis(v.spec.limits.timeout_ms);
@@ -514,18 +514,16 @@ impl Node {
             deadline,
         };
         let fallback = v.spec.runtime.tiers().get(1).copied();
-        // The isolate keeps no body after an Unsupported: keep one to retry.
-        let retry_req = fallback.filter(|_| tier == Tier::Js).map(|_| req.clone());
         let host = self.host_for(forwarded, &meta).await;
-        let result = self.attempt(&prepared, req, &host).await;
+        let result = self.attempt(&prepared, &req, &host).await;
         if forwarded.is_some_and(|f| f.retry) || host.journaled() > 0 {
             self.forget_journal(&meta);
         }
-        let (Err(InvokeError::Unsupported(why)), Some(fallback), Some(req)) =
-            (&result, fallback, retry_req)
+        let (Err(InvokeError::Unsupported(why)), Some(fallback), Tier::Js) =
+            (&result, fallback, tier)
         else {
             let done = self.finish(v, id, started, (start, tier), Some(host), result);
-            return Ok(self.record(v, tier, taping, done).await);
+            return Ok(self.record(v, tier, taping, &req, done).await);
         };
         // Containerless: re-run in the process tier; the host calls the
         // first attempt made are answered again from its tape, so each
@@ -539,13 +537,13 @@ impl Node {
         );
         self.record_fallback(v).await;
         let result = match self.prepared(v, fallback).await {
-            Ok((prepared, _)) => self.attempt(&prepared, req, &retry).await,
+            Ok((prepared, _)) => self.attempt(&prepared, &req, &retry).await,
             Err(e) => Err(InvokeError::Crashed(format!(
                 "the process tier could not load the function: {e}"
             ))),
         };
         let done = self.finish(v, id, started, (start, fallback), Some(retry), result);
-        Ok(self.record(v, fallback, taping, done).await)
+        Ok(self.record(v, fallback, taping, &req, done).await)
     }
 
     /// The host of a first attempt: plain, or journaling if a gateway may
@@ -613,29 +611,45 @@ impl Node {
     }
 
     /// Hands the finished invocation's tape to the recorder (in `sync`
-    /// durability, waits until it is on disk).
+    /// durability, waits until it is on disk). The recorder encodes it
+    /// from where it is: names, request and response are not copied.
     async fn record(
         &self,
         v: &FunctionVersion,
         tier: Tier,
-        taping: Option<(i64, Request)>,
+        started_ms: Option<i64>,
+        request: &Request,
         (outcome, tape): (InvokeOutcome, Tape),
     ) -> InvokeOutcome {
-        let (Some(recorder), Some((started_ms, request))) = (&self.recorder, taping) else {
+        let (Some(recorder), Some(started_ms)) = (&self.recorder, started_ms) else {
             return outcome;
         };
-        let recording = Recording {
-            id: outcome.id.to_string(),
-            tenant: v.tenant.clone(),
-            function: v.name.clone(),
+        let mut id = [0u8; 32];
+        let id: &str = outcome.id.0.simple().encode_lower(&mut id);
+        let message;
+        let result = match &outcome.result {
+            Ok(r) => OutcomeRef::Response(r),
+            Err(e) => {
+                message = e.to_string();
+                OutcomeRef::Error {
+                    kind: e.kind(),
+                    status: e.http_status(),
+                    message: &message,
+                }
+            }
+        };
+        let recording = RecordingRef {
+            id,
+            tenant: &v.tenant,
+            function: &v.name,
             version: v.version,
-            artifact: v.artifact.clone(),
+            artifact: &v.artifact,
             tier,
             started_ms,
             duration_us: outcome.duration.as_micros() as u64,
             request,
-            tape,
-            outcome: Outcome::of(&outcome.result),
+            tape: &tape,
+            outcome: result,
         };
         match recorder.record(recording).await {
             Ok(()) => {
@@ -681,9 +695,7 @@ impl Node {
             deadline: started + Duration::from_millis(target.spec.limits.timeout_ms),
         };
         let host = HostCtx::replaying(self.host.clone(), meta, recording.tape.clone());
-        let result = self
-            .attempt(&prepared, recording.request.clone(), &host)
-            .await;
+        let result = self.attempt(&prepared, &recording.request, &host).await;
         let duration = started.elapsed();
         let divergence = host.divergence();
         let replayed = Outcome::of(&result);
@@ -714,7 +726,7 @@ impl Node {
     async fn attempt(
         &self,
         prepared: &Arc<dyn Prepared>,
-        req: Request,
+        req: &Request,
         host: &HostCtx,
     ) -> Result<Response, InvokeError> {
         let mut sandbox = prepared.instantiate().await?;

@@ -12,7 +12,7 @@ use crate::proto::{Frame, read_frame, write_frame};
 /// Sends the request and serves the handler's host calls until it answers.
 pub(crate) async fn converse(
     conn: &mut UnixStream,
-    req: Request,
+    req: &Request,
     host: &HostCtx,
     max_response: usize,
 ) -> std::io::Result<Result<Response, InvokeError>> {

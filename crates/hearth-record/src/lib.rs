@@ -26,7 +26,7 @@ pub mod view;
 mod writer;
 
 pub use archive::Archive;
-pub use recording::{BLOB_MIN_BYTES, Outcome, Recording};
+pub use recording::{BLOB_MIN_BYTES, Outcome, OutcomeRef, Recording, RecordingRef};
 pub use writer::{Durability, RecordConfig, Recorder, RecorderStats};
 
 use displaydoc::Display;

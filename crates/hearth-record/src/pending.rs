@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use hearth_store::TapeBlock;
 
 use crate::RecordError;
-use crate::recording::{Hash, Recording, Stored};
+use crate::recording::{Hash, Recording, RecordingRef, Stored, StoredRef};
 
 /// What waits in one shard.
 #[derive(Default)]
@@ -64,20 +64,36 @@ impl Pending {
         self.bytes = 0;
     }
 
-    /// Encodes `recording` into this batch; returns the bytes it added.
-    pub fn push(&mut self, recording: Recording) -> Result<u64, RecordError> {
-        let (stored, payloads) = Stored::split(recording);
-        let r = &stored.recording;
-        let tenant = match self.tenants.get_mut(&r.tenant) {
+    /// Encodes `r` into this batch; returns the bytes it added. A tape
+    /// with a payload to split out is copied once to split it; the rest
+    /// (nearly all) are encoded from where they are.
+    pub fn push(&mut self, r: RecordingRef<'_>) -> Result<u64, RecordError> {
+        let tenant = match self.tenants.get_mut(r.tenant) {
             Some(t) => t,
-            None => self.tenants.entry(r.tenant.clone()).or_default(),
+            None => self.tenants.entry(r.tenant.to_string()).or_default(),
         };
         let before = tenant.tapes.len();
-        if let Err(e) = postcard::to_io(&stored, &mut tenant.tapes) {
+        let (encoded, payloads) = if r.has_large_payload() {
+            let (stored, payloads) = Stored::split(r.to_owned());
+            (
+                postcard::to_io(&stored, &mut tenant.tapes).map(drop),
+                payloads,
+            )
+        } else {
+            let stored = StoredRef {
+                recording: r,
+                refs: &[],
+            };
+            (
+                postcard::to_io(&stored, &mut tenant.tapes).map(drop),
+                Vec::new(),
+            )
+        };
+        if let Err(e) = encoded {
             tenant.tapes.truncate(before);
             return Err(RecordError::Corrupt(format!("cannot encode a tape: {e}")));
         }
-        note(&mut tenant.functions, r);
+        note(&mut tenant.functions, &r);
         let added = (tenant.tapes.len() - before) as u64
             + payloads.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
         tenant.count += 1;
@@ -105,7 +121,7 @@ impl Shards {
         }
     }
 
-    pub fn push(&self, recording: Recording) -> Result<u64, RecordError> {
+    pub fn push(&self, recording: RecordingRef<'_>) -> Result<u64, RecordError> {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         thread_local!(static MINE: usize = NEXT.fetch_add(1, Ordering::Relaxed));
         let i = MINE.with(|m| *m) % self.shards.len();
@@ -160,8 +176,8 @@ fn id_number(id: &str) -> u128 {
 }
 
 impl Summary {
-    pub fn of(r: &Recording) -> Summary {
-        let id = id_number(&r.id);
+    pub fn of(r: &RecordingRef<'_>) -> Summary {
+        let id = id_number(r.id);
         Summary {
             first_id: id,
             last_id: id,
@@ -174,7 +190,7 @@ impl Summary {
         }
     }
 
-    pub fn add(&mut self, r: &Recording) {
+    pub fn add(&mut self, r: &RecordingRef<'_>) {
         self.merge(&Summary::of(r));
     }
 
@@ -214,18 +230,18 @@ pub(crate) fn summarize<'a>(
 ) -> HashMap<String, Summary> {
     let mut out = HashMap::new();
     for r in tapes {
-        note(&mut out, r);
+        note(&mut out, &r.borrowed());
     }
     out
 }
 
 /// Adds `r` to its function's summary (allocating a key only for the
 /// function's first tape in the batch).
-fn note(functions: &mut HashMap<String, Summary>, r: &Recording) {
-    match functions.get_mut(&r.function) {
+fn note(functions: &mut HashMap<String, Summary>, r: &RecordingRef<'_>) {
+    match functions.get_mut(r.function) {
         Some(s) => s.add(r),
         None => {
-            functions.insert(r.function.clone(), Summary::of(r));
+            functions.insert(r.function.to_string(), Summary::of(r));
         }
     }
 }

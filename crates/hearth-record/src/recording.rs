@@ -71,7 +71,123 @@ pub struct Recording {
     pub outcome: Outcome,
 }
 
+/// A tape by reference: what the recorder takes from an invocation, which
+/// keeps its request, names and response where they are instead of copying
+/// them into a [`Recording`]. It encodes exactly as the `Recording` with
+/// the same contents does (`borrowed_and_owned_tapes_encode_alike`), so the
+/// blocks hold one format whichever way a tape came in.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct RecordingRef<'a> {
+    pub id: &'a str,
+    pub tenant: &'a str,
+    pub function: &'a str,
+    pub version: u32,
+    pub artifact: &'a str,
+    pub tier: Tier,
+    pub started_ms: i64,
+    pub duration_us: u64,
+    pub request: &'a Request,
+    pub tape: &'a Tape,
+    pub outcome: OutcomeRef<'a>,
+}
+
+/// [`Outcome`] by reference; same variants, same order.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub enum OutcomeRef<'a> {
+    Response(&'a Response),
+    Error {
+        kind: &'a str,
+        status: u16,
+        message: &'a str,
+    },
+}
+
+impl OutcomeRef<'_> {
+    /// `ok`, or the failure's kind.
+    pub fn kind(&self) -> &str {
+        match self {
+            OutcomeRef::Response(_) => "ok",
+            OutcomeRef::Error { kind, .. } => kind,
+        }
+    }
+
+    pub fn to_owned(&self) -> Outcome {
+        match *self {
+            OutcomeRef::Response(r) => Outcome::Response(r.clone()),
+            OutcomeRef::Error {
+                kind,
+                status,
+                message,
+            } => Outcome::Error {
+                kind: kind.to_string(),
+                status,
+                message: message.to_string(),
+            },
+        }
+    }
+}
+
+impl Outcome {
+    pub fn borrowed(&self) -> OutcomeRef<'_> {
+        match self {
+            Outcome::Response(r) => OutcomeRef::Response(r),
+            Outcome::Error {
+                kind,
+                status,
+                message,
+            } => OutcomeRef::Error {
+                kind,
+                status: *status,
+                message,
+            },
+        }
+    }
+}
+
 impl Recording {
+    pub fn borrowed(&self) -> RecordingRef<'_> {
+        RecordingRef {
+            id: &self.id,
+            tenant: &self.tenant,
+            function: &self.function,
+            version: self.version,
+            artifact: &self.artifact,
+            tier: self.tier,
+            started_ms: self.started_ms,
+            duration_us: self.duration_us,
+            request: &self.request,
+            tape: &self.tape,
+            outcome: self.outcome.borrowed(),
+        }
+    }
+}
+
+impl RecordingRef<'_> {
+    pub fn to_owned(&self) -> Recording {
+        Recording {
+            id: self.id.to_string(),
+            tenant: self.tenant.to_string(),
+            function: self.function.to_string(),
+            version: self.version,
+            artifact: self.artifact.to_string(),
+            tier: self.tier,
+            started_ms: self.started_ms,
+            duration_us: self.duration_us,
+            request: self.request.clone(),
+            tape: self.tape.clone(),
+            outcome: self.outcome.to_owned(),
+        }
+    }
+
+    /// Whether a payload is large enough to be stored apart, by hash.
+    pub(crate) fn has_large_payload(&self) -> bool {
+        self.request.body.len() >= BLOB_MIN_BYTES
+            || matches!(self.outcome, OutcomeRef::Response(r) if r.body.len() >= BLOB_MIN_BYTES)
+            || self.tape.events.iter().any(|e| {
+                matches!(e, HostEvent::HttpFetch { result: Ok(r), .. } if r.body.len() >= BLOB_MIN_BYTES)
+            })
+    }
+
     /// Roughly what this tape holds in memory, for bounding the queue.
     pub fn approx_bytes(&self) -> u64 {
         let events: usize = self
@@ -99,9 +215,9 @@ impl Recording {
                 }
             })
             .sum();
-        let response = match &self.outcome {
-            Outcome::Response(r) => r.body.len(),
-            Outcome::Error { message, .. } => message.len(),
+        let response = match self.outcome {
+            OutcomeRef::Response(r) => r.body.len(),
+            OutcomeRef::Error { message, .. } => message.len(),
         };
         (256 + self.request.body.len() + response + events) as u64
     }
@@ -126,6 +242,13 @@ pub(crate) type Hash = [u8; 32];
 pub(crate) struct Stored {
     pub recording: Recording,
     pub refs: Vec<(Slot, Hash)>,
+}
+
+/// [`Stored`] of a tape with no payload to split, by reference.
+#[derive(Serialize)]
+pub(crate) struct StoredRef<'a> {
+    pub recording: RecordingRef<'a>,
+    pub refs: &'a [(Slot, Hash)],
 }
 
 pub(crate) fn sha256(data: &[u8]) -> Hash {
@@ -310,6 +433,37 @@ pub(crate) mod tests {
                 body: Bytes::from(vec![9u8; body_len]),
             }),
         }
+    }
+
+    #[test]
+    fn borrowed_and_owned_tapes_encode_alike() {
+        let mut failed = sample(10);
+        failed.outcome = Outcome::Error {
+            kind: "trap".into(),
+            status: 500,
+            message: "unreachable".into(),
+        };
+        let mut bare = sample(0);
+        bare.tape.events.clear();
+        bare.request.headers.clear();
+        for r in [sample(10), failed, bare] {
+            let owned = postcard::to_allocvec(&Stored {
+                recording: r.clone(),
+                refs: Vec::new(),
+            })
+            .unwrap();
+            let borrowed = postcard::to_allocvec(&StoredRef {
+                recording: r.borrowed(),
+                refs: &[],
+            })
+            .unwrap();
+            assert_eq!(owned, borrowed);
+            let back: Stored = postcard::from_bytes(&borrowed).unwrap();
+            assert_eq!(back.recording, r);
+            assert_eq!(r.borrowed().to_owned(), r);
+        }
+        assert!(!sample(BLOB_MIN_BYTES - 1).borrowed().has_large_payload());
+        assert!(sample(BLOB_MIN_BYTES).borrowed().has_large_payload());
     }
 
     #[test]

@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 use crate::RecordError;
 use crate::archive::{Archive, Sealer};
 use crate::pending::{Pending, Shards, Summary, TenantTapes, summarize};
-use crate::recording::{Hash, Recording};
+use crate::recording::{Hash, RecordingRef};
 use crate::segment::{self, SEGMENT_MAGIC};
 
 /// When an invocation's tape counts as kept.
@@ -194,7 +194,7 @@ impl Recorder {
     /// Hands a tape to the writer. In batched mode this never waits (a
     /// full queue drops the tape, counted); in sync mode it returns once
     /// the tape is durable (or failed to be).
-    pub async fn record(&self, recording: Recording) -> Result<(), RecordError> {
+    pub async fn record(&self, recording: RecordingRef<'_>) -> Result<(), RecordError> {
         if self.closed.load(Ordering::Relaxed) {
             return Err(RecordError::Closed);
         }
@@ -621,7 +621,7 @@ impl Writer {
                 // move them to the current segment so this one can go.
                 let mut moved = Pending::default();
                 for r in self.archive.read_rows(&kept)? {
-                    moved.push(r)?;
+                    moved.push(r.borrowed())?;
                 }
                 self.write(&[moved], Some(n))?;
                 self.delete_segment(n)?;
@@ -695,7 +695,7 @@ fn block_body(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recording::Stored;
+    use crate::recording::{Recording, Stored};
     use crate::segment::BlockBody;
 
     fn tape(id: u128, function: &str, body: Vec<u8>) -> Recording {
@@ -731,9 +731,9 @@ mod tests {
             tape(3, "f", vec![]),
         ];
         let (mut a, mut b) = (Pending::default(), Pending::default());
-        a.push(tapes[0].clone()).unwrap();
-        b.push(tapes[1].clone()).unwrap();
-        b.push(tapes[2].clone()).unwrap();
+        a.push(tapes[0].borrowed()).unwrap();
+        b.push(tapes[1].borrowed()).unwrap();
+        b.push(tapes[2].borrowed()).unwrap();
         let parts: Vec<TenantTapes> = [a, b]
             .into_iter()
             .map(|mut p| p.tenants.remove("t").unwrap())

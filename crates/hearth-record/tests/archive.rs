@@ -81,7 +81,7 @@ async fn tapes_round_trip_and_stay_with_their_tenant() {
     let big = recording("a", "f", &"x".repeat(100_000), false, now);
     let b = recording("b", "f", "hello", true, now);
     for r in [&a, &big, &b] {
-        rec.record(r.clone()).await.unwrap();
+        rec.record(r.borrowed()).await.unwrap();
     }
     rec.flush().await.unwrap();
     let archive = rec.archive();
@@ -127,19 +127,12 @@ async fn a_large_payload_is_stored_once_per_segment() {
         })
         .collect();
     let first = recording("a", "f", &body, true, hearth_core::unix_time_ms());
-    rec.record(first.clone()).await.unwrap();
+    rec.record(first.borrowed()).await.unwrap();
     rec.flush().await.unwrap();
     let after_one = rec.stats().bytes.load(std::sync::atomic::Ordering::Relaxed);
     for _ in 0..10 {
-        rec.record(recording(
-            "a",
-            "f",
-            &body,
-            true,
-            hearth_core::unix_time_ms(),
-        ))
-        .await
-        .unwrap();
+        let r = recording("a", "f", &body, true, hearth_core::unix_time_ms());
+        rec.record(r.borrowed()).await.unwrap();
         rec.flush().await.unwrap();
     }
     let total = rec.stats().bytes.load(std::sync::atomic::Ordering::Relaxed);
@@ -165,7 +158,7 @@ async fn a_torn_tail_is_cut_and_unindexed_blocks_are_found_on_restart() {
     let kept = recording("a", "f", "kept", true, now);
     {
         let rec = fx.recorder(RecordConfig::default());
-        rec.record(kept.clone()).await.unwrap();
+        rec.record(kept.borrowed()).await.unwrap();
         rec.flush().await.unwrap();
         rec.close();
     }
@@ -179,7 +172,7 @@ async fn a_torn_tail_is_cut_and_unindexed_blocks_are_found_on_restart() {
     let lost_index = recording("a", "f", "unindexed", true, now);
     {
         let rec = fx.recorder(RecordConfig::default());
-        rec.record(lost_index.clone()).await.unwrap();
+        rec.record(lost_index.borrowed()).await.unwrap();
         rec.flush().await.unwrap();
         rec.close();
     }
@@ -216,7 +209,7 @@ async fn sync_durability_acknowledges_only_indexed_tapes() {
     });
     let r = recording("a", "f", "x", true, hearth_core::unix_time_ms());
     // No flush: with an hour's flush interval, only sync mode writes now.
-    rec.record(r.clone()).await.unwrap();
+    rec.record(r.borrowed()).await.unwrap();
     assert_eq!(rec.archive().read("a", &r.id).unwrap(), r);
 }
 
@@ -237,13 +230,13 @@ async fn retention_keeps_errors_longer_when_a_function_asks_and_caps_size() {
     {
         let rec = fx.recorder(RecordConfig::default());
         for r in [&old_ok, &old_err] {
-            rec.record(r.clone()).await.unwrap();
+            rec.record(r.borrowed()).await.unwrap();
         }
         rec.flush().await.unwrap();
         rec.close();
     }
     let rec = fx.recorder(RecordConfig::default()); // the first segment is now closed
-    rec.record(fresh.clone()).await.unwrap();
+    rec.record(fresh.borrowed()).await.unwrap();
     rec.flush().await.unwrap();
     rec.sweep().await.unwrap();
     let a = rec.archive();
@@ -284,13 +277,9 @@ async fn a_flood_of_large_tapes_is_dropped_and_counted_not_queued_without_bound(
     });
     let now = hearth_core::unix_time_ms();
     let big = "x".repeat(40 << 10);
-    rec.record(recording("a", "f", &big, true, now))
-        .await
-        .unwrap();
-    let err = rec
-        .record(recording("a", "f", &big, true, now))
-        .await
-        .unwrap_err();
+    let r = recording("a", "f", &big, true, now);
+    rec.record(r.borrowed()).await.unwrap();
+    let err = rec.record(r.borrowed()).await.unwrap_err();
     assert!(matches!(err, RecordError::Overloaded), "{err}");
     assert_eq!(
         rec.stats()
@@ -300,9 +289,7 @@ async fn a_flood_of_large_tapes_is_dropped_and_counted_not_queued_without_bound(
     );
     // Once the queue is written, there is room again.
     rec.flush().await.unwrap();
-    rec.record(recording("a", "f", &big, true, now))
-        .await
-        .unwrap();
+    rec.record(r.borrowed()).await.unwrap();
 }
 
 #[tokio::test]
@@ -324,7 +311,7 @@ async fn listing_walks_blocks_newest_first_and_filters() {
                 now + n as i64,
             );
             r.version = if block < 3 { 1 } else { 2 };
-            rec.record(r.clone()).await.unwrap();
+            rec.record(r.borrowed()).await.unwrap();
             all.push(r);
         }
         rec.flush().await.unwrap();

@@ -216,13 +216,13 @@ impl WasmSandbox {
 
 #[async_trait]
 impl Sandbox for WasmSandbox {
-    async fn invoke(&mut self, req: Request, host: HostCtx) -> Result<Response, InvokeError> {
+    async fn invoke(&mut self, req: &Request, host: HostCtx) -> Result<Response, InvokeError> {
         let deadline = host.meta().deadline;
         {
             let state = self.store.data_mut();
             let wasi = &mut state.wasi;
-            wasi.env_request = request_env(&req, &self.template.prefix);
-            wasi.stdin = req.body;
+            wasi.env_request = request_env(req, &self.template.prefix);
+            wasi.stdin = req.body.clone();
             wasi.stdout = Output::new(self.template.max_response_bytes);
             // One byte over the log budget, so the log notes the cut.
             wasi.stderr = Output::new(host.limits().log_max_bytes + 1);

@@ -89,7 +89,7 @@ impl Fixture {
             body: Bytes::copy_from_slice(body),
             ..Request::default()
         };
-        (sandbox.invoke(req, host.clone()).await, host)
+        (sandbox.invoke(&req, host.clone()).await, host)
     }
 }
 

@@ -165,14 +165,9 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             let m = Membership::join(join, token, joining, std::time::Duration::from_secs(30))
                 .await
                 .map_err(anyhow::Error::msg)?;
+            // The cluster's mode is the gateway's (set_default_colocation
+            // logs a change from this node's own).
             if let Some(mode) = m.colocation() {
-                if mode != settings.colocation {
-                    tracing::warn!(
-                        ours = settings.colocation.as_str(),
-                        gateway = mode.as_str(),
-                        "this node's --colocation differs from its gateway's; the gateway's applies"
-                    );
-                }
                 node.set_default_colocation(mode);
             }
             m.spawn_heartbeats(node.clone());

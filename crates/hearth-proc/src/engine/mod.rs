@@ -587,7 +587,7 @@ impl Drop for ProcSandbox {
 
 #[async_trait]
 impl Sandbox for ProcSandbox {
-    async fn invoke(&mut self, req: Request, host: HostCtx) -> Result<Response, InvokeError> {
+    async fn invoke(&mut self, req: &Request, host: HostCtx) -> Result<Response, InvokeError> {
         let deadline = host.meta().deadline;
         let limit_ms = self.limits.timeout_ms;
         let max_response = self.max_response;
