@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -134,6 +134,7 @@ pub struct Recorder {
     queue_bytes: u64,
     /// The writer, to unpark; and to join, once.
     writer: std::thread::Thread,
+    priority: Arc<WriterPriority>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -146,7 +147,9 @@ impl Recorder {
         let next = segments.last().map_or(1, |n| n + 1);
         let stats = Arc::new(RecorderStats::default());
         let shards = Arc::new(Shards::new(SHARDS));
+        let priority = Arc::new(WriterPriority::new(config.durability));
         let mut writer = Writer {
+            priority: priority.clone(),
             current: Segment::create(&archive, next)?,
             sealer: Sealer::new()?,
             plain: Vec::new(),
@@ -176,6 +179,7 @@ impl Recorder {
             queue: config.queue as u64,
             queue_bytes: config.queue_bytes,
             thread: Mutex::new(Some(thread)),
+            priority,
         })
     }
 
@@ -207,8 +211,13 @@ impl Recorder {
             return Err(RecordError::Overloaded);
         }
         let added = self.shards.push(recording)?;
-        self.stats.queued.fetch_add(1, Ordering::Relaxed);
-        self.stats.queued_bytes.fetch_add(added, Ordering::Relaxed);
+        let queued = self.stats.queued.fetch_add(1, Ordering::Relaxed) + 1;
+        let queued_bytes = self.stats.queued_bytes.fetch_add(added, Ordering::Relaxed) + added;
+        // Half full: a writer that drains each flush never gets here
+        // (70k tapes/s fill a seventh of the queue per interval).
+        if queued > self.queue / 2 || queued_bytes > self.queue_bytes / 2 {
+            self.priority.raise();
+        }
         match self.durability {
             Durability::Batched => Ok(()),
             // Every caller waiting at once is written in one go (group
@@ -258,13 +267,65 @@ impl Drop for Recorder {
     }
 }
 
-/// Makes the calling thread yield to invocations when the CPU is short: the
-/// writer's work can wait a few milliseconds, a request should not.
-fn lower_priority() {
-    // SAFETY: setpriority on this thread's own id; no memory is touched.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
-    if rc != 0 {
-        tracing::debug!("could not lower the recorder thread's priority");
+/// The writer's CPU priority. In `batched` durability it is `SCHED_IDLE`:
+/// it runs on CPU nothing else wants, so writing a flush's tapes never
+/// preempts an invocation (at nice 10 a waking writer still did, and
+/// `hello`'s p99 rose by tens of percent: `bench/RESULTS.md` §6). When
+/// tapes pile up because no CPU is idle, the thread that hands one over
+/// raises the writer to normal priority; the writer lowers itself again
+/// once the queue is nearly empty. In `sync` durability callers wait for
+/// the writer, so it stays at nice 10 and is never idle-class; nor is it
+/// when the daemon is not root, since an unprivileged thread may not be
+/// raised out of `SCHED_IDLE` again (RLIMIT_NICE).
+struct WriterPriority {
+    idle_class: bool,
+    /// The writer thread's id, once it runs.
+    tid: AtomicI32,
+    raised: AtomicBool,
+}
+
+impl WriterPriority {
+    fn new(durability: Durability) -> Self {
+        WriterPriority {
+            // SAFETY: geteuid has no preconditions.
+            idle_class: durability == Durability::Batched && unsafe { libc::geteuid() } == 0,
+            tid: AtomicI32::new(0),
+            raised: AtomicBool::new(false),
+        }
+    }
+
+    /// On the writer thread: take the low priority.
+    fn lower(&self) {
+        // SAFETY: gettid has no preconditions.
+        self.tid.store(unsafe { libc::gettid() }, Ordering::Relaxed);
+        self.raised.store(false, Ordering::Relaxed);
+        // SAFETY: on this thread's own id (0); no memory is touched.
+        let rc = unsafe {
+            if self.idle_class {
+                let param = libc::sched_param { sched_priority: 0 };
+                libc::sched_setscheduler(0, libc::SCHED_IDLE, &param)
+            } else {
+                libc::setpriority(libc::PRIO_PROCESS, 0, 10)
+            }
+        };
+        if rc != 0 {
+            tracing::debug!("could not lower the recorder thread's priority");
+        }
+    }
+
+    /// On any thread: the writer must catch up. Cheap when already raised.
+    fn raise(&self) {
+        let tid = self.tid.load(Ordering::Relaxed);
+        if !self.idle_class || tid == 0 || self.raised.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: changes the writer thread's policy by its id; no memory
+        // is touched. If the thread is gone, the call fails harmlessly.
+        let rc = unsafe { libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param) };
+        if rc == 0 {
+            tracing::debug!("recorder behind: writer raised to normal priority");
+        }
     }
 }
 
@@ -391,11 +452,12 @@ struct Writer {
     stats: Arc<RecorderStats>,
     /// Retention settings of functions, per sweep.
     policies: HashMap<(String, String), RecordPolicy>,
+    priority: Arc<WriterPriority>,
 }
 
 impl Writer {
     fn run(mut self, rx: mpsc::Receiver<Job>) {
-        lower_priority();
+        self.priority.lower();
         let mut last_sweep = Instant::now();
         loop {
             let mut asked = Asked::default();
@@ -437,8 +499,14 @@ impl Writer {
                 e.to_string()
             });
             self.shards.recycle(pending);
-            self.stats.queued.fetch_sub(count, Ordering::Relaxed);
-            self.stats.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            let queued = self.stats.queued.fetch_sub(count, Ordering::Relaxed) - count;
+            let queued_bytes = self.stats.queued_bytes.fetch_sub(bytes, Ordering::Relaxed) - bytes;
+            if self.priority.raised.load(Ordering::Relaxed)
+                && queued < self.config.queue as u64 / 32
+                && queued_bytes < self.config.queue_bytes / 32
+            {
+                self.priority.lower();
+            }
             for ack in asked.acks {
                 let _ = ack.send(result.clone());
             }
@@ -697,6 +765,47 @@ mod tests {
     use super::*;
     use crate::recording::{Recording, Stored};
     use crate::segment::BlockBody;
+
+    #[test]
+    fn the_writer_is_idle_class_until_raised_and_lowers_itself_again() {
+        let policy = |tid: i32| unsafe { libc::sched_getscheduler(tid) };
+        let p = Arc::new(WriterPriority::new(Durability::Batched));
+        let (tx, rx) = mpsc::channel::<()>();
+        let (back, here) = mpsc::channel();
+        let writer = {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                p.lower();
+                back.send(()).unwrap();
+                rx.recv().unwrap(); // raised by another thread
+                p.lower();
+                back.send(()).unwrap();
+                rx.recv().unwrap();
+            })
+        };
+        here.recv().unwrap();
+        let tid = p.tid.load(Ordering::Relaxed);
+        if !p.idle_class {
+            // Not root: nice 10, as in sync durability; raising is a no-op.
+            p.raise();
+            assert!(!p.raised.load(Ordering::Relaxed));
+        } else {
+            assert_eq!(policy(tid), libc::SCHED_IDLE);
+            p.raise();
+            assert_eq!(policy(tid), libc::SCHED_OTHER);
+            assert!(p.raised.load(Ordering::Relaxed));
+            p.raise(); // already raised: nothing to do
+        }
+        tx.send(()).unwrap();
+        here.recv().unwrap();
+        if p.idle_class {
+            assert_eq!(policy(tid), libc::SCHED_IDLE);
+            assert!(!p.raised.load(Ordering::Relaxed));
+        }
+        tx.send(()).unwrap();
+        writer.join().unwrap();
+        assert!(!WriterPriority::new(Durability::Sync).idle_class);
+    }
 
     fn tape(id: u128, function: &str, body: Vec<u8>) -> Recording {
         Recording {
