@@ -494,42 +494,6 @@ pub(crate) fn add_to_linker(linker: &mut Linker<SandboxState>) -> wasmtime::Resu
             })
         },
     )?;
-    linker.func_wrap(
-        MODULE,
-        "fd_fdstat_set_flags",
-        |mut caller: C<'_>, fd: u32, _flags: u32| {
-            with(&mut caller, |_, s| {
-                Err::<i32, _>(stdio_only(s, fd, errno::NOTSUP))
-            })
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "fd_fdstat_set_rights",
-        |mut caller: C<'_>, fd: u32, _base: u64, _inheriting: u64| {
-            with(&mut caller, |_, s| {
-                Err::<i32, _>(stdio_only(s, fd, errno::NOTSUP))
-            })
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "fd_seek",
-        |mut caller: C<'_>, fd: u32, _offset: i64, _whence: u32, _out: u32| {
-            with(&mut caller, |_, s| {
-                Err::<i32, _>(stdio_only(s, fd, errno::SPIPE))
-            })
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "fd_tell",
-        |mut caller: C<'_>, fd: u32, _out: u32| {
-            with(&mut caller, |_, s| {
-                Err::<i32, _>(stdio_only(s, fd, errno::SPIPE))
-            })
-        },
-    )?;
     // No preopened directories: the scan wasi-libc does at start ends at
     // the first `EBADF`.
     linker.func_wrap(MODULE, "fd_prestat_get", |_: C<'_>, _fd: u32, _out: u32| {
@@ -541,7 +505,9 @@ pub(crate) fn add_to_linker(linker: &mut Linker<SandboxState>) -> wasmtime::Resu
         |_: C<'_>, _fd: u32, _path: u32, _len: u32| errno::BADF,
     )?;
 
-    // ---- calls for files and directories: there are none ----
+    // ---- calls for files, directories and sockets: there are none, so
+    // they answer EBADF for a closed or unknown fd, and for stdio what
+    // a pipe would (no seeking, no flags, not a directory) ----
     macro_rules! not_a_file {
         ($name:literal, $errno:expr, |$fd:ident $(, $arg:ident : $ty:ty)*|) => {
             linker.func_wrap(MODULE, $name, |mut caller: C<'_>, $fd: u32 $(, $arg: $ty)*| {
@@ -550,6 +516,10 @@ pub(crate) fn add_to_linker(linker: &mut Linker<SandboxState>) -> wasmtime::Resu
             })?;
         };
     }
+    not_a_file!("fd_fdstat_set_flags", errno::NOTSUP, |fd, a: u32|);
+    not_a_file!("fd_fdstat_set_rights", errno::NOTSUP, |fd, a: u64, b: u64|);
+    not_a_file!("fd_seek", errno::SPIPE, |fd, a: i64, b: u32, c: u32|);
+    not_a_file!("fd_tell", errno::SPIPE, |fd, a: u32|);
     not_a_file!("fd_advise", errno::SPIPE, |fd, a: u64, b: u64, c: u32|);
     not_a_file!("fd_allocate", errno::SPIPE, |fd, a: u64, b: u64|);
     not_a_file!("fd_datasync", errno::INVAL, |fd|);

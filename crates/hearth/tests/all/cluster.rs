@@ -377,14 +377,7 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
     assert!(!header(&shown, "hearth-node").is_empty());
     let timeline = shown.text().await.unwrap();
     assert!(timeline.contains("http.fetch"), "{timeline}");
-    let replayed: serde_json::Value = gw
-        .post(&format!("/v1/recordings/{id}/replay"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let replayed = gw.replay(id).await;
     assert_eq!(replayed["verdict"], "identical", "{replayed}");
     let exported = gw
         .get(&format!("/v1/recordings/{id}/export"))

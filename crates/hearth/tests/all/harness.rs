@@ -209,6 +209,17 @@ impl Daemon {
             .unwrap()
     }
 
+    /// Replays recording `id` against the version that made it: the report.
+    pub async fn replay(&self, id: &str) -> serde_json::Value {
+        let resp = self
+            .post(&format!("/v1/recordings/{id}/replay"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.json().await.unwrap()
+    }
+
     /// Logs of `name`, polled until `pred` holds (the writer batches).
     pub async fn logs_until(
         &self,

@@ -139,16 +139,6 @@ async fn wait_recordings(d: &Daemon, name: &str, n: usize) -> Vec<Value> {
     );
 }
 
-async fn replay(d: &Daemon, id: &str) -> Value {
-    let resp = d
-        .post(&format!("/v1/recordings/{id}/replay"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    resp.json().await.unwrap()
-}
-
 async fn tape_of_each_tier_replays_identically_and_a_new_version_is_diffed(tier: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let d = Daemon::start();
@@ -193,7 +183,7 @@ async fn tape_of_each_tier_replays_identically_and_a_new_version_is_diffed(tier:
         );
     }
 
-    let report = replay(&d, id).await;
+    let report = d.replay(id).await;
     assert_eq!(report["identical"], true, "{report:#}");
     assert_eq!(
         report["replayed"]["body"]["text"]
@@ -232,7 +222,7 @@ async fn tape_of_each_tier_replays_identically_and_a_new_version_is_diffed(tier:
         "{diff}"
     );
     // And the old version still replays its own tape identically.
-    assert_eq!(replay(&d, id).await["identical"], true);
+    assert_eq!(d.replay(id).await["identical"], true);
 }
 
 fn tier_of(runtime: &str) -> &str {
