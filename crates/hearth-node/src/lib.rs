@@ -17,14 +17,16 @@
 //! codes; the node speaks in [`NodeError`] and [`InvokeError`].
 
 mod colocation;
+mod forwarded;
 mod logs;
 mod metrics;
 mod node;
 mod table;
 
 pub use colocation::{DefaultColocation, StoreColocation};
+pub use forwarded::GatewayAttempt;
 pub use metrics::Metrics;
 pub use node::{
-    ArtifactSource, DeployOutcome, GatewayAttempt, InvokeOutcome, Node, NodeConfig, NodeError,
-    ReplayReport, StartKind,
+    ArtifactSource, DeployOutcome, InvokeOutcome, Node, NodeConfig, NodeError, ReplayReport,
+    StartKind,
 };

@@ -17,6 +17,7 @@ use thiserror::Error;
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::Metrics;
+use crate::forwarded::GatewayAttempt;
 use crate::metrics::{ErrorLabels, FunctionLabels};
 use crate::table::FunctionTable;
 
@@ -94,16 +95,6 @@ pub struct DeployOutcome {
     pub compile_ms: u64,
 }
 
-/// An invocation a cluster's gateway forwarded. The gateway names it, with
-/// the same id on both attempts, so a retry on another node can find what
-/// the first attempt journaled.
-#[derive(Debug, Clone, Copy)]
-pub struct GatewayAttempt {
-    pub id: InvocationId,
-    /// This is the second attempt: the first one's node failed.
-    pub retry: bool,
-}
-
 /// A finished invocation: the function's answer or why there is none.
 #[derive(Debug)]
 pub struct InvokeOutcome {
@@ -127,7 +118,7 @@ pub struct Node {
     store: Arc<dyn Store>,
     artifacts: ArtifactStore,
     engines: HashMap<Tier, Arc<dyn Engine>>,
-    host: Arc<HostServices>,
+    pub(crate) host: Arc<HostServices>,
     config: NodeConfig,
     /// Versions and their prepared code, filled on first use.
     table: FunctionTable,
@@ -544,62 +535,6 @@ impl Node {
         };
         let done = self.finish(v, id, started, (start, fallback), Some(retry), result);
         Ok(self.record(v, fallback, taping, &req, done).await)
-    }
-
-    /// The host of a first attempt: plain, or journaling if a gateway may
-    /// retry it elsewhere, or for a gateway's retry, following what the
-    /// first attempt journaled.
-    async fn host_for(&self, forwarded: Option<GatewayAttempt>, meta: &InvocationMeta) -> HostCtx {
-        let services = self.host.clone();
-        match forwarded {
-            None => HostCtx::new(services, meta.clone()),
-            Some(GatewayAttempt { retry: false, .. }) => {
-                HostCtx::journaling(services, meta.clone())
-            }
-            Some(GatewayAttempt { retry: true, .. }) => {
-                let (s, m) = (services.clone(), meta.clone());
-                let journal = tokio::task::spawn_blocking(move || HostCtx::journal_tape(&s, &m))
-                    .await
-                    .map_err(|e| hearth_host::HostError::Storage(e.to_string()))
-                    .and_then(|r| r);
-                let (tape, note) = match journal {
-                    Ok(tape) => {
-                        let note = format!(
-                            "retry of an invocation whose node failed: {} answer(s) its first attempt got from KV and HTTP are given again",
-                            tape.events.len()
-                        );
-                        (tape, note)
-                    }
-                    Err(e) => (
-                        Tape::default(),
-                        format!(
-                            "retry of an invocation whose node failed; its journal could not be read ({e}), so its host calls go to the world again"
-                        ),
-                    ),
-                };
-                let host = HostCtx::retrying(services, meta.clone(), tape);
-                host.log(LogStream::System, "warn", &note);
-                host
-            }
-        }
-    }
-
-    /// Drops an invocation's journal once it is answered, off the
-    /// response's path; what is missed here the gateway's sweep removes.
-    fn forget_journal(&self, meta: &InvocationMeta) {
-        let store = self.store.clone();
-        let (tenant, function) = (meta.version.tenant.clone(), meta.version.name.clone());
-        let invocation = meta.id.to_string();
-        tokio::task::spawn_blocking(move || {
-            let key = hearth_store::JournalKey {
-                tenant: &tenant,
-                function: &function,
-                invocation: &invocation,
-            };
-            if let Err(e) = store.journal_forget(&key) {
-                tracing::warn!(error = %e, invocation, "could not forget a retry journal");
-            }
-        });
     }
 
     /// Whether this invocation of `v` gets a tape.

@@ -20,6 +20,7 @@ mod archive;
 pub mod diff;
 mod keys;
 mod pending;
+mod priority;
 mod recording;
 mod segment;
 pub mod view;

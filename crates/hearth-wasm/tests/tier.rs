@@ -36,9 +36,12 @@ fn fixture(pooling: bool) -> Fixture {
 }
 
 fn example(name: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/wasm")
-        .join(name);
+    // Read when the test runs, not when it was compiled: a clone elsewhere
+    // sharing the cargo target dir may reuse this binary.
+    let crate_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let path = crate_dir.join("../../examples/wasm").join(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 

@@ -21,7 +21,7 @@ fn hearth(d: &Daemon, args: &[&str]) -> (bool, String, String) {
 }
 
 fn examples_dir() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/wasm")
+    crate::harness::crate_dir().join("../../examples/wasm")
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ fn build(name: &str, out_dir: &Path) -> Vec<u8> {
 
 /// Builds examples/wasm/NAME.c with extra clang arguments (e.g. -D...).
 pub fn build_with(name: &str, out_dir: &Path, extra: &[&str]) -> Vec<u8> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let src = crate::harness::crate_dir()
         .join("../../examples/wasm")
         .join(format!("{name}.c"));
     let tag: String = extra

@@ -6,10 +6,17 @@ use std::time::{Duration, Instant};
 
 pub const HEARTH: &str = env!("CARGO_BIN_EXE_hearth");
 
+/// This crate's directory, read when the test runs (cargo sets it), not when
+/// it was compiled: a clone elsewhere sharing the cargo target dir may reuse
+/// this binary, and must read its own files.
+pub fn crate_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
 pub fn example(name: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/wasm")
-        .join(name);
+    let path = crate_dir().join("../../examples/wasm").join(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 

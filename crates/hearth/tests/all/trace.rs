@@ -6,7 +6,7 @@ use std::process::Command;
 use crate::harness::HEARTH;
 
 fn data(p: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    crate::harness::crate_dir()
         .join("../hearth-cluster/data")
         .join(p)
 }

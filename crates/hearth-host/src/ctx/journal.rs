@@ -1,0 +1,155 @@
+//! Retry journals: the answers a first attempt got from KV and HTTP,
+//! written to the shared store before the function sees them, so that a
+//! gateway's retry on another node can be given them again
+//! (`docs/cluster.md`).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use hearth_store::{JournalKey, LogStream};
+
+use super::{HostCtx, HostError, HostServices, Inner, InvocationMeta};
+use crate::{HostEvent, Tape};
+
+impl HostCtx {
+    /// A host for the first attempt at an invocation a cluster's gateway
+    /// would retry on another node if this one died: every answer from KV
+    /// and outbound HTTP is also written to the shared store's journal
+    /// under the invocation's id before the function sees it. The retry
+    /// reads the journal back ([`journal_tape`](Self::journal_tape)) and
+    /// follows it as [`retrying`](Self::retrying) does, so the effects the
+    /// first attempt had are not had twice. Clocks, randomness and logs are
+    /// not journaled: the retry reads its own.
+    pub fn journaling(services: Arc<HostServices>, meta: InvocationMeta) -> Self {
+        HostCtx(Arc::new(Inner {
+            meta,
+            services,
+            recorded: Mutex::default(),
+            earlier: None,
+            journal: Some(AtomicU32::new(0)),
+        }))
+    }
+
+    /// What a first attempt journaled for invocation `meta.id` (see
+    /// [`journaling`](Self::journaling)), as a tape to retry from. An
+    /// entry that does not decode ends the tape there: the retry then
+    /// goes to the world from that call on.
+    pub fn journal_tape(services: &HostServices, meta: &InvocationMeta) -> Result<Tape, HostError> {
+        let invocation = meta.id.to_string();
+        let key = JournalKey {
+            tenant: &meta.version.tenant,
+            function: &meta.version.name,
+            invocation: &invocation,
+        };
+        let entries = services
+            .store
+            .journal_read(&key)
+            .map_err(|e| HostError::Storage(e.to_string()))?;
+        Ok(Tape {
+            events: entries
+                .iter()
+                .map_while(|bytes| postcard::from_bytes(bytes).ok())
+                .collect(),
+        })
+    }
+
+    /// How many answers this host journaled.
+    pub fn journaled(&self) -> u32 {
+        self.0
+            .journal
+            .as_ref()
+            .map_or(0, |n| n.load(Ordering::Relaxed))
+    }
+
+    /// Records a live answer from KV or HTTP, journaling it first if this
+    /// host journals. A journal that cannot be written costs the retry its
+    /// replay of this answer, not the invocation: it is logged, once.
+    pub(super) async fn record_effect(&self, event: HostEvent) {
+        if let Some(next) = &self.0.journal {
+            let seq = next.fetch_add(1, Ordering::Relaxed);
+            let bytes = postcard::to_allocvec(&event).expect("host events always encode");
+            let invocation = self.0.meta.id.to_string();
+            let written = self
+                .blocking(move |s, tenant, function| {
+                    let key = JournalKey {
+                        tenant,
+                        function,
+                        invocation: &invocation,
+                    };
+                    s.journal_append(&key, seq, &bytes)
+                })
+                .await;
+            if let Err(e) = written
+                && !self.recorded().journal_failed
+            {
+                self.recorded().journal_failed = true;
+                self.log(
+                    LogStream::System,
+                    "warn",
+                    &format!(
+                        "could not journal a host answer for a retry on another node ({e}); a retry would repeat it"
+                    ),
+                );
+            }
+        }
+        self.record(event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::ctx;
+    use super::*;
+    use crate::HostLimits;
+
+    #[tokio::test]
+    async fn a_retry_from_the_journal_gets_the_first_attempts_answers_and_repeats_no_effect() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = ctx(&dir, HostLimits::default());
+        let (services, meta) = (first.0.services.clone(), first.0.meta.clone());
+        // The first attempt: read a counter, bump it, then its node dies.
+        let journaling = HostCtx::journaling(services.clone(), meta.clone());
+        assert_eq!(journaling.kv_get(b"n".to_vec()).await.unwrap(), None);
+        journaling
+            .kv_set(b"n".to_vec(), b"1".to_vec())
+            .await
+            .unwrap();
+        assert_eq!(journaling.journaled(), 2);
+        drop(journaling);
+
+        // The retry runs the same code: it must see the counter as the
+        // first attempt did (not the live 1), and its write must not happen
+        // again: the key is removed behind its back, and stays removed.
+        assert!(services.store.kv_delete("t", "f", b"n").unwrap());
+        let tape = HostCtx::journal_tape(&services, &meta).unwrap();
+        assert_eq!(tape.events.len(), 2);
+        let retry = HostCtx::retrying(services.clone(), meta.clone(), tape);
+        services.store.kv_set("t", "f", b"n", b"1").unwrap();
+        assert_eq!(
+            retry.kv_get(b"n".to_vec()).await.unwrap(),
+            None,
+            "the journal's answer"
+        );
+        services.store.kv_delete("t", "f", b"n").unwrap();
+        retry.kv_set(b"n".to_vec(), b"1".to_vec()).await.unwrap();
+        // Past the journal calls are live again, and see no second write.
+        assert_eq!(retry.kv_get(b"n".to_vec()).await.unwrap(), None);
+        assert_eq!(retry.journaled(), 0, "a retry does not journal");
+        let key = JournalKey {
+            tenant: "t",
+            function: "f",
+            invocation: &meta.id.to_string(),
+        };
+        services.store.journal_forget(&key).unwrap();
+        assert!(
+            HostCtx::journal_tape(&services, &meta)
+                .unwrap()
+                .events
+                .is_empty()
+        );
+        // A host that does not journal writes nothing.
+        let plain = HostCtx::new(services.clone(), meta.clone());
+        plain.kv_set(b"m".to_vec(), b"x".to_vec()).await.unwrap();
+        assert!(services.store.journal_read(&key).unwrap().is_empty());
+    }
+}

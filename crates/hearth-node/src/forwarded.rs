@@ -1,0 +1,81 @@
+//! Invocations a cluster's gateway forwards: the gateway's id for them,
+//! the retry journal a first attempt writes, and the host a retry gets
+//! from it (`HostCtx::journaling`, `docs/cluster.md`).
+
+use hearth_core::InvocationId;
+use hearth_host::{HostCtx, InvocationMeta, Tape};
+use hearth_store::LogStream;
+
+use crate::Node;
+
+/// An invocation a cluster's gateway forwarded. The gateway names it, with
+/// the same id on both attempts, so a retry on another node can find what
+/// the first attempt journaled.
+#[derive(Debug, Clone, Copy)]
+pub struct GatewayAttempt {
+    pub id: InvocationId,
+    /// This is the second attempt: the first one's node failed.
+    pub retry: bool,
+}
+
+impl Node {
+    /// The host of a first attempt: plain, or journaling if a gateway may
+    /// retry it elsewhere, or for a gateway's retry, following what the
+    /// first attempt journaled.
+    pub(crate) async fn host_for(
+        &self,
+        forwarded: Option<GatewayAttempt>,
+        meta: &InvocationMeta,
+    ) -> HostCtx {
+        let services = self.host.clone();
+        match forwarded {
+            None => HostCtx::new(services, meta.clone()),
+            Some(GatewayAttempt { retry: false, .. }) => {
+                HostCtx::journaling(services, meta.clone())
+            }
+            Some(GatewayAttempt { retry: true, .. }) => {
+                let (s, m) = (services.clone(), meta.clone());
+                let journal = tokio::task::spawn_blocking(move || HostCtx::journal_tape(&s, &m))
+                    .await
+                    .map_err(|e| hearth_host::HostError::Storage(e.to_string()))
+                    .and_then(|r| r);
+                let (tape, note) = match journal {
+                    Ok(tape) => {
+                        let note = format!(
+                            "retry of an invocation whose node failed: {} answer(s) its first attempt got from KV and HTTP are given again",
+                            tape.events.len()
+                        );
+                        (tape, note)
+                    }
+                    Err(e) => (
+                        Tape::default(),
+                        format!(
+                            "retry of an invocation whose node failed; its journal could not be read ({e}), so its host calls go to the world again"
+                        ),
+                    ),
+                };
+                let host = HostCtx::retrying(services, meta.clone(), tape);
+                host.log(LogStream::System, "warn", &note);
+                host
+            }
+        }
+    }
+
+    /// Drops an invocation's journal once it is answered, off the
+    /// response's path; what is missed here the gateway's sweep removes.
+    pub(crate) fn forget_journal(&self, meta: &InvocationMeta) {
+        let store = self.store().clone();
+        let (tenant, function) = (meta.version.tenant.clone(), meta.version.name.clone());
+        let invocation = meta.id.to_string();
+        tokio::task::spawn_blocking(move || {
+            let key = hearth_store::JournalKey {
+                tenant: &tenant,
+                function: &function,
+                invocation: &invocation,
+            };
+            if let Err(e) = store.journal_forget(&key) {
+                tracing::warn!(error = %e, invocation, "could not forget a retry journal");
+            }
+        });
+    }
+}
