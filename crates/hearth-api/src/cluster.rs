@@ -163,7 +163,7 @@ pub(crate) async fn forward(
         body,
     };
     let done = g.forward(&out).await.map_err(|e| match e {
-        GatewayError::NoNodes => ApiError::Unavailable(e.to_string()),
+        GatewayError::NoNodes | GatewayError::Busy(_) => ApiError::Unavailable(e.to_string()),
         GatewayError::NoRoom(_) => ApiError::TooManyRequests(e.to_string()),
         GatewayError::Failed(_) => ApiError::BadGateway(e.to_string()),
         GatewayError::Timeout { .. } => ApiError::GatewayTimeout(e.to_string()),

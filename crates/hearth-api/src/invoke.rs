@@ -6,7 +6,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use hearth_core::Request;
+use hearth_core::{InvokeError, Request};
 use serde_json::json;
 
 use crate::{ApiError, AppState};
@@ -159,7 +159,7 @@ async fn run(
                 let (Ok(k), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v)) else {
                     continue;
                 };
-                if !is_hop_by_hop(&k) {
+                if !is_hop_by_hop(&k) && k != hearth_core::REFUSED_HEADER {
                     h.append(k, v);
                 }
             }
@@ -176,6 +176,12 @@ async fn run(
             if status == StatusCode::SERVICE_UNAVAILABLE {
                 resp.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            if e == InvokeError::Overloaded {
+                resp.headers_mut().insert(
+                    hearth_core::REFUSED_HEADER,
+                    HeaderValue::from_static(e.kind()),
+                );
             }
             resp
         }

@@ -17,8 +17,12 @@
 //! node journals each KV and HTTP answer to the shared store before the
 //! function sees it, and the retry is given those answers again instead of
 //! repeating the calls. One that got an answer, of any status, is never
-//! retried, and neither is one that timed out (it may still be running).
-//! A second failure is an error naming both nodes.
+//! retried, and neither is one that timed out (it may still be running) —
+//! except a node's refusal: 429 or 503 with `Hearth-Refused` (at its
+//! concurrency limit or out of sandboxes, having run nothing) sends the
+//! invocation to another node once, and leaves the busy node in placement.
+//! A second failure or refusal is an error naming both nodes (503 with
+//! `Retry-After` when both were busy).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -127,6 +131,8 @@ pub enum GatewayError {
     NoNodes,
     /// no node has room for {0} MiB more right now
     NoRoom(u64),
+    /// {0}
+    Busy(String),
     /// {0}
     Failed(String),
     /// node {node} did not answer within {timeout_ms} ms
@@ -471,8 +477,9 @@ impl Gateway {
         ))
     }
 
-    /// Runs `out` on a node, retrying once elsewhere if that node fails
-    /// before answering.
+    /// Runs `out` on a node. It is sent once more, to another node, if the
+    /// first fails before answering or refuses it (at its limit, before
+    /// running any of it: [`hearth_core::REFUSED_HEADER`]).
     pub async fn forward(&self, out: &Outgoing<'_>) -> Result<Forwarded, GatewayError> {
         let invocation = InvocationId::new();
         let attempt = |retry| GatewayAttempt {
@@ -481,7 +488,10 @@ impl Gateway {
         };
         let (lease, id, url) = self.place(out, None)?;
         let first = lease.node;
-        let err = match self.send(&url, out, attempt(false)).await {
+        let result = self.send(&url, out, attempt(false)).await;
+        drop(lease);
+        // What became of the first attempt, as the errors say it.
+        let (what, refused) = match result {
             Ok(f) => return Ok(Forwarded { node: id, ..f }),
             Err(SendError::Timeout) => {
                 return Err(GatewayError::Timeout {
@@ -489,15 +499,23 @@ impl Gateway {
                     timeout_ms: out.timeout.as_millis() as u64,
                 });
             }
-            Err(SendError::Failed(e)) => e,
+            // A busy node stays in placement: it is alive, only full.
+            Err(SendError::Refused) => (format!("node {id} is at its limit"), true),
+            Err(SendError::Failed(err)) => {
+                self.lock().take_out(first, &err);
+                (format!("node {id} failed ({err})"), false)
+            }
         };
-        drop(lease);
-        self.lock().take_out(first, &err);
         let (lease, second_id, url) = match self.place(out, Some(first)) {
             Ok(p) => p,
+            Err(e) if refused => {
+                return Err(GatewayError::Busy(format!(
+                    "{what} and no other node could take the invocation ({e}); try again shortly"
+                )));
+            }
             Err(e) => {
                 return Err(GatewayError::Failed(format!(
-                    "node {id} failed ({err}) and no other node could take the retry ({e})"
+                    "{what} and no other node could take the retry ({e})"
                 )));
             }
         };
@@ -514,10 +532,13 @@ impl Gateway {
                 node: second_id,
                 timeout_ms: out.timeout.as_millis() as u64,
             }),
+            Err(SendError::Refused) => Err(GatewayError::Busy(format!(
+                "{what}, and node {second_id}, asked next, is at its limit too; try again shortly"
+            ))),
             Err(SendError::Failed(err2)) => {
                 self.lock().take_out(second, &err2);
                 Err(GatewayError::Failed(format!(
-                    "node {id} failed ({err}); the retry on node {second_id} failed too ({err2})"
+                    "{what}; the retry on node {second_id} failed too ({err2})"
                 )))
             }
         }
@@ -560,6 +581,9 @@ impl Gateway {
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         let body = resp.bytes().await.map_err(classify)?;
+        if matches!(status, 429 | 503) && headers.contains_key(hearth_core::REFUSED_HEADER) {
+            return Err(SendError::Refused);
+        }
         Ok(Forwarded {
             status,
             headers,
@@ -572,6 +596,8 @@ impl Gateway {
 
 enum SendError {
     Timeout,
+    /// The node answered that it is at its limit, having run nothing.
+    Refused,
     Failed(String),
 }
 

@@ -465,3 +465,79 @@ async fn a_gateway_without_room_answers_429_with_retry_after() {
     assert_eq!((status, kind.as_str()), (429, "no_capacity"), "{message}");
     assert!(message.contains("no node has room"), "{message}");
 }
+
+/// A node at its concurrency limit refuses before running anything; the
+/// gateway places the invocation on another node, and answers 503 with
+/// `Retry-After` only when the node it asks next is full too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_busy_node_pushes_back_and_the_gateway_places_elsewhere() {
+    let pg = TempPostgres::start().unwrap();
+    let store = pg.create_database("busy").unwrap();
+    let gw = gateway(&store);
+    let _a = node(&gw, &store, &["--max-concurrency", "1"]);
+    let _b = node(&gw, &store, &["--max-concurrency", "1"]);
+    members_until(&gw, "both nodes join", |m| alive(m) == 2).await;
+    // ~1 s of spinning: three calls at once overlap on two nodes that each
+    // run one at a time.
+    let slow = SLOW.replace("150000000", "750000000");
+    gw.deploy("slow", slow.into_bytes(), &[("timeout_ms", "30000")])
+        .await;
+    // One call first: the three below all go to its node (it has the
+    // function loaded), which takes one and refuses two.
+    assert_eq!(gw.invoke("slow", b"").await.status(), 200);
+
+    let calls = (0..3).map(|_| gw.invoke("slow", b""));
+    let answers = futures::future::join_all(calls).await;
+    let mut ok = 0;
+    let mut moved = 0;
+    let mut busy = Vec::new();
+    for r in answers {
+        match r.status().as_u16() {
+            200 => {
+                ok += 1;
+                if !header(&r, "hearth-retried-from").is_empty() {
+                    moved += 1;
+                }
+                assert_eq!(r.text().await.unwrap(), "done\n");
+            }
+            503 => {
+                assert_eq!(header(&r, "retry-after"), "1");
+                assert!(
+                    header(&r, "hearth-refused").is_empty(),
+                    "the node's refusal is the gateway's to act on"
+                );
+                busy.push(error_of(r).await);
+            }
+            s => panic!("unexpected {s}: {}", r.text().await.unwrap()),
+        }
+    }
+    assert_eq!(ok, 2, "each node ran one: {busy:?}");
+    assert!(moved >= 1, "one of them was refused by its first node");
+    assert_eq!(busy.len(), 1, "{busy:?}");
+    let (_, kind, message) = &busy[0];
+    assert_eq!(kind, "unavailable");
+    assert!(
+        message.contains("is at its limit too; try again shortly"),
+        "{message}"
+    );
+    // Busy is not dead: both nodes are still in placement.
+    assert_eq!(alive(&members(&gw).await), 2);
+
+    // Only a node can refuse: a function answering 503 with the header
+    // itself gets its own answer back, once, without the header.
+    let body = "Status: 503\nHearth-Refused: overloaded\n\nmy own 503\n";
+    let hello = String::from_utf8(crate::harness::example("hello.wat")).unwrap();
+    let impostor = hello
+        .replace(
+            r"Content-Type: text/plain\n\nhello from wasm\n",
+            &body.replace('\n', r"\n"),
+        )
+        .replace("(i32.const 42)", &format!("(i32.const {})", body.len()));
+    assert_ne!(impostor, hello, "hello.wat changed shape");
+    gw.deploy("impostor", impostor.into_bytes(), &[]).await;
+    let r = gw.invoke("impostor", b"").await;
+    assert_eq!(r.status(), 503);
+    assert_eq!(header(&r, "hearth-refused"), "");
+    assert_eq!(header(&r, "hearth-retried-from"), "");
+    assert_eq!(r.text().await.unwrap(), "my own 503\n");
+}
