@@ -41,10 +41,17 @@ pub(crate) async fn whoami(State(s): S, headers: HeaderMap) -> Result<Json<Princ
     Ok(Json(s.auth.require(s.node.store(), &headers).await?))
 }
 
-/// The node's state and what it cannot enforce here; any valid token.
+/// The node's state and what it cannot enforce here; any valid token. An
+/// admin also sees what a gateway's heartbeat carries: the functions with
+/// code prepared here (every tenant's) and the warm pools' free instances.
 pub(crate) async fn status(State(s): S, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    s.auth.require(s.node.store(), &headers).await?;
-    Ok(Json(s.node.status()))
+    let p = s.auth.require(s.node.store(), &headers).await?;
+    let mut status = s.node.status();
+    if p.role == Role::Admin {
+        status["loaded"] = json!(s.node.loaded());
+        status["pool_free"] = json!(s.node.pool_free());
+    }
+    Ok(Json(status))
 }
 
 #[derive(Deserialize)]

@@ -50,7 +50,7 @@ pub(crate) async fn document() -> Json<Value> {
             "/healthz": {"get": {"summary": "Liveness", "security": [], "responses": {"200": {"description": "ok"}}}},
             "/metrics": {"get": {"summary": "Prometheus metrics", "security": [], "responses": {"200": {"description": "text exposition"}}}},
             "/v1/openapi.json": {"get": {"summary": "This document", "security": [], "responses": {"200": {"description": "OpenAPI 3"}}}},
-            "/v1/status": {"get": {"summary": "The node: in-flight invocations, each tier's sandboxes, pools and zygotes, and what this machine cannot enforce (`degraded`)", "responses": {"200": {"description": "status"}, "401": err}}},
+            "/v1/status": {"get": {"summary": "The node: in-flight invocations, each tier's sandboxes, pools and zygotes, and what this machine cannot enforce (`degraded`); for an admin token also `loaded` ([[tenant, name]] with code prepared) and `pool_free`", "responses": {"200": {"description": "status"}, "401": err}}},
             "/v1/whoami": {"get": {"summary": "The tenant and role of the token", "responses": {"200": {"description": "principal"}, "401": err}}},
             "/v1/tenants": {"post": {
                 "summary": "Create a tenant and a member token for it (admin only)",

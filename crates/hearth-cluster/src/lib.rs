@@ -32,5 +32,5 @@ pub use attempt::AttemptKey;
 pub use gateway::{Gateway, GatewayConfig, GatewayError};
 pub use member::{GatewayArtifacts, Membership};
 pub use placer::{Colocation, Placer};
-pub use sim::{ModeReport, SimConfig, simulate};
+pub use sim::{ModeReport, Placement, SimConfig, Simulation, simulate};
 pub use trace::{Invocation, Trace, TraceError};

@@ -47,9 +47,6 @@ pub struct SimConfig {
     pub max_instances: usize,
     /// How often memory is sampled for the time series.
     pub sample_ms: u64,
-    /// Nodes `0..real_nodes` stand for real ones: what the placer sends
-    /// them is also kept in [`ModeReport::real`], for a real node to run.
-    pub real_nodes: usize,
     pub seed: u64,
 }
 
@@ -68,7 +65,6 @@ impl Default for SimConfig {
             keep_alive_ms: (600_000, 1_200_000),
             max_instances: 416,
             sample_ms: 10_000,
-            real_nodes: 0,
             seed: 7,
         }
     }
@@ -97,8 +93,6 @@ pub struct ModeReport {
     pub place_ns: f64,
     /// (seconds, GB held across nodes), every `sample_ms`.
     pub memory: Vec<(f64, f64)>,
-    /// What the placer sent to nodes `0..real_nodes`, as (node, invocation).
-    pub real: Vec<(usize, Invocation)>,
 }
 
 #[derive(Debug, Clone)]
@@ -142,8 +136,8 @@ enum Event {
     },
 }
 
-struct Sim<'a> {
-    cfg: &'a SimConfig,
+struct Sim {
+    cfg: SimConfig,
     placer: Placer,
     nodes: Vec<Node>,
     events: BinaryHeap<Reverse<(u64, u64, Event)>>,
@@ -155,84 +149,199 @@ struct Sim<'a> {
     peak_mb: u64,
     report: ModeReport,
     latencies: Vec<u64>,
+    /// Detached nodes ([`Simulation::detach`]): the model starts nothing
+    /// there and leaves their committed memory to the caller.
+    external: Vec<bool>,
 }
 
 /// Runs `trace` through `cfg.nodes` simulated nodes in `cfg.mode`.
 pub fn simulate(trace: &Trace, cfg: &SimConfig) -> ModeReport {
-    let mut sim = Sim {
-        cfg,
-        placer: Placer::new(cfg.nodes, cfg.node_mb),
-        nodes: (0..cfg.nodes).map(|_| Node::default()).collect(),
-        events: BinaryHeap::new(),
-        seq: 0,
-        rng: StdRng::seed_from_u64(cfg.seed),
-        held_mb: 0,
-        last_ms: 0,
-        mb_ms: 0.0,
-        peak_mb: 0,
-        report: ModeReport {
-            mode: cfg.mode.as_str().to_string(),
-            pool: cfg.pool,
-            ..ModeReport::default()
-        },
-        latencies: Vec::with_capacity(trace.invocations.len()),
-    };
-    for n in 0..cfg.nodes {
-        for _ in 0..cfg.pool {
-            sim.add_pool_instance(n);
-        }
-    }
-    let mut place_ns = 0u128;
-    let mut next_sample = 0;
+    let mut sim = Simulation::new(cfg, trace.invocations.len());
     for inv in &trace.invocations {
-        sim.run_until(inv.start_ms, &mut next_sample);
-        sim.report.invocations += 1;
-        let t0 = Instant::now();
-        let node = sim
-            .placer
-            .place(inv.tenant, inv.function, u64::from(inv.memory_mb));
-        place_ns += t0.elapsed().as_nanos();
-        match node {
-            Some(n) => {
-                if n < cfg.real_nodes {
-                    sim.report.real.push((n, *inv));
-                }
-                sim.start(n, inv)
-            }
-            None => sim.report.rejected += 1,
-        }
+        sim.offer(inv);
     }
-    sim.run_until(u64::MAX, &mut next_sample);
-    let mut r = sim.report;
-    sim.latencies.sort_unstable();
-    let pct = |p: f64| {
-        sim.latencies
-            .get(
-                ((sim.latencies.len() as f64 * p) as usize)
-                    .min(sim.latencies.len().saturating_sub(1)),
-            )
-            .copied()
-            .unwrap_or(0)
-    };
-    r.p50_ms = pct(0.50);
-    r.p99_ms = pct(0.99);
-    r.gb_s = sim.mb_ms / 1024.0 / 1000.0;
-    r.mean_gb = if sim.last_ms > 0 {
-        sim.mb_ms / sim.last_ms as f64 / 1024.0
-    } else {
-        0.0
-    };
-    r.peak_gb = sim.peak_mb as f64 / 1024.0;
-    r.density = if r.gb_s > 0.0 {
-        r.completed as f64 / r.gb_s
-    } else {
-        0.0
-    };
-    r.place_ns = place_ns as f64 / r.invocations.max(1) as f64;
-    r
+    sim.finish()
 }
 
-impl Sim<'_> {
+/// A simulation driven one invocation at a time, in trace order.
+///
+/// [`simulate`] runs a whole trace through it. `hearth bench trace` with
+/// real nodes also drives one live: up to its window every node is
+/// simulated; then its real nodes are [`detach`](Self::detach)ed
+/// and run for real, the placer learning of them what a gateway learns
+/// (the functions they have loaded, the memory committed to what it sent
+/// them), and an invocation a real node refuses is placed again
+/// ([`retry`](Self::retry)).
+pub struct Simulation {
+    sim: Sim,
+    next_sample: u64,
+    place_ns: u128,
+    /// What each detached node was last reported to hold, as registered
+    /// with the placer.
+    registered: Vec<Vec<(u32, u32)>>,
+}
+
+/// Where the placer put an invocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Started on this simulated node.
+    Simulated(usize),
+    /// For the caller to run on this detached node.
+    External(usize),
+    /// No node had room (429).
+    Rejected,
+}
+
+impl Simulation {
+    /// `cfg.nodes` nodes with full pools; `expected` sizes the latency log.
+    pub fn new(cfg: &SimConfig, expected: usize) -> Simulation {
+        let mut sim = Sim {
+            cfg: cfg.clone(),
+            placer: Placer::new(cfg.nodes, cfg.node_mb),
+            nodes: (0..cfg.nodes).map(|_| Node::default()).collect(),
+            events: BinaryHeap::new(),
+            seq: 0,
+            rng: StdRng::seed_from_u64(cfg.seed),
+            held_mb: 0,
+            last_ms: 0,
+            mb_ms: 0.0,
+            peak_mb: 0,
+            report: ModeReport {
+                mode: cfg.mode.as_str().to_string(),
+                pool: cfg.pool,
+                ..ModeReport::default()
+            },
+            latencies: Vec::with_capacity(expected),
+            external: vec![false; cfg.nodes],
+        };
+        for n in 0..cfg.nodes {
+            for _ in 0..cfg.pool {
+                sim.add_pool_instance(n);
+            }
+        }
+        Simulation {
+            sim,
+            next_sample: 0,
+            place_ns: 0,
+            registered: vec![Vec::new(); cfg.nodes],
+        }
+    }
+
+    /// Places `inv` at its start time (which must not precede the last
+    /// one's), starting it there if the node is simulated.
+    pub fn offer(&mut self, inv: &Invocation) -> Placement {
+        self.sim.report.invocations += 1;
+        self.place(inv, None)
+    }
+
+    /// Places again, at `now_ms`, an invocation that the detached node
+    /// `refused` would not take, never choosing that node.
+    pub fn retry(&mut self, inv: &Invocation, now_ms: u64, refused: usize) -> Placement {
+        let inv = Invocation {
+            start_ms: now_ms.max(self.sim.last_ms),
+            ..*inv
+        };
+        self.place(&inv, Some(refused))
+    }
+
+    fn place(&mut self, inv: &Invocation, except: Option<usize>) -> Placement {
+        self.sim.run_until(inv.start_ms, &mut self.next_sample);
+        let t0 = Instant::now();
+        let node = self.sim.placer.place_except(
+            inv.tenant,
+            inv.function,
+            u64::from(inv.memory_mb),
+            except,
+        );
+        self.place_ns += t0.elapsed().as_nanos();
+        match node {
+            Some(n) if self.sim.external[n] => Placement::External(n),
+            Some(n) => {
+                self.sim.start(n, inv);
+                Placement::Simulated(n)
+            }
+            None => {
+                self.sim.report.rejected += 1;
+                Placement::Rejected
+            }
+        }
+    }
+
+    /// Takes `node` out of the model: its instances and pool are dropped
+    /// (their memory no longer counts), and from now on the placer knows
+    /// of it only what [`report_external`](Self::report_external) says.
+    /// Invocations already running there finish in the model, and their
+    /// instances go when they do.
+    pub fn detach(&mut self, node: usize) {
+        let live: Vec<usize> = (0..self.sim.nodes[node].slots.len())
+            .filter(|&s| {
+                self.sim.nodes[node].slots[s]
+                    .as_ref()
+                    .is_some_and(|i| i.running == 0)
+            })
+            .collect();
+        self.sim.nodes[node].pool.clear();
+        for s in live {
+            self.sim.evict(node, s);
+        }
+        self.sim.external[node] = true;
+    }
+
+    /// What a detached node holds now: the (tenant, function) pairs it has
+    /// loaded and the memory committed to invocations running there.
+    pub fn report_external(&mut self, node: usize, loaded: &[(u32, u32)], committed_mb: u64) {
+        assert!(self.sim.external[node], "node {node} is simulated");
+        let before = std::mem::take(&mut self.registered[node]);
+        for &(t, f) in before.iter().filter(|p| !loaded.contains(p)) {
+            self.sim.placer.unregister(node, t, f);
+        }
+        for &(t, f) in loaded.iter().filter(|p| !before.contains(p)) {
+            self.sim.placer.register(node, t, f);
+        }
+        self.registered[node] = loaded.to_vec();
+        self.sim.placer.set_committed(node, committed_mb);
+    }
+
+    /// A detached node's invocation ended: it counts as completed.
+    pub fn completed_external(&mut self) {
+        self.sim.report.completed += 1;
+    }
+
+    /// Runs the model to its end and reports.
+    pub fn finish(mut self) -> ModeReport {
+        self.sim.run_until(u64::MAX, &mut self.next_sample);
+        let sim = &mut self.sim;
+        let mut r = std::mem::take(&mut sim.report);
+        sim.latencies.sort_unstable();
+        let pct = |p: f64| {
+            sim.latencies
+                .get(
+                    ((sim.latencies.len() as f64 * p) as usize)
+                        .min(sim.latencies.len().saturating_sub(1)),
+                )
+                .copied()
+                .unwrap_or(0)
+        };
+        r.p50_ms = pct(0.50);
+        r.p99_ms = pct(0.99);
+        r.gb_s = sim.mb_ms / 1024.0 / 1000.0;
+        r.mean_gb = if sim.last_ms > 0 {
+            sim.mb_ms / sim.last_ms as f64 / 1024.0
+        } else {
+            0.0
+        };
+        r.peak_gb = sim.peak_mb as f64 / 1024.0;
+        r.density = if r.gb_s > 0.0 {
+            r.completed as f64 / r.gb_s
+        } else {
+            0.0
+        };
+        r.place_ns = self.place_ns as f64 / r.invocations.max(1) as f64;
+        r
+    }
+}
+
+impl Sim {
     fn key(&self, inv: &Invocation) -> u32 {
         match self.cfg.mode {
             Colocation::Full => 0,
@@ -264,8 +373,10 @@ impl Sim<'_> {
             .checked_add_signed(held)
             .expect("memory accounting");
         self.peak_mb = self.peak_mb.max(self.held_mb);
-        let busy = self.nodes[node].busy_mb;
-        self.placer.set_committed(node, busy);
+        if !self.external[node] {
+            let busy = self.nodes[node].busy_mb;
+            self.placer.set_committed(node, busy);
+        }
     }
 
     fn push(&mut self, at: u64, e: Event) {
@@ -308,7 +419,8 @@ impl Sim<'_> {
                     slot,
                     sandbox_mb,
                 } => self.end(node, slot, sandbox_mb, at),
-                Event::Refill { node } => self.add_pool_instance(node),
+                Event::Refill { node } if !self.external[node] => self.add_pool_instance(node),
+                Event::Refill { .. } => {}
                 Event::Expire { node, slot, since } => self.expire(node, slot, since),
             }
         }
@@ -462,7 +574,11 @@ impl Sim<'_> {
             inst.idle_since = now;
         }
         self.change(node, -(sandbox_mb as i64), -((sandbox_mb + busy_mb) as i64));
-        if idle {
+        self.report.completed += 1;
+        if idle && self.external[node] {
+            // A detached node's instances are the real node's business.
+            self.evict(node, slot);
+        } else if idle {
             self.push(
                 now + keep_alive,
                 Event::Expire {
@@ -472,7 +588,6 @@ impl Sim<'_> {
                 },
             );
         }
-        self.report.completed += 1;
     }
 
     /// An idle instance past its keep-alive returns its memory (unless it
@@ -566,6 +681,52 @@ mod tests {
             tenant.mean_gb
         );
         assert!(tenant.p99_ms <= none.p99_ms);
+    }
+
+    #[test]
+    fn a_detached_node_is_placed_by_what_it_reports_and_refusals_go_elsewhere() {
+        let cfg = SimConfig {
+            nodes: 2,
+            node_mb: 1000,
+            pool: 0,
+            ..SimConfig::default()
+        };
+        let inv = |start_ms, tenant, function, memory_mb| Invocation {
+            start_ms,
+            duration_ms: 100,
+            tenant,
+            function,
+            memory_mb,
+        };
+        let mut sim = Simulation::new(&cfg, 8);
+        assert_eq!(sim.offer(&inv(0, 1, 1, 100)), Placement::Simulated(0));
+        sim.detach(0);
+        // Node 0 says it is busy: f1's next call goes to node 1 although
+        // node 0 ran it last (its instance went when the call ended).
+        sim.report_external(0, &[], 900);
+        assert_eq!(sim.offer(&inv(500, 1, 1, 100)), Placement::Simulated(1));
+        // It reports f3 loaded and room: f3 goes there, for the caller.
+        sim.report_external(0, &[(3, 3)], 0);
+        let f3 = inv(600, 3, 3, 100);
+        assert_eq!(sim.offer(&f3), Placement::External(0));
+        // Refused there, it is placed again, never on node 0.
+        assert_eq!(sim.retry(&f3, 650, 0), Placement::Simulated(1));
+        let big = inv(700, 3, 3, 950);
+        assert_eq!(sim.offer(&big), Placement::External(0));
+        assert_eq!(
+            sim.retry(&big, 700, 0),
+            Placement::Rejected,
+            "node 1 has no room"
+        );
+        // Unloading it: f3 is no longer drawn to node 0 (node 1 is less
+        // loaded once node 0 reports more committed).
+        sim.report_external(0, &[], 500);
+        assert_eq!(sim.offer(&inv(800, 3, 3, 100)), Placement::Simulated(1));
+        sim.completed_external();
+        let r = sim.finish();
+        assert_eq!(r.invocations, 5, "retries are not new invocations");
+        assert_eq!(r.rejected, 1);
+        assert_eq!(r.completed, 5, "four in the model, one real");
     }
 
     #[test]

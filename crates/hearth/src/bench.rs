@@ -44,12 +44,13 @@ pub struct TraceArgs {
     /// Pool sizes (pre-started instances per node) to compare.
     #[arg(long, value_delimiter = ',', default_value = "8,0")]
     pools: Vec<usize>,
-    /// Real nodes: the placer's first N nodes are also run for real (a
-    /// `hearth up` each, started for the run), replaying what it sent them
-    /// in a window of the trace; results in real.csv.
+    /// Real nodes: in a live run of a window of the trace (after the
+    /// whole-trace simulation), the placer's first N nodes are real (a
+    /// `hearth up` each, started for the run) and push back; results in
+    /// real.csv.
     #[arg(long, default_value_t = 0)]
     real_nodes: usize,
-    /// The real nodes' window, replayed at the trace's own pace: trace
+    /// The real nodes' window, played at the trace's own pace: trace
     /// seconds FROM .. FROM + SECONDS.
     #[arg(long, default_value_t = 0)]
     real_from_s: u64,
@@ -59,6 +60,10 @@ pub struct TraceArgs {
     /// minutes).
     #[arg(long, default_value_t = 1000)]
     real_max_ms: u64,
+    /// The real nodes' --max-concurrency: a low one makes them push back
+    /// sooner (their default if unset).
+    #[arg(long)]
+    real_max_concurrency: Option<usize>,
     /// Where the report goes.
     #[arg(long, default_value = "trace-report")]
     out: PathBuf,
@@ -119,6 +124,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         from_s: a.real_from_s,
         seconds: a.real_seconds,
         max_ms: a.real_max_ms,
+        max_concurrency: a.real_max_concurrency,
     };
     let mut reports = Vec::new();
     let mut real_reports = Vec::new();
@@ -129,16 +135,13 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                 node_mb: a.node_mib,
                 mode,
                 pool,
-                real_nodes: a.real_nodes,
                 ..SimConfig::default()
             };
-            let mut r = simulate(&t, &cfg);
+            reports.push(simulate(&t, &cfg));
             if a.real_nodes > 0 {
                 eprintln!("{} / pool {pool}:", mode.as_str());
-                let share = std::mem::take(&mut r.real);
-                real_reports.push(crate::realnode::run(&share, mode, pool, &real)?);
+                real_reports.push(crate::realnode::run(&t, &cfg, &real)?);
             }
-            reports.push(r);
         }
     }
     let title = format!("Memory held, {title}");

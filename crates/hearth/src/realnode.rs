@@ -1,11 +1,24 @@
 //! Real nodes in `hearth bench trace` (Hydra §5.2: "99 nodes that simulate
 //! invocations and one node that executes the actual function code").
 //!
-//! The placer runs the whole trace over simulated nodes; what it sends to
-//! nodes `0..k` is also kept ([`hearth_cluster::ModeReport::real`]). Here a
-//! window of that share is replayed, at the trace's own pace, against `k`
-//! real `hearth up` daemons started for the purpose, each with the mode
-//! being measured as its `--colocation`.
+//! For each mode, a live run beside the whole-trace simulation. The model
+//! ([`Simulation`]) takes the trace up to the window with every node
+//! simulated, so the placer enters the window with the state the trace
+//! left; then nodes `0..k` are detached and `k` real `hearth up` daemons
+//! (started for the purpose, each with the mode as its `--colocation`)
+//! take their place, and the window is played at the trace's own pace:
+//!
+//! - What the placer sends a real node is sent to it over HTTP.
+//! - The placer learns of a real node what a gateway learns: the functions
+//!   it has loaded (polled from its `GET /v1/status`, which carries what a
+//!   heartbeat does, every [`POLL`]) and the memory committed to what is
+//!   running there.
+//! - A real node that refuses (429 or 503 with `Hearth-Refused`: at its
+//!   concurrency limit, or out of sandboxes) pushes back: the invocation
+//!   is placed again, once, never on that node — a simulated node runs it
+//!   in the model, another real node is sent it (refusing too, it is
+//!   rejected), and with no room anywhere it is rejected, as the gateway
+//!   does.
 //!
 //! Functions are chosen by duration, as Hydra assigned its benchmarks:
 //! a trace function whose invocations take under 20 ms becomes the wasm
@@ -13,48 +26,65 @@
 //! sleeps for the invocation's duration, capped (`--real-max-ms`) so a
 //! window ends in minutes. Every trace function is its own deployed
 //! function and every trace tenant its own tenant, so cold and warm starts,
-//! paused handlers and zygotes are the node's own.
+//! paused handlers and zygotes are the node's own. Every function the
+//! window invokes is deployed on every real node before it starts (a
+//! deploy prepares nothing: the first invocation on a node is its cold
+//! start).
 //!
-//! Limits, stated: the real nodes do not push back on the placer (it
-//! places them with the simulated model, which the real answers do not
-//! update); Python functions import no packages, so the colocation mode
-//! changes nothing on a real node in this run (it governs package
-//! zygotes, `docs/process-tier.md`) — what differs between modes is which
-//! invocations the placer sends there.
+//! Limit, stated: the Python functions import no packages, so the
+//! colocation mode changes nothing on a real node itself (it governs
+//! package zygotes, `docs/process-tier.md`) — what differs between modes
+//! is which invocations the placer sends there.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use hearth_cluster::{Colocation, Invocation};
-use tokio::sync::Mutex;
+use hearth_cluster::{Colocation, Invocation, Placement, SimConfig, Simulation, Trace};
 
-/// Which part of the real nodes' share to run, and how.
+/// How often the placer learns what real nodes have loaded (a gateway's
+/// heartbeat interval).
+const POLL: Duration = Duration::from_millis(500);
+
+/// Which part of the trace the real nodes take part in, and how.
 #[derive(Debug, Clone)]
 pub struct RealConfig {
     pub nodes: usize,
-    /// Trace seconds `[from, from + seconds)` are replayed.
+    /// Trace seconds `[from, from + seconds)` are played live.
     pub from_s: u64,
     pub seconds: u64,
     /// No invocation sleeps longer than this.
     pub max_ms: u64,
+    /// The real nodes' `--max-concurrency` (their default if unset).
+    pub max_concurrency: Option<usize>,
 }
 
-/// What the real nodes did with their share under one mode.
+/// What the real nodes did in the window under one mode.
 #[derive(Debug, Clone, Default)]
 pub struct RealReport {
     pub mode: String,
     pub pool: usize,
+    /// Invocations in the window, over every node.
+    pub window: u64,
+    /// Placements on real nodes (first ones and re-placements).
     pub sent: u64,
     pub ok: u64,
+    /// Answered with an error other than a refusal, or not at all.
     pub failed: u64,
+    /// Answered 429/503: the node pushed back.
+    pub refused: u64,
+    /// Where refused invocations went: a simulated node, another real
+    /// node, nowhere (rejected).
+    pub moved_sim: u64,
+    pub moved_real: u64,
+    pub rejected: u64,
     pub cold: u64,
     pub warm: u64,
-    /// Functions deployed, by what they became.
+    /// Functions deployed on each real node, by what they became.
     pub python_functions: u64,
     pub wasm_functions: u64,
     /// Latency over what the function itself was asked to take (its
@@ -73,197 +103,174 @@ const SLEEPER_PY: &str = "import os, time\n\
 SLEEP_S = int(os.environ['SLEEP_MS']) / 1000\n\
 def handler(event, context):\n    time.sleep(SLEEP_S)\n    return 'ok'\n";
 
-/// Replays `share` (from [`hearth_cluster::ModeReport::real`]) on fresh real
-/// nodes running with `mode`.
-pub fn run(
-    share: &[(usize, Invocation)],
-    mode: Colocation,
-    pool: usize,
-    cfg: &RealConfig,
-) -> anyhow::Result<RealReport> {
+/// Plays `trace`'s window live with `cfg.nodes` of `sim`'s nodes real.
+pub fn run(trace: &Trace, sim: &SimConfig, cfg: &RealConfig) -> anyhow::Result<RealReport> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(replay(share, mode, pool, cfg))
-}
-
-async fn replay(
-    share: &[(usize, Invocation)],
-    mode: Colocation,
-    pool: usize,
-    cfg: &RealConfig,
-) -> anyhow::Result<RealReport> {
-    let from = cfg.from_s * 1000;
-    let to = from + cfg.seconds * 1000;
-    let window: Vec<(usize, Invocation)> = share
-        .iter()
-        .filter(|(_, i)| (from..to).contains(&i.start_ms))
-        .copied()
-        .collect();
     let mut nodes = Vec::new();
-    for n in 0..cfg.nodes {
-        nodes.push(RealNode::start(mode, n)?);
-    }
-    let result = drive(&window, &nodes, cfg, from).await;
+    let started = (0..cfg.nodes).try_for_each(|n| {
+        nodes.push(RealNode::start(sim.mode, n, cfg.max_concurrency)?);
+        anyhow::Ok(())
+    });
+    let result = started.and_then(|()| rt.block_on(play(trace, sim, cfg, &nodes)));
     for node in nodes {
         node.stop();
     }
     let mut report = result?;
-    report.mode = mode.as_str().to_string();
-    report.pool = pool;
+    report.mode = sim.mode.as_str().to_string();
+    report.pool = sim.pool;
     Ok(report)
 }
 
-async fn drive(
-    window: &[(usize, Invocation)],
-    nodes: &[RealNode],
-    cfg: &RealConfig,
+/// How to invoke one function on one real node.
+struct Target {
+    url: String,
+    token: String,
+    /// What the function was asked to sleep, ms.
+    asked_ms: u64,
+}
+
+/// What the live run shares between its tasks.
+struct Live {
+    sim: Simulation,
+    /// Per real node: memory committed to invocations running there, and
+    /// the (tenant, function) pairs it last said it has loaded.
+    committed_mb: Vec<u64>,
+    loaded: Vec<Vec<(u32, u32)>>,
+    report: RealReport,
+    overheads: Vec<f64>,
+}
+
+impl Live {
+    /// `mb` more (or less) committed on real node `n`; the placer is told.
+    fn commit(&mut self, n: usize, mb: i64) {
+        self.committed_mb[n] = self.committed_mb[n].saturating_add_signed(mb);
+        self.sim
+            .report_external(n, &self.loaded[n], self.committed_mb[n]);
+    }
+}
+
+struct Ctx {
+    live: Mutex<Live>,
+    targets: HashMap<(usize, u32), Target>,
+    http: reqwest::Client,
+    started: Instant,
     from_ms: u64,
+}
+
+impl Ctx {
+    fn live(&self) -> std::sync::MutexGuard<'_, Live> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The trace's clock, running with the wall clock through the window.
+    fn now_ms(&self) -> u64 {
+        self.from_ms + self.started.elapsed().as_millis() as u64
+    }
+}
+
+async fn play(
+    trace: &Trace,
+    sim_cfg: &SimConfig,
+    cfg: &RealConfig,
+    nodes: &[RealNode],
 ) -> anyhow::Result<RealReport> {
+    let from_ms = cfg.from_s * 1000;
+    let to_ms = from_ms + cfg.seconds * 1000;
+    let (before, rest): (Vec<&Invocation>, Vec<&Invocation>) = trace
+        .invocations
+        .iter()
+        .filter(|i| i.start_ms < to_ms)
+        .partition(|i| i.start_ms < from_ms);
+    let window = rest;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(120))
         .build()?;
-    // Deploy each (node, function) the window needs, with its tenant.
-    let mut deployed: HashMap<(usize, u32), (String, String, u64)> = HashMap::new();
-    let mut tokens: HashMap<(usize, u32), String> = HashMap::new();
-    let mut report = RealReport::default();
-    for &(n, inv) in window {
-        if deployed.contains_key(&(n, inv.function)) {
-            continue;
-        }
-        let node = &nodes[n];
-        let tenant = format!("t{}", inv.tenant);
-        if let std::collections::hash_map::Entry::Vacant(slot) = tokens.entry((n, inv.tenant)) {
-            let v = node
-                .admin(&http, reqwest::Method::POST, "/v1/tenants")
-                .json(&serde_json::json!({ "name": tenant }))
-                .send()
-                .await?
-                .error_for_status()?
-                .json::<serde_json::Value>()
-                .await?;
-            let token = v["token"].as_str().context("no token")?.to_string();
-            slot.insert(token);
-        }
-        let token = &tokens[&(n, inv.tenant)];
-        let name = format!("f{}", inv.function);
-        let sleep_ms = inv.duration_ms.min(cfg.max_ms);
-        let memory = inv.memory_mb.clamp(64, 512).to_string();
-        let (code, query): (Vec<u8>, Vec<(&str, String)>) = if inv.duration_ms < WASM_BELOW_MS {
-            report.wasm_functions += 1;
-            (
-                include_bytes!("../../../examples/wasm/hello.wat").to_vec(),
-                vec![("runtime", "wasm".into())],
-            )
-        } else {
-            report.python_functions += 1;
-            (
-                SLEEPER_PY.as_bytes().to_vec(),
-                vec![
-                    ("runtime", "python".into()),
-                    ("file_name", "handler.py".into()),
-                    ("env", format!("SLEEP_MS={sleep_ms}")),
-                    ("timeout_ms", (cfg.max_ms + 30_000).to_string()),
-                ],
-            )
-        };
-        let r = http
-            .post(format!("{}/v1/functions/{name}", node.url))
-            .query(&query)
-            .query(&[("memory_mib", memory)])
-            .bearer_auth(token)
-            .body(code)
-            .send()
-            .await?;
-        if !r.status().is_success() {
-            bail!(
-                "deploying {name} on real node {n}: {}",
-                r.text().await.unwrap_or_default()
-            );
-        }
-        let asked = if inv.duration_ms < WASM_BELOW_MS {
-            0
-        } else {
-            sleep_ms
-        };
-        deployed.insert((n, inv.function), (tenant, name, asked));
-    }
-    eprintln!(
-        "  real nodes: {} invocations of {} functions ({} python, {} wasm) in trace seconds {}..{}",
-        window.len(),
-        deployed.len(),
-        report.python_functions,
-        report.wasm_functions,
-        cfg.from_s,
-        cfg.from_s + cfg.seconds
-    );
+    let mut report = RealReport {
+        window: window.len() as u64,
+        ..RealReport::default()
+    };
+    let targets = deploy(&http, nodes, &window, cfg, &mut report).await?;
 
-    // Memory, sampled every second while the window runs.
+    // Up to the window, every node is simulated; then the real ones leave
+    // the model.
+    let mut sim = Simulation::new(sim_cfg, trace.invocations.len());
+    for inv in before {
+        sim.offer(inv);
+    }
+    for n in 0..nodes.len() {
+        sim.detach(n);
+    }
+    let ctx = Arc::new(Ctx {
+        live: Mutex::new(Live {
+            sim,
+            committed_mb: vec![0; nodes.len()],
+            loaded: vec![Vec::new(); nodes.len()],
+            report,
+            overheads: Vec::new(),
+        }),
+        targets,
+        http,
+        started: Instant::now(),
+        from_ms,
+    });
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let poller = tokio::spawn(poll_loaded(
+        ctx.clone(),
+        nodes
+            .iter()
+            .map(|n| (n.url.clone(), n.token.clone()))
+            .collect(),
+        stop.clone(),
+    ));
     let samples = Arc::new(Mutex::new(Vec::<f64>::new()));
-    let stop = Arc::new(AtomicU64::new(0));
     let sampler = {
         let (samples, stop) = (samples.clone(), stop.clone());
         let probes: Vec<(u32, PathBuf)> = nodes.iter().map(|n| (n.pid, n.dir.clone())).collect();
         tokio::spawn(async move {
-            while stop.load(Ordering::Relaxed) == 0 {
+            while !stop.load(Ordering::Relaxed) {
                 let mb: f64 = probes
                     .iter()
                     .map(|(pid, dir)| node_memory_mb(*pid, dir))
                     .sum();
-                samples.lock().await.push(mb);
+                samples.lock().unwrap_or_else(|e| e.into_inner()).push(mb);
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         })
     };
 
     // The window at the trace's own pace.
-    let started = Instant::now();
-    let mut tasks = Vec::with_capacity(window.len());
-    for &(n, inv) in window {
+    let mut tasks = Vec::new();
+    for inv in window {
         let due = Duration::from_millis(inv.start_ms - from_ms);
-        if let Some(wait) = due.checked_sub(started.elapsed()) {
+        if let Some(wait) = due.checked_sub(ctx.started.elapsed()) {
             tokio::time::sleep(wait).await;
         }
-        let (tenant, name, asked) = deployed[&(n, inv.function)].clone();
-        let url = format!("{}/fn/{tenant}/{name}", nodes[n].url);
-        let token = tokens[&(n, inv.tenant)].clone();
-        let http = http.clone();
-        tasks.push(tokio::spawn(async move {
-            let t0 = Instant::now();
-            let r = http.post(url).bearer_auth(token).send().await;
-            let (ok, start) = match r {
-                Ok(r) => {
-                    let start = r
-                        .headers()
-                        .get("hearth-start")
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_string);
-                    let ok = r.status().is_success() && r.bytes().await.is_ok();
-                    (ok, start)
-                }
-                Err(_) => (false, None),
-            };
-            let overhead = t0.elapsed().as_secs_f64() * 1000.0 - asked as f64;
-            (ok, start, overhead)
-        }));
+        let placed = {
+            let mut live = ctx.live();
+            let p = live.sim.offer(inv);
+            if let Placement::External(n) = p {
+                live.commit(n, i64::from(inv.memory_mb));
+            }
+            p
+        };
+        if let Placement::External(n) = placed {
+            tasks.push(tokio::spawn(invoke(ctx.clone(), n, *inv)));
+        }
     }
-    let mut overheads = Vec::with_capacity(tasks.len());
     for t in tasks {
-        let (ok, start, overhead) = t.await?;
-        report.sent += 1;
-        if !ok {
-            report.failed += 1;
-            continue;
-        }
-        report.ok += 1;
-        match start.as_deref() {
-            Some("cold") => report.cold += 1,
-            _ => report.warm += 1,
-        }
-        overheads.push(overhead);
+        t.await?;
     }
-    stop.store(1, Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    let _ = poller.await;
     let _ = sampler.await;
+
+    let mut live = ctx.live();
+    let Live {
+        report, overheads, ..
+    } = &mut *live;
     overheads.sort_by(f64::total_cmp);
     let pct = |p: f64| {
         overheads
@@ -273,12 +280,236 @@ async fn drive(
     };
     report.p50_overhead_ms = pct(0.50);
     report.p99_overhead_ms = pct(0.99);
-    let samples = samples.lock().await;
+    let samples = samples.lock().unwrap_or_else(|e| e.into_inner());
     if !samples.is_empty() {
         report.mean_mb = samples.iter().sum::<f64>() / samples.len() as f64;
         report.peak_mb = samples.iter().copied().fold(0.0, f64::max);
     }
-    Ok(report)
+    Ok(std::mem::take(report))
+}
+
+/// Deploys every function `window` invokes on every real node, each under
+/// a tenant of its trace tenant.
+async fn deploy(
+    http: &reqwest::Client,
+    nodes: &[RealNode],
+    window: &[&Invocation],
+    cfg: &RealConfig,
+    report: &mut RealReport,
+) -> anyhow::Result<HashMap<(usize, u32), Target>> {
+    let mut functions: HashMap<u32, Invocation> = HashMap::new();
+    for inv in window {
+        functions.entry(inv.function).or_insert(**inv);
+    }
+    let tenants: BTreeSet<u32> = functions.values().map(|i| i.tenant).collect();
+    let t0 = Instant::now();
+    let mut targets = HashMap::new();
+    for (n, node) in nodes.iter().enumerate() {
+        let mut tokens = HashMap::new();
+        for &tenant in &tenants {
+            let v = node
+                .admin(http, reqwest::Method::POST, "/v1/tenants")
+                .json(&serde_json::json!({ "name": format!("t{tenant}") }))
+                .send()
+                .await?
+                .error_for_status()?
+                .json::<serde_json::Value>()
+                .await?;
+            let token = v["token"].as_str().context("no token")?.to_string();
+            tokens.insert(tenant, token);
+        }
+        for (&function, inv) in &functions {
+            let name = format!("f{function}");
+            let token = &tokens[&inv.tenant];
+            let sleep_ms = inv.duration_ms.min(cfg.max_ms);
+            let memory = inv.memory_mb.clamp(64, 512).to_string();
+            let wasm = inv.duration_ms < WASM_BELOW_MS;
+            let (code, query): (Vec<u8>, Vec<(&str, String)>) = if wasm {
+                (
+                    include_bytes!("../../../examples/wasm/hello.wat").to_vec(),
+                    vec![("runtime", "wasm".into())],
+                )
+            } else {
+                (
+                    SLEEPER_PY.as_bytes().to_vec(),
+                    vec![
+                        ("runtime", "python".into()),
+                        ("file_name", "handler.py".into()),
+                        ("env", format!("SLEEP_MS={sleep_ms}")),
+                        ("timeout_ms", (cfg.max_ms + 30_000).to_string()),
+                    ],
+                )
+            };
+            let r = http
+                .post(format!("{}/v1/functions/{name}", node.url))
+                .query(&query)
+                .query(&[("memory_mib", memory)])
+                .bearer_auth(token)
+                .body(code)
+                .send()
+                .await?;
+            if !r.status().is_success() {
+                bail!(
+                    "deploying {name} on real node {n}: {}",
+                    r.text().await.unwrap_or_default()
+                );
+            }
+            if n == 0 {
+                if wasm {
+                    report.wasm_functions += 1;
+                } else {
+                    report.python_functions += 1;
+                }
+            }
+            targets.insert(
+                (n, function),
+                Target {
+                    url: format!("{}/fn/t{}/{name}", node.url, inv.tenant),
+                    token: token.clone(),
+                    asked_ms: if wasm { 0 } else { sleep_ms },
+                },
+            );
+        }
+    }
+    eprintln!(
+        "  real nodes: {} functions ({} python, {} wasm) of {} tenants deployed on each of {} in {:.1} s; \
+         {} invocations in trace seconds {}..{}",
+        functions.len(),
+        report.python_functions,
+        report.wasm_functions,
+        tenants.len(),
+        nodes.len(),
+        t0.elapsed().as_secs_f64(),
+        window.len(),
+        cfg.from_s,
+        cfg.from_s + cfg.seconds
+    );
+    Ok(targets)
+}
+
+/// How a real node answered.
+enum Answer {
+    Ok { cold: bool, overhead_ms: f64 },
+    Refused,
+    Failed,
+}
+
+/// Runs `inv` on real node `n` (its memory already committed there); a
+/// refusal places it again, once.
+async fn invoke(ctx: Arc<Ctx>, mut n: usize, inv: Invocation) {
+    let mem = i64::from(inv.memory_mb);
+    let mut first = true;
+    loop {
+        let answer = send(&ctx, &ctx.targets[&(n, inv.function)]).await;
+        let mut live = ctx.live();
+        live.commit(n, -mem);
+        live.report.sent += 1;
+        match answer {
+            Answer::Ok { cold, overhead_ms } => {
+                live.sim.completed_external();
+                live.report.ok += 1;
+                if cold {
+                    live.report.cold += 1;
+                } else {
+                    live.report.warm += 1;
+                }
+                live.overheads.push(overhead_ms);
+            }
+            Answer::Failed => live.report.failed += 1,
+            Answer::Refused => {
+                live.report.refused += 1;
+                if !first {
+                    live.report.rejected += 1;
+                    return;
+                }
+                first = false;
+                let now = ctx.now_ms();
+                match live.sim.retry(&inv, now, n) {
+                    Placement::Simulated(_) => live.report.moved_sim += 1,
+                    Placement::Rejected => live.report.rejected += 1,
+                    Placement::External(m) => {
+                        live.report.moved_real += 1;
+                        live.commit(m, mem);
+                        n = m;
+                        drop(live);
+                        continue;
+                    }
+                }
+            }
+        }
+        return;
+    }
+}
+
+async fn send(ctx: &Ctx, target: &Target) -> Answer {
+    let t0 = Instant::now();
+    let Ok(r) = ctx
+        .http
+        .post(&target.url)
+        .bearer_auth(&target.token)
+        .send()
+        .await
+    else {
+        return Answer::Failed;
+    };
+    let status = r.status();
+    if matches!(status.as_u16(), 429 | 503) && r.headers().contains_key(hearth_core::REFUSED_HEADER)
+    {
+        return Answer::Refused;
+    }
+    let cold = r
+        .headers()
+        .get("hearth-start")
+        .and_then(|v| v.to_str().ok())
+        == Some("cold");
+    if !status.is_success() || r.bytes().await.is_err() {
+        return Answer::Failed;
+    }
+    Answer::Ok {
+        cold,
+        overhead_ms: t0.elapsed().as_secs_f64() * 1000.0 - target.asked_ms as f64,
+    }
+}
+
+/// Every [`POLL`], tells the placer what each real node has loaded, as a
+/// heartbeat would.
+async fn poll_loaded(ctx: Arc<Ctx>, nodes: Vec<(String, String)>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Relaxed) {
+        for (n, (url, token)) in nodes.iter().enumerate() {
+            let Some(loaded) = loaded_on(&ctx.http, url, token).await else {
+                continue;
+            };
+            let mut live = ctx.live();
+            live.loaded[n] = loaded;
+            live.commit(n, 0);
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// A real node's loaded functions, as (trace tenant, trace function).
+async fn loaded_on(http: &reqwest::Client, url: &str, token: &str) -> Option<Vec<(u32, u32)>> {
+    let status: serde_json::Value = http
+        .get(format!("{url}/v1/status"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    let ids = |pair: &serde_json::Value| -> Option<(u32, u32)> {
+        let tenant = pair.get(0)?.as_str()?.strip_prefix('t')?.parse().ok()?;
+        let function = pair.get(1)?.as_str()?.strip_prefix('f')?.parse().ok()?;
+        Some((tenant, function))
+    };
+    Some(
+        status["loaded"]
+            .as_array()?
+            .iter()
+            .filter_map(ids)
+            .collect(),
+    )
 }
 
 /// One `hearth up` started for the run, in a data directory of its own.
@@ -291,7 +522,11 @@ struct RealNode {
 }
 
 impl RealNode {
-    fn start(mode: Colocation, n: usize) -> anyhow::Result<RealNode> {
+    fn start(
+        mode: Colocation,
+        n: usize,
+        max_concurrency: Option<usize>,
+    ) -> anyhow::Result<RealNode> {
         let dir = std::env::temp_dir().join(format!(
             "hearth-real-{}-{}-{n}",
             std::process::id(),
@@ -299,11 +534,17 @@ impl RealNode {
         ));
         std::fs::create_dir_all(&dir)?;
         let dir = dir.canonicalize()?;
-        let child = Command::new(std::env::current_exe()?)
-            .arg("up")
-            .arg("--data-dir")
-            .arg(&dir)
-            .args(["--listen", "127.0.0.1:0", "--colocation", mode.as_str()])
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.arg("up").arg("--data-dir").arg(&dir).args([
+            "--listen",
+            "127.0.0.1:0",
+            "--colocation",
+            mode.as_str(),
+        ]);
+        if let Some(c) = max_concurrency {
+            cmd.arg("--max-concurrency").arg(c.to_string());
+        }
+        let child = cmd
             .env("HEARTH_EXAMPLES", "false")
             .env("HEARTH_LOG", "warn")
             .stdin(Stdio::null())
@@ -406,12 +647,17 @@ fn node_memory_mb(pid: u32, dir: &Path) -> f64 {
 }
 
 /// The report's columns: (CSV header, Markdown header), in order.
-const COLUMNS: [(&str, &str); 12] = [
+const COLUMNS: [(&str, &str); 17] = [
     ("mode", "mode"),
     ("pool", "pool"),
-    ("sent", "sent"),
+    ("window", "window"),
+    ("sent", "sent to real"),
     ("ok", "ok"),
     ("failed", "failed"),
+    ("refused", "refused"),
+    ("moved_sim", "then sim"),
+    ("moved_real", "then real"),
+    ("rejected", "then none"),
     ("cold", "cold"),
     ("warm", "warm"),
     ("functions_py_wasm", "functions (py/wasm)"),
@@ -423,13 +669,18 @@ const COLUMNS: [(&str, &str); 12] = [
 
 impl RealReport {
     /// The row's cells, in [`COLUMNS`] order.
-    fn cells(&self) -> [String; 12] {
+    fn cells(&self) -> [String; 17] {
         [
             self.mode.clone(),
             self.pool.to_string(),
+            self.window.to_string(),
             self.sent.to_string(),
             self.ok.to_string(),
             self.failed.to_string(),
+            self.refused.to_string(),
+            self.moved_sim.to_string(),
+            self.moved_real.to_string(),
+            self.rejected.to_string(),
             self.cold.to_string(),
             self.warm.to_string(),
             format!("{}/{}", self.python_functions, self.wasm_functions),

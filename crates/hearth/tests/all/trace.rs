@@ -72,17 +72,22 @@ fn the_azure_2021_excerpt_is_reported_per_mode_as_csv_and_svg() {
     assert!(err.contains("no \"app\" column"), "{err}");
 }
 
-/// Hydra §5.2's setup in small: the placer runs the whole excerpt over three
-/// nodes, and what it sends node 0 in the first 30 trace seconds is run for
-/// real on a `hearth up` started by the bench (Python handlers that sleep
-/// for the invocation's duration).
+/// Hydra §5.2's setup in small: the placer runs a synthetic hour over three
+/// nodes; for the first 15 trace seconds nodes 0 and 1 are real `hearth up`s
+/// started by the bench (Python handlers that sleep for the invocation's
+/// duration), each running one invocation at a time: what they refuse the
+/// placer places again, elsewhere.
 #[test]
-fn a_real_node_runs_its_share_of_the_trace_window() {
+fn real_nodes_run_their_share_of_the_trace_window_and_push_back() {
     let out = tempfile::tempdir().unwrap();
     let run = Command::new(HEARTH)
         .args([
             "bench",
             "trace",
+            "--functions",
+            "200",
+            "--hours",
+            "1",
             "--nodes",
             "3",
             "--modes",
@@ -90,16 +95,16 @@ fn a_real_node_runs_its_share_of_the_trace_window() {
             "--pools",
             "8",
             "--real-nodes",
-            "1",
+            "2",
             "--real-seconds",
-            "30",
+            "15",
             "--real-max-ms",
-            "200",
+            "300",
+            "--real-max-concurrency",
+            "1",
             "--out",
         ])
         .arg(out.path())
-        .arg("--trace")
-        .arg(data("azure2021/Azure2021_200.csv"))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -120,9 +125,22 @@ fn a_real_node_runs_its_share_of_the_trace_window() {
         let i = header.iter().position(|h| *h == name).unwrap();
         rows[0][i].parse().unwrap()
     };
-    assert!(col("sent") > 0.0, "the placer sent node 0 work: {real}");
+    assert!(
+        col("sent") > 0.0,
+        "the placer sent the real nodes work: {real}"
+    );
     assert_eq!(col("failed"), 0.0, "{real}\n{stderr}");
-    assert_eq!(col("ok"), col("sent"));
+    assert_eq!(col("ok") + col("refused"), col("sent"), "{real}");
+    assert!(
+        col("refused") > 0.0,
+        "one at a time, the real nodes refuse some: {real}"
+    );
+    assert_eq!(
+        col("moved_sim") + col("moved_real") + col("rejected"),
+        col("refused"),
+        "every refusal was placed again or rejected: {real}"
+    );
+    assert!(col("window") >= col("ok"), "{real}");
     assert_eq!(col("cold") + col("warm"), col("ok"));
     assert!(
         col("cold") >= 1.0,
