@@ -264,6 +264,8 @@ impl Drop for Lease<'_> {
         m.committed_mb = m.committed_mb.saturating_sub(self.mb);
         let committed = m.committed_mb;
         s.placer.set_committed(self.node, committed);
+        // A slot there is free again.
+        s.placer.set_busy(self.node, false);
     }
 }
 
@@ -365,6 +367,7 @@ impl Gateway {
             s.placer.set_capacity(n, capacity);
         }
         s.set_loaded(n, loaded);
+        s.placer.set_busy(n, false);
         true
     }
 
@@ -499,8 +502,12 @@ impl Gateway {
                     timeout_ms: out.timeout.as_millis() as u64,
                 });
             }
-            // A busy node stays in placement: it is alive, only full.
-            Err(SendError::Refused) => (format!("node {id} is at its limit"), true),
+            // A busy node stays in placement, as the last resort until it
+            // frees a slot: it is alive, only full.
+            Err(SendError::Refused) => {
+                self.lock().placer.set_busy(first, true);
+                (format!("node {id} is at its limit"), true)
+            }
             Err(SendError::Failed(err)) => {
                 self.lock().take_out(first, &err);
                 (format!("node {id} failed ({err})"), false)
@@ -532,9 +539,12 @@ impl Gateway {
                 node: second_id,
                 timeout_ms: out.timeout.as_millis() as u64,
             }),
-            Err(SendError::Refused) => Err(GatewayError::Busy(format!(
-                "{what}, and node {second_id}, asked next, is at its limit too; try again shortly"
-            ))),
+            Err(SendError::Refused) => {
+                self.lock().placer.set_busy(second, true);
+                Err(GatewayError::Busy(format!(
+                    "{what}, and node {second_id}, asked next, is at its limit too; try again shortly"
+                )))
+            }
             Err(SendError::Failed(err2)) => {
                 self.lock().take_out(second, &err2);
                 Err(GatewayError::Failed(format!(

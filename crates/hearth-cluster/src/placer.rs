@@ -7,6 +7,10 @@
 //! several candidates of a kind, the least loaded. With no room anywhere
 //! the answer is `None`, which the gateway turns into 429 with
 //! `Retry-After`.
+//!
+//! A node that refused an invocation (at its concurrency limit: memory is
+//! not the only thing that runs out) is marked busy until it frees a slot
+//! or reports in; busy nodes are chosen only when no other node has room.
 
 use std::collections::HashMap;
 
@@ -16,6 +20,7 @@ pub use hearth_core::Colocation;
 struct NodeState {
     capacity_mb: u64,
     committed_mb: u64,
+    busy: bool,
 }
 
 /// Nodes registered per key, with how many registrations each holds.
@@ -35,7 +40,7 @@ impl Placer {
             nodes: vec![
                 NodeState {
                     capacity_mb,
-                    committed_mb: 0
+                    ..NodeState::default()
                 };
                 nodes
             ],
@@ -51,7 +56,7 @@ impl Placer {
     pub fn add_node(&mut self, capacity_mb: u64) -> usize {
         self.nodes.push(NodeState {
             capacity_mb,
-            committed_mb: 0,
+            ..NodeState::default()
         });
         self.nodes.len() - 1
     }
@@ -77,9 +82,26 @@ impl Placer {
         memory_mb: u64,
         except: Option<usize>,
     ) -> Option<usize> {
+        self.pick(tenant, function, memory_mb, except, false)
+            .or_else(|| self.pick(tenant, function, memory_mb, except, true))
+    }
+
+    /// Function's node ▸ tenant's node ▸ least loaded, among nodes with
+    /// room (and not busy, unless `busy_too`).
+    fn pick(
+        &self,
+        tenant: u32,
+        function: u32,
+        memory_mb: u64,
+        except: Option<usize>,
+        busy_too: bool,
+    ) -> Option<usize> {
         let fits = |n: usize| {
             let s = &self.nodes[n];
-            Some(n) != except && s.capacity_mb > 0 && s.committed_mb + memory_mb <= s.capacity_mb
+            Some(n) != except
+                && (busy_too || !s.busy)
+                && s.capacity_mb > 0
+                && s.committed_mb + memory_mb <= s.capacity_mb
         };
         let least = |candidates: &mut dyn Iterator<Item = usize>| {
             candidates
@@ -92,6 +114,12 @@ impl Placer {
             }
         }
         least(&mut (0..self.nodes.len()))
+    }
+
+    /// A node refused work for want of a slot (`true`), or has freed one
+    /// or reported in since (`false`).
+    pub fn set_busy(&mut self, node: usize, busy: bool) {
+        self.nodes[node].busy = busy;
     }
 
     /// A node's memory committed to running work changed.
@@ -163,6 +191,28 @@ mod tests {
         assert_eq!(p.place(7, 70, 100), Some(2));
         p.unregister(2, 7, 71);
         assert_eq!(p.place(7, 70, 100), Some(0));
+    }
+
+    #[test]
+    fn a_busy_node_is_the_last_resort_until_it_frees_a_slot() {
+        let mut p = Placer::new(2, 1000);
+        p.register(0, 1, 10);
+        p.set_busy(0, true);
+        assert_eq!(p.place(1, 10, 100), Some(1), "its function's node is busy");
+        p.set_committed(1, 950);
+        assert_eq!(
+            p.place(1, 10, 100),
+            Some(0),
+            "no other node has room: the busy one may have a slot by now"
+        );
+        assert_eq!(p.place_except(1, 10, 100, Some(0)), None);
+        p.set_busy(0, false);
+        p.set_committed(1, 0);
+        assert_eq!(
+            p.place(1, 10, 100),
+            Some(0),
+            "free again: its function's node"
+        );
     }
 
     #[test]

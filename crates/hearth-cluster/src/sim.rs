@@ -302,6 +302,13 @@ impl Simulation {
         self.sim.placer.set_committed(node, committed_mb);
     }
 
+    /// A detached node refused work for want of a slot (`true`), or has
+    /// freed one since (`false`): see [`Placer::set_busy`].
+    pub fn set_busy(&mut self, node: usize, busy: bool) {
+        assert!(self.sim.external[node], "node {node} is simulated");
+        self.sim.placer.set_busy(node, busy);
+    }
+
     /// A detached node's invocation ended: it counts as completed.
     pub fn completed_external(&mut self) {
         self.sim.report.completed += 1;

@@ -17,8 +17,8 @@
 //!   concurrency limit, or out of sandboxes) pushes back: the invocation
 //!   is placed again, once, never on that node — a simulated node runs it
 //!   in the model, another real node is sent it (refusing too, it is
-//!   rejected), and with no room anywhere it is rejected, as the gateway
-//!   does.
+//!   rejected), and with no room anywhere it is rejected — and the node is
+//!   placed last until one of its invocations ends, as the gateway does.
 //!
 //! Functions are chosen by duration, as Hydra assigned its benchmarks:
 //! a trace function whose invocations take under 20 ms becomes the wasm
@@ -36,7 +36,7 @@
 //! package zygotes, `docs/process-tier.md`) — what differs between modes
 //! is which invocations the placer sends there.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -87,6 +87,8 @@ pub struct RealReport {
     /// Functions deployed on each real node, by what they became.
     pub python_functions: u64,
     pub wasm_functions: u64,
+    /// Distinct (real node, function) pairs the placer sent work to.
+    pub functions_used: u64,
     /// Latency over what the function itself was asked to take (its
     /// sleep), so the figures are the platform's part.
     pub p50_overhead_ms: f64,
@@ -138,6 +140,8 @@ struct Live {
     /// the (tenant, function) pairs it last said it has loaded.
     committed_mb: Vec<u64>,
     loaded: Vec<Vec<(u32, u32)>>,
+    /// (real node, function) pairs sent work.
+    used: HashSet<(usize, u32)>,
     report: RealReport,
     overheads: Vec<f64>,
 }
@@ -207,6 +211,7 @@ async fn play(
             sim,
             committed_mb: vec![0; nodes.len()],
             loaded: vec![Vec::new(); nodes.len()],
+            used: HashSet::new(),
             report,
             overheads: Vec::new(),
         }),
@@ -269,8 +274,12 @@ async fn play(
 
     let mut live = ctx.live();
     let Live {
-        report, overheads, ..
+        report,
+        overheads,
+        used,
+        ..
     } = &mut *live;
+    report.functions_used = used.len() as u64;
     overheads.sort_by(f64::total_cmp);
     let pct = |p: f64| {
         overheads
@@ -404,6 +413,10 @@ async fn invoke(ctx: Arc<Ctx>, mut n: usize, inv: Invocation) {
         let mut live = ctx.live();
         live.commit(n, -mem);
         live.report.sent += 1;
+        live.used.insert((n, inv.function));
+        // A refusal marks the node busy (placed last) until one of its
+        // invocations ends and frees a slot, as the gateway does.
+        live.sim.set_busy(n, matches!(answer, Answer::Refused));
         match answer {
             Answer::Ok { cold, overhead_ms } => {
                 live.sim.completed_external();
@@ -647,7 +660,7 @@ fn node_memory_mb(pid: u32, dir: &Path) -> f64 {
 }
 
 /// The report's columns: (CSV header, Markdown header), in order.
-const COLUMNS: [(&str, &str); 17] = [
+const COLUMNS: [(&str, &str); 18] = [
     ("mode", "mode"),
     ("pool", "pool"),
     ("window", "window"),
@@ -660,7 +673,8 @@ const COLUMNS: [(&str, &str); 17] = [
     ("rejected", "then none"),
     ("cold", "cold"),
     ("warm", "warm"),
-    ("functions_py_wasm", "functions (py/wasm)"),
+    ("functions_used", "functions used"),
+    ("functions_py_wasm", "deployed (py/wasm)"),
     ("p50_overhead_ms", "p50 overhead ms"),
     ("p99_overhead_ms", "p99 overhead ms"),
     ("mean_mb", "mean MB"),
@@ -669,7 +683,7 @@ const COLUMNS: [(&str, &str); 17] = [
 
 impl RealReport {
     /// The row's cells, in [`COLUMNS`] order.
-    fn cells(&self) -> [String; 17] {
+    fn cells(&self) -> [String; 18] {
         [
             self.mode.clone(),
             self.pool.to_string(),
@@ -683,6 +697,7 @@ impl RealReport {
             self.rejected.to_string(),
             self.cold.to_string(),
             self.warm.to_string(),
+            self.functions_used.to_string(),
             format!("{}/{}", self.python_functions, self.wasm_functions),
             format!("{:.1}", self.p50_overhead_ms),
             format!("{:.1}", self.p99_overhead_ms),
