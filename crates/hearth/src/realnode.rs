@@ -96,6 +96,9 @@ pub struct RealReport {
     /// Daemon RSS plus its sandboxes' cgroups, summed over real nodes.
     pub mean_mb: f64,
     pub peak_mb: f64,
+    /// Completed invocations per GB-second the real nodes held, as the
+    /// simulated report's density.
+    pub density: f64,
 }
 
 /// A function shorter than this runs as wasm `hello`.
@@ -271,6 +274,7 @@ async fn play(
     stop.store(true, Ordering::Relaxed);
     let _ = poller.await;
     let _ = sampler.await;
+    let seconds = ctx.started.elapsed().as_secs_f64();
 
     let mut live = ctx.live();
     let Live {
@@ -293,6 +297,10 @@ async fn play(
     if !samples.is_empty() {
         report.mean_mb = samples.iter().sum::<f64>() / samples.len() as f64;
         report.peak_mb = samples.iter().copied().fold(0.0, f64::max);
+        let gb_s = report.mean_mb / 1024.0 * seconds;
+        if gb_s > 0.0 {
+            report.density = report.ok as f64 / gb_s;
+        }
     }
     Ok(std::mem::take(report))
 }
@@ -660,7 +668,7 @@ fn node_memory_mb(pid: u32, dir: &Path) -> f64 {
 }
 
 /// The report's columns: (CSV header, Markdown header), in order.
-const COLUMNS: [(&str, &str); 18] = [
+const COLUMNS: [(&str, &str); 19] = [
     ("mode", "mode"),
     ("pool", "pool"),
     ("window", "window"),
@@ -679,11 +687,12 @@ const COLUMNS: [(&str, &str); 18] = [
     ("p99_overhead_ms", "p99 overhead ms"),
     ("mean_mb", "mean MB"),
     ("peak_mb", "peak MB"),
+    ("density_per_gb_s", "inv/GB·s"),
 ];
 
 impl RealReport {
     /// The row's cells, in [`COLUMNS`] order.
-    fn cells(&self) -> [String; 18] {
+    fn cells(&self) -> [String; 19] {
         [
             self.mode.clone(),
             self.pool.to_string(),
@@ -703,6 +712,7 @@ impl RealReport {
             format!("{:.1}", self.p99_overhead_ms),
             format!("{:.1}", self.mean_mb),
             format!("{:.1}", self.peak_mb),
+            format!("{:.2}", self.density),
         ]
     }
 }

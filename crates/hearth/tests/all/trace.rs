@@ -147,6 +147,10 @@ fn real_nodes_run_their_share_of_the_trace_window_and_push_back() {
         "a fresh node's first invocation is cold: {real}"
     );
     assert!(
+        col("density_per_gb_s") > 0.0,
+        "completed invocations over memory held: {real}"
+    );
+    assert!(
         col("peak_mb") > 0.0,
         "the node's memory was sampled: {real}"
     );
