@@ -75,6 +75,10 @@ pub struct Join {
     pub url: String,
     /// Memory the node offers to running functions, MiB.
     pub capacity_mb: u64,
+    /// Invocations it runs at once before refusing (`--max-concurrency`);
+    /// absent from nodes that predate it.
+    #[serde(default)]
+    pub max_concurrency: Option<u32>,
 }
 
 /// The gateway's answer to a [`Join`].
@@ -113,6 +117,9 @@ pub struct MemberView {
     pub capacity_mb: u64,
     /// Memory committed to invocations this gateway has running there.
     pub committed_mb: u64,
+    /// Invocations this gateway has running there, and the node's limit.
+    pub running: u32,
+    pub max_concurrency: Option<u32>,
     pub loaded: usize,
     /// Tenants with a function loaded there.
     pub tenants: usize,
@@ -175,6 +182,10 @@ struct Member {
     last_seen: Instant,
     loaded: HashSet<(u32, u32)>,
     committed_mb: u64,
+    /// Invocations this gateway has running there, and how many the node
+    /// takes at once.
+    running: u32,
+    max_concurrency: Option<u32>,
     report: Heartbeat,
     placed: u64,
 }
@@ -262,8 +273,10 @@ impl Drop for Lease<'_> {
         let mut s = self.gateway.lock();
         let m = &mut s.members[self.node];
         m.committed_mb = m.committed_mb.saturating_sub(self.mb);
-        let committed = m.committed_mb;
+        m.running = m.running.saturating_sub(1);
+        let (committed, running) = (m.committed_mb, m.running);
         s.placer.set_committed(self.node, committed);
+        s.placer.set_running(self.node, running);
         // A slot there is free again.
         s.placer.set_busy(self.node, false);
     }
@@ -320,6 +333,8 @@ impl Gateway {
             last_seen: Instant::now(),
             loaded: HashSet::new(),
             committed_mb: 0,
+            running: 0,
+            max_concurrency: join.max_concurrency,
             report: Heartbeat::default(),
             placed: 0,
         };
@@ -337,6 +352,8 @@ impl Gateway {
         };
         s.placer.set_capacity(n, join.capacity_mb);
         s.placer.set_committed(n, 0);
+        s.placer.set_slots(n, join.max_concurrency);
+        s.placer.set_running(n, 0);
         tracing::info!(node = %id, url = %s.members[n].url, capacity_mb = join.capacity_mb, "node joined");
         Joined {
             id,
@@ -390,6 +407,8 @@ impl Gateway {
                 out_because: m.out.clone(),
                 capacity_mb: m.capacity_mb,
                 committed_mb: m.committed_mb,
+                running: m.running,
+                max_concurrency: m.max_concurrency,
                 loaded: m.loaded.len(),
                 tenants: m
                     .loaded
@@ -466,9 +485,12 @@ impl Gateway {
         }
         let m = &mut s.members[n];
         m.committed_mb += out.memory_mb;
+        m.running += 1;
         m.placed += 1;
-        let (committed, id, url) = (m.committed_mb, m.id.clone(), m.url.clone());
+        let (committed, running) = (m.committed_mb, m.running);
+        let (id, url) = (m.id.clone(), m.url.clone());
         s.placer.set_committed(n, committed);
+        s.placer.set_running(n, running);
         Ok((
             Lease {
                 gateway: self,
@@ -665,10 +687,12 @@ mod tests {
         let a = g.join(Join {
             url: "http://a/".into(),
             capacity_mb: 100,
+            max_concurrency: None,
         });
         let b = g.join(Join {
             url: "http://b".into(),
             capacity_mb: 100,
+            max_concurrency: None,
         });
         assert_eq!(a.heartbeat_ms, 100);
 
@@ -728,6 +752,7 @@ mod tests {
         let a2 = g.join(Join {
             url: "http://a".into(),
             capacity_mb: 100,
+            max_concurrency: None,
         });
         let v = g.members();
         assert_eq!(v.len(), 2);

@@ -8,9 +8,11 @@
 //! the answer is `None`, which the gateway turns into 429 with
 //! `Retry-After`.
 //!
-//! A node that refused an invocation (at its concurrency limit: memory is
-//! not the only thing that runs out) is marked busy until it frees a slot
-//! or reports in; busy nodes are chosen only when no other node has room.
+//! Memory is not the only thing that runs out: a node may also have a
+//! limit on invocations at once (its slots), which counts as room like
+//! memory does. A node that refused an invocation anyway (slots taken by
+//! work the placer does not see) is marked busy until it frees a slot or
+//! reports in; busy nodes are chosen only when no other node has room.
 
 use std::collections::HashMap;
 
@@ -20,6 +22,9 @@ pub use hearth_core::Colocation;
 struct NodeState {
     capacity_mb: u64,
     committed_mb: u64,
+    /// Invocations it may run at once, if limited, and those running.
+    slots: Option<u32>,
+    running: u32,
     busy: bool,
 }
 
@@ -102,6 +107,7 @@ impl Placer {
                 && (busy_too || !s.busy)
                 && s.capacity_mb > 0
                 && s.committed_mb + memory_mb <= s.capacity_mb
+                && s.slots.is_none_or(|slots| s.running < slots)
         };
         let least = |candidates: &mut dyn Iterator<Item = usize>| {
             candidates
@@ -114,6 +120,17 @@ impl Placer {
             }
         }
         least(&mut (0..self.nodes.len()))
+    }
+
+    /// A node's limit on invocations at once (`None`: only memory limits
+    /// it).
+    pub fn set_slots(&mut self, node: usize, slots: Option<u32>) {
+        self.nodes[node].slots = slots;
+    }
+
+    /// Invocations placed there and running now.
+    pub fn set_running(&mut self, node: usize, running: u32) {
+        self.nodes[node].running = running;
     }
 
     /// A node refused work for want of a slot (`true`), or has freed one
@@ -191,6 +208,21 @@ mod tests {
         assert_eq!(p.place(7, 70, 100), Some(2));
         p.unregister(2, 7, 71);
         assert_eq!(p.place(7, 70, 100), Some(0));
+    }
+
+    #[test]
+    fn a_node_with_every_slot_taken_has_no_room() {
+        let mut p = Placer::new(2, 1000);
+        p.register(0, 1, 10);
+        p.set_slots(0, Some(2));
+        p.set_running(0, 1);
+        assert_eq!(p.place(1, 10, 100), Some(0), "one slot left");
+        p.set_running(0, 2);
+        assert_eq!(p.place(1, 10, 100), Some(1), "its function's node is full");
+        p.set_slots(1, Some(0));
+        assert_eq!(p.place(1, 10, 100), None, "no slot anywhere: 429");
+        p.set_slots(0, None);
+        assert_eq!(p.place(1, 10, 100), Some(0), "unlimited");
     }
 
     #[test]

@@ -288,8 +288,15 @@ impl Simulation {
     }
 
     /// What a detached node holds now: the (tenant, function) pairs it has
-    /// loaded and the memory committed to invocations running there.
-    pub fn report_external(&mut self, node: usize, loaded: &[(u32, u32)], committed_mb: u64) {
+    /// loaded, and the memory committed to invocations running there and
+    /// how many they are.
+    pub fn report_external(
+        &mut self,
+        node: usize,
+        loaded: &[(u32, u32)],
+        committed_mb: u64,
+        running: u32,
+    ) {
         assert!(self.sim.external[node], "node {node} is simulated");
         let before = std::mem::take(&mut self.registered[node]);
         for &(t, f) in before.iter().filter(|p| !loaded.contains(p)) {
@@ -300,6 +307,13 @@ impl Simulation {
         }
         self.registered[node] = loaded.to_vec();
         self.sim.placer.set_committed(node, committed_mb);
+        self.sim.placer.set_running(node, running);
+    }
+
+    /// How many invocations a detached node runs at once, if limited.
+    pub fn set_slots(&mut self, node: usize, slots: Option<u32>) {
+        assert!(self.sim.external[node], "node {node} is simulated");
+        self.sim.placer.set_slots(node, slots);
     }
 
     /// A detached node refused work for want of a slot (`true`), or has
@@ -710,10 +724,10 @@ mod tests {
         sim.detach(0);
         // Node 0 says it is busy: f1's next call goes to node 1 although
         // node 0 ran it last (its instance went when the call ended).
-        sim.report_external(0, &[], 900);
+        sim.report_external(0, &[], 900, 1);
         assert_eq!(sim.offer(&inv(500, 1, 1, 100)), Placement::Simulated(1));
         // It reports f3 loaded and room: f3 goes there, for the caller.
-        sim.report_external(0, &[(3, 3)], 0);
+        sim.report_external(0, &[(3, 3)], 0, 0);
         let f3 = inv(600, 3, 3, 100);
         assert_eq!(sim.offer(&f3), Placement::External(0));
         // Refused there, it is placed again, never on node 0.
@@ -727,7 +741,7 @@ mod tests {
         );
         // Unloading it: f3 is no longer drawn to node 0 (node 1 is less
         // loaded once node 0 reports more committed).
-        sim.report_external(0, &[], 500);
+        sim.report_external(0, &[], 500, 1);
         assert_eq!(sim.offer(&inv(800, 3, 3, 100)), Placement::Simulated(1));
         sim.completed_external();
         let r = sim.finish();

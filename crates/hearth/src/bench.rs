@@ -13,6 +13,12 @@ pub enum BenchCommand {
     Trace(TraceArgs),
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Limits {
+    Known,
+    Hidden,
+}
+
 #[derive(Debug, clap::Args)]
 pub struct TraceArgs {
     /// An Azure Functions 2021 CSV, or a directory in the 2019 layout.
@@ -64,6 +70,10 @@ pub struct TraceArgs {
     /// sooner (their default if unset).
     #[arg(long)]
     real_max_concurrency: Option<usize>,
+    /// Whether the placer knows the real nodes' concurrency limit (as a
+    /// gateway learns it at a node's join) or meets it only as refusals.
+    #[arg(long, value_enum, default_value_t = Limits::Known)]
+    real_limits: Limits,
     /// Where the report goes.
     #[arg(long, default_value = "trace-report")]
     out: PathBuf,
@@ -125,6 +135,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         seconds: a.real_seconds,
         max_ms: a.real_max_ms,
         max_concurrency: a.real_max_concurrency,
+        limits_known: a.real_limits == Limits::Known,
     };
     let mut reports = Vec::new();
     let mut real_reports = Vec::new();

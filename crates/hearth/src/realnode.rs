@@ -10,9 +10,9 @@
 //!
 //! - What the placer sends a real node is sent to it over HTTP.
 //! - The placer learns of a real node what a gateway learns: the functions
-//!   it has loaded (polled from its `GET /v1/status`, which carries what a
-//!   heartbeat does, every [`POLL`]) and the memory committed to what is
-//!   running there.
+//!   it has loaded and how many invocations it runs at once (polled from
+//!   its `GET /v1/status`, which carries what a join and a heartbeat do,
+//!   every [`POLL`]), and the memory and slots taken by what it sent there.
 //! - A real node that refuses (429 or 503 with `Hearth-Refused`: at its
 //!   concurrency limit, or out of sandboxes) pushes back: the invocation
 //!   is placed again, once, never on that node — a simulated node runs it
@@ -61,6 +61,9 @@ pub struct RealConfig {
     pub max_ms: u64,
     /// The real nodes' `--max-concurrency` (their default if unset).
     pub max_concurrency: Option<usize>,
+    /// Whether the placer learns that limit (as a gateway does at a
+    /// node's join), or only meets it as refusals.
+    pub limits_known: bool,
 }
 
 /// What the real nodes did in the window under one mode.
@@ -139,9 +142,11 @@ struct Target {
 /// What the live run shares between its tasks.
 struct Live {
     sim: Simulation,
-    /// Per real node: memory committed to invocations running there, and
-    /// the (tenant, function) pairs it last said it has loaded.
+    /// Per real node: memory committed to invocations running there, how
+    /// many those are, and the (tenant, function) pairs it last said it
+    /// has loaded.
     committed_mb: Vec<u64>,
+    running: Vec<u32>,
     loaded: Vec<Vec<(u32, u32)>>,
     /// (real node, function) pairs sent work.
     used: HashSet<(usize, u32)>,
@@ -150,11 +155,25 @@ struct Live {
 }
 
 impl Live {
-    /// `mb` more (or less) committed on real node `n`; the placer is told.
-    fn commit(&mut self, n: usize, mb: i64) {
-        self.committed_mb[n] = self.committed_mb[n].saturating_add_signed(mb);
+    /// An invocation of `mb` was sent to real node `n`.
+    fn started(&mut self, n: usize, mb: u32) {
+        self.committed_mb[n] += u64::from(mb);
+        self.running[n] += 1;
+        self.tell(n);
+    }
+
+    /// An invocation of `mb` on real node `n` was answered.
+    fn ended(&mut self, n: usize, mb: u32) {
+        self.committed_mb[n] = self.committed_mb[n].saturating_sub(u64::from(mb));
+        self.running[n] = self.running[n].saturating_sub(1);
+        self.tell(n);
+    }
+
+    /// Tells the placer what real node `n` holds.
+    fn tell(&mut self, n: usize) {
+        let (committed, running) = (self.committed_mb[n], self.running[n]);
         self.sim
-            .report_external(n, &self.loaded[n], self.committed_mb[n]);
+            .report_external(n, &self.loaded[n], committed, running);
     }
 }
 
@@ -213,6 +232,7 @@ async fn play(
         live: Mutex::new(Live {
             sim,
             committed_mb: vec![0; nodes.len()],
+            running: vec![0; nodes.len()],
             loaded: vec![Vec::new(); nodes.len()],
             used: HashSet::new(),
             report,
@@ -225,12 +245,15 @@ async fn play(
     });
 
     let stop = Arc::new(AtomicBool::new(false));
+    let addrs: Vec<(String, String)> = nodes
+        .iter()
+        .map(|n| (n.url.clone(), n.token.clone()))
+        .collect();
+    poll_once(&ctx, &addrs, cfg.limits_known).await;
     let poller = tokio::spawn(poll_loaded(
         ctx.clone(),
-        nodes
-            .iter()
-            .map(|n| (n.url.clone(), n.token.clone()))
-            .collect(),
+        addrs,
+        cfg.limits_known,
         stop.clone(),
     ));
     let samples = Arc::new(Mutex::new(Vec::<f64>::new()));
@@ -260,7 +283,7 @@ async fn play(
             let mut live = ctx.live();
             let p = live.sim.offer(inv);
             if let Placement::External(n) = p {
-                live.commit(n, i64::from(inv.memory_mb));
+                live.started(n, inv.memory_mb);
             }
             p
         };
@@ -414,12 +437,11 @@ enum Answer {
 /// Runs `inv` on real node `n` (its memory already committed there); a
 /// refusal places it again, once.
 async fn invoke(ctx: Arc<Ctx>, mut n: usize, inv: Invocation) {
-    let mem = i64::from(inv.memory_mb);
     let mut first = true;
     loop {
         let answer = send(&ctx, &ctx.targets[&(n, inv.function)]).await;
         let mut live = ctx.live();
-        live.commit(n, -mem);
+        live.ended(n, inv.memory_mb);
         live.report.sent += 1;
         live.used.insert((n, inv.function));
         // A refusal marks the node busy (placed last) until one of its
@@ -450,7 +472,7 @@ async fn invoke(ctx: Arc<Ctx>, mut n: usize, inv: Invocation) {
                     Placement::Rejected => live.report.rejected += 1,
                     Placement::External(m) => {
                         live.report.moved_real += 1;
-                        live.commit(m, mem);
+                        live.started(m, inv.memory_mb);
                         n = m;
                         drop(live);
                         continue;
@@ -492,24 +514,42 @@ async fn send(ctx: &Ctx, target: &Target) -> Answer {
     }
 }
 
-/// Every [`POLL`], tells the placer what each real node has loaded, as a
-/// heartbeat would.
-async fn poll_loaded(ctx: Arc<Ctx>, nodes: Vec<(String, String)>, stop: Arc<AtomicBool>) {
+/// Every [`POLL`], tells the placer what each real node has loaded and
+/// how many invocations it runs at once, as a join and heartbeats would.
+async fn poll_loaded(
+    ctx: Arc<Ctx>,
+    nodes: Vec<(String, String)>,
+    limits_known: bool,
+    stop: Arc<AtomicBool>,
+) {
     while !stop.load(Ordering::Relaxed) {
-        for (n, (url, token)) in nodes.iter().enumerate() {
-            let Some(loaded) = loaded_on(&ctx.http, url, token).await else {
-                continue;
-            };
-            let mut live = ctx.live();
-            live.loaded[n] = loaded;
-            live.commit(n, 0);
-        }
         tokio::time::sleep(POLL).await;
+        poll_once(&ctx, &nodes, limits_known).await;
     }
 }
 
-/// A real node's loaded functions, as (trace tenant, trace function).
-async fn loaded_on(http: &reqwest::Client, url: &str, token: &str) -> Option<Vec<(u32, u32)>> {
+/// One round of [`poll_loaded`]; the slots only if `limits_known`.
+async fn poll_once(ctx: &Ctx, nodes: &[(String, String)], limits_known: bool) {
+    for (n, (url, token)) in nodes.iter().enumerate() {
+        let Some((loaded, slots)) = loaded_on(&ctx.http, url, token).await else {
+            continue;
+        };
+        let mut live = ctx.live();
+        live.loaded[n] = loaded;
+        if limits_known {
+            live.sim.set_slots(n, slots);
+        }
+        live.tell(n);
+    }
+}
+
+/// A real node's loaded functions, as (trace tenant, trace function), and
+/// its limit on invocations at once.
+async fn loaded_on(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+) -> Option<(Vec<(u32, u32)>, Option<u32>)> {
     let status: serde_json::Value = http
         .get(format!("{url}/v1/status"))
         .bearer_auth(token)
@@ -524,13 +564,17 @@ async fn loaded_on(http: &reqwest::Client, url: &str, token: &str) -> Option<Vec
         let function = pair.get(1)?.as_str()?.strip_prefix('f')?.parse().ok()?;
         Some((tenant, function))
     };
-    Some(
+    let slots = status["max_concurrency"]
+        .as_u64()
+        .and_then(|m| u32::try_from(m).ok());
+    Some((
         status["loaded"]
             .as_array()?
             .iter()
             .filter_map(ids)
             .collect(),
-    )
+        slots,
+    ))
 }
 
 /// One `hearth up` started for the run, in a data directory of its own.

@@ -466,62 +466,82 @@ async fn a_gateway_without_room_answers_429_with_retry_after() {
     assert!(message.contains("no node has room"), "{message}");
 }
 
-/// A node at its concurrency limit refuses before running anything; the
-/// gateway places the invocation on another node, and answers 503 with
-/// `Retry-After` only when the node it asks next is full too.
+/// Nodes tell the gateway how many invocations they run at once, and it
+/// places within that; a node whose slots are taken by work the gateway
+/// does not see refuses before running anything, and the gateway places
+/// the invocation on another node, answering 503 with `Retry-After` only
+/// when the node it asks next is full too.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_busy_node_pushes_back_and_the_gateway_places_elsewhere() {
     let pg = TempPostgres::start().unwrap();
     let store = pg.create_database("busy").unwrap();
     let gw = gateway(&store);
-    let _a = node(&gw, &store, &["--max-concurrency", "1"]);
-    let _b = node(&gw, &store, &["--max-concurrency", "1"]);
-    members_until(&gw, "both nodes join", |m| alive(m) == 2).await;
-    // ~1 s of spinning: three calls at once overlap on two nodes that each
-    // run one at a time.
-    let slow = SLOW.replace("150000000", "750000000");
+    let a = node(&gw, &store, &["--max-concurrency", "1"]);
+    let b = node(&gw, &store, &["--max-concurrency", "1"]);
+    let m = members_until(&gw, "both nodes join", |m| alive(m) == 2).await;
+    assert!(m.iter().all(|n| n["max_concurrency"] == 1), "{m:#?}");
+    // ~1 s or more of spinning, so calls made together overlap.
+    let slow = SLOW.replace("150000000", "3000000000");
     gw.deploy("slow", slow.into_bytes(), &[("timeout_ms", "30000")])
         .await;
-    // One call first: the three below all go to its node (it has the
-    // function loaded), which takes one and refuses two.
-    assert_eq!(gw.invoke("slow", b"").await.status(), 200);
 
-    let calls = (0..3).map(|_| gw.invoke("slow", b""));
-    let answers = futures::future::join_all(calls).await;
-    let mut ok = 0;
-    let mut moved = 0;
-    let mut busy = Vec::new();
+    // Three at once through the gateway: one per node, and no room for
+    // the third (429), without asking a node that is full.
+    let answers = futures::future::join_all((0..3).map(|_| gw.invoke("slow", b""))).await;
+    let mut statuses: Vec<u16> = answers.iter().map(|r| r.status().as_u16()).collect();
+    statuses.sort();
+    assert_eq!(statuses, [200, 200, 429]);
     for r in answers {
-        match r.status().as_u16() {
-            200 => {
-                ok += 1;
-                if !header(&r, "hearth-retried-from").is_empty() {
-                    moved += 1;
-                }
-                assert_eq!(r.text().await.unwrap(), "done\n");
-            }
-            503 => {
-                assert_eq!(header(&r, "retry-after"), "1");
-                assert!(
-                    header(&r, "hearth-refused").is_empty(),
-                    "the node's refusal is the gateway's to act on"
-                );
-                busy.push(error_of(r).await);
-            }
-            s => panic!("unexpected {s}: {}", r.text().await.unwrap()),
+        assert_eq!(header(&r, "hearth-retried-from"), "", "nothing was refused");
+        if r.status() == 429 {
+            assert_eq!(header(&r, "retry-after"), "1");
+            let (_, kind, message) = error_of(r).await;
+            assert_eq!(kind, "no_capacity");
+            assert!(message.contains("no node has room"), "{message}");
         }
     }
-    assert_eq!(ok, 2, "each node ran one: {busy:?}");
-    assert!(moved >= 1, "one of them was refused by its first node");
-    assert_eq!(busy.len(), 1, "{busy:?}");
-    let (_, kind, message) = &busy[0];
-    assert_eq!(kind, "unavailable");
+
+    // The gateway's first choice (both nodes have the function; the first
+    // to join wins the tie) is kept busy by a call made on it directly: it
+    // refuses, and the gateway's retry runs on the other node.
+    let m = members(&gw).await;
+    let (first, other) = if m[0]["url"] == a.url.as_str() {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    let gw = &gw;
+    let after = |ms| async move {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        gw.invoke("slow", b"").await
+    };
+    let (direct, r) = tokio::join!(first.invoke("slow", b""), after(300));
+    assert_eq!(direct.status(), 200);
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        header(&r, "hearth-retried-from"),
+        m[0]["id"].as_str().unwrap()
+    );
+    assert_eq!(header(&r, "hearth-node"), m[1]["id"].as_str().unwrap());
+    assert_eq!(r.text().await.unwrap(), "done\n");
+
+    // Both kept busy directly: both refuse, and the caller is told so.
+    let (d1, d2, r) = tokio::join!(
+        first.invoke("slow", b""),
+        other.invoke("slow", b""),
+        after(300)
+    );
+    assert_eq!((d1.status().as_u16(), d2.status().as_u16()), (200, 200));
+    assert_eq!(header(&r, "retry-after"), "1");
+    assert_eq!(header(&r, "hearth-refused"), "", "the gateway's to act on");
+    let (status, kind, message) = error_of(r).await;
+    assert_eq!((status, kind.as_str()), (503, "unavailable"), "{message}");
     assert!(
         message.contains("is at its limit too; try again shortly"),
         "{message}"
     );
     // Busy is not dead: both nodes are still in placement.
-    assert_eq!(alive(&members(&gw).await), 2);
+    assert_eq!(alive(&members(gw).await), 2);
 
     // Only a node can refuse: a function answering 503 with the header
     // itself gets its own answer back, once, without the header.

@@ -72,18 +72,57 @@ fn the_azure_2021_excerpt_is_reported_per_mode_as_csv_and_svg() {
     assert!(err.contains("no \"app\" column"), "{err}");
 }
 
+/// The one row of `real.csv` of a `hearth bench trace` run with `args`,
+/// as column → value, with the run's stderr; asserts the run left no data
+/// directory of a real node behind.
+fn real_run(args: &[&str]) -> (std::collections::HashMap<String, f64>, String) {
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(HEARTH)
+        .args(["bench", "trace"])
+        .args(args)
+        .arg("--out")
+        .arg(out.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = run.id();
+    let run = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr).to_string();
+    assert!(run.status.success(), "{stderr}");
+    let real = std::fs::read_to_string(out.path().join("real.csv")).unwrap();
+    let lines: Vec<&str> = real.lines().collect();
+    assert_eq!(lines.len(), 2, "{real}");
+    let row: std::collections::HashMap<String, f64> = lines[0]
+        .split(',')
+        .zip(lines[1].split(','))
+        .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+        .collect();
+    // The bench stopped its nodes: no data directory or cgroup left.
+    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("hearth-real-{pid}-"))
+        })
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    (row, format!("{real}\n{stderr}"))
+}
+
 /// Hydra §5.2's setup in small: the placer runs a synthetic hour over three
 /// nodes; for the first 15 trace seconds nodes 0 and 1 are real `hearth up`s
 /// started by the bench (Python handlers that sleep for the invocation's
-/// duration), each running one invocation at a time: what they refuse the
-/// placer places again, elsewhere.
+/// duration), each running one invocation at a time. Told nothing of that
+/// limit, the placer meets it as refusals and places those again
+/// elsewhere; knowing it (as a gateway does from a node's join), it sends
+/// no node more than it takes.
 #[test]
 fn real_nodes_run_their_share_of_the_trace_window_and_push_back() {
-    let out = tempfile::tempdir().unwrap();
-    let run = Command::new(HEARTH)
-        .args([
-            "bench",
-            "trace",
+    let args = |limits| {
+        [
             "--functions",
             "200",
             "--hours",
@@ -102,67 +141,44 @@ fn real_nodes_run_their_share_of_the_trace_window_and_push_back() {
             "300",
             "--real-max-concurrency",
             "1",
-            "--out",
-        ])
-        .arg(out.path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = run.id();
-    let run = run.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stderr}");
-    let real = std::fs::read_to_string(out.path().join("real.csv")).unwrap();
-    let header: Vec<&str> = real.lines().next().unwrap().split(',').collect();
-    let rows: Vec<Vec<&str>> = real
-        .lines()
-        .skip(1)
-        .map(|l| l.split(',').collect())
-        .collect();
-    assert_eq!(rows.len(), 1, "{real}");
-    let col = |name: &str| -> f64 {
-        let i = header.iter().position(|h| *h == name).unwrap();
-        rows[0][i].parse().unwrap()
+            "--real-limits",
+            limits,
+        ]
     };
+    let (hidden, out) = real_run(&args("hidden"));
+    let col = |name: &str| hidden[name];
     assert!(
         col("sent") > 0.0,
-        "the placer sent the real nodes work: {real}"
+        "the placer sent the real nodes work: {out}"
     );
-    assert_eq!(col("failed"), 0.0, "{real}\n{stderr}");
-    assert_eq!(col("ok") + col("refused"), col("sent"), "{real}");
+    assert_eq!(col("failed"), 0.0, "{out}");
+    assert_eq!(col("ok") + col("refused"), col("sent"), "{out}");
     assert!(
         col("refused") > 0.0,
-        "one at a time, the real nodes refuse some: {real}"
+        "one at a time, the real nodes refuse some: {out}"
     );
     assert_eq!(
         col("moved_sim") + col("moved_real") + col("rejected"),
         col("refused"),
-        "every refusal was placed again or rejected: {real}"
+        "every refusal was placed again or rejected: {out}"
     );
-    assert!(col("window") >= col("ok"), "{real}");
+    assert!(col("window") >= col("ok"), "{out}");
     assert_eq!(col("cold") + col("warm"), col("ok"));
     assert!(
         col("cold") >= 1.0,
-        "a fresh node's first invocation is cold: {real}"
+        "a fresh node's first invocation is cold: {out}"
     );
     assert!(
         col("density_per_gb_s") > 0.0,
-        "completed invocations over memory held: {real}"
+        "completed invocations over memory held: {out}"
     );
-    assert!(
-        col("peak_mb") > 0.0,
-        "the node's memory was sampled: {real}"
+    assert!(col("peak_mb") > 0.0, "the nodes' memory was sampled: {out}");
+
+    let (known, out) = real_run(&args("known"));
+    assert!(known["ok"] > 0.0, "{out}");
+    assert_eq!(known["failed"], 0.0, "{out}");
+    assert_eq!(
+        known["refused"], 0.0,
+        "the placer kept within the limit: {out}"
     );
-    // The bench stopped its node: no data directory or cgroup of it left.
-    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
-        .unwrap()
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with(&format!("hearth-real-{pid}-"))
-        })
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
 }
