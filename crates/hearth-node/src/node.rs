@@ -208,6 +208,27 @@ impl Node {
         self.table.loaded()
     }
 
+    /// Every so often, drops the prepared code of versions unused for
+    /// `keep_alive` (their memory goes back; the next invocation is a cold
+    /// start). Stops when the node is dropped.
+    pub fn spawn_prepared_sweeper(self: &Arc<Self>, keep_alive: std::time::Duration) {
+        let node = Arc::downgrade(self);
+        let every = (keep_alive / 2).clamp(
+            std::time::Duration::from_secs(1),
+            std::time::Duration::from_secs(60),
+        );
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(node) = node.upgrade() else { return };
+                let dropped = node.table.sweep(keep_alive);
+                if dropped > 0 {
+                    tracing::debug!(dropped, "idle prepared code dropped");
+                }
+            }
+        });
+    }
+
     /// Makes sure `hash` is in the local artifact store, fetching it from
     /// the artifact source if there is one.
     async fn ensure_artifact(&self, hash: &str) -> Result<(), NodeError> {
@@ -444,6 +465,7 @@ impl Node {
         tier: Tier,
     ) -> Result<(Arc<dyn Prepared>, StartKind), NodeError> {
         let slots = self.table.slot(v);
+        slots.touch();
         let slot = slots.get(tier);
         if let Some(p) = slot.get() {
             return Ok((p.clone(), StartKind::Warm));

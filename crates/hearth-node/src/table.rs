@@ -7,10 +7,16 @@
 //! ```
 //! Lookups borrow `&str` keys, so once a version is known an invocation
 //! allocates nothing here and never touches the store, pinned or not.
+//!
+//! Prepared code is kept while it is used: [`FunctionTable::sweep`] drops
+//! what has been idle for the keep-alive, so a node holding many functions
+//! gives their memory back, and what it reports as loaded (to a gateway's
+//! placer) is what it ran lately, not everything it ever ran.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, LazyLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
 
 use hearth_core::{FunctionVersion, Tier};
 use hearth_host::Prepared;
@@ -22,15 +28,35 @@ use tokio::sync::OnceCell;
 pub(crate) type PreparedSlot = Arc<TierSlots>;
 
 #[derive(Default)]
-pub(crate) struct TierSlots([OnceCell<Arc<dyn Prepared>>; 3]);
+pub(crate) struct TierSlots {
+    cells: [OnceCell<Arc<dyn Prepared>>; 3],
+    /// When an invocation last used it, ms since [`EPOCH`].
+    last_used_ms: AtomicU64,
+}
+
+/// The table's clock.
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+fn now_ms() -> u64 {
+    EPOCH.elapsed().as_millis() as u64
+}
 
 impl TierSlots {
     pub fn get(&self, tier: Tier) -> &OnceCell<Arc<dyn Prepared>> {
-        &self.0[match tier {
+        &self.cells[match tier {
             Tier::Wasm => 0,
             Tier::Js => 1,
             Tier::Process => 2,
         }]
+    }
+
+    /// An invocation is using it now.
+    pub fn touch(&self) {
+        self.last_used_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    fn prepared(&self) -> bool {
+        self.cells.iter().any(|cell| cell.initialized())
     }
 }
 
@@ -115,16 +141,33 @@ impl FunctionTable {
         let mut out = Vec::new();
         for (tenant, fns) in map.iter() {
             for (name, entry) in fns {
-                let prepared = entry
-                    .versions
-                    .values()
-                    .any(|(_, slots)| slots.0.iter().any(|cell| cell.initialized()));
-                if prepared {
+                if entry.versions.values().any(|(_, slots)| slots.prepared()) {
                     out.push((tenant.clone(), name.clone()));
                 }
             }
         }
         out
+    }
+
+    /// Drops the prepared code of versions no invocation has used for
+    /// `idle`: its memory goes back (once running invocations, which hold
+    /// their own reference, end) and the next invocation prepares it again,
+    /// a cold start. Returns how many versions it dropped.
+    pub fn sweep(&self, idle: Duration) -> usize {
+        let idle_ms = idle.as_millis() as u64;
+        let now = now_ms();
+        let mut dropped = 0;
+        let mut map = self.write();
+        for entry in map.values_mut().flat_map(|fns| fns.values_mut()) {
+            for (_, slot) in entry.versions.values_mut() {
+                let last = slot.last_used_ms.load(Ordering::Relaxed);
+                if slot.prepared() && now.saturating_sub(last) >= idle_ms {
+                    *slot = PreparedSlot::default();
+                    dropped += 1;
+                }
+            }
+        }
+        dropped
     }
 
     /// The prepared-code slot of `v`. A version no longer in the table (its
@@ -169,6 +212,44 @@ mod tests {
             Arc::ptr_eq(&t.slot(&v(2)), &t.slot(&v(2))),
             "one slot per version"
         );
+    }
+
+    #[tokio::test]
+    async fn prepared_code_idle_for_the_keep_alive_is_dropped() {
+        let t = FunctionTable::default();
+        t.insert(v(1), true, t.generation());
+        assert!(t.loaded().is_empty(), "known, not prepared");
+        let slot = t.slot(&v(1));
+        slot.get(Tier::Wasm)
+            .get_or_init(|| async { Arc::new(Nothing) as Arc<dyn Prepared> })
+            .await;
+        slot.touch();
+        assert_eq!(t.loaded(), [("t".to_string(), "f".to_string())]);
+        assert_eq!(t.sweep(Duration::from_secs(60)), 0, "used just now");
+        assert_eq!(t.loaded().len(), 1);
+        assert_eq!(t.sweep(Duration::ZERO), 1);
+        assert!(t.loaded().is_empty(), "no longer reported as loaded");
+        assert!(
+            t.slot(&v(1)).get(Tier::Wasm).get().is_none(),
+            "the next invocation prepares it again"
+        );
+        assert!(
+            slot.get(Tier::Wasm).get().is_some(),
+            "an invocation holding the old slot keeps its code"
+        );
+        assert_eq!(t.get("t", "f", None).map(|v| v.version), Some(1));
+    }
+
+    /// Prepared code that runs nothing, for the table's own tests.
+    struct Nothing;
+
+    #[async_trait::async_trait]
+    impl Prepared for Nothing {
+        async fn instantiate(
+            &self,
+        ) -> Result<Box<dyn hearth_host::Sandbox>, hearth_core::InvokeError> {
+            Err(hearth_core::InvokeError::Overloaded)
+        }
     }
 
     #[test]

@@ -87,7 +87,8 @@ pub struct UpArgs {
     /// (pip --no-index --find-links) / npm's offline cache (default: online).
     #[arg(long, env = "HEARTH_OFFLINE_PACKAGES")]
     pub offline_packages: Option<PathBuf>,
-    /// Seconds a paused Python/Node.js handler is kept unused (default 300).
+    /// Seconds a paused Python/Node.js handler, and a version's prepared
+    /// code in any tier, is kept unused (default 300).
     #[arg(long, env = "HEARTH_KEEP_ALIVE_S")]
     pub keep_alive_s: Option<u64>,
     /// The process tier's caches: all (default), none, or a comma list of

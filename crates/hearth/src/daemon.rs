@@ -137,6 +137,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         node = node.with_artifact_source(GatewayArtifacts::shared(join, token));
     }
     let node = Arc::new(node);
+    // Prepared code lives as long as an idle handler does.
+    node.spawn_prepared_sweeper(std::time::Duration::from_secs(settings.keep_alive_s));
 
     match &settings.role {
         // A node's token is the one it joins its gateway with.

@@ -263,3 +263,52 @@ async fn openapi_describes_every_route() {
     assert!(paths["/v1/functions/{name}"].get("post").is_some());
     assert!(paths["/v1/functions/{name}"].get("delete").is_some());
 }
+
+/// A version's prepared code is dropped after the keep-alive unused, in the
+/// wasm and the process tier: the node stops reporting it as loaded (what
+/// a gateway places by), and its next invocation is a cold start again.
+#[tokio::test]
+async fn prepared_code_idle_past_the_keep_alive_is_dropped() {
+    let d = Daemon::start_with(&["--keep-alive-s", "1"]);
+    d.deploy("idle", example("hello.wat"), &[]).await;
+    d.deploy(
+        "idle-py",
+        b"def handler(event, context):\n    return 'py ok'\n".to_vec(),
+        &[("runtime", "python"), ("file_name", "handler.py")],
+    )
+    .await;
+    let start = |r: &reqwest::Response| {
+        r.headers()
+            .get("hearth-start")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default()
+    };
+    let loaded = |name: &'static str| {
+        let d = &d;
+        async move {
+            let status = d.get_json("/v1/status").await;
+            status["loaded"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p[0] == "admin" && p[1] == name)
+        }
+    };
+    for (name, answer) in [("idle", "hello from wasm\n"), ("idle-py", "py ok")] {
+        assert_eq!(start(&d.invoke(name, b"").await), "cold", "{name}");
+        assert_eq!(start(&d.invoke(name, b"").await), "warm", "{name}");
+        assert!(loaded(name).await, "{name}: prepared once invoked");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        while loaded(name).await {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name}: still loaded 15 s after a 1 s keep-alive"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        let r = d.invoke(name, b"").await;
+        assert_eq!(r.status(), 200, "{name}");
+        assert_eq!(start(&r), "cold", "{name}: prepared again");
+        assert_eq!(r.text().await.unwrap(), answer);
+    }
+}
