@@ -257,6 +257,7 @@ impl Inner {
     /// Keeps `warm_roots` generic roots built, in the background.
     pub(super) fn fill_roots(self: &Arc<Self>) {
         if !self.root
+            || self.closed.load(Ordering::Acquire)
             || self.config.warm_roots == 0
             || self.roots.lock().unwrap().len() >= self.config.warm_roots
             || self.roots_filling.swap(true, Ordering::AcqRel)
@@ -265,8 +266,11 @@ impl Inner {
         }
         let inner = self.clone();
         tokio::task::spawn_blocking(move || {
-            while inner.roots.lock().unwrap().len() < inner.config.warm_roots {
+            while inner.roots.lock().unwrap().len() < inner.config.warm_roots
+                && !inner.closed.load(Ordering::Acquire)
+            {
                 match inner.build_root() {
+                    Ok(mut root) if inner.closed.load(Ordering::Acquire) => root.destroy(),
                     Ok(root) => inner.roots.lock().unwrap().push(root),
                     Err(e) => {
                         tracing::warn!(error = %e, "could not build a sandbox root ahead of time");
@@ -281,6 +285,7 @@ impl Inner {
     /// Keeps `node_pool` generic Node processes ready, in the background.
     pub(super) fn fill_node_pool(self: &Arc<Self>) {
         if self.config.node_pool == 0
+            || self.closed.load(Ordering::Acquire)
             || !self.node_pool_wanted.load(Ordering::Relaxed)
             || self.node_pool.lock().unwrap().len() >= self.config.node_pool
             || self.node_pool_filling.swap(true, Ordering::AcqRel)
@@ -289,8 +294,11 @@ impl Inner {
         }
         let engine = ProcEngine(self.clone());
         tokio::spawn(async move {
-            while engine.0.node_pool.lock().unwrap().len() < engine.0.config.node_pool {
+            while engine.0.node_pool.lock().unwrap().len() < engine.0.config.node_pool
+                && !engine.0.closed.load(Ordering::Acquire)
+            {
                 match engine.launch_node().await {
+                    Ok(h) if engine.0.closed.load(Ordering::Acquire) => engine.0.destroy_now(h),
                     Ok(h) => {
                         h.pause();
                         engine.0.node_pool.lock().unwrap().push(h);

@@ -49,6 +49,9 @@ struct Inner {
     node_pool: Mutex<Vec<Handler>>,
     roots: Mutex<Vec<Root>>,
     roots_filling: std::sync::atomic::AtomicBool,
+    /// Set by [`ProcEngine::shutdown`]: the pools are no longer refilled
+    /// (a root built after the final sweep would stay mounted).
+    closed: std::sync::atomic::AtomicBool,
     node_pool_filling: std::sync::atomic::AtomicBool,
     /// Set once a Node.js function is prepared: the pool is kept from then on.
     node_pool_wanted: std::sync::atomic::AtomicBool,
@@ -142,6 +145,7 @@ impl ProcEngine {
             node_pool: Mutex::new(Vec::new()),
             roots: Mutex::new(Vec::new()),
             roots_filling: false.into(),
+            closed: false.into(),
             node_pool_filling: false.into(),
             node_pool_wanted: false.into(),
             live: Arc::default(),
@@ -179,7 +183,18 @@ impl ProcEngine {
     /// Kills every sandbox and zygote and removes this node's mounts and
     /// cgroups. Call once when the daemon stops.
     pub fn shutdown(&self) {
+        use std::sync::atomic::Ordering;
         let inner = &self.0;
+        inner.closed.store(true, Ordering::Release);
+        // A refill already under way finishes its root first (or sees
+        // `closed` and destroys it); then nothing mounts again.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while (inner.roots_filling.load(Ordering::Acquire)
+            || inner.node_pool_filling.load(Ordering::Acquire))
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let handlers: Vec<Handler> = inner.handlers.lock().unwrap().idle.drain(..).collect();
         let generic: Vec<Handler> = inner.node_pool.lock().unwrap().drain(..).collect();
         for h in handlers.into_iter().chain(generic) {

@@ -259,8 +259,8 @@ impl Drop for Daemon {
     /// leaves mounts behind).
     fn drop(&mut self) {
         if let Ok(Some(_)) = self.child.try_wait() {
-            // Killed (kill9): nothing removed its cgroups.
-            remove_cgroups_of_killed(&self.dir);
+            // Killed (kill9): nothing removed its mounts and cgroups.
+            remove_leftovers_of_killed(&self.dir);
             return;
         }
         // SAFETY: kill(2) has no memory-safety preconditions.
@@ -268,12 +268,22 @@ impl Drop for Daemon {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
+                // An orderly stop leaves no mount behind (a refill racing
+                // the shutdown once did).
+                let left = mounts_under(&self.dir);
+                if !left.is_empty() {
+                    remove_leftovers_of_killed(&self.dir);
+                    if !std::thread::panicking() {
+                        panic!("the daemon stopped and left mounts: {left:?}");
+                    }
+                }
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        remove_leftovers_of_killed(&self.dir);
     }
 }
 
@@ -286,10 +296,23 @@ pub fn instance_dir(data: &Path, controller: &str) -> PathBuf {
         .join(hearth_proc::instance_name(&data.join("proc")))
 }
 
-/// Removes the (empty) cgroups a killed daemon left, unless a daemon
-/// restarted on the same data directory owns them now. A node restarted
-/// there would remove them itself; a test's directory is never reused.
-fn remove_cgroups_of_killed(dir: &Path) {
+/// Mount points below `dir`, as /proc/mounts names them.
+fn mounts_under(dir: &Path) -> Vec<String> {
+    let prefix = format!("{}/", dir.display());
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(1))
+        .filter(|m| m.starts_with(&prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Removes the mounts (its sandboxes' read-only binds) and the (empty)
+/// cgroups a killed daemon left, unless a daemon restarted on the same data
+/// directory owns them now. A node restarted there would remove them
+/// itself; a test's directory is never reused.
+fn remove_leftovers_of_killed(dir: &Path) {
     let restarted = std::fs::read_to_string(dir.join("server.json"))
         .ok()
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
@@ -307,6 +330,16 @@ fn remove_cgroups_of_killed(dir: &Path) {
             }
         }
         let _ = std::fs::remove_dir(d);
+    }
+    // Deepest first, detached: a bind under another comes off before it.
+    let mut mounts = mounts_under(dir);
+    mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    for m in mounts {
+        let Ok(c) = std::ffi::CString::new(m) else {
+            continue;
+        };
+        // SAFETY: `c` is a valid NUL-terminated path for the call.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
     }
     // cgroup v1 (a directory per controller) and v2 (one, "" here).
     for c in ["memory", "pids", "cpu", "cpu,cpuacct", "freezer", ""] {
