@@ -128,6 +128,16 @@ impl Earlier {
         verdict
     }
 
+    /// What the code has not asked for yet: the tape from its next call
+    /// on, or nothing once it has left the tape.
+    pub fn rest(&self) -> Vec<HostEvent> {
+        let c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+        if c.diverged.is_some() {
+            return Vec::new();
+        }
+        c.events[c.next..].to_vec()
+    }
+
     /// Where a strict replay left its tape: at a call that differs, or at a
     /// call the code never made.
     pub fn divergence(&self) -> Option<Divergence> {

@@ -529,20 +529,24 @@ impl Node {
         let fallback = v.spec.runtime.tiers().get(1).copied();
         let host = self.host_for(forwarded, &meta).await;
         let result = self.attempt(&prepared, &req, &host).await;
-        if forwarded.is_some_and(|f| f.retry) || host.journaled() > 0 {
-            self.forget_journal(&meta);
-        }
+        // The journal is done with once the invocation is answered (a
+        // fallback below journals on into it).
+        let forget = |host: &HostCtx| {
+            if forwarded.is_some_and(|f| f.retry) || host.journaled() > 0 {
+                self.forget_journal(&meta);
+            }
+        };
         let (Err(InvokeError::Unsupported(why)), Some(fallback), Tier::Js) =
             (&result, fallback, tier)
         else {
+            forget(&host);
             let done = self.finish(v, id, started, (start, tier), Some(host), result);
             return Ok(self.record(v, tier, taping, &req, done).await);
         };
         // Containerless: re-run in the process tier; the host calls the
         // first attempt made are answered again from its tape, so each
         // effect happens once.
-        let (tape, _) = host.take_records();
-        let retry = HostCtx::retrying(self.host.clone(), meta, tape);
+        let retry = host.fall_back();
         retry.log(
             LogStream::System,
             "info",
@@ -555,6 +559,7 @@ impl Node {
                 "the process tier could not load the function: {e}"
             ))),
         };
+        forget(&retry);
         let done = self.finish(v, id, started, (start, fallback), Some(retry), result);
         Ok(self.record(v, fallback, taping, &req, done).await)
     }

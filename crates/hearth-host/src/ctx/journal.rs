@@ -61,6 +61,35 @@ impl HostCtx {
             .map_or(0, |n| n.load(Ordering::Relaxed))
     }
 
+    /// The host for the js tier's fallback to the process tier, which runs
+    /// the same invocation again from the start: it answers the calls this
+    /// attempt made as this attempt got them, then whatever this attempt
+    /// was still following but had not reached (a gateway's retry falling
+    /// back follows the whole journal), then goes to the world. If this
+    /// attempt journals, so does the fallback, from where it stopped: its
+    /// new calls join the journal, and a retry on another node after a
+    /// failure inside the fallback repeats none of them.
+    pub fn fall_back(&self) -> HostCtx {
+        let (mut tape, _) = self.take_records();
+        if let Some(earlier) = &self.0.earlier {
+            tape.events.extend(earlier.rest());
+        }
+        HostCtx(Arc::new(Inner {
+            meta: self.0.meta.clone(),
+            services: self.0.services.clone(),
+            recorded: Mutex::default(),
+            earlier: Some(crate::replay::Earlier::new(
+                crate::replay::Follow::ThenLive,
+                tape,
+            )),
+            journal: self
+                .0
+                .journal
+                .as_ref()
+                .map(|n| AtomicU32::new(n.load(Ordering::Relaxed))),
+        }))
+    }
+
     /// Records a live answer from KV or HTTP, journaling it first if this
     /// host journals. A journal that cannot be written costs the retry its
     /// replay of this answer, not the invocation: it is logged, once.
@@ -151,5 +180,58 @@ mod tests {
         let plain = HostCtx::new(services.clone(), meta.clone());
         plain.kv_set(b"m".to_vec(), b"x".to_vec()).await.unwrap();
         assert!(services.store.journal_read(&key).unwrap().is_empty());
+    }
+
+    /// A js function that falls back to the process tier inside a first
+    /// attempt journals on: the fallback's new calls join the journal; and
+    /// a retry elsewhere that falls back too follows the whole journal.
+    #[tokio::test]
+    async fn a_fallback_journals_on_and_a_retry_that_falls_back_follows_it_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = ctx(&dir, HostLimits::default());
+        let (services, meta) = (first.0.services.clone(), first.0.meta.clone());
+        let kv = |k: &str| services.store.kv_get("t", "f", k.as_bytes()).unwrap();
+
+        // Node A: the isolate reads and bumps a counter, then cannot go on.
+        let isolate = HostCtx::journaling(services.clone(), meta.clone());
+        assert_eq!(isolate.kv_get(b"n".to_vec()).await.unwrap(), None);
+        isolate.kv_set(b"n".to_vec(), b"1".to_vec()).await.unwrap();
+        // Its fallback runs the same code from the start: the two calls are
+        // answered from the isolate's tape (the counter stays at 1, not 2),
+        // then it writes a second key, live and journaled.
+        let fallback = isolate.fall_back();
+        assert_eq!(fallback.kv_get(b"n".to_vec()).await.unwrap(), None);
+        fallback.kv_set(b"n".to_vec(), b"1".to_vec()).await.unwrap();
+        fallback.kv_set(b"m".to_vec(), b"x".to_vec()).await.unwrap();
+        assert_eq!(fallback.journaled(), 3, "two from the isolate, one its own");
+        assert_eq!(
+            (kv("n"), kv("m")),
+            (Some(b"1".to_vec()), Some(b"x".to_vec()))
+        );
+        let tape = HostCtx::journal_tape(&services, &meta).unwrap();
+        assert_eq!(tape.events.len(), 3);
+
+        // Node A dies. Node B's retry starts in the isolate again: it gets
+        // the first answer, falls back, and its fallback follows the rest
+        // of the journal: nothing is written twice (the keys are changed
+        // behind its back, and stay as they are).
+        services.store.kv_set("t", "f", b"n", b"7").unwrap();
+        services.store.kv_set("t", "f", b"m", b"y").unwrap();
+        let isolate = HostCtx::retrying(services.clone(), meta.clone(), tape);
+        assert_eq!(isolate.kv_get(b"n".to_vec()).await.unwrap(), None);
+        let fallback = isolate.fall_back();
+        assert_eq!(fallback.kv_get(b"n".to_vec()).await.unwrap(), None);
+        fallback.kv_set(b"n".to_vec(), b"1".to_vec()).await.unwrap();
+        fallback.kv_set(b"m".to_vec(), b"x".to_vec()).await.unwrap();
+        assert_eq!(
+            (kv("n"), kv("m")),
+            (Some(b"7".to_vec()), Some(b"y".to_vec()))
+        );
+        // Past the journal, calls are live.
+        assert_eq!(
+            fallback.kv_get(b"n".to_vec()).await.unwrap(),
+            Some(b"7".to_vec())
+        );
+        assert_eq!(fallback.journaled(), 0, "a retry does not journal");
     }
 }
