@@ -7,6 +7,12 @@ use std::path::Path;
 
 use crate::sim::ModeReport;
 
+/// The `p` quantile (0..=1) of `sorted` (ascending); zero when empty.
+pub fn percentile<T: Copy + Default>(sorted: &[T], p: f64) -> T {
+    let i = ((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1));
+    sorted.get(i).copied().unwrap_or_default()
+}
+
 /// The summary's columns, named as in `summary.csv`, with one run's values.
 fn summary_fields(r: &ModeReport) -> [(&'static str, String); 15] {
     [

@@ -31,6 +31,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
 use crate::placer::{Colocation, Placer};
+use crate::report::percentile;
 use crate::trace::{Invocation, Trace};
 
 #[derive(Debug, Clone)]
@@ -169,16 +170,26 @@ pub fn simulate(trace: &Trace, cfg: &SimConfig) -> ModeReport {
 /// real nodes also drives one live: up to its window every node is
 /// simulated; then its real nodes are [`detach`](Self::detach)ed
 /// and run for real, the placer learning of them what a gateway learns
-/// (the functions they have loaded, the memory committed to what it sent
-/// them), and an invocation a real node refuses is placed again
+/// (the functions they have loaded, the memory and slots taken by what it
+/// sent them), and an invocation a real node refuses is placed again
 /// ([`retry`](Self::retry)).
 pub struct Simulation {
     sim: Sim,
     next_sample: u64,
     place_ns: u128,
-    /// What each detached node was last reported to hold, as registered
-    /// with the placer.
-    registered: Vec<Vec<(u32, u32)>>,
+    /// Per detached node, what the placer knows of it.
+    external: Vec<External>,
+}
+
+/// A detached node as the placer sees it, like a gateway's member.
+#[derive(Debug, Clone, Default)]
+struct External {
+    /// The (tenant, function) pairs it last said it has loaded, as
+    /// registered with the placer.
+    loaded: Vec<(u32, u32)>,
+    /// Memory and slots taken by what was placed there and not yet done.
+    committed_mb: u64,
+    running: u32,
 }
 
 /// Where the placer put an invocation.
@@ -223,7 +234,7 @@ impl Simulation {
             sim,
             next_sample: 0,
             place_ns: 0,
-            registered: vec![Vec::new(); cfg.nodes],
+            external: vec![External::default(); cfg.nodes],
         }
     }
 
@@ -255,7 +266,10 @@ impl Simulation {
         );
         self.place_ns += t0.elapsed().as_nanos();
         match node {
-            Some(n) if self.sim.external[n] => Placement::External(n),
+            Some(n) if self.sim.external[n] => {
+                self.take_external(n, inv.memory_mb, 1);
+                Placement::External(n)
+            }
             Some(n) => {
                 self.sim.start(n, inv);
                 Placement::Simulated(n)
@@ -269,7 +283,8 @@ impl Simulation {
 
     /// Takes `node` out of the model: its instances and pool are dropped
     /// (their memory no longer counts), and from now on the placer knows
-    /// of it only what [`report_external`](Self::report_external) says.
+    /// of it what it is told ([`external_loaded`](Self::external_loaded),
+    /// [`external_done`](Self::external_done)) and what it placed there.
     /// Invocations already running there finish in the model, and their
     /// instances go when they do.
     pub fn detach(&mut self, node: usize) {
@@ -285,29 +300,45 @@ impl Simulation {
             self.sim.evict(node, s);
         }
         self.sim.external[node] = true;
+        // What the model still runs there is not on the real node.
+        self.take_external(node, 0, 0);
     }
 
-    /// What a detached node holds now: the (tenant, function) pairs it has
-    /// loaded, and the memory committed to invocations running there and
-    /// how many they are.
-    pub fn report_external(
-        &mut self,
-        node: usize,
-        loaded: &[(u32, u32)],
-        committed_mb: u64,
-        running: u32,
-    ) {
+    /// The (tenant, function) pairs a detached node says it has loaded.
+    pub fn external_loaded(&mut self, node: usize, loaded: Vec<(u32, u32)>) {
         assert!(self.sim.external[node], "node {node} is simulated");
-        let before = std::mem::take(&mut self.registered[node]);
-        for &(t, f) in before.iter().filter(|p| !loaded.contains(p)) {
+        let before = std::mem::replace(&mut self.external[node].loaded, loaded);
+        let now = &self.external[node].loaded;
+        for &(t, f) in before.iter().filter(|p| !now.contains(p)) {
             self.sim.placer.unregister(node, t, f);
         }
-        for &(t, f) in loaded.iter().filter(|p| !before.contains(p)) {
+        for &(t, f) in now.iter().filter(|p| !before.contains(p)) {
             self.sim.placer.register(node, t, f);
         }
-        self.registered[node] = loaded.to_vec();
-        self.sim.placer.set_committed(node, committed_mb);
-        self.sim.placer.set_running(node, running);
+    }
+
+    /// `inv`, placed on detached node `node`, is done there: its memory and
+    /// slot are free again, and it counts as completed if it `completed`
+    /// (not if the node refused it or it failed).
+    pub fn external_done(&mut self, node: usize, inv: &Invocation, completed: bool) {
+        assert!(self.sim.external[node], "node {node} is simulated");
+        let e = &mut self.external[node];
+        e.committed_mb = e.committed_mb.saturating_sub(u64::from(inv.memory_mb));
+        e.running = e.running.saturating_sub(1);
+        self.take_external(node, 0, 0);
+        if completed {
+            self.sim.report.completed += 1;
+        }
+    }
+
+    /// `mb` more memory and `slots` more slots taken on detached `node`;
+    /// the placer is told what it holds.
+    fn take_external(&mut self, node: usize, mb: u32, slots: u32) {
+        let e = &mut self.external[node];
+        e.committed_mb += u64::from(mb);
+        e.running += slots;
+        self.sim.placer.set_committed(node, e.committed_mb);
+        self.sim.placer.set_running(node, e.running);
     }
 
     /// How many invocations a detached node runs at once, if limited.
@@ -323,28 +354,14 @@ impl Simulation {
         self.sim.placer.set_busy(node, busy);
     }
 
-    /// A detached node's invocation ended: it counts as completed.
-    pub fn completed_external(&mut self) {
-        self.sim.report.completed += 1;
-    }
-
     /// Runs the model to its end and reports.
     pub fn finish(mut self) -> ModeReport {
         self.sim.run_until(u64::MAX, &mut self.next_sample);
         let sim = &mut self.sim;
         let mut r = std::mem::take(&mut sim.report);
         sim.latencies.sort_unstable();
-        let pct = |p: f64| {
-            sim.latencies
-                .get(
-                    ((sim.latencies.len() as f64 * p) as usize)
-                        .min(sim.latencies.len().saturating_sub(1)),
-                )
-                .copied()
-                .unwrap_or(0)
-        };
-        r.p50_ms = pct(0.50);
-        r.p99_ms = pct(0.99);
+        r.p50_ms = percentile(&sim.latencies, 0.50);
+        r.p99_ms = percentile(&sim.latencies, 0.99);
         r.gb_s = sim.mb_ms / 1024.0 / 1000.0;
         r.mean_gb = if sim.last_ms > 0 {
             sim.mb_ms / sim.last_ms as f64 / 1024.0
@@ -722,15 +739,19 @@ mod tests {
         let mut sim = Simulation::new(&cfg, 8);
         assert_eq!(sim.offer(&inv(0, 1, 1, 100)), Placement::Simulated(0));
         sim.detach(0);
-        // Node 0 says it is busy: f1's next call goes to node 1 although
-        // node 0 ran it last (its instance went when the call ended).
-        sim.report_external(0, &[], 900, 1);
+        // Node 0 takes a large call (least loaded, first in line), which
+        // is for the caller to run: then f1's next call goes to node 1
+        // although node 0 ran it last (its instance went when it ended).
+        let big0 = inv(10, 2, 2, 900);
+        assert_eq!(sim.offer(&big0), Placement::External(0));
         assert_eq!(sim.offer(&inv(500, 1, 1, 100)), Placement::Simulated(1));
-        // It reports f3 loaded and room: f3 goes there, for the caller.
-        sim.report_external(0, &[(3, 3)], 0, 0);
+        sim.external_done(0, &big0, true);
+        // It reports f3 loaded, and has room again: f3 goes there.
+        sim.external_loaded(0, vec![(3, 3)]);
         let f3 = inv(600, 3, 3, 100);
         assert_eq!(sim.offer(&f3), Placement::External(0));
         // Refused there, it is placed again, never on node 0.
+        sim.external_done(0, &f3, false);
         assert_eq!(sim.retry(&f3, 650, 0), Placement::Simulated(1));
         let big = inv(700, 3, 3, 950);
         assert_eq!(sim.offer(&big), Placement::External(0));
@@ -739,15 +760,18 @@ mod tests {
             Placement::Rejected,
             "node 1 has no room"
         );
-        // Unloading it: f3 is no longer drawn to node 0 (node 1 is less
-        // loaded once node 0 reports more committed).
-        sim.report_external(0, &[], 500, 1);
+        sim.external_done(0, &big, false);
+        // Unloaded, f3 is no longer drawn to node 0 once it is the more
+        // loaded of the two.
+        sim.external_loaded(0, Vec::new());
+        let hold = inv(750, 4, 4, 500);
+        assert_eq!(sim.offer(&hold), Placement::External(0));
         assert_eq!(sim.offer(&inv(800, 3, 3, 100)), Placement::Simulated(1));
-        sim.completed_external();
+        sim.external_done(0, &hold, true);
         let r = sim.finish();
-        assert_eq!(r.invocations, 5, "retries are not new invocations");
+        assert_eq!(r.invocations, 7, "retries are not new invocations");
         assert_eq!(r.rejected, 1);
-        assert_eq!(r.completed, 5, "four in the model, one real");
+        assert_eq!(r.completed, 6, "four in the model, two real");
     }
 
     #[test]

@@ -44,6 +44,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use hearth_cluster::report::percentile;
 use hearth_cluster::{Colocation, Invocation, Placement, SimConfig, Simulation, Trace};
 
 /// How often the placer learns what real nodes have loaded (a gateway's
@@ -139,42 +140,15 @@ struct Target {
     asked_ms: u64,
 }
 
-/// What the live run shares between its tasks.
+/// What the live run shares between its tasks. The placer's view of the
+/// real nodes (loaded functions, memory and slots taken) is the
+/// simulation's own.
 struct Live {
     sim: Simulation,
-    /// Per real node: memory committed to invocations running there, how
-    /// many those are, and the (tenant, function) pairs it last said it
-    /// has loaded.
-    committed_mb: Vec<u64>,
-    running: Vec<u32>,
-    loaded: Vec<Vec<(u32, u32)>>,
     /// (real node, function) pairs sent work.
     used: HashSet<(usize, u32)>,
     report: RealReport,
     overheads: Vec<f64>,
-}
-
-impl Live {
-    /// An invocation of `mb` was sent to real node `n`.
-    fn started(&mut self, n: usize, mb: u32) {
-        self.committed_mb[n] += u64::from(mb);
-        self.running[n] += 1;
-        self.tell(n);
-    }
-
-    /// An invocation of `mb` on real node `n` was answered.
-    fn ended(&mut self, n: usize, mb: u32) {
-        self.committed_mb[n] = self.committed_mb[n].saturating_sub(u64::from(mb));
-        self.running[n] = self.running[n].saturating_sub(1);
-        self.tell(n);
-    }
-
-    /// Tells the placer what real node `n` holds.
-    fn tell(&mut self, n: usize) {
-        let (committed, running) = (self.committed_mb[n], self.running[n]);
-        self.sim
-            .report_external(n, &self.loaded[n], committed, running);
-    }
 }
 
 struct Ctx {
@@ -204,12 +178,11 @@ async fn play(
 ) -> anyhow::Result<RealReport> {
     let from_ms = cfg.from_s * 1000;
     let to_ms = from_ms + cfg.seconds * 1000;
-    let (before, rest): (Vec<&Invocation>, Vec<&Invocation>) = trace
+    let (before, window): (Vec<&Invocation>, Vec<&Invocation>) = trace
         .invocations
         .iter()
         .filter(|i| i.start_ms < to_ms)
         .partition(|i| i.start_ms < from_ms);
-    let window = rest;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(120))
         .build()?;
@@ -231,9 +204,6 @@ async fn play(
     let ctx = Arc::new(Ctx {
         live: Mutex::new(Live {
             sim,
-            committed_mb: vec![0; nodes.len()],
-            running: vec![0; nodes.len()],
-            loaded: vec![Vec::new(); nodes.len()],
             used: HashSet::new(),
             report,
             overheads: Vec::new(),
@@ -279,14 +249,7 @@ async fn play(
         if let Some(wait) = due.checked_sub(ctx.started.elapsed()) {
             tokio::time::sleep(wait).await;
         }
-        let placed = {
-            let mut live = ctx.live();
-            let p = live.sim.offer(inv);
-            if let Placement::External(n) = p {
-                live.started(n, inv.memory_mb);
-            }
-            p
-        };
+        let placed = ctx.live().sim.offer(inv);
         if let Placement::External(n) = placed {
             tasks.push(tokio::spawn(invoke(ctx.clone(), n, *inv)));
         }
@@ -308,14 +271,8 @@ async fn play(
     } = &mut *live;
     report.functions_used = used.len() as u64;
     overheads.sort_by(f64::total_cmp);
-    let pct = |p: f64| {
-        overheads
-            .get(((overheads.len() as f64 * p) as usize).min(overheads.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or(0.0)
-    };
-    report.p50_overhead_ms = pct(0.50);
-    report.p99_overhead_ms = pct(0.99);
+    report.p50_overhead_ms = percentile(overheads, 0.50);
+    report.p99_overhead_ms = percentile(overheads, 0.99);
     let samples = samples.lock().unwrap_or_else(|e| e.into_inner());
     if !samples.is_empty() {
         report.mean_mb = samples.iter().sum::<f64>() / samples.len() as f64;
@@ -434,14 +391,15 @@ enum Answer {
     Failed,
 }
 
-/// Runs `inv` on real node `n` (its memory already committed there); a
+/// Runs `inv` on real node `n`, where the placer put it; a
 /// refusal places it again, once.
 async fn invoke(ctx: Arc<Ctx>, mut n: usize, inv: Invocation) {
     let mut first = true;
     loop {
         let answer = send(&ctx, &ctx.targets[&(n, inv.function)]).await;
         let mut live = ctx.live();
-        live.ended(n, inv.memory_mb);
+        live.sim
+            .external_done(n, &inv, matches!(answer, Answer::Ok { .. }));
         live.report.sent += 1;
         live.used.insert((n, inv.function));
         // A refusal marks the node busy (placed last) until one of its
@@ -449,7 +407,6 @@ async fn invoke(ctx: Arc<Ctx>, mut n: usize, inv: Invocation) {
         live.sim.set_busy(n, matches!(answer, Answer::Refused));
         match answer {
             Answer::Ok { cold, overhead_ms } => {
-                live.sim.completed_external();
                 live.report.ok += 1;
                 if cold {
                     live.report.cold += 1;
@@ -472,7 +429,6 @@ async fn invoke(ctx: Arc<Ctx>, mut n: usize, inv: Invocation) {
                     Placement::Rejected => live.report.rejected += 1,
                     Placement::External(m) => {
                         live.report.moved_real += 1;
-                        live.started(m, inv.memory_mb);
                         n = m;
                         drop(live);
                         continue;
@@ -535,11 +491,10 @@ async fn poll_once(ctx: &Ctx, nodes: &[(String, String)], limits_known: bool) {
             continue;
         };
         let mut live = ctx.live();
-        live.loaded[n] = loaded;
+        live.sim.external_loaded(n, loaded);
         if limits_known {
             live.sim.set_slots(n, slots);
         }
-        live.tell(n);
     }
 }
 
