@@ -50,9 +50,14 @@ impl TierSlots {
         }]
     }
 
-    /// An invocation is using it now.
+    /// An invocation is using it now. Writes at most once a millisecond,
+    /// so invocations of a hot version on several cores do not keep
+    /// taking the cache line from each other.
     pub fn touch(&self) {
-        self.last_used_ms.store(now_ms(), Ordering::Relaxed);
+        let now = now_ms();
+        if self.last_used_ms.load(Ordering::Relaxed) != now {
+            self.last_used_ms.store(now, Ordering::Relaxed);
+        }
     }
 
     fn prepared(&self) -> bool {
