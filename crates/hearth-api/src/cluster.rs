@@ -198,6 +198,14 @@ fn passed_on(headers: &HeaderMap) -> HeaderMap {
     out
 }
 
+/// `path` with the caller's query, as a node is asked the same request.
+pub(crate) fn with_query(path: String, query: Option<&str>) -> String {
+    match query {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    }
+}
+
 /// Nodes that did not answer, for the caller to know what it is not seeing.
 fn unreachable(failed: &[(Arc<str>, String)]) -> serde_json::Value {
     json!(
@@ -248,10 +256,7 @@ pub(crate) async fn recordings_list(
     limit: usize,
     headers: &HeaderMap,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let path = match query {
-        Some(q) => format!("/v1/functions/{name}/recordings?{q}"),
-        None => format!("/v1/functions/{name}/recordings"),
-    };
+    let path = with_query(format!("/v1/functions/{name}/recordings"), query);
     let (answers, failed) =
         ask_all(g, http::Method::GET, &path, headers, Default::default()).await?;
     let mut all = Vec::new();

@@ -214,10 +214,8 @@ pub(crate) async fn replay(
     let p = s.auth.require(s.node.store(), &headers).await?;
     let version = number(&params(query.clone()), "version")?;
     if let Some(g) = &s.gateway {
-        let path = match &query {
-            Some(q) => format!("/v1/recordings/{id}/replay?{q}"),
-            None => format!("/v1/recordings/{id}/replay"),
-        };
+        let path =
+            crate::cluster::with_query(format!("/v1/recordings/{id}/replay"), query.as_deref());
         return crate::cluster::recording_on_its_node(g, http::Method::POST, &id, &path, &headers)
             .await;
     }
@@ -256,10 +254,8 @@ pub(crate) async fn replay_traffic(
 ) -> Result<Json<Value>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     if let Some(g) = &s.gateway {
-        let path = match &query {
-            Some(q) => format!("/v1/functions/{name}/replay?{q}"),
-            None => format!("/v1/functions/{name}/replay"),
-        };
+        let path =
+            crate::cluster::with_query(format!("/v1/functions/{name}/replay"), query.as_deref());
         return crate::cluster::replay_traffic(g, &path, &headers).await;
     }
     let params = params(query);
