@@ -17,16 +17,14 @@
 //! codes; the node speaks in [`NodeError`] and [`InvokeError`].
 
 mod colocation;
-mod forwarded;
 mod logs;
 mod metrics;
 mod node;
 mod table;
 
 pub use colocation::{DefaultColocation, StoreColocation};
-pub use forwarded::GatewayAttempt;
 pub use metrics::Metrics;
 pub use node::{
-    ArtifactSource, DeployOutcome, InvokeOutcome, Node, NodeConfig, NodeError, ReplayReport,
-    StartKind,
+    ArtifactSource, DeployOutcome, GatewayAttempt, InvokeOutcome, Node, NodeConfig, NodeError,
+    ReplayReport, StartKind,
 };

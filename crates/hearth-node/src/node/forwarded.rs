@@ -6,7 +6,7 @@ use hearth_core::InvocationId;
 use hearth_host::{HostCtx, InvocationMeta, Tape};
 use hearth_store::LogStream;
 
-use crate::Node;
+use super::Node;
 
 /// An invocation a cluster's gateway forwarded. The gateway names it, with
 /// the same id on both attempts, so a retry on another node can find what
