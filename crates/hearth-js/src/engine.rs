@@ -309,6 +309,8 @@ struct Local {
     blanks: RefCell<Vec<Isolate>>,
     /// Woken when a blank isolate is taken.
     refill: tokio::sync::Notify,
+    /// Woken when the worker's last running invocation finishes.
+    quiet: tokio::sync::Notify,
 }
 
 fn worker_main(
@@ -354,7 +356,9 @@ fn worker_main(
                     job.host,
                 )
                 .await;
-                me.load.fetch_sub(1, Ordering::Relaxed);
+                if me.load.fetch_sub(1, Ordering::Relaxed) == 1 {
+                    here.quiet.notify_waiters();
+                }
                 let _ = job.reply.send(result);
             });
         }
@@ -371,8 +375,13 @@ async fn refill_blanks(
 ) {
     loop {
         while here.blanks.borrow().len() < target {
-            while me.load.load(Ordering::Relaxed) > 0 {
-                tokio::time::sleep(Duration::from_millis(2)).await;
+            loop {
+                // Made before the check, so a finish in between still wakes it.
+                let quiet = here.quiet.notified();
+                if me.load.load(Ordering::Relaxed) == 0 {
+                    break;
+                }
+                quiet.await;
             }
             match Isolate::blank(io.clone()) {
                 Ok(i) => {
