@@ -613,7 +613,7 @@ impl Gateway {
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         let body = resp.bytes().await.map_err(classify)?;
-        if matches!(status, 429 | 503) && headers.contains_key(hearth_core::REFUSED_HEADER) {
+        if refused(status, &headers) {
             return Err(SendError::Refused);
         }
         Ok(Forwarded {
@@ -624,6 +624,12 @@ impl Gateway {
             retried_from: None,
         })
     }
+}
+
+/// Whether a node's answer is its refusal: it ran nothing of the invocation
+/// (at its limit), so another node may be asked.
+pub fn refused(status: u16, headers: &HeaderMap) -> bool {
+    matches!(status, 429 | 503) && headers.contains_key(hearth_core::REFUSED_HEADER)
 }
 
 enum SendError {

@@ -452,8 +452,7 @@ async fn send(ctx: &Ctx, target: &Target) -> Answer {
         return Answer::Failed;
     };
     let status = r.status();
-    if matches!(status.as_u16(), 429 | 503) && r.headers().contains_key(hearth_core::REFUSED_HEADER)
-    {
+    if hearth_cluster::gateway::refused(status.as_u16(), r.headers()) {
         return Answer::Refused;
     }
     let cold = r
