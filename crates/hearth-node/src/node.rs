@@ -323,7 +323,7 @@ impl Node {
                 "bytes_written": n(&s.bytes),
                 "dropped": n(&s.dropped),
                 "expired": n(&s.expired),
-                "queued_bytes": n(&s.queued_bytes),
+                "queued_bytes": s.queued.get().1,
                 "disk_bytes": r.archive().disk_bytes(),
             })
         });

@@ -27,6 +27,7 @@ pub mod view;
 mod writer;
 
 pub use archive::Archive;
+pub use pending::Queued;
 pub use recording::{BLOB_MIN_BYTES, Outcome, OutcomeRef, Recording, RecordingRef};
 pub use writer::{Durability, RecordConfig, Recorder, RecorderStats};
 

@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use hearth_store::TapeBlock;
 
@@ -121,14 +121,24 @@ impl Shards {
         }
     }
 
-    pub fn push(&self, recording: RecordingRef<'_>) -> Result<u64, RecordError> {
+    /// Encodes `recording` into this thread's shard and counts it in
+    /// `queued`; returns the counts after it (tapes, bytes).
+    ///
+    /// The counts are raised while the shard is locked: the writer takes a
+    /// shard under the same lock and then lowers the counts by what it
+    /// took, so it can never lower them by a tape not yet counted (which
+    /// wrapped them below zero when the writer ran between the two).
+    pub fn push(
+        &self,
+        recording: RecordingRef<'_>,
+        queued: &Queued,
+    ) -> Result<(u64, u64), RecordError> {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         thread_local!(static MINE: usize = NEXT.fetch_add(1, Ordering::Relaxed));
         let i = MINE.with(|m| *m) % self.shards.len();
-        self.shards[i]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(recording)
+        let mut shard = self.shards[i].lock().unwrap_or_else(|p| p.into_inner());
+        let added = shard.push(recording)?;
+        Ok(queued.add(1, added))
     }
 
     /// Everything pending, leaving the shards empty; give the batches
@@ -154,6 +164,41 @@ impl Shards {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend(used);
+    }
+}
+
+/// Tapes (and their encoded bytes) handed over and not yet written.
+#[derive(Debug, Default)]
+pub struct Queued {
+    tapes: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl Queued {
+    /// (tapes, bytes) now.
+    pub fn get(&self) -> (u64, u64) {
+        (
+            self.tapes.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Counts tapes in; returns the counts after.
+    fn add(&self, tapes: u64, bytes: u64) -> (u64, u64) {
+        (
+            self.tapes.fetch_add(tapes, Ordering::Relaxed) + tapes,
+            self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes,
+        )
+    }
+
+    /// Counts written tapes out; returns the counts after. Only batches
+    /// taken by [`Shards::take`] are counted out, and they were counted in
+    /// under their shard's lock before the take could see them.
+    pub(crate) fn remove(&self, tapes: u64, bytes: u64) -> (u64, u64) {
+        (
+            self.tapes.fetch_sub(tapes, Ordering::Relaxed) - tapes,
+            self.bytes.fetch_sub(bytes, Ordering::Relaxed) - bytes,
+        )
     }
 }
 
@@ -243,5 +288,50 @@ fn note(functions: &mut HashMap<String, Summary>, r: &RecordingRef<'_>) {
         None => {
             functions.insert(r.function.to_string(), Summary::of(r));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recording::tests::sample;
+
+    /// Invocations push while the writer takes and counts out, as under
+    /// load. Counting in after the shard's lock was let go (the old order)
+    /// let a take count out a tape not yet counted in, and the count
+    /// wrapped below zero: a debug build panics on the overflow.
+    #[test]
+    fn counts_never_fall_below_what_was_taken_under_concurrent_pushes() {
+        let shards = Shards::new(4);
+        let queued = Queued::default();
+        let tape = sample(10);
+        let done = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..5_000 {
+                        shards.push(tape.borrowed(), &queued).unwrap();
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                });
+            }
+            s.spawn(|| {
+                let mut taken = 0;
+                loop {
+                    let finished = done.load(Ordering::Relaxed) == 4;
+                    let batches = shards.take();
+                    for p in &batches {
+                        queued.remove(p.count, p.bytes);
+                        taken += p.count;
+                    }
+                    shards.recycle(batches);
+                    if finished {
+                        break;
+                    }
+                }
+                assert_eq!(taken, 20_000);
+            });
+        });
+        assert_eq!(queued.get(), (0, 0));
     }
 }

@@ -26,7 +26,7 @@ use tokio::sync::oneshot;
 
 use crate::RecordError;
 use crate::archive::{Archive, Sealer};
-use crate::pending::{Pending, Shards, Summary, TenantTapes, summarize};
+use crate::pending::{Pending, Queued, Shards, Summary, TenantTapes, summarize};
 use crate::priority::WriterPriority;
 use crate::recording::{Hash, RecordingRef};
 use crate::segment::{self, SEGMENT_MAGIC};
@@ -100,10 +100,8 @@ pub struct RecorderStats {
     /// Bytes appended to segments.
     pub bytes: AtomicU64,
     pub expired: AtomicU64,
-    /// Encoded bytes of tapes handed over and not yet written.
-    pub queued_bytes: AtomicU64,
-    /// Tapes handed over and not yet written.
-    pub queued: AtomicU64,
+    /// Tapes handed over and not yet written, and their encoded bytes.
+    pub queued: Queued,
 }
 
 type Ack = oneshot::Sender<Result<(), String>>;
@@ -203,17 +201,14 @@ impl Recorder {
         if self.closed.load(Ordering::Relaxed) {
             return Err(RecordError::Closed);
         }
+        let (queued, queued_bytes) = self.stats.queued.get();
         if self.durability == Durability::Batched
-            && (self.stats.queued.load(Ordering::Relaxed) >= self.queue
-                || self.stats.queued_bytes.load(Ordering::Relaxed) + recording.approx_bytes()
-                    > self.queue_bytes)
+            && (queued >= self.queue || queued_bytes + recording.approx_bytes() > self.queue_bytes)
         {
             self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             return Err(RecordError::Overloaded);
         }
-        let added = self.shards.push(recording)?;
-        let queued = self.stats.queued.fetch_add(1, Ordering::Relaxed) + 1;
-        let queued_bytes = self.stats.queued_bytes.fetch_add(added, Ordering::Relaxed) + added;
+        let (queued, queued_bytes) = self.shards.push(recording, &self.stats.queued)?;
         // Half full: a writer that drains each flush never gets here
         // (70k tapes/s fill a seventh of the queue per interval).
         if queued > self.queue / 2 || queued_bytes > self.queue_bytes / 2 {
@@ -438,8 +433,7 @@ impl Writer {
                 e.to_string()
             });
             self.shards.recycle(pending);
-            let queued = self.stats.queued.fetch_sub(count, Ordering::Relaxed) - count;
-            let queued_bytes = self.stats.queued_bytes.fetch_sub(bytes, Ordering::Relaxed) - bytes;
+            let (queued, queued_bytes) = self.stats.queued.remove(count, bytes);
             if self.priority.raised.load(Ordering::Relaxed)
                 && queued < self.config.queue as u64 / 32
                 && queued_bytes < self.config.queue_bytes / 32
