@@ -9,7 +9,7 @@ use hearth_cluster::{Colocation, SimConfig, Trace, report, simulate, trace};
 pub enum BenchCommand {
     /// Drive the placer with a whole trace over simulated nodes, once per
     /// colocation mode and pool size (Hydra §5.2); write summary.csv,
-    /// memory.csv and memory.svg.
+    /// summary.svg, memory.csv and memory.svg.
     Trace(TraceArgs),
 }
 
@@ -155,7 +155,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             }
         }
     }
-    let title = format!("Memory held, {title}");
     report::write(&a.out, &title, &reports)
         .with_context(|| format!("writing {}", a.out.display()))?;
     print!("{}", report::summary_markdown(&reports));
@@ -171,7 +170,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         );
     }
     eprintln!(
-        "wrote {}/summary.csv, memory.csv, memory.svg",
+        "wrote {}/summary.csv, summary.svg, memory.csv, memory.svg",
         a.out.display()
     );
     Ok(())

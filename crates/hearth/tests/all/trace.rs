@@ -53,6 +53,8 @@ fn the_azure_2021_excerpt_is_reported_per_mode_as_csv_and_svg() {
     assert!(get("tenant", "8", 10) < get("none", "0", 10));
     let svg = std::fs::read_to_string(out.path().join("memory.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 8);
+    let bars = std::fs::read_to_string(out.path().join("summary.svg")).unwrap();
+    assert!(bars.starts_with("<svg") && bars.contains(">tenant + pool<"));
     let memory = std::fs::read_to_string(out.path().join("memory.csv")).unwrap();
     assert!(
         memory.lines().count() > 100,
