@@ -13,8 +13,10 @@
 #   * baseline: a fresh `python3` process importing the package.
 # Fig. 18, memory: N paused handlers forked from one zygote vs N separate
 # interpreters that imported the same package (proportional set size).
-# And Node.js: a new function's first invocation from the generic pool vs
-# starting `node` for it.
+# And the generic pools (Hydra §4.2): a new function's first invocation
+# from a pre-started process vs without the pools (HEARTH_PROC_POOL=0),
+# for Python without packages (pre-forked from the bare zygote, already in
+# its cgroup) and Node.js; and starting `node` for it.
 #
 # Usage: bench/proc.sh [package==version] [runs] [N]   (prints Markdown)
 set -euo pipefail
@@ -34,9 +36,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start NAME CACHES: a daemon in $WORK/NAME; sets URL and TOKEN.
+# start NAME CACHES [POOL]: a daemon in $WORK/NAME; sets URL and TOKEN.
+# The SOCK rows run without generic pools (their processes would be
+# counted as handlers in Fig. 18); the pools are measured on their own.
 start() {
-  HEARTH_LOG=error HEARTH_EXAMPLES=false HEARTH_PROC_CACHES="$2" \
+  HEARTH_LOG=error HEARTH_EXAMPLES=false HEARTH_PROC_CACHES="$2" HEARTH_PROC_POOL="${3:-0}" \
     "$BIN" --data-dir "$WORK/$1" up --listen 127.0.0.1:0 >"$WORK/$1.log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 1 600); do [ -s "$WORK/$1/server.json" ] && break; sleep 0.05; done
@@ -106,12 +110,32 @@ for _ in $(seq 1 600); do [ "$(ls "$WORK"/ready.* 2>/dev/null | wc -l)" -ge "$N"
 solo_kib=$(pss_kib "${solo[@]}")
 kill "${solo[@]}"; wait "${solo[@]}" 2>/dev/null || true
 
-# Node.js: a new function from the generic pool vs starting node.
+stop_last
+
+# The generic pools: one daemon with them (the default), one without,
+# each new function deployed on both in turn; a second between arrivals
+# lets a pool refill, as it would between arrivals.
+start pool all 2; POOL_URL=$URL; POOL_TOKEN=$TOKEN
+start nopool all 0; NOPOOL_URL=$URL; NOPOOL_TOKEN=$TOKEN
+printf 'def handler(event, context):\n    return "ok"\n' >"$WORK/plain.py"
 printf 'export default { fetch() { return new Response("ok"); } };\n' >"$WORK/index.mjs"
-node_first=(); for i in $(seq "$RUNS"); do
-  curl -sf -o /dev/null -H "Authorization: Bearer $TOKEN" --data-binary @"$WORK/index.mjs" "$URL/v1/functions/n$i?runtime=node&file_name=index.mjs"
-  sleep 1   # let the pool refill, as it would between arrivals
-  node_first+=("$(ms "$(invoke "n$i")")"); done
+# first_call URL TOKEN NAME RUNTIME FILE: deploy, let pools settle, one call (ms).
+first_call() {
+  curl -sf -o /dev/null -H "Authorization: Bearer $2" --data-binary @"$WORK/$5" "$1/v1/functions/$3?runtime=$4&file_name=$5"
+  sleep 1
+  ms "$(curl -sf -o /dev/null -w '%{time_total}' -H "Authorization: Bearer $2" "$1/fn/admin/$3")"
+}
+for u in "$POOL_URL $POOL_TOKEN" "$NOPOOL_URL $NOPOOL_TOKEN"; do  # the zygote and pools start
+  first_call $u warm0 python plain.py >/dev/null; first_call $u warmn0 node index.mjs >/dev/null; done
+py_pool=(); py_nopool=(); node_first=(); node_nopool=()
+for i in $(seq "$RUNS"); do
+  py_pool+=("$(first_call "$POOL_URL" "$POOL_TOKEN" "p$i" python plain.py)")
+  py_nopool+=("$(first_call "$NOPOOL_URL" "$NOPOOL_TOKEN" "p$i" python plain.py)")
+  node_first+=("$(first_call "$POOL_URL" "$POOL_TOKEN" "n$i" node index.mjs)")
+  node_nopool+=("$(first_call "$NOPOOL_URL" "$NOPOOL_TOKEN" "n$i" node index.mjs)")
+done
+from_pool=$(curl -sf -H "Authorization: Bearer $POOL_TOKEN" "$POOL_URL/v1/status" |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["tiers"]["process"]["details"]["handlers_from_pool"])')
 node_start=(); for _ in $(seq "$RUNS"); do
   s=$(date +%s%N); node "$WORK/index.mjs"; e=$(date +%s%N)
   node_start+=("$(python3 -c "print(($e-$s)/1e6)")"); done
@@ -127,8 +151,6 @@ echo "| first invocation: new zygote imports $MOD, handler forks | ${first[0]} m
 echo "| import cache hit: handler forked from the zygote | $(stats "${import_hit[@]}") |"
 echo "| handler cache hit: paused handler resumed | $(stats "${resume[@]}") |"
 echo "| baseline: plain python3 importing $MOD | $(stats "${base[@]}") |"
-echo "| Node.js: new function's first invocation from the generic pool | $(stats "${node_first[@]}") |"
-echo "| Node.js: starting \`node\` for it (baseline) | $(stats "${node_start[@]}") |"
 echo
 echo "Speed-up over no caches (p50): import cache hit $(ratio "$(p50 "${none[@]}")" "$(p50 "${import_hit[@]}")")×, handler cache hit $(ratio "$(p50 "${none[@]}")" "$(p50 "${resume[@]}")")×; over install cache only: import cache hit $(python3 -c "print(f'{$(p50 "${install_only[@]}")/$(p50 "${import_hit[@]}"):.1f}')")×."
 echo
@@ -139,3 +161,15 @@ echo "|---|---|---|"
 echo "| $N paused handlers forked from one zygote (${#handler_pids[@]} processes) | $((shared_kib / 1024)) MiB | $((shared_kib / N / 1024)) MiB |"
 echo "| the same, plus the zygote itself | $(((shared_kib + zygote_kib) / 1024)) MiB | $(((shared_kib + zygote_kib) / N / 1024)) MiB |"
 echo "| $N independent python3 processes | $((solo_kib / 1024)) MiB | $((solo_kib / N / 1024)) MiB |"
+echo
+echo "### Generic pools: a new function's first invocation"
+echo
+echo "| function | p50 | max | runs |"
+echo "|---|---|---|---|"
+echo "| Python, no packages: from the generic pool | $(stats "${py_pool[@]}") |"
+echo "| Python, no packages: forked from the bare zygote (pools off) | $(stats "${py_nopool[@]}") |"
+echo "| Node.js: from the generic pool | $(stats "${node_first[@]}") |"
+echo "| Node.js: started for it (pools off) | $(stats "${node_nopool[@]}") |"
+echo "| Node.js: starting \`node\` by hand (baseline) | $(stats "${node_start[@]}") |"
+echo
+echo "Handlers taken from the pools: $from_pool. Python p50 ratio (pools off / pool): $(python3 -c "print(f'{$(p50 "${py_nopool[@]}")/$(p50 "${py_pool[@]}"):.1f}')")×."

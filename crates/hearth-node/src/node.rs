@@ -177,7 +177,8 @@ impl Node {
     }
 
     /// Every tier's warm pools: instances ready for a new invocation, by
-    /// kind (`wasm_slots`, `node_processes`, `sandbox_roots`).
+    /// kind (`wasm_slots`, `node_processes`, `python_processes`, `sandbox_roots`,
+    /// `js_isolates`).
     pub fn pool_free(&self) -> std::collections::BTreeMap<String, u64> {
         self.engines
             .values()

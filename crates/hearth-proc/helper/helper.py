@@ -24,7 +24,9 @@ cgroup (the node sends nothing before that), so limits hold from the first
 line of user code.
 """
 
+import base64
 import ctypes
+import importlib.util
 import json
 import os
 import signal
@@ -33,6 +35,13 @@ import struct
 import sys
 import time
 import traceback
+import types
+from urllib.parse import parse_qs
+
+# The standard modules every handler needs are imported here, once, by the
+# root zygote: a handler forked from it (or pre-forked into the generic
+# pool) would otherwise import them on its first load or invocation
+# (importlib.util, base64 and urllib.parse cost ~5, ~7 and ~3 ms cold here).
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWUTS = 0x04000000
@@ -334,8 +343,6 @@ class FetchResponse:
 
 
 def _make_hearth_module(handler):
-    import types
-
     mod = types.ModuleType("hearth")
     mod.HostError = HostError
     mod.FetchResponse = FetchResponse
@@ -469,7 +476,6 @@ class Handler:
         os.chdir(code_dir)
         entry = msg["entry"]
         try:
-            import importlib.util
             spec = importlib.util.spec_from_file_location("__hearth_main__",
                                                           os.path.join(code_dir, entry))
             mod = importlib.util.module_from_spec(spec)
@@ -541,8 +547,6 @@ class Context:
 
 
 def make_event(msg, body):
-    from urllib.parse import parse_qs
-
     headers = {}
     for k, v in msg.get("headers", []):
         headers[k] = f"{headers[k]},{v}" if k in headers else v
@@ -558,7 +562,6 @@ def make_event(msg, body):
             except ValueError:
                 pass
     except UnicodeDecodeError:
-        import base64
         decoded = base64.b64encode(body).decode()
         is_b64 = True
     method, path = msg.get("method", "GET"), msg.get("path", "/")
@@ -590,7 +593,6 @@ def make_response(result):
         headers = [[str(k), str(v)] for k, v in (result.get("headers") or {}).items()]
         body = result.get("body", "")
         if result.get("isBase64Encoded") and isinstance(body, str):
-            import base64
             body = base64.b64decode(body)
         if isinstance(body, (dict, list)):
             body = json.dumps(body)

@@ -33,8 +33,9 @@ pub struct ProcConfig {
     pub keep_alive: Duration,
     /// Memory the zygotes may hold.
     pub zygote_budget_bytes: u64,
-    /// Generic Node.js processes kept started.
-    pub node_pool: usize,
+    /// Generic processes kept started per language (Python, Node.js),
+    /// once a function of that language is prepared (`engine/pool.rs`).
+    pub generic_pool: usize,
     pub scratch_mib: u32,
     pub max_pids: u32,
     pub cpu_percent: u32,
@@ -108,7 +109,7 @@ impl ProcConfig {
             handler_cache_bytes: 1 << 30,
             keep_alive: Duration::from_secs(300),
             zygote_budget_bytes: 512 << 20,
-            node_pool: 2,
+            generic_pool: 2,
             scratch_mib: 64,
             max_pids: 64,
             cpu_percent: 100,
@@ -129,6 +130,11 @@ pub struct ProcStatus {
     pub degraded: Vec<String>,
     pub paused_handlers: usize,
     pub generic_node_processes: usize,
+    /// Pooled generic Python processes (only with cgroups: see
+    /// `engine/pool.rs`).
+    pub generic_python_processes: usize,
+    /// New handlers that were taken from a generic pool, per language.
+    pub handlers_from_pool: std::collections::BTreeMap<&'static str, u64>,
     pub zygotes: Vec<crate::zygote::ZygoteStatus>,
     /// The mode for tenants without an override of their own.
     pub colocation: Colocation,

@@ -351,10 +351,11 @@ fn print_status(url: &str, v: &Value) {
     }
     if let Some(p) = v["tiers"]["process"]["details"].as_object() {
         println!(
-            "process tier: cgroups {}, colocation {}, {} paused handlers, {} generic Node.js processes",
+            "process tier: cgroups {}, colocation {}, {} paused handlers, generic processes ready: {} Python, {} Node.js",
             p.get("cgroups").and_then(Value::as_str).unwrap_or("none"),
             p.get("colocation").and_then(Value::as_str).unwrap_or("?"),
             p.get("paused_handlers").unwrap_or(&Value::Null),
+            p.get("generic_python_processes").unwrap_or(&Value::Null),
             p.get("generic_node_processes").unwrap_or(&Value::Null),
         );
         for z in p

@@ -29,6 +29,7 @@ pub struct FileConfig {
     pub offline_packages: Option<PathBuf>,
     pub keep_alive_s: Option<u64>,
     pub proc_caches: Option<String>,
+    pub proc_pool: Option<usize>,
     pub colocation: Option<Colocation>,
     pub js_pin_after: Option<u32>,
     pub record: Option<bool>,
@@ -95,6 +96,11 @@ pub struct UpArgs {
     /// install, import, handler. Turning caches off is for measuring them.
     #[arg(long, env = "HEARTH_PROC_CACHES")]
     pub proc_caches: Option<String>,
+    /// Generic Python and Node.js processes kept started, per language,
+    /// for new functions' first invocations (default 2; 0 turns the pools
+    /// off, for measuring them).
+    #[arg(long, env = "HEARTH_PROC_POOL")]
+    pub proc_pool: Option<usize>,
     /// Which functions may share a runtime (a Python zygote holding their
     /// packages): full, tenant (default), function or none. A tenant's
     /// own setting (PUT /v1/tenants/{tenant}) overrides it. Give every
@@ -190,6 +196,7 @@ pub struct Settings {
     pub offline_packages: Option<PathBuf>,
     pub keep_alive_s: u64,
     pub proc_caches: Caches,
+    pub proc_pool: usize,
     pub colocation: Colocation,
     pub js_pin_after: u32,
     /// `None`: recording is off.
@@ -307,6 +314,7 @@ impl Settings {
                 Some(s) => Caches::parse(s).map_err(anyhow::Error::msg)?,
                 None => Caches::ALL,
             },
+            proc_pool: args.proc_pool.or(file.proc_pool).unwrap_or(2),
             colocation: args.colocation.or(file.colocation).unwrap_or_default(),
             data_dir: data_dir.to_path_buf(),
             listen: args

@@ -80,6 +80,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     proc_config.offline_packages = settings.offline_packages.clone();
     proc_config.keep_alive = std::time::Duration::from_secs(settings.keep_alive_s);
     proc_config.caches = settings.proc_caches;
+    proc_config.generic_pool = settings.proc_pool;
     let colocation = hearth_node::DefaultColocation::new(settings.colocation);
     proc_config.colocation = Arc::new(hearth_node::StoreColocation::new(
         colocation.clone(),

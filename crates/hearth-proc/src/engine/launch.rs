@@ -1,6 +1,6 @@
 //! Making and unmaking sandboxes: a root (from the pool of generic roots),
 //! a cgroup (from the cgroup pool), a process forked by a zygote or spawned
-//! through one, and its connection; the generic Node.js pool; destruction.
+//! through one, and its connection; destruction.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -210,11 +210,7 @@ impl ProcEngine {
         let tree = self.zygotes().await?;
         let root = tree.root();
         let node = self.0.config.node.clone();
-        let limits = CgroupLimits {
-            memory_bytes: 256 << 20,
-            max_pids: self.0.config.max_pids,
-            cpu_percent: self.0.config.cpu_percent,
-        };
+        let limits = super::pool::generic_limits(&self.0);
         let helper = if self.0.root {
             "/hearth/helper.mjs".to_string()
         } else {
@@ -279,37 +275,6 @@ impl Inner {
                 }
             }
             inner.roots_filling.store(false, Ordering::Release);
-        });
-    }
-
-    /// Keeps `node_pool` generic Node processes ready, in the background.
-    pub(super) fn fill_node_pool(self: &Arc<Self>) {
-        if self.config.node_pool == 0
-            || self.closed.load(Ordering::Acquire)
-            || !self.node_pool_wanted.load(Ordering::Relaxed)
-            || self.node_pool.lock().unwrap().len() >= self.config.node_pool
-            || self.node_pool_filling.swap(true, Ordering::AcqRel)
-        {
-            return;
-        }
-        let engine = ProcEngine(self.clone());
-        tokio::spawn(async move {
-            while engine.0.node_pool.lock().unwrap().len() < engine.0.config.node_pool
-                && !engine.0.closed.load(Ordering::Acquire)
-            {
-                match engine.launch_node().await {
-                    Ok(h) if engine.0.closed.load(Ordering::Acquire) => engine.0.destroy_now(h),
-                    Ok(h) => {
-                        h.pause();
-                        engine.0.node_pool.lock().unwrap().push(h);
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not start a generic Node.js process");
-                        break;
-                    }
-                }
-            }
-            engine.0.node_pool_filling.store(false, Ordering::Release);
         });
     }
 

@@ -1,9 +1,11 @@
 //! The process tier's engine, its sandboxes and the handler cache.
 //!
 //! A *handler* is one sandboxed process serving one function version:
-//! Python handlers are forked from a zygote; Node.js handlers are taken from
-//! a pool of generic, pre-started Node processes and given the function's
-//! code when first needed (V8 does not survive `fork`). After an invocation
+//! Python handlers are forked from a zygote, or taken from a pool of
+//! generic pre-forked ones when they would fork from the bare root zygote
+//! anyway; Node.js handlers are taken from a pool of generic, pre-started
+//! Node processes (V8 does not survive `fork`). A pooled process is given
+//! the function's code when first needed (`pool.rs`). After an invocation
 //! a healthy handler is paused (cgroup freezer, or SIGSTOP without one) and
 //! kept in the handler cache for the next invocation of the same version;
 //! the cache evicts least recently used handlers beyond its memory budget
@@ -11,7 +13,7 @@
 //! crashed or misbehaved is destroyed, never reused.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -33,6 +35,9 @@ use crate::session::converse;
 use crate::zygote::{Scope, ZygoteConfig, ZygoteTree};
 
 mod launch;
+mod pool;
+
+use pool::GenericPool;
 
 /// The process tier. Cheap to clone.
 #[derive(Clone)]
@@ -46,15 +51,13 @@ struct Inner {
     /// Started on first use; a failed start is retried by the next caller.
     zygotes: OnceCell<ZygoteTree>,
     handlers: Mutex<HandlerCache>,
-    node_pool: Mutex<Vec<Handler>>,
+    node_pool: GenericPool,
+    python_pool: GenericPool,
     roots: Mutex<Vec<Root>>,
     roots_filling: std::sync::atomic::AtomicBool,
     /// Set by [`ProcEngine::shutdown`]: the pools are no longer refilled
     /// (a root built after the final sweep would stay mounted).
     closed: std::sync::atomic::AtomicBool,
-    node_pool_filling: std::sync::atomic::AtomicBool,
-    /// Set once a Node.js function is prepared: the pool is kept from then on.
-    node_pool_wanted: std::sync::atomic::AtomicBool,
     live: Arc<AtomicU64>,
     next_id: AtomicU64,
     root: bool,
@@ -142,12 +145,11 @@ impl ProcEngine {
             installs,
             zygotes: OnceCell::new(),
             handlers: Mutex::new(HandlerCache::default()),
-            node_pool: Mutex::new(Vec::new()),
+            node_pool: GenericPool::new(),
+            python_pool: GenericPool::new(),
             roots: Mutex::new(Vec::new()),
             roots_filling: false.into(),
             closed: false.into(),
-            node_pool_filling: false.into(),
-            node_pool_wanted: false.into(),
             live: Arc::default(),
             next_id: AtomicU64::new(1),
             root,
@@ -170,7 +172,13 @@ impl ProcEngine {
             caches: inner.config.caches,
             degraded: inner.degraded.clone(),
             paused_handlers: inner.handlers.lock().unwrap().idle.len(),
-            generic_node_processes: inner.node_pool.lock().unwrap().len(),
+            generic_node_processes: inner.node_pool.len(),
+            generic_python_processes: inner.python_pool.len(),
+            handlers_from_pool: [
+                ("node", inner.node_pool.taken()),
+                ("python", inner.python_pool.taken()),
+            ]
+            .into(),
             zygotes: inner
                 .zygotes
                 .get()
@@ -190,14 +198,18 @@ impl ProcEngine {
         // `closed` and destroys it); then nothing mounts again.
         let deadline = Instant::now() + Duration::from_secs(10);
         while (inner.roots_filling.load(Ordering::Acquire)
-            || inner.node_pool_filling.load(Ordering::Acquire))
+            || inner.node_pool.filling()
+            || inner.python_pool.filling())
             && Instant::now() < deadline
         {
             std::thread::sleep(Duration::from_millis(10));
         }
         let handlers: Vec<Handler> = inner.handlers.lock().unwrap().idle.drain(..).collect();
-        let generic: Vec<Handler> = inner.node_pool.lock().unwrap().drain(..).collect();
-        for h in handlers.into_iter().chain(generic) {
+        let generic = inner.node_pool.drain().into_iter();
+        for h in handlers
+            .into_iter()
+            .chain(generic.chain(inner.python_pool.drain()))
+        {
             inner.destroy_now(h);
         }
         for mut root in inner.roots.lock().unwrap().drain(..) {
@@ -226,8 +238,7 @@ impl ProcEngine {
                 for h in expired {
                     inner.destroy(h);
                 }
-                inner.fill_node_pool();
-                inner.fill_roots();
+                inner.refill();
             }
         });
     }
@@ -275,10 +286,8 @@ impl Engine for ProcEngine {
     fn pool_free(&self) -> Vec<(&'static str, u64)> {
         let inner = &self.0;
         vec![
-            (
-                "node_processes",
-                inner.node_pool.lock().unwrap().len() as u64,
-            ),
+            ("node_processes", inner.node_pool.len() as u64),
+            ("python_processes", inner.python_pool.len() as u64),
             ("sandbox_roots", inner.roots.lock().unwrap().len() as u64),
         ]
     }
@@ -363,10 +372,7 @@ impl Engine for ProcEngine {
             );
         }
         self.0.fill_roots();
-        if runtime == Runtime::Node {
-            self.0.node_pool_wanted.store(true, Ordering::Relaxed);
-            self.0.fill_node_pool();
-        }
+        self.0.want_pool(runtime);
         tracing::debug!(elapsed = ?started.elapsed(), "version prepared");
         Ok(Arc::new(ProcPrepared {
             engine: self.clone(),
@@ -412,7 +418,6 @@ impl Prepared for ProcPrepared {
                     _ => self.new_node_handler().await?,
                 };
                 tracing::debug!(elapsed = ?started.elapsed(), "new handler loaded");
-                inner.fill_roots();
                 h
             }
         };
@@ -459,6 +464,17 @@ impl ProcPrepared {
             _ => tree.root(),
         };
         let packages: Vec<PathBuf> = installed.iter().map(|i| i.path.clone()).collect();
+        // A handler that would fork from the bare root is what the pool
+        // holds, already forked and in its cgroup.
+        let pooled = if zygote.id == 0 && !self.network() {
+            engine.0.take_generic(Runtime::Python)
+        } else {
+            None
+        };
+        if let Some(mut handler) = pooled {
+            handler.private_packages = private;
+            return self.give(handler, &packages).await;
+        }
         let launched = engine
             .launch(
                 Some(&self.code_dir),
@@ -490,39 +506,43 @@ impl ProcPrepared {
 
     async fn new_node_handler(&self) -> Result<Handler, InvokeError> {
         let engine = &self.engine;
-        let generic = engine.0.node_pool.lock().unwrap().pop();
-        engine.0.fill_node_pool();
-        let mut handler = match generic {
-            Some(h) => {
-                h.resume();
-                h
-            }
+        let handler = match engine.0.take_generic(Runtime::Node) {
+            Some(h) => h,
             None => engine.launch_node().await?,
         };
-        // The generic process gets the function: its code, its packages,
-        // its limits. No mount namespace, so binding into its root now
-        // makes the files appear inside the running sandbox.
+        self.give(handler, &[]).await
+    }
+
+    /// Gives a generic process (one started with no function) this
+    /// version: its code, its packages, its limits, then `load`. No mount
+    /// namespace, so binding into its root now makes the files appear
+    /// inside the running sandbox. `paths` are Python import paths.
+    async fn give(&self, mut handler: Handler, paths: &[PathBuf]) -> Result<Handler, InvokeError> {
         let attach = (|| {
-            let limits = self.cgroup_limits();
             if let Some(root) = handler.root.as_mut() {
-                root.bind_code(&self.code_dir)?;
-                for pkg in &self.installed {
-                    root.bind_node_modules(&pkg.path)?;
+                match self.runtime {
+                    Runtime::Python => root.attach(Some(&self.code_dir), paths)?,
+                    _ => {
+                        root.bind_code(&self.code_dir)?;
+                        for pkg in &self.installed {
+                            root.bind_node_modules(&pkg.path)?;
+                        }
+                    }
                 }
             }
             if let Some(cg) = &handler.cgroup {
-                cg.set_limits(limits)?;
+                cg.set_limits(self.cgroup_limits())?;
             }
             Ok::<_, std::io::Error>(())
         })();
         if let Err(e) = attach {
-            engine.0.destroy(handler);
+            self.engine.0.destroy(handler);
             return Err(InvokeError::Crashed(format!(
                 "could not attach the function to a sandbox: {e}"
             )));
         }
         handler.key = Some(self.key.clone());
-        self.load(handler, &[]).await
+        self.load(handler, paths).await
     }
 
     /// Sends the function's code location and environment; the helper
@@ -582,6 +602,8 @@ impl Drop for ProcSandbox {
             return;
         };
         let inner = &self.engine.0;
+        // The invocation is over: now the pools may take the CPU back.
+        inner.refill();
         if !self.healthy || !inner.config.caches.handler {
             inner.destroy(h);
             return;

@@ -341,6 +341,139 @@ async fn node_functions_in_both_shapes_run_from_the_generic_pool() {
     assert!(msg.contains("syntax error"), "{msg}");
 }
 
+/// The process tier's part of `GET /v1/status`.
+async fn proc_status(d: &Daemon) -> serde_json::Value {
+    d.get_json("/v1/status").await["tiers"]["process"]["details"].clone()
+}
+
+/// Waits until `d` holds `want` generic Python processes.
+async fn python_pool_holds(d: &Daemon, want: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = proc_status(d).await;
+        if s["generic_python_processes"] == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the Python pool never held {want}: {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn python_from_pool(d: &Daemon) -> u64 {
+    proc_status(d).await["handlers_from_pool"]["python"]
+        .as_u64()
+        .unwrap()
+}
+
+const POOLED_PY: &str = r#"
+import os
+def handler(event, context):
+    if event["query"].get("what") == "mem":
+        hog = []
+        while True:
+            hog.append(bytearray(1 << 20))
+    with open("data.txt") as f:
+        data = f.read().strip()
+    return {"pid": os.getpid(), "uid": os.getuid(), "env": os.environ.get("GREETING"),
+            "data": data, "cwd": os.getcwd()}
+"#;
+
+#[tokio::test]
+async fn new_python_functions_start_from_the_generic_pool_with_their_own_code_and_limits() {
+    let d = Daemon::start();
+    // The pool is kept once a Python function is prepared here.
+    deploy(
+        &d,
+        "first",
+        "h.py",
+        b"def handler(e, c):\n    return 'first'\n",
+        &[],
+    )
+    .await;
+    assert_eq!(d.call("first", "", "").await, (200, "first".into()));
+    python_pool_holds(&d, 2).await;
+
+    // A new function takes a pre-forked process: its code (bound into the
+    // running sandbox), its env, its memory limit, still PID 1 and nobody.
+    let before = python_from_pool(&d).await;
+    let bundle = tar_of(&[("handler.py", POOLED_PY), ("data.txt", "from the bundle\n")]);
+    d.deploy(
+        "pooled",
+        bundle,
+        &[
+            ("runtime", "python"),
+            ("file_name", "fn.tar"),
+            ("env", "GREETING=hi"),
+            ("memory_mib", "48"),
+        ],
+    )
+    .await;
+    let r = d.post("/fn/admin/pooled").send().await.unwrap();
+    assert_eq!(r.headers()["hearth-start"], "cold");
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(
+        (&v["pid"], &v["uid"], &v["env"], &v["data"], &v["cwd"]),
+        (
+            &1.into(),
+            &65534.into(),
+            &"hi".into(),
+            &"from the bundle".into(),
+            &"/code".into()
+        ),
+        "{v}"
+    );
+    assert_eq!(python_from_pool(&d).await, before + 1);
+    // The pool refills in the background.
+    python_pool_holds(&d, 2).await;
+    // The limit given with the function holds in the pooled process.
+    let (status, kind, msg) =
+        error_of(d.post("/fn/admin/pooled?what=mem").send().await.unwrap()).await;
+    assert_eq!((status, kind.as_str()), (500, "out_of_memory"), "{msg}");
+    assert!(msg.contains("48 MiB"), "{msg}");
+    python_pool_holds(&d, 2).await;
+    let r = d.post("/fn/admin/pooled").send().await.unwrap();
+    assert_eq!(r.status(), 200, "a new handler replaces the killed one");
+    assert_eq!(python_from_pool(&d).await, before + 2);
+
+    // One that may open internet sockets needs its filter chosen at fork:
+    // it is forked, not pooled.
+    deploy(
+        &d,
+        "net",
+        "h.py",
+        b"def handler(e, c):\n    return 'net'\n",
+        &[("allow_host", "example.com")],
+    )
+    .await;
+    assert_eq!(d.call("net", "", "").await, (200, "net".into()));
+    assert_eq!(python_from_pool(&d).await, before + 2);
+
+    // With the pools off, nothing is pre-started and handlers fork.
+    let off = Daemon::start_with_env(&[], &[("HEARTH_PROC_POOL", "0")]);
+    deploy(
+        &off,
+        "f",
+        "h.py",
+        b"def handler(e, c):\n    return 'f'\n",
+        &[],
+    )
+    .await;
+    assert_eq!(off.call("f", "", "").await, (200, "f".into()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let s = proc_status(&off).await;
+    assert_eq!(
+        (
+            &s["generic_python_processes"],
+            &s["handlers_from_pool"]["python"]
+        ),
+        (&0.into(), &0.into()),
+        "{s}"
+    );
+}
+
 #[tokio::test]
 async fn stopping_the_daemon_removes_its_mounts_and_cgroups() {
     let dir = tempfile::tempdir().unwrap();
