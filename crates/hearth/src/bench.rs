@@ -74,6 +74,11 @@ pub struct TraceArgs {
     /// gateway learns it at a node's join) or meets it only as refusals.
     #[arg(long, value_enum, default_value_t = Limits::Known)]
     real_limits: Limits,
+    /// MiB of objects the real nodes' Python functions' library builds at
+    /// import (shared through a zygote as the colocation mode allows);
+    /// 0: they import nothing.
+    #[arg(long, default_value_t = 16)]
+    real_import_mib: u32,
     /// Where the report goes.
     #[arg(long, default_value = "trace-report")]
     out: PathBuf,
@@ -136,6 +141,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         max_ms: a.real_max_ms,
         max_concurrency: a.real_max_concurrency,
         limits_known: a.real_limits == Limits::Known,
+        import_mib: a.real_import_mib,
     };
     let mut reports = Vec::new();
     let mut real_reports = Vec::new();

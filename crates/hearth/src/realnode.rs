@@ -31,10 +31,15 @@
 //! deploy prepares nothing: the first invocation on a node is its cold
 //! start).
 //!
-//! Limit, stated: the Python functions import no packages, so the
-//! colocation mode changes nothing on a real node itself (it governs
-//! package zygotes, `docs/process-tier.md`) — what differs between modes
-//! is which invocations the placer sends there.
+//! Python functions import a library, as most real ones do
+//! (`--real-import-mib`, default 16): `tracelib`, a wheel this run writes
+//! and the nodes install offline, whose import builds that many MiB of
+//! Python objects (a dict of strings, ~45 ms for 16 MiB here) — a stand-in
+//! for a package like numpy (113 ms, ~17 MiB, RESULTS §4). The colocation
+//! mode then decides, on the real node itself, which handlers fork from a
+//! zygote holding it (`docs/process-tier.md`): one for everyone (`full`),
+//! per tenant, per function, or none, where every handler imports it for
+//! itself. `--real-import-mib 0` deploys handlers that import nothing.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -65,6 +70,9 @@ pub struct RealConfig {
     /// Whether the placer learns that limit (as a gateway does at a
     /// node's join), or only meets it as refusals.
     pub limits_known: bool,
+    /// MiB of objects the Python functions' library builds at import;
+    /// 0: they import nothing.
+    pub import_mib: u32,
 }
 
 /// What the real nodes did in the window under one mode.
@@ -93,6 +101,9 @@ pub struct RealReport {
     pub wasm_functions: u64,
     /// Distinct (real node, function) pairs the placer sent work to.
     pub functions_used: u64,
+    /// Python zygotes holding the library, summed over the real nodes,
+    /// at the most (sampled with the loaded functions).
+    pub package_zygotes: u64,
     /// Latency over what the function itself was asked to take (its
     /// sleep), so the figures are the platform's part.
     pub p50_overhead_ms: f64,
@@ -112,6 +123,65 @@ const SLEEPER_PY: &str = "import os, time\n\
 SLEEP_S = int(os.environ['SLEEP_MS']) / 1000\n\
 def handler(event, context):\n    time.sleep(SLEEP_S)\n    return 'ok'\n";
 
+/// The library the Python functions import (`--real-import-mib`).
+const LIBRARY: &str = "tracelib";
+const LIBRARY_VERSION: &str = "1.0";
+
+/// Writes `tracelib`'s wheel into `dir`: a module whose import builds
+/// about `mib` MiB of Python objects (an int → str dict, ~125 bytes an
+/// entry) and keeps them, as a library's tables and caches are kept.
+fn write_library_wheel(dir: &Path, mib: u32) -> anyhow::Result<()> {
+    use std::io::Write;
+    let (name, version) = (LIBRARY, LIBRARY_VERSION);
+    let file = std::fs::File::create(dir.join(format!("{name}-{version}-py3-none-any.whl")))?;
+    let mut w = zip::ZipWriter::new(file);
+    let module = format!(
+        "# Made by `hearth bench trace`: a stand-in for a heavy library.\n\
+         TABLE = {{i: str(i) for i in range({entries})}}\n",
+        entries = u64::from(mib) * 8400
+    );
+    let info = format!("{name}-{version}.dist-info");
+    let files = [
+        (format!("{name}/__init__.py"), module),
+        (
+            format!("{info}/METADATA"),
+            format!("Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"),
+        ),
+        (
+            format!("{info}/WHEEL"),
+            "Wheel-Version: 1.0\nGenerator: hearth\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+                .into(),
+        ),
+        (format!("{info}/top_level.txt"), format!("{name}\n")),
+        (format!("{info}/RECORD"), String::new()),
+    ];
+    for (path, text) in files {
+        w.start_file(path, zip::write::SimpleFileOptions::default())?;
+        w.write_all(text.as_bytes())?;
+    }
+    w.finish()?;
+    Ok(())
+}
+
+/// A Python function's code: the sleeper alone, or a tar bundle of the
+/// sleeper importing the library, with its `requirements.txt`.
+fn python_code(import_mib: u32) -> anyhow::Result<(Vec<u8>, &'static str)> {
+    if import_mib == 0 {
+        return Ok((SLEEPER_PY.as_bytes().to_vec(), "handler.py"));
+    }
+    let code = format!("import {LIBRARY}\n{SLEEPER_PY}");
+    let requirements = format!("{LIBRARY}=={LIBRARY_VERSION}\n");
+    let mut tar = tar::Builder::new(Vec::new());
+    for (path, text) in [("handler.py", code), ("requirements.txt", requirements)] {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(text.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        tar.append_data(&mut h, path, text.as_bytes())?;
+    }
+    Ok((tar.into_inner()?, "fn.tar"))
+}
+
 /// Plays `trace`'s window live with `cfg.nodes` of `sim`'s nodes real.
 pub fn run(trace: &Trace, sim: &SimConfig, cfg: &RealConfig) -> anyhow::Result<RealReport> {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -119,7 +189,7 @@ pub fn run(trace: &Trace, sim: &SimConfig, cfg: &RealConfig) -> anyhow::Result<R
         .build()?;
     let mut nodes = Vec::new();
     let started = (0..cfg.nodes).try_for_each(|n| {
-        nodes.push(RealNode::start(sim.mode, n, cfg.max_concurrency)?);
+        nodes.push(RealNode::start(sim.mode, n, cfg)?);
         anyhow::Ok(())
     });
     let result = started.and_then(|()| rt.block_on(play(trace, sim, cfg, &nodes)));
@@ -327,11 +397,12 @@ async fn deploy(
                     vec![("runtime", "wasm".into())],
                 )
             } else {
+                let (code, file_name) = python_code(cfg.import_mib)?;
                 (
-                    SLEEPER_PY.as_bytes().to_vec(),
+                    code,
                     vec![
                         ("runtime", "python".into()),
-                        ("file_name", "handler.py".into()),
+                        ("file_name", file_name.into()),
                         ("env", format!("SLEEP_MS={sleep_ms}")),
                         ("timeout_ms", (cfg.max_ms + 30_000).to_string()),
                     ],
@@ -485,25 +556,33 @@ async fn poll_loaded(
 
 /// One round of [`poll_loaded`]; the slots only if `limits_known`.
 async fn poll_once(ctx: &Ctx, nodes: &[(String, String)], limits_known: bool) {
+    let mut zygotes = 0;
     for (n, (url, token)) in nodes.iter().enumerate() {
-        let Some((loaded, slots)) = loaded_on(&ctx.http, url, token).await else {
+        let Some(seen) = status_of(&ctx.http, url, token).await else {
             continue;
         };
+        zygotes += seen.package_zygotes;
         let mut live = ctx.live();
-        live.sim.external_loaded(n, loaded);
+        live.sim.external_loaded(n, seen.loaded);
         if limits_known {
-            live.sim.set_slots(n, slots);
+            live.sim.set_slots(n, seen.slots);
         }
     }
+    let mut live = ctx.live();
+    live.report.package_zygotes = live.report.package_zygotes.max(zygotes);
 }
 
-/// A real node's loaded functions, as (trace tenant, trace function), and
-/// its limit on invocations at once.
-async fn loaded_on(
-    http: &reqwest::Client,
-    url: &str,
-    token: &str,
-) -> Option<(Vec<(u32, u32)>, Option<u32>)> {
+/// What the placer (and the report) learns from a real node's status.
+struct NodeStatus {
+    /// Its loaded functions, as (trace tenant, trace function).
+    loaded: Vec<(u32, u32)>,
+    /// Its limit on invocations at once.
+    slots: Option<u32>,
+    /// Its Python zygotes that hold packages.
+    package_zygotes: u64,
+}
+
+async fn status_of(http: &reqwest::Client, url: &str, token: &str) -> Option<NodeStatus> {
     let status: serde_json::Value = http
         .get(format!("{url}/v1/status"))
         .bearer_auth(token)
@@ -521,14 +600,22 @@ async fn loaded_on(
     let slots = status["max_concurrency"]
         .as_u64()
         .and_then(|m| u32::try_from(m).ok());
-    Some((
-        status["loaded"]
+    let package_zygotes = status["tiers"]["process"]["details"]["zygotes"]
+        .as_array()
+        .map_or(0, |z| {
+            z.iter()
+                .filter(|z| z["packages"].as_u64().is_some_and(|p| p > 0))
+                .count() as u64
+        });
+    Some(NodeStatus {
+        loaded: status["loaded"]
             .as_array()?
             .iter()
             .filter_map(ids)
             .collect(),
         slots,
-    ))
+        package_zygotes,
+    })
 }
 
 /// One `hearth up` started for the run, in a data directory of its own.
@@ -541,11 +628,9 @@ struct RealNode {
 }
 
 impl RealNode {
-    fn start(
-        mode: Colocation,
-        n: usize,
-        max_concurrency: Option<usize>,
-    ) -> anyhow::Result<RealNode> {
+    /// A `hearth up` on a fresh data directory, with the library's wheel
+    /// in it to install from (offline) when the functions import one.
+    fn start(mode: Colocation, n: usize, cfg: &RealConfig) -> anyhow::Result<RealNode> {
         let dir = std::env::temp_dir().join(format!(
             "hearth-real-{}-{}-{n}",
             std::process::id(),
@@ -560,8 +645,14 @@ impl RealNode {
             "--colocation",
             mode.as_str(),
         ]);
-        if let Some(c) = max_concurrency {
+        if let Some(c) = cfg.max_concurrency {
             cmd.arg("--max-concurrency").arg(c.to_string());
+        }
+        if cfg.import_mib > 0 {
+            let wheels = dir.join("wheels");
+            std::fs::create_dir_all(&wheels)?;
+            write_library_wheel(&wheels, cfg.import_mib)?;
+            cmd.arg("--offline-packages").arg(&wheels);
         }
         let child = cmd
             .env("HEARTH_EXAMPLES", "false")
@@ -666,7 +757,7 @@ fn node_memory_mb(pid: u32, dir: &Path) -> f64 {
 }
 
 /// The report's columns: (CSV header, Markdown header), in order.
-const COLUMNS: [(&str, &str); 19] = [
+const COLUMNS: [(&str, &str); 20] = [
     ("mode", "mode"),
     ("pool", "pool"),
     ("window", "window"),
@@ -681,6 +772,7 @@ const COLUMNS: [(&str, &str); 19] = [
     ("warm", "warm"),
     ("functions_used", "functions used"),
     ("functions_py_wasm", "deployed (py/wasm)"),
+    ("package_zygotes", "package zygotes"),
     ("p50_overhead_ms", "p50 overhead ms"),
     ("p99_overhead_ms", "p99 overhead ms"),
     ("mean_mb", "mean MB"),
@@ -690,7 +782,7 @@ const COLUMNS: [(&str, &str); 19] = [
 
 impl RealReport {
     /// The row's cells, in [`COLUMNS`] order.
-    fn cells(&self) -> [String; 19] {
+    fn cells(&self) -> [String; 20] {
         [
             self.mode.clone(),
             self.pool.to_string(),
@@ -706,6 +798,7 @@ impl RealReport {
             self.warm.to_string(),
             self.functions_used.to_string(),
             format!("{}/{}", self.python_functions, self.wasm_functions),
+            self.package_zygotes.to_string(),
             format!("{:.1}", self.p50_overhead_ms),
             format!("{:.1}", self.p99_overhead_ms),
             format!("{:.1}", self.mean_mb),

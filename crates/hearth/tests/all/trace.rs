@@ -74,10 +74,20 @@ fn the_azure_2021_excerpt_is_reported_per_mode_as_csv_and_svg() {
     assert!(err.contains("no \"app\" column"), "{err}");
 }
 
+type Row = std::collections::HashMap<String, f64>;
+
 /// The one row of `real.csv` of a `hearth bench trace` run with `args`,
-/// as column → value, with the run's stderr; asserts the run left no data
-/// directory of a real node behind.
-fn real_run(args: &[&str]) -> (std::collections::HashMap<String, f64>, String) {
+/// as column → value, with the run's output.
+fn real_run(args: &[&str]) -> (Row, String) {
+    let (mut rows, out) = real_rows(args);
+    assert_eq!(rows.len(), 1, "{out}");
+    (rows.remove(0), out)
+}
+
+/// The rows of `real.csv` (one per mode) of a `hearth bench trace` run
+/// with `args`, as column → value, with the run's output; asserts the run
+/// left no data directory of a real node behind.
+fn real_rows(args: &[&str]) -> (Vec<Row>, String) {
     let out = tempfile::tempdir().unwrap();
     let run = Command::new(HEARTH)
         .args(["bench", "trace"])
@@ -93,12 +103,16 @@ fn real_run(args: &[&str]) -> (std::collections::HashMap<String, f64>, String) {
     let stderr = String::from_utf8_lossy(&run.stderr).to_string();
     assert!(run.status.success(), "{stderr}");
     let real = std::fs::read_to_string(out.path().join("real.csv")).unwrap();
-    let lines: Vec<&str> = real.lines().collect();
-    assert_eq!(lines.len(), 2, "{real}");
-    let row: std::collections::HashMap<String, f64> = lines[0]
-        .split(',')
-        .zip(lines[1].split(','))
-        .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+    let mut lines = real.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let rows: Vec<Row> = lines
+        .map(|line| {
+            header
+                .iter()
+                .zip(line.split(','))
+                .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+                .collect()
+        })
         .collect();
     // The bench stopped its nodes: no data directory or cgroup left.
     let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
@@ -111,7 +125,7 @@ fn real_run(args: &[&str]) -> (std::collections::HashMap<String, f64>, String) {
         })
         .collect();
     assert!(left.is_empty(), "{left:?}");
-    (row, format!("{real}\n{stderr}"))
+    (rows, format!("{real}\n{stderr}"))
 }
 
 /// Hydra §5.2's setup in small: the placer runs a synthetic hour over three
@@ -175,6 +189,10 @@ fn real_nodes_run_their_share_of_the_trace_window_and_push_back() {
         "completed invocations over memory held: {out}"
     );
     assert!(col("peak_mb") > 0.0, "the nodes' memory was sampled: {out}");
+    assert!(
+        col("package_zygotes") >= 1.0,
+        "the Python functions' library was imported into a tenant's zygote: {out}"
+    );
 
     let (known, out) = real_run(&args("known"));
     assert!(known["ok"] > 0.0, "{out}");
@@ -183,4 +201,40 @@ fn real_nodes_run_their_share_of_the_trace_window_and_push_back() {
         known["refused"], 0.0,
         "the placer kept within the limit: {out}"
     );
+}
+
+/// The colocation mode decides on the real node itself who shares the
+/// Python functions' library: under `full` every handler forks from one
+/// zygote that imported it; under `none` there is no such zygote (each
+/// handler imports it for itself).
+#[test]
+fn a_real_nodes_colocation_mode_decides_who_shares_the_imported_library() {
+    let (rows, out) = real_rows(&[
+        "--functions",
+        "200",
+        "--hours",
+        "1",
+        "--nodes",
+        "3",
+        "--modes",
+        "full,none",
+        "--pools",
+        "8",
+        "--real-nodes",
+        "1",
+        "--real-seconds",
+        "10",
+        "--real-max-ms",
+        "200",
+        "--real-import-mib",
+        "4",
+    ]);
+    assert_eq!(rows.len(), 2, "{out}");
+    let (full, none) = (&rows[0], &rows[1]);
+    for row in [full, none] {
+        assert!(row["ok"] > 0.0, "{out}");
+        assert_eq!(row["failed"], 0.0, "{out}");
+    }
+    assert_eq!(full["package_zygotes"], 1.0, "one zygote for all: {out}");
+    assert_eq!(none["package_zygotes"], 0.0, "no zygote under none: {out}");
 }
