@@ -14,9 +14,11 @@ use crate::keys::Keys;
 use crate::recording::{Hash, Recording, Stored};
 use crate::segment::{self, BlockBody};
 
-/// zstd level for blocks: tapes are small and repetitive, and level 3
-/// already finds most of what there is while costing little CPU.
-const ZSTD_LEVEL: i32 = 3;
+/// zstd level for blocks: tapes are small and repetitive, so level 1
+/// (zstd's fast strategy) already finds most of what there is; the writer
+/// shares the invocations' cores, and level 3's double-fast matcher was
+/// most of its CPU (`bench/RESULTS.md` §6).
+const ZSTD_LEVEL: i32 = 1;
 
 /// What sealing blocks reuses from one flush to the next: a zstd context
 /// (its tables are over a megabyte) and the compressed bytes. Allocating
