@@ -36,7 +36,8 @@
 //! and the nodes install offline, whose import builds that many MiB of
 //! Python objects (a dict of strings: 16 MiB asked built 17.5 MiB in 33 ms
 //! in a plain python3 here) — a stand-in
-//! for a package like numpy (113 ms, ~17 MiB, RESULTS §4). The colocation
+//! for a package like numpy (113 ms to import, 17 MiB a process holding
+//! it, RESULTS §4). The colocation
 //! mode then decides, on the real node itself, which handlers fork from a
 //! zygote holding it (`docs/process-tier.md`): one for everyone (`full`),
 //! per tenant, per function, or none, where every handler imports it for
