@@ -20,8 +20,9 @@ const LIBRARY: &str = "tracelib";
 const LIBRARY_VERSION: &str = "1.0";
 
 /// Writes `tracelib`'s wheel into `dir`: a module whose import builds
-/// about `mib` MiB of Python objects (an int → str dict, ~125 bytes an
-/// entry) and keeps them, as a library's tables and caches are kept.
+/// about `mib` MiB of Python objects and keeps them, as a library's
+/// tables and caches are kept: an int → str dict of 8,400 entries a MiB
+/// (16 asked built 17.5 MiB in a plain python3 here).
 pub(super) fn write_library_wheel(dir: &Path, mib: u32) -> anyhow::Result<()> {
     use std::io::Write;
     let (name, version) = (LIBRARY, LIBRARY_VERSION);

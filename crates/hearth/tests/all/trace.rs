@@ -76,6 +76,19 @@ fn the_azure_2021_excerpt_is_reported_per_mode_as_csv_and_svg() {
 
 type Row = std::collections::HashMap<String, f64>;
 
+/// The real-node tests' trace: a synthetic hour of 200 functions over
+/// three nodes with pools of eight.
+const SMALL_TRACE: [&str; 8] = [
+    "--functions",
+    "200",
+    "--hours",
+    "1",
+    "--nodes",
+    "3",
+    "--pools",
+    "8",
+];
+
 /// The one row of `real.csv` of a `hearth bench trace` run with `args`,
 /// as column → value, with the run's output.
 fn real_run(args: &[&str]) -> (Row, String) {
@@ -138,17 +151,10 @@ fn real_rows(args: &[&str]) -> (Vec<Row>, String) {
 #[test]
 fn real_nodes_run_their_share_of_the_trace_window_and_push_back() {
     let args = |limits| {
-        [
-            "--functions",
-            "200",
-            "--hours",
-            "1",
-            "--nodes",
-            "3",
+        let mut args = SMALL_TRACE.to_vec();
+        args.extend([
             "--modes",
             "tenant",
-            "--pools",
-            "8",
             "--real-nodes",
             "2",
             "--real-seconds",
@@ -159,7 +165,8 @@ fn real_nodes_run_their_share_of_the_trace_window_and_push_back() {
             "1",
             "--real-limits",
             limits,
-        ]
+        ]);
+        args
     };
     let (hidden, out) = real_run(&args("hidden"));
     let col = |name: &str| hidden[name];
@@ -209,17 +216,10 @@ fn real_nodes_run_their_share_of_the_trace_window_and_push_back() {
 /// handler imports it for itself).
 #[test]
 fn a_real_nodes_colocation_mode_decides_who_shares_the_imported_library() {
-    let (rows, out) = real_rows(&[
-        "--functions",
-        "200",
-        "--hours",
-        "1",
-        "--nodes",
-        "3",
+    let mut args = SMALL_TRACE.to_vec();
+    args.extend([
         "--modes",
         "full,none",
-        "--pools",
-        "8",
         "--real-nodes",
         "1",
         "--real-seconds",
@@ -229,6 +229,7 @@ fn a_real_nodes_colocation_mode_decides_who_shares_the_imported_library() {
         "--real-import-mib",
         "4",
     ]);
+    let (rows, out) = real_rows(&args);
     assert_eq!(rows.len(), 2, "{out}");
     let (full, none) = (&rows[0], &rows[1]);
     for row in [full, none] {
