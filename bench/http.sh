@@ -13,7 +13,13 @@ cargo build --release -q -p hearth -p hearth-bench
 BIN="$CARGO_TARGET_DIR/release"
 WORK="$(mktemp -d)"
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+# Wait for each daemon to exit (and unmount its sandbox roots) before the
+# data directory goes.
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
 trap cleanup EXIT
 
 start_hearth() {
