@@ -41,6 +41,12 @@ PIDS+=("$!")
 for _ in $(seq 1 100); do grep -q listening "$WORK/ceiling.log" 2>/dev/null && break; sleep 0.05; done
 CEIL=$(awk '{print $4}' "$WORK/ceiling.log")
 curl -sf "$URL/fn/admin/hello" >/dev/null   # prepare hello once, outside the measurement
+# The same greeting from C through wasi-libc (examples/wasm/hello.c): what
+# a compiled function looks like (a stack, data and heap over 2+ pages).
+clang --target=wasm32-wasi -O2 -o "$WORK/hello_c.wasm" examples/wasm/hello.c
+curl -sf -H "Authorization: Bearer $(cat "$WORK/data/token")" --data-binary @"$WORK/hello_c.wasm" \
+  "$URL/v1/functions/hello-c?runtime=wasm&public=true" >/dev/null
+curl -sf "$URL/fn/admin/hello-c" >/dev/null
 
 echo "### HTTP: hello function vs ceiling (wrk -t1, ${DUR}s per run, $(nproc) cores)"
 echo
@@ -50,8 +56,11 @@ for c in 1 16 64; do
   read -r crps cp50 cp99 cerr < <(wrk_run "$c" "$CEIL/")
   read -r hrps hp50 hp99 herr < <(wrk_run "$c" "$URL/fn/admin/hello")
   ratio=$(python3 -c "print(f'{$hrps/$crps:.2f}')")
+  read -r krps kp50 kp99 kerr < <(wrk_run "$c" "$URL/fn/admin/hello-c")
+  kratio=$(python3 -c "print(f'{$krps/$crps:.2f}')")
   echo "| $c | ceiling (hyper) | $crps | ${cp50} µs | ${cp99} µs | $cerr | |"
-  echo "| $c | hearth hello | $hrps | ${hp50} µs | ${hp99} µs | $herr | **$ratio** |"
+  echo "| $c | hearth hello (.wat) | $hrps | ${hp50} µs | ${hp99} µs | $herr | **$ratio** |"
+  echo "| $c | hearth hello (C) | $krps | ${kp50} µs | ${kp99} µs | $kerr | $kratio |"
 done
 
 ms() { python3 -c "print(f'{float(\"$1\")*1000:.1f}')"; }

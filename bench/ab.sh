@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Two builds of the daemon side by side, on one function: for each round,
+# wrk against A then B, and the daemon's own CPU per request (utime + stime
+# from /proc, so the load generator's share does not blur it). On this
+# noisy 2-core machine CPU per request is the steadier of the two figures;
+# judge a change by the median of several rounds.
+#
+# Usage: bench/ab.sh BIN_A BIN_B [rounds] [seconds] [module]
+#   BIN_A, BIN_B  two `hearth` binaries (copy one aside before rebuilding)
+#   module        a .wasm/.wat to deploy and invoke; default: the embedded hello
+# Environment: C (wrk connections, default 16).
+set -euo pipefail
+A=$1 B=$2 ROUNDS=${3:-6} SECS=${4:-3} MODULE=${5:-}
+CONNS=${C:-16}
+WORK=$(mktemp -d)
+PIDS=()
+# The daemons are started inside $(...), so they are not this shell's
+# children and `wait` cannot see them: poll until each has exited (and
+# unmounted its sandbox roots) before the data directories go.
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do
+    for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+  done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# start NAME BIN -> URL (pid appended to PIDS; the daemon's dir is $WORK/NAME)
+start() {
+  local dir="$WORK/$1"
+  HEARTH_LOG=warn "$2" --data-dir "$dir" up --listen 127.0.0.1:0 >"$WORK/$1.log" 2>&1 &
+  echo $! >"$WORK/$1.pid"
+  for _ in $(seq 1 600); do [ -s "$dir/server.json" ] && break; sleep 0.05; done
+  python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["url"])' "$dir/server.json"
+}
+UA=$(start a "$A"); PIDS+=("$(cat "$WORK/a.pid")")
+UB=$(start b "$B"); PIDS+=("$(cat "$WORK/b.pid")")
+FN=/fn/admin/hello
+if [ -n "$MODULE" ]; then
+  for side in "a $UA" "b $UB"; do
+    set -- $side
+    curl -sf -H "Authorization: Bearer $(cat "$WORK/$1/token")" --data-binary @"$MODULE" \
+      "$2/v1/functions/abfn?runtime=wasm&public=true" >/dev/null
+  done
+  FN=/fn/admin/abfn
+fi
+for u in "$UA" "$UB"; do curl -sf "$u$FN" >/dev/null; wrk -t1 -c"$CONNS" -d1s "$u$FN" >/dev/null; done
+
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# measure URL PID -> "req/s cpu_ticks"
+measure() {
+  local t0 t1 rps
+  t0=$(ticks "$2")
+  rps=$(wrk -t1 -c"$CONNS" -d"${SECS}s" "$1$FN" | awk '/Requests\/sec/{print $2}')
+  t1=$(ticks "$2")
+  echo "$rps $((t1 - t0))"
+}
+echo "| round | A req/s | A CPU µs/req | B req/s | B CPU µs/req | req/s B/A | CPU B/A |"
+echo "|---|---|---|---|---|---|---|"
+for i in $(seq 1 "$ROUNDS"); do
+  read -r ra ca < <(measure "$UA" "${PIDS[0]}")
+  read -r rb cb < <(measure "$UB" "${PIDS[1]}")
+  python3 -c "
+ra, ca, rb, cb, s, hz = $ra, $ca, $rb, $cb, $SECS, $(getconf CLK_TCK)
+ua, ub = ca / hz / (ra * s) * 1e6, cb / hz / (rb * s) * 1e6
+print(f'| $i | {ra:.0f} | {ua:.1f} | {rb:.0f} | {ub:.1f} | {rb / ra:.3f} | {ub / ua:.3f} |')
+open('$WORK/ratios', 'a').write(f'{rb / ra} {ub / ua}\\n')"
+done
+python3 -c "
+import statistics as st
+r = [tuple(map(float, l.split())) for l in open('$WORK/ratios')]
+print(f'| median | | | | | **{st.median(x[0] for x in r):.3f}** | **{st.median(x[1] for x in r):.3f}** |')"
