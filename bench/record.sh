@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Cost of always-on recording, in one run on this machine:
-#   * throughput and p99 with recording on vs off (two daemons side by
-#     side, runs interleaved on/off/on/off) for the wasm hello function, a
-#     JS function making one outbound call, and a Python function;
+#   * throughput, p99 and the daemon's CPU per request with recording on vs
+#     off, for the wasm hello function, a JS function making one outbound
+#     call, and a Python function;
 #   * bytes on disk per invocation for each, and replay speed (tapes/s).
-# A third daemon, also with recording off, runs in the same rotation: the
-# off/off difference is this run's noise floor, printed beside the result
-# (on this 2-core machine one run's p99 moves by tens of percent). Each
-# figure is the median over the rounds.
+# One daemon holds each function three times: as deployed (every
+# invocation taped), and twice with `record_sample=0` (no tapes). Runs
+# rotate among the three; the two unrecorded copies against each other are
+# this run's noise floor (A/A), printed beside the result. Comparing within
+# one daemon matters here: two daemons started alike differed by up to 7%
+# in CPU per request on this machine (eleventh session), more than the
+# cost being measured. Each figure is the median over the rounds; CPU per
+# request is utime + stime from /proc over each run, steadier than wrk's
+# figures when the machine is noisy.
 # Usage: bench/record.sh [seconds-per-run] [rounds]   (prints Markdown)
 #        FNS="hello py" bench/record.sh …   only these functions
 set -euo pipefail
@@ -29,17 +34,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start NAME [flags...]: a daemon with data in $WORK/NAME; sets URL_NAME.
-start() {
-  local name=$1; shift
-  HEARTH_LOG=warn "$BIN/hearth" --data-dir "$WORK/$name" up --listen 127.0.0.1:0 "$@" >"$WORK/$name.log" 2>&1 &
-  PIDS+=("$!")
-  for _ in $(seq 1 600); do [ -s "$WORK/$name/server.json" ] && break; sleep 0.05; done
-  printf -v "URL_$name" '%s' "$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["url"])' "$WORK/$name/server.json")"
-}
-start on
-start off --record false
-start ctl --record false
+HEARTH_LOG=warn "$BIN/hearth" --data-dir "$WORK/data" up --listen 127.0.0.1:0 >"$WORK/up.log" 2>&1 &
+PID=$!
+PIDS+=("$PID")
+for _ in $(seq 1 600); do [ -s "$WORK/data/server.json" ] && break; sleep 0.05; done
+URL=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["url"])' "$WORK/data/server.json")
+TOK=$(cat "$WORK/data/token")
 
 # The outbound call's target: the ceiling server (fixed bytes, no work).
 "$BIN/hearth-bench" ceiling 127.0.0.1:0 >"$WORK/upstream.log" &
@@ -61,57 +61,71 @@ import random, time
 def handler(event, context):
     return {"statusCode": 200, "body": f"t={time.time():.3f} r={random.random():.6f}"}
 PY
-for d in on off ctl; do
-  url="URL_$d"; url=${!url}
-  tok=$(cat "$WORK/$d/token")
-  curl -sf -H "Authorization: Bearer $tok" --data-binary @"$WORK/onecall.mjs" \
-    "$url/v1/functions/onecall?runtime=js&file_name=index.mjs&public=true&allow_host=$UPHOST" >/dev/null
-  curl -sf -H "Authorization: Bearer $tok" --data-binary @"$WORK/handler.py" \
-    "$url/v1/functions/py?runtime=python&file_name=handler.py&public=true" >/dev/null
-  for f in hello onecall py; do curl -sf "$url/fn/admin/$f" >/dev/null; done
-done
+# deploy NAME FILE QUERY: NAME as is, and NAME-off and NAME-ctl untaped.
+deploy() {
+  for suffix in "" -off -ctl; do
+    local q="$3"
+    [ -z "$suffix" ] || q="$q&record_sample=0"
+    curl -sf -H "Authorization: Bearer $TOK" --data-binary @"$2" \
+      "$URL/v1/functions/$1$suffix?public=true&$q" >/dev/null
+    # Warm: c=$C concurrent requests start that many handlers in the
+    # process tier, which the first measured run should not pay for.
+    wrk -t1 -c"$C" -d1s "$URL/fn/admin/$1$suffix" >/dev/null
+  done
+}
+deploy hello examples/wasm/hello.wat "runtime=wasm"
+deploy onecall "$WORK/onecall.mjs" "runtime=js&file_name=index.mjs&allow_host=$UPHOST"
+deploy py "$WORK/handler.py" "runtime=python&file_name=handler.py"
 
 . bench/wrk.sh
-# -> "req/s p99_us"; any non-2xx answer ends the run: it would skew the ratio.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# wrk_run URL -> "req/s p99_us cpu_ticks"; any non-2xx answer ends the
+# run: it would skew the ratio.
 wrk_run() {
-  local rps p50 p99 bad
+  local rps p50 p99 bad t0
+  t0=$(ticks "$PID")
   read -r rps p50 p99 bad < <(wrk_stats us -t1 -c"$C" -d"${DUR}s" "$1")
   [ "$bad" = 0 ] || { echo "non-2xx responses from $1: $bad" >&2; exit 1; }
-  echo "$rps $p99"
+  echo "$rps $p99 $(($(ticks "$PID") - t0))"
 }
-tapes() { curl -sf "$URL_on/metrics" | awk '$1=="hearth_tapes_total"{print $2}'; }
-seg_bytes() { du -sb "$WORK/on/recordings/segments" | awk '{print $1}'; }
+tapes() { curl -sf "$URL/metrics" | awk '$1=="hearth_tapes_total"{print $2}'; }
+seg_bytes() { du -sb "$WORK/data/recordings/segments" | awk '{print $1}'; }
 
-echo "### Recording on vs off (wrk -t1 -c$C, ${DUR}s per run, $ROUNDS rounds of on/off/off interleaved, medians, $(nproc) cores)"
+echo "### Recording on vs off, one daemon (wrk -t1 -c$C, ${DUR}s per run, $ROUNDS rounds of on/off/off interleaved, rotating which goes first, medians, $(nproc) cores)"
 echo
-echo "| function | recording | req/s | p99 | throughput change | p99 change | bytes on disk per invocation |"
-echo "|---|---|---|---|---|---|---|"
+echo "| function | recording | req/s | p99 | daemon CPU per request | throughput change | p99 change | CPU change | bytes on disk per invocation |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for f in ${FNS:-hello onecall py}; do
   runs=()
   t0=$(tapes); b0=$(seg_bytes)
-  for _ in $(seq 1 "$ROUNDS"); do
-    for d in on off ctl; do
-      url="URL_$d"
-      read -r r p < <(wrk_run "${!url}/fn/admin/$f")
-      runs+=("$d:$r:$p")
+  # Each round starts with the next copy, so none always runs first.
+  order=(on off ctl)
+  for i in $(seq 0 $((ROUNDS - 1))); do
+    for k in 0 1 2; do
+      d=${order[$(((i + k) % 3))]}
+      name=$f; [ "$d" = on ] || name="$f-$d"
+      read -r r p t < <(wrk_run "$URL/fn/admin/$name")
+      runs+=("$d:$r:$p:$t")
     done
   done
   sleep 0.5   # one flush interval
   t1=$(tapes); b1=$(seg_bytes)
-  python3 - "$f" "$t0" "$t1" "$b0" "$b1" "${runs[@]}" <<'PY'
+  python3 - "$f" "$t0" "$t1" "$b0" "$b1" "$DUR" "$(getconf CLK_TCK)" "${runs[@]}" <<'PY'
 import statistics, sys
-f, t0, t1, b0, b1, *runs = sys.argv[1:]
-rps, p99 = {}, {}
+f, t0, t1, b0, b1, dur, hz, *runs = sys.argv[1:]
+rps, p99, cpu = {}, {}, {}
 for run in runs:
-    d, r, p = run.split(":")
+    d, r, p, t = run.split(":")
     rps.setdefault(d, []).append(int(r)); p99.setdefault(d, []).append(int(p))
+    cpu.setdefault(d, []).append(int(t) / int(hz) / (int(r) * float(dur)) * 1e6)
 med = lambda xs: statistics.median(xs)
 r = {d: med(v) for d, v in rps.items()}; p = {d: med(v) for d, v in p99.items()}
+c = {d: med(v) for d, v in cpu.items()}
 per = (int(b1) - int(b0)) / max(1, int(float(t1)) - int(float(t0)))
 ch = lambda a, b: f"{(a / b - 1) * 100:+.1f}%"
-print(f"| {f} | off | {r['off']:.0f} | {p['off']/1000:.2f} ms | | | |")
-print(f"| {f} | on | {r['on']:.0f} | {p['on']/1000:.2f} ms | **{ch(r['on'], r['off'])}** | **{ch(p['on'], p['off'])}** | {per:.0f} B |")
-print(f"| {f} | off again (A/A: the noise floor) | {r['ctl']:.0f} | {p['ctl']/1000:.2f} ms | {ch(r['ctl'], r['off'])} | {ch(p['ctl'], p['off'])} | |")
+print(f"| {f} | off | {r['off']:.0f} | {p['off']/1000:.2f} ms | {c['off']:.1f} µs | | | | |")
+print(f"| {f} | on | {r['on']:.0f} | {p['on']/1000:.2f} ms | {c['on']:.1f} µs | **{ch(r['on'], r['off'])}** | **{ch(p['on'], p['off'])}** | **{ch(c['on'], c['off'])}** | {per:.0f} B |")
+print(f"| {f} | off again (A/A: the noise floor) | {r['ctl']:.0f} | {p['ctl']/1000:.2f} ms | {c['ctl']:.1f} µs | {ch(r['ctl'], r['off'])} | {ch(p['ctl'], p['off'])} | {ch(c['ctl'], c['off'])} | |")
 PY
 done
 
@@ -120,10 +134,9 @@ echo "### Replay speed"
 echo
 echo "| function | tapes replayed | seconds | tapes/s |"
 echo "|---|---|---|---|"
-TOK=$(cat "$WORK/on/token")
 for f in ${FNS:-hello onecall py}; do
   curl -sf -w ' %{time_total}' -X POST -H "Authorization: Bearer $TOK" \
-    "$URL_on/v1/functions/$f/replay?against=1&last=2000" >"$WORK/replay.out"
+    "$URL/v1/functions/$f/replay?against=1&last=2000" >"$WORK/replay.out"
   python3 - "$f" "$WORK/replay.out" <<'PY'
 import json, sys
 f = sys.argv[1]

@@ -171,3 +171,50 @@ async fn spinning_functions_hit_their_deadline_while_hello_keeps_answering() {
         assert!(took < Duration::from_secs(10), "{took:?}");
     }
 }
+
+/// Reads what an earlier invocation would have left behind (its mark in
+/// the data segment's page, a mutable global, a page it zero-filled, and
+/// 100 KiB past its initial memory: more than a pool slot keeps resident,
+/// so both of the slot's reset paths are crossed), then leaves the same
+/// marks itself. Prints `clean` or `dirty`.
+const SNOOP: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write"
+    (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (global $g (mut i32) (i32.const 0))
+  (data (i32.const 1000) "a")
+  (data (i32.const 2000) "clean\n")
+  (data (i32.const 2010) "dirty\n")
+  (func (export "_start")
+    (local $dirty i32)
+    (drop (memory.grow (i32.const 3)))
+    (local.set $dirty
+      (i32.or
+        (i32.or (i32.ne (i32.load8_u (i32.const 1000)) (i32.const 97))
+                (i32.ne (global.get $g) (i32.const 0)))
+        (i32.or (i32.load8_u (i32.const 40000))
+                (i32.or (i32.load8_u (i32.const 131072))
+                        (i32.load8_u (i32.const 233000))))))
+    (i32.store8 (i32.const 1000) (i32.const 88))
+    (i32.store8 (i32.const 40000) (i32.const 1))
+    (memory.fill (i32.const 131072) (i32.const 1) (i32.const 102400))
+    (global.set $g (i32.const 1))
+    (i32.store (i32.const 0) (select (i32.const 2010) (i32.const 2000) (local.get $dirty)))
+    (i32.store (i32.const 4) (i32.const 6))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
+
+#[tokio::test]
+async fn nothing_an_invocation_writes_survives_into_the_next() {
+    let d = Daemon::start();
+    d.deploy("snoop", SNOOP.as_bytes().to_vec(), &[]).await;
+    // One after another (the pool hands a version the slot it just
+    // used), then in parallel.
+    for i in 0..20 {
+        let body = d.invoke_body("snoop", String::new()).await;
+        assert_eq!(body, "clean\n", "invocation {i} saw an earlier one's memory");
+    }
+    let calls = (0..32).map(|_| d.invoke_body("snoop", String::new()));
+    for body in futures::future::join_all(calls).await {
+        assert_eq!(body, "clean\n");
+    }
+}
