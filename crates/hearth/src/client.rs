@@ -8,6 +8,8 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
+use crate::deploy::DeployArgs;
+
 #[derive(Debug, Args)]
 pub struct Target {
     /// Server URL (default: from the data directory's server.json).
@@ -24,45 +26,7 @@ pub struct Target {
 #[derive(Debug, Subcommand)]
 pub enum ClientCommand {
     /// Deploy a function: a new immutable version of NAME.
-    Deploy {
-        /// The code: a .wasm/.wat module, a .py/.mjs/.js file, a directory,
-        /// or a tar/tar.gz/zip bundle.
-        file: PathBuf,
-        /// Python packages (pinned name==version lines) or an npm
-        /// package.json to bundle with a single source file.
-        #[arg(long)]
-        requirements: Option<PathBuf>,
-        /// Function name (default: the file name without extension).
-        #[arg(long)]
-        name: Option<String>,
-        /// wasm, js, python or node (default: inferred from the file).
-        #[arg(long)]
-        runtime: Option<String>,
-        #[arg(long)]
-        memory_mib: Option<u32>,
-        #[arg(long)]
-        timeout_ms: Option<u64>,
-        /// Host (or host:port) outbound HTTP may reach; repeatable.
-        #[arg(long = "allow-host")]
-        allow_hosts: Vec<String>,
-        /// NAME=VALUE in the function's environment; repeatable.
-        #[arg(long = "env")]
-        env: Vec<String>,
-        /// Allow invocation without a token.
-        #[arg(long)]
-        public: bool,
-        /// Share of invocations recorded, 0 to 1 (default 1: all).
-        #[arg(long)]
-        record_sample: Option<f64>,
-        /// Keep tapes of successful invocations this long (e.g. 1d).
-        #[arg(long)]
-        keep_ok: Option<String>,
-        /// Keep tapes of failed invocations this long (e.g. 30d).
-        #[arg(long)]
-        keep_errors: Option<String>,
-        #[command(flatten)]
-        target: Target,
-    },
+    Deploy(DeployArgs),
     /// Invoke a function and print its response body.
     Invoke {
         name: String,
@@ -289,7 +253,7 @@ fn read_data(data: &str) -> anyhow::Result<Vec<u8>> {
 }
 
 /// Shows elapsed time on a terminal while `fut` runs longer than a second.
-async fn with_progress<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+pub(crate) async fn with_progress<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
     if !std::io::stderr().is_terminal() {
         return fut.await;
     }
@@ -382,85 +346,9 @@ fn print_status(url: &str, v: &Value) {
 
 pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
     match cmd {
-        ClientCommand::Deploy {
-            file,
-            requirements,
-            name,
-            mut runtime,
-            memory_mib,
-            timeout_ms,
-            allow_hosts,
-            env,
-            public,
-            record_sample,
-            keep_ok,
-            keep_errors,
-            target,
-        } => {
-            let c = Client::new(data_dir, &target)?;
-            let mut file_name = file
-                .file_name()
-                .map(|f| f.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let code = if file.is_dir() || requirements.is_some() {
-                // Directories and source + requirements travel as one tar.
-                if runtime.is_none() {
-                    runtime =
-                        Some(infer_bundle_runtime(&file, requirements.as_deref()).to_string());
-                }
-                file_name = "bundle.tar".into();
-                bundle(&file, requirements.as_deref())?
-            } else {
-                std::fs::read(&file)
-                    .with_context(|| format!("failed to read {}", file.display()))?
-            };
-            let name = match name {
-                Some(n) => n,
-                None => file
-                    .file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .context("cannot name the function: pass --name")?,
-            };
-            let mut q: Vec<(&str, String)> = vec![("file_name", file_name)];
-            if let Some(r) = runtime {
-                q.push(("runtime", r));
-            }
-            if let Some(m) = memory_mib {
-                q.push(("memory_mib", m.to_string()));
-            }
-            if let Some(t) = timeout_ms {
-                q.push(("timeout_ms", t.to_string()));
-            }
-            q.extend(allow_hosts.into_iter().map(|h| ("allow_host", h)));
-            q.extend(env.into_iter().map(|e| ("env", e)));
-            if public {
-                q.push(("public", "true".into()));
-            }
-            q.extend(record_sample.map(|r| ("record_sample", r.to_string())));
-            q.extend(keep_ok.map(|k| ("keep_ok", k)));
-            q.extend(keep_errors.map(|k| ("keep_errors", k)));
-            let size_kib = code.len() as f64 / 1024.0;
-            let rb = c
-                .request(reqwest::Method::POST, &format!("/v1/functions/{name}"))
-                .query(&q)
-                .body(code);
-            let v = with_progress(
-                &format!("uploading {size_kib:.1} KiB and compiling"),
-                c.send(rb),
-            )
-            .await?;
-            if c.json {
-                c.print_json(&v);
-            } else {
-                println!(
-                    "deployed {} version {} ({} ms to compile)\n  invoke: {}{}",
-                    v["name"].as_str().unwrap_or_default(),
-                    v["version"],
-                    v["compile_ms"],
-                    c.url,
-                    v["url"].as_str().unwrap_or_default()
-                );
-            }
+        ClientCommand::Deploy(args) => {
+            let c = Client::new(data_dir, &args.target)?;
+            crate::deploy::deploy(&c, args).await?;
         }
         ClientCommand::Invoke {
             name,
@@ -778,43 +666,4 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// A tar of a directory, or of one source file plus its requirements file.
-fn bundle(file: &Path, requirements: Option<&Path>) -> anyhow::Result<Vec<u8>> {
-    let mut b = tar::Builder::new(Vec::new());
-    if file.is_dir() {
-        b.append_dir_all(".", file)
-            .with_context(|| format!("failed to pack {}", file.display()))?;
-    } else {
-        let name = file.file_name().context("not a file")?;
-        b.append_path_with_name(file, name)
-            .with_context(|| format!("failed to read {}", file.display()))?;
-    }
-    if let Some(r) = requirements {
-        let name = if r.extension().is_some_and(|e| e == "json") {
-            "package.json"
-        } else {
-            "requirements.txt"
-        };
-        b.append_path_with_name(r, name)
-            .with_context(|| format!("failed to read {}", r.display()))?;
-    }
-    Ok(b.into_inner()?)
-}
-
-/// python when the bundle holds Python, else node.
-fn infer_bundle_runtime(file: &Path, requirements: Option<&Path>) -> &'static str {
-    let is_py = |p: &Path| p.extension().is_some_and(|e| e == "py" || e == "txt");
-    let python = if file.is_dir() {
-        std::fs::read_dir(file)
-            .map(|d| {
-                d.flatten()
-                    .any(|e| is_py(&e.path()) && e.path().extension().is_some_and(|x| x == "py"))
-            })
-            .unwrap_or(false)
-    } else {
-        is_py(file) || requirements.is_some_and(is_py)
-    };
-    if python { "python" } else { "js" }
 }

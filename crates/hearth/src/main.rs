@@ -5,6 +5,7 @@ mod bench;
 mod client;
 mod config;
 mod daemon;
+mod deploy;
 mod realnode;
 mod recordings;
 

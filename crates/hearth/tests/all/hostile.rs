@@ -211,7 +211,10 @@ async fn nothing_an_invocation_writes_survives_into_the_next() {
     // used), then in parallel.
     for i in 0..20 {
         let body = d.invoke_body("snoop", String::new()).await;
-        assert_eq!(body, "clean\n", "invocation {i} saw an earlier one's memory");
+        assert_eq!(
+            body, "clean\n",
+            "invocation {i} saw an earlier one's memory"
+        );
     }
     let calls = (0..32).map(|_| d.invoke_body("snoop", String::new()));
     for body in futures::future::join_all(calls).await {

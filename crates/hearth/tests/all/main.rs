@@ -5,6 +5,7 @@ mod api;
 mod auth;
 mod cli;
 mod cluster;
+mod colocation;
 mod durability;
 mod examples_c;
 mod harness;
