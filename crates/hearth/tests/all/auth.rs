@@ -2,18 +2,6 @@
 
 use crate::harness::{Daemon, JsonExt, error_of, example, function_names};
 
-async fn new_tenant(d: &Daemon, name: &str) -> String {
-    let resp = d
-        .post("/v1/tenants")
-        .json(&serde_json::json!({"name": name}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 201);
-    let v: serde_json::Value = resp.json().await.unwrap();
-    v["token"].as_str().unwrap().to_string()
-}
-
 #[tokio::test]
 async fn missing_or_wrong_tokens_are_refused() {
     let d = Daemon::start();
@@ -49,8 +37,8 @@ async fn missing_or_wrong_tokens_are_refused() {
 #[tokio::test]
 async fn tenants_never_see_each_others_functions_logs_or_kv() {
     let d = Daemon::start();
-    let acme = new_tenant(&d, "acme").await;
-    let beta = new_tenant(&d, "beta").await;
+    let acme = d.create_tenant("acme").await;
+    let beta = d.create_tenant("beta").await;
     let dup = d
         .post("/v1/tenants")
         .json(&serde_json::json!({"name": "acme"}))

@@ -5,18 +5,6 @@
 use crate::harness::{Daemon, tar_of};
 use crate::process::write_wheel;
 
-async fn create_tenant(d: &Daemon, name: &str) -> String {
-    let r = d
-        .post("/v1/tenants")
-        .json(&serde_json::json!({ "name": name }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    let v: serde_json::Value = r.json().await.unwrap();
-    v["token"].as_str().unwrap().to_string()
-}
-
 #[tokio::test]
 async fn with_full_colocation_tenants_share_package_zygotes_but_never_a_sandbox_or_its_scratch() {
     let wheels = tempfile::tempdir().unwrap();
@@ -27,7 +15,7 @@ async fn with_full_colocation_tenants_share_package_zygotes_but_never_a_sandbox_
         "--colocation",
         "full",
     ]);
-    let acme = create_tenant(&d, "acme").await;
+    let acme = d.create_tenant("acme").await;
     let code = r#"
 import os, tinypkg
 def handler(e, c):
@@ -113,7 +101,7 @@ async fn colocation_decides_who_forks_from_one_package_zygote_and_tenants_can_ov
     let wheels = tempfile::tempdir().unwrap();
     write_wheel(wheels.path());
     let d = Daemon::start_with(&["--offline-packages", wheels.path().to_str().unwrap()]);
-    let acme = create_tenant(&d, "acme").await;
+    let acme = d.create_tenant("acme").await;
     let bundle = tar_of(&[
         (
             "handler.py",

@@ -137,6 +137,19 @@ impl Daemon {
         self.get(path).send().await.unwrap().text().await.unwrap()
     }
 
+    /// Creates tenant `name` (which must be new); its token.
+    pub async fn create_tenant(&self, name: &str) -> String {
+        let r = self
+            .post("/v1/tenants")
+            .json(&serde_json::json!({ "name": name }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201, "creating tenant {name}");
+        let v: serde_json::Value = r.json().await.unwrap();
+        v["token"].as_str().unwrap().to_string()
+    }
+
     pub fn delete(&self, path: &str) -> reqwest::RequestBuilder {
         self.http
             .delete(format!("{}{path}", self.url))

@@ -366,16 +366,7 @@ async fn tenants_see_only_their_own_tapes_and_tapes_are_encrypted_on_disk() {
         .unwrap()
         .to_string();
 
-    let v: Value = d
-        .post("/v1/tenants")
-        .json(&serde_json::json!({"name": "other"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let other = v["token"].as_str().unwrap().to_string();
+    let other = d.create_tenant("other").await;
     let as_other = |rb: reqwest::RequestBuilder| rb.bearer_auth(&other).send();
     let list: Value = as_other(
         d.http
