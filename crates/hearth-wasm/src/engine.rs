@@ -88,8 +88,10 @@ impl WasmEngine {
                 .linear_memory_keep_resident(64 << 10)
                 .table_keep_resident(16 << 10)
                 // Where the kernel offers PAGEMAP_SCAN (6.7+), reset only
-                // the pages a guest dirtied instead of memsetting all that
-                // is kept resident: hello dirties one page of sixteen.
+                // the pages a guest wrote: a C function's stack, data and
+                // heap reach past the resident 64 KiB, and without the scan
+                // each invocation paid an madvise and refaults for them
+                // (docs/wasm-tier.md, "Memory").
                 .pagemap_scan(wasmtime::Enabled::Auto);
             wt.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         }
