@@ -3,6 +3,11 @@
 //!
 //! `hearth-bench ceiling ADDR`: a minimal hyper server answering exactly the
 //! bytes Hearth's hello function answers, the ceiling for `bench/http.sh`.
+//!
+//! `hearth-bench record [N]`: recording's cost per tape, in process
+//! ([`record`]).
+
+mod record;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -167,8 +172,18 @@ fn main() -> anyhow::Result<()> {
                 )),
             }
         }
+        Some("record") => {
+            let n = args
+                .get(1)
+                .map(|s| s.parse())
+                .transpose()?
+                .unwrap_or(500_000);
+            rt.block_on(record::run(n))
+        }
         _ => {
-            eprintln!("usage: hearth-bench instantiate [N] | hearth-bench ceiling ADDR [FILE]");
+            eprintln!(
+                "usage: hearth-bench instantiate [N] | hearth-bench ceiling ADDR [FILE] | hearth-bench record [N]"
+            );
             std::process::exit(2);
         }
     }

@@ -13,11 +13,11 @@
 //! [`BlockBody`](crate::segment::BlockBody)'s bytes without decoding
 //! anything.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use hearth_store::TapeBlock;
+use rustc_hash::FxHashMap;
 
 use crate::RecordError;
 use crate::recording::{Hash, Recording, RecordingRef, Stored, StoredRef};
@@ -25,7 +25,9 @@ use crate::recording::{Hash, Recording, RecordingRef, Stored, StoredRef};
 /// What waits in one shard.
 #[derive(Default)]
 pub(crate) struct Pending {
-    pub tenants: HashMap<String, TenantTapes>,
+    /// FxHash, not SipHash: keys are names the node already checked, and
+    /// the two SipHash lookups per tape were a sixth of handing it over.
+    pub tenants: FxHashMap<String, TenantTapes>,
     pub count: u64,
     pub bytes: u64,
 }
@@ -39,7 +41,7 @@ pub(crate) struct TenantTapes {
     /// Large payloads split out of these tapes (not yet deduplicated
     /// against the segment: the writer knows what it holds).
     pub blobs: Vec<(Hash, Vec<u8>)>,
-    pub functions: HashMap<String, Summary>,
+    pub functions: FxHashMap<String, Summary>,
 }
 
 /// A batch's buffer larger than this is freed after a flush instead of
@@ -75,19 +77,13 @@ impl Pending {
         let before = tenant.tapes.len();
         let (encoded, payloads) = if r.has_large_payload() {
             let (stored, payloads) = Stored::split(r.to_owned());
-            (
-                postcard::to_io(&stored, &mut tenant.tapes).map(drop),
-                payloads,
-            )
+            (append(&stored, &mut tenant.tapes), payloads)
         } else {
             let stored = StoredRef {
                 recording: r,
                 refs: &[],
             };
-            (
-                postcard::to_io(&stored, &mut tenant.tapes).map(drop),
-                Vec::new(),
-            )
+            (append(&stored, &mut tenant.tapes), Vec::new())
         };
         if let Err(e) = encoded {
             tenant.tapes.truncate(before);
@@ -102,6 +98,19 @@ impl Pending {
         self.bytes += added;
         Ok(added)
     }
+}
+
+/// postcard's encoding of `value`, appended to `out` (whose earlier tapes
+/// stay put whatever happens). `to_extend` pushes bytes into the `Vec`
+/// directly; `to_io` went through `io::Write` for every field.
+fn append<T: serde::Serialize>(value: &T, out: &mut Vec<u8>) -> postcard::Result<()> {
+    struct Tail<'a>(&'a mut Vec<u8>);
+    impl Extend<u8> for Tail<'_> {
+        fn extend<I: IntoIterator<Item = u8>>(&mut self, bytes: I) {
+            self.0.extend(bytes)
+        }
+    }
+    postcard::to_extend(value, Tail(out)).map(drop)
 }
 
 /// Where invocations put their tapes: a few mutex-guarded batches, one
@@ -216,8 +225,19 @@ pub(crate) struct Summary {
 }
 
 /// An invocation id (UUID hex) as a number; same order as the text.
+/// Ids this node made take the loop: `u128::from_str_radix` was half of
+/// summarizing a tape (`hearth-bench record` under `perf`). Anything else
+/// is parsed the slow way.
 fn id_number(id: &str) -> u128 {
-    u128::from_str_radix(id, 16).unwrap_or(0)
+    let b = id.as_bytes();
+    if b.len() == 32 && b.iter().all(u8::is_ascii_hexdigit) {
+        // '0'..='9' are 0x3_, 'a'..='f' and 'A'..='F' are 0x_1..0x_6 with
+        // bit 6 set: the low nibble, plus 9 for a letter.
+        b.iter()
+            .fold(0, |n, &c| (n << 4) | u128::from((c & 0xf) + 9 * (c >> 6)))
+    } else {
+        u128::from_str_radix(id, 16).unwrap_or(0)
+    }
 }
 
 impl Summary {
@@ -272,8 +292,8 @@ impl Summary {
 /// The summaries of `tapes`, per function (for blocks read back from disk).
 pub(crate) fn summarize<'a>(
     tapes: impl IntoIterator<Item = &'a Recording>,
-) -> HashMap<String, Summary> {
-    let mut out = HashMap::new();
+) -> FxHashMap<String, Summary> {
+    let mut out = FxHashMap::default();
     for r in tapes {
         note(&mut out, &r.borrowed());
     }
@@ -282,7 +302,7 @@ pub(crate) fn summarize<'a>(
 
 /// Adds `r` to its function's summary (allocating a key only for the
 /// function's first tape in the batch).
-fn note(functions: &mut HashMap<String, Summary>, r: &RecordingRef<'_>) {
+fn note(functions: &mut FxHashMap<String, Summary>, r: &RecordingRef<'_>) {
     match functions.get_mut(r.function) {
         Some(s) => s.add(r),
         None => {
@@ -295,6 +315,23 @@ fn note(functions: &mut HashMap<String, Summary>, r: &RecordingRef<'_>) {
 mod tests {
     use super::*;
     use crate::recording::tests::sample;
+
+    #[test]
+    fn id_numbers_match_the_slow_parse_and_keep_the_ids_order() {
+        let ids: Vec<String> = (0..200)
+            .map(|_| hearth_core::InvocationId::new().to_string())
+            .collect();
+        for id in &ids {
+            assert_eq!(id_number(id), u128::from_str_radix(id, 16).unwrap());
+            assert_eq!(id_number(&id.to_uppercase()), id_number(id));
+        }
+        let mut sorted = ids.clone();
+        sorted.sort();
+        let numbers: Vec<u128> = sorted.iter().map(|id| id_number(id)).collect();
+        assert!(numbers.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(id_number("ff"), 255, "short ids take the slow way");
+        assert_eq!(id_number(&"g".repeat(32)), 0, "not hex");
+    }
 
     /// Invocations push while the writer takes and counts out, as under
     /// load. Counting in after the shard's lock was let go (the old order)

@@ -1,0 +1,134 @@
+//! `hearth-bench record [N]`: what recording costs per invocation, in
+//! process and without the HTTP noise of `bench/record.sh`: the handover
+//! on the invocation's thread (`Recorder::record`, which encodes the tape
+//! into a shard), and the writer's share (a flush: block assembly, zstd,
+//! encryption, append, sync, index), each per tape. Both are CPU time
+//! (this thread's clock, the writer thread's schedstat), not wall time:
+//! on this shared machine a run's wall time moved by a third from one
+//! run to the next.
+//!
+//! The tape is the one `hello` makes under `wrk`: a `GET /` with a `host`
+//! header, no host calls, a 16-byte `text/plain` answer.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hearth_core::{InvocationId, Request, Response, Tier};
+use hearth_host::Tape;
+use hearth_record::{Archive, OutcomeRef, RecordConfig, Recorder, RecordingRef};
+use hearth_store::{SqliteStore, Store};
+
+/// Tapes handed over between two flushes: well under the queue's bound,
+/// so none is dropped.
+const BATCH: usize = 5_000;
+
+pub async fn run(n: usize) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db"))?);
+    let archive = Arc::new(Archive::open(&dir.path().join("rec"), store)?);
+    let recorder = Recorder::open(
+        archive,
+        RecordConfig {
+            // Flushes come from this loop, between timed batches.
+            flush_interval: Duration::from_secs(3600),
+            ..RecordConfig::default()
+        },
+    )?;
+    let request = Request {
+        method: "GET".into(),
+        path: "/".into(),
+        query: String::new(),
+        headers: vec![("host".into(), "127.0.0.1:40697".into())],
+        body: Bytes::new(),
+    };
+    let response = Response {
+        status: 200,
+        headers: vec![("content-type".into(), "text/plain".into())],
+        body: Bytes::from_static(b"hello from wasm\n"),
+    };
+    let tape = Tape::default();
+    let artifact = "ab".repeat(32);
+
+    let writer_thread = find_thread("hearth-recorder")?;
+    let writer0 = thread_run_time(&writer_thread)?;
+    let mut handover = Duration::ZERO;
+    let mut done = 0;
+    while done < n {
+        let batch = BATCH.min(n - done);
+        // Made by the invocation whether or not it is taped.
+        let ids: Vec<InvocationId> = (0..batch).map(|_| InvocationId::new()).collect();
+        let t0 = thread_cpu_time();
+        for invocation in &ids {
+            // What `Node::record` does per invocation: the id as hex, the
+            // tape by reference.
+            let mut id = [0u8; 32];
+            let id = invocation.0.simple().encode_lower(&mut id);
+            recorder
+                .record(RecordingRef {
+                    id,
+                    tenant: "admin",
+                    function: "hello",
+                    version: 1,
+                    artifact: &artifact,
+                    tier: Tier::Wasm,
+                    started_ms: hearth_core::unix_time_ms(),
+                    duration_us: 40,
+                    request: &request,
+                    tape: &tape,
+                    outcome: OutcomeRef::Response(&response),
+                })
+                .await?;
+        }
+        handover += thread_cpu_time() - t0;
+        recorder.flush().await?;
+        done += batch;
+    }
+    let writer = thread_run_time(&writer_thread)? - writer0;
+    let stats = recorder.stats();
+    let per = |d: Duration| d.as_secs_f64() * 1e9 / n as f64;
+    println!("| tapes | handover per tape | writer per tape | bytes on disk per tape |");
+    println!("|---|---|---|---|");
+    println!(
+        "| {n} | {:.0} ns | {:.0} ns | {:.1} B |",
+        per(handover),
+        per(writer),
+        stats.bytes.load(std::sync::atomic::Ordering::Relaxed) as f64 / n as f64
+    );
+    recorder.close();
+    Ok(())
+}
+
+/// CPU time of the calling thread.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer for the call's duration.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// `/proc/self/task/TID` of this process's thread named `name` (a new
+/// thread names itself, so it may take a moment to show).
+fn find_thread(name: &str) -> anyhow::Result<PathBuf> {
+    for _ in 0..100 {
+        for task in std::fs::read_dir("/proc/self/task")? {
+            let path = task?.path();
+            if std::fs::read_to_string(path.join("comm"))?.trim() == name {
+                return Ok(path);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    anyhow::bail!("no thread named {name}")
+}
+
+/// Time `task` has spent on a CPU (the first field of its schedstat).
+fn thread_run_time(task: &Path) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(task.join("schedstat"))?;
+    let ns: u64 = stat.split_whitespace().next().unwrap_or("0").parse()?;
+    Ok(Duration::from_nanos(ns))
+}
