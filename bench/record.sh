@@ -3,7 +3,10 @@
 #   * throughput, p99 and the daemon's CPU per request with recording on vs
 #     off, for the wasm hello function, a JS function making one outbound
 #     call, and a Python function;
-#   * bytes on disk per invocation for each, and replay speed (tapes/s).
+#   * bytes on disk per invocation for each, and replay speed (tapes/s);
+#   * recording's own CPU per tape in process (`hearth-bench record`: the
+#     handover on the invocation's thread, and the writer's share), which
+#     this machine's noise does not blur the way it blurs the runs above.
 # One daemon holds each function three times: as deployed (every
 # invocation taped), and twice with `record_sample=0` (no tapes). Runs
 # rotate among the three; the two unrecorded copies against each other are
@@ -147,3 +150,8 @@ assert v["changed"] == 0 and v["diverged"] == 0, (v["changed"], v["diverged"])
 print(f"| {f} | {v['replayed']} (all identical) | {secs:.2f} | {v['replayed']/secs:.0f} |")
 PY
 done
+
+echo
+echo "### Recording's own CPU per tape, in process (hello's tape; hearth-bench record 300000)"
+echo
+"$BIN/hearth-bench" record 300000
