@@ -4,7 +4,7 @@
 //! `hearth-bench ceiling ADDR`: a minimal hyper server answering exactly the
 //! bytes Hearth's hello function answers, the ceiling for `bench/http.sh`.
 //!
-//! `hearth-bench record [N]`: recording's cost per tape, in process
+//! `hearth-bench record [N] [THREADS]`: recording's cost per tape, in process
 //! ([`record`]).
 
 mod record;
@@ -178,11 +178,12 @@ fn main() -> anyhow::Result<()> {
                 .map(|s| s.parse())
                 .transpose()?
                 .unwrap_or(500_000);
-            rt.block_on(record::run(n))
+            let threads = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(1);
+            record::run(n, threads)
         }
         _ => {
             eprintln!(
-                "usage: hearth-bench instantiate [N] | hearth-bench ceiling ADDR [FILE] | hearth-bench record [N]"
+                "usage: hearth-bench instantiate [N] | hearth-bench ceiling ADDR [FILE] | hearth-bench record [N] [THREADS]"
             );
             std::process::exit(2);
         }

@@ -1,4 +1,4 @@
-//! `hearth-bench record [N]`: what recording costs per invocation, in
+//! `hearth-bench record [N] [THREADS]`: what recording costs per invocation, in
 //! process and without the HTTP noise of `bench/record.sh`: the handover
 //! on the invocation's thread (`Recorder::record`, which encodes the tape
 //! into a shard), and the writer's share (a flush: block assembly, zstd,
@@ -8,7 +8,9 @@
 //! run to the next.
 //!
 //! The tape is the one `hello` makes under `wrk`: a `GET /` with a `host`
-//! header, no host calls, a 16-byte `text/plain` answer.
+//! header, no host calls, a 16-byte `text/plain` answer. With THREADS
+//! above 1, that many threads hand tapes over at once (as a node's
+//! workers do), and the handover is their CPU time per tape.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,7 +26,7 @@ use hearth_store::{SqliteStore, Store};
 /// so none is dropped.
 const BATCH: usize = 5_000;
 
-pub async fn run(n: usize) -> anyhow::Result<()> {
+pub fn run(n: usize, threads: usize) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db"))?);
     let archive = Arc::new(Archive::open(&dir.path().join("rec"), store)?);
@@ -53,51 +55,87 @@ pub async fn run(n: usize) -> anyhow::Result<()> {
 
     let writer_thread = find_thread("hearth-recorder")?;
     let writer0 = thread_run_time(&writer_thread)?;
-    let mut handover = Duration::ZERO;
-    let mut done = 0;
-    while done < n {
-        let batch = BATCH.min(n - done);
-        // Made by the invocation whether or not it is taped.
-        let ids: Vec<InvocationId> = (0..batch).map(|_| InvocationId::new()).collect();
-        let t0 = thread_cpu_time();
-        for invocation in &ids {
-            // What `Node::record` does per invocation: the id as hex, the
-            // tape by reference.
-            let mut id = [0u8; 32];
-            let id = invocation.0.simple().encode_lower(&mut id);
-            recorder
-                .record(RecordingRef {
-                    id,
-                    tenant: "admin",
-                    function: "hello",
-                    version: 1,
-                    artifact: &artifact,
-                    tier: Tier::Wasm,
-                    started_ms: hearth_core::unix_time_ms(),
-                    duration_us: 40,
-                    request: &request,
-                    tape: &tape,
-                    outcome: OutcomeRef::Response(&response),
+    // `threads` invocation threads hand tapes over at once, as a node's
+    // workers do; between batches they wait while one flushes.
+    let per_thread = n.div_ceil(threads);
+    let batch = BATCH.div_ceil(threads);
+    let barrier = std::sync::Barrier::new(threads);
+    let handover: Duration = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                let (recorder, barrier) = (&recorder, &barrier);
+                let (request, response, tape, artifact) = (&request, &response, &tape, &artifact);
+                scope.spawn(move || -> anyhow::Result<Duration> {
+                    let rt = tokio::runtime::Builder::new_current_thread().build()?;
+                    let mut spent = Duration::ZERO;
+                    let mut done = 0;
+                    while done < per_thread {
+                        let batch = batch.min(per_thread - done);
+                        // Made by the invocation whether or not it is taped.
+                        let ids: Vec<InvocationId> =
+                            (0..batch).map(|_| InvocationId::new()).collect();
+                        let t0 = thread_cpu_time();
+                        for invocation in &ids {
+                            // What `Node::record` does per invocation: the
+                            // id as hex, the tape by reference.
+                            let mut id = [0u8; 32];
+                            let id = invocation.0.simple().encode_lower(&mut id);
+                            ready(recorder.record(RecordingRef {
+                                id,
+                                tenant: "admin",
+                                function: "hello",
+                                version: 1,
+                                artifact,
+                                tier: Tier::Wasm,
+                                started_ms: hearth_core::unix_time_ms(),
+                                duration_us: 40,
+                                request,
+                                tape,
+                                outcome: OutcomeRef::Response(response),
+                            }))?;
+                        }
+                        spent += thread_cpu_time() - t0;
+                        done += batch;
+                        if barrier.wait().is_leader() {
+                            rt.block_on(recorder.flush())?;
+                        }
+                        barrier.wait();
+                    }
+                    Ok(spent)
                 })
-                .await?;
-        }
-        handover += thread_cpu_time() - t0;
-        recorder.flush().await?;
-        done += batch;
-    }
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("a bench thread panicked"))
+            .sum::<anyhow::Result<Duration>>()
+    })?;
+    let n = per_thread * threads;
     let writer = thread_run_time(&writer_thread)? - writer0;
     let stats = recorder.stats();
     let per = |d: Duration| d.as_secs_f64() * 1e9 / n as f64;
-    println!("| tapes | handover per tape | writer per tape | bytes on disk per tape |");
-    println!("|---|---|---|---|");
     println!(
-        "| {n} | {:.0} ns | {:.0} ns | {:.1} B |",
+        "| tapes | threads handing over | handover per tape | writer per tape | bytes on disk per tape |"
+    );
+    println!("|---|---|---|---|---|");
+    println!(
+        "| {n} | {threads} | {:.0} ns | {:.0} ns | {:.1} B |",
         per(handover),
         per(writer),
         stats.bytes.load(std::sync::atomic::Ordering::Relaxed) as f64 / n as f64
     );
     recorder.close();
     Ok(())
+}
+
+/// The value of a future that is ready at once, as a batched handover is
+/// (entering a runtime per tape would cost more than the handover).
+fn ready<T>(future: impl std::future::Future<Output = T>) -> T {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match std::pin::pin!(future).poll(&mut cx) {
+        std::task::Poll::Ready(value) => value,
+        std::task::Poll::Pending => panic!("a batched handover never waits"),
+    }
 }
 
 /// CPU time of the calling thread.
