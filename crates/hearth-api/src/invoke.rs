@@ -48,13 +48,13 @@ fn split_version<'a>(
 /// 413, so a client still sending gets the answer instead of a reset
 /// connection. Larger uploads are cut off at once.
 const DRAIN_BYTES: usize = 1 << 20;
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Headers every invocation answers with (named once: a `&str` name is
 /// parsed again on each insert).
 const INVOCATION_ID: HeaderName = HeaderName::from_static("hearth-invocation-id");
 const VERSION: HeaderName = HeaderName::from_static("hearth-version");
 const START: HeaderName = HeaderName::from_static("hearth-start");
-const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Reads a body, refusing with 413 past `limit` bytes.
 pub(crate) async fn read_body(
