@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: format check, clippy, unit and end-to-end tests
+# Runs the whole test suite: format check, clippy, the benchmarks' statistics
+# helper's self-check, unit and end-to-end tests
 # (the latter start the real daemon and build the C examples with clang).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -8,6 +9,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== bench/paired.py self-check (the benchmarks' confidence intervals)"
+python3 bench/paired.py
 echo "== cargo test"
 cargo test --workspace --locked 2>&1 | tee "${TMPDIR:-/tmp}/hearth-test.log"
 status=${PIPESTATUS[0]}

@@ -4,11 +4,16 @@
 #     bytes (the ceiling), with wrk at concurrency 1, 16 and 64;
 #   * first invocation after deploy, and after a restart (compiled module
 #     cached on disk) vs after a restart with the cache removed.
-# Usage: bench/http.sh [seconds-per-run]   (prints a Markdown report)
+# Usage: bench/http.sh [seconds-per-run] [rounds]   (prints a Markdown report)
+# With rounds > 1 the three servers run back to back in each round and each
+# ratio is the median of the rounds' ratios with a 95% bootstrap interval:
+# this shared machine's speed drifts within minutes, and a single run's
+# ratio moved between 0.35 and 0.44 from one hour to the next.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh
 DUR="${1:-5}"
+ROUNDS="${2:-1}"
 cargo build --release -q -p hearth -p hearth-bench
 BIN="$CARGO_TARGET_DIR/release"
 WORK="$(mktemp -d)"
@@ -48,19 +53,44 @@ curl -sf -H "Authorization: Bearer $(cat "$WORK/data/token")" --data-binary @"$W
   "$URL/v1/functions/hello-c?runtime=wasm&public=true" >/dev/null
 curl -sf "$URL/fn/admin/hello-c" >/dev/null
 
-echo "### HTTP: hello function vs ceiling (wrk -t1, ${DUR}s per run, $(nproc) cores)"
+echo "### HTTP: hello function vs ceiling (wrk -t1, ${DUR}s per run, $ROUNDS round(s), $(nproc) cores)"
 echo
+if [ "$ROUNDS" -gt 1 ]; then
+  echo "Each round runs the three servers back to back, rotating which goes first. Levels are medians over the"
+  echo "rounds; a ratio is the median of the rounds' own ratios, with a 95% bootstrap"
+  echo "interval in brackets (bench/paired.py)."
+  echo
+fi
 echo "| concurrency | server | req/s | p50 | p99 | non-2xx | ratio to ceiling |"
 echo "|---|---|---|---|---|---|---|"
 for c in 1 16 64; do
-  read -r crps cp50 cp99 cerr < <(wrk_run "$c" "$CEIL/")
-  read -r hrps hp50 hp99 herr < <(wrk_run "$c" "$URL/fn/admin/hello")
-  ratio=$(python3 -c "print(f'{$hrps/$crps:.2f}')")
-  read -r krps kp50 kp99 kerr < <(wrk_run "$c" "$URL/fn/admin/hello-c")
-  kratio=$(python3 -c "print(f'{$krps/$crps:.2f}')")
-  echo "| $c | ceiling (hyper) | $crps | ${cp50} µs | ${cp99} µs | $cerr | |"
-  echo "| $c | hearth hello (.wat) | $hrps | ${hp50} µs | ${hp99} µs | $herr | **$ratio** |"
-  echo "| $c | hearth hello (C) | $krps | ${kp50} µs | ${kp99} µs | $kerr | $kratio |"
+  runs=()
+  targets=("ceil $CEIL/" "wat $URL/fn/admin/hello" "c $URL/fn/admin/hello-c")
+  for i in $(seq 0 $((ROUNDS - 1))); do
+    # Each round starts with the next server, so none always runs first.
+    for k in 0 1 2; do
+      read -r d u <<<"${targets[$(((i + k) % 3))]}"
+      runs+=("$i:$d:$(wrk_run "$c" "$u" | tr ' ' :)")
+    done
+  done
+  python3 - "$c" "${runs[@]}" <<'PY'
+import statistics, sys
+sys.path.insert(0, "bench")
+from paired import paired, ratio
+c, *runs = sys.argv[1:]
+rounds = {}
+for run in runs:
+    i, d, rps, p50, p99, bad = run.split(":")
+    rounds.setdefault(i, {})[d] = {"rps": float(rps), "p50": float(p50), "p99": float(p99), "bad": int(bad)}
+rounds = list(rounds.values())
+med = lambda d, k: statistics.median(r[d][k] for r in rounds)
+bad = lambda d: sum(r[d]["bad"] for r in rounds)
+for d, name in [("ceil", "ceiling (hyper)"), ("wat", "hearth hello (.wat)"), ("c", "hearth hello (C)")]:
+    r = "" if d == "ceil" else ratio(paired(rounds, d, "ceil", "rps"))
+    if d == "wat":
+        r = f"**{r}**"
+    print(f"| {c} | {name} | {med(d, 'rps'):.0f} | {med(d, 'p50'):.0f} µs | {med(d, 'p99'):.0f} µs | {bad(d)} | {r} |")
+PY
 done
 
 ms() { python3 -c "print(f'{float(\"$1\")*1000:.1f}')"; }

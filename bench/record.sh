@@ -13,9 +13,12 @@
 # this run's noise floor (A/A), printed beside the result. Comparing within
 # one daemon matters here: two daemons started alike differed by up to 7%
 # in CPU per request on this machine (eleventh session), more than the
-# cost being measured. Each figure is the median over the rounds; CPU per
-# request is utime + stime from /proc over each run, steadier than wrk's
-# figures when the machine is noisy.
+# cost being measured. Levels are medians over the rounds; each change is
+# the median of the per-round ratios to that round's "off" run, with a 95%
+# bootstrap interval (bench/paired.py): the machine's speed drifts within
+# minutes, and runs seconds apart share most of that drift. CPU per request
+# is utime + stime from /proc over each run, steadier than wrk's figures
+# when the machine is noisy.
 # Usage: bench/record.sh [seconds-per-run] [rounds]   (prints Markdown)
 #        FNS="hello py" bench/record.sh …   only these functions
 set -euo pipefail
@@ -94,7 +97,11 @@ wrk_run() {
 tapes() { curl -sf "$URL/metrics" | awk '$1=="hearth_tapes_total"{print $2}'; }
 seg_bytes() { du -sb "$WORK/data/recordings/segments" | awk '{print $1}'; }
 
-echo "### Recording on vs off, one daemon (wrk -t1 -c$C, ${DUR}s per run, $ROUNDS rounds of on/off/off interleaved, rotating which goes first, medians, $(nproc) cores)"
+echo "### Recording on vs off, one daemon (wrk -t1 -c$C, ${DUR}s per run, $ROUNDS rounds of on/off/off interleaved, rotating which goes first, $(nproc) cores)"
+echo
+echo "Levels are medians over the rounds. Changes are the median of each round's"
+echo "ratio to that round's \"off\" run, with a 95% bootstrap interval in brackets"
+echo "(bench/paired.py)."
 echo
 echo "| function | recording | req/s | p99 | daemon CPU per request | throughput change | p99 change | CPU change | bytes on disk per invocation |"
 echo "|---|---|---|---|---|---|---|---|---|"
@@ -108,27 +115,30 @@ for f in ${FNS:-hello onecall py}; do
       d=${order[$(((i + k) % 3))]}
       name=$f; [ "$d" = on ] || name="$f-$d"
       read -r r p t < <(wrk_run "$URL/fn/admin/$name")
-      runs+=("$d:$r:$p:$t")
+      runs+=("$i:$d:$r:$p:$t")
     done
   done
   sleep 0.5   # one flush interval
   t1=$(tapes); b1=$(seg_bytes)
   python3 - "$f" "$t0" "$t1" "$b0" "$b1" "$DUR" "$(getconf CLK_TCK)" "${runs[@]}" <<'PY'
 import statistics, sys
+sys.path.insert(0, "bench")
+from paired import paired, change
 f, t0, t1, b0, b1, dur, hz, *runs = sys.argv[1:]
-rps, p99, cpu = {}, {}, {}
+rounds = {}
 for run in runs:
-    d, r, p, t = run.split(":")
-    rps.setdefault(d, []).append(int(r)); p99.setdefault(d, []).append(int(p))
-    cpu.setdefault(d, []).append(int(t) / int(hz) / (int(r) * float(dur)) * 1e6)
-med = lambda xs: statistics.median(xs)
-r = {d: med(v) for d, v in rps.items()}; p = {d: med(v) for d, v in p99.items()}
-c = {d: med(v) for d, v in cpu.items()}
+    i, d, r, p, t = run.split(":")
+    rounds.setdefault(i, {})[d] = {
+        "rps": int(r), "p99": int(p),
+        "cpu": int(t) / int(hz) / (int(r) * float(dur)) * 1e6,
+    }
+rounds = list(rounds.values())
+med = lambda d, k: statistics.median(r[d][k] for r in rounds)
 per = (int(b1) - int(b0)) / max(1, int(float(t1)) - int(float(t0)))
-ch = lambda a, b: f"{(a / b - 1) * 100:+.1f}%"
-print(f"| {f} | off | {r['off']:.0f} | {p['off']/1000:.2f} ms | {c['off']:.1f} µs | | | | |")
-print(f"| {f} | on | {r['on']:.0f} | {p['on']/1000:.2f} ms | {c['on']:.1f} µs | **{ch(r['on'], r['off'])}** | **{ch(p['on'], p['off'])}** | **{ch(c['on'], c['off'])}** | {per:.0f} B |")
-print(f"| {f} | off again (A/A: the noise floor) | {r['ctl']:.0f} | {p['ctl']/1000:.2f} ms | {c['ctl']:.1f} µs | {ch(r['ctl'], r['off'])} | {ch(p['ctl'], p['off'])} | {ch(c['ctl'], c['off'])} | |")
+ch = lambda a, k: change(paired(rounds, a, "off", k))
+print(f"| {f} | off | {med('off', 'rps'):.0f} | {med('off', 'p99')/1000:.2f} ms | {med('off', 'cpu'):.1f} µs | | | | |")
+print(f"| {f} | on | {med('on', 'rps'):.0f} | {med('on', 'p99')/1000:.2f} ms | {med('on', 'cpu'):.1f} µs | **{ch('on', 'rps')}** | **{ch('on', 'p99')}** | **{ch('on', 'cpu')}** | {per:.0f} B |")
+print(f"| {f} | off again (A/A: the noise floor) | {med('ctl', 'rps'):.0f} | {med('ctl', 'p99')/1000:.2f} ms | {med('ctl', 'cpu'):.1f} µs | {ch('ctl', 'rps')} | {ch('ctl', 'p99')} | {ch('ctl', 'cpu')} | |")
 PY
 done
 

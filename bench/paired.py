@@ -1,0 +1,73 @@
+"""Paired comparison of benchmark runs taken in rounds.
+
+This machine's speed drifts by tens of percent within minutes (other
+tenants share it). Comparing the median of all "on" runs with the median
+of all "off" runs mixes that drift into the result. Within one round the
+copies run back to back, seconds apart, so the ratio of two copies in the
+same round is mostly free of it. This module takes those per-round ratios,
+reports their median, and gives a 95% bootstrap confidence interval for
+that median (resampling rounds), so a verdict against a target says how
+sure it is.
+
+Used by bench/record.sh and bench/http.sh; standard library only.
+"""
+
+import random
+import statistics
+
+
+def median_ci(values, level=0.95, resamples=4000, seed=1):
+    """Median of `values` and a percentile-bootstrap interval for it."""
+    med = statistics.median(values)
+    if len(values) < 3:
+        return med, float("nan"), float("nan")
+    rng = random.Random(seed)
+    n = len(values)
+    meds = sorted(
+        statistics.median(rng.choices(values, k=n)) for _ in range(resamples)
+    )
+    lo = meds[int((1 - level) / 2 * resamples)]
+    hi = meds[int((1 + level) / 2 * resamples) - 1]
+    return med, lo, hi
+
+
+def paired(rounds, a, b, key):
+    """Per-round ratios a/b of `key`, for rounds that have both copies.
+
+    `rounds` is a list of dicts copy -> {metric: value}.
+    """
+    return [r[a][key] / r[b][key] for r in rounds if a in r and b in r]
+
+
+def pct(ratio):
+    return f"{(ratio - 1) * 100:+.1f}%"
+
+
+def change(ratios):
+    """'median change [lo, hi]' as percentages, e.g. '-1.2% [-2.5%, +0.3%]'."""
+    med, lo, hi = median_ci(ratios)
+    if lo != lo:  # NaN: too few rounds for an interval
+        return pct(med)
+    return f"{pct(med)} [{pct(lo)}, {pct(hi)}]"
+
+
+def ratio(ratios):
+    """'median [lo, hi]' of plain ratios, two decimals."""
+    med, lo, hi = median_ci(ratios)
+    if lo != lo:
+        return f"{med:.2f}"
+    return f"{med:.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+if __name__ == "__main__":
+    # Self-check: a known shift is found and its interval covers it; a
+    # constant series has a zero-width interval.
+    rng = random.Random(7)
+    xs = [1.05 + rng.gauss(0, 0.02) for _ in range(40)]
+    m, lo, hi = median_ci(xs)
+    assert lo <= 1.05 <= hi and hi - lo < 0.03, (m, lo, hi)
+    assert median_ci([2.0] * 10) == (2.0, 2.0, 2.0)
+    rounds = [{"on": {"rps": 90.0}, "off": {"rps": 100.0}}] * 5
+    assert paired(rounds, "on", "off", "rps") == [0.9] * 5
+    assert change([0.9] * 5) == "-10.0% [-10.0%, -10.0%]"
+    print("ok")
