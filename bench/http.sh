@@ -56,9 +56,10 @@ curl -sf "$URL/fn/admin/hello-c" >/dev/null
 echo "### HTTP: hello function vs ceiling (wrk -t1, ${DUR}s per run, $ROUNDS round(s), $(nproc) cores)"
 echo
 if [ "$ROUNDS" -gt 1 ]; then
-  echo "Each round runs the three servers back to back, rotating which goes first. Levels are medians over the"
-  echo "rounds; a ratio is the median of the rounds' own ratios, with a 95% bootstrap"
-  echo "interval in brackets (bench/paired.py)."
+  echo "Each round runs the three servers back to back, rotating which goes"
+  echo "first. Levels are medians over the rounds; a ratio is the median of the"
+  echo "rounds' own ratios, with a 95% bootstrap interval in brackets"
+  echo "(bench/paired.py)."
   echo
 fi
 echo "| concurrency | server | req/s | p50 | p99 | non-2xx | ratio to ceiling |"
