@@ -10,25 +10,9 @@ cd "$(dirname "$0")/.."
 DUR="${1:-5}"
 ROUNDS="${2:-2}"
 C="${3:-16}"
-cargo build --release -q -p hearth -p hearth-bench
-BIN="$CARGO_TARGET_DIR/release"
-WORK="$(mktemp -d)"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-HEARTH_LOG=warn "$BIN/hearth" --data-dir "$WORK/data" up --listen 127.0.0.1:0 >"$WORK/up.log" 2>&1 &
-HEARTH=$!; PIDS+=("$HEARTH")
-for _ in $(seq 1 600); do [ -s "$WORK/data/server.json" ] && break; sleep 0.05; done
-URL=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["url"])' "$WORK/data/server.json")
-"$BIN/hearth-bench" ceiling 127.0.0.1:0 >"$WORK/ceiling.log" &
-CEILING=$!; PIDS+=("$CEILING")
-for _ in $(seq 1 100); do grep -q listening "$WORK/ceiling.log" 2>/dev/null && break; sleep 0.05; done
-CEIL=$(awk '{print $4}' "$WORK/ceiling.log")
+. bench/daemon.sh
+start_hearth
+start_ceiling ceiling
 curl -sf "$URL/fn/admin/hello" >/dev/null
 
 # run NAME PID URL -> one table row
@@ -58,7 +42,7 @@ echo
 echo "| target | req/s | server | wrk | whole machine | busy cores |"
 echo "|---|---|---|---|---|---|"
 for _ in $(seq 1 "$ROUNDS"); do
-  run "ceiling (hyper)" "$CEILING" "$CEIL/"
-  run "/healthz on Hearth's stack" "$HEARTH" "$URL/healthz"
-  run "hello.wat" "$HEARTH" "$URL/fn/admin/hello"
+  run "ceiling (hyper)" "$CEILING_PID" "$CEILING_URL/"
+  run "/healthz on Hearth's stack" "$HEARTH_PID" "$URL/healthz"
+  run "hello.wat" "$HEARTH_PID" "$URL/fn/admin/hello"
 done

@@ -14,37 +14,14 @@ cd "$(dirname "$0")/.."
 . scripts/setup.sh
 DUR="${1:-5}"
 ROUNDS="${2:-1}"
-cargo build --release -q -p hearth -p hearth-bench
-BIN="$CARGO_TARGET_DIR/release"
-WORK="$(mktemp -d)"
-PIDS=()
-# Wait for each daemon to exit (and unmount its sandbox roots) before the
-# data directory goes.
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-start_hearth() {
-  rm -f "$WORK/data/server.json"
-  HEARTH_LOG=warn "$BIN/hearth" --data-dir "$WORK/data" up --listen 127.0.0.1:0 >"$WORK/up.log" 2>&1 &
-  HEARTH_PID=$!; PIDS+=("$HEARTH_PID")
-  for _ in $(seq 1 600); do [ -s "$WORK/data/server.json" ] && break; sleep 0.05; done
-  URL=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["url"])' "$WORK/data/server.json")
-}
-stop_hearth() { kill "$HEARTH_PID"; wait "$HEARTH_PID" 2>/dev/null || true; }
-
+. bench/daemon.sh
 . bench/wrk.sh
 # -> "req/s p50_us p99_us non2xx"
 wrk_run() { wrk_stats us -t1 -c"$1" -d"${DUR}s" "$2"; }
 
 start_hearth
-"$BIN/hearth-bench" ceiling 127.0.0.1:0 >"$WORK/ceiling.log" &
-PIDS+=("$!")
-for _ in $(seq 1 100); do grep -q listening "$WORK/ceiling.log" 2>/dev/null && break; sleep 0.05; done
-CEIL=$(awk '{print $4}' "$WORK/ceiling.log")
+start_ceiling ceiling
+
 curl -sf "$URL/fn/admin/hello" >/dev/null   # prepare hello once, outside the measurement
 # The same greeting from C through wasi-libc (examples/wasm/hello.c): what
 # a compiled function looks like (a stack, data and heap over 2+ pages).
@@ -66,7 +43,7 @@ echo "| concurrency | server | req/s | p50 | p99 | non-2xx | ratio to ceiling |"
 echo "|---|---|---|---|---|---|---|"
 for c in 1 16 64; do
   runs=()
-  targets=("ceil $CEIL/" "wat $URL/fn/admin/hello" "c $URL/fn/admin/hello-c")
+  targets=("ceil $CEILING_URL/" "wat $URL/fn/admin/hello" "c $URL/fn/admin/hello-c")
   for i in $(seq 0 $((ROUNDS - 1))); do
     # Each round starts with the next server, so none always runs first.
     for k in 0 1 2; do

@@ -27,31 +27,13 @@ cd "$(dirname "$0")/.."
 DUR="${1:-5}"
 ROUNDS="${2:-2}"
 C=16
-cargo build --release -q -p hearth -p hearth-bench
-BIN="$CARGO_TARGET_DIR/release"
-WORK="$(mktemp -d)"
-PIDS=()
-# Daemons get SIGTERM and time to unmount their sandboxes before the
-# directory goes.
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-HEARTH_LOG=warn "$BIN/hearth" --data-dir "$WORK/data" up --listen 127.0.0.1:0 >"$WORK/up.log" 2>&1 &
-PID=$!
-PIDS+=("$PID")
-for _ in $(seq 1 600); do [ -s "$WORK/data/server.json" ] && break; sleep 0.05; done
-URL=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["url"])' "$WORK/data/server.json")
+. bench/daemon.sh
+start_hearth
 TOK=$(cat "$WORK/data/token")
 
 # The outbound call's target: the ceiling server (fixed bytes, no work).
-"$BIN/hearth-bench" ceiling 127.0.0.1:0 >"$WORK/upstream.log" &
-PIDS+=("$!")
-for _ in $(seq 1 100); do grep -q listening "$WORK/upstream.log" 2>/dev/null && break; sleep 0.05; done
-UP=$(awk '{print $4}' "$WORK/upstream.log")
+start_ceiling upstream
+UP=$CEILING_URL
 UPHOST=${UP#http://}
 
 cat >"$WORK/onecall.mjs" <<JS
@@ -89,10 +71,10 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # run: it would skew the ratio.
 wrk_run() {
   local rps p50 p99 bad t0
-  t0=$(ticks "$PID")
+  t0=$(ticks "$HEARTH_PID")
   read -r rps p50 p99 bad < <(wrk_stats us -t1 -c"$C" -d"${DUR}s" "$1")
   [ "$bad" = 0 ] || { echo "non-2xx responses from $1: $bad" >&2; exit 1; }
-  echo "$rps $p99 $(($(ticks "$PID") - t0))"
+  echo "$rps $p99 $(($(ticks "$HEARTH_PID") - t0))"
 }
 tapes() { curl -sf "$URL/metrics" | awk '$1=="hearth_tapes_total"{print $2}'; }
 seg_bytes() { du -sb "$WORK/data/recordings/segments" | awk '{print $1}'; }
