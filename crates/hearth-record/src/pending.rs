@@ -70,6 +70,7 @@ impl Pending {
     /// with a payload to split out is copied once to split it; the rest
     /// (nearly all) are encoded from where they are.
     pub fn push(&mut self, r: RecordingRef<'_>) -> Result<u64, RecordError> {
+        let summary = Summary::of(&r)?;
         let tenant = match self.tenants.get_mut(r.tenant) {
             Some(t) => t,
             None => self.tenants.entry(r.tenant.to_string()).or_default(),
@@ -89,7 +90,7 @@ impl Pending {
             tenant.tapes.truncate(before);
             return Err(RecordError::Corrupt(format!("cannot encode a tape: {e}")));
         }
-        note(&mut tenant.functions, &r);
+        note(&mut tenant.functions, summary, r.function);
         let added = (tenant.tapes.len() - before) as u64
             + payloads.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
         tenant.count += 1;
@@ -214,8 +215,8 @@ impl Queued {
 /// One function's tapes in one block, as the index keeps them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Summary {
-    first_id: u128,
-    last_id: u128,
+    first_id: IdText,
+    last_id: IdText,
     first_ms: i64,
     last_ms: i64,
     count: u32,
@@ -224,26 +225,28 @@ pub(crate) struct Summary {
     max_version: u32,
 }
 
-/// An invocation id (UUID hex) as a number; same order as the text.
-/// Ids this node made take the loop: `u128::from_str_radix` was half of
-/// summarizing a tape (`hearth-bench record` under `perf`). Anything else
-/// is parsed the slow way.
-fn id_number(id: &str) -> u128 {
-    let b = id.as_bytes();
-    if b.len() == 32 && b.iter().all(u8::is_ascii_hexdigit) {
-        // '0'..='9' are 0x3_, 'a'..='f' and 'A'..='F' are 0x_1..0x_6 with
-        // bit 6 set: the low nibble, plus 9 for a letter.
-        b.iter()
-            .fold(0, |n, &c| (n << 4) | u128::from((c & 0xf) + 9 * (c >> 6)))
-    } else {
-        u128::from_str_radix(id, 16).unwrap_or(0)
-    }
+/// An invocation id as the index keeps and orders it: its 32 hex digits,
+/// compared as text. Comparing the text directly, instead of parsing it
+/// into a number first, took summarizing a tape from 74 to a few ns
+/// (the parse was the largest single cost of a handover, in process).
+type IdText = [u8; ID_LEN];
+
+/// Length of an invocation id ([`InvocationId`](hearth_core::InvocationId)
+/// as hex, without dashes); the recorder takes no other.
+const ID_LEN: usize = 32;
+
+fn id_text(id: &str) -> Result<IdText, RecordError> {
+    id.as_bytes().try_into().map_err(|_| {
+        RecordError::BadTape(format!(
+            "a tape's id must be its invocation's {ID_LEN} hex digits, not {id:?}"
+        ))
+    })
 }
 
 impl Summary {
-    pub fn of(r: &RecordingRef<'_>) -> Summary {
-        let id = id_number(r.id);
-        Summary {
+    pub fn of(r: &RecordingRef<'_>) -> Result<Summary, RecordError> {
+        let id = id_text(r.id)?;
+        Ok(Summary {
             first_id: id,
             last_id: id,
             first_ms: r.started_ms,
@@ -252,11 +255,7 @@ impl Summary {
             errors: u32::from(r.outcome.kind() != "ok"),
             min_version: r.version,
             max_version: r.version,
-        }
-    }
-
-    pub fn add(&mut self, r: &RecordingRef<'_>) {
-        self.merge(&Summary::of(r));
+        })
     }
 
     pub fn merge(&mut self, o: &Summary) {
@@ -276,8 +275,8 @@ impl Summary {
             function: function.to_string(),
             segment,
             offset,
-            first_id: format!("{:032x}", self.first_id),
-            last_id: format!("{:032x}", self.last_id),
+            first_id: String::from_utf8_lossy(&self.first_id).into_owned(),
+            last_id: String::from_utf8_lossy(&self.last_id).into_owned(),
             first_ms: self.first_ms,
             last_ms: self.last_ms,
             count: self.count,
@@ -292,21 +291,21 @@ impl Summary {
 /// The summaries of `tapes`, per function (for blocks read back from disk).
 pub(crate) fn summarize<'a>(
     tapes: impl IntoIterator<Item = &'a Recording>,
-) -> FxHashMap<String, Summary> {
+) -> Result<FxHashMap<String, Summary>, RecordError> {
     let mut out = FxHashMap::default();
     for r in tapes {
-        note(&mut out, &r.borrowed());
+        note(&mut out, Summary::of(&r.borrowed())?, r.function.as_str());
     }
-    out
+    Ok(out)
 }
 
-/// Adds `r` to its function's summary (allocating a key only for the
-/// function's first tape in the batch).
-fn note(functions: &mut FxHashMap<String, Summary>, r: &RecordingRef<'_>) {
-    match functions.get_mut(r.function) {
-        Some(s) => s.add(r),
+/// Adds a tape's summary to its function's (allocating a key only for
+/// the function's first tape in the batch).
+fn note(functions: &mut FxHashMap<String, Summary>, summary: Summary, function: &str) {
+    match functions.get_mut(function) {
+        Some(s) => s.merge(&summary),
         None => {
-            functions.insert(r.function.to_string(), Summary::of(r));
+            functions.insert(function.to_string(), summary);
         }
     }
 }
@@ -316,21 +315,32 @@ mod tests {
     use super::*;
     use crate::recording::tests::sample;
 
+    /// The index orders blocks by id as text; a summary keeps the least
+    /// and greatest id as text too, and the recorder takes no id it could
+    /// not keep that way.
     #[test]
-    fn id_numbers_match_the_slow_parse_and_keep_the_ids_order() {
-        let ids: Vec<String> = (0..200)
-            .map(|_| hearth_core::InvocationId::new().to_string())
-            .collect();
-        for id in &ids {
-            assert_eq!(id_number(id), u128::from_str_radix(id, 16).unwrap());
-            assert_eq!(id_number(&id.to_uppercase()), id_number(id));
+    fn summaries_keep_the_first_and_last_id_and_refuse_other_ids() {
+        let tapes: Vec<Recording> = (0..50).map(|_| sample(10)).collect();
+        let mut batch = Pending::default();
+        // Out of order, as concurrent invocations finish.
+        for t in tapes.iter().rev().step_by(2).chain(tapes.iter().step_by(2)) {
+            batch.push(t.borrowed()).unwrap();
         }
-        let mut sorted = ids.clone();
-        sorted.sort();
-        let numbers: Vec<u128> = sorted.iter().map(|id| id_number(id)).collect();
-        assert!(numbers.windows(2).all(|w| w[0] < w[1]));
-        assert_eq!(id_number("ff"), 255, "short ids take the slow way");
-        assert_eq!(id_number(&"g".repeat(32)), 0, "not hex");
+        let row = batch.tenants["acme"].functions["f"].row("acme", "f", 1, 0);
+        let ids: Vec<&str> = tapes.iter().map(|t| t.id.as_str()).collect();
+        assert_eq!(row.first_id, *ids.iter().min().unwrap());
+        assert_eq!(row.last_id, *ids.iter().max().unwrap());
+        assert_eq!(row.count, 50);
+
+        let (count, bytes) = (batch.count, batch.bytes);
+        let mut odd = sample(10);
+        odd.id = "ff".into();
+        let err = batch.push(odd.borrowed()).unwrap_err();
+        assert!(matches!(err, RecordError::BadTape(_)), "{err}");
+        assert!(err.to_string().contains("32 hex digits"), "{err}");
+        assert_eq!((batch.count, batch.bytes), (count, bytes));
+        let body = summarize([&tapes[0], &odd]).unwrap_err();
+        assert!(matches!(body, RecordError::BadTape(_)));
     }
 
     /// Invocations push while the writer takes and counts out, as under

@@ -325,7 +325,13 @@ fn recover(archive: &Archive, segments: &[u64]) -> Result<(), RecordError> {
                     continue;
                 }
             };
-            let summaries = summarize(body.tapes.iter().map(|s| &s.recording));
+            let summaries = match summarize(body.tapes.iter().map(|s| &s.recording)) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(offset, error = %e, "skipping a recording block with a bad tape");
+                    continue;
+                }
+            };
             rows.extend(
                 summaries
                     .iter()
