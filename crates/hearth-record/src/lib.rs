@@ -18,6 +18,7 @@
 
 mod archive;
 pub mod diff;
+mod encode;
 mod keys;
 mod pending;
 mod priority;

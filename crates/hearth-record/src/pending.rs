@@ -20,7 +20,8 @@ use hearth_store::TapeBlock;
 use rustc_hash::FxHashMap;
 
 use crate::RecordError;
-use crate::recording::{Hash, Recording, RecordingRef, Stored, StoredRef};
+use crate::encode::encode_tape;
+use crate::recording::{Hash, Recording, RecordingRef, Stored};
 
 /// What waits in one shard.
 #[derive(Default)]
@@ -68,7 +69,8 @@ impl Pending {
 
     /// Encodes `r` into this batch; returns the bytes it added. A tape
     /// with a payload to split out is copied once to split it; the rest
-    /// (nearly all) are encoded from where they are.
+    /// (nearly all) are encoded from where they are, by
+    /// [`encode_tape`].
     pub fn push(&mut self, r: RecordingRef<'_>) -> Result<u64, RecordError> {
         let summary = Summary::of(&r)?;
         let tenant = match self.tenants.get_mut(r.tenant) {
@@ -80,11 +82,7 @@ impl Pending {
             let (stored, payloads) = Stored::split(r.to_owned());
             (append(&stored, &mut tenant.tapes), payloads)
         } else {
-            let stored = StoredRef {
-                recording: r,
-                refs: &[],
-            };
-            (append(&stored, &mut tenant.tapes), Vec::new())
+            (encode_tape(&r, &mut tenant.tapes), Vec::new())
         };
         if let Err(e) = encoded {
             tenant.tapes.truncate(before);
@@ -104,7 +102,7 @@ impl Pending {
 /// postcard's encoding of `value`, appended to `out` (whose earlier tapes
 /// stay put whatever happens). `to_extend` pushes bytes into the `Vec`
 /// directly; `to_io` went through `io::Write` for every field.
-fn append<T: serde::Serialize>(value: &T, out: &mut Vec<u8>) -> postcard::Result<()> {
+pub(crate) fn append<T: serde::Serialize>(value: &T, out: &mut Vec<u8>) -> postcard::Result<()> {
     struct Tail<'a>(&'a mut Vec<u8>);
     impl Extend<u8> for Tail<'_> {
         fn extend<I: IntoIterator<Item = u8>>(&mut self, bytes: I) {

@@ -244,7 +244,10 @@ pub(crate) struct Stored {
     pub refs: Vec<(Slot, Hash)>,
 }
 
-/// [`Stored`] of a tape with no payload to split, by reference.
+/// [`Stored`] of a tape with no payload to split, by reference: the bytes
+/// [`encode_tape`](crate::encode::encode_tape) writes by hand, which its
+/// tests compare with serde's.
+#[cfg(test)]
 #[derive(Serialize)]
 pub(crate) struct StoredRef<'a> {
     pub recording: RecordingRef<'a>,
