@@ -21,6 +21,9 @@
 # when the machine is noisy.
 # Usage: bench/record.sh [seconds-per-run] [rounds]   (prints Markdown)
 #        FNS="hello py" bench/record.sh …   only these functions
+#        UNTAPED=1 bench/record.sh …        the "on" copy untaped too: an
+#                                            A/A/A run, which shows whether
+#                                            the copies differ by themselves
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh
@@ -53,7 +56,7 @@ PY
 deploy() {
   for suffix in "" -off -ctl; do
     local q="$3"
-    [ -z "$suffix" ] || q="$q&record_sample=0"
+    [ -z "$suffix" ] && [ -z "${UNTAPED:-}" ] || q="$q&record_sample=0"
     curl -sf -H "Authorization: Bearer $TOK" --data-binary @"$2" \
       "$URL/v1/functions/$1$suffix?public=true&$q" >/dev/null
     # Warm: c=$C concurrent requests start that many handlers in the
