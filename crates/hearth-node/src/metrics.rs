@@ -1,8 +1,12 @@
 //! Prometheus metrics of one node.
 
+use std::sync::{Arc, OnceLock};
+
 use hearth_core::Tier;
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use hearth_record::Recorder;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -38,8 +42,9 @@ pub struct Metrics {
     pub fallbacks: Family<FunctionLabels, Counter>,
     /// 1 for each function pinned to the process tier by its fallbacks.
     pub pinned: Family<FunctionLabels, Gauge>,
-    /// Tapes handed to the recorder, and tapes it had no room for.
-    pub tapes: Counter,
+    /// The recorder whose handed-over tapes are `hearth_tapes_total`.
+    recorder: Arc<OnceLock<Arc<Recorder>>>,
+    /// Tapes the recorder had no room for, or failed to write.
     pub tapes_dropped: Counter,
     /// Handles to the series every invocation updates, looked up once:
     /// a family lookup (hash, lock) per update was measurable on `hello`.
@@ -150,9 +155,9 @@ impl Default for Metrics {
             "Log lines dropped because the writer fell behind",
             logs_dropped.clone(),
         );
-        let tapes = Counter::default();
+        let recorder = Arc::<OnceLock<Arc<Recorder>>>::default();
+        registry.register_collector(Box::new(TapesHanded(recorder.clone())));
         let tapes_dropped = Counter::default();
-        registry.register("tapes", "Invocations recorded", tapes.clone());
         registry.register(
             "tapes_dropped",
             "Tapes lost because the recorder fell behind or failed to write",
@@ -161,7 +166,7 @@ impl Default for Metrics {
         Metrics {
             hot: Hot::new(&invocations, &starts, &duration),
             registry,
-            tapes,
+            recorder,
             tapes_dropped,
             invocations,
             errors,
@@ -186,11 +191,42 @@ impl Metrics {
         self.hot.duration[s].observe(seconds);
     }
 
+    /// Counts `recorder`'s tapes as `hearth_tapes_total` (a node has one
+    /// recorder; a second is ignored).
+    pub fn count_tapes_of(&self, recorder: Arc<Recorder>) {
+        let _ = self.recorder.set(recorder);
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
         out
+    }
+}
+
+/// `hearth_tapes_total`, the recorder's own count read at each scrape. A
+/// counter bumped per invocation would be one more cache line that every
+/// worker writes on every request (see `hearth_record`'s `Shards`).
+struct TapesHanded(Arc<OnceLock<Arc<Recorder>>>);
+
+impl std::fmt::Debug for TapesHanded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TapesHanded")
+    }
+}
+
+impl Collector for TapesHanded {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let n = self.0.get().map_or(0, |r| r.handed());
+        let counter = ConstCounter::new(n);
+        let metric = encoder.encode_descriptor(
+            "tapes",
+            "Invocations whose tape was handed to the recorder",
+            None,
+            counter.metric_type(),
+        )?;
+        counter.encode(metric)
     }
 }

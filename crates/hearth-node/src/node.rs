@@ -241,6 +241,7 @@ impl Node {
     /// Records invocations with `recorder` (each function's sampling rate
     /// applies).
     pub fn with_recorder(mut self, recorder: Arc<Recorder>) -> Self {
+        self.metrics.count_tapes_of(recorder.clone());
         self.recorder = Some(recorder);
         self
     }

@@ -26,7 +26,9 @@ use tokio::sync::oneshot;
 
 use crate::RecordError;
 use crate::archive::{Archive, Sealer};
-use crate::pending::{Pending, Queued, Shards, Summary, TenantTapes, summarize};
+use crate::pending::{
+    Pending, Pushed, QueueLimit, Queued, Shards, Summary, TenantTapes, summarize,
+};
 use crate::priority::WriterPriority;
 use crate::recording::{Hash, RecordingRef};
 use crate::segment::{self, SEGMENT_MAGIC};
@@ -101,6 +103,8 @@ pub struct RecorderStats {
     pub bytes: AtomicU64,
     pub expired: AtomicU64,
     /// Tapes handed over and not yet written, and their encoded bytes.
+    /// Each invocation thread adds its tapes in batches (see
+    /// [`Shards::push`]), so this lags by a few dozen tapes per thread.
     pub queued: Queued,
 }
 
@@ -129,8 +133,6 @@ pub struct Recorder {
     archive: Arc<Archive>,
     durability: Durability,
     stats: Arc<RecorderStats>,
-    queue: u64,
-    queue_bytes: u64,
     /// The writer, to unpark; and to join, once.
     writer: std::thread::Thread,
     priority: Arc<WriterPriority>,
@@ -145,7 +147,14 @@ impl Recorder {
         recover(&archive, &segments)?;
         let next = segments.last().map_or(1, |n| n + 1);
         let stats = Arc::new(RecorderStats::default());
-        let shards = Arc::new(Shards::new(SHARDS));
+        let shards = Arc::new(Shards::new(
+            SHARDS,
+            QueueLimit {
+                tapes: config.queue as u64,
+                bytes: config.queue_bytes,
+                refuse: config.durability == Durability::Batched,
+            },
+        ));
         let priority = Arc::new(WriterPriority::new(config.durability));
         let mut writer = Writer {
             priority: priority.clone(),
@@ -175,8 +184,6 @@ impl Recorder {
             archive,
             durability: config.durability,
             stats,
-            queue: config.queue as u64,
-            queue_bytes: config.queue_bytes,
             thread: Mutex::new(Some(thread)),
             priority,
         })
@@ -194,6 +201,12 @@ impl Recorder {
         self.durability
     }
 
+    /// Tapes handed over since this recorder opened (written, waiting, or
+    /// lost to a failed write; not those refused as `Overloaded`).
+    pub fn handed(&self) -> u64 {
+        self.shards.handed()
+    }
+
     /// Hands a tape to the writer. In batched mode this never waits (a
     /// full queue drops the tape, counted); in sync mode it returns once
     /// the tape is durable (or failed to be).
@@ -201,18 +214,17 @@ impl Recorder {
         if self.closed.load(Ordering::Relaxed) {
             return Err(RecordError::Closed);
         }
-        let (queued, queued_bytes) = self.stats.queued.get();
-        if self.durability == Durability::Batched
-            && (queued >= self.queue || queued_bytes + recording.approx_bytes() > self.queue_bytes)
-        {
-            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-            return Err(RecordError::Overloaded);
-        }
-        let (queued, queued_bytes) = self.shards.push(recording, &self.stats.queued)?;
-        // Half full: a writer that drains each flush never gets here
-        // (70k tapes/s fill a seventh of the queue per interval).
-        if queued > self.queue / 2 || queued_bytes > self.queue_bytes / 2 {
-            self.priority.raise();
+        match self.shards.push(recording, &self.stats.queued) {
+            Ok(Pushed::Queued) => {}
+            // Half full: a writer that drains each flush never gets here
+            // (70k tapes/s fill a seventh of the queue per interval).
+            Ok(Pushed::Crowded) => self.priority.raise(),
+            Err(e) => {
+                if matches!(e, RecordError::Overloaded) {
+                    self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                return Err(e);
+            }
         }
         match self.durability {
             Durability::Batched => Ok(()),
@@ -433,7 +445,7 @@ impl Writer {
             let pending = self.shards.take();
             let (count, bytes) = pending
                 .iter()
-                .fold((0, 0), |(c, b), p| (c + p.count, b + p.bytes));
+                .fold((0, 0), |(c, b), p| (c + p.published.0, b + p.published.1));
             let result = self.write(&pending, None).map_err(|e| {
                 tracing::error!(error = %e, "writing tapes failed");
                 e.to_string()

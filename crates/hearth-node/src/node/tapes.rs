@@ -82,18 +82,14 @@ impl Node {
             tape: &tape,
             outcome: result,
         };
-        match recorder.record(recording).await {
-            Ok(()) => {
-                self.metrics.tapes.inc();
-            }
-            Err(e) => {
-                // Counted in hearth_tapes_dropped_total; logged once per
-                // thousand so an overloaded recorder does not flood the log.
-                if self.metrics.tapes_dropped.inc().is_multiple_of(1000) {
-                    tracing::warn!(error = %e, id = %outcome.id, "an invocation's tape was not kept");
-                }
-            }
-        };
+        // The recorder counts what it takes (hearth_tapes_total); what
+        // it does not is counted in hearth_tapes_dropped_total, and logged
+        // once per thousand so an overloaded recorder does not flood the log.
+        if let Err(e) = recorder.record(recording).await
+            && self.metrics.tapes_dropped.inc().is_multiple_of(1000)
+        {
+            tracing::warn!(error = %e, id = %outcome.id, "an invocation's tape was not kept");
+        }
         outcome
     }
 

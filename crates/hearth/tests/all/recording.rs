@@ -411,6 +411,12 @@ async fn tenants_see_only_their_own_tapes_and_tapes_are_encrypted_on_disk() {
         "{status:#}"
     );
     assert_eq!(recording["durability"], "batched");
+    // The one invocation is the one tape the recorder was handed.
+    let metrics = d.get_text("/metrics").await;
+    assert!(
+        metrics.lines().any(|l| l == "hearth_tapes_total 1"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
