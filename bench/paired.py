@@ -39,6 +39,23 @@ def paired(rounds, a, b, key):
     return [r[a][key] / r[b][key] for r in rounds if a in r and b in r]
 
 
+def paired_to_mean(rounds, a, bs, key):
+    """Per-round ratios of a's `key` to the geometric mean of copies `bs`.
+
+    With two untaped copies as controls, each has quirks of its own (two
+    copies of one module have differed by a steady 1-2% in one daemon);
+    their mean is a steadier reference than either.
+    """
+    out = []
+    for r in rounds:
+        if a in r and all(b in r for b in bs):
+            mean = 1.0
+            for b in bs:
+                mean *= r[b][key]
+            out.append(r[a][key] / mean ** (1 / len(bs)))
+    return out
+
+
 def pct(ratio):
     return f"{(ratio - 1) * 100:+.1f}%"
 
@@ -69,5 +86,7 @@ if __name__ == "__main__":
     assert median_ci([2.0] * 10) == (2.0, 2.0, 2.0)
     rounds = [{"on": {"rps": 90.0}, "off": {"rps": 100.0}}] * 5
     assert paired(rounds, "on", "off", "rps") == [0.9] * 5
+    three = [{"on": {"x": 90.0}, "off": {"x": 100.0}, "ctl": {"x": 81.0}}]
+    assert [round(v, 9) for v in paired_to_mean(three, "on", ["off", "ctl"], "x")] == [1.0]
     assert change([0.9] * 5) == "-10.0% [-10.0%, -10.0%]"
     print("ok")

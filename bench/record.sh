@@ -16,9 +16,15 @@
 # cost being measured. Levels are medians over the rounds; each change is
 # the median of the per-round ratios to that round's "off" run, with a 95%
 # bootstrap interval (bench/paired.py): the machine's speed drifts within
-# minutes, and runs seconds apart share most of that drift. CPU per request
-# is utime + stime from /proc over each run, steadier than wrk's figures
-# when the machine is noisy.
+# minutes, and runs seconds apart share most of that drift. The "on" copy
+# is also compared with the mean of both untaped copies: in three hello
+# runs of the fifteenth session, "off" beat "off again" every time (by
+# 0.5-2.4% in throughput), a quirk of one copy or of the order that
+# comparing with both halves. Rounds take the six orders of the three
+# copies in turn, so within rounds each copy runs first, second and last,
+# and right after each of the others, equally often (use a multiple of 6
+# rounds). CPU per request is utime + stime from /proc over each run,
+# steadier than wrk's figures when the machine is noisy.
 # Usage: bench/record.sh [seconds-per-run] [rounds]   (prints Markdown)
 #        FNS="hello py" bench/record.sh …   only these functions
 #        UNTAPED=1 bench/record.sh …        the "on" copy untaped too: an
@@ -85,19 +91,19 @@ seg_bytes() { du -sb "$WORK/data/recordings/segments" | awk '{print $1}'; }
 echo "### Recording on vs off, one daemon (wrk -t1 -c$C, ${DUR}s per run, $ROUNDS rounds of on/off/off interleaved, rotating which goes first, $(nproc) cores)"
 echo
 echo "Levels are medians over the rounds. Changes are the median of each round's"
-echo "ratio to that round's \"off\" run, with a 95% bootstrap interval in brackets"
-echo "(bench/paired.py)."
+echo "ratio to that round's \"off\" run (\"both\": to the geometric mean of its two"
+echo "untaped runs), with a 95% bootstrap interval in brackets (bench/paired.py)."
 echo
 echo "| function | recording | req/s | p99 | daemon CPU per request | throughput change | p99 change | CPU change | bytes on disk per invocation |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for f in ${FNS:-hello onecall py}; do
   runs=()
   t0=$(tapes); b0=$(seg_bytes)
-  # Each round starts with the next copy, so none always runs first.
-  order=(on off ctl)
+  # The six orders in turn: no copy always runs first, or always after
+  # the same other copy.
+  orders=("on off ctl" "off ctl on" "ctl on off" "on ctl off" "ctl off on" "off on ctl")
   for i in $(seq 0 $((ROUNDS - 1))); do
-    for k in 0 1 2; do
-      d=${order[$(((i + k) % 3))]}
+    for d in ${orders[$((i % 6))]}; do
       name=$f; [ "$d" = on ] || name="$f-$d"
       read -r r p t < <(wrk_run "$URL/fn/admin/$name")
       runs+=("$i:$d:$r:$p:$t")
@@ -108,7 +114,7 @@ for f in ${FNS:-hello onecall py}; do
   python3 - "$f" "$t0" "$t1" "$b0" "$b1" "$DUR" "$(getconf CLK_TCK)" "${runs[@]}" <<'PY'
 import statistics, sys
 sys.path.insert(0, "bench")
-from paired import paired, change
+from paired import paired, paired_to_mean, change
 f, t0, t1, b0, b1, dur, hz, *runs = sys.argv[1:]
 rounds = {}
 for run in runs:
@@ -123,6 +129,8 @@ per = (int(b1) - int(b0)) / max(1, int(float(t1)) - int(float(t0)))
 ch = lambda a, k: change(paired(rounds, a, "off", k))
 print(f"| {f} | off | {med('off', 'rps'):.0f} | {med('off', 'p99')/1000:.2f} ms | {med('off', 'cpu'):.1f} µs | | | | |")
 print(f"| {f} | on | {med('on', 'rps'):.0f} | {med('on', 'p99')/1000:.2f} ms | {med('on', 'cpu'):.1f} µs | **{ch('on', 'rps')}** | **{ch('on', 'p99')}** | **{ch('on', 'cpu')}** | {per:.0f} B |")
+both = lambda k: change(paired_to_mean(rounds, "on", ["off", "ctl"], k))
+print(f"| {f} | on, against both untaped copies | | | | **{both('rps')}** | **{both('p99')}** | **{both('cpu')}** | |")
 print(f"| {f} | off again (A/A: the noise floor) | {med('ctl', 'rps'):.0f} | {med('ctl', 'p99')/1000:.2f} ms | {med('ctl', 'cpu'):.1f} µs | {ch('ctl', 'rps')} | {ch('ctl', 'p99')} | {ch('ctl', 'cpu')} | |")
 PY
 done
