@@ -17,13 +17,13 @@
 # the median of the per-round ratios to that round's "off" run, with a 95%
 # bootstrap interval (bench/paired.py): the machine's speed drifts within
 # minutes, and runs seconds apart share most of that drift. The "on" copy
-# is also compared with the mean of both untaped copies: in three hello
-# runs of the fifteenth session, "off" beat "off again" every time (by
-# 0.5-2.4% in throughput), a quirk of one copy or of the order that
-# comparing with both halves. Rounds take the six orders of the three
-# copies in turn, so within rounds each copy runs first, second and last,
-# and right after each of the others, equally often (use a multiple of 6
-# rounds). CPU per request is utime + stime from /proc over each run,
+# is also compared with the mean of both untaped copies, which halves any
+# quirk of one of them. Rounds take the six orders of the three copies in
+# turn, so within rounds each copy runs first, second and last, and right
+# after each of the others, equally often (use a multiple of 6 rounds):
+# with the old fixed rotation, "off" beat "off again" in each of three
+# hello runs (by 0.5-2.4% in throughput); with the six orders it moved
+# both ways (-2.7% to +2.2% over five runs). CPU per request is utime + stime from /proc over each run,
 # steadier than wrk's figures when the machine is noisy.
 # Usage: bench/record.sh [seconds-per-run] [rounds]   (prints Markdown)
 #        FNS="hello py" bench/record.sh …   only these functions
