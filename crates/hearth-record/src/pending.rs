@@ -292,7 +292,9 @@ impl QueueLimit {
     }
 }
 
-/// Tapes (and their encoded bytes) handed over and not yet written.
+/// Tapes (and their encoded bytes) handed over and not yet written, as
+/// far as the shards have published them: short by under `PUBLISH_TAPES`
+/// tapes (or `PUBLISH_BYTES` bytes) per shard.
 #[derive(Debug, Default)]
 pub struct Queued {
     tapes: AtomicU64,
@@ -316,9 +318,10 @@ impl Queued {
         )
     }
 
-    /// Counts written tapes out; returns the counts after. Only batches
-    /// taken by [`Shards::take`] are counted out, and they were counted in
-    /// under their shard's lock before the take could see them.
+    /// Counts written tapes out; returns the counts after. Only what a
+    /// batch taken by [`Shards::take`] had published is counted out, and
+    /// that was counted in under its shard's lock before the take could
+    /// see it.
     pub(crate) fn remove(&self, tapes: u64, bytes: u64) -> (u64, u64) {
         (
             self.tapes.fetch_sub(tapes, Ordering::Relaxed) - tapes,
@@ -342,9 +345,10 @@ pub(crate) struct Summary {
 
 /// An invocation id as the index keeps and orders it: its text (the 32
 /// hex digits the node makes), compared byte by byte. Only the length is
-/// checked: any 32-character id orders consistently as text. Comparing the text directly, instead of parsing it
-/// into a number first, took summarizing a tape from 74 to a few ns
-/// (the parse was the largest single cost of a handover, in process).
+/// checked: any 32-character id orders consistently as text. Comparing
+/// the text directly, instead of parsing it into a number first, took
+/// summarizing a tape from 74 to a few ns (the parse was the largest
+/// single cost of a handover, in process).
 type IdText = [u8; ID_LEN];
 
 /// Length of an invocation id ([`InvocationId`](hearth_core::InvocationId)

@@ -103,8 +103,8 @@ pub struct RecorderStats {
     pub bytes: AtomicU64,
     pub expired: AtomicU64,
     /// Tapes handed over and not yet written, and their encoded bytes.
-    /// Each invocation thread adds its tapes in batches (see
-    /// [`Shards::push`]), so this lags by a few dozen tapes per thread.
+    /// Each shard adds its tapes in batches (see `Shards::push`), so
+    /// this is short by under 64 tapes (or 64 KiB) per shard.
     pub queued: Queued,
 }
 
