@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 use crate::RecordError;
 use crate::archive::{Archive, Sealer};
 use crate::pending::{
-    Pending, Pushed, QueueLimit, Queued, Shards, Summary, TenantTapes, summarize,
+    Pending, Pushed, QueueLimit, Queued, Shards, Summary, TenantTapes, append, summarize,
 };
 use crate::priority::WriterPriority;
 use crate::recording::{Hash, RecordingRef};
@@ -160,7 +160,7 @@ impl Recorder {
             priority: priority.clone(),
             current: Segment::create(&archive, next)?,
             sealer: Sealer::new()?,
-            plain: Vec::new(),
+            glue: Vec::new(),
             out: Vec::new(),
             archive: archive.clone(),
             config: config.clone(),
@@ -394,10 +394,11 @@ struct Writer {
     config: RecordConfig,
     current: Segment,
     shards: Arc<Shards>,
-    /// Buffers kept from one flush to the next: a block's plain bytes, and
-    /// the blocks to append.
+    /// Buffers kept from one flush to the next: the counts and lengths
+    /// between a block's tapes and payloads, the sealer's, and the blocks
+    /// to append.
     sealer: Sealer,
-    plain: Vec<u8>,
+    glue: Vec<u8>,
     out: Vec<u8>,
     /// Payloads already in the current segment, per tenant.
     known: HashMap<String, HashSet<Hash>>,
@@ -521,9 +522,9 @@ impl Writer {
                 added.push((tenant.to_string(), *hash));
             }
             rows.extend(summaries.iter().map(|(f, s)| s.row(tenant, f, n, offset)));
-            block_body(&parts, &new_blobs, &mut self.plain)?;
+            let body = block_body(&parts, &new_blobs, &mut self.glue)?;
             self.archive
-                .seal_into(&mut self.sealer, tenant, &self.plain, &mut self.out)?;
+                .seal_into(&mut self.sealer, tenant, &body, &mut self.out)?;
         }
         let bytes = &self.out;
         if let Err(e) = self
@@ -692,23 +693,40 @@ impl Writer {
     }
 }
 
-/// Writes into `plain` the bytes of a block holding `parts`' tapes and
-/// `blobs`: postcard's encoding of a [`BlockBody`](crate::segment::BlockBody),
-/// assembled from tapes the invocations already encoded.
-fn block_body(
-    parts: &[&TenantTapes],
-    blobs: &[&(Hash, Vec<u8>)],
-    plain: &mut Vec<u8>,
-) -> Result<(), RecordError> {
-    plain.clear();
-    let tapes: usize = parts.iter().map(|p| p.count as usize).sum();
+/// The body of a block holding `parts`' tapes and `blobs`, as pieces
+/// whose concatenation is postcard's encoding of a
+/// [`BlockBody`](crate::segment::BlockBody): the tapes where the
+/// invocations encoded them, the payloads where they are, and the few
+/// bytes between them (counts and lengths) in `glue`.
+fn block_body<'a>(
+    parts: &[&'a TenantTapes],
+    blobs: &[&'a (Hash, Vec<u8>)],
+    glue: &'a mut Vec<u8>,
+) -> Result<Vec<&'a [u8]>, RecordError> {
     let encode = |e: postcard::Error| RecordError::Corrupt(format!("cannot encode a block: {e}"));
-    postcard::to_io(&tapes, &mut *plain).map_err(encode)?;
-    for p in parts {
-        plain.extend_from_slice(&p.tapes);
+    glue.clear();
+    let tapes: usize = parts.iter().map(|p| p.count as usize).sum();
+    append(&tapes, glue).map_err(encode)?;
+    let tapes_end = glue.len();
+    append(&blobs.len(), glue).map_err(encode)?;
+    // Each payload's hash and length, as postcard writes a `(Hash, Vec<u8>)`.
+    let mut heads = Vec::with_capacity(blobs.len());
+    for (hash, bytes) in blobs {
+        let start = glue.len();
+        append(hash, glue).map_err(encode)?;
+        append(&bytes.len(), glue).map_err(encode)?;
+        heads.push(start..glue.len());
     }
-    postcard::to_io(blobs, &mut *plain).map_err(encode)?;
-    Ok(())
+    let glue: &'a [u8] = glue;
+    let mut pieces = Vec::with_capacity(parts.len() + 2 + 2 * blobs.len());
+    pieces.push(&glue[..tapes_end]);
+    pieces.extend(parts.iter().map(|p| &p.tapes[..]));
+    pieces.push(&glue[tapes_end..heads.first().map_or(glue.len(), |h| h.start)]);
+    for (head, (_, bytes)) in heads.into_iter().zip(blobs) {
+        pieces.push(&glue[head]);
+        pieces.push(bytes);
+    }
+    Ok(pieces)
 }
 
 #[cfg(test)]
@@ -758,8 +776,10 @@ mod tests {
             .map(|mut p| p.tenants.remove("t").unwrap())
             .collect();
         let blobs: Vec<_> = parts.iter().flat_map(|p| &p.blobs).collect();
-        let mut plain = b"stale".to_vec();
-        block_body(&parts.iter().collect::<Vec<_>>(), &blobs, &mut plain).unwrap();
+        let mut glue = b"stale".to_vec();
+        let plain = block_body(&parts.iter().collect::<Vec<_>>(), &blobs, &mut glue)
+            .unwrap()
+            .concat();
 
         let mut expected = BlockBody::default();
         for t in &tapes {

@@ -151,6 +151,68 @@ async fn a_large_payload_is_stored_once_per_segment() {
     }
 }
 
+/// Under load a block's tapes are several shards' buffers of hundreds of
+/// kilobytes, each sealed as a zstd frame of its own: the block must read
+/// back as one.
+#[test]
+fn a_block_of_large_batches_from_two_threads_reads_back_whole() {
+    let fx = Fixture::new();
+    let rec = fx.recorder(RecordConfig {
+        flush_interval: Duration::from_secs(3600),
+        ..RecordConfig::default()
+    });
+    let now = hearth_core::unix_time_ms();
+    let per_thread = 1500;
+    let made: Vec<Vec<Recording>> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..2)
+            .map(|t| {
+                let rec = &rec;
+                s.spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .build()
+                        .unwrap();
+                    (0..per_thread)
+                        .map(|i| {
+                            let body = format!("thread {t} tape {i} {}", "y".repeat(i % 90));
+                            let r = recording("a", "f", &body, i % 7 != 0, now + i as i64);
+                            rt.block_on(rec.record(r.borrowed())).unwrap();
+                            r
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(rec.flush())
+        .unwrap();
+    let archive = rec.archive();
+    let listed = archive
+        .list(
+            "a",
+            &TapeQuery {
+                limit: 10_000,
+                ..TapeQuery::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(listed.len(), 2 * per_thread);
+    for r in made.iter().flatten().step_by(97) {
+        assert_eq!(&archive.read("a", &r.id).unwrap(), r);
+    }
+    // One block (one flush, one tenant), larger than a frame's threshold
+    // many times over, yet compressed well.
+    let written = rec.stats().bytes.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        written < 100 * 2 * per_thread as u64,
+        "{written} bytes on disk for {} tapes",
+        2 * per_thread
+    );
+}
+
 #[tokio::test]
 async fn a_torn_tail_is_cut_and_unindexed_blocks_are_found_on_restart() {
     let fx = Fixture::new();
