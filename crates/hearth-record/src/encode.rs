@@ -26,46 +26,65 @@ use crate::recording::{OutcomeRef, RecordingRef};
 /// `out`. On error (only from a host call's serde encoding) `out` may hold
 /// part of the tape: the caller cuts it back.
 pub(crate) fn encode_tape(r: &RecordingRef<'_>, out: &mut Vec<u8>) -> postcard::Result<()> {
-    let mut o = Out(out);
-    o.str(r.id);
-    o.str(r.tenant);
-    o.str(r.function);
-    o.varint(r.version.into());
-    o.str(r.artifact);
-    o.varint(tier_index(r.tier));
-    o.varint(zigzag(r.started_ms));
-    o.varint(r.duration_us);
     let q = r.request;
-    o.str(&q.method);
-    o.str(&q.path);
-    o.str(&q.query);
-    o.headers(&q.headers);
-    o.bytes(&q.body);
-    o.varint(r.tape.events.len() as u64);
+    let strings = [r.id, r.tenant, r.function, r.artifact];
+    let head = Room::bound(15 + 2 * q.headers.len())
+        + strings.iter().map(|s| s.len()).sum::<usize>()
+        + q.method.len()
+        + q.path.len()
+        + q.query.len()
+        + header_bytes(&q.headers)
+        + q.body.len();
+    Room::fill(out, head, |o| {
+        strings[..3].iter().for_each(|s| o.str(s));
+        o.varint(r.version.into());
+        o.str(r.artifact);
+        o.varint(tier_index(r.tier));
+        o.varint(zigzag(r.started_ms));
+        o.varint(r.duration_us);
+        o.str(&q.method);
+        o.str(&q.path);
+        o.str(&q.query);
+        o.headers(&q.headers);
+        o.bytes(&q.body);
+        o.varint(r.tape.events.len() as u64);
+    });
     for event in &r.tape.events {
-        crate::pending::append(event, o.0)?;
+        crate::pending::append(event, out)?;
     }
     match r.outcome {
         OutcomeRef::Response(response) => {
-            o.varint(0);
-            o.varint(response.status.into());
-            o.headers(&response.headers);
-            o.bytes(&response.body);
+            let tail = Room::bound(5 + 2 * response.headers.len())
+                + header_bytes(&response.headers)
+                + response.body.len();
+            Room::fill(out, tail, |o| {
+                o.varint(0);
+                o.varint(response.status.into());
+                o.headers(&response.headers);
+                o.bytes(&response.body);
+                o.varint(0); // no refs
+            });
         }
         OutcomeRef::Error {
             kind,
             status,
             message,
         } => {
-            o.varint(1);
-            o.str(kind);
-            o.varint(status.into());
-            o.str(message);
+            let tail = Room::bound(5) + kind.len() + message.len();
+            Room::fill(out, tail, |o| {
+                o.varint(1);
+                o.str(kind);
+                o.varint(status.into());
+                o.str(message);
+                o.varint(0); // no refs
+            });
         }
     }
-    // No refs.
-    o.varint(0);
     Ok(())
+}
+
+fn header_bytes(headers: &[(String, String)]) -> usize {
+    headers.iter().map(|(n, v)| n.len() + v.len()).sum()
 }
 
 /// The variant's index, as serde numbers `Tier`'s variants (declaration
@@ -82,22 +101,52 @@ fn zigzag(n: i64) -> u64 {
     ((n << 1) ^ (n >> 63)) as u64
 }
 
-struct Out<'a>(&'a mut Vec<u8>);
+/// Room at the end of a `Vec`, sized beforehand for what is written into
+/// it, then cut to what was. Writing a byte here is a store and an
+/// index; pushing it onto the `Vec` reloaded and checked the `Vec`'s
+/// length and capacity each time, which made the varints the largest
+/// single cost of a handover under `perf`.
+struct Room<'a> {
+    buf: &'a mut [u8],
+    at: usize,
+}
 
-impl Out<'_> {
-    #[inline(never)]
-    fn varint(&mut self, mut n: u64) {
-        while n >= 0x80 {
-            self.0.push(n as u8 | 0x80);
-            n >>= 7;
-        }
-        self.0.push(n as u8);
+impl Room<'_> {
+    /// Bytes enough for `varints` varints (ten bytes each, at most) plus
+    /// the bytes counted beside them.
+    fn bound(varints: usize) -> usize {
+        10 * varints
     }
 
-    #[inline(never)]
+    /// Runs `write` on `bound` bytes of room after `out`'s end, keeping
+    /// what it wrote. Panics if it writes more: `bound` is computed from
+    /// the same fields.
+    fn fill(out: &mut Vec<u8>, bound: usize, write: impl FnOnce(&mut Room<'_>)) {
+        let start = out.len();
+        out.resize(start + bound, 0);
+        let mut room = Room {
+            buf: &mut out[start..],
+            at: 0,
+        };
+        write(&mut room);
+        let written = room.at;
+        out.truncate(start + written);
+    }
+
+    fn varint(&mut self, mut n: u64) {
+        while n >= 0x80 {
+            self.buf[self.at] = n as u8 | 0x80;
+            self.at += 1;
+            n >>= 7;
+        }
+        self.buf[self.at] = n as u8;
+        self.at += 1;
+    }
+
     fn bytes(&mut self, b: &[u8]) {
         self.varint(b.len() as u64);
-        self.0.extend_from_slice(b);
+        self.buf[self.at..self.at + b.len()].copy_from_slice(b);
+        self.at += b.len();
     }
 
     fn str(&mut self, s: &str) {
