@@ -77,7 +77,8 @@ pub fn run(n: usize, threads: usize) -> anyhow::Result<()> {
                         let t0 = thread_cpu_time();
                         for invocation in &ids {
                             // What `Node::record` does per invocation: the
-                            // id as hex, the tape by reference.
+                            // id as hex, the start time from the id, the
+                            // tape by reference.
                             let mut id = [0u8; 32];
                             let id = invocation.0.simple().encode_lower(&mut id);
                             ready(recorder.record(RecordingRef {
@@ -87,7 +88,7 @@ pub fn run(n: usize, threads: usize) -> anyhow::Result<()> {
                                 version: 1,
                                 artifact,
                                 tier: Tier::Wasm,
-                                started_ms: hearth_core::unix_time_ms(),
+                                started_ms: invocation.unix_ms().unwrap_or(0),
                                 duration_us: 40,
                                 request,
                                 tape,

@@ -13,6 +13,13 @@ impl InvocationId {
     pub fn new() -> Self {
         InvocationId(uuid::Uuid::now_v7())
     }
+
+    /// When the id was made, in ms since the Unix epoch: the timestamp a
+    /// v7 id carries (`None` for other versions). Reading it back costs
+    /// no clock read, which a tape's start time did per invocation.
+    pub fn unix_ms(&self) -> Option<i64> {
+        (self.0.get_version_num() == 7).then(|| (self.0.as_u128() >> 80) as i64)
+    }
 }
 
 impl Default for InvocationId {
@@ -55,4 +62,22 @@ pub struct Response {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Bytes,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_carries_the_time_it_was_made() {
+        let before = crate::unix_time_ms();
+        let id = InvocationId::new();
+        let after = crate::unix_time_ms();
+        let ms = id.unix_ms().expect("a new id is v7");
+        assert!(
+            (before..=after).contains(&ms),
+            "{before} <= {ms} <= {after}"
+        );
+        assert_eq!(InvocationId(uuid::Uuid::nil()).unix_ms(), None);
+    }
 }

@@ -501,8 +501,12 @@ impl Node {
                 .0);
         };
         // When it started, if it gets a tape (the request itself is kept
-        // below, borrowed by the tiers, and taped from there).
-        let taping = self.sampled(v).then(hearth_core::unix_time_ms);
+        // below, borrowed by the tiers, and taped from there): the time in
+        // its id, made just now here or, forwarded, by the gateway when
+        // the request reached the platform.
+        let taping = self
+            .sampled(v)
+            .then(|| id.unix_ms().unwrap_or_else(hearth_core::unix_time_ms));
         let tier = self.tier_for(v).await?;
         let (prepared, start) = self.prepared(v, tier).await?;
         let deadline = started + Duration::from_millis(v.spec.limits.timeout_ms);

@@ -348,24 +348,41 @@ pub(crate) struct Summary {
 /// checked: any 32-character id orders consistently as text. Comparing
 /// the text directly, instead of parsing it into a number first, took
 /// summarizing a tape from 74 to a few ns (the parse was the largest
-/// single cost of a handover, in process).
-type IdText = [u8; ID_LEN];
+/// single cost of a handover, in process). The text is held as its two
+/// halves, big-endian: they order as the bytes do, and compare in two
+/// instructions where the bytes took a `memcmp` call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct IdText(u128, u128);
 
 /// Length of an invocation id ([`InvocationId`](hearth_core::InvocationId)
 /// as hex, without dashes); the recorder takes no other.
 const ID_LEN: usize = 32;
 
-fn id_text(id: &str) -> Result<IdText, RecordError> {
-    id.as_bytes().try_into().map_err(|_| {
-        RecordError::BadTape(format!(
-            "a tape's id must be {ID_LEN} characters long, as the 32 hex digits of an invocation id are, not {id:?}"
+impl IdText {
+    fn of(id: &str) -> Result<IdText, RecordError> {
+        let text: &[u8; ID_LEN] = id.as_bytes().try_into().map_err(|_| {
+            RecordError::BadTape(format!(
+                "a tape's id must be {ID_LEN} characters long, as the 32 hex digits of an invocation id are, not {id:?}"
+            ))
+        })?;
+        let (high, low) = text.split_at(16);
+        Ok(IdText(
+            u128::from_be_bytes(high.try_into().unwrap()),
+            u128::from_be_bytes(low.try_into().unwrap()),
         ))
-    })
+    }
+
+    fn text(&self) -> String {
+        let mut bytes = [0u8; ID_LEN];
+        bytes[..16].copy_from_slice(&self.0.to_be_bytes());
+        bytes[16..].copy_from_slice(&self.1.to_be_bytes());
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
 }
 
 impl Summary {
     pub fn of(r: &RecordingRef<'_>) -> Result<Summary, RecordError> {
-        let id = id_text(r.id)?;
+        let id = IdText::of(r.id)?;
         Ok(Summary {
             first_id: id,
             last_id: id,
@@ -395,8 +412,8 @@ impl Summary {
             function: function.to_string(),
             segment,
             offset,
-            first_id: String::from_utf8_lossy(&self.first_id).into_owned(),
-            last_id: String::from_utf8_lossy(&self.last_id).into_owned(),
+            first_id: self.first_id.text(),
+            last_id: self.last_id.text(),
             first_ms: self.first_ms,
             last_ms: self.last_ms,
             count: self.count,
