@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use hearth_store::{Principal, Store};
 
 use crate::ApiError;
@@ -14,10 +14,23 @@ const MAX_CACHED: usize = 10_000;
 #[derive(Default)]
 pub(crate) struct TokenCache(RwLock<HashMap<String, Principal>>);
 
+/// What every token Hearth issues begins with.
+const TOKEN_PREFIX: &str = "hth_";
+
 fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
+    bearer_of(headers.get(header::AUTHORIZATION)?)
+}
+
+fn bearer_of(value: &HeaderValue) -> Option<&str> {
+    let (scheme, token) = value.to_str().ok()?.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// Whether an `Authorization` value carries a Hearth token, valid or not.
+/// Such a header is Hearth's, and never reaches function code or tapes; a
+/// function's own scheme (another bearer, Basic, …) passes through.
+pub(crate) fn is_hearth_credential(value: &HeaderValue) -> bool {
+    bearer_of(value).is_some_and(|t| t.starts_with(TOKEN_PREFIX))
 }
 
 impl TokenCache {

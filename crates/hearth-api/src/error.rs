@@ -15,6 +15,8 @@ pub enum ApiError {
     NotFound(String),
     Conflict(String),
     TooLarge(String),
+    /// 408: the request (its body) did not arrive in time.
+    RequestTimeout(String),
     /// 429: no capacity now; try again shortly.
     TooManyRequests(String),
     Unavailable(String),
@@ -34,6 +36,7 @@ impl ApiError {
             ApiError::NotFound(m) => (StatusCode::NOT_FOUND, "not_found", m),
             ApiError::Conflict(m) => (StatusCode::CONFLICT, "conflict", m),
             ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", m),
+            ApiError::RequestTimeout(m) => (StatusCode::REQUEST_TIMEOUT, "request_timeout", m),
             ApiError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", m),
             ApiError::TooManyRequests(m) => (StatusCode::TOO_MANY_REQUESTS, "no_capacity", m),
             ApiError::Internal(m) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", m),

@@ -6,10 +6,11 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use hearth_core::{InvokeError, Request};
+use hearth_core::{FunctionVersion, InvokeError, Request};
+use hearth_node::NodeError;
 use serde_json::json;
 
-use crate::{ApiError, AppState};
+use crate::{ApiError, AppState, auth};
 
 pub(crate) async fn invoke_root(
     State(s): State<Arc<AppState>>,
@@ -44,6 +45,48 @@ fn split_version<'a>(
     Ok((name, version))
 }
 
+/// The function a caller asked for, if it may invoke it.
+///
+/// A caller that is not authenticated as the function's tenant gets one and
+/// the same 404 for a function that does not exist, a version that does not
+/// exist, and a private function: which names and how many versions another
+/// tenant has are not its business. The tenant itself is told which it was.
+async fn visible_function(
+    s: &AppState,
+    tenant: &str,
+    name: &str,
+    version: Option<u32>,
+    headers: &HeaderMap,
+) -> Result<Arc<FunctionVersion>, ApiError> {
+    let found = s.node.resolve(tenant, name, version).await;
+    if let Ok(f) = &found
+        && f.spec.public
+    {
+        return found.map_err(ApiError::from);
+    }
+    let is_tenant = match s.auth.principal(s.node.store(), headers).await {
+        Ok(Some(p)) => p.tenant == tenant,
+        Ok(None) | Err(ApiError::Unauthorized(_)) => false,
+        Err(e) => return Err(e),
+    };
+    let hidden_from_caller = !is_tenant
+        && matches!(
+            found,
+            Ok(_) | Err(NodeError::NotFound { .. } | NodeError::NoSuchVersion { .. })
+        );
+    if !hidden_from_caller {
+        return found.map_err(ApiError::from);
+    }
+    let asked = match version {
+        Some(v) => format!("{tenant}/{name}@{v}"),
+        None => format!("{tenant}/{name}"),
+    };
+    Err(ApiError::NotFound(format!(
+        "no function {asked} that this caller may invoke: it does not exist, or it is \
+         private and needs `Authorization: Bearer <token>` with a token of tenant {tenant:?}"
+    )))
+}
+
 /// How much of an oversized body is read and thrown away before answering
 /// 413, so a client still sending gets the answer instead of a reset
 /// connection. Larger uploads are cut off at once.
@@ -56,11 +99,14 @@ const INVOCATION_ID: HeaderName = HeaderName::from_static("hearth-invocation-id"
 const VERSION: HeaderName = HeaderName::from_static("hearth-version");
 const START: HeaderName = HeaderName::from_static("hearth-start");
 
-/// Reads a body, refusing with 413 past `limit` bytes.
+/// Reads a body, refusing with 413 past `limit` bytes and with 408 if it
+/// has not arrived whole within `timeout` (a client trickling a body
+/// would otherwise hold its connection and this task for as long as it
+/// likes).
 pub(crate) async fn read_body(
     headers: &HeaderMap,
     body: Body,
-    limit: usize,
+    (limit, timeout): (usize, std::time::Duration),
     what: &str,
 ) -> Result<bytes::Bytes, ApiError> {
     use http_body_util::BodyExt;
@@ -78,7 +124,17 @@ pub(crate) async fn read_body(
     }
     let mut body = body;
     let mut buf = bytes::BytesMut::new();
-    while let Some(frame) = body.frame().await {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let late = || {
+        ApiError::RequestTimeout(format!(
+            "the {what} did not arrive whole within {} ms",
+            timeout.as_millis()
+        ))
+    };
+    while let Some(frame) = tokio::time::timeout_at(deadline, body.frame())
+        .await
+        .map_err(|_| late())?
+    {
         let frame =
             frame.map_err(|e| ApiError::BadRequest(format!("failed to read the {what}: {e}")))?;
         let Ok(data) = frame.into_data() else {
@@ -114,17 +170,13 @@ async fn run(
     let (parts, body) = request.into_parts();
     let (method, uri, headers) = (parts.method, parts.uri, parts.headers);
     let (name, version) = split_version(name, &headers)?;
-    let function = s.node.resolve(tenant, name, version).await?;
-    if !function.spec.public {
-        let principal = s.auth.require(s.node.store(), &headers).await?;
-        if principal.tenant != tenant {
-            return Err(ApiError::Forbidden(format!(
-                "your token belongs to tenant {:?}, not {tenant:?}",
-                principal.tenant
-            )));
-        }
-    }
-    let body = read_body(&headers, body, s.config.max_body_bytes, "request body").await?;
+    let function = visible_function(s, tenant, name, version, &headers).await?;
+    let body = read_body(
+        &headers,
+        body,
+        (s.config.max_body_bytes, s.config.body_timeout),
+        "request body",
+    ).await?;
     if let Some(g) = &s.gateway {
         return crate::cluster::forward(g, &function, method, &uri, headers, body).await;
     }
@@ -143,6 +195,7 @@ async fn run(
         query: uri.query().unwrap_or_default().to_string(),
         headers: headers
             .iter()
+            .filter(|(k, v)| *k != header::AUTHORIZATION || !auth::is_hearth_credential(v))
             .filter(|(k, _)| attempt.is_none() || k.as_str() != hearth_cluster::attempt::HEADER)
             .map(|(k, v)| {
                 (

@@ -44,6 +44,8 @@ pub struct ApiConfig {
     pub max_body_bytes: usize,
     /// Largest module or bundle a deploy may upload.
     pub max_code_bytes: usize,
+    /// Time a request body has to arrive whole; past it, 408.
+    pub body_timeout: std::time::Duration,
 }
 
 impl Default for ApiConfig {
@@ -51,6 +53,7 @@ impl Default for ApiConfig {
         ApiConfig {
             max_body_bytes: 6 << 20,
             max_code_bytes: 64 << 20,
+            body_timeout: std::time::Duration::from_secs(60),
         }
     }
 }

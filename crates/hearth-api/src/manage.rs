@@ -27,14 +27,22 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| ApiError::Internal(e.to_string()))??)
 }
 
-pub(crate) async fn metrics(State(s): S) -> impl IntoResponse {
-    (
+/// The node's metrics; an admin token. They describe every tenant's use of
+/// the node (and, opted into, name their functions).
+pub(crate) async fn metrics(State(s): S, headers: HeaderMap) -> Result<impl IntoResponse, ApiError> {
+    let p = s.auth.require(s.node.store(), &headers).await?;
+    if p.role != Role::Admin {
+        return Err(ApiError::Forbidden(
+            "metrics describe every tenant's use of the node: they need an admin token".into(),
+        ));
+    }
+    Ok((
         [(
             "content-type",
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         s.node.metrics().encode(),
-    )
+    ))
 }
 
 pub(crate) async fn whoami(State(s): S, headers: HeaderMap) -> Result<Json<Principal>, ApiError> {
@@ -216,7 +224,12 @@ pub(crate) async fn deploy(
         )));
     }
     let (mut spec, runtime, file_name) = parse_deploy_query(query.as_deref().unwrap_or_default())?;
-    let code = read_body(&headers, body, s.config.max_code_bytes, "code").await?;
+    let code = read_body(
+        &headers,
+        body,
+        (s.config.max_code_bytes, s.config.body_timeout),
+        "code",
+    ).await?;
     if code.is_empty() {
         return Err(ApiError::BadRequest(
             "the request body should hold the function's code".into(),

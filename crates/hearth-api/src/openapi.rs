@@ -48,7 +48,7 @@ pub(crate) async fn document() -> Json<Value> {
         "security": [{"bearer": []}],
         "paths": {
             "/healthz": {"get": {"summary": "Liveness", "security": [], "responses": {"200": {"description": "ok"}}}},
-            "/metrics": {"get": {"summary": "Prometheus metrics", "security": [], "responses": {"200": {"description": "text exposition"}}}},
+            "/metrics": {"get": {"summary": "Prometheus metrics (admin only); series naming tenants and functions only with `--metrics-per-function`", "responses": {"200": {"description": "text exposition"}, "401": err, "403": err}}},
             "/v1/openapi.json": {"get": {"summary": "This document", "security": [], "responses": {"200": {"description": "OpenAPI 3"}}}},
             "/v1/status": {"get": {"summary": "The node: in-flight invocations, each tier's sandboxes, pools and zygotes, and what this machine cannot enforce (`degraded`); for an admin token also `loaded` ([[tenant, name]] with code prepared) and `pool_free`", "responses": {"200": {"description": "status"}, "401": err}}},
             "/v1/whoami": {"get": {"summary": "The tenant and role of the token", "responses": {"200": {"description": "principal"}, "401": err}}},

@@ -237,7 +237,12 @@ pub(crate) async fn replay_file(
 ) -> Result<Json<Value>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     let version = number(&params(query), "version")?;
-    let file = read_body(&headers, body, s.config.max_code_bytes, "tape").await?;
+    let file = read_body(
+        &headers,
+        body,
+        (s.config.max_code_bytes, s.config.body_timeout),
+        "tape",
+    ).await?;
     let rec = Recording::import(&file)?;
     Ok(Json(report_json(
         &replay_one(&s, &p.tenant, &rec, version).await?,

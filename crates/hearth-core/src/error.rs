@@ -25,6 +25,8 @@ pub enum InvokeError {
     ResponseTooLarge { limit_bytes: usize },
     /// the node is at capacity; try again shortly
     Overloaded,
+    /// the function made more host calls (clock, randomness, logs, KV, HTTP) than one invocation's tape may hold: its budget is {limit_bytes} bytes; the tape was kept up to there
+    TapeBudgetExceeded { limit_bytes: usize },
 }
 
 impl InvokeError {
@@ -38,7 +40,8 @@ impl InvokeError {
             | InvokeError::OutOfMemory { .. }
             | InvokeError::Trap(_)
             | InvokeError::Function(_)
-            | InvokeError::ResponseTooLarge { .. } => 500,
+            | InvokeError::ResponseTooLarge { .. }
+            | InvokeError::TapeBudgetExceeded { .. } => 500,
         }
     }
 
@@ -53,6 +56,7 @@ impl InvokeError {
             InvokeError::Function(_) => "function_error",
             InvokeError::ResponseTooLarge { .. } => "response_too_large",
             InvokeError::Overloaded => "overloaded",
+            InvokeError::TapeBudgetExceeded { .. } => "tape_budget_exceeded",
         }
     }
 }

@@ -27,6 +27,13 @@ pub struct HostLimits {
     pub http_max_calls: u32,
     /// Bytes of log text (stderr and log calls) kept per invocation.
     pub log_max_bytes: usize,
+    /// Bytes one invocation's tape may hold in memory
+    /// ([`HostEvent::approx_bytes`]). Past it the invocation fails with
+    /// `tape_budget_exceeded`: later clock, randomness and log calls are
+    /// answered but not recorded, KV and HTTP calls are refused
+    /// ([`HostError::TapeFull`]), and the tape ends with
+    /// [`HostEvent::Truncated`].
+    pub tape_max_bytes: usize,
 }
 
 impl Default for HostLimits {
@@ -39,6 +46,7 @@ impl Default for HostLimits {
             http_max_response_bytes: 8 << 20,
             http_max_calls: 64,
             log_max_bytes: 64 << 10,
+            tape_max_bytes: 4 << 20,
         }
     }
 }
@@ -107,6 +115,8 @@ pub enum HostError {
     TooMany(u32),
     /// this replay left its tape: {0}
     OffTape(String),
+    /// the invocation's tape budget of {0} bytes is used up: no more KV or HTTP calls
+    TapeFull(usize),
 }
 
 impl HostError {
@@ -121,6 +131,7 @@ impl HostError {
             HostError::Storage(_) => -6,
             HostError::TooMany(_) => -7,
             HostError::OffTape(_) => -8,
+            HostError::TapeFull(_) => -9,
         }
     }
 }
@@ -128,6 +139,12 @@ impl HostError {
 #[derive(Default)]
 struct Recorded {
     tape: Tape,
+    /// [`HostEvent::approx_bytes`] of the tape's events.
+    tape_bytes: usize,
+    /// Calls answered after the tape's budget ran out, not recorded.
+    tape_dropped: u64,
+    /// The tape reached its budget.
+    tape_full: bool,
     logs: Vec<LogLine>,
     log_bytes: usize,
     logs_truncated: bool,
@@ -262,8 +279,27 @@ impl HostCtx {
         self.0.recorded.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Puts `event` on the tape, within its budget; over it, the event is
+    /// counted but not kept.
     fn record(&self, event: HostEvent) {
-        self.recorded().tape.events.push(event);
+        let max = self.0.services.limits.tape_max_bytes;
+        self.recorded().push(event, max, false);
+    }
+
+    /// Whether a KV or HTTP call may still go to the world: its answer must
+    /// be taped (a retry must not repeat it), and the tape is full.
+    fn check_tape_room(&self) -> Result<(), HostError> {
+        if self.recorded().tape_full {
+            return Err(HostError::TapeFull(self.0.services.limits.tape_max_bytes));
+        }
+        Ok(())
+    }
+
+    /// The tape budget, if this invocation ran past it.
+    pub fn tape_budget_exceeded(&self) -> Option<usize> {
+        self.recorded()
+            .tape_full
+            .then_some(self.0.services.limits.tape_max_bytes)
     }
 
     /// Time left before the invocation's deadline.
@@ -337,13 +373,15 @@ impl HostCtx {
 
     /// Appends to the function's log, within the per-invocation byte budget.
     pub fn log(&self, stream: LogStream, level: &str, message: &str) {
-        let limit = self.0.services.limits.log_max_bytes;
+        let limits = &self.0.services.limits;
+        let limit = limits.log_max_bytes;
         let mut rec = self.recorded();
         if stream == LogStream::Log {
-            rec.tape.events.push(HostEvent::Log {
+            let event = HostEvent::Log {
                 level: level.to_string(),
                 message: message.to_string(),
-            });
+            };
+            rec.push(event, limits.tape_max_bytes, false);
         }
         if rec.logs_truncated {
             return;
@@ -425,6 +463,7 @@ impl HostCtx {
         ) {
             return answer;
         }
+        self.check_tape_room()?;
         let k = key.clone();
         let value = self.blocking(move |s, t, f| s.kv_get(t, f, &k)).await?;
         self.record_effect(HostEvent::KvGet {
@@ -458,6 +497,7 @@ impl HostCtx {
         ) {
             return answer;
         }
+        self.check_tape_room()?;
         let (k, v) = (key.clone(), value.clone());
         self.blocking(move |s, t, f| s.kv_set(t, f, &k, &v)).await?;
         self.record_effect(HostEvent::KvSet { key, value }).await;
@@ -483,6 +523,7 @@ impl HostCtx {
         ) {
             return answer;
         }
+        self.check_tape_room()?;
         let k = key.clone();
         let existed = self.blocking(move |s, t, f| s.kv_delete(t, f, &k)).await?;
         self.record_effect(HostEvent::KvDelete { key, existed })
@@ -509,6 +550,7 @@ impl HostCtx {
         ) {
             return answer;
         }
+        self.check_tape_room()?;
         let limit = self.0.services.limits.kv_max_list;
         let p = prefix.clone();
         let keys = self
@@ -543,6 +585,7 @@ impl HostCtx {
         if let Some(answer) = self.earlier(true, asked, same) {
             return answer?;
         }
+        self.check_tape_room()?;
         {
             let mut rec = self.recorded();
             let max = self.0.services.limits.http_max_calls;
@@ -580,7 +623,32 @@ impl HostCtx {
     /// Takes what the invocation recorded: its tape and its log lines.
     pub fn take_records(&self) -> (Tape, Vec<LogLine>) {
         let mut rec = self.recorded();
+        if rec.tape_full {
+            let calls = std::mem::take(&mut rec.tape_dropped);
+            rec.tape.events.push(HostEvent::Truncated { calls });
+        }
         (std::mem::take(&mut rec.tape), std::mem::take(&mut rec.logs))
+    }
+}
+
+impl Recorded {
+    /// Tapes `event` if it fits in `max` bytes; `always`, even if not (a
+    /// KV or HTTP answer that was already let through). Either way the
+    /// tape is full once it has reached `max`.
+    fn push(&mut self, event: HostEvent, max: usize, always: bool) {
+        let bytes = event.approx_bytes();
+        if self.tape_full && !always {
+            self.tape_dropped += 1;
+            return;
+        }
+        if self.tape_bytes + bytes > max && !always {
+            self.tape_full = true;
+            self.tape_dropped += 1;
+            return;
+        }
+        self.tape_bytes += bytes;
+        self.tape_full |= self.tape_bytes >= max;
+        self.tape.events.push(event);
     }
 }
 

@@ -43,6 +43,12 @@ pub enum HostEvent {
         level: String,
         message: String,
     },
+    /// The tape ends here because the invocation used up its tape budget:
+    /// `calls` more clock, randomness and log calls were answered and not
+    /// recorded (KV and HTTP calls past the budget were refused).
+    Truncated {
+        calls: u64,
+    },
 }
 
 impl HostEvent {
@@ -58,7 +64,40 @@ impl HostEvent {
             HostEvent::KvList { .. } => "kv.list",
             HostEvent::HttpFetch { .. } => "http.fetch",
             HostEvent::Log { .. } => "log",
+            HostEvent::Truncated { .. } => "truncated",
         }
+    }
+
+    /// Roughly what this event holds in memory: the enum and what it
+    /// points to. What per-invocation tape budgets are counted in.
+    pub fn approx_bytes(&self) -> usize {
+        std::mem::size_of::<HostEvent>()
+            + match self {
+                HostEvent::Random { bytes } => bytes.len(),
+                HostEvent::KvGet { key, value } => key.len() + value.as_ref().map_or(0, Vec::len),
+                HostEvent::KvSet { key, value } => key.len() + value.len(),
+                HostEvent::KvDelete { key, .. } => key.len(),
+                HostEvent::KvList { prefix, keys } => {
+                    prefix.len() + keys.iter().map(|k| 24 + k.len()).sum::<usize>()
+                }
+                HostEvent::HttpFetch { request, result } => {
+                    let headers = |h: &[(String, String)]| -> usize {
+                        h.iter().map(|(k, v)| 48 + k.len() + v.len()).sum()
+                    };
+                    request.method.len()
+                        + request.url.len()
+                        + headers(&request.headers)
+                        + request.body.len()
+                        + match result {
+                            Ok(r) => headers(&r.headers) + r.body.len(),
+                            Err(e) => e.to_string().len(),
+                        }
+                }
+                HostEvent::Log { level, message } => level.len() + message.len(),
+                HostEvent::WallClock { .. }
+                | HostEvent::MonotonicClock { .. }
+                | HostEvent::Truncated { .. } => 0,
+            }
     }
 }
 
@@ -80,6 +119,9 @@ impl HostEvent {
                 format!("http.fetch {} {}", request.method, request.url)
             }
             HostEvent::Log { level, message } => format!("log {level} {message:?}"),
+            HostEvent::Truncated { calls } => {
+                format!("(the tape's budget ran out: {calls} more calls were not recorded)")
+            }
         }
     }
 
@@ -92,6 +134,7 @@ impl HostEvent {
             HostEvent::Random { bytes } => short_hex(bytes),
             HostEvent::KvGet { value, .. } => value.as_deref().map_or("(none)".into(), shown),
             HostEvent::KvSet { .. } | HostEvent::Log { .. } => "ok".into(),
+            HostEvent::Truncated { .. } => "-".into(),
             HostEvent::KvDelete { existed, .. } => {
                 if *existed { "deleted" } else { "(absent)" }.into()
             }

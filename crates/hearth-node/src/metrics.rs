@@ -38,10 +38,9 @@ pub struct Metrics {
     pub live_sandboxes: Gauge,
     pub deploys: Counter,
     pub logs_dropped: Counter,
-    /// JavaScript invocations re-run in the process tier, per function.
-    pub fallbacks: Family<FunctionLabels, Counter>,
-    /// 1 for each function pinned to the process tier by its fallbacks.
-    pub pinned: Family<FunctionLabels, Gauge>,
+    /// JavaScript invocations re-run in the process tier: per function
+    /// when the operator opted into per-function series, else node-wide.
+    fallbacks: Fallbacks,
     /// The recorder whose handed-over tapes are `hearth_tapes_total`.
     recorder: Arc<OnceLock<Arc<Recorder>>>,
     /// Tapes the recorder had no room for, or failed to write.
@@ -87,10 +86,27 @@ impl Hot {
     }
 }
 
+/// `hearth_js_fallbacks_total` and, per function only, `hearth_js_pinned`.
+enum Fallbacks {
+    NodeWide(Counter),
+    PerFunction {
+        count: Family<FunctionLabels, Counter>,
+        /// 1 for each function pinned to the process tier by its fallbacks.
+        pinned: Family<FunctionLabels, Gauge>,
+    },
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FunctionLabels {
+struct FunctionLabels {
     pub tenant: String,
     pub function: String,
+}
+
+fn labels(tenant: &str, function: &str) -> FunctionLabels {
+    FunctionLabels {
+        tenant: tenant.to_string(),
+        function: function.to_string(),
+    }
 }
 
 fn latency_histogram() -> Histogram {
@@ -102,6 +118,15 @@ fn latency_histogram() -> Histogram {
 
 impl Default for Metrics {
     fn default() -> Self {
+        Metrics::new(false)
+    }
+}
+
+impl Metrics {
+    /// With `per_function`, series that name tenants and functions are
+    /// kept too. They are opt-in: they grow with the functions deployed, and
+    /// say which tenants and functions exist to whoever reads `/metrics`.
+    pub fn new(per_function: bool) -> Self {
         let mut registry = Registry::with_prefix("hearth");
         let invocations = Family::<OutcomeLabels, Counter>::default();
         let errors = Family::<ErrorLabels, Counter>::default();
@@ -112,18 +137,22 @@ impl Default for Metrics {
         let live_sandboxes = Gauge::default();
         let deploys = Counter::default();
         let logs_dropped = Counter::default();
-        let fallbacks = Family::<FunctionLabels, Counter>::default();
-        let pinned = Family::<FunctionLabels, Gauge>::default();
-        registry.register(
-            "js_fallbacks",
-            "JavaScript invocations the isolate tier could not run, re-run in the process tier",
-            fallbacks.clone(),
-        );
-        registry.register(
-            "js_pinned",
-            "1 for a JavaScript function pinned to the process tier after repeated fallbacks",
-            pinned.clone(),
-        );
+        const FALLBACKS: &str =
+            "JavaScript invocations the isolate tier could not run, re-run in the process tier";
+        let fallbacks = if per_function {
+            let (count, pinned) = (Family::default(), Family::default());
+            registry.register("js_fallbacks", FALLBACKS, Family::clone(&count));
+            registry.register(
+                "js_pinned",
+                "1 for a JavaScript function pinned to the process tier after repeated fallbacks",
+                Family::clone(&pinned),
+            );
+            Fallbacks::PerFunction { count, pinned }
+        } else {
+            let count = Counter::default();
+            registry.register("js_fallbacks", FALLBACKS, count.clone());
+            Fallbacks::NodeWide(count)
+        };
         registry.register(
             "invocations",
             "Invocations by tier and outcome",
@@ -176,12 +205,33 @@ impl Default for Metrics {
             deploys,
             logs_dropped,
             fallbacks,
-            pinned,
         }
     }
-}
 
-impl Metrics {
+    /// Counts one JavaScript invocation of `tenant/function` re-run in the
+    /// process tier.
+    pub fn fallback(&self, tenant: &str, function: &str) {
+        match &self.fallbacks {
+            Fallbacks::NodeWide(c) => {
+                c.inc();
+            }
+            Fallbacks::PerFunction { count, .. } => {
+                count.get_or_create(&labels(tenant, function)).inc();
+            }
+        }
+    }
+
+    /// Whether `tenant/function` is pinned to the process tier now.
+    pub fn pinned(&self, tenant: &str, function: &str, pinned: bool) {
+        if let Fallbacks::PerFunction { pinned: family, .. } = &self.fallbacks {
+            if pinned {
+                family.get_or_create(&labels(tenant, function)).set(1);
+            } else {
+                family.remove(&labels(tenant, function));
+            }
+        }
+    }
+
     /// Counts one finished invocation: its tier, outcome, start and time.
     pub fn invocation(&self, tier: Tier, ok: bool, cold: bool, seconds: f64) {
         let t = TIERS.iter().position(|&x| x == tier).unwrap_or(0);

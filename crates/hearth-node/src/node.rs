@@ -17,7 +17,7 @@ use thiserror::Error;
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::Metrics;
-use crate::metrics::{ErrorLabels, FunctionLabels};
+use crate::metrics::ErrorLabels;
 use crate::table::FunctionTable;
 
 mod forwarded;
@@ -39,6 +39,8 @@ pub struct NodeConfig {
     /// tiers' policy ([`crate::StoreColocation`]); a cluster node takes
     /// its gateway's at join.
     pub colocation: crate::DefaultColocation,
+    /// Keep metric series labelled with tenants and functions (opt-in).
+    pub per_function_metrics: bool,
 }
 
 impl Default for NodeConfig {
@@ -49,6 +51,7 @@ impl Default for NodeConfig {
             max_memory_mib: 512,
             pin_after_fallbacks: 3,
             colocation: crate::DefaultColocation::default(),
+            per_function_metrics: false,
         }
     }
 }
@@ -149,6 +152,7 @@ impl Node {
         config: NodeConfig,
     ) -> Self {
         let logs = crate::logs::spawn_writer(store.clone());
+        let metrics = Metrics::new(config.per_function_metrics);
         Node {
             store,
             artifacts,
@@ -158,7 +162,7 @@ impl Node {
             config,
             table: FunctionTable::default(),
             logs,
-            metrics: Metrics::default(),
+            metrics,
             modes: Default::default(),
             recorder: None,
             artifact_source: None,
@@ -613,18 +617,11 @@ impl Node {
         if let Some(f) = self.modes.lock().unwrap().get_mut(tenant) {
             f.remove(name);
         }
-        self.metrics.pinned.remove(&FunctionLabels {
-            tenant: tenant.to_string(),
-            function: name.to_string(),
-        });
+        self.metrics.pinned(tenant, name, false);
     }
 
     async fn record_fallback(&self, v: &FunctionVersion) {
-        let labels = FunctionLabels {
-            tenant: v.tenant.clone(),
-            function: v.name.clone(),
-        };
-        self.metrics.fallbacks.get_or_create(&labels).inc();
+        self.metrics.fallback(&v.tenant, &v.name);
         let (t, n, limit) = (
             v.tenant.clone(),
             v.name.clone(),
@@ -633,7 +630,7 @@ impl Node {
         match self.blocking(move |s| s.record_bounce(&t, &n, limit)).await {
             Ok(mode) => {
                 if mode.pinned {
-                    self.metrics.pinned.get_or_create(&labels).set(1);
+                    self.metrics.pinned(&v.tenant, &v.name, true);
                 }
                 self.remember_mode(&v.tenant, &v.name, mode);
             }
@@ -650,6 +647,14 @@ impl Node {
         host: Option<HostCtx>,
         result: Result<Response, InvokeError>,
     ) -> (InvokeOutcome, Tape) {
+        // A function past its tape budget fails, whatever it answered: its
+        // tape is not the whole story, and the caller should know.
+        let result = match host.as_ref().and_then(HostCtx::tape_budget_exceeded) {
+            Some(limit_bytes) if result.is_ok() => {
+                Err(InvokeError::TapeBudgetExceeded { limit_bytes })
+            }
+            _ => result,
+        };
         let duration = started.elapsed();
         self.metrics.invocation(
             tier,

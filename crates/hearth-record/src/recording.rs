@@ -194,26 +194,7 @@ impl RecordingRef<'_> {
             .tape
             .events
             .iter()
-            .map(|e| {
-                32 + match e {
-                    HostEvent::Random { bytes } => bytes.len(),
-                    HostEvent::KvGet { key, value } => {
-                        key.len() + value.as_ref().map_or(0, Vec::len)
-                    }
-                    HostEvent::KvSet { key, value } => key.len() + value.len(),
-                    HostEvent::KvDelete { key, .. } => key.len(),
-                    HostEvent::KvList { prefix, keys } => {
-                        prefix.len() + keys.iter().map(Vec::len).sum::<usize>()
-                    }
-                    HostEvent::HttpFetch { request, result } => {
-                        request.url.len()
-                            + request.body.len()
-                            + result.as_ref().map_or(0, |r| r.body.len())
-                    }
-                    HostEvent::Log { message, .. } => message.len(),
-                    HostEvent::WallClock { .. } | HostEvent::MonotonicClock { .. } => 0,
-                }
-            })
+            .map(HostEvent::approx_bytes)
             .sum();
         let response = match self.outcome {
             OutcomeRef::Response(r) => r.body.len(),

@@ -374,9 +374,11 @@ struct Segment {
 
 impl Segment {
     fn create(archive: &Archive, n: u64) -> Result<Segment, RecordError> {
+        use std::os::unix::fs::OpenOptionsExt;
         let mut file = OpenOptions::new()
             .create_new(true)
             .append(true)
+            .mode(0o600)
             .open(archive.segment_path(n))?;
         file.write_all(SEGMENT_MAGIC)?;
         file.sync_all()?;

@@ -109,9 +109,10 @@ fn is_hash(s: &str) -> bool {
 
 /// Writes `bytes` to `dest` so that `dest` is either absent or complete, even
 /// across a crash: temp file in `tmp_dir` (same filesystem), fsync, rename,
-/// fsync of the destination directory.
+/// fsync of the destination directory. The file is the owner's alone
+/// (tenants' code, compiled or not, is not for other local users).
 pub fn write_atomically(tmp_dir: &Path, dest: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    write_atomically_with_mode(tmp_dir, dest, bytes, 0o666)
+    write_atomically_with_mode(tmp_dir, dest, bytes, 0o600)
 }
 
 /// [`write_atomically`] for a secret (a token, a key): readable by the

@@ -43,6 +43,12 @@ pub struct FileConfig {
     pub advertise: Option<String>,
     pub capacity_mib: Option<u64>,
     pub heartbeat_ms: Option<u64>,
+    pub metrics_per_function: Option<bool>,
+    pub header_timeout_ms: Option<u64>,
+    pub body_timeout_ms: Option<u64>,
+    pub max_connections: Option<usize>,
+    pub max_connections_per_client: Option<usize>,
+    pub max_tape_bytes: Option<usize>,
 }
 
 /// Flags of `hearth up`; each also reads a `HEARTH_*` variable.
@@ -151,6 +157,30 @@ pub struct UpArgs {
     /// (default 1000).
     #[arg(long, env = "HEARTH_HEARTBEAT_MS")]
     pub heartbeat_ms: Option<u64>,
+    /// Keep `/metrics` series labelled with tenants and functions (default
+    /// false: they name every tenant's functions to whoever reads them,
+    /// and grow with the functions deployed).
+    #[arg(long, env = "HEARTH_METRICS_PER_FUNCTION")]
+    pub metrics_per_function: Option<bool>,
+    /// Time a client has to send a request's head, and that a kept-alive
+    /// connection may sit idle, ms (default 15000).
+    #[arg(long, env = "HEARTH_HEADER_TIMEOUT_MS")]
+    pub header_timeout_ms: Option<u64>,
+    /// Time a request body has to arrive whole, ms (default 60000).
+    #[arg(long, env = "HEARTH_BODY_TIMEOUT_MS")]
+    pub body_timeout_ms: Option<u64>,
+    /// Open client connections in all; past it, 503 (default: a quarter
+    /// of the open-files limit, at most 16384).
+    #[arg(long, env = "HEARTH_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Open connections from one client address; past it, 429 (default
+    /// 512). A gateway is one client to its nodes: give nodes more.
+    #[arg(long, env = "HEARTH_MAX_CONNECTIONS_PER_CLIENT")]
+    pub max_connections_per_client: Option<usize>,
+    /// Bytes of host calls one invocation's tape may hold in memory; past
+    /// it the invocation fails with tape_budget_exceeded (default 4 MiB).
+    #[arg(long, env = "HEARTH_MAX_TAPE_BYTES")]
+    pub max_tape_bytes: Option<usize>,
 }
 
 /// What this Hearth is in a cluster.
@@ -207,6 +237,12 @@ pub struct Settings {
     pub advertise: Option<String>,
     pub capacity_mib: u64,
     pub heartbeat_ms: u64,
+    pub metrics_per_function: bool,
+    pub header_timeout_ms: u64,
+    pub body_timeout_ms: u64,
+    pub max_connections: usize,
+    pub max_connections_per_client: usize,
+    pub max_tape_bytes: usize,
 }
 
 /// The machine's memory in MiB, from /proc/meminfo (4096 if unreadable).
@@ -218,6 +254,19 @@ fn machine_mib() -> u64 {
             line.split_whitespace().nth(1)?.parse::<u64>().ok()
         })
         .map_or(4096, |kib| kib / 1024)
+}
+
+/// A quarter of the open-files limit (the rest is for sandboxes, the
+/// store, tapes and outbound calls), between 64 and 16384.
+fn default_max_connections() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit to the pointer it is given.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+    let files = if ok { limit.rlim_cur as usize } else { 1024 };
+    (files / 4).clamp(64, 16_384)
 }
 
 impl Settings {
@@ -307,6 +356,34 @@ impl Settings {
                 .unwrap_or(1000)
                 .max(50),
             record,
+            header_timeout_ms: args
+                .header_timeout_ms
+                .or(file.header_timeout_ms)
+                .unwrap_or(15_000)
+                .max(1),
+            body_timeout_ms: args
+                .body_timeout_ms
+                .or(file.body_timeout_ms)
+                .unwrap_or(60_000)
+                .max(1),
+            max_connections: args
+                .max_connections
+                .or(file.max_connections)
+                .unwrap_or_else(default_max_connections)
+                .max(1),
+            max_connections_per_client: args
+                .max_connections_per_client
+                .or(file.max_connections_per_client)
+                .unwrap_or(512)
+                .max(1),
+            max_tape_bytes: args
+                .max_tape_bytes
+                .or(file.max_tape_bytes)
+                .unwrap_or(4 << 20),
+            metrics_per_function: args
+                .metrics_per_function
+                .or(file.metrics_per_function)
+                .unwrap_or(false),
             offline_packages: args.offline_packages.clone().or(file.offline_packages),
             keep_alive_s: args.keep_alive_s.or(file.keep_alive_s).unwrap_or(300),
             js_pin_after: args.js_pin_after.or(file.js_pin_after).unwrap_or(3).max(1),

@@ -49,7 +49,7 @@ const EXAMPLES: &[(&str, &[u8], bool)] = &[
 
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let dir = &settings.data_dir;
-    std::fs::create_dir_all(dir).with_context(|| format!("failed to create {}", dir.display()))?;
+    crate::datadir::secure(dir)?;
     let local = SqliteStore::open(dir.join("hearth.db"))
         .with_context(|| format!("failed to open {}", dir.display()))?;
     let store: Arc<dyn Store> = match &settings.store {
@@ -98,6 +98,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         store.clone(),
         HostLimits {
             http_timeout_ms: settings.http_timeout_ms,
+            tape_max_bytes: settings.max_tape_bytes,
             ..HostLimits::default()
         },
     ));
@@ -129,6 +130,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             max_memory_mib: settings.max_memory_mib,
             pin_after_fallbacks: settings.js_pin_after,
             colocation,
+            per_function_metrics: settings.metrics_per_function,
         },
     );
     if let Some(r) = &recorder {
@@ -155,9 +157,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     let url = format!("http://{addr}");
     let server_json = serde_json::json!({"url": url, "pid": std::process::id()});
-    let tmp = dir.join("server.json.tmp");
-    std::fs::write(&tmp, server_json.to_string())?;
-    std::fs::rename(&tmp, dir.join("server.json"))?;
+    hearth_store::write_secret(&dir.join("server.json"), server_json.to_string().as_bytes())?;
     let (role, membership) = match &settings.role {
         Role::Node { join, token } => {
             let advertise = settings.advertise.clone().unwrap_or_else(|| url.clone());
@@ -216,28 +216,33 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         hearth_api::ApiConfig {
             max_body_bytes: settings.max_body_bytes,
             max_code_bytes: settings.max_code_bytes,
+            body_timeout: std::time::Duration::from_millis(settings.body_timeout_ms),
         },
         role,
     );
+    let limits = crate::serve::ConnLimits {
+        header_timeout: std::time::Duration::from_millis(settings.header_timeout_ms),
+        max_connections: settings.max_connections,
+        max_per_client: settings.max_connections_per_client,
+    };
     let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                shutdown_signal().await;
-                // Out of placement first, so the gateway sends nothing
-                // more while requests in flight finish.
-                if let Some(m) = membership {
-                    m.leave().await;
-                }
-                let _ = stopping.send(());
-            })
-            .await
+        crate::serve::serve(listener, app, limits, async move {
+            shutdown_signal().await;
+            // Out of placement first, so the gateway sends nothing
+            // more while requests in flight finish.
+            if let Some(m) = membership {
+                m.leave().await;
+            }
+            let _ = stopping.send(());
+        })
+        .await
     });
     // Requests in flight get a few seconds to finish; a function that runs
     // longer (or a client that never closes) must not keep the node from
     // cleaning up its sandboxes.
     let served = tokio::select! {
-        r = &mut server => r.map_err(anyhow::Error::from).and_then(|r| r.context("server failed")),
+        r = &mut server => r.map_err(anyhow::Error::from),
         _ = async {
             let _ = stopped.await;
             tokio::time::sleep(std::time::Duration::from_secs(5)).await;

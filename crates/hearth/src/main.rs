@@ -5,9 +5,11 @@ mod bench;
 mod client;
 mod config;
 mod daemon;
+mod datadir;
 mod deploy;
 mod realnode;
 mod recordings;
+mod serve;
 
 use std::path::PathBuf;
 

@@ -121,7 +121,8 @@ impl HostCtx {
                 );
             }
         }
-        self.record(event);
+        let max = self.0.services.limits.tape_max_bytes;
+        self.recorded().push(event, max, true);
     }
 }
 

@@ -188,15 +188,7 @@ async fn metrics_count_invocations_errors_and_starts() {
         d.invoke("hello", b"").await;
     }
     d.invoke("broken", b"").await;
-    let text = d
-        .http
-        .get(format!("{}/metrics", d.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = d.get_text("/metrics").await;
     let value = |needle: &str| -> f64 {
         text.lines()
             .find(|l| l.starts_with(needle))

@@ -29,7 +29,7 @@ async fn missing_or_wrong_tokens_are_refused() {
             .unwrap(),
     )
     .await;
-    assert_eq!((status, kind.as_str()), (401, "unauthorized"));
+    assert_eq!((status, kind.as_str()), (404, "not_found"));
     assert!(message.contains("Bearer"), "{message}");
     assert_eq!(d.invoke("counter", b"").await.status(), 200);
 }
@@ -79,8 +79,9 @@ async fn tenants_never_see_each_others_functions_logs_or_kv() {
         "KV is per tenant"
     );
 
-    // beta's token cannot invoke acme's private function…
-    assert_eq!(call("acme", &beta).await.unwrap().status(), 403);
+    // beta's token cannot invoke acme's private function, nor learn that
+    // it exists…
+    assert_eq!(call("acme", &beta).await.unwrap().status(), 404);
     // …nor does it list, read or delete acme's things: it only sees its own.
     let list: serde_json::Value = d
         .http

@@ -116,6 +116,16 @@ impl Daemon {
         }
     }
 
+    /// The daemon's resident memory now, in KiB (`VmRSS`).
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/PID/status")
+    }
+
     pub fn kill9(&mut self) {
         self.child.kill().unwrap(); // SIGKILL
         self.child.wait().unwrap();

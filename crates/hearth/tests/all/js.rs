@@ -180,7 +180,7 @@ exports.handler = async () => {
 
 #[tokio::test]
 async fn unsupported_code_reruns_in_node_with_each_effect_once_then_is_pinned() {
-    let d = Daemon::start_with(&["--js-pin-after", "3"]);
+    let d = Daemon::start_with(&["--js-pin-after", "3", "--metrics-per-function", "true"]);
     deploy(&d, "fb", "index.js", FALLS_BACK.as_bytes(), &[]).await;
     for n in 1..=4 {
         let (status, body) = d.call("fb", "", "").await;

@@ -1,0 +1,85 @@
+//! What a caller without the right token learns: nothing about another
+//! tenant's functions, versions or use of the node.
+
+use crate::harness::{Daemon, error_of};
+
+#[tokio::test]
+async fn a_private_function_answers_like_a_missing_one_to_outsiders() {
+    let d = Daemon::start();
+    let acme = d.create_tenant("acme").await;
+    // The example `counter` is admin's, private, with one version; `ghost`
+    // does not exist, nor does `counter@99`.
+    let anon = |path: &str| d.http.post(format!("{}{path}", d.url)).send();
+    let as_acme = |path: &str| {
+        d.http
+            .post(format!("{}{path}", d.url))
+            .bearer_auth(&acme)
+            .send()
+    };
+    let as_forged = |path: &str| {
+        d.http
+            .post(format!("{}{path}", d.url))
+            .bearer_auth("hth_forged")
+            .send()
+    };
+    let strip = |m: String, name: &str| m.replace(name, "NAME");
+    for caller in 0..3 {
+        let mut answers = Vec::new();
+        for (path, name) in [
+            ("/fn/admin/counter", "admin/counter"),
+            ("/fn/admin/ghost", "admin/ghost"),
+            ("/fn/admin/counter@1", "admin/counter@1"),
+            ("/fn/admin/counter@99", "admin/counter@99"),
+        ] {
+            let r = match caller {
+                0 => anon(path).await,
+                1 => as_acme(path).await,
+                _ => as_forged(path).await,
+            }
+            .unwrap();
+            let (status, kind, message) = error_of(r).await;
+            answers.push((status, kind, strip(message, name)));
+        }
+        assert_eq!(answers[0].0, 404, "caller {caller}: {answers:?}");
+        assert!(
+            answers.iter().all(|a| a == &answers[0]),
+            "caller {caller} can tell them apart: {answers:?}"
+        );
+    }
+    // The tenant itself is told which it was.
+    let (_, _, message) = error_of(d.invoke("counter@99", b"").await).await;
+    assert!(message.contains("version 99"), "{message}");
+    assert_eq!(d.invoke("counter@1", b"").await.status(), 200);
+}
+
+#[tokio::test]
+async fn metrics_need_an_admin_token_and_name_no_function_by_default() {
+    let d = Daemon::start();
+    let acme = d.create_tenant("acme").await;
+    let js = "exports.handler = async () => { require('fs'); return 'x'; };";
+    d.deploy(
+        "secret-project",
+        js.as_bytes().to_vec(),
+        &[("runtime", "js"), ("file_name", "index.js")],
+    )
+    .await;
+    // A fallback to the process tier: the one series that would name it.
+    assert_eq!(d.invoke("secret-project", b"").await.status(), 200);
+
+    let anon = d.http.get(format!("{}/metrics", d.url)).send().await;
+    assert_eq!(anon.unwrap().status(), 401);
+    let member = d
+        .http
+        .get(format!("{}/metrics", d.url))
+        .bearer_auth(&acme)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(member.status(), 403);
+    let text = d.get_text("/metrics").await;
+    assert!(text.contains("hearth_js_fallbacks_total 1"), "{text}");
+    assert!(
+        !text.contains("secret-project") && !text.contains("tenant="),
+        "{text}"
+    );
+}

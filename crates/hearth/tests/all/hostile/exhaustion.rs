@@ -1,0 +1,177 @@
+//! One client must not take the node down: connections and request time.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::harness::Daemon;
+
+/// A TCP connection to the daemon from `from` (another loopback address
+/// is another client).
+async fn connect(d: &Daemon, from: &str) -> TcpStream {
+    let addr: SocketAddr = d.url.trim_start_matches("http://").parse().unwrap();
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    socket.connect(addr).await.unwrap()
+}
+
+/// Reads until the server closes (or `within` passes); what it said.
+async fn read_until_closed(s: &mut TcpStream, within: Duration) -> Option<String> {
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(within, s.read_to_end(&mut out)).await;
+    read.ok().map(|_| String::from_utf8_lossy(&out).into_owned())
+}
+
+#[tokio::test]
+async fn a_slow_loris_client_neither_holds_connections_nor_starves_others() {
+    let d = Daemon::start_with(&[
+        "--header-timeout-ms",
+        "1500",
+        "--body-timeout-ms",
+        "1500",
+        "--max-connections-per-client",
+        "20",
+    ]);
+    // The attacker, from 127.0.0.2: twenty half-sent request heads, and
+    // a body it trickles.
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        let mut s = connect(&d, "127.0.0.2").await;
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+        held.push(s);
+    }
+    // Its twenty-first is refused at once, with a reason.
+    let mut extra = connect(&d, "127.0.0.2").await;
+    let answer = read_until_closed(&mut extra, Duration::from_secs(2))
+        .await
+        .expect("the extra connection was held open");
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+
+    // Everyone else is still served, promptly, while the loris waits.
+    let started = Instant::now();
+    for _ in 0..20 {
+        let t = Instant::now();
+        assert_eq!(d.invoke("hello", b"").await.status(), 200);
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    }
+    // The half-sent heads are cut off once the header timeout passes.
+    for s in &mut held {
+        let left = Duration::from_secs(6).saturating_sub(started.elapsed());
+        assert!(
+            read_until_closed(s, left).await.is_some(),
+            "a half-sent request head was still held after {:?}",
+            started.elapsed()
+        );
+    }
+    // A body trickled past the body timeout gets 408, not a held task.
+    let mut s = connect(&d, "127.0.0.2").await;
+    s.write_all(
+        format!(
+            "POST /fn/admin/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\
+             Authorization: Bearer {}\r\n\r\nabc",
+            d.token
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let answer = read_until_closed(&mut s, Duration::from_secs(6))
+        .await
+        .expect("the trickled body was waited on past its timeout");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    // And the attacker may connect again once its connections are gone.
+    let mut again = connect(&d, "127.0.0.2").await;
+    again
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_until_closed(&mut again, Duration::from_secs(2)).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+/// Calls the wall clock 30 million times.
+const CLOCK_BOMB: &str = r#"(module
+  (import "wasi_snapshot_preview1" "clock_time_get"
+    (func $clock (param i32 i64 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "_start") (local $i i32)
+    (loop $again
+      (drop (call $clock (i32.const 0) (i64.const 1) (i32.const 64)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $again (i32.lt_u (local.get $i) (i32.const 30000000))))))"#;
+
+/// Logs a 60 KiB line (page 0, whatever it holds) 20,000 times: 1.2 GB.
+const LOG_BOMB: &str = r#"(module
+  (import "hearth" "log" (func $log (param i32 i32 i32)))
+  (memory (export "memory") 1)
+  (func (export "_start") (local $i i32)
+    (loop $again
+      (call $log (i32.const 1) (i32.const 0) (i32.const 61440))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $again (i32.lt_u (local.get $i) (i32.const 20000))))))"#;
+
+/// Prints 100 MB.
+const PRINT_BOMB: &str = "def handler(event, context):\n    \
+    line = 'x' * 10000\n    \
+    for _ in range(10000):\n        print(line)\n    \
+    return 'done'\n";
+
+#[tokio::test]
+async fn host_call_bombs_hit_the_tape_budget_and_the_daemon_stays_small() {
+    let budget = 1 << 20;
+    let d = Daemon::start_with(&["--max-tape-bytes", &budget.to_string()]);
+    let q = [("timeout_ms", "30000")];
+    d.deploy("clock-bomb", CLOCK_BOMB.as_bytes().to_vec(), &q).await;
+    d.deploy("log-bomb", LOG_BOMB.as_bytes().to_vec(), &q).await;
+    d.deploy(
+        "print-bomb",
+        PRINT_BOMB.as_bytes().to_vec(),
+        &[("runtime", "python"), ("file_name", "handler.py"), q[0]],
+    )
+    .await;
+    assert_eq!(d.invoke("hello", b"").await.status(), 200);
+    let before = d.rss_kib();
+    let mut peak = before;
+    for bomb in ["clock-bomb", "log-bomb", "print-bomb"] {
+        let call = d.invoke(bomb, b"");
+        tokio::pin!(call);
+        // Sample the daemon's memory while the bomb goes off.
+        let resp = loop {
+            tokio::select! {
+                r = &mut call => break r,
+                () = tokio::time::sleep(Duration::from_millis(20)) => peak = peak.max(d.rss_kib()),
+            }
+        };
+        peak = peak.max(d.rss_kib());
+        let (status, kind, message) = crate::harness::error_of(resp).await;
+        assert_eq!(
+            (status, kind.as_str()),
+            (500, "tape_budget_exceeded"),
+            "{bomb}: {message}"
+        );
+        assert!(message.contains(&budget.to_string()), "{message}");
+        // Others keep answering.
+        assert_eq!(d.invoke("hello", b"").await.status(), 200, "after {bomb}");
+    }
+    // What the bombs made the daemon hold: their budget, not their calls.
+    let grew_mib = (peak - before) / 1024;
+    assert!(
+        grew_mib < 128,
+        "the daemon grew by {grew_mib} MiB (from {} MiB) under a 1 MiB tape budget",
+        before / 1024
+    );
+    // The tape is kept up to the budget, with a marker where it ends.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let id = loop {
+        let v = d.get_json("/v1/functions/clock-bomb/recordings").await;
+        if let Some(id) = v["recordings"][0]["id"].as_str() {
+            break id.to_string();
+        }
+        assert!(Instant::now() < deadline, "no tape for clock-bomb");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let tape = d.get_text(&format!("/v1/recordings/{id}")).await;
+    assert!(tape.contains("budget ran out"), "{}", &tape[tape.len().saturating_sub(2000)..]);
+}

@@ -1,0 +1,13 @@
+//! The hostile group: a tenant who wants out, across, or to take the node
+//! down, tried end to end against the real daemon (the attacker is a
+//! function or an HTTP client, as a tenant would be). Each test names the
+//! defence it checks; `docs/security.md` lists them by threat.
+//!
+//! Run the group alone with `cargo test -p hearth --test all hostile::`.
+
+mod contained;
+mod credentials;
+mod disclosure;
+mod escape;
+mod exhaustion;
+mod storage;

@@ -1,0 +1,80 @@
+//! What a tenant's data is exposed to on the node's disk.
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+
+use crate::harness::Daemon;
+
+/// The user another local account runs as.
+const OUTSIDER: u32 = 65534;
+
+/// Whether `OUTSIDER` can read `path` (by running `cat` as that user).
+fn outsider_reads(path: &Path) -> bool {
+    Command::new("cat")
+        .arg(path)
+        .uid(OUTSIDER)
+        .gid(OUTSIDER)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// Regular files below `dir`, but not below its `proc` (sandboxes' roots).
+fn files_below(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let t = e.file_type().unwrap();
+        if t.is_dir() && e.file_name() != "proc" {
+            files_below(&e.path(), out);
+        } else if t.is_file() {
+            out.push(e.path());
+        }
+    }
+}
+
+#[tokio::test]
+async fn another_local_user_reads_no_tenant_data_and_loose_modes_are_fixed() {
+    // A parent everyone may traverse, as /var/lib is.
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = tmp.path().join("data");
+    {
+        let d = Daemon::start_in(&dir, &[]);
+        // KV (in the WAL), code (an artifact) and a tape.
+        assert_eq!(d.invoke("counter", b"").await.status(), 200);
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "the data directory");
+        let mut files = Vec::new();
+        files_below(&dir, &mut files);
+        assert!(files.iter().any(|f| f.ends_with("hearth.db-wal")), "{files:?}");
+        assert!(files.iter().any(|f| f.starts_with(dir.join("artifacts"))));
+        assert!(files.iter().any(|f| f.starts_with(dir.join("recordings"))));
+        for f in &files {
+            let mode = std::fs::metadata(f).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode & 0o077, 0, "{} is {mode:o}", f.display());
+        }
+        // Even with the directory opened up, the files stay closed.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for f in &files {
+            assert!(!outsider_reads(f), "another user read {}", f.display());
+        }
+    }
+    // An older or copied data directory with loose modes is fixed at start.
+    let wal_or_db = dir.join("hearth.db");
+    std::fs::set_permissions(&wal_or_db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let d = Daemon::start_in(&dir, &[]);
+    assert_eq!(
+        std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    assert_eq!(
+        std::fs::metadata(&wal_or_db).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert!(!outsider_reads(&wal_or_db));
+    drop(d);
+}
