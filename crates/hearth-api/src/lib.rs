@@ -131,6 +131,7 @@ pub fn router_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> Rout
         )
         .route("/v1/recordings/{id}", get(recordings::show))
         .route("/v1/recordings/{id}/export", get(recordings::export))
+        .route("/v1/recordings/{id}/payload", get(recordings::payload))
         .route("/v1/recordings/{id}/replay", post(recordings::replay))
         .route("/v1/replay", post(recordings::replay_file))
         .route(

@@ -110,9 +110,16 @@ pub(crate) async fn document() -> Json<Value> {
                     {"name": "status", "in": "query", "schema": {"type": "string"}}],
                 "responses": {"200": {"description": "{name, against, replayed, changed, diverged, results: [ReplayReport]}"}, "400": err, "404": err}}},
             "/v1/recordings/{id}": {"get": {
-                "summary": "One tape's timeline: request, host calls with answers, outcome",
-                "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
-                "responses": {"200": {"description": "the timeline"}, "404": err}}},
+                "summary": "One tape's timeline: request, a page of host calls with answers, outcome; bodies shown up to 64 KiB",
+                "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}},
+                    {"name": "offset", "in": "query", "schema": {"type": "integer", "default": 0}},
+                    {"name": "limit", "in": "query", "schema": {"type": "integer", "default": 200, "maximum": 1000}}],
+                "responses": {"200": {"description": "{id, ..., request, calls: [{n, call, answer, payload_bytes}], calls_total, next_offset, outcome}"}, "404": err}}},
+            "/v1/recordings/{id}/payload": {"get": {
+                "summary": "One payload's bytes, whole: of=request, response, or a call's number",
+                "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}},
+                    {"name": "of", "in": "query", "required": true, "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "application/octet-stream"}, "400": err, "404": err}}},
             "/v1/recordings/{id}/export": {"get": {
                 "summary": "One tape as a self-checking file (JSON with a sha256)",
                 "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],

@@ -116,19 +116,59 @@ async fn read(s: &AppState, tenant: &str, id: &str) -> Result<Recording, ApiErro
     with_archive(s, move |a| a.read(&t, &i)).await
 }
 
-/// `GET /v1/recordings/{id}`: the timeline.
+/// `GET /v1/recordings/{id}[?offset=N&limit=N]`: the timeline, a page of
+/// host calls at a time.
 pub(crate) async fn show(
     State(s): S,
     Path(id): Path<String>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<axum::response::Response, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     if let Some(g) = &s.gateway {
-        let path = format!("/v1/recordings/{id}");
+        let path = crate::cluster::with_query(format!("/v1/recordings/{id}"), query.as_deref());
         return crate::cluster::recording_on_its_node(g, http::Method::GET, &id, &path, &headers)
             .await;
     }
-    Ok(Json(view::timeline(&read(&s, &p.tenant, &id).await?)).into_response())
+    let params = params(query);
+    let offset: u32 = number(&params, "offset")?.unwrap_or(0);
+    let limit: u32 = number(&params, "limit")?.unwrap_or(view::CALLS_PER_PAGE as u32);
+    let rec = read(&s, &p.tenant, &id).await?;
+    Ok(Json(view::timeline(&rec, offset as usize, limit as usize)).into_response())
+}
+
+/// `GET /v1/recordings/{id}/payload?of=request|response|N`: one payload's
+/// bytes, whole (views cut them).
+pub(crate) async fn payload(
+    State(s): S,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<axum::response::Response, ApiError> {
+    let p = s.auth.require(s.node.store(), &headers).await?;
+    if let Some(g) = &s.gateway {
+        let path =
+            crate::cluster::with_query(format!("/v1/recordings/{id}/payload"), query.as_deref());
+        return crate::cluster::recording_on_its_node(g, http::Method::GET, &id, &path, &headers)
+            .await;
+    }
+    let of: view::PayloadOf = params(query)
+        .get("of")
+        .ok_or_else(|| ApiError::BadRequest("say which payload: of=request, response or N".into()))?
+        .parse()
+        .map_err(ApiError::BadRequest)?;
+    let rec = read(&s, &p.tenant, &id).await?;
+    let bytes = view::payload(&rec, of)
+        .ok_or_else(|| ApiError::NotFound(format!("recording {id} has no payload {of:?}")))?
+        .to_vec();
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/octet-stream"),
+        )],
+        bytes,
+    )
+        .into_response())
 }
 
 /// `GET /v1/recordings/{id}/export`: the tape as a file.

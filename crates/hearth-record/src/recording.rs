@@ -341,7 +341,9 @@ impl Recording {
             checksum: checksum(self),
             recording: self.clone(),
         };
-        let mut out = serde_json::to_vec_pretty(&export).expect("a recording always serializes");
+        // Compact: bytes are JSON arrays of numbers, and pretty-printing
+        // puts each on a line of its own (ten bytes of file for one).
+        let mut out = serde_json::to_vec(&export).expect("a recording always serializes");
         out.push(b'\n');
         out
     }

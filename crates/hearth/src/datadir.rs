@@ -2,7 +2,7 @@
 //! values, logs and tapes are in it. It is made (or made again) mode 0700,
 //! and what Hearth keeps in it is readable by the owner only.
 
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use anyhow::Context;
@@ -19,7 +19,11 @@ const OWNED_BY_THE_PROCESS_TIER: &[&str] = &["proc"];
 /// database and its `-wal` and `-shm` files (which take the database's
 /// mode) are never readable by others.
 pub fn secure(dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("failed to create {}", dir.display()))?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("failed to create {}", dir.display()))?;
     let mut fixed = Vec::new();
     restrict(dir, false, &mut fixed)?;
     for entry in std::fs::read_dir(dir)? {

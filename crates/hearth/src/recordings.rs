@@ -83,6 +83,12 @@ pub(crate) async fn show(c: &Client, id: &str) -> anyhow::Result<()> {
             call["answer"].as_str().unwrap_or_default()
         );
     }
+    if let Some(next) = v["next_offset"].as_u64() {
+        println!(
+            "  …    {} more calls (GET /v1/recordings/{id}?offset={next})",
+            v["calls_total"].as_u64().unwrap_or(next) - next
+        );
+    }
     println!("  outcome   {}", outcome_line(&v["outcome"]));
     Ok(())
 }
