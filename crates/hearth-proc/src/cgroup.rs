@@ -112,22 +112,33 @@ impl Cgroups {
 
     /// Kills everything in this instance's groups and removes them. Used at
     /// start (leftovers of a killed node) and at shutdown.
+    ///
+    /// A group is taken whole, across every v1 hierarchy at once: its
+    /// processes can be frozen, and only the freezer hierarchy thaws them
+    /// (a frozen process cannot die). Taken one hierarchy at a time, each
+    /// group waited out the kill's and the removal's time limits in every
+    /// other hierarchy: minutes for a node killed with its handlers paused.
     pub fn remove_all(&self) {
+        let mut names = std::collections::BTreeSet::new();
         for base in &self.bases {
-            let Ok(entries) = fs::read_dir(base) else {
-                continue;
-            };
-            for entry in entries.flatten() {
+            for entry in fs::read_dir(base).into_iter().flatten().flatten() {
                 if entry.path().is_dir() {
-                    let cg = Cgroup {
-                        version: self.version,
-                        dirs: vec![entry.path()],
-                        oom_baseline: 0,
-                    };
-                    cg.kill_all();
-                    remove_dir_when_released(&entry.path());
+                    names.insert(entry.file_name());
                 }
             }
+        }
+        for name in names {
+            let cg = Cgroup {
+                version: self.version,
+                dirs: self.bases.iter().map(|b| b.join(&name)).collect(),
+                oom_baseline: 0,
+            };
+            cg.kill_all();
+            for dir in cg.dirs.iter().filter(|d| d.exists()) {
+                remove_dir_when_released(dir);
+            }
+        }
+        for base in &self.bases {
             remove_dir_when_released(base);
         }
     }

@@ -13,8 +13,9 @@ use anyhow::Context;
 const OWNED_BY_THE_PROCESS_TIER: &[&str] = &["proc"];
 
 /// Creates `dir` 0700, or takes away group and other access from it and
-/// from what Hearth keeps in it, warning for each path it had to fix (a
-/// data directory from an older Hearth, or one copied with a wide umask).
+/// from what Hearth keeps in it, warning if the directory or a file was
+/// open to others (a data directory from an older Hearth, or one copied
+/// with a wide umask).
 /// Creates an empty `hearth.db` 0600 if there is none, so that SQLite's
 /// database and its `-wal` and `-shm` files (which take the database's
 /// mode) are never readable by others.
@@ -59,7 +60,11 @@ fn restrict(path: &Path, deep: bool, fixed: &mut Vec<String>) -> anyhow::Result<
     if mode & 0o077 != 0 {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & !0o077))
             .with_context(|| format!("failed to restrict {}", path.display()))?;
-        fixed.push(path.display().to_string());
+        // A directory below the 0700 root, made with the usual umask, let
+        // nobody in; a file or the root itself did.
+        if !(deep && meta.is_dir()) {
+            fixed.push(path.display().to_string());
+        }
     }
     if deep && meta.is_dir() {
         for entry in std::fs::read_dir(path)? {

@@ -334,8 +334,8 @@ async fn exported_tapes_replay_from_a_file_and_edited_or_cut_ones_are_refused() 
 
     let good = out_of(&cli(&["replay", "--export", &id]));
     let edited = String::from_utf8(good.clone()).unwrap().replacen(
-        "\"method\": \"POST\"",
-        "\"method\": \"PUT\"",
+        "\"method\":\"POST\"",
+        "\"method\":\"PUT\"",
         1,
     );
     for (bad, why) in [

@@ -10,4 +10,5 @@ mod credentials;
 mod disclosure;
 mod escape;
 mod exhaustion;
+mod restart;
 mod storage;
