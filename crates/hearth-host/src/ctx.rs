@@ -34,6 +34,10 @@ pub struct HostLimits {
     /// ([`HostError::TapeFull`]), and the tape ends with
     /// [`HostEvent::Truncated`].
     pub tape_max_bytes: usize,
+    /// Let outbound HTTP reach loopback, private and link-local addresses
+    /// (see [`crate::egress`]); off by default, for an operator whose
+    /// functions must call services on the host or its private network.
+    pub private_egress: bool,
 }
 
 impl Default for HostLimits {
@@ -47,6 +51,7 @@ impl Default for HostLimits {
             http_max_calls: 64,
             log_max_bytes: 64 << 10,
             tape_max_bytes: 4 << 20,
+            private_egress: false,
         }
     }
 }
@@ -60,11 +65,17 @@ pub struct HostServices {
 
 impl HostServices {
     pub fn new(store: Arc<dyn Store>, limits: HostLimits) -> Self {
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             // A redirect could lead to a host the function may not reach;
             // the function sees the 3xx and decides.
             .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("hearth/", env!("CARGO_PKG_VERSION")))
+            // The operator's proxy settings are not the functions'.
+            .no_proxy()
+            .user_agent(concat!("hearth/", env!("CARGO_PKG_VERSION")));
+        if !limits.private_egress {
+            http = http.dns_resolver(Arc::new(crate::egress::Resolver));
+        }
+        let http = http
             .build()
             .expect("an HTTP client with default TLS settings always builds");
         HostServices {
@@ -117,6 +128,8 @@ pub enum HostError {
     OffTape(String),
     /// the invocation's tape budget of {0} bytes is used up: no more KV or HTTP calls
     TapeFull(usize),
+    /// outbound HTTP to {0} is refused: it is a loopback, private or link-local address, which functions may not reach (an operator allows them with --allow-private-egress)
+    Internal(String),
 }
 
 impl HostError {
@@ -132,6 +145,7 @@ impl HostError {
             HostError::TooMany(_) => -7,
             HostError::OffTape(_) => -8,
             HostError::TapeFull(_) => -9,
+            HostError::Internal(_) => -1,
         }
     }
 }
@@ -579,7 +593,8 @@ impl HostCtx {
         if self.0.earlier.as_ref().is_some_and(Earlier::is_strict) {
             // A call the policy refuses was refused without a trace the
             // first time too, so it is refused before the tape is asked.
-            http::check(&self.0.meta.version.spec, &request)?;
+            let private = self.0.services.limits.private_egress;
+            http::check(&self.0.meta.version.spec, &request, private)?;
         }
         let asked = || format!("http.fetch {} {}", request.method, request.url);
         if let Some(answer) = self.earlier(true, asked, same) {
@@ -603,13 +618,16 @@ impl HostCtx {
             &self.0.meta.version.spec,
             &request,
             timeout,
-            services.limits.http_max_response_bytes,
+            (
+                services.limits.http_max_response_bytes,
+                services.limits.private_egress,
+            ),
         )
         .await;
         // A denied call never left the machine: nothing to record.
         if !matches!(
             result,
-            Err(HostError::Denied(_)) | Err(HostError::Invalid(_))
+            Err(HostError::Denied(_) | HostError::Invalid(_) | HostError::Internal(_))
         ) {
             self.record_effect(HostEvent::HttpFetch {
                 request,

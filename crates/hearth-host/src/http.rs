@@ -29,6 +29,7 @@ pub struct OutboundResponse {
 pub(crate) fn check(
     policy: &FunctionSpec,
     request: &OutboundRequest,
+    private_egress: bool,
 ) -> Result<(reqwest::Url, reqwest::Method), HostError> {
     let url = reqwest::Url::parse(&request.url)
         .map_err(|e| HostError::Invalid(format!("bad URL {:?}: {e}", request.url)))?;
@@ -45,6 +46,9 @@ pub(crate) fn check(
     if !policy.allows_host(host, port) {
         return Err(HostError::Denied(format!("{host}:{port}")));
     }
+    if !private_egress && crate::egress::refused_literal(host).is_some() {
+        return Err(HostError::Internal(format!("{host}:{port}")));
+    }
     let method = reqwest::Method::from_bytes(request.method.as_bytes())
         .map_err(|_| HostError::Invalid(format!("bad method {:?}", request.method)))?;
     Ok((url, method))
@@ -55,9 +59,9 @@ pub(crate) async fn fetch(
     policy: &FunctionSpec,
     request: &OutboundRequest,
     timeout: Duration,
-    max_response_bytes: usize,
+    (max_response_bytes, private_egress): (usize, bool),
 ) -> Result<OutboundResponse, HostError> {
-    let (url, method) = check(policy, request)?;
+    let (url, method) = check(policy, request, private_egress)?;
     let mut builder = client.request(method, url).timeout(timeout);
     for (k, v) in &request.headers {
         builder = builder.header(k, v);
@@ -105,10 +109,17 @@ pub(crate) async fn fetch(
         .map_err(|_| HostError::Timeout)?
 }
 
+/// A failed request, with the causes reqwest keeps behind its own
+/// message (which names neither a refused address nor a refused name).
 fn network(e: reqwest::Error) -> HostError {
     if e.is_timeout() {
-        HostError::Timeout
-    } else {
-        HostError::Network(e.to_string())
+        return HostError::Timeout;
     }
+    let mut message = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        message = format!("{message}: {c}");
+        cause = c.source();
+    }
+    HostError::Network(message)
 }

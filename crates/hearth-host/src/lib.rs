@@ -18,6 +18,7 @@
 //! or processes.
 
 mod ctx;
+mod egress;
 mod engine;
 mod http;
 mod replay;
@@ -31,5 +32,6 @@ pub use ctx::{
 pub use engine::{
     ColocationPolicy, Compiled, DeployError, Engine, EngineStatus, Prepared, Sandbox, Source,
 };
+pub use egress::{is_internal, is_internal_host};
 pub use http::{OutboundRequest, OutboundResponse};
 pub use tape::{Divergence, HostEvent, Tape};

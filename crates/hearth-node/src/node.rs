@@ -366,6 +366,18 @@ impl Node {
                 self.config.max_timeout_ms, limits.timeout_ms
             )));
         }
+        if !self.host.limits.private_egress
+            && let Some(h) = spec
+                .allowed_hosts
+                .iter()
+                .find(|h| hearth_host::is_internal_host(h))
+        {
+            return Err(NodeError::Invalid(format!(
+                "allow_host {h:?} is this machine or a private or link-local address, which \
+                 functions may not reach; an operator who wants them to starts Hearth with \
+                 --allow-private-egress true"
+            )));
+        }
         // A NUL would cut a variable short inside the sandbox, and `=` in
         // a name would make it another variable.
         if let Some((k, _)) = spec

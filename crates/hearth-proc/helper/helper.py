@@ -47,6 +47,10 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
@@ -171,10 +175,13 @@ class Zygote:
         try:
             os.close(r)
             isolation = cmd.get("isolation", "full")
+            net = CLONE_NEWNET if cmd.get("netns") else 0
             if isolation == "full":
-                _check(_libc.unshare(CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+                _check(_libc.unshare(CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | net), "unshare")
             elif isolation == "userns":
-                enter_user_namespace(cmd["uid"], cmd["gid"])
+                enter_user_namespace(cmd["uid"], cmd["gid"], net)
+            if net and isolation != "none":
+                loopback_up()
             second = os.fork()
             if second:
                 os.write(w, json.dumps({"pid": second}).encode())
@@ -206,15 +213,26 @@ def import_modules(paths, modules):
     return imported, failed
 
 
-def enter_user_namespace(uid, gid):
+def enter_user_namespace(uid, gid, extra=0):
     """Without root: a new user namespace (this process's user seen as
-    `uid` inside) owning new PID, IPC and UTS namespaces."""
+    `uid` inside) owning new PID, IPC and UTS namespaces (and `extra`)."""
     outer_uid, outer_gid = os.getuid(), os.getgid()
-    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | extra),
+           "unshare")
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {outer_uid} 1"),
                        ("gid_map", f"{gid} {outer_gid} 1")):
         with open(f"/proc/self/{name}", "w") as f:
             f.write(text)
+
+
+def loopback_up():
+    """Brings up `lo` in a new network namespace (it starts down), so code
+    may still talk to itself over 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        import fcntl
+        ifr = struct.pack("16sH", b"lo", 0)
+        flags = struct.unpack("16sH", fcntl.ioctl(s, SIOCGIFFLAGS, ifr))[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
 
 
 class _CapHeader(ctypes.Structure):

@@ -49,6 +49,7 @@ pub struct FileConfig {
     pub max_connections: Option<usize>,
     pub max_connections_per_client: Option<usize>,
     pub max_tape_bytes: Option<usize>,
+    pub allow_private_egress: Option<bool>,
 }
 
 /// Flags of `hearth up`; each also reads a `HEARTH_*` variable.
@@ -181,6 +182,11 @@ pub struct UpArgs {
     /// it the invocation fails with tape_budget_exceeded (default 4 MiB).
     #[arg(long, env = "HEARTH_MAX_TAPE_BYTES")]
     pub max_tape_bytes: Option<usize>,
+    /// Let functions' outbound HTTP reach loopback, private and
+    /// link-local addresses (this machine, its networks, cloud metadata)
+    /// when their allow-list names them (default false).
+    #[arg(long, env = "HEARTH_ALLOW_PRIVATE_EGRESS")]
+    pub allow_private_egress: Option<bool>,
 }
 
 /// What this Hearth is in a cluster.
@@ -243,6 +249,7 @@ pub struct Settings {
     pub max_connections: usize,
     pub max_connections_per_client: usize,
     pub max_tape_bytes: usize,
+    pub allow_private_egress: bool,
 }
 
 /// The machine's memory in MiB, from /proc/meminfo (4096 if unreadable).
@@ -376,6 +383,10 @@ impl Settings {
                 .or(file.max_connections_per_client)
                 .unwrap_or(512)
                 .max(1),
+            allow_private_egress: args
+                .allow_private_egress
+                .or(file.allow_private_egress)
+                .unwrap_or(false),
             max_tape_bytes: args
                 .max_tape_bytes
                 .or(file.max_tape_bytes)

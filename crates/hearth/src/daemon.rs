@@ -99,6 +99,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         HostLimits {
             http_timeout_ms: settings.http_timeout_ms,
             tape_max_bytes: settings.max_tape_bytes,
+            private_egress: settings.allow_private_egress,
             ..HostLimits::default()
         },
     ));

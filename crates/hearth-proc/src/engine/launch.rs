@@ -122,6 +122,10 @@ impl ProcEngine {
             "isolation": inner.isolation.as_str(),
             "extra_memory_bytes": if inner.cgroups.is_none() { limits.memory_bytes } else { 0 },
             "seccomp": crate::seccomp::filter_name(network),
+            // A function without allowed hosts gets a network of its own,
+            // with only loopback: no host interfaces, no host loopback
+            // services, no other sandbox's abstract Unix sockets.
+            "netns": false,
             "socket": socket_inside,
             "hostname": format!("sandbox-{id}"),
         }));

@@ -69,8 +69,12 @@ async fn counting_upstream() -> (
 
 /// A gateway on `store` with 200 ms heartbeats (a node is out after 600 ms)
 /// and `full` as the cluster's colocation mode (nodes default to `tenant`).
+/// Gateway and nodes let functions reach this machine: the tests' upstream
+/// servers are on loopback.
 fn gateway(store: &str) -> Daemon {
     Daemon::start_with(&[
+        "--allow-private-egress",
+        "true",
         "--role",
         "gateway",
         "--store",
@@ -83,7 +87,16 @@ fn gateway(store: &str) -> Daemon {
 }
 
 fn node(gateway: &Daemon, store: &str, extra: &[&str]) -> Daemon {
-    let mut args = vec!["--role", "node", "--join", &gateway.url, "--store", store];
+    let mut args = vec![
+        "--role",
+        "node",
+        "--join",
+        &gateway.url,
+        "--store",
+        store,
+        "--allow-private-egress",
+        "true",
+    ];
     args.extend_from_slice(extra);
     Daemon::start_with_env(&args, &[("HEARTH_JOIN_TOKEN", &gateway.token)])
 }

@@ -13,7 +13,8 @@ async fn upstream() -> std::net::SocketAddr {
 
 #[tokio::test]
 async fn fetch_reaches_allowed_hosts_only() {
-    let d = Daemon::start();
+    // The upstream is on loopback, which only an operator's flag opens.
+    let d = Daemon::start_with(&["--allow-private-egress", "true"]);
     let addr = upstream().await;
     let allowed = addr.to_string();
     d.deploy("fetch", example("fetch.wat"), &[("allow_host", &allowed)])

@@ -141,7 +141,8 @@ async fn wait_recordings(d: &Daemon, name: &str, n: usize) -> Vec<Value> {
 
 async fn tape_of_each_tier_replays_identically_and_a_new_version_is_diffed(tier: &str) {
     let tmp = tempfile::tempdir().unwrap();
-    let d = Daemon::start();
+    // The upstream is on loopback, which only an operator's flag opens.
+    let d = Daemon::start_with(&["--allow-private-egress", "true"]);
     let (up, hits) = upstream().await;
     let name = format!("snap-{tier}");
     deploy_snapshot(&d, tier, "v1", &up, tmp.path()).await;

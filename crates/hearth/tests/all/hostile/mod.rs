@@ -10,5 +10,6 @@ mod credentials;
 mod disclosure;
 mod escape;
 mod exhaustion;
+mod network;
 mod restart;
 mod storage;

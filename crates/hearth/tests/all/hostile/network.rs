@@ -1,0 +1,132 @@
+//! Where a sandbox's network reaches: not the host, not other tenants.
+
+use crate::harness::{Daemon, error_of};
+
+/// Binds an abstract Unix socket when imported, so that it is held by
+/// the paused handler between invocations.
+const LISTENER: &str = "import socket\n\
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n\
+    s.bind(b'\\0hearth-hostile-probe')\n\
+    s.listen(8)\n\
+    def handler(event, context):\n    return 'listening'\n";
+
+/// Tries the other tenant's abstract socket, and lists its interfaces.
+const DIALER: &str = "import errno, socket\n\
+    def handler(event, context):\n    \
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n    \
+    try:\n        c.connect(b'\\0hearth-hostile-probe')\n        got = 'connected'\n    \
+    except OSError as e:\n        got = errno.errorcode.get(e.errno, str(e.errno))\n    \
+    names = ','.join(n for _, n in socket.if_nameindex())\n    \
+    return got + ' ' + names\n";
+
+#[tokio::test]
+async fn a_sandbox_sees_no_host_interface_and_no_other_tenants_sockets() {
+    let d = Daemon::start();
+    let acme = d.create_tenant("acme").await;
+    let beta = d.create_tenant("beta").await;
+    let deploy = |token: String, name: &'static str, code: &'static str| {
+        let d = &d;
+        async move {
+            let r = d
+                .http
+                .post(format!("{}/v1/functions/{name}", d.url))
+                .query(&[("runtime", "python"), ("file_name", "handler.py")])
+                .bearer_auth(token)
+                .body(code)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+        }
+    };
+    deploy(acme.clone(), "listener", LISTENER).await;
+    deploy(beta.clone(), "dialer", DIALER).await;
+    let call = |tenant: &str, name: &str, token: &str| {
+        d.http
+            .post(format!("{}/fn/{tenant}/{name}", d.url))
+            .bearer_auth(token.to_string())
+            .send()
+    };
+    let r = call("acme", "listener", &acme).await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "listening");
+    let r = call("beta", "dialer", &beta).await.unwrap();
+    let seen = r.text().await.unwrap();
+    assert_eq!(
+        seen, "ECONNREFUSED lo",
+        "beta reached acme's socket or saw the host's interfaces"
+    );
+}
+
+/// Fetches the URL in its request body; says what came back or why not.
+const FETCHER: &str = "export default { async fetch(req) { \
+    try { const r = await fetch(await req.text()); \
+          return new Response('reached ' + r.status + ' ' + await r.text()); } \
+    catch (e) { return new Response('refused: ' + e.message); } } };";
+
+/// The machine's own name, which Debian's /etc/hosts maps to loopback: a
+/// name that is not `localhost` and still leads back to this machine.
+async fn own_name_and_address() -> (String, std::net::IpAddr) {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string();
+    let addr = tokio::net::lookup_host((name.as_str(), 0))
+        .await
+        .ok()
+        .and_then(|mut a| a.next())
+        .map(|a| a.ip())
+        .filter(|ip| ip.is_loopback())
+        .unwrap_or_else(|| {
+            panic!("this test needs the host name {name:?} to resolve to loopback, as Debian's /etc/hosts has it")
+        });
+    (name, addr)
+}
+
+#[tokio::test]
+async fn fetch_never_reaches_this_machine_unless_the_operator_allows_it() {
+    let d = Daemon::start();
+    // Named by address, the daemon itself and a cloud's metadata service
+    // are refused at deploy.
+    let port = d.url.rsplit(':').next().unwrap().to_string();
+    for host in [format!("127.0.0.1:{port}"), "169.254.169.254".into(), "localhost".into()] {
+        let r = d
+            .deploy_raw(
+                "ssrf",
+                FETCHER.as_bytes().to_vec(),
+                &[("runtime", "js"), ("file_name", "index.mjs"), ("allow_host", &host)],
+            )
+            .await;
+        let (status, _, msg) = error_of(r).await;
+        assert_eq!(status, 400, "{host}: {msg}");
+        assert!(msg.contains("--allow-private-egress"), "{msg}");
+    }
+    // Named by a name that resolves to loopback, a service there is still
+    // out of reach: the resolver drops the address.
+    let (name, ip) = own_name_and_address().await;
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    let app = axum::Router::new().route("/secret", axum::routing::get(|| async { "host secret" }));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let allowed = format!("{name}:{}", upstream.port());
+    d.deploy(
+        "ssrf",
+        FETCHER.as_bytes().to_vec(),
+        &[("runtime", "js"), ("file_name", "index.mjs"), ("allow_host", &allowed)],
+    )
+    .await;
+    let url = format!("http://{allowed}/secret");
+    let seen = d.invoke_body("ssrf", url.clone()).await;
+    assert!(
+        seen.starts_with("refused") && seen.contains("loopback"),
+        "{seen}"
+    );
+    // An operator who allows it gets it.
+    let open = Daemon::start_with(&["--allow-private-egress", "true"]);
+    open.deploy(
+        "fetch",
+        FETCHER.as_bytes().to_vec(),
+        &[("runtime", "js"), ("file_name", "index.mjs"), ("allow_host", &allowed)],
+    )
+    .await;
+    assert_eq!(open.invoke_body("fetch", url).await, "reached 200 host secret");
+}
