@@ -115,6 +115,14 @@ pub trait Prepared: Send + Sync + 'static {
     /// Makes a fresh sandbox. Fails with [`InvokeError::Overloaded`] when
     /// the tier has no room for another.
     async fn instantiate(&self) -> Result<Box<dyn Sandbox>, InvokeError>;
+
+    /// Makes a sandbox that shares nothing with the ones serving traffic:
+    /// not a warm instance (whose globals earlier invocations changed), and
+    /// not kept warm after (so nothing it does reaches later traffic). For
+    /// replays. Tiers whose every sandbox is fresh need not override it.
+    async fn instantiate_isolated(&self) -> Result<Box<dyn Sandbox>, InvokeError> {
+        self.instantiate().await
+    }
 }
 
 /// One isolated execution context; runs one invocation at a time.

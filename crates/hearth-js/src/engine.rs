@@ -68,6 +68,9 @@ impl JsConfig {
 
 struct Job {
     version: Arc<JsVersion>,
+    /// In an isolate of its own, neither taken from nor kept among the
+    /// version's idle ones (a replay).
+    isolated: bool,
     req: Request,
     host: HostCtx,
     reply: oneshot::Sender<Result<Response, InvokeError>>,
@@ -253,6 +256,15 @@ impl Prepared for JsPrepared {
         Ok(Box::new(JsSandbox {
             engine: self.engine.clone(),
             version: self.version.clone(),
+            isolated: false,
+        }))
+    }
+
+    async fn instantiate_isolated(&self) -> Result<Box<dyn Sandbox>, InvokeError> {
+        Ok(Box::new(JsSandbox {
+            engine: self.engine.clone(),
+            version: self.version.clone(),
+            isolated: true,
         }))
     }
 }
@@ -261,6 +273,7 @@ impl Prepared for JsPrepared {
 struct JsSandbox {
     engine: JsEngine,
     version: Arc<JsVersion>,
+    isolated: bool,
 }
 
 #[async_trait]
@@ -272,6 +285,7 @@ impl Sandbox for JsSandbox {
         worker.load.fetch_add(1, Ordering::Relaxed);
         let job = Job {
             version: self.version.clone(),
+            isolated: self.isolated,
             // The worker is another thread: it gets its own copy.
             req: req.clone(),
             host,
@@ -351,7 +365,7 @@ fn worker_main(
                     &here,
                     io,
                     &config,
-                    job.version,
+                    (job.version, job.isolated),
                     job.req,
                     job.host,
                 )
@@ -424,12 +438,16 @@ async fn run_job(
     here: &Local,
     io: tokio::runtime::Handle,
     config: &JsConfig,
-    version: Arc<JsVersion>,
+    (version, isolated): (Arc<JsVersion>, bool),
     req: Request,
     host: HostCtx,
 ) -> Result<Response, InvokeError> {
     let idle = &here.idle;
-    let warm = idle.borrow_mut().get_mut(&version.key).and_then(Vec::pop);
+    let warm = if isolated {
+        None
+    } else {
+        idle.borrow_mut().get_mut(&version.key).and_then(Vec::pop)
+    };
     let mut isolate = match warm {
         Some(i) => {
             version.idle_on[index].fetch_sub(1, Ordering::Relaxed);
@@ -467,8 +485,9 @@ async fn run_job(
     let result = isolate.invoke(req, host, config.max_response_bytes).await;
     isolate.finish();
     // Kept only when its state is known good: a clean run or a plain
-    // exception; never after a timeout, OOM or an unsupported request.
-    if matches!(result, Ok(_) | Err(InvokeError::Function(_))) {
+    // exception; never after a timeout, OOM or an unsupported request;
+    // never an isolated one.
+    if !isolated && matches!(result, Ok(_) | Err(InvokeError::Function(_))) {
         let bytes = isolate.memory_bytes();
         version.idle_on[index].fetch_add(1, Ordering::Relaxed);
         me.idle.fetch_add(1, Ordering::Relaxed);

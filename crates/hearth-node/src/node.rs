@@ -575,7 +575,17 @@ impl Node {
         req: &Request,
         host: &HostCtx,
     ) -> Result<Response, InvokeError> {
-        let mut sandbox = prepared.instantiate().await?;
+        self.attempt_in(prepared.instantiate().await?, req, host)
+            .await
+    }
+
+    /// Runs `req` in `sandbox`, counted as live while it runs.
+    async fn attempt_in(
+        &self,
+        mut sandbox: Box<dyn hearth_host::Sandbox>,
+        req: &Request,
+        host: &HostCtx,
+    ) -> Result<Response, InvokeError> {
         self.metrics.live_sandboxes.inc();
         let result = sandbox.invoke(req, host.clone()).await;
         drop(sandbox);

@@ -122,7 +122,12 @@ impl Node {
             deadline: started + Duration::from_millis(target.spec.limits.timeout_ms),
         };
         let host = HostCtx::replaying(self.host.clone(), meta, recording.tape.clone());
-        let result = self.attempt(&prepared, &recording.request, &host).await;
+        // In an instance of its own: a replay neither sees what live
+        // traffic left in a warm instance nor leaves anything for it.
+        let result = match prepared.instantiate_isolated().await {
+            Ok(sandbox) => self.attempt_in(sandbox, &recording.request, &host).await,
+            Err(e) => Err(e),
+        };
         let duration = started.elapsed();
         let divergence = host.divergence();
         let replayed = Outcome::of(&result);

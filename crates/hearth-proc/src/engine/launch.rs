@@ -125,7 +125,7 @@ impl ProcEngine {
             // A function without allowed hosts gets a network of its own,
             // with only loopback: no host interfaces, no host loopback
             // services, no other sandbox's abstract Unix sockets.
-            "netns": false,
+            "netns": !network,
             "socket": socket_inside,
             "hostname": format!("sandbox-{id}"),
         }));

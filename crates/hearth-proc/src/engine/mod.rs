@@ -404,8 +404,24 @@ struct ProcPrepared {
 #[async_trait]
 impl Prepared for ProcPrepared {
     async fn instantiate(&self) -> Result<Box<dyn Sandbox>, InvokeError> {
+        self.sandbox(false).await
+    }
+
+    async fn instantiate_isolated(&self) -> Result<Box<dyn Sandbox>, InvokeError> {
+        self.sandbox(true).await
+    }
+}
+
+impl ProcPrepared {
+    /// A sandbox: a paused handler resumed, or a new one; `isolated`, always
+    /// a new one, destroyed after its invocation instead of paused.
+    async fn sandbox(&self, isolated: bool) -> Result<Box<dyn Sandbox>, InvokeError> {
         let inner = &self.engine.0;
-        let cached = inner.handlers.lock().unwrap().take(&self.key);
+        let cached = if isolated {
+            None
+        } else {
+            inner.handlers.lock().unwrap().take(&self.key)
+        };
         let handler = match cached {
             Some(h) => {
                 h.resume();
@@ -425,13 +441,12 @@ impl Prepared for ProcPrepared {
             engine: self.engine.clone(),
             handler: Some(handler),
             healthy: false,
+            isolated,
             limits: self.version.spec.limits,
             max_response: inner.config.max_response_bytes,
         }))
     }
-}
 
-impl ProcPrepared {
     fn cgroup_limits(&self) -> CgroupLimits {
         let c = &self.engine.0.config;
         CgroupLimits {
@@ -592,6 +607,8 @@ struct ProcSandbox {
     handler: Option<Handler>,
     /// Set once the invocation finished cleanly; only then is the handler kept.
     healthy: bool,
+    /// A replay's: never kept.
+    isolated: bool,
     limits: hearth_core::Limits,
     max_response: usize,
 }
@@ -604,7 +621,7 @@ impl Drop for ProcSandbox {
         let inner = &self.engine.0;
         // The invocation is over: now the pools may take the CPU back.
         inner.refill();
-        if !self.healthy || !inner.config.caches.handler {
+        if self.isolated || !self.healthy || !inner.config.caches.handler {
             inner.destroy(h);
             return;
         }

@@ -11,5 +11,6 @@ mod disclosure;
 mod escape;
 mod exhaustion;
 mod network;
+mod replay;
 mod restart;
 mod storage;
