@@ -126,6 +126,8 @@ pub enum HostError {
     TooMany(u32),
     /// this replay left its tape: {0}
     OffTape(String),
+    /// the invocation has ended: a KV or HTTP call made after its response is refused
+    Ended,
     /// the invocation's tape budget of {0} bytes is used up: no more KV or HTTP calls
     TapeFull(usize),
     /// outbound HTTP to {0} is refused: it is a loopback, private or link-local address, which functions may not reach (an operator allows them with --allow-private-egress)
@@ -146,6 +148,7 @@ impl HostError {
             HostError::OffTape(_) => -8,
             HostError::TapeFull(_) => -9,
             HostError::Internal(_) => -1,
+            HostError::Ended => -10,
         }
     }
 }
@@ -159,6 +162,10 @@ struct Recorded {
     tape_dropped: u64,
     /// The tape reached its budget.
     tape_full: bool,
+    /// KV and HTTP calls running now.
+    in_flight: u32,
+    /// The invocation has ended: no more KV or HTTP calls.
+    ended: bool,
     logs: Vec<LogLine>,
     log_bytes: usize,
     logs_truncated: bool,
@@ -176,6 +183,8 @@ struct Inner {
     /// Set for a first attempt a gateway may retry on another node: the
     /// next position in its journal (see [`HostCtx::journaling`]).
     journal: Option<AtomicU32>,
+    /// Told when the last KV or HTTP call in flight ends ([`HostCtx::settle`]).
+    settled: tokio::sync::Notify,
 }
 
 /// The host, bound to one invocation. Cheap to clone; all clones share one tape.
@@ -203,6 +212,7 @@ impl HostCtx {
             recorded: Mutex::default(),
             earlier: None,
             journal: None,
+            settled: tokio::sync::Notify::new(),
         }))
     }
 
@@ -225,6 +235,7 @@ impl HostCtx {
             recorded: Mutex::default(),
             earlier: Some(earlier),
             journal: None,
+            settled: tokio::sync::Notify::new(),
         }))
     }
 
@@ -307,6 +318,39 @@ impl HostCtx {
             return Err(HostError::TapeFull(self.0.services.limits.tape_max_bytes));
         }
         Ok(())
+    }
+
+    /// Counts a KV or HTTP call as running until the guard is dropped, so
+    /// that the invocation waits for it before it ends ([`Self::settle`]);
+    /// refused once the invocation has ended.
+    fn begin_call(&self) -> Result<CallGuard<'_>, HostError> {
+        let mut rec = self.recorded();
+        if rec.ended {
+            return Err(HostError::Ended);
+        }
+        rec.in_flight += 1;
+        Ok(CallGuard(self))
+    }
+
+    /// Waits for the KV and HTTP calls still running (one a function made
+    /// without awaiting it, say) to finish, at most until the deadline, and
+    /// then ends the invocation: later calls are refused. So the tape holds
+    /// every effect the invocation had, and no effect lands after it.
+    pub async fn settle(&self) {
+        loop {
+            let notified = self.0.settled.notified();
+            {
+                let mut rec = self.recorded();
+                if rec.in_flight == 0 {
+                    rec.ended = true;
+                    return;
+                }
+            }
+            if tokio::time::timeout(self.remaining(), notified).await.is_err() {
+                self.recorded().ended = true;
+                return;
+            }
+        }
     }
 
     /// The tape budget, if this invocation ran past it.
@@ -460,6 +504,7 @@ impl HostCtx {
 
     pub async fn kv_get(&self, key: Vec<u8>) -> Result<Option<Vec<u8>>, HostError> {
         self.check_key(&key)?;
+        let _call = self.begin_call()?;
         let same = |e: &HostEvent| match e {
             HostEvent::KvGet { key: k, value } if *k == key => Some(value.clone()),
             _ => None,
@@ -490,6 +535,7 @@ impl HostCtx {
 
     pub async fn kv_set(&self, key: Vec<u8>, value: Vec<u8>) -> Result<(), HostError> {
         self.check_key(&key)?;
+        let _call = self.begin_call()?;
         let max = self.0.services.limits.kv_max_value_bytes;
         if value.len() > max {
             return Err(HostError::TooLarge(max));
@@ -520,6 +566,7 @@ impl HostCtx {
 
     pub async fn kv_delete(&self, key: Vec<u8>) -> Result<bool, HostError> {
         self.check_key(&key)?;
+        let _call = self.begin_call()?;
         let same = |e: &HostEvent| match e {
             HostEvent::KvDelete { key: k, existed } if *k == key => Some(*existed),
             _ => None,
@@ -547,6 +594,7 @@ impl HostCtx {
 
     pub async fn kv_list(&self, prefix: Vec<u8>) -> Result<Vec<Vec<u8>>, HostError> {
         self.check_key(&prefix)?;
+        let _call = self.begin_call()?;
         let same = |e: &HostEvent| match e {
             HostEvent::KvList { prefix: p, keys } if *p == prefix => Some(keys.clone()),
             _ => None,
@@ -586,6 +634,7 @@ impl HostCtx {
         &self,
         request: OutboundRequest,
     ) -> Result<OutboundResponse, HostError> {
+        let _call = self.begin_call()?;
         let same = |e: &HostEvent| match e {
             HostEvent::HttpFetch { request: r, result } if *r == request => Some(result.clone()),
             _ => None,
@@ -646,6 +695,19 @@ impl HostCtx {
             rec.tape.events.push(HostEvent::Truncated { calls });
         }
         (std::mem::take(&mut rec.tape), std::mem::take(&mut rec.logs))
+    }
+}
+
+/// A KV or HTTP call running ([`HostCtx::begin_call`]).
+struct CallGuard<'a>(&'a HostCtx);
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        let mut rec = self.0.recorded();
+        rec.in_flight -= 1;
+        if rec.in_flight == 0 {
+            self.0.0.settled.notify_one();
+        }
     }
 }
 

@@ -588,6 +588,8 @@ impl Node {
     ) -> Result<Response, InvokeError> {
         self.metrics.live_sandboxes.inc();
         let result = sandbox.invoke(req, host.clone()).await;
+        // Calls the function left running end before the invocation does.
+        host.settle().await;
         drop(sandbox);
         self.metrics.live_sandboxes.dec();
         result

@@ -27,6 +27,7 @@ impl HostCtx {
             recorded: Mutex::default(),
             earlier: None,
             journal: Some(AtomicU32::new(0)),
+            settled: tokio::sync::Notify::new(),
         }))
     }
 
@@ -87,6 +88,7 @@ impl HostCtx {
                 .journal
                 .as_ref()
                 .map(|n| AtomicU32::new(n.load(Ordering::Relaxed))),
+            settled: tokio::sync::Notify::new(),
         }))
     }
 

@@ -8,6 +8,7 @@
 mod contained;
 mod credentials;
 mod disclosure;
+mod effects;
 mod escape;
 mod exhaustion;
 mod network;
