@@ -357,7 +357,8 @@ fn parse_requirements(text: &str) -> Result<Vec<Package>, String> {
         };
         let (name, version) = line.split_once("==").ok_or_else(bad)?;
         let (name, version) = (name.trim(), version.trim());
-        let name_ok = !name.is_empty()
+        // PEP 508 names: no path, no URL, nothing pip reads as a file.
+        let name_ok = name.starts_with(|c: char| c.is_ascii_alphanumeric())
             && name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
@@ -376,6 +377,23 @@ fn parse_requirements(text: &str) -> Result<Vec<Package>, String> {
     Ok(out)
 }
 
+/// npm's rule for a registry package's name: `name` or `@scope/name`,
+/// each part starting with a letter or digit. Anything else (`../x`,
+/// `/abs`, `file:x`, `git+https://…`) npm would read as a path or URL.
+fn is_npm_name(name: &str) -> bool {
+    let part = |p: &str| {
+        p.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && p.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-._~".contains(c))
+    };
+    match name.strip_prefix('@') {
+        Some(scoped) => scoped
+            .split_once('/')
+            .is_some_and(|(scope, n)| part(scope) && part(n)),
+        None => part(name),
+    }
+}
+
 fn parse_package_json(pkg: &serde_json::Value) -> Result<Vec<Package>, String> {
     let Some(deps) = pkg.get("dependencies") else {
         return Ok(Vec::new());
@@ -391,10 +409,7 @@ fn parse_package_json(pkg: &serde_json::Value) -> Result<Vec<Package>, String> {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-.+".contains(c))
             && version.starts_with(|c: char| c.is_ascii_digit());
-        let name_ok = !name.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.@/".contains(c));
+        let name_ok = is_npm_name(name);
         if !exact || !name_ok {
             return Err(format!(
                 "package.json: dependency {name:?} must name an exact version (\"1.2.3\"), not {version:?}"
@@ -411,6 +426,21 @@ fn parse_package_json(pkg: &serde_json::Value) -> Result<Vec<Package>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dependencies_that_are_paths_or_urls_are_refused() {
+        for name in ["left-pad", "@scope/pkg", "lodash.get", "a1"] {
+            assert!(is_npm_name(name), "{name}");
+        }
+        for name in ["../evil", "/abs", "file:x", ".hidden", "@scope", "@/x", "Upper", "git+https://x", "a/b"] {
+            assert!(!is_npm_name(name), "{name}");
+            let deps = serde_json::json!({"dependencies": {name: "1.0.0"}});
+            assert!(parse_package_json(&deps).is_err(), "{name}");
+        }
+        for line in ["../evil==1.0", "./x==1", "-e==1", "https://x==1"] {
+            assert!(parse_requirements(line).is_err(), "{line}");
+        }
+    }
 
     #[test]
     fn single_files_get_their_name_or_the_default() {

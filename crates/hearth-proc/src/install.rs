@@ -9,6 +9,12 @@
 //!
 //! With `offline` set, pip installs only from that directory of wheels
 //! (`--no-index --find-links`) and npm only from its cache (`--offline`).
+//!
+//! No package's own code runs at install: pip takes wheels only (a source
+//! distribution's build backend is arbitrary code) and npm runs no
+//! install scripts (`--ignore-scripts`). Installs still run as the
+//! daemon's user, outside any sandbox; a package's import-time code runs
+//! in a zygote (see `zygote.rs`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -133,6 +139,9 @@ impl InstallCache {
             "--no-input",
             "--quiet",
             "--root-user-action=ignore",
+            // Wheels only: a source distribution's build runs its code
+            // here, as this daemon's user, with the host's filesystem.
+            "--only-binary=:all:",
             "--target",
         ])
         .arg(target)
