@@ -176,7 +176,8 @@ async fn run(
         body,
         (s.config.max_body_bytes, s.config.body_timeout),
         "request body",
-    ).await?;
+    )
+    .await?;
     if let Some(g) = &s.gateway {
         return crate::cluster::forward(g, &function, method, &uri, headers, body).await;
     }

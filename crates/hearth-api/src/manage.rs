@@ -29,7 +29,10 @@ async fn blocking<T: Send + 'static>(
 
 /// The node's metrics; an admin token. They describe every tenant's use of
 /// the node (and, opted into, name their functions).
-pub(crate) async fn metrics(State(s): S, headers: HeaderMap) -> Result<impl IntoResponse, ApiError> {
+pub(crate) async fn metrics(
+    State(s): S,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     if p.role != Role::Admin {
         return Err(ApiError::Forbidden(
@@ -229,7 +232,8 @@ pub(crate) async fn deploy(
         body,
         (s.config.max_code_bytes, s.config.body_timeout),
         "code",
-    ).await?;
+    )
+    .await?;
     if code.is_empty() {
         return Err(ApiError::BadRequest(
             "the request body should hold the function's code".into(),

@@ -282,7 +282,8 @@ pub(crate) async fn replay_file(
         body,
         (s.config.max_code_bytes, s.config.body_timeout),
         "tape",
-    ).await?;
+    )
+    .await?;
     let rec = Recording::import(&file)?;
     Ok(Json(report_json(
         &replay_one(&s, &p.tenant, &rec, version).await?,

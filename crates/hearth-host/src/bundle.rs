@@ -432,7 +432,17 @@ mod tests {
         for name in ["left-pad", "@scope/pkg", "lodash.get", "a1"] {
             assert!(is_npm_name(name), "{name}");
         }
-        for name in ["../evil", "/abs", "file:x", ".hidden", "@scope", "@/x", "Upper", "git+https://x", "a/b"] {
+        for name in [
+            "../evil",
+            "/abs",
+            "file:x",
+            ".hidden",
+            "@scope",
+            "@/x",
+            "Upper",
+            "git+https://x",
+            "a/b",
+        ] {
             assert!(!is_npm_name(name), "{name}");
             let deps = serde_json::json!({"dependencies": {name: "1.0.0"}});
             assert!(parse_package_json(&deps).is_err(), "{name}");

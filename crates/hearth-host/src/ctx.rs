@@ -346,7 +346,10 @@ impl HostCtx {
                     return;
                 }
             }
-            if tokio::time::timeout(self.remaining(), notified).await.is_err() {
+            if tokio::time::timeout(self.remaining(), notified)
+                .await
+                .is_err()
+            {
                 self.recorded().ended = true;
                 return;
             }

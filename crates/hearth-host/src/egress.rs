@@ -82,10 +82,12 @@ impl Resolve for Resolver {
     fn resolve(&self, name: Name) -> Resolving {
         Box::pin(async move {
             let host = name.as_str().to_string();
-            let all: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
+            let all: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let public: Vec<SocketAddr> = all
+                .iter()
+                .copied()
+                .filter(|a| !is_internal(a.ip()))
                 .collect();
-            let public: Vec<SocketAddr> = all.iter().copied().filter(|a| !is_internal(a.ip())).collect();
             if public.is_empty() {
                 let shown = all.first().map_or("nothing".into(), |a| a.ip().to_string());
                 return Err(format!(
@@ -107,10 +109,23 @@ mod tests {
 
     #[test]
     fn allow_list_entries_that_can_only_be_internal_are_recognised() {
-        for entry in ["127.0.0.1:8080", "localhost", "LOCALHOST:80", "db.localhost", "[::1]:443", "10.0.0.5", "::1"] {
+        for entry in [
+            "127.0.0.1:8080",
+            "localhost",
+            "LOCALHOST:80",
+            "db.localhost",
+            "[::1]:443",
+            "10.0.0.5",
+            "::1",
+        ] {
             assert!(is_internal_host(entry), "{entry}");
         }
-        for entry in ["example.com", "example.com:443", "1.1.1.1:80", "[2606:4700::1111]:443"] {
+        for entry in [
+            "example.com",
+            "example.com:443",
+            "1.1.1.1:80",
+            "[2606:4700::1111]:443",
+        ] {
             assert!(!is_internal_host(entry), "{entry}");
         }
     }

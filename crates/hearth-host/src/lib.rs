@@ -29,9 +29,9 @@ pub mod bundle;
 pub use ctx::{
     HostCtx, HostError, HostLimits, HostServices, InvocationMeta, LogLine, monotonic_now_nanos,
 };
+pub use egress::{is_internal, is_internal_host};
 pub use engine::{
     ColocationPolicy, Compiled, DeployError, Engine, EngineStatus, Prepared, Sandbox, Source,
 };
-pub use egress::{is_internal, is_internal_host};
 pub use http::{OutboundRequest, OutboundResponse};
 pub use tape::{Divergence, HostEvent, Tape};

@@ -382,7 +382,11 @@ pub fn compile(network: bool) -> Result<Vec<u8>, String> {
     let refused: Vec<i32> = if network {
         NEVER_SOCKETS.to_vec()
     } else {
-        NEVER_SOCKETS.iter().chain(NETWORK_SOCKETS).copied().collect()
+        NEVER_SOCKETS
+            .iter()
+            .chain(NETWORK_SOCKETS)
+            .copied()
+            .collect()
     };
     rules.insert(
         libc::SYS_socket,

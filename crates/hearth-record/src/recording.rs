@@ -190,12 +190,7 @@ impl RecordingRef<'_> {
 
     /// Roughly what this tape holds in memory, for bounding the queue.
     pub fn approx_bytes(&self) -> u64 {
-        let events: usize = self
-            .tape
-            .events
-            .iter()
-            .map(HostEvent::approx_bytes)
-            .sum();
+        let events: usize = self.tape.events.iter().map(HostEvent::approx_bytes).sum();
         let response = match self.outcome {
             OutcomeRef::Response(r) => r.body.len(),
             OutcomeRef::Error { message, .. } => message.len(),

@@ -44,9 +44,10 @@ impl std::str::FromStr for PayloadOf {
         match s {
             "request" => Ok(PayloadOf::Request),
             "response" => Ok(PayloadOf::Response),
-            n => n.parse().map(PayloadOf::Call).map_err(|_| {
-                format!("payload {n:?}: use request, response or a call's number")
-            }),
+            n => n
+                .parse()
+                .map(PayloadOf::Call)
+                .map_err(|_| format!("payload {n:?}: use request, response or a call's number")),
         }
     }
 }
@@ -65,7 +66,9 @@ pub fn payload(r: &Recording, of: PayloadOf) -> Option<&[u8]> {
             HostEvent::Random { bytes } => Some(bytes),
             HostEvent::KvGet { value, .. } => value.as_deref(),
             HostEvent::KvSet { value, .. } => Some(value),
-            HostEvent::HttpFetch { result: Ok(resp), .. } => Some(&resp.body),
+            HostEvent::HttpFetch {
+                result: Ok(resp), ..
+            } => Some(&resp.body),
             HostEvent::Log { message, .. } => Some(message.as_bytes()),
             _ => None,
         },

@@ -29,7 +29,10 @@ pub fn secure(dir: &Path) -> anyhow::Result<()> {
     restrict(dir, false, &mut fixed)?;
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
-        if !OWNED_BY_THE_PROCESS_TIER.iter().any(|n| entry.file_name() == *n) {
+        if !OWNED_BY_THE_PROCESS_TIER
+            .iter()
+            .any(|n| entry.file_name() == *n)
+        {
             restrict(&entry.path(), true, &mut fixed)?;
         }
     }

@@ -42,7 +42,8 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Start the daemon (default: 127.0.0.1:8080, data under ./.hearth).
-    Up(config::UpArgs),
+    /// (Boxed: its many flags dwarf the other commands.)
+    Up(Box<config::UpArgs>),
     #[command(flatten)]
     Client(client::ClientCommand),
     /// Evaluation tools that need no daemon.

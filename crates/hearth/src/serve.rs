@@ -81,10 +81,8 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let conn = builder.serve_connection(
-            TokioIo::new(stream),
-            TowerToHyperService::new(app.clone()),
-        );
+        let conn =
+            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             let _ = conn.await;
@@ -169,6 +167,9 @@ mod tests {
         drop(other);
         assert!(clients.0.lock().unwrap().is_empty());
         assert!(clients.admit(a, 0).is_none());
-        assert!(clients.0.lock().unwrap().is_empty(), "a refusal leaves no entry");
+        assert!(
+            clients.0.lock().unwrap().is_empty(),
+            "a refusal leaves no entry"
+        );
     }
 }

@@ -24,7 +24,11 @@ async fn deploy_all(d: &Daemon, public: &str) -> Vec<String> {
         d.deploy(
             &name,
             code.as_bytes().to_vec(),
-            &[("runtime", runtime), ("file_name", file), ("public", public)],
+            &[
+                ("runtime", runtime),
+                ("file_name", file),
+                ("public", public),
+            ],
         )
         .await;
         names.push(name);

@@ -17,7 +17,8 @@ const READER: &str = "export default { async fetch() { \
 async fn a_write_the_function_did_not_await_is_on_its_tape_or_never_happens() {
     let d = Daemon::start();
     let js = [("runtime", "js"), ("file_name", "index.mjs")];
-    d.deploy("forgetful", FORGETFUL.as_bytes().to_vec(), &js).await;
+    d.deploy("forgetful", FORGETFUL.as_bytes().to_vec(), &js)
+        .await;
     assert_eq!(d.invoke_body("forgetful", String::new()).await, "answered");
     let deadline = Instant::now() + Duration::from_secs(10);
     let id = loop {

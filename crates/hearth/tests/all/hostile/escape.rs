@@ -29,20 +29,40 @@ async fn a_sandbox_may_make_only_the_calls_on_its_allow_list() {
     let refused: &[(&str, i64, &str)] = &[
         // io_uring's operations (sockets among them) pass seccomp unseen.
         ("io_uring_setup", libc::SYS_io_uring_setup, ", L(1), None"),
-        ("io_uring_enter", libc::SYS_io_uring_enter, ", L(-1), L(0), L(0), L(0), None, L(0)"),
-        ("io_uring_register", libc::SYS_io_uring_register, ", L(-1), L(0), None, L(0)"),
+        (
+            "io_uring_enter",
+            libc::SYS_io_uring_enter,
+            ", L(-1), L(0), L(0), L(0), None, L(0)",
+        ),
+        (
+            "io_uring_register",
+            libc::SYS_io_uring_register,
+            ", L(-1), L(0), None, L(0)",
+        ),
         // Reaching into another process.
         ("pidfd_getfd", libc::SYS_pidfd_getfd, ", L(-1), L(-1), L(0)"),
-        ("process_madvise", libc::SYS_process_madvise, ", L(-1), None, L(0), L(0), L(0)"),
+        (
+            "process_madvise",
+            libc::SYS_process_madvise,
+            ", L(-1), None, L(0), L(0), L(0)",
+        ),
         // A call this list has never heard of: an allow-list refuses it,
         // where a deny-list would let the kernel answer ENOSYS.
         ("unknown", 1000, ""),
         // Internet sockets without allowed hosts.
-        ("socket_inet", libc::SYS_socket, &format!(", L({}), L(1), L(0)", libc::AF_INET)),
+        (
+            "socket_inet",
+            libc::SYS_socket,
+            &format!(", L({}), L(1), L(0)", libc::AF_INET),
+        ),
     ];
     let allowed: &[(&str, i64, &str)] = &[
         ("getpid", libc::SYS_getpid, ""),
-        ("socket_unix", libc::SYS_socket, &format!(", L({}), L(1), L(0)", libc::AF_UNIX)),
+        (
+            "socket_unix",
+            libc::SYS_socket,
+            &format!(", L({}), L(1), L(0)", libc::AF_UNIX),
+        ),
     ];
     let all: Vec<_> = refused.iter().chain(allowed).cloned().collect();
     d.deploy(
@@ -105,19 +125,33 @@ async fn no_package_code_runs_at_install() {
         ("requirements.txt", "evilpkg==1.0\n"),
     ]);
     let r = d
-        .deploy_raw("evil", bundle, &[("runtime", "python"), ("file_name", "fn.tar")])
+        .deploy_raw(
+            "evil",
+            bundle,
+            &[("runtime", "python"), ("file_name", "fn.tar")],
+        )
         .await;
     let (status, _, msg) = crate::harness::error_of(r).await;
     assert_eq!(status, 400, "{msg}");
     assert!(msg.contains("evilpkg==1.0"), "{msg}");
-    assert!(!marker.exists(), "a source distribution's build ran at deploy");
+    assert!(
+        !marker.exists(),
+        "a source distribution's build ran at deploy"
+    );
     // A dependency that is a path is refused before npm sees it.
     let node = crate::harness::tar_of(&[
         ("index.js", "exports.handler = async () => 'ok';\n"),
-        ("package.json", r#"{"dependencies": {"../../../tmp/x": "1.0.0"}}"#),
+        (
+            "package.json",
+            r#"{"dependencies": {"../../../tmp/x": "1.0.0"}}"#,
+        ),
     ]);
     let r = d
-        .deploy_raw("pathdep", node, &[("runtime", "node"), ("file_name", "fn.tar")])
+        .deploy_raw(
+            "pathdep",
+            node,
+            &[("runtime", "node"), ("file_name", "fn.tar")],
+        )
         .await;
     let (status, _, msg) = crate::harness::error_of(r).await;
     assert_eq!(status, 400, "{msg}");

@@ -21,7 +21,8 @@ async fn connect(d: &Daemon, from: &str) -> TcpStream {
 async fn read_until_closed(s: &mut TcpStream, within: Duration) -> Option<String> {
     let mut out = Vec::new();
     let read = tokio::time::timeout(within, s.read_to_end(&mut out)).await;
-    read.ok().map(|_| String::from_utf8_lossy(&out).into_owned())
+    read.ok()
+        .map(|_| String::from_utf8_lossy(&out).into_owned())
 }
 
 #[tokio::test]
@@ -39,7 +40,9 @@ async fn a_slow_loris_client_neither_holds_connections_nor_starves_others() {
     let mut held = Vec::new();
     for _ in 0..20 {
         let mut s = connect(&d, "127.0.0.2").await;
-        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
         held.push(s);
     }
     // Its twenty-first is refused at once, with a reason.
@@ -87,7 +90,9 @@ async fn a_slow_loris_client_neither_holds_connections_nor_starves_others() {
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .await
         .unwrap();
-    let answer = read_until_closed(&mut again, Duration::from_secs(2)).await.unwrap();
+    let answer = read_until_closed(&mut again, Duration::from_secs(2))
+        .await
+        .unwrap();
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
 
@@ -124,7 +129,8 @@ async fn host_call_bombs_hit_the_tape_budget_and_the_daemon_stays_small() {
     let budget = 1 << 20;
     let d = Daemon::start_with(&["--max-tape-bytes", &budget.to_string()]);
     let q = [("timeout_ms", "120000")];
-    d.deploy("clock-bomb", CLOCK_BOMB.as_bytes().to_vec(), &q).await;
+    d.deploy("clock-bomb", CLOCK_BOMB.as_bytes().to_vec(), &q)
+        .await;
     d.deploy("log-bomb", LOG_BOMB.as_bytes().to_vec(), &q).await;
     d.deploy(
         "print-bomb",
@@ -238,7 +244,10 @@ async fn viewing_a_large_recording_costs_a_page_not_its_size() {
     assert_eq!(kv["payload_bytes"], 1 << 20);
     // The last page, and a page past the end.
     let last = d
-        .get_json(&format!("/v1/recordings/{id}?offset={}&limit=1000", total - 1))
+        .get_json(&format!(
+            "/v1/recordings/{id}?offset={}&limit=1000",
+            total - 1
+        ))
         .await;
     assert_eq!(last["calls"].as_array().unwrap().len(), 1);
     assert!(last["next_offset"].is_null());
@@ -259,6 +268,10 @@ async fn viewing_a_large_recording_costs_a_page_not_its_size() {
             .unwrap();
         assert_eq!(bytes.len(), 1 << 20, "payload {of}");
     }
-    let r = d.get(&format!("/v1/recordings/{id}/payload?of=999999")).send().await.unwrap();
+    let r = d
+        .get(&format!("/v1/recordings/{id}/payload?of=999999"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 404);
 }

@@ -88,12 +88,20 @@ async fn fetch_never_reaches_this_machine_unless_the_operator_allows_it() {
     // Named by address, the daemon itself and a cloud's metadata service
     // are refused at deploy.
     let port = d.url.rsplit(':').next().unwrap().to_string();
-    for host in [format!("127.0.0.1:{port}"), "169.254.169.254".into(), "localhost".into()] {
+    for host in [
+        format!("127.0.0.1:{port}"),
+        "169.254.169.254".into(),
+        "localhost".into(),
+    ] {
         let r = d
             .deploy_raw(
                 "ssrf",
                 FETCHER.as_bytes().to_vec(),
-                &[("runtime", "js"), ("file_name", "index.mjs"), ("allow_host", &host)],
+                &[
+                    ("runtime", "js"),
+                    ("file_name", "index.mjs"),
+                    ("allow_host", &host),
+                ],
             )
             .await;
         let (status, _, msg) = error_of(r).await;
@@ -111,7 +119,11 @@ async fn fetch_never_reaches_this_machine_unless_the_operator_allows_it() {
     d.deploy(
         "ssrf",
         FETCHER.as_bytes().to_vec(),
-        &[("runtime", "js"), ("file_name", "index.mjs"), ("allow_host", &allowed)],
+        &[
+            ("runtime", "js"),
+            ("file_name", "index.mjs"),
+            ("allow_host", &allowed),
+        ],
     )
     .await;
     let url = format!("http://{allowed}/secret");
@@ -125,8 +137,15 @@ async fn fetch_never_reaches_this_machine_unless_the_operator_allows_it() {
     open.deploy(
         "fetch",
         FETCHER.as_bytes().to_vec(),
-        &[("runtime", "js"), ("file_name", "index.mjs"), ("allow_host", &allowed)],
+        &[
+            ("runtime", "js"),
+            ("file_name", "index.mjs"),
+            ("allow_host", &allowed),
+        ],
     )
     .await;
-    assert_eq!(open.invoke_body("fetch", url).await, "reached 200 host secret");
+    assert_eq!(
+        open.invoke_body("fetch", url).await,
+        "reached 200 host secret"
+    );
 }

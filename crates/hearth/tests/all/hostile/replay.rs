@@ -41,7 +41,9 @@ async fn replays_run_in_instances_of_their_own() {
         assert_eq!(d.invoke_body(name, String::new()).await, "2", "{name}");
         let deadline = Instant::now() + Duration::from_secs(10);
         let id = loop {
-            let v = d.get_json(&format!("/v1/functions/{name}/recordings")).await;
+            let v = d
+                .get_json(&format!("/v1/functions/{name}/recordings"))
+                .await;
             let tapes = v["recordings"].as_array().unwrap();
             if tapes.len() >= 2 {
                 break tapes[0]["id"].as_str().unwrap().to_string();
@@ -52,7 +54,10 @@ async fn replays_run_in_instances_of_their_own() {
         for _ in 0..2 {
             let report = d.replay(&id).await;
             let body = report["replayed"]["body"]["text"].as_str().unwrap();
-            assert_eq!(body, "1", "{name}: the replay ran in a warm instance: {report}");
+            assert_eq!(
+                body, "1",
+                "{name}: the replay ran in a warm instance: {report}"
+            );
         }
         assert_eq!(
             d.invoke_body(name, String::new()).await,

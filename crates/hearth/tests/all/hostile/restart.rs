@@ -13,7 +13,8 @@ fn sandboxes(data: &std::path::Path) -> (Vec<i32>, bool) {
     for controller in ["memory", ""] {
         let dir = instance_dir(data, controller);
         for group in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let procs = std::fs::read_to_string(group.path().join("cgroup.procs")).unwrap_or_default();
+            let procs =
+                std::fs::read_to_string(group.path().join("cgroup.procs")).unwrap_or_default();
             pids.extend(procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
         }
     }
@@ -29,7 +30,10 @@ fn sandboxes(data: &std::path::Path) -> (Vec<i32>, bool) {
 fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
         .is_some_and(|zombie| !zombie)
 }
 
@@ -63,10 +67,19 @@ async fn a_node_killed_with_paused_handlers_listens_within_5_s_with_them_reaped(
     let started = Instant::now();
     let again = Daemon::start_in(&d.dir, &[]);
     let took = started.elapsed();
-    eprintln!("listening again {took:?} after kill -9 ({} sandbox processes left)", pids.len());
-    assert!(took < Duration::from_secs(5), "took {took:?} to listen again");
+    eprintln!(
+        "listening again {took:?} after kill -9 ({} sandbox processes left)",
+        pids.len()
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "took {took:?} to listen again"
+    );
     for pid in &pids {
-        assert!(!alive(*pid), "sandbox process {pid} of the killed node survived the restart");
+        assert!(
+            !alive(*pid),
+            "sandbox process {pid} of the killed node survived the restart"
+        );
     }
     assert_eq!(again.invoke_body("paused0", String::new()).await, "ok");
 }

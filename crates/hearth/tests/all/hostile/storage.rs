@@ -50,7 +50,10 @@ async fn another_local_user_reads_no_tenant_data_and_loose_modes_are_fixed() {
         assert_eq!(mode, 0o700, "the data directory");
         let mut files = Vec::new();
         files_below(&dir, &mut files);
-        assert!(files.iter().any(|f| f.ends_with("hearth.db-wal")), "{files:?}");
+        assert!(
+            files.iter().any(|f| f.ends_with("hearth.db-wal")),
+            "{files:?}"
+        );
         assert!(files.iter().any(|f| f.starts_with(dir.join("artifacts"))));
         assert!(files.iter().any(|f| f.starts_with(dir.join("recordings"))));
         for f in &files {
