@@ -233,7 +233,8 @@ async fn run(
                 "invocation_id": outcome.id.to_string(),
             });
             let mut resp = (status, axum::Json(body)).into_response();
-            if status == StatusCode::SERVICE_UNAVAILABLE {
+            if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS
+            {
                 resp.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }

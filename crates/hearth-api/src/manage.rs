@@ -58,6 +58,8 @@ pub(crate) async fn whoami(State(s): S, headers: HeaderMap) -> Result<Json<Princ
 pub(crate) async fn status(State(s): S, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     let mut status = s.node.status();
+    let (running, share) = s.node.tenant_in_flight(&p.tenant);
+    status["tenant"] = json!({"name": p.tenant, "in_flight": running, "max_concurrency": share});
     if p.role == Role::Admin {
         status["loaded"] = json!(s.node.loaded());
         status["pool_free"] = json!(s.node.pool_free());

@@ -25,6 +25,8 @@ pub enum InvokeError {
     ResponseTooLarge { limit_bytes: usize },
     /// the node is at capacity; try again shortly
     Overloaded,
+    /// this tenant already has {limit} invocations running on this node, its share of it; try again shortly
+    TenantBusy { limit: usize },
     /// the function made more host calls (clock, randomness, logs, KV, HTTP) than one invocation's tape may hold: its budget is {limit_bytes} bytes; the tape was kept up to there
     TapeBudgetExceeded { limit_bytes: usize },
 }
@@ -36,6 +38,7 @@ impl InvokeError {
             InvokeError::Timeout { .. } => 504,
             InvokeError::Crashed(_) => 502,
             InvokeError::Overloaded => 503,
+            InvokeError::TenantBusy { .. } => 429,
             InvokeError::Unsupported(_)
             | InvokeError::OutOfMemory { .. }
             | InvokeError::Trap(_)
@@ -56,6 +59,7 @@ impl InvokeError {
             InvokeError::Function(_) => "function_error",
             InvokeError::ResponseTooLarge { .. } => "response_too_large",
             InvokeError::Overloaded => "overloaded",
+            InvokeError::TenantBusy { .. } => "tenant_busy",
             InvokeError::TapeBudgetExceeded { .. } => "tape_budget_exceeded",
         }
     }

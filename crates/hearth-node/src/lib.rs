@@ -20,6 +20,7 @@ mod colocation;
 mod logs;
 mod metrics;
 mod node;
+mod share;
 mod table;
 
 pub use colocation::{DefaultColocation, StoreColocation};

@@ -41,6 +41,8 @@ pub struct NodeConfig {
     pub colocation: crate::DefaultColocation,
     /// Keep metric series labelled with tenants and functions (opt-in).
     pub per_function_metrics: bool,
+    /// Invocations one tenant may have running at once ([`crate::share`]).
+    pub max_concurrency_per_tenant: usize,
 }
 
 impl Default for NodeConfig {
@@ -52,6 +54,7 @@ impl Default for NodeConfig {
             pin_after_fallbacks: 3,
             colocation: crate::DefaultColocation::default(),
             per_function_metrics: false,
+            max_concurrency_per_tenant: 768,
         }
     }
 }
@@ -130,6 +133,7 @@ pub struct Node {
     /// Versions and their prepared code, filled on first use.
     table: FunctionTable,
     admission: Arc<Semaphore>,
+    shares: crate::share::TenantShares,
     logs: mpsc::Sender<LogRecord>,
     metrics: Metrics,
     /// Fallback records of JavaScript functions (tenant → name → mode),
@@ -159,6 +163,7 @@ impl Node {
             engines: engines.into_iter().map(|e| (e.tier(), e)).collect(),
             host,
             admission: Arc::new(Semaphore::new(config.max_concurrency)),
+            shares: crate::share::TenantShares::new(config.max_concurrency_per_tenant),
             config,
             table: FunctionTable::default(),
             logs,
@@ -173,6 +178,11 @@ impl Node {
     pub fn with_artifact_source(mut self, source: Arc<dyn ArtifactSource>) -> Self {
         self.artifact_source = Some(source);
         self
+    }
+
+    /// `tenant`'s invocations running now, against its share.
+    pub fn tenant_in_flight(&self, tenant: &str) -> (usize, usize) {
+        (self.shares.running(tenant), self.shares.max())
     }
 
     /// Invocations running now.
@@ -338,6 +348,7 @@ impl Node {
             "recording": recording,
             "in_flight": self.in_flight(),
             "max_concurrency": self.config.max_concurrency,
+            "max_concurrency_per_tenant": self.shares.max(),
             "colocation": self.config.colocation.get(),
             "degraded": degraded,
             "tiers": tiers,
@@ -513,6 +524,19 @@ impl Node {
                     (StartKind::Warm, v.spec.runtime.first_tier()),
                     None,
                     Err(InvokeError::Overloaded),
+                )
+                .0);
+        };
+        let Some(_share) = self.shares.take(&v.tenant) else {
+            let limit = self.shares.max();
+            return Ok(self
+                .finish(
+                    v,
+                    id,
+                    started,
+                    (StartKind::Warm, v.spec.runtime.first_tier()),
+                    None,
+                    Err(InvokeError::TenantBusy { limit }),
                 )
                 .0);
         };

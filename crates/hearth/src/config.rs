@@ -50,6 +50,7 @@ pub struct FileConfig {
     pub max_connections_per_client: Option<usize>,
     pub max_tape_bytes: Option<usize>,
     pub allow_private_egress: Option<bool>,
+    pub max_concurrency_per_tenant: Option<usize>,
 }
 
 /// Flags of `hearth up`; each also reads a `HEARTH_*` variable.
@@ -187,6 +188,10 @@ pub struct UpArgs {
     /// when their allow-list names them (default false).
     #[arg(long, env = "HEARTH_ALLOW_PRIVATE_EGRESS")]
     pub allow_private_egress: Option<bool>,
+    /// Invocations one tenant may have running at once; past it, 429
+    /// (default: three quarters of max_concurrency).
+    #[arg(long, env = "HEARTH_MAX_CONCURRENCY_PER_TENANT")]
+    pub max_concurrency_per_tenant: Option<usize>,
 }
 
 /// What this Hearth is in a cluster.
@@ -250,6 +255,7 @@ pub struct Settings {
     pub max_connections_per_client: usize,
     pub max_tape_bytes: usize,
     pub allow_private_egress: bool,
+    pub max_concurrency_per_tenant: usize,
 }
 
 /// The machine's memory in MiB, from /proc/meminfo (4096 if unreadable).
@@ -383,6 +389,16 @@ impl Settings {
                 .or(file.max_connections_per_client)
                 .unwrap_or(512)
                 .max(1),
+            max_concurrency_per_tenant: args
+                .max_concurrency_per_tenant
+                .or(file.max_concurrency_per_tenant)
+                .unwrap_or_else(|| {
+                    let all = args
+                        .max_concurrency
+                        .or(file.max_concurrency)
+                        .unwrap_or(1024);
+                    (all * 3 / 4).max(1)
+                }),
             allow_private_egress: args
                 .allow_private_egress
                 .or(file.allow_private_egress)

@@ -132,6 +132,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             pin_after_fallbacks: settings.js_pin_after,
             colocation,
             per_function_metrics: settings.metrics_per_function,
+            max_concurrency_per_tenant: settings.max_concurrency_per_tenant,
         },
     );
     if let Some(r) = &recorder {

@@ -250,6 +250,23 @@ impl Daemon {
         resp.json().await.unwrap()
     }
 
+    /// The id of admin's function `name`'s newest tape once it has `n`
+    /// (the recorder writes in batches).
+    pub async fn newest_tape(&self, name: &str, n: usize) -> String {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let v = self
+                .get_json(&format!("/v1/functions/{name}/recordings"))
+                .await;
+            let tapes = v["recordings"].as_array().cloned().unwrap_or_default();
+            if tapes.len() >= n {
+                return tapes[0]["id"].as_str().unwrap().to_string();
+            }
+            assert!(Instant::now() < deadline, "{name} never had {n} tapes");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Logs of `name`, polled until `pred` holds (the writer batches).
     pub async fn logs_until(
         &self,

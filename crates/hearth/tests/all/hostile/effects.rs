@@ -1,7 +1,5 @@
 //! The tape and the world agree: no effect lands that the tape lacks.
 
-use std::time::{Duration, Instant};
-
 use crate::harness::Daemon;
 
 /// Starts a KV write and answers without waiting for it.
@@ -20,15 +18,7 @@ async fn a_write_the_function_did_not_await_is_on_its_tape_or_never_happens() {
     d.deploy("forgetful", FORGETFUL.as_bytes().to_vec(), &js)
         .await;
     assert_eq!(d.invoke_body("forgetful", String::new()).await, "answered");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let id = loop {
-        let v = d.get_json("/v1/functions/forgetful/recordings").await;
-        if let Some(id) = v["recordings"][0]["id"].as_str() {
-            break id.to_string();
-        }
-        assert!(Instant::now() < deadline, "no tape");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let id = d.newest_tape("forgetful", 1).await;
     let tape = d.get_json(&format!("/v1/recordings/{id}")).await;
     let on_tape = tape["calls"]
         .as_array()

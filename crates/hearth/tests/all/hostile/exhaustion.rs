@@ -175,15 +175,7 @@ async fn host_call_bombs_hit_the_tape_budget_and_the_daemon_stays_small() {
         before / 1024
     );
     // The tape is kept up to the budget, with a marker where it ends.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let id = loop {
-        let v = d.get_json("/v1/functions/clock-bomb/recordings").await;
-        if let Some(id) = v["recordings"][0]["id"].as_str() {
-            break id.to_string();
-        }
-        assert!(Instant::now() < deadline, "no tape for clock-bomb");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let id = d.newest_tape("clock-bomb", 1).await;
     let page = d.get_json(&format!("/v1/recordings/{id}")).await;
     let total = page["calls_total"].as_u64().unwrap();
     assert!(total > 1000, "{total} calls kept");
@@ -216,15 +208,7 @@ async fn viewing_a_large_recording_costs_a_page_not_its_size() {
     .await;
     let big = "x".repeat(1 << 20);
     assert_eq!(d.invoke_body("hoard", big.clone()).await.len(), big.len());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let id = loop {
-        let v = d.get_json("/v1/functions/hoard/recordings").await;
-        if let Some(id) = v["recordings"][0]["id"].as_str() {
-            break id.to_string();
-        }
-        assert!(Instant::now() < deadline, "no tape for hoard");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let id = d.newest_tape("hoard", 1).await;
     // The view: bodies cut at 64 KiB, one page of calls, no raw bytes.
     let text = d.get_text(&format!("/v1/recordings/{id}")).await;
     assert!(text.len() < 256 << 10, "the view is {} bytes", text.len());
@@ -274,4 +258,79 @@ async fn viewing_a_large_recording_costs_a_page_not_its_size() {
         .await
         .unwrap();
     assert_eq!(r.status(), 404);
+}
+
+#[tokio::test]
+async fn one_tenant_cannot_take_every_slot_of_the_node() {
+    let d = Daemon::start_with(&[
+        "--max-concurrency",
+        "4",
+        "--max-concurrency-per-tenant",
+        "2",
+    ]);
+    let acme = d.create_tenant("acme").await;
+    let beta = d.create_tenant("beta").await;
+    for (token, name, code) in [
+        (&acme, "spin", crate::harness::example("spin.wat")),
+        (&beta, "hello", crate::harness::example("hello.wat")),
+    ] {
+        let r = d
+            .http
+            .post(format!("{}/v1/functions/{name}", d.url))
+            .query(&[("runtime", "wasm"), ("timeout_ms", "2000")])
+            .bearer_auth(token)
+            .body(code)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+    // acme asks for every slot the node has, with functions that spin
+    // until their deadline.
+    let spinning: Vec<_> = (0..4)
+        .map(|_| {
+            let req = d
+                .http
+                .post(format!("{}/fn/acme/spin", d.url))
+                .bearer_auth(&acme)
+                .send();
+            tokio::spawn(async move { crate::harness::error_of(req.await.unwrap()).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // beta still gets in.
+    let r = d
+        .http
+        .post(format!("{}/fn/beta/hello", d.url))
+        .bearer_auth(&beta)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let mut kinds: Vec<(u16, String)> = Vec::new();
+    for s in spinning {
+        let (status, kind, _) = s.await.unwrap();
+        kinds.push((status, kind));
+    }
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            (429, "tenant_busy".to_string()),
+            (429, "tenant_busy".to_string()),
+            (504, "timeout".to_string()),
+            (504, "timeout".to_string()),
+        ]
+    );
+    let status = d
+        .http
+        .get(format!("{}/v1/status", d.url))
+        .bearer_auth(&acme)
+        .send()
+        .await
+        .unwrap()
+        .json::<serde_json::Value>()
+        .await
+        .unwrap();
+    assert_eq!(status["tenant"]["max_concurrency"], 2, "{status}");
 }

@@ -1,8 +1,6 @@
 //! A replay runs apart from production: it neither sees nor changes the
 //! state of the instances that serve traffic.
 
-use std::time::{Duration, Instant};
-
 use crate::harness::Daemon;
 
 /// Each counts its invocations in a global: state a warm instance keeps.
@@ -39,18 +37,7 @@ async fn replays_run_in_instances_of_their_own() {
         .await;
         assert_eq!(d.invoke_body(name, String::new()).await, "1", "{name}");
         assert_eq!(d.invoke_body(name, String::new()).await, "2", "{name}");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let id = loop {
-            let v = d
-                .get_json(&format!("/v1/functions/{name}/recordings"))
-                .await;
-            let tapes = v["recordings"].as_array().unwrap();
-            if tapes.len() >= 2 {
-                break tapes[0]["id"].as_str().unwrap().to_string();
-            }
-            assert!(Instant::now() < deadline, "{name}: no tapes");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let id = d.newest_tape(name, 2).await;
         for _ in 0..2 {
             let report = d.replay(&id).await;
             let body = report["replayed"]["body"]["text"].as_str().unwrap();
