@@ -194,6 +194,9 @@ fn parse_deploy_query(
                 spec.record.keep_ok_s =
                     Some(hearth_core::parse_duration_s(&v).ok_or_else(|| bad(&k, &v))?)
             }
+            "max_tape_bytes" => {
+                spec.record.max_tape_bytes = Some(v.parse().map_err(|_| bad(&k, &v))?)
+            }
             "keep_errors" => {
                 spec.record.keep_errors_s =
                     Some(hearth_core::parse_duration_s(&v).ok_or_else(|| bad(&k, &v))?)

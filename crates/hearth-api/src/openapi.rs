@@ -77,9 +77,10 @@ pub(crate) async fn document() -> Json<Value> {
                         {"name": "file_name", "in": "query", "description": "infers the runtime when none is given", "schema": {"type": "string"}},
                         {"name": "memory_mib", "in": "query", "schema": {"type": "integer"}},
                         {"name": "timeout_ms", "in": "query", "schema": {"type": "integer"}},
-                        {"name": "allow_host", "in": "query", "description": "repeatable; host or host:port", "schema": {"type": "string"}},
+                        {"name": "allow_host", "in": "query", "description": "repeatable; host or host:port; loopback, private and link-local hosts are refused unless the node allows private egress", "schema": {"type": "string"}},
                         {"name": "env", "in": "query", "description": "repeatable; NAME=VALUE", "schema": {"type": "string"}},
-                        {"name": "public", "in": "query", "schema": {"type": "boolean"}}
+                        {"name": "public", "in": "query", "schema": {"type": "boolean"}},
+                        {"name": "max_tape_bytes", "in": "query", "description": "host-call bytes one invocation's tape may hold; at most the node's budget", "schema": {"type": "integer"}}
                     ],
                     "requestBody": {"required": true, "content": {"application/wasm": {}, "application/octet-stream": {}}},
                     "responses": {"201": {"description": "the new version, with compile_ms and url"}, "400": err, "401": err, "413": err}

@@ -164,6 +164,10 @@ pub struct RecordPolicy {
     /// Seconds to keep tapes of invocations that failed.
     #[serde(default)]
     pub keep_errors_s: Option<u64>,
+    /// Bytes one invocation's tape may hold (`None`: the node's budget,
+    /// which is also the most a function may ask for).
+    #[serde(default)]
+    pub max_tape_bytes: Option<usize>,
 }
 
 impl RecordPolicy {
@@ -176,6 +180,7 @@ impl Default for RecordPolicy {
             sample_ppm: Self::ALL,
             keep_ok_s: None,
             keep_errors_s: None,
+            max_tape_bytes: None,
         }
     }
 }

@@ -307,15 +307,27 @@ impl HostCtx {
     /// Puts `event` on the tape, within its budget; over it, the event is
     /// counted but not kept.
     fn record(&self, event: HostEvent) {
-        let max = self.0.services.limits.tape_max_bytes;
+        let max = self.tape_budget();
         self.recorded().push(event, max, false);
+    }
+
+    /// Bytes this invocation's tape may hold: its function's own budget,
+    /// or the node's.
+    fn tape_budget(&self) -> usize {
+        self.0
+            .meta
+            .version
+            .spec
+            .record
+            .max_tape_bytes
+            .unwrap_or(self.0.services.limits.tape_max_bytes)
     }
 
     /// Whether a KV or HTTP call may still go to the world: its answer must
     /// be taped (a retry must not repeat it), and the tape is full.
     fn check_tape_room(&self) -> Result<(), HostError> {
         if self.recorded().tape_full {
-            return Err(HostError::TapeFull(self.0.services.limits.tape_max_bytes));
+            return Err(HostError::TapeFull(self.tape_budget()));
         }
         Ok(())
     }
@@ -358,9 +370,8 @@ impl HostCtx {
 
     /// The tape budget, if this invocation ran past it.
     pub fn tape_budget_exceeded(&self) -> Option<usize> {
-        self.recorded()
-            .tape_full
-            .then_some(self.0.services.limits.tape_max_bytes)
+        let full = self.recorded().tape_full;
+        full.then(|| self.tape_budget())
     }
 
     /// Time left before the invocation's deadline.
@@ -434,15 +445,14 @@ impl HostCtx {
 
     /// Appends to the function's log, within the per-invocation byte budget.
     pub fn log(&self, stream: LogStream, level: &str, message: &str) {
-        let limits = &self.0.services.limits;
-        let limit = limits.log_max_bytes;
+        let limit = self.0.services.limits.log_max_bytes;
         let mut rec = self.recorded();
         if stream == LogStream::Log {
             let event = HostEvent::Log {
                 level: level.to_string(),
                 message: message.to_string(),
             };
-            rec.push(event, limits.tape_max_bytes, false);
+            rec.push(event, self.tape_budget(), false);
         }
         if rec.logs_truncated {
             return;

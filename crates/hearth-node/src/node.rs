@@ -377,6 +377,14 @@ impl Node {
                 self.config.max_timeout_ms, limits.timeout_ms
             )));
         }
+        let tape_max = self.host.limits.tape_max_bytes;
+        if let Some(b) = spec.record.max_tape_bytes
+            && (b == 0 || b > tape_max)
+        {
+            return Err(NodeError::Invalid(format!(
+                "tape budget must be 1..={tape_max} bytes (this node's --max-tape-bytes), not {b}"
+            )));
+        }
         if !self.host.limits.private_egress
             && let Some(h) = spec
                 .allowed_hosts

@@ -46,6 +46,10 @@ pub struct DeployArgs {
     /// Keep tapes of failed invocations this long (e.g. 30d).
     #[arg(long)]
     keep_errors: Option<String>,
+    /// Bytes of host calls one invocation's tape may hold (default and
+    /// most: the node's --max-tape-bytes).
+    #[arg(long)]
+    max_tape_bytes: Option<usize>,
     #[command(flatten)]
     pub(crate) target: Target,
 }
@@ -64,6 +68,7 @@ pub(crate) async fn deploy(c: &Client, args: DeployArgs) -> anyhow::Result<()> {
         record_sample,
         keep_ok,
         keep_errors,
+        max_tape_bytes,
         target: _,
     } = args;
     let mut file_name = file
@@ -105,6 +110,7 @@ pub(crate) async fn deploy(c: &Client, args: DeployArgs) -> anyhow::Result<()> {
     q.extend(record_sample.map(|r| ("record_sample", r.to_string())));
     q.extend(keep_ok.map(|k| ("keep_ok", k)));
     q.extend(keep_errors.map(|k| ("keep_errors", k)));
+    q.extend(max_tape_bytes.map(|b| ("max_tape_bytes", b.to_string())));
     let size_kib = code.len() as f64 / 1024.0;
     let rb = c
         .request(reqwest::Method::POST, &format!("/v1/functions/{name}"))

@@ -123,7 +123,7 @@ impl HostCtx {
                 );
             }
         }
-        let max = self.0.services.limits.tape_max_bytes;
+        let max = self.tape_budget();
         self.recorded().push(event, max, true);
     }
 }

@@ -184,6 +184,20 @@ async fn host_call_bombs_hit_the_tape_budget_and_the_daemon_stays_small() {
         .await;
     let marker = last["calls"][0]["call"].as_str().unwrap();
     assert!(marker.contains("budget ran out"), "{marker}");
+    // A function may ask for less than the node's budget, never more.
+    let small = [("timeout_ms", "120000"), ("max_tape_bytes", "65536")];
+    d.deploy("small-bomb", CLOCK_BOMB.as_bytes().to_vec(), &small)
+        .await;
+    let (status, kind, message) = crate::harness::error_of(d.invoke("small-bomb", b"").await).await;
+    assert_eq!((status, kind.as_str()), (500, "tape_budget_exceeded"));
+    assert!(message.contains("65536"), "{message}");
+    let more = [("max_tape_bytes", "2097152")];
+    let r = d
+        .deploy_raw("greedy", CLOCK_BOMB.as_bytes().to_vec(), &more)
+        .await;
+    let (status, _, message) = crate::harness::error_of(r).await;
+    assert_eq!(status, 400, "{message}");
+    assert!(message.contains("--max-tape-bytes"), "{message}");
 }
 
 /// Stores its 1 MiB request body in KV, reads the clock 1,000 times, and
