@@ -285,7 +285,10 @@ impl Drop for Lease<'_> {
 impl Gateway {
     pub fn new(config: GatewayConfig) -> Arc<Gateway> {
         let client = reqwest::Client::builder()
-            .pool_idle_timeout(Duration::from_secs(30))
+            // Under a node's idle limit (its header timeout, 15 s by
+            // default), so a forward is not sent on a connection the node
+            // is closing.
+            .pool_idle_timeout(Duration::from_secs(10))
             .connect_timeout(Duration::from_secs(2))
             .build()
             .expect("building an HTTP client");
