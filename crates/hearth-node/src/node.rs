@@ -523,30 +523,19 @@ impl Node {
     ) -> Result<InvokeOutcome, NodeError> {
         let id = forwarded.map_or_else(InvocationId::new, |f| f.id);
         let started = Instant::now();
+        // Refused before anything ran: counted and logged, never taped.
+        let refused = |e| {
+            let tier = v.spec.runtime.first_tier();
+            Ok(self
+                .finish(v, id, started, (StartKind::Warm, tier), None, Err(e))
+                .0)
+        };
         let Ok(_permit) = self.admission.clone().try_acquire_owned() else {
-            return Ok(self
-                .finish(
-                    v,
-                    id,
-                    started,
-                    (StartKind::Warm, v.spec.runtime.first_tier()),
-                    None,
-                    Err(InvokeError::Overloaded),
-                )
-                .0);
+            return refused(InvokeError::Overloaded);
         };
         let Some(_share) = self.shares.take(&v.tenant) else {
             let limit = self.shares.max();
-            return Ok(self
-                .finish(
-                    v,
-                    id,
-                    started,
-                    (StartKind::Warm, v.spec.runtime.first_tier()),
-                    None,
-                    Err(InvokeError::TenantBusy { limit }),
-                )
-                .0);
+            return refused(InvokeError::TenantBusy { limit });
         };
         // When it started, if it gets a tape (the request itself is kept
         // below, borrowed by the tiers, and taped from there): the time in
