@@ -59,7 +59,15 @@ pub(crate) async fn status(State(s): S, headers: HeaderMap) -> Result<Json<Value
     let p = s.auth.require(s.node.store(), &headers).await?;
     let mut status = s.node.status();
     let (running, share) = s.node.tenant_in_flight(&p.tenant);
-    status["tenant"] = json!({"name": p.tenant, "in_flight": running, "max_concurrency": share});
+    let tenant = p.tenant.clone();
+    let kv_bytes = blocking(&s, move |st| st.kv_bytes(&tenant)).await?;
+    status["tenant"] = json!({
+        "name": p.tenant,
+        "in_flight": running,
+        "max_concurrency": share,
+        "kv_bytes": kv_bytes,
+        "kv_max_bytes": s.node.kv_max_tenant_bytes(),
+    });
     if p.role == Role::Admin {
         status["loaded"] = json!(s.node.loaded());
         status["pool_free"] = json!(s.node.pool_free());

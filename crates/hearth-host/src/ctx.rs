@@ -22,6 +22,9 @@ pub struct HostLimits {
     pub kv_max_key_bytes: usize,
     pub kv_max_value_bytes: usize,
     pub kv_max_list: u32,
+    /// Bytes of keys and values one tenant's KV may hold, over all its
+    /// functions; a `kv.set` past it fails with [`HostError::KvQuota`].
+    pub kv_max_tenant_bytes: u64,
     pub http_timeout_ms: u64,
     pub http_max_response_bytes: usize,
     pub http_max_calls: u32,
@@ -46,6 +49,7 @@ impl Default for HostLimits {
             kv_max_key_bytes: 1024,
             kv_max_value_bytes: 1 << 20,
             kv_max_list: 1000,
+            kv_max_tenant_bytes: 1 << 30,
             http_timeout_ms: 10_000,
             http_max_response_bytes: 8 << 20,
             http_max_calls: 64,
@@ -128,6 +132,8 @@ pub enum HostError {
     OffTape(String),
     /// the invocation has ended: a KV or HTTP call made after its response is refused
     Ended,
+    /// this tenant's KV is full: its quota is {0} bytes of keys and values
+    KvQuota(u64),
     /// the invocation's tape budget of {0} bytes is used up: no more KV or HTTP calls
     TapeFull(usize),
     /// outbound HTTP to {0} is refused: it is a loopback, private or link-local address, which functions may not reach (an operator allows them with --allow-private-egress)
@@ -149,6 +155,7 @@ impl HostError {
             HostError::TapeFull(_) => -9,
             HostError::Internal(_) => -1,
             HostError::Ended => -10,
+            HostError::KvQuota(_) => -11,
         }
     }
 }
@@ -501,7 +508,12 @@ impl HostCtx {
         match tokio::time::timeout(self.remaining(), work).await {
             Err(_) => Err(HostError::Timeout),
             Ok(Err(join)) => Err(HostError::Storage(join.to_string())),
-            Ok(Ok(result)) => result.map_err(|e| HostError::Storage(e.to_string())),
+            Ok(Ok(result)) => result.map_err(|e| match e {
+                hearth_store::StoreError::KvQuota { max_bytes, .. } => {
+                    HostError::KvQuota(max_bytes)
+                }
+                e => HostError::Storage(e.to_string()),
+            }),
         }
     }
 
@@ -572,7 +584,9 @@ impl HostCtx {
         }
         self.check_tape_room()?;
         let (k, v) = (key.clone(), value.clone());
-        self.blocking(move |s, t, f| s.kv_set(t, f, &k, &v)).await?;
+        let max = self.0.services.limits.kv_max_tenant_bytes;
+        self.blocking(move |s, t, f| s.kv_set(t, f, &k, &v, max))
+            .await?;
         self.record_effect(HostEvent::KvSet { key, value }).await;
         Ok(())
     }

@@ -180,6 +180,11 @@ impl Node {
         self
     }
 
+    /// Bytes of KV one tenant may keep.
+    pub fn kv_max_tenant_bytes(&self) -> u64 {
+        self.host.limits.kv_max_tenant_bytes
+    }
+
     /// `tenant`'s invocations running now, against its share.
     pub fn tenant_in_flight(&self, tenant: &str) -> (usize, usize) {
         (self.shares.running(tenant), self.shares.max())

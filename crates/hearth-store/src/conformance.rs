@@ -35,6 +35,10 @@ pub(crate) const SCENARIOS: &[(&str, Scenario)] = &[
         kv_is_scoped_and_lists_by_prefix,
     ),
     (
+        "kv_quota_counts_all_of_a_tenants_functions_and_refuses_whole",
+        kv_quota_counts_all_of_a_tenants_functions_and_refuses_whole,
+    ),
+    (
         "logs_filter_by_invocation_and_return_oldest_first",
         logs_filter_by_invocation_and_return_oldest_first,
     ),
@@ -78,7 +82,7 @@ pub(crate) fn delete_removes_function_and_numbering_continues(s: &dyn Store) {
     let spec = FunctionSpec::new(Runtime::Wasm);
     s.create_version("t", "f", "aa", &spec).unwrap();
     s.create_version("t", "f", "bb", &spec).unwrap();
-    s.kv_set("t", "f", b"k", b"v").unwrap();
+    s.kv_set("t", "f", b"k", b"v", u64::MAX).unwrap();
     assert!(s.delete_function("t", "f").unwrap());
     assert!(!s.delete_function("t", "f").unwrap());
     assert!(s.get_version("t", "f", None).unwrap().is_none());
@@ -149,21 +153,45 @@ pub(crate) fn bounces_count_up_pin_at_the_limit_and_reset_on_deploy(s: &dyn Stor
 }
 
 pub(crate) fn kv_is_scoped_and_lists_by_prefix(s: &dyn Store) {
-    s.kv_set("t", "f", b"user:1", b"a").unwrap();
-    s.kv_set("t", "f", b"user:2", b"b").unwrap();
-    s.kv_set("t", "f", b"zzz", b"c").unwrap();
-    s.kv_set("t", "g", b"user:3", b"d").unwrap();
-    s.kv_set("u", "f", b"user:4", b"e").unwrap();
+    s.kv_set("t", "f", b"user:1", b"a", u64::MAX).unwrap();
+    s.kv_set("t", "f", b"user:2", b"b", u64::MAX).unwrap();
+    s.kv_set("t", "f", b"zzz", b"c", u64::MAX).unwrap();
+    s.kv_set("t", "g", b"user:3", b"d", u64::MAX).unwrap();
+    s.kv_set("u", "f", b"user:4", b"e", u64::MAX).unwrap();
     assert_eq!(
         s.kv_list("t", "f", b"user:", 100).unwrap(),
         vec![b"user:1".to_vec(), b"user:2".to_vec()]
     );
     assert_eq!(s.kv_list("t", "f", b"", 2).unwrap().len(), 2);
     assert_eq!(s.kv_get("u", "f", b"user:1").unwrap(), None);
-    s.kv_set("t", "f", b"user:1", b"z").unwrap();
+    s.kv_set("t", "f", b"user:1", b"z", u64::MAX).unwrap();
     assert_eq!(s.kv_get("t", "f", b"user:1").unwrap().unwrap(), b"z");
     assert!(s.kv_delete("t", "f", b"user:1").unwrap());
     assert!(!s.kv_delete("t", "f", b"user:1").unwrap());
+}
+
+pub(crate) fn kv_quota_counts_all_of_a_tenants_functions_and_refuses_whole(s: &dyn Store) {
+    // 1 + 4 bytes each: key and value count.
+    s.kv_set("q", "f", b"a", b"1234", 12).unwrap();
+    s.kv_set("q", "g", b"b", b"1234", 12).unwrap();
+    assert_eq!(s.kv_bytes("q").unwrap(), 10);
+    // Another function of the same tenant would pass 12: refused, unchanged.
+    let err = s.kv_set("q", "h", b"c", b"1234", 12).unwrap_err();
+    assert!(
+        matches!(err, StoreError::KvQuota { max_bytes: 12, .. }),
+        "{err}"
+    );
+    assert_eq!(s.kv_get("q", "h", b"c").unwrap(), None);
+    assert_eq!(s.kv_bytes("q").unwrap(), 10);
+    // Overwriting counts the difference; deleting gives room back.
+    s.kv_set("q", "f", b"a", b"123456", 12).unwrap();
+    assert_eq!(s.kv_bytes("q").unwrap(), 12);
+    assert!(s.kv_delete("q", "g", b"b").unwrap());
+    assert_eq!(s.kv_bytes("q").unwrap(), 7);
+    s.kv_set("q", "h", b"c", b"1234", 12).unwrap();
+    // Other tenants have their own.
+    assert_eq!(s.kv_bytes("other").unwrap(), 0);
+    s.kv_set("other", "f", b"a", b"1234", 12).unwrap();
 }
 
 pub(crate) fn logs_filter_by_invocation_and_return_oldest_first(s: &dyn Store) {

@@ -27,6 +27,8 @@ pub enum StoreError {
     NoSuchTenant(String),
     /// tenant {0:?} already exists
     TenantExists(String),
+    /// tenant {tenant:?}'s KV would hold more than its quota of {max_bytes} bytes (keys and values of all its functions)
+    KvQuota { tenant: String, max_bytes: u64 },
 }
 
 impl StoreError {

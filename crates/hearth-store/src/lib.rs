@@ -313,13 +313,19 @@ pub trait Store: Send + Sync + 'static {
         function: &str,
         key: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Sets `key`, unless the tenant's KV (keys and values of all its
+    /// functions) would then hold more than `max_tenant_bytes`:
+    /// [`StoreError::KvQuota`], and nothing changed.
     fn kv_set(
         &self,
         tenant: &str,
         function: &str,
         key: &[u8],
         value: &[u8],
+        max_tenant_bytes: u64,
     ) -> Result<(), StoreError>;
+    /// Bytes of keys and values the tenant's KV holds.
+    fn kv_bytes(&self, tenant: &str) -> Result<u64, StoreError>;
     fn kv_delete(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError>;
     fn kv_list(
         &self,

@@ -70,6 +70,28 @@ CREATE TABLE IF NOT EXISTS kv (
     value       BYTEA NOT NULL,
     PRIMARY KEY (tenant, function, key)
 );
+-- What each tenant's KV holds, kept by a trigger, for its quota.
+CREATE TABLE IF NOT EXISTS kv_usage (
+    tenant      TEXT PRIMARY KEY,
+    bytes       BIGINT NOT NULL
+);
+CREATE OR REPLACE FUNCTION hearth_kv_usage() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO kv_usage (tenant, bytes) VALUES (NEW.tenant, length(NEW.key) + length(NEW.value))
+            ON CONFLICT (tenant) DO UPDATE SET bytes = kv_usage.bytes + excluded.bytes;
+    ELSIF TG_OP = 'UPDATE' THEN
+        UPDATE kv_usage SET bytes = bytes - length(OLD.key) - length(OLD.value)
+            + length(NEW.key) + length(NEW.value) WHERE tenant = NEW.tenant;
+    ELSE
+        UPDATE kv_usage SET bytes = bytes - length(OLD.key) - length(OLD.value)
+            WHERE tenant = OLD.tenant;
+    END IF;
+    RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS kv_usage ON kv;
+CREATE TRIGGER kv_usage AFTER INSERT OR UPDATE OR DELETE ON kv
+    FOR EACH ROW EXECUTE FUNCTION hearth_kv_usage();
 CREATE TABLE IF NOT EXISTS logs (
     id          BIGSERIAL PRIMARY KEY,
     tenant      TEXT NOT NULL,
@@ -120,7 +142,19 @@ impl PgStore {
         store.with(|c| {
             let mut tx = c.transaction()?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])?;
+            // A database from before per-tenant KV quotas: count what it
+            // holds once, as the trigger will from now on.
+            let counted: bool = tx
+                .query_one("SELECT to_regclass('kv_usage') IS NOT NULL", &[])?
+                .get(0);
             tx.batch_execute(SCHEMA)?;
+            if !counted {
+                tx.batch_execute(
+                    "INSERT INTO kv_usage (tenant, bytes)
+                     SELECT tenant, SUM(length(key) + length(value)) FROM kv GROUP BY tenant
+                     ON CONFLICT (tenant) DO NOTHING",
+                )?;
+            }
             tx.commit()
         })?;
         Ok(store)
@@ -449,15 +483,38 @@ impl PgStore {
         function: &str,
         key: &[u8],
         value: &[u8],
+        max_tenant_bytes: u64,
     ) -> Result<(), StoreError> {
-        self.with(|c| {
-            c.execute(
+        let within = self.with(|c| {
+            let mut tx = c.transaction()?;
+            tx.execute(
                 "INSERT INTO kv (tenant, function, key, value) VALUES ($1, $2, $3, $4)
                  ON CONFLICT (tenant, function, key) DO UPDATE SET value = excluded.value",
                 &[&tenant, &function, &key, &value],
-            )
+            )?;
+            let used: i64 = tx
+                .query_one("SELECT bytes FROM kv_usage WHERE tenant = $1", &[&tenant])?
+                .get(0);
+            if used as u64 > max_tenant_bytes {
+                // Dropping `tx` rolls the write back.
+                return Ok(false);
+            }
+            tx.commit()?;
+            Ok(true)
         })?;
+        if !within {
+            return Err(StoreError::KvQuota {
+                tenant: tenant.to_string(),
+                max_bytes: max_tenant_bytes,
+            });
+        }
         Ok(())
+    }
+
+    pub fn kv_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
+        let row =
+            self.with(|c| c.query_opt("SELECT bytes FROM kv_usage WHERE tenant = $1", &[&tenant]))?;
+        Ok(row.map_or(0, |r| r.get::<_, i64>(0)) as u64)
     }
 
     pub fn kv_delete(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError> {

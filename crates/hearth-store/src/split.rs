@@ -103,8 +103,13 @@ impl Store for SplitStore {
         function: &str,
         key: &[u8],
         value: &[u8],
+        max_tenant_bytes: u64,
     ) -> Result<(), StoreError> {
-        self.shared.kv_set(tenant, function, key, value)
+        self.shared
+            .kv_set(tenant, function, key, value, max_tenant_bytes)
+    }
+    fn kv_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
+        self.shared.kv_bytes(tenant)
     }
     fn kv_delete(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError> {
         self.shared.kv_delete(tenant, function, key)

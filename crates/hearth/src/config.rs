@@ -51,6 +51,7 @@ pub struct FileConfig {
     pub max_tape_bytes: Option<usize>,
     pub allow_private_egress: Option<bool>,
     pub max_concurrency_per_tenant: Option<usize>,
+    pub max_kv_mib_per_tenant: Option<u64>,
 }
 
 /// Flags of `hearth up`; each also reads a `HEARTH_*` variable.
@@ -192,6 +193,10 @@ pub struct UpArgs {
     /// (default: three quarters of max_concurrency).
     #[arg(long, env = "HEARTH_MAX_CONCURRENCY_PER_TENANT")]
     pub max_concurrency_per_tenant: Option<usize>,
+    /// MiB of KV keys and values one tenant may keep, over all its
+    /// functions; past it kv.set fails (default 1024).
+    #[arg(long, env = "HEARTH_MAX_KV_MIB_PER_TENANT")]
+    pub max_kv_mib_per_tenant: Option<u64>,
 }
 
 /// What this Hearth is in a cluster.
@@ -256,6 +261,7 @@ pub struct Settings {
     pub max_tape_bytes: usize,
     pub allow_private_egress: bool,
     pub max_concurrency_per_tenant: usize,
+    pub max_kv_mib_per_tenant: u64,
 }
 
 /// The machine's memory in MiB, from /proc/meminfo (4096 if unreadable).
@@ -389,6 +395,10 @@ impl Settings {
                 .or(file.max_connections_per_client)
                 .unwrap_or(512)
                 .max(1),
+            max_kv_mib_per_tenant: args
+                .max_kv_mib_per_tenant
+                .or(file.max_kv_mib_per_tenant)
+                .unwrap_or(1024),
             max_concurrency_per_tenant: args
                 .max_concurrency_per_tenant
                 .or(file.max_concurrency_per_tenant)

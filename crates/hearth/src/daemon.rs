@@ -100,6 +100,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             http_timeout_ms: settings.http_timeout_ms,
             tape_max_bytes: settings.max_tape_bytes,
             private_egress: settings.allow_private_egress,
+            kv_max_tenant_bytes: settings.max_kv_mib_per_tenant << 20,
             ..HostLimits::default()
         },
     ));

@@ -156,7 +156,10 @@ mod tests {
         let tape = HostCtx::journal_tape(&services, &meta).unwrap();
         assert_eq!(tape.events.len(), 2);
         let retry = HostCtx::retrying(services.clone(), meta.clone(), tape);
-        services.store.kv_set("t", "f", b"n", b"1").unwrap();
+        services
+            .store
+            .kv_set("t", "f", b"n", b"1", u64::MAX)
+            .unwrap();
         assert_eq!(
             retry.kv_get(b"n".to_vec()).await.unwrap(),
             None,
@@ -218,8 +221,14 @@ mod tests {
         // the first answer, falls back, and its fallback follows the rest
         // of the journal: nothing is written twice (the keys are changed
         // behind its back, and stay as they are).
-        services.store.kv_set("t", "f", b"n", b"7").unwrap();
-        services.store.kv_set("t", "f", b"m", b"y").unwrap();
+        services
+            .store
+            .kv_set("t", "f", b"n", b"7", u64::MAX)
+            .unwrap();
+        services
+            .store
+            .kv_set("t", "f", b"m", b"y", u64::MAX)
+            .unwrap();
         let isolate = HostCtx::retrying(services.clone(), meta.clone(), tape);
         assert_eq!(isolate.kv_get(b"n".to_vec()).await.unwrap(), None);
         let fallback = isolate.fall_back();

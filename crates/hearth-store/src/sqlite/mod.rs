@@ -63,6 +63,23 @@ CREATE TABLE IF NOT EXISTS kv (
     value       BLOB NOT NULL,
     PRIMARY KEY (tenant, function, key)
 ) WITHOUT ROWID;
+-- What each tenant's KV holds, kept by triggers, for its quota.
+CREATE TABLE IF NOT EXISTS kv_usage (
+    tenant      TEXT PRIMARY KEY,
+    bytes       INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS kv_usage_insert AFTER INSERT ON kv BEGIN
+    INSERT INTO kv_usage (tenant, bytes) VALUES (NEW.tenant, length(NEW.key) + length(NEW.value))
+        ON CONFLICT (tenant) DO UPDATE SET bytes = bytes + excluded.bytes;
+END;
+CREATE TRIGGER IF NOT EXISTS kv_usage_update AFTER UPDATE ON kv BEGIN
+    UPDATE kv_usage SET bytes = bytes - length(OLD.key) - length(OLD.value)
+        + length(NEW.key) + length(NEW.value) WHERE tenant = NEW.tenant;
+END;
+CREATE TRIGGER IF NOT EXISTS kv_usage_delete AFTER DELETE ON kv BEGIN
+    UPDATE kv_usage SET bytes = bytes - length(OLD.key) - length(OLD.value)
+        WHERE tenant = OLD.tenant;
+END;
 CREATE TABLE IF NOT EXISTS logs (
     id          INTEGER PRIMARY KEY,
     tenant      TEXT NOT NULL,
@@ -116,7 +133,20 @@ impl SqliteStore {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref();
         let writer = open_connection(path)?;
+        // A database from before per-tenant KV quotas: count what it holds
+        // once, as the triggers will from now on.
+        let counted: bool = writer.query_row(
+            "SELECT count(*) > 0 FROM sqlite_master WHERE name = 'kv_usage'",
+            [],
+            |r| r.get(0),
+        )?;
         writer.execute_batch(SCHEMA)?;
+        if !counted {
+            writer.execute_batch(
+                "INSERT OR IGNORE INTO kv_usage (tenant, bytes)
+                 SELECT tenant, SUM(length(key) + length(value)) FROM kv GROUP BY tenant",
+            )?;
+        }
         writer.execute_batch(tapes::SCHEMA)?;
         let readers = (0..READERS)
             .map(|_| open_connection(path).map(Mutex::new))
@@ -502,14 +532,41 @@ impl Store for SqliteStore {
         function: &str,
         key: &[u8],
         value: &[u8],
+        max_tenant_bytes: u64,
     ) -> Result<(), StoreError> {
-        let conn = self.writer();
-        conn.execute(
+        let mut conn = self.writer();
+        let tx = conn.transaction()?;
+        tx.execute(
             "INSERT INTO kv (tenant, function, key, value) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (tenant, function, key) DO UPDATE SET value = excluded.value",
             params![tenant, function, key, value],
         )?;
+        let used: i64 = tx.query_row(
+            "SELECT bytes FROM kv_usage WHERE tenant = ?1",
+            [tenant],
+            |r| r.get(0),
+        )?;
+        if used as u64 > max_tenant_bytes {
+            // Dropping `tx` rolls the write back.
+            return Err(StoreError::KvQuota {
+                tenant: tenant.to_string(),
+                max_bytes: max_tenant_bytes,
+            });
+        }
+        tx.commit()?;
         Ok(())
+    }
+
+    fn kv_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
+        let conn = self.reader();
+        let used: Option<i64> = conn
+            .query_row(
+                "SELECT bytes FROM kv_usage WHERE tenant = ?1",
+                [tenant],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(used.unwrap_or(0) as u64)
     }
 
     fn kv_delete(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError> {
@@ -730,5 +787,26 @@ mod tests {
         let latest = s.get_version("acme", "hello", None).unwrap().unwrap();
         assert_eq!((latest.version, latest.artifact.as_str()), (2, "bb"));
         assert_eq!(s.list_versions("acme", "hello").unwrap().len(), 2);
+    }
+
+    #[test]
+    fn kv_written_before_quotas_is_counted_once_at_open() {
+        let (dir, s) = store();
+        s.kv_set("t", "f", b"ab", b"1234", u64::MAX).unwrap();
+        s.kv_set("t", "g", b"c", b"5", u64::MAX).unwrap();
+        // As a database from before kv_usage existed.
+        s.writer()
+            .execute_batch(
+                "DROP TRIGGER kv_usage_insert; DROP TRIGGER kv_usage_update;
+                 DROP TRIGGER kv_usage_delete; DROP TABLE kv_usage;",
+            )
+            .unwrap();
+        drop(s);
+        let s = SqliteStore::open(dir.path().join("hearth.db")).unwrap();
+        assert_eq!(s.kv_bytes("t").unwrap(), 8);
+        drop(s);
+        // Counted once: opening again does not count it twice.
+        let s = SqliteStore::open(dir.path().join("hearth.db")).unwrap();
+        assert_eq!(s.kv_bytes("t").unwrap(), 8);
     }
 }

@@ -81,3 +81,68 @@ async fn another_local_user_reads_no_tenant_data_and_loose_modes_are_fixed() {
     assert!(!outsider_reads(&wal_or_db));
     drop(d);
 }
+
+/// Keeps its request body under one key; says whether KV took it.
+const STORER: &str = "export default { async fetch(req) { \
+    const body = await req.text(); \
+    try { await hearth.kv.set('k', body); return new Response('stored'); } \
+    catch (e) { return new Response('refused: ' + e.message); } } };";
+
+#[tokio::test]
+async fn one_tenant_cannot_fill_the_kv_store() {
+    let d = Daemon::start_with(&["--max-kv-mib-per-tenant", "1"]);
+    let mut tokens = Vec::new();
+    for tenant in ["acme", "beta"] {
+        let token = d.create_tenant(tenant).await;
+        for name in ["one", "two"] {
+            let r = d
+                .http
+                .post(format!("{}/v1/functions/{name}", d.url))
+                .query(&[("runtime", "js"), ("file_name", "index.mjs")])
+                .bearer_auth(&token)
+                .body(STORER)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 201);
+        }
+        tokens.push((tenant, token));
+    }
+    let store = |tenant: &str, token: &str, name: &str| {
+        d.http
+            .post(format!("{}/fn/{tenant}/{name}", d.url))
+            .bearer_auth(token.to_string())
+            .body("x".repeat(600 << 10))
+            .send()
+    };
+    let (acme, beta) = (&tokens[0].1, &tokens[1].1);
+    let said = |r: reqwest::Response| async move { r.text().await.unwrap() };
+    assert_eq!(
+        said(store("acme", acme, "one").await.unwrap()).await,
+        "stored"
+    );
+    // The quota is the tenant's, over all its functions.
+    let refused = said(store("acme", acme, "two").await.unwrap()).await;
+    assert!(
+        refused.starts_with("refused") && refused.contains("quota"),
+        "{refused}"
+    );
+    // The other tenant has its own.
+    assert_eq!(
+        said(store("beta", beta, "one").await.unwrap()).await,
+        "stored"
+    );
+    let status: serde_json::Value = d
+        .http
+        .get(format!("{}/v1/status", d.url))
+        .bearer_auth(acme)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let used = status["tenant"]["kv_bytes"].as_u64().unwrap();
+    assert_eq!(used, (600 << 10) + 1, "{status}");
+    assert_eq!(status["tenant"]["kv_max_bytes"], 1 << 20);
+}
