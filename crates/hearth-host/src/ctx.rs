@@ -339,16 +339,18 @@ impl HostCtx {
         Ok(())
     }
 
-    /// Counts a KV or HTTP call as running until the guard is dropped, so
-    /// that the invocation waits for it before it ends ([`Self::settle`]);
-    /// refused once the invocation has ended.
-    fn begin_call(&self) -> Result<CallGuard<'_>, HostError> {
+    /// Counts a host call as running until the guard is dropped, so that
+    /// the invocation waits for it before it ends ([`Self::settle`]);
+    /// refused once the invocation has ended. A tier that starts a call on
+    /// another task (the js tier's bridge) takes one where the code made the
+    /// call, so the invocation cannot end between the two.
+    pub fn begin_call(&self) -> Result<CallGuard, HostError> {
         let mut rec = self.recorded();
         if rec.ended {
             return Err(HostError::Ended);
         }
         rec.in_flight += 1;
-        Ok(CallGuard(self))
+        Ok(CallGuard(self.clone()))
     }
 
     /// Waits for the KV and HTTP calls still running (one a function made
@@ -725,10 +727,10 @@ impl HostCtx {
     }
 }
 
-/// A KV or HTTP call running ([`HostCtx::begin_call`]).
-struct CallGuard<'a>(&'a HostCtx);
+/// A host call running ([`HostCtx::begin_call`]).
+pub struct CallGuard(HostCtx);
 
-impl Drop for CallGuard<'_> {
+impl Drop for CallGuard {
     fn drop(&mut self) {
         let mut rec = self.0.recorded();
         rec.in_flight -= 1;

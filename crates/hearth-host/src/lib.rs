@@ -27,7 +27,8 @@ mod tape;
 pub mod bundle;
 
 pub use ctx::{
-    HostCtx, HostError, HostLimits, HostServices, InvocationMeta, LogLine, monotonic_now_nanos,
+    CallGuard, HostCtx, HostError, HostLimits, HostServices, InvocationMeta, LogLine,
+    monotonic_now_nanos,
 };
 pub use egress::{is_internal, is_internal_host};
 pub use engine::{

@@ -182,8 +182,13 @@ pub(super) fn install_bridge(ctx: &Ctx<'_>, state: &Rc<State>) -> rquickjs::Resu
                 s.next_call.set(id + 1);
                 let body = body.0.as_ref().map(bytes_of).unwrap_or_default();
                 let args: serde_json::Value = serde_json::from_str(&args).unwrap_or_default();
-                let task =
-                    s.io.spawn(async move { (id, host_call(&host, &op, args, body).await) });
+                // Running from now, not from when the task starts: the
+                // invocation must not end in between (an unawaited call).
+                let running = host.begin_call().ok();
+                let task = s.io.spawn(async move {
+                    let _running = running;
+                    (id, host_call(&host, &op, args, body).await)
+                });
                 s.calls.borrow_mut().push(task);
                 Ok(id as f64)
             },
