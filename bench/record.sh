@@ -85,7 +85,7 @@ wrk_run() {
   [ "$bad" = 0 ] || { echo "non-2xx responses from $1: $bad" >&2; exit 1; }
   echo "$rps $p99 $(($(ticks "$HEARTH_PID") - t0))"
 }
-tapes() { curl -sf "$URL/metrics" | awk '$1=="hearth_tapes_total"{print $2}'; }
+tapes() { curl -sf -H "Authorization: Bearer $TOK" "$URL/metrics" | awk '$1=="hearth_tapes_total"{print $2}'; }
 seg_bytes() { du -sb "$WORK/data/recordings/segments" | awk '{print $1}'; }
 
 echo "### Recording on vs off, one daemon (wrk -t1 -c$C, ${DUR}s per run, $ROUNDS rounds of on/off/off interleaved, rotating which goes first, $(nproc) cores)"
