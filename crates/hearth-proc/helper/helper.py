@@ -55,6 +55,11 @@ PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 PR_SET_CHILD_SUBREAPER = 36
+CLONE_NEWNS = 0x00020000
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -100,46 +105,172 @@ class Zygote:
         self.control = control
         self.seccomp = seccomp  # name -> BPF program bytes
         self.imported = []
+        # Whether this zygote runs in a container of its own (unprivileged,
+        # chrooted, filtered), as every zygote that imports a tenant's
+        # packages does when the node is root.
+        self.contained = False
 
     def serve(self):
         while True:
             try:
                 cmd, _ = recv_frame(self.control)
-            except EOFError:
-                os._exit(0)
+                # A command about a sandbox root carries the root's
+                # directory as a descriptor, in one byte's ancillary data:
+                # a contained zygote cannot see the node's paths.
+                fds = socket.recv_fds(self.control, 1, 1)[1] if cmd.get("fds") else []
+            except (EOFError, Retire):
+                self.exit()
             try:
-                reply = getattr(self, "op_" + cmd["op"])(cmd)
+                reply = getattr(self, "op_" + cmd["op"])(cmd, fds)
             except Exception as e:  # the node gets every failure as text
                 reply = {"error": f"{type(e).__name__}: {e}"}
+            finally:
+                for fd in fds:
+                    os.close(fd)
             if reply is not None:
                 send_frame(self.control, reply)
 
-    def op_ping(self, cmd):
+    def exit(self):
+        """Leaves when the node closes the connection or retires us. A
+        contained zygote is PID 1 of its namespace, and its handlers die
+        with it: it stops forking and waits for the last of them."""
+        if self.contained and os.getpid() == 1:
+            self.control.close()
+            try:
+                while True:
+                    os.wait()
+            except ChildProcessError:
+                pass
+        os._exit(0)
+
+    def op_ping(self, cmd, fds):
         return {"pid": os.getpid(), "imported": self.imported}
 
-    def op_fork_zygote(self, cmd):
+    def op_fork_zygote(self, cmd, fds):
+        """A child zygote that imports more packages. With `contain` (the
+        node is root) it is contained before it imports anything: the
+        root zygote's child gets a user namespace of its own in which it
+        is the sandbox user, mount, PID, IPC and UTS namespaces (and a
+        network one unless its functions may reach hosts), and the zygote
+        root as its whole file system; a contained zygote's child enters
+        its own root. Either way it then takes the zygote filter."""
+        if cmd.get("contain") and not self.contained:
+            return self._fork_contained(cmd, fds)
         pid = os.fork()
         if pid:
             return {"pid": pid}
-        # The child: a new zygote with more packages imported.
         try:
             self.control.close()
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.connect(cmd["connect"])
-            imported, failed = import_modules(cmd.get("paths", []), cmd.get("modules", []))
-            self.control = sock
-            self.imported = self.imported + imported
-            send_frame(sock, {"op": "ready", "pid": os.getpid(),
-                              "imported": imported, "failed": failed})
-            self.serve()
+            if cmd.get("contain"):
+                # Already the sandbox user in our own namespaces: a root
+                # of its own is enough (it holds this zygote's packages).
+                os.fchdir(fds[0])
+                os.chroot(".")
+                os.chdir("/")
+            self._become_zygote(cmd, fds, filter=False)
         except BaseException:
             traceback.print_exc()
         os._exit(1)
 
-    def op_fork_handler(self, cmd):
-        return self._sandboxed(cmd, lambda sock: Handler(sock).serve())
+    def _fork_contained(self, cmd, fds):
+        uid, gid = cmd["uid"], cmd["gid"]
+        up_r, up_w = os.pipe()  # child -> us: "u" once unshared, then the result
+        go_r, go_w = os.pipe()  # us -> child: "m" once its ids are mapped
+        pid = os.fork()
+        if pid:
+            os.close(up_w)
+            os.close(go_r)
+            try:
+                first = os.read(up_r, 1)
+                if first == b"u":
+                    # Only a process outside the new user namespace may map
+                    # its ids; we map the sandbox user's alone, onto itself.
+                    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                                       ("gid_map", f"{gid} {gid} 1")):
+                        with open(f"/proc/{pid}/{name}", "w") as f:
+                            f.write(text)
+                    os.write(go_w, b"m")
+                    first = b""
+                data = first
+                while chunk := os.read(up_r, 4096):
+                    data += chunk
+            finally:
+                os.close(up_r)
+                os.close(go_w)
+            if not data:
+                return {"error": "the zygote could not be contained (see the node's log)"}
+            return json.loads(data)
+        try:
+            os.close(up_r)
+            os.close(go_w)
+            self.control.close()
+            os.setgroups([])
+            net = 0 if cmd.get("network") else CLONE_NEWNET
+            _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC
+                                 | CLONE_NEWUTS | net), "unshare")
+            os.write(up_w, b"u")
+            if os.read(go_r, 1) != b"m":
+                raise OSError("the root zygote did not map our user")
+            os.close(go_r)
+            # The zygote root becomes the whole file system: the host's
+            # root is unmounted from this namespace, so there is no way
+            # back to it (a chroot could be left with the capabilities
+            # this process keeps in its user namespace). Done while still
+            # the owner of the node's directories, which lead to the root.
+            root = cmd["root"].encode()
+            _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount(private)")
+            _check(_libc.mount(root, root, None, MS_BIND | MS_REC, None), "mount(bind)")
+            os.chdir(root)
+            _check(_libc.syscall(cmd["pivot_root_nr"], b".", b"."), "pivot_root")
+            _check(_libc.umount2(b".", MNT_DETACH), "umount(old root)")
+            os.chdir("/")
+            # From root to the sandbox user; the capabilities this process
+            # has in its own user namespace stay (they reach nothing else).
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+            hostname = b"zygote"
+            _check(_libc.sethostname(hostname, len(hostname)), "sethostname")
+            if net:
+                loopback_up()
+            zygote = os.fork()  # PID 1 of the new PID namespace
+            if zygote:
+                os.write(up_w, json.dumps({"pid": zygote}).encode())
+                os._exit(0)
+            os.close(up_w)
+            self.contained = True
+            self._become_zygote(cmd, fds, filter=True)
+        except BaseException as e:
+            try:
+                os.write(up_w, json.dumps({"error": f"{type(e).__name__}: {e}"}).encode())
+            except OSError:
+                pass
+            traceback.print_exc()
+        os._exit(1)
 
-    def op_spawn(self, cmd):
+    def _become_zygote(self, cmd, fds, filter):
+        """Takes the zygote filter (`filter`: a contained zygote's child
+        has it already), connects to the node, imports the packages and
+        serves."""
+        for fd in fds:
+            os.close(fd)
+        if filter:
+            signal.signal(signal.SIGTERM, _retire)
+            _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+            for name in (cmd["seccomp"], "noclone3"):
+                install_seccomp(self.seccomp[name])
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(cmd["connect"])
+        imported, failed = import_modules(cmd.get("paths", []), cmd.get("modules", []))
+        self.control = sock
+        self.imported = self.imported + imported
+        send_frame(sock, {"op": "ready", "pid": os.getpid(),
+                          "imported": imported, "failed": failed})
+        self.serve()
+
+    def op_fork_handler(self, cmd, fds):
+        return self._sandboxed(cmd, fds, lambda sock: Handler(sock).serve())
+
+    def op_spawn(self, cmd, fds):
         argv = cmd["argv"]
         env = cmd.get("env", {})
 
@@ -151,9 +282,9 @@ class Zygote:
                 os.dup2(sock.fileno(), 3, inheritable=True)
             os.execve(argv[0], argv, env)
 
-        return self._sandboxed(cmd, run)
+        return self._sandboxed(cmd, fds, run)
 
-    def _sandboxed(self, cmd, then):
+    def _sandboxed(self, cmd, fds, then):
         r, w = os.pipe()
         first = os.fork()
         if first:
@@ -188,7 +319,7 @@ class Zygote:
                 os._exit(0)
             os.close(w)
             filters = [self.seccomp[cmd["seccomp"]], self.seccomp["noclone3"]]
-            sock = enter_sandbox(cmd, filters)
+            sock = enter_sandbox(cmd, fds, filters)
             then(sock)
         except BaseException as e:
             try:
@@ -227,8 +358,9 @@ def enter_user_namespace(uid, gid, extra=0):
 
 def loopback_up():
     """Brings up `lo` in a new network namespace (it starts down), so code
-    may still talk to itself over 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    may still talk to itself over 127.0.0.1. (Through a Unix socket: a
+    zygote's filter may refuse internet ones.)"""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
         import fcntl
         ifr = struct.pack("16sH", b"lo", 0)
         flags = struct.unpack("16sH", fcntl.ioctl(s, SIOCGIFFLAGS, ifr))[1]
@@ -251,7 +383,7 @@ def drop_capabilities():
     _check(_libc.capset(ctypes.byref(header), data), "capset")
 
 
-def enter_sandbox(cmd, filters):
+def enter_sandbox(cmd, fds, filters):
     """Turns this process into a sandbox; returns its connection to the node.
 
     `isolation` says how: "full" (the node is root: namespaces, chroot,
@@ -260,6 +392,7 @@ def enter_sandbox(cmd, filters):
     in every case; the node reports what is missing at startup.
     """
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     isolation = cmd.get("isolation", "full")
     if isolation == "userns":
         hostname = cmd.get("hostname", "sandbox").encode()
@@ -268,12 +401,18 @@ def enter_sandbox(cmd, filters):
     if isolation == "full":
         hostname = cmd.get("hostname", "sandbox").encode()
         _check(_libc.sethostname(hostname, len(hostname)), "sethostname")
-        os.chroot(cmd["root"])
+        # The root by descriptor: a contained zygote cannot see its path.
+        os.fchdir(fds[0])
+        os.chroot(".")
         os.chdir("/")
         uid, gid = cmd["uid"], cmd["gid"]
-        os.setgroups([])
+        if os.getgroups():
+            os.setgroups([])
         os.setresgid(gid, gid, gid)
         os.setresuid(uid, uid, uid)
+        # Forked from a contained zygote, we are already that user and
+        # still hold its capabilities in its user namespace.
+        drop_capabilities()
     if cmd.get("extra_memory_bytes"):
         # No cgroup to hold memory: cap the address space at what the
         # process maps now plus the function's limit.
@@ -317,6 +456,14 @@ def install_seccomp(bpf):
 
 
 # ---------------------------------------------------------------- handler
+
+
+class Retire(BaseException):
+    """The node retired a contained zygote (SIGTERM)."""
+
+
+def _retire(signum, frame):
+    raise Retire()
 
 
 class HostError(Exception):

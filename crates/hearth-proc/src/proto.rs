@@ -115,3 +115,35 @@ mod tests {
         assert!(err.to_string().contains("over the limit"), "{err}");
     }
 }
+
+/// Sends the descriptor `fd` over `stream`, as the ancillary data of one
+/// byte (`F`), after a frame that says one follows (`"fds": 1`): the
+/// helper reads that byte with `socket.recv_fds`.
+pub async fn send_fd(
+    stream: &tokio::net::UnixStream,
+    fd: std::os::fd::BorrowedFd<'_>,
+) -> io::Result<()> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags, sendmsg};
+    use std::mem::MaybeUninit;
+    loop {
+        stream.writable().await?;
+        let sent = stream.try_io(tokio::io::Interest::WRITABLE, || {
+            let fds = [fd];
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+            let mut control = SendAncillaryBuffer::new(&mut space);
+            control.push(SendAncillaryMessage::ScmRights(&fds));
+            sendmsg(
+                stream,
+                &[io::IoSlice::new(b"F")],
+                &mut control,
+                SendFlags::empty(),
+            )
+            .map_err(io::Error::from)
+        });
+        match sent {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}

@@ -30,6 +30,15 @@ pub fn filter_name(network: bool) -> &'static str {
     if network { "net" } else { "nonet" }
 }
 
+/// The file name of a contained zygote's filter (see [`compile_zygote`]).
+pub fn zygote_filter_name(network: bool) -> &'static str {
+    if network {
+        "zygote-net"
+    } else {
+        "zygote-nonet"
+    }
+}
+
 /// Calls a sandbox may make with any arguments.
 pub const ALLOWED: &[i64] = &[
     // Files and descriptors.
@@ -361,12 +370,63 @@ pub fn compile_no_clone3() -> Result<Vec<u8>, String> {
     to_bytes(filter)
 }
 
+/// The namespaces a contained zygote may make for a sandbox: never a user
+/// or mount namespace (nor a cgroup one).
+const SANDBOX_NAMESPACES: u64 =
+    (libc::CLONE_NEWNET | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64;
+
 /// Compiles the filter for a sandbox with or without internet sockets.
 pub fn compile(network: bool) -> Result<Vec<u8>, String> {
-    let cond = |arg, op, val: u64| {
-        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, val).map_err(|e| e.to_string())
-    };
-    let rule = |c: Vec<SeccompCondition>| SeccompRule::new(c).map_err(|e| e.to_string());
+    to_bytes(filter(rules(network)?)?)
+}
+
+/// Compiles the filter of a zygote that imports a tenant's packages: a
+/// sandbox's filter (so import-time code can do no more than a handler)
+/// plus what the zygote needs to make its handlers' sandboxes, each of
+/// which reaches only namespaces the zygote's own user namespace owns:
+/// `unshare` of PID, IPC, UTS and network namespaces, `chroot` (by
+/// descriptor, into the handler's root) and `sethostname`. A handler adds
+/// its own filter on top, so it has none of these.
+pub fn compile_zygote(network: bool) -> Result<Vec<u8>, String> {
+    to_bytes(filter(zygote_rules(network)?)?)
+}
+
+fn zygote_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+    let mut rules = rules(network)?;
+    rules.insert(
+        libc::SYS_unshare,
+        vec![rule(vec![cond(
+            0,
+            SeccompCmpOp::MaskedEq(!SANDBOX_NAMESPACES & 0xffff_ffff),
+            0,
+        )?])?],
+    );
+    rules.insert(libc::SYS_chroot, Vec::new());
+    rules.insert(libc::SYS_sethostname, Vec::new());
+    Ok(rules)
+}
+
+fn cond(arg: u8, op: SeccompCmpOp, val: u64) -> Result<SeccompCondition, String> {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, val).map_err(|e| e.to_string())
+}
+
+fn rule(c: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
+    SeccompRule::new(c).map_err(|e| e.to_string())
+}
+
+/// Refuses with `EPERM` every call not in `rules`.
+fn filter(rules: BTreeMap<i64, Vec<SeccompRule>>) -> Result<SeccompFilter, String> {
+    SeccompFilter::new(
+        rules,
+        SeccompAction::Errno(libc::EPERM as u32),
+        SeccompAction::Allow,
+        arch()?,
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// A sandbox's rules: [`ALLOWED`] and the conditional calls.
+fn rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = ALLOWED
         .iter()
         .chain(ALLOWED_X86_64)
@@ -404,14 +464,7 @@ pub fn compile(network: bool) -> Result<Vec<u8>, String> {
             .map(|p| rule(vec![cond(0, SeccompCmpOp::Eq, *p)?]))
             .collect::<Result<_, _>>()?,
     );
-    let filter = SeccompFilter::new(
-        rules,
-        SeccompAction::Errno(libc::EPERM as u32),
-        SeccompAction::Allow,
-        arch()?,
-    )
-    .map_err(|e| e.to_string())?;
-    to_bytes(filter)
+    Ok(rules)
 }
 
 fn arch() -> Result<seccompiler::TargetArch, String> {
@@ -508,6 +561,29 @@ mod tests {
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(sorted.len(), allowed.len(), "a call is listed twice");
+    }
+
+    #[test]
+    fn a_zygote_may_make_sandboxes_but_no_user_or_mount_namespace() {
+        let sandbox = rules(false).unwrap();
+        let zygote = zygote_rules(false).unwrap();
+        let extra: Vec<i64> = zygote
+            .keys()
+            .filter(|k| !sandbox.contains_key(k))
+            .copied()
+            .collect();
+        assert_eq!(
+            extra,
+            [libc::SYS_chroot, libc::SYS_sethostname, libc::SYS_unshare]
+        );
+        for flag in [
+            libc::CLONE_NEWUSER,
+            libc::CLONE_NEWNS,
+            libc::CLONE_NEWCGROUP,
+        ] {
+            assert_ne!(flag as u64 & !SANDBOX_NAMESPACES, 0, "{flag:#x}");
+        }
+        assert!(compile_zygote(false).unwrap().len() > compile(false).unwrap().len());
     }
 
     #[test]

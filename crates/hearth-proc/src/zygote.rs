@@ -20,6 +20,17 @@
 //! Eviction keeps the zygotes' memory within a budget; the one freed first
 //! is the one whose benefit per byte is smallest: recent forks × import
 //! time saved, divided by its proportional set size. The root stays.
+//!
+//! A package zygote runs a tenant's code (whatever its packages do when
+//! imported), so when the node is root it is contained before it imports
+//! anything ([`Containment`]): it is the sandbox user, in a user namespace
+//! of its own with mount, PID, IPC and UTS namespaces (and a network
+//! namespace, unless its functions may reach hosts: zygotes are kept apart
+//! by that too), its whole file system a lean root holding only its
+//! packages, under a seccomp filter that is a handler's plus the calls that
+//! make a handler's sandbox. Its handlers' roots, which it cannot see, are
+//! sent to it as directory descriptors. The root zygote imports no
+//! tenant's code and stays privileged to make the others.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -33,8 +44,9 @@ use tokio::net::{UnixListener, UnixStream};
 use hearth_core::Colocation;
 
 use crate::bundle::Package;
+use crate::container::{Base, Root};
 use crate::install::Installed;
-use crate::proto::{Frame, read_frame, write_frame};
+use crate::proto::{Frame, read_frame, send_fd, write_frame};
 
 /// Who may fork from a package zygote.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
@@ -70,6 +82,10 @@ pub struct ZygoteStatus {
     pub forks: u64,
     /// `None` for the root, which holds nothing and serves everyone.
     pub scope: Option<Scope>,
+    /// Whether it may open internet sockets (for functions with allowed hosts).
+    pub network: bool,
+    /// Whether it runs contained (see the module's documentation).
+    pub contained: bool,
 }
 
 /// One zygote process and the channel the node commands it through.
@@ -84,6 +100,11 @@ pub struct Zygote {
     pub paths: Vec<PathBuf>,
     /// How long importing its packages took (what a fork from it saves).
     pub import_ms: u64,
+    /// Made for functions with allowed hosts (internet sockets, the host's
+    /// network); the root serves both kinds.
+    pub network: bool,
+    /// Its lean root, when it is contained.
+    root: Option<Mutex<Root>>,
     control: tokio::sync::Mutex<UnixStream>,
     forks: AtomicU64,
     last_fork: Mutex<Instant>,
@@ -94,9 +115,30 @@ pub struct Zygote {
 impl Zygote {
     /// Sends one command and waits for its reply (one at a time).
     pub async fn command(&self, header: Value) -> Result<Value, String> {
+        self.command_with_dir(header, None).await
+    }
+
+    /// Sends one command with the directory `dir` as a descriptor (a
+    /// sandbox's root, which a contained zygote cannot see by its path).
+    pub async fn command_with_dir(
+        &self,
+        mut header: Value,
+        dir: Option<&Path>,
+    ) -> Result<Value, String> {
+        let dir = dir
+            .map(std::fs::File::open)
+            .transpose()
+            .map_err(|e| format!("cannot open the sandbox root: {e}"))?;
+        if dir.is_some() {
+            header["fds"] = json!(1);
+        }
         let mut control = self.control.lock().await;
         let exchange = async {
             write_frame(&mut *control, &header, &[]).await?;
+            if let Some(dir) = &dir {
+                use std::os::fd::AsFd;
+                send_fd(&control, dir.as_fd()).await?;
+            }
             read_frame(&mut *control, 1 << 20).await
         };
         let Frame { header, .. } = tokio::time::timeout(Duration::from_secs(30), exchange)
@@ -124,6 +166,27 @@ impl Zygote {
         // SAFETY: kill(2) has no memory-safety preconditions.
         unsafe { libc::kill(self.pid, libc::SIGKILL) };
     }
+
+    /// Stops it serving. A contained zygote is PID 1 of its namespace and
+    /// its handlers would die with it: it is asked to leave once they have.
+    fn retire(&self) {
+        if self.root.is_some() {
+            // SAFETY: kill(2) has no memory-safety preconditions.
+            unsafe { libc::kill(self.pid, libc::SIGTERM) };
+        } else {
+            self.kill();
+        }
+    }
+}
+
+impl Drop for Zygote {
+    fn drop(&mut self) {
+        // Its namespace keeps its own copy of the mounts for as long as it
+        // lives; the node's copy goes now.
+        if let Some(root) = &self.root {
+            root.lock().unwrap().destroy();
+        }
+    }
 }
 
 /// PSS of a process, from `/proc/<pid>/smaps_rollup`.
@@ -147,6 +210,20 @@ pub struct ZygoteConfig {
     /// Where the node listens for new zygotes to connect.
     pub run_dir: PathBuf,
     pub memory_budget_bytes: u64,
+    /// How to contain package zygotes; `None` when the node is not root
+    /// (then they run as the node's user, like its sandboxes).
+    pub contain: Option<Containment>,
+}
+
+/// What a contained zygote is made of.
+#[derive(Debug, Clone)]
+pub struct Containment {
+    /// The read-only trees of its lean root.
+    pub base: Base,
+    pub scratch_mib: u32,
+    /// The sandbox user and group it becomes.
+    pub uid: u32,
+    pub gid: u32,
 }
 
 #[derive(Debug)]
@@ -215,6 +292,8 @@ impl ZygoteTree {
             scope: None,
             paths: Vec::new(),
             import_ms: 0,
+            network: false,
+            root: None,
             control: tokio::sync::Mutex::new(control),
             forks: AtomicU64::new(0),
             last_fork: Mutex::new(Instant::now()),
@@ -235,23 +314,31 @@ impl ZygoteTree {
         self.zygotes.lock().unwrap()[0].clone()
     }
 
-    /// The best zygote in `scope` for a function needing `installed`,
-    /// making one with exactly that set when none exists yet. Falls back to
-    /// the best existing match if a new zygote cannot be made.
-    pub async fn for_packages(&self, installed: &[Installed], scope: &Scope) -> Arc<Zygote> {
+    /// The best zygote in `scope` for a function needing `installed`
+    /// (with internet sockets if `network`), making one with exactly that
+    /// set when none exists yet. Falls back to the best existing match if
+    /// a new zygote cannot be made.
+    pub async fn for_packages(
+        &self,
+        installed: &[Installed],
+        scope: &Scope,
+        network: bool,
+    ) -> Arc<Zygote> {
         let want: BTreeSet<Package> = installed.iter().map(|i| i.package.clone()).collect();
-        let exact =
-            |z: &Zygote| z.packages == want && (z.id == 0 || z.scope.as_ref() == Some(scope));
-        let best = self.best(&want, scope);
+        let exact = |z: &Zygote| {
+            z.packages == want
+                && (z.id == 0 || (z.scope.as_ref() == Some(scope) && z.network == network))
+        };
+        let best = self.best(&want, scope, network);
         if exact(&best) {
             return best;
         }
         let _one = self.creating.lock().await;
-        let best = self.best(&want, scope);
+        let best = self.best(&want, scope, network);
         if exact(&best) {
             return best;
         }
-        match self.fork_child(&best, installed, scope).await {
+        match self.fork_child(&best, installed, scope, network).await {
             Ok(z) => {
                 self.zygotes.lock().unwrap().push(z.clone());
                 self.evict();
@@ -264,13 +351,17 @@ impl ZygoteTree {
         }
     }
 
-    /// The zygote in `scope` with the most packages, all of them in
-    /// `want`; the root if there is none.
-    pub fn best(&self, want: &BTreeSet<Package>, scope: &Scope) -> Arc<Zygote> {
+    /// The zygote in `scope` (and of `network`) with the most packages,
+    /// all of them in `want`; the root if there is none.
+    pub fn best(&self, want: &BTreeSet<Package>, scope: &Scope, network: bool) -> Arc<Zygote> {
         let zygotes = self.zygotes.lock().unwrap();
         zygotes
             .iter()
-            .filter(|z| z.scope.as_ref() == Some(scope) && z.packages.is_subset(want))
+            .filter(|z| {
+                z.scope.as_ref() == Some(scope)
+                    && z.network == network
+                    && z.packages.is_subset(want)
+            })
             .max_by_key(|z| z.packages.len())
             .cloned()
             .unwrap_or_else(|| zygotes[0].clone())
@@ -281,42 +372,94 @@ impl ZygoteTree {
         parent: &Zygote,
         installed: &[Installed],
         scope: &Scope,
+        network: bool,
     ) -> Result<Arc<Zygote>, String> {
         let started = Instant::now();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let sock_path = self.config.run_dir.join(format!("z{id}.sock"));
-        let _ = std::fs::remove_file(&sock_path);
-        let listener = UnixListener::bind(&sock_path).map_err(|e| e.to_string())?;
         let new: Vec<&Installed> = installed
             .iter()
             .filter(|i| !parent.packages.contains(&i.package))
             .collect();
         let paths: Vec<PathBuf> = installed.iter().map(|i| i.path.clone()).collect();
         let modules: Vec<&String> = new.iter().flat_map(|i| &i.modules).collect();
-        let reply = parent
-            .command(json!({
-                "op": "fork_zygote",
-                "connect": sock_path,
-                "paths": paths,
-                "modules": modules,
-            }))
-            .await;
-        let accepted = async {
-            reply?;
+        let mut header = json!({
+            "op": "fork_zygote",
+            "paths": paths,
+            "modules": modules,
+        });
+        // Contained, it connects from inside its root; otherwise through
+        // the run directory.
+        let root = match &self.config.contain {
+            Some(c) => {
+                let path = self.config.run_dir.join("sb").join(format!("z{id}"));
+                let mut root = Root::build(&path, &c.base, c.scratch_mib)
+                    .map_err(|e| format!("cannot build the zygote's root: {e}"))?;
+                if let Err(e) = root.attach(None, &paths) {
+                    root.destroy();
+                    return Err(format!("cannot build the zygote's root: {e}"));
+                }
+                header["contain"] = json!(true);
+                header["root"] = json!(root.path);
+                header["uid"] = json!(c.uid);
+                header["gid"] = json!(c.gid);
+                header["network"] = json!(network);
+                header["seccomp"] = json!(crate::seccomp::zygote_filter_name(network));
+                header["pivot_root_nr"] = json!(libc::SYS_pivot_root);
+                Some(root)
+            }
+            None => None,
+        };
+        let (listen_at, connect) = match &root {
+            Some(root) => (
+                root.host_path("/tmp/zygote.sock"),
+                "/tmp/zygote.sock".into(),
+            ),
+            None => {
+                let path = self.config.run_dir.join(format!("z{id}.sock"));
+                let shown = path.display().to_string();
+                (path, shown)
+            }
+        };
+        header["connect"] = json!(connect);
+        let made = async {
+            let _ = std::fs::remove_file(&listen_at);
+            let listener = UnixListener::bind(&listen_at).map_err(|e| e.to_string())?;
+            if root.is_some() {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&listen_at, std::fs::Permissions::from_mode(0o777))
+                    .map_err(|e| e.to_string())?;
+            }
+            parent
+                .command_with_dir(header, root.as_ref().map(|r| r.path.as_path()))
+                .await?;
             let (mut stream, _) = tokio::time::timeout(Duration::from_secs(120), listener.accept())
                 .await
                 .map_err(|_| "the new zygote did not connect".to_string())?
                 .map_err(|e| e.to_string())?;
+            // Its pid as this node sees it (a contained zygote is PID 1 of
+            // its own namespace, and its parent may be in another).
+            let pid = stream
+                .peer_cred()
+                .ok()
+                .and_then(|c| c.pid())
+                .ok_or("the new zygote's pid is unknown")?;
             let ready = tokio::time::timeout(Duration::from_secs(300), read_frame(&mut stream, 0))
                 .await
                 .map_err(|_| "the new zygote did not finish importing".to_string())?
                 .map_err(|e| e.to_string())?;
-            Ok::<_, String>((stream, ready))
+            Ok::<_, String>((stream, pid, ready))
         }
         .await;
-        let _ = std::fs::remove_file(&sock_path);
-        let (stream, ready) = accepted?;
-        let pid = ready.header.get("pid").and_then(Value::as_i64).unwrap_or(0) as i32;
+        let _ = std::fs::remove_file(&listen_at);
+        let (stream, pid, ready) = match made {
+            Ok(made) => made,
+            Err(e) => {
+                if let Some(mut root) = root {
+                    root.destroy();
+                }
+                return Err(e);
+            }
+        };
         if let Some(failed) = ready.header.get("failed").and_then(Value::as_array)
             && !failed.is_empty()
         {
@@ -330,6 +473,8 @@ impl ZygoteTree {
             scope: Some(scope.clone()),
             paths,
             import_ms: started.elapsed().as_millis() as u64,
+            network,
+            root: root.map(Mutex::new),
             control: tokio::sync::Mutex::new(stream),
             forks: AtomicU64::new(0),
             last_fork: Mutex::new(Instant::now()),
@@ -341,6 +486,7 @@ impl ZygoteTree {
             packages = ?z.packages.iter().map(|p| p.spec(hearth_core::Runtime::Python)).collect::<Vec<_>>(),
             import_ms = z.import_ms,
             scope = ?z.scope,
+            contained = z.root.is_some(),
             "zygote ready"
         );
         Ok(Arc::new(z))
@@ -361,7 +507,7 @@ impl ZygoteTree {
             let Some(i) = victim else { return };
             let z = zygotes.remove(i);
             tracing::info!(zygote = z.id, "zygote evicted (import cache over budget)");
-            z.kill();
+            z.retire();
         }
     }
 
@@ -377,6 +523,8 @@ impl ZygoteTree {
                 pss_bytes: z.pss_bytes(),
                 forks: z.forks.load(Ordering::Relaxed),
                 scope: z.scope.clone(),
+                network: z.network,
+                contained: z.root.is_some(),
             })
             .collect()
     }

@@ -16,14 +16,26 @@ use crate::cgroup::{CgroupLimits, CgroupPool};
 use crate::container::Root;
 use crate::handler::{Handler, LiveGuard};
 use crate::install::Installed;
+use crate::zygote::Zygote;
 
 /// What a zygote needs to make a sandbox (the op is added by the caller).
-pub(super) struct LaunchSpec(Value);
+pub(super) struct LaunchSpec {
+    header: Value,
+    /// The sandbox's root, sent as a descriptor.
+    root: Option<PathBuf>,
+}
 
 impl LaunchSpec {
-    pub(super) fn with_op(mut self, op: &str) -> Value {
-        self.0["op"] = json!(op);
-        self.0
+    pub(super) fn set(&mut self, key: &str, value: Value) {
+        self.header[key] = value;
+    }
+
+    /// Asks `zygote` to make the sandbox with command `op`.
+    pub(super) async fn send(mut self, zygote: &Zygote, op: &str) -> Result<Value, String> {
+        self.header["op"] = json!(op);
+        zygote
+            .command_with_dir(self.header, self.root.as_deref())
+            .await
     }
 }
 
@@ -115,8 +127,9 @@ impl ProcEngine {
             use std::os::unix::fs::PermissionsExt;
             let _ = std::fs::set_permissions(&socket_host, std::fs::Permissions::from_mode(0o777));
         }
-        let spec = LaunchSpec(json!({
-            "root": root_path,
+        let spec = LaunchSpec {
+            root: root_path,
+            header: json!({
             "uid": inner.config.sandbox_uid,
             "gid": inner.config.sandbox_uid,
             "isolation": inner.isolation.as_str(),
@@ -128,18 +141,38 @@ impl ProcEngine {
             "netns": !network,
             "socket": socket_inside,
             "hostname": format!("sandbox-{id}"),
-        }));
+            }),
+        };
         let root_ready = started.elapsed();
         let reply = fork(spec).await;
         let forked = started.elapsed();
-        let pid = match reply {
-            Ok(r) => r.get("pid").and_then(Value::as_i64).unwrap_or(0) as i32,
-            Err(e) => {
+        if let Err(e) = reply {
+            inner.destroy(handler);
+            return Err(InvokeError::Crashed(format!(
+                "could not start the sandbox: {e}"
+            )));
+        }
+        let stream = match tokio::time::timeout(Duration::from_secs(10), listener.accept()).await {
+            Ok(Ok((stream, _))) => stream,
+            Ok(Err(e)) => {
                 inner.destroy(handler);
                 return Err(InvokeError::Crashed(format!(
-                    "could not start the sandbox: {e}"
+                    "the sandbox did not connect: {e}"
                 )));
             }
+            Err(_) => {
+                inner.destroy(handler);
+                return Err(InvokeError::Crashed(
+                    "the sandbox did not connect within 10 s".into(),
+                ));
+            }
+        };
+        let connected = started.elapsed();
+        // Its pid as this node sees it, from the connection: the zygote's
+        // answer counts in the zygote's PID namespace.
+        let Some(pid) = stream.peer_cred().ok().and_then(|c| c.pid()) else {
+            inner.destroy(handler);
+            return Err(InvokeError::Crashed("the sandbox's pid is unknown".into()));
         };
         handler.pid = pid;
         // Into the cgroup before the node sends anything: user code runs
@@ -152,32 +185,15 @@ impl ProcEngine {
                 "cannot move the sandbox into its cgroup: {e}"
             )));
         }
-        let joined = started.elapsed();
-        match tokio::time::timeout(Duration::from_secs(10), listener.accept()).await {
-            Ok(Ok((stream, _))) => {
-                tracing::debug!(
-                    ?root_ready,
-                    ?forked,
-                    ?joined,
-                    connected = ?started.elapsed(),
-                    "sandbox launched"
-                );
-                handler.conn = Some(stream);
-                Ok(handler)
-            }
-            Ok(Err(e)) => {
-                inner.destroy(handler);
-                Err(InvokeError::Crashed(format!(
-                    "the sandbox did not connect: {e}"
-                )))
-            }
-            Err(_) => {
-                inner.destroy(handler);
-                Err(InvokeError::Crashed(
-                    "the sandbox did not connect within 10 s".into(),
-                ))
-            }
-        }
+        tracing::debug!(
+            ?root_ready,
+            ?forked,
+            ?connected,
+            joined = ?started.elapsed(),
+            "sandbox launched"
+        );
+        handler.conn = Some(stream);
+        Ok(handler)
     }
 
     /// Installs packages for one handler alone, as if there were no
@@ -222,15 +238,16 @@ impl ProcEngine {
         };
         // Network sockets stay closed for generic processes; outbound HTTP
         // goes through the host.
-        self.launch(None, &[], limits, false, |spec| async move {
-            let mut v = spec.with_op("spawn");
-            v["keep_stderr"] = json!(true);
+        self.launch(None, &[], limits, false, |mut spec| async move {
+            spec.set("keep_stderr", json!(true));
             // V8 reserves far more address space than it uses: no RLIMIT_AS.
-            v["extra_memory_bytes"] = json!(0);
-            v["argv"] = json!([node, helper]);
-            v["env"] =
-                json!({"PATH": "/usr/bin:/bin", "HOME": "/tmp", "NODE_PATH": "/node_modules"});
-            root.command(v).await
+            spec.set("extra_memory_bytes", json!(0));
+            spec.set("argv", json!([node, helper]));
+            spec.set(
+                "env",
+                json!({"PATH": "/usr/bin:/bin", "HOME": "/tmp", "NODE_PATH": "/node_modules"}),
+            );
+            spec.send(&root, "spawn").await
         })
         .await
     }

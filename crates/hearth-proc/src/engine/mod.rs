@@ -32,7 +32,7 @@ use crate::handler::{Handler, HandlerCache};
 use crate::install::{InstallCache, Installed};
 use crate::proto::{read_frame, write_frame};
 use crate::session::converse;
-use crate::zygote::{Scope, ZygoteConfig, ZygoteTree};
+use crate::zygote::{Containment, Scope, ZygoteConfig, ZygoteTree};
 
 mod launch;
 mod pool;
@@ -83,6 +83,12 @@ impl ProcEngine {
         let run = dir.join("run");
         let _ = std::fs::remove_dir_all(&run);
         std::fs::create_dir_all(run.join("sb"))?;
+        // Sandboxes enter their roots by descriptor, never by this path: a
+        // zygote that kept a root's descriptor finds no other root beside it.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(run.join("sb"), std::fs::Permissions::from_mode(0o700))?;
+        }
         std::fs::create_dir_all(dir.join("code"))?;
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
@@ -90,6 +96,8 @@ impl ProcEngine {
         let nonet = crate::seccomp::compile(false).map_err(anyhow::Error::msg)?;
         let net = crate::seccomp::compile(true).map_err(anyhow::Error::msg)?;
         let no_clone3 = crate::seccomp::compile_no_clone3().map_err(anyhow::Error::msg)?;
+        let zygote_nonet = crate::seccomp::compile_zygote(false).map_err(anyhow::Error::msg)?;
+        let zygote_net = crate::seccomp::compile_zygote(true).map_err(anyhow::Error::msg)?;
         let base = Base::create(
             &run.join("base"),
             &[
@@ -98,6 +106,8 @@ impl ProcEngine {
                 ("nonet.bpf", &nonet),
                 ("net.bpf", &net),
                 ("noclone3.bpf", &no_clone3),
+                ("zygote-nonet.bpf", &zygote_nonet),
+                ("zygote-net.bpf", &zygote_net),
             ],
             root,
         )
@@ -253,6 +263,12 @@ impl ProcEngine {
                     helper: inner.base.hearth.join("helper.py"),
                     run_dir: inner.config.dir.join("run"),
                     memory_budget_bytes: inner.config.zygote_budget_bytes,
+                    contain: (inner.isolation == Isolation::Full).then(|| Containment {
+                        base: inner.base.clone(),
+                        scratch_mib: inner.config.scratch_mib,
+                        uid: inner.config.sandbox_uid,
+                        gid: inner.config.sandbox_uid,
+                    }),
                 })
                 .await?;
                 if let Some(pool) = &inner.cgroups
@@ -474,7 +490,7 @@ impl ProcPrepared {
         let mode = engine.0.config.colocation.mode_for(&v.tenant);
         let zygote = match Scope::for_function(mode, &v.tenant, &v.name) {
             Some(scope) if caches.install && caches.import => {
-                tree.for_packages(&installed, &scope).await
+                tree.for_packages(&installed, &scope, self.network()).await
             }
             _ => tree.root(),
         };
@@ -500,7 +516,7 @@ impl ProcPrepared {
                     let zygote = zygote.clone();
                     async move {
                         zygote.used();
-                        zygote.command(spec.with_op("fork_handler")).await
+                        spec.send(&zygote, "fork_handler").await
                     }
                 },
             )

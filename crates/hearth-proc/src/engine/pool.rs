@@ -176,7 +176,7 @@ impl ProcEngine {
                 // Network sockets stay closed (the filter is chosen at
                 // fork): functions that may open them are not pooled.
                 self.launch(None, &[], limits, false, |spec| async move {
-                    root.command(spec.with_op("fork_handler")).await
+                    spec.send(&root, "fork_handler").await
                 })
                 .await
             }

@@ -216,28 +216,38 @@ async fn hostile_python_is_contained_and_others_keep_serving() {
 /// A wheel made by hand (a zip with a module and its dist-info), so the
 /// test needs no network: the daemon installs from a local directory.
 pub(crate) fn write_wheel(dir: &std::path::Path) {
+    write_wheel_of(
+        dir,
+        "tinypkg",
+        "1.2.0",
+        "import time\nIMPORTED_AT = time.time()\nVERSION = '1.2.0'\n",
+    );
+}
+
+/// A wheel of package `name` whose `__init__.py` is `init`.
+pub(crate) fn write_wheel_of(dir: &std::path::Path, name: &str, version: &str, init: &str) {
     use std::io::Write;
-    let file = std::fs::File::create(dir.join("tinypkg-1.2.0-py3-none-any.whl")).unwrap();
+    let file =
+        std::fs::File::create(dir.join(format!("{name}-{version}-py3-none-any.whl"))).unwrap();
     let mut w = zip::ZipWriter::new(file);
     let o = zip::write::SimpleFileOptions::default();
+    let info = format!("{name}-{version}.dist-info");
     let files = [
+        (format!("{name}/__init__.py"), init.to_string()),
         (
-            "tinypkg/__init__.py",
-            "import time\nIMPORTED_AT = time.time()\nVERSION = '1.2.0'\n",
+            format!("{info}/METADATA"),
+            format!("Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"),
         ),
         (
-            "tinypkg-1.2.0.dist-info/METADATA",
-            "Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.2.0\n",
+            format!("{info}/WHEEL"),
+            "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+                .into(),
         ),
-        (
-            "tinypkg-1.2.0.dist-info/WHEEL",
-            "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-        ),
-        ("tinypkg-1.2.0.dist-info/top_level.txt", "tinypkg\n"),
-        ("tinypkg-1.2.0.dist-info/RECORD", ""),
+        (format!("{info}/top_level.txt"), format!("{name}\n")),
+        (format!("{info}/RECORD"), String::new()),
     ];
-    for (name, text) in files {
-        w.start_file(name, o).unwrap();
+    for (path, text) in files {
+        w.start_file(path, o).unwrap();
         w.write_all(text.as_bytes()).unwrap();
     }
     w.finish().unwrap();

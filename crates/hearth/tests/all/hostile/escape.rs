@@ -157,3 +157,106 @@ async fn no_package_code_runs_at_install() {
     assert_eq!(status, 400, "{msg}");
     assert!(msg.contains("../../../tmp/x"), "{msg}");
 }
+
+/// What a package's import-time code tries, as the `probe` module's
+/// globals: which user it is, whether it sees the host's files, the
+/// daemon's token or a world-writable host directory, and which calls it
+/// may make.
+fn probe_package(token: &std::path::Path, open_dir: &std::path::Path) -> String {
+    format!(
+        r#"import ctypes, os, signal, socket, time
+IMPORTED_AT = time.time()
+PROBE = {{"uid": os.getuid(), "root": sorted(os.listdir("/"))}}
+def attempt(name, f):
+    try:
+        f()
+        PROBE[name] = "done"
+    except OSError as e:
+        PROBE[name] = e.errno
+attempt("read_token", lambda: open({token:?}).read())
+attempt("write_host", lambda: open({marker:?}, "w").write("x"))
+attempt("inet_socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).close())
+libc = ctypes.CDLL(None, use_errno=True)
+def in_child(name, nr, *args):
+    # In a child, so that a call that works changes nothing here.
+    old = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if libc.syscall(nr, *args) >= 0 else ctypes.get_errno())
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    signal.signal(signal.SIGCHLD, old)
+    PROBE[name] = "done" if code == 0 else code
+in_child("io_uring_setup", {uring}, 1, None)
+in_child("new_user_ns", {unshare}, {newuser})
+# An unknown file system: refused (ENODEV) even for root, if it gets that far.
+in_child("mount", {mount}, b"none", b"/", b"nosuchfs", 0, None)
+"#,
+        token = token.display().to_string(),
+        marker = open_dir.join("written-at-import").display().to_string(),
+        uring = libc::SYS_io_uring_setup,
+        unshare = libc::SYS_unshare,
+        newuser = libc::CLONE_NEWUSER,
+        mount = libc::SYS_mount,
+    )
+}
+
+#[tokio::test]
+async fn a_packages_import_time_code_runs_contained_in_its_zygote() {
+    let wheels = tempfile::tempdir().unwrap();
+    // A host directory anyone may write: only the zygote's root keeps
+    // import-time code out of it.
+    let open_dir = tempfile::tempdir().unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(open_dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let d = Daemon::start_with(&["--offline-packages", wheels.path().to_str().unwrap()]);
+    crate::process::write_wheel_of(
+        wheels.path(),
+        "probe",
+        "1.0",
+        &probe_package(&d.dir.join("token"), open_dir.path()),
+    );
+    let handler = "import probe, json\ndef handler(e, c):\n    return {'probe': probe.PROBE, 'imported_at': probe.IMPORTED_AT}\n";
+    let bundle = crate::harness::tar_of(&[
+        ("handler.py", handler),
+        ("requirements.txt", "probe==1.0\n"),
+    ]);
+    for name in ["p1", "p2"] {
+        d.deploy(
+            name,
+            bundle.clone(),
+            &[("runtime", "python"), ("file_name", "fn.tar")],
+        )
+        .await;
+    }
+    let (s1, b1) = d.call("p1", "", "").await;
+    let (s2, b2) = d.call("p2", "", "").await;
+    assert_eq!((s1, s2), (200, 200), "{b1} {b2}");
+    let v1: serde_json::Value = serde_json::from_str(&b1).unwrap();
+    let v2: serde_json::Value = serde_json::from_str(&b2).unwrap();
+    assert_eq!(
+        v1["imported_at"], v2["imported_at"],
+        "the package was imported once, by a zygote both handlers forked from"
+    );
+    let probe = &v1["probe"];
+    assert_eq!(probe["uid"], 65534, "import-time code ran as root: {probe}");
+    let root: Vec<&str> = probe["root"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    for host_only in ["root", "home", "proc", "sys", "var"] {
+        assert!(
+            !root.contains(&host_only),
+            "import-time code saw the host's /{host_only}: {root:?}"
+        );
+    }
+    assert_eq!(probe["read_token"], libc::ENOENT, "{probe}");
+    assert_eq!(probe["write_host"], libc::ENOENT, "{probe}");
+    assert!(!open_dir.path().join("written-at-import").exists());
+    for call in ["inet_socket", "io_uring_setup", "new_user_ns", "mount"] {
+        assert_eq!(probe[call], libc::EPERM, "{call}: {probe}");
+    }
+}
