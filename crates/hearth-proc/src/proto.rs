@@ -86,36 +86,6 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
     w.flush().await
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn frames_round_trip_and_oversized_bodies_are_refused() {
-        let (mut a, mut b) = tokio::io::duplex(1 << 16);
-        write_frame(&mut a, &serde_json::json!({"op": "x"}), b"\x00\xffbody")
-            .await
-            .unwrap();
-        let f = read_frame(&mut b, 100).await.unwrap();
-        assert_eq!(f.str("op"), "x");
-        assert_eq!(f.body, b"\x00\xffbody");
-        let h = Frame {
-            header: serde_json::json!({"h": [["a", "1"], ["bad"], ["b", "2"]]}),
-            body: Vec::new(),
-        };
-        assert_eq!(
-            h.pairs("h"),
-            [("a".into(), "1".into()), ("b".into(), "2".into())]
-        );
-        assert!(h.pairs("missing").is_empty());
-        write_frame(&mut a, &serde_json::json!({}), &[0u8; 200])
-            .await
-            .unwrap();
-        let err = read_frame(&mut b, 100).await.unwrap_err();
-        assert!(err.to_string().contains("over the limit"), "{err}");
-    }
-}
-
 /// Sends the descriptor `fd` over `stream`, as the ancillary data of one
 /// byte (`F`), after a frame that says one follows (`"fds": 1`): the
 /// helper reads that byte with `socket.recv_fds`.
@@ -145,5 +115,35 @@ pub async fn send_fd(
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_round_trip_and_oversized_bodies_are_refused() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        write_frame(&mut a, &serde_json::json!({"op": "x"}), b"\x00\xffbody")
+            .await
+            .unwrap();
+        let f = read_frame(&mut b, 100).await.unwrap();
+        assert_eq!(f.str("op"), "x");
+        assert_eq!(f.body, b"\x00\xffbody");
+        let h = Frame {
+            header: serde_json::json!({"h": [["a", "1"], ["bad"], ["b", "2"]]}),
+            body: Vec::new(),
+        };
+        assert_eq!(
+            h.pairs("h"),
+            [("a".into(), "1".into()), ("b".into(), "2".into())]
+        );
+        assert!(h.pairs("missing").is_empty());
+        write_frame(&mut a, &serde_json::json!({}), &[0u8; 200])
+            .await
+            .unwrap();
+        let err = read_frame(&mut b, 100).await.unwrap_err();
+        assert!(err.to_string().contains("over the limit"), "{err}");
     }
 }
