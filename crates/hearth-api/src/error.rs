@@ -25,6 +25,8 @@ pub enum ApiError {
     BadGateway(String),
     /// 504: the node did not answer in time.
     GatewayTimeout(String),
+    /// 507: a tenant's storage quota would be exceeded.
+    QuotaExceeded(&'static str, String),
 }
 
 impl ApiError {
@@ -42,6 +44,7 @@ impl ApiError {
             ApiError::Internal(m) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", m),
             ApiError::BadGateway(m) => (StatusCode::BAD_GATEWAY, "node_failed", m),
             ApiError::GatewayTimeout(m) => (StatusCode::GATEWAY_TIMEOUT, "timeout", m),
+            ApiError::QuotaExceeded(kind, m) => (StatusCode::INSUFFICIENT_STORAGE, kind, m),
         }
     }
 }
@@ -75,6 +78,7 @@ impl From<NodeError> for ApiError {
                 ApiError::BadRequest(msg)
             }
             NodeError::Store(_) | NodeError::Internal(_) => ApiError::Internal(msg),
+            NodeError::CodeQuota { .. } => ApiError::QuotaExceeded("code_quota_exceeded", msg),
         }
     }
 }

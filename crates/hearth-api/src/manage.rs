@@ -61,12 +61,19 @@ pub(crate) async fn status(State(s): S, headers: HeaderMap) -> Result<Json<Value
     let (running, share) = s.node.tenant_in_flight(&p.tenant);
     let tenant = p.tenant.clone();
     let kv_bytes = blocking(&s, move |st| st.kv_bytes(&tenant)).await?;
+    let (code_bytes, _) = s.node.code_bytes(&p.tenant).await?;
     status["tenant"] = json!({
         "name": p.tenant,
         "in_flight": running,
         "max_concurrency": share,
         "kv_bytes": kv_bytes,
         "kv_max_bytes": s.node.kv_max_tenant_bytes(),
+        "recording_bytes": s.node.recorder().map(|r| {
+            r.stats().tenant_bytes.lock().unwrap().get(&p.tenant).copied().unwrap_or(0)
+        }),
+        "recording_max_bytes": s.node.recorder().map(|r| r.max_tenant_bytes()),
+        "code_bytes": code_bytes,
+        "code_max_bytes": s.node.max_code_bytes_per_tenant(),
     });
     if p.role == Role::Admin {
         status["loaded"] = json!(s.node.loaded());

@@ -43,6 +43,9 @@ pub struct NodeConfig {
     pub per_function_metrics: bool,
     /// Invocations one tenant may have running at once ([`crate::share`]).
     pub max_concurrency_per_tenant: usize,
+    /// Bytes of artifacts one tenant may keep deployed (every version of
+    /// every function, each artifact once).
+    pub max_code_bytes_per_tenant: u64,
 }
 
 impl Default for NodeConfig {
@@ -55,6 +58,7 @@ impl Default for NodeConfig {
             colocation: crate::DefaultColocation::default(),
             per_function_metrics: false,
             max_concurrency_per_tenant: 768,
+            max_code_bytes_per_tenant: 1 << 30,
         }
     }
 }
@@ -80,6 +84,13 @@ pub enum NodeError {
     Store(#[from] StoreError),
     /// internal error: {0}
     Internal(String),
+    /// tenant {tenant} keeps {used} bytes of code and this deploy adds {adding}, over its quota of {quota} bytes: delete functions it no longer needs (`hearth rm`), or ask the operator for more (--max-code-mib-per-tenant)
+    CodeQuota {
+        tenant: String,
+        used: u64,
+        adding: u64,
+        quota: u64,
+    },
 }
 
 /// Whether an invocation had to prepare its version first.
@@ -144,6 +155,8 @@ pub struct Node {
     recorder: Option<Arc<Recorder>>,
     /// Where missing artifacts come from; `None`: nowhere (single node).
     artifact_source: Option<Arc<dyn ArtifactSource>>,
+    /// Held from a deploy's quota check to its version.
+    deploying: tokio::sync::Mutex<()>,
 }
 
 impl Node {
@@ -171,6 +184,7 @@ impl Node {
             modes: Default::default(),
             recorder: None,
             artifact_source: None,
+            deploying: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -183,6 +197,11 @@ impl Node {
     /// Bytes of KV one tenant may keep.
     pub fn kv_max_tenant_bytes(&self) -> u64 {
         self.host.limits.kv_max_tenant_bytes
+    }
+
+    /// Bytes of code one tenant may keep deployed.
+    pub fn max_code_bytes_per_tenant(&self) -> u64 {
+        self.config.max_code_bytes_per_tenant
     }
 
     /// `tenant`'s invocations running now, against its share.
@@ -415,10 +434,29 @@ impl Node {
         }
         let engine = self.engine_for(&spec)?;
         let compiled = engine.compile(spec.runtime, source).await?;
+        // One deploy at a time from the quota check to the version, so two
+        // cannot both fit in what is left.
+        let _quota = self.deploying.lock().await;
+        let artifact = compiled.artifact;
+        let hash = hearth_store::sha256_hex(&artifact);
+        let (used, held) = self.code_bytes(tenant).await?;
+        let adding = if held.contains(&hash) {
+            0
+        } else {
+            artifact.len() as u64
+        };
+        let quota = self.config.max_code_bytes_per_tenant;
+        if adding > 0 && used + adding > quota {
+            return Err(NodeError::CodeQuota {
+                tenant: tenant.to_string(),
+                used,
+                adding,
+                quota,
+            });
+        }
         // The artifact is durable before the registry names it, so a crash
         // between the two leaves an unreferenced file, never a dangling version.
         let artifacts = self.artifacts.clone();
-        let artifact = compiled.artifact;
         let hash = tokio::task::spawn_blocking(move || artifacts.put(&artifact))
             .await
             .map_err(|e| NodeError::Internal(e.to_string()))??;
@@ -435,6 +473,37 @@ impl Node {
             version,
             compile_ms: compiled.compile_ms,
         })
+    }
+
+    /// Bytes of code `tenant` keeps deployed (each artifact its versions
+    /// name, once), and those artifacts.
+    pub async fn code_bytes(
+        &self,
+        tenant: &str,
+    ) -> Result<(u64, std::collections::HashSet<String>), NodeError> {
+        let t = tenant.to_string();
+        let hashes = self
+            .blocking(move |s| {
+                let mut hashes = std::collections::HashSet::new();
+                for f in s.list_functions(&t)? {
+                    for v in s.list_versions(&t, &f.name)? {
+                        hashes.insert(v.artifact);
+                    }
+                }
+                Ok(hashes)
+            })
+            .await?;
+        let artifacts = self.artifacts.clone();
+        tokio::task::spawn_blocking(move || {
+            let bytes = hashes
+                .iter()
+                .filter_map(|h| std::fs::metadata(artifacts.path_of(h)).ok())
+                .map(|m| m.len())
+                .sum();
+            (bytes, hashes)
+        })
+        .await
+        .map_err(|e| NodeError::Internal(e.to_string()))
     }
 
     /// Removes a function and everything of it. False if it did not exist.

@@ -206,9 +206,8 @@ impl Cgroup {
         }
     }
 
-    pub fn set_limits(&self, limits: CgroupLimits) -> io::Result<()> {
-        const PERIOD_US: u64 = 100_000;
-        let quota = PERIOD_US * u64::from(limits.cpu_percent.max(1)) / 100;
+    /// Memory (and swap) and process-count limits, no CPU limit.
+    fn set_memory_and_pids(&self, memory_bytes: u64, max_pids: u32) -> io::Result<()> {
         match self.version {
             CgroupVersion::V1 => {
                 let mem = self.dir("memory");
@@ -216,25 +215,34 @@ impl Cgroup {
                 // being stopped; where the kernel accounts swap, cap it too.
                 // memory+swap may never be below memory: lift it first, so a
                 // pooled group can take a larger limit than its last user's.
-                let bytes = limits.memory_bytes.to_string();
+                let bytes = memory_bytes.to_string();
                 let memsw = mem.join("memory.memsw.limit_in_bytes");
                 let _ = fs::write(&memsw, "-1");
                 write(mem.join("memory.limit_in_bytes"), &bytes)?;
                 let _ = fs::write(&memsw, &bytes);
-                write(
-                    self.dir("pids").join("pids.max"),
-                    limits.max_pids.to_string(),
-                )?;
+                write(self.dir("pids").join("pids.max"), max_pids.to_string())
+            }
+            CgroupVersion::V2 => {
+                let d = &self.dirs[0];
+                write(d.join("memory.max"), memory_bytes.to_string())?;
+                let _ = fs::write(d.join("memory.swap.max"), "0");
+                write(d.join("pids.max"), max_pids.to_string())
+            }
+        }
+    }
+
+    pub fn set_limits(&self, limits: CgroupLimits) -> io::Result<()> {
+        const PERIOD_US: u64 = 100_000;
+        let quota = PERIOD_US * u64::from(limits.cpu_percent.max(1)) / 100;
+        self.set_memory_and_pids(limits.memory_bytes, limits.max_pids)?;
+        match self.version {
+            CgroupVersion::V1 => {
                 let cpu = self.dir("cpu");
                 write(cpu.join("cpu.cfs_period_us"), PERIOD_US.to_string())?;
                 write(cpu.join("cpu.cfs_quota_us"), quota.to_string())?;
             }
             CgroupVersion::V2 => {
-                let d = &self.dirs[0];
-                write(d.join("memory.max"), limits.memory_bytes.to_string())?;
-                let _ = fs::write(d.join("memory.swap.max"), "0");
-                write(d.join("pids.max"), limits.max_pids.to_string())?;
-                write(d.join("cpu.max"), format!("{quota} {PERIOD_US}"))?;
+                write(self.dirs[0].join("cpu.max"), format!("{quota} {PERIOD_US}"))?;
             }
         }
         Ok(())
@@ -402,16 +410,33 @@ impl CgroupPool {
     }
 
     /// Moves the root zygote (and so, at fork, everything it makes until
-    /// moved on) into this node's `zygotes` group of the first hierarchy,
-    /// where its memory is accounted, and remembers it for `prewarm`.
-    pub fn adopt_zygote(&self, pid: i32) -> io::Result<()> {
-        let dir = self.cgroups.bases[0].join("zygotes");
-        match fs::create_dir(&dir) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
-            _ => {}
+    /// moved on) into this node's `zygotes` group, where its memory is
+    /// accounted and limited: every zygote together may hold at most
+    /// `memory_bytes` and `max_pids` processes, so a package that
+    /// allocates or forks without end when imported is stopped there (the
+    /// kernel kills the largest zygote), not by the machine. Remembers the
+    /// root for `prewarm`.
+    pub fn adopt_zygote(&self, pid: i32, memory_bytes: u64, max_pids: u32) -> io::Result<()> {
+        let dirs: Vec<PathBuf> = self
+            .cgroups
+            .bases
+            .iter()
+            .map(|b| b.join("zygotes"))
+            .collect();
+        for dir in &dirs {
+            match fs::create_dir(dir) {
+                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+                _ => {}
+            }
         }
-        let procs = dir.join("cgroup.procs");
-        write(&procs, pid.to_string())?;
+        let group = Cgroup {
+            version: self.cgroups.version,
+            dirs,
+            oom_baseline: 0,
+        };
+        group.set_memory_and_pids(memory_bytes, max_pids)?;
+        group.add(pid)?;
+        let procs = group.dirs[0].join("cgroup.procs");
         *self.anchor.lock().unwrap() = Some((procs, pid));
         Ok(())
     }

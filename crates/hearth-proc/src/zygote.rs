@@ -341,7 +341,7 @@ impl ZygoteTree {
         match self.fork_child(&best, installed, scope, network).await {
             Ok(z) => {
                 self.zygotes.lock().unwrap().push(z.clone());
-                self.evict();
+                self.evict(Some(z.id));
                 z
             }
             Err(e) => {
@@ -446,7 +446,12 @@ impl ZygoteTree {
             let ready = tokio::time::timeout(Duration::from_secs(300), read_frame(&mut stream, 0))
                 .await
                 .map_err(|_| "the new zygote did not finish importing".to_string())?
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| {
+                    format!(
+                        "the new zygote ended while importing ({e}): a package crashed it, \
+                         or took more than the zygotes' memory limit"
+                    )
+                })?;
             Ok::<_, String>((stream, pid, ready))
         }
         .await;
@@ -492,8 +497,9 @@ impl ZygoteTree {
         Ok(Arc::new(z))
     }
 
-    /// Frees zygotes until their memory is within the budget.
-    pub fn evict(&self) {
+    /// Frees zygotes until their memory is within the budget; never
+    /// `keep` (the one just made, about to be forked from, however large).
+    pub fn evict(&self, keep: Option<u64>) {
         let mut zygotes = self.zygotes.lock().unwrap();
         loop {
             let total: u64 = zygotes.iter().map(|z| z.pss_bytes()).sum();
@@ -501,9 +507,12 @@ impl ZygoteTree {
                 return;
             }
             let now = Instant::now();
-            let victim = (1..zygotes.len()).min_by(|&a, &b| {
-                benefit_per_byte(&zygotes[a], now).total_cmp(&benefit_per_byte(&zygotes[b], now))
-            });
+            let victim = (1..zygotes.len())
+                .filter(|&i| Some(zygotes[i].id) != keep)
+                .min_by(|&a, &b| {
+                    benefit_per_byte(&zygotes[a], now)
+                        .total_cmp(&benefit_per_byte(&zygotes[b], now))
+                });
             let Some(i) = victim else { return };
             let z = zygotes.remove(i);
             tracing::info!(zygote = z.id, "zygote evicted (import cache over budget)");

@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hearth_core::RecordPolicy;
-use hearth_store::{BlobEntry, TapeBlock};
+use hearth_store::BlobEntry;
 use tokio::sync::oneshot;
 
 use crate::RecordError;
@@ -32,6 +32,8 @@ use crate::pending::{
 use crate::priority::WriterPriority;
 use crate::recording::{Hash, RecordingRef};
 use crate::segment::{self, SEGMENT_MAGIC};
+
+mod retention;
 
 /// When an invocation's tape counts as kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,8 +68,11 @@ pub struct RecordConfig {
     /// Tapes older than this are deleted unless their function keeps them
     /// longer (see [`RecordPolicy`]).
     pub max_age: Duration,
-    /// Segment files never take more than this; the oldest go first.
+    /// Segment files never take more than this; the tenant holding the
+    /// most loses its oldest tapes first (see `writer/retention.rs`).
     pub max_bytes: u64,
+    /// No tenant's tapes take more than this; its oldest go first.
+    pub max_tenant_bytes: u64,
     /// How often retention runs.
     pub sweep_interval: Duration,
     /// Tapes waiting to be written before new ones are dropped (and counted).
@@ -87,6 +92,7 @@ impl Default for RecordConfig {
             segment_age: Duration::from_secs(3600),
             max_age: Duration::from_secs(7 * 24 * 3600),
             max_bytes: 1 << 30,
+            max_tenant_bytes: u64::MAX,
             sweep_interval: Duration::from_secs(60),
             queue: 65_536,
             queue_bytes: 256 << 20,
@@ -102,6 +108,9 @@ pub struct RecorderStats {
     /// Bytes appended to segments.
     pub bytes: AtomicU64,
     pub expired: AtomicU64,
+    /// Bytes of segment files each tenant's tapes take, as of the last
+    /// sweep.
+    pub tenant_bytes: Mutex<HashMap<String, u64>>,
     /// Tapes handed over and not yet written, and their encoded bytes.
     /// Each shard adds its tapes in batches (see `Shards::push`), so
     /// this is short by under 64 tapes (or 64 KiB) per shard.
@@ -132,6 +141,7 @@ pub struct Recorder {
     closed: AtomicBool,
     archive: Arc<Archive>,
     durability: Durability,
+    max_tenant_bytes: u64,
     stats: Arc<RecorderStats>,
     /// The writer, to unpark; and to join, once.
     writer: std::thread::Thread,
@@ -183,6 +193,7 @@ impl Recorder {
             writer: thread.thread().clone(),
             archive,
             durability: config.durability,
+            max_tenant_bytes: config.max_tenant_bytes,
             stats,
             thread: Mutex::new(Some(thread)),
             priority,
@@ -195,6 +206,11 @@ impl Recorder {
 
     pub fn stats(&self) -> &RecorderStats {
         &self.stats
+    }
+
+    /// Room one tenant's tapes may take.
+    pub fn max_tenant_bytes(&self) -> u64 {
+        self.max_tenant_bytes
     }
 
     pub fn durability(&self) -> Durability {
@@ -560,138 +576,6 @@ impl Writer {
         self.current = Segment::create(&self.archive, self.current.n + 1)?;
         self.known.clear();
         Ok(())
-    }
-
-    fn sweep_logged(&mut self) {
-        if let Err(e) = self.sweep() {
-            tracing::warn!(error = %e, "recording retention failed");
-        }
-    }
-
-    /// How long `row`'s function keeps tapes that succeeded and that
-    /// failed: its own settings, or the node's.
-    fn keep_for(&mut self, row: &TapeBlock) -> (Duration, Duration) {
-        let key = (row.tenant.clone(), row.function.clone());
-        let store = self.archive.store().clone();
-        let policy = *self.policies.entry(key).or_insert_with(|| {
-            store
-                .get_version(&row.tenant, &row.function, None)
-                .ok()
-                .flatten()
-                .map(|v| v.spec.record)
-                .unwrap_or_default()
-        });
-        let or_default = |s: Option<u64>| s.map_or(self.config.max_age, Duration::from_secs);
-        (
-            or_default(policy.keep_ok_s),
-            or_default(policy.keep_errors_s),
-        )
-    }
-
-    /// Retention, a block and function at a time (a tape lives as long as
-    /// the newest tape of its block, at most one flush interval more):
-    /// forget expired rows, or only their successful tapes when failures
-    /// are kept longer; delete a closed segment once no row is left, or
-    /// once it is older than the node's maximum age (moving forward the
-    /// tapes whose function keeps them longer); then delete the oldest
-    /// segments while the total is over the size cap.
-    fn sweep(&mut self) -> Result<(), RecordError> {
-        self.policies.clear();
-        let now = hearth_core::unix_time_ms();
-        let store = self.archive.store().clone();
-        let closed: Vec<u64> = self
-            .archive
-            .segments()?
-            .into_iter()
-            .filter(|&n| n != self.current.n)
-            .collect();
-        let age = |ms: i64| Duration::from_millis(now.saturating_sub(ms).max(0) as u64);
-        for &n in &closed {
-            let (mut gone, mut ok_gone, mut kept) = (Vec::new(), Vec::new(), Vec::new());
-            let mut expired = 0;
-            for mut row in store.blocks_in_segment(n)? {
-                let (keep_ok, keep_errors) = self.keep_for(&row);
-                let ok_expired = row.ok_expired || age(row.last_ms) > keep_ok;
-                let errors_expired = row.errors == 0 || age(row.last_ms) > keep_errors;
-                if ok_expired && errors_expired {
-                    expired += if row.ok_expired {
-                        row.errors
-                    } else {
-                        row.count
-                    };
-                    gone.push(row);
-                } else if ok_expired && !row.ok_expired {
-                    expired += row.count - row.errors;
-                    row.ok_expired = true;
-                    ok_gone.push(row.clone());
-                    kept.push(row);
-                } else {
-                    kept.push(row);
-                }
-            }
-            if !gone.is_empty() || !ok_gone.is_empty() {
-                self.stats
-                    .expired
-                    .fetch_add(expired as u64, Ordering::Relaxed);
-                store.expire_blocks(&gone, &ok_gone)?;
-            }
-            let newest = kept.iter().map(|r| r.last_ms).max().unwrap_or(0);
-            if kept.is_empty() {
-                self.delete_segment(n)?;
-            } else if age(newest) > self.config.max_age {
-                // Only tapes kept longer than the node's default are left:
-                // move them to the current segment so this one can go.
-                let mut moved = Pending::default();
-                for r in self.archive.read_rows(&kept)? {
-                    moved.push(r.borrowed())?;
-                }
-                self.write(&[moved], Some(n))?;
-                self.delete_segment(n)?;
-            }
-        }
-        // The size cap is hard: oldest segments go whole.
-        let mut remaining: Vec<u64> = self
-            .archive
-            .segments()?
-            .into_iter()
-            .filter(|&n| n != self.current.n)
-            .collect();
-        let archive = self.archive.clone();
-        let size = |n: u64| {
-            std::fs::metadata(archive.segment_path(n))
-                .map(|m| m.len())
-                .unwrap_or(0)
-        };
-        let mut total: u64 = remaining.iter().map(|&n| size(n)).sum::<u64>() + self.current.len;
-        while total > self.config.max_bytes && !remaining.is_empty() {
-            let n = remaining.remove(0);
-            let lost: u32 = store
-                .blocks_in_segment(n)?
-                .iter()
-                .map(|r| if r.ok_expired { r.errors } else { r.count })
-                .sum();
-            tracing::warn!(
-                segment = n,
-                tapes = lost,
-                "recordings are over their size limit; deleting the oldest segment"
-            );
-            self.stats.expired.fetch_add(lost as u64, Ordering::Relaxed);
-            total = total.saturating_sub(size(n));
-            self.delete_segment(n)?;
-        }
-        Ok(())
-    }
-
-    fn delete_segment(&mut self, n: u64) -> Result<(), RecordError> {
-        // Index first: a crash in between leaves an unindexed file, which
-        // the next start indexes again and a sweep then judges anew, never
-        // an index row pointing at nothing.
-        self.archive.store().unindex_segment(n, 0)?;
-        match std::fs::remove_file(self.archive.segment_path(n)) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e.into()),
-        }
     }
 }
 

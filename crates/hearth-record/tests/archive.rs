@@ -440,3 +440,68 @@ async fn listing_walks_blocks_newest_first_and_filters() {
         .collect();
     assert_eq!(got, want);
 }
+
+/// Tenant `b` floods the recorder past its room; tenant `a`, which wrote
+/// first (so its tapes share the oldest segment with `b`'s), loses none.
+#[tokio::test]
+async fn a_tenant_over_the_room_loses_its_own_oldest_tapes_not_its_neighbours() {
+    for (max_bytes, max_tenant_bytes) in [(300 << 10, u64::MAX), (u64::MAX, 200 << 10)] {
+        let fx = Fixture::new();
+        let rec = fx.recorder(RecordConfig {
+            segment_bytes: 64 << 10,
+            max_bytes,
+            max_tenant_bytes,
+            ..RecordConfig::default()
+        });
+        let now = hearth_core::unix_time_ms();
+        let mine: Vec<Recording> = (0..3)
+            .map(|i| recording("a", "f", &format!("a{i}"), true, now))
+            .collect();
+        for r in &mine {
+            rec.record(r.borrowed()).await.unwrap();
+        }
+        let mut flood = Vec::new();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for i in 0..40 {
+            // Distinct bodies that do not compress: payloads are stored
+            // once per segment, and blocks are compressed.
+            let noise: String = (0..(20 << 10) / 16)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    format!("{seed:016x}")
+                })
+                .collect();
+            let r = recording("b", "g", &format!("{i:04}{noise}"), true, now);
+            rec.record(r.borrowed()).await.unwrap();
+            rec.flush().await.unwrap();
+            flood.push(r);
+        }
+        assert!(fx.segments().len() > 5, "the flood spans segments");
+        rec.sweep().await.unwrap();
+        let a = rec.archive();
+        for r in &mine {
+            assert_eq!(&a.read("a", &r.id).unwrap(), r, "a's tape was taken");
+        }
+        assert!(
+            matches!(a.read("b", &flood[0].id), Err(RecordError::NotFound(_))),
+            "b's oldest tape is gone"
+        );
+        assert_eq!(a.read("b", &flood[39].id).unwrap(), flood[39]);
+        let held = rec.stats().tenant_bytes.lock().unwrap().clone();
+        let on_disk: u64 = fx
+            .segments()
+            .iter()
+            .map(|p| std::fs::metadata(p).unwrap().len())
+            .sum();
+        assert!(held["a"] > 0 && held["a"] < 4 << 10, "{held:?}");
+        if max_tenant_bytes == u64::MAX {
+            // Within the cap, give or take the segment being written.
+            assert!(on_disk <= max_bytes + (64 << 10) + (24 << 10), "{on_disk}");
+        } else {
+            assert!(held["b"] <= max_tenant_bytes, "{held:?}");
+        }
+        rec.close();
+    }
+}

@@ -37,6 +37,8 @@ pub struct FileConfig {
     pub record_flush_ms: Option<u64>,
     pub record_max_age_h: Option<u64>,
     pub record_max_mib: Option<u64>,
+    pub record_max_mib_per_tenant: Option<u64>,
+    pub record_sweep_s: Option<u64>,
     pub role: Option<String>,
     pub join: Option<String>,
     pub store: Option<String>,
@@ -52,6 +54,7 @@ pub struct FileConfig {
     pub allow_private_egress: Option<bool>,
     pub max_concurrency_per_tenant: Option<usize>,
     pub max_kv_mib_per_tenant: Option<u64>,
+    pub max_code_mib_per_tenant: Option<u64>,
 }
 
 /// Flags of `hearth up`; each also reads a `HEARTH_*` variable.
@@ -133,9 +136,17 @@ pub struct UpArgs {
     /// Hours tapes are kept unless a function says otherwise (default 168).
     #[arg(long, env = "HEARTH_RECORD_MAX_AGE_H")]
     pub record_max_age_h: Option<u64>,
-    /// MiB of disk tapes may take; the oldest go first (default 1024).
+    /// MiB of disk tapes may take; past it the tenant holding the most
+    /// loses its oldest first (default 1024).
     #[arg(long, env = "HEARTH_RECORD_MAX_MIB")]
     pub record_max_mib: Option<u64>,
+    /// MiB of disk one tenant's tapes may take; its oldest go first
+    /// (default: the node's `record_max_mib`).
+    #[arg(long, env = "HEARTH_RECORD_MAX_MIB_PER_TENANT")]
+    pub record_max_mib_per_tenant: Option<u64>,
+    /// Seconds between retention sweeps (age and room; default 60).
+    #[arg(long, env = "HEARTH_RECORD_SWEEP_S")]
+    pub record_sweep_s: Option<u64>,
     /// all (default: one Hearth serves everything), gateway (places
     /// invocations on nodes) or node (runs what a gateway sends it).
     #[arg(long, env = "HEARTH_ROLE")]
@@ -197,6 +208,10 @@ pub struct UpArgs {
     /// functions; past it kv.set fails (default 1024).
     #[arg(long, env = "HEARTH_MAX_KV_MIB_PER_TENANT")]
     pub max_kv_mib_per_tenant: Option<u64>,
+    /// MiB of code one tenant may keep deployed, over all its functions
+    /// and versions; past it a deploy gets 507 (default 1024).
+    #[arg(long, env = "HEARTH_MAX_CODE_MIB_PER_TENANT")]
+    pub max_code_mib_per_tenant: Option<u64>,
 }
 
 /// What this Hearth is in a cluster.
@@ -262,6 +277,7 @@ pub struct Settings {
     pub allow_private_egress: bool,
     pub max_concurrency_per_tenant: usize,
     pub max_kv_mib_per_tenant: u64,
+    pub max_code_mib_per_tenant: u64,
 }
 
 /// The machine's memory in MiB, from /proc/meminfo (4096 if unreadable).
@@ -323,6 +339,17 @@ impl Settings {
                     .record_max_mib
                     .or(file.record_max_mib)
                     .map_or(defaults.max_bytes, |m| m << 20),
+                max_tenant_bytes: args
+                    .record_max_mib_per_tenant
+                    .or(file.record_max_mib_per_tenant)
+                    .or(args.record_max_mib.or(file.record_max_mib))
+                    .map_or(defaults.max_bytes, |m| m << 20),
+                sweep_interval: args
+                    .record_sweep_s
+                    .or(file.record_sweep_s)
+                    .map_or(defaults.sweep_interval, |s| {
+                        std::time::Duration::from_secs(s.max(1))
+                    }),
                 ..defaults
             })
         } else {
@@ -398,6 +425,10 @@ impl Settings {
             max_kv_mib_per_tenant: args
                 .max_kv_mib_per_tenant
                 .or(file.max_kv_mib_per_tenant)
+                .unwrap_or(1024),
+            max_code_mib_per_tenant: args
+                .max_code_mib_per_tenant
+                .or(file.max_code_mib_per_tenant)
                 .unwrap_or(1024),
             max_concurrency_per_tenant: args
                 .max_concurrency_per_tenant

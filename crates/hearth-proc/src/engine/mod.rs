@@ -271,8 +271,12 @@ impl ProcEngine {
                     }),
                 })
                 .await?;
+                // All zygotes together: twice what eviction keeps them to,
+                // and room for the sandboxes they are forking.
+                let zygote_memory = inner.config.zygote_budget_bytes * 2;
+                let zygote_pids = 256 + 2 * inner.config.max_sandboxes as u32;
                 if let Some(pool) = &inner.cgroups
-                    && let Err(e) = pool.adopt_zygote(tree.root().pid)
+                    && let Err(e) = pool.adopt_zygote(tree.root().pid, zygote_memory, zygote_pids)
                 {
                     tracing::warn!(error = %e, "could not move the zygotes into their cgroup");
                 }

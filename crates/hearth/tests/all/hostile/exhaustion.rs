@@ -348,3 +348,40 @@ async fn one_tenant_cannot_take_every_slot_of_the_node() {
         .unwrap();
     assert_eq!(status["tenant"]["max_concurrency"], 2, "{status}");
 }
+
+/// A package that takes 2 GiB when imported: the zygote importing it is
+/// stopped by the zygotes' own memory limit, and the function's handler
+/// (importing it itself) by the function's.
+#[tokio::test]
+async fn a_package_that_eats_memory_at_import_is_stopped_by_a_limit() {
+    let wheels = tempfile::tempdir().unwrap();
+    crate::process::write_wheel_of(wheels.path(), "hog", "1.0", "HELD = b'x' * (2 << 30)\n");
+    let d = Daemon::start_with(&["--offline-packages", wheels.path().to_str().unwrap()]);
+    let bundle = crate::harness::tar_of(&[
+        (
+            "handler.py",
+            "import hog\ndef handler(e, c):\n    return len(hog.HELD)\n",
+        ),
+        ("requirements.txt", "hog==1.0\n"),
+    ]);
+    d.deploy(
+        "hog",
+        bundle,
+        &[
+            ("runtime", "python"),
+            ("file_name", "fn.tar"),
+            ("memory_mib", "128"),
+        ],
+    )
+    .await;
+    d.deploy(
+        "hello",
+        b"def handler(e, c):\n    return 'hello'\n".to_vec(),
+        &[("runtime", "python"), ("file_name", "handler.py")],
+    )
+    .await;
+    let r = d.post("/fn/admin/hog").send().await.unwrap();
+    let (status, kind, msg) = crate::harness::error_of(r).await;
+    assert_eq!((status, kind.as_str()), (500, "out_of_memory"), "{msg}");
+    assert_eq!(d.call("hello", "", "").await, (200, "hello".into()));
+}

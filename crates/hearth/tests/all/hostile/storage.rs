@@ -146,3 +146,169 @@ async fn one_tenant_cannot_fill_the_kv_store() {
     assert_eq!(used, (600 << 10) + 1, "{status}");
     assert_eq!(status["tenant"]["kv_max_bytes"], 1 << 20);
 }
+
+const ECHO_LENGTH: &str = "export default { async fetch(req) { return new Response(String((await req.text()).length)); } };";
+
+/// Text that does not compress (tapes are compressed on disk).
+fn noise(bytes: usize, seed: &mut u64) -> String {
+    (0..bytes / 16)
+        .map(|_| {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            format!("{:016x}", *seed)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn one_tenants_tapes_cannot_push_out_anothers() {
+    let args = [
+        "--record-max-mib",
+        "1",
+        "--record-sweep-s",
+        "1",
+        "--record-durability",
+        "sync",
+    ];
+    let first = Daemon::start_with(&args);
+    let mut tokens = std::collections::HashMap::new();
+    for tenant in ["acme", "beta"] {
+        let token = first.create_tenant(tenant).await;
+        let r = first
+            .http
+            .post(format!("{}/v1/functions/echo", first.url))
+            .query(&[("runtime", "js"), ("file_name", "index.mjs")])
+            .bearer_auth(&token)
+            .body(ECHO_LENGTH)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+        tokens.insert(tenant, token);
+    }
+    let call = |d: &Daemon, tenant: &str, body: String| {
+        d.http
+            .post(format!("{}/fn/{tenant}/echo", d.url))
+            .bearer_auth(tokens[tenant].clone())
+            .body(body)
+            .send()
+    };
+    for i in 0..3 {
+        let r = call(&first, "acme", format!("acme {i}")).await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    // A restart closes the segment acme's tapes are in: they are now the
+    // oldest, what a node-wide cap would delete first.
+    let mut first = first;
+    first.kill9();
+    let d = Daemon::start_in(&first.dir, &args);
+    let mut seed = 0x2545_f491_4f6c_dd1d;
+    for _ in 0..16 {
+        let r = call(&d, "beta", noise(256 << 10, &mut seed)).await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let listed = |tenant: &'static str| {
+        let d = &d;
+        let token = tokens[tenant].clone();
+        async move {
+            let v: serde_json::Value = d
+                .http
+                .get(format!("{}/v1/functions/echo/recordings", d.url))
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            v["recordings"].as_array().unwrap().len()
+        }
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while listed("beta").await == 16 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no sweep took beta's tapes within 15 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(listed("acme").await, 3, "acme lost tapes to beta's flood");
+    let status: serde_json::Value = d
+        .http
+        .get(format!("{}/v1/status", d.url))
+        .bearer_auth(tokens["beta"].clone())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tenant = &status["tenant"];
+    assert_eq!(tenant["recording_max_bytes"], 1 << 20, "{tenant}");
+    assert!(
+        tenant["recording_bytes"].as_u64().unwrap() <= 1 << 20,
+        "{tenant}"
+    );
+}
+
+#[tokio::test]
+async fn one_tenant_cannot_fill_the_disk_with_code() {
+    let d = Daemon::start_with(&["--max-code-mib-per-tenant", "1"]);
+    let mut seed = 0x1234_5678_9abc_def1;
+    // About 600 KiB of code that does not compress.
+    let mut big = || {
+        format!(
+            "const pad = \"{}\";\nexport default {{ fetch() {{ return new Response(String(pad.length)); }} }};\n",
+            noise(600 << 10, &mut seed)
+        )
+    };
+    let deploy = |token: String, name: &'static str, code: String| {
+        let d = &d;
+        async move {
+            d.http
+                .post(format!("{}/v1/functions/{name}", d.url))
+                .query(&[("runtime", "js"), ("file_name", "index.mjs")])
+                .bearer_auth(token)
+                .body(code)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let acme = d.create_tenant("acme").await;
+    let beta = d.create_tenant("beta").await;
+    let first = big();
+    assert_eq!(
+        deploy(acme.clone(), "one", first.clone()).await.status(),
+        201
+    );
+    let r = deploy(acme.clone(), "two", big()).await;
+    let (status, kind, msg) = crate::harness::error_of(r).await;
+    assert_eq!(
+        (status, kind.as_str()),
+        (507, "code_quota_exceeded"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("hearth rm") && msg.contains("1048576"),
+        "{msg}"
+    );
+    // The same code again takes no more room.
+    assert_eq!(deploy(acme.clone(), "three", first).await.status(), 201);
+    // Another tenant has its own quota.
+    assert_eq!(deploy(beta, "one", big()).await.status(), 201);
+    let status: serde_json::Value = d
+        .http
+        .get(format!("{}/v1/status", d.url))
+        .bearer_auth(&acme)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let used = status["tenant"]["code_bytes"].as_u64().unwrap();
+    assert!((600 << 10..1 << 20).contains(&used), "{status}");
+    assert_eq!(status["tenant"]["code_max_bytes"], 1 << 20);
+}
