@@ -1,27 +1,9 @@
-//! The js tier's engine: worker threads owning isolates, and dispatch.
-//!
-//! Each worker is an OS thread with a single-threaded Tokio runtime; an
-//! invocation is a local task there, so one worker interleaves many
-//! invocations while they wait on host calls. JS never runs on the node's
-//! HTTP threads: a function that spins holds only its worker, until the
-//! interrupt handler stops it at the deadline, and dispatch sends new work
-//! to the least loaded worker (preferring one with an idle isolate of the
-//! same version). Idle isolates are kept per worker, per version — never
-//! shared across versions, functions or tenants — and dropped after the
-//! keep-alive or beyond a per-worker count.
-//!
-//! Each worker also keeps a few *blank* isolates (Hydra's generic warm
-//! pool, §3.4): runtime, context and prelude, no function. A version's
-//! first invocation on a worker loads its code into one of them instead of
-//! building an isolate from nothing (the prelude is most of that cost),
-//! and the worker makes a new blank one when it next has nothing to run.
+//! The js tier's engine: compile, prepare, and hand invocations to the
+//! worker threads ([`crate::workers`]), which own the isolates.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -30,19 +12,25 @@ use hearth_host::bundle::Bundle;
 use hearth_host::{
     Compiled, DeployError, Engine, EngineStatus, HostCtx, Prepared, Sandbox, Source,
 };
-use hearth_store::{ArtifactStore, LogStream};
-use tokio::sync::{mpsc, oneshot};
+use hearth_store::ArtifactStore;
+use tokio::sync::oneshot;
 
 use crate::compile::{self, CompiledCode};
-use crate::isolate::{Failure, Isolate};
+use crate::workers::{Job, Pool};
 
 /// Settings of the js tier.
 #[derive(Debug, Clone)]
 pub struct JsConfig {
     /// Where compiled bytecode is cached (`<data>/cache`).
     pub cache_dir: PathBuf,
-    /// Worker threads running isolates.
+    /// Worker threads running isolates (as many again are kept in
+    /// reserve, see [`crate::workers`]).
     pub workers: usize,
+    /// Workers one tenant's invocations may run on at once.
+    pub workers_per_tenant: usize,
+    /// JS running this long without yielding stalls its worker: work
+    /// goes elsewhere.
+    pub slice: Duration,
     /// How long an idle isolate is kept.
     pub keep_alive: Duration,
     /// Idle isolates one worker keeps at most.
@@ -55,9 +43,12 @@ pub struct JsConfig {
 impl JsConfig {
     pub fn new(cache_dir: PathBuf) -> JsConfig {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let workers = (cores * 2).max(4);
         JsConfig {
             cache_dir,
-            workers: (cores * 2).max(4),
+            workers,
+            workers_per_tenant: (workers / 2).max(1),
+            slice: Duration::from_millis(20),
             keep_alive: Duration::from_secs(300),
             max_idle_per_worker: 256,
             blank_per_worker: 1,
@@ -66,30 +57,10 @@ impl JsConfig {
     }
 }
 
-struct Job {
-    version: Arc<JsVersion>,
-    /// In an isolate of its own, neither taken from nor kept among the
-    /// version's idle ones (a replay).
-    isolated: bool,
-    req: Request,
-    host: HostCtx,
-    reply: oneshot::Sender<Result<Response, InvokeError>>,
-}
-
-struct Worker {
-    tx: mpsc::UnboundedSender<Job>,
-    /// Invocations assigned and not finished.
-    load: AtomicUsize,
-    idle: AtomicUsize,
-    idle_bytes: AtomicU64,
-    /// Blank isolates ready.
-    blank: AtomicUsize,
-}
-
 struct Inner {
     config: JsConfig,
     cache_dir: PathBuf,
-    workers: Vec<Arc<Worker>>,
+    pool: Arc<Pool>,
 }
 
 /// The js tier. Cheap to clone.
@@ -97,12 +68,13 @@ struct Inner {
 pub struct JsEngine(Arc<Inner>);
 
 /// One version, ready to run: its bytecode and where its idle isolates are.
-struct JsVersion {
-    key: String,
-    code: Arc<CompiledCode>,
-    memory_mib: u32,
+pub(crate) struct JsVersion {
+    pub(crate) key: String,
+    pub(crate) tenant: Arc<str>,
+    pub(crate) code: Arc<CompiledCode>,
+    pub(crate) memory_mib: u32,
     /// Idle isolates of this version, per worker.
-    idle_on: Vec<AtomicUsize>,
+    pub(crate) idle_on: Vec<AtomicUsize>,
 }
 
 impl JsEngine {
@@ -111,40 +83,12 @@ impl JsEngine {
     pub fn new(config: JsConfig) -> anyhow::Result<JsEngine> {
         let cache_dir = config.cache_dir.join("js-quickjs-0.14");
         std::fs::create_dir_all(&cache_dir)?;
-        let io = tokio::runtime::Handle::current();
-        let mut workers = Vec::new();
-        for index in 0..config.workers.max(1) {
-            let (tx, rx) = mpsc::unbounded_channel();
-            let worker = Arc::new(Worker {
-                tx,
-                load: AtomicUsize::new(0),
-                idle: AtomicUsize::new(0),
-                idle_bytes: AtomicU64::new(0),
-                blank: AtomicUsize::new(0),
-            });
-            let (w, io, cfg) = (worker.clone(), io.clone(), config.clone());
-            std::thread::Builder::new()
-                .name(format!("hearth-js-{index}"))
-                .stack_size(16 << 20)
-                .spawn(move || worker_main(index, w, rx, io, cfg))?;
-            workers.push(worker);
-        }
+        let pool = Pool::start(&config)?;
         Ok(JsEngine(Arc::new(Inner {
             config,
             cache_dir,
-            workers,
+            pool,
         })))
-    }
-
-    /// The least loaded worker, preferring one with an idle isolate of `v`.
-    fn pick(&self, v: &JsVersion) -> usize {
-        (0..self.0.workers.len())
-            .min_by_key(|&i| {
-                let load = self.0.workers[i].load.load(Ordering::Relaxed);
-                let cold = v.idle_on[i].load(Ordering::Relaxed) == 0;
-                (load, cold)
-            })
-            .unwrap_or(0)
     }
 }
 
@@ -206,9 +150,10 @@ impl Engine for JsEngine {
                     "{}/{}@{}/{}",
                     version.tenant, version.name, version.version, version.artifact
                 ),
+                tenant: version.tenant.as_str().into(),
                 code: Arc::new(code),
                 memory_mib: version.spec.limits.memory_mib,
-                idle_on: (0..self.0.workers.len())
+                idle_on: (0..self.0.pool.workers.len())
                     .map(|_| AtomicUsize::new(0))
                     .collect(),
             }),
@@ -218,6 +163,7 @@ impl Engine for JsEngine {
     fn pool_free(&self) -> Vec<(&'static str, u64)> {
         let blank: usize = self
             .0
+            .pool
             .workers
             .iter()
             .map(|w| w.blank.load(Ordering::Relaxed))
@@ -226,7 +172,7 @@ impl Engine for JsEngine {
     }
 
     fn status(&self) -> EngineStatus {
-        let w = &self.0.workers;
+        let w = &self.0.pool.workers;
         let idle: usize = w.iter().map(|w| w.idle.load(Ordering::Relaxed)).sum();
         let blank: usize = w.iter().map(|w| w.blank.load(Ordering::Relaxed)).sum();
         let bytes: u64 = w.iter().map(|w| w.idle_bytes.load(Ordering::Relaxed)).sum();
@@ -234,7 +180,10 @@ impl Engine for JsEngine {
         EngineStatus {
             degraded: Vec::new(),
             details: serde_json::json!({
-                "workers": w.len(),
+                "workers": self.0.pool.regular(),
+                "reserve_workers": w.len() - self.0.pool.regular(),
+                "workers_per_tenant": self.0.config.workers_per_tenant,
+                "stalled_workers": self.0.pool.stalled(),
                 "running": running,
                 "idle_isolates": idle,
                 "blank_isolates": blank,
@@ -279,245 +228,19 @@ struct JsSandbox {
 #[async_trait]
 impl Sandbox for JsSandbox {
     async fn invoke(&mut self, req: &Request, host: HostCtx) -> Result<Response, InvokeError> {
-        let i = self.engine.pick(&self.version);
-        let worker = &self.engine.0.workers[i];
         let (reply, answer) = oneshot::channel();
-        worker.load.fetch_add(1, Ordering::Relaxed);
-        let job = Job {
+        self.engine.0.pool.dispatch(Job {
             version: self.version.clone(),
             isolated: self.isolated,
             // The worker is another thread: it gets its own copy.
             req: req.clone(),
             host,
             reply,
-        };
-        if worker.tx.send(job).is_err() {
-            worker.load.fetch_sub(1, Ordering::Relaxed);
-            return Err(InvokeError::Crashed("the js worker is gone".into()));
-        }
+        });
         answer.await.unwrap_or_else(|_| {
             Err(InvokeError::Crashed(
                 "the js worker dropped the invocation".into(),
             ))
         })
     }
-}
-
-// ---------------------------------------------------------------- workers
-
-struct Idle {
-    isolate: Isolate,
-    since: Instant,
-    bytes: u64,
-    version: Arc<JsVersion>,
-}
-
-type IdleMap = RefCell<HashMap<String, Vec<Idle>>>;
-
-/// What one worker keeps between invocations.
-#[derive(Default)]
-struct Local {
-    /// Isolates of versions, parked after an invocation.
-    idle: IdleMap,
-    /// Blank isolates, ready for any version.
-    blanks: RefCell<Vec<Isolate>>,
-    /// Woken when a blank isolate is taken.
-    refill: tokio::sync::Notify,
-    /// Woken when the worker's last running invocation finishes.
-    quiet: tokio::sync::Notify,
-}
-
-fn worker_main(
-    index: usize,
-    me: Arc<Worker>,
-    mut rx: mpsc::UnboundedReceiver<Job>,
-    io: tokio::runtime::Handle,
-    config: JsConfig,
-) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a worker runtime");
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, async move {
-        let here: Rc<Local> = Rc::default();
-        {
-            let (here, me, keep) = (here.clone(), me.clone(), config.keep_alive);
-            tokio::task::spawn_local(async move {
-                loop {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    evict(&here.idle, &me, index, |i| i.since.elapsed() > keep);
-                }
-            });
-        }
-        tokio::task::spawn_local(refill_blanks(
-            here.clone(),
-            me.clone(),
-            io.clone(),
-            config.blank_per_worker,
-        ));
-        while let Some(job) = rx.recv().await {
-            let (here, me, io, config) = (here.clone(), me.clone(), io.clone(), config.clone());
-            tokio::task::spawn_local(async move {
-                let result = run_job(
-                    index,
-                    &me,
-                    &here,
-                    io,
-                    &config,
-                    (job.version, job.isolated),
-                    job.req,
-                    job.host,
-                )
-                .await;
-                if me.load.fetch_sub(1, Ordering::Relaxed) == 1 {
-                    here.quiet.notify_waiters();
-                }
-                let _ = job.reply.send(result);
-            });
-        }
-    });
-}
-
-/// Keeps `target` blank isolates on this worker, making them only while it
-/// has no invocation to run, so a refill never delays one.
-async fn refill_blanks(
-    here: Rc<Local>,
-    me: Arc<Worker>,
-    io: tokio::runtime::Handle,
-    target: usize,
-) {
-    loop {
-        while here.blanks.borrow().len() < target {
-            loop {
-                // Made before the check, so a finish in between still wakes it.
-                let quiet = here.quiet.notified();
-                if me.load.load(Ordering::Relaxed) == 0 {
-                    break;
-                }
-                quiet.await;
-            }
-            match Isolate::blank(io.clone()) {
-                Ok(i) => {
-                    here.blanks.borrow_mut().push(i);
-                    me.blank.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(_) => {
-                    tracing::warn!("could not make a blank js isolate; the pool stays short");
-                    break;
-                }
-            }
-            tokio::task::yield_now().await;
-        }
-        here.refill.notified().await;
-    }
-}
-
-/// Drops idle isolates for which `expired` holds.
-fn evict(idle: &IdleMap, me: &Worker, index: usize, expired: impl Fn(&Idle) -> bool) {
-    let mut map = idle.borrow_mut();
-    for list in map.values_mut() {
-        list.retain(|i| {
-            if expired(i) {
-                i.version.idle_on[index].fetch_sub(1, Ordering::Relaxed);
-                me.idle.fetch_sub(1, Ordering::Relaxed);
-                me.idle_bytes.fetch_sub(i.bytes, Ordering::Relaxed);
-                false
-            } else {
-                true
-            }
-        });
-    }
-    map.retain(|_, l| !l.is_empty());
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn run_job(
-    index: usize,
-    me: &Worker,
-    here: &Local,
-    io: tokio::runtime::Handle,
-    config: &JsConfig,
-    (version, isolated): (Arc<JsVersion>, bool),
-    req: Request,
-    host: HostCtx,
-) -> Result<Response, InvokeError> {
-    let idle = &here.idle;
-    let warm = if isolated {
-        None
-    } else {
-        idle.borrow_mut().get_mut(&version.key).and_then(Vec::pop)
-    };
-    let mut isolate = match warm {
-        Some(i) => {
-            version.idle_on[index].fetch_sub(1, Ordering::Relaxed);
-            me.idle.fetch_sub(1, Ordering::Relaxed);
-            me.idle_bytes.fetch_sub(i.bytes, Ordering::Relaxed);
-            i.isolate
-        }
-        None => {
-            let blank = here.blanks.borrow_mut().pop();
-            let blank = match blank {
-                Some(i) => {
-                    me.blank.fetch_sub(1, Ordering::Relaxed);
-                    here.refill.notify_one();
-                    Ok(i)
-                }
-                None => Isolate::blank(io),
-            };
-            let loaded = match blank {
-                Ok(i) => {
-                    i.load(version.code.clone(), version.memory_mib, host.clone())
-                        .await
-                }
-                Err(e) => Err(e),
-            };
-            match loaded {
-                Ok(i) => i,
-                Err(Failure::Invoke(e)) => return Err(e),
-                Err(Failure::Load(first, text)) => {
-                    host.log(LogStream::Stderr, "error", &text);
-                    return Err(InvokeError::Function(first));
-                }
-            }
-        }
-    };
-    let result = isolate.invoke(req, host, config.max_response_bytes).await;
-    isolate.finish();
-    // Kept only when its state is known good: a clean run or a plain
-    // exception; never after a timeout, OOM or an unsupported request;
-    // never an isolated one.
-    if !isolated && matches!(result, Ok(_) | Err(InvokeError::Function(_))) {
-        let bytes = isolate.memory_bytes();
-        version.idle_on[index].fetch_add(1, Ordering::Relaxed);
-        me.idle.fetch_add(1, Ordering::Relaxed);
-        me.idle_bytes.fetch_add(bytes, Ordering::Relaxed);
-        let parked = Idle {
-            isolate,
-            since: Instant::now(),
-            bytes,
-            version: version.clone(),
-        };
-        // The key is cloned only for a version's first idle isolate here.
-        let mut map = idle.borrow_mut();
-        match map.get_mut(&version.key) {
-            Some(list) => list.push(parked),
-            None => {
-                map.insert(version.key.clone(), vec![parked]);
-            }
-        }
-        drop(map);
-        if me.idle.load(Ordering::Relaxed) > config.max_idle_per_worker {
-            // Over the cap: drop the oldest idle isolate.
-            let oldest = idle
-                .borrow()
-                .values()
-                .flat_map(|l| l.iter().map(|i| i.since))
-                .min();
-            if let Some(t) = oldest {
-                evict(idle, me, index, |i| i.since <= t);
-            }
-        }
-    }
-    result
 }

@@ -6,9 +6,11 @@
 //! * [`isolate`]: one isolate per warm function instance — the prelude's web
 //!   APIs (`prelude.js`), the function's modules, an event loop for host
 //!   calls and timers, memory/stack limits and a deadline interrupt.
-//! * [`engine`]: the [`Engine`](hearth_host::Engine): worker threads that own
-//!   the isolates (JS never runs on the threads that serve HTTP), dispatch,
-//!   and the per-worker cache of idle isolates.
+//! * [`engine`]: the [`Engine`](hearth_host::Engine): compile, prepare,
+//!   invoke.
+//! * [`workers`]: the threads that own the isolates (JS never runs on the
+//!   threads that serve HTTP), the per-worker cache of idle isolates, and
+//!   how work is shared between them so that no tenant takes every thread.
 //!
 //! Whatever an isolate cannot do — Node.js built-ins, `process` beyond
 //! `process.env`, `Buffer`, packages the bundle does not carry — ends the
@@ -19,6 +21,7 @@
 pub mod compile;
 mod engine;
 pub mod isolate;
+mod workers;
 
 pub use engine::{JsConfig, JsEngine};
 

@@ -32,6 +32,8 @@ pub struct FileConfig {
     pub proc_pool: Option<usize>,
     pub colocation: Option<Colocation>,
     pub js_pin_after: Option<u32>,
+    pub js_workers: Option<usize>,
+    pub js_workers_per_tenant: Option<usize>,
     pub record: Option<bool>,
     pub record_durability: Option<String>,
     pub record_flush_ms: Option<u64>,
@@ -123,6 +125,14 @@ pub struct UpArgs {
     /// stays there until its next deploy (default 3).
     #[arg(long, env = "HEARTH_JS_PIN_AFTER")]
     pub js_pin_after: Option<u32>,
+    /// Threads running JavaScript isolates (default: twice the cores, at
+    /// least 4); as many again wait in reserve.
+    #[arg(long, env = "HEARTH_JS_WORKERS")]
+    pub js_workers: Option<usize>,
+    /// Of those, how many one tenant's invocations may run on at once
+    /// (default: half).
+    #[arg(long, env = "HEARTH_JS_WORKERS_PER_TENANT")]
+    pub js_workers_per_tenant: Option<usize>,
     /// Record every invocation's tape (default true).
     #[arg(long, env = "HEARTH_RECORD")]
     pub record: Option<bool>,
@@ -260,6 +270,9 @@ pub struct Settings {
     pub proc_pool: usize,
     pub colocation: Colocation,
     pub js_pin_after: u32,
+    /// `None`: the js tier's defaults.
+    pub js_workers: Option<usize>,
+    pub js_workers_per_tenant: Option<usize>,
     /// `None`: recording is off.
     pub record: Option<hearth_record::RecordConfig>,
     pub role: Role,
@@ -455,6 +468,11 @@ impl Settings {
             offline_packages: args.offline_packages.clone().or(file.offline_packages),
             keep_alive_s: args.keep_alive_s.or(file.keep_alive_s).unwrap_or(300),
             js_pin_after: args.js_pin_after.or(file.js_pin_after).unwrap_or(3).max(1),
+            js_workers: args.js_workers.or(file.js_workers).map(|n| n.max(1)),
+            js_workers_per_tenant: args
+                .js_workers_per_tenant
+                .or(file.js_workers_per_tenant)
+                .map(|n| n.max(1)),
             proc_caches: match args.proc_caches.as_ref().or(file.proc_caches.as_ref()) {
                 Some(s) => Caches::parse(s).map_err(anyhow::Error::msg)?,
                 None => Caches::ALL,

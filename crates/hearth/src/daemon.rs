@@ -93,6 +93,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let mut js_config = JsConfig::new(dir.join("cache"));
     js_config.max_response_bytes = settings.max_response_bytes;
     js_config.keep_alive = std::time::Duration::from_secs(settings.keep_alive_s);
+    if let Some(n) = settings.js_workers {
+        js_config.workers = n;
+        js_config.workers_per_tenant = (n / 2).max(1);
+    }
+    if let Some(n) = settings.js_workers_per_tenant {
+        js_config.workers_per_tenant = n;
+    }
     let js = JsEngine::new(js_config).context("failed to start the js tier")?;
     let host = Arc::new(HostServices::new(
         store.clone(),

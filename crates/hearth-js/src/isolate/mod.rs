@@ -124,6 +124,7 @@ impl Isolate {
         {
             let s = state.clone();
             rt.set_interrupt_handler(Some(Box::new(move || {
+                crate::workers::running();
                 s.unsupported.borrow().is_some()
                     || s.deadline.get().is_some_and(|d| Instant::now() >= d)
             })));
@@ -457,6 +458,7 @@ impl Isolate {
             }
             // Out of the cell while waiting: no JS runs meanwhile, so nothing
             // else can add a call.
+            crate::workers::yielded();
             let mut calls = std::mem::take(&mut *self.state.calls.borrow_mut());
             let next = tokio::select! {
                 c = calls.next() => c,

@@ -385,3 +385,71 @@ async fn a_package_that_eats_memory_at_import_is_stopped_by_a_limit() {
     assert_eq!((status, kind.as_str()), (500, "out_of_memory"), "{msg}");
     assert_eq!(d.call("hello", "", "").await, (200, "hello".into()));
 }
+
+/// Tenants acme and gamma spin on every JS invocation (more of them than
+/// there are workers); beta's function still answers at once.
+#[tokio::test]
+async fn spinning_tenants_hold_their_share_of_js_workers_not_all_of_them() {
+    let d = Daemon::start_with(&["--js-workers", "4"]);
+    let spin = "export default { fetch() { while (true) {} } };";
+    let hello = "export default { fetch() { return new Response('hello'); } };";
+    let mut tokens = std::collections::HashMap::new();
+    for (tenant, code, timeout) in [
+        ("acme", spin, "6000"),
+        ("gamma", spin, "6000"),
+        ("beta", hello, "1000"),
+    ] {
+        let token = d.create_tenant(tenant).await;
+        let r = d
+            .http
+            .post(format!("{}/v1/functions/f", d.url))
+            .query(&[
+                ("runtime", "js"),
+                ("file_name", "index.mjs"),
+                ("timeout_ms", timeout),
+            ])
+            .bearer_auth(&token)
+            .body(code)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+        tokens.insert(tenant, token);
+    }
+    let call = |tenant: &'static str| {
+        d.http
+            .post(format!("{}/fn/{tenant}/f", d.url))
+            .bearer_auth(tokens[tenant].clone())
+            .send()
+    };
+    // beta's first call makes its isolate (and its worker's), before.
+    assert_eq!(call("beta").await.unwrap().text().await.unwrap(), "hello");
+    let mut spinners = Vec::new();
+    for tenant in [
+        "acme", "acme", "acme", "acme", "acme", "acme", "gamma", "gamma",
+    ] {
+        spinners.push(tokio::spawn(call(tenant)));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = d.get_json("/v1/status").await;
+    let js = &status["tiers"]["js"]["details"];
+    assert_eq!(
+        js["stalled_workers"], 4,
+        "acme's six spinners hold its two workers, gamma's two its two: {js}"
+    );
+    for _ in 0..3 {
+        let t = Instant::now();
+        let r = call("beta").await.unwrap();
+        assert_eq!(r.text().await.unwrap(), "hello");
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "beta waited {:?} beside the spinners",
+            t.elapsed()
+        );
+    }
+    for s in spinners {
+        let (status, kind, _) = crate::harness::error_of(s.await.unwrap().unwrap()).await;
+        assert_eq!((status, kind.as_str()), (504, "timeout"));
+    }
+}
