@@ -134,7 +134,7 @@ impl Root {
             path: path.to_path_buf(),
             mounts: Vec::new(),
         };
-        match root.populate(base, scratch_mib) {
+        match root.populate(base, &base.etc, scratch_mib) {
             Ok(()) => Ok(root),
             Err(e) => {
                 root.destroy();
@@ -143,7 +143,40 @@ impl Root {
         }
     }
 
-    fn populate(&mut self, base: &Base, scratch_mib: u32) -> io::Result<()> {
+    /// A root for a package install: the system files and the host's
+    /// `/etc` (name resolution and TLS roots, for reaching the index),
+    /// read-only; `target` writable and each of `readable` read-only, at
+    /// their host paths; a scratch tmpfs. Nothing else of the host.
+    pub fn build_for_install(
+        path: &Path,
+        base: &Base,
+        scratch_mib: u32,
+        target: &Path,
+        readable: &[PathBuf],
+    ) -> io::Result<Root> {
+        fs::create_dir(path)?;
+        fs::set_permissions(path, fs::Permissions::from_mode(0o755))?;
+        let mut root = Root {
+            path: path.to_path_buf(),
+            mounts: Vec::new(),
+        };
+        let populated = (|| {
+            root.populate(base, Path::new("/etc"), scratch_mib)?;
+            for p in readable {
+                root.bind_ro(p, p.strip_prefix("/").unwrap_or(p), true)?;
+            }
+            root.bind_rw(target, target.strip_prefix("/").unwrap_or(target))
+        })();
+        match populated {
+            Ok(()) => Ok(root),
+            Err(e) => {
+                root.destroy();
+                Err(e)
+            }
+        }
+    }
+
+    fn populate(&mut self, base: &Base, etc: &Path, scratch_mib: u32) -> io::Result<()> {
         for entry in &base.system {
             match entry {
                 SystemEntry::Link(name, target) => symlink(target, self.path.join(name))?,
@@ -152,7 +185,7 @@ impl Root {
                 }
             }
         }
-        self.bind_ro(&base.etc, Path::new("etc"), true)?;
+        self.bind_ro(etc, Path::new("etc"), true)?;
         self.bind_ro(&base.dev, Path::new("dev"), false)?;
         self.bind_ro(&base.hearth, Path::new("hearth"), true)?;
         // Scratch before packages: a data directory under /tmp puts
@@ -238,6 +271,14 @@ impl Root {
             libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | extra,
             None,
         )
+    }
+
+    fn bind_rw(&mut self, source: &Path, inside: &Path) -> io::Result<()> {
+        let target = self.path.join(inside);
+        fs::create_dir_all(&target)?;
+        mount(Some(source), &target, None, libc::MS_BIND, None)?;
+        self.mounts.push(target);
+        Ok(())
     }
 
     /// Unmounts everything and removes the directory. Never fails loudly:

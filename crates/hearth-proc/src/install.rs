@@ -12,17 +12,45 @@
 //!
 //! No package's own code runs at install: pip takes wheels only (a source
 //! distribution's build backend is arbitrary code) and npm runs no
-//! install scripts (`--ignore-scripts`). Installs still run as the
-//! daemon's user, outside any sandbox; a package's import-time code runs
-//! in a zygote (see `zygote.rs`).
+//! install scripts (`--ignore-scripts`). A package's import-time code runs
+//! in a contained zygote (see `zygote.rs`).
+//!
+//! When the node is root, pip itself runs in a sandbox of its own
+//! ([`InstallSandbox`]): chrooted into a root holding the system files,
+//! the host's `/etc` (to resolve and verify the index) and nothing else
+//! of the host but the install's own directory (writable) and the offline
+//! wheels (read-only); as the sandbox user, with `no_new_privs`, an
+//! address-space limit and a time limit. So what pip parses from an index
+//! is parsed without root and out of reach of the node's data. npm still
+//! runs as the daemon's user (its offline cache lives in the daemon's home).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use hearth_core::Runtime;
 
 use crate::bundle::Package;
+use crate::container::{Base, Root};
+
+/// How pip is confined when the node is root.
+#[derive(Debug, Clone)]
+pub struct InstallSandbox {
+    /// The system trees of its root.
+    pub base: Base,
+    /// Where its roots are made.
+    pub run_dir: PathBuf,
+    /// The sandbox user and group it runs as.
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Address space pip may map (it is Python: this bounds its memory).
+const INSTALL_ADDRESS_SPACE: u64 = 2 << 30;
+/// How long one install may take.
+const INSTALL_TIME: Duration = Duration::from_secs(600);
 
 /// A package ready to map into sandboxes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,12 +68,19 @@ pub struct InstallCache {
     dir: PathBuf,
     python: PathBuf,
     offline: Option<PathBuf>,
+    sandbox: Option<InstallSandbox>,
+    next_root: AtomicU64,
     /// One install at a time per package; others wait and then find it.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl InstallCache {
-    pub fn new(dir: PathBuf, python: PathBuf, offline: Option<PathBuf>) -> std::io::Result<Self> {
+    pub fn new(
+        dir: PathBuf,
+        python: PathBuf,
+        offline: Option<PathBuf>,
+        sandbox: Option<InstallSandbox>,
+    ) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir.join("python"))?;
         std::fs::create_dir_all(dir.join("node"))?;
         // Leftovers of installs a crash interrupted.
@@ -60,6 +95,8 @@ impl InstallCache {
             dir,
             python,
             offline,
+            sandbox,
+            next_root: AtomicU64::new(0),
             locks: Mutex::new(HashMap::new()),
         })
     }
@@ -152,7 +189,35 @@ impl InstallCache {
         if let Some(dir) = &self.offline {
             cmd.arg("--no-index").arg("--find-links").arg(dir);
         }
-        run(cmd, &format!("pip install {}", pkg.spec(Runtime::Python))).await
+        let what = format!("pip install {}", pkg.spec(Runtime::Python));
+        let Some(sandbox) = &self.sandbox else {
+            return run(cmd, &what).await;
+        };
+        let n = self.next_root.fetch_add(1, Ordering::Relaxed);
+        let path = sandbox.run_dir.join("sb").join(format!("i{n}"));
+        let readable: Vec<PathBuf> = self.offline.iter().cloned().collect();
+        let confined = (|| {
+            chown_tree(target, sandbox.uid, sandbox.gid)?;
+            let root = Root::build_for_install(&path, &sandbox.base, 256, target, &readable)?;
+            confine(&mut cmd, &root.path, sandbox.uid, sandbox.gid)?;
+            Ok::<_, std::io::Error>(root)
+        })();
+        let mut root = match confined {
+            Ok(root) => root,
+            Err(e) => return Err(format!("{what}: could not make its sandbox: {e}")),
+        };
+        let result = match tokio::time::timeout(INSTALL_TIME, run(cmd, &what)).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "{what} took more than {} s",
+                INSTALL_TIME.as_secs()
+            )),
+        };
+        root.destroy();
+        // What pip wrote becomes the node's again: sandboxes read it, none
+        // may change it.
+        chown_tree(target, 0, 0).map_err(|e| format!("{what}: {e}"))?;
+        result
     }
 
     async fn npm(&self, pkg: &Package, target: &Path) -> Result<(), String> {
@@ -187,6 +252,63 @@ async fn run(mut cmd: tokio::process::Command, what: &str) -> Result<(), String>
     let tail: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     let tail = tail[tail.len().saturating_sub(3)..].join(" / ");
     Err(format!("{what} failed: {tail}"))
+}
+
+/// Makes `cmd` start chrooted into `root` as `uid`/`gid`, with no
+/// supplementary groups, `no_new_privs`, [`INSTALL_ADDRESS_SPACE`] and an
+/// environment of its own.
+fn confine(
+    cmd: &mut tokio::process::Command,
+    root: &Path,
+    uid: u32,
+    gid: u32,
+) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let root = std::ffi::CString::new(root.as_os_str().as_bytes())?;
+    cmd.env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", "/tmp")
+        .env("LANG", "C.UTF-8");
+    let fail = || Err(std::io::Error::last_os_error());
+    // SAFETY: between fork and exec the closure makes only system calls
+    // (async-signal-safe) on memory allocated before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::chroot(root.as_ptr()) != 0 || libc::chdir(c"/".as_ptr()) != 0 {
+                return fail();
+            }
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setresgid(gid, gid, gid) != 0
+                || libc::setresuid(uid, uid, uid) != 0
+            {
+                return fail();
+            }
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return fail();
+            }
+            let limit = libc::rlimit {
+                rlim_cur: INSTALL_ADDRESS_SPACE,
+                rlim_max: INSTALL_ADDRESS_SPACE,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return fail();
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
+/// Gives a directory tree (not following links) to `uid`/`gid`.
+fn chown_tree(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    std::os::unix::fs::lchown(dir, Some(uid), Some(gid))?;
+    let meta = std::fs::symlink_metadata(dir)?;
+    if meta.is_dir() {
+        for e in std::fs::read_dir(dir)? {
+            chown_tree(&e?.path(), uid, gid)?;
+        }
+    }
+    Ok(())
 }
 
 /// Sandboxes run as an unprivileged user: packages must be readable by all.

@@ -4,14 +4,16 @@
 //!
 //! * [`container`]: roots stitched from read-only bind mounts plus a
 //!   size-limited scratch tmpfs, entered with `chroot`; new PID, IPC and UTS
-//!   namespaces; no mount or network namespace on the hot path.
+//!   namespaces, and a network namespace for functions that reach no
+//!   hosts; no mount namespace on the hot path.
 //! * [`cgroup`]: memory, pids and CPU limits from a pool of pre-made
 //!   cgroups, v1 or v2 behind one interface; the freezer pauses idle handlers.
-//! * [`seccomp`]: a deny-list filter and `no_new_privs`; internet sockets only
-//!   for functions that list hosts.
+//! * [`seccomp`]: an allow-list filter and `no_new_privs`; internet sockets
+//!   only for functions that list hosts.
 //! * [`zygote`]: the import cache, a tree of pre-imported Python zygotes that
-//!   handlers fork from.
-//! * [`install`]: the install cache, each pinned package installed once.
+//!   handlers fork from, each contained before it imports.
+//! * [`install`]: the install cache, each pinned package installed once,
+//!   pip in a sandbox of its own.
 //! * [`engine`]: the [`hearth_host::Engine`] for the tier, sandbox launch and
 //!   the pool of generic Node.js processes; `handler` holds the handler cache
 //!   (paused sandboxes, LRU under a memory budget, keep-alive) and `session`

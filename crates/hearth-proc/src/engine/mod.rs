@@ -29,6 +29,7 @@ use crate::cgroup::{Cgroup, CgroupLimits, CgroupPool, Cgroups};
 use crate::config::{Isolation, ProcConfig, ProcStatus};
 use crate::container::{self, Base, Root};
 use crate::handler::{Handler, HandlerCache};
+use crate::install::InstallSandbox;
 use crate::install::{InstallCache, Installed};
 use crate::proto::{read_frame, write_frame};
 use crate::session::converse;
@@ -148,6 +149,12 @@ impl ProcEngine {
             dir.join("packages"),
             config.python.clone(),
             config.offline_packages.clone(),
+            (isolation == Isolation::Full).then(|| InstallSandbox {
+                base: base.clone(),
+                run_dir: run.clone(),
+                uid: config.sandbox_uid,
+                gid: config.sandbox_uid,
+            }),
         )?;
         let engine = ProcEngine(Arc::new(Inner {
             base,
