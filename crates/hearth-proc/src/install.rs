@@ -91,6 +91,20 @@ impl InstallCache {
                 }
             }
         }
+        if let (Some(sandbox), Some(offline)) = (&sandbox, &offline) {
+            readable_by_others(offline).map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!(
+                        "--offline-packages {}: {e}; installs run as the sandbox user (uid {}), \
+                         who must be able to read the directory and its wheels \
+                         (chmod o+rx on it, o+r on its files)",
+                        offline.display(),
+                        sandbox.uid
+                    ),
+                )
+            })?;
+        }
         Ok(InstallCache {
             dir,
             python,
@@ -295,6 +309,28 @@ fn confine(
             }
             Ok(())
         });
+    }
+    Ok(())
+}
+
+/// Whether users other than the owner may list `dir` and read its files
+/// (the sandbox's root binds `dir` itself, so the directories above it do
+/// not matter).
+fn readable_by_others(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| m.permissions().mode())
+            .map_err(|e| format!("{}: {e}", p.display()))
+    };
+    if mode(dir)? & 0o005 != 0o005 {
+        return Err(format!("{} is not open to other users", dir.display()));
+    }
+    for e in std::fs::read_dir(dir).map_err(|e| e.to_string())?.flatten() {
+        let path = e.path();
+        if path.is_file() && mode(&path)? & 0o004 == 0 {
+            return Err(format!("{} is not readable by other users", path.display()));
+        }
     }
     Ok(())
 }

@@ -585,7 +585,10 @@ impl RealNode {
             cmd.arg("--max-concurrency").arg(c.to_string());
         }
         if cfg.import_mib > 0 {
-            let wheels = dir.join("wheels");
+            // Beside the data directory, not in it: installs run as the
+            // sandbox user, who may read the wheels but nothing of the
+            // node's own directory.
+            let wheels = wheels_of(&dir);
             std::fs::create_dir_all(&wheels)?;
             write_library_wheel(&wheels, cfg.import_mib)?;
             cmd.arg("--offline-packages").arg(&wheels);
@@ -666,7 +669,15 @@ impl RealNode {
         } else {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+        let _ = std::fs::remove_dir_all(wheels_of(&self.dir));
     }
+}
+
+/// Where a real node's offline wheels are.
+fn wheels_of(dir: &std::path::Path) -> PathBuf {
+    let mut name = dir.as_os_str().to_owned();
+    name.push("-wheels");
+    PathBuf::from(name)
 }
 
 /// The daemon's RSS plus what its sandboxes' cgroup holds, MiB.

@@ -260,3 +260,27 @@ async fn a_packages_import_time_code_runs_contained_in_its_zygote() {
         assert_eq!(probe[call], libc::EPERM, "{call}: {probe}");
     }
 }
+
+/// Installs run as the sandbox user: an offline wheel directory it could
+/// not read is refused when the node starts, not at the first deploy.
+#[test]
+fn an_offline_package_directory_the_installer_cannot_read_is_refused_at_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let wheels = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(wheels.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(crate::harness::HEARTH)
+        .arg("--data-dir")
+        .arg(data.path())
+        .args(["up", "--listen", "127.0.0.1:0", "--offline-packages"])
+        .arg(wheels.path())
+        .env("HEARTH_LOG", "warn")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--offline-packages") && err.contains("chmod o+rx"),
+        "{err}"
+    );
+}
