@@ -74,6 +74,38 @@ pub fn is_internal_host(entry: &str) -> bool {
         || host.parse::<IpAddr>().is_ok_and(is_internal)
 }
 
+/// The addresses a function may reach `host` on `port` at: what the
+/// system's resolver answers, less this machine and its private networks
+/// unless `private` (the operator's `--allow-private-egress`). Errors say
+/// why, for the function's log.
+pub async fn resolve_egress(
+    host: &str,
+    port: u16,
+    private: bool,
+) -> Result<Vec<SocketAddr>, String> {
+    let all: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .collect();
+    if private {
+        return Ok(all);
+    }
+    let public: Vec<SocketAddr> = all
+        .iter()
+        .copied()
+        .filter(|a| !is_internal(a.ip()))
+        .collect();
+    if public.is_empty() {
+        let shown = all.first().map_or("nothing".into(), |a| a.ip().to_string());
+        return Err(format!(
+            "{host} resolves to {shown}, a loopback, private or link-local address: \
+             functions may not reach those (an operator allows them with \
+             --allow-private-egress)"
+        ));
+    }
+    Ok(public)
+}
+
 /// Resolves names with the system's resolver and keeps only addresses
 /// outside this machine and its private networks.
 pub(crate) struct Resolver;
@@ -81,22 +113,7 @@ pub(crate) struct Resolver;
 impl Resolve for Resolver {
     fn resolve(&self, name: Name) -> Resolving {
         Box::pin(async move {
-            let host = name.as_str().to_string();
-            let all: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let public: Vec<SocketAddr> = all
-                .iter()
-                .copied()
-                .filter(|a| !is_internal(a.ip()))
-                .collect();
-            if public.is_empty() {
-                let shown = all.first().map_or("nothing".into(), |a| a.ip().to_string());
-                return Err(format!(
-                    "{host} resolves to {shown}, a loopback, private or link-local address: \
-                     functions may not reach those (an operator allows them with \
-                     --allow-private-egress)"
-                )
-                .into());
-            }
+            let public = resolve_egress(name.as_str(), 0, false).await?;
             let addrs: Addrs = Box::new(public.into_iter());
             Ok(addrs)
         })

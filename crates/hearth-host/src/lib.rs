@@ -30,7 +30,7 @@ pub use ctx::{
     CallGuard, HostCtx, HostError, HostLimits, HostServices, InvocationMeta, LogLine,
     monotonic_now_nanos,
 };
-pub use egress::{is_internal, is_internal_host};
+pub use egress::{is_internal, is_internal_host, resolve_egress};
 pub use engine::{
     ColocationPolicy, Compiled, DeployError, Engine, EngineStatus, Prepared, Sandbox, Source,
 };

@@ -205,9 +205,10 @@ class Zygote:
             os.close(go_w)
             self.control.close()
             os.setgroups([])
-            net = 0 if cmd.get("network") else CLONE_NEWNET
+            # A network of its own, with only loopback, even for functions
+            # that list hosts: they go out through the node's egress proxy.
             _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC
-                                 | CLONE_NEWUTS | net), "unshare")
+                                 | CLONE_NEWUTS | CLONE_NEWNET), "unshare")
             os.write(up_w, b"u")
             if os.read(go_r, 1) != b"m":
                 raise OSError("the root zygote did not map our user")
@@ -230,8 +231,7 @@ class Zygote:
             os.setresuid(uid, uid, uid)
             hostname = b"zygote"
             _check(_libc.sethostname(hostname, len(hostname)), "sethostname")
-            if net:
-                loopback_up()
+            loopback_up()
             zygote = os.fork()  # PID 1 of the new PID namespace
             if zygote:
                 os.write(up_w, json.dumps({"pid": zygote}).encode())
@@ -435,7 +435,55 @@ def enter_sandbox(cmd, fds, filters):
             os.close(nfd)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(cmd["socket"])
+    if cmd.get("egress"):
+        start_egress_relay(cmd["egress"])
     return sock
+
+
+# Proxy variables for a function that lists hosts (see start_egress_relay).
+_EGRESS_ENV = {}
+
+
+def start_egress_relay(path, port=3128):
+    """The sandbox's network has only loopback; a function that lists hosts
+    goes out through the node's egress proxy (CONNECT and absolute-form
+    HTTP, under the function's allow-list) on the Unix socket `path`. This
+    relays 127.0.0.1:`port` to it, and the proxy variables that HTTP
+    clients follow point there."""
+    import threading
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", port))
+    server.listen(64)
+
+    def pump(src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def serve():
+        while True:
+            client, _ = server.accept()
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                upstream.connect(path)
+            except OSError:
+                client.close()
+                continue
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    url = f"http://127.0.0.1:{port}"
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        _EGRESS_ENV[name] = url
+    _EGRESS_ENV["NO_PROXY"] = _EGRESS_ENV["no_proxy"] = "localhost,127.0.0.1,::1"
 
 
 class _SockFilter(ctypes.Structure):
@@ -634,6 +682,7 @@ class Handler:
     def load(self, msg):
         os.environ.clear()
         os.environ.update(msg.get("env", {}))
+        os.environ.update(_EGRESS_ENV)
         code_dir = msg.get("code", "/code")
         for p in [code_dir] + msg.get("paths", []):
             if p not in sys.path:

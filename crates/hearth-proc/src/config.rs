@@ -17,6 +17,9 @@ pub struct ProcConfig {
     pub node: PathBuf,
     /// A directory of wheels / npm cache to install from without the network.
     pub offline_packages: Option<PathBuf>,
+    /// Let the egress proxy reach this machine and private networks
+    /// (the node's `--allow-private-egress`).
+    pub allow_private_egress: bool,
     /// Unprivileged user and group sandboxes run as.
     pub sandbox_uid: u32,
     /// Most sandboxes (running or paused) at once.
@@ -102,6 +105,7 @@ impl ProcConfig {
             python: "/usr/bin/python3".into(),
             node: "/usr/bin/node".into(),
             offline_packages: None,
+            allow_private_egress: false,
             sandbox_uid: 65534,
             max_sandboxes: 64,
             warm_cgroups: 8,

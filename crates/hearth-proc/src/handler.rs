@@ -43,6 +43,9 @@ pub(crate) struct Handler {
     /// Packages installed for this handler alone (install cache off);
     /// removed with it.
     pub(crate) private_packages: Option<std::path::PathBuf>,
+    /// Its egress proxy, for a function with allowed hosts; stops when
+    /// the handler goes.
+    pub(crate) egress: Option<crate::egress::Relay>,
     /// Held for its `Drop`: the sandbox counts as live while this exists.
     pub(crate) _live: LiveGuard,
 }
@@ -133,6 +136,7 @@ mod tests {
             memory,
             idle_since: Instant::now(),
             private_packages: None,
+            egress: None,
             _live: LiveGuard::new(live),
         }
     }

@@ -28,6 +28,7 @@ pub use hearth_host::bundle;
 pub mod cgroup;
 pub mod config;
 pub mod container;
+pub mod egress;
 pub mod engine;
 mod handler;
 pub mod install;

@@ -24,11 +24,12 @@
 //! A package zygote runs a tenant's code (whatever its packages do when
 //! imported), so when the node is root it is contained before it imports
 //! anything ([`Containment`]): it is the sandbox user, in a user namespace
-//! of its own with mount, PID, IPC and UTS namespaces (and a network
-//! namespace, unless its functions may reach hosts: zygotes are kept apart
-//! by that too), its whole file system a lean root holding only its
-//! packages, under a seccomp filter that is a handler's plus the calls that
-//! make a handler's sandbox. Its handlers' roots, which it cannot see, are
+//! of its own with mount, PID, IPC, UTS and network namespaces, its whole
+//! file system a lean root holding only its packages, under a seccomp
+//! filter that is a handler's plus the calls that make a handler's
+//! sandbox. Zygotes for functions that list hosts are kept apart from the
+//! others: their filter lets internet sockets be made (which reach only
+//! loopback and, from a handler, its egress proxy). Its handlers' roots, which it cannot see, are
 //! sent to it as directory descriptors. The root zygote imports no
 //! tenant's code and stays privileged to make the others.
 
@@ -402,7 +403,6 @@ impl ZygoteTree {
                 header["root"] = json!(root.path);
                 header["uid"] = json!(c.uid);
                 header["gid"] = json!(c.gid);
-                header["network"] = json!(network);
                 header["seccomp"] = json!(crate::seccomp::zygote_filter_name(network));
                 header["pivot_root_nr"] = json!(libc::SYS_pivot_root);
                 Some(root)

@@ -78,6 +78,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let mut proc_config = ProcConfig::new(dir.join("proc"));
     proc_config.max_response_bytes = settings.max_response_bytes;
     proc_config.offline_packages = settings.offline_packages.clone();
+    proc_config.allow_private_egress = settings.allow_private_egress;
     proc_config.keep_alive = std::time::Duration::from_secs(settings.keep_alive_s);
     proc_config.caches = settings.proc_caches;
     proc_config.generic_pool = settings.proc_pool;

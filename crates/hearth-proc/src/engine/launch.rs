@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use hearth_core::{InvokeError, Runtime};
+use hearth_core::{FunctionSpec, InvokeError, Runtime};
 use serde_json::{Value, json};
 use tokio::net::UnixListener;
 
@@ -47,7 +47,7 @@ impl ProcEngine {
         code: Option<&Path>,
         packages: &[PathBuf],
         limits: CgroupLimits,
-        network: bool,
+        egress: Option<Arc<FunctionSpec>>,
         fork: F,
     ) -> Result<Handler, InvokeError>
     where
@@ -86,6 +86,7 @@ impl ProcEngine {
             memory: 0,
             idle_since: Instant::now(),
             private_packages: None,
+            egress: None,
             _live: LiveGuard::new(&inner.live),
         };
         let (root_path, socket_host, socket_inside) = if inner.root {
@@ -114,6 +115,36 @@ impl ProcEngine {
             let s = host.display().to_string();
             (None, host, s)
         };
+        let network = egress.is_some();
+        // A network namespace needs a real one (not `none`); its way out is
+        // the egress proxy, on a socket beside the node's.
+        let netns = inner.isolation != crate::Isolation::None;
+        let egress_inside = if root_path.is_some() {
+            "/tmp/egress.sock".to_string()
+        } else {
+            socket_host
+                .with_file_name("egress.sock")
+                .display()
+                .to_string()
+        };
+        if let Some(spec) = egress.filter(|_| netns) {
+            let host = socket_host.with_file_name("egress.sock");
+            match UnixListener::bind(&host) {
+                Ok(l) => {
+                    use std::os::unix::fs::PermissionsExt;
+                    let _ = std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o777));
+                    let private = inner.config.allow_private_egress;
+                    handler.egress =
+                        Some(crate::egress::Relay(crate::egress::serve(l, spec, private)));
+                }
+                Err(e) => {
+                    inner.destroy(handler);
+                    return Err(InvokeError::Crashed(format!(
+                        "cannot listen for the sandbox's egress: {e}"
+                    )));
+                }
+            }
+        }
         let listener = match UnixListener::bind(&socket_host) {
             Ok(l) => l,
             Err(e) => {
@@ -135,10 +166,12 @@ impl ProcEngine {
             "isolation": inner.isolation.as_str(),
             "extra_memory_bytes": if inner.cgroups.is_none() { limits.memory_bytes } else { 0 },
             "seccomp": crate::seccomp::filter_name(network),
-            // A function without allowed hosts gets a network of its own,
-            // with only loopback: no host interfaces, no host loopback
-            // services, no other sandbox's abstract Unix sockets.
-            "netns": !network,
+            // A network of its own, with only loopback: no host interfaces,
+            // no host loopback services, no other sandbox's abstract Unix
+            // sockets. A function with allowed hosts goes out through the
+            // egress proxy, which enforces its allow-list.
+            "netns": netns,
+            "egress": if network && netns { Some(egress_inside) } else { None },
             "socket": socket_inside,
             "hostname": format!("sandbox-{id}"),
             }),
@@ -238,7 +271,7 @@ impl ProcEngine {
         };
         // Network sockets stay closed for generic processes; outbound HTTP
         // goes through the host.
-        self.launch(None, &[], limits, false, |mut spec| async move {
+        self.launch(None, &[], limits, None, |mut spec| async move {
             spec.set("keep_stderr", json!(true));
             // V8 reserves far more address space than it uses: no RLIMIT_AS.
             spec.set("extra_memory_bytes", json!(0));

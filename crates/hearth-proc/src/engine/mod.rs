@@ -522,7 +522,7 @@ impl ProcPrepared {
                 Some(&self.code_dir),
                 &packages,
                 self.cgroup_limits(),
-                self.network(),
+                self.network().then(|| Arc::new(self.version.spec.clone())),
                 |spec| {
                     let zygote = zygote.clone();
                     async move {

@@ -175,7 +175,7 @@ impl ProcEngine {
                 let limits = generic_limits(&self.0);
                 // Network sockets stay closed (the filter is chosen at
                 // fork): functions that may open them are not pooled.
-                self.launch(None, &[], limits, false, |spec| async move {
+                self.launch(None, &[], limits, None, |spec| async move {
                     spec.send(&root, "fork_handler").await
                 })
                 .await

@@ -3,8 +3,13 @@
 use crate::harness::{Daemon, example};
 
 /// A one-route HTTP server on loopback that answers "from upstream".
-async fn upstream() -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+pub(crate) async fn upstream() -> std::net::SocketAddr {
+    upstream_on("127.0.0.1").await
+}
+
+/// The same on `ip`.
+pub(crate) async fn upstream_on(ip: &str) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = axum::Router::new().route("/data", axum::routing::get(|| async { "from upstream" }));
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

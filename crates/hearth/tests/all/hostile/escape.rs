@@ -259,6 +259,30 @@ async fn a_packages_import_time_code_runs_contained_in_its_zygote() {
     for call in ["inet_socket", "io_uring_setup", "new_user_ns", "mount"] {
         assert_eq!(probe[call], libc::EPERM, "{call}: {probe}");
     }
+    // A function that lists hosts forks from a zygote of its own kind,
+    // contained the same way, whose filter lets internet sockets be made
+    // (they reach only the sandbox's loopback and its egress proxy).
+    d.deploy(
+        "p3",
+        bundle,
+        &[
+            ("runtime", "python"),
+            ("file_name", "fn.tar"),
+            ("allow_host", "example.com:443"),
+        ],
+    )
+    .await;
+    let (s3, b3) = d.call("p3", "", "").await;
+    assert_eq!(s3, 200, "{b3}");
+    let v3: serde_json::Value = serde_json::from_str(&b3).unwrap();
+    assert_ne!(v3["imported_at"], v1["imported_at"], "{v3}");
+    let probe = &v3["probe"];
+    assert_eq!(probe["uid"], 65534, "{probe}");
+    assert_eq!(probe["read_token"], libc::ENOENT, "{probe}");
+    assert_eq!(probe["inet_socket"], "done", "{probe}");
+    for call in ["io_uring_setup", "new_user_ns", "mount"] {
+        assert_eq!(probe[call], libc::EPERM, "{call}: {probe}");
+    }
 }
 
 /// Installs run as the sandbox user: an offline wheel directory it could

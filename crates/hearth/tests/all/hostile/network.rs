@@ -149,3 +149,80 @@ async fn fetch_never_reaches_this_machine_unless_the_operator_allows_it() {
         "reached 200 host secret"
     );
 }
+
+/// A function that may reach `allowed` (and only that): opens a raw
+/// socket to the daemon's own port, and fetches two URLs with `urllib`,
+/// which follows the proxy variables; answers what happened to each.
+fn egress_probe(daemon_port: u16, allowed: &str, other: &str) -> String {
+    format!(
+        r#"import errno, socket, urllib.request, urllib.error
+def attempt(f):
+    try:
+        return f()
+    except urllib.error.HTTPError as e:
+        return 'http %d' % e.code
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e))
+def raw():
+    s = socket.create_connection(('127.0.0.1', {daemon_port}), timeout=2)
+    s.close()
+    return 'connected'
+def fetch(url):
+    return lambda: urllib.request.urlopen(url, timeout=5).read().decode()
+def handler(event, context):
+    return {{
+        'raw': attempt(raw),
+        'allowed': attempt(fetch('http://{allowed}/data')),
+        'other': attempt(fetch('http://{other}/data')),
+        'interfaces': ','.join(n for _, n in socket.if_nameindex()),
+    }}
+"#
+    )
+}
+
+#[tokio::test]
+async fn a_function_with_allowed_hosts_goes_out_only_through_the_proxy() {
+    // The upstreams are on this machine's own (private) address, which only
+    // an operator's flag opens; not on loopback, which inside a sandbox is
+    // the sandbox's own and not proxied.
+    let d = Daemon::start_with(&["--allow-private-egress", "true"]);
+    let ip = {
+        // The address this machine would send from; no packet leaves.
+        let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        probe.connect("192.0.2.1:9").unwrap();
+        probe.local_addr().unwrap().ip().to_string()
+    };
+    assert_ne!(
+        ip, "127.0.0.1",
+        "this test needs an address besides loopback"
+    );
+    let allowed = crate::outbound::upstream_on(&ip).await;
+    let other = crate::outbound::upstream_on(&ip).await;
+    let port: u16 = d
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    d.deploy(
+        "egress",
+        egress_probe(port, &allowed.to_string(), &other.to_string()).into_bytes(),
+        &[
+            ("runtime", "python"),
+            ("file_name", "handler.py"),
+            ("allow_host", &allowed.to_string()),
+        ],
+    )
+    .await;
+    let body = d.invoke_body("egress", String::new()).await;
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v["raw"], "ECONNREFUSED",
+        "a raw socket reached the daemon: {v}"
+    );
+    assert_eq!(v["interfaces"], "lo", "{v}");
+    assert_eq!(v["allowed"], "from upstream", "{v}");
+    assert_eq!(v["other"], "http 403", "{v}");
+}

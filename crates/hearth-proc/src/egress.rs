@@ -1,0 +1,251 @@
+//! The way out for sandboxes of functions that list hosts.
+//!
+//! Every sandbox has a network namespace of its own whose only interface
+//! is `lo`, so a socket it opens reaches nothing beyond it. A function with
+//! allowed hosts gets, in its root, `/tmp/egress.sock`, served here by the
+//! node: an HTTP proxy that takes `CONNECT host:port` (what clients send
+//! for `https://` through a proxy) and absolute-form requests
+//! (`GET http://host/…`, for `http://`), lets out only what the function's
+//! allow-list names, resolves names with [`hearth_host::resolve_egress`]
+//! (never this machine or its private networks unless the operator allows
+//! them), and then relays bytes both ways. Inside the sandbox the helper
+//! listens on `127.0.0.1:3128` and relays to that socket, and
+//! `HTTP_PROXY`/`HTTPS_PROXY` point there, which is what Python's
+//! `urllib`, `requests` and `httpx` follow.
+//!
+//! The proxy holds at most [`MAX_CONNECTIONS`] connections per sandbox and
+//! a request head of at most [`MAX_HEAD`] bytes; it ends with the sandbox.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use hearth_core::FunctionSpec;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixListener, UnixStream};
+
+/// Connections one sandbox may have open through the proxy.
+pub const MAX_CONNECTIONS: usize = 64;
+/// Bytes of a request head the proxy reads before it refuses.
+pub const MAX_HEAD: usize = 8 << 10;
+/// How long the head and the connection to the host may take.
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A sandbox's proxy task; stopped, with every relay it runs, when
+/// dropped (with the sandbox's handler).
+#[derive(Debug)]
+pub struct Relay(pub tokio::task::JoinHandle<()>);
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Serves one sandbox's egress socket until aborted (when the sandbox is
+/// destroyed).
+pub fn serve(
+    listener: UnixListener,
+    spec: Arc<FunctionSpec>,
+    private: bool,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let open = Arc::new(AtomicUsize::new(0));
+        let mut tasks = tokio::task::JoinSet::new();
+        loop {
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                // Reap finished relays as they end.
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+            };
+            let Ok((mut client, _)) = accepted else {
+                return;
+            };
+            if open.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+                let _ = refuse(&mut client, 429, "too many connections through the proxy").await;
+                continue;
+            }
+            open.fetch_add(1, Ordering::Relaxed);
+            let (spec, open) = (spec.clone(), open.clone());
+            // Relays die with this task (a JoinSet aborts them when dropped).
+            tasks.spawn(async move {
+                let _ = relay(client, &spec, private).await;
+                open.fetch_sub(1, Ordering::Relaxed);
+            });
+        }
+    })
+}
+
+/// Where a request head asks to go, and what to send there first.
+#[derive(Debug, PartialEq, Eq)]
+struct Target {
+    host: String,
+    port: u16,
+    /// `None` for `CONNECT` (answered by the proxy, then a tunnel);
+    /// otherwise the head rewritten to origin form, for the host.
+    forward: Option<Vec<u8>>,
+}
+
+/// Reads a request head (through the blank line) and says where it goes.
+fn parse_head(head: &[u8]) -> Result<Target, String> {
+    let text = std::str::from_utf8(head).map_err(|_| "the request head is not UTF-8")?;
+    let (line, rest) = text.split_once("\r\n").ok_or("no request line")?;
+    let mut parts = line.split(' ');
+    let (method, target, version) = match (parts.next(), parts.next(), parts.next()) {
+        (Some(m), Some(t), Some(v)) if parts.next().is_none() => (m, t, v),
+        _ => return Err(format!("not an HTTP request line: {line:?}")),
+    };
+    if method == "CONNECT" {
+        let (host, port) = split_authority(target, None)?;
+        return Ok(Target {
+            host,
+            port,
+            forward: None,
+        });
+    }
+    let after = target
+        .strip_prefix("http://")
+        .ok_or("only CONNECT and http:// requests go through this proxy")?;
+    let (authority, path) = match after.find('/') {
+        Some(i) => (&after[..i], &after[i..]),
+        None => (after, "/"),
+    };
+    let (host, port) = split_authority(authority, Some(80))?;
+    let forward = format!("{method} {path} {version}\r\n{rest}").into_bytes();
+    Ok(Target {
+        host,
+        port,
+        forward: Some(forward),
+    })
+}
+
+/// `host:port`, `[v6]:port`, or a host alone when `default` is given.
+fn split_authority(authority: &str, default: Option<u16>) -> Result<(String, u16), String> {
+    let bad = || format!("not a host and port: {authority:?}");
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (h, after) = v6.split_once(']').ok_or_else(bad)?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => Some(p.parse().map_err(|_| bad())?),
+            None if after.is_empty() => default,
+            None => return Err(bad()),
+        };
+        (h.to_string(), port)
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), Some(p.parse().map_err(|_| bad())?)),
+            None => (authority.to_string(), default),
+        }
+    };
+    match port {
+        Some(port) if !host.is_empty() && !host.contains(['@', '/', ' ']) => Ok((host, port)),
+        _ => Err(bad()),
+    }
+}
+
+async fn refuse(client: &mut UnixStream, status: u16, why: &str) -> std::io::Result<()> {
+    let reason = match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        429 => "Too Many Requests",
+        _ => "Bad Gateway",
+    };
+    let body = format!("{why}\n");
+    let head = format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    client.write_all(head.as_bytes()).await?;
+    client.write_all(body.as_bytes()).await
+}
+
+async fn relay(mut client: UnixStream, spec: &FunctionSpec, private: bool) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(1024);
+    let head_end = tokio::time::timeout(WAIT, async {
+        let mut chunk = [0u8; 1024];
+        loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                return Ok(Some(i + 4));
+            }
+            if buf.len() >= MAX_HEAD {
+                return Ok(None);
+            }
+            let n = client.read(&mut chunk).await?;
+            if n == 0 {
+                return Ok(None);
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    })
+    .await;
+    let end = match head_end {
+        Ok(Ok(Some(end))) => end,
+        Ok(Err(e)) => return Err(e),
+        _ => return refuse(&mut client, 400, "no complete request head").await,
+    };
+    let target = match parse_head(&buf[..end]) {
+        Ok(t) => t,
+        Err(why) => return refuse(&mut client, 400, &why).await,
+    };
+    if !spec.allows_host(&target.host, target.port) {
+        let why = format!(
+            "{}:{} is not on this function's allow-list: add it with --allow-host",
+            target.host, target.port
+        );
+        return refuse(&mut client, 403, &why).await;
+    }
+    let addrs = match hearth_host::resolve_egress(&target.host, target.port, private).await {
+        Ok(a) => a,
+        Err(why) => return refuse(&mut client, 403, &why).await,
+    };
+    let mut upstream = match tokio::time::timeout(WAIT, TcpStream::connect(&addrs[..])).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return refuse(&mut client, 502, &format!("{}: {e}", target.host)).await,
+        Err(_) => return refuse(&mut client, 502, &format!("{}: no answer", target.host)).await,
+    };
+    match &target.forward {
+        None => {
+            client
+                .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                .await?
+        }
+        Some(head) => upstream.write_all(head).await?,
+    }
+    upstream.write_all(&buf[end..]).await?;
+    tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_are_read_as_proxies_read_them() {
+        let t = parse_head(b"CONNECT api.example.com:443 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        assert_eq!(
+            (t.host.as_str(), t.port, t.forward),
+            ("api.example.com", 443, None)
+        );
+        let t = parse_head(b"GET http://example.com/a?b HTTP/1.1\r\nHost: example.com\r\n\r\n")
+            .unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("example.com", 80));
+        assert_eq!(
+            t.forward.unwrap(),
+            b"GET /a?b HTTP/1.1\r\nHost: example.com\r\n\r\n"
+        );
+        let t = parse_head(b"CONNECT [::1]:8443 HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("::1", 8443));
+        let t = parse_head(b"POST http://h:8080 HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("h", 8080));
+        for bad in [
+            &b"CONNECT example.com HTTP/1.1\r\n\r\n"[..],
+            b"GET /relative HTTP/1.1\r\n\r\n",
+            b"GET https://example.com/ HTTP/1.1\r\n\r\n",
+            b"CONNECT user@example.com:443 HTTP/1.1\r\n\r\n",
+            b"CONNECT a b c d\r\n\r\n",
+            b"GARBAGE",
+        ] {
+            assert!(parse_head(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+}
