@@ -113,6 +113,32 @@ impl ProcEngine {
             root,
         )
         .context("cannot prepare the sandbox base")?;
+        let isolation = if root {
+            Isolation::Full
+        } else if Isolation::user_namespaces_work() {
+            degraded.push(
+                "not running as root: Python and Node.js sandboxes get a user namespace with their own PID, IPC and UTS namespaces, seccomp and no capabilities, but no chroot (they can read what this daemon's user can read) and no cgroups (no CPU or process-count limits; Python memory is capped by an address-space limit, Node.js memory is not capped)".into(),
+            );
+            Isolation::UserNamespace
+        } else {
+            degraded.push(
+                "not running as root and user namespaces are unavailable: Python and Node.js sandboxes run without chroot, namespaces, cgroups or a separate user; only the seccomp filter and the time limit hold".into(),
+            );
+            Isolation::None
+        };
+        // Before any cgroup is made: a bad setting here ends the start
+        // with nothing left behind.
+        let installs = InstallCache::new(
+            dir.join("packages"),
+            config.python.clone(),
+            config.offline_packages.clone(),
+            (isolation == Isolation::Full).then(|| InstallSandbox {
+                base: base.clone(),
+                run_dir: run.clone(),
+                uid: config.sandbox_uid,
+                gid: config.sandbox_uid,
+            }),
+        )?;
         let cgroups = if root {
             let instance = instance_name(dir);
             match Cgroups::open(Path::new("/sys/fs/cgroup"), &instance)
@@ -129,33 +155,9 @@ impl ProcEngine {
         } else {
             None
         };
-        let isolation = if root {
-            Isolation::Full
-        } else if Isolation::user_namespaces_work() {
-            degraded.push(
-                "not running as root: Python and Node.js sandboxes get a user namespace with their own PID, IPC and UTS namespaces, seccomp and no capabilities, but no chroot (they can read what this daemon's user can read) and no cgroups (no CPU or process-count limits; Python memory is capped by an address-space limit, Node.js memory is not capped)".into(),
-            );
-            Isolation::UserNamespace
-        } else {
-            degraded.push(
-                "not running as root and user namespaces are unavailable: Python and Node.js sandboxes run without chroot, namespaces, cgroups or a separate user; only the seccomp filter and the time limit hold".into(),
-            );
-            Isolation::None
-        };
         for line in &degraded {
             tracing::warn!("process tier degraded: {line}");
         }
-        let installs = InstallCache::new(
-            dir.join("packages"),
-            config.python.clone(),
-            config.offline_packages.clone(),
-            (isolation == Isolation::Full).then(|| InstallSandbox {
-                base: base.clone(),
-                run_dir: run.clone(),
-                uid: config.sandbox_uid,
-                gid: config.sandbox_uid,
-            }),
-        )?;
         let engine = ProcEngine(Arc::new(Inner {
             base,
             cgroups,

@@ -307,4 +307,9 @@ fn an_offline_package_directory_the_installer_cannot_read_is_refused_at_start() 
         err.contains("--offline-packages") && err.contains("chmod o+rx"),
         "{err}"
     );
+    // Refused before anything was made that a stop would have to remove.
+    for controller in ["memory", "pids", "cpu", "freezer", ""] {
+        let dir = crate::harness::instance_dir(data.path(), controller);
+        assert!(!dir.exists(), "{} was left behind", dir.display());
+    }
 }
