@@ -45,7 +45,7 @@ use tokio::net::{UnixListener, UnixStream};
 use hearth_core::Colocation;
 
 use crate::bundle::Package;
-use crate::container::{Base, Root};
+use crate::container::Root;
 use crate::install::Installed;
 use crate::proto::{Frame, read_frame, send_fd, write_frame};
 
@@ -217,14 +217,23 @@ pub struct ZygoteConfig {
 }
 
 /// What a contained zygote is made of.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Containment {
-    /// The read-only trees of its lean root.
-    pub base: Base,
-    pub scratch_mib: u32,
+    /// Gives a generic lean root (system files, helpers, scratch) for it:
+    /// the process tier's pool of roots built ahead of time.
+    pub roots: Arc<dyn Fn() -> std::io::Result<Root> + Send + Sync>,
     /// The sandbox user and group it becomes.
     pub uid: u32,
     pub gid: u32,
+}
+
+impl std::fmt::Debug for Containment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Containment")
+            .field("uid", &self.uid)
+            .field("gid", &self.gid)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug)]
@@ -392,9 +401,8 @@ impl ZygoteTree {
         // the run directory.
         let root = match &self.config.contain {
             Some(c) => {
-                let path = self.config.run_dir.join("sb").join(format!("z{id}"));
-                let mut root = Root::build(&path, &c.base, c.scratch_mib)
-                    .map_err(|e| format!("cannot build the zygote's root: {e}"))?;
+                let mut root =
+                    (c.roots)().map_err(|e| format!("cannot build the zygote's root: {e}"))?;
                 if let Err(e) = root.attach(None, &paths) {
                     root.destroy();
                     return Err(format!("cannot build the zygote's root: {e}"));

@@ -272,11 +272,21 @@ impl ProcEngine {
                     helper: inner.base.hearth.join("helper.py"),
                     run_dir: inner.config.dir.join("run"),
                     memory_budget_bytes: inner.config.zygote_budget_bytes,
-                    contain: (inner.isolation == Isolation::Full).then(|| Containment {
-                        base: inner.base.clone(),
-                        scratch_mib: inner.config.scratch_mib,
-                        uid: inner.config.sandbox_uid,
-                        gid: inner.config.sandbox_uid,
+                    contain: (inner.isolation == Isolation::Full).then(|| {
+                        let weak = Arc::downgrade(inner);
+                        Containment {
+                            // From the pool of generic roots, as a sandbox's.
+                            roots: Arc::new(move || {
+                                let inner = weak.upgrade().ok_or_else(|| {
+                                    std::io::Error::other("the process tier is stopping")
+                                })?;
+                                let root = inner.take_root();
+                                inner.fill_roots();
+                                root
+                            }),
+                            uid: inner.config.sandbox_uid,
+                            gid: inner.config.sandbox_uid,
+                        }
                     }),
                 })
                 .await?;
