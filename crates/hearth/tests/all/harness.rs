@@ -142,6 +142,41 @@ impl Daemon {
         self.get(path).send().await.unwrap().json().await.unwrap()
     }
 
+    /// GET `path` with `token` (a tenant's); the body as JSON.
+    pub async fn get_json_as(&self, token: &str, path: &str) -> serde_json::Value {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(token);
+        r.send().await.unwrap().json().await.unwrap()
+    }
+
+    /// Deploys `code` as `name` with `token` (a tenant's); `query` names
+    /// the runtime and the rest. The response, whatever its status.
+    pub async fn deploy_as(
+        &self,
+        token: &str,
+        name: &str,
+        query: &[(&str, &str)],
+        code: impl Into<reqwest::Body>,
+    ) -> reqwest::Response {
+        self.http
+            .post(format!("{}/v1/functions/{name}", self.url))
+            .query(query)
+            .bearer_auth(token)
+            .body(code)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// A POST to `tenant`'s function `name`, with `token`.
+    pub fn invoke_as(&self, token: &str, tenant: &str, name: &str) -> reqwest::RequestBuilder {
+        self.http
+            .post(format!("{}/fn/{tenant}/{name}", self.url))
+            .bearer_auth(token)
+    }
+
     /// GET `path` with the admin token; the body as text.
     pub async fn get_text(&self, path: &str) -> String {
         self.get(path).send().await.unwrap().text().await.unwrap()

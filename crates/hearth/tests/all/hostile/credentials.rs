@@ -55,13 +55,7 @@ async fn a_hearth_token_reaches_neither_function_code_nor_tapes() {
             if name.ends_with("false") {
                 continue;
             }
-            let r = d
-                .http
-                .post(format!("{}/fn/admin/{name}", d.url))
-                .bearer_auth(token)
-                .send()
-                .await
-                .unwrap();
+            let r = d.invoke_as(token, "admin", name).send().await.unwrap();
             assert_eq!(r.text().await.unwrap(), "", "{name} saw {token}");
         }
     }

@@ -288,38 +288,21 @@ async fn one_tenant_cannot_take_every_slot_of_the_node() {
         (&acme, "spin", crate::harness::example("spin.wat")),
         (&beta, "hello", crate::harness::example("hello.wat")),
     ] {
-        let r = d
-            .http
-            .post(format!("{}/v1/functions/{name}", d.url))
-            .query(&[("runtime", "wasm"), ("timeout_ms", "2000")])
-            .bearer_auth(token)
-            .body(code)
-            .send()
-            .await
-            .unwrap();
+        let query = [("runtime", "wasm"), ("timeout_ms", "2000")];
+        let r = d.deploy_as(token, name, &query, code).await;
         assert_eq!(r.status(), 201);
     }
     // acme asks for every slot the node has, with functions that spin
     // until their deadline.
     let spinning: Vec<_> = (0..4)
         .map(|_| {
-            let req = d
-                .http
-                .post(format!("{}/fn/acme/spin", d.url))
-                .bearer_auth(&acme)
-                .send();
+            let req = d.invoke_as(&acme, "acme", "spin").send();
             tokio::spawn(async move { crate::harness::error_of(req.await.unwrap()).await })
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     // beta still gets in.
-    let r = d
-        .http
-        .post(format!("{}/fn/beta/hello", d.url))
-        .bearer_auth(&beta)
-        .send()
-        .await
-        .unwrap();
+    let r = d.invoke_as(&beta, "beta", "hello").send().await.unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     let mut kinds: Vec<(u16, String)> = Vec::new();
     for s in spinning {
@@ -336,16 +319,7 @@ async fn one_tenant_cannot_take_every_slot_of_the_node() {
             (504, "timeout".to_string()),
         ]
     );
-    let status = d
-        .http
-        .get(format!("{}/v1/status", d.url))
-        .bearer_auth(&acme)
-        .send()
-        .await
-        .unwrap()
-        .json::<serde_json::Value>()
-        .await
-        .unwrap();
+    let status = d.get_json_as(&acme, "/v1/status").await;
     assert_eq!(status["tenant"]["max_concurrency"], 2, "{status}");
 }
 
@@ -400,28 +374,16 @@ async fn spinning_tenants_hold_their_share_of_js_workers_not_all_of_them() {
         ("beta", hello, "1000"),
     ] {
         let token = d.create_tenant(tenant).await;
-        let r = d
-            .http
-            .post(format!("{}/v1/functions/f", d.url))
-            .query(&[
-                ("runtime", "js"),
-                ("file_name", "index.mjs"),
-                ("timeout_ms", timeout),
-            ])
-            .bearer_auth(&token)
-            .body(code)
-            .send()
-            .await
-            .unwrap();
+        let query = [
+            ("runtime", "js"),
+            ("file_name", "index.mjs"),
+            ("timeout_ms", timeout),
+        ];
+        let r = d.deploy_as(&token, "f", &query, code).await;
         assert_eq!(r.status(), 201);
         tokens.insert(tenant, token);
     }
-    let call = |tenant: &'static str| {
-        d.http
-            .post(format!("{}/fn/{tenant}/f", d.url))
-            .bearer_auth(tokens[tenant].clone())
-            .send()
-    };
+    let call = |tenant: &'static str| d.invoke_as(&tokens[tenant], tenant, "f").send();
     // beta's first call makes its isolate (and its worker's), before.
     assert_eq!(call("beta").await.unwrap().text().await.unwrap(), "hello");
     let mut spinners = Vec::new();

@@ -24,29 +24,12 @@ async fn a_sandbox_sees_no_host_interface_and_no_other_tenants_sockets() {
     let d = Daemon::start();
     let acme = d.create_tenant("acme").await;
     let beta = d.create_tenant("beta").await;
-    let deploy = |token: String, name: &'static str, code: &'static str| {
-        let d = &d;
-        async move {
-            let r = d
-                .http
-                .post(format!("{}/v1/functions/{name}", d.url))
-                .query(&[("runtime", "python"), ("file_name", "handler.py")])
-                .bearer_auth(token)
-                .body(code)
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
-        }
-    };
-    deploy(acme.clone(), "listener", LISTENER).await;
-    deploy(beta.clone(), "dialer", DIALER).await;
-    let call = |tenant: &str, name: &str, token: &str| {
-        d.http
-            .post(format!("{}/fn/{tenant}/{name}", d.url))
-            .bearer_auth(token.to_string())
-            .send()
-    };
+    let python = [("runtime", "python"), ("file_name", "handler.py")];
+    for (token, name, code) in [(&acme, "listener", LISTENER), (&beta, "dialer", DIALER)] {
+        let r = d.deploy_as(token, name, &python, code).await;
+        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    }
+    let call = |tenant: &str, name: &str, token: &str| d.invoke_as(token, tenant, name).send();
     let r = call("acme", "listener", &acme).await.unwrap();
     assert_eq!(r.text().await.unwrap(), "listening");
     let r = call("beta", "dialer", &beta).await.unwrap();

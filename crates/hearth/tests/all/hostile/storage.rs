@@ -82,6 +82,9 @@ async fn another_local_user_reads_no_tenant_data_and_loose_modes_are_fixed() {
     drop(d);
 }
 
+/// How the tests here deploy their JavaScript.
+const JS: &[(&str, &str)] = &[("runtime", "js"), ("file_name", "index.mjs")];
+
 /// Keeps its request body under one key; says whether KV took it.
 const STORER: &str = "export default { async fetch(req) { \
     const body = await req.text(); \
@@ -95,23 +98,13 @@ async fn one_tenant_cannot_fill_the_kv_store() {
     for tenant in ["acme", "beta"] {
         let token = d.create_tenant(tenant).await;
         for name in ["one", "two"] {
-            let r = d
-                .http
-                .post(format!("{}/v1/functions/{name}", d.url))
-                .query(&[("runtime", "js"), ("file_name", "index.mjs")])
-                .bearer_auth(&token)
-                .body(STORER)
-                .send()
-                .await
-                .unwrap();
+            let r = d.deploy_as(&token, name, JS, STORER).await;
             assert_eq!(r.status(), 201);
         }
         tokens.push((tenant, token));
     }
     let store = |tenant: &str, token: &str, name: &str| {
-        d.http
-            .post(format!("{}/fn/{tenant}/{name}", d.url))
-            .bearer_auth(token.to_string())
+        d.invoke_as(token, tenant, name)
             .body("x".repeat(600 << 10))
             .send()
     };
@@ -132,16 +125,7 @@ async fn one_tenant_cannot_fill_the_kv_store() {
         said(store("beta", beta, "one").await.unwrap()).await,
         "stored"
     );
-    let status: serde_json::Value = d
-        .http
-        .get(format!("{}/v1/status", d.url))
-        .bearer_auth(acme)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status = d.get_json_as(acme, "/v1/status").await;
     let used = status["tenant"]["kv_bytes"].as_u64().unwrap();
     assert_eq!(used, (600 << 10) + 1, "{status}");
     assert_eq!(status["tenant"]["kv_max_bytes"], 1 << 20);
@@ -175,22 +159,12 @@ async fn one_tenants_tapes_cannot_push_out_anothers() {
     let mut tokens = std::collections::HashMap::new();
     for tenant in ["acme", "beta"] {
         let token = first.create_tenant(tenant).await;
-        let r = first
-            .http
-            .post(format!("{}/v1/functions/echo", first.url))
-            .query(&[("runtime", "js"), ("file_name", "index.mjs")])
-            .bearer_auth(&token)
-            .body(ECHO_LENGTH)
-            .send()
-            .await
-            .unwrap();
+        let r = first.deploy_as(&token, "echo", JS, ECHO_LENGTH).await;
         assert_eq!(r.status(), 201);
         tokens.insert(tenant, token);
     }
     let call = |d: &Daemon, tenant: &str, body: String| {
-        d.http
-            .post(format!("{}/fn/{tenant}/echo", d.url))
-            .bearer_auth(tokens[tenant].clone())
+        d.invoke_as(&tokens[tenant], tenant, "echo")
             .body(body)
             .send()
     };
@@ -209,19 +183,9 @@ async fn one_tenants_tapes_cannot_push_out_anothers() {
         assert_eq!(r.status(), 200);
     }
     let listed = |tenant: &'static str| {
-        let d = &d;
-        let token = tokens[tenant].clone();
+        let (d, token) = (&d, &tokens[tenant]);
         async move {
-            let v: serde_json::Value = d
-                .http
-                .get(format!("{}/v1/functions/echo/recordings", d.url))
-                .bearer_auth(token)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let v = d.get_json_as(token, "/v1/functions/echo/recordings").await;
             v["recordings"].as_array().unwrap().len()
         }
     };
@@ -234,16 +198,7 @@ async fn one_tenants_tapes_cannot_push_out_anothers() {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     assert_eq!(listed("acme").await, 3, "acme lost tapes to beta's flood");
-    let status: serde_json::Value = d
-        .http
-        .get(format!("{}/v1/status", d.url))
-        .bearer_auth(tokens["beta"].clone())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status = d.get_json_as(&tokens["beta"], "/v1/status").await;
     let tenant = &status["tenant"];
     assert_eq!(tenant["recording_max_bytes"], 1 << 20, "{tenant}");
     assert!(
@@ -265,16 +220,7 @@ async fn one_tenant_cannot_fill_the_disk_with_code() {
     };
     let deploy = |token: String, name: &'static str, code: String| {
         let d = &d;
-        async move {
-            d.http
-                .post(format!("{}/v1/functions/{name}", d.url))
-                .query(&[("runtime", "js"), ("file_name", "index.mjs")])
-                .bearer_auth(token)
-                .body(code)
-                .send()
-                .await
-                .unwrap()
-        }
+        async move { d.deploy_as(&token, name, JS, code).await }
     };
     let acme = d.create_tenant("acme").await;
     let beta = d.create_tenant("beta").await;
@@ -298,16 +244,7 @@ async fn one_tenant_cannot_fill_the_disk_with_code() {
     assert_eq!(deploy(acme.clone(), "three", first).await.status(), 201);
     // Another tenant has its own quota.
     assert_eq!(deploy(beta, "one", big()).await.status(), 201);
-    let status: serde_json::Value = d
-        .http
-        .get(format!("{}/v1/status", d.url))
-        .bearer_auth(&acme)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status = d.get_json_as(&acme, "/v1/status").await;
     let used = status["tenant"]["code_bytes"].as_u64().unwrap();
     assert!((600 << 10..1 << 20).contains(&used), "{status}");
     assert_eq!(status["tenant"]["code_max_bytes"], 1 << 20);
