@@ -145,13 +145,13 @@ impl Root {
 
     /// A root for a package install: the system files and the host's
     /// `/etc` (name resolution and TLS roots, for reaching the index),
-    /// read-only; `target` writable and each of `readable` read-only, at
-    /// their host paths; a scratch tmpfs. Nothing else of the host.
+    /// read-only; each of `writable` writable and each of `readable`
+    /// read-only, at their host paths; a small scratch tmpfs. Nothing else
+    /// of the host.
     pub fn build_for_install(
         path: &Path,
         base: &Base,
-        scratch_mib: u32,
-        target: &Path,
+        writable: &[&Path],
         readable: &[PathBuf],
     ) -> io::Result<Root> {
         fs::create_dir(path)?;
@@ -161,11 +161,14 @@ impl Root {
             mounts: Vec::new(),
         };
         let populated = (|| {
-            root.populate(base, Path::new("/etc"), scratch_mib)?;
+            root.populate(base, Path::new("/etc"), 64)?;
             for p in readable {
                 root.bind_ro(p, p.strip_prefix("/").unwrap_or(p), true)?;
             }
-            root.bind_rw(target, target.strip_prefix("/").unwrap_or(target))
+            for p in writable {
+                root.bind_rw(p, p.strip_prefix("/").unwrap_or(p))?;
+            }
+            Ok(())
         })();
         match populated {
             Ok(()) => Ok(root),

@@ -210,15 +210,28 @@ impl InstallCache {
         let n = self.next_root.fetch_add(1, Ordering::Relaxed);
         let path = sandbox.run_dir.join("sb").join(format!("i{n}"));
         let readable: Vec<PathBuf> = self.offline.iter().cloned().collect();
+        // pip's downloads and unpacking, on disk beside the target (a wheel
+        // can be larger than the root's scratch tmpfs); it caches nothing,
+        // the cache would go with the root.
+        let mut scratch = target.as_os_str().to_owned();
+        scratch.push("-scratch");
+        let scratch = PathBuf::from(scratch);
+        cmd.arg("--no-cache-dir");
         let confined = (|| {
+            std::fs::create_dir_all(&scratch)?;
             chown_tree(target, sandbox.uid, sandbox.gid)?;
-            let root = Root::build_for_install(&path, &sandbox.base, 256, target, &readable)?;
-            confine(&mut cmd, &root.path, sandbox.uid, sandbox.gid)?;
+            chown_tree(&scratch, sandbox.uid, sandbox.gid)?;
+            let writable = [target, scratch.as_path()];
+            let root = Root::build_for_install(&path, &sandbox.base, &writable, &readable)?;
+            confine(&mut cmd, &root.path, sandbox.uid, sandbox.gid, &scratch)?;
             Ok::<_, std::io::Error>(root)
         })();
         let mut root = match confined {
             Ok(root) => root,
-            Err(e) => return Err(format!("{what}: could not make its sandbox: {e}")),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&scratch);
+                return Err(format!("{what}: could not make its sandbox: {e}"));
+            }
         };
         let result = match tokio::time::timeout(INSTALL_TIME, run(cmd, &what)).await {
             Ok(r) => r,
@@ -228,6 +241,7 @@ impl InstallCache {
             )),
         };
         root.destroy();
+        let _ = std::fs::remove_dir_all(&scratch);
         // What pip wrote becomes the node's again: sandboxes read it, none
         // may change it.
         chown_tree(target, 0, 0).map_err(|e| format!("{what}: {e}"))?;
@@ -270,18 +284,20 @@ async fn run(mut cmd: tokio::process::Command, what: &str) -> Result<(), String>
 
 /// Makes `cmd` start chrooted into `root` as `uid`/`gid`, with no
 /// supplementary groups, `no_new_privs`, [`INSTALL_ADDRESS_SPACE`] and an
-/// environment of its own.
+/// environment of its own, whose home and temporary files are `scratch`.
 fn confine(
     cmd: &mut tokio::process::Command,
     root: &Path,
     uid: u32,
     gid: u32,
+    scratch: &Path,
 ) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let root = std::ffi::CString::new(root.as_os_str().as_bytes())?;
     cmd.env_clear()
         .env("PATH", "/usr/bin:/bin")
-        .env("HOME", "/tmp")
+        .env("HOME", scratch)
+        .env("TMPDIR", scratch)
         .env("LANG", "C.UTF-8");
     let fail = || Err(std::io::Error::last_os_error());
     // SAFETY: between fork and exec the closure makes only system calls
@@ -335,27 +351,34 @@ fn readable_by_others(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Gives a directory tree (not following links) to `uid`/`gid`.
-fn chown_tree(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
-    std::os::unix::fs::lchown(dir, Some(uid), Some(gid))?;
-    let meta = std::fs::symlink_metadata(dir)?;
+/// Calls `f` on `path` and everything below it, never following a link.
+fn walk_tree(
+    path: &Path,
+    f: &mut dyn FnMut(&Path, &std::fs::Metadata) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let meta = std::fs::symlink_metadata(path)?;
+    f(path, &meta)?;
     if meta.is_dir() {
-        for e in std::fs::read_dir(dir)? {
-            chown_tree(&e?.path(), uid, gid)?;
+        for e in std::fs::read_dir(path)? {
+            walk_tree(&e?.path(), f)?;
         }
     }
     Ok(())
 }
 
+/// Gives a directory tree (not following links) to `uid`/`gid`.
+fn chown_tree(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    walk_tree(dir, &mut |p, _| {
+        std::os::unix::fs::lchown(p, Some(uid), Some(gid))
+    })
+}
+
 /// Sandboxes run as an unprivileged user: packages must be readable by all.
 fn make_world_readable(dir: &Path) {
     use std::os::unix::fs::PermissionsExt;
-    fn walk(p: &Path) {
-        let Ok(meta) = std::fs::symlink_metadata(p) else {
-            return;
-        };
+    let _ = walk_tree(dir, &mut |p, meta| {
         if meta.file_type().is_symlink() {
-            return;
+            return Ok(());
         }
         let mode = meta.permissions().mode();
         let want = if meta.is_dir() {
@@ -363,16 +386,10 @@ fn make_world_readable(dir: &Path) {
         } else {
             mode | 0o444
         };
+        // One file that cannot be changed does not stop the others.
         let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(want));
-        if meta.is_dir()
-            && let Ok(entries) = std::fs::read_dir(p)
-        {
-            for e in entries.flatten() {
-                walk(&e.path());
-            }
-        }
-    }
-    walk(dir);
+        Ok(())
+    });
 }
 
 /// The importable top-level names a pip `--target` directory provides.
