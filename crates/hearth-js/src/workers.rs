@@ -232,14 +232,12 @@ impl Pool {
 
     /// An invocation on worker `i` ended.
     fn finished(&self, i: usize, tenant: &Arc<str>) {
-        let mut held = self.held.lock().unwrap();
-        if let Some(counts) = held.get_mut(tenant) {
+        // The tenant's entry stays when its counts reach zero (one per
+        // tenant the node has served): removed, the next invocation would
+        // allocate it again.
+        if let Some(counts) = self.held.lock().unwrap().get_mut(tenant) {
             counts[i] = counts[i].saturating_sub(1);
-            if counts.iter().all(|&c| c == 0) {
-                held.remove(tenant);
-            }
         }
-        drop(held);
         self.workers[i].load.fetch_sub(1, Ordering::Relaxed);
     }
 

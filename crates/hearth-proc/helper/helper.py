@@ -100,6 +100,14 @@ def send_frame(sock, header, body=b""):
 # ---------------------------------------------------------------- zygote
 
 
+class Retire(BaseException):
+    """The node retired a contained zygote (SIGTERM)."""
+
+
+def _retire(signum, frame):
+    raise Retire()
+
+
 class Zygote:
     def __init__(self, control, seccomp):
         self.control = control
@@ -150,10 +158,9 @@ class Zygote:
         """A child zygote that imports more packages. With `contain` (the
         node is root) it is contained before it imports anything: the
         root zygote's child gets a user namespace of its own in which it
-        is the sandbox user, mount, PID, IPC and UTS namespaces (and a
-        network one unless its functions may reach hosts), and the zygote
-        root as its whole file system; a contained zygote's child enters
-        its own root. Either way it then takes the zygote filter."""
+        is the sandbox user, mount, PID, IPC, UTS and network namespaces,
+        and the zygote root as its whole file system; a contained zygote's
+        child enters its own root and keeps its parent's filter."""
         if cmd.get("contain") and not self.contained:
             return self._fork_contained(cmd, fds)
         pid = os.fork()
@@ -240,11 +247,7 @@ class Zygote:
             self.contained = True
             self._become_zygote(cmd, fds, filter=True)
         except BaseException as e:
-            try:
-                os.write(up_w, json.dumps({"error": f"{type(e).__name__}: {e}"}).encode())
-            except OSError:
-                pass
-            traceback.print_exc()
+            _report_failure(up_w, e)
         os._exit(1)
 
     def _become_zygote(self, cmd, fds, filter):
@@ -322,12 +325,19 @@ class Zygote:
             sock = enter_sandbox(cmd, fds, filters)
             then(sock)
         except BaseException as e:
-            try:
-                os.write(w, json.dumps({"error": f"{type(e).__name__}: {e}"}).encode())
-            except OSError:
-                pass
-            traceback.print_exc()
+            _report_failure(w, e)
         os._exit(1)
+
+
+def _report_failure(fd, e):
+    """A forked child that could not become what it was for tells its
+    parent why on `fd` (the parent answers the node with it) and logs the
+    traceback."""
+    try:
+        os.write(fd, json.dumps({"error": f"{type(e).__name__}: {e}"}).encode())
+    except OSError:
+        pass
+    traceback.print_exc()
 
 
 def import_modules(paths, modules):
@@ -504,14 +514,6 @@ def install_seccomp(bpf):
 
 
 # ---------------------------------------------------------------- handler
-
-
-class Retire(BaseException):
-    """The node retired a contained zygote (SIGTERM)."""
-
-
-def _retire(signum, frame):
-    raise Retire()
 
 
 class HostError(Exception):

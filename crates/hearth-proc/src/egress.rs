@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use hearth_core::FunctionSpec;
+use hearth_core::{FunctionSpec, FunctionVersion};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixListener, UnixStream};
 
@@ -46,7 +46,7 @@ impl Drop for Relay {
 /// destroyed).
 pub fn serve(
     listener: UnixListener,
-    spec: Arc<FunctionSpec>,
+    version: Arc<FunctionVersion>,
     private: bool,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -66,10 +66,10 @@ pub fn serve(
                 continue;
             }
             open.fetch_add(1, Ordering::Relaxed);
-            let (spec, open) = (spec.clone(), open.clone());
+            let (version, open) = (version.clone(), open.clone());
             // Relays die with this task (a JoinSet aborts them when dropped).
             tasks.spawn(async move {
-                let _ = relay(client, &spec, private).await;
+                let _ = relay(client, &version.spec, private).await;
                 open.fetch_sub(1, Ordering::Relaxed);
             });
         }

@@ -3,9 +3,10 @@
 //! SOCK's design (ATC '18) on Hearth's seams:
 //!
 //! * [`container`]: roots stitched from read-only bind mounts plus a
-//!   size-limited scratch tmpfs, entered with `chroot`; new PID, IPC and UTS
-//!   namespaces, and a network namespace for functions that reach no
-//!   hosts; no mount namespace on the hot path.
+//!   size-limited scratch tmpfs, entered with `chroot`; new PID, IPC, UTS
+//!   and network namespaces; no mount namespace on the hot path.
+//! * [`egress`]: the proxy through which functions that list hosts reach
+//!   them (and nothing else).
 //! * [`cgroup`]: memory, pids and CPU limits from a pool of pre-made
 //!   cgroups, v1 or v2 behind one interface; the freezer pauses idle handlers.
 //! * [`seccomp`]: an allow-list filter and `no_new_privs`; internet sockets

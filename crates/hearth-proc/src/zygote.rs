@@ -29,9 +29,9 @@
 //! filter that is a handler's plus the calls that make a handler's
 //! sandbox. Zygotes for functions that list hosts are kept apart from the
 //! others: their filter lets internet sockets be made (which reach only
-//! loopback and, from a handler, its egress proxy). Its handlers' roots, which it cannot see, are
-//! sent to it as directory descriptors. The root zygote imports no
-//! tenant's code and stays privileged to make the others.
+//! loopback and, from a handler, its egress proxy). Its handlers' roots,
+//! which it cannot see, are sent to it as directory descriptors. The root
+//! zygote imports no tenant's code and stays privileged to make the others.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -101,11 +101,12 @@ pub struct Zygote {
     pub paths: Vec<PathBuf>,
     /// How long importing its packages took (what a fork from it saves).
     pub import_ms: u64,
-    /// Made for functions with allowed hosts (internet sockets, the host's
-    /// network); the root serves both kinds.
+    /// Made for functions with allowed hosts: its filter lets internet
+    /// sockets be made (they reach its own loopback and, from a handler,
+    /// the egress proxy). The root serves both kinds.
     pub network: bool,
     /// Its lean root, when it is contained.
-    root: Option<Mutex<Root>>,
+    root: Option<Root>,
     control: tokio::sync::Mutex<UnixStream>,
     forks: AtomicU64,
     last_fork: Mutex<Instant>,
@@ -184,8 +185,8 @@ impl Drop for Zygote {
     fn drop(&mut self) {
         // Its namespace keeps its own copy of the mounts for as long as it
         // lives; the node's copy goes now.
-        if let Some(root) = &self.root {
-            root.lock().unwrap().destroy();
+        if let Some(root) = &mut self.root {
+            root.destroy();
         }
     }
 }
@@ -487,7 +488,7 @@ impl ZygoteTree {
             paths,
             import_ms: started.elapsed().as_millis() as u64,
             network,
-            root: root.map(Mutex::new),
+            root,
             control: tokio::sync::Mutex::new(stream),
             forks: AtomicU64::new(0),
             last_fork: Mutex::new(Instant::now()),

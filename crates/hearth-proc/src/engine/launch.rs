@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use hearth_core::{FunctionSpec, InvokeError, Runtime};
+use hearth_core::{FunctionVersion, InvokeError, Runtime};
 use serde_json::{Value, json};
 use tokio::net::UnixListener;
 
@@ -47,7 +47,7 @@ impl ProcEngine {
         code: Option<&Path>,
         packages: &[PathBuf],
         limits: CgroupLimits,
-        egress: Option<Arc<FunctionSpec>>,
+        egress: Option<Arc<FunctionVersion>>,
         fork: F,
     ) -> Result<Handler, InvokeError>
     where
@@ -127,15 +127,16 @@ impl ProcEngine {
                 .display()
                 .to_string()
         };
-        if let Some(spec) = egress.filter(|_| netns) {
+        if let Some(version) = egress.filter(|_| netns) {
             let host = socket_host.with_file_name("egress.sock");
             match UnixListener::bind(&host) {
                 Ok(l) => {
                     use std::os::unix::fs::PermissionsExt;
                     let _ = std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o777));
                     let private = inner.config.allow_private_egress;
-                    handler.egress =
-                        Some(crate::egress::Relay(crate::egress::serve(l, spec, private)));
+                    handler.egress = Some(crate::egress::Relay(crate::egress::serve(
+                        l, version, private,
+                    )));
                 }
                 Err(e) => {
                     inner.destroy(handler);

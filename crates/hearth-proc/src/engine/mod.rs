@@ -534,7 +534,7 @@ impl ProcPrepared {
                 Some(&self.code_dir),
                 &packages,
                 self.cgroup_limits(),
-                self.network().then(|| Arc::new(self.version.spec.clone())),
+                self.network().then(|| self.version.clone()),
                 |spec| {
                     let zygote = zygote.clone();
                     async move {
