@@ -18,9 +18,10 @@
 //! When the node is root, pip itself runs in a sandbox of its own
 //! ([`InstallSandbox`]): chrooted into a root holding the system files,
 //! the host's `/etc` (to resolve and verify the index) and nothing else
-//! of the host but the install's own directory (writable) and the offline
-//! wheels (read-only); as the sandbox user, with `no_new_privs`, an
-//! address-space limit and a time limit. So what pip parses from an index
+//! of the host but the install's own directories (its target and a
+//! scratch beside it, writable) and the offline wheels (read-only); as
+//! the sandbox user, with `no_new_privs`, an address-space limit and a
+//! time limit. So what pip parses from an index
 //! is parsed without root and out of reach of the node's data. npm still
 //! runs as the daemon's user (its offline cache lives in the daemon's home).
 
