@@ -12,26 +12,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh
 N="${1:-10}"
-cargo build --release -q -p hearth
-BIN="$CARGO_TARGET_DIR/release/hearth"
-WORK="$(mktemp -d)"
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
+. bench/daemon.sh
 
 IP=$(python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(("192.0.2.1", 9)); print(s.getsockname()[0])')
 mkdir -p "$WORK/www" && echo "from upstream" > "$WORK/www/data"
 python3 -m http.server 0 --bind "$IP" --directory "$WORK/www" >"$WORK/www.log" 2>&1 &
-PIDS+=($!)
+track $!
 for _ in $(seq 1 100); do grep -q "Serving HTTP" "$WORK/www.log" && break; sleep 0.05; done
 UP="$IP:$(sed -n 's/.*port \([0-9]*\).*/\1/p' "$WORK/www.log" | head -1)"
 
-# The upstream is on this machine's private address: the operator allows it.
-HEARTH_LOG=warn HEARTH_EXAMPLES=false HEARTH_PROC_POOL=0 HEARTH_ALLOW_PRIVATE_EGRESS=true \
-  "$BIN" --data-dir "$WORK/data" up --listen 127.0.0.1:0 >"$WORK/up.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 1 600); do [ -s "$WORK/data/server.json" ] && break; sleep 0.05; done
-URL=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["url"])' "$WORK/data/server.json")
+# The upstream is on this machine's private address, which start_hearth's
+# daemon lets functions reach; no generic pools, so both kinds fork.
+HEARTH_EXAMPLES=false HEARTH_PROC_POOL=0 start_hearth
 TOKEN=$(cat "$WORK/data/token")
 
 cat >"$WORK/proxied.py" <<PY
