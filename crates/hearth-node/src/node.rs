@@ -15,6 +15,7 @@ use hearth_record::Recorder;
 use hearth_store::{ArtifactStore, FunctionMode, LogRecord, LogStream, Store, StoreError};
 use thiserror::Error;
 use tokio::sync::{Semaphore, mpsc};
+use tracing::Instrument;
 
 use crate::Metrics;
 use crate::metrics::ErrorLabels;
@@ -433,7 +434,12 @@ impl Node {
             )));
         }
         let engine = self.engine_for(&spec)?;
-        let compiled = engine.compile(spec.runtime, source).await?;
+        // Whatever compiling logs (package installs) names whose it is.
+        let span = tracing::info_span!("deploy", tenant, function = name);
+        let compiled = engine
+            .compile(spec.runtime, source)
+            .instrument(span)
+            .await?;
         // One deploy at a time from the quota check to the version, so two
         // cannot both fit in what is left.
         let _quota = self.deploying.lock().await;
@@ -573,8 +579,15 @@ impl Node {
                     .get(&tier)
                     .ok_or_else(|| NodeError::RuntimeUnavailable(v.spec.runtime.to_string()))?;
                 self.ensure_artifact(&v.artifact).await?;
+                let span = tracing::info_span!(
+                    "prepare",
+                    tenant = v.tenant,
+                    function = v.name,
+                    version = v.version
+                );
                 engine
                     .prepare(v, &self.artifacts)
+                    .instrument(span)
                     .await
                     .map_err(NodeError::from)
             })
