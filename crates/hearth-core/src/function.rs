@@ -199,15 +199,21 @@ impl FunctionSpec {
 
     /// Whether outbound HTTP to `host` on `port` is allowed by this spec.
     pub fn allows_host(&self, host: &str, port: u16) -> bool {
-        self.allowed_hosts
-            .iter()
-            .any(|allowed| match allowed.rsplit_once(':') {
-                Some((h, p)) if p.parse::<u16>().is_ok() => {
-                    h.eq_ignore_ascii_case(host) && p.parse::<u16>().ok() == Some(port)
-                }
-                _ => allowed.eq_ignore_ascii_case(host),
-            })
+        host_allowed(&self.allowed_hosts, host, port)
     }
+}
+
+/// Whether an allow-list of `host` (any port) and `host:port` entries
+/// names `host` on `port` (names compared without case).
+pub fn host_allowed(allowed: &[String], host: &str, port: u16) -> bool {
+    allowed
+        .iter()
+        .any(|allowed| match allowed.rsplit_once(':') {
+            Some((h, p)) if p.parse::<u16>().is_ok() => {
+                h.eq_ignore_ascii_case(host) && p.parse::<u16>().ok() == Some(port)
+            }
+            _ => allowed.eq_ignore_ascii_case(host),
+        })
 }
 
 /// One immutable deploy of a function.

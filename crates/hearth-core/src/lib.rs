@@ -13,8 +13,8 @@ mod invocation;
 pub use colocation::Colocation;
 pub use error::{InvokeError, REFUSED_HEADER, ValidationError};
 pub use function::{
-    FunctionSpec, FunctionVersion, Limits, RecordPolicy, Runtime, Tier, validate_function_name,
-    validate_tenant_name,
+    FunctionSpec, FunctionVersion, Limits, RecordPolicy, Runtime, Tier, host_allowed,
+    validate_function_name, validate_tenant_name,
 };
 pub use invocation::{InvocationId, Request, Response};
 

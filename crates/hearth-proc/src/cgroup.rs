@@ -256,6 +256,13 @@ impl Cgroup {
         Ok(())
     }
 
+    /// The `cgroup.procs` file of each of the group's directories: a
+    /// process that writes `0` to each moves itself in (how a child joins
+    /// its group between fork and exec, before it can fork again).
+    pub fn procs_files(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
+    }
+
     /// The processes in the group.
     pub fn pids(&self) -> Vec<i32> {
         fs::read_to_string(self.dirs[0].join("cgroup.procs"))

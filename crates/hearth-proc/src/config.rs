@@ -15,11 +15,16 @@ pub struct ProcConfig {
     pub dir: PathBuf,
     pub python: PathBuf,
     pub node: PathBuf,
-    /// A directory of wheels / npm cache to install from without the network.
+    /// npm, which installs Node.js packages.
+    pub npm: PathBuf,
+    /// A directory of wheels (and npm's cache in `npm/`) to install from
+    /// without the network.
     pub offline_packages: Option<PathBuf>,
     /// Let the egress proxy reach this machine and private networks
     /// (the node's `--allow-private-egress`).
     pub allow_private_egress: bool,
+    /// The package indexes installs may reach (`install.rs`).
+    pub package_index_hosts: Vec<String>,
     /// Unprivileged user and group sandboxes run as.
     pub sandbox_uid: u32,
     /// Most sandboxes (running or paused) at once.
@@ -104,8 +109,12 @@ impl ProcConfig {
             dir,
             python: "/usr/bin/python3".into(),
             node: "/usr/bin/node".into(),
+            npm: "/usr/bin/npm".into(),
             offline_packages: None,
             allow_private_egress: false,
+            package_index_hosts: crate::install::DEFAULT_INDEX_HOSTS
+                .map(String::from)
+                .to_vec(),
             sandbox_uid: 65534,
             max_sandboxes: 64,
             warm_cgroups: 8,

@@ -15,14 +15,17 @@
 //!
 //! The proxy holds at most [`MAX_CONNECTIONS`] connections per sandbox and
 //! a request head of at most [`MAX_HEAD`] bytes; it ends with the sandbox.
+//!
+//! Package installs (`install.rs`) go out the same way: their network
+//! namespace's proxy listens on TCP inside it and lets out only the
+//! package indexes.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use hearth_core::{FunctionSpec, FunctionVersion};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UnixListener};
 
 /// Connections one sandbox may have open through the proxy.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -42,15 +45,45 @@ impl Drop for Relay {
     }
 }
 
-/// Serves one sandbox's egress socket until aborted (when the sandbox is
-/// destroyed).
-pub fn serve(
-    listener: UnixListener,
-    version: Arc<FunctionVersion>,
-    private: bool,
-) -> tokio::task::JoinHandle<()> {
+/// What a proxy lets out.
+#[derive(Debug, Clone)]
+pub struct Allowed {
+    /// `host` (any port) and `host:port` entries.
+    pub hosts: Arc<[String]>,
+    /// Said when a host is refused: how to allow it.
+    pub fix: &'static str,
+    /// Let it reach this machine and private networks.
+    pub private: bool,
+}
+
+/// Where a proxy takes its clients from.
+#[derive(Debug)]
+pub enum Listener {
+    /// A sandbox's socket, reached through the helper's relay.
+    Unix(UnixListener),
+    /// A port inside an install's network namespace.
+    Tcp(TcpListener),
+}
+
+impl Listener {
+    async fn accept(&self) -> std::io::Result<Box<dyn Stream>> {
+        Ok(match self {
+            Listener::Unix(l) => Box::new(l.accept().await?.0),
+            Listener::Tcp(l) => Box::new(l.accept().await?.0),
+        })
+    }
+}
+
+/// A client's connection.
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Stream for S {}
+
+/// Serves a proxy's listener until aborted (when its sandbox or install
+/// ends).
+pub fn serve(listener: Listener, allowed: Allowed) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let open = Arc::new(AtomicUsize::new(0));
+        let allowed = Arc::new(allowed);
         let mut tasks = tokio::task::JoinSet::new();
         loop {
             let accepted = tokio::select! {
@@ -58,7 +91,7 @@ pub fn serve(
                 // Reap finished relays as they end.
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
             };
-            let Ok((mut client, _)) = accepted else {
+            let Ok(mut client) = accepted else {
                 return;
             };
             if open.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
@@ -66,10 +99,10 @@ pub fn serve(
                 continue;
             }
             open.fetch_add(1, Ordering::Relaxed);
-            let (version, open) = (version.clone(), open.clone());
+            let (allowed, open) = (allowed.clone(), open.clone());
             // Relays die with this task (a JoinSet aborts them when dropped).
             tasks.spawn(async move {
-                let _ = relay(client, &version.spec, private).await;
+                let _ = relay(client, &allowed).await;
                 open.fetch_sub(1, Ordering::Relaxed);
             });
         }
@@ -142,7 +175,7 @@ fn split_authority(authority: &str, default: Option<u16>) -> Result<(String, u16
     }
 }
 
-async fn refuse(client: &mut UnixStream, status: u16, why: &str) -> std::io::Result<()> {
+async fn refuse(client: &mut Box<dyn Stream>, status: u16, why: &str) -> std::io::Result<()> {
     let reason = match status {
         400 => "Bad Request",
         403 => "Forbidden",
@@ -158,7 +191,7 @@ async fn refuse(client: &mut UnixStream, status: u16, why: &str) -> std::io::Res
     client.write_all(body.as_bytes()).await
 }
 
-async fn relay(mut client: UnixStream, spec: &FunctionSpec, private: bool) -> std::io::Result<()> {
+async fn relay(mut client: Box<dyn Stream>, allowed: &Allowed) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(1024);
     let head_end = tokio::time::timeout(WAIT, async {
         let mut chunk = [0u8; 1024];
@@ -186,14 +219,15 @@ async fn relay(mut client: UnixStream, spec: &FunctionSpec, private: bool) -> st
         Ok(t) => t,
         Err(why) => return refuse(&mut client, 400, &why).await,
     };
-    if !spec.allows_host(&target.host, target.port) {
+    if !hearth_core::host_allowed(&allowed.hosts, &target.host, target.port) {
         let why = format!(
-            "{}:{} is not on this function's allow-list: add it with --allow-host",
-            target.host, target.port
+            "{}:{} is not on the allow-list: {}",
+            target.host, target.port, allowed.fix
         );
         return refuse(&mut client, 403, &why).await;
     }
-    let addrs = match hearth_host::resolve_egress(&target.host, target.port, private).await {
+    let addrs = match hearth_host::resolve_egress(&target.host, target.port, allowed.private).await
+    {
         Ok(a) => a,
         Err(why) => return refuse(&mut client, 403, &why).await,
     };

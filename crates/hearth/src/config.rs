@@ -54,6 +54,7 @@ pub struct FileConfig {
     pub max_connections_per_client: Option<usize>,
     pub max_tape_bytes: Option<usize>,
     pub allow_private_egress: Option<bool>,
+    pub package_index_hosts: Option<Vec<String>>,
     pub max_concurrency_per_tenant: Option<usize>,
     pub max_kv_mib_per_tenant: Option<u64>,
     pub max_code_mib_per_tenant: Option<u64>,
@@ -98,8 +99,10 @@ pub struct UpArgs {
     /// Deploy the bundled example functions on first start (default true).
     #[arg(long, env = "HEARTH_EXAMPLES")]
     pub examples: Option<bool>,
-    /// Install Python/npm packages only from this directory of wheels
-    /// (pip --no-index --find-links) / npm's offline cache (default: online).
+    /// Install packages only from this directory: Python's from its wheels
+    /// (pip --no-index --find-links), Node.js's from the npm cache in its
+    /// `npm/` (npm --offline; fill it with `npm cache add --cache DIR/npm`)
+    /// (default: online).
     #[arg(long, env = "HEARTH_OFFLINE_PACKAGES")]
     pub offline_packages: Option<PathBuf>,
     /// Seconds a paused Python/Node.js handler, and a version's prepared
@@ -210,6 +213,17 @@ pub struct UpArgs {
     /// when their allow-list names them (default false).
     #[arg(long, env = "HEARTH_ALLOW_PRIVATE_EGRESS")]
     pub allow_private_egress: Option<bool>,
+    /// The package indexes pip and npm may reach at install, `host` or
+    /// `host:port`, repeated or comma-separated (default: pypi.org:443,
+    /// files.pythonhosted.org:443, registry.npmjs.org:443). Installs reach
+    /// nothing else; loopback and private addresses only with
+    /// --allow-private-egress.
+    #[arg(
+        long = "package-index-host",
+        env = "HEARTH_PACKAGE_INDEX_HOSTS",
+        value_delimiter = ','
+    )]
+    pub package_index_hosts: Vec<String>,
     /// Invocations one tenant may have running at once; past it, 429
     /// (default: three quarters of max_concurrency).
     #[arg(long, env = "HEARTH_MAX_CONCURRENCY_PER_TENANT")]
@@ -288,6 +302,7 @@ pub struct Settings {
     pub max_connections_per_client: usize,
     pub max_tape_bytes: usize,
     pub allow_private_egress: bool,
+    pub package_index_hosts: Vec<String>,
     pub max_concurrency_per_tenant: usize,
     pub max_kv_mib_per_tenant: u64,
     pub max_code_mib_per_tenant: u64,
@@ -457,6 +472,14 @@ impl Settings {
                 .allow_private_egress
                 .or(file.allow_private_egress)
                 .unwrap_or(false),
+            package_index_hosts: Some(args.package_index_hosts.clone())
+                .filter(|h| !h.is_empty())
+                .or(file.package_index_hosts)
+                .unwrap_or_else(|| {
+                    hearth_proc::install::DEFAULT_INDEX_HOSTS
+                        .map(String::from)
+                        .to_vec()
+                }),
             max_tape_bytes: args
                 .max_tape_bytes
                 .or(file.max_tape_bytes)

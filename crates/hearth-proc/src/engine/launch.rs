@@ -65,7 +65,7 @@ impl ProcEngine {
         }
         if inner.cgroups.is_some() {
             let inner = self.0.clone();
-            tokio::task::spawn_blocking(move || inner.cgroups.as_ref().map(CgroupPool::prewarm));
+            tokio::task::spawn_blocking(move || inner.cgroups.as_deref().map(CgroupPool::prewarm));
         }
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
@@ -133,9 +133,14 @@ impl ProcEngine {
                 Ok(l) => {
                     use std::os::unix::fs::PermissionsExt;
                     let _ = std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o777));
-                    let private = inner.config.allow_private_egress;
+                    let allowed = crate::egress::Allowed {
+                        hosts: version.spec.allowed_hosts.clone().into(),
+                        fix: "deploy the function with --allow-host to allow it",
+                        private: inner.config.allow_private_egress,
+                    };
                     handler.egress = Some(crate::egress::Relay(crate::egress::serve(
-                        l, version, private,
+                        crate::egress::Listener::Unix(l),
+                        allowed,
                     )));
                 }
                 Err(e) => {

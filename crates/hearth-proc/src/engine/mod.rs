@@ -47,7 +47,7 @@ pub struct ProcEngine(Arc<Inner>);
 struct Inner {
     config: ProcConfig,
     base: Base,
-    cgroups: Option<CgroupPool>,
+    cgroups: Option<Arc<CgroupPool>>,
     installs: InstallCache,
     /// Started on first use; a failed start is retried by the next caller.
     zygotes: OnceCell<ZygoteTree>,
@@ -131,12 +131,15 @@ impl ProcEngine {
         let installs = InstallCache::new(
             dir.join("packages"),
             config.python.clone(),
+            config.npm.clone(),
             config.offline_packages.clone(),
             (isolation == Isolation::Full).then(|| InstallSandbox {
                 base: base.clone(),
                 run_dir: run.clone(),
                 uid: config.sandbox_uid,
                 gid: config.sandbox_uid,
+                index_hosts: config.package_index_hosts.clone(),
+                allow_private: config.allow_private_egress,
             }),
         )?;
         let cgroups = if root {
@@ -144,7 +147,11 @@ impl ProcEngine {
             match Cgroups::open(Path::new("/sys/fs/cgroup"), &instance)
                 .and_then(|c| CgroupPool::new(c, config.warm_cgroups, config.max_sandboxes))
             {
-                Ok(pool) => Some(pool),
+                Ok(pool) => {
+                    let pool = Arc::new(pool);
+                    installs.use_cgroups(pool.clone());
+                    Some(pool)
+                }
                 Err(e) => {
                     degraded.push(format!(
                         "no cgroups ({e}): memory, CPU and process limits of Python and Node.js functions are not enforced"

@@ -15,41 +15,43 @@
 //! install scripts (`--ignore-scripts`). A package's import-time code runs
 //! in a contained zygote (see `zygote.rs`).
 //!
-//! When the node is root, pip itself runs in a sandbox of its own
+//! When the node is root, pip and npm run in a sandbox of their own
 //! ([`InstallSandbox`]): chrooted into a root holding the system files,
 //! the host's `/etc` (to resolve and verify the index) and nothing else
 //! of the host but the install's own directories (its target and a
-//! scratch beside it, writable) and the offline wheels (read-only); as
-//! the sandbox user, with `no_new_privs`, an address-space limit and a
-//! time limit. So what pip parses from an index
-//! is parsed without root and out of reach of the node's data. npm still
-//! runs as the daemon's user (its offline cache lives in the daemon's home).
+//! scratch beside it, writable) and the offline packages (read-only); as
+//! the sandbox user, with `no_new_privs`, a time limit, and in a cgroup
+//! of its own (memory and process limits; whatever the installer leaves
+//! running is killed with it before the node takes its files back). Its
+//! network namespace has only `lo`, where a proxy of the node's
+//! (`egress.rs`) listens that lets out only the package indexes
+//! ([`InstallSandbox::index_hosts`]); installing offline, it has no proxy
+//! and so no network. So what pip or npm parses from an index is parsed
+//! without root, out of reach of the node's data, and what it might do
+//! with the network reaches only the indexes.
+//!
+//! npm's offline cache is `<offline>/npm` (what `npm cache add --cache
+//! <offline>/npm` fills). npm rewrites a cache's index as it reads it and
+//! takes a cache it cannot write for a miss, so each install gets a copy
+//! of its own in its scratch: directories made afresh, files hard links
+//! to the cache's (which the sandbox user cannot write).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hearth_core::Runtime;
 
 use crate::bundle::Package;
-use crate::container::{Base, Root};
+use crate::cgroup::CgroupPool;
 
-/// How pip is confined when the node is root.
-#[derive(Debug, Clone)]
-pub struct InstallSandbox {
-    /// The system trees of its root.
-    pub base: Base,
-    /// Where its roots are made.
-    pub run_dir: PathBuf,
-    /// The sandbox user and group it runs as.
-    pub uid: u32,
-    pub gid: u32,
-}
+mod sandbox;
 
-/// Address space pip may map (it is Python: this bounds its memory).
-const INSTALL_ADDRESS_SPACE: u64 = 2 << 30;
+use sandbox::{Confinement, INSTALL_MEMORY};
+pub use sandbox::{DEFAULT_INDEX_HOSTS, InstallSandbox};
+
 /// How long one install may take.
 const INSTALL_TIME: Duration = Duration::from_secs(600);
 
@@ -68,17 +70,22 @@ pub struct Installed {
 pub struct InstallCache {
     dir: PathBuf,
     python: PathBuf,
+    npm: PathBuf,
     offline: Option<PathBuf>,
     sandbox: Option<InstallSandbox>,
+    /// Where sandboxed installs get their cgroups (once the node has them).
+    cgroups: std::sync::OnceLock<Arc<CgroupPool>>,
     next_root: AtomicU64,
     /// One install at a time per package; others wait and then find it.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl InstallCache {
+    /// `python` runs pip, `npm` is npm's command.
     pub fn new(
         dir: PathBuf,
         python: PathBuf,
+        npm: PathBuf,
         offline: Option<PathBuf>,
         sandbox: Option<InstallSandbox>,
     ) -> std::io::Result<Self> {
@@ -98,8 +105,8 @@ impl InstallCache {
                     std::io::ErrorKind::PermissionDenied,
                     format!(
                         "--offline-packages {}: {e}; installs run as the sandbox user (uid {}), \
-                         who must be able to read the directory and its wheels \
-                         (chmod o+rx on it, o+r on its files)",
+                         who must be able to read the directory and everything in it \
+                         (chmod -R o+rX)",
                         offline.display(),
                         sandbox.uid
                     ),
@@ -109,11 +116,19 @@ impl InstallCache {
         Ok(InstallCache {
             dir,
             python,
+            npm,
             offline,
             sandbox,
+            cgroups: std::sync::OnceLock::new(),
             next_root: AtomicU64::new(0),
             locks: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Gives sandboxed installs cgroups from `pool` (made after this cache,
+    /// so a bad setting here stops the start before any cgroup exists).
+    pub fn use_cgroups(&self, pool: Arc<CgroupPool>) {
+        let _ = self.cgroups.set(pool);
     }
 
     /// Installs `pkg` unless it is already there.
@@ -139,14 +154,21 @@ impl InstallCache {
                     .join(format!(".tmp-{}-{}", pkg.dir_name(), std::process::id()));
             let _ = std::fs::remove_dir_all(&tmp);
             std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
+            let started = std::time::Instant::now();
             let result = match runtime {
                 Runtime::Python => self.pip(pkg, &tmp, true).await,
                 _ => self.npm(pkg, &tmp).await,
             };
             if let Err(e) = result {
+                tracing::warn!(package = %pkg.spec(runtime), error = %e, "install failed");
                 let _ = std::fs::remove_dir_all(&tmp);
                 return Err(e);
             }
+            tracing::info!(
+                package = %pkg.spec(runtime),
+                elapsed = ?started.elapsed(),
+                "installed"
+            );
             make_world_readable(&tmp);
             std::fs::rename(&tmp, &final_dir).map_err(|e| e.to_string())?;
         }
@@ -191,66 +213,26 @@ impl InstallCache {
             "--no-input",
             "--quiet",
             "--root-user-action=ignore",
-            // Wheels only: a source distribution's build runs its code
-            // here, as this daemon's user, with the host's filesystem.
+            // Wheels only: a source distribution's build runs its code.
             "--only-binary=:all:",
             "--target",
         ])
         .arg(target)
         .arg(pkg.spec(Runtime::Python));
-        if !pip_cache {
+        // A sandboxed pip's cache would go with its root.
+        if !pip_cache || self.sandbox.is_some() {
             cmd.arg("--no-cache-dir");
         }
         if let Some(dir) = &self.offline {
             cmd.arg("--no-index").arg("--find-links").arg(dir);
         }
         let what = format!("pip install {}", pkg.spec(Runtime::Python));
-        let Some(sandbox) = &self.sandbox else {
-            return run(cmd, &what).await;
-        };
-        let n = self.next_root.fetch_add(1, Ordering::Relaxed);
-        let path = sandbox.run_dir.join("sb").join(format!("i{n}"));
-        let readable: Vec<PathBuf> = self.offline.iter().cloned().collect();
-        // pip's downloads and unpacking, on disk beside the target (a wheel
-        // can be larger than the root's scratch tmpfs); it caches nothing,
-        // the cache would go with the root.
-        let mut scratch = target.as_os_str().to_owned();
-        scratch.push("-scratch");
-        let scratch = PathBuf::from(scratch);
-        cmd.arg("--no-cache-dir");
-        let confined = (|| {
-            std::fs::create_dir_all(&scratch)?;
-            chown_tree(target, sandbox.uid, sandbox.gid)?;
-            chown_tree(&scratch, sandbox.uid, sandbox.gid)?;
-            let writable = [target, scratch.as_path()];
-            let root = Root::build_for_install(&path, &sandbox.base, &writable, &readable)?;
-            confine(&mut cmd, &root.path, sandbox.uid, sandbox.gid, &scratch)?;
-            Ok::<_, std::io::Error>(root)
-        })();
-        let mut root = match confined {
-            Ok(root) => root,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&scratch);
-                return Err(format!("{what}: could not make its sandbox: {e}"));
-            }
-        };
-        let result = match tokio::time::timeout(INSTALL_TIME, run(cmd, &what)).await {
-            Ok(r) => r,
-            Err(_) => Err(format!(
-                "{what} took more than {} s",
-                INSTALL_TIME.as_secs()
-            )),
-        };
-        root.destroy();
-        let _ = std::fs::remove_dir_all(&scratch);
-        // What pip wrote becomes the node's again: sandboxes read it, none
-        // may change it.
-        chown_tree(target, 0, 0).map_err(|e| format!("{what}: {e}"))?;
-        result
+        self.run_installer(cmd, &what, target, Some(INSTALL_MEMORY), |_, _, _| Ok(()))
+            .await
     }
 
     async fn npm(&self, pkg: &Package, target: &Path) -> Result<(), String> {
-        let mut cmd = tokio::process::Command::new("npm");
+        let mut cmd = tokio::process::Command::new(&self.npm);
         cmd.args([
             "install",
             "--no-save",
@@ -261,10 +243,91 @@ impl InstallCache {
         .args(["--no-package-lock", "--loglevel=error", "--prefix"])
         .arg(target)
         .arg(pkg.spec(Runtime::Node));
-        if self.offline.is_some() {
+        let offline_cache = self.offline.as_ref().map(|d| d.join("npm"));
+        if offline_cache.is_some() {
             cmd.arg("--offline");
         }
-        run(cmd, &format!("npm install {}", pkg.spec(Runtime::Node))).await
+        let what = format!("npm install {}", pkg.spec(Runtime::Node));
+        self.run_installer(cmd, &what, target, None, |cmd, scratch, owner| {
+            let cache = scratch.join("cache");
+            match &offline_cache {
+                Some(offline) if offline.is_dir() => link_tree(offline, &cache, owner)?,
+                _ => make_dir_of(&cache, owner)?,
+            }
+            cmd.arg("--cache").arg(&cache);
+            Ok(())
+        })
+        .await
+    }
+
+    /// Runs installer `cmd`, which writes into `target`, with a scratch
+    /// directory beside it (its home and temporary files) that `prepare`
+    /// may fill first. Confined when the node is root (see the module's
+    /// documentation); `address_space` caps what each of its processes
+    /// may map.
+    async fn run_installer(
+        &self,
+        mut cmd: tokio::process::Command,
+        what: &str,
+        target: &Path,
+        address_space: Option<u64>,
+        prepare: impl FnOnce(
+            &mut tokio::process::Command,
+            &Path,
+            Option<(u32, u32)>,
+        ) -> std::io::Result<()>,
+    ) -> Result<(), String> {
+        // On disk beside the target: a download can be larger than a
+        // root's scratch tmpfs.
+        let mut scratch = target.as_os_str().to_owned();
+        scratch.push("-scratch");
+        let scratch = PathBuf::from(scratch);
+        let owner = self.sandbox.as_ref().map(|s| (s.uid, s.gid));
+        let mut held = Confinement::default();
+        let ready = (|| {
+            std::fs::create_dir_all(&scratch)?;
+            if let Some((uid, gid)) = owner {
+                chown_tree(target, uid, gid)?;
+                chown_tree(&scratch, uid, gid)?;
+            }
+            prepare(&mut cmd, &scratch, owner)?;
+            match &self.sandbox {
+                Some(sandbox) => self.confine(
+                    &mut cmd,
+                    sandbox,
+                    &scratch,
+                    target,
+                    address_space,
+                    &mut held,
+                ),
+                None => Ok(()),
+            }
+        })();
+        let result = match ready {
+            Ok(()) => match tokio::time::timeout(INSTALL_TIME, run(cmd, what)).await {
+                Ok(r) => r,
+                Err(_) => Err(format!(
+                    "{what} took more than {} s",
+                    INSTALL_TIME.as_secs()
+                )),
+            },
+            Err(e) => Err(format!("{what}: could not make its sandbox: {e}")),
+        };
+        // Whatever it left running dies before its files are taken back.
+        if let (Some(cgroup), Some(pool)) = (held.cgroup.take(), self.cgroups.get()) {
+            let pool = pool.clone();
+            let _ = tokio::task::spawn_blocking(move || pool.give_back(cgroup)).await;
+        }
+        if let Some(mut root) = held.root.take() {
+            root.destroy();
+        }
+        let _ = std::fs::remove_dir_all(&scratch);
+        if owner.is_some() {
+            // What it wrote becomes the node's again: sandboxes read it,
+            // none may change it.
+            chown_tree(target, 0, 0).map_err(|e| format!("{what}: {e}"))?;
+        }
+        result
     }
 }
 
@@ -283,73 +346,62 @@ async fn run(mut cmd: tokio::process::Command, what: &str) -> Result<(), String>
     Err(format!("{what} failed: {tail}"))
 }
 
-/// Makes `cmd` start chrooted into `root` as `uid`/`gid`, with no
-/// supplementary groups, `no_new_privs`, [`INSTALL_ADDRESS_SPACE`] and an
-/// environment of its own, whose home and temporary files are `scratch`.
-fn confine(
-    cmd: &mut tokio::process::Command,
-    root: &Path,
-    uid: u32,
-    gid: u32,
-    scratch: &Path,
-) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let root = std::ffi::CString::new(root.as_os_str().as_bytes())?;
-    cmd.env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("HOME", scratch)
-        .env("TMPDIR", scratch)
-        .env("LANG", "C.UTF-8");
-    let fail = || Err(std::io::Error::last_os_error());
-    // SAFETY: between fork and exec the closure makes only system calls
-    // (async-signal-safe) on memory allocated before the fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::chroot(root.as_ptr()) != 0 || libc::chdir(c"/".as_ptr()) != 0 {
-                return fail();
-            }
-            if libc::setgroups(0, std::ptr::null()) != 0
-                || libc::setresgid(gid, gid, gid) != 0
-                || libc::setresuid(uid, uid, uid) != 0
-            {
-                return fail();
-            }
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                return fail();
-            }
-            let limit = libc::rlimit {
-                rlim_cur: INSTALL_ADDRESS_SPACE,
-                rlim_max: INSTALL_ADDRESS_SPACE,
-            };
-            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
-                return fail();
-            }
-            Ok(())
-        });
+/// Makes directory `dir`, owned by `owner` when given.
+fn make_dir_of(dir: &Path, owner: Option<(u32, u32)>) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::lchown(dir, Some(uid), Some(gid))?;
     }
     Ok(())
 }
 
-/// Whether users other than the owner may list `dir` and read its files
-/// (the sandbox's root binds `dir` itself, so the directories above it do
-/// not matter).
-fn readable_by_others(dir: &Path) -> Result<(), String> {
+/// Makes `dst` a copy of the tree at `src` whose directories are new (and
+/// `owner`'s) and whose files are hard links to `src`'s: the installer may
+/// replace any file of its copy, and cannot write into the originals
+/// (root's, not writable by others; a file others may write, or one on
+/// another file system, is copied instead). Links in `src` are left out.
+fn link_tree(src: &Path, dst: &Path, owner: Option<(u32, u32)>) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    let mode = |p: &Path| {
-        std::fs::metadata(p)
-            .map(|m| m.permissions().mode())
-            .map_err(|e| format!("{}: {e}", p.display()))
-    };
-    if mode(dir)? & 0o005 != 0o005 {
-        return Err(format!("{} is not open to other users", dir.display()));
-    }
-    for e in std::fs::read_dir(dir).map_err(|e| e.to_string())?.flatten() {
-        let path = e.path();
-        if path.is_file() && mode(&path)? & 0o004 == 0 {
-            return Err(format!("{} is not readable by other users", path.display()));
+    make_dir_of(dst, owner)?;
+    for entry in std::fs::read_dir(src)? {
+        let entry = entry?;
+        let (from, to) = (entry.path(), dst.join(entry.file_name()));
+        let meta = std::fs::symlink_metadata(&from)?;
+        if meta.is_dir() {
+            link_tree(&from, &to, owner)?;
+        } else if meta.is_file() {
+            let shared = meta.permissions().mode() & 0o022 == 0;
+            if !shared || std::fs::hard_link(&from, &to).is_err() {
+                std::fs::copy(&from, &to)?;
+                std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o444))?;
+            }
         }
     }
     Ok(())
+}
+
+/// Whether users other than the owner may list `dir` and every directory
+/// in it and read every file (the sandbox's root binds `dir` itself, so
+/// the directories above it do not matter).
+fn readable_by_others(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    walk_tree(dir, &mut |path, meta| {
+        let mode = meta.permissions().mode();
+        let open = if meta.is_dir() {
+            mode & 0o005 == 0o005
+        } else {
+            !meta.is_file() || mode & 0o004 != 0
+        };
+        if open {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!(
+                "{} is not open to other users",
+                path.display()
+            )))
+        }
+    })
+    .map_err(|e| e.to_string())
 }
 
 /// Calls `f` on `path` and everything below it, never following a link.

@@ -285,7 +285,7 @@ async fn a_packages_import_time_code_runs_contained_in_its_zygote() {
     }
 }
 
-/// Installs run as the sandbox user: an offline wheel directory it could
+/// Installs run as the sandbox user: an offline package directory it could
 /// not read is refused when the node starts, not at the first deploy.
 #[test]
 fn an_offline_package_directory_the_installer_cannot_read_is_refused_at_start() {
@@ -304,7 +304,7 @@ fn an_offline_package_directory_the_installer_cannot_read_is_refused_at_start() 
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(
-        err.contains("--offline-packages") && err.contains("chmod o+rx"),
+        err.contains("--offline-packages") && err.contains("chmod -R o+rX"),
         "{err}"
     );
     // Refused before anything was made that a stop would have to remove.
