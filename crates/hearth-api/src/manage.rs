@@ -198,6 +198,7 @@ fn parse_deploy_query(
             "timeout_ms" => spec.limits.timeout_ms = v.parse().map_err(|_| bad(&k, &v))?,
             "allow_host" => spec.allowed_hosts.push(v.into_owned()),
             "public" => spec.public = v.parse().map_err(|_| bad(&k, &v))?,
+            "source_builds" => spec.source_builds = v.parse().map_err(|_| bad(&k, &v))?,
             "record_sample" => {
                 let rate: f64 = v.parse().map_err(|_| bad(&k, &v))?;
                 if !(0.0..=1.0).contains(&rate) {

@@ -149,6 +149,11 @@ pub struct FunctionSpec {
     /// How this function's invocations are recorded.
     #[serde(default)]
     pub record: RecordPolicy,
+    /// Python: let pip build a package that has no wheel from its source
+    /// distribution (the build runs the package's own code, in the
+    /// install sandbox). Off, installs take wheels only.
+    #[serde(default)]
+    pub source_builds: bool,
 }
 
 /// A function's recording settings: how many invocations get a tape and
@@ -194,6 +199,7 @@ impl FunctionSpec {
             env: BTreeMap::new(),
             public: false,
             record: RecordPolicy::default(),
+            source_builds: false,
         }
     }
 

@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use displaydoc::Display;
-use hearth_core::{Colocation, FunctionVersion, InvokeError, Request, Response, Runtime, Tier};
+use hearth_core::{
+    Colocation, FunctionSpec, FunctionVersion, InvokeError, Request, Response, Tier,
+};
 use hearth_store::ArtifactStore;
 use thiserror::Error;
 
@@ -74,8 +76,9 @@ pub trait Engine: Send + Sync + 'static {
     fn tier(&self) -> Tier;
 
     /// Validates code at deploy time, does whatever ahead-of-time work the
-    /// tier can (compiling, caching), and returns the artifact to store.
-    async fn compile(&self, runtime: Runtime, source: Source) -> Result<Compiled, DeployError>;
+    /// tier can (compiling, caching, installing packages), and returns the
+    /// artifact to store.
+    async fn compile(&self, spec: &FunctionSpec, source: Source) -> Result<Compiled, DeployError>;
 
     /// Makes a version ready to instantiate. Called once per version per
     /// process; the node caches the result.

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use hearth_core::{FunctionVersion, InvokeError, Request, Response, Runtime, Tier};
+use hearth_core::{FunctionSpec, FunctionVersion, InvokeError, Request, Response, Runtime, Tier};
 use hearth_host::bundle::Bundle;
 use hearth_host::{
     Compiled, DeployError, Engine, EngineStatus, HostCtx, Prepared, Sandbox, Source,
@@ -98,8 +98,9 @@ impl Engine for JsEngine {
         Tier::Js
     }
 
-    async fn compile(&self, runtime: Runtime, source: Source) -> Result<Compiled, DeployError> {
+    async fn compile(&self, spec: &FunctionSpec, source: Source) -> Result<Compiled, DeployError> {
         let started = Instant::now();
+        let runtime = spec.runtime;
         if runtime != Runtime::Js {
             return Err(DeployError::Invalid(format!(
                 "the js tier runs JavaScript, not {runtime}"

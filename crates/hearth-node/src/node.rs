@@ -436,10 +436,7 @@ impl Node {
         let engine = self.engine_for(&spec)?;
         // Whatever compiling logs (package installs) names whose it is.
         let span = tracing::info_span!("deploy", tenant, function = name);
-        let compiled = engine
-            .compile(spec.runtime, source)
-            .instrument(span)
-            .await?;
+        let compiled = engine.compile(&spec, source).instrument(span).await?;
         // One deploy at a time from the quota check to the version, so two
         // cannot both fit in what is left.
         let _quota = self.deploying.lock().await;

@@ -72,7 +72,7 @@ async fn pip_runs_unprivileged_in_a_root_holding_only_its_target_and_wheels() {
         name: "fakepkg".into(),
         version: "1.0".into(),
     };
-    let installed = cache.ensure(Runtime::Python, &pkg).await.unwrap();
+    let installed = cache.ensure(Runtime::Python, &pkg, false).await.unwrap();
     let read = |name: &str| std::fs::read_to_string(installed.path.join(name)).unwrap();
     assert_eq!(read("uid").trim(), "65534");
     let root: Vec<String> = read("root").lines().map(str::to_string).collect();
@@ -179,7 +179,7 @@ async fn npm_runs_unprivileged_in_a_cgroup_on_a_copy_of_the_offline_cache() {
         name: "fakepkg".into(),
         version: "1.0.0".into(),
     };
-    let installed = cache.ensure(Runtime::Node, &pkg).await.unwrap();
+    let installed = cache.ensure(Runtime::Node, &pkg, false).await.unwrap();
     let dir = installed.path.parent().unwrap();
     let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
     assert_eq!(read("uid").trim(), "65534");
@@ -302,7 +302,7 @@ async fn an_online_install_reaches_only_the_package_index_through_the_proxy() {
         name: "fakepkg".into(),
         version: "1.0".into(),
     };
-    let installed = cache.ensure(Runtime::Python, &pkg).await.unwrap();
+    let installed = cache.ensure(Runtime::Python, &pkg, false).await.unwrap();
     let read = |name: &str| std::fs::read_to_string(installed.path.join(name)).unwrap();
     assert!(read("direct").starts_with("refused"), "{}", read("direct"));
     assert_eq!(read("index"), "index");

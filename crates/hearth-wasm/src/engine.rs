@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use hearth_core::{FunctionVersion, InvokeError, Runtime, Tier};
+use hearth_core::{FunctionSpec, FunctionVersion, InvokeError, Tier};
 use hearth_host::{Compiled, DeployError, Engine, Prepared, Sandbox, Source};
 use hearth_store::ArtifactStore;
 use wasmtime::{InstanceAllocationStrategy, InstancePre, Linker, Module, PoolingAllocationConfig};
@@ -273,7 +273,7 @@ impl Engine for WasmEngine {
         }
     }
 
-    async fn compile(&self, _runtime: Runtime, source: Source) -> Result<Compiled, DeployError> {
+    async fn compile(&self, _spec: &FunctionSpec, source: Source) -> Result<Compiled, DeployError> {
         let started = Instant::now();
         let (module, binary) = self.compile_off_thread(source.code).await?;
         // A module with an init step is stored initialized (see `snapshot`).

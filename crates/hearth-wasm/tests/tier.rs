@@ -49,7 +49,7 @@ impl Fixture {
     async fn deploy(&self, file: &str, spec: FunctionSpec) -> (FunctionVersion, Arc<dyn Prepared>) {
         let compiled = self
             .engine
-            .compile(Runtime::Wasm, example(file).into())
+            .compile(&spec(), example(file).into())
             .await
             .unwrap();
         let hash = self.artifacts.put(&compiled.artifact).unwrap();
@@ -216,14 +216,14 @@ async fn modules_that_are_not_wasi_commands_are_refused_at_compile() {
     let f = fixture(true);
     let bad = f
         .engine
-        .compile(Runtime::Wasm, b"not wasm at all".to_vec().into())
+        .compile(&spec(), b"not wasm at all".to_vec().into())
         .await
         .unwrap_err();
     assert!(bad.to_string().contains("not valid WAT"), "{bad}");
     let no_start = f
         .engine
         .compile(
-            Runtime::Wasm,
+            &spec(),
             b"(module (memory (export \"memory\") 1))".to_vec().into(),
         )
         .await
@@ -231,7 +231,7 @@ async fn modules_that_are_not_wasi_commands_are_refused_at_compile() {
     assert!(no_start.to_string().contains("_start"), "{no_start}");
     let unknown = f
         .engine
-        .compile(Runtime::Wasm, b"(module (import \"env\" \"f\" (func)) (memory (export \"memory\") 1) (func (export \"_start\")))".to_vec().into())
+        .compile(&spec(), b"(module (import \"env\" \"f\" (func)) (memory (export \"memory\") 1) (func (export \"_start\")))".to_vec().into())
         .await
         .unwrap_err();
     assert!(unknown.to_string().contains("env"), "{unknown}");
@@ -277,7 +277,7 @@ async fn an_init_step_runs_once_at_deploy_and_every_invocation_starts_from_its_s
 async fn compile_error(f: &Fixture, wat: &str) -> String {
     match f
         .engine
-        .compile(Runtime::Wasm, wat.as_bytes().to_vec().into())
+        .compile(&spec(), wat.as_bytes().to_vec().into())
         .await
     {
         Ok(_) => panic!("{wat} was accepted"),

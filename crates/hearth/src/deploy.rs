@@ -37,6 +37,11 @@ pub struct DeployArgs {
     /// Allow invocation without a token.
     #[arg(long)]
     public: bool,
+    /// Python: let pip build packages that have no wheel from source. The
+    /// build runs the package's own code (in the install sandbox); without
+    /// this, installs take wheels only.
+    #[arg(long)]
+    source_builds: bool,
     /// Share of invocations recorded, 0 to 1 (default 1: all).
     #[arg(long)]
     record_sample: Option<f64>,
@@ -65,6 +70,7 @@ pub(crate) async fn deploy(c: &Client, args: DeployArgs) -> anyhow::Result<()> {
         allow_hosts,
         env,
         public,
+        source_builds,
         record_sample,
         keep_ok,
         keep_errors,
@@ -106,6 +112,9 @@ pub(crate) async fn deploy(c: &Client, args: DeployArgs) -> anyhow::Result<()> {
     q.extend(env.into_iter().map(|e| ("env", e)));
     if public {
         q.push(("public", "true".into()));
+    }
+    if source_builds {
+        q.push(("source_builds", "true".into()));
     }
     q.extend(record_sample.map(|r| ("record_sample", r.to_string())));
     q.extend(keep_ok.map(|k| ("keep_ok", k)));

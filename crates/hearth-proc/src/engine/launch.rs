@@ -248,7 +248,7 @@ impl ProcEngine {
             match self
                 .0
                 .installs
-                .install_uncached(&p.package, &dir.join(i.to_string()))
+                .install_uncached(&p.package, &dir.join(i.to_string()), p.source_builds)
                 .await
             {
                 Ok(installed) => out.push(installed),

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use hearth_core::{FunctionVersion, InvokeError, Request, Response, Runtime, Tier};
+use hearth_core::{FunctionSpec, FunctionVersion, InvokeError, Request, Response, Runtime, Tier};
 use hearth_host::{Compiled, DeployError, Engine, HostCtx, Prepared, Sandbox, Source};
 use hearth_store::{ArtifactStore, LogStream};
 use serde_json::json;
@@ -346,8 +346,9 @@ impl Engine for ProcEngine {
         }
     }
 
-    async fn compile(&self, runtime: Runtime, source: Source) -> Result<Compiled, DeployError> {
+    async fn compile(&self, spec: &FunctionSpec, source: Source) -> Result<Compiled, DeployError> {
         let started = Instant::now();
+        let runtime = spec.runtime;
         if !matches!(runtime, Runtime::Python | Runtime::Node | Runtime::Js) {
             return Err(DeployError::Invalid(format!(
                 "the process tier runs Python and Node.js, not {runtime}"
@@ -369,10 +370,15 @@ impl Engine for ProcEngine {
         }
         // Packages are installed at deploy so a bad pin fails the deploy,
         // not the first request.
+        if spec.source_builds && runtime != Runtime::Python {
+            return Err(DeployError::Invalid(format!(
+                "source_builds applies to Python packages; {runtime} packages install without running their code (npm --ignore-scripts)"
+            )));
+        }
         for p in &packages {
             self.0
                 .installs
-                .ensure(runtime, p)
+                .ensure(runtime, p, spec.source_builds)
                 .await
                 .map_err(DeployError::Invalid)?;
         }
@@ -412,7 +418,7 @@ impl Engine for ProcEngine {
             installed.push(
                 self.0
                     .installs
-                    .ensure(runtime, &p)
+                    .ensure(runtime, &p, version.spec.source_builds)
                     .await
                     .map_err(DeployError::Load)?,
             );

@@ -64,7 +64,13 @@ pub struct Installed {
     pub path: PathBuf,
     /// Python: the top-level modules it provides (what a zygote imports).
     pub modules: Vec<String>,
+    /// Whether pip could build it from source (the function opted in).
+    pub source_builds: bool,
 }
+
+/// The cache's directories: wheel-only Python installs, Python installs a
+/// function let pip build from source, npm installs.
+const SUBDIRS: [&str; 3] = ["python", "python-src", "node"];
 
 #[derive(Debug)]
 pub struct InstallCache {
@@ -89,10 +95,11 @@ impl InstallCache {
         offline: Option<PathBuf>,
         sandbox: Option<InstallSandbox>,
     ) -> std::io::Result<Self> {
-        std::fs::create_dir_all(dir.join("python"))?;
-        std::fs::create_dir_all(dir.join("node"))?;
+        for sub in SUBDIRS {
+            std::fs::create_dir_all(dir.join(sub))?;
+        }
         // Leftovers of installs a crash interrupted.
-        for sub in ["python", "node"] {
+        for sub in SUBDIRS {
             for e in std::fs::read_dir(dir.join(sub))?.flatten() {
                 if e.file_name().to_string_lossy().starts_with(".tmp-") {
                     let _ = std::fs::remove_dir_all(e.path());
@@ -131,12 +138,22 @@ impl InstallCache {
         let _ = self.cgroups.set(pool);
     }
 
-    /// Installs `pkg` unless it is already there.
-    pub async fn ensure(&self, runtime: Runtime, pkg: &Package) -> Result<Installed, String> {
-        let sub = if runtime == Runtime::Python {
-            "python"
-        } else {
-            "node"
+    /// Installs `pkg` unless it is already there. With `source_builds`, a
+    /// Python package without a wheel is built from source; what such
+    /// installs make is kept apart from wheel-only installs, so a function
+    /// that did not opt in never imports what a build made.
+    pub async fn ensure(
+        &self,
+        runtime: Runtime,
+        pkg: &Package,
+        source_builds: bool,
+    ) -> Result<Installed, String> {
+        let python = runtime == Runtime::Python;
+        let source_builds = python && source_builds;
+        let sub = match (python, source_builds) {
+            (true, false) => "python",
+            (true, true) => "python-src",
+            (false, _) => "node",
         };
         let final_dir = self.dir.join(sub).join(pkg.dir_name());
         let lock = self
@@ -156,7 +173,7 @@ impl InstallCache {
             std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
             let started = std::time::Instant::now();
             let result = match runtime {
-                Runtime::Python => self.pip(pkg, &tmp, true).await,
+                Runtime::Python => self.pip(pkg, &tmp, true, source_builds).await,
                 _ => self.npm(pkg, &tmp).await,
             };
             if let Err(e) = result {
@@ -177,11 +194,13 @@ impl InstallCache {
                 package: pkg.clone(),
                 modules: python_modules(&final_dir),
                 path: final_dir,
+                source_builds,
             },
             _ => Installed {
                 package: pkg.clone(),
                 path: final_dir.join("node_modules"),
                 modules: Vec::new(),
+                source_builds,
             },
         })
     }
@@ -189,18 +208,30 @@ impl InstallCache {
     /// Installs a Python package into `dir` as if nothing were cached:
     /// neither this store nor pip's download cache is used. Only for
     /// measuring what the install cache saves (`ProcConfig::caches`).
-    pub async fn install_uncached(&self, pkg: &Package, dir: &Path) -> Result<Installed, String> {
+    pub async fn install_uncached(
+        &self,
+        pkg: &Package,
+        dir: &Path,
+        source_builds: bool,
+    ) -> Result<Installed, String> {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-        self.pip(pkg, dir, false).await?;
+        self.pip(pkg, dir, false, source_builds).await?;
         make_world_readable(dir);
         Ok(Installed {
             package: pkg.clone(),
             modules: python_modules(dir),
             path: dir.to_path_buf(),
+            source_builds,
         })
     }
 
-    async fn pip(&self, pkg: &Package, target: &Path, pip_cache: bool) -> Result<(), String> {
+    async fn pip(
+        &self,
+        pkg: &Package,
+        target: &Path,
+        pip_cache: bool,
+        source_builds: bool,
+    ) -> Result<(), String> {
         let mut cmd = tokio::process::Command::new(&self.python);
         cmd.args([
             "-m",
@@ -213,8 +244,13 @@ impl InstallCache {
             "--no-input",
             "--quiet",
             "--root-user-action=ignore",
-            // Wheels only: a source distribution's build runs its code.
-            "--only-binary=:all:",
+            // Wheels only unless the function opted in: a source
+            // distribution's build runs its code (in the install sandbox).
+            if source_builds {
+                "--prefer-binary"
+            } else {
+                "--only-binary=:all:"
+            },
             "--target",
         ])
         .arg(target)

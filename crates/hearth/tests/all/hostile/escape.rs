@@ -158,6 +158,113 @@ async fn no_package_code_runs_at_install() {
     assert!(msg.contains("../../../tmp/x"), "{msg}");
 }
 
+/// A source distribution of `srcpkg` whose in-tree build backend (PEP 517
+/// `backend-path`, nothing from an index) builds a real wheel whose module
+/// says where the build ran: its user, the root it saw, and whether it
+/// reached the node's API at `api_port`.
+fn write_probing_sdist(dir: &std::path::Path, api_port: u16) {
+    let backend = format!(
+        r#"import base64, hashlib, os, socket, zipfile
+def _probe():
+    p = {{"uid": os.getuid(), "root": sorted(os.listdir("/"))}}
+    try:
+        socket.create_connection(("127.0.0.1", {api_port}), 2).close()
+        p["api"] = "reached"
+    except OSError as e:
+        p["api"] = e.errno
+    return p
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    name = "srcpkg-1.0-py3-none-any.whl"
+    files = {{
+        "srcpkg.py": "BUILT = %r\n" % (_probe(),),
+        "srcpkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: srcpkg\nVersion: 1.0\n",
+        "srcpkg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        "srcpkg-1.0.dist-info/top_level.txt": "srcpkg\n",
+    }}
+    record = []
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as z:
+        for path, text in files.items():
+            data = text.encode()
+            z.writestr(path, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append("%s,sha256=%s,%d" % (path, digest, len(data)))
+        record.append("srcpkg-1.0.dist-info/RECORD,,")
+        z.writestr("srcpkg-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+    return name
+"#
+    );
+    let pyproject =
+        "[build-system]\nrequires = []\nbuild-backend = \"backend\"\nbackend-path = [\".\"]\n";
+    let pkg_info = "Metadata-Version: 2.1\nName: srcpkg\nVersion: 1.0\n";
+    let file = std::fs::File::create(dir.join("srcpkg-1.0.tar.gz")).unwrap();
+    let gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
+    let mut tar = tar::Builder::new(gz);
+    for (path, text) in [
+        ("srcpkg-1.0/backend.py", backend.as_str()),
+        ("srcpkg-1.0/pyproject.toml", pyproject),
+        ("srcpkg-1.0/PKG-INFO", pkg_info),
+    ] {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(text.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        tar.append_data(&mut h, path, text.as_bytes()).unwrap();
+    }
+    tar.into_inner().unwrap().finish().unwrap();
+}
+
+/// A package without a wheel is built only for a function that opts in
+/// (`source_builds`), and its build runs in the install sandbox: the
+/// sandbox user, a root without the host's files, no network.
+#[tokio::test]
+async fn a_source_build_runs_only_when_asked_and_then_in_the_install_sandbox() {
+    use std::os::unix::fs::PermissionsExt;
+    let packages = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(packages.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The API's port is known once the daemon runs; the sdist is read at
+    // the first deploy, so it is written after the start.
+    let d = Daemon::start_with(&["--offline-packages", packages.path().to_str().unwrap()]);
+    let api_port: u16 = d.url.rsplit(':').next().unwrap().parse().unwrap();
+    write_probing_sdist(packages.path(), api_port);
+    let bundle = || {
+        crate::harness::tar_of(&[
+            (
+                "handler.py",
+                "import json, srcpkg\ndef handler(e, c):\n    return json.dumps(srcpkg.BUILT)\n",
+            ),
+            ("requirements.txt", "srcpkg==1.0\n"),
+        ])
+    };
+    let query = [("runtime", "python"), ("file_name", "fn.tar")];
+    let r = d.deploy_raw("built", bundle(), &query).await;
+    let (status, _, msg) = crate::harness::error_of(r).await;
+    assert_eq!(status, 400, "without the opt-in, wheels only: {msg}");
+    let mut opted = query.to_vec();
+    opted.push(("source_builds", "true"));
+    d.deploy("built", bundle(), &opted).await;
+    let built: serde_json::Value =
+        serde_json::from_str(&d.invoke_body("built", String::new()).await).unwrap();
+    assert_eq!(built["uid"], 65534, "{built}");
+    let root: Vec<&str> = built["root"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for host_only in ["root", "home", "proc", "work"] {
+        assert!(
+            !root.contains(&host_only),
+            "the build saw /{host_only}: {built}"
+        );
+    }
+    assert_ne!(
+        built["api"], "reached",
+        "the build reached the node's API: {built}"
+    );
+}
+
 /// What a package's import-time code tries, as the `probe` module's
 /// globals: which user it is, whether it sees the host's files, the
 /// daemon's token or a world-writable host directory, and which calls it
