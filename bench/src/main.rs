@@ -50,7 +50,10 @@ async fn instantiate_bench(pooling: bool, n: usize) -> anyhow::Result<(Stats, St
     let engine = WasmEngine::new(config)?;
     let artifacts = ArtifactStore::open(dir.path().join("artifacts"))?;
     let compiled = engine
-        .compile(hearth_core::Runtime::Wasm, HELLO.to_vec().into())
+        .compile(
+            &hearth_core::FunctionSpec::new(hearth_core::Runtime::Wasm),
+            HELLO.to_vec().into(),
+        )
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let hash = artifacts.put(&compiled.artifact)?;

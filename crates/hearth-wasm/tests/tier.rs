@@ -49,7 +49,7 @@ impl Fixture {
     async fn deploy(&self, file: &str, spec: FunctionSpec) -> (FunctionVersion, Arc<dyn Prepared>) {
         let compiled = self
             .engine
-            .compile(&spec(), example(file).into())
+            .compile(&spec, example(file).into())
             .await
             .unwrap();
         let hash = self.artifacts.put(&compiled.artifact).unwrap();
