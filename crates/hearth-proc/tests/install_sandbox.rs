@@ -309,3 +309,58 @@ async fn an_online_install_reaches_only_the_package_index_through_the_proxy() {
     assert!(read("other").contains("403"), "{}", read("other"));
     drop(host_service);
 }
+
+/// The process's peak resident memory, in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1024
+}
+
+/// An installer that floods its error output (what a subverted pip could
+/// do) costs the node only the tail it reports.
+#[tokio::test]
+async fn an_installer_flooding_its_output_is_not_held_in_memory() {
+    let data = tempfile::tempdir().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let flood = bin.path().join("python3");
+    write(
+        &flood,
+        "#!/bin/sh\nhead -c 300000000 /dev/zero\nhead -c 300000000 /dev/zero >&2\n\
+         echo 'the last line' >&2\nexit 1\n",
+        0o755,
+    );
+    let cache = InstallCache::new(
+        data.path().join("packages"),
+        flood,
+        "/usr/bin/npm".into(),
+        None,
+        None,
+    )
+    .unwrap();
+    let pkg = Package {
+        name: "flood".into(),
+        version: "1.0".into(),
+    };
+    let err = cache
+        .ensure(Runtime::Python, &pkg, false)
+        .await
+        .unwrap_err();
+    assert!(
+        err.ends_with("the last line"),
+        "{}",
+        &err[..err.len().min(300)]
+    );
+    assert!(err.len() < 8 << 10, "the error holds {} bytes", err.len());
+    let peak = peak_rss();
+    assert!(
+        peak < 200 << 20,
+        "the process peaked at {} MiB while the installer wrote 600 MB",
+        peak >> 20
+    );
+}

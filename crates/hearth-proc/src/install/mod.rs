@@ -367,19 +367,54 @@ impl InstallCache {
     }
 }
 
+/// Bytes of an installer's error output the node keeps: the tail its
+/// error message quotes. The rest is read and dropped, so an installer
+/// that floods its output costs the node nothing.
+const KEPT_OUTPUT: usize = 4 << 10;
+
 async fn run(mut cmd: tokio::process::Command, what: &str) -> Result<(), String> {
-    cmd.stdin(std::process::Stdio::null()).kill_on_drop(true);
-    let out = cmd
-        .output()
-        .await
+    use tokio::io::AsyncReadExt;
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd
+        .spawn()
         .map_err(|e| format!("{what}: could not start: {e}"))?;
-    if out.status.success() {
+    let mut stderr = child.stderr.take().expect("stderr is piped");
+    let mut tail = Vec::with_capacity(2 * KEPT_OUTPUT);
+    let mut chunk = [0u8; 8192];
+    let mut keep = |bytes: &[u8]| {
+        tail.extend_from_slice(bytes);
+        if tail.len() > 2 * KEPT_OUTPUT {
+            tail.drain(..tail.len() - KEPT_OUTPUT);
+        }
+    };
+    // Until it exits: a process it left behind may hold the pipe open.
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            read = stderr.read(&mut chunk) => match read {
+                Ok(0) | Err(_) => break child.wait().await,
+                Ok(n) => keep(&chunk[..n]),
+            },
+        }
+    };
+    // What it wrote just before it exited, for a moment at most.
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(100);
+    while let Ok(Ok(n)) = tokio::time::timeout_at(deadline, stderr.read(&mut chunk)).await
+        && n > 0
+    {
+        keep(&chunk[..n]);
+    }
+    let status = status.map_err(|e| format!("{what}: {e}"))?;
+    if status.success() {
         return Ok(());
     }
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let tail: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    let tail = tail[tail.len().saturating_sub(3)..].join(" / ");
-    Err(format!("{what} failed: {tail}"))
+    let stderr = String::from_utf8_lossy(&tail[tail.len().saturating_sub(KEPT_OUTPUT)..]);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    let last = lines[lines.len().saturating_sub(3)..].join(" / ");
+    Err(format!("{what} failed: {last}"))
 }
 
 /// Makes directory `dir`, owned by `owner` when given.
