@@ -17,24 +17,97 @@ fn write(path: &Path, text: &str, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-#[tokio::test]
-async fn pip_runs_unprivileged_in_a_root_holding_only_its_target_and_wheels() {
+fn assert_root() {
     // SAFETY: geteuid has no preconditions.
     assert_eq!(
         unsafe { libc::geteuid() },
         0,
         "this test needs root (the install sandbox is made only for a root node)"
     );
+}
+
+/// The sandbox a root node gives installs, with its run directory under
+/// `run` and `helpers` in its roots' `/hearth`.
+fn sandbox(
+    run: &Path,
+    helpers: &[(&str, &[u8])],
+    index_hosts: Vec<String>,
+    allow_private: bool,
+) -> InstallSandbox {
+    std::fs::create_dir_all(run.join("sb")).unwrap();
+    InstallSandbox {
+        base: Base::create(&run.join("base"), helpers, true).unwrap(),
+        run_dir: run.to_path_buf(),
+        uid: 65534,
+        gid: 65534,
+        index_hosts,
+        allow_private,
+    }
+}
+
+/// Asserts that no install's root is left under `run`.
+fn assert_no_root_left(run: &Path) {
+    let left: Vec<_> = std::fs::read_dir(run.join("sb")).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// What a stand-in installer reaches for on the host: a directory anyone
+/// may write and a file anyone may read. Only the sandbox's root keeps it
+/// from them.
+struct Bait {
+    dir: tempfile::TempDir,
+}
+
+impl Bait {
+    fn new() -> Bait {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        write(&dir.path().join("secret"), "node data", 0o644);
+        Bait { dir }
+    }
+
+    fn marker(&self) -> std::path::PathBuf {
+        self.dir.path().join("written-by-installer")
+    }
+
+    /// Shell lines reporting into directory `$t` who the installer is,
+    /// what its `/` holds, and whether it wrote the marker or read the
+    /// secret.
+    fn probe(&self) -> String {
+        let (marker, secret) = (self.marker(), self.dir.path().join("secret"));
+        format!(
+            "id -u > \"$t/uid\"\n\
+             ls / > \"$t/root\"\n\
+             if echo x > {marker:?} 2>/dev/null; then echo yes; else echo no; fi > \"$t/wrote\"\n\
+             if cat {secret:?} >/dev/null 2>&1; then echo yes; else echo no; fi > \"$t/read\"\n"
+        )
+    }
+
+    /// Asserts what [`Bait::probe`] reported into `dir`: the sandbox user,
+    /// a root without the host's files, and the bait untouched.
+    fn assert_held(&self, dir: &Path, installer: &str) {
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+        assert_eq!(read("uid").trim(), "65534");
+        let root: Vec<String> = read("root").lines().map(str::to_string).collect();
+        for host_only in ["root", "home", "proc", "var", "work"] {
+            assert!(
+                !root.iter().any(|e| e == host_only),
+                "{installer} saw /{host_only}: {root:?}"
+            );
+        }
+        assert_eq!(read("wrote").trim(), "no");
+        assert_eq!(read("read").trim(), "no");
+        assert!(!self.marker().exists());
+    }
+}
+
+#[tokio::test]
+async fn pip_runs_unprivileged_in_a_root_holding_only_its_target_and_wheels() {
+    assert_root();
     let data = tempfile::tempdir().unwrap();
     let wheels = tempfile::tempdir().unwrap();
     std::fs::set_permissions(wheels.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    // A host directory anyone may write, and a file anyone may read: only
-    // the sandbox's root keeps the installer from them.
-    let open = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let secret = open.path().join("secret");
-    write(&secret, "node data", 0o644);
-    let marker = open.path().join("written-by-pip");
+    let bait = Bait::new();
     let fake_pip = wheels.path().join("python3");
     write(
         &fake_pip,
@@ -42,30 +115,19 @@ async fn pip_runs_unprivileged_in_a_root_holding_only_its_target_and_wheels() {
             "#!/bin/sh\n\
              while [ \"$1\" != \"--target\" ]; do shift; done\n\
              t=\"$2\"\n\
-             id -u > \"$t/uid\"\n\
-             ls / > \"$t/root\"\n\
-             if echo x > {marker:?} 2>/dev/null; then echo yes; else echo no; fi > \"$t/wrote\"\n\
-             if cat {secret:?} >/dev/null 2>&1; then echo yes; else echo no; fi > \"$t/read\"\n\
+             {}\
              echo 'X = 1' > \"$t/fakepkg.py\"\n",
+            bait.probe()
         ),
         0o755,
     );
     let run = data.path().join("run");
-    std::fs::create_dir_all(run.join("sb")).unwrap();
-    let base = Base::create(&run.join("base"), &[], true).unwrap();
     let cache = InstallCache::new(
         data.path().join("packages"),
         fake_pip,
         "/usr/bin/npm".into(),
         Some(wheels.path().to_path_buf()),
-        Some(InstallSandbox {
-            base,
-            run_dir: run.clone(),
-            uid: 65534,
-            gid: 65534,
-            index_hosts: Vec::new(),
-            allow_private: false,
-        }),
+        Some(sandbox(&run, &[], Vec::new(), false)),
     )
     .unwrap();
     let pkg = Package {
@@ -73,26 +135,14 @@ async fn pip_runs_unprivileged_in_a_root_holding_only_its_target_and_wheels() {
         version: "1.0".into(),
     };
     let installed = cache.ensure(Runtime::Python, &pkg, false).await.unwrap();
-    let read = |name: &str| std::fs::read_to_string(installed.path.join(name)).unwrap();
-    assert_eq!(read("uid").trim(), "65534");
-    let root: Vec<String> = read("root").lines().map(str::to_string).collect();
-    for host_only in ["root", "home", "proc", "var", "work"] {
-        assert!(
-            !root.iter().any(|e| e == host_only),
-            "pip saw /{host_only}: {root:?}"
-        );
-    }
-    assert_eq!(read("wrote").trim(), "no");
-    assert_eq!(read("read").trim(), "no");
-    assert!(!marker.exists());
+    bait.assert_held(&installed.path, "pip");
     assert_eq!(installed.modules, ["fakepkg"]);
     // What it installed is the node's again, readable by sandboxes.
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(installed.path.join("fakepkg.py")).unwrap();
     assert_eq!((meta.uid(), meta.mode() & 0o444), (0, 0o444));
     // Its root is gone.
-    let left: Vec<_> = std::fs::read_dir(run.join("sb")).unwrap().collect();
-    assert!(left.is_empty(), "{left:?}");
+    assert_no_root_left(&run);
 }
 
 /// This test's cgroups, removed with whatever is in them however it ends.
@@ -106,19 +156,14 @@ impl Drop for TestCgroups {
 
 #[tokio::test]
 async fn npm_runs_unprivileged_in_a_cgroup_on_a_copy_of_the_offline_cache() {
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(unsafe { libc::geteuid() }, 0, "this test needs root");
+    assert_root();
     let data = tempfile::tempdir().unwrap();
     let offline = tempfile::tempdir().unwrap();
     std::fs::set_permissions(offline.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let cached = offline.path().join("npm/_cacache/index-v5/ab");
     std::fs::create_dir_all(&cached).unwrap();
     write(&cached.join("entry"), "cached\n", 0o644);
-    let open = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let secret = open.path().join("secret");
-    write(&secret, "node data", 0o644);
-    let marker = open.path().join("written-by-npm");
+    let bait = Bait::new();
     // What npm does with its cache (rewrite an index file by replacing
     // it), what a subverted npm would try (write through to the original,
     // escape, stay behind), and a package.
@@ -131,25 +176,21 @@ async fn npm_runs_unprivileged_in_a_cgroup_on_a_copy_of_the_offline_cache() {
                case \"$1\" in --prefix) t=\"$2\"; shift;; --cache) c=\"$2\"; shift;; --offline) o=yes;; esac\n\
                shift\n\
              done\n\
-             id -u > \"$t/uid\"\n\
-             ls / > \"$t/root\"\n\
+             {probe}\
              echo \"$o\" > \"$t/offline\"\n\
              echo \"${{HTTPS_PROXY:-none}}\" > \"$t/proxy\"\n\
              cat \"$c/_cacache/index-v5/ab/entry\" > \"$t/cache-read\"\n\
              if echo poisoned >> \"$c/_cacache/index-v5/ab/entry\" 2>/dev/null; then echo yes; else echo no; fi > \"$t/cache-poisoned\"\n\
              echo rewritten > \"$c/x\" && mv \"$c/x\" \"$c/_cacache/index-v5/ab/entry\" && echo yes > \"$t/cache-replaced\"\n\
-             if echo x > {marker:?} 2>/dev/null; then echo yes; else echo no; fi > \"$t/wrote\"\n\
-             if cat {secret:?} >/dev/null 2>&1; then echo yes; else echo no; fi > \"$t/read\"\n\
              sleep 300 </dev/null >/dev/null 2>&1 &\n\
              echo $! > \"$t/left-running\"\n\
              mkdir -p \"$t/node_modules/fakepkg\"\n\
              echo 'module.exports = 1' > \"$t/node_modules/fakepkg/index.js\"\n",
+            probe = bait.probe(),
         ),
         0o755,
     );
     let run = data.path().join("run");
-    std::fs::create_dir_all(run.join("sb")).unwrap();
-    let base = Base::create(&run.join("base"), &[], true).unwrap();
     let instance = format!("test-install-{}", std::process::id());
     let pool = TestCgroups(Arc::new(
         CgroupPool::new(
@@ -164,14 +205,7 @@ async fn npm_runs_unprivileged_in_a_cgroup_on_a_copy_of_the_offline_cache() {
         "/usr/bin/python3".into(),
         fake_npm,
         Some(offline.path().to_path_buf()),
-        Some(InstallSandbox {
-            base,
-            run_dir: run.clone(),
-            uid: 65534,
-            gid: 65534,
-            index_hosts: Vec::new(),
-            allow_private: false,
-        }),
+        Some(sandbox(&run, &[], Vec::new(), false)),
     )
     .unwrap();
     cache.use_cgroups(pool.0.clone());
@@ -182,14 +216,7 @@ async fn npm_runs_unprivileged_in_a_cgroup_on_a_copy_of_the_offline_cache() {
     let installed = cache.ensure(Runtime::Node, &pkg, false).await.unwrap();
     let dir = installed.path.parent().unwrap();
     let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
-    assert_eq!(read("uid").trim(), "65534");
-    let root: Vec<String> = read("root").lines().map(str::to_string).collect();
-    for host_only in ["root", "home", "proc", "var", "work"] {
-        assert!(
-            !root.iter().any(|e| e == host_only),
-            "npm saw /{host_only}: {root:?}"
-        );
-    }
+    bait.assert_held(dir, "npm");
     assert_eq!(read("offline").trim(), "yes");
     assert_eq!(
         read("proxy").trim(),
@@ -208,9 +235,6 @@ async fn npm_runs_unprivileged_in_a_cgroup_on_a_copy_of_the_offline_cache() {
         "cached\n",
         "the offline cache itself is untouched"
     );
-    assert_eq!(read("wrote").trim(), "no");
-    assert_eq!(read("read").trim(), "no");
-    assert!(!marker.exists());
     // What it left running died with its cgroup.
     let pid: i32 = read("left-running").trim().parse().unwrap();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -224,14 +248,12 @@ async fn npm_runs_unprivileged_in_a_cgroup_on_a_copy_of_the_offline_cache() {
         std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
     );
     assert!(installed.path.join("fakepkg/index.js").exists());
-    let left: Vec<_> = std::fs::read_dir(run.join("sb")).unwrap().collect();
-    assert!(left.is_empty(), "{left:?}");
+    assert_no_root_left(&run);
 }
 
 #[tokio::test]
 async fn an_online_install_reaches_only_the_package_index_through_the_proxy() {
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(unsafe { libc::geteuid() }, 0, "this test needs root");
+    assert_root();
     // The "index", and a service on the host the installer must not reach.
     let index = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let index_port = index.local_addr().unwrap().port();
@@ -272,12 +294,16 @@ async fn an_online_install_reaches_only_the_package_index_through_the_proxy() {
     );
     let fake_pip = "#!/bin/sh\nexec /usr/bin/python3 /hearth/probe.py \"$@\"\n";
     let run = data.path().join("run");
-    std::fs::create_dir_all(run.join("sb")).unwrap();
     let helpers: [(&str, &[u8]); 2] = [
         ("probe.py", probe.as_bytes()),
         ("python3", fake_pip.as_bytes()),
     ];
-    let base = Base::create(&run.join("base"), &helpers, true).unwrap();
+    let sandbox = sandbox(
+        &run,
+        &helpers,
+        vec![format!("127.0.0.1:{index_port}")],
+        true,
+    );
     std::fs::set_permissions(
         run.join("base/hearth/python3"),
         std::fs::Permissions::from_mode(0o755),
@@ -288,14 +314,7 @@ async fn an_online_install_reaches_only_the_package_index_through_the_proxy() {
         "/hearth/python3".into(),
         "/usr/bin/npm".into(),
         None,
-        Some(InstallSandbox {
-            base,
-            run_dir: run.clone(),
-            uid: 65534,
-            gid: 65534,
-            index_hosts: vec![format!("127.0.0.1:{index_port}")],
-            allow_private: true,
-        }),
+        Some(sandbox),
     )
     .unwrap();
     let pkg = Package {

@@ -85,40 +85,46 @@ async fn a_sandbox_may_make_only_the_calls_on_its_allow_list() {
     }
 }
 
-/// A source distribution whose build writes `marker`: what pip would run,
-/// as the daemon's user, to install it. Its build backend is in the
-/// archive and needs nothing from an index (PEP 517 `backend-path`), so
-/// pip would run it even offline.
-fn write_sdist(dir: &std::path::Path, marker: &std::path::Path) {
-    let backend = format!(
-        "open({:?}, 'w').write('built')\ndef build_wheel(*a, **k):\n    raise RuntimeError('no')\n",
-        marker.display().to_string()
-    );
+/// A source distribution `<name>-1.0.tar.gz` in `dir` whose PEP 517 build
+/// backend is `backend`, in the archive itself (`backend-path`): it needs
+/// nothing from an index, so pip would run it even offline.
+fn write_sdist(dir: &std::path::Path, name: &str, backend: &str) {
     let pyproject =
         "[build-system]\nrequires = []\nbuild-backend = \"backend\"\nbackend-path = [\".\"]\n";
-    let pkg_info = "Metadata-Version: 2.1\nName: evilpkg\nVersion: 1.0\n";
-    let file = std::fs::File::create(dir.join("evilpkg-1.0.tar.gz")).unwrap();
+    let pkg_info = format!("Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n");
+    let file = std::fs::File::create(dir.join(format!("{name}-1.0.tar.gz"))).unwrap();
     let gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
     let mut tar = tar::Builder::new(gz);
     for (path, text) in [
-        ("evilpkg-1.0/backend.py", backend.as_str()),
-        ("evilpkg-1.0/pyproject.toml", pyproject),
-        ("evilpkg-1.0/PKG-INFO", pkg_info),
+        ("backend.py", backend),
+        ("pyproject.toml", pyproject),
+        ("PKG-INFO", pkg_info.as_str()),
     ] {
         let mut h = tar::Header::new_gnu();
         h.set_size(text.len() as u64);
         h.set_mode(0o644);
         h.set_cksum();
+        let path = format!("{name}-1.0/{path}");
         tar.append_data(&mut h, path, text.as_bytes()).unwrap();
     }
     tar.into_inner().unwrap().finish().unwrap();
+}
+
+/// `evilpkg`, whose build writes `marker`: what pip would run, as the
+/// daemon's user, to install it.
+fn write_marking_sdist(dir: &std::path::Path, marker: &std::path::Path) {
+    let backend = format!(
+        "open({:?}, 'w').write('built')\ndef build_wheel(*a, **k):\n    raise RuntimeError('no')\n",
+        marker.display().to_string()
+    );
+    write_sdist(dir, "evilpkg", &backend);
 }
 
 #[tokio::test]
 async fn no_package_code_runs_at_install() {
     let packages = tempfile::tempdir().unwrap();
     let marker = packages.path().join("built-by-setup-py");
-    write_sdist(packages.path(), &marker);
+    write_marking_sdist(packages.path(), &marker);
     let d = Daemon::start_with(&["--offline-packages", packages.path().to_str().unwrap()]);
     let bundle = crate::harness::tar_of(&[
         ("handler.py", "def handler(e, c):\n    return 'ok'\n"),
@@ -158,8 +164,7 @@ async fn no_package_code_runs_at_install() {
     assert!(msg.contains("../../../tmp/x"), "{msg}");
 }
 
-/// A source distribution of `srcpkg` whose in-tree build backend (PEP 517
-/// `backend-path`, nothing from an index) builds a real wheel whose module
+/// `srcpkg`, whose build backend builds a real wheel whose module
 /// says where the build ran: its user, the root it saw, and whether it
 /// reached the node's API at `api_port`.
 fn write_probing_sdist(dir: &std::path::Path, api_port: u16) {
@@ -195,24 +200,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     return name
 "#
     );
-    let pyproject =
-        "[build-system]\nrequires = []\nbuild-backend = \"backend\"\nbackend-path = [\".\"]\n";
-    let pkg_info = "Metadata-Version: 2.1\nName: srcpkg\nVersion: 1.0\n";
-    let file = std::fs::File::create(dir.join("srcpkg-1.0.tar.gz")).unwrap();
-    let gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
-    let mut tar = tar::Builder::new(gz);
-    for (path, text) in [
-        ("srcpkg-1.0/backend.py", backend.as_str()),
-        ("srcpkg-1.0/pyproject.toml", pyproject),
-        ("srcpkg-1.0/PKG-INFO", pkg_info),
-    ] {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(text.len() as u64);
-        h.set_mode(0o644);
-        h.set_cksum();
-        tar.append_data(&mut h, path, text.as_bytes()).unwrap();
-    }
-    tar.into_inner().unwrap().finish().unwrap();
+    write_sdist(dir, "srcpkg", &backend);
 }
 
 /// A package without a wheel is built only for a function that opts in
