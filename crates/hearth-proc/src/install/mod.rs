@@ -349,14 +349,7 @@ impl InstallCache {
             },
             Err(e) => Err(format!("{what}: could not make its sandbox: {e}")),
         };
-        // Whatever it left running dies before its files are taken back.
-        if let (Some(cgroup), Some(pool)) = (held.cgroup.take(), self.cgroups.get()) {
-            let pool = pool.clone();
-            let _ = tokio::task::spawn_blocking(move || pool.give_back(cgroup)).await;
-        }
-        if let Some(mut root) = held.root.take() {
-            root.destroy();
-        }
+        held.release(self.cgroups.get()).await;
         let _ = std::fs::remove_dir_all(&scratch);
         if owner.is_some() {
             // What it wrote becomes the node's again: sandboxes read it,

@@ -3,9 +3,10 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::cgroup::{Cgroup, CgroupLimits};
+use crate::cgroup::{Cgroup, CgroupLimits, CgroupPool};
 use crate::container::{Base, Root};
 use crate::egress;
 
@@ -109,11 +110,26 @@ impl InstallCache {
 /// What a confined install holds until it ends.
 #[derive(Default)]
 pub(super) struct Confinement {
-    pub(super) root: Option<Root>,
-    pub(super) cgroup: Option<Cgroup>,
+    root: Option<Root>,
+    cgroup: Option<Cgroup>,
     netns: Option<OwnedFd>,
     /// Stops the proxy when dropped.
     proxy: Option<egress::Relay>,
+}
+
+impl Confinement {
+    /// Undoes it once the installer has exited: whatever it left running
+    /// is killed with its cgroup (given back to `pool`) before its root is
+    /// unmounted and the caller takes its files back.
+    pub(super) async fn release(mut self, pool: Option<&Arc<CgroupPool>>) {
+        if let (Some(cgroup), Some(pool)) = (self.cgroup.take(), pool) {
+            let pool = pool.clone();
+            let _ = tokio::task::spawn_blocking(move || pool.give_back(cgroup)).await;
+        }
+        if let Some(mut root) = self.root.take() {
+            root.destroy();
+        }
+    }
 }
 
 /// A new network namespace whose only interface is `lo`, up, and when
