@@ -68,12 +68,28 @@ fn main() -> anyhow::Result<()> {
                 .build()?
                 .block_on(daemon::run(settings))
         }
-        Command::Bench(cmd) => bench::run(cmd),
+        Command::Bench(cmd) => {
+            quiet_on_closed_pipe();
+            bench::run(cmd)
+        }
         Command::Client(cmd) => {
+            quiet_on_closed_pipe();
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
             rt.block_on(client::run(&cli.data_dir, cmd))
         }
+    }
+}
+
+/// A CLI whose reader went away (`hearth ls | head -1`) ends the way
+/// `ls` or `cat` do: killed by SIGPIPE, silently. Rust ignores SIGPIPE, so
+/// without this every `println!` after the reader left would panic with
+/// "Broken pipe". The daemon keeps ignoring it: a client that hangs up is
+/// an error to handle there, not a reason to stop.
+fn quiet_on_closed_pipe() {
+    // SAFETY: at start, before any thread; SIG_DFL is a valid disposition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

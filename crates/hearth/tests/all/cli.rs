@@ -130,3 +130,28 @@ async fn hearth_url_and_token_reach_a_remote_hearth() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("hearth up"));
 }
+
+#[tokio::test]
+async fn a_reader_that_goes_away_ends_the_cli_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let d = Daemon::start();
+    // `hearth ls | head -0`: the reader is gone before the CLI writes.
+    let mut child = Command::new(HEARTH)
+        .arg("--data-dir")
+        .arg(&d.dir)
+        .arg("ls")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.is_empty(), "nothing on stderr, got {stderr:?}");
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGPIPE),
+        "ended by SIGPIPE like ls or cat, not {:?}",
+        out.status
+    );
+}
