@@ -199,6 +199,12 @@ fn parse_deploy_query(
             "allow_host" => spec.allowed_hosts.push(v.into_owned()),
             "public" => spec.public = v.parse().map_err(|_| bad(&k, &v))?,
             "source_builds" => spec.source_builds = v.parse().map_err(|_| bad(&k, &v))?,
+            "handler" => {
+                spec.handler = Some(
+                    v.parse()
+                        .map_err(|e: hearth_core::ValidationError| ApiError::BadRequest(e.to_string()))?,
+                )
+            }
             "record_sample" => {
                 let rate: f64 = v.parse().map_err(|_| bad(&k, &v))?;
                 if !(0.0..=1.0).contains(&rate) {
@@ -269,6 +275,11 @@ pub(crate) async fn deploy(
             ));
         }
     };
+    if spec.handler.is_some() && spec.runtime == Runtime::Wasm {
+        return Err(ApiError::BadRequest(
+            "handler applies to Python, Node.js and JavaScript functions; a wasm module runs its _start (or its exported handle)".into(),
+        ));
+    }
     let source = hearth_host::Source {
         file_name,
         code: code.to_vec(),

@@ -80,6 +80,7 @@ pub(crate) async fn document() -> Json<Value> {
                         {"name": "allow_host", "in": "query", "description": "repeatable; host or host:port; loopback, private and link-local hosts are refused unless the node allows private egress", "schema": {"type": "string"}},
                         {"name": "env", "in": "query", "description": "repeatable; NAME=VALUE", "schema": {"type": "string"}},
                         {"name": "public", "in": "query", "schema": {"type": "boolean"}},
+                        {"name": "handler", "in": "query", "description": "Python, Node.js, JavaScript: the function to call, as module.function (Lambda's handler setting: lambda_function.lambda_handler, src/index.handler); default: the entry file's handler, main or lambda_handler. A function named main gets OpenWhisk's params, any other Lambda's (event, context)", "schema": {"type": "string"}},
                         {"name": "source_builds", "in": "query", "description": "Python: let pip build packages without a wheel from source (their build runs in the install sandbox); default false: wheels only", "schema": {"type": "boolean"}},
                         {"name": "max_tape_bytes", "in": "query", "description": "host-call bytes one invocation's tape may hold; at most the node's budget", "schema": {"type": "integer"}}
                     ],

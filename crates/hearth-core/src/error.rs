@@ -79,4 +79,6 @@ pub enum ValidationError {
     BadName { kind: &'static str, name: String },
     /// unknown runtime {0:?}: expected one of wasm, js, python, node
     UnknownRuntime(String),
+    /// invalid handler {0:?}: write it as module.function, e.g. app.handler or src/index.handler
+    BadHandler(String),
 }

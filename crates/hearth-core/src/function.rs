@@ -154,6 +154,86 @@ pub struct FunctionSpec {
     /// install sandbox). Off, installs take wheels only.
     #[serde(default)]
     pub source_builds: bool,
+    /// Python, Node.js and JavaScript: the function to call, as Lambda's
+    /// handler setting writes it (`module.function`). `None`: the entry
+    /// file's `handler`, `main` or `lambda_handler` (Python) or its
+    /// `default`/`handler`/`main` export (JavaScript).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler: Option<HandlerName>,
+}
+
+/// A function's handler setting, `module.function` as Lambda writes it:
+/// `lambda_function.lambda_handler`, `app.handler`, `src/index.handler`,
+/// `pkg.mod.main`. The module is a file of the bundle named without its
+/// extension (`/` or `.` between directories); the function is what the
+/// module defines or exports under that name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct HandlerName {
+    module: Vec<String>,
+    function: String,
+}
+
+impl HandlerName {
+    /// The module's path in the bundle, without an extension
+    /// (`src/index` for `src/index.handler` and for `src.index.handler`).
+    pub fn module_path(&self) -> String {
+        self.module.join("/")
+    }
+
+    /// The function's name within its module.
+    pub fn function(&self) -> &str {
+        &self.function
+    }
+}
+
+impl FromStr for HandlerName {
+    type Err = ValidationError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || ValidationError::BadHandler(s.to_string());
+        let (module, function) = s.rsplit_once('.').ok_or_else(bad)?;
+        let ident = |w: &str, extra: &[u8]| {
+            !w.is_empty()
+                && !w.as_bytes()[0].is_ascii_digit()
+                && w.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || extra.contains(&b))
+        };
+        // Module segments are file and directory names (`my-lib` is a
+        // fine file name); the function is an identifier in both languages.
+        let module: Vec<String> = module.split(['/', '.']).map(str::to_string).collect();
+        let segment_ok = |m: &String| {
+            !m.is_empty()
+                && m.len() <= 128
+                && m.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        };
+        if s.len() > 256 || !module.iter().all(segment_ok) || !ident(function, b"$") {
+            return Err(bad());
+        }
+        Ok(HandlerName {
+            module,
+            function: function.to_string(),
+        })
+    }
+}
+
+impl TryFrom<String> for HandlerName {
+    type Error = ValidationError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<HandlerName> for String {
+    fn from(h: HandlerName) -> String {
+        h.to_string()
+    }
+}
+
+impl fmt::Display for HandlerName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.module.join("/"), self.function)
+    }
 }
 
 /// A function's recording settings: how many invocations get a tape and
@@ -200,6 +280,7 @@ impl FunctionSpec {
             public: false,
             record: RecordPolicy::default(),
             source_builds: false,
+            handler: None,
         }
     }
 
@@ -289,6 +370,35 @@ mod tests {
         assert!(spec.allows_host("127.0.0.1", 8080));
         assert!(!spec.allows_host("127.0.0.1", 8081));
         assert!(!spec.allows_host("evil.example.com", 443));
+    }
+
+    #[test]
+    fn handlers_are_module_dot_function() {
+        let h: HandlerName = "lambda_function.lambda_handler".parse().unwrap();
+        assert_eq!(h.module_path(), "lambda_function");
+        assert_eq!(h.function(), "lambda_handler");
+        let h: HandlerName = "src/my-lib.index.handler".parse().unwrap();
+        assert_eq!(h.module_path(), "src/my-lib/index");
+        assert_eq!(h.to_string(), "src/my-lib/index.handler");
+        for bad in [
+            "handler",
+            ".handler",
+            "app.",
+            "app.1st",
+            "app.han-dler",
+            "../app.handler",
+            "/app.handler",
+            "a//b.handler",
+            "app.handler()",
+        ] {
+            assert!(bad.parse::<HandlerName>().is_err(), "{bad}");
+        }
+        // Stored in a spec as the string the user wrote.
+        let mut spec = FunctionSpec::new(Runtime::Python);
+        spec.handler = Some("app.main".parse().unwrap());
+        let json = serde_json::to_value(&spec).unwrap();
+        assert_eq!(json["handler"], "app.main");
+        assert_eq!(serde_json::from_value::<FunctionSpec>(json).unwrap(), spec);
     }
 
     #[test]

@@ -13,7 +13,7 @@ mod invocation;
 pub use colocation::Colocation;
 pub use error::{InvokeError, REFUSED_HEADER, ValidationError};
 pub use function::{
-    FunctionSpec, FunctionVersion, Limits, RecordPolicy, Runtime, Tier, host_allowed,
+    FunctionSpec, FunctionVersion, HandlerName, Limits, RecordPolicy, Runtime, Tier, host_allowed,
     validate_function_name, validate_tenant_name,
 };
 pub use invocation::{InvocationId, Request, Response};

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::io::{Cursor, Read};
 use std::path::{Component, Path};
 
-use hearth_core::Runtime;
+use hearth_core::{HandlerName, Runtime};
 
 /// Upper bounds on what a bundle may unpack to.
 pub const MAX_FILES: usize = 10_000;
@@ -216,8 +216,32 @@ impl Bundle {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
     }
 
-    /// The file the runtime starts from.
-    pub fn entry(&self, runtime: Runtime) -> Result<String, String> {
+    /// The file the runtime starts from: the handler's module when the
+    /// function names one (`app.handler`: `app.py`, or `app/__init__.py`;
+    /// `src/index.handler`: `src/index.mjs`, `.js` or `.cjs`), otherwise
+    /// `package.json`'s `main` or the first of the usual names present.
+    pub fn entry(&self, runtime: Runtime, handler: Option<&HandlerName>) -> Result<String, String> {
+        if let Some(handler) = handler {
+            let module = handler.module_path();
+            let files: Vec<String> = match runtime {
+                Runtime::Python => vec![format!("{module}.py"), format!("{module}/__init__.py")],
+                _ => [".mjs", ".js", ".cjs"]
+                    .iter()
+                    .map(|ext| format!("{module}{ext}"))
+                    .collect(),
+            };
+            return files
+                .iter()
+                .find(|f| self.files.contains_key(*f))
+                .cloned()
+                .ok_or_else(|| {
+                    format!(
+                        "handler {handler}: the bundle has no {} (files: {})",
+                        files.join(" or "),
+                        self.listing()
+                    )
+                });
+        }
         let candidates: &[&str] = match runtime {
             Runtime::Python => &["handler.py", "main.py", "__main__.py", "lambda_function.py"],
             _ => &[
@@ -263,6 +287,29 @@ impl Bundle {
         }
     }
 
+    /// A JavaScript entry's exports are known only once it runs; at deploy
+    /// the entry must at least name the handler's function.
+    pub fn check_mentions(&self, entry: &str, handler: &HandlerName) -> Result<(), String> {
+        let source = String::from_utf8_lossy(self.file(entry).unwrap_or_default());
+        if mentions_identifier(&source, handler.function()) {
+            return Ok(());
+        }
+        Err(format!(
+            "{entry} never mentions {} (the handler {handler}): export it, or name another with --handler module.function",
+            handler.function()
+        ))
+    }
+
+    /// The bundle's first few file names, for error messages.
+    fn listing(&self) -> String {
+        const SHOWN: usize = 8;
+        let mut names: Vec<&str> = self.files.keys().take(SHOWN).map(String::as_str).collect();
+        if self.files.len() > SHOWN {
+            names.push("…");
+        }
+        names.join(", ")
+    }
+
     fn package_json(&self) -> Result<Option<serde_json::Value>, String> {
         self.files
             .get("package.json")
@@ -286,6 +333,17 @@ impl Bundle {
         out.dedup();
         Ok(out)
     }
+}
+
+/// Whether `source` has `name` as a whole identifier (not inside a longer
+/// one such as `my_handler` or `handlerX`).
+fn mentions_identifier(source: &str, name: &str) -> bool {
+    let part = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
+    source.match_indices(name).any(|(at, _)| {
+        let before = source[..at].chars().next_back();
+        let after = source[at + name.len()..].chars().next();
+        !before.is_some_and(part) && !after.is_some_and(part)
+    })
 }
 
 fn too_big() -> String {
@@ -455,10 +513,44 @@ mod tests {
     #[test]
     fn single_files_get_their_name_or_the_default() {
         let b = Bundle::from_upload(Runtime::Python, Some("dir/app.py"), b"x = 1\n").unwrap();
-        assert_eq!(b.entry(Runtime::Python).unwrap(), "app.py");
+        assert_eq!(b.entry(Runtime::Python, None).unwrap(), "app.py");
         let b = Bundle::from_upload(Runtime::Python, None, b"x = 1\n").unwrap();
-        assert_eq!(b.entry(Runtime::Python).unwrap(), "handler.py");
+        assert_eq!(b.entry(Runtime::Python, None).unwrap(), "handler.py");
         assert!(Bundle::from_upload(Runtime::Python, None, &[0xff, 0xfe, 0]).is_err());
+    }
+
+    #[test]
+    fn identifiers_are_whole_words() {
+        assert!(mentions_identifier("exports.handler = h", "handler"));
+        assert!(mentions_identifier("export async function handler(e) {}", "handler"));
+        assert!(!mentions_identifier("function my_handler() {}", "handler"));
+        assert!(!mentions_identifier("const handlerX = 1; $handler()", "handler"));
+        assert!(!mentions_identifier("", "handler"));
+    }
+
+    #[test]
+    fn a_handler_names_its_module_file() {
+        let b = Bundle {
+            files: BTreeMap::from([
+                ("src/index.js".to_string(), b"x".to_vec()),
+                ("pkg/__init__.py".to_string(), b"x".to_vec()),
+                ("lambda_function.py".to_string(), b"x".to_vec()),
+            ]),
+        };
+        let h = |s: &str| s.parse::<HandlerName>().unwrap();
+        let entry = |rt, s: &str| b.entry(rt, Some(&h(s)));
+        assert_eq!(
+            entry(Runtime::Python, "lambda_function.lambda_handler").unwrap(),
+            "lambda_function.py"
+        );
+        assert_eq!(entry(Runtime::Python, "pkg.main").unwrap(), "pkg/__init__.py");
+        assert_eq!(entry(Runtime::Node, "src/index.handler").unwrap(), "src/index.js");
+        assert_eq!(entry(Runtime::Js, "src.index.handler").unwrap(), "src/index.js");
+        let err = entry(Runtime::Python, "app.handler").unwrap_err();
+        assert!(
+            err.contains("no app.py or app/__init__.py") && err.contains("lambda_function.py"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -532,6 +624,6 @@ mod tests {
         w.write_all(b"export default {}").unwrap();
         let raw = w.finish().unwrap().into_inner();
         let b = Bundle::from_upload(Runtime::Node, None, &raw).unwrap();
-        assert_eq!(b.entry(Runtime::Node).unwrap(), "index.mjs");
+        assert_eq!(b.entry(Runtime::Node, None).unwrap(), "index.mjs");
     }
 }

@@ -36,3 +36,9 @@ pub use engine::{
 };
 pub use http::{OutboundRequest, OutboundResponse};
 pub use tape::{Divergence, HostEvent, Tape};
+
+/// How JavaScript functions are found and called and the events they get
+/// (Lambda, OpenWhisk, Workers shapes): one script for the js tier's
+/// prelude and the process tier's Node.js helper. An expression whose
+/// value is an object of functions.
+pub const SHAPES_JS: &str = include_str!("shapes.js");

@@ -39,6 +39,9 @@ pub struct Unit {
 #[derive(Debug, Clone, Default)]
 pub struct CompiledCode {
     pub entry: String,
+    /// The handler setting's function name (not part of the compiled
+    /// form: set by the version that loads it).
+    pub handler: Option<String>,
     pub units: BTreeMap<String, Unit>,
 }
 
@@ -92,6 +95,7 @@ pub fn compile(bundle: &Bundle, entry: &str) -> Result<CompiledCode, String> {
         }
         Ok(CompiledCode {
             entry: entry.to_string(),
+            handler: None,
             units,
         })
     })
@@ -143,8 +147,13 @@ fn compile_module(ctx: &Ctx<'_>, path: &str, text: &str) -> Result<Vec<u8>, Stri
 }
 
 /// The CommonJS wrapper, on one line so that line numbers stay the file's.
+/// It returns the file's top-level `main`, if it declares one: OpenWhisk's
+/// documentation writes actions as a script with `function main(params)`
+/// and no export (its runtime evaluates the file and looks the name up).
 fn cjs_wrapper(text: &str) -> String {
-    format!("(function (exports, require, module, __filename, __dirname) {{{text}\n}})")
+    format!(
+        "(function (exports, require, module, __filename, __dirname) {{{text}\n;return typeof main === \"function\" ? main : undefined;\n}})"
+    )
 }
 
 fn compile_cjs(ctx: &Ctx<'_>, path: &str, text: &str) -> Result<Vec<u8>, String> {
@@ -292,7 +301,11 @@ pub fn decode(bytes: &[u8]) -> Option<CompiledCode> {
         let bytes = take(&mut cur)?;
         units.insert(path, Unit { kind, bytes });
     }
-    Some(CompiledCode { entry, units })
+    Some(CompiledCode {
+        entry,
+        handler: None,
+        units,
+    })
 }
 
 /// Reads the cached compile of `artifact`, or compiles and caches it.

@@ -81,7 +81,9 @@ impl JsEngine {
     /// Starts the worker threads. Call inside the node's Tokio runtime:
     /// host calls run there.
     pub fn new(config: JsConfig) -> anyhow::Result<JsEngine> {
-        let cache_dir = config.cache_dir.join("js-quickjs-0.14");
+        // The suffix counts changes to the compiled form (2: CommonJS
+        // wrappers return a top-level `main`).
+        let cache_dir = config.cache_dir.join("js-quickjs-0.14-2");
         std::fs::create_dir_all(&cache_dir)?;
         let pool = Pool::start(&config)?;
         Ok(JsEngine(Arc::new(Inner {
@@ -107,13 +109,19 @@ impl Engine for JsEngine {
             )));
         }
         let cache_dir = self.0.cache_dir.clone();
+        let handler = spec.handler.clone();
         tokio::task::spawn_blocking(move || {
             let bundle =
                 Bundle::from_upload(Runtime::Js, source.file_name.as_deref(), &source.code)
                     .map_err(DeployError::Invalid)?;
             let entry = bundle
-                .entry(Runtime::Js)
+                .entry(Runtime::Js, handler.as_ref())
                 .map_err(DeployError::NotAFunction)?;
+            if let Some(h) = &handler {
+                bundle
+                    .check_mentions(&entry, h)
+                    .map_err(DeployError::NotAFunction)?;
+            }
             let artifact = bundle.to_tar();
             let hash = hearth_store::sha256_hex(&artifact);
             compile::load_or_compile(&cache_dir, &hash, &bundle, &entry)
@@ -136,10 +144,13 @@ impl Engine for JsEngine {
             .get(&version.artifact)
             .map_err(|e| DeployError::Load(e.to_string()))?;
         let (cache_dir, hash) = (self.0.cache_dir.clone(), version.artifact.clone());
+        let handler = version.spec.handler.clone();
         let code = tokio::task::spawn_blocking(move || {
             let bundle = Bundle::from_tar(&bytes)?;
-            let entry = bundle.entry(Runtime::Js)?;
-            compile::load_or_compile(&cache_dir, &hash, &bundle, &entry)
+            let entry = bundle.entry(Runtime::Js, handler.as_ref())?;
+            let mut code = compile::load_or_compile(&cache_dir, &hash, &bundle, &entry)?;
+            code.handler = handler.map(|h| h.function().to_string());
+            Ok::<_, String>(code)
         })
         .await
         .map_err(|e| DeployError::Load(e.to_string()))?

@@ -31,9 +31,14 @@ pub(crate) fn prelude_bytecode() -> &'static [u8] {
     BYTES.get_or_init(|| {
         let rt = rquickjs::Runtime::new().expect("a QuickJS runtime");
         let ctx = rquickjs::Context::full(&rt).expect("a QuickJS context");
-        ctx.with(|ctx| compile::compile_script(&ctx, "hearth:prelude", isolate::PRELUDE))
+        ctx.with(|ctx| compile::compile_script(&ctx, "hearth:prelude", &prelude_source()))
             .expect("the prelude compiles")
     })
+}
+
+/// The prelude with the shared shapes (hearth_host::SHAPES_JS) in place.
+fn prelude_source() -> String {
+    isolate::PRELUDE.replace("__HEARTH_SHAPES__", hearth_host::SHAPES_JS)
 }
 
 #[cfg(test)]
@@ -44,7 +49,7 @@ mod tests {
         let ctx = rquickjs::Context::full(&rt).unwrap();
         let src = std::env::var("PRELUDE_FILE")
             .map(|p| std::fs::read_to_string(p).unwrap())
-            .unwrap_or_else(|_| crate::isolate::PRELUDE.to_string());
+            .unwrap_or_else(|_| crate::prelude_source());
         ctx.with(|ctx| crate::compile::compile_script(&ctx, "prelude", &src))
             .unwrap();
     }

@@ -400,6 +400,8 @@
     has(_, prop) { return prop === "env"; },
   });
   const cjsCache = new Map();
+  // A top-level `main` of each CommonJS file (the wrapper returns it).
+  const scopeMains = new Map();
   function makeRequire(from) {
     const require = (name) => {
       name = String(name);
@@ -410,7 +412,8 @@
       cjsCache.set(path, module);
       if (path.endsWith(".json")) { module.exports = JSON.parse(H.decode(H.source(path))); return module.exports; }
       const dir = path.includes("/") ? path.slice(0, path.lastIndexOf("/")) : "";
-      H.cjs(path).call(module.exports, module.exports, makeRequire(path), module, "/code/" + path, "/code/" + dir);
+      const scopeMain = H.cjs(path).call(module.exports, module.exports, makeRequire(path), module, "/code/" + path, "/code/" + dir);
+      if (typeof scopeMain === "function") scopeMains.set(path, scopeMain);
       module.loaded = true;
       return module.exports;
     };
@@ -434,34 +437,14 @@
   globalThis.__hearth_require = (path) => makeRequire("")("./" + path);
 
   // ---------------------------------------------------------- the driver
+  const shapes = __HEARTH_SHAPES__;
   let fn = null;
-  function pick(ns) {
-    const def = ns.default;
-    if (def && typeof def.fetch === "function") return { shape: "workers", f: def.fetch.bind(def) };
-    if (typeof ns.handler === "function") return { shape: "lambda", f: ns.handler };
-    if (def && typeof def.handler === "function") return { shape: "lambda", f: def.handler };
-    if (typeof def === "function") return { shape: "lambda", f: def };
-    return null;
-  }
-  function event(msg, body, url) {
-    const headers = {};
-    for (const [k, v] of msg.headers) headers[k] = k in headers ? `${headers[k]},${v}` : v;
-    const query = Object.fromEntries(url.searchParams);
-    let decoded = H.decode(body);
-    let isBase64Encoded = false;
-    if (!H.isUtf8(body)) {
-      let bin = "";
-      for (const b of body) bin += String.fromCharCode(b);
-      decoded = btoa(bin);
-      isBase64Encoded = true;
-    } else if ((headers["content-type"] || "").includes("json") && decoded.trim()) {
-      try { decoded = JSON.parse(decoded); } catch {}
-    }
-    return {
-      method: msg.method, path: msg.path, query, headers, body: decoded, isBase64Encoded,
-      rawPath: msg.path, rawQueryString: msg.query, queryStringParameters: query,
-      requestContext: { http: { method: msg.method, path: msg.path }, requestId: msg.id },
-    };
+  // The body as the shapes take it: text, or base64 when not UTF-8.
+  function bodyText(body) {
+    if (H.isUtf8(body)) return [H.decode(body), false];
+    let bin = "";
+    for (const b of body) bin += String.fromCharCode(b);
+    return [btoa(bin), true];
   }
   async function toResult(result) {
     if (result instanceof Response) {
@@ -487,10 +470,13 @@
 
   globalThis.__hearth_driver = {
     // The entry module's namespace (ESM) or exports (CommonJS).
-    load(ns, isCjs, entry) {
-      if (isCjs) ns = { default: ns, handler: ns && ns.handler };
-      fn = pick(ns);
-      if (!fn) throw new Error(`${entry} exports neither default { fetch } nor handler`);
+    // `handler`: the handler setting's function name, or null.
+    load(ns, isCjs, entry, handler) {
+      const scopeMain = isCjs ? scopeMains.get(entry) : undefined;
+      if (isCjs) ns = { default: ns };
+      fn = shapes.pick(ns, handler, scopeMain);
+      if (!fn && handler) throw new Error(`${entry} exports no function ${handler} (the function's handler setting)`);
+      if (!fn) throw new Error(`${entry} exports neither default { fetch }, handler nor main`);
     },
     async invoke(msg, body) {
       env = msg.env;
@@ -502,14 +488,21 @@
         const init = { method: msg.method, headers: msg.headers };
         if (!["GET", "HEAD"].includes(msg.method)) init.body = body;
         result = await fn.f(new Request(url, init), { ...env, hearth }, { waitUntil() {}, passThroughOnException() {} });
+      } else if (fn.shape === "openwhisk") {
+        const [text, b64] = bodyText(body);
+        result = shapes.openwhiskResult(await fn.f(shapes.openwhiskParams(msg, text, b64)));
       } else {
         const deadline = H.clock() + (msg.remaining_ms || 0);
         const context = {
           awsRequestId: msg.id, invocationId: msg.id, functionName: msg.function,
-          functionVersion: String(msg.version), memoryLimitInMB: msg.memory_mib,
+          functionVersion: String(msg.version), memoryLimitInMB: String(msg.memory_mib),
+          invokedFunctionArn: `arn:hearth:function:${msg.tenant}:${msg.function}`,
+          logGroupName: `/hearth/${msg.tenant}/${msg.function}`, logStreamName: String(msg.version),
+          callbackWaitsForEmptyEventLoop: true,
           getRemainingTimeInMillis: () => Math.max(0, deadline - H.clock()),
         };
-        result = await fn.f(event(msg, body, url), context);
+        const [text, b64] = bodyText(body);
+        result = await shapes.callLambda(fn.f, shapes.lambdaEvent(msg, text, b64, HostDate.now()), context);
       }
       return toResult(result);
     },

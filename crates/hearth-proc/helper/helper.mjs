@@ -7,9 +7,19 @@
 // JSON header, the raw body. Host calls (KV, outbound HTTP) go to the node
 // as `call` frames and block this handler until the `result` arrives.
 
+import fs from "node:fs";
+import Module from "node:module";
 import net from "node:net";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
+import vm from "node:vm";
+
+// How functions are found and called and the events they get: shared with
+// the js tier's prelude (hearth-host's shapes.js), evaluated before any
+// function's code.
+const shapes = vm.runInThisContext(fs.readFileSync(new URL("./shapes.js", import.meta.url), "utf8"), {
+  filename: "hearth:shapes.js",
+});
 
 const sock = new net.Socket({ fd: 3, readable: true, writable: true });
 let buffered = Buffer.alloc(0);
@@ -127,39 +137,73 @@ let loadError = null;
 async function load(msg) {
   for (const k of Object.keys(process.env)) delete process.env[k];
   Object.assign(process.env, msg.env || {});
-  process.chdir(msg.code);
+  const file = path.join(msg.code, msg.entry);
   try {
-    const mod = await import(pathToFileURL(path.join(msg.code, msg.entry)).href);
-    const def = mod.default;
-    if (def && typeof def.fetch === "function") fn = { shape: "workers", f: def.fetch.bind(def) };
-    else if (typeof mod.handler === "function") fn = { shape: "lambda", f: mod.handler };
-    else if (def && typeof def.handler === "function") fn = { shape: "lambda", f: def.handler };
-    else if (typeof def === "function") fn = { shape: "lambda", f: def };
-    else loadError = `${msg.entry} exports neither default { fetch } nor handler`;
+    process.chdir(scratchCwd(msg.code, msg.workdir));
+    let ns;
+    let scopeMain;
+    if (isCommonJs(file, msg.code)) [ns, scopeMain] = loadCommonJs(file);
+    else ns = await import(pathToFileURL(file).href);
+    fn = shapes.pick(ns, msg.handler, scopeMain);
+    if (!fn && msg.handler) loadError = `${msg.entry} exports no function ${msg.handler} (the function's handler setting)`;
+    else if (!fn) loadError = `${msg.entry} exports neither default { fetch }, handler nor main`;
   } catch (e) {
     loadError = e && e.stack ? e.stack : String(e);
   }
 }
 
-function event(msg, body, url) {
-  const headers = {};
-  for (const [k, v] of msg.headers) headers[k] = k in headers ? `${headers[k]},${v}` : v;
-  const query = Object.fromEntries(url.searchParams);
-  let decoded = body.toString();
-  let isBase64Encoded = false;
-  if (!Buffer.from(decoded).equals(body)) {
-    decoded = body.toString("base64");
-    isBase64Encoded = true;
-  } else if ((headers["content-type"] || "").includes("json") && decoded.trim()) {
+// Node's own rule (extension, then the nearest package.json's "type"),
+// and a .js file that does not parse as CommonJS is an ES module, as
+// Node's syntax detection decides.
+function isCommonJs(file, root) {
+  if (file.endsWith(".cjs")) return true;
+  if (file.endsWith(".mjs")) return false;
+  for (let dir = path.dirname(file); dir.startsWith(root); dir = path.dirname(dir)) {
     try {
-      decoded = JSON.parse(decoded);
+      const type = JSON.parse(fs.readFileSync(path.join(dir, "package.json"), "utf8")).type;
+      if (type === "module") return false;
+      break;
     } catch {}
+    if (dir === root) break;
   }
-  return {
-    method: msg.method, path: msg.path, query, headers, body: decoded, isBase64Encoded,
-    rawPath: msg.path, rawQueryString: msg.query, queryStringParameters: query,
-    requestContext: { http: { method: msg.method, path: msg.path }, requestId: msg.id },
-  };
+  try {
+    vm.compileFunction(fs.readFileSync(file, "utf8"), ["exports", "require", "module", "__filename", "__dirname"]);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+// Loads a CommonJS entry as require() would, also returning the `main` it
+// declares at top level: OpenWhisk's documentation writes actions as a
+// script with `function main(params)` and no export.
+function loadCommonJs(file) {
+  const m = new Module(file, null);
+  m.filename = file;
+  m.paths = Module._nodeModulePaths(path.dirname(file));
+  Module._cache[file] = m;
+  const source = fs.readFileSync(file, "utf8");
+  const main = m._compile(`${source}\n;return typeof main === "function" ? main : undefined;`, file);
+  m.loaded = true;
+  return [{ default: m.exports }, typeof main === "function" ? main : undefined];
+}
+
+// The handler's working directory: `work` (the node sends it when the
+// sandbox has a /tmp of its own), writable, with the code's files in it
+// (OpenWhisk and most containers let a function write next to its code;
+// code written for Lambda writes to /tmp, which works too). The code stays
+// read-only: `work` holds symbolic links to it.
+function scratchCwd(code, work) {
+  if (!work) return code;
+  fs.mkdirSync(work, { mode: 0o755 });
+  for (const name of fs.readdirSync(code)) fs.symlinkSync(path.join(code, name), path.join(work, name));
+  return work;
+}
+
+// The body as the shapes take it: text, or base64 when not UTF-8.
+function bodyText(body) {
+  const text = body.toString();
+  return Buffer.from(text).equals(body) ? [text, false] : [body.toString("base64"), true];
 }
 
 async function toResult(result) {
@@ -242,14 +286,21 @@ async function invokeHandler(msg, body) {
       const init = { method: msg.method, headers: msg.headers };
       if (!["GET", "HEAD"].includes(msg.method)) init.body = body;
       result = await fn.f(new Request(url, init), { ...process.env, hearth }, { waitUntil() {} });
+    } else if (fn.shape === "openwhisk") {
+      const [text, b64] = bodyText(body);
+      result = shapes.openwhiskResult(await fn.f(shapes.openwhiskParams(msg, text, b64)));
     } else {
       const deadline = RealDate.now() + (msg.remaining_ms || 0);
       const context = {
         awsRequestId: msg.id, invocationId: msg.id, functionName: msg.function,
-        functionVersion: String(msg.version), memoryLimitInMB: msg.memory_mib,
+        functionVersion: String(msg.version), memoryLimitInMB: String(msg.memory_mib),
+        invokedFunctionArn: `arn:hearth:function:${msg.tenant}:${msg.function}`,
+        logGroupName: `/hearth/${msg.tenant}/${msg.function}`, logStreamName: String(msg.version),
+        callbackWaitsForEmptyEventLoop: true,
         getRemainingTimeInMillis: () => Math.max(0, deadline - RealDate.now()),
       };
-      result = await fn.f(event(msg, body, url), context);
+      const [text, b64] = bodyText(body);
+      result = await shapes.callLambda(fn.f, shapes.lambdaEvent(msg, text, b64, frozenMs), context);
     }
     const r = await toResult(result);
     send({ op: "response", status: r.status, headers: r.headers }, r.body);

@@ -26,7 +26,9 @@ line of user code.
 
 import base64
 import ctypes
+import importlib
 import importlib.util
+import inspect
 import json
 import os
 import signal
@@ -36,7 +38,7 @@ import sys
 import time
 import traceback
 import types
-from urllib.parse import parse_qs
+from urllib.parse import parse_qsl
 
 # The standard modules every handler needs are imported here, once, by the
 # root zygote: a handler forked from it (or pre-forked into the generic
@@ -649,6 +651,7 @@ class Handler:
         self.sock = sock
         self.fn = None
         self.shape = None
+        self.arity = 2
         self.load_error = None
         self.invoking = False
         self.urandom = _route_through_host(self)
@@ -689,30 +692,30 @@ class Handler:
         for p in [code_dir] + msg.get("paths", []):
             if p not in sys.path:
                 sys.path.insert(0 if p == code_dir else len(sys.path), p)
-        os.chdir(code_dir)
         entry = msg["entry"]
         try:
-            spec = importlib.util.spec_from_file_location("__hearth_main__",
-                                                          os.path.join(code_dir, entry))
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules["__hearth_main__"] = mod
-            spec.loader.exec_module(mod)
+            os.chdir(scratch_cwd(code_dir, msg.get("workdir")))
+            mod = import_entry(code_dir, entry)
         except BaseException:
             self.load_error = _traceback_text()
             return
-        for name, shape in (("handler", "lambda"), ("main", "openwhisk")):
+        wanted = [msg["handler"]] if msg.get("handler") else DEFAULT_HANDLERS
+        for name in wanted:
             fn = getattr(mod, name, None)
             if callable(fn):
-                self.fn, self.shape = fn, shape
+                self.fn, self.shape = fn, ("openwhisk" if name == "main" else "lambda")
+                self.arity = positional_arity(fn)
                 return
-        self.load_error = f"{entry} defines neither handler(event, context) nor main(args)"
+        if msg.get("handler"):
+            self.load_error = f"{entry} has no function {msg['handler']} (the function's handler setting)"
+        else:
+            self.load_error = f"{entry} defines none of {', '.join(DEFAULT_HANDLERS)}"
 
     def invoke(self, msg, body):
         if self.load_error:
             self.log(self.load_error, level="error", stream="stderr")
             send_frame(self.sock, {"op": "error", "message": self.load_error.strip().splitlines()[-1]})
             return
-        event = make_event(msg, body)
         self.invoking = True
         rnd = sys.modules.get("random")
         if rnd is not None:
@@ -722,10 +725,16 @@ class Handler:
             rnd.seed(self.urandom(32))
         try:
             if self.shape == "lambda":
-                context = Context(msg)
-                result = self.fn(event, context)
+                event = lambda_event(msg, body, wall_ms=self.call({"call": "clock_wall"})[0]["nanos"] // 1_000_000)
+                args = (event, Context(msg))[:self.arity]
+                result = self.fn(*args)
             else:
-                result = self.fn(openwhisk_args(event))
+                result = self.fn(*(openwhisk_params(msg, body),)[:self.arity])
+            if inspect.iscoroutine(result):
+                import asyncio
+                result = asyncio.run(result)
+            if self.shape == "openwhisk":
+                result = openwhisk_result(result)
             status, headers, out = make_response(result)
         except BaseException:
             text = _traceback_text()
@@ -749,58 +758,193 @@ def _traceback_text():
 
 
 class Context:
-    """The Lambda-style context object."""
+    """Lambda's context object (the Python runtime's attributes)."""
 
     def __init__(self, msg):
         self.aws_request_id = self.invocation_id = msg.get("id", "")
         self.function_name = msg.get("function", "")
         self.function_version = str(msg.get("version", ""))
+        self.invoked_function_arn = f"arn:hearth:function:{msg.get('tenant', '')}:{self.function_name}"
         self.memory_limit_in_mb = msg.get("memory_mib", 0)
+        self.log_group_name = f"/hearth/{msg.get('tenant', '')}/{self.function_name}"
+        self.log_stream_name = self.function_version
+        self.identity = self.client_context = None
         self._deadline = _real["monotonic"]() + msg.get("remaining_ms", 0) / 1000
 
     def get_remaining_time_in_millis(self):
         return max(0, int((self._deadline - _real["monotonic"]()) * 1000))
 
 
-def make_event(msg, body):
-    headers = {}
-    for k, v in msg.get("headers", []):
-        headers[k] = f"{headers[k]},{v}" if k in headers else v
-    query = {k: v[0] for k, v in parse_qs(msg.get("query", ""), keep_blank_values=True).items()}
-    is_b64 = False
-    ctype = headers.get("content-type", "")
+# The names looked for in the entry module without a handler setting, in
+# order (syntax.rs's DEFAULT_PYTHON_HANDLERS checks them at deploy).
+DEFAULT_HANDLERS = ["handler", "main", "lambda_handler"]
+
+
+def import_entry(code_dir, entry):
+    """Imports the entry file under its own module name (`app` for app.py,
+    `pkg.mod` for pkg/mod.py), as Lambda does, so relative imports and
+    `import app` elsewhere see the same module. A name the helper already
+    imported (`json.py` would be `json`) is loaded from its file instead."""
+    name = entry[:-3].replace("/", ".")
+    if name.endswith(".__init__"):
+        name = name[: -len(".__init__")]
+    if name not in sys.modules:
+        return importlib.import_module(name)
+    spec = importlib.util.spec_from_file_location("__hearth_main__", os.path.join(code_dir, entry))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["__hearth_main__"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def positional_arity(fn):
+    """How many of (event, context) `fn` takes: Lambda handlers are written
+    `handler(event, context)` and `handler(event)`, OpenWhisk's `main(args)`
+    and `main()`."""
     try:
-        text = body.decode("utf-8")
-        decoded = text
-        if "json" in ctype and text.strip():
-            try:
-                decoded = json.loads(text)
-            except ValueError:
-                pass
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 2
+    n = 0
+    for p in params:
+        if p.kind == p.VAR_POSITIONAL:
+            return 2
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            n += 1
+    return min(n, 2)
+
+
+def scratch_cwd(code_dir, work):
+    """The handler's working directory: `work` (the node sends it when the
+    sandbox has a /tmp of its own), writable, with the code's files in it.
+    OpenWhisk and most containers run a function where it may write next
+    to its code; code written for Lambda (read-only /var/task) writes to
+    /tmp, which works too. The code stays read-only: `work` holds symbolic
+    links to it."""
+    if not work:
+        return code_dir
+    os.mkdir(work, 0o755)
+    for name in os.listdir(code_dir):
+        os.symlink(os.path.join(code_dir, name), os.path.join(work, name))
+    return work
+
+
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def _split_request(msg, body):
+    """Headers (comma-joined and as lists), query (likewise) and the body as
+    API Gateway passes it: text, or base64 when it is not UTF-8."""
+    multi_headers = {}
+    for k, v in msg.get("headers", []):
+        multi_headers.setdefault(k, []).append(v)
+    multi_query = {}
+    for k, v in parse_qsl(msg.get("query", ""), keep_blank_values=True):
+        multi_query.setdefault(k, []).append(v)
+    try:
+        text, is_b64 = body.decode("utf-8"), False
     except UnicodeDecodeError:
-        decoded = base64.b64encode(body).decode()
-        is_b64 = True
-    method, path = msg.get("method", "GET"), msg.get("path", "/")
-    return {
-        "method": method, "path": path, "query": query, "headers": headers,
-        "body": decoded, "isBase64Encoded": is_b64,
-        # API Gateway (payload v2) names, for handlers written for AWS.
-        "rawPath": path, "rawQueryString": msg.get("query", ""),
+        text, is_b64 = base64.b64encode(body).decode(), True
+    return multi_headers, multi_query, text, is_b64
+
+
+def lambda_event(msg, body, wall_ms):
+    """The event API Gateway sends a Lambda proxy integration: payload
+    format 2.0 (HTTP APIs, function URLs) and 1.0 (REST APIs) in one
+    object, since their fields do not collide; docs/compatibility.md."""
+    method, path, raw_query = msg.get("method", "GET"), msg.get("path", "/"), msg.get("query", "")
+    multi_headers, multi_query, text, is_b64 = _split_request(msg, body)
+    headers = {k: ",".join(v) for k, v in multi_headers.items()}
+    query = {k: ",".join(v) for k, v in multi_query.items()} or None
+    t = time.gmtime(wall_ms // 1000)
+    when = (f"{t.tm_mday:02d}/{_MONTHS[t.tm_mon - 1]}/{t.tm_year}:"
+            f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} +0000")
+    host = headers.get("host", "")
+    source_ip = headers.get("x-forwarded-for", "").split(",")[0].strip() or "127.0.0.1"
+    agent = headers.get("user-agent", "")
+    proxy = path.lstrip("/")
+    event = {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": path,
+        "rawQueryString": raw_query,
+        "resource": "/{proxy+}",
+        "path": path,
+        "httpMethod": method,
+        "headers": headers,
+        "multiValueHeaders": multi_headers,
         "queryStringParameters": query,
-        "requestContext": {"http": {"method": method, "path": path},
-                           "requestId": msg.get("id", "")},
+        "multiValueQueryStringParameters": multi_query or None,
+        "pathParameters": {"proxy": proxy} if proxy else None,
+        "stageVariables": None,
+        "requestContext": {
+            "accountId": msg.get("tenant", ""),
+            "apiId": msg.get("function", ""),
+            "domainName": host,
+            "domainPrefix": host.split(".")[0],
+            "http": {"method": method, "path": path, "protocol": "HTTP/1.1",
+                     "sourceIp": source_ip, "userAgent": agent},
+            "httpMethod": method,
+            "identity": {"sourceIp": source_ip, "userAgent": agent},
+            "path": path,
+            "protocol": "HTTP/1.1",
+            "requestId": msg.get("id", ""),
+            "requestTime": when,
+            "requestTimeEpoch": wall_ms,
+            "resourcePath": "/{proxy+}",
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": when,
+            "timeEpoch": wall_ms,
+        },
+        "body": text if body else None,
+        "isBase64Encoded": is_b64,
     }
+    cookies = [c.strip() for h in multi_headers.get("cookie", []) for c in h.split(";") if c.strip()]
+    if cookies:
+        event["cookies"] = cookies
+    return event
 
 
-def openwhisk_args(event):
-    args = dict(event["query"])
-    if isinstance(event["body"], dict):
-        args.update(event["body"])
-    args.update({"__ow_method": event["method"].lower(), "__ow_headers": event["headers"],
-                 "__ow_path": event["path"], "__ow_query": event["rawQueryString"],
-                 "__ow_body": event["body"] if not isinstance(event["body"], (dict, list))
-                 else json.dumps(event["body"])})
-    return args
+def openwhisk_params(msg, body):
+    """A web action's parameters as OpenWhisk builds them: query parameters,
+    then the body's (a JSON object's members, or form fields) over them,
+    and `__ow_method`, `__ow_headers`, `__ow_path`; any other body arrives
+    whole as `__ow_body` (base64 when binary)."""
+    multi_headers, multi_query, text, is_b64 = _split_request(msg, body)
+    headers = {k: ",".join(v) for k, v in multi_headers.items()}
+    params = {k: v[-1] for k, v in multi_query.items()}
+    ctype = headers.get("content-type", "").split(";")[0].strip().lower()
+    merged = None
+    if body and not is_b64 and ctype == "application/json":
+        try:
+            merged = json.loads(text)
+        except ValueError:
+            merged = None
+        if not isinstance(merged, dict):
+            merged = None
+    elif body and not is_b64 and ctype == "application/x-www-form-urlencoded":
+        merged = dict(parse_qsl(text, keep_blank_values=True))
+    if merged is not None:
+        params.update(merged)
+    elif body:
+        params["__ow_body"] = text
+    path = msg.get("path", "/")
+    params.update({"__ow_method": msg.get("method", "GET").lower(), "__ow_headers": headers,
+                   "__ow_path": "" if path == "/" else path})
+    return params
+
+
+def openwhisk_result(result):
+    """An action that returns `{"error": ...}` failed (OpenWhisk's
+    application error): the error is the response if it is one, else a 400
+    with the error as JSON."""
+    if isinstance(result, dict) and "error" in result:
+        err = result["error"]
+        if isinstance(err, dict) and ("statusCode" in err or "body" in err):
+            return err
+        return {"statusCode": 400, "body": {"error": err}}
+    return result
 
 
 def make_response(result):

@@ -25,6 +25,7 @@ pub(crate) async fn converse(
         "path": req.path,
         "query": req.query,
         "headers": req.headers,
+        "tenant": v.tenant,
         "function": v.name,
         "version": v.version,
         "memory_mib": v.spec.limits.memory_mib,

@@ -7,29 +7,105 @@ use std::time::Duration;
 use hearth_host::DeployError;
 
 use crate::bundle::Bundle;
+use hearth_core::HandlerName;
 
-/// Compiles the entry file with `python` (without running it).
+/// What the Python check runs: compile the entry (syntax errors with their
+/// position), then look for the handler among the names the module binds
+/// at top level (`def`, `class`, assignments, imports, also inside
+/// top-level `if`/`try`/`with`/`for`). A module that binds names in ways
+/// this cannot see (`from x import *`, `globals()`, `exec`, `setattr`)
+/// passes: the import at the first invocation decides.
+const PYTHON_CHECK: &str = r#"
+import ast, sys
+src = sys.stdin.buffer.read()
+try:
+    tree = compile(src, sys.argv[1], "exec", ast.PyCF_ONLY_AST)
+    compile(tree, sys.argv[1], "exec")
+except SyntaxError as e:
+    print(f"syntax error: {e.filename}, line {e.lineno}, column {e.offset}: {e.msg}")
+    sys.exit(1)
+bound, dynamic = set(), False
+def visit(node):
+    global dynamic
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(child.name)
+            continue
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            for a in child.names:
+                if a.name == "*":
+                    dynamic = True
+                bound.add(a.asname or a.name.split(".")[0])
+        elif isinstance(child, ast.Name):
+            if isinstance(child.ctx, ast.Store):
+                bound.add(child.id)
+            elif child.id in ("globals", "exec", "setattr", "vars", "locals"):
+                dynamic = True
+        if not isinstance(child, ast.Lambda):
+            visit(child)
+visit(tree)
+wanted = sys.argv[2:]
+if not dynamic and not any(w in bound for w in wanted):
+    sys.exit(2)
+"#;
+
+/// Compiles the entry file with `python` (without running it), and checks
+/// that it defines the handler: `handler`'s function, or by default one
+/// of `handler`, `main`, `lambda_handler` (the names the helper looks for).
 pub(crate) async fn check_python(
     python: &Path,
     bundle: &Bundle,
     entry: &str,
+    handler: Option<&HandlerName>,
 ) -> Result<(), DeployError> {
     let source = bundle.file(entry).unwrap_or_default().to_vec();
-    let script = "import sys\nsrc = sys.stdin.buffer.read()\ntry:\n    compile(src, sys.argv[1], 'exec')\nexcept SyntaxError as e:\n    print(f'{e.filename}, line {e.lineno}, column {e.offset}: {e.msg}')\n    sys.exit(1)\n";
-    syntax_check(
-        tokio::process::Command::new(python).args(["-I", "-S", "-c", script, entry]),
-        source,
-    )
-    .await
+    let wanted: Vec<&str> = match handler {
+        Some(h) => vec![h.function()],
+        None => DEFAULT_PYTHON_HANDLERS.to_vec(),
+    };
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.args(["-I", "-S", "-c", PYTHON_CHECK, entry]).args(&wanted);
+    let (code, text) = run_check(&mut cmd, source).await?;
+    match code {
+        Some(0) => Ok(()),
+        Some(2) => Err(DeployError::NotAFunction(missing_handler(entry, handler, &wanted))),
+        _ => Err(DeployError::Invalid(one_line(&text))),
+    }
 }
 
-/// `node --check` on the entry file (as an ES module when it looks like one).
+/// The names a Python entry is searched for, in order, without a handler
+/// setting (helper.py's `DEFAULT_HANDLERS`).
+pub(crate) const DEFAULT_PYTHON_HANDLERS: [&str; 3] = ["handler", "main", "lambda_handler"];
+
+fn missing_handler(entry: &str, handler: Option<&HandlerName>, wanted: &[&str]) -> String {
+    match handler {
+        Some(h) => format!(
+            "{entry} defines no {} (the handler {h}): define it, or name another with --handler module.function",
+            h.function()
+        ),
+        None => format!(
+            "{entry} defines none of {}: define one, or name yours with --handler module.function (e.g. --handler {}.my_function)",
+            wanted.join(", "),
+            entry.rsplit_once('.').map_or(entry, |(m, _)| m)
+        ),
+    }
+}
+
+/// `node --check` on the entry file (as an ES module when it looks like
+/// one); with a handler setting, the entry must at least name its function
+/// (JavaScript exports are known only once the module runs).
 pub(crate) async fn check_node(
     node: &Path,
     bundle: &Bundle,
     entry: &str,
+    handler: Option<&HandlerName>,
 ) -> Result<(), DeployError> {
     let source = bundle.file(entry).unwrap_or_default().to_vec();
+    if let Some(h) = handler {
+        bundle
+            .check_mentions(entry, h)
+            .map_err(DeployError::NotAFunction)?;
+    }
     let module = entry.ends_with(".mjs")
         || (!entry.ends_with(".cjs") && String::from_utf8_lossy(&source).contains("export "));
     let mut cmd = tokio::process::Command::new(node);
@@ -44,6 +120,21 @@ async fn syntax_check(
     cmd: &mut tokio::process::Command,
     source: Vec<u8>,
 ) -> Result<(), DeployError> {
+    let (code, text) = run_check(cmd, source).await?;
+    if code == Some(0) {
+        return Ok(());
+    }
+    Err(DeployError::Invalid(format!(
+        "syntax error: {}",
+        one_line(&text)
+    )))
+}
+
+/// Runs a checker on `source` (its stdin): its exit code and output.
+async fn run_check(
+    cmd: &mut tokio::process::Command,
+    source: Vec<u8>,
+) -> Result<(Option<i32>, String), DeployError> {
     use tokio::io::AsyncWriteExt;
     cmd.stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -61,19 +152,17 @@ async fn syntax_check(
         .map_err(|_| DeployError::Load("the syntax check took too long".into()))?
         .map_err(|e| DeployError::Load(e.to_string()))?;
     let _ = writer.await;
-    if out.status.success() {
-        return Ok(());
-    }
     let text =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    // node --check prints "[stdin]:3", the line, a caret and the message.
-    let msg: Vec<&str> = text
-        .lines()
+    Ok((out.status.code(), text))
+}
+
+/// A checker's report on one line: node --check prints "[stdin]:3", the
+/// line, a caret and the message, then a stack and its version.
+fn one_line(text: &str) -> String {
+    text.lines()
         .map(str::trim_end)
         .filter(|l| !l.is_empty() && !l.starts_with("    at ") && !l.starts_with("Node.js "))
-        .collect();
-    Err(DeployError::Invalid(format!(
-        "syntax error: {}",
-        msg.join(" | ")
-    )))
+        .collect::<Vec<_>>()
+        .join(" | ")
 }

@@ -37,6 +37,11 @@ pub struct DeployArgs {
     /// Allow invocation without a token.
     #[arg(long)]
     public: bool,
+    /// The function to call, as `module.function` (Lambda's handler
+    /// setting: `lambda_function.lambda_handler`, `src/index.handler`).
+    /// Default: the entry file's `handler`, `main` or `lambda_handler`.
+    #[arg(long)]
+    handler: Option<String>,
     /// Python: let pip build packages that have no wheel from source. The
     /// build runs the package's own code (in the install sandbox); without
     /// this, installs take wheels only.
@@ -70,6 +75,7 @@ pub(crate) async fn deploy(c: &Client, args: DeployArgs) -> anyhow::Result<()> {
         allow_hosts,
         env,
         public,
+        handler,
         source_builds,
         record_sample,
         keep_ok,
@@ -116,6 +122,7 @@ pub(crate) async fn deploy(c: &Client, args: DeployArgs) -> anyhow::Result<()> {
     if source_builds {
         q.push(("source_builds", "true".into()));
     }
+    q.extend(handler.map(|h| ("handler", h)));
     q.extend(record_sample.map(|r| ("record_sample", r.to_string())));
     q.extend(keep_ok.map(|k| ("keep_ok", k)));
     q.extend(keep_errors.map(|k| ("keep_errors", k)));

@@ -202,7 +202,7 @@ impl Isolate {
                         let exports: Value = require.call((entry.clone(),))?;
                         let driver = self.driver.clone().restore(&ctx)?;
                         let load: Function = driver.get("load")?;
-                        load.call::<_, ()>((exports, true, entry.clone()))?;
+                        load.call::<_, ()>((exports, true, entry.clone(), code.handler.clone()))?;
                         Ok(None)
                     }
                 }
@@ -219,7 +219,7 @@ impl Isolate {
                 ctx.globals().remove("__hearth_entry_ns")?;
                 let driver = self.driver.clone().restore(&ctx)?;
                 let load: Function = driver.get("load")?;
-                load.call::<_, ()>((ns, false, entry.clone()))
+                load.call::<_, ()>((ns, false, entry.clone(), code.handler.clone()))
             });
             if let Err(e) = loaded {
                 return Err(self.load_failure(e));
@@ -306,6 +306,7 @@ impl Isolate {
                 "query": req.query,
                 "headers": req.headers,
                 "id": meta.id.to_string(),
+                "tenant": v.tenant,
                 "function": v.name,
                 "version": v.version,
                 "memory_mib": v.spec.limits.memory_mib,

@@ -104,6 +104,7 @@ impl ProcEngine {
             &[
                 ("helper.py", crate::HELPER_PY),
                 ("helper.mjs", crate::HELPER_MJS),
+                ("shapes.js", hearth_host::SHAPES_JS.as_bytes()),
                 ("nonet.bpf", &nonet),
                 ("net.bpf", &net),
                 ("noclone3.bpf", &no_clone3),
@@ -361,12 +362,15 @@ impl Engine for ProcEngine {
         };
         let bundle = Bundle::from_upload(runtime, source.file_name.as_deref(), &source.code)
             .map_err(DeployError::Invalid)?;
-        let entry = bundle.entry(runtime).map_err(DeployError::NotAFunction)?;
+        let handler = spec.handler.as_ref();
+        let entry = bundle
+            .entry(runtime, handler)
+            .map_err(DeployError::NotAFunction)?;
         let packages = bundle.packages(runtime).map_err(DeployError::Invalid)?;
         if runtime == Runtime::Python {
-            crate::syntax::check_python(&self.0.config.python, &bundle, &entry).await?;
+            crate::syntax::check_python(&self.0.config.python, &bundle, &entry, handler).await?;
         } else {
-            crate::syntax::check_node(&self.0.config.node, &bundle, &entry).await?;
+            crate::syntax::check_node(&self.0.config.node, &bundle, &entry, handler).await?;
         }
         // Packages are installed at deploy so a bad pin fails the deploy,
         // not the first request.
@@ -402,7 +406,9 @@ impl Engine for ProcEngine {
             .get(&version.artifact)
             .map_err(|e| DeployError::Load(e.to_string()))?;
         let bundle = Bundle::from_tar(&bytes).map_err(DeployError::Load)?;
-        let entry = bundle.entry(runtime).map_err(DeployError::Load)?;
+        let entry = bundle
+            .entry(runtime, version.spec.handler.as_ref())
+            .map_err(DeployError::Load)?;
         let code_dir = self.0.config.dir.join("code").join(&version.artifact);
         if !code_dir.exists() {
             let tmp = code_dir.with_extension(format!("tmp{}", std::process::id()));
@@ -621,9 +627,14 @@ impl ProcPrepared {
         } else {
             self.code_dir.display().to_string()
         };
+        // A sandbox with a /tmp of its own (a root of its own) runs the
+        // function in a writable directory there; otherwise in its code.
+        let workdir = self.engine.0.root.then_some("/tmp/task");
         let msg = json!({
             "op": "load",
+            "workdir": workdir,
             "entry": self.entry,
+            "handler": self.version.spec.handler.as_ref().map(|h| h.function()),
             "code": code,
             "paths": paths,
             "env": self.version.spec.env,

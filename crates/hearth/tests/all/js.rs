@@ -59,7 +59,7 @@ const data = require("./data.json");
 exports.handler = async (event, context) => ({
   statusCode: 200,
   headers: { "content-type": "application/json" },
-  body: { twice: double(event.body.x), label: data.label, method: event.method,
+  body: { twice: double(JSON.parse(event.body).x), label: data.label, method: event.httpMethod,
           q: event.queryStringParameters.a, fn: context.functionName },
 });
 "#;
@@ -135,7 +135,7 @@ async fn js_functions_run_in_isolates_with_web_apis_and_both_shapes() {
     );
 
     // `export const handler` (Lambda shape in an ES module).
-    let esm = b"export const handler = async (event) => ({ statusCode: 202, body: { m: event.method } });";
+    let esm = b"export const handler = async (event) => ({ statusCode: 202, body: { m: event.httpMethod } });";
     deploy(&d, "esm", "handler.mjs", esm, &[]).await;
     assert_eq!(d.call("esm", "", "").await, (202, r#"{"m":"POST"}"#.into()));
 

@@ -35,14 +35,14 @@ async fn deploy_error(d: &Daemon, name: &str, file: &str, code: &[u8]) -> (u16, 
 }
 
 const LAMBDA_PY: &str = r#"
-import os, hearth
+import json, os, hearth
 def handler(event, context):
     n = int(hearth.kv.get("n") or 0) + 1
     hearth.kv.set("n", str(n))
     print("call", n)
     return {"statusCode": 201, "headers": {"x-n": str(n)},
             "body": {"n": n, "pid": os.getpid(), "uid": os.getuid(),
-                     "got": event["body"], "q": event["query"], "env": os.environ.get("GREETING")}}
+                     "got": json.loads(event["body"]), "q": event["queryStringParameters"], "env": os.environ.get("GREETING")}}
 "#;
 
 #[tokio::test]
@@ -61,7 +61,7 @@ async fn python_handlers_run_sandboxed_with_kv_logs_and_both_shapes() {
         assert_eq!(status, 201, "{body}");
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["n"], n, "KV persists across invocations: {v}");
-        assert_eq!(v["got"]["x"][1], 2, "a JSON body arrives decoded: {v}");
+        assert_eq!(v["got"]["x"][1], 2, "a JSON body arrives as text, as API Gateway sends it: {v}");
         assert_eq!(v["q"]["a"], "b");
         assert_eq!(v["env"], "hi");
         assert_eq!(
@@ -126,7 +126,7 @@ async fn python_handlers_run_sandboxed_with_kv_logs_and_both_shapes() {
 const HOSTILE_PY: &str = r#"
 import os, socket, time
 def handler(event, context):
-    what = event["query"].get("what")
+    what = (event["queryStringParameters"] or {}).get("what")
     if what == "spin":
         while True:
             pass
@@ -313,7 +313,7 @@ async fn node_functions_in_both_shapes_run_from_the_generic_pool() {
   },
 };"#;
     deploy(&d, "w", "index.mjs", workers, &[]).await;
-    let lambda = b"exports.handler = async (event) => ({ statusCode: 202, body: { got: event.body, q: event.query } });\n";
+    let lambda = b"exports.handler = async (event) => ({ statusCode: 202, body: { got: JSON.parse(event.body), q: event.queryStringParameters } });\n";
     deploy(&d, "l", "index.cjs", lambda, &[]).await;
     for n in 1..=2 {
         let (status, body) = d.call("w", "", "hi").await;
@@ -381,14 +381,23 @@ async fn python_from_pool(d: &Daemon) -> u64 {
 const POOLED_PY: &str = r#"
 import os
 def handler(event, context):
-    if event["query"].get("what") == "mem":
+    if (event["queryStringParameters"] or {}).get("what") == "mem":
         hog = []
         while True:
             hog.append(bytearray(1 << 20))
     with open("data.txt") as f:
         data = f.read().strip()
+    # The working directory takes scratch files; the code stays read-only.
+    with open("scratch.txt", "w") as f:
+        f.write("scratch")
+    try:
+        open("data.txt", "a").close()
+        code_writable = True
+    except OSError:
+        code_writable = False
     return {"pid": os.getpid(), "uid": os.getuid(), "env": os.environ.get("GREETING"),
-            "data": data, "cwd": os.getcwd()}
+            "data": data, "cwd": os.getcwd(), "scratch": open("scratch.txt").read(),
+            "code_writable": code_writable}
 "#;
 
 #[tokio::test]
@@ -431,8 +440,13 @@ async fn new_python_functions_start_from_the_generic_pool_with_their_own_code_an
             &65534.into(),
             &"hi".into(),
             &"from the bundle".into(),
-            &"/code".into()
+            &"/tmp/task".into()
         ),
+        "{v}"
+    );
+    assert_eq!(
+        (&v["scratch"], &v["code_writable"]),
+        (&"scratch".into(), &false.into()),
         "{v}"
     );
     assert_eq!(python_from_pool(&d).await, before + 1);
