@@ -450,7 +450,7 @@
     if (result instanceof Response) {
       return { status: result.status, headers: [...result.headers], body: new Uint8Array(await result.arrayBuffer()) };
     }
-    if (result && typeof result === "object" && ("statusCode" in result || "body" in result)) {
+    if (result && typeof result === "object" && (result.statusCode !== undefined || result.body !== undefined)) {
       const headers = Object.entries(result.headers || {}).map(([k, v]) => [k, String(v)]);
       let body = result.body ?? "";
       if (typeof body === "object" && !(body instanceof Uint8Array)) {

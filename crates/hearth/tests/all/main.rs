@@ -6,6 +6,7 @@ mod auth;
 mod cli;
 mod cluster;
 mod colocation;
+mod compat;
 mod durability;
 mod examples_c;
 mod harness;
