@@ -200,10 +200,9 @@ fn parse_deploy_query(
             "public" => spec.public = v.parse().map_err(|_| bad(&k, &v))?,
             "source_builds" => spec.source_builds = v.parse().map_err(|_| bad(&k, &v))?,
             "handler" => {
-                spec.handler = Some(
-                    v.parse()
-                        .map_err(|e: hearth_core::ValidationError| ApiError::BadRequest(e.to_string()))?,
-                )
+                spec.handler = Some(v.parse().map_err(|e: hearth_core::ValidationError| {
+                    ApiError::BadRequest(e.to_string())
+                })?)
             }
             "record_sample" => {
                 let rate: f64 = v.parse().map_err(|_| bad(&k, &v))?;

@@ -522,9 +522,15 @@ mod tests {
     #[test]
     fn identifiers_are_whole_words() {
         assert!(mentions_identifier("exports.handler = h", "handler"));
-        assert!(mentions_identifier("export async function handler(e) {}", "handler"));
+        assert!(mentions_identifier(
+            "export async function handler(e) {}",
+            "handler"
+        ));
         assert!(!mentions_identifier("function my_handler() {}", "handler"));
-        assert!(!mentions_identifier("const handlerX = 1; $handler()", "handler"));
+        assert!(!mentions_identifier(
+            "const handlerX = 1; $handler()",
+            "handler"
+        ));
         assert!(!mentions_identifier("", "handler"));
     }
 
@@ -543,9 +549,18 @@ mod tests {
             entry(Runtime::Python, "lambda_function.lambda_handler").unwrap(),
             "lambda_function.py"
         );
-        assert_eq!(entry(Runtime::Python, "pkg.main").unwrap(), "pkg/__init__.py");
-        assert_eq!(entry(Runtime::Node, "src/index.handler").unwrap(), "src/index.js");
-        assert_eq!(entry(Runtime::Js, "src.index.handler").unwrap(), "src/index.js");
+        assert_eq!(
+            entry(Runtime::Python, "pkg.main").unwrap(),
+            "pkg/__init__.py"
+        );
+        assert_eq!(
+            entry(Runtime::Node, "src/index.handler").unwrap(),
+            "src/index.js"
+        );
+        assert_eq!(
+            entry(Runtime::Js, "src.index.handler").unwrap(),
+            "src/index.js"
+        );
         let err = entry(Runtime::Python, "app.handler").unwrap_err();
         assert!(
             err.contains("no app.py or app/__init__.py") && err.contains("lambda_function.py"),

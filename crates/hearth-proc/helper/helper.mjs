@@ -285,7 +285,7 @@ async function invokeHandler(msg, body) {
     if (fn.shape === "workers") {
       const init = { method: msg.method, headers: msg.headers };
       if (!["GET", "HEAD"].includes(msg.method)) init.body = body;
-      result = await fn.f(new Request(url, init), { ...process.env, hearth }, { waitUntil() {} });
+      result = await fn.f(new Request(url, init), { ...process.env, hearth }, { waitUntil() {}, passThroughOnException() {} });
     } else if (fn.shape === "openwhisk") {
       const [text, b64] = bodyText(body);
       result = shapes.openwhiskResult(await fn.f(shapes.openwhiskParams(msg, text, b64)));

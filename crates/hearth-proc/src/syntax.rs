@@ -64,11 +64,14 @@ pub(crate) async fn check_python(
         None => DEFAULT_PYTHON_HANDLERS.to_vec(),
     };
     let mut cmd = tokio::process::Command::new(python);
-    cmd.args(["-I", "-S", "-c", PYTHON_CHECK, entry]).args(&wanted);
+    cmd.args(["-I", "-S", "-c", PYTHON_CHECK, entry])
+        .args(&wanted);
     let (code, text) = run_check(&mut cmd, source).await?;
     match code {
         Some(0) => Ok(()),
-        Some(2) => Err(DeployError::NotAFunction(missing_handler(entry, handler, &wanted))),
+        Some(2) => Err(DeployError::NotAFunction(missing_handler(
+            entry, handler, &wanted,
+        ))),
         _ => Err(DeployError::Invalid(one_line(&text))),
     }
 }
@@ -113,12 +116,15 @@ pub(crate) async fn check_node(
     if module {
         cmd.arg("--input-type=module");
     }
-    syntax_check(&mut cmd, source).await
+    syntax_check(&mut cmd, source, entry).await
 }
 
+/// Runs `node --check` on `source` (its stdin); a failure names `entry`
+/// where node says `[stdin]`.
 async fn syntax_check(
     cmd: &mut tokio::process::Command,
     source: Vec<u8>,
+    entry: &str,
 ) -> Result<(), DeployError> {
     let (code, text) = run_check(cmd, source).await?;
     if code == Some(0) {
@@ -126,7 +132,7 @@ async fn syntax_check(
     }
     Err(DeployError::Invalid(format!(
         "syntax error: {}",
-        one_line(&text)
+        one_line(&text).replace("[stdin]", entry)
     )))
 }
 

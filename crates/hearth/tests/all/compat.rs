@@ -75,8 +75,14 @@ fn assert_documented_event(event: &Value, runtime: &str) {
     let shape = regex_lite_time(time);
     assert!(shape, "{runtime}: requestContext.time {time:?}");
     assert_eq!(ctx["time"], ctx["requestTime"], "{runtime}");
-    assert!(ctx["timeEpoch"].as_i64().unwrap_or(0) > 1_700_000_000_000, "{runtime}");
-    assert!(!ctx["requestId"].as_str().unwrap_or("").is_empty(), "{runtime}");
+    assert!(
+        ctx["timeEpoch"].as_i64().unwrap_or(0) > 1_700_000_000_000,
+        "{runtime}"
+    );
+    assert!(
+        !ctx["requestId"].as_str().unwrap_or("").is_empty(),
+        "{runtime}"
+    );
 }
 
 /// dd/Mon/yyyy:hh:mm:ss +0000
@@ -96,7 +102,14 @@ fn regex_lite_time(t: &str) -> bool {
 /// function's name).
 fn stable(mut event: Value) -> Value {
     let ctx = event["requestContext"].as_object_mut().unwrap();
-    for k in ["requestId", "time", "timeEpoch", "requestTime", "requestTimeEpoch", "apiId"] {
+    for k in [
+        "requestId",
+        "time",
+        "timeEpoch",
+        "requestTime",
+        "requestTimeEpoch",
+        "apiId",
+    ] {
         ctx.remove(k);
     }
     event
@@ -223,7 +236,11 @@ async fn lambda_handlers_run_as_lambdas_documentation_writes_them() {
         let (status, body) = d.call(&name, "", r#"{"name": "Ada"}"#).await;
         assert_eq!(status, 200, "{runtime}: {body}");
         let v: Value = serde_json::from_str(&body).unwrap();
-        assert_eq!(v, json!({"message": "Hello, Ada!", "fn": name}), "{runtime}");
+        assert_eq!(
+            v,
+            json!({"message": "Hello, Ada!", "fn": name}),
+            "{runtime}"
+        );
     }
 }
 
@@ -255,7 +272,9 @@ async fn openwhisk_actions_get_merged_params() {
     )
     .await;
     // Body parameters override query parameters, as in OpenWhisk.
-    let (status, body) = d.call("ow-py", "/sub?name=query", r#"{"name": "Jane"}"#).await;
+    let (status, body) = d
+        .call("ow-py", "/sub?name=query", r#"{"name": "Jane"}"#)
+        .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         serde_json::from_str::<Value>(&body).unwrap(),
@@ -300,7 +319,10 @@ async fn openwhisk_actions_get_merged_params() {
 #[tokio::test]
 async fn a_missing_handler_is_refused_at_deploy_and_a_raised_error_is_never_a_200() {
     let d = Daemon::start();
-    let refused = |name: &'static str, file: &'static str, code: &'static str, q: Vec<(&'static str, &'static str)>| {
+    let refused = |name: &'static str,
+                   file: &'static str,
+                   code: &'static str,
+                   q: Vec<(&'static str, &'static str)>| {
         let d = &d;
         async move {
             let mut query = vec![("file_name", file)];
@@ -348,7 +370,10 @@ async fn a_missing_handler_is_refused_at_deploy_and_a_raised_error_is_never_a_20
         )
         .await;
         assert_eq!(status, 400, "{runtime}: {msg}");
-        assert!(msg.contains("never mentions lambdaHandler"), "{runtime}: {msg}");
+        assert!(
+            msg.contains("never mentions lambdaHandler"),
+            "{runtime}: {msg}"
+        );
     }
     let (status, _, msg) = refused(
         "e",
@@ -369,9 +394,21 @@ async fn a_missing_handler_is_refused_at_deploy_and_a_raised_error_is_never_a_20
 
     // An exception is a 500 function_error in every runtime.
     let cases = [
-        ("python", "boom.py", "def handler(event, context):\n    raise ValueError('boom')\n"),
-        ("node", "boom.js", "exports.handler = async () => { throw new Error('boom'); };\n"),
-        ("js", "boom.js", "exports.handler = async () => { throw new Error('boom'); };\n"),
+        (
+            "python",
+            "boom.py",
+            "def handler(event, context):\n    raise ValueError('boom')\n",
+        ),
+        (
+            "node",
+            "boom.js",
+            "exports.handler = async () => { throw new Error('boom'); };\n",
+        ),
+        (
+            "js",
+            "boom.js",
+            "exports.handler = async () => { throw new Error('boom'); };\n",
+        ),
     ];
     for (runtime, file, code) in cases {
         let name = format!("boom-{runtime}");
@@ -383,7 +420,11 @@ async fn a_missing_handler_is_refused_at_deploy_and_a_raised_error_is_never_a_20
         .await;
         let r = d.post(&format!("/fn/admin/{name}")).send().await.unwrap();
         let (status, kind, msg) = error_of(r).await;
-        assert_eq!((status, kind.as_str()), (500, "function_error"), "{runtime}: {msg}");
+        assert_eq!(
+            (status, kind.as_str()),
+            (500, "function_error"),
+            "{runtime}: {msg}"
+        );
         assert!(msg.contains("boom"), "{runtime}: {msg}");
     }
 }

@@ -61,7 +61,10 @@ async fn python_handlers_run_sandboxed_with_kv_logs_and_both_shapes() {
         assert_eq!(status, 201, "{body}");
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["n"], n, "KV persists across invocations: {v}");
-        assert_eq!(v["got"]["x"][1], 2, "a JSON body arrives as text, as API Gateway sends it: {v}");
+        assert_eq!(
+            v["got"]["x"][1], 2,
+            "a JSON body arrives as text, as API Gateway sends it: {v}"
+        );
         assert_eq!(v["q"]["a"], "b");
         assert_eq!(v["env"], "hi");
         assert_eq!(
@@ -345,10 +348,11 @@ async fn node_functions_in_both_shapes_run_from_the_generic_pool() {
         lines.iter().any(|x| x["message"] == "node call 2"),
         "{lines:?}"
     );
-    // A syntax error is refused at deploy.
-    let (status, msg) = deploy_error(&d, "bad", "index.mjs", b"export default { fetch( {").await;
+    // A syntax error is refused at deploy, at its line of the user's file.
+    let source = b"export default {\n  fetch() { return 1 +; }\n};\n";
+    let (status, msg) = deploy_error(&d, "bad", "index.mjs", source).await;
     assert_eq!(status, 400, "{msg}");
-    assert!(msg.contains("syntax error"), "{msg}");
+    assert!(msg.contains("syntax error: index.mjs:2"), "{msg}");
 }
 
 /// The process tier's part of `GET /v1/status`.
