@@ -274,11 +274,6 @@ pub(crate) async fn deploy(
             ));
         }
     };
-    if spec.handler.is_some() && spec.runtime == Runtime::Wasm {
-        return Err(ApiError::BadRequest(
-            "handler applies to Python, Node.js and JavaScript functions; a wasm module runs its _start (or its exported handle)".into(),
-        ));
-    }
     let source = hearth_host::Source {
         file_name,
         code: code.to_vec(),

@@ -175,5 +175,28 @@
     });
   }
 
-  return { lambdaEvent, openwhiskParams, openwhiskResult, pick, callLambda };
+  // Calls a Lambda- or OpenWhisk-shaped function (a Workers `fetch` gets
+  // each runtime's own Request) with what its platform would pass; the
+  // result is for the runtime's response conversion. `text` and
+  // `isBase64Encoded`: the body; `wallMs`: the invocation's taped start;
+  // `clockMs`: a clock in ms for the context's remaining time.
+  async function call(fn, msg, text, isBase64Encoded, wallMs, clockMs) {
+    if (fn.shape === "openwhisk") return openwhiskResult(await fn.f(openwhiskParams(msg, text, isBase64Encoded)));
+    const deadline = clockMs() + (msg.remaining_ms || 0);
+    const context = {
+      awsRequestId: msg.id,
+      invocationId: msg.id,
+      functionName: msg.function,
+      functionVersion: String(msg.version),
+      memoryLimitInMB: String(msg.memory_mib),
+      invokedFunctionArn: `arn:hearth:function:${msg.tenant}:${msg.function}`,
+      logGroupName: `/hearth/${msg.tenant}/${msg.function}`,
+      logStreamName: String(msg.version),
+      callbackWaitsForEmptyEventLoop: true,
+      getRemainingTimeInMillis: () => Math.max(0, deadline - clockMs()),
+    };
+    return callLambda(fn.f, lambdaEvent(msg, text, isBase64Encoded, wallMs), context);
+  }
+
+  return { pick, call };
 })()

@@ -488,21 +488,8 @@
         const init = { method: msg.method, headers: msg.headers };
         if (!["GET", "HEAD"].includes(msg.method)) init.body = body;
         result = await fn.f(new Request(url, init), { ...env, hearth }, { waitUntil() {}, passThroughOnException() {} });
-      } else if (fn.shape === "openwhisk") {
-        const [text, b64] = bodyText(body);
-        result = shapes.openwhiskResult(await fn.f(shapes.openwhiskParams(msg, text, b64)));
       } else {
-        const deadline = H.clock() + (msg.remaining_ms || 0);
-        const context = {
-          awsRequestId: msg.id, invocationId: msg.id, functionName: msg.function,
-          functionVersion: String(msg.version), memoryLimitInMB: String(msg.memory_mib),
-          invokedFunctionArn: `arn:hearth:function:${msg.tenant}:${msg.function}`,
-          logGroupName: `/hearth/${msg.tenant}/${msg.function}`, logStreamName: String(msg.version),
-          callbackWaitsForEmptyEventLoop: true,
-          getRemainingTimeInMillis: () => Math.max(0, deadline - H.clock()),
-        };
-        const [text, b64] = bodyText(body);
-        result = await shapes.callLambda(fn.f, shapes.lambdaEvent(msg, text, b64, HostDate.now()), context);
+        result = await shapes.call(fn, msg, ...bodyText(body), HostDate.now(), () => H.clock());
       }
       return toResult(result);
     },

@@ -699,17 +699,16 @@ class Handler:
         except BaseException:
             self.load_error = _traceback_text()
             return
-        wanted = [msg["handler"]] if msg.get("handler") else DEFAULT_HANDLERS
+        # The handler setting's function, or the default names in order
+        # (the node's list, which its deploy check also uses).
+        wanted = msg["handlers"]
         for name in wanted:
             fn = getattr(mod, name, None)
             if callable(fn):
                 self.fn, self.shape = fn, ("openwhisk" if name == "main" else "lambda")
                 self.arity = positional_arity(fn)
                 return
-        if msg.get("handler"):
-            self.load_error = f"{entry} has no function {msg['handler']} (the function's handler setting)"
-        else:
-            self.load_error = f"{entry} defines none of {', '.join(DEFAULT_HANDLERS)}"
+        self.load_error = f"{entry} defines no function named {' or '.join(wanted)}"
 
     def invoke(self, msg, body):
         if self.load_error:
@@ -725,7 +724,7 @@ class Handler:
             rnd.seed(self.urandom(32))
         try:
             if self.shape == "lambda":
-                event = lambda_event(msg, body, wall_ms=self.call({"call": "clock_wall"})[0]["nanos"] // 1_000_000)
+                event = lambda_event(msg, body)
                 args = (event, Context(msg))[:self.arity]
                 result = self.fn(*args)
             else:
@@ -773,11 +772,6 @@ class Context:
 
     def get_remaining_time_in_millis(self):
         return max(0, int((self._deadline - _real["monotonic"]()) * 1000))
-
-
-# The names looked for in the entry module without a handler setting, in
-# order (syntax.rs's DEFAULT_PYTHON_HANDLERS checks them at deploy).
-DEFAULT_HANDLERS = ["handler", "main", "lambda_handler"]
 
 
 def import_entry(code_dir, entry):
@@ -833,8 +827,8 @@ _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
 
 
 def _split_request(msg, body):
-    """Headers (comma-joined and as lists), query (likewise) and the body as
-    API Gateway passes it: text, or base64 when it is not UTF-8."""
+    """Headers (comma-joined, and as lists), the query as lists, and the
+    body as API Gateway passes it: text, or base64 when it is not UTF-8."""
     multi_headers = {}
     for k, v in msg.get("headers", []):
         multi_headers.setdefault(k, []).append(v)
@@ -845,16 +839,19 @@ def _split_request(msg, body):
         text, is_b64 = body.decode("utf-8"), False
     except UnicodeDecodeError:
         text, is_b64 = base64.b64encode(body).decode(), True
-    return multi_headers, multi_query, text, is_b64
+    headers = {k: ",".join(v) for k, v in multi_headers.items()}
+    return headers, multi_headers, multi_query, text, is_b64
 
 
-def lambda_event(msg, body, wall_ms):
+def lambda_event(msg, body):
     """The event API Gateway sends a Lambda proxy integration: payload
     format 2.0 (HTTP APIs, function URLs) and 1.0 (REST APIs) in one
-    object, since their fields do not collide; docs/compatibility.md."""
+    object, since their fields do not collide; docs/compatibility.md.
+    Its time is the invocation's start (`wall_ms`, read by the node from
+    its taped clock, so a replay sees the same)."""
     method, path, raw_query = msg.get("method", "GET"), msg.get("path", "/"), msg.get("query", "")
-    multi_headers, multi_query, text, is_b64 = _split_request(msg, body)
-    headers = {k: ",".join(v) for k, v in multi_headers.items()}
+    wall_ms = msg["wall_ms"]
+    headers, multi_headers, multi_query, text, is_b64 = _split_request(msg, body)
     query = {k: ",".join(v) for k, v in multi_query.items()} or None
     t = time.gmtime(wall_ms // 1000)
     when = (f"{t.tm_mday:02d}/{_MONTHS[t.tm_mon - 1]}/{t.tm_year}:"
@@ -911,8 +908,7 @@ def openwhisk_params(msg, body):
     then the body's (a JSON object's members, or form fields) over them,
     and `__ow_method`, `__ow_headers`, `__ow_path`; any other body arrives
     whole as `__ow_body` (base64 when binary)."""
-    multi_headers, multi_query, text, is_b64 = _split_request(msg, body)
-    headers = {k: ",".join(v) for k, v in multi_headers.items()}
+    headers, _, multi_query, text, is_b64 = _split_request(msg, body)
     params = {k: v[-1] for k, v in multi_query.items()}
     ctype = headers.get("content-type", "").split(";")[0].strip().lower()
     merged = None

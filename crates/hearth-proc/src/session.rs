@@ -25,6 +25,9 @@ pub(crate) async fn converse(
         "path": req.path,
         "query": req.query,
         "headers": req.headers,
+        // The invocation's start, from the taped clock: the Lambda event's
+        // time and Node's frozen `Date`, without a host call to ask for it.
+        "wall_ms": host.wall_clock_nanos() / 1_000_000,
         "tenant": v.tenant,
         "function": v.name,
         "version": v.version,

@@ -50,8 +50,7 @@ if not dynamic and not any(w in bound for w in wanted):
 "#;
 
 /// Compiles the entry file with `python` (without running it), and checks
-/// that it defines the handler: `handler`'s function, or by default one
-/// of `handler`, `main`, `lambda_handler` (the names the helper looks for).
+/// that it defines one of [`python_handlers`].
 pub(crate) async fn check_python(
     python: &Path,
     bundle: &Bundle,
@@ -59,10 +58,7 @@ pub(crate) async fn check_python(
     handler: Option<&HandlerName>,
 ) -> Result<(), DeployError> {
     let source = bundle.file(entry).unwrap_or_default().to_vec();
-    let wanted: Vec<&str> = match handler {
-        Some(h) => vec![h.function()],
-        None => DEFAULT_PYTHON_HANDLERS.to_vec(),
-    };
+    let wanted = python_handlers(handler);
     let mut cmd = tokio::process::Command::new(python);
     cmd.args(["-I", "-S", "-c", PYTHON_CHECK, entry])
         .args(&wanted);
@@ -76,9 +72,15 @@ pub(crate) async fn check_python(
     }
 }
 
-/// The names a Python entry is searched for, in order, without a handler
-/// setting (helper.py's `DEFAULT_HANDLERS`).
-pub(crate) const DEFAULT_PYTHON_HANDLERS: [&str; 3] = ["handler", "main", "lambda_handler"];
+/// The names a Python entry is searched for, in order: the handler
+/// setting's function, or `handler`, `main`, `lambda_handler`. The deploy
+/// check and the helper (in its `load` message) both take them from here.
+pub(crate) fn python_handlers(handler: Option<&HandlerName>) -> Vec<&str> {
+    match handler {
+        Some(h) => vec![h.function()],
+        None => vec!["handler", "main", "lambda_handler"],
+    }
+}
 
 fn missing_handler(entry: &str, handler: Option<&HandlerName>, wanted: &[&str]) -> String {
     match handler {
@@ -116,20 +118,11 @@ pub(crate) async fn check_node(
     if module {
         cmd.arg("--input-type=module");
     }
-    syntax_check(&mut cmd, source, entry).await
-}
-
-/// Runs `node --check` on `source` (its stdin); a failure names `entry`
-/// where node says `[stdin]`.
-async fn syntax_check(
-    cmd: &mut tokio::process::Command,
-    source: Vec<u8>,
-    entry: &str,
-) -> Result<(), DeployError> {
-    let (code, text) = run_check(cmd, source).await?;
+    let (code, text) = run_check(&mut cmd, source).await?;
     if code == Some(0) {
         return Ok(());
     }
+    // node reads the source from stdin: name the user's file instead.
     Err(DeployError::Invalid(format!(
         "syntax error: {}",
         one_line(&text).replace("[stdin]", entry)

@@ -273,8 +273,13 @@ impl Engine for WasmEngine {
         }
     }
 
-    async fn compile(&self, _spec: &FunctionSpec, source: Source) -> Result<Compiled, DeployError> {
+    async fn compile(&self, spec: &FunctionSpec, source: Source) -> Result<Compiled, DeployError> {
         let started = Instant::now();
+        if let Some(h) = &spec.handler {
+            return Err(DeployError::Invalid(format!(
+                "handler {h} applies to Python, Node.js and JavaScript functions; a wasm module runs its _start"
+            )));
+        }
         let (module, binary) = self.compile_off_thread(source.code).await?;
         // A module with an init step is stored initialized (see `snapshot`).
         let (module, binary) = match crate::snapshot::init_export(&module) {

@@ -635,6 +635,8 @@ impl ProcPrepared {
             "workdir": workdir,
             "entry": self.entry,
             "handler": self.version.spec.handler.as_ref().map(|h| h.function()),
+            // Python: the names to look for, in order (checked at deploy).
+            "handlers": crate::syntax::python_handlers(self.version.spec.handler.as_ref()),
             "code": code,
             "paths": paths,
             "env": self.version.spec.env,

@@ -319,70 +319,61 @@ async fn openwhisk_actions_get_merged_params() {
 #[tokio::test]
 async fn a_missing_handler_is_refused_at_deploy_and_a_raised_error_is_never_a_200() {
     let d = Daemon::start();
-    let refused = |name: &'static str,
-                   file: &'static str,
-                   code: &'static str,
-                   q: Vec<(&'static str, &'static str)>| {
-        let d = &d;
-        async move {
-            let mut query = vec![("file_name", file)];
-            query.extend(q);
-            let r = d.deploy_raw(name, code.as_bytes().to_vec(), &query).await;
-            error_of(r).await
-        }
-    };
-    let (status, _, msg) = refused(
-        "a",
-        "app.py",
-        "def handler(event, context):\n    return 1\n",
-        vec![("runtime", "python"), ("handler", "app.lambda_handler")],
-    )
-    .await;
-    assert_eq!(status, 400, "{msg}");
-    assert!(msg.contains("app.py defines no lambda_handler"), "{msg}");
-    let (status, _, msg) = refused(
-        "b",
-        "app.py",
-        "def helper(x):\n    return x\n",
-        vec![("runtime", "python")],
-    )
-    .await;
-    assert_eq!(status, 400, "{msg}");
-    assert!(
-        msg.contains("defines none of handler, main, lambda_handler") && msg.contains("--handler"),
-        "{msg}"
-    );
-    let (status, _, msg) = refused(
-        "c",
-        "app.py",
-        "def handler(event, context):\n    return 1\n",
-        vec![("runtime", "python"), ("handler", "other.handler")],
-    )
-    .await;
-    assert_eq!(status, 400, "{msg}");
-    assert!(msg.contains("no other.py"), "{msg}");
-    for runtime in ["node", "js"] {
-        let (status, _, msg) = refused(
-            "d",
+    // (runtime, file, code, handler setting, what the 400 must say)
+    let refused = [
+        (
+            "python",
+            "app.py",
+            "def handler(event, context):\n    return 1\n",
+            Some("app.lambda_handler"),
+            "app.py defines no lambda_handler",
+        ),
+        (
+            "python",
+            "app.py",
+            "def helper(x):\n    return x\n",
+            None,
+            "defines none of handler, main, lambda_handler: define one, or name yours with --handler",
+        ),
+        (
+            "python",
+            "app.py",
+            "def handler(event, context):\n    return 1\n",
+            Some("other.handler"),
+            "no other.py or other/__init__.py",
+        ),
+        (
+            "node",
             "index.js",
             "exports.handler = async () => 1;\n",
-            vec![("runtime", runtime), ("handler", "index.lambdaHandler")],
-        )
-        .await;
-        assert_eq!(status, 400, "{runtime}: {msg}");
-        assert!(
-            msg.contains("never mentions lambdaHandler"),
-            "{runtime}: {msg}"
-        );
+            Some("index.lambdaHandler"),
+            "never mentions lambdaHandler",
+        ),
+        (
+            "js",
+            "index.js",
+            "exports.handler = async () => 1;\n",
+            Some("index.lambdaHandler"),
+            "never mentions lambdaHandler",
+        ),
+        (
+            "wasm",
+            "m.wat",
+            "(module)",
+            Some("a.b"),
+            "applies to Python, Node.js and JavaScript",
+        ),
+    ];
+    for (runtime, file, code, handler, says) in refused {
+        let mut query = vec![("runtime", runtime), ("file_name", file)];
+        query.extend(handler.map(|h| ("handler", h)));
+        let r = d
+            .deploy_raw("refused", code.as_bytes().to_vec(), &query)
+            .await;
+        let (status, _, msg) = error_of(r).await;
+        assert_eq!(status, 400, "{runtime} {handler:?}: {msg}");
+        assert!(msg.contains(says), "{runtime} {handler:?}: {msg}");
     }
-    let (status, _, msg) = refused(
-        "e",
-        "bad.wasm",
-        "(module)",
-        vec![("runtime", "wasm"), ("handler", "a.b")],
-    )
-    .await;
-    assert_eq!(status, 400, "{msg}");
     // A handler bound in a way the check cannot see still deploys.
     d.deploy(
         "dynamic",
