@@ -157,11 +157,79 @@ async fn run_check(
 }
 
 /// A checker's report on one line: node --check prints "[stdin]:3", the
-/// line, a caret and the message, then a stack and its version.
+/// source line, a caret under the column and the message, then a stack
+/// and its version. The source line is cut to a window around the caret
+/// (a minified file's line is the whole file).
 fn one_line(text: &str) -> String {
-    text.lines()
+    const WINDOW: usize = 60;
+    let mut lines: Vec<String> = text
+        .lines()
         .map(str::trim_end)
         .filter(|l| !l.is_empty() && !l.starts_with("    at ") && !l.starts_with("Node.js "))
-        .collect::<Vec<_>>()
-        .join(" | ")
+        .map(str::to_string)
+        .collect();
+    let caret = lines
+        .iter()
+        .position(|l| l.trim_start() == "^" || l.trim_start().starts_with("^^"));
+    if let Some(i) = caret.filter(|&i| i > 0) {
+        let col = lines[i].len() - lines[i].trim_start().len();
+        let source = &lines[i - 1];
+        let floor = |mut at: usize| {
+            at = at.min(source.len());
+            while !source.is_char_boundary(at) {
+                at -= 1;
+            }
+            at
+        };
+        let (from, to) = (floor(col.saturating_sub(WINDOW)), floor(col + WINDOW));
+        let cut = format!(
+            "{}{}{}",
+            if from > 0 { "…" } else { "" },
+            &source[from..to],
+            if to < source.len() { "…" } else { "" }
+        );
+        let caret_at = source[from..floor(col)].chars().count() + usize::from(from > 0);
+        lines[i] = format!("{}^", " ".repeat(caret_at));
+        lines[i - 1] = cut;
+    }
+    // Past some length node prints no caret: then the line's start.
+    for line in &mut lines {
+        if let Some((at, _)) = line.char_indices().nth(2 * WINDOW + 2) {
+            line.truncate(at);
+            line.push('…');
+        }
+    }
+    lines.join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn a_long_source_line_is_cut_around_the_caret() {
+        let line = format!("{}return (;{}", "a".repeat(5000), "b".repeat(5000));
+        let report = format!(
+            "[stdin]:1\n{line}\n{}^\n\nSyntaxError: Unexpected token ';'\n    at x\n\nNode.js v20\n",
+            " ".repeat(5008)
+        );
+        let out = one_line(&report);
+        assert!(out.len() < 300, "{} bytes: {out}", out.len());
+        let parts: Vec<&str> = out.split(" | ").collect();
+        assert_eq!(parts[0], "[stdin]:1");
+        // The caret still points at the `;`.
+        let at = parts[2].chars().count() - 1;
+        assert_eq!(parts[1].chars().nth(at), Some(';'), "{out}");
+        assert_eq!(parts[3], "SyntaxError: Unexpected token ';'");
+        // Node prints no caret under a very long line: its start is kept.
+        let report = format!("[stdin]:1\n{line}\n\nSyntaxError: Unexpected token ';'\n");
+        let out = one_line(&report);
+        assert!(out.len() < 300 && out.contains("aaa…"), "{out}");
+        // A short line is left whole.
+        let short = "[stdin]:2\n  return (;\n          ^\n\nSyntaxError: x\n";
+        assert_eq!(
+            one_line(short),
+            "[stdin]:2 |   return (; |           ^ | SyntaxError: x"
+        );
+    }
 }
