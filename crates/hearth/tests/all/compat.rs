@@ -224,6 +224,13 @@ async fn lambda_handlers_run_as_lambdas_documentation_writes_them() {
     )
     .await;
     assert_eq!(d.call("one-arg", "", "{}").await, (200, "POST".into()));
+    d.deploy(
+        "async-py",
+        b"import asyncio\nasync def handler(event, context):\n    await asyncio.sleep(0)\n    return 'awaited'\n".to_vec(),
+        &[("runtime", "python"), ("file_name", "app.py")],
+    )
+    .await;
+    assert_eq!(d.call("async-py", "", "").await, (200, "awaited".into()));
 
     for runtime in ["node", "js"] {
         let name = format!("cb-{runtime}");
