@@ -279,7 +279,7 @@ pub(crate) async fn deploy(
         code: code.to_vec(),
     };
     let out = s.node.deploy(&p.tenant, &name, source, spec).await?;
-    let v = out.version;
+    let (v, compiled) = (out.version, out.compiled);
     Ok((
         StatusCode::CREATED,
         Json(json!({
@@ -289,7 +289,10 @@ pub(crate) async fn deploy(
             "artifact": v.artifact,
             "spec": v.spec,
             "created_at_ms": v.created_at_ms,
-            "compile_ms": out.compile_ms,
+            "compile_ms": compiled.compile_ms,
+            "install_ms": compiled.install_ms,
+            "packages": compiled.packages,
+            "warnings": compiled.warnings,
             "url": format!("/fn/{}/{}", v.tenant, v.name),
         })),
     ))
@@ -319,6 +322,33 @@ pub(crate) async fn get_function(
             p.tenant
         )));
     }
+    // Each version's lock, from its artifact (where one is here).
+    let artifacts = s.node.artifacts().clone();
+    let versions = tokio::task::spawn_blocking(move || {
+        versions
+            .into_iter()
+            .map(|v| {
+                let runtime = match v.spec.runtime {
+                    Runtime::Python => Runtime::Python,
+                    _ => Runtime::Node,
+                };
+                let lock = (v.spec.runtime != Runtime::Wasm)
+                    .then(|| std::fs::File::open(artifacts.path_of(&v.artifact)).ok())
+                    .flatten()
+                    .and_then(|f| {
+                        hearth_host::bundle::Bundle::lock_in_artifact(
+                            runtime,
+                            std::io::BufReader::new(f),
+                        )
+                    });
+                let mut view = json!(v);
+                view["packages"] = json!(lock.map(|l| l.packages).unwrap_or_default());
+                view
+            })
+            .collect::<Vec<Value>>()
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.to_string()))?;
     Ok(Json(
         json!({ "tenant": p.tenant, "name": name, "versions": versions }),
     ))

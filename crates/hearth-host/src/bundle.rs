@@ -5,16 +5,17 @@
 //! links, bounded size) and stored as one canonical tar — sorted entries,
 //! zeroed times and owners — so that the same files always hash the same.
 //!
-//! Dependencies are declared inside the bundle: `requirements.txt` for
-//! Python (each line `name==version`) and `package.json` `dependencies`
-//! for Node.js (exact versions). Unpinned ones are refused: the install
-//! cache shares packages between functions by exact version.
+//! Dependencies are declared inside the bundle (`requirements.txt`,
+//! `package.json`) and resolved at deploy into a lock the artifact carries
+//! as `hearth.lock` (see `deps.rs`).
 
 use std::collections::BTreeMap;
 use std::io::{Cursor, Read};
 use std::path::{Component, Path};
 
 use hearth_core::{HandlerName, Runtime};
+
+use crate::deps::{LOCK_FILE, Lock, Package, Requirement};
 
 /// Upper bounds on what a bundle may unpack to.
 pub const MAX_FILES: usize = 10_000;
@@ -24,28 +25,6 @@ pub const MAX_UNPACKED_BYTES: u64 = 128 << 20;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bundle {
     files: BTreeMap<String, Vec<u8>>,
-}
-
-/// One pinned package.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Package {
-    pub name: String,
-    pub version: String,
-}
-
-impl Package {
-    /// `name==version` (Python) or `name@version` (Node.js).
-    pub fn spec(&self, runtime: Runtime) -> String {
-        match runtime {
-            Runtime::Python => format!("{}=={}", self.name, self.version),
-            _ => format!("{}@{}", self.name, self.version),
-        }
-    }
-
-    /// A directory name for the install cache.
-    pub fn dir_name(&self) -> String {
-        format!("{}-{}", self.name.replace('/', "+"), self.version)
-    }
 }
 
 impl Bundle {
@@ -317,21 +296,69 @@ impl Bundle {
             .transpose()
     }
 
-    /// The packages the bundle declares, pinned.
-    pub fn packages(&self, runtime: Runtime) -> Result<Vec<Package>, String> {
-        let mut out = match runtime {
+    /// What the bundle asks for: `requirements.txt` (Python) or
+    /// `package.json` `dependencies` (Node.js), checked.
+    pub fn requirements(&self, runtime: Runtime) -> Result<Vec<Requirement>, String> {
+        match runtime {
             Runtime::Python => match self.files.get("requirements.txt") {
-                Some(text) => parse_requirements(&String::from_utf8_lossy(text))?,
-                None => Vec::new(),
+                Some(text) => crate::deps::parse_requirements(&String::from_utf8_lossy(text)),
+                None => Ok(Vec::new()),
             },
             _ => match self.package_json()? {
-                Some(pkg) => parse_package_json(&pkg)?,
-                None => Vec::new(),
+                Some(pkg) => crate::deps::parse_package_json(&pkg),
+                None => Ok(Vec::new()),
             },
-        };
-        out.sort();
-        out.dedup();
-        Ok(out)
+        }
+    }
+
+    /// The lock the bundle carries, if any (checked).
+    pub fn lock(&self, runtime: Runtime) -> Result<Option<Lock>, String> {
+        self.files
+            .get(LOCK_FILE)
+            .map(|bytes| Lock::parse(runtime, bytes))
+            .transpose()
+    }
+
+    /// The lock in a stored artifact, read without holding the rest of it
+    /// (None for an artifact without one, or that is not a bundle).
+    pub fn lock_in_artifact(runtime: Runtime, artifact: impl Read) -> Option<Lock> {
+        let mut archive = tar::Archive::new(artifact);
+        let mut entry = archive
+            .entries()
+            .ok()?
+            .flatten()
+            .find(|e| e.path().is_ok_and(|p| p.as_os_str() == LOCK_FILE))?;
+        let mut bytes = Vec::new();
+        entry.read_to_end(&mut bytes).ok()?;
+        Lock::parse(runtime, &bytes).ok()
+    }
+
+    /// The bundle with `lock` as its lock file.
+    pub fn with_lock(mut self, lock: &Lock) -> Bundle {
+        self.files.insert(LOCK_FILE.to_string(), lock.to_json());
+        self
+    }
+
+    /// The exact packages to install: the lock's; for an artifact stored
+    /// before locks existed, its requirements, which were exact pins then.
+    pub fn packages(&self, runtime: Runtime) -> Result<Vec<Package>, String> {
+        if let Some(lock) = self.lock(runtime)? {
+            return Ok(lock.packages);
+        }
+        self.requirements(runtime)?
+            .into_iter()
+            .map(|r| match r.exact {
+                Some(version) => Ok(Package {
+                    name: r.name,
+                    version,
+                    hash: None,
+                }),
+                None => Err(format!(
+                    "{} {:?} has no lock: deploy it again to resolve it",
+                    r.name, r.spec
+                )),
+            })
+            .collect()
     }
 }
 
@@ -385,130 +412,9 @@ fn check_path(path: &str) -> Result<String, String> {
     Ok(parts.join("/"))
 }
 
-/// PEP 503 normalised name: lower case, runs of `-_.` become `-`.
-fn normalize_python_name(name: &str) -> String {
-    let mut out = String::new();
-    for ch in name.chars() {
-        if matches!(ch, '-' | '_' | '.') {
-            if !out.ends_with('-') {
-                out.push('-');
-            }
-        } else {
-            out.push(ch.to_ascii_lowercase());
-        }
-    }
-    out
-}
-
-fn parse_requirements(text: &str) -> Result<Vec<Package>, String> {
-    let mut out = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        let line = raw.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let bad = || {
-            format!(
-                "requirements.txt line {}: {line:?}: pin each package as name==version (pip freeze writes this form)",
-                i + 1
-            )
-        };
-        let (name, version) = line.split_once("==").ok_or_else(bad)?;
-        let (name, version) = (name.trim(), version.trim());
-        // PEP 508 names: no path, no URL, nothing pip reads as a file.
-        let name_ok = name.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-        let version_ok = !version.is_empty()
-            && version
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.+!".contains(c));
-        if !name_ok || !version_ok {
-            return Err(bad());
-        }
-        out.push(Package {
-            name: normalize_python_name(name),
-            version: version.to_string(),
-        });
-    }
-    Ok(out)
-}
-
-/// npm's rule for a registry package's name: `name` or `@scope/name`,
-/// each part starting with a letter or digit. Anything else (`../x`,
-/// `/abs`, `file:x`, `git+https://…`) npm would read as a path or URL.
-fn is_npm_name(name: &str) -> bool {
-    let part = |p: &str| {
-        p.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-            && p.chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-._~".contains(c))
-    };
-    match name.strip_prefix('@') {
-        Some(scoped) => scoped
-            .split_once('/')
-            .is_some_and(|(scope, n)| part(scope) && part(n)),
-        None => part(name),
-    }
-}
-
-fn parse_package_json(pkg: &serde_json::Value) -> Result<Vec<Package>, String> {
-    let Some(deps) = pkg.get("dependencies") else {
-        return Ok(Vec::new());
-    };
-    let deps = deps
-        .as_object()
-        .ok_or("package.json: dependencies must be an object")?;
-    let mut out = Vec::new();
-    for (name, version) in deps {
-        let version = version.as_str().unwrap_or("");
-        let exact = !version.is_empty()
-            && version
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-.+".contains(c))
-            && version.starts_with(|c: char| c.is_ascii_digit());
-        let name_ok = is_npm_name(name);
-        if !exact || !name_ok {
-            return Err(format!(
-                "package.json: dependency {name:?} must name an exact version (\"1.2.3\"), not {version:?}"
-            ));
-        }
-        out.push(Package {
-            name: name.clone(),
-            version: version.to_string(),
-        });
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dependencies_that_are_paths_or_urls_are_refused() {
-        for name in ["left-pad", "@scope/pkg", "lodash.get", "a1"] {
-            assert!(is_npm_name(name), "{name}");
-        }
-        for name in [
-            "../evil",
-            "/abs",
-            "file:x",
-            ".hidden",
-            "@scope",
-            "@/x",
-            "Upper",
-            "git+https://x",
-            "a/b",
-        ] {
-            assert!(!is_npm_name(name), "{name}");
-            let deps = serde_json::json!({"dependencies": {name: "1.0.0"}});
-            assert!(parse_package_json(&deps).is_err(), "{name}");
-        }
-        for line in ["../evil==1.0", "./x==1", "-e==1", "https://x==1"] {
-            assert!(parse_requirements(line).is_err(), "{line}");
-        }
-    }
 
     #[test]
     fn single_files_get_their_name_or_the_default() {
@@ -592,7 +498,8 @@ mod tests {
             bundle.packages(Runtime::Python).unwrap(),
             [Package {
                 name: "six".into(),
-                version: "1.16.0".into()
+                version: "1.16.0".into(),
+                hash: None,
             }]
         );
         let canonical = bundle.to_tar();
@@ -601,7 +508,7 @@ mod tests {
     }
 
     #[test]
-    fn escaping_paths_links_and_loose_pins_are_refused() {
+    fn escaping_paths_are_refused() {
         let mut b = tar::Builder::new(Vec::new());
         let mut h = tar::Header::new_gnu();
         h.set_size(1);
@@ -612,22 +519,40 @@ mod tests {
         b.append(&h, &b"x"[..]).unwrap();
         let err = Bundle::from_tar(&b.into_inner().unwrap()).unwrap_err();
         assert!(err.contains("relative"), "{err}");
+    }
 
-        let err = parse_requirements("numpy>=1.0\n").unwrap_err();
-        assert!(
-            err.contains("line 1") && err.contains("name==version"),
-            "{err}"
-        );
-        let err = parse_package_json(&serde_json::json!({"dependencies": {"left-pad": "^1.3.0"}}))
-            .unwrap_err();
-        assert!(err.contains("exact version"), "{err}");
+    #[test]
+    fn the_lock_decides_what_installs() {
+        let with = |files: &[(&str, &str)]| Bundle {
+            files: files
+                .iter()
+                .map(|(p, d)| (p.to_string(), d.as_bytes().to_vec()))
+                .collect(),
+        };
+        let loose = with(&[("requirements.txt", "jinja2>=3\n")]);
+        let err = loose.packages(Runtime::Python).unwrap_err();
+        assert!(err.contains("no lock"), "{err}");
+        let lock = Lock::new(vec![Package {
+            name: "jinja2".into(),
+            version: "3.1.4".into(),
+            hash: None,
+        }]);
+        let locked = loose.with_lock(&lock);
+        assert_eq!(locked.packages(Runtime::Python).unwrap(), lock.packages);
+        let artifact = locked.to_tar();
         assert_eq!(
-            parse_requirements("# pinned\npython_dateutil == 2.9.0.post0  # comment\n").unwrap(),
-            [Package {
-                name: "python-dateutil".into(),
-                version: "2.9.0.post0".into()
-            }]
+            Bundle::lock_in_artifact(Runtime::Python, &artifact[..]),
+            Some(lock)
         );
+        assert_eq!(
+            Bundle::lock_in_artifact(Runtime::Python, &b"\0asm"[..]),
+            None
+        );
+        let bad = with(&[(
+            "hearth.lock",
+            "{\"hearth_lock\": 1, \"packages\": [{\"name\": \"-r\", \"version\": \"1\"}]}",
+        )]);
+        assert!(bad.packages(Runtime::Python).is_err());
     }
 
     #[test]

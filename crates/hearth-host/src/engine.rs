@@ -30,13 +30,30 @@ impl From<Vec<u8>> for Source {
 }
 
 /// Code an engine has accepted at deploy time.
-#[derive(Debug)]
+#[derive(Debug, Clone, Default)]
 pub struct Compiled {
     /// The canonical artifact to store (for example `.wat` text becomes
-    /// binary Wasm); its sha256 names it.
+    /// binary Wasm; a bundle gains its lock); its sha256 names it.
     pub artifact: Vec<u8>,
-    /// Time spent validating and compiling.
+    /// Time spent checking and compiling the code.
     pub compile_ms: u64,
+    /// Time spent resolving and installing its packages.
+    pub install_ms: u64,
+    /// Its lock's packages, each with whether the install cache had it.
+    pub packages: Vec<DeployedPackage>,
+    /// What the deployer should know: choices made for them (a range
+    /// resolved, a dependency their list left out), settings that cannot
+    /// take effect as written.
+    pub warnings: Vec<String>,
+}
+
+/// A locked package as a deploy reports it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DeployedPackage {
+    #[serde(flatten)]
+    pub package: crate::deps::Package,
+    /// Already installed on this node before the deploy.
+    pub cached: bool,
 }
 
 /// Why an engine refused code at deploy time or could not load it later.

@@ -25,6 +25,7 @@ mod replay;
 mod tape;
 
 pub mod bundle;
+pub mod deps;
 
 pub use ctx::{
     CallGuard, HostCtx, HostError, HostLimits, HostServices, InvocationMeta, LogLine,
@@ -32,7 +33,8 @@ pub use ctx::{
 };
 pub use egress::{is_internal, is_internal_host, resolve_egress};
 pub use engine::{
-    ColocationPolicy, Compiled, DeployError, Engine, EngineStatus, Prepared, Sandbox, Source,
+    ColocationPolicy, Compiled, DeployError, DeployedPackage, Engine, EngineStatus, Prepared,
+    Sandbox, Source,
 };
 pub use http::{OutboundRequest, OutboundResponse};
 pub use tape::{Divergence, HostEvent, Tape};

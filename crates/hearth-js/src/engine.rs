@@ -129,6 +129,7 @@ impl Engine for JsEngine {
             Ok(Compiled {
                 artifact,
                 compile_ms: started.elapsed().as_millis() as u64,
+                ..Compiled::default()
             })
         })
         .await

@@ -9,7 +9,7 @@ use hearth_core::{
     FunctionSpec, FunctionVersion, InvocationId, InvokeError, Request, Response, Tier,
 };
 use hearth_host::{
-    DeployError, Engine, HostCtx, HostServices, InvocationMeta, Prepared, Source, Tape,
+    Compiled, DeployError, Engine, HostCtx, HostServices, InvocationMeta, Prepared, Source, Tape,
 };
 use hearth_record::Recorder;
 use hearth_store::{ArtifactStore, FunctionMode, LogRecord, LogStream, Store, StoreError};
@@ -114,7 +114,9 @@ impl StartKind {
 #[derive(Debug, Clone)]
 pub struct DeployOutcome {
     pub version: FunctionVersion,
-    pub compile_ms: u64,
+    /// What the engines reported: phases, the lock, warnings (the
+    /// artifact is the version's).
+    pub compiled: Compiled,
 }
 
 /// A finished invocation: the function's answer or why there is none.
@@ -433,14 +435,11 @@ impl Node {
                 "environment variable {k:?}: names must be non-empty without '=' or NUL, values without NUL"
             )));
         }
-        let engine = self.engine_for(&spec)?;
-        // Whatever compiling logs (package installs) names whose it is.
-        let span = tracing::info_span!("deploy", tenant, function = name);
-        let compiled = engine.compile(&spec, source).instrument(span).await?;
+        let mut compiled = self.compile(tenant, name, &spec, source).await?;
         // One deploy at a time from the quota check to the version, so two
         // cannot both fit in what is left.
         let _quota = self.deploying.lock().await;
-        let artifact = compiled.artifact;
+        let artifact = std::mem::take(&mut compiled.artifact);
         let hash = hearth_store::sha256_hex(&artifact);
         let (used, held) = self.code_bytes(tenant).await?;
         let adding = if held.contains(&hash) {
@@ -472,10 +471,57 @@ impl Node {
             .insert(Arc::new(version.clone()), true, generation);
         self.forget_mode(tenant, name);
         self.metrics.deploys.inc();
-        Ok(DeployOutcome {
-            version,
-            compile_ms: compiled.compile_ms,
-        })
+        Ok(DeployOutcome { version, compiled })
+    }
+
+    /// Compiles `source` in every tier of its runtime this node has, in
+    /// order: the first tier's errors are the ones a user sees, and a
+    /// fallback tier must be able to run what the first one may hand it
+    /// (JavaScript's packages are resolved and installed by the process
+    /// tier at deploy, not at the first fallback). What a later tier adds
+    /// to the artifact (the lock) is compiled by the first tier again, so
+    /// what it cached is what the version holds.
+    async fn compile(
+        &self,
+        tenant: &str,
+        name: &str,
+        spec: &FunctionSpec,
+        source: Source,
+    ) -> Result<Compiled, NodeError> {
+        let first = self.engine_for(spec)?;
+        let span = || tracing::info_span!("deploy", tenant, function = name);
+        let mut all = first
+            .compile(spec, source.clone())
+            .instrument(span())
+            .await?;
+        let later = spec
+            .runtime
+            .tiers()
+            .iter()
+            .skip(1)
+            .filter_map(|t| self.engines.get(t));
+        for engine in later {
+            let artifact = Source {
+                file_name: source.file_name.clone(),
+                code: all.artifact.clone(),
+            };
+            // Whatever compiling logs (package installs) names whose it is.
+            let compiled = engine.compile(spec, artifact).instrument(span()).await?;
+            all.compile_ms += compiled.compile_ms;
+            all.install_ms += compiled.install_ms;
+            all.packages.extend(compiled.packages);
+            all.warnings.extend(compiled.warnings);
+            if compiled.artifact != all.artifact {
+                let again = Source {
+                    file_name: source.file_name.clone(),
+                    code: compiled.artifact,
+                };
+                let recompiled = first.compile(spec, again).instrument(span()).await?;
+                all.compile_ms += recompiled.compile_ms;
+                all.artifact = recompiled.artifact;
+            }
+        }
+        Ok(all)
     }
 
     /// Bytes of code `tenant` keeps deployed (each artifact its versions

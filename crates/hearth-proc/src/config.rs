@@ -25,6 +25,8 @@ pub struct ProcConfig {
     pub allow_private_egress: bool,
     /// The package indexes installs may reach (`install.rs`).
     pub package_index_hosts: Vec<String>,
+    /// Where installs fetch from instead of PyPI and npm's registry.
+    pub registries: crate::install::Registries,
     /// Unprivileged user and group sandboxes run as.
     pub sandbox_uid: u32,
     /// Most sandboxes (running or paused) at once.
@@ -112,6 +114,7 @@ impl ProcConfig {
             npm: "/usr/bin/npm".into(),
             offline_packages: None,
             allow_private_egress: false,
+            registries: Default::default(),
             package_index_hosts: crate::install::DEFAULT_INDEX_HOSTS
                 .map(String::from)
                 .to_vec(),

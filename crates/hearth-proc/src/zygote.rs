@@ -44,10 +44,10 @@ use tokio::net::{UnixListener, UnixStream};
 
 use hearth_core::Colocation;
 
-use crate::bundle::Package;
 use crate::container::Root;
 use crate::install::Installed;
 use crate::proto::{Frame, read_frame, send_fd, write_frame};
+use hearth_host::deps::Package;
 
 /// Who may fork from a package zygote.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]

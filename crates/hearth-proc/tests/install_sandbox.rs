@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use hearth_core::Runtime;
-use hearth_proc::bundle::Package;
+use hearth_host::deps::Package;
 use hearth_proc::cgroup::{CgroupPool, Cgroups};
 use hearth_proc::container::Base;
 use hearth_proc::install::{InstallCache, InstallSandbox};
@@ -133,6 +133,7 @@ async fn pip_runs_unprivileged_in_a_root_holding_only_its_target_and_wheels() {
     let pkg = Package {
         name: "fakepkg".into(),
         version: "1.0".into(),
+        hash: None,
     };
     let installed = cache.ensure(Runtime::Python, &pkg, false).await.unwrap();
     bait.assert_held(&installed.path, "pip");
@@ -185,7 +186,8 @@ async fn npm_runs_unprivileged_in_a_cgroup_on_a_copy_of_the_offline_cache() {
              sleep 300 </dev/null >/dev/null 2>&1 &\n\
              echo $! > \"$t/left-running\"\n\
              mkdir -p \"$t/node_modules/fakepkg\"\n\
-             echo 'module.exports = 1' > \"$t/node_modules/fakepkg/index.js\"\n",
+             echo 'module.exports = 1' > \"$t/node_modules/fakepkg/index.js\"\n\
+             echo '{{\"name\": \"fakepkg\", \"version\": \"1.0.0\"}}' > \"$t/node_modules/fakepkg/package.json\"\n",
             probe = bait.probe(),
         ),
         0o755,
@@ -212,6 +214,7 @@ async fn npm_runs_unprivileged_in_a_cgroup_on_a_copy_of_the_offline_cache() {
     let pkg = Package {
         name: "fakepkg".into(),
         version: "1.0.0".into(),
+        hash: None,
     };
     let installed = cache.ensure(Runtime::Node, &pkg, false).await.unwrap();
     let dir = installed.path.parent().unwrap();
@@ -320,6 +323,7 @@ async fn an_online_install_reaches_only_the_package_index_through_the_proxy() {
     let pkg = Package {
         name: "fakepkg".into(),
         version: "1.0".into(),
+        hash: None,
     };
     let installed = cache.ensure(Runtime::Python, &pkg, false).await.unwrap();
     let read = |name: &str| std::fs::read_to_string(installed.path.join(name)).unwrap();
@@ -365,6 +369,7 @@ async fn an_installer_flooding_its_output_is_not_held_in_memory() {
     let pkg = Package {
         name: "flood".into(),
         version: "1.0".into(),
+        hash: None,
     };
     let err = cache
         .ensure(Runtime::Python, &pkg, false)

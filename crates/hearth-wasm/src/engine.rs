@@ -297,6 +297,7 @@ impl Engine for WasmEngine {
             Ok(Compiled {
                 artifact: binary,
                 compile_ms: started.elapsed().as_millis() as u64,
+                ..Compiled::default()
             })
         })
         .await

@@ -505,6 +505,25 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
                         ))
                         .unwrap_or_default(),
                 );
+                // The lock: what this version installs, exactly.
+                let packages: Vec<String> = ver["packages"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| {
+                        let (name, version) = (
+                            p["name"].as_str().unwrap_or_default(),
+                            p["version"].as_str().unwrap_or_default(),
+                        );
+                        match spec["runtime"].as_str() {
+                            Some("python") => format!("{name}=={version}"),
+                            _ => format!("{name}@{version}"),
+                        }
+                    })
+                    .collect();
+                if !packages.is_empty() {
+                    println!("{:>8}  packages: {}", "", packages.join(" "));
+                }
             }
         }
         ClientCommand::Rm { name, target } => {

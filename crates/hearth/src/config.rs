@@ -55,6 +55,8 @@ pub struct FileConfig {
     pub max_tape_bytes: Option<usize>,
     pub allow_private_egress: Option<bool>,
     pub package_index_hosts: Option<Vec<String>>,
+    pub package_index_url: Option<String>,
+    pub npm_registry: Option<String>,
     pub max_concurrency_per_tenant: Option<usize>,
     pub max_kv_mib_per_tenant: Option<u64>,
     pub max_code_mib_per_tenant: Option<u64>,
@@ -224,6 +226,14 @@ pub struct UpArgs {
         value_delimiter = ','
     )]
     pub package_index_hosts: Vec<String>,
+    /// The Python package index pip resolves and installs from (pip's
+    /// --index-url; default PyPI). Its host must be a --package-index-host.
+    #[arg(long, env = "HEARTH_PACKAGE_INDEX_URL")]
+    pub package_index_url: Option<String>,
+    /// The npm registry npm resolves and installs from (npm's --registry;
+    /// default registry.npmjs.org). Its host must be a --package-index-host.
+    #[arg(long, env = "HEARTH_NPM_REGISTRY")]
+    pub npm_registry: Option<String>,
     /// Invocations one tenant may have running at once; past it, 429
     /// (default: three quarters of max_concurrency).
     #[arg(long, env = "HEARTH_MAX_CONCURRENCY_PER_TENANT")]
@@ -303,6 +313,8 @@ pub struct Settings {
     pub max_tape_bytes: usize,
     pub allow_private_egress: bool,
     pub package_index_hosts: Vec<String>,
+    pub package_index_url: Option<String>,
+    pub npm_registry: Option<String>,
     pub max_concurrency_per_tenant: usize,
     pub max_kv_mib_per_tenant: u64,
     pub max_code_mib_per_tenant: u64,
@@ -480,6 +492,8 @@ impl Settings {
                         .map(String::from)
                         .to_vec()
                 }),
+            package_index_url: args.package_index_url.clone().or(file.package_index_url),
+            npm_registry: args.npm_registry.clone().or(file.npm_registry),
             max_tape_bytes: args
                 .max_tape_bytes
                 .or(file.max_tape_bytes)

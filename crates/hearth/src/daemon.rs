@@ -80,6 +80,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     proc_config.offline_packages = settings.offline_packages.clone();
     proc_config.allow_private_egress = settings.allow_private_egress;
     proc_config.package_index_hosts = settings.package_index_hosts.clone();
+    proc_config.registries = hearth_proc::install::Registries {
+        pip_index_url: settings.package_index_url.clone(),
+        npm_registry: settings.npm_registry.clone(),
+    };
     proc_config.keep_alive = std::time::Duration::from_secs(settings.keep_alive_s);
     proc_config.caches = settings.proc_caches;
     proc_config.generic_pool = settings.proc_pool;

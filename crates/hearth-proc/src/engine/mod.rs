@@ -142,7 +142,8 @@ impl ProcEngine {
                 index_hosts: config.package_index_hosts.clone(),
                 allow_private: config.allow_private_egress,
             }),
-        )?;
+        )?
+        .with_registries(config.registries.clone());
         let cgroups = if root {
             let instance = instance_name(dir);
             match Cgroups::open(Path::new("/sys/fs/cgroup"), &instance)
@@ -366,29 +367,32 @@ impl Engine for ProcEngine {
         let entry = bundle
             .entry(runtime, handler)
             .map_err(DeployError::NotAFunction)?;
-        let packages = bundle.packages(runtime).map_err(DeployError::Invalid)?;
         if runtime == Runtime::Python {
             crate::syntax::check_python(&self.0.config.python, &bundle, &entry, handler).await?;
         } else {
             crate::syntax::check_node(&self.0.config.node, &bundle, &entry, handler).await?;
         }
-        // Packages are installed at deploy so a bad pin fails the deploy,
-        // not the first request.
         if spec.source_builds && runtime != Runtime::Python {
             return Err(DeployError::Invalid(format!(
                 "source_builds applies to Python packages; {runtime} packages install without running their code (npm --ignore-scripts)"
             )));
         }
-        for p in &packages {
-            self.0
-                .installs
-                .ensure(runtime, p, spec.source_builds)
-                .await
-                .map_err(DeployError::Invalid)?;
-        }
+        let compile_ms = started.elapsed().as_millis() as u64;
+        // Packages are resolved and installed at deploy, so a bad
+        // requirement fails the deploy, not the first request.
+        let installing = Instant::now();
+        let locked = self
+            .0
+            .installs
+            .lock_bundle(runtime, bundle, spec.source_builds)
+            .await
+            .map_err(DeployError::Invalid)?;
         Ok(Compiled {
-            artifact: bundle.to_tar(),
-            compile_ms: started.elapsed().as_millis() as u64,
+            artifact: locked.bundle.to_tar(),
+            compile_ms,
+            install_ms: installing.elapsed().as_millis() as u64,
+            packages: locked.packages,
+            warnings: locked.warnings,
         })
     }
 

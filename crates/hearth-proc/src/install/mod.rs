@@ -1,8 +1,14 @@
-//! The install cache (SOCK §4.3): each pinned package installed once.
+//! The install cache (SOCK §4.3): each locked package installed once.
 //!
-//! `<dir>/python/<name>-<version>/` holds what `pip install --no-deps
-//! --target` produced; `<dir>/node/<name>-<version>/node_modules/` what
-//! `npm install` produced. Sandboxes get the directories they need as
+//! At deploy, [`InstallCache::resolve`] turns what a bundle requires into
+//! its lock (`deps.rs`): pip's resolver over the whole requirements list
+//! (`pip install --dry-run --report`: every package, dependencies
+//! included, with its file's sha256), npm for each dependency's range.
+//! Every package of a lock is then installed by itself:
+//! `<dir>/python/<name>-<version>-<h>/` holds what `pip install --no-deps
+//! --require-hashes --target` produced (the file must have the locked
+//! hash); `<dir>/node/<name>-<version>-<h>/node_modules/` what `npm
+//! install` produced (its integrity must be the locked one). Sandboxes get the directories they need as
 //! read-only bind mounts; zygotes import from the same paths. An install
 //! happens in a temporary directory renamed into place, so a crash never
 //! leaves a half-installed package that looks complete.
@@ -44,16 +50,23 @@ use std::time::Duration;
 
 use hearth_core::Runtime;
 
-use crate::bundle::Package;
+use hearth_host::deps::{Package, Requirement};
+
 use crate::cgroup::CgroupPool;
 
+mod lock;
 mod sandbox;
 
+pub use lock::Locked;
 use sandbox::{Confinement, INSTALL_MEMORY};
 pub use sandbox::{DEFAULT_INDEX_HOSTS, InstallSandbox};
 
 /// How long one install may take.
 const INSTALL_TIME: Duration = Duration::from_secs(600);
+
+/// The largest resolution report the node reads (pip's report carries each
+/// package's metadata, descriptions included).
+const MAX_REPORT: u64 = 32 << 20;
 
 /// A package ready to map into sandboxes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,12 +85,23 @@ pub struct Installed {
 /// function let pip build from source, npm installs.
 const SUBDIRS: [&str; 3] = ["python", "python-src", "node"];
 
+/// Where installs fetch from instead of the public indexes (a mirror or a
+/// private registry; its host must be among the sandbox's index hosts).
+#[derive(Debug, Clone, Default)]
+pub struct Registries {
+    /// pip's `--index-url`.
+    pub pip_index_url: Option<String>,
+    /// npm's `--registry`.
+    pub npm_registry: Option<String>,
+}
+
 #[derive(Debug)]
 pub struct InstallCache {
     dir: PathBuf,
     python: PathBuf,
     npm: PathBuf,
     offline: Option<PathBuf>,
+    registries: Registries,
     sandbox: Option<InstallSandbox>,
     /// Where sandboxed installs get their cgroups (once the node has them).
     cgroups: std::sync::OnceLock<Arc<CgroupPool>>,
@@ -125,6 +149,7 @@ impl InstallCache {
             python,
             npm,
             offline,
+            registries: Registries::default(),
             sandbox,
             cgroups: std::sync::OnceLock::new(),
             next_root: AtomicU64::new(0),
@@ -132,10 +157,26 @@ impl InstallCache {
         })
     }
 
+    /// Fetches from `registries` instead of the public indexes.
+    pub fn with_registries(mut self, registries: Registries) -> Self {
+        self.registries = registries;
+        self
+    }
+
     /// Gives sandboxed installs cgroups from `pool` (made after this cache,
     /// so a bad setting here stops the start before any cgroup exists).
     pub fn use_cgroups(&self, pool: Arc<CgroupPool>) {
         let _ = self.cgroups.set(pool);
+    }
+
+    /// The lock held while `key` (`<subdir>/<dir name>`) is installed.
+    fn lock_of(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.locks
+            .lock()
+            .unwrap()
+            .entry(key.to_string())
+            .or_default()
+            .clone()
     }
 
     /// Installs `pkg` unless it is already there. With `source_builds`, a
@@ -148,6 +189,17 @@ impl InstallCache {
         pkg: &Package,
         source_builds: bool,
     ) -> Result<Installed, String> {
+        Ok(self.ensure_reporting(runtime, pkg, source_builds).await?.0)
+    }
+
+    /// [`Self::ensure`], and whether this call installed it (false: it was
+    /// in the cache).
+    pub async fn ensure_reporting(
+        &self,
+        runtime: Runtime,
+        pkg: &Package,
+        source_builds: bool,
+    ) -> Result<(Installed, bool), String> {
         let python = runtime == Runtime::Python;
         let source_builds = python && source_builds;
         let sub = match (python, source_builds) {
@@ -156,15 +208,10 @@ impl InstallCache {
             (false, _) => "node",
         };
         let final_dir = self.dir.join(sub).join(pkg.dir_name());
-        let lock = self
-            .locks
-            .lock()
-            .unwrap()
-            .entry(format!("{sub}/{}", pkg.dir_name()))
-            .or_default()
-            .clone();
+        let lock = self.lock_of(&format!("{sub}/{}", pkg.dir_name()));
         let _guard = lock.lock().await;
-        if !final_dir.exists() {
+        let fresh = !final_dir.exists();
+        if fresh {
             let tmp =
                 self.dir
                     .join(sub)
@@ -174,7 +221,21 @@ impl InstallCache {
             let started = std::time::Instant::now();
             let result = match runtime {
                 Runtime::Python => self.pip(pkg, &tmp, true, source_builds).await,
-                _ => self.npm(pkg, &tmp).await,
+                _ => self.npm(&pkg.name, &pkg.version, &tmp).await.and_then(|got| {
+                    match &pkg.hash {
+                        _ if got.version != pkg.version => Err(format!(
+                            "npm install {}: npm installed version {}",
+                            pkg.spec(runtime),
+                            got.version
+                        )),
+                        Some(want) if got.hash.as_ref() != Some(want) => Err(format!(
+                            "npm install {}: the registry's file has integrity {}, not the locked {want}",
+                            pkg.spec(runtime),
+                            got.hash.as_deref().unwrap_or("(none)")
+                        )),
+                        _ => Ok(()),
+                    }
+                }),
             };
             if let Err(e) = result {
                 tracing::warn!(package = %pkg.spec(runtime), error = %e, "install failed");
@@ -189,7 +250,7 @@ impl InstallCache {
             make_world_readable(&tmp);
             std::fs::rename(&tmp, &final_dir).map_err(|e| e.to_string())?;
         }
-        Ok(match runtime {
+        let installed = match runtime {
             Runtime::Python => Installed {
                 package: pkg.clone(),
                 modules: python_modules(&final_dir),
@@ -202,7 +263,80 @@ impl InstallCache {
                 modules: Vec::new(),
                 source_builds,
             },
-        })
+        };
+        Ok((installed, fresh))
+    }
+
+    /// Resolves what a bundle requires into the exact packages to install,
+    /// each with its file's hash: for Python, pip's resolver over the whole
+    /// list (so dependencies the list leaves out are found), as the install
+    /// will run (wheels only unless `source_builds`, from the same index);
+    /// for Node.js, npm resolves each range, and what it installs becomes
+    /// the cache's copy of that exact package (the returned flag: installed
+    /// by this call).
+    pub async fn resolve(
+        &self,
+        runtime: Runtime,
+        requirements: &[Requirement],
+        source_builds: bool,
+    ) -> Result<Vec<(Package, bool)>, String> {
+        let work = self.dir.join(if runtime == Runtime::Python {
+            "python"
+        } else {
+            "node"
+        });
+        let n = self
+            .next_root
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if runtime != Runtime::Python {
+            let mut out = Vec::new();
+            for r in requirements {
+                let tmp = work.join(format!(".tmp-resolve-{}-{n}", std::process::id()));
+                let _ = std::fs::remove_dir_all(&tmp);
+                std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
+                let result = self.npm(&r.name, &r.spec, &tmp).await;
+                let resolved = match result {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let _ = std::fs::remove_dir_all(&tmp);
+                        return Err(e);
+                    }
+                };
+                // What was just installed is that exact package: keep it.
+                let final_dir = work.join(resolved.dir_name());
+                let lock = self.lock_of(&format!("node/{}", resolved.dir_name()));
+                let _guard = lock.lock().await;
+                let fresh = !final_dir.exists();
+                if fresh {
+                    make_world_readable(&tmp);
+                    std::fs::rename(&tmp, &final_dir).map_err(|e| e.to_string())?;
+                } else {
+                    let _ = std::fs::remove_dir_all(&tmp);
+                }
+                out.push((resolved, fresh));
+            }
+            return Ok(out);
+        }
+        let tmp = work.join(format!(".tmp-resolve-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
+        let report = tmp.join("report.json");
+        let mut cmd = self.pip_command(source_builds);
+        cmd.args(["--dry-run", "--ignore-installed", "--report"])
+            .arg(&report);
+        let lines: Vec<&str> = requirements.iter().map(|r| r.spec.as_str()).collect();
+        let what = "pip install -r requirements.txt (resolving)";
+        let result = self
+            .run_installer(cmd, what, &tmp, Some(INSTALL_MEMORY), |cmd, scratch, _| {
+                let file = scratch.join("requirements.txt");
+                std::fs::write(&file, lines.join("\n") + "\n")?;
+                cmd.arg("-r").arg(file);
+                Ok(())
+            })
+            .await
+            .and_then(|()| read_report(&report));
+        let _ = std::fs::remove_dir_all(&tmp);
+        Ok(result?.into_iter().map(|p| (p, false)).collect())
     }
 
     /// Installs a Python package into `dir` as if nothing were cached:
@@ -225,6 +359,39 @@ impl InstallCache {
         })
     }
 
+    /// `pip install` with what every use of it shares: quiet, no prompts,
+    /// wheels only unless the function opted into source builds (a source
+    /// distribution's build runs its code, in the install sandbox), from
+    /// the node's index or offline wheels.
+    fn pip_command(&self, source_builds: bool) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(&self.python);
+        cmd.args(["-m", "pip", "install", "--disable-pip-version-check"])
+            .args([
+                "--no-input",
+                "--quiet",
+                "--root-user-action=ignore",
+                if source_builds {
+                    "--prefer-binary"
+                } else {
+                    "--only-binary=:all:"
+                },
+            ]);
+        if let Some(dir) = &self.offline {
+            cmd.arg("--no-index").arg("--find-links").arg(dir);
+        } else if let Some(url) = &self.registries.pip_index_url {
+            cmd.arg("--index-url").arg(url);
+            // pip ignores a plain-HTTP index unless told to trust it; the
+            // operator named it.
+            if let Some(rest) = url.strip_prefix("http://") {
+                let host = rest.split(['/', ':']).next().unwrap_or_default();
+                cmd.arg("--trusted-host").arg(host);
+            }
+        }
+        cmd
+    }
+
+    /// Installs `pkg` alone into `target`; a locked hash must match the
+    /// file pip fetches.
     async fn pip(
         &self,
         pkg: &Package,
@@ -232,42 +399,48 @@ impl InstallCache {
         pip_cache: bool,
         source_builds: bool,
     ) -> Result<(), String> {
-        let mut cmd = tokio::process::Command::new(&self.python);
-        cmd.args([
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--disable-pip-version-check",
-        ])
-        .args([
-            "--no-input",
-            "--quiet",
-            "--root-user-action=ignore",
-            // Wheels only unless the function opted in: a source
-            // distribution's build runs its code (in the install sandbox).
-            if source_builds {
-                "--prefer-binary"
-            } else {
-                "--only-binary=:all:"
-            },
-            "--target",
-        ])
-        .arg(target)
-        .arg(pkg.spec(Runtime::Python));
+        let mut cmd = self.pip_command(source_builds);
+        cmd.arg("--no-deps").arg("--target").arg(target);
         // A sandboxed pip's cache would go with its root.
         if !pip_cache || self.sandbox.is_some() {
             cmd.arg("--no-cache-dir");
         }
-        if let Some(dir) = &self.offline {
-            cmd.arg("--no-index").arg("--find-links").arg(dir);
-        }
+        let (line, hashed) = match &pkg.hash {
+            Some(hash) => (format!("{} --hash={hash}", pkg.spec(Runtime::Python)), true),
+            None => (pkg.spec(Runtime::Python), false),
+        };
         let what = format!("pip install {}", pkg.spec(Runtime::Python));
-        self.run_installer(cmd, &what, target, Some(INSTALL_MEMORY), |_, _, _| Ok(()))
-            .await
+        self.run_installer(
+            cmd,
+            &what,
+            target,
+            Some(INSTALL_MEMORY),
+            |cmd, scratch, _| {
+                // A hash is an option of a requirements file's line.
+                let file = scratch.join("requirements.txt");
+                std::fs::write(&file, format!("{line}\n"))?;
+                if hashed {
+                    cmd.arg("--require-hashes");
+                }
+                cmd.arg("-r").arg(file);
+                Ok(())
+            },
+        )
+        .await
+        .map_err(|e| match (&pkg.hash, e.contains("Expected sha256")) {
+            (Some(hash), true) => format!(
+                "{what}: the index's file for it is not the one locked ({hash}); it changed \
+                 since the version was locked. Deploy again to lock what the index has now \
+                 (pip said: {e})"
+            ),
+            _ => e,
+        })
     }
 
-    async fn npm(&self, pkg: &Package, target: &Path) -> Result<(), String> {
+    /// Installs `name@range` into `target` and reads back what npm chose:
+    /// the exact version and its integrity.
+    async fn npm(&self, name: &str, range: &str, target: &Path) -> Result<Package, String> {
+        let spec = format!("{name}@{range}");
         let mut cmd = tokio::process::Command::new(&self.npm);
         cmd.args([
             "install",
@@ -278,12 +451,14 @@ impl InstallCache {
         ])
         .args(["--no-package-lock", "--loglevel=error", "--prefix"])
         .arg(target)
-        .arg(pkg.spec(Runtime::Node));
+        .arg(&spec);
         let offline_cache = self.offline.as_ref().map(|d| d.join("npm"));
         if offline_cache.is_some() {
             cmd.arg("--offline");
+        } else if let Some(url) = &self.registries.npm_registry {
+            cmd.arg("--registry").arg(url);
         }
-        let what = format!("npm install {}", pkg.spec(Runtime::Node));
+        let what = format!("npm install {spec}");
         self.run_installer(cmd, &what, target, None, |cmd, scratch, owner| {
             let cache = scratch.join("cache");
             match &offline_cache {
@@ -293,7 +468,8 @@ impl InstallCache {
             cmd.arg("--cache").arg(&cache);
             Ok(())
         })
-        .await
+        .await?;
+        npm_installed(target, name).map_err(|e| format!("{what}: {e}"))
     }
 
     /// Runs installer `cmd`, which writes into `target`, with a scratch
@@ -408,6 +584,93 @@ async fn run(mut cmd: tokio::process::Command, what: &str) -> Result<(), String>
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     let last = lines[lines.len().saturating_sub(3)..].join(" / ");
     Err(format!("{what} failed: {last}"))
+}
+
+/// The packages a `pip install --dry-run --report` would install.
+fn read_report(path: &Path) -> Result<Vec<Package>, String> {
+    use std::io::Read;
+    let mut text = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_REPORT + 1).read_to_end(&mut text))
+        .map_err(|e| format!("pip's resolution report: {e}"))?;
+    if text.len() as u64 > MAX_REPORT {
+        return Err(format!(
+            "pip's resolution report is larger than {} MiB",
+            MAX_REPORT >> 20
+        ));
+    }
+    #[derive(serde::Deserialize)]
+    struct Report {
+        install: Vec<Item>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Item {
+        metadata: Metadata,
+        download_info: serde_json::Value,
+    }
+    #[derive(serde::Deserialize)]
+    struct Metadata {
+        name: String,
+        version: String,
+    }
+    let report: Report =
+        serde_json::from_slice(&text).map_err(|e| format!("pip's resolution report: {e}"))?;
+    let packages: Vec<Package> = report
+        .install
+        .into_iter()
+        .map(|i| {
+            // `hashes` since pip 23.1; before, one `hash` as `algo=hex`.
+            let archive = &i.download_info["archive_info"];
+            let sha256 = archive["hashes"]["sha256"]
+                .as_str()
+                .or_else(|| archive["hash"].as_str()?.strip_prefix("sha256="))
+                .map(|h| format!("sha256:{h}"));
+            Package {
+                name: hearth_host::deps::normalize_python_name(&i.metadata.name),
+                version: i.metadata.version,
+                hash: sha256,
+            }
+        })
+        .collect();
+    // Checked as a lock a user wrote would be: pip's answer is parsed text.
+    let lock = hearth_host::deps::Lock::new(packages);
+    hearth_host::deps::Lock::parse(Runtime::Python, &lock.to_json())
+        .map(|l| l.packages)
+        .map_err(|e| format!("pip resolved to something that cannot be locked: {e}"))
+}
+
+/// The version and integrity of the package `name` npm installed under
+/// `prefix` (from npm's own record of the tree, `.package-lock.json`).
+fn npm_installed(prefix: &Path, name: &str) -> Result<Package, String> {
+    let modules = prefix.join("node_modules");
+    let record: serde_json::Value = std::fs::read(modules.join(".package-lock.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let entry = &record["packages"][format!("node_modules/{name}")];
+    let version = match entry["version"].as_str() {
+        Some(v) => v.to_string(),
+        None => {
+            let manifest: serde_json::Value =
+                std::fs::read(modules.join(name).join("package.json"))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice(&b).ok())
+                    .ok_or("npm installed no package.json for it")?;
+            manifest["version"]
+                .as_str()
+                .ok_or("its package.json names no version")?
+                .to_string()
+        }
+    };
+    let package = Package {
+        name: name.to_string(),
+        version,
+        hash: entry["integrity"].as_str().map(str::to_string),
+    };
+    let lock = hearth_host::deps::Lock::new(vec![package]);
+    hearth_host::deps::Lock::parse(Runtime::Node, &lock.to_json())
+        .map(|mut l| l.packages.remove(0))
+        .map_err(|e| format!("npm installed something that cannot be locked: {e}"))
 }
 
 /// Makes directory `dir`, owned by `owner` when given.

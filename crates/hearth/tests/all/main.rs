@@ -13,6 +13,7 @@ mod harness;
 mod hostile;
 mod js;
 mod outbound;
+mod packages;
 mod process;
 mod recording;
 mod snapshot;

@@ -229,6 +229,17 @@ pub(crate) fn write_wheel(dir: &std::path::Path) {
 
 /// A wheel of package `name` whose `__init__.py` is `init`.
 pub(crate) fn write_wheel_of(dir: &std::path::Path, name: &str, version: &str, init: &str) {
+    write_wheel_requiring(dir, name, version, init, &[]);
+}
+
+/// A wheel of package `name` that depends on `requires` (PEP 508 lines).
+pub(crate) fn write_wheel_requiring(
+    dir: &std::path::Path,
+    name: &str,
+    version: &str,
+    init: &str,
+    requires: &[&str],
+) {
     use std::io::Write;
     let file =
         std::fs::File::create(dir.join(format!("{name}-{version}-py3-none-any.whl"))).unwrap();
@@ -239,7 +250,13 @@ pub(crate) fn write_wheel_of(dir: &std::path::Path, name: &str, version: &str, i
         (format!("{name}/__init__.py"), init.to_string()),
         (
             format!("{info}/METADATA"),
-            format!("Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"),
+            format!(
+                "Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{}",
+                requires
+                    .iter()
+                    .map(|r| format!("Requires-Dist: {r}\n"))
+                    .collect::<String>()
+            ),
         ),
         (
             format!("{info}/WHEEL"),
@@ -289,11 +306,17 @@ async fn pinned_packages_install_once_and_handlers_fork_from_a_zygote_that_impor
         v1["imported_at"], v2["imported_at"],
         "both handlers inherited one zygote's import (SOCK's import cache)"
     );
-    // An unpinned requirement is refused at deploy, with the line.
-    let loose = tar_of(&[("handler.py", code), ("requirements.txt", "tinypkg>=1\n")]);
-    let (status, msg) = deploy_error(&d, "loose", "fn.tar", &loose).await;
+    // A requirement pip would read as a file is refused at deploy, with the line.
+    let path = tar_of(&[
+        ("handler.py", code),
+        ("requirements.txt", "# deps\n-r /etc/passwd\n"),
+    ]);
+    let (status, msg) = deploy_error(&d, "path", "fn.tar", &path).await;
     assert_eq!(status, 400);
-    assert!(msg.contains("line 1"), "{msg}");
+    assert!(
+        msg.contains("line 2") && msg.contains("only package names"),
+        "{msg}"
+    );
     // A package that does not exist fails the deploy, not the first request.
     let missing = tar_of(&[
         ("handler.py", code),

@@ -164,6 +164,53 @@ async fn no_package_code_runs_at_install() {
     assert!(msg.contains("../../../tmp/x"), "{msg}");
 }
 
+/// The lock pins each file by its hash: an index or mirror that serves
+/// other bytes for a locked version (a replaced release, a tampered
+/// mirror) fails the install instead of running them. The bundle here
+/// carries its lock, as an artifact taken from one node to another does.
+#[tokio::test]
+async fn a_locked_package_whose_file_changed_is_refused() {
+    use sha2::Digest;
+    let wheels = tempfile::tempdir().unwrap();
+    let w = wheels.path();
+    crate::process::write_wheel_of(w, "tinypkg", "1.2.0", "VERSION = 'genuine'\n");
+    let genuine = std::fs::read(w.join("tinypkg-1.2.0-py3-none-any.whl")).unwrap();
+    let lock = serde_json::json!({"hearth_lock": 1, "packages": [{
+        "name": "tinypkg", "version": "1.2.0",
+        "hash": format!("sha256:{}", hex_of(&sha2::Sha256::digest(&genuine))),
+    }]});
+    // The index now serves other bytes under the same name and version.
+    crate::process::write_wheel_of(w, "tinypkg", "1.2.0", "VERSION = 'substituted'\n");
+    let d = Daemon::start_with(&["--offline-packages", w.to_str().unwrap()]);
+    let code = "import tinypkg\ndef handler(e, c):\n    return tinypkg.VERSION\n";
+    let bundle = crate::harness::tar_of(&[
+        ("handler.py", code),
+        ("requirements.txt", "tinypkg==1.2.0\n"),
+        ("hearth.lock", &lock.to_string()),
+    ]);
+    let q = [("runtime", "python"), ("file_name", "fn.tar")];
+    let (status, _, msg) = crate::harness::error_of(d.deploy_raw("locked", bundle, &q).await).await;
+    assert_eq!(status, 400, "{msg}");
+    assert!(
+        msg.contains("tinypkg==1.2.0") && msg.contains("not the one locked"),
+        "{msg}"
+    );
+    // Without a lock the same requirement installs what the index has now.
+    let bundle = crate::harness::tar_of(&[
+        ("handler.py", code),
+        ("requirements.txt", "tinypkg==1.2.0\n"),
+    ]);
+    d.deploy("unlocked", bundle, &q).await;
+    assert_eq!(
+        d.call("unlocked", "", "{}").await,
+        (200, "substituted".into())
+    );
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// `srcpkg`, whose build backend builds a real wheel whose module
 /// says where the build ran: its user, the root it saw, and whether it
 /// reached the node's API at `api_port`.
