@@ -85,9 +85,9 @@ pub(crate) async fn document() -> Json<Value> {
                         {"name": "max_tape_bytes", "in": "query", "description": "host-call bytes one invocation's tape may hold; at most the node's budget", "schema": {"type": "integer"}}
                     ],
                     "requestBody": {"required": true, "content": {"application/wasm": {}, "application/octet-stream": {}}},
-                    "responses": {"201": {"description": "the new version, with compile_ms and url"}, "400": err, "401": err, "413": err}
+                    "responses": {"201": {"description": "the new version, with compile_ms, install_ms, packages (its lock, each with cached), warnings and url"}, "400": err, "401": err, "413": err}
                 },
-                "get": {"summary": "A function's versions", "responses": {"200": {"description": "{tenant, name, versions}"}, "404": err}},
+                "get": {"summary": "A function's versions", "responses": {"200": {"description": "{tenant, name, versions}; each version with its packages (lock)"}, "404": err}},
                 "delete": {"summary": "Remove a function, its versions, KV and logs", "responses": {"204": {"description": "removed"}, "404": err}}
             },
             "/v1/functions/{name}/logs": {"get": {
