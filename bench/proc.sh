@@ -18,13 +18,21 @@
 # for Python without packages (pre-forked from the bare zygote, already in
 # its cgroup) and Node.js; and starting `node` for it.
 #
-# Usage: bench/proc.sh [package==version] [runs] [N]   (prints Markdown)
+# And the import cache learning submodules: a function whose handler loads
+# `from PIL import Image` (its zygote imports `PIL`), redeployed after its
+# first call; the new version's first invocation with the zygote that
+# learned `PIL.Image` vs with learning off (HEARTH_PROC_CACHES without
+# `learn`).
+#
+# Usage: bench/proc.sh [package==version] [runs] [N] [submodule package]
+#   (prints Markdown)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh
 PKG="${1:-numpy==1.26.4}"
 RUNS="${2:-5}"
 N="${3:-10}"
+SUBPKG="${4:-pillow==11.0.0}"
 MOD=$(python3 -c "import sys; n=sys.argv[1].split('==')[0].lower(); print({'pyyaml':'yaml','pillow':'PIL','scikit-learn':'sklearn'}.get(n, n.replace('-','_')))" "$PKG")
 cargo build --release -q -p hearth
 BIN="$CARGO_TARGET_DIR/release/hearth"
@@ -140,6 +148,31 @@ node_start=(); for _ in $(seq "$RUNS"); do
   s=$(date +%s%N); node "$WORK/index.mjs"; e=$(date +%s%N)
   node_start+=("$(python3 -c "print(($e-$s)/1e6)")"); done
 
+# Learning submodules: on each daemon, per round a new function whose
+# first call makes the handler import PIL.Image, then a redeploy (a new
+# version, same packages) whose first call is measured, end to end and as
+# the time its module spent in `from PIL import Image`.
+mkdir -p "$WORK/sub"
+printf 'import time\n_t = time.perf_counter()\nfrom PIL import Image\nLOAD_MS = (time.perf_counter() - _t) * 1000\ndef handler(event, context):\n    return {"load_ms": LOAD_MS}\n' >"$WORK/sub/handler.py"
+echo "$SUBPKG" >"$WORK/sub/requirements.txt"
+tar -C "$WORK/sub" -cf "$WORK/sub.tar" handler.py requirements.txt
+# redeployed_first CACHES: per round, the redeploy's first call "total load" (ms).
+redeployed_first() {
+  start "learn-$1" "$1"
+  for i in $(seq "$RUNS"); do
+    curl -sf -o /dev/null -H "Authorization: Bearer $TOKEN" --data-binary @"$WORK/sub.tar" "$URL/v1/functions/s$i?runtime=python&file_name=fn.tar"
+    curl -sf -o /dev/null -H "Authorization: Bearer $TOKEN" "$URL/fn/admin/s$i"
+    sleep 2   # the zygote learns in the background
+    curl -sf -o /dev/null -H "Authorization: Bearer $TOKEN" --data-binary @"$WORK/sub.tar" "$URL/v1/functions/s$i?runtime=python&file_name=fn.tar"
+    curl -sf -o "$WORK/sub.out" -w '%{time_total}' -H "Authorization: Bearer $TOKEN" "$URL/fn/admin/s$i" >"$WORK/sub.time"
+    echo "$(ms "$(cat "$WORK/sub.time")") $(python3 -c 'import json,sys; print(f"{json.load(open(sys.argv[1]))[\"load_ms\"]:.2f}")' "$WORK/sub.out")"
+  done
+  stop_last
+}
+mapfile -t learn_on < <(redeployed_first all)
+mapfile -t learn_off < <(redeployed_first install,import,handler)
+col() { local k=$1; shift; for r in "$@"; do echo "$r" | cut -d' ' -f"$k"; done; }
+
 ratio() { python3 -c "import sys; print(f'{float(sys.argv[1])/float(sys.argv[2]):.0f}')" "$1" "$2"; }
 echo "### Process tier cold starts ($PKG, $(nproc) cores)"
 echo
@@ -173,3 +206,10 @@ echo "| Node.js: started for it (pools off) | $(stats "${node_nopool[@]}") |"
 echo "| Node.js: starting \`node\` by hand (baseline) | $(stats "${node_start[@]}") |"
 echo
 echo "Handlers taken from the pools: $from_pool. Python p50 ratio (pools off / pool): $(python3 -c "print(f'{$(p50 "${py_nopool[@]}")/$(p50 "${py_pool[@]}"):.1f}')")×."
+echo
+echo "### After a redeploy: the first invocation of a function using PIL.Image ($SUBPKG)"
+echo
+echo "| zygote | end to end p50 | max | \`from PIL import Image\` in the handler, p50 | runs |"
+echo "|---|---|---|---|---|"
+echo "| learned PIL.Image from the first version's handler | $(stats $(col 1 "${learn_on[@]}") | cut -d'|' -f1-2) | $(p50 $(col 2 "${learn_on[@]}")) ms | ${#learn_on[@]} |"
+echo "| imports only PIL (learning off) | $(stats $(col 1 "${learn_off[@]}") | cut -d'|' -f1-2) | $(p50 $(col 2 "${learn_off[@]}")) ms | ${#learn_off[@]} |"

@@ -356,6 +356,23 @@ def import_modules(paths, modules):
     return imported, failed
 
 
+def package_modules_since(before, paths, most=64):
+    """The modules imported since `before` whose files are under one of
+    `paths` (the function's packages; never its own code): what a zygote
+    of these packages could import ahead of the next handler."""
+    roots = tuple(os.path.join(p, "") for p in paths)
+    found = []
+    for name, module in list(sys.modules.items()):
+        if name in before or not roots:
+            continue
+        origin = getattr(module, "__file__", None) or ""
+        if origin.startswith(roots):
+            found.append(name)
+            if len(found) == most:
+                break
+    return found
+
+
 def enter_user_namespace(uid, gid, extra=0):
     """Without root: a new user namespace (this process's user seen as
     `uid` inside) owning new PID, IPC and UTS namespaces (and `extra`)."""
@@ -653,6 +670,10 @@ class Handler:
         self.shape = None
         self.arity = 2
         self.load_error = None
+        # Modules of the function's packages that loading it imported (for
+        # the node's import cache to learn: `PIL.Image` where a zygote
+        # imported only `PIL`).
+        self.imported = []
         self.invoking = False
         self.urandom = _route_through_host(self)
         sys.modules["hearth"] = _make_hearth_module(self)
@@ -680,7 +701,8 @@ class Handler:
                 os._exit(0)
             if msg["op"] == "load":
                 self.load(msg)
-                send_frame(self.sock, {"op": "loaded", "error": self.load_error})
+                send_frame(self.sock, {"op": "loaded", "error": self.load_error,
+                                       "imported": self.imported})
             elif msg["op"] == "invoke":
                 self.invoke(msg, body)
 
@@ -693,12 +715,14 @@ class Handler:
             if p not in sys.path:
                 sys.path.insert(0 if p == code_dir else len(sys.path), p)
         entry = msg["entry"]
+        before = set(sys.modules)
         try:
             os.chdir(scratch_cwd(code_dir, msg.get("workdir")))
             mod = import_entry(code_dir, entry)
         except BaseException:
             self.load_error = _traceback_text()
             return
+        self.imported = package_modules_since(before, msg.get("paths", []))
         # The handler setting's function, or the default names in order
         # (the node's list, which its deploy check also uses).
         wanted = msg["handlers"]

@@ -71,6 +71,9 @@ pub struct Caches {
     /// Paused handlers kept for the next invocation. Off: every invocation
     /// gets a new handler, destroyed after it.
     pub handler: bool,
+    /// Zygotes learn the submodules their handlers import (`zygote.rs`).
+    /// Off: they import only their packages' top-level modules.
+    pub learn: bool,
 }
 
 impl Caches {
@@ -78,14 +81,17 @@ impl Caches {
         install: true,
         import: true,
         handler: true,
+        learn: true,
     };
 
-    /// Parses `all`, `none`, or a comma list of `install`, `import`, `handler`.
+    /// Parses `all`, `none`, or a comma list of `install`, `import`,
+    /// `handler`, `learn`.
     pub fn parse(s: &str) -> Result<Caches, String> {
         let mut c = Caches {
             install: false,
             import: false,
             handler: false,
+            learn: false,
         };
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             match part {
@@ -94,9 +100,10 @@ impl Caches {
                 "install" => c.install = true,
                 "import" => c.import = true,
                 "handler" => c.handler = true,
+                "learn" => c.learn = true,
                 other => {
                     return Err(format!(
-                        "unknown cache {other:?}: expected all, none, install, import or handler"
+                        "unknown cache {other:?}: expected all, none, install, import, handler or learn"
                     ));
                 }
             }

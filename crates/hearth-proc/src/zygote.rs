@@ -17,6 +17,15 @@
 //! handler forks from the root and imports its packages itself. A
 //! function's zygote is looked for, and made, only within its scope.
 //!
+//! The tree also learns what handlers import (SOCK §4.2's import cache
+//! imports what functions use, not only package names): a handler reports
+//! the modules of its packages that loading it imported (`PIL.Image` where
+//! the zygote imported `PIL`), and a zygote that lacks some is replaced,
+//! in the background, by a child that imports them too — so the next
+//! handler of that package set, another function's or the next version's,
+//! starts with them imported. Zygotes that every tenant shares (`full`)
+//! do not learn: one tenant's handler would choose what another's imports.
+//!
 //! Eviction keeps the zygotes' memory within a budget; the one freed first
 //! is the one whose benefit per byte is smallest: recent forks × import
 //! time saved, divided by its proportional set size. The root stays.
@@ -74,11 +83,16 @@ impl Scope {
     }
 }
 
+/// Most modules a zygote learns from its handlers, beyond its packages.
+const MAX_LEARNED: usize = 256;
+
 /// One zygote, for `hearth status`.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ZygoteStatus {
     pub pid: i32,
     pub packages: usize,
+    /// Modules it imported because its handlers did (`PIL.Image`).
+    pub learned: usize,
     pub pss_bytes: u64,
     pub forks: u64,
     /// `None` for the root, which holds nothing and serves everyone.
@@ -99,6 +113,11 @@ pub struct Zygote {
     pub scope: Option<Scope>,
     /// Import paths (install-cache directories) the zygote has on sys.path.
     pub paths: Vec<PathBuf>,
+    /// Modules it imported beyond its packages' own, learned from the
+    /// handlers of the zygote it replaced.
+    pub learned: BTreeSet<String>,
+    /// Set once a child that imports more is being made to replace it.
+    replacing: std::sync::atomic::AtomicBool,
     /// How long importing its packages took (what a fork from it saves).
     pub import_ms: u64,
     /// Made for functions with allowed hosts: its filter lets internet
@@ -302,6 +321,8 @@ impl ZygoteTree {
             packages: BTreeSet::new(),
             scope: None,
             paths: Vec::new(),
+            learned: BTreeSet::new(),
+            replacing: Default::default(),
             import_ms: 0,
             network: false,
             root: None,
@@ -349,7 +370,10 @@ impl ZygoteTree {
         if exact(&best) {
             return best;
         }
-        match self.fork_child(&best, installed, scope, network).await {
+        match self
+            .fork_child(&best, installed, scope, network, &BTreeSet::new())
+            .await
+        {
             Ok(z) => {
                 self.zygotes.lock().unwrap().push(z.clone());
                 self.evict(Some(z.id));
@@ -378,12 +402,77 @@ impl ZygoteTree {
             .unwrap_or_else(|| zygotes[0].clone())
     }
 
+    /// Notes that a handler forked from `zygote` for the packages
+    /// `installed` imported `reported` while loading. Modules of those
+    /// packages that the zygote lacks are imported by a child of it that
+    /// then takes its place (see the module's documentation).
+    pub async fn learn(&self, zygote: &Arc<Zygote>, installed: &[Installed], reported: &[String]) {
+        let Some(scope) = zygote.scope.clone() else {
+            return;
+        };
+        let packages: BTreeSet<Package> = installed.iter().map(|i| i.package.clone()).collect();
+        if scope == Scope::Anyone || zygote.packages != packages {
+            return;
+        }
+        let tops: BTreeSet<&str> = installed
+            .iter()
+            .flat_map(|i| i.modules.iter().map(String::as_str))
+            .collect();
+        let new: Vec<&String> = reported
+            .iter()
+            .filter(|m| is_module_name(m))
+            .filter(|m| tops.contains(m.split('.').next().unwrap_or_default()))
+            .filter(|m| !tops.contains(m.as_str()) && !zygote.learned.contains(*m))
+            .collect();
+        if new.is_empty()
+            || zygote.learned.len() + new.len() > MAX_LEARNED
+            || zygote.replacing.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let _one = self.creating.lock().await;
+        if !self
+            .zygotes
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|z| Arc::ptr_eq(z, zygote))
+        {
+            return; // evicted meanwhile
+        }
+        let mut learned = zygote.learned.clone();
+        learned.extend(new.into_iter().cloned());
+        match self
+            .fork_child(zygote, installed, &scope, zygote.network, &learned)
+            .await
+        {
+            Ok(child) => {
+                let mut zygotes = self.zygotes.lock().unwrap();
+                match zygotes.iter().position(|z| Arc::ptr_eq(z, zygote)) {
+                    Some(i) => zygotes[i] = child.clone(),
+                    None => {
+                        child.retire();
+                        return;
+                    }
+                }
+                drop(zygotes);
+                tracing::info!(replaced = zygote.id, zygote = child.id, learned = ?child.learned, "zygote learned its handlers' imports");
+                zygote.retire();
+                self.evict(Some(child.id));
+            }
+            Err(e) => tracing::warn!(error = %e, "a zygote could not learn its handlers' imports"),
+        }
+    }
+
+    /// Forks from `parent` a zygote for `installed` that imports the
+    /// packages `parent` lacks, then the modules in `learned`.
     async fn fork_child(
         &self,
         parent: &Zygote,
         installed: &[Installed],
         scope: &Scope,
         network: bool,
+        learned: &BTreeSet<String>,
     ) -> Result<Arc<Zygote>, String> {
         let started = Instant::now();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -392,7 +481,11 @@ impl ZygoteTree {
             .filter(|i| !parent.packages.contains(&i.package))
             .collect();
         let paths: Vec<PathBuf> = installed.iter().map(|i| i.path.clone()).collect();
-        let modules: Vec<&String> = new.iter().flat_map(|i| &i.modules).collect();
+        let modules: Vec<&String> = new
+            .iter()
+            .flat_map(|i| &i.modules)
+            .chain(learned.iter().filter(|m| !parent.learned.contains(*m)))
+            .collect();
         let mut header = json!({
             "op": "fork_zygote",
             "paths": paths,
@@ -486,6 +579,8 @@ impl ZygoteTree {
             packages: installed.iter().map(|i| i.package.clone()).collect(),
             scope: Some(scope.clone()),
             paths,
+            learned: learned.clone(),
+            replacing: Default::default(),
             import_ms: started.elapsed().as_millis() as u64,
             network,
             root,
@@ -538,6 +633,7 @@ impl ZygoteTree {
             .map(|z| ZygoteStatus {
                 pid: z.pid,
                 packages: z.packages.len(),
+                learned: z.learned.len(),
                 pss_bytes: z.pss_bytes(),
                 forks: z.forks.load(Ordering::Relaxed),
                 scope: z.scope.clone(),
@@ -565,6 +661,16 @@ impl Drop for ZygoteTree {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// A dotted Python module name (`PIL.Image`), not too long: what a
+/// handler reports is checked before a zygote imports it.
+fn is_module_name(name: &str) -> bool {
+    name.len() <= 128
+        && name.split('.').all(|part| {
+            part.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
 }
 
 /// Benefit of keeping a zygote per byte it costs: forks it served, decayed

@@ -112,7 +112,8 @@ pub struct UpArgs {
     #[arg(long, env = "HEARTH_KEEP_ALIVE_S")]
     pub keep_alive_s: Option<u64>,
     /// The process tier's caches: all (default), none, or a comma list of
-    /// install, import, handler. Turning caches off is for measuring them.
+    /// install, import, handler, learn. Turning caches off is for measuring
+    /// them.
     #[arg(long, env = "HEARTH_PROC_CACHES")]
     pub proc_caches: Option<String>,
     /// Generic Python and Node.js processes kept started, per language,

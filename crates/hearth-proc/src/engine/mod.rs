@@ -578,7 +578,18 @@ impl ProcPrepared {
         };
         handler.private_packages = private;
         handler.key = Some(self.key.clone());
-        self.load(handler, &packages).await
+        let (handler, imported) = self.load(handler, &packages).await?;
+        if caches.learn && zygote.id != 0 && !imported.is_empty() {
+            // The import cache learns what handlers import, off the
+            // request's path.
+            let engine = self.engine.clone();
+            tokio::spawn(async move {
+                if let Ok(tree) = engine.zygotes().await {
+                    tree.learn(&zygote, &installed, &imported).await;
+                }
+            });
+        }
+        Ok(handler)
     }
 
     async fn new_node_handler(&self) -> Result<Handler, InvokeError> {
@@ -619,13 +630,18 @@ impl ProcPrepared {
             )));
         }
         handler.key = Some(self.key.clone());
-        self.load(handler, paths).await
+        Ok(self.load(handler, paths).await?.0)
     }
 
     /// Sends the function's code location and environment; the helper
     /// imports it. Import errors are kept and reported per invocation; a
-    /// handler that dies or hangs while loading is destroyed.
-    async fn load(&self, mut handler: Handler, paths: &[PathBuf]) -> Result<Handler, InvokeError> {
+    /// handler that dies or hangs while loading is destroyed. Also returns
+    /// the modules of its packages that loading imported (Python).
+    async fn load(
+        &self,
+        mut handler: Handler,
+        paths: &[PathBuf],
+    ) -> Result<(Handler, Vec<String>), InvokeError> {
         let code = if self.engine.0.root {
             "/code".to_string()
         } else {
@@ -649,12 +665,24 @@ impl ProcPrepared {
         let conn = handler.conn();
         let result = tokio::time::timeout(wait, async {
             write_frame(conn, &msg, &[]).await?;
-            while read_frame(conn, 1 << 20).await?.str("op") != "loaded" {}
-            Ok::<_, std::io::Error>(())
+            loop {
+                let frame = read_frame(conn, 1 << 20).await?;
+                if frame.str("op") == "loaded" {
+                    return Ok::<_, std::io::Error>(frame.header);
+                }
+            }
         })
         .await;
         let err = match result {
-            Ok(Ok(())) => return Ok(handler),
+            Ok(Ok(loaded)) => {
+                let imported = loaded["imported"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|m| m.as_str().map(str::to_string))
+                    .collect();
+                return Ok((handler, imported));
+            }
             Ok(Err(_)) if handler.oom_killed() => InvokeError::OutOfMemory {
                 limit_mib: self.version.spec.limits.memory_mib,
             },

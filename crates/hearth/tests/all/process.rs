@@ -240,14 +240,29 @@ pub(crate) fn write_wheel_requiring(
     init: &str,
     requires: &[&str],
 ) {
+    write_wheel_with(dir, name, version, &[("__init__.py", init)], requires);
+}
+
+/// A wheel of package `name` holding `modules` (paths in the package and
+/// their text) that depends on `requires`.
+pub(crate) fn write_wheel_with(
+    dir: &std::path::Path,
+    name: &str,
+    version: &str,
+    modules: &[(&str, &str)],
+    requires: &[&str],
+) {
     use std::io::Write;
     let file =
         std::fs::File::create(dir.join(format!("{name}-{version}-py3-none-any.whl"))).unwrap();
     let mut w = zip::ZipWriter::new(file);
     let o = zip::write::SimpleFileOptions::default();
     let info = format!("{name}-{version}.dist-info");
-    let files = [
-        (format!("{name}/__init__.py"), init.to_string()),
+    let mut files: Vec<(String, String)> = modules
+        .iter()
+        .map(|(path, text)| (format!("{name}/{path}"), text.to_string()))
+        .collect();
+    files.extend([
         (
             format!("{info}/METADATA"),
             format!(
@@ -265,7 +280,7 @@ pub(crate) fn write_wheel_requiring(
         ),
         (format!("{info}/top_level.txt"), format!("{name}\n")),
         (format!("{info}/RECORD"), String::new()),
-    ];
+    ]);
     for (path, text) in files {
         w.start_file(path, o).unwrap();
         w.write_all(text.as_bytes()).unwrap();
@@ -325,6 +340,67 @@ async fn pinned_packages_install_once_and_handlers_fork_from_a_zygote_that_impor
     let (status, msg) = deploy_error(&d, "missing", "fn.tar", &missing).await;
     assert_eq!(status, 400);
     assert!(msg.contains("nosuchpkg==9.9"), "{msg}");
+}
+
+/// SOCK's import cache imports what handlers use: a zygote that imported
+/// `tinypkg` learns from its first handler that loading the function also
+/// imports `tinypkg.heavy`, and is replaced by one that imports it too, so
+/// the next version's first handler starts with it imported.
+#[tokio::test]
+async fn zygotes_learn_the_submodules_handlers_import() {
+    let wheels = tempfile::tempdir().unwrap();
+    write_wheel_with(
+        wheels.path(),
+        "tinypkg",
+        "1.2.0",
+        &[
+            ("__init__.py", "VERSION = '1.2.0'\n"),
+            ("heavy.py", "import time\nIMPORTED_AT = time.time()\n"),
+        ],
+        &[],
+    );
+    let d = Daemon::start_with(&["--offline-packages", wheels.path().to_str().unwrap()]);
+    let code =
+        "from tinypkg import heavy\ndef handler(e, c):\n    return {'at': heavy.IMPORTED_AT}\n";
+    let bundle = tar_of(&[
+        ("handler.py", code),
+        ("requirements.txt", "tinypkg==1.2.0\n"),
+    ]);
+    let q = [("runtime", "python"), ("file_name", "fn.tar")];
+    d.deploy("sub", bundle.clone(), &q).await;
+    let (status, body) = d.call("sub", "", "{}").await;
+    assert_eq!(status, 200, "{body}");
+    let learned = || async {
+        let status = d.get_json("/v1/status").await;
+        status["tiers"]["process"]["details"]["zygotes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|z| z["learned"].as_u64().unwrap())
+            .max()
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while learned().await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no zygote learned tinypkg.heavy"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A redeploy: its first handler forks from the zygote that learned.
+    let redeployed_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    d.deploy("sub", bundle, &q).await;
+    let (status, body) = d.call("sub", "", "{}").await;
+    assert_eq!(status, 200, "{body}");
+    let at: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        at["at"].as_f64().unwrap() < redeployed_at,
+        "tinypkg.heavy was imported by the new version's handler, not before it by the zygote: {body}"
+    );
 }
 
 #[tokio::test]
