@@ -165,7 +165,7 @@ redeployed_first() {
     sleep 2   # the zygote learns in the background
     curl -sf -o /dev/null -H "Authorization: Bearer $TOKEN" --data-binary @"$WORK/sub.tar" "$URL/v1/functions/s$i?runtime=python&file_name=fn.tar"
     curl -sf -o "$WORK/sub.out" -w '%{time_total}' -H "Authorization: Bearer $TOKEN" "$URL/fn/admin/s$i" >"$WORK/sub.time"
-    echo "$(ms "$(cat "$WORK/sub.time")") $(python3 -c 'import json,sys; print(f"{json.load(open(sys.argv[1]))[\"load_ms\"]:.2f}")' "$WORK/sub.out")"
+    echo "$(ms "$(cat "$WORK/sub.time")") $(python3 -c 'import json,sys; print("%.2f" % json.load(open(sys.argv[1]))["load_ms"])' "$WORK/sub.out")"
   done
   stop_last
 }

@@ -23,6 +23,7 @@ mod auth;
 mod cluster;
 mod error;
 mod invoke;
+mod kv;
 mod manage;
 mod openapi;
 mod query;
@@ -124,6 +125,11 @@ pub fn router_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> Rout
                 .delete(manage::remove_function),
         )
         .route("/v1/functions/{name}/logs", get(manage::logs))
+        .route("/v1/functions/{name}/kv", get(kv::list))
+        .route(
+            "/v1/functions/{name}/kv/{*key}",
+            get(kv::get).put(kv::put).delete(kv::delete),
+        )
         .route("/v1/functions/{name}/recordings", get(recordings::list))
         .route(
             "/v1/functions/{name}/replay",

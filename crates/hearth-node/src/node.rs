@@ -202,6 +202,13 @@ impl Node {
         self.host.limits.kv_max_tenant_bytes
     }
 
+    /// The limits a function's own KV calls have: key bytes, value bytes,
+    /// keys one list returns.
+    pub fn kv_limits(&self) -> (usize, usize, u32) {
+        let l = &self.host.limits;
+        (l.kv_max_key_bytes, l.kv_max_value_bytes, l.kv_max_list)
+    }
+
     /// Bytes of code one tenant may keep deployed.
     pub fn max_code_bytes_per_tenant(&self) -> u64 {
         self.config.max_code_bytes_per_tenant

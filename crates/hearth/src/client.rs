@@ -70,6 +70,9 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
+    /// Read and write a function's KV: get, set, ls, rm.
+    #[command(subcommand)]
+    Kv(crate::kv::KvCommand),
     /// Show a function's log: stderr, log calls, and failures, per invocation.
     Logs {
         name: String,
@@ -240,7 +243,7 @@ impl Client {
     }
 }
 
-fn read_data(data: &str) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn read_data(data: &str) -> anyhow::Result<Vec<u8>> {
     match data.strip_prefix('@') {
         Some("-") => {
             let mut buf = Vec::new();
@@ -526,6 +529,7 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
                 }
             }
         }
+        ClientCommand::Kv(cmd) => crate::kv::run(data_dir, cmd).await?,
         ClientCommand::Rm { name, target } => {
             let c = Client::new(data_dir, &target)?;
             c.send(c.request(reqwest::Method::DELETE, &format!("/v1/functions/{name}")))

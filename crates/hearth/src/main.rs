@@ -7,6 +7,7 @@ mod config;
 mod daemon;
 mod datadir;
 mod deploy;
+mod kv;
 mod realnode;
 mod recordings;
 mod serve;

@@ -304,3 +304,91 @@ async fn prepared_code_idle_past_the_keep_alive_is_dropped() {
         assert_eq!(r.text().await.unwrap(), answer);
     }
 }
+
+/// `hearth kv`'s API: seed a function's KV before its first request, read
+/// what it wrote, list and remove keys, with the limits its own calls have.
+#[tokio::test]
+async fn a_functions_kv_is_seeded_and_inspected_from_outside() {
+    let d = Daemon::start_with(&["--max-kv-mib-per-tenant", "1"]);
+    let code = "import hearth\ndef handler(e, c):\n    g = hearth.kv.get('greet ing/1')\n    hearth.kv.set('seen', b'\\xffyes')\n    return {'greeting': g.decode() if g else None}\n";
+    d.deploy("kvfn", code.as_bytes().to_vec(), &[("runtime", "python")])
+        .await;
+    let kv = |key: &str| format!("{}/v1/functions/kvfn/kv/{key}", d.url);
+    // Seeded from outside (a key with a space and a slash, percent-encoded).
+    let put = d
+        .http
+        .put(kv("greet%20ing%2F1"))
+        .bearer_auth(&d.token)
+        .body("hello")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 204);
+    let (status, body) = d.call("kvfn", "", "{}").await;
+    assert_eq!((status, body.as_str()), (200, r#"{"greeting": "hello"}"#));
+    // What the function wrote, byte for byte.
+    let got = d
+        .get(&"/v1/functions/kvfn/kv/seen".to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.bytes().await.unwrap().as_ref(), b"\xffyes");
+    let list = d.get_json("/v1/functions/kvfn/kv?prefix=greet").await;
+    assert_eq!(list["keys"], serde_json::json!(["greet ing/1"]), "{list}");
+    let all = d.get_json("/v1/functions/kvfn/kv").await;
+    assert_eq!(all["keys"].as_array().unwrap().len(), 2, "{all}");
+    // Removed, then missing.
+    let rm = d.delete("/v1/functions/kvfn/kv/seen").send().await.unwrap();
+    assert_eq!(rm.status(), 204);
+    let (status, kind, _) =
+        error_of(d.get("/v1/functions/kvfn/kv/seen").send().await.unwrap()).await;
+    assert_eq!((status, kind.as_str()), (404, "not_found"));
+    // The limits a function's own kv.set has.
+    let long_key = "k".repeat(2000);
+    let (status, _, msg) = error_of(
+        d.http
+            .put(kv(&long_key))
+            .bearer_auth(&d.token)
+            .body("x")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 400, "{msg}");
+    let (status, _, msg) = error_of(
+        d.http
+            .put(kv("big"))
+            .bearer_auth(&d.token)
+            .body(vec![0u8; (1 << 20) + 1])
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 413, "{msg}");
+    let fill = |i: usize| {
+        d.http
+            .put(kv(&format!("fill{i}")))
+            .bearer_auth(&d.token)
+            .body(vec![0u8; 400 << 10])
+            .send()
+    };
+    assert_eq!(fill(1).await.unwrap().status(), 204);
+    assert_eq!(fill(2).await.unwrap().status(), 204);
+    let (status, kind, msg) = error_of(fill(3).await.unwrap()).await;
+    assert_eq!((status, kind.as_str()), (507, "kv_quota_exceeded"), "{msg}");
+    // A function that does not exist has no KV to write into.
+    let (status, _, _) = error_of(
+        d.http
+            .put(format!("{}/v1/functions/nosuch/kv/k", d.url))
+            .bearer_auth(&d.token)
+            .body("x")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 404);
+}

@@ -155,3 +155,55 @@ async fn a_reader_that_goes_away_ends_the_cli_quietly() {
         out.status
     );
 }
+
+/// `hearth deploy` says what it resolved and installed, `hearth versions`
+/// shows the lock, and `hearth kv` seeds and reads the function's KV.
+#[tokio::test]
+async fn deploy_reports_packages_and_kv_seeds_a_function() {
+    let wheels = tempfile::tempdir().unwrap();
+    crate::process::write_wheel_of(wheels.path(), "tinypkg", "1.2.0", "VERSION = '1.2.0'\n");
+    let d = Daemon::start_with(&["--offline-packages", wheels.path().to_str().unwrap()]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("handler.py"),
+        "import hearth, tinypkg\ndef handler(e, c):\n    return (hearth.kv.get('motd') or b'-').decode() + ' ' + tinypkg.VERSION\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("requirements.txt"), "tinypkg\n").unwrap();
+    let (ok, out, err) = hearth(
+        &d,
+        &[
+            "deploy",
+            dir.path().to_str().unwrap(),
+            "--name",
+            "motd",
+            "--runtime",
+            "python",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("to install 1 package (0 cached)"), "{out}");
+    assert!(
+        err.contains("warning: requirements.txt does not pin")
+            && err.contains("tinypkg resolved to 1.2.0"),
+        "{err}"
+    );
+    let (ok, out, _) = hearth(&d, &["versions", "motd"]);
+    assert!(ok && out.contains("packages: tinypkg==1.2.0"), "{out}");
+
+    let (ok, _, err) = hearth(&d, &["kv", "set", "motd", "motd", "hello there"]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = hearth(&d, &["invoke", "motd"]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "hello there 1.2.0");
+    let (ok, out, _) = hearth(&d, &["kv", "get", "motd", "motd"]);
+    assert!(ok);
+    assert_eq!(out, "hello there");
+    let (ok, out, _) = hearth(&d, &["kv", "ls", "motd"]);
+    assert!(ok);
+    assert_eq!(out, "motd\n");
+    let (ok, _, _) = hearth(&d, &["kv", "rm", "motd", "motd"]);
+    assert!(ok);
+    let (ok, _, err) = hearth(&d, &["kv", "get", "motd", "motd"]);
+    assert!(!ok && err.contains("404"), "{err}");
+}

@@ -83,3 +83,52 @@ async fn metrics_need_an_admin_token_and_name_no_function_by_default() {
         "{text}"
     );
 }
+
+/// The KV API reaches only the token's tenant's functions: another
+/// tenant's token, naming the same function, neither reads nor writes it
+/// (its own function of that name has a KV of its own).
+#[tokio::test]
+async fn another_tenants_token_cannot_reach_a_functions_kv() {
+    let d = Daemon::start();
+    let code = "import hearth\ndef handler(e, c):\n    v = hearth.kv.get('secret')\n    return v.decode() if v else None\n";
+    d.deploy("vault", code.as_bytes().to_vec(), &[("runtime", "python")])
+        .await;
+    let kv = format!("{}/v1/functions/vault/kv/secret", d.url);
+    let put =
+        |token: &str, value: &'static str| d.http.put(&kv).bearer_auth(token).body(value).send();
+    assert_eq!(put(&d.token, "admin's").await.unwrap().status(), 204);
+    let other = d.create_tenant("other").await;
+    // The other tenant has no function `vault`: 404, for reads and writes.
+    let read = d.http.get(&kv).bearer_auth(&other).send().await.unwrap();
+    assert_eq!(read.status(), 404);
+    assert_eq!(put(&other, "overwritten").await.unwrap().status(), 404);
+    let list = d
+        .http
+        .get(format!("{}/v1/functions/vault/kv", d.url))
+        .bearer_auth(&other)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(list.status(), 404);
+    // Its own `vault` has its own KV.
+    let r = d
+        .deploy_as(
+            &other,
+            "vault",
+            &[("runtime", "python")],
+            code.as_bytes().to_vec(),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    assert_eq!(put(&other, "other's").await.unwrap().status(), 204);
+    assert_eq!(d.call("vault", "", "{}").await, (200, "admin's".into()));
+    let theirs = d
+        .invoke_as(&other, "other", "vault")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(theirs, "other's");
+}

@@ -1,0 +1,150 @@
+//! A function's KV from outside it, to seed or inspect it:
+//! `GET /v1/functions/{name}/kv?prefix=&limit=` lists keys,
+//! `GET|PUT|DELETE /v1/functions/{name}/kv/{key}` reads, writes and
+//! removes one. The token's tenant owns the function; another tenant's
+//! function of the same name is never reached (its KV is keyed by tenant).
+//! Keys here are UTF-8 (the path's percent-decoded segment); the limits a
+//! function's own `kv.set` has apply: key and value size, the tenant's
+//! quota. Writes from here are not on any invocation's tape: a replay
+//! answers from what the invocation read.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use serde_json::{Value, json};
+
+use crate::invoke::read_body;
+use crate::{ApiError, AppState};
+
+type S = State<Arc<AppState>>;
+
+/// The principal's tenant, once the function is known to be theirs.
+async fn owner(s: &AppState, headers: &HeaderMap, name: &str) -> Result<String, ApiError> {
+    let p = s.auth.require(s.node.store(), headers).await?;
+    let (tenant, n) = (p.tenant.clone(), name.to_string());
+    let store = s.node.store().clone();
+    let versions = tokio::task::spawn_blocking(move || store.list_versions(&tenant, &n))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))??;
+    if versions.is_empty() {
+        return Err(ApiError::NotFound(format!(
+            "function {}/{name} does not exist",
+            p.tenant
+        )));
+    }
+    Ok(p.tenant)
+}
+
+fn check_key(s: &AppState, key: &str) -> Result<(), ApiError> {
+    let (max_key, _, _) = s.node.kv_limits();
+    if key.is_empty() || key.len() > max_key {
+        return Err(ApiError::BadRequest(format!(
+            "a KV key is 1 to {max_key} bytes, not {}",
+            key.len()
+        )));
+    }
+    Ok(())
+}
+
+async fn blocking<T: Send + 'static>(
+    s: &AppState,
+    f: impl FnOnce(&dyn hearth_store::Store) -> Result<T, hearth_store::StoreError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let store = s.node.store().clone();
+    match tokio::task::spawn_blocking(move || f(&*store)).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(hearth_store::StoreError::KvQuota { tenant, max_bytes })) => {
+            Err(ApiError::QuotaExceeded(
+                "kv_quota_exceeded",
+                format!(
+                    "tenant {tenant}'s KV would hold more than {max_bytes} bytes: remove keys first"
+                ),
+            ))
+        }
+        Ok(Err(e)) => Err(e.into()),
+        Err(e) => Err(ApiError::Internal(e.to_string())),
+    }
+}
+
+pub(crate) async fn list(
+    State(s): S,
+    Path(name): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = owner(&s, &headers, &name).await?;
+    let params = crate::query::params(query);
+    let prefix = params.get("prefix").cloned().unwrap_or_default();
+    let most = s.node.kv_limits().2;
+    let limit = crate::query::number(&params, "limit")?
+        .unwrap_or(most)
+        .min(most);
+    let (t, n) = (tenant.clone(), name.clone());
+    let keys = blocking(&s, move |st| st.kv_list(&t, &n, prefix.as_bytes(), limit)).await?;
+    let total = keys.len();
+    let keys: Vec<String> = keys
+        .into_iter()
+        .filter_map(|k| String::from_utf8(k).ok())
+        .collect();
+    Ok(Json(json!({
+        "tenant": tenant,
+        "name": name,
+        "not_utf8": total - keys.len(),
+        "keys": keys,
+    })))
+}
+
+pub(crate) async fn get(
+    State(s): S,
+    Path((name, key)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse, ApiError> {
+    let tenant = owner(&s, &headers, &name).await?;
+    check_key(&s, &key)?;
+    let (t, n, k) = (tenant.clone(), name.clone(), key.clone());
+    match blocking(&s, move |st| st.kv_get(&t, &n, k.as_bytes())).await? {
+        Some(value) => Ok(([("content-type", "application/octet-stream")], value)),
+        None => Err(ApiError::NotFound(format!(
+            "{tenant}/{name} has no KV key {key:?}"
+        ))),
+    }
+}
+
+pub(crate) async fn put(
+    State(s): S,
+    Path((name, key)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<StatusCode, ApiError> {
+    let tenant = owner(&s, &headers, &name).await?;
+    check_key(&s, &key)?;
+    let (_, max_value, _) = s.node.kv_limits();
+    let value = read_body(&headers, body, (max_value, s.config.body_timeout), "value").await?;
+    let quota = s.node.kv_max_tenant_bytes();
+    blocking(&s, move |st| {
+        st.kv_set(&tenant, &name, key.as_bytes(), &value, quota)
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(crate) async fn delete(
+    State(s): S,
+    Path((name, key)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    let tenant = owner(&s, &headers, &name).await?;
+    check_key(&s, &key)?;
+    let (t, n, k) = (tenant.clone(), name.clone(), key.clone());
+    if blocking(&s, move |st| st.kv_delete(&t, &n, k.as_bytes())).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound(format!(
+            "{tenant}/{name} has no KV key {key:?}"
+        )))
+    }
+}
