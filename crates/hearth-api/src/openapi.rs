@@ -96,6 +96,20 @@ pub(crate) async fn document() -> Json<Value> {
                     {"name": "invocation", "in": "query", "schema": {"type": "string"}},
                     {"name": "limit", "in": "query", "schema": {"type": "integer", "default": 100}}],
                 "responses": {"200": {"description": "{tenant, name, lines: [LogRecord]}"}, "404": err}}},
+            "/v1/functions/{name}/kv": {"get": {
+                "summary": "A function's KV keys (UTF-8 ones; not_utf8 counts the others)",
+                "parameters": [name,
+                    {"name": "prefix", "in": "query", "schema": {"type": "string"}},
+                    {"name": "limit", "in": "query", "schema": {"type": "integer", "default": 1000}}],
+                "responses": {"200": {"description": "{tenant, name, keys, not_utf8}"}, "404": err}}},
+            "/v1/functions/{name}/kv/{key}": {
+                "get": {"summary": "A KV value, raw", "parameters": [name, {"name": "key", "in": "path", "required": true, "schema": {"type": "string"}}],
+                    "responses": {"200": {"description": "the value's bytes"}, "400": err, "404": err}},
+                "put": {"summary": "Set a KV value (the body)", "parameters": [name, {"name": "key", "in": "path", "required": true, "schema": {"type": "string"}}],
+                    "requestBody": {"required": true, "content": {"application/octet-stream": {}}},
+                    "responses": {"204": {"description": "set"}, "400": err, "404": err, "413": err, "507": err}},
+                "delete": {"summary": "Remove a KV key", "parameters": [name, {"name": "key", "in": "path", "required": true, "schema": {"type": "string"}}],
+                    "responses": {"204": {"description": "removed"}, "404": err}}},
             "/v1/functions/{name}/recordings": {"get": {
                 "summary": "The function's tapes, newest first (docs/recording.md)",
                 "parameters": [name,

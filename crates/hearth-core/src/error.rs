@@ -13,8 +13,13 @@ pub enum InvokeError {
     Unsupported(String),
     /// the function ran past its time limit of {limit_ms} ms
     Timeout { limit_ms: u64 },
-    /// the function ran out of memory: its limit is {limit_mib} MiB
-    OutOfMemory { limit_mib: u32 },
+    /// the function ran out of memory: its limit is {limit_mib} MiB{last_output}
+    OutOfMemory {
+        limit_mib: u32,
+        /// What it wrote last, when the tier has it (wasm: its stderr, or
+        /// its stdout).
+        last_output: LastOutput,
+    },
     /// the function trapped: {0}
     Trap(String),
     /// the function's sandbox crashed: {0}
@@ -29,6 +34,47 @@ pub enum InvokeError {
     TenantBusy { limit: usize },
     /// the function made more host calls (clock, randomness, logs, KV, HTTP) than one invocation's tape may hold: its budget is {limit_bytes} bytes; the tape was kept up to there
     TapeBudgetExceeded { limit_bytes: usize },
+}
+
+/// The end of what a function wrote before it failed, bounded, for its
+/// error message (the whole output is in its logs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LastOutput(String);
+
+impl LastOutput {
+    /// Bytes of output an error message quotes, at most.
+    pub const MAX_BYTES: usize = 512;
+
+    /// The last lines of `text` that fit in [`Self::MAX_BYTES`] (a longer
+    /// last line is cut to its end), blank lines and trailing space dropped.
+    pub fn of(text: &str) -> LastOutput {
+        let text = text.trim_end();
+        let mut start = text.len().saturating_sub(Self::MAX_BYTES);
+        while !text.is_char_boundary(start) {
+            start += 1;
+        }
+        let tail = &text[start..];
+        // From a line's start when one begins in the window.
+        let tail = match (start > 0, tail.find('\n')) {
+            (true, Some(nl)) if nl + 1 < tail.len() => &tail[nl + 1..],
+            _ => tail,
+        };
+        let lines: Vec<&str> = tail.lines().filter(|l| !l.trim().is_empty()).collect();
+        LastOutput(lines.join(" / "))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for LastOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        write!(f, "; it last wrote: {}", self.0)
+    }
 }
 
 impl InvokeError {
@@ -81,4 +127,23 @@ pub enum ValidationError {
     UnknownRuntime(String),
     /// invalid handler {0:?}: write it as module.function, e.g. app.handler or src/index.handler
     BadHandler(String),
+}
+
+#[cfg(test)]
+mod last_output_tests {
+    use super::*;
+
+    #[test]
+    fn the_last_lines_are_kept_within_the_bound() {
+        assert_eq!(LastOutput::of("").to_string(), "");
+        assert_eq!(
+            LastOutput::of("starting\n\nmalloc failed\n").to_string(),
+            "; it last wrote: starting / malloc failed"
+        );
+        let long = format!("{}\nlast line\n", "é".repeat(2000));
+        let kept = LastOutput::of(&long);
+        assert_eq!(kept.as_str(), "last line");
+        let one = "x".repeat(5000);
+        assert_eq!(LastOutput::of(&one).as_str().len(), LastOutput::MAX_BYTES);
+    }
 }

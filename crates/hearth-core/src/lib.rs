@@ -11,7 +11,7 @@ mod function;
 mod invocation;
 
 pub use colocation::Colocation;
-pub use error::{InvokeError, REFUSED_HEADER, ValidationError};
+pub use error::{InvokeError, LastOutput, REFUSED_HEADER, ValidationError};
 pub use function::{
     FunctionSpec, FunctionVersion, HandlerName, Limits, RecordPolicy, Runtime, Tier, host_allowed,
     validate_function_name, validate_tenant_name,

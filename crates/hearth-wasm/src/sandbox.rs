@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use hearth_core::{FunctionVersion, InvokeError, Request, Response};
+use hearth_core::{FunctionVersion, InvokeError, LastOutput, Request, Response};
 use hearth_host::{HostCtx, Sandbox};
 use hearth_store::LogStream;
 use wasmtime::{
@@ -164,6 +164,7 @@ impl WasmSandbox {
                 if store.data().limiter.refused() {
                     return Err(InvokeError::OutOfMemory {
                         limit_mib: limits.memory_mib,
+                        last_output: Default::default(),
                     });
                 }
                 // The pooling allocator refuses when every slot is taken.
@@ -196,6 +197,7 @@ impl WasmSandbox {
         if state.limiter.refused() {
             return InvokeError::OutOfMemory {
                 limit_mib: self.template.limits.memory_mib,
+                last_output: Default::default(),
             };
         }
         match err.downcast_ref::<Trap>() {
@@ -247,6 +249,13 @@ impl Sandbox for WasmSandbox {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => match e.downcast_ref::<Exit>() {
                 Some(Exit(0)) => Ok(()),
+                // A program whose allocation the limit refused and that
+                // then gave up (C's malloc returns NULL, the program exits
+                // non-zero) ran out of memory, whatever status it chose.
+                Some(_) if self.store.data().limiter.refused() => Err(InvokeError::OutOfMemory {
+                    limit_mib: self.template.limits.memory_mib,
+                    last_output: Default::default(),
+                }),
                 Some(exit) => Err(InvokeError::Function(exit.to_string())),
                 None => Err(self.classify(&e)),
             },
@@ -258,6 +267,22 @@ impl Sandbox for WasmSandbox {
             let text = String::from_utf8_lossy(&wasi.stderr.bytes);
             host.log(LogStream::Stderr, "", text.trim_end_matches('\n'));
         }
+        // Out of memory, the error quotes what the function wrote last: its
+        // stderr, or else its stdout (which, failed, is no response).
+        let outcome = match outcome {
+            Err(InvokeError::OutOfMemory { limit_mib, .. }) => {
+                let written = if wasi.stderr.bytes.is_empty() {
+                    &wasi.stdout.bytes
+                } else {
+                    &wasi.stderr.bytes
+                };
+                Err(InvokeError::OutOfMemory {
+                    limit_mib,
+                    last_output: LastOutput::of(&String::from_utf8_lossy(written)),
+                })
+            }
+            other => other,
+        };
         outcome?;
         Ok(parse_cgi_output(Bytes::from(std::mem::take(
             &mut wasi.stdout.bytes,

@@ -173,7 +173,10 @@ async fn memory_past_the_limit_is_refused_and_reported() {
     let (v, p) = f.deploy("membomb.wat", s).await;
     assert_eq!(
         f.run(&v, &p, b"").await.0.unwrap_err(),
-        InvokeError::OutOfMemory { limit_mib: 8 }
+        InvokeError::OutOfMemory {
+            limit_mib: 8,
+            last_output: Default::default()
+        }
     );
 }
 

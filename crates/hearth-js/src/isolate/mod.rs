@@ -247,6 +247,7 @@ impl Isolate {
         if text.contains("out of memory") {
             return Failure::Invoke(InvokeError::OutOfMemory {
                 limit_mib: self.memory_limit_mib,
+                last_output: Default::default(),
             });
         }
         let first = text.lines().next().unwrap_or_default().to_string();

@@ -685,6 +685,7 @@ impl ProcPrepared {
             }
             Ok(Err(_)) if handler.oom_killed() => InvokeError::OutOfMemory {
                 limit_mib: self.version.spec.limits.memory_mib,
+                last_output: Default::default(),
             },
             Ok(Err(e)) => {
                 InvokeError::Crashed(format!("the sandbox died while loading the function: {e}"))
@@ -755,6 +756,7 @@ impl Sandbox for ProcSandbox {
                 if handler.oom_killed() {
                     return Err(InvokeError::OutOfMemory {
                         limit_mib: self.limits.memory_mib,
+                        last_output: Default::default(),
                     });
                 }
                 let alive = handler

@@ -178,3 +178,61 @@ async fn wasi_libc_gets_what_a_function_needs_and_no_host_files() {
         assert!(resp.text().await.unwrap().contains("environment variable"));
     }
 }
+
+/// A C program whose `malloc` the memory limit refuses, and which then
+/// exits non-zero as C programs do, ran out of memory: `500
+/// out_of_memory` with the limit and what it wrote last, not an exit
+/// status.
+#[tokio::test]
+async fn a_c_program_the_limit_starves_is_out_of_memory_with_its_last_words() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("grow.c");
+    std::fs::write(
+        &src,
+        r#"#include <stdio.h>
+#include <stdlib.h>
+char *kept[4096];
+int main(void) {
+    printf("Content-Type: text/plain\r\n\r\n");
+    fprintf(stderr, "resize: allocating buffers\n");
+    size_t mib = 0;
+    for (;;) {
+        char *p = malloc(1 << 20);
+        if (!p) {
+            fprintf(stderr, "resize: out of memory after %zu MiB\n", mib);
+            return 1;
+        }
+        p[0] = 1;
+        kept[mib++ % 4096] = p;
+    }
+}
+"#,
+    )
+    .unwrap();
+    let out = tmp.path().join("grow.wasm");
+    let status = Command::new("clang")
+        .args(["--target=wasm32-wasi", "-O2", "-Wall", "-Werror", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let d = Daemon::start();
+    d.deploy(
+        "grow",
+        std::fs::read(&out).unwrap(),
+        &[("memory_mib", "16")],
+    )
+    .await;
+    let resp = d.post("/fn/admin/grow").send().await.unwrap();
+    let (status, kind, msg) = crate::harness::error_of(resp).await;
+    assert_eq!((status, kind.as_str()), (500, "out_of_memory"), "{msg}");
+    assert!(msg.contains("16 MiB"), "{msg}");
+    assert!(
+        msg.contains("it last wrote: resize: allocating buffers / resize: out of memory after"),
+        "{msg}"
+    );
+    let lines = d.logs_until("grow", |l| l.len() >= 2).await;
+    let text = format!("{lines:?}");
+    assert!(text.contains("resize: out of memory after"), "{text}");
+}
