@@ -327,11 +327,7 @@ async fn a_functions_kv_is_seeded_and_inspected_from_outside() {
     let (status, body) = d.call("kvfn", "", "{}").await;
     assert_eq!((status, body.as_str()), (200, r#"{"greeting": "hello"}"#));
     // What the function wrote, byte for byte.
-    let got = d
-        .get(&"/v1/functions/kvfn/kv/seen".to_string())
-        .send()
-        .await
-        .unwrap();
+    let got = d.get("/v1/functions/kvfn/kv/seen").send().await.unwrap();
     assert_eq!(got.status(), 200);
     assert_eq!(got.bytes().await.unwrap().as_ref(), b"\xffyes");
     let list = d.get_json("/v1/functions/kvfn/kv?prefix=greet").await;
