@@ -380,8 +380,14 @@ pub(crate) async fn logs(
     let params = crate::query::params(query);
     let q = LogQuery {
         invocation_id: params.get("invocation").cloned(),
-        limit: crate::query::number(&params, "limit")?.unwrap_or(100),
+        limit: crate::query::number::<u32>(&params, "limit")?
+            .unwrap_or(100)
+            .min(1000),
+        after: crate::query::number(&params, "after")?,
     };
+    // Every line of invocations that finished here is in the store before
+    // it is read (briefly: the writer stores within 50 ms).
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), s.node.flush_logs()).await;
     let (tenant, n) = (p.tenant.clone(), name.clone());
     let lines = blocking(&s, move |st| st.read_logs(&tenant, &n, &q)).await?;
     Ok(Json(

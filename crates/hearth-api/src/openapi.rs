@@ -94,8 +94,9 @@ pub(crate) async fn document() -> Json<Value> {
                 "summary": "A function's log lines, oldest first",
                 "parameters": [name,
                     {"name": "invocation", "in": "query", "schema": {"type": "string"}},
-                    {"name": "limit", "in": "query", "schema": {"type": "integer", "default": 100}}],
-                "responses": {"200": {"description": "{tenant, name, lines: [LogRecord]}"}, "404": err}}},
+                    {"name": "limit", "in": "query", "schema": {"type": "integer", "default": 100, "maximum": 1000}},
+                    {"name": "after", "in": "query", "description": "only lines after the one with this id, oldest first (following)", "schema": {"type": "integer"}}],
+                "responses": {"200": {"description": "{tenant, name, lines: [LogRecord with id]}; lines of invocations that finished on this node are all there"}, "404": err}}},
             "/v1/functions/{name}/kv": {"get": {
                 "summary": "A function's KV keys (UTF-8 ones; not_utf8 counts the others)",
                 "parameters": [name,

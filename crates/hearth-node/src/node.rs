@@ -14,7 +14,7 @@ use hearth_host::{
 use hearth_record::Recorder;
 use hearth_store::{ArtifactStore, FunctionMode, LogRecord, LogStream, Store, StoreError};
 use thiserror::Error;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
 use tracing::Instrument;
 
 use crate::Metrics;
@@ -148,7 +148,7 @@ pub struct Node {
     table: FunctionTable,
     admission: Arc<Semaphore>,
     shares: crate::share::TenantShares,
-    logs: mpsc::Sender<LogRecord>,
+    logs: crate::logs::LogWriter,
     metrics: Metrics,
     /// Fallback records of JavaScript functions (tenant → name → mode),
     /// read from the store on first use; forgotten on deploy and removal.
@@ -195,6 +195,12 @@ impl Node {
     pub fn with_artifact_source(mut self, source: Arc<dyn ArtifactSource>) -> Self {
         self.artifact_source = Some(source);
         self
+    }
+
+    /// Waits until every log line of invocations that finished on this
+    /// node is in the store (a read right after an invocation sees them).
+    pub async fn flush_logs(&self) {
+        self.logs.flush().await;
     }
 
     /// Bytes of KV one tenant may keep.
@@ -861,6 +867,7 @@ impl Node {
         let invocation_id = id.to_string();
         for line in lines {
             let record = LogRecord {
+                id: 0,
                 tenant: v.tenant.clone(),
                 function: v.name.clone(),
                 version: v.version,
@@ -870,7 +877,7 @@ impl Node {
                 level: line.level,
                 message: line.message,
             };
-            if self.logs.try_send(record).is_err() {
+            if !self.logs.send(record) {
                 self.metrics.logs_dropped.inc();
             }
         }

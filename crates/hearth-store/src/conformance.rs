@@ -196,6 +196,7 @@ pub(crate) fn kv_quota_counts_all_of_a_tenants_functions_and_refuses_whole(s: &d
 
 pub(crate) fn logs_filter_by_invocation_and_return_oldest_first(s: &dyn Store) {
     let rec = |inv: &str, msg: &str| LogRecord {
+        id: 0,
         tenant: "t".into(),
         function: "f".into(),
         version: 1,
@@ -215,10 +216,33 @@ pub(crate) fn logs_filter_by_invocation_and_return_oldest_first(s: &dyn Store) {
     let q = LogQuery {
         invocation_id: Some("a".into()),
         limit: 1,
+        after: None,
     };
     let a = s.read_logs("t", "f", &q).unwrap();
     assert_eq!(a.len(), 1);
     assert_eq!(a[0].message, "three");
+    // A follower: lines after the one it saw, oldest first, a page at most.
+    assert!(all.windows(2).all(|w| w[0].id < w[1].id), "{all:?}");
+    let after = |id, limit| LogQuery {
+        invocation_id: None,
+        limit,
+        after: Some(id),
+    };
+    let next = s.read_logs("t", "f", &after(all[0].id, 1)).unwrap();
+    assert_eq!(
+        next.iter().map(|r| r.message.as_str()).collect::<Vec<_>>(),
+        ["two"]
+    );
+    let rest = s.read_logs("t", "f", &after(all[0].id, 10)).unwrap();
+    assert_eq!(
+        rest.iter().map(|r| r.message.as_str()).collect::<Vec<_>>(),
+        ["two", "three"]
+    );
+    assert!(
+        s.read_logs("t", "f", &after(all[2].id, 10))
+            .unwrap()
+            .is_empty()
+    );
     assert!(
         s.read_logs("u", "f", &LogQuery::default())
             .unwrap()

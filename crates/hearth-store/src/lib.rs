@@ -110,6 +110,11 @@ impl LogStream {
 /// One line of a function's log, tied to the invocation that wrote it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogRecord {
+    /// The line's place in the store, rising as lines are written (0 in a
+    /// line not yet stored): a reader following a log asks for lines after
+    /// the last one it saw.
+    #[serde(default)]
+    pub id: i64,
     pub tenant: String,
     pub function: String,
     pub version: u32,
@@ -127,6 +132,9 @@ pub struct LogQuery {
     pub invocation_id: Option<String>,
     /// Newest lines first, at most this many; the result is returned oldest first.
     pub limit: u32,
+    /// Only lines stored after the line with this id; then the oldest of
+    /// them first, at most `limit` (a follower's next page).
+    pub after: Option<i64>,
 }
 
 /// What a listing shows of one tape. Built from the tape itself (see

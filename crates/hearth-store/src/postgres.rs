@@ -633,29 +633,42 @@ impl PgStore {
         query: &LogQuery,
     ) -> Result<Vec<LogRecord>, StoreError> {
         let limit = i64::from(if query.limit == 0 { 100 } else { query.limit });
+        // Newest first, unless following: then the oldest after the cursor.
+        let order = if query.after.is_some() { "ASC" } else { "DESC" };
         let rows = self.with(|c| {
             c.query(
-                "SELECT tenant, function, version, invocation, ts_ms, stream, level, message
-                 FROM logs WHERE tenant = $1 AND function = $2
-                   AND ($3::text IS NULL OR invocation = $3)
-                 ORDER BY id DESC LIMIT $4",
-                &[&tenant, &function, &query.invocation_id, &limit],
+                &format!(
+                    "SELECT id, tenant, function, version, invocation, ts_ms, stream, level, message
+                     FROM logs WHERE tenant = $1 AND function = $2
+                       AND ($3::text IS NULL OR invocation = $3)
+                       AND ($5::bigint IS NULL OR id > $5)
+                     ORDER BY id {order} LIMIT $4"
+                ),
+                &[
+                    &tenant,
+                    &function,
+                    &query.invocation_id,
+                    &limit,
+                    &query.after,
+                ],
             )
         })?;
-        Ok(rows
-            .iter()
-            .rev()
-            .map(|r| LogRecord {
-                tenant: r.get(0),
-                function: r.get(1),
-                version: r.get::<_, i64>(2) as u32,
-                invocation_id: r.get(3),
-                ts_ms: r.get(4),
-                stream: LogStream::parse(r.get(5)),
-                level: r.get(6),
-                message: r.get(7),
-            })
-            .collect())
+        let record = |r: &postgres::Row| LogRecord {
+            id: r.get(0),
+            tenant: r.get(1),
+            function: r.get(2),
+            version: r.get::<_, i64>(3) as u32,
+            invocation_id: r.get(4),
+            ts_ms: r.get(5),
+            stream: LogStream::parse(r.get(6)),
+            level: r.get(7),
+            message: r.get(8),
+        };
+        Ok(if query.after.is_some() {
+            rows.iter().map(record).collect()
+        } else {
+            rows.iter().rev().map(record).collect()
+        })
     }
 }
 

@@ -50,6 +50,9 @@ pub enum ClientCommand {
         /// Also print status and headers.
         #[arg(short = 'i', long)]
         include: bool,
+        /// Then print the invocation's log lines (to standard error).
+        #[arg(long)]
+        logs: bool,
         #[command(flatten)]
         target: Target,
     },
@@ -79,8 +82,12 @@ pub enum ClientCommand {
         /// Only this invocation's lines.
         #[arg(long)]
         invocation: Option<String>,
+        /// The newest this many lines (at most 1000).
         #[arg(long, default_value_t = 100)]
         limit: u32,
+        /// Keep printing new lines as they are stored, until interrupted.
+        #[arg(short = 'f', long)]
+        follow: bool,
         #[command(flatten)]
         target: Target,
     },
@@ -362,6 +369,7 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
             tenant,
             version,
             include,
+            logs,
             target,
         } => {
             let c = Client::new(data_dir, &target)?;
@@ -412,8 +420,18 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
                 }
                 println!();
             }
+            let invocation = resp
+                .headers()
+                .get("hearth-invocation-id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
             let bytes = resp.bytes().await?;
             std::io::stdout().write_all(&bytes)?;
+            std::io::stdout().flush()?;
+            if logs {
+                let id = invocation.context("the answer names no invocation")?;
+                crate::logs::of_invocation(&c, &name, &id).await?;
+            }
             if !status.is_success() {
                 bail!("the invocation failed with {status}");
             }
@@ -544,39 +562,11 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
             name,
             invocation,
             limit,
+            follow,
             target,
         } => {
             let c = Client::new(data_dir, &target)?;
-            let mut q = vec![("limit", limit.to_string())];
-            if let Some(i) = invocation {
-                q.push(("invocation", i));
-            }
-            let v = c
-                .send(
-                    c.request(reqwest::Method::GET, &format!("/v1/functions/{name}/logs"))
-                        .query(&q),
-                )
-                .await?;
-            if c.json {
-                c.print_json(&v);
-                return Ok(());
-            }
-            for l in v["lines"].as_array().into_iter().flatten() {
-                let level = l["level"].as_str().unwrap_or_default();
-                println!(
-                    "{} {} v{} {:<6} {}{}",
-                    fmt_time(l["ts_ms"].as_i64().unwrap_or(0)),
-                    l["invocation_id"].as_str().unwrap_or_default(),
-                    l["version"],
-                    l["stream"].as_str().unwrap_or_default(),
-                    if level.is_empty() {
-                        String::new()
-                    } else {
-                        format!("[{level}] ")
-                    },
-                    l["message"].as_str().unwrap_or_default()
-                );
-            }
+            crate::logs::show(&c, &name, invocation, limit, follow).await?;
         }
         ClientCommand::Recordings {
             name,

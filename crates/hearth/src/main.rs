@@ -8,6 +8,7 @@ mod daemon;
 mod datadir;
 mod deploy;
 mod kv;
+mod logs;
 mod realnode;
 mod recordings;
 mod serve;

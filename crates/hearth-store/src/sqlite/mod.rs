@@ -736,25 +736,34 @@ impl Store for SqliteStore {
     ) -> Result<Vec<LogRecord>, StoreError> {
         let conn = self.reader();
         let limit = if query.limit == 0 { 100 } else { query.limit };
-        let mut stmt = conn.prepare(
-            "SELECT tenant, function, version, invocation, ts_ms, stream, level, message FROM logs
+        // Newest first, unless following: then the oldest after the cursor.
+        let order = if query.after.is_some() { "ASC" } else { "DESC" };
+        let mut stmt = conn.prepare(&format!(
+            "SELECT id, tenant, function, version, invocation, ts_ms, stream, level, message FROM logs
              WHERE tenant = ?1 AND function = ?2 AND (?3 IS NULL OR invocation = ?3)
-             ORDER BY id DESC LIMIT ?4",
+               AND (?5 IS NULL OR id > ?5)
+             ORDER BY id {order} LIMIT ?4"
+        ))?;
+        let rows = stmt.query_map(
+            params![tenant, function, query.invocation_id, limit, query.after],
+            |r| {
+                Ok(LogRecord {
+                    id: r.get(0)?,
+                    tenant: r.get(1)?,
+                    function: r.get(2)?,
+                    version: r.get(3)?,
+                    invocation_id: r.get(4)?,
+                    ts_ms: r.get(5)?,
+                    stream: LogStream::parse(&r.get::<_, String>(6)?),
+                    level: r.get(7)?,
+                    message: r.get(8)?,
+                })
+            },
         )?;
-        let rows = stmt.query_map(params![tenant, function, query.invocation_id, limit], |r| {
-            Ok(LogRecord {
-                tenant: r.get(0)?,
-                function: r.get(1)?,
-                version: r.get(2)?,
-                invocation_id: r.get(3)?,
-                ts_ms: r.get(4)?,
-                stream: LogStream::parse(&r.get::<_, String>(5)?),
-                level: r.get(6)?,
-                message: r.get(7)?,
-            })
-        })?;
         let mut out: Vec<LogRecord> = rows.collect::<Result<_, _>>()?;
-        out.reverse();
+        if query.after.is_none() {
+            out.reverse();
+        }
         Ok(out)
     }
 }

@@ -207,3 +207,63 @@ async fn deploy_reports_packages_and_kv_seeds_a_function() {
     let (ok, _, err) = hearth(&d, &["kv", "get", "motd", "motd"]);
     assert!(!ok && err.contains("404"), "{err}");
 }
+
+/// `hearth invoke --logs` prints the invocation's lines right after its
+/// answer (no waiting for the log writer), and `hearth logs -f` prints
+/// lines as they are stored.
+#[tokio::test]
+async fn invoke_prints_its_logs_and_logs_follow() {
+    let d = Daemon::start();
+    let code = "def handler(event, context):\n    print('saw', event['body'])\n    return 'ok'\n";
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("handler.py"), code).unwrap();
+    let file = dir.path().join("handler.py");
+    let (ok, _, err) = hearth(&d, &["deploy", file.to_str().unwrap(), "--name", "talk"]);
+    assert!(ok, "{err}");
+    for n in 0..3 {
+        let marker = format!("first-{n}");
+        let (ok, out, err) = hearth(&d, &["invoke", "talk", "-d", &marker, "--logs"]);
+        assert!(ok, "{err}");
+        assert_eq!(out, "ok");
+        assert!(
+            err.contains(&format!("saw {marker}")),
+            "the invocation's lines, at once: {err:?}"
+        );
+    }
+
+    let mut follower = Command::new(HEARTH)
+        .arg("--data-dir")
+        .arg(&d.dir)
+        .args(["logs", "talk", "-f", "--limit", "1"])
+        .env_remove("HEARTH_URL")
+        .env_remove("HEARTH_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = follower.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next = || {
+        rx.recv_timeout(std::time::Duration::from_secs(20))
+            .expect("a line")
+    };
+    assert!(next().contains("saw first-2"), "the newest line first");
+    for marker in ["later-a", "later-b"] {
+        let (ok, _, err) = hearth(&d, &["invoke", "talk", "-d", marker]);
+        assert!(ok, "{err}");
+        let line = next();
+        assert!(line.contains(&format!("saw {marker}")), "{line}");
+    }
+    follower.kill().unwrap();
+    follower.wait().unwrap();
+}
