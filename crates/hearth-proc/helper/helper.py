@@ -265,6 +265,9 @@ class Zygote:
                 install_seccomp(self.seccomp[name])
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(cmd["connect"])
+        # What native libraries read when they load (thread counts): the
+        # functions this zygote serves all have these values.
+        os.environ.update(cmd.get("env", {}))
         imported, failed = import_modules(cmd.get("paths", []), cmd.get("modules", []))
         self.control = sock
         self.imported = self.imported + imported

@@ -26,6 +26,13 @@
 //! starts with them imported. Zygotes that every tenant shares (`full`)
 //! do not learn: one tenant's handler would choose what another's imports.
 //!
+//! Native libraries read some environment variables once, when they load
+//! (OpenMP's and the BLAS libraries' thread counts: `OMP_NUM_THREADS`,
+//! `OPENBLAS_NUM_THREADS`, …), which is when a zygote imports the package.
+//! So a zygote imports with the function's values of those variables
+//! ([`import_env`]) and serves only functions with the same values: a
+//! function deployed with `--env OMP_NUM_THREADS=1` gets its own zygote.
+//!
 //! Eviction keeps the zygotes' memory within a budget; the one freed first
 //! is the one whose benefit per byte is smallest: recent forks × import
 //! time saved, divided by its proportional set size. The root stays.
@@ -42,7 +49,7 @@
 //! which it cannot see, are sent to it as directory descriptors. The root
 //! zygote imports no tenant's code and stays privileged to make the others.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -83,6 +90,29 @@ impl Scope {
     }
 }
 
+/// Prefixes of the environment variables native libraries read when they
+/// load: OpenMP (GNU and Intel), MKL, OpenBLAS, GotoBLAS, BLIS, numexpr,
+/// Accelerate.
+pub const IMPORT_ENV_PREFIXES: [&str; 8] = [
+    "OMP_",
+    "KMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "GOTO_",
+    "BLIS_",
+    "NUMEXPR_",
+    "VECLIB_",
+];
+
+/// The part of a function's environment its packages' native libraries
+/// read at import: what its zygote must import with.
+pub fn import_env(env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    env.iter()
+        .filter(|(k, _)| IMPORT_ENV_PREFIXES.iter().any(|p| k.starts_with(p)))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 /// Most modules a zygote learns from its handlers, beyond its packages.
 const MAX_LEARNED: usize = 256;
 
@@ -113,6 +143,8 @@ pub struct Zygote {
     pub scope: Option<Scope>,
     /// Import paths (install-cache directories) the zygote has on sys.path.
     pub paths: Vec<PathBuf>,
+    /// The environment it imported with ([`import_env`]); empty for the root.
+    pub env: BTreeMap<String, String>,
     /// Modules it imported beyond its packages' own, learned from the
     /// handlers of the zygote it replaced.
     pub learned: BTreeSet<String>,
@@ -321,6 +353,7 @@ impl ZygoteTree {
             packages: BTreeSet::new(),
             scope: None,
             paths: Vec::new(),
+            env: BTreeMap::new(),
             learned: BTreeSet::new(),
             replacing: Default::default(),
             import_ms: 0,
@@ -355,23 +388,25 @@ impl ZygoteTree {
         installed: &[Installed],
         scope: &Scope,
         network: bool,
+        env: &BTreeMap<String, String>,
     ) -> Arc<Zygote> {
         let want: BTreeSet<Package> = installed.iter().map(|i| i.package.clone()).collect();
         let exact = |z: &Zygote| {
             z.packages == want
-                && (z.id == 0 || (z.scope.as_ref() == Some(scope) && z.network == network))
+                && (z.id == 0
+                    || (z.scope.as_ref() == Some(scope) && z.network == network && z.env == *env))
         };
-        let best = self.best(&want, scope, network);
+        let best = self.best(&want, scope, network, env);
         if exact(&best) {
             return best;
         }
         let _one = self.creating.lock().await;
-        let best = self.best(&want, scope, network);
+        let best = self.best(&want, scope, network, env);
         if exact(&best) {
             return best;
         }
         match self
-            .fork_child(&best, installed, scope, network, &BTreeSet::new())
+            .fork_child(&best, installed, scope, network, env, &BTreeSet::new())
             .await
         {
             Ok(z) => {
@@ -386,15 +421,22 @@ impl ZygoteTree {
         }
     }
 
-    /// The zygote in `scope` (and of `network`) with the most packages,
-    /// all of them in `want`; the root if there is none.
-    pub fn best(&self, want: &BTreeSet<Package>, scope: &Scope, network: bool) -> Arc<Zygote> {
+    /// The zygote in `scope` (and of `network`, imported with `env`) with
+    /// the most packages, all of them in `want`; the root if there is none.
+    pub fn best(
+        &self,
+        want: &BTreeSet<Package>,
+        scope: &Scope,
+        network: bool,
+        env: &BTreeMap<String, String>,
+    ) -> Arc<Zygote> {
         let zygotes = self.zygotes.lock().unwrap();
         zygotes
             .iter()
             .filter(|z| {
                 z.scope.as_ref() == Some(scope)
                     && z.network == network
+                    && z.env == *env
                     && z.packages.is_subset(want)
             })
             .max_by_key(|z| z.packages.len())
@@ -443,7 +485,14 @@ impl ZygoteTree {
         let mut learned = zygote.learned.clone();
         learned.extend(new.into_iter().cloned());
         match self
-            .fork_child(zygote, installed, &scope, zygote.network, &learned)
+            .fork_child(
+                zygote,
+                installed,
+                &scope,
+                zygote.network,
+                &zygote.env,
+                &learned,
+            )
             .await
         {
             Ok(child) => {
@@ -465,13 +514,15 @@ impl ZygoteTree {
     }
 
     /// Forks from `parent` a zygote for `installed` that imports the
-    /// packages `parent` lacks, then the modules in `learned`.
+    /// packages `parent` lacks, then the modules in `learned`, with `env`
+    /// set first.
     async fn fork_child(
         &self,
         parent: &Zygote,
         installed: &[Installed],
         scope: &Scope,
         network: bool,
+        env: &BTreeMap<String, String>,
         learned: &BTreeSet<String>,
     ) -> Result<Arc<Zygote>, String> {
         let started = Instant::now();
@@ -490,6 +541,7 @@ impl ZygoteTree {
             "op": "fork_zygote",
             "paths": paths,
             "modules": modules,
+            "env": env,
         });
         // Contained, it connects from inside its root; otherwise through
         // the run directory.
@@ -579,6 +631,7 @@ impl ZygoteTree {
             packages: installed.iter().map(|i| i.package.clone()).collect(),
             scope: Some(scope.clone()),
             paths,
+            env: env.clone(),
             learned: learned.clone(),
             replacing: Default::default(),
             import_ms: started.elapsed().as_millis() as u64,

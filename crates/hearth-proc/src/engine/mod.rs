@@ -387,12 +387,14 @@ impl Engine for ProcEngine {
             .lock_bundle(runtime, bundle, spec.source_builds)
             .await
             .map_err(DeployError::Invalid)?;
+        let mut warnings = locked.warnings;
+        warnings.extend(env_read_at_import(spec, &locked.modules));
         Ok(Compiled {
             artifact: locked.bundle.to_tar(),
             compile_ms,
             install_ms: installing.elapsed().as_millis() as u64,
             packages: locked.packages,
-            warnings: locked.warnings,
+            warnings,
         })
     }
 
@@ -446,6 +448,37 @@ impl Engine for ProcEngine {
             installed,
         }))
     }
+}
+
+/// A warning for `--env` variables named like one of the function's
+/// packages (`NUMBA_CACHE_DIR` for `numba`): the package may read them when
+/// it is imported, which happens once, in a zygote shared by functions
+/// with the same packages, before this function's environment is set.
+/// Native libraries' thread settings are not among them: zygotes are made
+/// per value of those ([`crate::zygote::import_env`]).
+fn env_read_at_import(spec: &FunctionSpec, modules: &[String]) -> Option<String> {
+    let keyed = crate::zygote::import_env(&spec.env);
+    let named: Vec<&str> = spec
+        .env
+        .keys()
+        .filter(|k| !keyed.contains_key(*k))
+        .filter(|k| {
+            modules
+                .iter()
+                .any(|m| k.starts_with(&format!("{}_", m.to_ascii_uppercase())))
+        })
+        .map(String::as_str)
+        .collect();
+    (!named.is_empty()).then(|| {
+        format!(
+            "--env {}: your packages are imported once, before your code runs, by a zygote \
+             that functions with the same packages share, so a package that reads these when \
+             it is imported does not see them (one that reads them when called does). Read \
+             them at call time, or set os.environ before importing the package. Native \
+             libraries' thread settings (OMP_*, OPENBLAS_*, MKL_*, …) do take effect.",
+            named.join(", ")
+        )
+    })
 }
 
 fn version_key(v: &FunctionVersion) -> String {
@@ -536,7 +569,9 @@ impl ProcPrepared {
         let mode = engine.0.config.colocation.mode_for(&v.tenant);
         let zygote = match Scope::for_function(mode, &v.tenant, &v.name) {
             Some(scope) if caches.install && caches.import => {
-                tree.for_packages(&installed, &scope, self.network()).await
+                let env = crate::zygote::import_env(&v.spec.env);
+                tree.for_packages(&installed, &scope, self.network(), &env)
+                    .await
             }
             _ => tree.root(),
         };

@@ -22,6 +22,8 @@ pub struct Locked {
     /// The bundle with its lock (unchanged when it had one or needs none).
     pub bundle: Bundle,
     pub packages: Vec<DeployedPackage>,
+    /// Python: the top-level modules the packages provide.
+    pub modules: Vec<String>,
     pub warnings: Vec<String>,
 }
 
@@ -41,6 +43,7 @@ impl InstallCache {
                 return Ok(Locked {
                     bundle,
                     packages: Vec::new(),
+                    modules: Vec::new(),
                     warnings: Vec::new(),
                 });
             }
@@ -57,8 +60,11 @@ impl InstallCache {
             }
         };
         let mut deployed = Vec::new();
+        let mut modules = Vec::new();
         for p in &packages {
-            let (_, installed_now) = self.ensure_reporting(runtime, p, source_builds).await?;
+            let (installed, installed_now) =
+                self.ensure_reporting(runtime, p, source_builds).await?;
+            modules.extend(installed.modules);
             deployed.push(DeployedPackage {
                 package: p.clone(),
                 cached: !installed_now && !fresh.contains(p),
@@ -71,6 +77,7 @@ impl InstallCache {
         Ok(Locked {
             bundle,
             packages: deployed,
+            modules,
             warnings,
         })
     }

@@ -403,6 +403,73 @@ async fn zygotes_learn_the_submodules_handlers_import() {
     );
 }
 
+/// Native libraries read their thread settings once, when they load —
+/// in the zygote that imports the package. A function deployed with
+/// `--env OMP_NUM_THREADS=1` gets a zygote that imported with it (shared
+/// with others of that value), not the one with the default; a variable
+/// named like a package, which it may read at import, is warned about.
+#[tokio::test]
+async fn env_that_native_libraries_read_at_load_reaches_the_zygote() {
+    let wheels = tempfile::tempdir().unwrap();
+    write_wheel_of(
+        wheels.path(),
+        "tinypkg",
+        "1.2.0",
+        "import os, time\nOMP = os.environ.get('OMP_NUM_THREADS')\nAT = time.time()\n",
+    );
+    let d = Daemon::start_with(&["--offline-packages", wheels.path().to_str().unwrap()]);
+    let code =
+        "import tinypkg\ndef handler(e, c):\n    return {'omp': tinypkg.OMP, 'at': tinypkg.AT}\n";
+    let bundle = tar_of(&[
+        ("handler.py", code),
+        ("requirements.txt", "tinypkg==1.2.0\n"),
+    ]);
+    let mut seen = Vec::new();
+    for (name, env) in [
+        ("plain", None),
+        ("one", Some("OMP_NUM_THREADS=1")),
+        ("also-one", Some("OMP_NUM_THREADS=1")),
+    ] {
+        let mut q = vec![("runtime", "python"), ("file_name", "fn.tar")];
+        q.extend(env.map(|e| ("env", e)));
+        d.deploy(name, bundle.clone(), &q).await;
+        let (status, body) = d.call(name, "", "{}").await;
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        seen.push((v["omp"].clone(), v["at"].as_f64().unwrap()));
+    }
+    assert_eq!(
+        seen[0].0,
+        serde_json::Value::Null,
+        "the default zygote imported without it"
+    );
+    assert_eq!(
+        (&seen[1].0, &seen[2].0),
+        (&"1".into(), &"1".into()),
+        "imported with OMP_NUM_THREADS=1"
+    );
+    assert_eq!(
+        seen[1].1, seen[2].1,
+        "functions with the same value share a zygote"
+    );
+    assert_ne!(seen[0].1, seen[1].1);
+    let v = d
+        .deploy(
+            "named",
+            bundle,
+            &[
+                ("runtime", "python"),
+                ("file_name", "fn.tar"),
+                ("env", "TINYPKG_MODE=fast"),
+            ],
+        )
+        .await;
+    assert!(
+        v["warnings"].to_string().contains("--env TINYPKG_MODE"),
+        "{v}"
+    );
+}
+
 #[tokio::test]
 async fn node_functions_in_both_shapes_run_from_the_generic_pool() {
     let d = Daemon::start();
