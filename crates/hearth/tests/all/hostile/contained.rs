@@ -221,3 +221,53 @@ async fn nothing_an_invocation_writes_survives_into_the_next() {
         assert_eq!(body, "clean\n");
     }
 }
+
+/// What a handler reports it imported decides what its zygote imports
+/// next — so a zygote every tenant shares (`--colocation full`) never
+/// learns: one tenant's handler (whose report it controls) would choose
+/// what other tenants' handlers inherit. The tenant's own zygote does.
+#[tokio::test]
+async fn a_zygote_every_tenant_shares_does_not_learn_from_one_tenants_handler() {
+    let wheels = tempfile::tempdir().unwrap();
+    crate::process::write_wheel_with(
+        wheels.path(),
+        "tinypkg",
+        "1.2.0",
+        &[("__init__.py", ""), ("extra.py", "PATCHED = True\n")],
+        &[],
+    );
+    let code = "from tinypkg import extra\ndef handler(e, c):\n    return 'ok'\n";
+    let bundle = crate::harness::tar_of(&[
+        ("handler.py", code),
+        ("requirements.txt", "tinypkg==1.2.0\n"),
+    ]);
+    async fn learned(d: &Daemon) -> u64 {
+        let status = d.get_json("/v1/status").await;
+        status["tiers"]["process"]["details"]["zygotes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|z| z["learned"].as_u64().unwrap())
+            .sum()
+    }
+    for (mode, learns) in [("full", false), ("tenant", true)] {
+        let d = Daemon::start_with(&[
+            "--offline-packages",
+            wheels.path().to_str().unwrap(),
+            "--colocation",
+            mode,
+        ]);
+        d.deploy(
+            "f",
+            bundle.clone(),
+            &[("runtime", "python"), ("file_name", "fn.tar")],
+        )
+        .await;
+        assert_eq!(d.call("f", "", "{}").await.0, 200);
+        let deadline = Instant::now() + Duration::from_secs(if learns { 30 } else { 3 });
+        while learned(&d).await == 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(learned(&d).await > 0, learns, "colocation {mode}");
+    }
+}
