@@ -85,7 +85,8 @@ def handler(e, c):
     assert_ne!(theirs["host"], first["host"], "a sandbox of its own");
     assert_eq!(
         theirs["code"],
-        serde_json::json!(["handler.py", "requirements.txt"]),
+        // Its bundle, with the lock its deploy resolved.
+        serde_json::json!(["handler.py", "hearth.lock", "requirements.txt"]),
         "acme sees only its own code"
     );
     assert_eq!(
