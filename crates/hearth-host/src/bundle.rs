@@ -352,6 +352,7 @@ impl Bundle {
                     name: r.name,
                     version,
                     hash: None,
+                    tree: None,
                 }),
                 None => Err(format!(
                     "{} {:?} has no lock: deploy it again to resolve it",
@@ -500,6 +501,7 @@ mod tests {
                 name: "six".into(),
                 version: "1.16.0".into(),
                 hash: None,
+                tree: None,
             }]
         );
         let canonical = bundle.to_tar();
@@ -536,6 +538,7 @@ mod tests {
             name: "jinja2".into(),
             version: "3.1.4".into(),
             hash: None,
+            tree: None,
         }]);
         let locked = loose.with_lock(&lock);
         assert_eq!(locked.packages(Runtime::Python).unwrap(), lock.packages);

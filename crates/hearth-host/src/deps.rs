@@ -10,9 +10,17 @@
 //! artifact as `hearth.lock`, so every node installs the same thing and a
 //! later release of a dependency never changes a deployed version.
 //!
+//! For npm, a lock entry also holds the dependency's whole installed tree
+//! (`tree`: each `node_modules/…` path with its version, registry URL and
+//! integrity, as npm records it), so another node installs exactly that
+//! tree with `npm ci`, not whatever the dependency's own ranges resolve to
+//! by then.
+//!
 //! Only registry names are taken: a requirement that is a path, a URL, a
 //! VCS reference or a pip option (`-r`, `--index-url`) is refused, because
 //! the installer would read it from somewhere other than the package index.
+
+use std::collections::BTreeMap;
 
 use hearth_core::Runtime;
 use serde::{Deserialize, Serialize};
@@ -24,6 +32,109 @@ pub const LOCK_FILE: &str = "hearth.lock";
 /// make the node install without end).
 pub const MAX_LOCKED: usize = 1_000;
 
+/// The most entries one npm dependency's tree may hold.
+pub const MAX_TREE: usize = 10_000;
+
+/// What of an npm lockfile entry a tree keeps: enough for `npm ci` to
+/// install it exactly; nothing it would read as a place to fetch from
+/// other than the registry.
+const TREE_FIELDS: [&str; 11] = [
+    "version",
+    "resolved",
+    "integrity",
+    "dependencies",
+    "optionalDependencies",
+    "peerDependencies",
+    "peerDependenciesMeta",
+    "optional",
+    "peer",
+    "os",
+    "cpu",
+];
+
+/// One npm dependency's installed tree: `node_modules/…` paths to their
+/// lockfile entries (npm's `packages` map, kept fields only).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(transparent)]
+pub struct NpmTree(pub BTreeMap<String, serde_json::Value>);
+
+impl NpmTree {
+    /// The tree in npm's hidden lockfile (`node_modules/.package-lock.json`),
+    /// with only the kept fields of each entry.
+    pub fn from_npm(record: &serde_json::Value) -> NpmTree {
+        let mut tree = BTreeMap::new();
+        for (path, entry) in record["packages"].as_object().into_iter().flatten() {
+            let kept: serde_json::Map<String, serde_json::Value> = entry
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(k, _)| TREE_FIELDS.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            tree.insert(path.clone(), serde_json::Value::Object(kept));
+        }
+        NpmTree(tree)
+    }
+
+    /// Its canonical text (what names it in the install cache).
+    pub fn canonical(&self) -> String {
+        serde_json::to_string(&self.0).expect("a tree serialises")
+    }
+
+    /// Checks what a user's lock could put here: paths of registry names
+    /// under `node_modules`, kept fields only, versions, registry URLs
+    /// (http or https) and integrity strings.
+    fn check(&self) -> Result<(), String> {
+        if self.0.len() > MAX_TREE {
+            return Err(format!("a tree of more than {MAX_TREE} packages"));
+        }
+        for (path, entry) in &self.0 {
+            let names_ok = path
+                .strip_prefix("node_modules/")
+                .is_some_and(|rest| rest.split("/node_modules/").all(is_npm_name));
+            let entry = entry
+                .as_object()
+                .ok_or_else(|| format!("tree entry {path:?} is not an object"))?;
+            let fields_ok = entry.keys().all(|k| TREE_FIELDS.contains(&k.as_str()));
+            let version_ok = entry["version"].as_str().is_some_and(is_version);
+            let resolved_ok = entry.get("resolved").is_none_or(|r| {
+                r.as_str().is_some_and(|r| {
+                    (r.starts_with("https://") || r.starts_with("http://"))
+                        && !r.contains(char::is_whitespace)
+                })
+            });
+            let integrity_ok = entry.get("integrity").is_none_or(|i| {
+                i.as_str()
+                    .is_some_and(|i| is_hash(Runtime::Node, i.split(' ').next().unwrap_or("")))
+            });
+            if !(names_ok && fields_ok && version_ok && resolved_ok && integrity_ok) {
+                return Err(format!(
+                    "tree entry {path:?} is not a registry package's path, version, URL and integrity"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::hash::Hash for NpmTree {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.canonical().hash(state);
+    }
+}
+
+impl PartialOrd for NpmTree {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for NpmTree {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.canonical().cmp(&other.canonical())
+    }
+}
+
 /// One exact package: a lock's entry.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Package {
@@ -34,6 +145,10 @@ pub struct Package {
     /// before locks, whose requirements were exact pins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hash: Option<String>,
+    /// npm: the dependency's whole installed tree, which a node installs
+    /// exactly (`npm ci`). Absent for Python, and in older locks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree: Option<NpmTree>,
 }
 
 impl Package {
@@ -45,16 +160,22 @@ impl Package {
         }
     }
 
-    /// A directory name for the install cache: one per name, version and
-    /// file, so two files that claim one version never share a directory.
+    /// A directory name for the install cache: one per name, version,
+    /// file (and npm tree), so two installs that claim one version but
+    /// differ never share a directory.
     pub fn dir_name(&self) -> String {
         let base = format!("{}-{}", self.name.replace('/', "+"), self.version);
-        match &self.hash {
-            Some(h) => {
-                let digest = hearth_store::sha256_hex(h.as_bytes());
+        match (&self.hash, &self.tree) {
+            (None, None) => base,
+            (hash, tree) => {
+                let mut identity = hash.clone().unwrap_or_default();
+                if let Some(tree) = tree {
+                    identity.push('\n');
+                    identity.push_str(&tree.canonical());
+                }
+                let digest = hearth_store::sha256_hex(identity.as_bytes());
                 format!("{base}-{}", &digest[..12])
             }
-            None => base,
         }
     }
 }
@@ -126,6 +247,13 @@ impl Lock {
                     "{:?} {:?} {:?} is not a package name, exact version and hash",
                     p.name, p.version, p.hash
                 )));
+            }
+            match (&p.tree, runtime) {
+                (None, _) => {}
+                (Some(_), Runtime::Python) => {
+                    return Err(bad(format!("{}: a Python package has no tree", p.name)));
+                }
+                (Some(tree), _) => tree.check().map_err(|e| bad(format!("{}: {e}", p.name)))?,
             }
         }
         Ok(lock)
@@ -500,6 +628,7 @@ mod tests {
             name: "markupsafe".into(),
             version: "2.1.5".into(),
             hash: Some(format!("sha256:{}", "a".repeat(64))),
+            tree: None,
         }]);
         assert_eq!(Lock::parse(Runtime::Python, &good.to_json()).unwrap(), good);
         for (name, version, hash) in [
@@ -513,8 +642,37 @@ mod tests {
             let err = Lock::parse(Runtime::Python, lock.to_string().as_bytes()).unwrap_err();
             assert!(err.starts_with(LOCK_FILE), "{err}");
         }
-        let npm = serde_json::json!({"hearth_lock": 1, "packages": [{"name": "@a/b", "version": "1.0.0", "hash": "sha512-AbC+/=="}]});
+        let npm = serde_json::json!({"hearth_lock": 1, "packages": [{"name": "@a/b", "version": "1.0.0", "hash": "sha512-AbC+/==",
+            "tree": {"node_modules/@a/b": {"version": "1.0.0", "resolved": "https://registry.npmjs.org/@a/b/-/b-1.0.0.tgz", "integrity": "sha512-AbC+/=="},
+                     "node_modules/@a/b/node_modules/dep": {"version": "2.0.0", "dependencies": {"x": "^1"}}}}]});
         assert!(Lock::parse(Runtime::Node, npm.to_string().as_bytes()).is_ok());
+        for (path, entry) in [
+            (
+                "node_modules/../../x",
+                serde_json::json!({"version": "1.0.0"}),
+            ),
+            ("lib/x", serde_json::json!({"version": "1.0.0"})),
+            (
+                "node_modules/x",
+                serde_json::json!({"version": "1.0.0", "resolved": "file:../../etc"}),
+            ),
+            (
+                "node_modules/x",
+                serde_json::json!({"version": "1.0.0", "resolved": "git+ssh://x/y"}),
+            ),
+            (
+                "node_modules/x",
+                serde_json::json!({"version": "1.0.0", "hasInstallScript": true}),
+            ),
+            (
+                "node_modules/x",
+                serde_json::json!({"version": "1.0.0", "integrity": "md5-x"}),
+            ),
+        ] {
+            let lock = serde_json::json!({"hearth_lock": 1, "packages": [{"name": "x", "version": "1.0.0", "tree": {path: entry}}]});
+            let err = Lock::parse(Runtime::Node, lock.to_string().as_bytes()).unwrap_err();
+            assert!(err.contains("tree entry"), "{path} {entry}: {err}");
+        }
         assert!(Lock::parse(Runtime::Node, b"{\"hearth_lock\": 2, \"packages\": []}").is_err());
     }
 
@@ -524,11 +682,24 @@ mod tests {
             name: "@s/x".into(),
             version: "1.0".into(),
             hash: hash.map(str::to_string),
+            tree: None,
         };
         assert_eq!(p(None).dir_name(), "@s+x-1.0");
         assert_ne!(
             p(Some("sha512-a")).dir_name(),
             p(Some("sha512-b")).dir_name()
+        );
+        let with_tree = |dep: &str| Package {
+            tree: Some(NpmTree(BTreeMap::from([(
+                "node_modules/dep".to_string(),
+                serde_json::json!({"version": dep}),
+            )]))),
+            ..p(Some("sha512-a"))
+        };
+        assert_ne!(with_tree("1.0.0").dir_name(), with_tree("1.1.0").dir_name());
+        assert_ne!(
+            with_tree("1.0.0").dir_name(),
+            p(Some("sha512-a")).dir_name()
         );
     }
 }

@@ -134,6 +134,7 @@ async fn pip_runs_unprivileged_in_a_root_holding_only_its_target_and_wheels() {
         name: "fakepkg".into(),
         version: "1.0".into(),
         hash: None,
+        tree: None,
     };
     let installed = cache.ensure(Runtime::Python, &pkg, false).await.unwrap();
     bait.assert_held(&installed.path, "pip");
@@ -215,6 +216,7 @@ async fn npm_runs_unprivileged_in_a_cgroup_on_a_copy_of_the_offline_cache() {
         name: "fakepkg".into(),
         version: "1.0.0".into(),
         hash: None,
+        tree: None,
     };
     let installed = cache.ensure(Runtime::Node, &pkg, false).await.unwrap();
     let dir = installed.path.parent().unwrap();
@@ -324,6 +326,7 @@ async fn an_online_install_reaches_only_the_package_index_through_the_proxy() {
         name: "fakepkg".into(),
         version: "1.0".into(),
         hash: None,
+        tree: None,
     };
     let installed = cache.ensure(Runtime::Python, &pkg, false).await.unwrap();
     let read = |name: &str| std::fs::read_to_string(installed.path.join(name)).unwrap();
@@ -370,6 +373,7 @@ async fn an_installer_flooding_its_output_is_not_held_in_memory() {
         name: "flood".into(),
         version: "1.0".into(),
         hash: None,
+        tree: None,
     };
     let err = cache
         .ensure(Runtime::Python, &pkg, false)

@@ -140,6 +140,7 @@ mod tests {
             name: name.into(),
             version: version.into(),
             hash: None,
+            tree: None,
         };
         let lock = [
             locked("jinja2", "3.1.4"),

@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use hearth_core::Runtime;
 
-use hearth_host::deps::{Package, Requirement};
+use hearth_host::deps::{NpmTree, Package, Requirement};
 
 use crate::cgroup::CgroupPool;
 
@@ -221,12 +221,16 @@ impl InstallCache {
             let started = std::time::Instant::now();
             let result = match runtime {
                 Runtime::Python => self.pip(pkg, &tmp, true, source_builds).await,
-                _ => self.npm(&pkg.name, &pkg.version, &tmp).await.and_then(|got| {
+                _ => self.npm(&pkg.name, &pkg.version, &tmp, pkg.tree.as_ref()).await.and_then(|got| {
                     match &pkg.hash {
                         _ if got.version != pkg.version => Err(format!(
                             "npm install {}: npm installed version {}",
                             pkg.spec(runtime),
                             got.version
+                        )),
+                        _ if pkg.tree.is_some() && got.tree != pkg.tree => Err(format!(
+                            "npm ci {}: what npm installed is not the locked tree",
+                            pkg.spec(runtime)
                         )),
                         Some(want) if got.hash.as_ref() != Some(want) => Err(format!(
                             "npm install {}: the registry's file has integrity {}, not the locked {want}",
@@ -294,7 +298,7 @@ impl InstallCache {
                 let tmp = work.join(format!(".tmp-resolve-{}-{n}", std::process::id()));
                 let _ = std::fs::remove_dir_all(&tmp);
                 std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
-                let result = self.npm(&r.name, &r.spec, &tmp).await;
+                let result = self.npm(&r.name, &r.spec, &tmp, None).await;
                 let resolved = match result {
                     Ok(p) => p,
                     Err(e) => {
@@ -438,20 +442,60 @@ impl InstallCache {
     }
 
     /// Installs `name@range` into `target` and reads back what npm chose:
-    /// the exact version and its integrity.
-    async fn npm(&self, name: &str, range: &str, target: &Path) -> Result<Package, String> {
+    /// the exact version, its integrity and the whole tree. With `tree`
+    /// (a locked one), installs exactly that tree instead (`npm ci` of a
+    /// lockfile made from it).
+    async fn npm(
+        &self,
+        name: &str,
+        range: &str,
+        target: &Path,
+        tree: Option<&NpmTree>,
+    ) -> Result<Package, String> {
         let spec = format!("{name}@{range}");
         let mut cmd = tokio::process::Command::new(&self.npm);
-        cmd.args([
-            "install",
-            "--no-save",
-            "--ignore-scripts",
-            "--no-audit",
-            "--no-fund",
-        ])
-        .args(["--no-package-lock", "--loglevel=error", "--prefix"])
-        .arg(target)
-        .arg(&spec);
+        match tree {
+            Some(tree) => {
+                let dependencies = serde_json::json!({ name: range });
+                let mut packages = serde_json::Map::new();
+                packages.insert(
+                    String::new(),
+                    serde_json::json!({ "dependencies": dependencies }),
+                );
+                packages.extend(tree.0.clone());
+                let lockfile = serde_json::json!({
+                    "name": "hearth-install",
+                    "lockfileVersion": 3,
+                    "requires": true,
+                    "packages": packages,
+                });
+                let manifest = serde_json::json!({
+                    "name": "hearth-install",
+                    "dependencies": dependencies,
+                });
+                let write = |file: &str, v: &serde_json::Value| {
+                    std::fs::write(target.join(file), v.to_string())
+                        .map_err(|e| format!("npm ci {spec}: {e}"))
+                };
+                write("package.json", &manifest)?;
+                write("package-lock.json", &lockfile)?;
+                cmd.args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"]);
+            }
+            None => {
+                cmd.args([
+                    "install",
+                    "--no-save",
+                    "--ignore-scripts",
+                    "--no-audit",
+                    "--no-fund",
+                    "--no-package-lock",
+                ]);
+            }
+        }
+        cmd.args(["--loglevel=error", "--prefix"]).arg(target);
+        if tree.is_none() {
+            cmd.arg(&spec);
+        }
         let offline_cache = self.offline.as_ref().map(|d| d.join("npm"));
         if offline_cache.is_some() {
             cmd.arg("--offline");
@@ -629,6 +673,7 @@ fn read_report(path: &Path) -> Result<Vec<Package>, String> {
                 name: hearth_host::deps::normalize_python_name(&i.metadata.name),
                 version: i.metadata.version,
                 hash: sha256,
+                tree: None,
             }
         })
         .collect();
@@ -666,6 +711,7 @@ fn npm_installed(prefix: &Path, name: &str) -> Result<Package, String> {
         name: name.to_string(),
         version,
         hash: entry["integrity"].as_str().map(str::to_string),
+        tree: Some(NpmTree::from_npm(&record)),
     };
     let lock = hearth_host::deps::Lock::new(vec![package]);
     hearth_host::deps::Lock::parse(Runtime::Node, &lock.to_json())

@@ -138,23 +138,96 @@ async fn python_requirements_resolve_at_deploy_into_a_lock_each_version_keeps() 
     assert!(msg.contains("tinypkg>=9"), "{msg}");
 }
 
-/// A registry that serves one package, `tinyjs` 1.4.0, as npm's does.
-async fn serve_npm_registry() -> (String, tokio::task::JoinHandle<()>) {
-    use base64::Engine as _;
-    use sha2::Digest;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let tgz = {
+/// A package registry speaking npm's protocol (a packument per name,
+/// tarballs with sha512 integrity), whose packages a test can add to.
+/// name → version → (packument entry, tarball)
+type Published = std::collections::BTreeMap<
+    String,
+    std::collections::BTreeMap<String, (serde_json::Value, Vec<u8>)>,
+>;
+
+#[derive(Clone)]
+struct Registry {
+    url: String,
+    packages: std::sync::Arc<std::sync::Mutex<Published>>,
+}
+
+impl Registry {
+    async fn start() -> (Registry, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let registry = Registry {
+            url: format!("http://{}", listener.local_addr().unwrap()),
+            packages: Default::default(),
+        };
+        let (packument, tarball) = (registry.clone(), registry.clone());
+        let app = axum::Router::new()
+            .route(
+                "/{name}",
+                axum::routing::get(
+                    move |axum::extract::Path(name): axum::extract::Path<String>| {
+                        let r = packument.clone();
+                        async move {
+                            let packages = r.packages.lock().unwrap();
+                            let Some(versions) = packages.get(&name) else {
+                                return Err(axum::http::StatusCode::NOT_FOUND);
+                            };
+                            let latest = versions.keys().next_back().unwrap().clone();
+                            let versions: serde_json::Map<String, serde_json::Value> = versions
+                                .iter()
+                                .map(|(v, (meta, _))| (v.clone(), meta.clone()))
+                                .collect();
+                            Ok(axum::Json(serde_json::json!({
+                                "name": name, "dist-tags": {"latest": latest}, "versions": versions,
+                            })))
+                        }
+                    },
+                ),
+            )
+            .route(
+                "/{name}/-/{file}",
+                axum::routing::get(
+                    move |axum::extract::Path((name, file)): axum::extract::Path<(
+                        String,
+                        String,
+                    )>| {
+                        let r = tarball.clone();
+                        async move {
+                            let version = file
+                                .strip_prefix(&format!("{name}-"))
+                                .and_then(|f| f.strip_suffix(".tgz"))
+                                .unwrap_or_default()
+                                .to_string();
+                            let packages = r.packages.lock().unwrap();
+                            packages
+                                .get(&name)
+                                .and_then(|v| v.get(&version))
+                                .map(|(_, tgz)| tgz.clone())
+                                .ok_or(axum::http::StatusCode::NOT_FOUND)
+                        }
+                    },
+                ),
+            );
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        (registry, task)
+    }
+
+    /// Publishes `name@version` whose `index.js` is `main`, depending on
+    /// `deps` (name → range).
+    fn publish(&self, name: &str, version: &str, main: &str, deps: serde_json::Value) {
+        use base64::Engine as _;
+        use sha2::Digest;
+        let manifest = serde_json::json!({
+            "name": name, "version": version, "main": "index.js", "dependencies": deps,
+        });
         let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(
             Vec::new(),
             flate2::Compression::fast(),
         ));
         for (path, text) in [
-            (
-                "package/package.json",
-                r#"{"name": "tinyjs", "version": "1.4.0", "main": "index.js"}"#,
-            ),
-            ("package/index.js", "module.exports = () => 'tiny 1.4.0';\n"),
+            ("package/package.json", manifest.to_string()),
+            ("package/index.js", main.to_string()),
         ] {
             let mut h = tar::Header::new_gnu();
             h.set_size(text.len() as u64);
@@ -162,47 +235,48 @@ async fn serve_npm_registry() -> (String, tokio::task::JoinHandle<()>) {
             h.set_cksum();
             tar.append_data(&mut h, path, text.as_bytes()).unwrap();
         }
-        tar.into_inner().unwrap().finish().unwrap()
-    };
-    let integrity = format!(
-        "sha512-{}",
-        base64::engine::general_purpose::STANDARD.encode(sha2::Sha512::digest(&tgz))
-    );
-    let packument = serde_json::json!({
-        "name": "tinyjs",
-        "dist-tags": {"latest": "1.4.0"},
-        "versions": {"1.4.0": {
-            "name": "tinyjs", "version": "1.4.0", "main": "index.js",
-            "dist": {"tarball": format!("{url}/tinyjs/-/tinyjs-1.4.0.tgz"), "integrity": integrity},
-        }},
-    });
-    let app = axum::Router::new()
-        .route(
-            "/tinyjs",
-            axum::routing::get(move || async move { axum::Json(packument) }),
-        )
-        .route(
-            "/tinyjs/-/tinyjs-1.4.0.tgz",
-            axum::routing::get(move || async move { tgz }),
+        let tgz = tar.into_inner().unwrap().finish().unwrap();
+        let integrity = format!(
+            "sha512-{}",
+            base64::engine::general_purpose::STANDARD.encode(sha2::Sha512::digest(&tgz))
         );
-    let task = tokio::spawn(async move {
-        axum::serve(listener, app).await.unwrap();
-    });
-    (url, task)
+        let mut meta = manifest;
+        meta["dist"] = serde_json::json!({
+            "tarball": format!("{}/{name}/-/{name}-{version}.tgz", self.url),
+            "integrity": integrity,
+        });
+        self.packages
+            .lock()
+            .unwrap()
+            .entry(name.to_string())
+            .or_default()
+            .insert(version.to_string(), (meta, tgz));
+    }
 }
 
-#[tokio::test]
-async fn js_ranges_resolve_and_install_at_deploy_for_both_js_runtimes() {
-    let (registry, server) = serve_npm_registry().await;
-    let host = registry.trim_start_matches("http://").to_string();
-    let d = Daemon::start_with(&[
+/// A daemon whose npm installs go to `registry`.
+fn daemon_for(registry: &Registry) -> Daemon {
+    let host = registry.url.trim_start_matches("http://").to_string();
+    Daemon::start_with(&[
         "--npm-registry",
-        &registry,
+        &registry.url,
         "--package-index-host",
         &host,
         "--allow-private-egress",
         "true",
-    ]);
+    ])
+}
+
+#[tokio::test]
+async fn js_ranges_resolve_and_install_at_deploy_for_both_js_runtimes() {
+    let (registry, server) = Registry::start().await;
+    registry.publish(
+        "tinyjs",
+        "1.4.0",
+        "module.exports = () => 'tiny 1.4.0';\n",
+        serde_json::json!({}),
+    );
+    let d = daemon_for(&registry);
     let code = "import tiny from 'tinyjs';\nexport default { fetch() { return new Response(tiny()); } };\n";
     let bundle = tar_of(&[
         ("index.mjs", code),
@@ -249,5 +323,61 @@ async fn js_ranges_resolve_and_install_at_deploy_for_both_js_runtimes() {
         assert_eq!(status, 400, "{runtime}: {msg}");
         assert!(msg.contains("tinyjs@^2.0.0"), "{runtime}: {msg}");
     }
+    server.abort();
+}
+
+/// npm locks the whole tree: a dependency's own dependencies are installed
+/// as they were resolved at deploy, on any node, even after a newer
+/// release that their ranges would now pick.
+#[tokio::test]
+async fn an_npm_lock_holds_the_dependencies_of_dependencies() {
+    let (registry, server) = Registry::start().await;
+    registry.publish(
+        "tinydep",
+        "1.0.0",
+        "module.exports = '1.0.0';\n",
+        serde_json::json!({}),
+    );
+    registry.publish(
+        "tinyjs",
+        "1.4.0",
+        "module.exports = () => 'tinydep ' + require('tinydep');\n",
+        serde_json::json!({"tinydep": "^1.0.0"}),
+    );
+    let code = "import tiny from 'tinyjs';\nexport default { fetch() { return new Response(tiny()); } };\n";
+    let files = [
+        ("index.mjs", code),
+        ("package.json", r#"{"dependencies": {"tinyjs": "^1.0.0"}}"#),
+    ];
+    let q = [("runtime", "node"), ("file_name", "fn.tar")];
+    let first = daemon_for(&registry);
+    first.deploy("f", tar_of(&files), &q).await;
+    assert_eq!(first.call("f", "", "").await, (200, "tinydep 1.0.0".into()));
+    let versions = first.get_json("/v1/functions/f").await;
+    let lock =
+        serde_json::json!({"hearth_lock": 1, "packages": versions["versions"][0]["packages"]});
+    assert!(lock.to_string().contains("node_modules/tinydep"), "{lock}");
+
+    // A newer release of the dependency's dependency appears; another node
+    // (a fresh daemon) installs the version from its lock.
+    registry.publish(
+        "tinydep",
+        "1.1.0",
+        "module.exports = '1.1.0';\n",
+        serde_json::json!({}),
+    );
+    let other = daemon_for(&registry);
+    let mut locked_files = files.to_vec();
+    let lock_text = lock.to_string();
+    locked_files.push(("hearth.lock", &lock_text));
+    other.deploy("f", tar_of(&locked_files), &q).await;
+    assert_eq!(
+        other.call("f", "", "").await,
+        (200, "tinydep 1.0.0".into()),
+        "the locked tree"
+    );
+    // Resolved anew, the same requirement gets the new release.
+    other.deploy("g", tar_of(&files), &q).await;
+    assert_eq!(other.call("g", "", "").await, (200, "tinydep 1.1.0".into()));
     server.abort();
 }
