@@ -322,9 +322,12 @@ pub(crate) async fn get_function(
             p.tenant
         )));
     }
-    // Each version's lock, from its artifact (where one is here).
+    // Each version's lock, from its artifact (where one is here): read
+    // once per artifact, however many versions share it, and only its
+    // tar headers up to the lock.
     let artifacts = s.node.artifacts().clone();
     let versions = tokio::task::spawn_blocking(move || {
+        let mut locks = std::collections::HashMap::new();
         versions
             .into_iter()
             .map(|v| {
@@ -332,17 +335,24 @@ pub(crate) async fn get_function(
                     Runtime::Python => Runtime::Python,
                     _ => Runtime::Node,
                 };
-                let lock = (v.spec.runtime != Runtime::Wasm)
-                    .then(|| std::fs::File::open(artifacts.path_of(&v.artifact)).ok())
-                    .flatten()
-                    .and_then(|f| {
-                        hearth_host::bundle::Bundle::lock_in_artifact(
-                            runtime,
-                            std::io::BufReader::new(f),
-                        )
-                    });
+                let packages = locks
+                    .entry((v.artifact.clone(), runtime))
+                    .or_insert_with(|| {
+                        (v.spec.runtime != Runtime::Wasm)
+                            .then(|| std::fs::File::open(artifacts.path_of(&v.artifact)).ok())
+                            .flatten()
+                            .and_then(|f| {
+                                hearth_host::bundle::Bundle::lock_in_artifact(
+                                    runtime,
+                                    std::io::BufReader::new(f),
+                                )
+                            })
+                            .map(|l| l.packages)
+                            .unwrap_or_default()
+                    })
+                    .clone();
                 let mut view = json!(v);
-                view["packages"] = json!(lock.map(|l| l.packages).unwrap_or_default());
+                view["packages"] = json!(packages);
                 view
             })
             .collect::<Vec<Value>>()

@@ -319,17 +319,21 @@ impl Bundle {
             .transpose()
     }
 
-    /// The lock in a stored artifact, read without holding the rest of it
-    /// (None for an artifact without one, or that is not a bundle).
-    pub fn lock_in_artifact(runtime: Runtime, artifact: impl Read) -> Option<Lock> {
+    /// The lock in a stored artifact, read without reading the rest of it:
+    /// the other entries' data is seeked past (None for an artifact without
+    /// one, or that is not a bundle).
+    pub fn lock_in_artifact(runtime: Runtime, artifact: impl Read + std::io::Seek) -> Option<Lock> {
         let mut archive = tar::Archive::new(artifact);
         let mut entry = archive
-            .entries()
+            .entries_with_seek()
             .ok()?
             .flatten()
             .find(|e| e.path().is_ok_and(|p| p.as_os_str() == LOCK_FILE))?;
         let mut bytes = Vec::new();
-        entry.read_to_end(&mut bytes).ok()?;
+        (&mut entry)
+            .take(crate::deps::MAX_LOCK_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .ok()?;
         Lock::parse(runtime, &bytes).ok()
     }
 
@@ -544,11 +548,11 @@ mod tests {
         assert_eq!(locked.packages(Runtime::Python).unwrap(), lock.packages);
         let artifact = locked.to_tar();
         assert_eq!(
-            Bundle::lock_in_artifact(Runtime::Python, &artifact[..]),
+            Bundle::lock_in_artifact(Runtime::Python, Cursor::new(&artifact)),
             Some(lock)
         );
         assert_eq!(
-            Bundle::lock_in_artifact(Runtime::Python, &b"\0asm"[..]),
+            Bundle::lock_in_artifact(Runtime::Python, Cursor::new(b"\0asm")),
             None
         );
         let bad = with(&[(
@@ -556,6 +560,45 @@ mod tests {
             "{\"hearth_lock\": 1, \"packages\": [{\"name\": \"-r\", \"version\": \"1\"}]}",
         )]);
         assert!(bad.packages(Runtime::Python).is_err());
+    }
+
+    /// `hearth versions` reads each artifact's lock: the files before it
+    /// in the tar (sorted: `data.bin` < `hearth.lock`) are seeked past,
+    /// not read, however large.
+    #[test]
+    fn the_lock_is_read_without_reading_the_files_before_it() {
+        struct Counting<R>(R, u64);
+        impl<R: Read> Read for Counting<R> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = self.0.read(buf)?;
+                self.1 += n as u64;
+                Ok(n)
+            }
+        }
+        impl<R: std::io::Seek> std::io::Seek for Counting<R> {
+            fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+                self.0.seek(to)
+            }
+        }
+        let lock = Lock::new(vec![Package {
+            name: "six".into(),
+            version: "1.16.0".into(),
+            hash: None,
+            tree: None,
+        }]);
+        let bundle = Bundle {
+            files: BTreeMap::from([
+                ("data.bin".to_string(), vec![7u8; 8 << 20]),
+                ("handler.py".to_string(), b"x = 1\n".to_vec()),
+            ]),
+        }
+        .with_lock(&lock);
+        let mut reader = Counting(Cursor::new(bundle.to_tar()), 0);
+        assert_eq!(
+            Bundle::lock_in_artifact(Runtime::Python, &mut reader),
+            Some(lock)
+        );
+        assert!(reader.1 < 64 << 10, "read {} bytes", reader.1);
     }
 
     #[test]

@@ -32,6 +32,9 @@ pub const LOCK_FILE: &str = "hearth.lock";
 /// make the node install without end).
 pub const MAX_LOCKED: usize = 1_000;
 
+/// The largest lock file read.
+pub const MAX_LOCK_BYTES: u64 = 32 << 20;
+
 /// The most entries one npm dependency's tree may hold.
 pub const MAX_TREE: usize = 10_000;
 
@@ -224,6 +227,9 @@ impl Lock {
     /// requirement would be).
     pub fn parse(runtime: Runtime, bytes: &[u8]) -> Result<Lock, String> {
         let bad = |why: String| format!("{LOCK_FILE}: {why}");
+        if bytes.len() as u64 > MAX_LOCK_BYTES {
+            return Err(bad(format!("larger than {} MiB", MAX_LOCK_BYTES >> 20)));
+        }
         let lock: Lock = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
         if lock.hearth_lock != 1 {
             return Err(bad(format!(
