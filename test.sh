@@ -4,6 +4,8 @@
 # (the latter start the real daemon and build the C examples with clang).
 set -euo pipefail
 cd "$(dirname "$0")"
+# The run's closing line, whichever step ends it.
+trap 'rc=$?; if [ "$rc" -eq 0 ]; then echo "hearth: test run passed"; else echo "hearth: test run FAILED (exit $rc)"; fi' EXIT
 . scripts/setup.sh
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -12,8 +14,12 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== bench/paired.py self-check (the benchmarks' confidence intervals)"
 python3 bench/paired.py
 echo "== cargo test"
-cargo test --workspace --locked 2>&1 | tee "${TMPDIR:-/tmp}/hearth-test.log"
+# Every test binary runs even when one fails, so the sum below is the
+# whole suite's; the status is cargo's, not tee's.
+set +e
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee "${TMPDIR:-/tmp}/hearth-test.log"
 status=${PIPESTATUS[0]}
+set -e
 # One closing line for the whole run, summed over every test binary.
 awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "hearth: %d passed, %d failed, %d skipped\n", p, f, i }' \
   "${TMPDIR:-/tmp}/hearth-test.log"
