@@ -1,7 +1,9 @@
 """Hearth's process-tier helper: zygote, launcher and Python handler in one.
 
-The node starts one *root zygote* (`helper.py zygote`) chrooted in the
-zygote root, with a control connection on fd 3. A zygote waits for commands
+The node starts one *root zygote* (`helper.py zygote`) as its own child,
+with a control connection on fd 3; it imports no tenant's code. Every zygote
+that imports packages is contained before it imports (a user namespace,
+its own root; see `_fork_contained`). A zygote waits for commands
 and forks:
 
 * `fork_zygote`: a child zygote that imports more packages (SOCK's import
