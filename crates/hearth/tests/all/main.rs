@@ -15,6 +15,7 @@ mod js;
 mod outbound;
 mod packages;
 mod process;
+mod readme;
 mod recording;
 mod snapshot;
 mod trace;
