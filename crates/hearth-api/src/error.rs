@@ -88,6 +88,12 @@ impl From<hearth_store::StoreError> for ApiError {
         match e {
             hearth_store::StoreError::TenantExists(_) => ApiError::Conflict(e.to_string()),
             hearth_store::StoreError::NoSuchTenant(_) => ApiError::NotFound(e.to_string()),
+            hearth_store::StoreError::KvQuota { tenant, max_bytes } => ApiError::QuotaExceeded(
+                "kv_quota_exceeded",
+                format!(
+                    "tenant {tenant}'s KV would hold more than {max_bytes} bytes: remove keys first"
+                ),
+            ),
             other => ApiError::Internal(other.to_string()),
         }
     }

@@ -18,6 +18,7 @@ use axum::response::IntoResponse;
 use serde_json::{Value, json};
 
 use crate::invoke::read_body;
+use crate::manage::blocking;
 use crate::{ApiError, AppState};
 
 type S = State<Arc<AppState>>;
@@ -26,10 +27,7 @@ type S = State<Arc<AppState>>;
 async fn owner(s: &AppState, headers: &HeaderMap, name: &str) -> Result<String, ApiError> {
     let p = s.auth.require(s.node.store(), headers).await?;
     let (tenant, n) = (p.tenant.clone(), name.to_string());
-    let store = s.node.store().clone();
-    let versions = tokio::task::spawn_blocking(move || store.list_versions(&tenant, &n))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))??;
+    let versions = blocking(s, move |st| st.list_versions(&tenant, &n)).await?;
     if versions.is_empty() {
         return Err(ApiError::NotFound(format!(
             "function {}/{name} does not exist",
@@ -48,26 +46,6 @@ fn check_key(s: &AppState, key: &str) -> Result<(), ApiError> {
         )));
     }
     Ok(())
-}
-
-async fn blocking<T: Send + 'static>(
-    s: &AppState,
-    f: impl FnOnce(&dyn hearth_store::Store) -> Result<T, hearth_store::StoreError> + Send + 'static,
-) -> Result<T, ApiError> {
-    let store = s.node.store().clone();
-    match tokio::task::spawn_blocking(move || f(&*store)).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(hearth_store::StoreError::KvQuota { tenant, max_bytes })) => {
-            Err(ApiError::QuotaExceeded(
-                "kv_quota_exceeded",
-                format!(
-                    "tenant {tenant}'s KV would hold more than {max_bytes} bytes: remove keys first"
-                ),
-            ))
-        }
-        Ok(Err(e)) => Err(e.into()),
-        Err(e) => Err(ApiError::Internal(e.to_string())),
-    }
 }
 
 pub(crate) async fn list(

@@ -17,7 +17,7 @@ use crate::{ApiError, AppState};
 
 type S = State<Arc<AppState>>;
 
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     s: &AppState,
     f: impl FnOnce(&dyn hearth_store::Store) -> Result<T, hearth_store::StoreError> + Send + 'static,
 ) -> Result<T, ApiError> {

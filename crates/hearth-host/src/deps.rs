@@ -231,6 +231,16 @@ impl Lock {
             return Err(bad(format!("larger than {} MiB", MAX_LOCK_BYTES >> 20)));
         }
         let lock: Lock = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
+        lock.check(runtime)?;
+        Ok(lock)
+    }
+
+    /// Checks every name, version, hash and npm tree as strictly as a
+    /// requirement would be: a lock a user's bundle carries, and what pip
+    /// and npm report (their answers are parsed text too).
+    pub fn check(&self, runtime: Runtime) -> Result<(), String> {
+        let bad = |why: String| format!("{LOCK_FILE}: {why}");
+        let lock = self;
         if lock.hearth_lock != 1 {
             return Err(bad(format!(
                 "format {} is not one this node reads (1)",
@@ -262,7 +272,7 @@ impl Lock {
                 (Some(tree), _) => tree.check().map_err(|e| bad(format!("{}: {e}", p.name)))?,
             }
         }
-        Ok(lock)
+        Ok(())
     }
 }
 

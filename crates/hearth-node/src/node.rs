@@ -503,10 +503,8 @@ impl Node {
     ) -> Result<Compiled, NodeError> {
         let first = self.engine_for(spec)?;
         let span = || tracing::info_span!("deploy", tenant, function = name);
-        let mut all = first
-            .compile(spec, source.clone())
-            .instrument(span())
-            .await?;
+        let file_name = source.file_name.clone();
+        let mut all = first.compile(spec, source).instrument(span()).await?;
         let later = spec
             .runtime
             .tiers()
@@ -515,7 +513,7 @@ impl Node {
             .filter_map(|t| self.engines.get(t));
         for engine in later {
             let artifact = Source {
-                file_name: source.file_name.clone(),
+                file_name: file_name.clone(),
                 code: all.artifact.clone(),
             };
             // Whatever compiling logs (package installs) names whose it is.
@@ -526,7 +524,7 @@ impl Node {
             all.warnings.extend(compiled.warnings);
             if compiled.artifact != all.artifact {
                 let again = Source {
-                    file_name: source.file_name.clone(),
+                    file_name: file_name.clone(),
                     code: compiled.artifact,
                 };
                 let recompiled = first.compile(spec, again).instrument(span()).await?;

@@ -368,7 +368,7 @@ def package_modules_since(before, paths, most=64):
     roots = tuple(os.path.join(p, "") for p in paths)
     found = []
     for name, module in list(sys.modules.items()):
-        if name in before or not roots:
+        if name in before:
             continue
         origin = getattr(module, "__file__", None) or ""
         if origin.startswith(roots):
@@ -716,18 +716,20 @@ class Handler:
         os.environ.update(msg.get("env", {}))
         os.environ.update(_EGRESS_ENV)
         code_dir = msg.get("code", "/code")
-        for p in [code_dir] + msg.get("paths", []):
+        paths = msg.get("paths", [])
+        for p in [code_dir] + paths:
             if p not in sys.path:
                 sys.path.insert(0 if p == code_dir else len(sys.path), p)
         entry = msg["entry"]
-        before = set(sys.modules)
+        # Only a function with packages has package modules to report.
+        before = set(sys.modules) if paths else None
         try:
             os.chdir(scratch_cwd(code_dir, msg.get("workdir")))
             mod = import_entry(code_dir, entry)
         except BaseException:
             self.load_error = _traceback_text()
             return
-        self.imported = package_modules_since(before, msg.get("paths", []))
+        self.imported = package_modules_since(before, paths) if paths else []
         # The handler setting's function, or the default names in order
         # (the node's list, which its deploy check also uses).
         wanted = msg["handlers"]

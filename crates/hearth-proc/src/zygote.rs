@@ -116,6 +116,9 @@ pub fn import_env(env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
 /// Most modules a zygote learns from its handlers, beyond its packages.
 const MAX_LEARNED: usize = 256;
 
+/// Most modules one handler's report may add.
+const MAX_REPORTED: usize = 64;
+
 /// One zygote, for `hearth status`.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ZygoteStatus {
@@ -465,6 +468,7 @@ impl ZygoteTree {
             .filter(|m| is_module_name(m))
             .filter(|m| tops.contains(m.split('.').next().unwrap_or_default()))
             .filter(|m| !tops.contains(m.as_str()) && !zygote.learned.contains(*m))
+            .take(MAX_REPORTED)
             .collect();
         if new.is_empty()
             || zygote.learned.len() + new.len() > MAX_LEARNED

@@ -37,7 +37,9 @@ impl InstallCache {
         source_builds: bool,
     ) -> Result<Locked, String> {
         let requirements = bundle.requirements(runtime)?;
-        let (packages, warnings, fresh) = match bundle.lock(runtime)? {
+        let carried = bundle.lock(runtime)?;
+        let had_lock = carried.is_some();
+        let (packages, warnings, fresh) = match carried {
             Some(lock) => (lock.packages, Vec::new(), Vec::new()),
             None if requirements.is_empty() => {
                 return Ok(Locked {
@@ -70,9 +72,10 @@ impl InstallCache {
                 cached: !installed_now && !fresh.contains(p),
             });
         }
-        let bundle = match bundle.lock(runtime)? {
-            Some(_) => bundle,
-            None => bundle.with_lock(&Lock::new(packages)),
+        let bundle = if had_lock {
+            bundle
+        } else {
+            bundle.with_lock(&Lock::new(packages))
         };
         Ok(Locked {
             bundle,

@@ -221,25 +221,10 @@ impl InstallCache {
             let started = std::time::Instant::now();
             let result = match runtime {
                 Runtime::Python => self.pip(pkg, &tmp, true, source_builds).await,
-                _ => self.npm(&pkg.name, &pkg.version, &tmp, pkg.tree.as_ref()).await.and_then(|got| {
-                    match &pkg.hash {
-                        _ if got.version != pkg.version => Err(format!(
-                            "npm install {}: npm installed version {}",
-                            pkg.spec(runtime),
-                            got.version
-                        )),
-                        _ if pkg.tree.is_some() && got.tree != pkg.tree => Err(format!(
-                            "npm ci {}: what npm installed is not the locked tree",
-                            pkg.spec(runtime)
-                        )),
-                        Some(want) if got.hash.as_ref() != Some(want) => Err(format!(
-                            "npm install {}: the registry's file has integrity {}, not the locked {want}",
-                            pkg.spec(runtime),
-                            got.hash.as_deref().unwrap_or("(none)")
-                        )),
-                        _ => Ok(()),
-                    }
-                }),
+                _ => self
+                    .npm(&pkg.name, &pkg.version, &tmp, pkg.tree.as_ref())
+                    .await
+                    .and_then(|got| is_locked(pkg, &got)),
             };
             if let Err(e) = result {
                 tracing::warn!(package = %pkg.spec(runtime), error = %e, "install failed");
@@ -502,7 +487,10 @@ impl InstallCache {
         } else if let Some(url) = &self.registries.npm_registry {
             cmd.arg("--registry").arg(url);
         }
-        let what = format!("npm install {spec}");
+        let what = match tree {
+            Some(_) => format!("npm ci {spec}"),
+            None => format!("npm install {spec}"),
+        };
         self.run_installer(cmd, &what, target, None, |cmd, scratch, owner| {
             let cache = scratch.join("cache");
             match &offline_cache {
@@ -630,6 +618,31 @@ async fn run(mut cmd: tokio::process::Command, what: &str) -> Result<(), String>
     Err(format!("{what} failed: {last}"))
 }
 
+/// Whether what npm installed, `got`, is the locked package `want`: its
+/// version, and its integrity and tree where the lock has them.
+fn is_locked(want: &Package, got: &Package) -> Result<(), String> {
+    let spec = want.spec(Runtime::Node);
+    if got.version != want.version {
+        return Err(format!(
+            "npm install {spec}: npm installed version {}",
+            got.version
+        ));
+    }
+    if want.hash.is_some() && got.hash != want.hash {
+        return Err(format!(
+            "npm install {spec}: the registry's file has integrity {}, not the locked {}",
+            got.hash.as_deref().unwrap_or("(none)"),
+            want.hash.as_deref().unwrap_or_default()
+        ));
+    }
+    if want.tree.is_some() && got.tree != want.tree {
+        return Err(format!(
+            "npm ci {spec}: what npm installed is not the locked tree"
+        ));
+    }
+    Ok(())
+}
+
 /// The packages a `pip install --dry-run --report` would install.
 fn read_report(path: &Path) -> Result<Vec<Package>, String> {
     use std::io::Read;
@@ -677,11 +690,10 @@ fn read_report(path: &Path) -> Result<Vec<Package>, String> {
             }
         })
         .collect();
-    // Checked as a lock a user wrote would be: pip's answer is parsed text.
     let lock = hearth_host::deps::Lock::new(packages);
-    hearth_host::deps::Lock::parse(Runtime::Python, &lock.to_json())
-        .map(|l| l.packages)
-        .map_err(|e| format!("pip resolved to something that cannot be locked: {e}"))
+    lock.check(Runtime::Python)
+        .map_err(|e| format!("pip resolved to something that cannot be locked: {e}"))?;
+    Ok(lock.packages)
 }
 
 /// The version and integrity of the package `name` npm installed under
@@ -711,12 +723,16 @@ fn npm_installed(prefix: &Path, name: &str) -> Result<Package, String> {
         name: name.to_string(),
         version,
         hash: entry["integrity"].as_str().map(str::to_string),
-        tree: Some(NpmTree::from_npm(&record)),
+        // Without npm's record there is no tree to lock, only the version.
+        tree: record
+            .get("packages")
+            .is_some()
+            .then(|| NpmTree::from_npm(&record)),
     };
-    let lock = hearth_host::deps::Lock::new(vec![package]);
-    hearth_host::deps::Lock::parse(Runtime::Node, &lock.to_json())
-        .map(|mut l| l.packages.remove(0))
-        .map_err(|e| format!("npm installed something that cannot be locked: {e}"))
+    let mut lock = hearth_host::deps::Lock::new(vec![package]);
+    lock.check(Runtime::Node)
+        .map_err(|e| format!("npm installed something that cannot be locked: {e}"))?;
+    Ok(lock.packages.remove(0))
 }
 
 /// Makes directory `dir`, owned by `owner` when given.

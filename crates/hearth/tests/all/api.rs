@@ -313,17 +313,16 @@ async fn a_functions_kv_is_seeded_and_inspected_from_outside() {
     let code = "import hearth\ndef handler(e, c):\n    g = hearth.kv.get('greet ing/1')\n    hearth.kv.set('seen', b'\\xffyes')\n    return {'greeting': g.decode() if g else None}\n";
     d.deploy("kvfn", code.as_bytes().to_vec(), &[("runtime", "python")])
         .await;
-    let kv = |key: &str| format!("{}/v1/functions/kvfn/kv/{key}", d.url);
+    let put = |name: &str, key: &str, value: Vec<u8>| {
+        d.http
+            .put(format!("{}/v1/functions/{name}/kv/{key}", d.url))
+            .bearer_auth(&d.token)
+            .body(value)
+            .send()
+    };
     // Seeded from outside (a key with a space and a slash, percent-encoded).
-    let put = d
-        .http
-        .put(kv("greet%20ing%2F1"))
-        .bearer_auth(&d.token)
-        .body("hello")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(put.status(), 204);
+    let seeded = put("kvfn", "greet%20ing%2F1", b"hello".to_vec());
+    assert_eq!(seeded.await.unwrap().status(), 204);
     let (status, body) = d.call("kvfn", "", "{}").await;
     assert_eq!((status, body.as_str()), (200, r#"{"greeting": "hello"}"#));
     // What the function wrote, byte for byte.
@@ -342,49 +341,17 @@ async fn a_functions_kv_is_seeded_and_inspected_from_outside() {
     assert_eq!((status, kind.as_str()), (404, "not_found"));
     // The limits a function's own kv.set has.
     let long_key = "k".repeat(2000);
-    let (status, _, msg) = error_of(
-        d.http
-            .put(kv(&long_key))
-            .bearer_auth(&d.token)
-            .body("x")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, _, msg) = error_of(put("kvfn", &long_key, b"x".to_vec()).await.unwrap()).await;
     assert_eq!(status, 400, "{msg}");
-    let (status, _, msg) = error_of(
-        d.http
-            .put(kv("big"))
-            .bearer_auth(&d.token)
-            .body(vec![0u8; (1 << 20) + 1])
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let big = vec![0u8; (1 << 20) + 1];
+    let (status, _, msg) = error_of(put("kvfn", "big", big).await.unwrap()).await;
     assert_eq!(status, 413, "{msg}");
-    let fill = |i: usize| {
-        d.http
-            .put(kv(&format!("fill{i}")))
-            .bearer_auth(&d.token)
-            .body(vec![0u8; 400 << 10])
-            .send()
-    };
+    let fill = |i: usize| put("kvfn", &format!("fill{i}"), vec![0u8; 400 << 10]);
     assert_eq!(fill(1).await.unwrap().status(), 204);
     assert_eq!(fill(2).await.unwrap().status(), 204);
     let (status, kind, msg) = error_of(fill(3).await.unwrap()).await;
     assert_eq!((status, kind.as_str()), (507, "kv_quota_exceeded"), "{msg}");
     // A function that does not exist has no KV to write into.
-    let (status, _, _) = error_of(
-        d.http
-            .put(format!("{}/v1/functions/nosuch/kv/k", d.url))
-            .bearer_auth(&d.token)
-            .body("x")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, _, _) = error_of(put("nosuch", "k", b"x".to_vec()).await.unwrap()).await;
     assert_eq!(status, 404);
 }

@@ -425,6 +425,18 @@ fn remove_leftovers_of_killed(dir: &Path) {
     }
 }
 
+/// Modules the node's zygotes imported because their handlers did (the
+/// import cache's learning), summed over its zygotes.
+pub async fn zygote_modules_learned(d: &Daemon) -> u64 {
+    let status = d.get_json("/v1/status").await;
+    status["tiers"]["process"]["details"]["zygotes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|z| z["learned"].as_u64().unwrap())
+        .sum()
+}
+
 /// The JSON error body's kind and message.
 pub async fn error_of(resp: reqwest::Response) -> (u16, String, String) {
     let status = resp.status().as_u16();

@@ -370,18 +370,8 @@ async fn zygotes_learn_the_submodules_handlers_import() {
     d.deploy("sub", bundle.clone(), &q).await;
     let (status, body) = d.call("sub", "", "{}").await;
     assert_eq!(status, 200, "{body}");
-    let learned = || async {
-        let status = d.get_json("/v1/status").await;
-        status["tiers"]["process"]["details"]["zygotes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|z| z["learned"].as_u64().unwrap())
-            .max()
-            .unwrap_or(0)
-    };
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while learned().await == 0 {
+    while crate::harness::zygote_modules_learned(&d).await == 0 {
         assert!(
             std::time::Instant::now() < deadline,
             "no zygote learned tinypkg.heavy"

@@ -241,15 +241,7 @@ async fn a_zygote_every_tenant_shares_does_not_learn_from_one_tenants_handler() 
         ("handler.py", code),
         ("requirements.txt", "tinypkg==1.2.0\n"),
     ]);
-    async fn learned(d: &Daemon) -> u64 {
-        let status = d.get_json("/v1/status").await;
-        status["tiers"]["process"]["details"]["zygotes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|z| z["learned"].as_u64().unwrap())
-            .sum()
-    }
+    use crate::harness::zygote_modules_learned as learned;
     for (mode, learns) in [("full", false), ("tenant", true)] {
         let d = Daemon::start_with(&[
             "--offline-packages",
