@@ -62,8 +62,10 @@ stats() { python3 -c "
 import statistics, sys
 xs = sorted(float(x) for x in sys.argv[1:])
 print(f'{statistics.median(xs):.1f} ms | {xs[-1]:.1f} ms | {len(xs)}')" "$@"; }
-deploy() { curl -sf -o /dev/null -H "Authorization: Bearer $TOKEN" --data-binary @"$WORK/fn.tar" "$URL/v1/functions/$1?runtime=python&file_name=fn.tar"; }
-invoke() { curl -sf -o /dev/null -w '%{time_total}' -H "Authorization: Bearer $TOKEN" "$URL/fn/admin/$1"; }
+# deploy NAME [TAR]: a Python function from $WORK/fn.tar (or TAR).
+deploy() { curl -sf -o /dev/null -H "Authorization: Bearer $TOKEN" --data-binary @"${2:-$WORK/fn.tar}" "$URL/v1/functions/$1?runtime=python&file_name=fn.tar"; }
+# invoke NAME [OUT]: the call's time in seconds; its body into OUT.
+invoke() { curl -sf -o "${2:-/dev/null}" -w '%{time_total}' -H "Authorization: Bearer $TOKEN" "$URL/fn/admin/$1"; }
 pss_kib() { # the summed Pss of the given pids, KiB
   local t=0; for p in "$@"; do
     t=$((t + $(awk '/^Pss:/ {print $2}' "/proc/$p/smaps_rollup"))); done; echo $t; }
@@ -160,12 +162,10 @@ tar -C "$WORK/sub" -cf "$WORK/sub.tar" handler.py requirements.txt
 redeployed_first() {
   start "learn-$1" "$1"
   for i in $(seq "$RUNS"); do
-    curl -sf -o /dev/null -H "Authorization: Bearer $TOKEN" --data-binary @"$WORK/sub.tar" "$URL/v1/functions/s$i?runtime=python&file_name=fn.tar"
-    curl -sf -o /dev/null -H "Authorization: Bearer $TOKEN" "$URL/fn/admin/s$i"
+    deploy "s$i" "$WORK/sub.tar"; invoke "s$i" >/dev/null
     sleep 2   # the zygote learns in the background
-    curl -sf -o /dev/null -H "Authorization: Bearer $TOKEN" --data-binary @"$WORK/sub.tar" "$URL/v1/functions/s$i?runtime=python&file_name=fn.tar"
-    curl -sf -o "$WORK/sub.out" -w '%{time_total}' -H "Authorization: Bearer $TOKEN" "$URL/fn/admin/s$i" >"$WORK/sub.time"
-    echo "$(ms "$(cat "$WORK/sub.time")") $(python3 -c 'import json,sys; print("%.2f" % json.load(open(sys.argv[1]))["load_ms"])' "$WORK/sub.out")"
+    deploy "s$i" "$WORK/sub.tar"; t=$(invoke "s$i" "$WORK/sub.out")
+    echo "$(ms "$t") $(python3 -c 'import json,sys; print("%.2f" % json.load(open(sys.argv[1]))["load_ms"])' "$WORK/sub.out")"
   done
   stop_last
 }
