@@ -6,8 +6,12 @@
 //!
 //! `hearth-bench record [N] [THREADS]`: recording's cost per tape, in process
 //! ([`record`]).
+//!
+//! `hearth-bench trace …`: the placer over a whole invocation trace on
+//! simulated nodes, a window of it on real ones ([`trace`]; `--help`).
 
 mod record;
+mod trace;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -175,6 +179,10 @@ fn main() -> anyhow::Result<()> {
                 )),
             }
         }
+        Some("trace") => {
+            use clap::Parser;
+            trace::run(trace::TraceArgs::parse_from(&args))
+        }
         Some("record") => {
             let n = args
                 .get(1)
@@ -186,7 +194,7 @@ fn main() -> anyhow::Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: hearth-bench instantiate [N] | hearth-bench ceiling ADDR [FILE] | hearth-bench record [N] [THREADS]"
+                "usage: hearth-bench instantiate [N] | hearth-bench ceiling ADDR [FILE] | hearth-bench record [N] [THREADS] | hearth-bench trace --help"
             );
             std::process::exit(2);
         }

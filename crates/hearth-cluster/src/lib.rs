@@ -1,16 +1,7 @@
-//! The cluster side of Hearth (Hydra, EuroSys '25): the placer that picks a
-//! node for each invocation by colocation policy (§4.1), nodes simulated
-//! well enough to load it with a whole production trace (§5.2), and the
-//! trace readers and report that evaluation needs.
-//!
-//! ```text
-//! trace (Azure 2019 / 2021 / synthetic) ──▶ Invocation stream
-//!        ──▶ Placer: same function ▸ same tenant ▸ least loaded, within capacity
-//!        ──▶ simulated nodes: instances keyed by colocation mode, warm pool,
-//!            keep-alive, memory accounting ──▶ Report (CSV, SVG)
-//! ```
-//!
-//! And the running half, with the same placer:
+//! The running cluster (Hydra, EuroSys '25): the placer that picks a node
+//! for each invocation by colocation policy (§4.1), the gateway that owns
+//! membership and forwarding (with its one retry), and a node's side of
+//! membership.
 //!
 //! ```text
 //! client ──▶ gateway (Gateway::forward) ──placer──▶ node /fn/…@version
@@ -18,19 +9,17 @@
 //!              └──── Membership (node) ◀─────┘ the node fails before answering
 //! ```
 //!
-//! `docs/cluster.md` says what works and what does not yet.
+//! The trace-driven evaluation (simulated nodes, the Azure trace readers,
+//! the report) is not here: it is `hearth-bench trace`, in `bench/`, which
+//! drives this crate's [`Placer`]. `docs/cluster.md` says what works and
+//! what does not yet.
 
 pub mod attempt;
 pub mod gateway;
 pub mod member;
 pub mod placer;
-pub mod report;
-pub mod sim;
-pub mod trace;
 
 pub use attempt::AttemptKey;
 pub use gateway::{Gateway, GatewayConfig, GatewayError};
 pub use member::{GatewayArtifacts, Membership};
 pub use placer::{Colocation, Placer};
-pub use sim::{ModeReport, Placement, SimConfig, Simulation, simulate};
-pub use trace::{Invocation, Trace, TraceError};

@@ -18,4 +18,3 @@ mod process;
 mod readme;
 mod recording;
 mod snapshot;
-mod trace;

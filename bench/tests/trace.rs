@@ -1,21 +1,26 @@
-//! `hearth bench trace`: the placer and simulated nodes driven by the real
-//! Azure 2021 excerpt, through the CLI a user runs.
+//! `hearth-bench trace`: the placer and simulated nodes driven by the real
+//! Azure 2021 excerpt, through the CLI a user runs. The real-node runs start
+//! the `hearth` binary that `cargo test --workspace` builds beside this one.
 
 use std::process::Command;
 
-use crate::harness::HEARTH;
+const BENCH: &str = env!("CARGO_BIN_EXE_hearth-bench");
 
 fn data(p: &str) -> std::path::PathBuf {
-    crate::harness::crate_dir()
-        .join("../hearth-cluster/data")
+    // Read when the test runs: a clone elsewhere sharing the target dir may
+    // reuse this binary.
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+        .join("data")
         .join(p)
 }
 
 #[test]
 fn the_azure_2021_excerpt_is_reported_per_mode_as_csv_and_svg() {
     let out = tempfile::tempdir().unwrap();
-    let run = Command::new(HEARTH)
-        .args(["bench", "trace", "--nodes", "3", "--pools", "8,0", "--out"])
+    let run = Command::new(BENCH)
+        .args(["trace", "--nodes", "3", "--pools", "8,0", "--out"])
         .arg(out.path())
         .arg("--trace")
         .arg(data("azure2021/Azure2021_200.csv"))
@@ -64,8 +69,8 @@ fn the_azure_2021_excerpt_is_reported_per_mode_as_csv_and_svg() {
     // A file that is not a trace gets a reason, not a panic.
     let bad = out.path().join("bad.csv");
     std::fs::write(&bad, "a,b\n1,2\n").unwrap();
-    let run = Command::new(HEARTH)
-        .args(["bench", "trace", "--trace"])
+    let run = Command::new(BENCH)
+        .args(["trace", "--trace"])
         .arg(&bad)
         .output()
         .unwrap();
@@ -89,7 +94,7 @@ const SMALL_TRACE: [&str; 8] = [
     "8",
 ];
 
-/// The one row of `real.csv` of a `hearth bench trace` run with `args`,
+/// The one row of `real.csv` of a `hearth-bench trace` run with `args`,
 /// as column → value, with the run's output.
 fn real_run(args: &[&str]) -> (Row, String) {
     let (mut rows, out) = real_rows(args);
@@ -97,13 +102,13 @@ fn real_run(args: &[&str]) -> (Row, String) {
     (rows.remove(0), out)
 }
 
-/// The rows of `real.csv` (one per mode) of a `hearth bench trace` run
+/// The rows of `real.csv` (one per mode) of a `hearth-bench trace` run
 /// with `args`, as column → value, with the run's output; asserts the run
 /// left no data directory of a real node behind.
 fn real_rows(args: &[&str]) -> (Vec<Row>, String) {
     let out = tempfile::tempdir().unwrap();
-    let run = Command::new(HEARTH)
-        .args(["bench", "trace"])
+    let run = Command::new(BENCH)
+        .arg("trace")
         .args(args)
         .arg("--out")
         .arg(out.path())

@@ -1,4 +1,4 @@
-//! Real nodes in `hearth bench trace` (Hydra §5.2: "99 nodes that simulate
+//! Real nodes in `hearth-bench trace` (Hydra §5.2: "99 nodes that simulate
 //! invocations and one node that executes the actual function code").
 //!
 //! For each mode, a live run beside the whole-trace simulation. The model
@@ -50,9 +50,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::report::percentile;
 use anyhow::{Context, bail};
-use hearth_cluster::report::percentile;
-use hearth_cluster::{Colocation, Invocation, Placement, SimConfig, Simulation, Trace};
+use hearth_cluster::Colocation;
+
+use super::sim::{Placement, SimConfig, Simulation};
+use super::source::{Invocation, Trace};
 
 mod code;
 use code::{HELLO_WAT, WASM_BELOW_MS, python_code, write_library_wheel};
@@ -64,6 +67,8 @@ const POLL: Duration = Duration::from_millis(500);
 /// Which part of the trace the real nodes take part in, and how.
 #[derive(Debug, Clone)]
 pub struct RealConfig {
+    /// The `hearth` binary each real node runs as `hearth up`.
+    pub hearth: PathBuf,
     pub nodes: usize,
     /// Trace seconds `[from, from + seconds)` are played live.
     pub from_s: u64,
@@ -574,7 +579,7 @@ impl RealNode {
         ));
         std::fs::create_dir_all(&dir)?;
         let dir = dir.canonicalize()?;
-        let mut cmd = Command::new(std::env::current_exe()?);
+        let mut cmd = Command::new(&cfg.hearth);
         cmd.arg("up").arg("--data-dir").arg(&dir).args([
             "--listen",
             "127.0.0.1:0",

@@ -29,7 +29,7 @@ pub(super) fn write_library_wheel(dir: &Path, mib: u32) -> anyhow::Result<()> {
     let file = std::fs::File::create(dir.join(format!("{name}-{version}-py3-none-any.whl")))?;
     let mut w = zip::ZipWriter::new(file);
     let module = format!(
-        "# Made by `hearth bench trace`: a stand-in for a heavy library.\n\
+        "# Made by `hearth-bench trace`: a stand-in for a heavy library.\n\
          TABLE = {{i: str(i) for i in range({entries})}}\n",
         entries = u64::from(mib) * 8400
     );

@@ -1,17 +1,28 @@
-//! `hearth bench …`: evaluation tools that run without a daemon.
+//! `hearth-bench trace`: the Hydra placer driven by a whole invocation trace
+//! over simulated nodes (Hydra §5.2), once per colocation mode and pool
+//! size, optionally with a window of it played on real `hearth up` nodes.
+//!
+//! ```text
+//! trace (Azure 2019 / 2021 / synthetic) ──▶ Invocation stream   (source)
+//!        ──▶ hearth_cluster::Placer: same function ▸ same tenant ▸ least loaded
+//!        ──▶ simulated nodes: instances keyed by colocation mode, warm pool,
+//!            keep-alive, memory accounting                       (sim)
+//!        ──▶ summary.csv / memory.csv / SVG charts               (report)
+//!        ╰─▶ a window on real nodes beside the model             (realnode)
+//! ```
 
 use std::path::PathBuf;
 
 use anyhow::Context;
-use hearth_cluster::{Colocation, SimConfig, Trace, report, simulate, trace};
+use hearth_cluster::Colocation;
 
-#[derive(Debug, clap::Subcommand)]
-pub enum BenchCommand {
-    /// Drive the placer with a whole trace over simulated nodes, once per
-    /// colocation mode and pool size (Hydra §5.2); write summary.csv,
-    /// summary.svg, memory.csv and memory.svg.
-    Trace(TraceArgs),
-}
+mod realnode;
+mod report;
+mod sim;
+mod source;
+
+use sim::{SimConfig, simulate};
+use source::Trace;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Limits {
@@ -19,7 +30,11 @@ enum Limits {
     Hidden,
 }
 
-#[derive(Debug, clap::Args)]
+/// Drive the placer with a whole trace over simulated nodes, once per
+/// colocation mode and pool size (Hydra §5.2); write summary.csv,
+/// summary.svg, memory.csv and memory.svg.
+#[derive(Debug, clap::Parser)]
+#[command(name = "hearth-bench trace")]
 pub struct TraceArgs {
     /// An Azure Functions 2021 CSV, or a directory in the 2019 layout.
     /// Without it, a synthetic day with the published shape.
@@ -79,13 +94,16 @@ pub struct TraceArgs {
     /// 0: they import nothing.
     #[arg(long, default_value_t = 16)]
     real_import_mib: u32,
+    /// The `hearth` binary the real nodes run (default: the one beside
+    /// this binary, as `cargo build` leaves it).
+    #[arg(long)]
+    hearth: Option<PathBuf>,
     /// Where the report goes.
     #[arg(long, default_value = "trace-report")]
     out: PathBuf,
 }
 
-pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
-    let BenchCommand::Trace(a) = cmd;
+pub fn run(a: TraceArgs) -> anyhow::Result<()> {
     let (t, title) = match &a.trace {
         Some(path) => {
             let minutes = a
@@ -103,14 +121,14 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             (t, format!("{}", path.display()))
         }
         None => {
-            let s = trace::Synthetic {
+            let s = source::Synthetic {
                 functions: a.functions,
                 hours: a.hours,
                 seed: a.seed,
                 ..Default::default()
             };
             (
-                trace::synthetic(s),
+                source::synthetic(s),
                 format!(
                     "synthetic: {} functions, {} h, seed {}",
                     a.functions, a.hours, a.seed
@@ -134,7 +152,17 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         a.real_nodes,
         a.nodes
     );
-    let real = crate::realnode::RealConfig {
+    let hearth = match &a.hearth {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()?.with_file_name("hearth"),
+    };
+    anyhow::ensure!(
+        a.real_nodes == 0 || hearth.is_file(),
+        "no hearth binary at {} for the real nodes: build it (cargo build -p hearth) or pass --hearth",
+        hearth.display()
+    );
+    let real = realnode::RealConfig {
+        hearth,
         nodes: a.real_nodes,
         from_s: a.real_from_s,
         seconds: a.real_seconds,
@@ -157,7 +185,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             reports.push(simulate(&t, &cfg));
             if a.real_nodes > 0 {
                 eprintln!("{} / pool {pool}:", mode.as_str());
-                real_reports.push(crate::realnode::run(&t, &cfg, &real)?);
+                real_reports.push(realnode::run(&t, &cfg, &real)?);
             }
         }
     }
@@ -165,14 +193,14 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", a.out.display()))?;
     print!("{}", report::summary_markdown(&reports));
     if !real_reports.is_empty() {
-        std::fs::write(a.out.join("real.csv"), crate::realnode::csv(&real_reports))?;
+        std::fs::write(a.out.join("real.csv"), realnode::csv(&real_reports))?;
         println!(
             "\nReal nodes ({} of {}), trace seconds {}..{}:\n\n{}",
             a.real_nodes,
             a.nodes,
             a.real_from_s,
             a.real_from_s + a.real_seconds,
-            crate::realnode::markdown(&real_reports)
+            realnode::markdown(&real_reports)
         );
     }
     eprintln!(

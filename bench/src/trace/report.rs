@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::sim::ModeReport;
+use super::sim::ModeReport;
 
 /// The `p` quantile (0..=1) of `sorted` (ascending); zero when empty.
 pub fn percentile<T: Copy + Default>(sorted: &[T], p: f64) -> T {
