@@ -21,7 +21,6 @@ mod error;
 mod postgres;
 mod split;
 mod sqlite;
-pub mod testing;
 
 use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use serde::{Deserialize, Serialize};

@@ -703,7 +703,7 @@ fn mode_of(r: &Row) -> FunctionMode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::TempPostgres;
+    use hearth_test_support::TempPostgres;
     use crate::{SplitStore, SqliteStore};
 
     /// One server for all of this; a database per scenario.

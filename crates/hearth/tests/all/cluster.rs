@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use hearth_store::testing::TempPostgres;
+use hearth_test_support::TempPostgres;
 
 use crate::harness::{Daemon, error_of};
 
