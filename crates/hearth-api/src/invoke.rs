@@ -219,7 +219,7 @@ async fn run(
                 let (Ok(k), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v)) else {
                     continue;
                 };
-                if !is_hop_by_hop(&k) && k != hearth_core::REFUSED_HEADER {
+                if !hearth_core::is_hop_by_hop(k.as_str()) && k != hearth_core::REFUSED_HEADER {
                     h.append(k, v);
                 }
             }
@@ -259,17 +259,4 @@ async fn run(
     h.insert(VERSION, HeaderValue::from(outcome.version));
     h.insert(START, HeaderValue::from_static(outcome.start.as_str()));
     Ok(resp)
-}
-
-pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "transfer-encoding"
-            | "content-length"
-            | "upgrade"
-            | "te"
-            | "trailer"
-    )
 }

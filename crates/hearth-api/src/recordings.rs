@@ -126,7 +126,8 @@ pub(crate) async fn show(
 ) -> Result<axum::response::Response, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     if let Some(g) = &s.gateway {
-        let path = crate::cluster::with_query(format!("/v1/recordings/{id}"), query.as_deref());
+        let path =
+            hearth_cluster::fanout::with_query(format!("/v1/recordings/{id}"), query.as_deref());
         return crate::cluster::recording_on_its_node(g, http::Method::GET, &id, &path, &headers)
             .await;
     }
@@ -147,8 +148,10 @@ pub(crate) async fn payload(
 ) -> Result<axum::response::Response, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     if let Some(g) = &s.gateway {
-        let path =
-            crate::cluster::with_query(format!("/v1/recordings/{id}/payload"), query.as_deref());
+        let path = hearth_cluster::fanout::with_query(
+            format!("/v1/recordings/{id}/payload"),
+            query.as_deref(),
+        );
         return crate::cluster::recording_on_its_node(g, http::Method::GET, &id, &path, &headers)
             .await;
     }
@@ -254,8 +257,10 @@ pub(crate) async fn replay(
     let p = s.auth.require(s.node.store(), &headers).await?;
     let version = number(&params(query.clone()), "version")?;
     if let Some(g) = &s.gateway {
-        let path =
-            crate::cluster::with_query(format!("/v1/recordings/{id}/replay"), query.as_deref());
+        let path = hearth_cluster::fanout::with_query(
+            format!("/v1/recordings/{id}/replay"),
+            query.as_deref(),
+        );
         return crate::cluster::recording_on_its_node(g, http::Method::POST, &id, &path, &headers)
             .await;
     }
@@ -300,8 +305,10 @@ pub(crate) async fn replay_traffic(
 ) -> Result<Json<Value>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     if let Some(g) = &s.gateway {
-        let path =
-            crate::cluster::with_query(format!("/v1/functions/{name}/replay"), query.as_deref());
+        let path = hearth_cluster::fanout::with_query(
+            format!("/v1/functions/{name}/replay"),
+            query.as_deref(),
+        );
         return crate::cluster::replay_traffic(g, &path, &headers).await;
     }
     let params = params(query);

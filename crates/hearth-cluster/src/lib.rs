@@ -15,6 +15,8 @@
 //! what does not yet.
 
 pub mod attempt;
+pub mod fanout;
+pub mod forward;
 pub mod gateway;
 pub mod member;
 pub mod placer;

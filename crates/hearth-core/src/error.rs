@@ -111,13 +111,6 @@ impl InvokeError {
     }
 }
 
-/// The response header a node sets when it refused an invocation before
-/// running any of it ([`InvokeError::Overloaded`]: at its concurrency
-/// limit, or out of sandboxes). A gateway may place such an invocation on
-/// another node; a function's own header of this name is dropped, so only
-/// the node can say it.
-pub const REFUSED_HEADER: &str = "hearth-refused";
-
 /// A name, runtime or setting a user gave that Hearth cannot accept.
 #[derive(Debug, Clone, Display, Error, PartialEq, Eq)]
 pub enum ValidationError {

@@ -8,14 +8,16 @@
 mod colocation;
 mod error;
 mod function;
+mod headers;
 mod invocation;
 
 pub use colocation::Colocation;
-pub use error::{InvokeError, LastOutput, REFUSED_HEADER, ValidationError};
+pub use error::{InvokeError, LastOutput, ValidationError};
 pub use function::{
     FunctionSpec, FunctionVersion, HandlerName, Limits, RecordPolicy, Runtime, Tier, host_allowed,
     validate_function_name, validate_tenant_name,
 };
+pub use headers::{REFUSED_HEADER, is_hop_by_hop};
 pub use invocation::{InvocationId, Request, Response};
 
 /// Milliseconds since the Unix epoch, the unit of every stored timestamp

@@ -703,8 +703,8 @@ fn mode_of(r: &Row) -> FunctionMode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hearth_test_support::TempPostgres;
     use crate::{SplitStore, SqliteStore};
+    use hearth_test_support::TempPostgres;
 
     /// One server for all of this; a database per scenario.
     #[test]

@@ -1,0 +1,171 @@
+//! What a gateway sends a node for one invocation, and what of the node's
+//! answer reaches the client: the forwarding rules, kept apart from the
+//! HTTP server that takes the request (`hearth-api`) and from placement
+//! and retry ([`crate::gateway`]).
+//!
+//! - The path is pinned to the version the gateway resolved
+//!   (`/fn/{tenant}/{name}@{version}[/rest]`), so every node runs the same
+//!   code whatever it has cached.
+//! - Of the client's headers, `Host`, `Hearth-Version` (the path pins the
+//!   version) and `Hearth-Attempt` (only the gateway may name an attempt)
+//!   are dropped, and so is every hop-by-hop header.
+//! - The client gets the node's status and headers (hop-by-hop ones
+//!   dropped), `Hearth-Node` naming the node that answered and, after a
+//!   retry, `Hearth-Retried-From` naming the one that failed first.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, header};
+
+use hearth_core::{FunctionVersion, is_hop_by_hop};
+
+use crate::gateway::{Forwarded, Outgoing};
+
+/// How much longer than the function's own timeout the gateway waits for a
+/// node: a cold start (a process-tier runtime, an artifact fetch) comes
+/// before the function's clock starts.
+pub const NODE_GRACE: Duration = Duration::from_secs(10);
+
+/// The response header naming the node that answered.
+pub const NODE_HEADER: &str = "hearth-node";
+/// The response header naming the node that failed before a retry.
+pub const RETRIED_FROM_HEADER: &str = "hearth-retried-from";
+
+impl<'a> Outgoing<'a> {
+    /// The invocation of `function` a client sent the gateway as `method`
+    /// `uri` (`/fn/{tenant}/{name}[@v][/rest]`), as its node is to get it.
+    pub fn pinned(
+        function: &'a FunctionVersion,
+        method: Method,
+        uri: &Uri,
+        mut headers: HeaderMap,
+        body: Bytes,
+    ) -> Outgoing<'a> {
+        // Kept raw (still percent-encoded): the node decodes it as the
+        // gateway did.
+        let raw = uri.path().strip_prefix("/fn/").unwrap_or_default();
+        let mut parts = raw.splitn(3, '/');
+        let (tenant, name) = (
+            parts.next().unwrap_or_default(),
+            parts.next().unwrap_or_default(),
+        );
+        let name = name.split('@').next().unwrap_or_default();
+        let rest = parts.next().map(|r| format!("/{r}")).unwrap_or_default();
+        let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+        for h in [
+            header::HOST,
+            HeaderName::from_static("hearth-version"),
+            HeaderName::from_static(crate::attempt::HEADER),
+        ] {
+            headers.remove(h);
+        }
+        let hop_by_hop: Vec<HeaderName> = headers
+            .keys()
+            .filter(|k| is_hop_by_hop(k.as_str()))
+            .cloned()
+            .collect();
+        for h in hop_by_hop {
+            headers.remove(h);
+        }
+        Outgoing {
+            tenant: &function.tenant,
+            function: &function.name,
+            memory_mb: u64::from(function.spec.limits.memory_mib),
+            timeout: Duration::from_millis(function.spec.limits.timeout_ms) + NODE_GRACE,
+            method,
+            path_and_query: format!("/fn/{tenant}/{name}@{}{rest}{query}", function.version),
+            headers,
+            body,
+        }
+    }
+}
+
+impl Forwarded {
+    /// The headers the client gets with the node's answer.
+    pub fn client_headers(&self) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in &self.headers {
+            if !is_hop_by_hop(k.as_str()) {
+                h.append(k.clone(), v.clone());
+            }
+        }
+        let node = |id: &str| HeaderValue::try_from(id).expect("a hex id is a valid header value");
+        h.insert(HeaderName::from_static(NODE_HEADER), node(&self.node));
+        if let Some(first) = &self.retried_from {
+            h.insert(HeaderName::from_static(RETRIED_FROM_HEADER), node(first));
+        }
+        h
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hearth_core::{FunctionSpec, Runtime};
+
+    fn function() -> FunctionVersion {
+        let mut spec = FunctionSpec::new(Runtime::Wasm);
+        spec.limits.memory_mib = 64;
+        spec.limits.timeout_ms = 500;
+        FunctionVersion {
+            tenant: "acme".into(),
+            name: "f".into(),
+            version: 7,
+            artifact: "00".repeat(32),
+            spec,
+            created_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn the_node_gets_the_pinned_version_and_none_of_the_connections_headers() {
+        let f = function();
+        let mut headers = HeaderMap::new();
+        for (k, v) in [
+            ("host", "gateway:8080"),
+            ("hearth-version", "3"),
+            ("hearth-attempt", "forged"),
+            ("connection", "close"),
+            ("transfer-encoding", "chunked"),
+            ("x-mine", "kept"),
+        ] {
+            headers.insert(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        let uri: Uri = "/fn/acme/f@3/a%20b/c?x=1&y".parse().unwrap();
+        let out = Outgoing::pinned(&f, Method::POST, &uri, headers, Bytes::new());
+        assert_eq!(out.path_and_query, "/fn/acme/f@7/a%20b/c?x=1&y");
+        let names: Vec<&str> = out.headers.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["x-mine"]);
+        assert_eq!(out.memory_mb, 64);
+        assert_eq!(out.timeout, Duration::from_millis(500) + NODE_GRACE);
+
+        let bare = Outgoing::pinned(
+            &f,
+            Method::GET,
+            &"/fn/acme/f".parse().unwrap(),
+            HeaderMap::new(),
+            Bytes::new(),
+        );
+        assert_eq!(bare.path_and_query, "/fn/acme/f@7");
+    }
+
+    #[test]
+    fn the_client_learns_which_node_answered_and_which_failed_first() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        let answer = Forwarded {
+            status: 200,
+            headers,
+            body: Bytes::new(),
+            node: "n2".into(),
+            retried_from: Some("n1".into()),
+        };
+        let h = answer.client_headers();
+        assert!(h.get(header::CONNECTION).is_none());
+        assert_eq!(h[header::CONTENT_TYPE], "text/plain");
+        assert_eq!(h[NODE_HEADER], "n2");
+        assert_eq!(h[RETRIED_FROM_HEADER], "n1");
+    }
+}
