@@ -47,7 +47,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use super::report::percentile;
@@ -174,8 +175,8 @@ struct Ctx {
 }
 
 impl Ctx {
-    fn live(&self) -> std::sync::MutexGuard<'_, Live> {
-        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    fn live(&self) -> parking_lot::MutexGuard<'_, Live> {
+        self.live.lock()
     }
 
     /// The trace's clock, running with the wall clock through the window.
@@ -250,7 +251,7 @@ async fn play(
                     .iter()
                     .map(|(pid, dir)| node_memory_mb(*pid, dir))
                     .sum();
-                samples.lock().unwrap_or_else(|e| e.into_inner()).push(mb);
+                samples.lock().push(mb);
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         })
@@ -287,7 +288,7 @@ async fn play(
     overheads.sort_by(f64::total_cmp);
     report.p50_overhead_ms = percentile(overheads, 0.50);
     report.p99_overhead_ms = percentile(overheads, 0.99);
-    let samples = samples.lock().unwrap_or_else(|e| e.into_inner());
+    let samples = samples.lock();
     if !samples.is_empty() {
         report.mean_mb = samples.iter().sum::<f64>() / samples.len() as f64;
         report.peak_mb = samples.iter().copied().fold(0.0, f64::max);

@@ -2,7 +2,8 @@
 //! are never revoked in this version, so the cache cannot go stale).
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+use parking_lot::RwLock;
 
 use axum::http::{HeaderMap, HeaderValue, header};
 use hearth_store::{Principal, Store};
@@ -43,7 +44,7 @@ impl TokenCache {
         let Some(token) = bearer(headers) else {
             return Ok(None);
         };
-        if let Some(p) = self.0.read().unwrap_or_else(|p| p.into_inner()).get(token) {
+        if let Some(p) = self.0.read().get(token) {
             return Ok(Some(p.clone()));
         }
         let (store, t) = (store.clone(), token.to_string());
@@ -52,7 +53,7 @@ impl TokenCache {
             .map_err(|e| ApiError::Internal(e.to_string()))??;
         match found {
             Some(p) => {
-                let mut map = self.0.write().unwrap_or_else(|p| p.into_inner());
+                let mut map = self.0.write();
                 if map.len() < MAX_CACHED {
                     map.insert(token.to_string(), p.clone());
                 }

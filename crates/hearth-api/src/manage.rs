@@ -69,7 +69,7 @@ pub(crate) async fn status(State(s): S, headers: HeaderMap) -> Result<Json<Value
         "kv_bytes": kv_bytes,
         "kv_max_bytes": s.node.kv_max_tenant_bytes(),
         "recording_bytes": s.node.recorder().map(|r| {
-            r.stats().tenant_bytes.lock().unwrap().get(&p.tenant).copied().unwrap_or(0)
+            r.stats().tenant_bytes.lock().get(&p.tenant).copied().unwrap_or(0)
         }),
         "recording_max_bytes": s.node.recorder().map(|r| r.max_tenant_bytes()),
         "code_bytes": code_bytes,

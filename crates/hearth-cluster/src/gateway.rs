@@ -25,7 +25,8 @@
 //! `Retry-After` when both were busy).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+use parking_lot::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -301,7 +302,7 @@ impl Gateway {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // Every update leaves the state consistent before it can panic.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock()
     }
 
     /// Takes out nodes whose heartbeats stopped, every half interval,

@@ -3,7 +3,8 @@
 //! from the gateway by content hash.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use hearth_node::{ArtifactSource, Node};
@@ -96,7 +97,7 @@ impl Membership {
     }
 
     pub fn id(&self) -> String {
-        self.id.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.id.lock().clone()
     }
 
     /// Sends a heartbeat every interval until the process ends; rejoins if
@@ -134,7 +135,7 @@ impl Membership {
                                 if let Some(mode) = j.colocation {
                                     node.set_default_colocation(mode);
                                 }
-                                *me.id.lock().unwrap_or_else(|p| p.into_inner()) = j.id;
+                                *me.id.lock() = j.id;
                             }
                             Err((_, e)) => tracing::warn!(error = %e, "failed to rejoin"),
                         }

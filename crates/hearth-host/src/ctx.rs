@@ -1,7 +1,8 @@
 //! [`HostCtx`]: one invocation's view of the platform.
 
 use std::sync::atomic::AtomicU32;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
+use parking_lot::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use displaydoc::Display;
@@ -305,10 +306,10 @@ impl HostCtx {
         &self.0.services.limits
     }
 
-    fn recorded(&self) -> std::sync::MutexGuard<'_, Recorded> {
+    fn recorded(&self) -> parking_lot::MutexGuard<'_, Recorded> {
         // Only plain pushes happen under this lock; a panic cannot leave it
         // half-updated in a way that matters.
-        self.0.recorded.lock().unwrap_or_else(|p| p.into_inner())
+        self.0.recorded.lock()
     }
 
     /// Puts `event` on the tape, within its budget; over it, the event is

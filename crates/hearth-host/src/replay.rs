@@ -9,7 +9,7 @@
 //!   happens once; at the first call that differs the rest is dropped and
 //!   calls go to the world.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 use crate::{Divergence, HostError, HostEvent, Tape};
 
@@ -99,7 +99,7 @@ impl Earlier {
         if self.follow == Follow::ThenLive && !effect {
             return Verdict::Live;
         }
-        let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+        let mut c = self.cursor.lock();
         if let Some(d) = &c.diverged {
             return match self.follow {
                 Follow::Strict => Verdict::OffTape(HostError::OffTape(d.to_string())),
@@ -131,7 +131,7 @@ impl Earlier {
     /// What the code has not asked for yet: the tape from its next call
     /// on, or nothing once it has left the tape.
     pub fn rest(&self) -> Vec<HostEvent> {
-        let c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+        let c = self.cursor.lock();
         if c.diverged.is_some() {
             return Vec::new();
         }
@@ -141,7 +141,7 @@ impl Earlier {
     /// Where a strict replay left its tape: at a call that differs, or at a
     /// call the code never made.
     pub fn divergence(&self) -> Option<Divergence> {
-        let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+        let mut c = self.cursor.lock();
         if let Some(d) = &c.diverged {
             return Some(d.clone());
         }

@@ -36,7 +36,8 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use hearth_core::{InvokeError, Request, Response};
@@ -187,7 +188,7 @@ impl Pool {
     /// Queues `job` on a worker (see the module's documentation).
     pub(crate) fn dispatch(&self, job: Job) {
         let i = {
-            let mut held = self.held.lock().unwrap();
+            let mut held = self.held.lock();
             let i = self.pick(&held, &job.version, None);
             held.entry(job.version.tenant.clone())
                 .or_insert_with(|| vec![0; self.workers.len()])[i] += 1;
@@ -195,7 +196,7 @@ impl Pool {
         };
         let worker = &self.workers[i];
         worker.load.fetch_add(1, Ordering::Relaxed);
-        worker.queue.lock().unwrap().push_back(job);
+        worker.queue.lock().push_back(job);
         worker.wake.notify_one();
     }
 
@@ -235,7 +236,7 @@ impl Pool {
         // The tenant's entry stays when its counts reach zero (one per
         // tenant the node has served): removed, the next invocation would
         // allocate it again.
-        if let Some(counts) = self.held.lock().unwrap().get_mut(tenant) {
+        if let Some(counts) = self.held.lock().get_mut(tenant) {
             counts[i] = counts[i].saturating_sub(1);
         }
         self.workers[i].load.fetch_sub(1, Ordering::Relaxed);
@@ -250,14 +251,14 @@ impl Pool {
                 continue;
             }
             loop {
-                let Some(job) = worker.queue.lock().unwrap().pop_front() else {
+                let Some(job) = worker.queue.lock().pop_front() else {
                     break;
                 };
-                let mut held = self.held.lock().unwrap();
+                let mut held = self.held.lock();
                 let to = self.pick(&held, &job.version, Some(from));
                 if to == from || self.workers[to].stalled(now, self.slice) {
                     drop(held);
-                    worker.queue.lock().unwrap().push_front(job);
+                    worker.queue.lock().push_front(job);
                     break;
                 }
                 if let Some(counts) = held.get_mut(&job.version.tenant) {
@@ -268,7 +269,7 @@ impl Pool {
                 worker.load.fetch_sub(1, Ordering::Relaxed);
                 let target = &self.workers[to];
                 target.load.fetch_add(1, Ordering::Relaxed);
-                target.queue.lock().unwrap().push_back(job);
+                target.queue.lock().push_back(job);
                 target.wake.notify_one();
             }
         }
@@ -339,7 +340,7 @@ fn worker_main(
         }
         tokio::task::spawn_local(refill_blanks(here.clone(), me.clone(), io.clone(), blanks));
         loop {
-            let next = me.queue.lock().unwrap().pop_front();
+            let next = me.queue.lock().pop_front();
             let Some(job) = next else {
                 // A job pushed meanwhile left a permit: no wake-up is lost.
                 me.wake.notified().await;

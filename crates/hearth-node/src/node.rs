@@ -153,7 +153,7 @@ pub struct Node {
     /// Fallback records of JavaScript functions (tenant → name → mode),
     /// read from the store on first use; forgotten on deploy and removal.
     /// Nested so that the per-invocation lookup borrows its keys.
-    modes: std::sync::Mutex<HashMap<String, HashMap<String, FunctionMode>>>,
+    modes: parking_lot::Mutex<HashMap<String, HashMap<String, FunctionMode>>>,
     /// Where tapes go; `None` when recording is off.
     recorder: Option<Arc<Recorder>>,
     /// Where missing artifacts come from; `None`: nowhere (single node).
@@ -778,7 +778,6 @@ impl Node {
         if let Some(m) = self
             .modes
             .lock()
-            .unwrap()
             .get(tenant)
             .and_then(|f| f.get(name))
         {
@@ -793,14 +792,13 @@ impl Node {
     fn remember_mode(&self, tenant: &str, name: &str, mode: FunctionMode) {
         self.modes
             .lock()
-            .unwrap()
             .entry(tenant.to_string())
             .or_default()
             .insert(name.to_string(), mode);
     }
 
     fn forget_mode(&self, tenant: &str, name: &str) {
-        if let Some(f) = self.modes.lock().unwrap().get_mut(tenant) {
+        if let Some(f) = self.modes.lock().get_mut(tenant) {
             f.remove(name);
         }
         self.metrics.pinned(tenant, name, false);

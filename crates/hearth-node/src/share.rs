@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+use parking_lot::RwLock;
 
 /// Invocations running now, per tenant, each at most `max`.
 pub(crate) struct TenantShares {
@@ -48,7 +49,7 @@ impl TenantShares {
 
     /// `tenant`'s invocations running now.
     pub fn running(&self, tenant: &str) -> usize {
-        let map = self.running.read().unwrap_or_else(|p| p.into_inner());
+        let map = self.running.read();
         map.get(tenant).map_or(0, |c| c.load(Ordering::Acquire))
     }
 
@@ -56,12 +57,11 @@ impl TenantShares {
         if let Some(c) = self
             .running
             .read()
-            .unwrap_or_else(|p| p.into_inner())
             .get(tenant)
         {
             return c.clone();
         }
-        let mut map = self.running.write().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.running.write();
         map.entry(tenant.into()).or_default().clone()
     }
 }

@@ -15,7 +15,8 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, LazyLock};
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use hearth_core::{FunctionVersion, Tier};
@@ -82,13 +83,14 @@ pub(crate) struct FunctionTable {
 
 impl FunctionTable {
     // The map is a cache: a panic mid-update leaves at worst a stale entry,
-    // which the store corrects on the next miss, so poisoning is ignored.
+    // which the store corrects on the next miss (locks do not poison; see
+    // docs/architecture.md).
     fn read(&self) -> RwLockReadGuard<'_, HashMap<String, HashMap<String, Entry>>> {
-        self.map.read().unwrap_or_else(|p| p.into_inner())
+        self.map.read()
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, HashMap<String, HashMap<String, Entry>>> {
-        self.map.write().unwrap_or_else(|p| p.into_inner())
+        self.map.write()
     }
 
     /// Read before consulting the store; pass to [`insert`](Self::insert).

@@ -23,7 +23,7 @@
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 /// Which cgroup interface the machine offers.
@@ -369,7 +369,7 @@ impl CgroupPool {
             anchor: Mutex::new(None),
         };
         {
-            let mut state = pool.free.lock().unwrap();
+            let mut state = pool.free.lock();
             for _ in 0..warm.min(max) {
                 let n = state.created;
                 let cg = pool.cgroups.create(n)?;
@@ -387,7 +387,7 @@ impl CgroupPool {
     /// A cgroup with `limits` applied, or `None` when `max` are in use.
     pub fn take(&self, limits: CgroupLimits) -> io::Result<Option<Cgroup>> {
         let cg = {
-            let mut state = self.free.lock().unwrap();
+            let mut state = self.free.lock();
             match state.idle.pop() {
                 Some(cg) => Some(cg),
                 None if state.created < self.max => {
@@ -413,7 +413,7 @@ impl CgroupPool {
             return;
         }
         let _ = cg.thaw();
-        self.free.lock().unwrap().idle.push(cg);
+        self.free.lock().idle.push(cg);
     }
 
     /// Moves the root zygote (and so, at fork, everything it makes until
@@ -444,7 +444,7 @@ impl CgroupPool {
         group.set_memory_and_pids(memory_bytes, max_pids)?;
         group.add(pid)?;
         let procs = group.dirs[0].join("cgroup.procs");
-        *self.anchor.lock().unwrap() = Some((procs, pid));
+        *self.anchor.lock() = Some((procs, pid));
         Ok(())
     }
 
@@ -457,19 +457,19 @@ impl CgroupPool {
     /// already in takes that same lock and changes nothing, so calling this
     /// off-thread when a sandbox starts overlaps the wait with the fork.
     pub fn prewarm(&self) {
-        if let Some((procs, pid)) = self.anchor.lock().unwrap().clone() {
+        if let Some((procs, pid)) = self.anchor.lock().clone() {
             let _ = fs::write(procs, pid.to_string());
         }
     }
 
     /// Number of groups waiting in the pool.
     pub fn idle(&self) -> usize {
-        self.free.lock().unwrap().idle.len()
+        self.free.lock().idle.len()
     }
 
     /// Kills every sandbox process and removes every group of this node.
     pub fn shutdown(&self) {
-        self.free.lock().unwrap().idle.clear();
+        self.free.lock().idle.clear();
         self.cgroups.remove_all();
     }
 }

@@ -52,7 +52,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -210,7 +211,7 @@ impl Zygote {
     /// Notes a fork from this zygote (for eviction).
     pub fn used(&self) {
         self.forks.fetch_add(1, Ordering::Relaxed);
-        *self.last_fork.lock().unwrap() = Instant::now();
+        *self.last_fork.lock() = Instant::now();
     }
 
     /// Proportional set size in bytes (shared pages split among sharers).
@@ -379,7 +380,7 @@ impl ZygoteTree {
     }
 
     pub fn root(&self) -> Arc<Zygote> {
-        self.zygotes.lock().unwrap()[0].clone()
+        self.zygotes.lock()[0].clone()
     }
 
     /// The best zygote in `scope` for a function needing `installed`
@@ -413,7 +414,7 @@ impl ZygoteTree {
             .await
         {
             Ok(z) => {
-                self.zygotes.lock().unwrap().push(z.clone());
+                self.zygotes.lock().push(z.clone());
                 self.evict(Some(z.id));
                 z
             }
@@ -433,7 +434,7 @@ impl ZygoteTree {
         network: bool,
         env: &BTreeMap<String, String>,
     ) -> Arc<Zygote> {
-        let zygotes = self.zygotes.lock().unwrap();
+        let zygotes = self.zygotes.lock();
         zygotes
             .iter()
             .filter(|z| {
@@ -480,7 +481,6 @@ impl ZygoteTree {
         if !self
             .zygotes
             .lock()
-            .unwrap()
             .iter()
             .any(|z| Arc::ptr_eq(z, zygote))
         {
@@ -500,7 +500,7 @@ impl ZygoteTree {
             .await
         {
             Ok(child) => {
-                let mut zygotes = self.zygotes.lock().unwrap();
+                let mut zygotes = self.zygotes.lock();
                 match zygotes.iter().position(|z| Arc::ptr_eq(z, zygote)) {
                     Some(i) => zygotes[i] = child.clone(),
                     None => {
@@ -661,7 +661,7 @@ impl ZygoteTree {
     /// Frees zygotes until their memory is within the budget; never
     /// `keep` (the one just made, about to be forked from, however large).
     pub fn evict(&self, keep: Option<u64>) {
-        let mut zygotes = self.zygotes.lock().unwrap();
+        let mut zygotes = self.zygotes.lock();
         loop {
             let total: u64 = zygotes.iter().map(|z| z.pss_bytes()).sum();
             if total <= self.config.memory_budget_bytes || zygotes.len() <= 1 {
@@ -685,7 +685,6 @@ impl ZygoteTree {
     pub fn describe(&self) -> Vec<ZygoteStatus> {
         self.zygotes
             .lock()
-            .unwrap()
             .iter()
             .map(|z| ZygoteStatus {
                 pid: z.pid,
@@ -708,7 +707,7 @@ impl ZygoteTree {
 impl ZygoteTree {
     /// Kills every zygote (their sandboxes are killed through their cgroups).
     pub fn shutdown(&self) {
-        for z in self.zygotes.lock().unwrap().iter() {
+        for z in self.zygotes.lock().iter() {
             z.kill();
         }
     }
@@ -734,7 +733,7 @@ fn is_module_name(name: &str) -> bool {
 /// by idleness (halving every minute), times the import time each saves.
 fn benefit_per_byte(z: &Zygote, now: Instant) -> f64 {
     let idle_min = now
-        .duration_since(*z.last_fork.lock().unwrap())
+        .duration_since(*z.last_fork.lock())
         .as_secs_f64()
         / 60.0;
     let recent = (z.forks.load(Ordering::Relaxed) as f64 + 1.0) * 0.5f64.powf(idle_min);

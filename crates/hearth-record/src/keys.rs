@@ -10,7 +10,8 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use parking_lot::Mutex;
 
 use chacha20poly1305::aead::{Aead, AeadInPlace, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
@@ -51,7 +52,7 @@ impl Keys {
     }
 
     fn cipher(&self, tenant: &str) -> Arc<ChaCha20Poly1305> {
-        let mut ciphers = self.ciphers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut ciphers = self.ciphers.lock();
         ciphers
             .entry(tenant.to_string())
             .or_insert_with(|| {

@@ -13,7 +13,7 @@
 //! [`BlockBody`](crate::segment::BlockBody)'s bytes without decoding
 //! anything.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use hearth_store::TapeBlock;
@@ -218,7 +218,7 @@ impl Shards {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         thread_local!(static MINE: usize = NEXT.fetch_add(1, Ordering::Relaxed));
         let i = MINE.with(|m| *m) % self.shards.len();
-        let mut shard = self.shards[i].0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut shard = self.shards[i].0.lock();
         let shard = &mut *shard;
         let limit = self.limit;
         let (tapes, bytes) = shard.pending.unpublished();
@@ -251,7 +251,7 @@ impl Shards {
     pub fn handed(&self) -> u64 {
         self.shards
             .iter()
-            .map(|s| s.0.lock().unwrap_or_else(|p| p.into_inner()).handed)
+            .map(|s| s.0.lock().handed)
             .sum()
     }
 
@@ -259,10 +259,10 @@ impl Shards {
     /// back with [`recycle`](Self::recycle) once written, and count out
     /// of [`Queued`] what each batch had `published`.
     pub fn take(&self) -> Vec<Pending> {
-        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+        let mut spare = self.spare.lock();
         let mut out = Vec::new();
         for shard in &self.shards {
-            let mut shard = shard.0.lock().unwrap_or_else(|p| p.into_inner());
+            let mut shard = shard.0.lock();
             if shard.pending.count > 0 {
                 out.push(std::mem::replace(
                     &mut shard.pending,
@@ -277,7 +277,6 @@ impl Shards {
         used.iter_mut().for_each(Pending::clear);
         self.spare
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .extend(used);
     }
 }

@@ -16,7 +16,8 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use parking_lot::Mutex;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -279,7 +280,7 @@ impl Recorder {
         }
         let _ = self.tx.send(Job::Close);
         self.writer.unpark();
-        if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(t) = self.thread.lock().take() {
             let _ = t.join();
         }
     }

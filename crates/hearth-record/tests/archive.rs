@@ -489,7 +489,7 @@ async fn a_tenant_over_the_room_loses_its_own_oldest_tapes_not_its_neighbours() 
             "b's oldest tape is gone"
         );
         assert_eq!(a.read("b", &flood[39].id).unwrap(), flood[39]);
-        let held = rec.stats().tenant_bytes.lock().unwrap().clone();
+        let held = rec.stats().tenant_bytes.lock().clone();
         let on_disk: u64 = fx
             .segments()
             .iter()

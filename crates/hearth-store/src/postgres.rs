@@ -16,7 +16,7 @@
 //!
 //! [`SplitStore`]: crate::SplitStore
 
-use std::sync::{Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
 
 use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use postgres::{Client, NoTls, Row};
@@ -181,7 +181,7 @@ impl PgStore {
 
     fn slot(&self) -> MutexGuard<'_, Option<Client>> {
         for c in &self.conns {
-            if let Ok(guard) = c.try_lock() {
+            if let Some(guard) = c.try_lock() {
                 return guard;
             }
         }
@@ -189,7 +189,6 @@ impl PgStore {
         // transaction, which the client rolls back when it is reused.
         self.conns[rand::random_range(0..self.conns.len())]
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn create_tenant(&self, name: &str) -> Result<(), StoreError> {

@@ -16,7 +16,8 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use hyper::server::conn::http1;
@@ -123,7 +124,7 @@ struct ClientSlot {
 
 impl Clients {
     fn admit(&self, ip: IpAddr, max: usize) -> Option<ClientSlot> {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.0.lock();
         let open = map.entry(ip).or_insert(0);
         if *open >= max {
             if *open == 0 {
@@ -141,7 +142,7 @@ impl Clients {
 
 impl Drop for ClientSlot {
     fn drop(&mut self) {
-        let mut map = self.clients.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.clients.0.lock();
         if let Some(open) = map.get_mut(&self.ip) {
             *open -= 1;
             if *open == 0 {
@@ -163,12 +164,12 @@ mod tests {
         assert!(clients.admit(a, 3).is_none(), "a fourth from a");
         let other = clients.admit(b, 3).expect("b has its own share");
         drop(first);
-        assert_eq!(clients.0.lock().unwrap().len(), 1, "only b is remembered");
+        assert_eq!(clients.0.lock().len(), 1, "only b is remembered");
         drop(other);
-        assert!(clients.0.lock().unwrap().is_empty());
+        assert!(clients.0.lock().is_empty());
         assert!(clients.admit(a, 0).is_none());
         assert!(
-            clients.0.lock().unwrap().is_empty(),
+            clients.0.lock().is_empty(),
             "a refusal leaves no entry"
         );
     }

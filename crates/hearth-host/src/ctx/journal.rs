@@ -4,7 +4,8 @@
 //! (`docs/cluster.md`).
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use parking_lot::Mutex;
 
 use hearth_store::{JournalKey, LogStream};
 

@@ -57,7 +57,7 @@ impl ProcEngine {
         let inner = &self.0;
         if inner.live.load(Ordering::Relaxed) >= inner.config.max_sandboxes as u64 {
             // Make room by dropping the least recently used paused handler.
-            let victim = inner.handlers.lock().unwrap().idle.pop_front();
+            let victim = inner.handlers.lock().idle.pop_front();
             match victim {
                 Some(h) => inner.destroy(h),
                 None => return Err(InvokeError::Overloaded),
@@ -297,7 +297,7 @@ impl Inner {
     /// The pool is refilled once the new sandbox is running (mounting
     /// beside a starting sandbox slows it down on a small machine).
     pub(super) fn take_root(&self) -> std::io::Result<Root> {
-        let pooled = self.roots.lock().unwrap().pop();
+        let pooled = self.roots.lock().pop();
         match pooled {
             Some(root) => Ok(root),
             None => self.build_root(),
@@ -315,19 +315,19 @@ impl Inner {
         if !self.root
             || self.closed.load(Ordering::Acquire)
             || self.config.warm_roots == 0
-            || self.roots.lock().unwrap().len() >= self.config.warm_roots
+            || self.roots.lock().len() >= self.config.warm_roots
             || self.roots_filling.swap(true, Ordering::AcqRel)
         {
             return;
         }
         let inner = self.clone();
         tokio::task::spawn_blocking(move || {
-            while inner.roots.lock().unwrap().len() < inner.config.warm_roots
+            while inner.roots.lock().len() < inner.config.warm_roots
                 && !inner.closed.load(Ordering::Acquire)
             {
                 match inner.build_root() {
                     Ok(mut root) if inner.closed.load(Ordering::Acquire) => root.destroy(),
-                    Ok(root) => inner.roots.lock().unwrap().push(root),
+                    Ok(root) => inner.roots.lock().push(root),
                     Err(e) => {
                         tracing::warn!(error = %e, "could not build a sandbox root ahead of time");
                         break;

@@ -14,7 +14,8 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -199,7 +200,7 @@ impl ProcEngine {
             isolation: inner.isolation,
             caches: inner.config.caches,
             degraded: inner.degraded.clone(),
-            paused_handlers: inner.handlers.lock().unwrap().idle.len(),
+            paused_handlers: inner.handlers.lock().idle.len(),
             generic_node_processes: inner.node_pool.len(),
             generic_python_processes: inner.python_pool.len(),
             handlers_from_pool: [
@@ -232,7 +233,7 @@ impl ProcEngine {
         {
             std::thread::sleep(Duration::from_millis(10));
         }
-        let handlers: Vec<Handler> = inner.handlers.lock().unwrap().idle.drain(..).collect();
+        let handlers: Vec<Handler> = inner.handlers.lock().idle.drain(..).collect();
         let generic = inner.node_pool.drain().into_iter();
         for h in handlers
             .into_iter()
@@ -240,7 +241,7 @@ impl ProcEngine {
         {
             inner.destroy_now(h);
         }
-        for mut root in inner.roots.lock().unwrap().drain(..) {
+        for mut root in inner.roots.lock().drain(..) {
             root.destroy();
         }
         if let Some(tree) = inner.zygotes.get() {
@@ -261,7 +262,6 @@ impl ProcEngine {
                 let expired = inner
                     .handlers
                     .lock()
-                    .unwrap()
                     .expired(inner.config.keep_alive);
                 for h in expired {
                     inner.destroy(h);
@@ -336,7 +336,7 @@ impl Engine for ProcEngine {
         vec![
             ("node_processes", inner.node_pool.len() as u64),
             ("python_processes", inner.python_pool.len() as u64),
-            ("sandbox_roots", inner.roots.lock().unwrap().len() as u64),
+            ("sandbox_roots", inner.roots.lock().len() as u64),
         ]
     }
 
@@ -515,7 +515,7 @@ impl ProcPrepared {
         let cached = if isolated {
             None
         } else {
-            inner.handlers.lock().unwrap().take(&self.key)
+            inner.handlers.lock().take(&self.key)
         };
         let handler = match cached {
             Some(h) => {
@@ -764,7 +764,6 @@ impl Drop for ProcSandbox {
         let evicted = inner
             .handlers
             .lock()
-            .unwrap()
             .put(h, inner.config.handler_cache_bytes);
         for old in evicted {
             inner.destroy(old);

@@ -28,7 +28,8 @@
 //! took from it ends.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use parking_lot::Mutex;
 
 use hearth_core::{InvokeError, Runtime};
 
@@ -58,7 +59,7 @@ impl GenericPool {
     }
 
     pub(super) fn len(&self) -> usize {
-        self.ready.lock().unwrap().len()
+        self.ready.lock().len()
     }
 
     pub(super) fn taken(&self) -> u64 {
@@ -71,7 +72,7 @@ impl GenericPool {
 
     /// A pre-started process, resumed; `None` if the pool is empty.
     pub(super) fn take(&self) -> Option<Handler> {
-        let h = self.ready.lock().unwrap().pop()?;
+        let h = self.ready.lock().pop()?;
         h.resume();
         self.taken.fetch_add(1, Ordering::Relaxed);
         Some(h)
@@ -79,7 +80,7 @@ impl GenericPool {
 
     /// Everything pooled (at shutdown).
     pub(super) fn drain(&self) -> Vec<Handler> {
-        self.ready.lock().unwrap().drain(..).collect()
+        self.ready.lock().drain(..).collect()
     }
 }
 
@@ -153,7 +154,7 @@ impl Inner {
                     Ok(h) if inner.closed.load(Ordering::Acquire) => inner.destroy_now(h),
                     Ok(h) => {
                         h.pause();
-                        pool.ready.lock().unwrap().push(h);
+                        pool.ready.lock().push(h);
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, %runtime, "could not start a generic process");

@@ -45,7 +45,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use hearth_core::Runtime;
@@ -173,7 +174,6 @@ impl InstallCache {
     fn lock_of(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
         self.locks
             .lock()
-            .unwrap()
             .entry(key.to_string())
             .or_default()
             .clone()

@@ -134,7 +134,7 @@ impl Writer {
                     *held.entry(tenant.as_str()).or_default() += bytes;
                 }
             }
-            *self.stats.tenant_bytes.lock().unwrap() =
+            *self.stats.tenant_bytes.lock() =
                 held.iter().map(|(t, b)| (t.to_string(), *b)).collect();
             let largest = held.iter().max_by_key(|(_, b)| **b).map(|(t, b)| (*t, *b));
             let victim = match largest {

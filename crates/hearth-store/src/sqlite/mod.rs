@@ -7,7 +7,7 @@
 //! only an OS crash or power loss can drop the last commits.
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
 
 use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -114,9 +114,9 @@ pub struct SqliteStore {
 
 fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
     // A panic while holding the lock cannot leave SQLite inconsistent (an
-    // open transaction is rolled back when its guard drops), so a poisoned
-    // lock is safe to keep using.
-    conn.lock().unwrap_or_else(|p| p.into_inner())
+    // open transaction is rolled back when its guard drops), so the
+    // connection is safe to keep using after one (locks do not poison).
+    conn.lock()
 }
 
 fn open_connection(path: &Path) -> Result<Connection, StoreError> {
@@ -165,7 +165,7 @@ impl SqliteStore {
 
     fn reader(&self) -> MutexGuard<'_, Connection> {
         for r in &self.readers {
-            if let Ok(guard) = r.try_lock() {
+            if let Some(guard) = r.try_lock() {
                 return guard;
             }
         }
