@@ -2,6 +2,9 @@
 //! Azure 2021 excerpt, through the CLI a user runs. The real-node runs start
 //! the `hearth` binary that `cargo test --workspace` builds beside this one.
 
+// Tests unwrap: a failed unwrap is the test failing, at its line.
+#![allow(clippy::unwrap_used)]
+
 use std::process::Command;
 
 const BENCH: &str = env!("CARGO_BIN_EXE_hearth-bench");

@@ -43,12 +43,12 @@
 //! per tenant, per function, or none, where every handler imports it for
 //! itself. `--real-import-mib 0` deploys handlers that import nothing.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::report::percentile;

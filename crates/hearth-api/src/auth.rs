@@ -1,9 +1,9 @@
 //! Bearer tokens, checked against the store and cached in memory (tokens
 //! are never revoked in this version, so the cache cannot go stale).
 
+use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::Arc;
-use parking_lot::RwLock;
 
 use axum::http::{HeaderMap, HeaderValue, header};
 use hearth_store::{Principal, Store};

@@ -24,9 +24,9 @@
 //! A second failure or refusal is an error naming both nodes (503 with
 //! `Retry-After` when both were busy).
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-use parking_lot::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;

@@ -2,9 +2,9 @@
 //! the node has loaded, leaving on shutdown, and fetching code artifacts
 //! from the gateway by content hash.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use parking_lot::Mutex;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use hearth_node::{ArtifactSource, Node};

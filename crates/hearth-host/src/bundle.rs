@@ -134,12 +134,11 @@ impl Bundle {
     }
 
     fn nonempty(files: BTreeMap<String, Vec<u8>>) -> Result<Bundle, String> {
-        if files.is_empty() {
+        let Some(first) = files.keys().next().cloned() else {
             return Err("the archive holds no files".into());
-        }
+        };
         // A bundle packed from a directory often has one top directory
         // (`myfn/handler.py`): strip it when everything is inside it.
-        let first = files.keys().next().unwrap().clone();
         if let Some((top, _)) = first.split_once('/') {
             let prefix = format!("{top}/");
             if files.keys().all(|k| k.starts_with(&prefix)) {

@@ -1,8 +1,8 @@
 //! [`HostCtx`]: one invocation's view of the platform.
 
+use parking_lot::Mutex;
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, OnceLock};
-use parking_lot::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use displaydoc::Display;

@@ -32,12 +32,12 @@
 //!   that is not spinning finds a thread even while other tenants hold
 //!   their whole shares, and the kernel time-slices it with the spinners.
 
+use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use hearth_core::{InvokeError, Request, Response};

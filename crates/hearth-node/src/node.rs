@@ -775,12 +775,7 @@ impl Node {
 
     /// A function's fallback record (cached).
     pub async fn mode(&self, tenant: &str, name: &str) -> Result<FunctionMode, NodeError> {
-        if let Some(m) = self
-            .modes
-            .lock()
-            .get(tenant)
-            .and_then(|f| f.get(name))
-        {
+        if let Some(m) = self.modes.lock().get(tenant).and_then(|f| f.get(name)) {
             return Ok(*m);
         }
         let (t, n) = (tenant.to_string(), name.to_string());

@@ -2,10 +2,10 @@
 //! functions spinning until their deadlines) cannot take every slot the
 //! node has, so another tenant's invocations still find room.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use parking_lot::RwLock;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Invocations running now, per tenant, each at most `max`.
 pub(crate) struct TenantShares {
@@ -54,11 +54,7 @@ impl TenantShares {
     }
 
     fn counter(&self, tenant: &str) -> Arc<AtomicUsize> {
-        if let Some(c) = self
-            .running
-            .read()
-            .get(tenant)
-        {
+        if let Some(c) = self.running.read().get(tenant) {
             return c.clone();
         }
         let mut map = self.running.write();

@@ -13,10 +13,10 @@
 //! gives their memory back, and what it reports as loaded (to a gateway's
 //! placer) is what it ran lately, not everything it ever ran.
 
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
-use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use hearth_core::{FunctionVersion, Tier};

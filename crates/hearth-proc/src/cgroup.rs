@@ -20,10 +20,10 @@
 //! Everything is plain file I/O under a root directory, so unit tests run
 //! against a temporary directory laid out like sysfs.
 
+use parking_lot::Mutex;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 /// Which cgroup interface the machine offers.

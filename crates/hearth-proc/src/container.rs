@@ -382,8 +382,9 @@ fn mount(
 ) -> io::Result<()> {
     let source = source.map(cstr).transpose()?;
     let target_c = cstr(target)?;
-    let fstype = fstype.map(|s| CString::new(s).unwrap());
-    let data = data.map(|s| CString::new(s).unwrap());
+    let text = |s: &str| CString::new(s).map_err(|_| io::Error::other("mount option contains NUL"));
+    let fstype = fstype.map(text).transpose()?;
+    let data = data.map(text).transpose()?;
     // SAFETY: every pointer is either null or a valid NUL-terminated string
     // that outlives the call.
     let rc = unsafe {

@@ -102,7 +102,9 @@ impl HandlerCache {
         let mut out = Vec::new();
         let mut total: u64 = self.idle.iter().map(|h| h.memory).sum();
         while total > budget && self.idle.len() > 1 {
-            let old = self.idle.pop_front().unwrap();
+            let Some(old) = self.idle.pop_front() else {
+                break;
+            };
             total -= old.memory;
             out.push(old);
         }
@@ -111,12 +113,11 @@ impl HandlerCache {
 
     pub(crate) fn expired(&mut self, keep_alive: Duration) -> Vec<Handler> {
         let mut out = Vec::new();
-        while self
+        while let Some(h) = self
             .idle
-            .front()
-            .is_some_and(|h| h.idle_since.elapsed() > keep_alive)
+            .pop_front_if(|h| h.idle_since.elapsed() > keep_alive)
         {
-            out.push(self.idle.pop_front().unwrap());
+            out.push(h);
         }
         out
     }

@@ -45,8 +45,9 @@ impl Frame {
 pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max_body: usize) -> io::Result<Frame> {
     let mut head = [0u8; 8];
     r.read_exact(&mut head).await?;
-    let hlen = u32::from_be_bytes(head[..4].try_into().unwrap()) as usize;
-    let blen = u32::from_be_bytes(head[4..].try_into().unwrap()) as usize;
+    let [h0, h1, h2, h3, b0, b1, b2, b3] = head;
+    let hlen = u32::from_be_bytes([h0, h1, h2, h3]) as usize;
+    let blen = u32::from_be_bytes([b0, b1, b2, b3]) as usize;
     if hlen > MAX_HEADER {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,

@@ -142,7 +142,7 @@ async fn run_check(
     let mut child = cmd
         .spawn()
         .map_err(|e| DeployError::Load(format!("cannot check syntax: {e}")))?;
-    let mut stdin = child.stdin.take().unwrap();
+    let mut stdin = child.stdin.take().expect("stdin is piped");
     let writer = tokio::spawn(async move {
         let _ = stdin.write_all(&source).await;
     });

@@ -49,11 +49,11 @@
 //! which it cannot see, are sent to it as directory descriptors. The root
 //! zygote imports no tenant's code and stays privileged to make the others.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -478,12 +478,7 @@ impl ZygoteTree {
             return;
         }
         let _one = self.creating.lock().await;
-        if !self
-            .zygotes
-            .lock()
-            .iter()
-            .any(|z| Arc::ptr_eq(z, zygote))
-        {
+        if !self.zygotes.lock().iter().any(|z| Arc::ptr_eq(z, zygote)) {
             return; // evicted meanwhile
         }
         let mut learned = zygote.learned.clone();
@@ -732,10 +727,7 @@ fn is_module_name(name: &str) -> bool {
 /// Benefit of keeping a zygote per byte it costs: forks it served, decayed
 /// by idleness (halving every minute), times the import time each saves.
 fn benefit_per_byte(z: &Zygote, now: Instant) -> f64 {
-    let idle_min = now
-        .duration_since(*z.last_fork.lock())
-        .as_secs_f64()
-        / 60.0;
+    let idle_min = now.duration_since(*z.last_fork.lock()).as_secs_f64() / 60.0;
     let recent = (z.forks.load(Ordering::Relaxed) as f64 + 1.0) * 0.5f64.powf(idle_min);
     recent * (z.import_ms.max(1) as f64) / (z.pss_bytes().max(1) as f64)
 }

@@ -2,6 +2,9 @@
 //! kernel, and in place of pip or npm a script that reports where it finds
 //! itself (it is what they would be if subverted by what an index sent).
 
+// Tests unwrap: a failed unwrap is the test failing, at its line.
+#![allow(clippy::unwrap_used)]
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -19,9 +22,9 @@ fn write(path: &Path, text: &str, mode: u32) {
 
 fn assert_root() {
     // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
     assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
+        euid, 0,
         "this test needs root (the install sandbox is made only for a root node)"
     );
 }

@@ -8,10 +8,10 @@
 //! cost is that forgetting a tenant's tapes means deleting them (there is no
 //! per-tenant key to throw away).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use parking_lot::Mutex;
 
 use chacha20poly1305::aead::{Aead, AeadInPlace, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};

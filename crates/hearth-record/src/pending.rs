@@ -249,10 +249,7 @@ impl Shards {
 
     /// Tapes handed over since the recorder opened.
     pub fn handed(&self) -> u64 {
-        self.shards
-            .iter()
-            .map(|s| s.0.lock().handed)
-            .sum()
+        self.shards.iter().map(|s| s.0.lock().handed).sum()
     }
 
     /// Everything pending, leaving the shards empty; give the batches
@@ -275,9 +272,7 @@ impl Shards {
 
     pub fn recycle(&self, mut used: Vec<Pending>) {
         used.iter_mut().for_each(Pending::clear);
-        self.spare
-            .lock()
-            .extend(used);
+        self.spare.lock().extend(used);
     }
 }
 
@@ -366,8 +361,8 @@ impl IdText {
         })?;
         let (high, low) = text.split_at(16);
         Ok(IdText(
-            u128::from_be_bytes(high.try_into().unwrap()),
-            u128::from_be_bytes(low.try_into().unwrap()),
+            u128::from_be_bytes(high.try_into().expect("16 of 32 bytes")),
+            u128::from_be_bytes(low.try_into().expect("16 of 32 bytes")),
         ))
     }
 

@@ -76,6 +76,8 @@ mod tests {
 
     #[test]
     fn the_writer_is_idle_class_until_raised_and_lowers_itself_again() {
+        // SAFETY: sched_getscheduler reads a thread's policy; any tid is
+        // safe to ask about (an unknown one is an error return).
         let policy = |tid: i32| unsafe { libc::sched_getscheduler(tid) };
         let p = Arc::new(WriterPriority::new(Durability::Batched));
         let (tx, rx) = mpsc::channel::<()>();

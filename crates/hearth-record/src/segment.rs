@@ -68,8 +68,14 @@ pub(crate) fn read_block(file: &File, offset: u64) -> Result<RawBlock, RecordErr
             "no block starts at byte {offset}"
         )));
     }
-    let len = u32::from_le_bytes(header[4..8].try_into().unwrap()) as usize;
-    let crc = u32::from_le_bytes(header[8..12].try_into().unwrap());
+    let word = |at: usize| {
+        u32::from_le_bytes(
+            header[at..at + 4]
+                .try_into()
+                .expect("4 bytes of the header"),
+        )
+    };
+    let (len, crc) = (word(4) as usize, word(8));
     if !(2..=MAX_BLOCK_BYTES).contains(&len) {
         return Err(RecordError::Corrupt(format!(
             "block at byte {offset} has length {len}"

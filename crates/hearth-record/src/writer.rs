@@ -11,13 +11,13 @@
 //! self-contained (payloads are deduplicated within it, never across), so
 //! retention can delete one without breaking a tape elsewhere.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::sync::Arc;
-use parking_lot::Mutex;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,8 @@
 //! The recorder against a real SQLite index and real segment files.
 
+// Tests unwrap: a failed unwrap is the test failing, at its line.
+#![allow(clippy::unwrap_used)]
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -187,8 +187,7 @@ impl PgStore {
         }
         // A panic mid-call leaves at worst a connection in an aborted
         // transaction, which the client rolls back when it is reused.
-        self.conns[rand::random_range(0..self.conns.len())]
-            .lock()
+        self.conns[rand::random_range(0..self.conns.len())].lock()
     }
 
     pub fn create_tenant(&self, name: &str) -> Result<(), StoreError> {

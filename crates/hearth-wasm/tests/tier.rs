@@ -1,5 +1,8 @@
 //! The wasm tier on its own: real wasmtime, real WASI, a real SQLite store.
 
+// Tests unwrap: a failed unwrap is the test failing, at its line.
+#![allow(clippy::unwrap_used)]
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -13,11 +13,11 @@
 //! A slow request *body* is bounded where bodies are read
 //! (`hearth_api::ApiConfig::body_timeout`).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
-use parking_lot::Mutex;
 use std::time::Duration;
 
 use hyper::server::conn::http1;
@@ -168,9 +168,6 @@ mod tests {
         drop(other);
         assert!(clients.0.lock().is_empty());
         assert!(clients.admit(a, 0).is_none());
-        assert!(
-            clients.0.lock().is_empty(),
-            "a refusal leaves no entry"
-        );
+        assert!(clients.0.lock().is_empty(), "a refusal leaves no entry");
     }
 }

@@ -3,9 +3,9 @@
 //! gateway's retry on another node can be given them again
 //! (`docs/cluster.md`).
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
 use parking_lot::Mutex;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use hearth_store::{JournalKey, LogStream};
 

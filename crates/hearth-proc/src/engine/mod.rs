@@ -12,10 +12,10 @@
 //! and any idle longer than the keep-alive. A handler that timed out,
 //! crashed or misbehaved is destroyed, never reused.
 
+use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Weak};
-use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -259,10 +259,7 @@ impl ProcEngine {
             loop {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 let Some(inner) = weak.upgrade() else { return };
-                let expired = inner
-                    .handlers
-                    .lock()
-                    .expired(inner.config.keep_alive);
+                let expired = inner.handlers.lock().expired(inner.config.keep_alive);
                 for h in expired {
                     inner.destroy(h);
                 }
@@ -786,7 +783,7 @@ impl Sandbox for ProcSandbox {
             }
             Ok(Err(e)) => {
                 // The process died or broke the protocol: find out which.
-                let handler = self.handler.as_ref().unwrap();
+                let handler = self.handler.as_ref().expect("a handler ran the invocation");
                 if handler.oom_killed() {
                     return Err(InvokeError::OutOfMemory {
                         limit_mib: self.limits.memory_mib,

@@ -27,9 +27,9 @@
 //! this node, and refilled in the background once the invocation that
 //! took from it ends.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use parking_lot::Mutex;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use hearth_core::{InvokeError, Runtime};
 

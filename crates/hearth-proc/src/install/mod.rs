@@ -42,11 +42,11 @@
 //! of its own in its scratch: directories made afresh, files hard links
 //! to the cache's (which the sandbox user cannot write).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use parking_lot::Mutex;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use hearth_core::Runtime;

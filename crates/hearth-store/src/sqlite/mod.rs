@@ -6,8 +6,8 @@
 //! mode keeps every committed transaction across a process crash (`kill -9`);
 //! only an OS crash or power loss can drop the last commits.
 
-use std::path::Path;
 use parking_lot::{Mutex, MutexGuard};
+use std::path::Path;
 
 use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use rusqlite::{Connection, OptionalExtension, params};

@@ -1,6 +1,9 @@
 //! End-to-end tests: each starts the real `hearth` daemon on 127.0.0.1:0
 //! with its own data directory and talks HTTP to it, as a user would.
 
+// Tests unwrap: a failed unwrap is the test failing, at its line.
+#![allow(clippy::unwrap_used)]
+
 mod api;
 mod auth;
 mod cli;
