@@ -277,6 +277,7 @@ pub(crate) async fn deploy(
     let source = hearth_host::Source {
         file_name,
         code: code.to_vec(),
+        artifact: false,
     };
     let out = s.node.deploy(&p.tenant, &name, source, spec).await?;
     let (v, compiled) = (out.version, out.compiled);

@@ -44,13 +44,13 @@ impl Bundle {
             if raw.len() as u64 > MAX_UNPACKED_BYTES {
                 return Err(too_big());
             }
-            return Bundle::from_tar(&raw);
+            return Bundle::uploaded(read_tar(&raw)?);
         }
         if bytes.starts_with(b"PK\x03\x04") || bytes.starts_with(b"PK\x05\x06") {
-            return Bundle::from_zip(bytes);
+            return Bundle::uploaded(read_zip(bytes)?);
         }
         if is_tar(bytes) {
-            return Bundle::from_tar(bytes);
+            return Bundle::uploaded(read_tar(bytes)?);
         }
         let name = file_name
             .map(|n| n.rsplit('/').next().unwrap_or(n).to_string())
@@ -66,79 +66,33 @@ impl Bundle {
         })
     }
 
-    /// Reads a (canonical or user) tar archive.
+    /// The files of `source`: an upload as [`from_upload`](Self::from_upload)
+    /// reads it, an artifact exactly.
+    pub fn from_source(runtime: Runtime, source: &crate::Source) -> Result<Bundle, String> {
+        if source.artifact {
+            Bundle::from_tar(&source.code)
+        } else {
+            Bundle::from_upload(runtime, source.file_name.as_deref(), &source.code)
+        }
+    }
+
+    /// Reads a canonical tar ([`to_tar`](Self::to_tar)) back exactly: no
+    /// directory is stripped, as one was when the upload was read.
     pub fn from_tar(bytes: &[u8]) -> Result<Bundle, String> {
-        let mut archive = tar::Archive::new(Cursor::new(bytes));
-        let mut files = BTreeMap::new();
-        let mut total = 0u64;
-        for entry in archive
-            .entries()
-            .map_err(|e| format!("not a valid tar archive: {e}"))?
-        {
-            let mut entry = entry.map_err(|e| format!("not a valid tar archive: {e}"))?;
-            let kind = entry.header().entry_type();
-            let path = entry
-                .path()
-                .map_err(|e| format!("bad path in archive: {e}"))?
-                .to_string_lossy()
-                .into_owned();
-            if kind.is_dir() || kind.is_pax_global_extensions() || kind.is_pax_local_extensions() {
-                continue;
-            }
-            if !kind.is_file() {
-                return Err(format!(
-                    "{path}: only regular files and directories may be in a bundle"
-                ));
-            }
-            let path = check_path(&path)?;
-            total += entry.size();
-            if total > MAX_UNPACKED_BYTES || files.len() >= MAX_FILES {
-                return Err(too_big());
-            }
-            let mut data = Vec::with_capacity(entry.size() as usize);
-            entry
-                .read_to_end(&mut data)
-                .map_err(|e| format!("{path}: {e}"))?;
-            files.insert(path, data);
+        let files = read_tar(bytes)?;
+        if files.is_empty() {
+            return Err("the archive holds no files".into());
         }
-        Bundle::nonempty(files)
+        Ok(Bundle { files })
     }
 
-    fn from_zip(bytes: &[u8]) -> Result<Bundle, String> {
-        let mut zip = zip::ZipArchive::new(Cursor::new(bytes))
-            .map_err(|e| format!("not a valid zip archive: {e}"))?;
-        let mut files = BTreeMap::new();
-        let mut total = 0u64;
-        for i in 0..zip.len() {
-            let mut f = zip.by_index(i).map_err(|e| format!("bad zip entry: {e}"))?;
-            if f.is_dir() {
-                continue;
-            }
-            if f.is_symlink() {
-                return Err(format!("{}: links may not be in a bundle", f.name()));
-            }
-            let path = check_path(f.name())?;
-            let mut data = Vec::new();
-            // The declared size may lie (zip bombs): count what inflates.
-            (&mut f)
-                .take(MAX_UNPACKED_BYTES + 1 - total)
-                .read_to_end(&mut data)
-                .map_err(|e| format!("{path}: {e}"))?;
-            total += data.len() as u64;
-            if total > MAX_UNPACKED_BYTES || files.len() >= MAX_FILES {
-                return Err(too_big());
-            }
-            files.insert(path, data);
-        }
-        Bundle::nonempty(files)
-    }
-
-    fn nonempty(files: BTreeMap<String, Vec<u8>>) -> Result<Bundle, String> {
+    /// An upload's files. A bundle packed from a directory often has one
+    /// top directory (`myfn/handler.py`): it is stripped when everything
+    /// is inside it.
+    fn uploaded(files: BTreeMap<String, Vec<u8>>) -> Result<Bundle, String> {
         let Some(first) = files.keys().next().cloned() else {
             return Err("the archive holds no files".into());
         };
-        // A bundle packed from a directory often has one top directory
-        // (`myfn/handler.py`): strip it when everything is inside it.
         if let Some((top, _)) = first.split_once('/') {
             let prefix = format!("{top}/");
             if files.keys().all(|k| k.starts_with(&prefix)) {
@@ -377,6 +331,75 @@ fn mentions_identifier(source: &str, name: &str) -> bool {
     })
 }
 
+/// The files of a tar archive, checked: regular files (directories are
+/// implied) under safe relative paths, within the bounds.
+fn read_tar(bytes: &[u8]) -> Result<BTreeMap<String, Vec<u8>>, String> {
+    let mut archive = tar::Archive::new(Cursor::new(bytes));
+    let mut files = BTreeMap::new();
+    let mut total = 0u64;
+    for entry in archive
+        .entries()
+        .map_err(|e| format!("not a valid tar archive: {e}"))?
+    {
+        let mut entry = entry.map_err(|e| format!("not a valid tar archive: {e}"))?;
+        let kind = entry.header().entry_type();
+        let path = entry
+            .path()
+            .map_err(|e| format!("bad path in archive: {e}"))?
+            .to_string_lossy()
+            .into_owned();
+        if kind.is_dir() || kind.is_pax_global_extensions() || kind.is_pax_local_extensions() {
+            continue;
+        }
+        if !kind.is_file() {
+            return Err(format!(
+                "{path}: only regular files and directories may be in a bundle"
+            ));
+        }
+        let path = check_path(&path)?;
+        total += entry.size();
+        if total > MAX_UNPACKED_BYTES || files.len() >= MAX_FILES {
+            return Err(too_big());
+        }
+        let mut data = Vec::with_capacity(entry.size() as usize);
+        entry
+            .read_to_end(&mut data)
+            .map_err(|e| format!("{path}: {e}"))?;
+        files.insert(path, data);
+    }
+    Ok(files)
+}
+
+/// The files of a zip archive, checked as [`read_tar`] checks a tar's.
+fn read_zip(bytes: &[u8]) -> Result<BTreeMap<String, Vec<u8>>, String> {
+    let mut zip = zip::ZipArchive::new(Cursor::new(bytes))
+        .map_err(|e| format!("not a valid zip archive: {e}"))?;
+    let mut files = BTreeMap::new();
+    let mut total = 0u64;
+    for i in 0..zip.len() {
+        let mut f = zip.by_index(i).map_err(|e| format!("bad zip entry: {e}"))?;
+        if f.is_dir() {
+            continue;
+        }
+        if f.is_symlink() {
+            return Err(format!("{}: links may not be in a bundle", f.name()));
+        }
+        let path = check_path(f.name())?;
+        let mut data = Vec::new();
+        // The declared size may lie (zip bombs): count what inflates.
+        (&mut f)
+            .take(MAX_UNPACKED_BYTES + 1 - total)
+            .read_to_end(&mut data)
+            .map_err(|e| format!("{path}: {e}"))?;
+        total += data.len() as u64;
+        if total > MAX_UNPACKED_BYTES || files.len() >= MAX_FILES {
+            return Err(too_big());
+        }
+        files.insert(path, data);
+    }
+    Ok(files)
+}
+
 fn too_big() -> String {
     format!(
         "the bundle unpacks to more than {} MiB or {MAX_FILES} files",
@@ -415,6 +438,9 @@ fn check_path(path: &str) -> Result<String, String> {
     }
     Ok(parts.join("/"))
 }
+
+#[cfg(test)]
+mod proptests;
 
 #[cfg(test)]
 mod tests {

@@ -12,12 +12,28 @@ use thiserror::Error;
 
 use crate::HostCtx;
 
-/// Code as a user uploaded it.
+/// Code to compile: as a user uploaded it, or as another tier of the
+/// same runtime made it into an artifact.
 #[derive(Debug, Clone, Default)]
 pub struct Source {
     /// The uploaded file's name, if known (`handler.py`, `fn.tar.gz`).
     pub file_name: Option<String>,
     pub code: Vec<u8>,
+    /// The code is an artifact (a canonical tar a tier made), to be read
+    /// exactly; an upload is read as [`crate::Bundle::from_upload`] reads
+    /// it (one top directory stripped).
+    pub artifact: bool,
+}
+
+impl Source {
+    /// A tier's artifact, handed to the next tier of its runtime.
+    pub fn artifact(file_name: Option<String>, code: Vec<u8>) -> Source {
+        Source {
+            file_name,
+            code,
+            artifact: true,
+        }
+    }
 }
 
 impl From<Vec<u8>> for Source {
@@ -25,6 +41,7 @@ impl From<Vec<u8>> for Source {
         Source {
             file_name: None,
             code,
+            artifact: false,
         }
     }
 }

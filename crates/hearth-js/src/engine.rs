@@ -111,9 +111,7 @@ impl Engine for JsEngine {
         let cache_dir = self.0.cache_dir.clone();
         let handler = spec.handler.clone();
         tokio::task::spawn_blocking(move || {
-            let bundle =
-                Bundle::from_upload(Runtime::Js, source.file_name.as_deref(), &source.code)
-                    .map_err(DeployError::Invalid)?;
+            let bundle = Bundle::from_source(Runtime::Js, &source).map_err(DeployError::Invalid)?;
             let entry = bundle
                 .entry(Runtime::Js, handler.as_ref())
                 .map_err(DeployError::NotAFunction)?;

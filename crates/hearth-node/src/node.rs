@@ -512,10 +512,7 @@ impl Node {
             .skip(1)
             .filter_map(|t| self.engines.get(t));
         for engine in later {
-            let artifact = Source {
-                file_name: file_name.clone(),
-                code: all.artifact.clone(),
-            };
+            let artifact = Source::artifact(file_name.clone(), all.artifact.clone());
             // Whatever compiling logs (package installs) names whose it is.
             let compiled = engine.compile(spec, artifact).instrument(span()).await?;
             all.compile_ms += compiled.compile_ms;
@@ -523,10 +520,7 @@ impl Node {
             all.packages.extend(compiled.packages);
             all.warnings.extend(compiled.warnings);
             if compiled.artifact != all.artifact {
-                let again = Source {
-                    file_name: file_name.clone(),
-                    code: compiled.artifact,
-                };
+                let again = Source::artifact(file_name.clone(), compiled.artifact);
                 let recompiled = first.compile(spec, again).instrument(span()).await?;
                 all.compile_ms += recompiled.compile_ms;
                 all.artifact = recompiled.artifact;

@@ -22,6 +22,8 @@ mod encode;
 mod keys;
 mod pending;
 mod priority;
+#[cfg(test)]
+mod proptests;
 mod recording;
 mod segment;
 pub mod view;

@@ -358,8 +358,7 @@ impl Engine for ProcEngine {
         } else {
             runtime
         };
-        let bundle = Bundle::from_upload(runtime, source.file_name.as_deref(), &source.code)
-            .map_err(DeployError::Invalid)?;
+        let bundle = Bundle::from_source(runtime, &source).map_err(DeployError::Invalid)?;
         let handler = spec.handler.as_ref();
         let entry = bundle
             .entry(runtime, handler)

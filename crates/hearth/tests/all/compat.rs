@@ -426,3 +426,54 @@ async fn a_missing_handler_is_refused_at_deploy_and_a_raised_error_is_never_a_20
         assert!(msg.contains("boom"), "{runtime}: {msg}");
     }
 }
+
+/// Regression: a bundle packed from a directory whose code sits in one
+/// package (`myfn/app/main.py`) deployed, and then failed at its first
+/// invocation: the upload's top directory was stripped at deploy, and the
+/// stored artifact was stripped once more when the tier loaded it
+/// (`app/` gone, so no `app.main`). It runs as deployed, in both tiers
+/// that take bundles.
+#[tokio::test]
+async fn a_bundle_whose_code_sits_in_one_package_runs_as_deployed() {
+    let d = Daemon::start();
+    let py = tar_of(&[
+        ("myfn/app/__init__.py", ""),
+        (
+            "myfn/app/main.py",
+            "def handler(event, context):\n    return {'statusCode': 200, 'body': 'from app.main'}\n",
+        ),
+    ]);
+    d.deploy(
+        "nested-py",
+        py,
+        &[
+            ("runtime", "python"),
+            ("file_name", "fn.tar"),
+            ("handler", "app.main.handler"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        d.call("nested-py", "", "").await,
+        (200, "from app.main".into())
+    );
+
+    let js = tar_of(&[(
+        "site/src/index.mjs",
+        "export const handler = async () => ({ statusCode: 200, body: 'from src/index' });\n",
+    )]);
+    d.deploy(
+        "nested-js",
+        js,
+        &[
+            ("runtime", "js"),
+            ("file_name", "fn.tar"),
+            ("handler", "src/index.handler"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        d.call("nested-js", "", "").await,
+        (200, "from src/index".into())
+    );
+}
