@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hearth_core::{FunctionSpec, FunctionVersion, InvocationId, Request, Runtime};
-use hearth_host::{Engine, HostCtx, HostLimits, HostServices, InvocationMeta, Sandbox};
+use hearth_host::{Artifacts, Engine, HostCtx, HostLimits, HostServices, InvocationMeta, Sandbox};
 use hearth_store::{ArtifactStore, SqliteStore};
 use hearth_wasm::{WasmConfig, WasmEngine};
 
@@ -71,7 +71,7 @@ async fn instantiate_bench(pooling: bool, n: usize) -> anyhow::Result<(Stats, St
     });
     // The concrete type, so the measurement has no extra boxing.
     let prepared = engine
-        .prepare_wasm(&version, &artifacts)
+        .prepare_wasm(&version, &(Arc::new(artifacts) as Arc<dyn Artifacts>))
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let store = Arc::new(SqliteStore::open(dir.path().join("db"))?);

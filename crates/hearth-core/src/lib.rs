@@ -10,6 +10,7 @@ mod error;
 mod function;
 mod headers;
 mod invocation;
+mod log_stream;
 
 pub use colocation::Colocation;
 pub use error::{InvokeError, LastOutput, ValidationError};
@@ -19,6 +20,7 @@ pub use function::{
 };
 pub use headers::{REFUSED_HEADER, is_hop_by_hop};
 pub use invocation::{InvocationId, Request, Response};
+pub use log_stream::LogStream;
 
 /// Milliseconds since the Unix epoch, the unit of every stored timestamp
 /// (0 if the clock is set before 1970).

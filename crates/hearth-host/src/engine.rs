@@ -7,10 +7,9 @@ use displaydoc::Display;
 use hearth_core::{
     Colocation, FunctionSpec, FunctionVersion, InvokeError, Request, Response, Tier,
 };
-use hearth_store::ArtifactStore;
 use thiserror::Error;
 
-use crate::HostCtx;
+use crate::{Artifacts, HostCtx};
 
 /// Code to compile: as a user uploaded it, or as another tier of the
 /// same runtime made it into an artifact.
@@ -114,12 +113,13 @@ pub trait Engine: Send + Sync + 'static {
     /// artifact to store.
     async fn compile(&self, spec: &FunctionSpec, source: Source) -> Result<Compiled, DeployError>;
 
-    /// Makes a version ready to instantiate. Called once per version per
-    /// process; the node caches the result.
+    /// Makes a version ready to instantiate, reading its code from
+    /// `artifacts` if the tier has nothing cached for it. Called once per
+    /// version per process; the node caches the result.
     async fn prepare(
         &self,
         version: &FunctionVersion,
-        artifacts: &ArtifactStore,
+        artifacts: &Arc<dyn Artifacts>,
     ) -> Result<Arc<dyn Prepared>, DeployError>;
 
     /// What this tier enforces on this machine and what it holds now, for

@@ -17,6 +17,7 @@
 //! What this crate is not: an engine. It knows nothing of wasmtime, QuickJS
 //! or processes.
 
+mod code;
 mod ctx;
 mod egress;
 mod engine;
@@ -27,6 +28,7 @@ mod tape;
 pub mod bundle;
 pub mod deps;
 
+pub use code::{Artifacts, content_hash, write_whole};
 pub use ctx::{
     CallGuard, HostCtx, HostError, HostLimits, HostServices, InvocationMeta, LogLine,
     monotonic_now_nanos,

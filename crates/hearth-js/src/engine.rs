@@ -10,9 +10,8 @@ use async_trait::async_trait;
 use hearth_core::{FunctionSpec, FunctionVersion, InvokeError, Request, Response, Runtime, Tier};
 use hearth_host::bundle::Bundle;
 use hearth_host::{
-    Compiled, DeployError, Engine, EngineStatus, HostCtx, Prepared, Sandbox, Source,
+    Artifacts, Compiled, DeployError, Engine, EngineStatus, HostCtx, Prepared, Sandbox, Source,
 };
-use hearth_store::ArtifactStore;
 use tokio::sync::oneshot;
 
 use crate::compile::{self, CompiledCode};
@@ -121,7 +120,7 @@ impl Engine for JsEngine {
                     .map_err(DeployError::NotAFunction)?;
             }
             let artifact = bundle.to_tar();
-            let hash = hearth_store::sha256_hex(&artifact);
+            let hash = hearth_host::content_hash(&artifact);
             compile::load_or_compile(&cache_dir, &hash, &bundle, &entry)
                 .map_err(DeployError::Invalid)?;
             Ok(Compiled {
@@ -137,11 +136,11 @@ impl Engine for JsEngine {
     async fn prepare(
         &self,
         version: &FunctionVersion,
-        artifacts: &ArtifactStore,
+        artifacts: &Arc<dyn Artifacts>,
     ) -> Result<Arc<dyn Prepared>, DeployError> {
         let bytes = artifacts
-            .get(&version.artifact)
-            .map_err(|e| DeployError::Load(e.to_string()))?;
+            .read(&version.artifact)
+            .map_err(DeployError::Load)?;
         let (cache_dir, hash) = (self.0.cache_dir.clone(), version.artifact.clone());
         let handler = version.spec.handler.clone();
         let code = tokio::task::spawn_blocking(move || {

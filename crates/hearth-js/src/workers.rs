@@ -40,9 +40,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use hearth_core::LogStream;
 use hearth_core::{InvokeError, Request, Response};
 use hearth_host::HostCtx;
-use hearth_store::LogStream;
 use tokio::sync::oneshot;
 
 use crate::engine::{JsConfig, JsVersion};

@@ -141,6 +141,8 @@ pub trait ArtifactSource: Send + Sync + 'static {
 pub struct Node {
     store: Arc<dyn Store>,
     artifacts: ArtifactStore,
+    /// The same artifacts, as engines read them when they prepare.
+    code: Arc<dyn hearth_host::Artifacts>,
     engines: HashMap<Tier, Arc<dyn Engine>>,
     host: Arc<HostServices>,
     config: NodeConfig,
@@ -175,6 +177,7 @@ impl Node {
         let metrics = Metrics::new(config.per_function_metrics);
         Node {
             store,
+            code: Arc::new(artifacts.clone()),
             artifacts,
             engines: engines.into_iter().map(|e| (e.tier(), e)).collect(),
             host,
@@ -634,7 +637,7 @@ impl Node {
                     version = v.version
                 );
                 engine
-                    .prepare(v, &self.artifacts)
+                    .prepare(v, &self.code)
                     .instrument(span)
                     .await
                     .map_err(NodeError::from)

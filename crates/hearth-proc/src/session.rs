@@ -1,9 +1,9 @@
 //! One invocation's conversation with a handler: the request out, then
 //! logs and host calls in until the response (or an error) arrives.
 
+use hearth_core::LogStream;
 use hearth_core::{InvokeError, Request, Response};
 use hearth_host::{HostCtx, OutboundRequest};
-use hearth_store::LogStream;
 use serde_json::{Value, json};
 use tokio::net::UnixStream;
 

@@ -25,6 +25,8 @@ mod sqlite;
 use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use serde::{Deserialize, Serialize};
 
+pub use hearth_core::LogStream;
+
 pub use artifacts::{ArtifactStore, sha256_hex, write_atomically, write_secret};
 pub use error::StoreError;
 pub use postgres::PgStore;
@@ -74,36 +76,6 @@ pub struct FunctionSummary {
 pub struct FunctionMode {
     pub bounces: u32,
     pub pinned: bool,
-}
-
-/// Where a log line came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogStream {
-    /// The function's stderr (wasm) or unhandled output.
-    Stderr,
-    /// A structured log call through the host API.
-    Log,
-    /// Written by Hearth about the invocation (for example, why it failed).
-    System,
-}
-
-impl LogStream {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogStream::Stderr => "stderr",
-            LogStream::Log => "log",
-            LogStream::System => "system",
-        }
-    }
-
-    fn parse(s: &str) -> LogStream {
-        match s {
-            "stderr" => LogStream::Stderr,
-            "log" => LogStream::Log,
-            _ => LogStream::System,
-        }
-    }
 }
 
 /// One line of a function's log, tied to the invocation that wrote it.

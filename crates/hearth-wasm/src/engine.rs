@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use hearth_core::{FunctionSpec, FunctionVersion, InvokeError, Tier};
-use hearth_host::{Compiled, DeployError, Engine, Prepared, Sandbox, Source};
-use hearth_store::ArtifactStore;
+use hearth_host::{Artifacts, Compiled, DeployError, Engine, Prepared, Sandbox, Source};
 use wasmtime::{InstanceAllocationStrategy, InstancePre, Linker, Module, PoolingAllocationConfig};
 
 use crate::sandbox::{SandboxState, SandboxTemplate, WasmSandbox};
@@ -191,18 +190,18 @@ impl WasmEngine {
         let bytes = module
             .serialize()
             .map_err(|e| DeployError::Load(e.to_string()))?;
-        hearth_store::write_atomically(
+        hearth_host::write_whole(
             &self.0.cache_dir.join("tmp"),
             &self.cached_path(hash),
             &bytes,
         )
-        .map_err(|e| DeployError::Load(e.to_string()))
+        .map_err(DeployError::Load)
     }
 
     fn load_blocking(
         &self,
         version: &FunctionVersion,
-        artifacts: &ArtifactStore,
+        artifacts: &dyn Artifacts,
     ) -> Result<Module, DeployError> {
         let path = self.cached_path(&version.artifact);
         if path.is_file() {
@@ -220,8 +219,8 @@ impl WasmEngine {
             }
         }
         let code = artifacts
-            .get(&version.artifact)
-            .map_err(|e| DeployError::Load(e.to_string()))?;
+            .read(&version.artifact)
+            .map_err(DeployError::Load)?;
         let (module, _) = self.compile_blocking(code)?;
         self.store_compiled(&version.artifact, &module)?;
         Ok(module)
@@ -292,7 +291,7 @@ impl Engine for WasmEngine {
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
             this.link(&module)?;
-            let hash = hearth_store::sha256_hex(&binary);
+            let hash = hearth_host::content_hash(&binary);
             this.store_compiled(&hash, &module)?;
             Ok(Compiled {
                 artifact: binary,
@@ -307,7 +306,7 @@ impl Engine for WasmEngine {
     async fn prepare(
         &self,
         version: &FunctionVersion,
-        artifacts: &ArtifactStore,
+        artifacts: &Arc<dyn Artifacts>,
     ) -> Result<Arc<dyn Prepared>, DeployError> {
         Ok(self.prepare_wasm(version, artifacts).await? as Arc<dyn Prepared>)
     }
@@ -318,13 +317,13 @@ impl WasmEngine {
     pub async fn prepare_wasm(
         &self,
         version: &FunctionVersion,
-        artifacts: &ArtifactStore,
+        artifacts: &Arc<dyn Artifacts>,
     ) -> Result<Arc<WasmPrepared>, DeployError> {
         let this = self.clone();
         let version = version.clone();
         let artifacts = artifacts.clone();
         tokio::task::spawn_blocking(move || {
-            let module = this.load_blocking(&version, &artifacts)?;
+            let module = this.load_blocking(&version, artifacts.as_ref())?;
             let pre = this.link(&module)?;
             let memory_mib = version.spec.limits.memory_mib;
             if memory_mib > this.0.config.max_memory_mib {

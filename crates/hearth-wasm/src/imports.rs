@@ -7,8 +7,8 @@
 //! on success and a negative [`HostError::code`] otherwise. A pointer
 //! outside the guest's memory traps: it is a bug, not a condition.
 
+use hearth_core::LogStream;
 use hearth_host::{HostCtx, HostError, OutboundRequest};
-use hearth_store::LogStream;
 use wasmtime::{Caller, Extern, Linker, Memory};
 use wasmtime::{bail, format_err};
 

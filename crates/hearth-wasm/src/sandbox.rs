@@ -5,9 +5,9 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use hearth_core::LogStream;
 use hearth_core::{FunctionVersion, InvokeError, LastOutput, Request, Response};
 use hearth_host::{HostCtx, Sandbox};
-use hearth_store::LogStream;
 use wasmtime::{
     Instance, InstancePre, ModuleExport, PoolConcurrencyLimitError, ResourceLimiter, Store, Trap,
     UpdateDeadline,

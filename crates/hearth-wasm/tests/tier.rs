@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hearth_core::{FunctionSpec, FunctionVersion, InvocationId, InvokeError, Request, Runtime};
-use hearth_host::{Engine, HostCtx, HostEvent, HostLimits, HostServices, InvocationMeta, Prepared};
+use hearth_host::{
+    Artifacts, Engine, HostCtx, HostEvent, HostLimits, HostServices, InvocationMeta, Prepared,
+};
 use hearth_store::{ArtifactStore, SqliteStore};
 use hearth_wasm::{WasmConfig, WasmEngine};
 
@@ -66,7 +68,10 @@ impl Fixture {
         };
         let prepared = self
             .engine
-            .prepare(&version, &self.artifacts)
+            .prepare(
+                &version,
+                &(Arc::new(self.artifacts.clone()) as Arc<dyn Artifacts>),
+            )
             .await
             .unwrap();
         (version, prepared)

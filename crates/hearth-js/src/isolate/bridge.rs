@@ -4,8 +4,8 @@
 
 use std::rc::Rc;
 
+use hearth_core::LogStream;
 use hearth_host::{HostCtx, OutboundRequest};
-use hearth_store::LogStream;
 use rquickjs::function::Opt;
 use rquickjs::{Ctx, Exception, Function, IntoJs, Object, TypedArray, Value};
 use serde_json::json;

@@ -22,9 +22,9 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use hearth_core::LogStream;
 use hearth_core::{InvokeError, Request, Response};
 use hearth_host::HostCtx;
-use hearth_store::LogStream;
 use rquickjs::promise::PromiseState;
 use rquickjs::{
     Context, Ctx, Exception, Function, Module, Object, Persistent, Promise, Runtime, TypedArray,

@@ -19,9 +19,9 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use hearth_core::LogStream;
 use hearth_core::{FunctionSpec, FunctionVersion, InvokeError, Request, Response, Runtime, Tier};
-use hearth_host::{Compiled, DeployError, Engine, HostCtx, Prepared, Sandbox, Source};
-use hearth_store::{ArtifactStore, LogStream};
+use hearth_host::{Artifacts, Compiled, DeployError, Engine, HostCtx, Prepared, Sandbox, Source};
 use serde_json::json;
 use tokio::sync::OnceCell;
 
@@ -318,7 +318,7 @@ impl ProcEngine {
 /// the directory, so a restarted node finds what a killed one left.
 pub fn instance_name(dir: &Path) -> String {
     let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    let hash = hearth_store::sha256_hex(canonical.as_os_str().as_encoded_bytes());
+    let hash = hearth_host::content_hash(canonical.as_os_str().as_encoded_bytes());
     format!("n{}", &hash[..12])
 }
 
@@ -397,7 +397,7 @@ impl Engine for ProcEngine {
     async fn prepare(
         &self,
         version: &FunctionVersion,
-        artifacts: &ArtifactStore,
+        artifacts: &Arc<dyn Artifacts>,
     ) -> Result<Arc<dyn Prepared>, DeployError> {
         let started = Instant::now();
         let runtime = match version.spec.runtime {
@@ -405,8 +405,8 @@ impl Engine for ProcEngine {
             _ => Runtime::Node,
         };
         let bytes = artifacts
-            .get(&version.artifact)
-            .map_err(|e| DeployError::Load(e.to_string()))?;
+            .read(&version.artifact)
+            .map_err(DeployError::Load)?;
         let bundle = Bundle::from_tar(&bytes).map_err(DeployError::Load)?;
         let entry = bundle
             .entry(runtime, version.spec.handler.as_ref())

@@ -1,0 +1,33 @@
+//! A version's code as an engine reads it: by content hash, from wherever
+//! the node keeps artifacts. Engines depend on this seam, not on the
+//! store: they read an artifact only when they have nothing of their own
+//! cached for the version (a compiled module, bytecode, unpacked files).
+
+use std::path::Path;
+
+use hearth_store::ArtifactStore;
+
+/// Where an engine reads artifacts.
+pub trait Artifacts: Send + Sync {
+    /// The artifact named by `hash` (sha256, hex), whole.
+    fn read(&self, hash: &str) -> Result<Vec<u8>, String>;
+}
+
+impl Artifacts for ArtifactStore {
+    fn read(&self, hash: &str) -> Result<Vec<u8>, String> {
+        self.get(hash).map_err(|e| e.to_string())
+    }
+}
+
+/// The content hash that names an artifact (sha256, hex): an engine
+/// names what it caches by it.
+pub fn content_hash(bytes: &[u8]) -> String {
+    hearth_store::sha256_hex(bytes)
+}
+
+/// Writes `bytes` to `dest` whole or not at all (a temporary file in
+/// `tmp_dir`, synced, then renamed), as artifacts are written: for an
+/// engine's own cache.
+pub fn write_whole(tmp_dir: &Path, dest: &Path, bytes: &[u8]) -> Result<(), String> {
+    hearth_store::write_atomically(tmp_dir, dest, bytes).map_err(|e| e.to_string())
+}
