@@ -154,14 +154,14 @@ pub(crate) async fn document() -> Json<Value> {
             "/v1/cluster/nodes": {
                 "get": {"summary": "A gateway's nodes: alive or why not, capacity, memory committed, functions loaded (admin)",
                     "responses": {"200": {"description": "{nodes: [MemberView]}"}, "401": err, "403": err, "404": err}},
-                "post": {"summary": "A node joins the gateway: {url, capacity_mb} → {id, heartbeat_ms} (admin)",
+                "post": {"summary": "A node joins the gateway: {url, capacity_mib} → {id, heartbeat_ms} (admin)",
                     "responses": {"201": {"description": "joined"}, "400": err, "401": err, "403": err, "404": err}}},
             "/v1/cluster/nodes/{id}": {"delete": {
                 "summary": "A node leaves the gateway cleanly (admin)",
                 "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
                 "responses": {"204": {"description": "left"}, "404": err}}},
             "/v1/cluster/nodes/{id}/heartbeat": {"post": {
-                "summary": "A node's heartbeat: {loaded: [[tenant, name]], in_flight, rss_mb}; 404 means join again (admin)",
+                "summary": "A node's heartbeat: {loaded: [[tenant, name]], in_flight, rss_mib}; 404 means join again (admin)",
                 "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
                 "responses": {"204": {"description": "recorded"}, "404": err}}},
             "/v1/artifacts/{hash}": {"get": {

@@ -71,7 +71,7 @@ impl<'a> Outgoing<'a> {
         Outgoing {
             tenant: &function.tenant,
             function: &function.name,
-            memory_mb: u64::from(function.spec.limits.memory_mib),
+            memory_mib: u64::from(function.spec.limits.memory_mib),
             timeout: Duration::from_millis(function.spec.limits.timeout_ms) + NODE_GRACE,
             method,
             path_and_query: format!("/fn/{tenant}/{name}@{}{rest}{query}", function.version),
@@ -137,7 +137,7 @@ mod tests {
         assert_eq!(out.path_and_query, "/fn/acme/f@7/a%20b/c?x=1&y");
         let names: Vec<&str> = out.headers.keys().map(|k| k.as_str()).collect();
         assert_eq!(names, ["x-mine"]);
-        assert_eq!(out.memory_mb, 64);
+        assert_eq!(out.memory_mib, 64);
         assert_eq!(out.timeout, Duration::from_millis(500) + NODE_GRACE);
 
         let bare = Outgoing::pinned(

@@ -75,7 +75,7 @@ pub struct Join {
     /// Where the gateway reaches the node (`http://host:port`).
     pub url: String,
     /// Memory the node offers to running functions, MiB.
-    pub capacity_mb: u64,
+    pub capacity_mib: u64,
     /// Invocations it runs at once before refusing (`--max-concurrency`);
     /// absent from nodes that predate it.
     #[serde(default)]
@@ -100,7 +100,7 @@ pub struct Heartbeat {
     /// Invocations running there now (from any gateway).
     pub in_flight: u64,
     /// The node process's resident memory, MiB.
-    pub rss_mb: u64,
+    pub rss_mib: u64,
     /// Warm pools: instances ready for a new invocation, by kind.
     #[serde(default)]
     pub pool_free: BTreeMap<String, u64>,
@@ -115,9 +115,9 @@ pub struct MemberView {
     /// Why a node is out of placement: `left`, `missed heartbeats`, or
     /// the error of a forwarded invocation.
     pub out_because: Option<String>,
-    pub capacity_mb: u64,
+    pub capacity_mib: u64,
     /// Memory committed to invocations this gateway has running there.
-    pub committed_mb: u64,
+    pub committed_mib: u64,
     /// Invocations this gateway has running there, and the node's limit.
     pub running: u32,
     pub max_concurrency: Option<u32>,
@@ -125,7 +125,7 @@ pub struct MemberView {
     /// Tenants with a function loaded there.
     pub tenants: usize,
     pub in_flight: u64,
-    pub rss_mb: u64,
+    pub rss_mib: u64,
     pub pool_free: BTreeMap<String, u64>,
     /// Invocations this gateway sent there.
     pub placed: u64,
@@ -152,7 +152,7 @@ pub struct Outgoing<'a> {
     pub tenant: &'a str,
     pub function: &'a str,
     /// The function's memory limit: what it commits on its node.
-    pub memory_mb: u64,
+    pub memory_mib: u64,
     /// How long to wait for the node's answer.
     pub timeout: Duration,
     pub method: Method,
@@ -177,12 +177,12 @@ struct Member {
     /// Shared with each forward's answer, which names its node.
     id: Arc<str>,
     url: Arc<str>,
-    capacity_mb: u64,
+    capacity_mib: u64,
     /// `None` while in placement; why not, otherwise.
     out: Option<String>,
     last_seen: Instant,
     loaded: HashSet<(u32, u32)>,
-    committed_mb: u64,
+    committed_mib: u64,
     /// Invocations this gateway has running there, and how many the node
     /// takes at once.
     running: u32,
@@ -266,16 +266,16 @@ pub struct Gateway {
 struct Lease<'a> {
     gateway: &'a Gateway,
     node: usize,
-    mb: u64,
+    mib: u64,
 }
 
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
         let mut s = self.gateway.lock();
         let m = &mut s.members[self.node];
-        m.committed_mb = m.committed_mb.saturating_sub(self.mb);
+        m.committed_mib = m.committed_mib.saturating_sub(self.mib);
         m.running = m.running.saturating_sub(1);
-        let (committed, running) = (m.committed_mb, m.running);
+        let (committed, running) = (m.committed_mib, m.running);
         s.placer.set_committed(self.node, committed);
         s.placer.set_running(self.node, running);
         // A slot there is free again.
@@ -332,11 +332,11 @@ impl Gateway {
         let member = Member {
             id: id.as_str().into(),
             url: join.url.trim_end_matches('/').into(),
-            capacity_mb: join.capacity_mb,
+            capacity_mib: join.capacity_mib,
             out: None,
             last_seen: Instant::now(),
             loaded: HashSet::new(),
-            committed_mb: 0,
+            committed_mib: 0,
             running: 0,
             max_concurrency: join.max_concurrency,
             report: Heartbeat::default(),
@@ -354,11 +354,11 @@ impl Gateway {
                 n
             }
         };
-        s.placer.set_capacity(n, join.capacity_mb);
+        s.placer.set_capacity(n, join.capacity_mib);
         s.placer.set_committed(n, 0);
         s.placer.set_slots(n, join.max_concurrency);
         s.placer.set_running(n, 0);
-        tracing::info!(node = %id, url = %s.members[n].url, capacity_mb = join.capacity_mb, "node joined");
+        tracing::info!(node = %id, url = %s.members[n].url, capacity_mib = join.capacity_mib, "node joined");
         Joined {
             id,
             heartbeat_ms: self.config.heartbeat.as_millis() as u64,
@@ -384,7 +384,7 @@ impl Gateway {
         m.report = beat;
         if m.out.take().is_some() {
             tracing::info!(node = %m.id, "node back in placement");
-            let capacity = m.capacity_mb;
+            let capacity = m.capacity_mib;
             s.placer.set_capacity(n, capacity);
         }
         s.set_loaded(n, loaded);
@@ -409,8 +409,8 @@ impl Gateway {
                 url: m.url.to_string(),
                 alive: m.out.is_none(),
                 out_because: m.out.clone(),
-                capacity_mb: m.capacity_mb,
-                committed_mb: m.committed_mb,
+                capacity_mib: m.capacity_mib,
+                committed_mib: m.committed_mib,
                 running: m.running,
                 max_concurrency: m.max_concurrency,
                 loaded: m.loaded.len(),
@@ -421,7 +421,7 @@ impl Gateway {
                     .collect::<HashSet<_>>()
                     .len(),
                 in_flight: m.report.in_flight,
-                rss_mb: m.report.rss_mb,
+                rss_mib: m.report.rss_mib,
                 pool_free: m.report.pool_free.clone(),
                 placed: m.placed,
                 last_heartbeat_ms_ago: m.last_seen.elapsed().as_millis() as u64,
@@ -475,11 +475,11 @@ impl Gateway {
     ) -> Result<(Lease<'_>, Arc<str>, Arc<str>), GatewayError> {
         let mut s = self.lock();
         let (t, f) = s.ids(out.tenant, out.function);
-        let Some(n) = s.placer.place_except(t, f, out.memory_mb, except) else {
+        let Some(n) = s.placer.place_except(t, f, out.memory_mib, except) else {
             return Err(if s.members.iter().all(|m| m.out.is_some()) {
                 GatewayError::NoNodes
             } else {
-                GatewayError::NoRoom(out.memory_mb)
+                GatewayError::NoRoom(out.memory_mib)
             });
         };
         // The function will be loaded there once this runs: later
@@ -488,10 +488,10 @@ impl Gateway {
             s.placer.register(n, t, f);
         }
         let m = &mut s.members[n];
-        m.committed_mb += out.memory_mb;
+        m.committed_mib += out.memory_mib;
         m.running += 1;
         m.placed += 1;
-        let (committed, running) = (m.committed_mb, m.running);
+        let (committed, running) = (m.committed_mib, m.running);
         let (id, url) = (m.id.clone(), m.url.clone());
         s.placer.set_committed(n, committed);
         s.placer.set_running(n, running);
@@ -499,7 +499,7 @@ impl Gateway {
             Lease {
                 gateway: self,
                 node: n,
-                mb: out.memory_mb,
+                mib: out.memory_mib,
             },
             id,
             url,
@@ -647,11 +647,11 @@ enum SendError {
 mod tests {
     use super::*;
 
-    fn outgoing(function: &str, memory_mb: u64) -> Outgoing<'_> {
+    fn outgoing(function: &str, memory_mib: u64) -> Outgoing<'_> {
         Outgoing {
             tenant: "t",
             function,
-            memory_mb,
+            memory_mib,
             timeout: Duration::from_secs(1),
             method: Method::GET,
             path_and_query: "/".into(),
@@ -696,12 +696,12 @@ mod tests {
         ));
         let a = g.join(Join {
             url: "http://a/".into(),
-            capacity_mb: 100,
+            capacity_mib: 100,
             max_concurrency: None,
         });
         let b = g.join(Join {
             url: "http://b".into(),
-            capacity_mb: 100,
+            capacity_mib: 100,
             max_concurrency: None,
         });
         assert_eq!(a.heartbeat_ms, 100);
@@ -716,7 +716,7 @@ mod tests {
         ));
         let (lease, id, url) = g.place(&outgoing("f", 60), None).unwrap();
         assert_eq!((&*id, &*url), (b.id.as_str(), "http://b"));
-        assert_eq!(view(&g.members(), &b.id).committed_mb, 60);
+        assert_eq!(view(&g.members(), &b.id).committed_mib, 60);
         // b has 40 MiB left: a second f of 60 goes to a, then nowhere.
         let (_lease2, id2, _) = g.place(&outgoing("f", 60), None).unwrap();
         assert_eq!(*id2, a.id);
@@ -726,7 +726,7 @@ mod tests {
         ));
         drop(lease);
         assert_eq!(
-            view(&g.members(), &b.id).committed_mb,
+            view(&g.members(), &b.id).committed_mib,
             0,
             "released on drop"
         );
@@ -761,7 +761,7 @@ mod tests {
         // a restarts and joins again under the same URL: its slot is reused.
         let a2 = g.join(Join {
             url: "http://a".into(),
-            capacity_mb: 100,
+            capacity_mib: 100,
             max_concurrency: None,
         });
         let v = g.members();

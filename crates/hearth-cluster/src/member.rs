@@ -115,7 +115,7 @@ impl Membership {
                 let beat = Heartbeat {
                     loaded: node.loaded(),
                     in_flight: node.in_flight() as u64,
-                    rss_mb: rss_mb(),
+                    rss_mib: rss_mib(),
                     pool_free: node.pool_free(),
                 };
                 let url = format!("{}/v1/cluster/nodes/{}/heartbeat", me.gateway, me.id());
@@ -214,7 +214,7 @@ impl ArtifactSource for GatewayArtifacts {
 }
 
 /// This process's resident memory, MiB (0 if /proc cannot say).
-fn rss_mb() -> u64 {
+fn rss_mib() -> u64 {
     let pages = std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())

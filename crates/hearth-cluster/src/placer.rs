@@ -20,8 +20,8 @@ pub use hearth_core::Colocation;
 
 #[derive(Debug, Clone, Default)]
 struct NodeState {
-    capacity_mb: u64,
-    committed_mb: u64,
+    capacity_mib: u64,
+    committed_mib: u64,
     /// Invocations it may run at once, if limited, and those running.
     slots: Option<u32>,
     running: u32,
@@ -39,12 +39,12 @@ pub struct Placer {
 }
 
 impl Placer {
-    /// `nodes` nodes of `capacity_mb` each.
-    pub fn new(nodes: usize, capacity_mb: u64) -> Placer {
+    /// `nodes` nodes of `capacity_mib` each.
+    pub fn new(nodes: usize, capacity_mib: u64) -> Placer {
         Placer {
             nodes: vec![
                 NodeState {
-                    capacity_mb,
+                    capacity_mib,
                     ..NodeState::default()
                 };
                 nodes
@@ -57,10 +57,10 @@ impl Placer {
         self.nodes.len()
     }
 
-    /// Adds a node of `capacity_mb`; returns its index.
-    pub fn add_node(&mut self, capacity_mb: u64) -> usize {
+    /// Adds a node of `capacity_mib`; returns its index.
+    pub fn add_node(&mut self, capacity_mib: u64) -> usize {
         self.nodes.push(NodeState {
-            capacity_mb,
+            capacity_mib,
             ..NodeState::default()
         });
         self.nodes.len() - 1
@@ -68,14 +68,14 @@ impl Placer {
 
     /// A node's capacity changed; 0 takes it out of placement (a node that
     /// left or stopped answering keeps its index).
-    pub fn set_capacity(&mut self, node: usize, capacity_mb: u64) {
-        self.nodes[node].capacity_mb = capacity_mb;
+    pub fn set_capacity(&mut self, node: usize, capacity_mib: u64) {
+        self.nodes[node].capacity_mib = capacity_mib;
     }
 
     /// The node for an invocation of `function` (of `tenant`) that needs
-    /// `memory_mb` more, or `None` when no node has room.
-    pub fn place(&self, tenant: u32, function: u32, memory_mb: u64) -> Option<usize> {
-        self.place_except(tenant, function, memory_mb, None)
+    /// `memory_mib` more, or `None` when no node has room.
+    pub fn place(&self, tenant: u32, function: u32, memory_mib: u64) -> Option<usize> {
+        self.place_except(tenant, function, memory_mib, None)
     }
 
     /// As [`place`](Self::place), never choosing `except` (the node a
@@ -84,11 +84,11 @@ impl Placer {
         &self,
         tenant: u32,
         function: u32,
-        memory_mb: u64,
+        memory_mib: u64,
         except: Option<usize>,
     ) -> Option<usize> {
-        self.pick(tenant, function, memory_mb, except, false)
-            .or_else(|| self.pick(tenant, function, memory_mb, except, true))
+        self.pick(tenant, function, memory_mib, except, false)
+            .or_else(|| self.pick(tenant, function, memory_mib, except, true))
     }
 
     /// Function's node ▸ tenant's node ▸ least loaded, among nodes with
@@ -97,7 +97,7 @@ impl Placer {
         &self,
         tenant: u32,
         function: u32,
-        memory_mb: u64,
+        memory_mib: u64,
         except: Option<usize>,
         busy_too: bool,
     ) -> Option<usize> {
@@ -105,14 +105,14 @@ impl Placer {
             let s = &self.nodes[n];
             Some(n) != except
                 && (busy_too || !s.busy)
-                && s.capacity_mb > 0
-                && s.committed_mb + memory_mb <= s.capacity_mb
+                && s.capacity_mib > 0
+                && s.committed_mib + memory_mib <= s.capacity_mib
                 && s.slots.is_none_or(|slots| s.running < slots)
         };
         let least = |candidates: &mut dyn Iterator<Item = usize>| {
             candidates
                 .filter(|&n| fits(n))
-                .min_by_key(|&n| (self.nodes[n].committed_mb, n))
+                .min_by_key(|&n| (self.nodes[n].committed_mib, n))
         };
         for holders in [self.by_function.get(&function), self.by_tenant.get(&tenant)] {
             if let Some(found) = holders.and_then(|h| least(&mut h.keys().copied())) {
@@ -140,12 +140,12 @@ impl Placer {
     }
 
     /// A node's memory committed to running work changed.
-    pub fn set_committed(&mut self, node: usize, mb: u64) {
-        self.nodes[node].committed_mb = mb;
+    pub fn set_committed(&mut self, node: usize, mib: u64) {
+        self.nodes[node].committed_mib = mib;
     }
 
     pub fn committed(&self, node: usize) -> u64 {
-        self.nodes[node].committed_mb
+        self.nodes[node].committed_mib
     }
 
     /// `function` (of `tenant`) got, or lost, a runtime on `node`.

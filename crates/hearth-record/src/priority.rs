@@ -74,46 +74,100 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn the_writer_is_idle_class_until_raised_and_lowers_itself_again() {
-        // SAFETY: sched_getscheduler reads a thread's policy; any tid is
-        // safe to ask about (an unknown one is an error return).
-        let policy = |tid: i32| unsafe { libc::sched_getscheduler(tid) };
-        let p = Arc::new(WriterPriority::new(Durability::Batched));
+    /// The writer thread's scheduling policy and nice value.
+    fn sched_of(tid: i32) -> (i32, i32) {
+        // SAFETY: both read a thread's scheduling by its id; an unknown id
+        // is an error return, not undefined behaviour.
+        unsafe {
+            (
+                libc::sched_getscheduler(tid),
+                libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t),
+            )
+        }
+    }
+
+    /// Runs a writer thread under `p`: it lowers itself, and after each
+    /// step of `steps` (called on this thread with the writer's id) lowers
+    /// itself again.
+    fn with_writer(p: Arc<WriterPriority>, steps: &[&dyn Fn(&WriterPriority, i32)]) {
         let (tx, rx) = mpsc::channel::<()>();
         let (back, here) = mpsc::channel();
         let writer = {
             let p = p.clone();
+            let n = steps.len();
             std::thread::spawn(move || {
                 p.lower();
                 back.send(()).unwrap();
-                rx.recv().unwrap(); // raised by another thread
-                p.lower();
-                back.send(()).unwrap();
-                rx.recv().unwrap();
+                for _ in 0..n {
+                    rx.recv().unwrap(); // a step ran on another thread
+                    p.lower();
+                    back.send(()).unwrap();
+                }
             })
         };
         here.recv().unwrap();
         let tid = p.tid.load(Ordering::Relaxed);
-        if !p.idle_class {
-            // Not root: nice 10, as in sync durability; raising is a no-op.
-            p.raise();
-            assert!(!p.raised.load(Ordering::Relaxed));
-        } else {
-            assert_eq!(policy(tid), libc::SCHED_IDLE);
-            p.raise();
-            assert_eq!(policy(tid), libc::SCHED_OTHER);
-            assert!(p.raised.load(Ordering::Relaxed));
-            p.raise(); // already raised: nothing to do
+        for step in steps {
+            step(&p, tid);
+            tx.send(()).unwrap();
+            here.recv().unwrap();
         }
-        tx.send(()).unwrap();
-        here.recv().unwrap();
-        if p.idle_class {
-            assert_eq!(policy(tid), libc::SCHED_IDLE);
-            assert!(!p.raised.load(Ordering::Relaxed));
-        }
-        tx.send(()).unwrap();
         writer.join().unwrap();
-        assert!(!WriterPriority::new(Durability::Sync).idle_class);
+    }
+
+    /// Batched durability: as root the writer is idle-class, raised to
+    /// normal by a handover and lowered again by itself; not as root it
+    /// runs at nice 10 and a raise leaves it there.
+    #[test]
+    fn a_batched_writer_is_idle_class_until_raised_and_lowers_itself_again() {
+        let p = Arc::new(WriterPriority::new(Durability::Batched));
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        assert_eq!(p.idle_class, root);
+        with_writer(
+            p,
+            &[
+                &|p, tid| {
+                    if p.idle_class {
+                        assert_eq!(sched_of(tid).0, libc::SCHED_IDLE);
+                        p.raise();
+                        assert_eq!(sched_of(tid).0, libc::SCHED_OTHER);
+                        assert!(p.raised.load(Ordering::Relaxed));
+                        p.raise(); // already raised: nothing to do
+                    } else {
+                        assert_eq!(sched_of(tid), (libc::SCHED_OTHER, 10));
+                        p.raise();
+                        assert_eq!(sched_of(tid), (libc::SCHED_OTHER, 10));
+                        assert!(!p.raised.load(Ordering::Relaxed));
+                    }
+                },
+                &|p, tid| {
+                    let lowered = if p.idle_class {
+                        libc::SCHED_IDLE
+                    } else {
+                        libc::SCHED_OTHER
+                    };
+                    assert_eq!(sched_of(tid).0, lowered);
+                    assert!(!p.raised.load(Ordering::Relaxed));
+                },
+            ],
+        );
+    }
+
+    /// Sync durability, root or not: callers wait for the writer, so it
+    /// is never idle-class; it runs at nice 10 and is never raised.
+    #[test]
+    fn a_sync_writer_runs_at_nice_10_and_is_never_raised() {
+        let p = Arc::new(WriterPriority::new(Durability::Sync));
+        assert!(!p.idle_class);
+        with_writer(
+            p,
+            &[&|p, tid| {
+                assert_eq!(sched_of(tid), (libc::SCHED_OTHER, 10));
+                p.raise();
+                assert_eq!(sched_of(tid), (libc::SCHED_OTHER, 10));
+                assert!(!p.raised.load(Ordering::Relaxed));
+            }],
+        );
     }
 }

@@ -180,7 +180,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             let advertise = settings.advertise.clone().unwrap_or_else(|| url.clone());
             let joining = Join {
                 url: advertise,
-                capacity_mb: settings.capacity_mib,
+                capacity_mib: settings.capacity_mib,
                 max_concurrency: u32::try_from(settings.max_concurrency).ok(),
             };
             let m = Membership::join(join, token, joining, std::time::Duration::from_secs(30))

@@ -341,16 +341,15 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
         hits.values().all(|&n| n == 1),
         "a retry repeated an outbound call the first attempt made: {hits:?}"
     );
-    let lines = gw
-        .logs_until("effect", |l| {
-            l.iter().any(|x| {
-                x["message"]
-                    .as_str()
-                    .is_some_and(|m| m.contains("1 answer(s) its first attempt got"))
-            })
+    // The retry says it was given the first attempt's answer.
+    gw.logs_until("effect", |l| {
+        l.iter().any(|x| {
+            x["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("1 answer(s) its first attempt got"))
         })
-        .await;
-    assert!(!lines.is_empty());
+    })
+    .await;
 
     // The gateway lists the recordings its nodes keep: each retried
     // invocation has one tape, under the id the caller was given, on the

@@ -302,7 +302,8 @@ impl Daemon {
         }
     }
 
-    /// Logs of `name`, polled until `pred` holds (the writer batches).
+    /// Logs of `name`, polled until `pred` holds (the writer batches);
+    /// the test fails if it does not within 30 s.
     pub async fn logs_until(
         &self,
         name: &str,
@@ -319,9 +320,13 @@ impl Daemon {
                 .await
                 .unwrap();
             let lines = v["lines"].as_array().cloned().unwrap_or_default();
-            if pred(&lines) || Instant::now() > deadline {
+            if pred(&lines) {
                 return lines;
             }
+            assert!(
+                Instant::now() < deadline,
+                "{name}'s logs did not come to what the test waits for within 30 s: {lines:#?}"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
