@@ -86,10 +86,13 @@ mod tests {
         }
     }
 
+    /// A check run on the test's thread, given the writer's thread id.
+    type Step<'a> = &'a dyn Fn(&WriterPriority, i32);
+
     /// Runs a writer thread under `p`: it lowers itself, and after each
     /// step of `steps` (called on this thread with the writer's id) lowers
     /// itself again.
-    fn with_writer(p: Arc<WriterPriority>, steps: &[&dyn Fn(&WriterPriority, i32)]) {
+    fn with_writer(p: Arc<WriterPriority>, steps: &[Step<'_>]) {
         let (tx, rx) = mpsc::channel::<()>();
         let (back, here) = mpsc::channel();
         let writer = {
