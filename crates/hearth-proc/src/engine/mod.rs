@@ -151,6 +151,11 @@ impl ProcEngine {
                 .and_then(|c| CgroupPool::new(c, config.warm_cgroups, config.max_sandboxes))
             {
                 Ok(pool) => {
+                    if !pool.cpu_limited() {
+                        degraded.push(
+                            "cgroup v2 without the cpu controller: a function's CPU share is not capped (its timeout still holds)".into(),
+                        );
+                    }
                     let pool = Arc::new(pool);
                     installs.use_cgroups(pool.clone());
                     Some(pool)
