@@ -59,130 +59,98 @@
   }
 
   // ---------------------------------------------------------- URL
+  // The WHATWG URL Standard from the `url` crate (isolate/url.rs): parsing,
+  // setters and form encoding happen there; these classes keep the shape.
+  // A URL holds its components in the order the bridge gives them.
+  const PART = Object.fromEntries(H.urlParts.map((name, i) => [name, i]));
   class URLSearchParams {
     #list = [];
+    #url = null;
     constructor(init = "") {
       if (init instanceof URLSearchParams) this.#list = init.#list.map((p) => [...p]);
-      else if (typeof init === "string") this.#parse(init);
-      else if (init && typeof init[Symbol.iterator] === "function") for (const [k, v] of init) this.#list.push([String(k), String(v)]);
-      else if (init && typeof init === "object") for (const k of Object.keys(init)) this.#list.push([k, String(init[k])]);
+      else if (init && typeof init === "object" && typeof init[Symbol.iterator] === "function") {
+        for (const pair of init) {
+          const p = [...pair];
+          if (p.length !== 2) throw new TypeError("URLSearchParams: each pair must have two items");
+          this.#list.push([String(p[0]), String(p[1])]);
+        }
+      } else if (init && typeof init === "object") for (const k of Object.keys(init)) this.#list.push([k, String(init[k])]);
+      else this.#parse(String(init));
     }
-    #parse(s) {
-      this.#list = [];
-      s = s.startsWith("?") ? s.slice(1) : s;
-      for (const part of s.split("&")) {
-        if (!part) continue;
-        const i = part.indexOf("=");
-        const dec = (x) => { try { return decodeURIComponent(x.replace(/\+/g, " ")); } catch { return x; } };
-        this.#list.push(i < 0 ? [dec(part), ""] : [dec(part.slice(0, i)), dec(part.slice(i + 1))]);
-      }
-    }
-    _reset(s) { this.#parse(s); }
+    #parse(s) { this.#list = H.formParse(s.startsWith("?") ? s.slice(1) : s); }
+    // A URL's own params: changed when its search is, and change it.
+    static _of(url, search) { const p = new URLSearchParams(search); p.#url = url; return p; }
+    _reset(search) { this.#parse(search); }
+    #update() { if (this.#url) this.#url._setQuery(this.toString()); }
     get size() { return this.#list.length; }
-    append(k, v) { this.#list.push([String(k), String(v)]); this._changed?.(); }
-    delete(k) { this.#list = this.#list.filter(([n]) => n !== k); this._changed?.(); }
-    get(k) { const e = this.#list.find(([n]) => n === k); return e ? e[1] : null; }
-    getAll(k) { return this.#list.filter(([n]) => n === k).map(([, v]) => v); }
-    has(k) { return this.#list.some(([n]) => n === k); }
-    set(k, v) {
-      const i = this.#list.findIndex(([n]) => n === k);
-      if (i < 0) this.#list.push([String(k), String(v)]);
-      else { this.#list[i][1] = String(v); this.#list = this.#list.filter(([n], j) => n !== k || j === i); }
-      this._changed?.();
+    append(k, v) { this.#list.push([String(k), String(v)]); this.#update(); }
+    delete(k, v) {
+      k = String(k);
+      this.#list = this.#list.filter(([n, x]) => n !== k || (v !== undefined && x !== String(v)));
+      this.#update();
     }
-    sort() { this.#list.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)); this._changed?.(); }
+    get(k) { k = String(k); const e = this.#list.find(([n]) => n === k); return e ? e[1] : null; }
+    getAll(k) { k = String(k); return this.#list.filter(([n]) => n === k).map(([, v]) => v); }
+    has(k, v) { k = String(k); return this.#list.some(([n, x]) => n === k && (v === undefined || x === String(v))); }
+    set(k, v) {
+      k = String(k); v = String(v);
+      const i = this.#list.findIndex(([n]) => n === k);
+      if (i < 0) this.#list.push([k, v]);
+      else { this.#list[i][1] = v; this.#list = this.#list.filter(([n], j) => n !== k || j === i); }
+      this.#update();
+    }
+    // Stable, by UTF-16 code units, as the standard says.
+    sort() { this.#list = this.#list.map((p, i) => [p, i]).sort(([a, i], [b, j]) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : i - j)).map(([p]) => p); this.#update(); }
     forEach(f, self) { for (const [k, v] of this.#list) f.call(self, v, k, this); }
     *entries() { for (const p of this.#list) yield [p[0], p[1]]; }
     *keys() { for (const p of this.#list) yield p[0]; }
     *values() { for (const p of this.#list) yield p[1]; }
     [Symbol.iterator]() { return this.entries(); }
-    toString() {
-      const enc = (x) => encodeURIComponent(x).replace(/%20/g, "+");
-      return this.#list.map(([k, v]) => `${enc(k)}=${enc(v)}`).join("&");
-    }
+    toString() { return H.formSerialize(this.#list); }
   }
 
-  const DEFAULT_PORTS = { "http:": "80", "https:": "443", "ws:": "80", "wss:": "443", "ftp:": "21" };
-  const URL_RE = /^([a-zA-Z][a-zA-Z0-9+.-]*:)(?:\/\/(?:([^:@\/?#]*)(?::([^@\/?#]*))?@)?(\[[^\]]*\]|[^:\/?#]*)(?::(\d*))?)?([^?#]*)(\?[^#]*)?(#.*)?$/;
-  function normalizePath(p) {
-    const out = [];
-    const parts = p.split("/");
-    for (let i = 0; i < parts.length; i++) {
-      const seg = parts[i];
-      if (seg === "..") { if (out.length > 1) out.pop(); if (i === parts.length - 1) out.push(""); }
-      else if (seg === ".") { if (i === parts.length - 1) out.push(""); }
-      else out.push(seg);
-    }
-    let r = out.join("/");
-    if (!r.startsWith("/")) r = "/" + r;
-    return r.replace(/[^A-Za-z0-9\-._~!$&'()*+,;=:@\/%]/g, (c) => encodeURIComponent(c));
-  }
   class URL {
-    #protocol; #username = ""; #password = ""; #hostname = ""; #port = ""; #pathname = "/"; #hash = "";
-    #search;
+    #p;
+    #params = null;
     constructor(input, base) {
-      input = String(input).trim();
-      let m = URL_RE.exec(input);
-      if (!m || (m[1] && !/^[a-z][a-z0-9+.-]*:$/i.test(m[1]))) m = null;
-      if (!m) {
-        if (base === undefined) throw new TypeError(`Invalid URL: ${input}`);
-        const b = base instanceof URL ? base : new URL(base);
-        let path, search = b.search, hash = "";
-        const hi = input.indexOf("#");
-        if (hi >= 0) { hash = input.slice(hi); input = input.slice(0, hi); }
-        const qi = input.indexOf("?");
-        if (qi >= 0) { search = input.slice(qi); input = input.slice(0, qi); }
-        else if (input) search = "";
-        if (input.startsWith("//")) return new URL(b.protocol + input + search + hash);
-        if (input.startsWith("/")) path = input;
-        else if (input === "") path = b.pathname;
-        else path = b.pathname.replace(/[^/]*$/, "") + input;
-        m = URL_RE.exec(`${b.protocol}//${b.host}${path}${search}${hash}`);
-        if (b.username || b.password) { this.#username = b.username; this.#password = b.password; }
-      }
-      this.#protocol = m[1].toLowerCase();
-      if (m[2]) this.#username = m[2];
-      if (m[3]) this.#password = m[3];
-      this.#hostname = (m[4] || "").toLowerCase();
-      this.#port = m[5] && m[5] !== DEFAULT_PORTS[this.#protocol] ? m[5] : "";
-      const special = this.#protocol in DEFAULT_PORTS || this.#protocol === "file:";
-      this.#pathname = special ? normalizePath(m[6] || "/") : (m[6] || "");
-      if (special && !this.#hostname && this.#protocol !== "file:") throw new TypeError(`Invalid URL: ${input}`);
-      this.#search = new URLSearchParams(m[7] || "");
-      this.#rawSearch = m[7] && m[7] !== "?" ? m[7] : "";
-      this.#search._changed = () => { const s = this.#search.toString(); this.#rawSearch = s ? "?" + s : ""; };
-      this.#hash = m[8] && m[8] !== "#" ? m[8] : "";
+      const p = base === undefined ? H.urlParse(String(input)) : H.urlParse(String(input), String(base));
+      if (!p) throw new TypeError(`Invalid URL: ${input}${base === undefined ? "" : ` against ${base}`}`);
+      this.#p = p;
     }
-    #rawSearch = "";
-    get protocol() { return this.#protocol; }
-    set protocol(v) { this.#protocol = String(v).replace(/:?$/, ":").toLowerCase(); }
-    get username() { return this.#username; }
-    set username(v) { this.#username = String(v); }
-    get password() { return this.#password; }
-    set password(v) { this.#password = String(v); }
-    get hostname() { return this.#hostname; }
-    set hostname(v) { this.#hostname = String(v).toLowerCase(); }
-    get port() { return this.#port; }
-    set port(v) { v = String(v); this.#port = v === DEFAULT_PORTS[this.#protocol] ? "" : v; }
-    get host() { return this.#port ? `${this.#hostname}:${this.#port}` : this.#hostname; }
-    set host(v) { const [h, p] = String(v).split(":"); this.hostname = h; this.port = p ?? ""; }
-    get origin() { return this.#protocol in DEFAULT_PORTS ? `${this.#protocol}//${this.host}` : "null"; }
-    get pathname() { return this.#pathname; }
-    set pathname(v) { this.#pathname = normalizePath(String(v)); }
-    get search() { return this.#rawSearch; }
-    set search(v) { v = String(v); this.#rawSearch = v && v !== "?" ? (v.startsWith("?") ? v : "?" + v) : ""; this.#search._reset(this.#rawSearch); }
-    get searchParams() { return this.#search; }
-    get hash() { return this.#hash; }
-    set hash(v) { v = String(v); this.#hash = v && v !== "#" ? (v.startsWith("#") ? v : "#" + v) : ""; }
-    get href() {
-      const auth = this.#username || this.#password ? `${this.#username}${this.#password ? ":" + this.#password : ""}@` : "";
-      const slashes = this.#protocol in DEFAULT_PORTS || this.#protocol === "file:" || this.#hostname ? "//" : "";
-      return `${this.#protocol}${slashes}${auth}${this.host}${this.#pathname}${this.#rawSearch}${this.#hash}`;
+    #set(field, value) {
+      const p = H.urlSet(this.#p[0], field, String(value));
+      if (!p) throw new TypeError(`Invalid URL: ${value}`);
+      this.#p = p;
+      if (this.#params && (field === "href" || field === "search")) this.#params._reset(this.#p[PART.search]);
     }
-    set href(v) { const u = new URL(v); this.protocol = u.protocol; this.username = u.username; this.password = u.password; this.host = u.host; this.#pathname = u.pathname; this.search = u.search; this.hash = u.hash; }
+    // From searchParams: its serialization is the new query.
+    _setQuery(s) { this.#p = H.urlSet(this.#p[0], "search", s) || this.#p; }
+    get href() { return this.#p[PART.href]; }
+    set href(v) { this.#set("href", v); }
+    get origin() { return this.#p[PART.origin]; }
+    get protocol() { return this.#p[PART.protocol]; }
+    set protocol(v) { this.#set("protocol", v); }
+    get username() { return this.#p[PART.username]; }
+    set username(v) { this.#set("username", v); }
+    get password() { return this.#p[PART.password]; }
+    set password(v) { this.#set("password", v); }
+    get host() { return this.#p[PART.host]; }
+    set host(v) { this.#set("host", v); }
+    get hostname() { return this.#p[PART.hostname]; }
+    set hostname(v) { this.#set("hostname", v); }
+    get port() { return this.#p[PART.port]; }
+    set port(v) { this.#set("port", v); }
+    get pathname() { return this.#p[PART.pathname]; }
+    set pathname(v) { this.#set("pathname", v); }
+    get search() { return this.#p[PART.search]; }
+    set search(v) { this.#set("search", v); }
+    get searchParams() { return (this.#params ??= URLSearchParams._of(this, this.#p[PART.search])); }
+    get hash() { return this.#p[PART.hash]; }
+    set hash(v) { this.#set("hash", v); }
     toString() { return this.href; }
     toJSON() { return this.href; }
-    static canParse(u, b) { try { new URL(u, b); return true; } catch { return false; } }
+    static canParse(u, b) { return !!(b === undefined ? H.urlParse(String(u)) : H.urlParse(String(u), String(b))); }
+    static parse(u, b) { try { return new URL(u, b); } catch { return null; } }
   }
 
   // ---------------------------------------------------------- fetch types

@@ -194,6 +194,7 @@ pub(super) fn install_bridge(ctx: &Ctx<'_>, state: &Rc<State>) -> rquickjs::Resu
             },
         )?,
     )?;
+    super::url::install(ctx, &h)?;
     ctx.globals().set("__hearth", h)?;
     Ok(())
 }

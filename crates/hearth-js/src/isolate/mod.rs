@@ -36,6 +36,7 @@ use crate::compile::{CompiledCode, Kind};
 
 mod bridge;
 mod modules;
+mod url;
 
 use bridge::install_bridge;
 use modules::{BundleLoader, BundleResolver};

@@ -297,3 +297,110 @@ async fn hostile_js_is_contained_and_others_keep_serving() {
     assert_eq!(status, 400);
     assert!(msg.contains("index.mjs:2:"), "{msg}");
 }
+
+/// The function the WHATWG URL cases run in: each case parses (or sets) a
+/// URL and compares every component; it answers the cases that differ.
+const URL_CASES_JS: &str = r#"
+const FIELDS = ["href", "protocol", "username", "password", "host", "hostname", "port", "pathname", "search", "hash"];
+export default {
+  async fetch(request) {
+    const cases = await request.json();
+    const failures = [];
+    for (const c of cases) {
+      let u;
+      try {
+        u = c.base == null ? new URL(c.input) : new URL(c.input, c.base);
+        if (c.field) u[c.field] = c.value;
+      } catch (e) {
+        if (!c.failure) failures.push({ case: c.name, threw: String(e) });
+        continue;
+      }
+      if (c.failure) { failures.push({ case: c.name, parsed: u.href }); continue; }
+      for (const f of FIELDS) {
+        if (f in c.expect && u[f] !== c.expect[f]) failures.push({ case: c.name, field: f, got: u[f], want: c.expect[f] });
+      }
+      // The query and searchParams stay one: a round trip through it
+      // leaves a form-encoded query unchanged.
+      if (!c.field && u.searchParams.toString() !== new URLSearchParams(u.search).toString()) {
+        failures.push({ case: c.name, searchParams: u.searchParams.toString() });
+      }
+    }
+    return Response.json({ checked: cases.length, failures });
+  },
+};
+"#;
+
+/// `URL` and `URLSearchParams` are the WHATWG URL Standard's: every parse
+/// and setter case of the Web Platform Tests that the `url` crate passes
+/// (its own list of the rest in `tests/data/wpt-url/`), run in an isolate.
+#[tokio::test]
+async fn the_url_api_passes_the_whatwg_url_tests() {
+    use serde_json::{Value, json};
+    let data = crate::harness::crate_dir().join("tests/data/wpt-url");
+    let read = |f: &str| std::fs::read_to_string(data.join(f)).unwrap();
+    let skipped: Vec<String> = read("expected_failures.txt")
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let mut cases = Vec::new();
+    let parse: Vec<Value> = serde_json::from_str(&read("urltestdata.json")).unwrap();
+    for c in parse.iter().filter(|c| c.is_object()) {
+        let input = c["input"].as_str().unwrap();
+        let mut name = format!("<{}>", input.escape_default());
+        if let Some(base) = c["base"].as_str() {
+            name += &format!(" against <{}>", base.escape_default());
+        }
+        if skipped.contains(&name) {
+            continue;
+        }
+        cases.push(json!({
+            "name": name, "input": input, "base": c["base"],
+            "failure": c["failure"].as_bool().unwrap_or(false), "expect": c,
+        }));
+    }
+    let parse_cases = cases.len();
+    let setters: serde_json::Map<String, Value> =
+        serde_json::from_str(&read("setters_tests.json")).unwrap();
+    for (field, tests) in setters.iter().filter(|(k, _)| *k != "comment") {
+        for t in tests.as_array().unwrap() {
+            let (href, value) = (
+                t["href"].as_str().unwrap(),
+                t["new_value"].as_str().unwrap(),
+            );
+            let name = format!(
+                "<{}> set {field} to <{}>",
+                href.escape_default(),
+                value.escape_default()
+            );
+            if skipped.contains(&name) {
+                continue;
+            }
+            cases.push(json!({
+                "name": name, "input": href, "field": field, "value": value,
+                "expect": t["expected"],
+            }));
+        }
+    }
+    assert!(
+        parse_cases > 700 && cases.len() > parse_cases + 200,
+        "{} cases",
+        cases.len()
+    );
+
+    let d = Daemon::start();
+    deploy(&d, "urls", "index.mjs", URL_CASES_JS.as_bytes(), &[]).await;
+    let (status, body) = d
+        .call("urls", "", &serde_json::to_string(&cases).unwrap())
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let report = json(&body);
+    assert_eq!(report["checked"], cases.len(), "{body}");
+    let failures = report["failures"].as_array().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} of {} WHATWG URL cases differ: {:#}",
+        failures.len(),
+        cases.len(),
+        Value::from(failures[..failures.len().min(20)].to_vec())
+    );
+}
