@@ -10,6 +10,8 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     /// PostgreSQL: {0}
     Postgres(#[from] postgres::Error),
+    /// no PostgreSQL connection: {0}
+    Pool(#[from] r2d2::Error),
     /// a stored record is unreadable: {0}
     Corrupt(String),
     /// failed to {action} {path}: {source}

@@ -16,10 +16,10 @@
 //!
 //! [`SplitStore`]: crate::SplitStore
 
-use parking_lot::{Mutex, MutexGuard};
-
 use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use postgres::{Client, NoTls, Row};
+use r2d2::Pool;
+use r2d2_postgres::PostgresConnectionManager;
 
 use crate::{
     FunctionMode, FunctionSummary, JournalKey, LogQuery, LogRecord, LogStream, Principal, Role,
@@ -119,48 +119,43 @@ CREATE TABLE IF NOT EXISTS journal (
 /// Taken while creating the schema (an arbitrary constant: "hearth").
 const SCHEMA_LOCK: i64 = 0x6865_6172_7468;
 
-const CONNECTIONS: usize = 4;
+/// Connections a node or gateway keeps open to the cluster's database.
+const CONNECTIONS: u32 = 4;
+/// How long a store call waits for a free connection (or a new one).
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The cluster's registry, KV and logs in PostgreSQL.
 pub struct PgStore {
-    url: String,
-    conns: Vec<Mutex<Option<Client>>>,
-}
-
-fn connect(url: &str) -> Result<Client, StoreError> {
-    Ok(Client::connect(url, NoTls)?)
+    /// `None` only while it is dropped (see `Drop`).
+    pool: Option<Pool<PostgresConnectionManager<NoTls>>>,
 }
 
 impl PgStore {
     /// Connects to `url` (`postgres://user@host:port/db`) and creates the
     /// schema if it is not there.
     pub fn open(url: &str) -> Result<Self, StoreError> {
-        let store = PgStore {
-            url: url.to_string(),
-            conns: (0..CONNECTIONS).map(|_| Mutex::new(None)).collect(),
-        };
-        store.with(|c| {
-            let mut tx = c.transaction()?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])?;
-            // A database from before per-tenant KV quotas: count what it
-            // holds once, as the trigger will from now on.
-            let counted: bool = tx
-                .query_one("SELECT to_regclass('kv_usage') IS NOT NULL", &[])?
-                .get(0);
-            tx.batch_execute(SCHEMA)?;
-            if !counted {
-                tx.batch_execute(
-                    "INSERT INTO kv_usage (tenant, bytes)
-                     SELECT tenant, SUM(length(key) + length(value)) FROM kv GROUP BY tenant
-                     ON CONFLICT (tenant) DO NOTHING",
-                )?;
-            }
-            tx.commit()
+        let config: postgres::Config = url.parse()?;
+        // The first connection is made here, so an unreachable or refusing
+        // server is the caller's error at once (the pool would retry it
+        // for its whole timeout), and it creates the schema; the pool then
+        // opens connections as calls need them. One that broke is dropped
+        // when it is given back (the pool asks the client whether it
+        // closed), so no round trip is spent testing each as it is taken.
+        let pool = tokio::task::block_in_place(|| -> Result<_, StoreError> {
+            let mut first = config.connect(NoTls)?;
+            create_schema(&mut first)?;
+            Ok(Pool::builder()
+                .max_size(CONNECTIONS)
+                .min_idle(Some(0))
+                .connection_timeout(CONNECT_TIMEOUT)
+                .test_on_check_out(false)
+                .build_unchecked(PostgresConnectionManager::new(config, NoTls)))
         })?;
-        Ok(store)
+        Ok(PgStore { pool: Some(pool) })
     }
 
-    /// Runs `f` on a free connection, opening it if needed.
+    /// Runs `f` on a connection from the pool (r2d2: at most
+    /// [`CONNECTIONS`], opened as needed, broken ones replaced).
     ///
     /// The `postgres` client runs its own small runtime, which must not be
     /// started on an async worker: `block_in_place` steps off it (and is a
@@ -170,24 +165,13 @@ impl PgStore {
         f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
     ) -> Result<T, StoreError> {
         tokio::task::block_in_place(|| {
-            let mut slot = self.slot();
-            let client = match slot.take() {
-                Some(c) if !c.is_closed() => slot.insert(c),
-                _ => slot.insert(connect(&self.url)?),
-            };
-            Ok(f(client)?)
+            let pool = self
+                .pool
+                .as_ref()
+                .expect("the pool lives until the store drops");
+            let mut client = pool.get()?;
+            Ok(f(&mut client)?)
         })
-    }
-
-    fn slot(&self) -> MutexGuard<'_, Option<Client>> {
-        for c in &self.conns {
-            if let Some(guard) = c.try_lock() {
-                return guard;
-            }
-        }
-        // A panic mid-call leaves at worst a connection in an aborted
-        // transaction, which the client rolls back when it is reused.
-        self.conns[rand::random_range(0..self.conns.len())].lock()
     }
 
     pub fn create_tenant(&self, name: &str) -> Result<(), StoreError> {
@@ -670,13 +654,34 @@ impl PgStore {
     }
 }
 
+/// Creates the schema if it is not there, under a lock so that nodes and
+/// gateways starting together do not race.
+fn create_schema(c: &mut Client) -> Result<(), postgres::Error> {
+    let mut tx = c.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])?;
+    // A database from before per-tenant KV quotas: count what it holds
+    // once, as the trigger will from now on.
+    let counted: bool = tx
+        .query_one("SELECT to_regclass('kv_usage') IS NOT NULL", &[])?
+        .get(0);
+    tx.batch_execute(SCHEMA)?;
+    if !counted {
+        tx.batch_execute(
+            "INSERT INTO kv_usage (tenant, bytes)
+             SELECT tenant, SUM(length(key) + length(value)) FROM kv GROUP BY tenant
+             ON CONFLICT (tenant) DO NOTHING",
+        )?;
+    }
+    tx.commit()
+}
+
 impl Drop for PgStore {
     /// A `postgres` client closes its connection by blocking on its own
     /// runtime, which panics on an async worker (where a daemon drops its
     /// store): close them on a plain thread instead.
     fn drop(&mut self) {
-        let conns = std::mem::take(&mut self.conns);
-        let _ = std::thread::spawn(move || drop(conns)).join();
+        let pool = self.pool.take();
+        let _ = std::thread::spawn(move || drop(pool)).join();
     }
 }
 
