@@ -21,8 +21,8 @@
 use std::collections::BTreeMap;
 
 use seccompiler::{
-    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule,
+    BackendError, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
+    SeccompFilter, SeccompRule,
 };
 
 /// The filter's file name (without `.bpf`) in the helpers' directory.
@@ -358,15 +358,14 @@ const PERSONAS: &[u64] = &[0, 0x0008, 0x20000, 0x20008, 0xffff_ffff];
 /// `ENOSYS`. It takes its flags in memory, where a filter cannot look, and
 /// C libraries fall back to `clone` (whose flags the main filter checks)
 /// only on `ENOSYS`, which is why this cannot be in the main filter.
-pub fn compile_no_clone3() -> Result<Vec<u8>, String> {
+pub fn compile_no_clone3() -> Result<Vec<u8>, BackendError> {
     let rules = BTreeMap::from([(libc::SYS_clone3, Vec::new())]);
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::ENOSYS as u32),
         arch()?,
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     to_bytes(filter)
 }
 
@@ -376,7 +375,7 @@ const SANDBOX_NAMESPACES: u64 =
     (libc::CLONE_NEWNET | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64;
 
 /// Compiles the filter for a sandbox with or without internet sockets.
-pub fn compile(network: bool) -> Result<Vec<u8>, String> {
+pub fn compile(network: bool) -> Result<Vec<u8>, BackendError> {
     to_bytes(filter(rules(network)?)?)
 }
 
@@ -387,11 +386,11 @@ pub fn compile(network: bool) -> Result<Vec<u8>, String> {
 /// `unshare` of PID, IPC, UTS and network namespaces, `chroot` (by
 /// descriptor, into the handler's root) and `sethostname`. A handler adds
 /// its own filter on top, so it has none of these.
-pub fn compile_zygote(network: bool) -> Result<Vec<u8>, String> {
+pub fn compile_zygote(network: bool) -> Result<Vec<u8>, BackendError> {
     to_bytes(filter(zygote_rules(network)?)?)
 }
 
-fn zygote_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+fn zygote_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, BackendError> {
     let mut rules = rules(network)?;
     rules.insert(
         libc::SYS_unshare,
@@ -406,27 +405,26 @@ fn zygote_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String
     Ok(rules)
 }
 
-fn cond(arg: u8, op: SeccompCmpOp, val: u64) -> Result<SeccompCondition, String> {
-    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, val).map_err(|e| e.to_string())
+fn cond(arg: u8, op: SeccompCmpOp, val: u64) -> Result<SeccompCondition, BackendError> {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, val)
 }
 
-fn rule(c: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
-    SeccompRule::new(c).map_err(|e| e.to_string())
+fn rule(c: Vec<SeccompCondition>) -> Result<SeccompRule, BackendError> {
+    SeccompRule::new(c)
 }
 
 /// Refuses with `EPERM` every call not in `rules`.
-fn filter(rules: BTreeMap<i64, Vec<SeccompRule>>) -> Result<SeccompFilter, String> {
+fn filter(rules: BTreeMap<i64, Vec<SeccompRule>>) -> Result<SeccompFilter, BackendError> {
     SeccompFilter::new(
         rules,
         SeccompAction::Errno(libc::EPERM as u32),
         SeccompAction::Allow,
         arch()?,
     )
-    .map_err(|e| e.to_string())
 }
 
 /// A sandbox's rules: [`ALLOWED`] and the conditional calls.
-fn rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+fn rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, BackendError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = ALLOWED
         .iter()
         .chain(ALLOWED_X86_64)
@@ -467,16 +465,12 @@ fn rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
     Ok(rules)
 }
 
-fn arch() -> Result<seccompiler::TargetArch, String> {
-    std::env::consts::ARCH
-        .try_into()
-        .map_err(|e: seccompiler::BackendError| e.to_string())
+fn arch() -> Result<seccompiler::TargetArch, BackendError> {
+    std::env::consts::ARCH.try_into()
 }
 
-fn to_bytes(filter: SeccompFilter) -> Result<Vec<u8>, String> {
-    let program: BpfProgram = filter
-        .try_into()
-        .map_err(|e: seccompiler::BackendError| e.to_string())?;
+fn to_bytes(filter: SeccompFilter) -> Result<Vec<u8>, BackendError> {
+    let program: BpfProgram = filter.try_into()?;
     let mut bytes = Vec::with_capacity(program.len() * 8);
     for ins in &program {
         bytes.extend_from_slice(&ins.code.to_ne_bytes());

@@ -56,7 +56,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use displaydoc::Display;
 use serde_json::{Value, json};
+use thiserror::Error;
 use tokio::net::{UnixListener, UnixStream};
 
 use hearth_core::Colocation;
@@ -65,6 +67,43 @@ use crate::container::Root;
 use crate::install::Installed;
 use crate::proto::{Frame, read_frame, send_fd, write_frame};
 use hearth_host::deps::Package;
+
+/// Why a zygote could not be started, asked or made.
+#[derive(Debug, Display, Error)]
+pub enum ZygoteError {
+    /// cannot start {python}: {source}
+    Start {
+        python: PathBuf,
+        source: std::io::Error,
+    },
+    /// the root zygote did not start: {0}
+    RootDidNotStart(Box<ZygoteError>),
+    /// {what}: {source}
+    Io {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    /// zygote {pid} did not answer within 30 s
+    NoAnswer { pid: i32 },
+    /// zygote {pid}: {source}
+    Broken { pid: i32, source: std::io::Error },
+    /// {0}
+    Refused(String),
+    /// cannot build the zygote's root: {0}
+    Root(std::io::Error),
+    /// the new zygote did not {0} in time
+    Late(&'static str),
+    /// the new zygote's pid is unknown
+    NoPid,
+    /// the new zygote ended while importing ({0}): a package crashed it, or took more than the zygotes' memory limit
+    DiedImporting(std::io::Error),
+}
+
+impl ZygoteError {
+    fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> ZygoteError {
+        move |source| ZygoteError::Io { what, source }
+    }
+}
 
 /// Who may fork from a package zygote.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
@@ -171,7 +210,7 @@ pub struct Zygote {
 
 impl Zygote {
     /// Sends one command and waits for its reply (one at a time).
-    pub async fn command(&self, header: Value) -> Result<Value, String> {
+    pub async fn command(&self, header: Value) -> Result<Value, ZygoteError> {
         self.command_with_dir(header, None).await
     }
 
@@ -181,11 +220,11 @@ impl Zygote {
         &self,
         mut header: Value,
         dir: Option<&Path>,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, ZygoteError> {
         let dir = dir
             .map(std::fs::File::open)
             .transpose()
-            .map_err(|e| format!("cannot open the sandbox root: {e}"))?;
+            .map_err(ZygoteError::io("cannot open the sandbox root"))?;
         if dir.is_some() {
             header["fds"] = json!(1);
         }
@@ -200,10 +239,13 @@ impl Zygote {
         };
         let Frame { header, .. } = tokio::time::timeout(Duration::from_secs(30), exchange)
             .await
-            .map_err(|_| format!("zygote {} did not answer", self.pid))?
-            .map_err(|e| format!("zygote {}: {e}", self.pid))?;
+            .map_err(|_| ZygoteError::NoAnswer { pid: self.pid })?
+            .map_err(|source| ZygoteError::Broken {
+                pid: self.pid,
+                source,
+            })?;
         if let Some(err) = header.get("error").and_then(Value::as_str) {
-            return Err(err.to_string());
+            return Err(ZygoteError::Refused(err.to_string()));
         }
         Ok(header)
     }
@@ -304,9 +346,11 @@ pub struct ZygoteTree {
 
 impl ZygoteTree {
     /// Starts the root zygote.
-    pub async fn start(config: ZygoteConfig) -> Result<ZygoteTree, String> {
-        std::fs::create_dir_all(&config.run_dir).map_err(|e| e.to_string())?;
-        let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(|e| e.to_string())?;
+    pub async fn start(config: ZygoteConfig) -> Result<ZygoteTree, ZygoteError> {
+        std::fs::create_dir_all(&config.run_dir)
+            .map_err(ZygoteError::io("cannot create the zygotes' run directory"))?;
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+            .map_err(ZygoteError::io("cannot make the root zygote's socket"))?;
         let mut cmd = tokio::process::Command::new(&config.python);
         // -I: ignore PYTHON* variables and the user's site; -S: no site
         // packages at all: a function sees only the packages it asked for.
@@ -335,9 +379,10 @@ impl ZygoteTree {
                 Ok(())
             });
         }
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", config.python.display()))?;
+        let mut child = cmd.spawn().map_err(|source| ZygoteError::Start {
+            python: config.python.clone(),
+            source,
+        })?;
         drop(theirs);
         if let Some(stderr) = child.stderr.take() {
             tokio::spawn(async move {
@@ -348,8 +393,10 @@ impl ZygoteTree {
                 }
             });
         }
-        ours.set_nonblocking(true).map_err(|e| e.to_string())?;
-        let control = UnixStream::from_std(ours).map_err(|e| e.to_string())?;
+        let control = ours
+            .set_nonblocking(true)
+            .and_then(|()| UnixStream::from_std(ours))
+            .map_err(ZygoteError::io("cannot use the root zygote's socket"))?;
         let pid = child.id().unwrap_or(0) as i32;
         let root = Arc::new(Zygote {
             id: 0,
@@ -370,7 +417,7 @@ impl ZygoteTree {
         });
         root.command(json!({"op": "ping"}))
             .await
-            .map_err(|e| format!("the root zygote did not start: {e}"))?;
+            .map_err(|e| ZygoteError::RootDidNotStart(Box::new(e)))?;
         Ok(ZygoteTree {
             config,
             zygotes: Mutex::new(vec![root]),
@@ -523,7 +570,7 @@ impl ZygoteTree {
         network: bool,
         env: &BTreeMap<String, String>,
         learned: &BTreeSet<String>,
-    ) -> Result<Arc<Zygote>, String> {
+    ) -> Result<Arc<Zygote>, ZygoteError> {
         let started = Instant::now();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let new: Vec<&Installed> = installed
@@ -546,11 +593,10 @@ impl ZygoteTree {
         // the run directory.
         let root = match &self.config.contain {
             Some(c) => {
-                let mut root =
-                    (c.roots)().map_err(|e| format!("cannot build the zygote's root: {e}"))?;
+                let mut root = (c.roots)().map_err(ZygoteError::Root)?;
                 if let Err(e) = root.attach(None, &paths) {
                     root.destroy();
-                    return Err(format!("cannot build the zygote's root: {e}"));
+                    return Err(ZygoteError::Root(e));
                 }
                 header["contain"] = json!(true);
                 header["root"] = json!(root.path);
@@ -576,36 +622,32 @@ impl ZygoteTree {
         header["connect"] = json!(connect);
         let made = async {
             let _ = std::fs::remove_file(&listen_at);
-            let listener = UnixListener::bind(&listen_at).map_err(|e| e.to_string())?;
+            let listener = UnixListener::bind(&listen_at)
+                .map_err(ZygoteError::io("cannot listen for the new zygote"))?;
             if root.is_some() {
                 use std::os::unix::fs::PermissionsExt;
                 std::fs::set_permissions(&listen_at, std::fs::Permissions::from_mode(0o777))
-                    .map_err(|e| e.to_string())?;
+                    .map_err(ZygoteError::io("cannot open the new zygote's socket to it"))?;
             }
             parent
                 .command_with_dir(header, root.as_ref().map(|r| r.path.as_path()))
                 .await?;
             let (mut stream, _) = tokio::time::timeout(Duration::from_secs(120), listener.accept())
                 .await
-                .map_err(|_| "the new zygote did not connect".to_string())?
-                .map_err(|e| e.to_string())?;
+                .map_err(|_| ZygoteError::Late("connect"))?
+                .map_err(ZygoteError::io("cannot accept the new zygote"))?;
             // Its pid as this node sees it (a contained zygote is PID 1 of
             // its own namespace, and its parent may be in another).
             let pid = stream
                 .peer_cred()
                 .ok()
                 .and_then(|c| c.pid())
-                .ok_or("the new zygote's pid is unknown")?;
+                .ok_or(ZygoteError::NoPid)?;
             let ready = tokio::time::timeout(Duration::from_secs(300), read_frame(&mut stream, 0))
                 .await
-                .map_err(|_| "the new zygote did not finish importing".to_string())?
-                .map_err(|e| {
-                    format!(
-                        "the new zygote ended while importing ({e}): a package crashed it, \
-                         or took more than the zygotes' memory limit"
-                    )
-                })?;
-            Ok::<_, String>((stream, pid, ready))
+                .map_err(|_| ZygoteError::Late("finish importing"))?
+                .map_err(ZygoteError::DiedImporting)?;
+            Ok::<_, ZygoteError>((stream, pid, ready))
         }
         .await;
         let _ = std::fs::remove_file(&listen_at);

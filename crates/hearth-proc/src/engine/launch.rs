@@ -16,7 +16,7 @@ use crate::cgroup::{CgroupLimits, CgroupPool};
 use crate::container::Root;
 use crate::handler::{Handler, LiveGuard};
 use crate::install::Installed;
-use crate::zygote::Zygote;
+use crate::zygote::{Zygote, ZygoteError};
 
 /// What a zygote needs to make a sandbox (the op is added by the caller).
 pub(super) struct LaunchSpec {
@@ -31,7 +31,7 @@ impl LaunchSpec {
     }
 
     /// Asks `zygote` to make the sandbox with command `op`.
-    pub(super) async fn send(mut self, zygote: &Zygote, op: &str) -> Result<Value, String> {
+    pub(super) async fn send(mut self, zygote: &Zygote, op: &str) -> Result<Value, ZygoteError> {
         self.header["op"] = json!(op);
         zygote
             .command_with_dir(self.header, self.root.as_deref())
@@ -52,7 +52,7 @@ impl ProcEngine {
     ) -> Result<Handler, InvokeError>
     where
         F: FnOnce(LaunchSpec) -> Fut,
-        Fut: std::future::Future<Output = Result<Value, String>>,
+        Fut: std::future::Future<Output = Result<Value, ZygoteError>>,
     {
         let inner = &self.0;
         if inner.live.load(Ordering::Relaxed) >= inner.config.max_sandboxes as u64 {

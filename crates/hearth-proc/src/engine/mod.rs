@@ -95,11 +95,11 @@ impl ProcEngine {
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
         let mut degraded = Vec::new();
-        let nonet = crate::seccomp::compile(false).map_err(anyhow::Error::msg)?;
-        let net = crate::seccomp::compile(true).map_err(anyhow::Error::msg)?;
-        let no_clone3 = crate::seccomp::compile_no_clone3().map_err(anyhow::Error::msg)?;
-        let zygote_nonet = crate::seccomp::compile_zygote(false).map_err(anyhow::Error::msg)?;
-        let zygote_net = crate::seccomp::compile_zygote(true).map_err(anyhow::Error::msg)?;
+        let nonet = crate::seccomp::compile(false)?;
+        let net = crate::seccomp::compile(true)?;
+        let no_clone3 = crate::seccomp::compile_no_clone3()?;
+        let zygote_nonet = crate::seccomp::compile_zygote(false)?;
+        let zygote_net = crate::seccomp::compile_zygote(true)?;
         let base = Base::create(
             &run.join("base"),
             &[
@@ -310,7 +310,7 @@ impl ProcEngine {
                 {
                     tracing::warn!(error = %e, "could not move the zygotes into their cgroup");
                 }
-                Ok::<_, String>(tree)
+                Ok::<_, crate::zygote::ZygoteError>(tree)
             })
             .await
             .map_err(|e| InvokeError::Crashed(format!("the Python zygote could not start: {e}")))
