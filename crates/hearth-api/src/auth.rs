@@ -76,3 +76,65 @@ impl TokenCache {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hearth_store::{Role, SqliteStore};
+
+    fn headers(authorization: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(authorization).unwrap(),
+        );
+        h
+    }
+
+    #[test]
+    fn only_a_bearer_token_of_hearths_is_a_hearth_credential() {
+        let is = |v: &str| is_hearth_credential(&HeaderValue::from_str(v).unwrap());
+        assert!(is("Bearer hth_abc"));
+        assert!(
+            is("bearer  hth_abc "),
+            "the scheme is case-insensitive, the token trimmed"
+        );
+        assert!(!is("Bearer someone-elses-token"));
+        assert!(!is("Basic aHRoX2FiYzp4"));
+        assert!(!is("hth_abc"), "no scheme, no credential");
+        assert_eq!(bearer(&headers("BEARER tok")), Some("tok"));
+        assert_eq!(bearer(&HeaderMap::new()), None);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn tokens_are_checked_against_the_store_and_a_missing_one_is_required_only_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+        store.create_tenant("acme").unwrap();
+        let token = store.create_token("acme", Role::Member).unwrap();
+        let cache = TokenCache::default();
+
+        assert!(
+            cache
+                .principal(&store, &HeaderMap::new())
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let required = cache.require(&store, &HeaderMap::new()).await.unwrap_err();
+        assert!(matches!(required, ApiError::Unauthorized(_)));
+        let forged = cache.principal(&store, &headers("Bearer hth_forged")).await;
+        assert!(matches!(forged, Err(ApiError::Unauthorized(_))));
+
+        let p = cache
+            .require(&store, &headers(&format!("Bearer {token}")))
+            .await
+            .unwrap();
+        assert_eq!((p.tenant.as_str(), p.role), ("acme", Role::Member));
+        assert_eq!(cache.0.read().len(), 1, "a valid token is cached");
+        assert!(
+            cache.0.read().get("hth_forged").is_none(),
+            "an invalid one is not"
+        );
+    }
+}

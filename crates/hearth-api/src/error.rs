@@ -98,3 +98,92 @@ impl From<hearth_store::StoreError> for ApiError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    async fn seen(e: ApiError) -> (StatusCode, Option<String>, serde_json::Value) {
+        let resp = e.into_response();
+        let status = resp.status();
+        let retry = resp
+            .headers()
+            .get(header::RETRY_AFTER)
+            .map(|v| v.to_str().unwrap().to_string());
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, retry, serde_json::from_slice(&body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn each_error_is_its_status_and_kind_and_only_capacity_says_retry() {
+        let cases = [
+            (ApiError::BadRequest("m".into()), 400, "bad_request"),
+            (ApiError::Unauthorized("m".into()), 401, "unauthorized"),
+            (ApiError::Forbidden("m".into()), 403, "forbidden"),
+            (ApiError::NotFound("m".into()), 404, "not_found"),
+            (ApiError::Conflict("m".into()), 409, "conflict"),
+            (ApiError::TooLarge("m".into()), 413, "payload_too_large"),
+            (ApiError::RequestTimeout("m".into()), 408, "request_timeout"),
+            (ApiError::TooManyRequests("m".into()), 429, "no_capacity"),
+            (ApiError::Unavailable("m".into()), 503, "unavailable"),
+            (ApiError::Internal("m".into()), 500, "internal"),
+            (ApiError::BadGateway("m".into()), 502, "node_failed"),
+            (ApiError::GatewayTimeout("m".into()), 504, "timeout"),
+            (
+                ApiError::QuotaExceeded("kv_quota_exceeded", "m".into()),
+                507,
+                "kv_quota_exceeded",
+            ),
+        ];
+        for (error, status, kind) in cases {
+            let (got, retry, body) = seen(error).await;
+            assert_eq!(got.as_u16(), status, "{kind}");
+            assert_eq!(body, json!({"error": {"kind": kind, "message": "m"}}));
+            assert_eq!(retry.is_some(), status == 429 || status == 503, "{kind}");
+        }
+    }
+
+    #[test]
+    fn a_node_or_store_error_reaches_the_caller_as_what_it_means() {
+        let status = |e: ApiError| e.parts().0.as_u16();
+        let deploy = |d| ApiError::from(NodeError::Deploy(d));
+        assert_eq!(
+            status(deploy(hearth_host::DeployError::Invalid("x".into()))),
+            400
+        );
+        assert_eq!(
+            status(deploy(hearth_host::DeployError::NotAFunction("x".into()))),
+            400
+        );
+        // A node that cannot load what it stored is its fault, not the caller's.
+        assert_eq!(
+            status(deploy(hearth_host::DeployError::Load("x".into()))),
+            500
+        );
+        let missing = NodeError::NotFound {
+            tenant: "t".into(),
+            name: "f".into(),
+        };
+        assert_eq!(status(missing.into()), 404);
+        let quota = ApiError::from(NodeError::CodeQuota {
+            tenant: "t".into(),
+            used: 1,
+            adding: 2,
+            quota: 2,
+        });
+        assert_eq!(quota.parts().0.as_u16(), 507);
+        assert_eq!(quota.parts().1, "code_quota_exceeded");
+        let kv = ApiError::from(hearth_store::StoreError::KvQuota {
+            tenant: "t".into(),
+            max_bytes: 10,
+        });
+        let (s, kind, message) = kv.parts();
+        assert_eq!((s.as_u16(), kind), (507, "kv_quota_exceeded"));
+        assert!(message.contains("remove keys first"), "{message}");
+        let exists = hearth_store::StoreError::TenantExists("t".into());
+        assert_eq!(status(exists.into()), 409);
+        let corrupt = hearth_store::StoreError::Corrupt("x".into());
+        assert_eq!(status(corrupt.into()), 500);
+    }
+}

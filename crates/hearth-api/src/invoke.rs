@@ -260,3 +260,77 @@ async fn run(
     h.insert(START, HeaderValue::from_static(outcome.start.as_str()));
     Ok(resp)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn with_version(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(VERSION, HeaderValue::from_str(v).unwrap());
+        h
+    }
+
+    #[test]
+    fn a_version_is_pinned_by_the_path_or_the_header() {
+        let none = HeaderMap::new();
+        assert_eq!(split_version("f", &none).unwrap(), ("f", None));
+        assert_eq!(split_version("f@3", &none).unwrap(), ("f", Some(3)));
+        assert_eq!(
+            split_version("f", &with_version("4")).unwrap(),
+            ("f", Some(4))
+        );
+        assert_eq!(
+            split_version("f@3", &with_version("4")).unwrap(),
+            ("f", Some(4)),
+            "the header wins"
+        );
+        assert!(matches!(
+            split_version("f@x", &none),
+            Err(ApiError::BadRequest(_))
+        ));
+        assert!(matches!(
+            split_version("f@-1", &none),
+            Err(ApiError::BadRequest(_))
+        ));
+        assert!(matches!(
+            split_version("f", &with_version("latest")),
+            Err(ApiError::BadRequest(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_body_is_refused_past_its_limit_declared_or_not() {
+        let limits = (8, Duration::from_secs(5));
+        let ok = read_body(&HeaderMap::new(), Body::from("12345678"), limits, "body").await;
+        assert_eq!(ok.unwrap(), "12345678");
+        let long = read_body(&HeaderMap::new(), Body::from("123456789"), limits, "body").await;
+        assert!(matches!(long, Err(ApiError::TooLarge(_))));
+        // Declared far past the limit: refused before a byte is read.
+        let mut declared = HeaderMap::new();
+        declared.insert(
+            header::CONTENT_LENGTH,
+            HeaderValue::from_static("999999999"),
+        );
+        let early = read_body(&declared, Body::from("small"), limits, "body").await;
+        assert!(matches!(early, Err(ApiError::TooLarge(_))));
+    }
+
+    #[tokio::test]
+    async fn a_body_that_does_not_arrive_in_time_is_a_408() {
+        // A client that sent its head and never a byte of its body.
+        let never = futures::stream::pending::<Result<bytes::Bytes, std::io::Error>>();
+        let late = read_body(
+            &HeaderMap::new(),
+            Body::from_stream(never),
+            (1024, Duration::from_millis(50)),
+            "request body",
+        )
+        .await;
+        let Err(ApiError::RequestTimeout(m)) = late else {
+            panic!("a 408");
+        };
+        assert!(m.contains("within 50 ms"), "{m}");
+    }
+}

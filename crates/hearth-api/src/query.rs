@@ -23,3 +23,22 @@ pub(crate) fn number<T: std::str::FromStr>(
         })
         .transpose()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_of_a_repeated_key_wins_and_a_bad_number_is_named() {
+        let p = params(Some("limit=5&name=a%20b&limit=7".into()));
+        assert_eq!(p["name"], "a b");
+        assert_eq!(number::<usize>(&p, "limit").unwrap(), Some(7));
+        assert_eq!(number::<usize>(&p, "absent").unwrap(), None);
+        let bad = params(Some("limit=ten".into()));
+        let Err(ApiError::BadRequest(m)) = number::<usize>(&bad, "limit") else {
+            panic!("a 400");
+        };
+        assert!(m.contains("limit") && m.contains("ten"), "{m}");
+        assert!(params(None).is_empty());
+    }
+}
