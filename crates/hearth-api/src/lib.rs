@@ -21,6 +21,7 @@
 
 mod auth;
 mod cluster;
+mod deploy_settings;
 mod error;
 mod invoke;
 mod kv;

@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
-use hearth_core::{Colocation, FunctionSpec, Runtime};
+use hearth_core::{Colocation, Runtime};
 use hearth_store::{LogQuery, Principal, Role};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -176,69 +176,6 @@ pub(crate) async fn put_tenant(
     Ok(Json(tenant_view(&s, &tenant, mode)))
 }
 
-/// Deploy settings from the query string (repeatable keys allowed): the
-/// spec, the runtime if given or inferable, and the upload's file name.
-fn parse_deploy_query(
-    query: &str,
-) -> Result<(FunctionSpec, Option<Runtime>, Option<String>), ApiError> {
-    let mut spec = FunctionSpec::new(Runtime::Wasm);
-    let mut runtime = None;
-    let mut file_name = None;
-    let bad = |k: &str, v: &str| ApiError::BadRequest(format!("invalid value {v:?} for {k}"));
-    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
-        match &*k {
-            "runtime" => {
-                runtime = Some(
-                    v.parse::<Runtime>()
-                        .map_err(|e| ApiError::BadRequest(e.to_string()))?,
-                )
-            }
-            "file_name" => file_name = Some(v.into_owned()),
-            "memory_mib" => spec.limits.memory_mib = v.parse().map_err(|_| bad(&k, &v))?,
-            "timeout_ms" => spec.limits.timeout_ms = v.parse().map_err(|_| bad(&k, &v))?,
-            "allow_host" => spec.allowed_hosts.push(v.into_owned()),
-            "public" => spec.public = v.parse().map_err(|_| bad(&k, &v))?,
-            "source_builds" => spec.source_builds = v.parse().map_err(|_| bad(&k, &v))?,
-            "handler" => {
-                spec.handler = Some(v.parse().map_err(|e: hearth_core::ValidationError| {
-                    ApiError::BadRequest(e.to_string())
-                })?)
-            }
-            "record_sample" => {
-                let rate: f64 = v.parse().map_err(|_| bad(&k, &v))?;
-                if !(0.0..=1.0).contains(&rate) {
-                    return Err(bad(&k, &v));
-                }
-                spec.record.sample_ppm = (rate * 1e6).round() as u32;
-            }
-            "keep_ok" => {
-                spec.record.keep_ok_s =
-                    Some(hearth_core::parse_duration_s(&v).ok_or_else(|| bad(&k, &v))?)
-            }
-            "max_tape_bytes" => {
-                spec.record.max_tape_bytes = Some(v.parse().map_err(|_| bad(&k, &v))?)
-            }
-            "keep_errors" => {
-                spec.record.keep_errors_s =
-                    Some(hearth_core::parse_duration_s(&v).ok_or_else(|| bad(&k, &v))?)
-            }
-            "env" => {
-                let (name, value) = v.split_once('=').ok_or_else(|| {
-                    ApiError::BadRequest(format!("env {v:?} should be NAME=VALUE"))
-                })?;
-                spec.env.insert(name.to_string(), value.to_string());
-            }
-            other => {
-                return Err(ApiError::BadRequest(format!(
-                    "unknown deploy setting {other:?}; see /v1/openapi.json"
-                )));
-            }
-        }
-    }
-    let inferred = file_name.as_deref().and_then(Runtime::infer_from_file_name);
-    Ok((spec, runtime.or(inferred), file_name))
-}
-
 pub(crate) async fn deploy(
     State(s): S,
     Path(name): Path<String>,
@@ -252,7 +189,8 @@ pub(crate) async fn deploy(
             "this node belongs to the cluster of {gateway}: deploy there, so every node can fetch the code"
         )));
     }
-    let (mut spec, runtime, file_name) = parse_deploy_query(query.as_deref().unwrap_or_default())?;
+    let (mut spec, runtime, file_name) =
+        crate::deploy_settings::parse(query.as_deref().unwrap_or_default())?;
     let code = read_body(
         &headers,
         body,

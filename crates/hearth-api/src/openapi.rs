@@ -1,7 +1,8 @@
 //! `GET /v1/openapi.json`: the management and invocation API, described.
-//! Kept by hand beside the routes in `lib.rs`: add a route there, describe
-//! it here and in the path list of `tests/all/api.rs`
-//! (`openapi_describes_every_route`).
+//! The deploy settings come from the table the parser reads
+//! (`deploy_settings.rs`); the rest is written here beside the routes in
+//! `lib.rs`, and a unit test below fails when a route there (or one of its
+//! methods) is not described here.
 
 use axum::Json;
 use serde_json::{Value, json};
@@ -72,18 +73,7 @@ pub(crate) async fn document() -> Json<Value> {
                 "parameters": [name],
                 "post": {
                     "summary": "Deploy a new version. The body is the code (Wasm binary or WAT text).",
-                    "parameters": [
-                        {"name": "runtime", "in": "query", "schema": {"type": "string", "enum": ["wasm", "js", "python", "node"]}},
-                        {"name": "file_name", "in": "query", "description": "infers the runtime when none is given", "schema": {"type": "string"}},
-                        {"name": "memory_mib", "in": "query", "schema": {"type": "integer"}},
-                        {"name": "timeout_ms", "in": "query", "schema": {"type": "integer"}},
-                        {"name": "allow_host", "in": "query", "description": "repeatable; host or host:port; loopback, private and link-local hosts are refused unless the node allows private egress", "schema": {"type": "string"}},
-                        {"name": "env", "in": "query", "description": "repeatable; NAME=VALUE", "schema": {"type": "string"}},
-                        {"name": "public", "in": "query", "schema": {"type": "boolean"}},
-                        {"name": "handler", "in": "query", "description": "Python, Node.js, JavaScript: the function to call, as module.function (Lambda's handler setting: lambda_function.lambda_handler, src/index.handler); default: the entry file's handler, main or lambda_handler. A function named main gets OpenWhisk's params, any other Lambda's (event, context)", "schema": {"type": "string"}},
-                        {"name": "source_builds", "in": "query", "description": "Python: let pip build packages without a wheel from source (their build runs in the install sandbox); default false: wheels only", "schema": {"type": "boolean"}},
-                        {"name": "max_tape_bytes", "in": "query", "description": "host-call bytes one invocation's tape may hold; at most the node's budget", "schema": {"type": "integer"}}
-                    ],
+                    "parameters": crate::deploy_settings::openapi_params(),
                     "requestBody": {"required": true, "content": {"application/wasm": {}, "application/octet-stream": {}}},
                     "responses": {"201": {"description": "the new version, with compile_ms, install_ms, packages (its lock, each with cached), warnings and url"}, "400": err, "401": err, "413": err}
                 },
@@ -186,4 +176,87 @@ pub(crate) async fn document() -> Json<Value> {
             }
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every `.route(path, methods)` in `router_for`, as (OpenAPI path,
+    /// method): `{*rest}` is a `{rest}` parameter, and an invocation's
+    /// sub-paths are described under the function's own path.
+    fn routes_in_lib_rs() -> Vec<(String, String)> {
+        let src = include_str!("lib.rs");
+        let body = &src[src
+            .find("pub fn router_for")
+            .expect("router_for is in lib.rs")..];
+        let mut out = Vec::new();
+        for chunk in body.split(".route(").skip(1) {
+            let path_start = chunk.find('"').expect("a path literal") + 1;
+            let path_len = chunk[path_start..].find('"').expect("its end");
+            let path = &chunk[path_start..path_start + path_len];
+            // The methods: up to the `)` that closes `.route(`.
+            let rest = &chunk[path_start + path_len + 1..];
+            let mut depth = 1;
+            let end = rest
+                .char_indices()
+                .find(|&(_, c)| {
+                    depth += match c {
+                        '(' => 1,
+                        ')' => -1,
+                        _ => 0,
+                    };
+                    depth == 0
+                })
+                .map_or(rest.len(), |(i, _)| i);
+            let methods = &rest[..end];
+            let path = if path.starts_with("/fn/{tenant}/{name}") {
+                "/fn/{tenant}/{name}".to_string()
+            } else {
+                path.replace("{*", "{")
+            };
+            for m in ["get", "post", "put", "delete", "any"] {
+                let called = methods.match_indices(&format!("{m}(")).any(|(i, _)| {
+                    i == 0
+                        || !methods.as_bytes()[i - 1].is_ascii_alphanumeric()
+                            && methods.as_bytes()[i - 1] != b'_'
+                });
+                if called {
+                    // Any method: described as the POST most callers use.
+                    let m = if m == "any" { "post" } else { m };
+                    out.push((path.clone(), m.to_string()));
+                }
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn every_route_and_method_of_the_router_is_described() {
+        let axum::Json(doc) = super::document().await;
+        let routes = routes_in_lib_rs();
+        assert!(routes.len() > 25, "the scan found the router: {routes:?}");
+        for (path, method) in routes {
+            assert!(
+                doc["paths"][&path].get(&method).is_some(),
+                "{} {path} is served but not in /v1/openapi.json",
+                method.to_uppercase()
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn the_deploy_settings_are_the_ones_the_parser_takes() {
+        let axum::Json(doc) = super::document().await;
+        let params = doc["paths"]["/v1/functions/{name}"]["post"]["parameters"]
+            .as_array()
+            .unwrap();
+        let documented: Vec<&str> = params.iter().map(|p| p["name"].as_str().unwrap()).collect();
+        let table: Vec<&str> = crate::deploy_settings::SETTINGS
+            .iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(documented, table);
+        for s in ["record_sample", "keep_ok", "keep_errors", "max_tape_bytes"] {
+            assert!(documented.contains(&s), "{s}");
+        }
+    }
 }

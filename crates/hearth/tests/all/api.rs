@@ -219,8 +219,10 @@ async fn metrics_count_invocations_errors_and_starts() {
     assert!(text.contains("hearth_invocation_duration_seconds_bucket"));
 }
 
+/// The document is served without a token; that every route and deploy
+/// setting is in it is `hearth-api`'s unit tests' (`openapi.rs`).
 #[tokio::test]
-async fn openapi_describes_every_route() {
+async fn the_daemon_serves_its_openapi_document() {
     let d = Daemon::start();
     let doc: serde_json::Value = d
         .http
@@ -228,32 +230,15 @@ async fn openapi_describes_every_route() {
         .json_value()
         .await;
     assert_eq!(doc["openapi"], "3.0.3");
-    let paths = doc["paths"].as_object().unwrap();
-    for p in [
-        "/healthz",
-        "/metrics",
-        "/v1/whoami",
-        "/v1/tenants",
-        "/v1/tenants/{tenant}",
-        "/v1/functions",
-        "/v1/functions/{name}",
-        "/v1/functions/{name}/logs",
-        "/v1/functions/{name}/recordings",
-        "/v1/functions/{name}/replay",
-        "/v1/recordings/{id}",
-        "/v1/recordings/{id}/export",
-        "/v1/recordings/{id}/replay",
-        "/v1/replay",
-        "/v1/cluster/nodes",
-        "/v1/cluster/nodes/{id}",
-        "/v1/cluster/nodes/{id}/heartbeat",
-        "/v1/artifacts/{hash}",
-        "/fn/{tenant}/{name}",
-    ] {
-        assert!(paths.contains_key(p), "{p} missing from openapi.json");
-    }
-    assert!(paths["/v1/functions/{name}"].get("post").is_some());
-    assert!(paths["/v1/functions/{name}"].get("delete").is_some());
+    let deploy = &doc["paths"]["/v1/functions/{name}"]["post"]["parameters"];
+    assert!(
+        deploy
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "keep_errors"),
+        "{deploy}"
+    );
 }
 
 /// A version's prepared code is dropped after the keep-alive unused, in the

@@ -1,0 +1,207 @@
+//! The settings a deploy takes in its query string: one table, which both
+//! the parser and `/v1/openapi.json` read, so the documentation cannot
+//! leave out what the API accepts (a unit test holds the parser to every
+//! entry).
+
+use hearth_core::{FunctionSpec, Runtime};
+use serde_json::{Value, json};
+
+use crate::ApiError;
+
+/// One deploy setting, as documented.
+pub(crate) struct Setting {
+    pub name: &'static str,
+    /// The OpenAPI schema type of its value.
+    pub kind: &'static str,
+    pub doc: &'static str,
+    /// A value it accepts (for the test that holds the parser to the table).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub example: &'static str,
+}
+
+pub(crate) const SETTINGS: &[Setting] = &[
+    Setting {
+        name: "runtime",
+        kind: "string",
+        doc: "wasm, js, python or node",
+        example: "python",
+    },
+    Setting {
+        name: "file_name",
+        kind: "string",
+        doc: "the upload's file name; infers the runtime when none is given",
+        example: "handler.py",
+    },
+    Setting {
+        name: "memory_mib",
+        kind: "integer",
+        doc: "memory limit",
+        example: "128",
+    },
+    Setting {
+        name: "timeout_ms",
+        kind: "integer",
+        doc: "time limit of one invocation",
+        example: "5000",
+    },
+    Setting {
+        name: "allow_host",
+        kind: "string",
+        doc: "repeatable; host or host:port the function may reach; loopback, private and link-local hosts are refused unless the node allows private egress",
+        example: "api.example.com",
+    },
+    Setting {
+        name: "env",
+        kind: "string",
+        doc: "repeatable; NAME=VALUE",
+        example: "GREETING=hi",
+    },
+    Setting {
+        name: "public",
+        kind: "boolean",
+        doc: "invocable without a token",
+        example: "true",
+    },
+    Setting {
+        name: "handler",
+        kind: "string",
+        doc: "Python, Node.js, JavaScript: the function to call, as module.function (Lambda's handler setting: lambda_function.lambda_handler, src/index.handler); default: the entry file's handler, main or lambda_handler. A function named main gets OpenWhisk's params, any other Lambda's (event, context)",
+        example: "app.handler",
+    },
+    Setting {
+        name: "source_builds",
+        kind: "boolean",
+        doc: "Python: let pip build packages without a wheel from source (their build runs in the install sandbox); default false: wheels only",
+        example: "false",
+    },
+    Setting {
+        name: "record_sample",
+        kind: "number",
+        doc: "share of invocations taped, 0 to 1 (default 1: all)",
+        example: "0.25",
+    },
+    Setting {
+        name: "keep_ok",
+        kind: "string",
+        doc: "how long tapes of successful invocations are kept (90s, 15m, 1h, 2d); default the node's",
+        example: "1h",
+    },
+    Setting {
+        name: "keep_errors",
+        kind: "string",
+        doc: "how long tapes of failed invocations are kept; default the node's",
+        example: "2d",
+    },
+    Setting {
+        name: "max_tape_bytes",
+        kind: "integer",
+        doc: "host-call bytes one invocation's tape may hold; at most the node's budget",
+        example: "65536",
+    },
+];
+
+/// The settings as OpenAPI query parameters.
+pub(crate) fn openapi_params() -> Vec<Value> {
+    SETTINGS
+        .iter()
+        .map(|s| json!({"name": s.name, "in": "query", "description": s.doc, "schema": {"type": s.kind}}))
+        .collect()
+}
+
+/// Deploy settings from the query string (repeatable keys allowed): the
+/// spec, the runtime if given or inferable, and the upload's file name.
+pub(crate) fn parse(
+    query: &str,
+) -> Result<(FunctionSpec, Option<Runtime>, Option<String>), ApiError> {
+    let mut spec = FunctionSpec::new(Runtime::Wasm);
+    let mut runtime = None;
+    let mut file_name = None;
+    let bad = |k: &str, v: &str| ApiError::BadRequest(format!("invalid value {v:?} for {k}"));
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        // Only what is documented is taken: a setting handled below but
+        // missing from SETTINGS is refused, so the two cannot drift.
+        if !SETTINGS.iter().any(|s| s.name == k) {
+            let known: Vec<&str> = SETTINGS.iter().map(|s| s.name).collect();
+            return Err(ApiError::BadRequest(format!(
+                "unknown deploy setting {k:?}; known: {}",
+                known.join(", ")
+            )));
+        }
+        match &*k {
+            "runtime" => {
+                runtime = Some(
+                    v.parse::<Runtime>()
+                        .map_err(|e| ApiError::BadRequest(e.to_string()))?,
+                )
+            }
+            "file_name" => file_name = Some(v.into_owned()),
+            "memory_mib" => spec.limits.memory_mib = v.parse().map_err(|_| bad(&k, &v))?,
+            "timeout_ms" => spec.limits.timeout_ms = v.parse().map_err(|_| bad(&k, &v))?,
+            "allow_host" => spec.allowed_hosts.push(v.into_owned()),
+            "public" => spec.public = v.parse().map_err(|_| bad(&k, &v))?,
+            "source_builds" => spec.source_builds = v.parse().map_err(|_| bad(&k, &v))?,
+            "handler" => {
+                spec.handler = Some(v.parse().map_err(|e: hearth_core::ValidationError| {
+                    ApiError::BadRequest(e.to_string())
+                })?)
+            }
+            "record_sample" => {
+                let rate: f64 = v.parse().map_err(|_| bad(&k, &v))?;
+                if !(0.0..=1.0).contains(&rate) {
+                    return Err(bad(&k, &v));
+                }
+                spec.record.sample_ppm = (rate * 1e6).round() as u32;
+            }
+            "keep_ok" => {
+                spec.record.keep_ok_s =
+                    Some(hearth_core::parse_duration_s(&v).ok_or_else(|| bad(&k, &v))?)
+            }
+            "max_tape_bytes" => {
+                spec.record.max_tape_bytes = Some(v.parse().map_err(|_| bad(&k, &v))?)
+            }
+            "keep_errors" => {
+                spec.record.keep_errors_s =
+                    Some(hearth_core::parse_duration_s(&v).ok_or_else(|| bad(&k, &v))?)
+            }
+            "env" => {
+                let (name, value) = v.split_once('=').ok_or_else(|| {
+                    ApiError::BadRequest(format!("env {v:?} should be NAME=VALUE"))
+                })?;
+                spec.env.insert(name.to_string(), value.to_string());
+            }
+            other => unreachable!("{other:?} is in SETTINGS and has no arm here"),
+        }
+    }
+    let inferred = file_name.as_deref().and_then(Runtime::infer_from_file_name);
+    Ok((spec, runtime.or(inferred), file_name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_documented_setting_is_taken_and_nothing_else() {
+        for s in SETTINGS {
+            let query = format!("{}={}", s.name, s.example);
+            assert!(parse(&query).is_ok(), "{query} refused");
+        }
+        let (spec, runtime, _) =
+            parse("runtime=node&record_sample=0.5&keep_ok=1h&keep_errors=2d&max_tape_bytes=10")
+                .unwrap();
+        assert_eq!(runtime, Some(Runtime::Node));
+        assert_eq!(spec.record.sample_ppm, 500_000);
+        assert_eq!(spec.record.keep_ok_s, Some(3600));
+        assert_eq!(spec.record.keep_errors_s, Some(2 * 86_400));
+        assert_eq!(spec.record.max_tape_bytes, Some(10));
+        let Err(ApiError::BadRequest(m)) = parse("memory=64") else {
+            panic!("an unknown setting is a 400");
+        };
+        assert!(
+            m.contains("memory_mib"),
+            "the error lists what is known: {m}"
+        );
+        assert!(parse("record_sample=2").is_err());
+        assert!(parse("keep_ok=forever").is_err());
+    }
+}
