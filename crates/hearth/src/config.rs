@@ -1,69 +1,28 @@
 //! Settings: `hearth.toml` in the data directory, overridden by `HEARTH_*`
 //! environment variables, overridden by flags (clap reads both of those).
+//! One struct lists every setting ([`UpArgs`]); figment layers the file
+//! and the command line; [`Settings`] is the result with defaults filled
+//! in. `docs/hearth.toml` documents every key (a test holds it to the
+//! struct).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
+use figment::Figment;
+use figment::providers::{Format, Serialized, Toml};
 use hearth_core::Colocation;
 use hearth_proc::Caches;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-/// `hearth.toml`. Every key is optional; a misspelt key is an error.
-#[derive(Debug, Default, Deserialize)]
+/// Every setting of `hearth up`, once: the keys of `hearth.toml` (a
+/// misspelt key is an error), the flags, and the `HEARTH_*` variables clap
+/// reads for them. All are optional here; [`Settings::resolve`] layers
+/// them (flags and variables over the file) and fills in the defaults.
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Default, Args, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    pub listen: Option<SocketAddr>,
-    pub max_body_bytes: Option<usize>,
-    pub max_code_bytes: Option<usize>,
-    pub max_response_bytes: Option<usize>,
-    pub max_sandboxes: Option<u32>,
-    pub max_concurrency: Option<usize>,
-    pub max_memory_mib: Option<u32>,
-    pub max_timeout_ms: Option<u64>,
-    pub time_slice_ms: Option<u64>,
-    pub pooling: Option<bool>,
-    pub http_timeout_ms: Option<u64>,
-    pub examples: Option<bool>,
-    pub offline_packages: Option<PathBuf>,
-    pub keep_alive_s: Option<u64>,
-    pub proc_caches: Option<String>,
-    pub proc_pool: Option<usize>,
-    pub colocation: Option<Colocation>,
-    pub js_pin_after: Option<u32>,
-    pub js_workers: Option<usize>,
-    pub js_workers_per_tenant: Option<usize>,
-    pub record: Option<bool>,
-    pub record_durability: Option<String>,
-    pub record_flush_ms: Option<u64>,
-    pub record_max_age_h: Option<u64>,
-    pub record_max_mib: Option<u64>,
-    pub record_max_mib_per_tenant: Option<u64>,
-    pub record_sweep_s: Option<u64>,
-    pub role: Option<String>,
-    pub join: Option<String>,
-    pub store: Option<String>,
-    pub advertise: Option<String>,
-    pub capacity_mib: Option<u64>,
-    pub heartbeat_ms: Option<u64>,
-    pub metrics_per_function: Option<bool>,
-    pub header_timeout_ms: Option<u64>,
-    pub body_timeout_ms: Option<u64>,
-    pub max_connections: Option<usize>,
-    pub max_connections_per_client: Option<usize>,
-    pub max_tape_bytes: Option<usize>,
-    pub allow_private_egress: Option<bool>,
-    pub package_index_hosts: Option<Vec<String>>,
-    pub package_index_url: Option<String>,
-    pub npm_registry: Option<String>,
-    pub max_concurrency_per_tenant: Option<usize>,
-    pub max_kv_mib_per_tenant: Option<u64>,
-    pub max_code_mib_per_tenant: Option<u64>,
-}
-
-/// Flags of `hearth up`; each also reads a `HEARTH_*` variable.
-#[derive(Debug, Args)]
 pub struct UpArgs {
     /// Address to serve on (port 0 picks a free port).
     #[arg(long, env = "HEARTH_LISTEN")]
@@ -226,7 +185,7 @@ pub struct UpArgs {
         env = "HEARTH_PACKAGE_INDEX_HOSTS",
         value_delimiter = ','
     )]
-    pub package_index_hosts: Vec<String>,
+    pub package_index_hosts: Option<Vec<String>>,
     /// The Python package index pip resolves and installs from (pip's
     /// --index-url; default PyPI). Its host must be a --package-index-host.
     #[arg(long, env = "HEARTH_PACKAGE_INDEX_URL")]
@@ -348,56 +307,48 @@ fn default_max_connections() -> usize {
 impl Settings {
     pub fn resolve(data_dir: &Path, args: &UpArgs) -> anyhow::Result<Settings> {
         let path = data_dir.join("hearth.toml");
-        let file: FileConfig = match std::fs::read_to_string(&path) {
-            Ok(text) => {
-                toml::from_str(&text).with_context(|| format!("invalid {}", path.display()))?
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileConfig::default(),
-            Err(e) => return Err(e).with_context(|| format!("failed to read {}", path.display())),
-        };
-        let record = if args.record.or(file.record).unwrap_or(true) {
+        // The file (if there is one), then what the command line set.
+        let mut layers = Figment::new();
+        if path.exists() {
+            layers = layers.merge(Toml::file_exact(&path));
+        }
+        let o: UpArgs = layers
+            .merge(Serialized::defaults(args))
+            .extract()
+            .with_context(|| {
+                format!(
+                    "invalid settings (from {} and the command line)",
+                    path.display()
+                )
+            })?;
+        let record = if o.record.unwrap_or(true) {
             let defaults = hearth_record::RecordConfig::default();
             Some(hearth_record::RecordConfig {
-                durability: match args
-                    .record_durability
-                    .as_ref()
-                    .or(file.record_durability.as_ref())
-                {
+                durability: match o.record_durability.as_ref() {
                     Some(d) => d.parse().map_err(anyhow::Error::msg)?,
                     None => defaults.durability,
                 },
-                flush_interval: args
+                flush_interval: o
                     .record_flush_ms
-                    .or(file.record_flush_ms)
                     .map_or(defaults.flush_interval, std::time::Duration::from_millis),
-                max_age: args
-                    .record_max_age_h
-                    .or(file.record_max_age_h)
-                    .map_or(defaults.max_age, |h| {
-                        std::time::Duration::from_secs(h * 3600)
-                    }),
-                max_bytes: args
-                    .record_max_mib
-                    .or(file.record_max_mib)
-                    .map_or(defaults.max_bytes, |m| m << 20),
-                max_tenant_bytes: args
+                max_age: o.record_max_age_h.map_or(defaults.max_age, |h| {
+                    std::time::Duration::from_secs(h * 3600)
+                }),
+                max_bytes: o.record_max_mib.map_or(defaults.max_bytes, |m| m << 20),
+                max_tenant_bytes: o
                     .record_max_mib_per_tenant
-                    .or(file.record_max_mib_per_tenant)
-                    .or(args.record_max_mib.or(file.record_max_mib))
+                    .or(o.record_max_mib)
                     .map_or(defaults.max_bytes, |m| m << 20),
-                sweep_interval: args
-                    .record_sweep_s
-                    .or(file.record_sweep_s)
-                    .map_or(defaults.sweep_interval, |s| {
-                        std::time::Duration::from_secs(s.max(1))
-                    }),
+                sweep_interval: o.record_sweep_s.map_or(defaults.sweep_interval, |s| {
+                    std::time::Duration::from_secs(s.max(1))
+                }),
                 ..defaults
             })
         } else {
             None
         };
-        let join = args.join.clone().or(file.join);
-        let role = match args.role.as_deref().or(file.role.as_deref()).unwrap_or("all") {
+        let join = o.join.clone();
+        let role = match o.role.as_deref().unwrap_or("all") {
             "all" => Role::All,
             "gateway" => Role::Gateway,
             "node" => Role::Node {
@@ -414,7 +365,7 @@ impl Settings {
         if join.is_some() && !matches!(role, Role::Node { .. }) {
             anyhow::bail!("--join is for --role node");
         }
-        let store = match args.store.as_deref().or(file.store.as_deref()) {
+        let store = match o.store.as_deref() {
             None | Some("sqlite") => None,
             Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
                 Some(url.to_string())
@@ -432,125 +383,158 @@ impl Settings {
         Ok(Settings {
             role,
             store,
-            advertise: args.advertise.clone().or(file.advertise),
-            capacity_mib: args
-                .capacity_mib
-                .or(file.capacity_mib)
-                .unwrap_or_else(machine_mib),
-            heartbeat_ms: args
-                .heartbeat_ms
-                .or(file.heartbeat_ms)
-                .unwrap_or(1000)
-                .max(50),
+            advertise: o.advertise.clone(),
+            capacity_mib: o.capacity_mib.unwrap_or_else(machine_mib),
+            heartbeat_ms: o.heartbeat_ms.unwrap_or(1000).max(50),
             record,
-            header_timeout_ms: args
-                .header_timeout_ms
-                .or(file.header_timeout_ms)
-                .unwrap_or(15_000)
-                .max(1),
-            body_timeout_ms: args
-                .body_timeout_ms
-                .or(file.body_timeout_ms)
-                .unwrap_or(60_000)
-                .max(1),
-            max_connections: args
+            header_timeout_ms: o.header_timeout_ms.unwrap_or(15_000).max(1),
+            body_timeout_ms: o.body_timeout_ms.unwrap_or(60_000).max(1),
+            max_connections: o
                 .max_connections
-                .or(file.max_connections)
                 .unwrap_or_else(default_max_connections)
                 .max(1),
-            max_connections_per_client: args
-                .max_connections_per_client
-                .or(file.max_connections_per_client)
-                .unwrap_or(512)
-                .max(1),
-            max_kv_mib_per_tenant: args
-                .max_kv_mib_per_tenant
-                .or(file.max_kv_mib_per_tenant)
-                .unwrap_or(1024),
-            max_code_mib_per_tenant: args
-                .max_code_mib_per_tenant
-                .or(file.max_code_mib_per_tenant)
-                .unwrap_or(1024),
-            max_concurrency_per_tenant: args
-                .max_concurrency_per_tenant
-                .or(file.max_concurrency_per_tenant)
-                .unwrap_or_else(|| {
-                    let all = args
-                        .max_concurrency
-                        .or(file.max_concurrency)
-                        .unwrap_or(1024);
-                    (all * 3 / 4).max(1)
-                }),
-            allow_private_egress: args
-                .allow_private_egress
-                .or(file.allow_private_egress)
-                .unwrap_or(false),
-            package_index_hosts: Some(args.package_index_hosts.clone())
+            max_connections_per_client: o.max_connections_per_client.unwrap_or(512).max(1),
+            max_kv_mib_per_tenant: o.max_kv_mib_per_tenant.unwrap_or(1024),
+            max_code_mib_per_tenant: o.max_code_mib_per_tenant.unwrap_or(1024),
+            max_concurrency_per_tenant: o.max_concurrency_per_tenant.unwrap_or_else(|| {
+                let all = o.max_concurrency.unwrap_or(1024);
+                (all * 3 / 4).max(1)
+            }),
+            allow_private_egress: o.allow_private_egress.unwrap_or(false),
+            package_index_hosts: o
+                .package_index_hosts
+                .clone()
                 .filter(|h| !h.is_empty())
-                .or(file.package_index_hosts)
                 .unwrap_or_else(|| {
                     hearth_proc::install::DEFAULT_INDEX_HOSTS
                         .map(String::from)
                         .to_vec()
                 }),
-            package_index_url: args.package_index_url.clone().or(file.package_index_url),
-            npm_registry: args.npm_registry.clone().or(file.npm_registry),
-            max_tape_bytes: args
-                .max_tape_bytes
-                .or(file.max_tape_bytes)
-                .unwrap_or(4 << 20),
-            metrics_per_function: args
-                .metrics_per_function
-                .or(file.metrics_per_function)
-                .unwrap_or(false),
-            offline_packages: args.offline_packages.clone().or(file.offline_packages),
-            keep_alive_s: args.keep_alive_s.or(file.keep_alive_s).unwrap_or(300),
-            js_pin_after: args.js_pin_after.or(file.js_pin_after).unwrap_or(3).max(1),
-            js_workers: args.js_workers.or(file.js_workers).map(|n| n.max(1)),
-            js_workers_per_tenant: args
-                .js_workers_per_tenant
-                .or(file.js_workers_per_tenant)
-                .map(|n| n.max(1)),
-            proc_caches: match args.proc_caches.as_ref().or(file.proc_caches.as_ref()) {
+            package_index_url: o.package_index_url.clone(),
+            npm_registry: o.npm_registry.clone(),
+            max_tape_bytes: o.max_tape_bytes.unwrap_or(4 << 20),
+            metrics_per_function: o.metrics_per_function.unwrap_or(false),
+            offline_packages: o.offline_packages.clone(),
+            keep_alive_s: o.keep_alive_s.unwrap_or(300),
+            js_pin_after: o.js_pin_after.unwrap_or(3).max(1),
+            js_workers: o.js_workers.map(|n| n.max(1)),
+            js_workers_per_tenant: o.js_workers_per_tenant.map(|n| n.max(1)),
+            proc_caches: match o.proc_caches.as_ref() {
                 Some(s) => Caches::parse(s).map_err(anyhow::Error::msg)?,
                 None => Caches::ALL,
             },
-            proc_pool: args.proc_pool.or(file.proc_pool).unwrap_or(2),
-            colocation: args.colocation.or(file.colocation).unwrap_or_default(),
+            proc_pool: o.proc_pool.unwrap_or(2),
+            colocation: o.colocation.unwrap_or_default(),
             data_dir: data_dir.to_path_buf(),
-            listen: args
+            listen: o
                 .listen
-                .or(file.listen)
                 .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
-            max_body_bytes: args
-                .max_body_bytes
-                .or(file.max_body_bytes)
-                .unwrap_or(6 << 20),
-            max_code_bytes: args
-                .max_code_bytes
-                .or(file.max_code_bytes)
-                .unwrap_or(64 << 20),
-            max_response_bytes: args
-                .max_response_bytes
-                .or(file.max_response_bytes)
-                .unwrap_or(16 << 20),
-            max_sandboxes: args.max_sandboxes.or(file.max_sandboxes).unwrap_or(1000),
-            max_concurrency: args
-                .max_concurrency
-                .or(file.max_concurrency)
-                .unwrap_or(1024),
-            max_memory_mib: args.max_memory_mib.or(file.max_memory_mib).unwrap_or(512),
-            max_timeout_ms: args
-                .max_timeout_ms
-                .or(file.max_timeout_ms)
-                .unwrap_or(300_000),
-            time_slice_ms: args.time_slice_ms.or(file.time_slice_ms).unwrap_or(5),
-            pooling: args.pooling.or(file.pooling).unwrap_or(true),
-            http_timeout_ms: args
-                .http_timeout_ms
-                .or(file.http_timeout_ms)
-                .unwrap_or(10_000),
-            examples: args.examples.or(file.examples).unwrap_or(true),
+            max_body_bytes: o.max_body_bytes.unwrap_or(6 << 20),
+            max_code_bytes: o.max_code_bytes.unwrap_or(64 << 20),
+            max_response_bytes: o.max_response_bytes.unwrap_or(16 << 20),
+            max_sandboxes: o.max_sandboxes.unwrap_or(1000),
+            max_concurrency: o.max_concurrency.unwrap_or(1024),
+            max_memory_mib: o.max_memory_mib.unwrap_or(512),
+            max_timeout_ms: o.max_timeout_ms.unwrap_or(300_000),
+            time_slice_ms: o.time_slice_ms.unwrap_or(5),
+            pooling: o.pooling.unwrap_or(true),
+            http_timeout_ms: o.http_timeout_ms.unwrap_or(10_000),
+            examples: o.examples.unwrap_or(true),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Command;
+
+    /// Every setting `hearth up` takes, by name.
+    fn setting_names() -> Vec<String> {
+        let cmd = UpArgs::augment_args(Command::new("up"));
+        let mut names: Vec<String> = cmd
+            .get_arguments()
+            .map(|a| a.get_id().to_string())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// `docs/hearth.toml` with its commented examples switched on.
+    fn documented() -> String {
+        let text = include_str!("../../../docs/hearth.toml");
+        text.lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(kv)
+                    if kv.split_once(" = ").is_some_and(|(k, _)| {
+                        !k.is_empty() && k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+                    }) =>
+                {
+                    kv
+                }
+                _ => l,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn docs_hearth_toml_names_every_setting_and_parses() {
+        let all: UpArgs = toml::from_str(&documented()).expect("docs/hearth.toml parses");
+        let serde_json::Value::Object(set) = serde_json::to_value(&all).unwrap() else {
+            panic!("a table");
+        };
+        let mut documented: Vec<String> = set.keys().cloned().collect();
+        documented.sort();
+        assert_eq!(
+            documented,
+            setting_names(),
+            "docs/hearth.toml and `hearth up` differ"
+        );
+        // Its active lines are the defaults: a file of them changes nothing.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("hearth.toml"),
+            include_str!("../../../docs/hearth.toml"),
+        )
+        .unwrap();
+        let from_file = Settings::resolve(dir.path(), &UpArgs::default()).unwrap();
+        let empty = tempfile::tempdir().unwrap();
+        let defaults = Settings::resolve(empty.path(), &UpArgs::default()).unwrap();
+        let shown = |s: &Settings| format!("{s:?}").replace(&s.data_dir.display().to_string(), "");
+        assert_eq!(shown(&from_file), shown(&defaults));
+    }
+
+    #[test]
+    fn the_command_line_overrides_the_file_and_a_misspelt_key_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("hearth.toml");
+        std::fs::write(
+            &file,
+            "listen = \"127.0.0.1:9000\"\nmax_body_bytes = 1000\nrecord = false\n",
+        )
+        .unwrap();
+        let args = UpArgs {
+            max_body_bytes: Some(2000),
+            ..UpArgs::default()
+        };
+        let s = Settings::resolve(dir.path(), &args).unwrap();
+        assert_eq!(s.listen, "127.0.0.1:9000".parse().unwrap(), "from the file");
+        assert_eq!(s.max_body_bytes, 2000, "the flag wins");
+        assert!(s.record.is_none());
+        assert_eq!(s.max_code_bytes, 64 << 20, "the default");
+
+        std::fs::write(&file, "max_body_byte = 1000\n").unwrap();
+        let err = format!(
+            "{:#}",
+            Settings::resolve(dir.path(), &UpArgs::default()).unwrap_err()
+        );
+        assert!(err.contains("max_body_byte"), "{err}");
+        std::fs::write(&file, "max_body_bytes = \"lots\"\n").unwrap();
+        let err = format!(
+            "{:#}",
+            Settings::resolve(dir.path(), &UpArgs::default()).unwrap_err()
+        );
+        assert!(err.contains("max_body_bytes"), "{err}");
     }
 }
