@@ -1,6 +1,7 @@
-//! The trace report: a summary CSV, memory over time as CSV, and two SVG
-//! charts (plain SVG: a person opens them in a browser): memory over time
-//! per run, and the summary's figures side by side as bars.
+//! The trace report: a summary CSV, memory over time as CSV (both through
+//! the `csv` crate), and two SVG charts (plain SVG written here: a person
+//! opens them in a browser): memory over time per run, and the summary's
+//! figures side by side as bars.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -55,11 +56,34 @@ fn summary_table(reports: &[ModeReport], sep: &str) -> Vec<String> {
     out
 }
 
+/// One CSV written whole into memory (cannot fail: no I/O).
+fn csv_of(rows: impl IntoIterator<Item = Vec<String>>) -> String {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for row in rows {
+        w.write_record(&row)
+            .expect("writing CSV into memory cannot fail");
+    }
+    let bytes = w
+        .into_inner()
+        .expect("flushing CSV into memory cannot fail");
+    String::from_utf8(bytes).expect("CSV of UTF-8 fields is UTF-8")
+}
+
 pub fn summary_csv(reports: &[ModeReport]) -> String {
-    summary_table(reports, ",")
+    let Some(first) = reports.first() else {
+        return String::new();
+    };
+    let header = summary_fields(first)
         .iter()
-        .map(|l| format!("{l}\n"))
-        .collect()
+        .map(|(h, _)| h.to_string())
+        .collect();
+    csv_of(
+        std::iter::once(header).chain(
+            reports
+                .iter()
+                .map(|r| summary_fields(r).into_iter().map(|(_, v)| v).collect()),
+        ),
+    )
 }
 
 /// The same summary as a Markdown table, for the terminal and RESULTS.md.
@@ -83,29 +107,24 @@ fn label(r: &ModeReport) -> String {
 
 /// `time_s` and one column of GB held per run.
 pub fn memory_csv(reports: &[ModeReport]) -> String {
-    let mut out = String::from("time_s");
-    for r in reports {
-        let _ = write!(out, ",{}", label(r));
-    }
-    out.push('\n');
+    let header = std::iter::once("time_s".to_string())
+        .chain(reports.iter().map(label))
+        .collect();
     let rows = reports.iter().map(|r| r.memory.len()).max().unwrap_or(0);
-    for i in 0..rows {
+    let lines = (0..rows).map(|i| {
         let t = reports
             .iter()
             .find_map(|r| r.memory.get(i))
             .map_or(0.0, |m| m.0);
-        let _ = write!(out, "{t:.0}");
-        for r in reports {
-            match r.memory.get(i) {
-                Some((_, gb)) => {
-                    let _ = write!(out, ",{gb:.3}");
-                }
-                None => out.push(','),
-            }
-        }
-        out.push('\n');
-    }
-    out
+        std::iter::once(format!("{t:.0}"))
+            .chain(reports.iter().map(|r| {
+                r.memory
+                    .get(i)
+                    .map_or(String::new(), |(_, gb)| format!("{gb:.3}"))
+            }))
+            .collect()
+    });
+    csv_of(std::iter::once(header).chain(lines))
 }
 
 const COLORS: [&str; 8] = [
