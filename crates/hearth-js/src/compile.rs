@@ -15,9 +15,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use displaydoc::Display;
 use hearth_host::bundle::Bundle;
 use rquickjs::{Context, Ctx, Module, Runtime, Value, WriteOptions, qjs};
 use sha2::{Digest, Sha256};
+use thiserror::Error;
 
 /// What a unit is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,14 +47,36 @@ pub struct CompiledCode {
     pub units: BTreeMap<String, Unit>,
 }
 
+/// Why a bundle's JavaScript does not compile.
+#[derive(Debug, Display, Error)]
+pub enum CompileError {
+    /// {0}
+    Syntax(String),
+    /// {path} is not UTF-8 text
+    NotUtf8 { path: String },
+    /// {path} contains a NUL byte
+    Nul { path: String },
+    /// {path}: invalid JSON: {source}
+    Json {
+        path: String,
+        source: serde_json::Error,
+    },
+    /// the entry {0} is not a JavaScript file
+    EntryNotScript(String),
+    /// {path}: could not write bytecode{detail}
+    Bytecode { path: String, detail: String },
+    /// QuickJS: {0}
+    Engine(#[from] rquickjs::Error),
+}
+
 /// Compiles every script of `bundle`; the first syntax error is the error,
 /// as `file:line:col: SyntaxError: message`.
-pub fn compile(bundle: &Bundle, entry: &str) -> Result<CompiledCode, String> {
-    let rt = Runtime::new().map_err(|e| e.to_string())?;
+pub fn compile(bundle: &Bundle, entry: &str) -> Result<CompiledCode, CompileError> {
+    let rt = Runtime::new()?;
     // QuickJS looks imported modules up while compiling; at deploy time
     // they are only named, so every import gets an empty stand-in.
     rt.set_loader(StandIn, StandIn);
-    let ctx = Context::full(&rt).map_err(|e| e.to_string())?;
+    let ctx = Context::full(&rt)?;
     let type_module = bundle
         .file("package.json")
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
@@ -77,21 +101,26 @@ pub fn compile(bundle: &Bundle, entry: &str) -> Result<CompiledCode, String> {
                 continue;
             };
             let source = bundle.file(path).unwrap_or_default();
-            let text =
-                std::str::from_utf8(source).map_err(|_| format!("{path} is not UTF-8 text"))?;
+            let text = std::str::from_utf8(source).map_err(|_| CompileError::NotUtf8 {
+                path: path.to_string(),
+            })?;
             let bytes = match kind {
                 Kind::Esm => compile_module(&ctx, path, text)?,
                 Kind::Cjs => compile_cjs(&ctx, path, text)?,
                 Kind::Json => {
-                    serde_json::from_str::<serde_json::Value>(text)
-                        .map_err(|e| format!("{path}: invalid JSON: {e}"))?;
+                    serde_json::from_str::<serde_json::Value>(text).map_err(|source| {
+                        CompileError::Json {
+                            path: path.to_string(),
+                            source,
+                        }
+                    })?;
                     source.to_vec()
                 }
             };
             units.insert(path.to_string(), Unit { kind, bytes });
         }
         if !units.contains_key(entry) {
-            return Err(format!("the entry {entry} is not a JavaScript file"));
+            return Err(CompileError::EntryNotScript(entry.to_string()));
         }
         Ok(CompiledCode {
             entry: entry.to_string(),
@@ -137,12 +166,15 @@ fn has_esm_syntax(text: &str) -> bool {
     })
 }
 
-fn compile_module(ctx: &Ctx<'_>, path: &str, text: &str) -> Result<Vec<u8>, String> {
+fn compile_module(ctx: &Ctx<'_>, path: &str, text: &str) -> Result<Vec<u8>, CompileError> {
     match Module::declare(ctx.clone(), path, text) {
         Ok(m) => m
             .write(WriteOptions::default())
-            .map_err(|e| format!("{path}: {e}")),
-        Err(_) => Err(syntax_error(ctx, path)),
+            .map_err(|e| CompileError::Bytecode {
+                path: path.to_string(),
+                detail: format!(" ({e})"),
+            }),
+        Err(_) => Err(CompileError::Syntax(syntax_error(ctx, path))),
     }
 }
 
@@ -156,16 +188,18 @@ fn cjs_wrapper(text: &str) -> String {
     )
 }
 
-fn compile_cjs(ctx: &Ctx<'_>, path: &str, text: &str) -> Result<Vec<u8>, String> {
+fn compile_cjs(ctx: &Ctx<'_>, path: &str, text: &str) -> Result<Vec<u8>, CompileError> {
     compile_script(ctx, path, &cjs_wrapper(text))
 }
 
 /// Compiles a classic (sloppy-mode, global) script to bytecode.
-pub fn compile_script(ctx: &Ctx<'_>, path: &str, source: &str) -> Result<Vec<u8>, String> {
-    let name = std::ffi::CString::new(path).map_err(|e| e.to_string())?;
+pub fn compile_script(ctx: &Ctx<'_>, path: &str, source: &str) -> Result<Vec<u8>, CompileError> {
+    let nul = || CompileError::Nul {
+        path: path.to_string(),
+    };
+    let name = std::ffi::CString::new(path).map_err(|_| nul())?;
     // QuickJS's parser reads up to a NUL terminator, whatever the length.
-    let source =
-        std::ffi::CString::new(source).map_err(|_| format!("{path} contains a NUL byte"))?;
+    let source = std::ffi::CString::new(source).map_err(|_| nul())?;
     // SAFETY: the context is live for this call; `source` and `name` outlive
     // it; the returned value is owned by `Value::from_raw` and freed with it.
     let compiled = unsafe {
@@ -177,7 +211,7 @@ pub fn compile_script(ctx: &Ctx<'_>, path: &str, source: &str) -> Result<Vec<u8>
             (qjs::JS_EVAL_TYPE_GLOBAL | qjs::JS_EVAL_FLAG_COMPILE_ONLY) as i32,
         );
         if qjs::JS_IsException(raw) {
-            return Err(syntax_error(ctx, path));
+            return Err(CompileError::Syntax(syntax_error(ctx, path)));
         }
         Value::from_raw(ctx.clone(), raw)
     };
@@ -192,7 +226,10 @@ pub fn compile_script(ctx: &Ctx<'_>, path: &str, source: &str) -> Result<Vec<u8>
             qjs::JS_WRITE_OBJ_BYTECODE as i32,
         );
         if buf.is_null() {
-            return Err(format!("{path}: could not write bytecode"));
+            return Err(CompileError::Bytecode {
+                path: path.to_string(),
+                detail: String::new(),
+            });
         }
         let out = std::slice::from_raw_parts(buf, len as usize).to_vec();
         qjs::js_free(ctx.as_raw().as_ptr(), buf.cast());
@@ -314,7 +351,7 @@ pub fn load_or_compile(
     artifact: &str,
     bundle: &Bundle,
     entry: &str,
-) -> Result<CompiledCode, String> {
+) -> Result<CompiledCode, CompileError> {
     let path = cache_dir.join(format!("{artifact}.qjsbc"));
     if let Ok(bytes) = std::fs::read(&path) {
         if let Some(code) = decode(&bytes).filter(|c| c.entry == entry) {
@@ -388,7 +425,7 @@ mod tests {
             "index.mjs",
             "export default {\n  fetch() { return 1 +; }\n};\n",
         )]);
-        let err = compile(&b, "index.mjs").unwrap_err();
+        let err = compile(&b, "index.mjs").unwrap_err().to_string();
         assert!(err.starts_with("index.mjs:2:"), "{err}");
         assert!(err.contains("SyntaxError"), "{err}");
         let b = bundle(&[(
@@ -396,6 +433,7 @@ mod tests {
             "exports.handler = async (e) => {\n\n  return (;\n};\n",
         )]);
         let err = compile(&b, "h.js").unwrap_err();
-        assert!(err.starts_with("h.js:3:"), "{err}");
+        assert!(matches!(err, CompileError::Syntax(_)), "{err}");
+        assert!(err.to_string().starts_with("h.js:3:"), "{err}");
     }
 }

@@ -122,7 +122,7 @@ impl Engine for JsEngine {
             let artifact = bundle.to_tar();
             let hash = hearth_host::content_hash(&artifact);
             compile::load_or_compile(&cache_dir, &hash, &bundle, &entry)
-                .map_err(DeployError::Invalid)?;
+                .map_err(|e| DeployError::Invalid(e.to_string()))?;
             Ok(Compiled {
                 artifact,
                 compile_ms: started.elapsed().as_millis() as u64,
@@ -146,7 +146,8 @@ impl Engine for JsEngine {
         let code = tokio::task::spawn_blocking(move || {
             let bundle = Bundle::from_tar(&bytes)?;
             let entry = bundle.entry(Runtime::Js, handler.as_ref())?;
-            let mut code = compile::load_or_compile(&cache_dir, &hash, &bundle, &entry)?;
+            let mut code = compile::load_or_compile(&cache_dir, &hash, &bundle, &entry)
+                .map_err(|e| e.to_string())?;
             code.handler = handler.map(|h| h.function().to_string());
             Ok::<_, String>(code)
         })
