@@ -141,26 +141,12 @@ pub(crate) async fn forward(
 
 // ---- recordings in a cluster: each node keeps its own, the gateway asks all
 
-fn fanout_error(e: FanoutError) -> ApiError {
+/// A fan-out's failure as the caller sees it.
+pub(crate) fn fanout_error(e: FanoutError) -> ApiError {
     match e {
         FanoutError::NodeError { .. } => ApiError::BadGateway(e.to_string()),
         FanoutError::NotFound { .. } => ApiError::NotFound(e.to_string()),
     }
-}
-
-/// `GET /v1/functions/{name}/recordings` on a gateway.
-pub(crate) async fn recordings_list(
-    g: &Gateway,
-    tenant: &str,
-    name: &str,
-    query: Option<&str>,
-    limit: usize,
-    headers: &HeaderMap,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    fanout::recordings(g, tenant, name, query, limit, headers)
-        .await
-        .map(Json)
-        .map_err(fanout_error)
 }
 
 /// `GET /v1/recordings/{id}[/export]` and `POST /v1/recordings/{id}/replay`
@@ -188,16 +174,4 @@ pub(crate) async fn recording_on_its_node(
         HeaderValue::try_from(node.as_ref()).expect("a hex id is a valid header value"),
     );
     Ok(resp)
-}
-
-/// `POST /v1/functions/{name}/replay?against=N…` on a gateway.
-pub(crate) async fn replay_traffic(
-    g: &Gateway,
-    path_and_query: &str,
-    headers: &HeaderMap,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    fanout::replay_traffic(g, path_and_query, headers)
-        .await
-        .map(Json)
-        .map_err(fanout_error)
 }

@@ -94,7 +94,7 @@ pub(crate) async fn list(
     let q = tape_query(Some(name.clone()), &params(query.clone()))?;
     if let Some(g) = &s.gateway {
         let limit = q.limit as usize;
-        return crate::cluster::recordings_list(
+        return hearth_cluster::fanout::recordings(
             g,
             &p.tenant,
             &name,
@@ -102,7 +102,9 @@ pub(crate) async fn list(
             limit,
             &headers,
         )
-        .await;
+        .await
+        .map(Json)
+        .map_err(crate::cluster::fanout_error);
     }
     let tenant = p.tenant.clone();
     let tapes = with_archive(&s, move |a| a.list(&tenant, &q)).await?;
@@ -309,7 +311,10 @@ pub(crate) async fn replay_traffic(
             format!("/v1/functions/{name}/replay"),
             query.as_deref(),
         );
-        return crate::cluster::replay_traffic(g, &path, &headers).await;
+        return hearth_cluster::fanout::replay_traffic(g, &path, &headers)
+            .await
+            .map(Json)
+            .map_err(crate::cluster::fanout_error);
     }
     let params = params(query);
     let against: u32 = number(&params, "against")?.ok_or_else(|| {
