@@ -383,6 +383,11 @@ async fn an_installer_flooding_its_output_is_not_held_in_memory() {
         .await
         .unwrap_err();
     assert!(
+        matches!(err, hearth_proc::install::InstallError::Failed { .. }),
+        "{err:?}"
+    );
+    let err = err.to_string();
+    assert!(
         err.ends_with("the last line"),
         "{}",
         &err[..err.len().min(300)]

@@ -387,7 +387,7 @@ impl Engine for ProcEngine {
             .installs
             .lock_bundle(runtime, bundle, spec.source_builds)
             .await
-            .map_err(DeployError::Invalid)?;
+            .map_err(|e| DeployError::Invalid(e.to_string()))?;
         let mut warnings = locked.warnings;
         warnings.extend(env_read_at_import(spec, &locked.modules));
         Ok(Compiled {
@@ -433,7 +433,7 @@ impl Engine for ProcEngine {
                     .installs
                     .ensure(runtime, &p, version.spec.source_builds)
                     .await
-                    .map_err(DeployError::Load)?,
+                    .map_err(|e| DeployError::Load(e.to_string()))?,
             );
         }
         self.0.fill_roots();

@@ -15,7 +15,7 @@ use hearth_host::DeployedPackage;
 use hearth_host::bundle::Bundle;
 use hearth_host::deps::{LOCK_FILE, Lock, Package, Requirement};
 
-use super::InstallCache;
+use super::{InstallCache, InstallError};
 
 /// A bundle whose packages are locked and installed.
 pub struct Locked {
@@ -35,9 +35,9 @@ impl InstallCache {
         runtime: Runtime,
         bundle: Bundle,
         source_builds: bool,
-    ) -> Result<Locked, String> {
-        let requirements = bundle.requirements(runtime)?;
-        let carried = bundle.lock(runtime)?;
+    ) -> Result<Locked, InstallError> {
+        let requirements = bundle.requirements(runtime).map_err(InstallError::Bundle)?;
+        let carried = bundle.lock(runtime).map_err(InstallError::Bundle)?;
         let had_lock = carried.is_some();
         let (packages, warnings, fresh) = match carried {
             Some(lock) => (lock.packages, Vec::new(), Vec::new()),

@@ -51,7 +51,9 @@ use std::time::Duration;
 
 use hearth_core::Runtime;
 
+use displaydoc::Display;
 use hearth_host::deps::{NpmTree, Package, Requirement};
+use thiserror::Error;
 
 use crate::cgroup::CgroupPool;
 
@@ -61,6 +63,49 @@ mod sandbox;
 pub use lock::Locked;
 use sandbox::{Confinement, INSTALL_MEMORY};
 pub use sandbox::{DEFAULT_INDEX_HOSTS, InstallSandbox};
+
+/// Why packages could not be resolved or installed. Each names the
+/// command (`what`: `pip install six==1.16.0`, `npm ci left-pad@1.3.0`) and
+/// says what to do where there is something to do.
+#[derive(Debug, Display, Error)]
+pub enum InstallError {
+    /// {what}: {source}
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    /// {what}: could not start: {source}
+    Start {
+        what: String,
+        source: std::io::Error,
+    },
+    /// {what}: could not make its sandbox: {source}
+    Sandbox {
+        what: String,
+        source: std::io::Error,
+    },
+    /// {what} took more than {seconds} s
+    TooLong { what: String, seconds: u64 },
+    /// {what} failed: {output}
+    Failed { what: String, output: String },
+    /// {what}: the index's file for it is not the one locked ({hash}); it changed since the version was locked. Deploy again to lock what the index has now (pip said: {output})
+    HashChanged {
+        what: String,
+        hash: String,
+        output: String,
+    },
+    /// {what}: {why}
+    NotLocked { what: String, why: String },
+    /// {0}
+    Bundle(String),
+}
+
+impl InstallError {
+    fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> InstallError {
+        let what = what.into();
+        move |source| InstallError::Io { what, source }
+    }
+}
 
 /// How long one install may take.
 const INSTALL_TIME: Duration = Duration::from_secs(600);
@@ -188,7 +233,7 @@ impl InstallCache {
         runtime: Runtime,
         pkg: &Package,
         source_builds: bool,
-    ) -> Result<Installed, String> {
+    ) -> Result<Installed, InstallError> {
         Ok(self.ensure_reporting(runtime, pkg, source_builds).await?.0)
     }
 
@@ -199,7 +244,7 @@ impl InstallCache {
         runtime: Runtime,
         pkg: &Package,
         source_builds: bool,
-    ) -> Result<(Installed, bool), String> {
+    ) -> Result<(Installed, bool), InstallError> {
         let python = runtime == Runtime::Python;
         let source_builds = python && source_builds;
         let sub = match (python, source_builds) {
@@ -217,7 +262,8 @@ impl InstallCache {
                     .join(sub)
                     .join(format!(".tmp-{}-{}", pkg.dir_name(), std::process::id()));
             let _ = std::fs::remove_dir_all(&tmp);
-            std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
+            std::fs::create_dir_all(&tmp)
+                .map_err(InstallError::io(format!("cannot create {}", tmp.display())))?;
             let started = std::time::Instant::now();
             let result = match runtime {
                 Runtime::Python => self.pip(pkg, &tmp, true, source_builds).await,
@@ -237,7 +283,10 @@ impl InstallCache {
                 "installed"
             );
             make_world_readable(&tmp);
-            std::fs::rename(&tmp, &final_dir).map_err(|e| e.to_string())?;
+            std::fs::rename(&tmp, &final_dir).map_err(InstallError::io(format!(
+                "cannot move {} into place",
+                tmp.display()
+            )))?;
         }
         let installed = match runtime {
             Runtime::Python => Installed {
@@ -268,7 +317,7 @@ impl InstallCache {
         runtime: Runtime,
         requirements: &[Requirement],
         source_builds: bool,
-    ) -> Result<Vec<(Package, bool)>, String> {
+    ) -> Result<Vec<(Package, bool)>, InstallError> {
         let work = self.dir.join(if runtime == Runtime::Python {
             "python"
         } else {
@@ -282,7 +331,8 @@ impl InstallCache {
             for r in requirements {
                 let tmp = work.join(format!(".tmp-resolve-{}-{n}", std::process::id()));
                 let _ = std::fs::remove_dir_all(&tmp);
-                std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
+                std::fs::create_dir_all(&tmp)
+                    .map_err(InstallError::io(format!("cannot create {}", tmp.display())))?;
                 let result = self.npm(&r.name, &r.spec, &tmp, None).await;
                 let resolved = match result {
                     Ok(p) => p,
@@ -298,7 +348,10 @@ impl InstallCache {
                 let fresh = !final_dir.exists();
                 if fresh {
                     make_world_readable(&tmp);
-                    std::fs::rename(&tmp, &final_dir).map_err(|e| e.to_string())?;
+                    std::fs::rename(&tmp, &final_dir).map_err(InstallError::io(format!(
+                        "cannot move {} into place",
+                        tmp.display()
+                    )))?;
                 } else {
                     let _ = std::fs::remove_dir_all(&tmp);
                 }
@@ -308,7 +361,8 @@ impl InstallCache {
         }
         let tmp = work.join(format!(".tmp-resolve-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(&tmp)
+            .map_err(InstallError::io(format!("cannot create {}", tmp.display())))?;
         let report = tmp.join("report.json");
         let mut cmd = self.pip_command(source_builds);
         cmd.args(["--dry-run", "--ignore-installed", "--report"])
@@ -323,7 +377,12 @@ impl InstallCache {
                 Ok(())
             })
             .await
-            .and_then(|()| read_report(&report));
+            .and_then(|()| {
+                read_report(&report).map_err(|why| InstallError::NotLocked {
+                    what: what.to_string(),
+                    why,
+                })
+            });
         let _ = std::fs::remove_dir_all(&tmp);
         Ok(result?.into_iter().map(|p| (p, false)).collect())
     }
@@ -336,8 +395,9 @@ impl InstallCache {
         pkg: &Package,
         dir: &Path,
         source_builds: bool,
-    ) -> Result<Installed, String> {
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    ) -> Result<Installed, InstallError> {
+        std::fs::create_dir_all(dir)
+            .map_err(InstallError::io(format!("cannot create {}", dir.display())))?;
         self.pip(pkg, dir, false, source_builds).await?;
         make_world_readable(dir);
         Ok(Installed {
@@ -387,7 +447,7 @@ impl InstallCache {
         target: &Path,
         pip_cache: bool,
         source_builds: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), InstallError> {
         let mut cmd = self.pip_command(source_builds);
         cmd.arg("--no-deps").arg("--target").arg(target);
         // A sandboxed pip's cache would go with its root.
@@ -416,13 +476,17 @@ impl InstallCache {
             },
         )
         .await
-        .map_err(|e| match (&pkg.hash, e.contains("Expected sha256")) {
-            (Some(hash), true) => format!(
-                "{what}: the index's file for it is not the one locked ({hash}); it changed \
-                 since the version was locked. Deploy again to lock what the index has now \
-                 (pip said: {e})"
-            ),
-            _ => e,
+        .map_err(|e| match (e, &pkg.hash) {
+            (InstallError::Failed { what, output }, Some(hash))
+                if output.contains("Expected sha256") =>
+            {
+                InstallError::HashChanged {
+                    what,
+                    hash: hash.clone(),
+                    output,
+                }
+            }
+            (e, _) => e,
         })
     }
 
@@ -436,7 +500,7 @@ impl InstallCache {
         range: &str,
         target: &Path,
         tree: Option<&NpmTree>,
-    ) -> Result<Package, String> {
+    ) -> Result<Package, InstallError> {
         let spec = format!("{name}@{range}");
         let mut cmd = tokio::process::Command::new(&self.npm);
         match tree {
@@ -459,8 +523,9 @@ impl InstallCache {
                     "dependencies": dependencies,
                 });
                 let write = |file: &str, v: &serde_json::Value| {
-                    std::fs::write(target.join(file), v.to_string())
-                        .map_err(|e| format!("npm ci {spec}: {e}"))
+                    std::fs::write(target.join(file), v.to_string()).map_err(InstallError::io(
+                        format!("npm ci {spec}: cannot write {file}"),
+                    ))
                 };
                 write("package.json", &manifest)?;
                 write("package-lock.json", &lockfile)?;
@@ -501,7 +566,7 @@ impl InstallCache {
             Ok(())
         })
         .await?;
-        npm_installed(target, name).map_err(|e| format!("{what}: {e}"))
+        npm_installed(target, name).map_err(|why| InstallError::NotLocked { what, why })
     }
 
     /// Runs installer `cmd`, which writes into `target`, with a scratch
@@ -520,7 +585,7 @@ impl InstallCache {
             &Path,
             Option<(u32, u32)>,
         ) -> std::io::Result<()>,
-    ) -> Result<(), String> {
+    ) -> Result<(), InstallError> {
         // On disk beside the target: a download can be larger than a
         // root's scratch tmpfs.
         let mut scratch = target.as_os_str().to_owned();
@@ -550,19 +615,25 @@ impl InstallCache {
         let result = match ready {
             Ok(()) => match tokio::time::timeout(INSTALL_TIME, run(cmd, what)).await {
                 Ok(r) => r,
-                Err(_) => Err(format!(
-                    "{what} took more than {} s",
-                    INSTALL_TIME.as_secs()
-                )),
+                Err(_) => Err(InstallError::TooLong {
+                    what: what.to_string(),
+                    seconds: INSTALL_TIME.as_secs(),
+                }),
             },
-            Err(e) => Err(format!("{what}: could not make its sandbox: {e}")),
+            Err(source) => Err(InstallError::Sandbox {
+                what: what.to_string(),
+                source,
+            }),
         };
         held.release(self.cgroups.get()).await;
         let _ = std::fs::remove_dir_all(&scratch);
         if owner.is_some() {
             // What it wrote becomes the node's again: sandboxes read it,
             // none may change it.
-            chown_tree(target, 0, 0).map_err(|e| format!("{what}: {e}"))?;
+            chown_tree(target, 0, 0).map_err(InstallError::io(format!(
+                "{what}: cannot give {} back to the node",
+                target.display()
+            )))?;
         }
         result
     }
@@ -573,15 +644,16 @@ impl InstallCache {
 /// that floods its output costs the node nothing.
 const KEPT_OUTPUT: usize = 4 << 10;
 
-async fn run(mut cmd: tokio::process::Command, what: &str) -> Result<(), String> {
+async fn run(mut cmd: tokio::process::Command, what: &str) -> Result<(), InstallError> {
     use tokio::io::AsyncReadExt;
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("{what}: could not start: {e}"))?;
+    let mut child = cmd.spawn().map_err(|source| InstallError::Start {
+        what: what.to_string(),
+        source,
+    })?;
     let mut stderr = child.stderr.take().expect("stderr is piped");
     let mut tail = Vec::with_capacity(2 * KEPT_OUTPUT);
     let mut chunk = [0u8; 8192];
@@ -608,37 +680,45 @@ async fn run(mut cmd: tokio::process::Command, what: &str) -> Result<(), String>
     {
         keep(&chunk[..n]);
     }
-    let status = status.map_err(|e| format!("{what}: {e}"))?;
+    let status = status.map_err(InstallError::io(what))?;
     if status.success() {
         return Ok(());
     }
     let stderr = String::from_utf8_lossy(&tail[tail.len().saturating_sub(KEPT_OUTPUT)..]);
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     let last = lines[lines.len().saturating_sub(3)..].join(" / ");
-    Err(format!("{what} failed: {last}"))
+    Err(InstallError::Failed {
+        what: what.to_string(),
+        output: last,
+    })
 }
 
 /// Whether what npm installed, `got`, is the locked package `want`: its
 /// version, and its integrity and tree where the lock has them.
-fn is_locked(want: &Package, got: &Package) -> Result<(), String> {
+fn is_locked(want: &Package, got: &Package) -> Result<(), InstallError> {
     let spec = want.spec(Runtime::Node);
+    let not = |what: String, why: String| Err(InstallError::NotLocked { what, why });
     if got.version != want.version {
-        return Err(format!(
-            "npm install {spec}: npm installed version {}",
-            got.version
-        ));
+        return not(
+            format!("npm install {spec}"),
+            format!("npm installed version {}", got.version),
+        );
     }
     if want.hash.is_some() && got.hash != want.hash {
-        return Err(format!(
-            "npm install {spec}: the registry's file has integrity {}, not the locked {}",
-            got.hash.as_deref().unwrap_or("(none)"),
-            want.hash.as_deref().unwrap_or_default()
-        ));
+        return not(
+            format!("npm install {spec}"),
+            format!(
+                "the registry's file has integrity {}, not the locked {}",
+                got.hash.as_deref().unwrap_or("(none)"),
+                want.hash.as_deref().unwrap_or_default()
+            ),
+        );
     }
     if want.tree.is_some() && got.tree != want.tree {
-        return Err(format!(
-            "npm ci {spec}: what npm installed is not the locked tree"
-        ));
+        return not(
+            format!("npm ci {spec}"),
+            "what npm installed is not the locked tree".into(),
+        );
     }
     Ok(())
 }
