@@ -1,0 +1,122 @@
+//! The node's admission, in process: the real node with the real wasm tier
+//! (no HTTP in between), so what is tested is the invoker's own rule: a
+//! node-wide limit and a per-tenant share, both taken before anything
+//! runs, and given back when an invocation ends.
+
+// Tests unwrap: a failed unwrap is the test failing, at its line.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hearth_core::{FunctionSpec, InvokeError, Request, Runtime};
+use hearth_host::{Engine, HostLimits, HostServices, Source};
+use hearth_node::{Node, NodeConfig};
+use hearth_store::{ArtifactStore, SqliteStore, Store};
+use hearth_wasm::{WasmConfig, WasmEngine};
+
+const SPIN: &[u8] = include_bytes!("../../../examples/wasm/spin.wat");
+const HELLO: &[u8] = include_bytes!("../../../examples/wasm/hello.wat");
+
+struct Fixture {
+    node: Arc<Node>,
+    _dir: tempfile::TempDir,
+}
+
+/// A node with `limits` (node-wide, per tenant), tenants `a` and `b`, and
+/// in each a `spin` (runs until its 400 ms deadline) and a `hello`.
+async fn node(limits: (usize, usize)) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+    let artifacts = ArtifactStore::open(dir.path().join("artifacts")).unwrap();
+    let wasm: Arc<dyn Engine> =
+        Arc::new(WasmEngine::new(WasmConfig::new(dir.path().join("cache"))).unwrap());
+    let services = Arc::new(HostServices::new(store.clone(), HostLimits::default()));
+    let config = NodeConfig {
+        max_concurrency: limits.0,
+        max_concurrency_per_tenant: limits.1,
+        ..NodeConfig::default()
+    };
+    let node = Arc::new(Node::new(
+        store.clone(),
+        artifacts,
+        vec![wasm],
+        services,
+        config,
+    ));
+    for tenant in ["a", "b"] {
+        store.create_tenant(tenant).unwrap();
+        for (name, code) in [("spin", SPIN), ("hello", HELLO)] {
+            let mut spec = FunctionSpec::new(Runtime::Wasm);
+            spec.limits.timeout_ms = 400;
+            node.deploy(tenant, name, Source::from(code.to_vec()), spec)
+                .await
+                .unwrap();
+        }
+    }
+    Fixture { node, _dir: dir }
+}
+
+async fn invoke(node: &Node, tenant: &str, name: &str) -> Result<(), InvokeError> {
+    let v = node.resolve(tenant, name, None).await.unwrap();
+    node.invoke(&v, Request::default(), None)
+        .await
+        .unwrap()
+        .result
+        .map(drop)
+}
+
+/// Starts `n` spins of `tenant` and waits until they run.
+async fn spinning(f: &Fixture, tenant: &'static str, n: usize) -> Vec<tokio::task::JoinHandle<()>> {
+    let before = f.node.in_flight();
+    let spins: Vec<_> = (0..n)
+        .map(|_| {
+            let node = f.node.clone();
+            tokio::spawn(async move {
+                let r = invoke(&node, tenant, "spin").await;
+                assert!(matches!(r, Err(InvokeError::Timeout { .. })), "{r:?}");
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while f.node.in_flight() < before + n {
+        assert!(Instant::now() < deadline, "the spins did not start");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    spins
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_at_its_limit_refuses_before_running_anything_and_takes_work_again_after() {
+    let f = node((1, 1)).await;
+    let spins = spinning(&f, "a", 1).await;
+    let refused = Instant::now();
+    let r = invoke(&f.node, "b", "hello").await;
+    assert!(matches!(r, Err(InvokeError::Overloaded)), "{r:?}");
+    assert!(
+        refused.elapsed() < Duration::from_millis(200),
+        "refused at once"
+    );
+    for s in spins {
+        s.await.unwrap();
+    }
+    assert_eq!(f.node.in_flight(), 0, "the permit went back");
+    invoke(&f.node, "b", "hello").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenant_at_its_share_is_refused_while_another_still_runs() {
+    let f = node((4, 2)).await;
+    let spins = spinning(&f, "a", 2).await;
+    assert_eq!(f.node.tenant_in_flight("a").0, 2);
+    let r = invoke(&f.node, "a", "hello").await;
+    assert!(
+        matches!(r, Err(InvokeError::TenantBusy { limit: 2 })),
+        "{r:?}"
+    );
+    invoke(&f.node, "b", "hello").await.unwrap();
+    for s in spins {
+        s.await.unwrap();
+    }
+    invoke(&f.node, "a", "hello").await.unwrap();
+}
