@@ -13,13 +13,67 @@ use std::collections::BTreeMap;
 use std::io::{Cursor, Read};
 use std::path::{Component, Path};
 
+use displaydoc::Display;
 use hearth_core::{HandlerName, Runtime};
+use thiserror::Error;
 
 use crate::deps::{LOCK_FILE, Lock, Package, Requirement};
 
 /// Upper bounds on what a bundle may unpack to.
 pub const MAX_FILES: usize = 10_000;
 pub const MAX_UNPACKED_BYTES: u64 = 128 << 20;
+
+/// Why an upload is not a bundle Hearth can run, or what in it is missing.
+#[derive(Debug, Display, Error)]
+pub enum BundleError {
+    /// not a valid gzip archive: {0}
+    NotGzip(std::io::Error),
+    /// not a valid tar archive: {0}
+    NotTar(std::io::Error),
+    /// not a valid zip archive: {0}
+    NotZip(zip::result::ZipError),
+    /// {name} is neither source text nor a tar/zip archive
+    NotSource { name: String },
+    /// the bundle unpacks to more than {max_mib} MiB or {max_files} files
+    TooBig { max_mib: u64, max_files: usize },
+    /// the archive holds no files
+    Empty,
+    /// {path:?}: paths in a bundle must be relative and stay inside it
+    Escapes { path: String },
+    /// {path:?} is not a file name
+    NotAFileName { path: String },
+    /// {path}: only regular files and directories may be in a bundle
+    NotAFile { path: String },
+    /// {path}: links may not be in a bundle
+    Link { path: String },
+    /// {path}: {source}
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    /// handler {handler}: the bundle has no {wanted} (files: {listing})
+    NoHandlerModule {
+        handler: String,
+        wanted: String,
+        listing: String,
+    },
+    /// package.json names main {main:?}, which is not in the bundle
+    MissingMain { main: String },
+    /// cannot tell which file to run: name it one of {candidates}
+    NoEntry { candidates: String },
+    /// {entry} never mentions {function} (the handler {handler}): export it, or name another with --handler module.function
+    NotMentioned {
+        entry: String,
+        function: String,
+        handler: String,
+    },
+    /// package.json: {0}
+    PackageJson(serde_json::Error),
+    /// {0}
+    Packages(String),
+    /// {name} {spec:?} has no lock: deploy it again to resolve it
+    NotLocked { name: String, spec: String },
+}
 
 /// The files of a function version, by relative path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,13 +88,13 @@ impl Bundle {
         runtime: Runtime,
         file_name: Option<&str>,
         bytes: &[u8],
-    ) -> Result<Bundle, String> {
+    ) -> Result<Bundle, BundleError> {
         if bytes.starts_with(&[0x1f, 0x8b]) {
             let mut raw = Vec::new();
             flate2::read::GzDecoder::new(bytes)
                 .take(MAX_UNPACKED_BYTES + 1)
                 .read_to_end(&mut raw)
-                .map_err(|e| format!("not a valid gzip archive: {e}"))?;
+                .map_err(BundleError::NotGzip)?;
             if raw.len() as u64 > MAX_UNPACKED_BYTES {
                 return Err(too_big());
             }
@@ -57,9 +111,7 @@ impl Bundle {
             .unwrap_or_else(|| default_entry(runtime).to_string());
         let name = check_path(&name)?;
         if std::str::from_utf8(bytes).is_err() {
-            return Err(format!(
-                "{name} is neither source text nor a tar/zip archive"
-            ));
+            return Err(BundleError::NotSource { name });
         }
         Ok(Bundle {
             files: BTreeMap::from([(name, bytes.to_vec())]),
@@ -68,7 +120,7 @@ impl Bundle {
 
     /// The files of `source`: an upload as [`from_upload`](Self::from_upload)
     /// reads it, an artifact exactly.
-    pub fn from_source(runtime: Runtime, source: &crate::Source) -> Result<Bundle, String> {
+    pub fn from_source(runtime: Runtime, source: &crate::Source) -> Result<Bundle, BundleError> {
         if source.artifact {
             Bundle::from_tar(&source.code)
         } else {
@@ -78,10 +130,10 @@ impl Bundle {
 
     /// Reads a canonical tar ([`to_tar`](Self::to_tar)) back exactly: no
     /// directory is stripped, as one was when the upload was read.
-    pub fn from_tar(bytes: &[u8]) -> Result<Bundle, String> {
+    pub fn from_tar(bytes: &[u8]) -> Result<Bundle, BundleError> {
         let files = read_tar(bytes)?;
         if files.is_empty() {
-            return Err("the archive holds no files".into());
+            return Err(BundleError::Empty);
         }
         Ok(Bundle { files })
     }
@@ -89,9 +141,9 @@ impl Bundle {
     /// An upload's files. A bundle packed from a directory often has one
     /// top directory (`myfn/handler.py`): it is stripped when everything
     /// is inside it.
-    fn uploaded(files: BTreeMap<String, Vec<u8>>) -> Result<Bundle, String> {
+    fn uploaded(files: BTreeMap<String, Vec<u8>>) -> Result<Bundle, BundleError> {
         let Some(first) = files.keys().next().cloned() else {
-            return Err("the archive holds no files".into());
+            return Err(BundleError::Empty);
         };
         if let Some((top, _)) = first.split_once('/') {
             let prefix = format!("{top}/");
@@ -152,7 +204,11 @@ impl Bundle {
     /// function names one (`app.handler`: `app.py`, or `app/__init__.py`;
     /// `src/index.handler`: `src/index.mjs`, `.js` or `.cjs`), otherwise
     /// `package.json`'s `main` or the first of the usual names present.
-    pub fn entry(&self, runtime: Runtime, handler: Option<&HandlerName>) -> Result<String, String> {
+    pub fn entry(
+        &self,
+        runtime: Runtime,
+        handler: Option<&HandlerName>,
+    ) -> Result<String, BundleError> {
         if let Some(handler) = handler {
             let module = handler.module_path();
             let files: Vec<String> = match runtime {
@@ -166,12 +222,10 @@ impl Bundle {
                 .iter()
                 .find(|f| self.files.contains_key(*f))
                 .cloned()
-                .ok_or_else(|| {
-                    format!(
-                        "handler {handler}: the bundle has no {} (files: {})",
-                        files.join(" or "),
-                        self.listing()
-                    )
+                .ok_or_else(|| BundleError::NoHandlerModule {
+                    handler: handler.to_string(),
+                    wanted: files.join(" or "),
+                    listing: self.listing(),
                 });
         }
         let candidates: &[&str] = match runtime {
@@ -193,9 +247,7 @@ impl Bundle {
             return if self.files.contains_key(&main) {
                 Ok(main)
             } else {
-                Err(format!(
-                    "package.json names main {main:?}, which is not in the bundle"
-                ))
+                Err(BundleError::MissingMain { main })
             };
         }
         if let Some(c) = candidates.iter().find(|c| self.files.contains_key(**c)) {
@@ -212,24 +264,24 @@ impl Bundle {
             .collect();
         match top.as_slice() {
             [one] => Ok(one.to_string()),
-            _ => Err(format!(
-                "cannot tell which file to run: name it one of {}",
-                candidates.join(", ")
-            )),
+            _ => Err(BundleError::NoEntry {
+                candidates: candidates.join(", "),
+            }),
         }
     }
 
     /// A JavaScript entry's exports are known only once it runs; at deploy
     /// the entry must at least name the handler's function.
-    pub fn check_mentions(&self, entry: &str, handler: &HandlerName) -> Result<(), String> {
+    pub fn check_mentions(&self, entry: &str, handler: &HandlerName) -> Result<(), BundleError> {
         let source = String::from_utf8_lossy(self.file(entry).unwrap_or_default());
         if mentions_identifier(&source, handler.function()) {
             return Ok(());
         }
-        Err(format!(
-            "{entry} never mentions {} (the handler {handler}): export it, or name another with --handler module.function",
-            handler.function()
-        ))
+        Err(BundleError::NotMentioned {
+            entry: entry.to_string(),
+            function: handler.function().to_string(),
+            handler: handler.to_string(),
+        })
     }
 
     /// The bundle's first few file names, for error messages.
@@ -242,33 +294,34 @@ impl Bundle {
         names.join(", ")
     }
 
-    fn package_json(&self) -> Result<Option<serde_json::Value>, String> {
+    fn package_json(&self) -> Result<Option<serde_json::Value>, BundleError> {
         self.files
             .get("package.json")
-            .map(|b| serde_json::from_slice(b).map_err(|e| format!("package.json: {e}")))
+            .map(|b| serde_json::from_slice(b).map_err(BundleError::PackageJson))
             .transpose()
     }
 
     /// What the bundle asks for: `requirements.txt` (Python) or
     /// `package.json` `dependencies` (Node.js), checked.
-    pub fn requirements(&self, runtime: Runtime) -> Result<Vec<Requirement>, String> {
+    pub fn requirements(&self, runtime: Runtime) -> Result<Vec<Requirement>, BundleError> {
         match runtime {
             Runtime::Python => match self.files.get("requirements.txt") {
-                Some(text) => crate::deps::parse_requirements(&String::from_utf8_lossy(text)),
+                Some(text) => crate::deps::parse_requirements(&String::from_utf8_lossy(text))
+                    .map_err(BundleError::Packages),
                 None => Ok(Vec::new()),
             },
             _ => match self.package_json()? {
-                Some(pkg) => crate::deps::parse_package_json(&pkg),
+                Some(pkg) => crate::deps::parse_package_json(&pkg).map_err(BundleError::Packages),
                 None => Ok(Vec::new()),
             },
         }
     }
 
     /// The lock the bundle carries, if any (checked).
-    pub fn lock(&self, runtime: Runtime) -> Result<Option<Lock>, String> {
+    pub fn lock(&self, runtime: Runtime) -> Result<Option<Lock>, BundleError> {
         self.files
             .get(LOCK_FILE)
-            .map(|bytes| Lock::parse(runtime, bytes))
+            .map(|bytes| Lock::parse(runtime, bytes).map_err(BundleError::Packages))
             .transpose()
     }
 
@@ -298,7 +351,7 @@ impl Bundle {
 
     /// The exact packages to install: the lock's; for an artifact stored
     /// before locks existed, its requirements, which were exact pins then.
-    pub fn packages(&self, runtime: Runtime) -> Result<Vec<Package>, String> {
+    pub fn packages(&self, runtime: Runtime) -> Result<Vec<Package>, BundleError> {
         if let Some(lock) = self.lock(runtime)? {
             return Ok(lock.packages);
         }
@@ -311,10 +364,10 @@ impl Bundle {
                     hash: None,
                     tree: None,
                 }),
-                None => Err(format!(
-                    "{} {:?} has no lock: deploy it again to resolve it",
-                    r.name, r.spec
-                )),
+                None => Err(BundleError::NotLocked {
+                    name: r.name,
+                    spec: r.spec,
+                }),
             })
             .collect()
     }
@@ -333,28 +386,23 @@ fn mentions_identifier(source: &str, name: &str) -> bool {
 
 /// The files of a tar archive, checked: regular files (directories are
 /// implied) under safe relative paths, within the bounds.
-fn read_tar(bytes: &[u8]) -> Result<BTreeMap<String, Vec<u8>>, String> {
+fn read_tar(bytes: &[u8]) -> Result<BTreeMap<String, Vec<u8>>, BundleError> {
     let mut archive = tar::Archive::new(Cursor::new(bytes));
     let mut files = BTreeMap::new();
     let mut total = 0u64;
-    for entry in archive
-        .entries()
-        .map_err(|e| format!("not a valid tar archive: {e}"))?
-    {
-        let mut entry = entry.map_err(|e| format!("not a valid tar archive: {e}"))?;
+    for entry in archive.entries().map_err(BundleError::NotTar)? {
+        let mut entry = entry.map_err(BundleError::NotTar)?;
         let kind = entry.header().entry_type();
         let path = entry
             .path()
-            .map_err(|e| format!("bad path in archive: {e}"))?
+            .map_err(BundleError::NotTar)?
             .to_string_lossy()
             .into_owned();
         if kind.is_dir() || kind.is_pax_global_extensions() || kind.is_pax_local_extensions() {
             continue;
         }
         if !kind.is_file() {
-            return Err(format!(
-                "{path}: only regular files and directories may be in a bundle"
-            ));
+            return Err(BundleError::NotAFile { path });
         }
         let path = check_path(&path)?;
         total += entry.size();
@@ -364,25 +412,29 @@ fn read_tar(bytes: &[u8]) -> Result<BTreeMap<String, Vec<u8>>, String> {
         let mut data = Vec::with_capacity(entry.size() as usize);
         entry
             .read_to_end(&mut data)
-            .map_err(|e| format!("{path}: {e}"))?;
+            .map_err(|source| BundleError::Read {
+                path: path.clone(),
+                source,
+            })?;
         files.insert(path, data);
     }
     Ok(files)
 }
 
 /// The files of a zip archive, checked as [`read_tar`] checks a tar's.
-fn read_zip(bytes: &[u8]) -> Result<BTreeMap<String, Vec<u8>>, String> {
-    let mut zip = zip::ZipArchive::new(Cursor::new(bytes))
-        .map_err(|e| format!("not a valid zip archive: {e}"))?;
+fn read_zip(bytes: &[u8]) -> Result<BTreeMap<String, Vec<u8>>, BundleError> {
+    let mut zip = zip::ZipArchive::new(Cursor::new(bytes)).map_err(BundleError::NotZip)?;
     let mut files = BTreeMap::new();
     let mut total = 0u64;
     for i in 0..zip.len() {
-        let mut f = zip.by_index(i).map_err(|e| format!("bad zip entry: {e}"))?;
+        let mut f = zip.by_index(i).map_err(BundleError::NotZip)?;
         if f.is_dir() {
             continue;
         }
         if f.is_symlink() {
-            return Err(format!("{}: links may not be in a bundle", f.name()));
+            return Err(BundleError::Link {
+                path: f.name().to_string(),
+            });
         }
         let path = check_path(f.name())?;
         let mut data = Vec::new();
@@ -390,7 +442,10 @@ fn read_zip(bytes: &[u8]) -> Result<BTreeMap<String, Vec<u8>>, String> {
         (&mut f)
             .take(MAX_UNPACKED_BYTES + 1 - total)
             .read_to_end(&mut data)
-            .map_err(|e| format!("{path}: {e}"))?;
+            .map_err(|source| BundleError::Read {
+                path: path.clone(),
+                source,
+            })?;
         total += data.len() as u64;
         if total > MAX_UNPACKED_BYTES || files.len() >= MAX_FILES {
             return Err(too_big());
@@ -400,11 +455,11 @@ fn read_zip(bytes: &[u8]) -> Result<BTreeMap<String, Vec<u8>>, String> {
     Ok(files)
 }
 
-fn too_big() -> String {
-    format!(
-        "the bundle unpacks to more than {} MiB or {MAX_FILES} files",
-        MAX_UNPACKED_BYTES >> 20
-    )
+fn too_big() -> BundleError {
+    BundleError::TooBig {
+        max_mib: MAX_UNPACKED_BYTES >> 20,
+        max_files: MAX_FILES,
+    }
 }
 
 fn default_entry(runtime: Runtime) -> &'static str {
@@ -419,7 +474,7 @@ fn is_tar(bytes: &[u8]) -> bool {
 }
 
 /// A relative path of normal components, as a `/`-separated string.
-fn check_path(path: &str) -> Result<String, String> {
+fn check_path(path: &str) -> Result<String, BundleError> {
     let p = Path::new(path);
     let mut parts = Vec::new();
     for c in p.components() {
@@ -427,14 +482,16 @@ fn check_path(path: &str) -> Result<String, String> {
             Component::Normal(s) => parts.push(s.to_string_lossy().into_owned()),
             Component::CurDir => {}
             _ => {
-                return Err(format!(
-                    "{path:?}: paths in a bundle must be relative and stay inside it"
-                ));
+                return Err(BundleError::Escapes {
+                    path: path.to_string(),
+                });
             }
         }
     }
     if parts.is_empty() {
-        return Err(format!("{path:?} is not a file name"));
+        return Err(BundleError::NotAFileName {
+            path: path.to_string(),
+        });
     }
     Ok(parts.join("/"))
 }
@@ -497,7 +554,9 @@ mod tests {
             entry(Runtime::Js, "src.index.handler").unwrap(),
             "src/index.js"
         );
-        let err = entry(Runtime::Python, "app.handler").unwrap_err();
+        let err = entry(Runtime::Python, "app.handler")
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("no app.py or app/__init__.py") && err.contains("lambda_function.py"),
             "{err}"
@@ -549,7 +608,8 @@ mod tests {
         h.set_cksum();
         b.append(&h, &b"x"[..]).unwrap();
         let err = Bundle::from_tar(&b.into_inner().unwrap()).unwrap_err();
-        assert!(err.contains("relative"), "{err}");
+        assert!(matches!(err, BundleError::Escapes { .. }), "{err}");
+        assert!(err.to_string().contains("relative"), "{err}");
     }
 
     #[test]
@@ -562,7 +622,7 @@ mod tests {
         };
         let loose = with(&[("requirements.txt", "jinja2>=3\n")]);
         let err = loose.packages(Runtime::Python).unwrap_err();
-        assert!(err.contains("no lock"), "{err}");
+        assert!(matches!(err, BundleError::NotLocked { .. }), "{err}");
         let lock = Lock::new(vec![Package {
             name: "jinja2".into(),
             version: "3.1.4".into(),

@@ -110,14 +110,15 @@ impl Engine for JsEngine {
         let cache_dir = self.0.cache_dir.clone();
         let handler = spec.handler.clone();
         tokio::task::spawn_blocking(move || {
-            let bundle = Bundle::from_source(Runtime::Js, &source).map_err(DeployError::Invalid)?;
+            let bundle = Bundle::from_source(Runtime::Js, &source)
+                .map_err(|e| DeployError::Invalid(e.to_string()))?;
             let entry = bundle
                 .entry(Runtime::Js, handler.as_ref())
-                .map_err(DeployError::NotAFunction)?;
+                .map_err(|e| DeployError::NotAFunction(e.to_string()))?;
             if let Some(h) = &handler {
                 bundle
                     .check_mentions(&entry, h)
-                    .map_err(DeployError::NotAFunction)?;
+                    .map_err(|e| DeployError::NotAFunction(e.to_string()))?;
             }
             let artifact = bundle.to_tar();
             let hash = hearth_host::content_hash(&artifact);
@@ -144,8 +145,10 @@ impl Engine for JsEngine {
         let (cache_dir, hash) = (self.0.cache_dir.clone(), version.artifact.clone());
         let handler = version.spec.handler.clone();
         let code = tokio::task::spawn_blocking(move || {
-            let bundle = Bundle::from_tar(&bytes)?;
-            let entry = bundle.entry(Runtime::Js, handler.as_ref())?;
+            let bundle = Bundle::from_tar(&bytes).map_err(|e| e.to_string())?;
+            let entry = bundle
+                .entry(Runtime::Js, handler.as_ref())
+                .map_err(|e| e.to_string())?;
             let mut code = compile::load_or_compile(&cache_dir, &hash, &bundle, &entry)
                 .map_err(|e| e.to_string())?;
             code.handler = handler.map(|h| h.function().to_string());

@@ -109,7 +109,7 @@ pub(crate) async fn check_node(
     if let Some(h) = handler {
         bundle
             .check_mentions(entry, h)
-            .map_err(DeployError::NotAFunction)?;
+            .map_err(|e| DeployError::NotAFunction(e.to_string()))?;
     }
     let module = entry.ends_with(".mjs")
         || (!entry.ends_with(".cjs") && String::from_utf8_lossy(&source).contains("export "));

@@ -363,11 +363,12 @@ impl Engine for ProcEngine {
         } else {
             runtime
         };
-        let bundle = Bundle::from_source(runtime, &source).map_err(DeployError::Invalid)?;
+        let bundle = Bundle::from_source(runtime, &source)
+            .map_err(|e| DeployError::Invalid(e.to_string()))?;
         let handler = spec.handler.as_ref();
         let entry = bundle
             .entry(runtime, handler)
-            .map_err(DeployError::NotAFunction)?;
+            .map_err(|e| DeployError::NotAFunction(e.to_string()))?;
         if runtime == Runtime::Python {
             crate::syntax::check_python(&self.0.config.python, &bundle, &entry, handler).await?;
         } else {
@@ -412,10 +413,10 @@ impl Engine for ProcEngine {
         let bytes = artifacts
             .read(&version.artifact)
             .map_err(DeployError::Load)?;
-        let bundle = Bundle::from_tar(&bytes).map_err(DeployError::Load)?;
+        let bundle = Bundle::from_tar(&bytes).map_err(|e| DeployError::Load(e.to_string()))?;
         let entry = bundle
             .entry(runtime, version.spec.handler.as_ref())
-            .map_err(DeployError::Load)?;
+            .map_err(|e| DeployError::Load(e.to_string()))?;
         let code_dir = self.0.config.dir.join("code").join(&version.artifact);
         if !code_dir.exists() {
             let tmp = code_dir.with_extension(format!("tmp{}", std::process::id()));
@@ -427,7 +428,10 @@ impl Engine for ProcEngine {
             std::fs::rename(&tmp, &code_dir).map_err(|e| DeployError::Load(e.to_string()))?;
         }
         let mut installed = Vec::new();
-        for p in bundle.packages(runtime).map_err(DeployError::Load)? {
+        for p in bundle
+            .packages(runtime)
+            .map_err(|e| DeployError::Load(e.to_string()))?
+        {
             installed.push(
                 self.0
                     .installs

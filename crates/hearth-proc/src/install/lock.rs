@@ -36,8 +36,8 @@ impl InstallCache {
         bundle: Bundle,
         source_builds: bool,
     ) -> Result<Locked, InstallError> {
-        let requirements = bundle.requirements(runtime).map_err(InstallError::Bundle)?;
-        let carried = bundle.lock(runtime).map_err(InstallError::Bundle)?;
+        let requirements = bundle.requirements(runtime)?;
+        let carried = bundle.lock(runtime)?;
         let had_lock = carried.is_some();
         let (packages, warnings, fresh) = match carried {
             Some(lock) => (lock.packages, Vec::new(), Vec::new()),

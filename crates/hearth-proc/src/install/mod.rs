@@ -97,7 +97,7 @@ pub enum InstallError {
     /// {what}: {why}
     NotLocked { what: String, why: String },
     /// {0}
-    Bundle(String),
+    Bundle(#[from] hearth_host::bundle::BundleError),
 }
 
 impl InstallError {
