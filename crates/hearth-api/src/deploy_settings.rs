@@ -14,8 +14,8 @@ pub(crate) struct Setting {
     /// The OpenAPI schema type of its value.
     pub kind: &'static str,
     pub doc: &'static str,
-    /// A value it accepts (for the test that holds the parser to the table).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// A value it accepts: the document's example, and what the test that
+    /// holds the parser to the table sends.
     pub example: &'static str,
 }
 
@@ -104,7 +104,15 @@ pub(crate) const SETTINGS: &[Setting] = &[
 pub(crate) fn openapi_params() -> Vec<Value> {
     SETTINGS
         .iter()
-        .map(|s| json!({"name": s.name, "in": "query", "description": s.doc, "schema": {"type": s.kind}}))
+        .map(|s| {
+            // A number or boolean's example as one, anything else as text.
+            let example = match s.kind {
+                "string" => Value::from(s.example),
+                _ => serde_json::from_str(s.example).unwrap_or_else(|_| Value::from(s.example)),
+            };
+            json!({"name": s.name, "in": "query", "description": s.doc,
+                   "schema": {"type": s.kind}, "example": example})
+        })
         .collect()
 }
 
@@ -169,7 +177,11 @@ pub(crate) fn parse(
                 })?;
                 spec.env.insert(name.to_string(), value.to_string());
             }
-            other => unreachable!("{other:?} is in SETTINGS and has no arm here"),
+            other => {
+                return Err(ApiError::Internal(format!(
+                    "deploy setting {other:?} is documented but not handled"
+                )));
+            }
         }
     }
     let inferred = file_name.as_deref().and_then(Runtime::infer_from_file_name);

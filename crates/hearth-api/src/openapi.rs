@@ -258,5 +258,16 @@ mod tests {
         for s in ["record_sample", "keep_ok", "keep_errors", "max_tape_bytes"] {
             assert!(documented.contains(&s), "{s}");
         }
+        // Each example is a value of its schema's type.
+        for p in params {
+            let e = &p["example"];
+            let fits = match p["schema"]["type"].as_str().unwrap() {
+                "integer" => e.is_u64(),
+                "number" => e.is_number(),
+                "boolean" => e.is_boolean(),
+                _ => e.is_string(),
+            };
+            assert!(fits, "{p}");
+        }
     }
 }

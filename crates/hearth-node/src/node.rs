@@ -140,9 +140,8 @@ pub trait ArtifactSource: Send + Sync + 'static {
 /// One Hearth node.
 pub struct Node {
     store: Arc<dyn Store>,
-    artifacts: ArtifactStore,
-    /// The same artifacts, as engines read them when they prepare.
-    code: Arc<dyn hearth_host::Artifacts>,
+    /// Shared with the engines, which read code from it as they prepare.
+    artifacts: Arc<ArtifactStore>,
     engines: HashMap<Tier, Arc<dyn Engine>>,
     host: Arc<HostServices>,
     config: NodeConfig,
@@ -177,8 +176,7 @@ impl Node {
         let metrics = Metrics::new(config.per_function_metrics);
         Node {
             store,
-            code: Arc::new(artifacts.clone()),
-            artifacts,
+            artifacts: Arc::new(artifacts),
             engines: engines.into_iter().map(|e| (e.tier(), e)).collect(),
             host,
             admission: Arc::new(Semaphore::new(config.max_concurrency)),
@@ -636,8 +634,9 @@ impl Node {
                     function = v.name,
                     version = v.version
                 );
+                let code: Arc<dyn hearth_host::Artifacts> = self.artifacts.clone();
                 engine
-                    .prepare(v, &self.code)
+                    .prepare(v, &code)
                     .instrument(span)
                     .await
                     .map_err(NodeError::from)
