@@ -763,19 +763,8 @@ impl RealReport {
 
 /// `real.csv`: one row per mode and pool size.
 pub fn csv(reports: &[RealReport]) -> String {
-    let mut w = csv::Writer::from_writer(Vec::new());
-    let write = |w: &mut csv::Writer<Vec<u8>>, row: Vec<String>| {
-        w.write_record(&row)
-            .expect("writing CSV into memory cannot fail")
-    };
-    write(&mut w, COLUMNS.map(|c| c.0.to_string()).to_vec());
-    for r in reports {
-        write(&mut w, r.cells().to_vec());
-    }
-    let bytes = w
-        .into_inner()
-        .expect("flushing CSV into memory cannot fail");
-    String::from_utf8(bytes).expect("CSV of UTF-8 fields is UTF-8")
+    let header = COLUMNS.map(|c| c.0.to_string()).to_vec();
+    super::report::csv_of(std::iter::once(header).chain(reports.iter().map(|r| r.cells().to_vec())))
 }
 
 /// The same as a Markdown table, for `bench/RESULTS.md`.

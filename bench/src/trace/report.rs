@@ -57,7 +57,7 @@ fn summary_table(reports: &[ModeReport], sep: &str) -> Vec<String> {
 }
 
 /// One CSV written whole into memory (cannot fail: no I/O).
-fn csv_of(rows: impl IntoIterator<Item = Vec<String>>) -> String {
+pub(super) fn csv_of(rows: impl IntoIterator<Item = Vec<String>>) -> String {
     let mut w = csv::Writer::from_writer(Vec::new());
     for row in rows {
         w.write_record(&row)

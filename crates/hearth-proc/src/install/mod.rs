@@ -95,7 +95,7 @@ pub enum InstallError {
         output: String,
     },
     /// {what}: {why}
-    NotLocked { what: String, why: String },
+    Unusable { what: String, why: String },
     /// {0}
     Bundle(#[from] hearth_host::bundle::BundleError),
 }
@@ -378,7 +378,7 @@ impl InstallCache {
             })
             .await
             .and_then(|()| {
-                read_report(&report).map_err(|why| InstallError::NotLocked {
+                read_report(&report).map_err(|why| InstallError::Unusable {
                     what: what.to_string(),
                     why,
                 })
@@ -566,7 +566,7 @@ impl InstallCache {
             Ok(())
         })
         .await?;
-        npm_installed(target, name).map_err(|why| InstallError::NotLocked { what, why })
+        npm_installed(target, name).map_err(|why| InstallError::Unusable { what, why })
     }
 
     /// Runs installer `cmd`, which writes into `target`, with a scratch
@@ -697,7 +697,7 @@ async fn run(mut cmd: tokio::process::Command, what: &str) -> Result<(), Install
 /// version, and its integrity and tree where the lock has them.
 fn is_locked(want: &Package, got: &Package) -> Result<(), InstallError> {
     let spec = want.spec(Runtime::Node);
-    let not = |what: String, why: String| Err(InstallError::NotLocked { what, why });
+    let not = |what: String, why: String| Err(InstallError::Unusable { what, why });
     if got.version != want.version {
         return not(
             format!("npm install {spec}"),
