@@ -630,7 +630,9 @@ mod tests {
 
     /// Regression: a v2 machine that does not delegate the cpu controller
     /// refused the whole `+memory +pids +cpu` write, so no controller was
-    /// enabled and every sandbox failed to get its memory limit.
+    /// enabled below the root, a sandbox's `memory.max` did not exist, and
+    /// every Python and Node.js invocation failed at launch ("cgroup setup
+    /// failed").
     #[test]
     fn v2_without_the_cpu_controller_still_limits_memory_and_pids() {
         let (fake, root) = v2("io memory pids");
