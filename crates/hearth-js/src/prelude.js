@@ -450,9 +450,10 @@
       env = msg.env;
       seed = null;
       timers.clear();
-      const url = new URL(`http://function${msg.path}${msg.query ? "?" + msg.query : ""}`);
       let result;
       if (fn.shape === "workers") {
+        // Parsed once, by Request; the other shapes never need the URL.
+        const url = `http://function${msg.path}${msg.query ? "?" + msg.query : ""}`;
         const init = { method: msg.method, headers: msg.headers };
         if (!["GET", "HEAD"].includes(msg.method)) init.body = body;
         result = await fn.f(new Request(url, init), { ...env, hearth }, { waitUntil() {}, passThroughOnException() {} });

@@ -450,7 +450,7 @@ impl CgroupPool {
 
     /// Whether sandboxes get a CPU limit ([`Cgroups::cpu_limited`]).
     pub fn cpu_limited(&self) -> bool {
-        self.cgroups.cpu
+        self.cgroups.cpu_limited()
     }
 
     /// A cgroup with `limits` applied, or `None` when `max` are in use.
