@@ -5,17 +5,17 @@
 
 use std::path::Path;
 
-use hearth_store::ArtifactStore;
+use hearth_store::{ArtifactStore, StoreError};
 
 /// Where an engine reads artifacts.
 pub trait Artifacts: Send + Sync {
     /// The artifact named by `hash` (sha256, hex), whole.
-    fn read(&self, hash: &str) -> Result<Vec<u8>, String>;
+    fn read(&self, hash: &str) -> Result<Vec<u8>, StoreError>;
 }
 
 impl Artifacts for ArtifactStore {
-    fn read(&self, hash: &str) -> Result<Vec<u8>, String> {
-        self.get(hash).map_err(|e| e.to_string())
+    fn read(&self, hash: &str) -> Result<Vec<u8>, StoreError> {
+        self.get(hash)
     }
 }
 
@@ -28,6 +28,6 @@ pub fn content_hash(bytes: &[u8]) -> String {
 /// Writes `bytes` to `dest` whole or not at all (a temporary file in
 /// `tmp_dir`, synced, then renamed), as artifacts are written: for an
 /// engine's own cache.
-pub fn write_whole(tmp_dir: &Path, dest: &Path, bytes: &[u8]) -> Result<(), String> {
-    hearth_store::write_atomically(tmp_dir, dest, bytes).map_err(|e| e.to_string())
+pub fn write_whole(tmp_dir: &Path, dest: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    hearth_store::write_atomically(tmp_dir, dest, bytes)
 }

@@ -83,6 +83,14 @@ pub enum DeployError {
     Load(String),
 }
 
+/// An artifact or cache file an engine could not read or write: the code
+/// could not be loaded.
+impl From<hearth_store::StoreError> for DeployError {
+    fn from(e: hearth_store::StoreError) -> DeployError {
+        DeployError::Load(e.to_string())
+    }
+}
+
 /// Which colocation mode governs a tenant's functions. A tier asks it each
 /// time it is about to give a function a runtime that another function
 /// could also be using (a Python zygote), so a changed override applies to

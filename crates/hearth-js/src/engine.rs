@@ -139,9 +139,7 @@ impl Engine for JsEngine {
         version: &FunctionVersion,
         artifacts: &Arc<dyn Artifacts>,
     ) -> Result<Arc<dyn Prepared>, DeployError> {
-        let bytes = artifacts
-            .read(&version.artifact)
-            .map_err(DeployError::Load)?;
+        let bytes = artifacts.read(&version.artifact)?;
         let (cache_dir, hash) = (self.0.cache_dir.clone(), version.artifact.clone());
         let handler = version.spec.handler.clone();
         let code = tokio::task::spawn_blocking(move || {

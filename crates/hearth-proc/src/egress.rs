@@ -119,14 +119,36 @@ struct Target {
     forward: Option<Vec<u8>>,
 }
 
+/// Why a request head cannot go through the proxy.
+#[derive(Debug, thiserror::Error)]
+enum HeadError {
+    #[error("not an HTTP request head: {0}")]
+    Syntax(#[from] httparse::Error),
+    #[error("the request head ends early")]
+    Partial,
+    #[error("only CONNECT and http:// requests go through this proxy, not {0:?}")]
+    Target(String),
+    #[error("not a host and port: {0:?}")]
+    Authority(String),
+}
+
+/// Headers a request head may carry through the proxy.
+const MAX_HEADERS: usize = 64;
+
 /// Reads a request head (through the blank line) and says where it goes.
-fn parse_head(head: &[u8]) -> Result<Target, String> {
-    let text = std::str::from_utf8(head).map_err(|_| "the request head is not UTF-8")?;
-    let (line, rest) = text.split_once("\r\n").ok_or("no request line")?;
-    let mut parts = line.split(' ');
-    let (method, target, version) = match (parts.next(), parts.next(), parts.next()) {
-        (Some(m), Some(t), Some(v)) if parts.next().is_none() => (m, t, v),
-        _ => return Err(format!("not an HTTP request line: {line:?}")),
+/// The head is parsed by `httparse` (what hyper reads requests with); the
+/// bytes forwarded are the client's own, with only the request line
+/// rewritten to origin form.
+fn parse_head(head: &[u8]) -> Result<Target, HeadError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut headers);
+    if request.parse(head)?.is_partial() {
+        return Err(HeadError::Partial);
+    }
+    let (Some(method), Some(target), Some(version)) =
+        (request.method, request.path, request.version)
+    else {
+        return Err(HeadError::Partial);
     };
     if method == "CONNECT" {
         let (host, port) = split_authority(target, None)?;
@@ -136,15 +158,21 @@ fn parse_head(head: &[u8]) -> Result<Target, String> {
             forward: None,
         });
     }
-    let after = target
-        .strip_prefix("http://")
-        .ok_or("only CONNECT and http:// requests go through this proxy")?;
-    let (authority, path) = match after.find('/') {
-        Some(i) => (&after[..i], &after[i..]),
-        None => (after, "/"),
+    let uri: http::Uri = target
+        .parse()
+        .map_err(|_| HeadError::Target(target.to_string()))?;
+    let (Some("http"), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+        return Err(HeadError::Target(target.to_string()));
     };
-    let (host, port) = split_authority(authority, Some(80))?;
-    let forward = format!("{method} {path} {version}\r\n{rest}").into_bytes();
+    let (host, port) = split_authority(authority.as_str(), Some(80))?;
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    // Everything after the request line, as the client sent it.
+    let line_end = head
+        .windows(2)
+        .position(|w| w == b"\r\n")
+        .ok_or(HeadError::Partial)?;
+    let mut forward = format!("{method} {path} HTTP/1.{version}").into_bytes();
+    forward.extend_from_slice(&head[line_end..]);
     Ok(Target {
         host,
         port,
@@ -152,27 +180,24 @@ fn parse_head(head: &[u8]) -> Result<Target, String> {
     })
 }
 
-/// `host:port`, `[v6]:port`, or a host alone when `default` is given.
-fn split_authority(authority: &str, default: Option<u16>) -> Result<(String, u16), String> {
-    let bad = || format!("not a host and port: {authority:?}");
-    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
-        let (h, after) = v6.split_once(']').ok_or_else(bad)?;
-        let port = match after.strip_prefix(':') {
-            Some(p) => Some(p.parse().map_err(|_| bad())?),
-            None if after.is_empty() => default,
-            None => return Err(bad()),
-        };
-        (h.to_string(), port)
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h.to_string(), Some(p.parse().map_err(|_| bad())?)),
-            None => (authority.to_string(), default),
-        }
-    };
-    match port {
-        Some(port) if !host.is_empty() && !host.contains(['@', '/', ' ']) => Ok((host, port)),
-        _ => Err(bad()),
+/// `host:port`, `[v6]:port`, or a host alone when `default` is given; no
+/// user information.
+fn split_authority(authority: &str, default: Option<u16>) -> Result<(String, u16), HeadError> {
+    let bad = || HeadError::Authority(authority.to_string());
+    let parsed: http::uri::Authority = authority.parse().map_err(|_| bad())?;
+    if parsed.as_str().contains('@') {
+        return Err(bad());
     }
+    let port = parsed.port_u16().or(default).ok_or_else(bad)?;
+    let host = parsed.host();
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if host.is_empty() {
+        return Err(bad());
+    }
+    Ok((host.to_string(), port))
 }
 
 async fn refuse(client: &mut Box<dyn Stream>, status: u16, why: &str) -> std::io::Result<()> {
@@ -217,7 +242,7 @@ async fn relay(mut client: Box<dyn Stream>, allowed: &Allowed) -> std::io::Resul
     };
     let target = match parse_head(&buf[..end]) {
         Ok(t) => t,
-        Err(why) => return refuse(&mut client, 400, &why).await,
+        Err(why) => return refuse(&mut client, 400, &why.to_string()).await,
     };
     if !hearth_core::host_allowed(&allowed.hosts, &target.host, target.port) {
         let why = format!(
@@ -277,6 +302,9 @@ mod tests {
             b"GET https://example.com/ HTTP/1.1\r\n\r\n",
             b"CONNECT user@example.com:443 HTTP/1.1\r\n\r\n",
             b"CONNECT a b c d\r\n\r\n",
+            b"CONNECT example.com:99999 HTTP/1.1\r\n\r\n",
+            b"GET http://:80/ HTTP/1.1\r\n\r\n",
+            b"GET http://example.com/ HTTP/1.1\r\nHost: x\r\n",
             b"GARBAGE",
         ] {
             assert!(parse_head(bad).is_err(), "{}", String::from_utf8_lossy(bad));

@@ -194,8 +194,8 @@ impl WasmEngine {
             &self.0.cache_dir.join("tmp"),
             &self.cached_path(hash),
             &bytes,
-        )
-        .map_err(DeployError::Load)
+        )?;
+        Ok(())
     }
 
     fn load_blocking(
@@ -218,9 +218,7 @@ impl WasmEngine {
                 }
             }
         }
-        let code = artifacts
-            .read(&version.artifact)
-            .map_err(DeployError::Load)?;
+        let code = artifacts.read(&version.artifact)?;
         let (module, _) = self.compile_blocking(code)?;
         self.store_compiled(&version.artifact, &module)?;
         Ok(module)

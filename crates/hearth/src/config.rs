@@ -420,7 +420,7 @@ impl Settings {
             js_workers: o.js_workers.map(|n| n.max(1)),
             js_workers_per_tenant: o.js_workers_per_tenant.map(|n| n.max(1)),
             proc_caches: match o.proc_caches.as_ref() {
-                Some(s) => Caches::parse(s).map_err(anyhow::Error::msg)?,
+                Some(s) => Caches::parse(s)?,
                 None => Caches::ALL,
             },
             proc_pool: o.proc_pool.unwrap_or(2),

@@ -132,7 +132,7 @@ pub(super) fn install_bridge(ctx: &Ctx<'_>, state: &Rc<State>) -> rquickjs::Resu
     h.set(
         "resolve",
         Function::new(ctx.clone(), move |ctx: Ctx, from: String, name: String| {
-            resolve(&s, &from, &name).map_err(|e| Exception::throw_message(&ctx, &e))
+            resolve(&s, &from, &name).map_err(|e| Exception::throw_message(&ctx, &e.to_string()))
         })?,
     )?;
     let s = state.clone();

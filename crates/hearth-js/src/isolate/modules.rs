@@ -74,16 +74,29 @@ fn normalize(path: &str) -> String {
     out.join("/")
 }
 
+/// Why an import or require found nothing in the bundle.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ResolveError {
+    /// A Node.js built-in or a package the bundle does not carry: the
+    /// process tier has it, so the invocation is `Unsupported` here.
+    #[error("{0} is not available in the js tier")]
+    Unavailable(String),
+    /// A relative path that names no file of the bundle: the function's
+    /// own mistake, in any tier.
+    #[error("cannot find module '{name}' from '{from}'")]
+    NotFound { name: String, from: String },
+}
+
 /// Resolves `name` imported or required from bundle file `from`, like
 /// Node: relative paths with extensions and index files tried, bare names
 /// in the bundle's `node_modules`. Built-ins and packages the bundle does
 /// not carry are `Unsupported` (the process tier has them).
-pub(super) fn resolve(state: &State, from: &str, name: &str) -> Result<String, String> {
+pub(super) fn resolve(state: &State, from: &str, name: &str) -> Result<String, ResolveError> {
     let units = &state.code().units;
     if is_builtin(name) {
         let what = format!("the Node.js module \"{name}\"");
         state.flag_unsupported(&what);
-        return Err(format!("{what} is not available in the js tier"));
+        return Err(ResolveError::Unavailable(what));
     }
     let candidates = |base: &str| -> Vec<String> {
         let mut c = vec![base.to_string()];
@@ -103,7 +116,10 @@ pub(super) fn resolve(state: &State, from: &str, name: &str) -> Result<String, S
         } else {
             normalize(&format!("{dir}/{name}"))
         };
-        return find(&joined).ok_or_else(|| format!("cannot find module '{name}' from '{from}'"));
+        return find(&joined).ok_or_else(|| ResolveError::NotFound {
+            name: name.to_string(),
+            from: from.to_string(),
+        });
     }
     // A bare name: node_modules in the bundle.
     let (pkg, sub) = match name.strip_prefix('@') {
@@ -140,7 +156,7 @@ pub(super) fn resolve(state: &State, from: &str, name: &str) -> Result<String, S
     found.ok_or_else(|| {
         let what = format!("the package \"{pkg}\" (not in the bundle)");
         state.flag_unsupported(&what);
-        format!("{what} is not available in the js tier")
+        ResolveError::Unavailable(what)
     })
 }
 
@@ -155,7 +171,7 @@ impl Resolver for BundleResolver {
         _attributes: Option<rquickjs::loader::ImportAttributes<'js>>,
     ) -> rquickjs::Result<String> {
         resolve(&self.0, base, name)
-            .map_err(|msg| rquickjs::Error::new_resolving_message(base, name, msg))
+            .map_err(|e| rquickjs::Error::new_resolving_message(base, name, e.to_string()))
     }
 }
 

@@ -410,9 +410,7 @@ impl Engine for ProcEngine {
             Runtime::Python => Runtime::Python,
             _ => Runtime::Node,
         };
-        let bytes = artifacts
-            .read(&version.artifact)
-            .map_err(DeployError::Load)?;
+        let bytes = artifacts.read(&version.artifact)?;
         let bundle = Bundle::from_tar(&bytes).map_err(|e| DeployError::Load(e.to_string()))?;
         let entry = bundle
             .entry(runtime, version.spec.handler.as_ref())

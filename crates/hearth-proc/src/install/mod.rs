@@ -852,7 +852,7 @@ fn link_tree(src: &Path, dst: &Path, owner: Option<(u32, u32)>) -> std::io::Resu
 /// Whether users other than the owner may list `dir` and every directory
 /// in it and read every file (the sandbox's root binds `dir` itself, so
 /// the directories above it do not matter).
-fn readable_by_others(dir: &Path) -> Result<(), String> {
+fn readable_by_others(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     walk_tree(dir, &mut |path, meta| {
         let mode = meta.permissions().mode();
@@ -870,7 +870,6 @@ fn readable_by_others(dir: &Path) -> Result<(), String> {
             )))
         }
     })
-    .map_err(|e| e.to_string())
 }
 
 /// Calls `f` on `path` and everything below it, never following a link.
