@@ -1,10 +1,13 @@
 //! The trace report: a summary CSV, memory over time as CSV (both through
-//! the `csv` crate), and two SVG charts (plain SVG written here: a person
+//! the `csv` crate), and two SVG charts drawn with `plotters` (a person
 //! opens them in a browser): memory over time per run, and the summary's
 //! figures side by side as bars.
 
-use std::fmt::Write as _;
 use std::path::Path;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::sim::ModeReport;
 
@@ -127,102 +130,91 @@ pub fn memory_csv(reports: &[ModeReport]) -> String {
     csv_of(std::iter::once(header).chain(lines))
 }
 
-const COLORS: [&str; 8] = [
-    "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666",
+/// One color per run, the same in both charts (ColorBrewer's Dark2).
+const PALETTE: [RGBColor; 8] = [
+    RGBColor(0x1b, 0x9e, 0x77),
+    RGBColor(0xd9, 0x5f, 0x02),
+    RGBColor(0x75, 0x70, 0xb3),
+    RGBColor(0xe7, 0x29, 0x8a),
+    RGBColor(0x66, 0xa6, 0x1e),
+    RGBColor(0xe6, 0xab, 0x02),
+    RGBColor(0xa6, 0x76, 0x1d),
+    RGBColor(0x66, 0x66, 0x66),
 ];
 
+fn color(i: usize) -> RGBColor {
+    PALETTE[i % PALETTE.len()]
+}
+
+/// Draws into an SVG string of `size` with `draw`.
+fn svg(
+    size: (u32, u32),
+    draw: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> Result<(), Box<dyn std::error::Error>>,
+) -> anyhow::Result<String> {
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, size).into_drawing_area();
+        root.fill(&WHITE)?;
+        draw(&root).map_err(|e| anyhow::anyhow!("drawing a chart: {e}"))?;
+        root.present()?;
+    }
+    Ok(out)
+}
+
 /// A line chart of memory over time, one line per run, with the summary
-/// figures in the legend.
-pub fn memory_svg(title: &str, reports: &[ModeReport]) -> String {
-    let (w, h, left, top, right, bottom) = (1000.0, 480.0, 70.0, 40.0, 330.0, 50.0);
-    let pw = w - left - right;
-    let ph = h - top - bottom;
+/// figures in the legend (above the lines: the y axis leaves room for it).
+pub fn memory_svg(title: &str, reports: &[ModeReport]) -> anyhow::Result<String> {
     let t_max = reports
         .iter()
         .flat_map(|r| r.memory.last())
-        .map(|m| m.0)
-        .fold(1.0, f64::max);
+        .map(|m| m.0 / 60.0)
+        .fold(1.0 / 60.0, f64::max);
     let gb_max = reports
         .iter()
         .flat_map(|r| r.memory.iter())
         .map(|m| m.1)
-        .fold(0.001, f64::max)
-        * 1.1;
-    let x = |t: f64| left + pw * t / t_max;
-    let y = |gb: f64| top + ph * (1.0 - gb / gb_max);
-    let mut s = format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="{left}" y="22" font-size="15">{}</text>
-<line x1="{left}" y1="{}" x2="{}" y2="{}" stroke="black"/>
-<line x1="{left}" y1="{top}" x2="{left}" y2="{}" stroke="black"/>
-"#,
-        xml(title),
-        top + ph,
-        left + pw,
-        top + ph,
-        top + ph
-    );
-    for k in 0..=4 {
-        let gb = gb_max * k as f64 / 4.0;
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="{}" text-anchor="end">{gb:.2} GB</text>"#,
-            left - 6.0,
-            y(gb) + 4.0
-        );
-        let t = t_max * k as f64 / 4.0;
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="{}" text-anchor="middle">{:.0} min</text>"#,
-            x(t),
-            top + ph + 18.0,
-            t / 60.0
-        );
-    }
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="{}" text-anchor="middle">time</text>"#,
-        left + pw / 2.0,
-        h - 8.0
-    );
-    for (i, r) in reports.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let points: String = r
-            .memory
-            .iter()
-            .map(|(t, gb)| format!("{:.1},{:.1} ", x(*t), y(*gb)))
-            .collect();
-        let _ = writeln!(
-            s,
-            r#"<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{points}"/>"#
-        );
-        let ly = top + 10.0 + i as f64 * 44.0;
-        let lx = left + pw + 16.0;
-        let _ = writeln!(
-            s,
-            r#"<rect x="{lx}" y="{}" width="12" height="12" fill="{color}"/>"#,
-            ly - 10.0
-        );
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="{ly}">{}</text>"#,
-            lx + 18.0,
-            xml(&label(r))
-        );
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="{}" font-size="10">cold {} · mean {:.2} GB · p99 {} ms · {:.1} inv/GB·s</text>"#,
-            lx + 18.0,
-            ly + 15.0,
-            r.cold,
-            r.mean_gb,
-            r.p99_ms,
-            r.density
-        );
-    }
-    s.push_str("</svg>\n");
-    s
+        .fold(0.001, f64::max);
+    let headroom = 1.15 + 0.09 * reports.len() as f64;
+    svg((1000, 480), |root| {
+        let mut chart = ChartBuilder::on(root)
+            .caption(title, ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0.0..t_max, 0.0..gb_max * headroom)?;
+        chart
+            .configure_mesh()
+            .x_desc("time (min)")
+            .y_desc("memory held (GB)")
+            .light_line_style(TRANSPARENT)
+            .x_label_formatter(&|m| format!("{m:.0}"))
+            .y_label_formatter(&|gb| format!("{gb:.2}"))
+            .draw()?;
+        for (i, r) in reports.iter().enumerate() {
+            let c = color(i);
+            chart
+                .draw_series(LineSeries::new(
+                    r.memory.iter().map(|&(t, gb)| (t / 60.0, gb)),
+                    c.stroke_width(2),
+                ))?
+                .label(format!(
+                    "{}: cold {} · mean {:.2} GB · p99 {} ms · {:.1} inv/GB·s",
+                    label(r),
+                    r.cold,
+                    r.mean_gb,
+                    r.p99_ms,
+                    r.density
+                ))
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK.mix(0.3))
+            .draw()?;
+        Ok(())
+    })
 }
 
 /// The figures `summary.svg` compares, each its own panel: a name, a unit
@@ -238,72 +230,53 @@ const FIGURES: [Figure; 4] = [
 
 /// One bar per run in each of [`FIGURES`]' panels, colored as in
 /// `memory.svg`, each bar with its value above it: which mode wins on
-/// which figure, at a glance.
-pub fn summary_svg(title: &str, reports: &[ModeReport]) -> String {
-    let (panel_w, panel_h, gap, top, bottom, legend) = (230.0, 260.0, 30.0, 50.0, 30.0, 24.0);
-    let rows = reports.len().div_ceil(4) as f64;
-    let w = FIGURES.len() as f64 * (panel_w + gap) + gap;
-    let h = top + panel_h + bottom + rows * legend + 10.0;
-    let mut s = format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="{gap}" y="22" font-size="15">{}</text>
-"#,
-        xml(title)
-    );
-    let bar_w = panel_w / reports.len().max(1) as f64;
-    let base = top + panel_h;
-    for (k, (name, value)) in FIGURES.iter().enumerate() {
-        let x0 = gap + k as f64 * (panel_w + gap);
-        let max = reports.iter().map(value).fold(0.0, f64::max);
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="{}" text-anchor="middle" font-weight="bold">{}</text>
-<line x1="{x0}" y1="{base}" x2="{}" y2="{base}" stroke="black"/>"#,
-            x0 + panel_w / 2.0,
-            top - 8.0,
-            xml(name),
-            x0 + panel_w
-        );
-        for (i, r) in reports.iter().enumerate() {
-            let v = value(r);
+/// which figure, at a glance. The runs' names are the legend below.
+pub fn summary_svg(title: &str, reports: &[ModeReport]) -> anyhow::Result<String> {
+    let legend_rows = reports.len().div_ceil(4) as u32;
+    svg((1000, 360 + 24 * legend_rows), |root| {
+        let root = root.titled(title, ("sans-serif", 16))?;
+        let (panels, legend) = root.split_vertically(300);
+        let n = reports.len().max(1);
+        for ((name, value), panel) in FIGURES.iter().zip(panels.split_evenly((1, FIGURES.len()))) {
             // Room above the tallest bar for its value.
-            let bh = if max > 0.0 {
-                (panel_h - 20.0) * v / max
-            } else {
-                0.0
-            };
-            let x = x0 + i as f64 * bar_w;
-            let _ = writeln!(
-                s,
-                r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{bh:.1}" fill="{}"/>
-<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="9">{}</text>"#,
-                x + 2.0,
-                base - bh,
-                bar_w - 4.0,
-                COLORS[i % COLORS.len()],
-                x + bar_w / 2.0,
-                base - bh - 4.0,
-                short(v)
-            );
+            let max = reports.iter().map(value).fold(0.0, f64::max);
+            let top = if max > 0.0 { max * 1.15 } else { 1.0 };
+            let mut chart = ChartBuilder::on(&panel)
+                .caption(*name, ("sans-serif", 13).into_font().style(FontStyle::Bold))
+                .margin(8)
+                .y_label_area_size(45)
+                .build_cartesian_2d(0.0..n as f64, 0.0..top)?;
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .light_line_style(TRANSPARENT)
+                .disable_x_axis()
+                .y_labels(5)
+                .y_label_formatter(&|v| short(*v))
+                .draw()?;
+            let label_style = ("sans-serif", 10)
+                .into_font()
+                .color(&BLACK)
+                .pos(Pos::new(HPos::Center, VPos::Bottom));
+            chart.draw_series(reports.iter().enumerate().map(|(i, r)| {
+                let x = i as f64;
+                Rectangle::new([(x + 0.05, 0.0), (x + 0.95, value(r))], color(i).filled())
+            }))?;
+            chart.draw_series(reports.iter().enumerate().map(|(i, r)| {
+                let v = value(r);
+                Text::new(short(v), (i as f64 + 0.5, v), label_style.clone())
+            }))?;
         }
-    }
-    for (i, r) in reports.iter().enumerate() {
-        let (col, row) = ((i % 4) as f64, (i / 4) as f64);
-        let lx = gap + col * (panel_w + gap);
-        let ly = base + bottom + row * legend;
-        let _ = writeln!(
-            s,
-            r#"<rect x="{lx}" y="{}" width="12" height="12" fill="{}"/>
-<text x="{}" y="{ly}">{}</text>"#,
-            ly - 10.0,
-            COLORS[i % COLORS.len()],
-            lx + 18.0,
-            xml(&label(r))
-        );
-    }
-    s.push_str("</svg>\n");
-    s
+        let cells = legend.split_evenly((legend_rows.max(1) as usize, 4));
+        for ((i, r), cell) in reports.iter().enumerate().zip(cells) {
+            cell.draw(
+                &(EmptyElement::at((10, 6))
+                    + Rectangle::new([(0, 0), (12, 12)], color(i).filled())
+                    + Text::new(label(r), (18, 0), ("sans-serif", 12))),
+            )?;
+        }
+        Ok(())
+    })
 }
 
 /// A bar's value in at most about five characters.
@@ -321,25 +294,19 @@ fn short(v: f64) -> String {
     }
 }
 
-fn xml(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
 /// Writes `summary.csv`, `summary.svg`, `memory.csv` and `memory.svg`
 /// into `dir`; `title` names the trace.
-pub fn write(dir: &Path, title: &str, reports: &[ModeReport]) -> std::io::Result<()> {
+pub fn write(dir: &Path, title: &str, reports: &[ModeReport]) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
     std::fs::write(dir.join("summary.csv"), summary_csv(reports))?;
     std::fs::write(
         dir.join("summary.svg"),
-        summary_svg(&format!("Per run, {title}"), reports),
+        summary_svg(&format!("Per run, {title}"), reports)?,
     )?;
     std::fs::write(dir.join("memory.csv"), memory_csv(reports))?;
     std::fs::write(
         dir.join("memory.svg"),
-        memory_svg(&format!("Memory held, {title}"), reports),
+        memory_svg(&format!("Memory held, {title}"), reports)?,
     )?;
     Ok(())
 }
@@ -358,31 +325,57 @@ mod tests {
         }
     }
 
-    /// The bar heights of `svg` in order (the bars are the rects with a
-    /// fractional width; the legend's squares are 12 wide).
+    /// The bar heights of `svg` in order: the rects filled with a run's
+    /// color that are not the legend's 12-pixel squares.
     fn bars(svg: &str) -> Vec<f64> {
-        svg.lines()
-            .filter(|l| l.starts_with("<rect x=") && !l.contains(r#"width="12""#))
-            .map(|l| {
-                let h = l.split("height=\"").nth(1).unwrap();
-                h[..h.find('"').unwrap()].parse().unwrap()
-            })
+        let attr = |rect: &str, name: &str| -> String {
+            let v = rect.split(&format!(" {name}=\"")).nth(1).unwrap();
+            v[..v.find('"').unwrap()].to_string()
+        };
+        svg.split("<rect")
+            .skip(1)
+            .filter(|r| attr(r, "fill") != "#FFFFFF" && attr(r, "width") != "12")
+            .map(|r| attr(r, "height").parse().unwrap())
             .collect()
     }
 
     #[test]
     fn each_panel_scales_its_bars_to_its_largest_value() {
         let reports = [run("tenant", 10, 2.0), run("none", 40, 8.0)];
-        let svg = summary_svg("t", &reports);
+        let svg = summary_svg("t", &reports).unwrap();
         let h = bars(&svg);
         assert_eq!(h.len(), FIGURES.len() * reports.len(), "{svg}");
         // cold starts: 10 vs 40; from the pool: both 0; memory 2 vs 8;
-        // density 0.5 vs 0.125.
-        assert_eq!(h[1], h[5], "the largest of each panel is full height");
-        assert!((h[0] * 4.0 - h[1]).abs() < 0.5, "{h:?}");
+        // density 0.5 vs 0.125. Heights are whole pixels.
+        assert!(
+            h[1] > 100.0 && h[1] == h[5],
+            "the largest of each panel is as tall: {h:?}"
+        );
+        assert!((h[0] * 4.0 - h[1]).abs() <= 4.0, "{h:?}");
         assert_eq!((h[2], h[3]), (0.0, 0.0));
-        assert!((h[7] * 4.0 - h[6]).abs() < 0.5, "{h:?}");
-        assert!(svg.contains(">tenant<") && svg.contains(">none<"));
+        assert!((h[7] * 4.0 - h[6]).abs() <= 4.0, "{h:?}");
+        assert!(svg.contains("\ntenant\n") && svg.contains("\nnone\n"));
+        assert!(
+            svg.contains("\n40\n") && svg.contains("\n0.125\n"),
+            "values above the bars"
+        );
+    }
+
+    #[test]
+    fn the_memory_chart_has_a_line_and_a_legend_entry_per_run() {
+        let mut a = run("tenant", 10, 2.0);
+        a.memory = vec![(0.0, 1.0), (60.0, 2.0), (120.0, 1.5)];
+        let mut b = run("none", 40, 8.0);
+        b.memory = vec![(0.0, 4.0), (60.0, 8.0), (120.0, 6.0)];
+        let svg = memory_svg("t", &[a, b]).unwrap();
+        for i in 0..2 {
+            let RGBColor(r, g, b) = color(i);
+            let stroke =
+                format!("<polyline fill=\"none\" opacity=\"1\" stroke=\"#{r:02X}{g:02X}{b:02X}\"");
+            assert_eq!(svg.matches(&stroke).count(), 1, "run {i}'s line: {svg}");
+        }
+        assert!(svg.contains("tenant: cold 10 · mean 2.00 GB"), "{svg}");
+        assert!(svg.contains("none: cold 40 · mean 8.00 GB"), "{svg}");
         assert_eq!(short(0.125), "0.125");
         assert_eq!(short(40.0), "40");
         assert_eq!(short(123_456.0), "123k");
