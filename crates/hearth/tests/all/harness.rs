@@ -79,7 +79,7 @@ impl Daemon {
         if !args.contains(&"--listen") {
             cmd.args(["--listen", "127.0.0.1:0"]);
         }
-        let child = cmd
+        let mut child = cmd
             .args(args)
             .env("HEARTH_LOG", "warn")
             .stdout(Stdio::null())
@@ -96,10 +96,14 @@ impl Daemon {
             {
                 break v["url"].as_str().unwrap().to_string();
             }
-            assert!(
-                Instant::now() < deadline,
-                "hearth did not start within 60 s"
-            );
+            let exited = child.try_wait().ok().flatten();
+            if exited.is_some() || Instant::now() >= deadline {
+                // Whatever it made before failing goes too.
+                let _ = child.kill();
+                let _ = child.wait();
+                remove_leftovers_of_killed(dir);
+                panic!("hearth did not start within 60 s (exit: {exited:?})");
+            }
             std::thread::sleep(Duration::from_millis(20));
         };
         let token = std::fs::read_to_string(dir.join("token"))
