@@ -60,9 +60,15 @@ fn the_azure_2021_excerpt_is_reported_per_mode_as_csv_and_svg() {
     assert!(get("tenant", "8", 5) < get("none", "0", 5));
     assert!(get("tenant", "8", 10) < get("none", "0", 10));
     let svg = std::fs::read_to_string(out.path().join("memory.svg")).unwrap();
-    assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 8);
+    // One line per run, drawn 2 wide (the axes' ticks are 1 wide).
+    let lines = svg
+        .split("<polyline")
+        .filter(|p| p.starts_with(r#" fill="none""#) && p.contains(r#"stroke-width="2""#))
+        .count();
+    assert!(svg.starts_with("<svg") && lines == 8, "{lines} lines");
+    assert!(svg.contains("tenant + pool: cold "), "the legend");
     let bars = std::fs::read_to_string(out.path().join("summary.svg")).unwrap();
-    assert!(bars.starts_with("<svg") && bars.contains(">tenant + pool<"));
+    assert!(bars.starts_with("<svg") && bars.contains("\ntenant + pool\n"));
     let memory = std::fs::read_to_string(out.path().join("memory.csv")).unwrap();
     assert!(
         memory.lines().count() > 100,

@@ -17,12 +17,14 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hearth_cluster::fanout::{self, FanoutError};
-use hearth_cluster::gateway::{Heartbeat, Join, Outgoing};
+use hearth_cluster::gateway::{Heartbeat, Join, Joined, MemberView, Outgoing};
 use hearth_cluster::{Gateway, GatewayError};
 use hearth_core::FunctionVersion;
 use hearth_store::Role;
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
+use crate::error::ErrorBody;
 use crate::{ApiError, AppState};
 
 type S = State<Arc<AppState>>;
@@ -40,6 +42,11 @@ async fn gateway_for_admin(s: &AppState, headers: &HeaderMap) -> Result<Arc<Gate
         .ok_or_else(|| ApiError::NotFound("this Hearth is not a gateway (--role gateway)".into()))
 }
 
+/// A node joins the gateway (admin)
+#[utoipa::path(post, path = "/v1/cluster/nodes", tag = "cluster", request_body = Join,
+    responses((status = 201, body = Joined), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody, description = "Not a gateway")))]
 pub(crate) async fn join(
     State(s): S,
     headers: HeaderMap,
@@ -59,6 +66,10 @@ pub(crate) async fn join(
     Ok((StatusCode::CREATED, Json(g.join(join))))
 }
 
+/// A node's heartbeat (admin); 404 means join again
+#[utoipa::path(post, path = "/v1/cluster/nodes/{id}/heartbeat", tag = "cluster",
+    params(("id" = String, Path)), request_body = Heartbeat,
+    responses((status = 204, description = "Recorded"), (status = 404, body = ErrorBody)))]
 pub(crate) async fn heartbeat(
     State(s): S,
     Path(id): Path<String>,
@@ -73,6 +84,10 @@ pub(crate) async fn heartbeat(
     }
 }
 
+/// A node leaves the gateway cleanly (admin)
+#[utoipa::path(delete, path = "/v1/cluster/nodes/{id}", tag = "cluster",
+    params(("id" = String, Path)),
+    responses((status = 204, description = "Left"), (status = 404, body = ErrorBody)))]
 pub(crate) async fn leave(
     State(s): S,
     Path(id): Path<String>,
@@ -86,15 +101,27 @@ pub(crate) async fn leave(
     }
 }
 
-pub(crate) async fn members(
-    State(s): S,
-    headers: HeaderMap,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let g = gateway_for_admin(&s, &headers).await?;
-    Ok(Json(json!({ "nodes": g.members() })))
+/// A gateway's nodes.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Members {
+    nodes: Vec<MemberView>,
 }
 
-/// `GET /v1/artifacts/{sha256}`: code as deployed, for nodes to cache.
+/// A gateway's nodes: alive or why not, capacity, memory committed, functions loaded (admin)
+#[utoipa::path(get, path = "/v1/cluster/nodes", tag = "cluster",
+    responses((status = 200, body = Members), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(crate) async fn members(State(s): S, headers: HeaderMap) -> Result<Json<Members>, ApiError> {
+    let g = gateway_for_admin(&s, &headers).await?;
+    Ok(Json(Members { nodes: g.members() }))
+}
+
+/// Deployed code by sha256, for a gateway's nodes to cache (admin)
+#[utoipa::path(get, path = "/v1/artifacts/{hash}", tag = "cluster",
+    params(("hash" = String, Path, description = "sha256, hex")),
+    responses(
+        (status = 200, description = "The artifact's bytes", content_type = "application/octet-stream"),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn artifact(
     State(s): S,
     Path(hash): Path<String>,

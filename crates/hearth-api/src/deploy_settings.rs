@@ -4,7 +4,9 @@
 //! entry).
 
 use hearth_core::{FunctionSpec, Runtime};
-use serde_json::{Value, json};
+use serde_json::Value;
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::{ObjectBuilder, Type};
 
 use crate::ApiError;
 
@@ -12,7 +14,7 @@ use crate::ApiError;
 pub(crate) struct Setting {
     pub name: &'static str,
     /// The OpenAPI schema type of its value.
-    pub kind: &'static str,
+    pub kind: Type,
     pub doc: &'static str,
     /// A value it accepts: the document's example, and what the test that
     /// holds the parser to the table sends.
@@ -22,98 +24,108 @@ pub(crate) struct Setting {
 pub(crate) const SETTINGS: &[Setting] = &[
     Setting {
         name: "runtime",
-        kind: "string",
+        kind: Type::String,
         doc: "wasm, js, python or node",
         example: "python",
     },
     Setting {
         name: "file_name",
-        kind: "string",
+        kind: Type::String,
         doc: "the upload's file name; infers the runtime when none is given",
         example: "handler.py",
     },
     Setting {
         name: "memory_mib",
-        kind: "integer",
+        kind: Type::Integer,
         doc: "memory limit",
         example: "128",
     },
     Setting {
         name: "timeout_ms",
-        kind: "integer",
+        kind: Type::Integer,
         doc: "time limit of one invocation",
         example: "5000",
     },
     Setting {
         name: "allow_host",
-        kind: "string",
+        kind: Type::String,
         doc: "repeatable; host or host:port the function may reach; loopback, private and link-local hosts are refused unless the node allows private egress",
         example: "api.example.com",
     },
     Setting {
         name: "env",
-        kind: "string",
+        kind: Type::String,
         doc: "repeatable; NAME=VALUE",
         example: "GREETING=hi",
     },
     Setting {
         name: "public",
-        kind: "boolean",
+        kind: Type::Boolean,
         doc: "invocable without a token",
         example: "true",
     },
     Setting {
         name: "handler",
-        kind: "string",
+        kind: Type::String,
         doc: "Python, Node.js, JavaScript: the function to call, as module.function (Lambda's handler setting: lambda_function.lambda_handler, src/index.handler); default: the entry file's handler, main or lambda_handler. A function named main gets OpenWhisk's params, any other Lambda's (event, context)",
         example: "app.handler",
     },
     Setting {
         name: "source_builds",
-        kind: "boolean",
+        kind: Type::Boolean,
         doc: "Python: let pip build packages without a wheel from source (their build runs in the install sandbox); default false: wheels only",
         example: "false",
     },
     Setting {
         name: "record_sample",
-        kind: "number",
+        kind: Type::Number,
         doc: "share of invocations taped, 0 to 1 (default 1: all)",
         example: "0.25",
     },
     Setting {
         name: "keep_ok",
-        kind: "string",
+        kind: Type::String,
         doc: "how long tapes of successful invocations are kept (90s, 15m, 1h, 2d); default the node's",
         example: "1h",
     },
     Setting {
         name: "keep_errors",
-        kind: "string",
+        kind: Type::String,
         doc: "how long tapes of failed invocations are kept; default the node's",
         example: "2d",
     },
     Setting {
         name: "max_tape_bytes",
-        kind: "integer",
+        kind: Type::Integer,
         doc: "host-call bytes one invocation's tape may hold; at most the node's budget",
         example: "65536",
     },
 ];
 
-/// The settings as OpenAPI query parameters.
-pub(crate) fn openapi_params() -> Vec<Value> {
-    SETTINGS
-        .iter()
-        .map(|s| {
-            // A number or boolean's example as one, anything else as text.
-            let example = match s.kind {
-                "string" => Value::from(s.example),
-                _ => serde_json::from_str(s.example).unwrap_or_else(|_| Value::from(s.example)),
-            };
-            json!({"name": s.name, "in": "query", "description": s.doc,
-                   "schema": {"type": s.kind}, "example": example})
-        })
-        .collect()
+/// The deploy's query settings, for `#[utoipa::path(params(..))]`: the
+/// parameters come from [`SETTINGS`], the table [`parse`] reads.
+pub(crate) struct DeploySettings;
+
+impl utoipa::IntoParams for DeploySettings {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        SETTINGS
+            .iter()
+            .map(|s| {
+                // A number or boolean's example as one, anything else as text.
+                let example = match s.kind {
+                    Type::String => Value::from(s.example),
+                    _ => serde_json::from_str(s.example).unwrap_or_else(|_| Value::from(s.example)),
+                };
+                ParameterBuilder::new()
+                    .name(s.name)
+                    .parameter_in(ParameterIn::Query)
+                    .description(Some(s.doc))
+                    .schema(Some(ObjectBuilder::new().schema_type(s.kind.clone())))
+                    .example(Some(example))
+                    .build()
+            })
+            .collect()
+    }
 }
 
 /// Deploy settings from the query string (repeatable keys allowed): the

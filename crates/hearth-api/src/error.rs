@@ -4,7 +4,8 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hearth_node::NodeError;
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 /// A request that cannot be served, as the caller will see it.
 #[derive(Debug)]
@@ -49,22 +50,57 @@ impl ApiError {
     }
 }
 
+/// The body of every error answer.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ErrorBody<'a> {
+    error: ErrorDetail<'a>,
+    /// The failed invocation (invocation routes only; its tape and logs
+    /// carry the same id).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    invocation_id: Option<&'a str>,
+}
+
+/// What failed, for programs (`kind`) and for people (`message`: the cause
+/// and the fix).
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ErrorDetail<'a> {
+    /// `bad_request`, `unauthorized`, `forbidden`, `not_found`, `conflict`,
+    /// `payload_too_large`, `request_timeout`, `no_capacity`,
+    /// `unavailable`, `internal`, `node_failed`, `timeout`, a quota's name
+    /// (`kv_quota_exceeded`, …), or an invocation's failure kind.
+    #[schema(example = "not_found")]
+    kind: &'a str,
+    #[schema(example = "function acme/resize does not exist")]
+    message: &'a str,
+}
+
+/// An error answer: `status` and the body, with `Retry-After` when trying
+/// again shortly may work (503, 429).
+pub(crate) fn error_response(
+    status: StatusCode,
+    kind: &str,
+    message: &str,
+    invocation_id: Option<&str>,
+) -> Response {
+    let body = ErrorBody {
+        error: ErrorDetail { kind, message },
+        invocation_id,
+    };
+    let mut resp = (status, Json(body)).into_response();
+    if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    resp
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, kind, message) = self.parts();
         if status.is_server_error() {
             tracing::error!(%kind, %message, "request failed");
         }
-        let mut resp = (
-            status,
-            Json(json!({"error": {"kind": kind, "message": message}})),
-        )
-            .into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        resp
+        error_response(status, kind, message, None)
     }
 }
 
@@ -139,7 +175,10 @@ mod tests {
         for (error, status, kind) in cases {
             let (got, retry, body) = seen(error).await;
             assert_eq!(got.as_u16(), status, "{kind}");
-            assert_eq!(body, json!({"error": {"kind": kind, "message": "m"}}));
+            assert_eq!(
+                body,
+                serde_json::json!({"error": {"kind": kind, "message": "m"}})
+            );
             assert_eq!(retry.is_some(), status == 429 || status == 503, "{kind}");
         }
     }

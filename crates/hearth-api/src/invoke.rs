@@ -5,13 +5,34 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use hearth_core::{FunctionVersion, InvokeError, Request};
 use hearth_node::NodeError;
-use serde_json::json;
 
+use crate::error::ErrorBody;
 use crate::{ApiError, AppState, auth};
 
+/// Invoke a function
+///
+/// Any method; the request reaches the function as sent (a sub-path after
+/// the name too: `/fn/{tenant}/{name}/{path}`). A token is needed unless
+/// the function was deployed public. The answer is the function's, with
+/// `Hearth-Invocation-Id`, `Hearth-Version` and `Hearth-Start` (through a
+/// gateway also `Hearth-Node` and `Hearth-Retried-From`); a failure is an
+/// error body whose `kind` names it (`timeout`, `trap`, `out_of_memory`, …).
+#[utoipa::path(method(get, post, put, patch, delete, head, options),
+    path = "/fn/{tenant}/{name}", tag = "invoke",
+    security((), ("bearer" = [])),
+    params(("tenant" = String, Path),
+        ("name" = String, Path, description = "`name`, or `name@version` to pin a version"),
+        ("Hearth-Version" = Option<u32>, Header, description = "Pins a version")),
+    request_body(content = Vec<u8>, content_type = "*/*"),
+    responses((status = 200, description = "The function's response"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 429, body = ErrorBody), (status = 500, body = ErrorBody),
+        (status = 502, body = ErrorBody), (status = 503, body = ErrorBody),
+        (status = 504, body = ErrorBody)))]
 pub(crate) async fn invoke_root(
     State(s): State<Arc<AppState>>,
     Path((tenant, name)): Path<(String, String)>,
@@ -20,6 +41,23 @@ pub(crate) async fn invoke_root(
     run(&s, &tenant, &name, "/".into(), request).await
 }
 
+/// Invoke a function at a sub-path
+///
+/// As `/fn/{tenant}/{name}`; the function sees `/{path}` as its path.
+#[utoipa::path(method(get, post, put, patch, delete, head, options),
+    path = "/fn/{tenant}/{name}/{path}", tag = "invoke",
+    security((), ("bearer" = [])),
+    params(("tenant" = String, Path),
+        ("name" = String, Path, description = "`name`, or `name@version` to pin a version"),
+        ("path" = String, Path, description = "The rest of the path, passed on"),
+        ("Hearth-Version" = Option<u32>, Header, description = "Pins a version")),
+    request_body(content = Vec<u8>, content_type = "*/*"),
+    responses((status = 200, description = "The function's response"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 429, body = ErrorBody), (status = 500, body = ErrorBody),
+        (status = 502, body = ErrorBody), (status = 503, body = ErrorBody),
+        (status = 504, body = ErrorBody)))]
 pub(crate) async fn invoke_path(
     State(s): State<Arc<AppState>>,
     Path((tenant, name, path)): Path<(String, String, String)>,
@@ -228,16 +266,9 @@ async fn run(
         Err(e) => {
             let status =
                 StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let body = json!({
-                "error": {"kind": e.kind(), "message": e.to_string()},
-                "invocation_id": outcome.id.to_string(),
-            });
-            let mut resp = (status, axum::Json(body)).into_response();
-            if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS
-            {
-                resp.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            }
+            let id = outcome.id.to_string();
+            let mut resp =
+                crate::error::error_response(status, e.kind(), &e.to_string(), Some(&id));
             if e == InvokeError::Overloaded {
                 resp.headers_mut().insert(
                     hearth_core::REFUSED_HEADER,

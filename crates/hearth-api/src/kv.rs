@@ -12,13 +12,16 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
+use crate::error::ErrorBody;
 use crate::invoke::read_body;
 use crate::manage::blocking;
+use crate::query::Query;
 use crate::{ApiError, AppState};
 
 type S = State<Arc<AppState>>;
@@ -48,19 +51,43 @@ fn check_key(s: &AppState, key: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Which keys to list.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ListQuery {
+    /// Only keys that start with this.
+    prefix: Option<String>,
+    /// At most this many (and at most the node's KV list limit, 1000 by
+    /// default).
+    limit: Option<u32>,
+}
+
+/// A function's KV keys.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Keys {
+    tenant: String,
+    name: String,
+    /// Keys listed that are not UTF-8, and so not in `keys`.
+    not_utf8: usize,
+    keys: Vec<String>,
+}
+
+/// A function's KV keys (UTF-8 ones; `not_utf8` counts the others)
+#[utoipa::path(get, path = "/v1/functions/{name}/kv", tag = "kv",
+    params(("name" = String, Path), ListQuery),
+    responses((status = 200, body = Keys), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
 pub(crate) async fn list(
     State(s): S,
     Path(name): Path<String>,
-    RawQuery(query): RawQuery,
+    Query(query): Query<ListQuery>,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Keys>, ApiError> {
     let tenant = owner(&s, &headers, &name).await?;
-    let params = crate::query::params(query);
-    let prefix = params.get("prefix").cloned().unwrap_or_default();
+    let prefix = query.prefix.unwrap_or_default();
     let most = s.node.kv_limits().2;
-    let limit = crate::query::number(&params, "limit")?
-        .unwrap_or(most)
-        .min(most);
+    let limit = query.limit.unwrap_or(most).min(most);
     let (t, n) = (tenant.clone(), name.clone());
     let keys = blocking(&s, move |st| st.kv_list(&t, &n, prefix.as_bytes(), limit)).await?;
     let total = keys.len();
@@ -68,14 +95,20 @@ pub(crate) async fn list(
         .into_iter()
         .filter_map(|k| String::from_utf8(k).ok())
         .collect();
-    Ok(Json(json!({
-        "tenant": tenant,
-        "name": name,
-        "not_utf8": total - keys.len(),
-        "keys": keys,
-    })))
+    Ok(Json(Keys {
+        tenant,
+        name,
+        not_utf8: total - keys.len(),
+        keys,
+    }))
 }
 
+/// A KV value, raw
+#[utoipa::path(get, path = "/v1/functions/{name}/kv/{key}", tag = "kv",
+    params(("name" = String, Path), ("key" = String, Path)),
+    responses(
+        (status = 200, description = "The value's bytes", content_type = "application/octet-stream"),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get(
     State(s): S,
     Path((name, key)): Path<(String, String)>,
@@ -92,6 +125,13 @@ pub(crate) async fn get(
     }
 }
 
+/// Set a KV value (the body)
+#[utoipa::path(put, path = "/v1/functions/{name}/kv/{key}", tag = "kv",
+    params(("name" = String, Path), ("key" = String, Path)),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 204, description = "Set"), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 507, body = ErrorBody)))]
 pub(crate) async fn put(
     State(s): S,
     Path((name, key)): Path<(String, String)>,
@@ -110,6 +150,10 @@ pub(crate) async fn put(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Remove a KV key
+#[utoipa::path(delete, path = "/v1/functions/{name}/kv/{key}", tag = "kv",
+    params(("name" = String, Path), ("key" = String, Path)),
+    responses((status = 204, description = "Removed"), (status = 404, body = ErrorBody)))]
 pub(crate) async fn delete(
     State(s): S,
     Path((name, key)): Path<(String, String)>,

@@ -16,9 +16,6 @@
 //! What this crate is not: the invoker. It parses, authenticates, bounds
 //! sizes and maps results to status codes; [`hearth_node::Node`] does the rest.
 
-// The OpenAPI document is one `json!` literal, deeper than the default limit.
-#![recursion_limit = "256"]
-
 mod auth;
 mod cluster;
 mod deploy_settings;
@@ -33,9 +30,12 @@ mod recordings;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::{any, delete, get, post};
+use axum::routing::{any, get};
 use hearth_cluster::Gateway;
 use hearth_node::Node;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 pub use error::ApiError;
 
@@ -107,47 +107,14 @@ pub fn router_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> Rout
         deploys_via,
         attempt_key,
     });
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/metrics", get(manage::metrics))
-        .route("/v1/openapi.json", get(openapi::document))
-        .route("/v1/whoami", get(manage::whoami))
-        .route("/v1/status", get(manage::status))
-        .route("/v1/tenants", post(manage::create_tenant))
-        .route(
-            "/v1/tenants/{tenant}",
-            get(manage::get_tenant).put(manage::put_tenant),
-        )
-        .route("/v1/functions", get(manage::list_functions))
-        .route(
-            "/v1/functions/{name}",
-            post(manage::deploy)
-                .get(manage::get_function)
-                .delete(manage::remove_function),
-        )
-        .route("/v1/functions/{name}/logs", get(manage::logs))
-        .route("/v1/functions/{name}/kv", get(kv::list))
+    let (documented, _) = api().split_for_parts();
+    documented
+        // Registered by hand: a wildcard (`{*key}`: keys may hold `/`) and
+        // invocation by any method, each described in `openapi::ApiDoc`.
         .route(
             "/v1/functions/{name}/kv/{*key}",
             get(kv::get).put(kv::put).delete(kv::delete),
         )
-        .route("/v1/functions/{name}/recordings", get(recordings::list))
-        .route(
-            "/v1/functions/{name}/replay",
-            post(recordings::replay_traffic),
-        )
-        .route("/v1/recordings/{id}", get(recordings::show))
-        .route("/v1/recordings/{id}/export", get(recordings::export))
-        .route("/v1/recordings/{id}/payload", get(recordings::payload))
-        .route("/v1/recordings/{id}/replay", post(recordings::replay))
-        .route("/v1/replay", post(recordings::replay_file))
-        .route(
-            "/v1/cluster/nodes",
-            post(cluster::join).get(cluster::members),
-        )
-        .route("/v1/cluster/nodes/{id}", delete(cluster::leave))
-        .route("/v1/cluster/nodes/{id}/heartbeat", post(cluster::heartbeat))
-        .route("/v1/artifacts/{hash}", get(cluster::artifact))
         .route("/fn/{tenant}/{name}", any(invoke::invoke_root))
         // A trailing slash is the root sub-path, not an unknown route
         // (`{*path}` does not match an empty rest).
@@ -155,4 +122,36 @@ pub fn router_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> Rout
         .route("/fn/{tenant}/{name}/{*path}", any(invoke::invoke_path))
         .fallback(|| async { ApiError::NotFound("no such route; see /v1/openapi.json".into()) })
         .with_state(state)
+}
+
+/// The routes whose `#[utoipa::path]` describes them, and the document
+/// they make (served at `/v1/openapi.json`).
+fn api() -> OpenApiRouter<Arc<AppState>> {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(manage::healthz))
+        .routes(routes!(manage::metrics))
+        .routes(routes!(openapi::document))
+        .routes(routes!(manage::whoami))
+        .routes(routes!(manage::status))
+        .routes(routes!(manage::create_tenant))
+        .routes(routes!(manage::get_tenant, manage::put_tenant))
+        .routes(routes!(manage::list_functions))
+        .routes(routes!(
+            manage::deploy,
+            manage::get_function,
+            manage::remove_function
+        ))
+        .routes(routes!(manage::logs))
+        .routes(routes!(kv::list))
+        .routes(routes!(recordings::list))
+        .routes(routes!(recordings::replay_traffic))
+        .routes(routes!(recordings::show))
+        .routes(routes!(recordings::export))
+        .routes(routes!(recordings::payload))
+        .routes(routes!(recordings::replay))
+        .routes(routes!(recordings::replay_file))
+        .routes(routes!(cluster::join, cluster::members))
+        .routes(routes!(cluster::leave))
+        .routes(routes!(cluster::heartbeat))
+        .routes(routes!(cluster::artifact))
 }

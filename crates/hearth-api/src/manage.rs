@@ -7,12 +7,16 @@ use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
-use hearth_core::{Colocation, Runtime};
-use hearth_store::{LogQuery, Principal, Role};
-use serde::Deserialize;
+use hearth_core::{Colocation, FunctionVersion, Runtime};
+use hearth_host::deps::Package;
+use hearth_store::{FunctionSummary, LogQuery, LogRecord, Principal, Role};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
 
+use crate::error::ErrorBody;
 use crate::invoke::read_body;
+use crate::query::Query;
 use crate::{ApiError, AppState};
 
 type S = State<Arc<AppState>>;
@@ -27,8 +31,21 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|e| ApiError::Internal(e.to_string()))??)
 }
 
-/// The node's metrics; an admin token. They describe every tenant's use of
-/// the node (and, opted into, name their functions).
+/// Liveness: the process answers
+#[utoipa::path(get, path = "/healthz", tag = "node", security(()),
+    responses((status = 200, description = "`ok`", content_type = "text/plain")))]
+pub(crate) async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Prometheus metrics (admin only)
+///
+/// They describe every tenant's use of the node; series that name tenants
+/// and functions only with `--metrics-per-function`.
+#[utoipa::path(get, path = "/metrics", tag = "node",
+    responses(
+        (status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub(crate) async fn metrics(
     State(s): S,
     headers: HeaderMap,
@@ -48,13 +65,24 @@ pub(crate) async fn metrics(
     ))
 }
 
+/// The tenant and role of the token
+#[utoipa::path(get, path = "/v1/whoami", tag = "tenants",
+    responses((status = 200, body = Principal), (status = 401, body = ErrorBody)))]
 pub(crate) async fn whoami(State(s): S, headers: HeaderMap) -> Result<Json<Principal>, ApiError> {
     Ok(Json(s.auth.require(s.node.store(), &headers).await?))
 }
 
-/// The node's state and what it cannot enforce here; any valid token. An
-/// admin also sees what a gateway's heartbeat carries: the functions with
-/// code prepared here (every tenant's) and the warm pools' free instances.
+/// The node's state and what it cannot enforce here
+///
+/// Any valid token: in-flight invocations, each tier's sandboxes, pools and
+/// zygotes, `degraded` (what this machine cannot enforce), and `tenant` (the
+/// token's tenant's use against its quotas). An admin also sees what a
+/// gateway's heartbeat carries: `loaded` (`[[tenant, name]]` with code
+/// prepared here, every tenant's) and `pool_free` (the warm pools' free
+/// instances). The tiers' sections differ by tier.
+#[utoipa::path(get, path = "/v1/status", tag = "node",
+    responses((status = 200, body = Object, description = "The node's status"),
+        (status = 401, body = ErrorBody)))]
 pub(crate) async fn status(State(s): S, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     let mut status = s.node.status();
@@ -82,12 +110,27 @@ pub(crate) async fn status(State(s): S, headers: HeaderMap) -> Result<Json<Value
     Ok(Json(status))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct NewTenant {
+    /// Lower-case letters, digits, `-` and `_`; at most 64.
+    #[schema(example = "acme")]
     name: String,
 }
 
+/// A new tenant and its first token.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct TenantCreated {
+    tenant: String,
+    /// A member token of the tenant; shown once.
+    token: String,
+}
+
+/// Create a tenant and a member token for it (admin only)
+#[utoipa::path(post, path = "/v1/tenants", tag = "tenants", request_body = NewTenant,
+    responses((status = 201, body = TenantCreated), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
 pub(crate) async fn create_tenant(
     State(s): S,
     headers: HeaderMap,
@@ -109,27 +152,47 @@ pub(crate) async fn create_tenant(
     .await?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({"tenant": body.name, "token": token})),
+        Json(TenantCreated {
+            tenant: body.name,
+            token,
+        }),
     ))
 }
 
-/// A tenant's settings as the API shows them.
-fn tenant_view(s: &AppState, tenant: &str, own: Option<Colocation>) -> Value {
-    let cluster = s.node.default_colocation();
-    json!({
-        "tenant": tenant,
-        "colocation": own.unwrap_or(cluster),
-        "colocation_override": own,
-        "cluster_colocation": cluster,
-    })
+/// A tenant's settings.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct TenantView {
+    tenant: String,
+    /// The mode that applies: the override, else the cluster's.
+    colocation: Colocation,
+    /// The tenant's own setting, if any.
+    colocation_override: Option<Colocation>,
+    /// The mode of tenants without an override.
+    cluster_colocation: Colocation,
 }
 
-/// A tenant's settings; its own token or an admin's.
+impl TenantView {
+    fn new(s: &AppState, tenant: &str, own: Option<Colocation>) -> TenantView {
+        let cluster = s.node.default_colocation();
+        TenantView {
+            tenant: tenant.to_string(),
+            colocation: own.unwrap_or(cluster),
+            colocation_override: own,
+            cluster_colocation: cluster,
+        }
+    }
+}
+
+/// A tenant's settings (its own token or an admin's)
+#[utoipa::path(get, path = "/v1/tenants/{tenant}", tag = "tenants",
+    params(("tenant" = String, Path)),
+    responses((status = 200, body = TenantView), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
 pub(crate) async fn get_tenant(
     State(s): S,
     headers: HeaderMap,
     Path(tenant): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TenantView>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     if p.role != Role::Admin && p.tenant != tenant {
         return Err(ApiError::Forbidden(format!(
@@ -145,25 +208,30 @@ pub(crate) async fn get_tenant(
         st.tenant_colocation(&name)
     })
     .await?;
-    Ok(Json(tenant_view(&s, &tenant, own)))
+    Ok(Json(TenantView::new(&s, &tenant, own)))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct TenantSettings {
     /// `null` clears the override.
     colocation: Option<Colocation>,
 }
 
-/// Sets a tenant's colocation override; admin only (it trades the
-/// tenant's isolation against memory, which is the operator's call).
-/// Applies to the tenant's next cold starts.
+/// Set or clear a tenant's colocation mode (admin only)
+///
+/// It trades the tenant's isolation against memory, which is the
+/// operator's call. Applies to the tenant's next cold starts.
+#[utoipa::path(put, path = "/v1/tenants/{tenant}", tag = "tenants",
+    params(("tenant" = String, Path)), request_body = TenantSettings,
+    responses((status = 200, body = TenantView), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn put_tenant(
     State(s): S,
     headers: HeaderMap,
     Path(tenant): Path<String>,
     Json(body): Json<TenantSettings>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TenantView>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     if p.role != Role::Admin {
         return Err(ApiError::Forbidden(
@@ -173,9 +241,38 @@ pub(crate) async fn put_tenant(
     let name = tenant.clone();
     let mode = body.colocation;
     blocking(&s, move |st| st.set_tenant_colocation(&name, mode)).await?;
-    Ok(Json(tenant_view(&s, &tenant, mode)))
+    Ok(Json(TenantView::new(&s, &tenant, mode)))
 }
 
+/// A new version, as the deploy answers.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Deployed {
+    #[serde(flatten)]
+    version: FunctionVersion,
+    /// Checking and compiling the code, in every tier its runtime has.
+    compile_ms: u64,
+    /// Resolving and installing its packages.
+    install_ms: u64,
+    /// The lock: each package installed, and whether it was cached here.
+    packages: Vec<hearth_host::DeployedPackage>,
+    /// What may not work as meant (unpinned requirements, …).
+    warnings: Vec<String>,
+    /// Where it is invoked.
+    #[schema(example = "/fn/acme/resize")]
+    url: String,
+}
+
+/// Deploy a new version
+///
+/// The body is the code: a Wasm binary or WAT text, a JavaScript or Python
+/// file, or a bundle (tar, tar.gz, zip) with `requirements.txt` or
+/// `package.json`. Settings are query parameters.
+#[utoipa::path(post, path = "/v1/functions/{name}", tag = "functions",
+    params(("name" = String, Path), crate::deploy_settings::DeploySettings),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 201, body = Deployed), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 507, body = ErrorBody)))]
 pub(crate) async fn deploy(
     State(s): S,
     Path(name): Path<String>,
@@ -219,39 +316,70 @@ pub(crate) async fn deploy(
     };
     let out = s.node.deploy(&p.tenant, &name, source, spec).await?;
     let (v, compiled) = (out.version, out.compiled);
+    let url = format!("/fn/{}/{}", v.tenant, v.name);
     Ok((
         StatusCode::CREATED,
-        Json(json!({
-            "tenant": v.tenant,
-            "name": v.name,
-            "version": v.version,
-            "artifact": v.artifact,
-            "spec": v.spec,
-            "created_at_ms": v.created_at_ms,
-            "compile_ms": compiled.compile_ms,
-            "install_ms": compiled.install_ms,
-            "packages": compiled.packages,
-            "warnings": compiled.warnings,
-            "url": format!("/fn/{}/{}", v.tenant, v.name),
-        })),
+        Json(Deployed {
+            version: v,
+            compile_ms: compiled.compile_ms,
+            install_ms: compiled.install_ms,
+            packages: compiled.packages,
+            warnings: compiled.warnings,
+            url,
+        }),
     ))
 }
 
+/// The tenant's functions.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct FunctionList {
+    tenant: String,
+    functions: Vec<FunctionSummary>,
+}
+
+/// List the tenant's functions
+#[utoipa::path(get, path = "/v1/functions", tag = "functions",
+    responses((status = 200, body = FunctionList), (status = 401, body = ErrorBody)))]
 pub(crate) async fn list_functions(
     State(s): S,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<FunctionList>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     let tenant = p.tenant.clone();
-    let fns = blocking(&s, move |st| st.list_functions(&tenant)).await?;
-    Ok(Json(json!({ "tenant": p.tenant, "functions": fns })))
+    let functions = blocking(&s, move |st| st.list_functions(&tenant)).await?;
+    Ok(Json(FunctionList {
+        tenant: p.tenant,
+        functions,
+    }))
 }
 
+/// One version of a function, with its lock.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct VersionView {
+    #[serde(flatten)]
+    version: FunctionVersion,
+    /// The packages it installs, exactly (empty for wasm and for code
+    /// without packages).
+    packages: Vec<Package>,
+}
+
+/// A function's versions.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct FunctionVersions {
+    tenant: String,
+    name: String,
+    versions: Vec<VersionView>,
+}
+
+/// A function's versions, each with its packages (lock)
+#[utoipa::path(get, path = "/v1/functions/{name}", tag = "functions",
+    params(("name" = String, Path)),
+    responses((status = 200, body = FunctionVersions), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get_function(
     State(s): S,
     Path(name): Path<String>,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<FunctionVersions>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     let (tenant, n) = (p.tenant.clone(), name.clone());
     let versions = blocking(&s, move |st| st.list_versions(&tenant, &n)).await?;
@@ -290,19 +418,26 @@ pub(crate) async fn get_function(
                             .unwrap_or_default()
                     })
                     .clone();
-                let mut view = json!(v);
-                view["packages"] = json!(packages);
-                view
+                VersionView {
+                    version: v,
+                    packages,
+                }
             })
-            .collect::<Vec<Value>>()
+            .collect()
     })
     .await
     .map_err(|e| ApiError::Internal(e.to_string()))?;
-    Ok(Json(
-        json!({ "tenant": p.tenant, "name": name, "versions": versions }),
-    ))
+    Ok(Json(FunctionVersions {
+        tenant: p.tenant,
+        name,
+        versions,
+    }))
 }
 
+/// Remove a function, its versions, KV and logs
+#[utoipa::path(delete, path = "/v1/functions/{name}", tag = "functions",
+    params(("name" = String, Path)),
+    responses((status = 204, description = "Removed"), (status = 404, body = ErrorBody)))]
 pub(crate) async fn remove_function(
     State(s): S,
     Path(name): Path<String>,
@@ -319,27 +454,55 @@ pub(crate) async fn remove_function(
     }
 }
 
+/// Which of a function's log lines to read.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct LogsQuery {
+    /// Only this invocation's lines.
+    invocation: Option<String>,
+    /// At most this many (the newest, returned oldest first).
+    #[param(default = 100, maximum = 1000)]
+    limit: Option<u32>,
+    /// Only lines after the one with this id, oldest first (following).
+    after: Option<i64>,
+}
+
+/// A function's log lines.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Logs {
+    tenant: String,
+    name: String,
+    lines: Vec<LogRecord>,
+}
+
+/// A function's log lines, oldest first
+///
+/// Lines of invocations that finished on this node are all there.
+#[utoipa::path(get, path = "/v1/functions/{name}/logs", tag = "functions",
+    params(("name" = String, Path), LogsQuery),
+    responses((status = 200, body = Logs), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
 pub(crate) async fn logs(
     State(s): S,
     Path(name): Path<String>,
-    RawQuery(query): RawQuery,
+    Query(query): Query<LogsQuery>,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Logs>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
-    let params = crate::query::params(query);
     let q = LogQuery {
-        invocation_id: params.get("invocation").cloned(),
-        limit: crate::query::number::<u32>(&params, "limit")?
-            .unwrap_or(100)
-            .min(1000),
-        after: crate::query::number(&params, "after")?,
+        invocation_id: query.invocation,
+        limit: query.limit.unwrap_or(100).min(1000),
+        after: query.after,
     };
     // Every line of invocations that finished here is in the store before
     // it is read (briefly: the writer stores within 50 ms).
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), s.node.flush_logs()).await;
     let (tenant, n) = (p.tenant.clone(), name.clone());
     let lines = blocking(&s, move |st| st.read_logs(&tenant, &n, &q)).await?;
-    Ok(Json(
-        json!({ "tenant": p.tenant, "name": name, "lines": lines }),
-    ))
+    Ok(Json(Logs {
+        tenant: p.tenant,
+        name,
+        lines,
+    }))
 }

@@ -1,44 +1,83 @@
-//! Query-string settings of the management API.
+//! Query-string settings of the management API: each route takes a struct
+//! of its settings (which is also what `/v1/openapi.json` describes), read
+//! by [`Query`]. An unknown setting, a repeated one, or a value of the
+//! wrong type is a 400 naming the setting, never silently ignored.
 
-use std::collections::BTreeMap;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
 
 use crate::ApiError;
 
-/// The query string as key → value (the last of a repeated key wins).
-pub(crate) fn params(query: Option<String>) -> BTreeMap<String, String> {
-    form_urlencoded::parse(query.unwrap_or_default().as_bytes())
-        .into_owned()
-        .collect()
+/// A route's query settings, `T`, or a 400 that names what is wrong.
+pub(crate) struct Query<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        parse(parts.uri.query().unwrap_or_default()).map(Query)
+    }
 }
 
-/// The number under `k`, if given; a 400 naming it if it is not one.
-pub(crate) fn number<T: std::str::FromStr>(
-    p: &BTreeMap<String, String>,
-    k: &str,
-) -> Result<Option<T>, ApiError> {
-    p.get(k)
-        .map(|v| {
-            v.parse()
-                .map_err(|_| ApiError::BadRequest(format!("{k} {v:?} is not a number")))
-        })
-        .transpose()
+/// `query` (`a=1&b=x`, percent-encoded) as `T`.
+pub(crate) fn parse<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
+    let pairs = || form_urlencoded::parse(query.as_bytes());
+    serde_path_to_error::deserialize(serde_urlencoded::Deserializer::new(pairs())).map_err(|e| {
+        let setting = e.path().to_string();
+        let why = e.into_inner();
+        match pairs().find(|(k, _)| *k == setting) {
+            Some((_, value)) => ApiError::BadRequest(format!("{setting} {value:?}: {why}")),
+            None => ApiError::BadRequest(format!("query {query:?}: {why}")),
+        }
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    use serde::Deserialize;
+
     use super::*;
 
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(deny_unknown_fields)]
+    struct Settings {
+        limit: Option<u32>,
+        name: Option<String>,
+    }
+
+    fn refused(query: &str) -> String {
+        match parse::<Settings>(query) {
+            Err(ApiError::BadRequest(m)) => m,
+            other => panic!("{query}: a 400, not {other:?}"),
+        }
+    }
+
     #[test]
-    fn the_last_of_a_repeated_key_wins_and_a_bad_number_is_named() {
-        let p = params(Some("limit=5&name=a%20b&limit=7".into()));
-        assert_eq!(p["name"], "a b");
-        assert_eq!(number::<usize>(&p, "limit").unwrap(), Some(7));
-        assert_eq!(number::<usize>(&p, "absent").unwrap(), None);
-        let bad = params(Some("limit=ten".into()));
-        let Err(ApiError::BadRequest(m)) = number::<usize>(&bad, "limit") else {
-            panic!("a 400");
-        };
-        assert!(m.contains("limit") && m.contains("ten"), "{m}");
-        assert!(params(None).is_empty());
+    fn settings_are_read_and_bad_ones_are_named() {
+        let s: Settings = parse("limit=7&name=a%20b").unwrap();
+        assert_eq!(
+            s,
+            Settings {
+                limit: Some(7),
+                name: Some("a b".into())
+            }
+        );
+        assert_eq!(
+            parse::<Settings>("").unwrap(),
+            Settings {
+                limit: None,
+                name: None
+            }
+        );
+        let m = refused("limit=ten");
+        assert!(m.starts_with("limit \"ten\""), "{m}");
+        let m = refused("limt=5");
+        assert!(
+            m.contains("unknown field `limt`") && m.contains("`limit`"),
+            "{m}"
+        );
+        let m = refused("limit=5&limit=7");
+        assert!(m.contains("duplicate field `limit`"), "{m}");
     }
 }

@@ -2,7 +2,6 @@
 //! replays its own tapes, and nobody else's (another tenant's id is a 404,
 //! like an id that never existed).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Json;
@@ -12,11 +11,14 @@ use axum::http::{HeaderMap, header};
 use axum::response::IntoResponse;
 use hearth_node::ReplayReport;
 use hearth_record::{Archive, RecordError, Recording, view};
-use hearth_store::TapeQuery;
-use serde_json::{Value, json};
+use hearth_store::{TapeEntry, TapeQuery};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 
+use crate::error::ErrorBody;
 use crate::invoke::read_body;
-use crate::query::{number, params};
+use crate::query::Query;
 use crate::{ApiError, AppState};
 
 type S = State<Arc<AppState>>;
@@ -52,46 +54,80 @@ async fn with_archive<T: Send + 'static>(
         .map_err(|e| ApiError::Internal(e.to_string()))??)
 }
 
-/// `status=error`, `status=500`, `since=1h`, `version=N`, `limit=N`.
-fn tape_query(
-    function: Option<String>,
-    p: &BTreeMap<String, String>,
-) -> Result<TapeQuery, ApiError> {
-    let mut q = TapeQuery {
-        function,
-        version: number(p, "version")?,
-        limit: number(p, "limit")?.unwrap_or(100),
-        ..TapeQuery::default()
-    };
-    match p.get("status").map(String::as_str) {
-        None | Some("any") => {}
-        Some("error") => q.errors_only = true,
-        Some(code) => {
-            q.status = Some(code.parse().map_err(|_| {
-                ApiError::BadRequest(format!("status {code:?}: use error, any or an HTTP status"))
-            })?)
-        }
-    }
-    if let Some(since) = p.get("since") {
-        let secs = hearth_core::parse_duration_s(since).ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "since {since:?}: use a duration like 90s, 15m, 1h, 2d"
-            ))
-        })?;
-        q.since_ms = Some(hearth_core::unix_time_ms() - (secs as i64) * 1000);
-    }
-    Ok(q)
+/// Which of a function's tapes to list.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct TapeFilter {
+    /// `error`, `any`, or an HTTP status.
+    #[param(example = "error")]
+    status: Option<String>,
+    /// Only tapes this recent: `90s`, `15m`, `1h`, `2d`.
+    #[param(example = "1h")]
+    since: Option<String>,
+    /// Only tapes of this version.
+    version: Option<u32>,
+    /// At most this many, newest first.
+    #[param(default = 100)]
+    limit: Option<u32>,
 }
 
-/// `GET /v1/functions/{name}/recordings`
+impl TapeFilter {
+    fn query(&self, function: String) -> Result<TapeQuery, ApiError> {
+        let mut q = TapeQuery {
+            function: Some(function),
+            version: self.version,
+            limit: self.limit.unwrap_or(100),
+            ..TapeQuery::default()
+        };
+        match self.status.as_deref() {
+            None | Some("any") => {}
+            Some("error") => q.errors_only = true,
+            Some(code) => {
+                q.status = Some(code.parse().map_err(|_| {
+                    ApiError::BadRequest(format!(
+                        "status {code:?}: use error, any or an HTTP status"
+                    ))
+                })?)
+            }
+        }
+        if let Some(since) = &self.since {
+            let secs = hearth_core::parse_duration_s(since).ok_or_else(|| {
+                ApiError::BadRequest(format!(
+                    "since {since:?}: use a duration like 90s, 15m, 1h, 2d"
+                ))
+            })?;
+            q.since_ms = Some(hearth_core::unix_time_ms() - (secs as i64) * 1000);
+        }
+        Ok(q)
+    }
+}
+
+/// A function's tapes.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Recordings {
+    tenant: String,
+    name: String,
+    /// Newest first.
+    recordings: Vec<TapeEntry>,
+}
+
+/// A function's tapes, newest first (docs/recording.md)
+///
+/// Through a gateway: every node's, merged.
+#[utoipa::path(get, path = "/v1/functions/{name}/recordings", tag = "recordings",
+    params(("name" = String, Path), TapeFilter),
+    responses((status = 200, body = Recordings), (status = 400, body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
 pub(crate) async fn list(
     State(s): S,
     Path(name): Path<String>,
+    Query(filter): Query<TapeFilter>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
-    let q = tape_query(Some(name.clone()), &params(query.clone()))?;
+    let q = filter.query(name.clone())?;
     if let Some(g) = &s.gateway {
         let limit = q.limit as usize;
         return hearth_cluster::fanout::recordings(
@@ -103,14 +139,17 @@ pub(crate) async fn list(
             &headers,
         )
         .await
-        .map(Json)
+        .map(|merged| Json(merged).into_response())
         .map_err(crate::cluster::fanout_error);
     }
     let tenant = p.tenant.clone();
-    let tapes = with_archive(&s, move |a| a.list(&tenant, &q)).await?;
-    Ok(Json(
-        json!({"tenant": p.tenant, "name": name, "recordings": tapes}),
-    ))
+    let recordings = with_archive(&s, move |a| a.list(&tenant, &q)).await?;
+    Ok(Json(Recordings {
+        tenant: p.tenant,
+        name,
+        recordings,
+    })
+    .into_response())
 }
 
 async fn read(s: &AppState, tenant: &str, id: &str) -> Result<Recording, ApiError> {
@@ -118,11 +157,33 @@ async fn read(s: &AppState, tenant: &str, id: &str) -> Result<Recording, ApiErro
     with_archive(s, move |a| a.read(&t, &i)).await
 }
 
-/// `GET /v1/recordings/{id}[?offset=N&limit=N]`: the timeline, a page of
-/// host calls at a time.
+/// A page of a timeline's host calls.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct Page {
+    /// The first call shown (0-based).
+    #[param(default = 0)]
+    offset: Option<u32>,
+    /// At most this many calls.
+    #[param(default = 200, maximum = 1000)]
+    limit: Option<u32>,
+}
+
+/// One tape's timeline
+///
+/// The request, a page of host calls with their answers
+/// (`calls: [{n, call, answer, payload_bytes}]`, `calls_total`,
+/// `next_offset`), and the outcome; bodies shown up to 64 KiB (whole ones
+/// from `/payload`).
+#[utoipa::path(get, path = "/v1/recordings/{id}", tag = "recordings",
+    params(("id" = String, Path), Page),
+    responses((status = 200, body = Object, description = "The timeline"),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn show(
     State(s): S,
     Path(id): Path<String>,
+    Query(page): Query<Page>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<axum::response::Response, ApiError> {
@@ -133,18 +194,32 @@ pub(crate) async fn show(
         return crate::cluster::recording_on_its_node(g, http::Method::GET, &id, &path, &headers)
             .await;
     }
-    let params = params(query);
-    let offset: u32 = number(&params, "offset")?.unwrap_or(0);
-    let limit: u32 = number(&params, "limit")?.unwrap_or(view::CALLS_PER_PAGE as u32);
+    let offset = page.offset.unwrap_or(0);
+    let limit = page.limit.unwrap_or(view::CALLS_PER_PAGE as u32);
     let rec = read(&s, &p.tenant, &id).await?;
     Ok(Json(view::timeline(&rec, offset as usize, limit as usize)).into_response())
 }
 
-/// `GET /v1/recordings/{id}/payload?of=request|response|N`: one payload's
-/// bytes, whole (views cut them).
+/// Which payload of a tape.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct Which {
+    /// `request`, `response`, or a host call's number (as in the timeline).
+    #[param(required = true, example = "response")]
+    of: Option<String>,
+}
+
+/// One payload's bytes, whole (timelines cut them)
+#[utoipa::path(get, path = "/v1/recordings/{id}/payload", tag = "recordings",
+    params(("id" = String, Path), Which),
+    responses(
+        (status = 200, description = "The payload's bytes", content_type = "application/octet-stream"),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn payload(
     State(s): S,
     Path(id): Path<String>,
+    Query(which): Query<Which>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<axum::response::Response, ApiError> {
@@ -157,8 +232,8 @@ pub(crate) async fn payload(
         return crate::cluster::recording_on_its_node(g, http::Method::GET, &id, &path, &headers)
             .await;
     }
-    let of: view::PayloadOf = params(query)
-        .get("of")
+    let of: view::PayloadOf = which
+        .of
         .ok_or_else(|| ApiError::BadRequest("say which payload: of=request, response or N".into()))?
         .parse()
         .map_err(ApiError::BadRequest)?;
@@ -176,7 +251,11 @@ pub(crate) async fn payload(
         .into_response())
 }
 
-/// `GET /v1/recordings/{id}/export`: the tape as a file.
+/// One tape as a self-checking file (JSON with a sha256)
+#[utoipa::path(get, path = "/v1/recordings/{id}/export", tag = "recordings",
+    params(("id" = String, Path)),
+    responses((status = 200, description = "The tape file", content_type = "application/json"),
+        (status = 404, body = ErrorBody)))]
 pub(crate) async fn export(
     State(s): S,
     Path(id): Path<String>,
@@ -211,27 +290,71 @@ pub(crate) async fn export(
         .into_response())
 }
 
-fn report_json(r: &ReplayReport) -> Value {
-    json!({
-        "id": r.id,
-        "function": r.function,
-        "recorded_version": r.recorded_version,
-        "replayed_version": r.replayed_version,
-        "code_changed": r.code_changed,
-        "tier": r.tier.as_str(),
-        "identical": r.identical,
-        "divergence": r.divergence,
-        "verdict": match (&r.divergence, r.identical) {
+/// What a replay found.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Replayed {
+    /// The tape's invocation id.
+    id: String,
+    function: String,
+    recorded_version: u32,
+    replayed_version: u32,
+    /// The code differs from the code the tape was made with.
+    code_changed: bool,
+    /// The tier that ran the replay: `wasm`, `js` or `process`.
+    tier: &'static str,
+    /// Same host calls in the same order, and the same response.
+    identical: bool,
+    /// Where the replay first did something the tape did not.
+    divergence: Option<hearth_host::Divergence>,
+    /// `identical`, the divergence in words, or `the response differs`.
+    verdict: String,
+    /// The recorded outcome: `{kind: ok, status, headers, body}` or the
+    /// failure.
+    #[schema(value_type = Object)]
+    recorded: Value,
+    /// The replay's outcome, as `recorded`.
+    #[schema(value_type = Object)]
+    replayed: Value,
+    /// `-` recorded, `+` replayed; absent when the outcomes are equal.
+    diff: Option<String>,
+    /// What the replay logged (not added to the function's logs).
+    logs: Vec<String>,
+    duration_us: u64,
+}
+
+impl From<ReplayReport> for Replayed {
+    fn from(r: ReplayReport) -> Replayed {
+        let verdict = match (&r.divergence, r.identical) {
             (_, true) => "identical".to_string(),
             (Some(d), _) => d.to_string(),
             (None, false) => "the response differs".to_string(),
-        },
-        "recorded": view::outcome(&r.recorded),
-        "replayed": view::outcome(&r.replayed),
-        "diff": r.diff,
-        "logs": r.logs,
-        "duration_us": r.duration.as_micros() as u64,
-    })
+        };
+        Replayed {
+            recorded: view::outcome(&r.recorded),
+            replayed: view::outcome(&r.replayed),
+            id: r.id,
+            function: r.function,
+            recorded_version: r.recorded_version,
+            replayed_version: r.replayed_version,
+            code_changed: r.code_changed,
+            tier: r.tier.as_str(),
+            identical: r.identical,
+            divergence: r.divergence,
+            verdict,
+            diff: r.diff,
+            logs: r.logs,
+            duration_us: r.duration.as_micros() as u64,
+        }
+    }
+}
+
+/// The version a tape is replayed against.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct Against {
+    /// Default: the version that made the tape.
+    version: Option<u32>,
 }
 
 /// Replays `rec` against `version` (default: the version that made it) of
@@ -249,15 +372,19 @@ async fn replay_one(
     Ok(s.node.replay(rec, &target).await?)
 }
 
-/// `POST /v1/recordings/{id}/replay[?version=N]`
+/// Replay one tape: identical, or where it diverged and how the response differs
+#[utoipa::path(post, path = "/v1/recordings/{id}/replay", tag = "recordings",
+    params(("id" = String, Path), Against),
+    responses((status = 200, body = Replayed), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
 pub(crate) async fn replay(
     State(s): S,
     Path(id): Path<String>,
+    Query(Against { version }): Query<Against>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<axum::response::Response, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
-    let version = number(&params(query.clone()), "version")?;
     if let Some(g) = &s.gateway {
         let path = hearth_cluster::fanout::with_query(
             format!("/v1/recordings/{id}/replay"),
@@ -267,23 +394,24 @@ pub(crate) async fn replay(
             .await;
     }
     let rec = read(&s, &p.tenant, &id).await?;
-    Ok(Json(report_json(
-        &replay_one(&s, &p.tenant, &rec, version).await?,
-    ))
-    .into_response())
+    let report = replay_one(&s, &p.tenant, &rec, version).await?;
+    Ok(Json(Replayed::from(report)).into_response())
 }
 
-/// `POST /v1/replay[?version=N]` with an exported tape as the body: runs
-/// a tape kept outside Hearth (a test case) against this node's function
-/// of the same name.
+/// Replay an exported tape (the body) against the caller's function of its name
+///
+/// A tape kept outside Hearth, as a test case.
+#[utoipa::path(post, path = "/v1/replay", tag = "recordings", params(Against),
+    request_body(content = Object, description = "A tape file from `/export`"),
+    responses((status = 200, body = Replayed), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
 pub(crate) async fn replay_file(
     State(s): S,
-    RawQuery(query): RawQuery,
+    Query(Against { version }): Query<Against>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Replayed>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
-    let version = number(&params(query), "version")?;
     let file = read_body(
         &headers,
         body,
@@ -292,20 +420,61 @@ pub(crate) async fn replay_file(
     )
     .await?;
     let rec = Recording::import(&file)?;
-    Ok(Json(report_json(
-        &replay_one(&s, &p.tenant, &rec, version).await?,
-    )))
+    let report = replay_one(&s, &p.tenant, &rec, version).await?;
+    Ok(Json(report.into()))
 }
 
-/// `POST /v1/functions/{name}/replay?against=N[&last=N][&since=1h][&status=…]`:
-/// recorded traffic of `name` against version N; which responses changed.
+/// Recorded traffic to replay, and the version to replay it against.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct TrafficQuery {
+    /// The version to replay against.
+    #[param(required = true)]
+    against: Option<u32>,
+    /// At most this many tapes, the newest (replayed oldest first).
+    #[param(default = 100)]
+    last: Option<u32>,
+    /// As in the recordings list.
+    status: Option<String>,
+    /// As in the recordings list.
+    since: Option<String>,
+    /// Only tapes made by this version.
+    version: Option<u32>,
+}
+
+/// Recorded traffic, replayed against a version.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct TrafficReplay {
+    name: String,
+    against: u32,
+    replayed: usize,
+    /// Replays whose response differs from the recorded one.
+    changed: usize,
+    /// Replays that did something the tape did not.
+    diverged: usize,
+    /// Oldest first: the order the traffic came in.
+    results: Vec<Replayed>,
+}
+
+/// Replay recorded traffic against a version: which responses changed
+///
+/// Through a gateway: every node replays its own tapes.
+#[utoipa::path(post, path = "/v1/functions/{name}/replay", tag = "recordings",
+    params(("name" = String, Path), TrafficQuery),
+    responses((status = 200, body = TrafficReplay), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
 pub(crate) async fn replay_traffic(
     State(s): S,
     Path(name): Path<String>,
+    Query(traffic): Query<TrafficQuery>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
+    let against = traffic.against.ok_or_else(|| {
+        ApiError::BadRequest("say which version to replay against: against=N".into())
+    })?;
     if let Some(g) = &s.gateway {
         let path = hearth_cluster::fanout::with_query(
             format!("/v1/functions/{name}/replay"),
@@ -313,16 +482,17 @@ pub(crate) async fn replay_traffic(
         );
         return hearth_cluster::fanout::replay_traffic(g, &path, &headers)
             .await
-            .map(Json)
+            .map(|merged| Json(merged).into_response())
             .map_err(crate::cluster::fanout_error);
     }
-    let params = params(query);
-    let against: u32 = number(&params, "against")?.ok_or_else(|| {
-        ApiError::BadRequest("say which version to replay against: against=N".into())
-    })?;
     let target = s.node.resolve(&p.tenant, &name, Some(against)).await?;
-    let mut q = tape_query(Some(name.clone()), &params)?;
-    q.limit = number(&params, "last")?.unwrap_or(q.limit);
+    let filter = TapeFilter {
+        status: traffic.status,
+        since: traffic.since,
+        version: traffic.version,
+        limit: traffic.last,
+    };
+    let q = filter.query(name.clone())?;
     let tenant = p.tenant.clone();
     let recordings = with_archive(&s, move |a| a.recordings(&tenant, &q)).await?;
     let mut results = Vec::new();
@@ -332,14 +502,15 @@ pub(crate) async fn replay_traffic(
         let report = s.node.replay(rec, &target).await?;
         changed += usize::from(report.diff.is_some());
         diverged += usize::from(report.divergence.is_some());
-        results.push(report_json(&report));
+        results.push(Replayed::from(report));
     }
-    Ok(Json(json!({
-        "name": name,
-        "against": against,
-        "replayed": results.len(),
-        "changed": changed,
-        "diverged": diverged,
-        "results": results,
-    })))
+    Ok(Json(TrafficReplay {
+        name,
+        against,
+        replayed: results.len(),
+        changed,
+        diverged,
+        results,
+    })
+    .into_response())
 }

@@ -71,6 +71,7 @@ impl Default for GatewayConfig {
 
 /// `POST /v1/cluster/nodes`: a node asks to join.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Join {
     /// Where the gateway reaches the node (`http://host:port`).
     pub url: String,
@@ -84,6 +85,7 @@ pub struct Join {
 
 /// The gateway's answer to a [`Join`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Joined {
     pub id: String,
     pub heartbeat_ms: u64,
@@ -94,8 +96,10 @@ pub struct Joined {
 
 /// What a node reports every interval.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Heartbeat {
     /// Functions with code prepared there, as (tenant, name).
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Vec<String>>))]
     pub loaded: Vec<(String, String)>,
     /// Invocations running there now (from any gateway).
     pub in_flight: u64,
@@ -108,6 +112,7 @@ pub struct Heartbeat {
 
 /// One node as `GET /v1/cluster/nodes` shows it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MemberView {
     pub id: String,
     pub url: String,

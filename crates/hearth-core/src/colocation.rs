@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 /// Which invocations may share one runtime instance on a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Colocation {
     /// Any function of any tenant (Hydra*).

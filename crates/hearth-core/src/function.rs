@@ -11,6 +11,7 @@ use crate::ValidationError;
 /// What the user wrote. Chosen at deploy time (inferred from the file name
 /// unless given), fixed for the life of a version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Runtime {
     Wasm,
@@ -104,6 +105,7 @@ impl fmt::Display for Tier {
 
 /// Resource limits of one sandbox, fixed per version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     /// Linear memory (wasm) or cgroup memory (process) one sandbox may use.
@@ -132,6 +134,7 @@ impl Default for Limits {
 
 /// Everything about a function that a deploy fixes besides its code.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct FunctionSpec {
     pub runtime: Runtime,
@@ -159,6 +162,7 @@ pub struct FunctionSpec {
     /// file's `handler`, `main` or `lambda_handler` (Python) or its
     /// `default`/`handler`/`main` export (JavaScript).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, example = "app.handler"))]
     pub handler: Option<HandlerName>,
 }
 
@@ -239,6 +243,7 @@ impl fmt::Display for HandlerName {
 /// A function's recording settings: how many invocations get a tape and
 /// how long tapes are kept (`None`: the node's default retention).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RecordPolicy {
     /// Invocations recorded per million (1_000_000 = every one, 0 = none).
@@ -305,6 +310,7 @@ pub fn host_allowed(allowed: &[String], host: &str, port: u16) -> bool {
 
 /// One immutable deploy of a function.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FunctionVersion {
     pub tenant: String,
     pub name: String,

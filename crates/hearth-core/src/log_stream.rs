@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// Where a log line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum LogStream {
     /// The function's stderr (wasm) or unhandled output.

@@ -140,6 +140,7 @@ impl Ord for NpmTree {
 
 /// One exact package: a lock's entry.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Package {
     pub name: String,
     pub version: String,
@@ -151,6 +152,7 @@ pub struct Package {
     /// npm: the dependency's whole installed tree, which a node installs
     /// exactly (`npm ci`). Absent for Python, and in older locks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub tree: Option<NpmTree>,
 }
 

@@ -65,6 +65,7 @@ pub struct Compiled {
 
 /// A locked package as a deploy reports it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeployedPackage {
     #[serde(flatten)]
     pub package: crate::deps::Package,

@@ -167,6 +167,7 @@ fn short_hex(b: &[u8]) -> String {
 
 /// Where a replay stopped following its tape.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Divergence {
     /// 1-based position on the tape (log calls count, as in a timeline).
     pub at: usize,

@@ -35,6 +35,7 @@ pub use sqlite::SqliteStore;
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// May also create tenants and their tokens.
@@ -54,6 +55,7 @@ impl Role {
 
 /// Who a token belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Principal {
     pub tenant: String,
     pub role: Role,
@@ -61,6 +63,7 @@ pub struct Principal {
 
 /// A function as listed: its newest version and how many it has.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FunctionSummary {
     pub name: String,
     pub latest: FunctionVersion,
@@ -73,6 +76,7 @@ pub struct FunctionSummary {
 /// How often a JavaScript function fell back from the isolate tier to the
 /// process tier since its newest deploy, and whether it is now pinned there.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FunctionMode {
     pub bounces: u32,
     pub pinned: bool,
@@ -80,6 +84,7 @@ pub struct FunctionMode {
 
 /// One line of a function's log, tied to the invocation that wrote it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LogRecord {
     /// The line's place in the store, rising as lines are written (0 in a
     /// line not yet stored): a reader following a log asks for lines after
@@ -112,6 +117,7 @@ pub struct LogQuery {
 /// `hearth-record`): the index holds one [`TapeBlock`] per block and
 /// function, not a row per invocation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TapeEntry {
     /// The invocation id (UUIDv7, hex): sorts by start time.
     pub id: String,

@@ -219,17 +219,19 @@ async fn metrics_count_invocations_errors_and_starts() {
     assert!(text.contains("hearth_invocation_duration_seconds_bucket"));
 }
 
-/// The document is served without a token; that every route and deploy
-/// setting is in it is `hearth-api`'s unit tests' (`openapi.rs`).
+/// The document is served without a token, and the daemon's real answers
+/// fit it: each JSON answer is checked against the schema the document
+/// gives for its route and status (`hearth-api`'s unit tests hold every
+/// route and deploy setting to it).
 #[tokio::test]
-async fn the_daemon_serves_its_openapi_document() {
+async fn the_daemons_answers_fit_its_openapi_document() {
     let d = Daemon::start();
     let doc: serde_json::Value = d
         .http
         .get(format!("{}/v1/openapi.json", d.url))
         .json_value()
         .await;
-    assert_eq!(doc["openapi"], "3.0.3");
+    assert_eq!(doc["openapi"], "3.1.0");
     let deploy = &doc["paths"]["/v1/functions/{name}"]["post"]["parameters"];
     assert!(
         deploy
@@ -238,6 +240,92 @@ async fn the_daemon_serves_its_openapi_document() {
             .iter()
             .any(|p| p["name"] == "keep_errors"),
         "{deploy}"
+    );
+    // Checks `resp` (a call to `route` by `method`) against the document.
+    let fits = |method: &str, route: &str, status: u16, body: &serde_json::Value| {
+        let schema = &doc["paths"][route][method]["responses"][status.to_string()]["content"]["application/json"]
+            ["schema"];
+        assert!(
+            schema.is_object(),
+            "no schema for {method} {route} {status}"
+        );
+        let root = serde_json::json!({"components": doc["components"], "allOf": [schema]});
+        let validator = jsonschema::validator_for(&root).unwrap();
+        let errors: Vec<String> = validator
+            .iter_errors(body)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "{method} {route} {status} does not fit the document: {errors:?}\n{body:#}"
+        );
+    };
+    let send = |req: reqwest::RequestBuilder| async move {
+        let r = req.send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json::<serde_json::Value>().await.unwrap())
+    };
+
+    let (st, v) = send(d.get("/v1/whoami")).await;
+    fits("get", "/v1/whoami", st, &v);
+    let (st, v) = send(d.get("/v1/status")).await;
+    fits("get", "/v1/status", st, &v);
+    let (st, v) = send(
+        d.post("/v1/tenants")
+            .json(&serde_json::json!({"name": "acme"})),
+    )
+    .await;
+    fits("post", "/v1/tenants", st, &v);
+    let (st, v) = send(d.get("/v1/tenants/acme")).await;
+    fits("get", "/v1/tenants/{tenant}", st, &v);
+
+    let v = d
+        .deploy("counter", example("counter.wat"), &[("env", "A=1")])
+        .await;
+    fits("post", "/v1/functions/{name}", 201, &v);
+    d.deploy("log", example("log.wat"), &[]).await;
+    for _ in 0..2 {
+        assert_eq!(d.invoke("counter", b"").await.status(), 200);
+    }
+    assert_eq!(d.invoke("log", b"").await.status(), 200);
+    let (st, v) = send(d.get("/v1/functions")).await;
+    fits("get", "/v1/functions", st, &v);
+    let (st, v) = send(d.get("/v1/functions/counter")).await;
+    fits("get", "/v1/functions/{name}", st, &v);
+    let lines = d.logs_until("log", |l| l.len() >= 2).await;
+    assert!(!lines.is_empty());
+    let (st, v) = send(d.get("/v1/functions/log/logs")).await;
+    fits("get", "/v1/functions/{name}/logs", st, &v);
+    let (st, v) = send(d.get("/v1/functions/counter/kv")).await;
+    fits("get", "/v1/functions/{name}/kv", st, &v);
+    assert_eq!(v["keys"], serde_json::json!(["count"]));
+
+    let id = d.newest_tape("counter", 2).await;
+    let (st, v) = send(d.get("/v1/functions/counter/recordings")).await;
+    fits("get", "/v1/functions/{name}/recordings", st, &v);
+    let (st, v) = send(d.post(&format!("/v1/recordings/{id}/replay"))).await;
+    fits("post", "/v1/recordings/{id}/replay", st, &v);
+    let (st, v) = send(d.post("/v1/functions/counter/replay?against=1")).await;
+    fits("post", "/v1/functions/{name}/replay", st, &v);
+    assert_eq!(v["replayed"], 2, "{v}");
+
+    // Errors: a failed invocation's names it, a missing function, and a
+    // query setting the route does not take.
+    d.deploy("trap", example("trap.wat"), &[]).await;
+    let (st, v) = send(d.post("/fn/admin/trap")).await;
+    assert_eq!(st, 500, "{v}");
+    fits("post", "/fn/{tenant}/{name}", st, &v);
+    assert!(v["invocation_id"].is_string(), "{v}");
+    let (st, v) = send(d.get("/v1/functions/nope")).await;
+    assert_eq!(st, 404);
+    fits("get", "/v1/functions/{name}", st, &v);
+    let (st, v) = send(d.get("/v1/functions/log/logs?limt=5")).await;
+    assert_eq!(st, 400);
+    fits("get", "/v1/functions/{name}/logs", st, &v);
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("unknown field `limt`") && message.contains("`limit`"),
+        "{message}"
     );
 }
 
