@@ -108,8 +108,19 @@ impl TapeFilter {
 pub(crate) struct Recordings {
     tenant: String,
     name: String,
-    /// Newest first.
+    /// Newest first. Through a gateway each also names its `node`.
     recordings: Vec<TapeEntry>,
+    /// Through a gateway: the nodes that did not answer, so the list may
+    /// lack their tapes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unreachable: Option<Vec<Unreachable>>,
+}
+
+/// A node a gateway's question did not reach.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Unreachable {
+    node: String,
+    error: String,
 }
 
 /// A function's tapes, newest first (docs/recording.md)
@@ -148,6 +159,7 @@ pub(crate) async fn list(
         tenant: p.tenant,
         name,
         recordings,
+        unreachable: None,
     })
     .into_response())
 }
@@ -453,8 +465,12 @@ pub(crate) struct TrafficReplay {
     changed: usize,
     /// Replays that did something the tape did not.
     diverged: usize,
-    /// Oldest first: the order the traffic came in.
+    /// Oldest first: the order the traffic came in. Through a gateway
+    /// each also names its `node`.
     results: Vec<Replayed>,
+    /// Through a gateway: the nodes that did not answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unreachable: Option<Vec<Unreachable>>,
 }
 
 /// Replay recorded traffic against a version: which responses changed
@@ -511,6 +527,7 @@ pub(crate) async fn replay_traffic(
         changed,
         diverged,
         results,
+        unreachable: None,
     })
     .into_response())
 }
