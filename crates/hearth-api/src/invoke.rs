@@ -1,5 +1,6 @@
 //! `ANY /fn/{tenant}/{name}[@version][/{*path}]`: invoke a function.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -8,9 +9,57 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use hearth_core::{FunctionVersion, InvokeError, Request};
 use hearth_node::NodeError;
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder, ResponsesBuilder};
 
-use crate::error::ErrorBody;
 use crate::{ApiError, AppState, auth};
+
+/// The function an invocation names.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // read by the extractor as a tuple; here for the document
+struct Target {
+    tenant: String,
+    /// `name`, or `name@version` to pin a version.
+    name: String,
+}
+
+/// What an invocation answers: the function's response, or an error body
+/// whose `kind` names the failure.
+struct Answers;
+
+impl utoipa::IntoResponses for Answers {
+    fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::Response>> {
+        let error = ContentBuilder::new()
+            .schema(Some(Ref::from_schema_name("ErrorBody")))
+            .build();
+        let mut answers = ResponsesBuilder::new().response(
+            "200",
+            ResponseBuilder::new().description("The function's response"),
+        );
+        for (status, why) in [
+            (401, "No token, and the function is not public"),
+            (403, "Another tenant's token"),
+            (404, "No such function or version"),
+            (413, "The request body is too large"),
+            (429, "No capacity now (`Retry-After`)"),
+            (
+                500,
+                "The function failed: `kind` says how (`trap`, `timeout`, `out_of_memory`, …)",
+            ),
+            (502, "Through a gateway: the node failed"),
+            (503, "Overloaded or unavailable (`Retry-After`)"),
+            (504, "Through a gateway: the node did not answer in time"),
+        ] {
+            answers = answers.response(
+                status.to_string(),
+                ResponseBuilder::new()
+                    .description(why)
+                    .content("application/json", error.clone()),
+            );
+        }
+        answers.build().into()
+    }
+}
 
 /// Invoke a function
 ///
@@ -18,21 +67,12 @@ use crate::{ApiError, AppState, auth};
 /// the name too: `/fn/{tenant}/{name}/{path}`). A token is needed unless
 /// the function was deployed public. The answer is the function's, with
 /// `Hearth-Invocation-Id`, `Hearth-Version` and `Hearth-Start` (through a
-/// gateway also `Hearth-Node` and `Hearth-Retried-From`); a failure is an
-/// error body whose `kind` names it (`timeout`, `trap`, `out_of_memory`, …).
+/// gateway also `Hearth-Node` and `Hearth-Retried-From`).
 #[utoipa::path(method(get, post, put, patch, delete, head, options),
-    path = "/fn/{tenant}/{name}", tag = "invoke",
-    security((), ("bearer" = [])),
-    params(("tenant" = String, Path),
-        ("name" = String, Path, description = "`name`, or `name@version` to pin a version"),
-        ("Hearth-Version" = Option<u32>, Header, description = "Pins a version")),
+    path = "/fn/{tenant}/{name}", tag = "invoke", security((), ("bearer" = [])),
+    params(Target, ("Hearth-Version" = Option<u32>, Header, description = "Pins a version")),
     request_body(content = Vec<u8>, content_type = "*/*"),
-    responses((status = 200, description = "The function's response"),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
-        (status = 429, body = ErrorBody), (status = 500, body = ErrorBody),
-        (status = 502, body = ErrorBody), (status = 503, body = ErrorBody),
-        (status = 504, body = ErrorBody)))]
+    responses(Answers))]
 pub(crate) async fn invoke_root(
     State(s): State<Arc<AppState>>,
     Path((tenant, name)): Path<(String, String)>,
@@ -45,19 +85,11 @@ pub(crate) async fn invoke_root(
 ///
 /// As `/fn/{tenant}/{name}`; the function sees `/{path}` as its path.
 #[utoipa::path(method(get, post, put, patch, delete, head, options),
-    path = "/fn/{tenant}/{name}/{path}", tag = "invoke",
-    security((), ("bearer" = [])),
-    params(("tenant" = String, Path),
-        ("name" = String, Path, description = "`name`, or `name@version` to pin a version"),
-        ("path" = String, Path, description = "The rest of the path, passed on"),
+    path = "/fn/{tenant}/{name}/{path}", tag = "invoke", security((), ("bearer" = [])),
+    params(Target, ("path" = String, Path, description = "The rest of the path, passed on"),
         ("Hearth-Version" = Option<u32>, Header, description = "Pins a version")),
     request_body(content = Vec<u8>, content_type = "*/*"),
-    responses((status = 200, description = "The function's response"),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
-        (status = 429, body = ErrorBody), (status = 500, body = ErrorBody),
-        (status = 502, body = ErrorBody), (status = 503, body = ErrorBody),
-        (status = 504, body = ErrorBody)))]
+    responses(Answers))]
 pub(crate) async fn invoke_path(
     State(s): State<Arc<AppState>>,
     Path((tenant, name, path)): Path<(String, String, String)>,

@@ -24,6 +24,7 @@ use utoipa::{Modify, OpenApi};
             `Authorization: Bearer <token>` and act on the token's tenant."
     ),
     modifiers(&BearerToken),
+    components(schemas(crate::error::ErrorBody)),
     security(("bearer" = [])),
     paths(
         crate::kv::get,
