@@ -361,6 +361,18 @@ impl Drop for Daemon {
                         panic!("the daemon stopped and left mounts: {left:?}");
                     }
                 }
+                // A group the kernel still held busy past the daemon's
+                // five seconds of retries (a loaded run's slow teardown)
+                // is left in place by the daemon; the test run removes it.
+                let groups: Vec<PathBuf> = ["memory", "pids", "cpu", "cpu,cpuacct", "freezer", ""]
+                    .iter()
+                    .map(|c| instance_dir(&self.dir, c))
+                    .filter(|d| d.exists())
+                    .collect();
+                if !groups.is_empty() {
+                    eprintln!("the daemon stopped and left cgroups (removing them): {groups:?}");
+                    remove_leftovers_of_killed(&self.dir);
+                }
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
