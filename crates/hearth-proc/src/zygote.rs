@@ -97,6 +97,8 @@ pub enum ZygoteError {
     NoPid,
     /// the new zygote ended while importing ({0}): a package crashed it, or took more than the zygotes' memory limit
     DiedImporting(std::io::Error),
+    /// zygote {pid} was retired (replaced or evicted) before it was asked
+    Retired { pid: i32 },
 }
 
 impl ZygoteError {
@@ -193,6 +195,8 @@ pub struct Zygote {
     pub learned: BTreeSet<String>,
     /// Set once a child that imports more is being made to replace it.
     replacing: std::sync::atomic::AtomicBool,
+    /// Set when it is retired: it takes no more commands.
+    retired: std::sync::atomic::AtomicBool,
     /// How long importing its packages took (what a fork from it saves).
     pub import_ms: u64,
     /// Made for functions with allowed hosts: its filter lets internet
@@ -229,6 +233,11 @@ impl Zygote {
             header["fds"] = json!(1);
         }
         let mut control = self.control.lock().await;
+        // A caller that chose this zygote before it was retired is told so
+        // (and chooses again) instead of writing to a zygote on its way out.
+        if self.is_retired() {
+            return Err(ZygoteError::Retired { pid: self.pid });
+        }
         let exchange = async {
             write_frame(&mut *control, &header, &[]).await?;
             if let Some(dir) = &dir {
@@ -266,14 +275,39 @@ impl Zygote {
         unsafe { libc::kill(self.pid, libc::SIGKILL) };
     }
 
+    /// Whether it was retired: it takes no more commands.
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
     /// Stops it serving. A contained zygote is PID 1 of its namespace and
     /// its handlers would die with it: it is asked to leave once they have.
-    fn retire(&self) {
-        if self.root.is_some() {
-            // SAFETY: kill(2) has no memory-safety preconditions.
-            unsafe { libc::kill(self.pid, libc::SIGTERM) };
-        } else {
-            self.kill();
+    ///
+    /// It is told only between commands: the signal waits for the command
+    /// channel, so a command already being answered (a fork) completes,
+    /// and any command after it is refused as [`ZygoteError::Retired`]
+    /// without reaching the zygote. (Signalled in the middle of a reply,
+    /// a zygote died and its fork failed with a broken pipe.)
+    fn retire(self: &Arc<Self>) {
+        self.retired.store(true, Ordering::Release);
+        let this = self.clone();
+        let signal = move || {
+            if this.root.is_some() {
+                // SAFETY: kill(2) has no memory-safety preconditions.
+                unsafe { libc::kill(this.pid, libc::SIGTERM) };
+            } else {
+                this.kill();
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let this = self.clone();
+                runtime.spawn(async move {
+                    let _between_commands = this.control.lock().await;
+                    signal();
+                });
+            }
+            Err(_) => signal(),
         }
     }
 }
@@ -407,6 +441,7 @@ impl ZygoteTree {
             env: BTreeMap::new(),
             learned: BTreeSet::new(),
             replacing: Default::default(),
+            retired: Default::default(),
             import_ms: 0,
             network: false,
             root: None,
@@ -675,6 +710,7 @@ impl ZygoteTree {
             env: env.clone(),
             learned: learned.clone(),
             replacing: Default::default(),
+            retired: Default::default(),
             import_ms: started.elapsed().as_millis() as u64,
             network,
             root,

@@ -34,7 +34,7 @@ use crate::install::InstallSandbox;
 use crate::install::{InstallCache, Installed};
 use crate::proto::{read_frame, write_frame};
 use crate::session::converse;
-use crate::zygote::{Containment, Scope, ZygoteConfig, ZygoteTree};
+use crate::zygote::{Containment, Scope, Zygote, ZygoteConfig, ZygoteTree};
 
 mod launch;
 mod pool;
@@ -568,43 +568,44 @@ impl ProcPrepared {
             let (installed, dir) = engine.install_privately(&self.installed).await?;
             (installed, Some(dir))
         };
-        let v = &self.version;
-        let mode = engine.0.config.colocation.mode_for(&v.tenant);
-        let zygote = match Scope::for_function(mode, &v.tenant, &v.name) {
-            Some(scope) if caches.install && caches.import => {
-                let env = crate::zygote::import_env(&v.spec.env);
-                tree.for_packages(&installed, &scope, self.network(), &env)
-                    .await
-            }
-            _ => tree.root(),
-        };
         let packages: Vec<PathBuf> = installed.iter().map(|i| i.path.clone()).collect();
-        // A handler that would fork from the bare root is what the pool
-        // holds, already forked and in its cgroup.
-        let pooled = if zygote.id == 0 && !self.network() {
-            engine.0.take_generic(Runtime::Python)
-        } else {
-            None
+        // A zygote chosen just before the import cache replaced it refuses
+        // the fork (`ZygoteError::Retired`): choose again, once.
+        let mut retried = false;
+        let (zygote, launched) = loop {
+            let zygote = self.choose_zygote(tree, &installed).await;
+            // A handler that would fork from the bare root is what the pool
+            // holds, already forked and in its cgroup.
+            let pooled = if zygote.id == 0 && !self.network() {
+                engine.0.take_generic(Runtime::Python)
+            } else {
+                None
+            };
+            if let Some(mut handler) = pooled {
+                handler.private_packages = private;
+                return self.give(handler, &packages).await;
+            }
+            let launched = engine
+                .launch(
+                    Some(&self.code_dir),
+                    &packages,
+                    self.cgroup_limits(),
+                    self.network().then(|| self.version.clone()),
+                    |spec| {
+                        let zygote = zygote.clone();
+                        async move {
+                            zygote.used();
+                            spec.send(&zygote, "fork_handler").await
+                        }
+                    },
+                )
+                .await;
+            if launched.is_err() && zygote.is_retired() && !retried {
+                retried = true;
+                continue;
+            }
+            break (zygote, launched);
         };
-        if let Some(mut handler) = pooled {
-            handler.private_packages = private;
-            return self.give(handler, &packages).await;
-        }
-        let launched = engine
-            .launch(
-                Some(&self.code_dir),
-                &packages,
-                self.cgroup_limits(),
-                self.network().then(|| self.version.clone()),
-                |spec| {
-                    let zygote = zygote.clone();
-                    async move {
-                        zygote.used();
-                        spec.send(&zygote, "fork_handler").await
-                    }
-                },
-            )
-            .await;
         let mut handler = match launched {
             Ok(h) => h,
             Err(e) => {
@@ -628,6 +629,23 @@ impl ProcPrepared {
             });
         }
         Ok(handler)
+    }
+
+    /// The zygote this function's handlers fork from: one that imported
+    /// its packages (with its import-time environment), shared as its
+    /// tenant's colocation mode allows, or the bare root.
+    async fn choose_zygote(&self, tree: &ZygoteTree, installed: &[Installed]) -> Arc<Zygote> {
+        let caches = self.engine.0.config.caches;
+        let v = &self.version;
+        let mode = self.engine.0.config.colocation.mode_for(&v.tenant);
+        match Scope::for_function(mode, &v.tenant, &v.name) {
+            Some(scope) if caches.install && caches.import => {
+                let env = crate::zygote::import_env(&v.spec.env);
+                tree.for_packages(installed, &scope, self.network(), &env)
+                    .await
+            }
+            _ => tree.root(),
+        }
     }
 
     async fn new_node_handler(&self) -> Result<Handler, InvokeError> {
