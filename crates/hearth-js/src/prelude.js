@@ -109,11 +109,13 @@
     toString() { return H.formSerialize(this.#list); }
   }
 
+  // The bridge's parse: the URL's components, or null when it is not one.
+  const parseURL = (input, base) => (base === undefined ? H.urlParse(String(input)) : H.urlParse(String(input), String(base)));
   class URL {
     #p;
     #params = null;
     constructor(input, base) {
-      const p = base === undefined ? H.urlParse(String(input)) : H.urlParse(String(input), String(base));
+      const p = parseURL(input, base);
       if (!p) throw new TypeError(`Invalid URL: ${input}${base === undefined ? "" : ` against ${base}`}`);
       this.#p = p;
     }
@@ -149,7 +151,7 @@
     set hash(v) { this.#set("hash", v); }
     toString() { return this.href; }
     toJSON() { return this.href; }
-    static canParse(u, b) { return !!(b === undefined ? H.urlParse(String(u)) : H.urlParse(String(u), String(b))); }
+    static canParse(u, b) { return !!parseURL(u, b); }
     static parse(u, b) { try { return new URL(u, b); } catch { return null; } }
   }
 

@@ -290,24 +290,26 @@ impl Zygote {
     /// a zygote died and its fork failed with a broken pipe.)
     fn retire(self: &Arc<Self>) {
         self.retired.store(true, Ordering::Release);
-        let this = self.clone();
-        let signal = move || {
-            if this.root.is_some() {
-                // SAFETY: kill(2) has no memory-safety preconditions.
-                unsafe { libc::kill(this.pid, libc::SIGTERM) };
-            } else {
-                this.kill();
-            }
-        };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 let this = self.clone();
                 runtime.spawn(async move {
                     let _between_commands = this.control.lock().await;
-                    signal();
+                    this.ask_to_leave();
                 });
             }
-            Err(_) => signal(),
+            Err(_) => self.ask_to_leave(),
+        }
+    }
+
+    /// SIGTERM to a contained zygote (it leaves once its handlers have),
+    /// SIGKILL to any other.
+    fn ask_to_leave(&self) {
+        if self.root.is_some() {
+            // SAFETY: kill(2) has no memory-safety preconditions.
+            unsafe { libc::kill(self.pid, libc::SIGTERM) };
+        } else {
+            self.kill();
         }
     }
 }
