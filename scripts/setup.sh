@@ -36,3 +36,14 @@ done
 
 # Builds are kept outside the checkout so fresh clones build incrementally.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hearth/target}"
+
+# The component tests build C functions into wasi:http components with
+# these two (examples/components/build.sh); pinned, built once.
+install_tool() { # crate version binary
+  if ! "$3" --version 2>/dev/null | grep -q " $2"; then
+    echo "setup: installing $1 $2 with cargo (a few minutes, once)" >&2
+    env -u CARGO_TARGET_DIR cargo install --quiet --locked "$1" --version "$2"
+  fi
+}
+install_tool wasm-tools 1.263.0 wasm-tools
+install_tool wit-bindgen-cli 0.63.0 wit-bindgen

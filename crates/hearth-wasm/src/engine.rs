@@ -12,7 +12,14 @@ use hearth_core::{FunctionSpec, FunctionVersion, InvokeError, Tier};
 use hearth_host::{Artifacts, Compiled, DeployError, Engine, Prepared, Sandbox, Source};
 use wasmtime::{InstanceAllocationStrategy, InstancePre, Linker, Module, PoolingAllocationConfig};
 
+use crate::component::{ComponentPrepared, ComponentState};
 use crate::sandbox::{SandboxState, SandboxTemplate, WasmSandbox};
+
+/// Core instances (and tables) one component may hold: its code, the
+/// preview-1 adapter and the shims that join them, with room to spare.
+const CORE_INSTANCES_PER_COMPONENT: u32 = 16;
+/// Linear memories one component may define.
+const MEMORIES_PER_COMPONENT: u32 = 2;
 
 /// How the wasm tier is set up; fixed for the life of the process.
 #[derive(Debug, Clone)]
@@ -52,6 +59,7 @@ pub struct WasmEngine(Arc<EngineInner>);
 struct EngineInner {
     engine: wasmtime::Engine,
     linker: Linker<SandboxState>,
+    component_linker: wasmtime::component::Linker<ComponentState>,
     config: WasmConfig,
     /// `cache_dir/<engine compatibility hash>`: a new wasmtime or new
     /// settings never load another's compiled code.
@@ -76,11 +84,17 @@ impl WasmEngine {
         if config.pooling {
             let mut pool = PoolingAllocationConfig::new();
             let n = config.max_sandboxes;
-            pool.total_core_instances(n)
+            // A sandbox is one module instance, or one component instance
+            // made of a few core instances (its code, the preview-1
+            // adapter, shims) sharing one main memory.
+            pool.total_core_instances(CORE_INSTANCES_PER_COMPONENT * n)
                 .total_memories(n)
-                .total_tables(n)
+                .total_tables(CORE_INSTANCES_PER_COMPONENT * n)
                 .total_stacks(n)
-                .total_component_instances(0)
+                .total_component_instances(n)
+                .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
+                .max_memories_per_component(MEMORIES_PER_COMPONENT)
+                .max_tables_per_component(CORE_INSTANCES_PER_COMPONENT)
                 .max_memory_size((config.max_memory_mib as usize) << 20)
                 // Keep a little of each slot's memory mapped after use: the
                 // next instance in the slot then skips a page-fault storm.
@@ -99,6 +113,7 @@ impl WasmEngine {
         let mut linker = Linker::new(&engine);
         crate::wasi::add_to_linker(&mut linker)?;
         crate::imports::add_to_linker(&mut linker)?;
+        let component_linker = crate::component::linker(&engine)?;
 
         let mut hasher = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
@@ -117,6 +132,7 @@ impl WasmEngine {
         Ok(WasmEngine(Arc::new(EngineInner {
             engine,
             linker,
+            component_linker,
             config,
             cache_dir,
             ticker_stop,
@@ -129,6 +145,10 @@ impl WasmEngine {
 
     pub fn wasmtime(&self) -> &wasmtime::Engine {
         &self.0.engine
+    }
+
+    pub(crate) fn component_linker(&self) -> &wasmtime::component::Linker<ComponentState> {
+        &self.0.component_linker
     }
 
     fn cached_path(&self, hash: &str) -> PathBuf {
@@ -172,24 +192,18 @@ impl WasmEngine {
     }
 
     fn compile_blocking(&self, code: Vec<u8>) -> Result<(Module, Vec<u8>), DeployError> {
-        let binary = if code.starts_with(b"\0asm") {
-            code
-        } else {
-            wat::parse_bytes(&code)
-                .map_err(|e| {
-                    DeployError::Invalid(format!("not a Wasm binary, and not valid WAT text: {e}"))
-                })?
-                .into_owned()
-        };
+        let binary = to_binary(code)?;
         let module = Module::new(&self.0.engine, &binary)
             .map_err(|e| DeployError::Invalid(format!("{e:#}")))?;
         Ok((module, binary))
     }
 
-    fn store_compiled(&self, hash: &str, module: &Module) -> Result<(), DeployError> {
-        let bytes = module
-            .serialize()
-            .map_err(|e| DeployError::Load(e.to_string()))?;
+    fn store_compiled(&self, hash: &str, compiled: &Loaded) -> Result<(), DeployError> {
+        let bytes = match compiled {
+            Loaded::Module(m) => m.serialize(),
+            Loaded::Component(c) => c.serialize(),
+        }
+        .map_err(|e| DeployError::Load(e.to_string()))?;
         hearth_host::write_whole(
             &self.0.cache_dir.join("tmp"),
             &self.cached_path(hash),
@@ -198,31 +212,73 @@ impl WasmEngine {
         Ok(())
     }
 
+    /// The version's compiled code: from the cache, or compiled again
+    /// from its artifact (and cached).
     fn load_blocking(
         &self,
         version: &FunctionVersion,
         artifacts: &dyn Artifacts,
-    ) -> Result<Module, DeployError> {
+    ) -> Result<Loaded, DeployError> {
         let path = self.cached_path(&version.artifact);
         if path.is_file() {
-            // SAFETY: deserializing runs native code compiled ahead of time.
-            // This file was written by `store_compiled` in this node's own data
+            // Deserializing runs native code compiled ahead of time. This
+            // file was written by `store_compiled` in this node's own data
             // directory (atomically, so never torn), in a directory keyed by
-            // this engine's compatibility hash; wasmtime also checks its header
-            // and version. Its name is the hash of the Wasm it came from.
-            match unsafe { Module::deserialize_file(&self.0.engine, &path) } {
-                Ok(module) => return Ok(module),
+            // this engine's compatibility hash; wasmtime also checks its
+            // header and version. Its name is the hash of the Wasm it came
+            // from.
+            let engine = &self.0.engine;
+            let loaded = match wasmtime::Engine::detect_precompiled_file(&path) {
+                Ok(Some(wasmtime::Precompiled::Component)) => {
+                    // SAFETY: as above: our own compiled component.
+                    unsafe { wasmtime::component::Component::deserialize_file(engine, &path) }
+                        .map(Loaded::Component)
+                }
+                // SAFETY: as above: our own compiled module.
+                _ => unsafe { Module::deserialize_file(engine, &path) }.map(Loaded::Module),
+            };
+            match loaded {
+                Ok(loaded) => return Ok(loaded),
                 Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "discarding unusable compiled module");
+                    tracing::warn!(path = %path.display(), error = %e, "discarding unusable compiled code");
                     let _ = std::fs::remove_file(&path);
                 }
             }
         }
-        let code = artifacts.read(&version.artifact)?;
-        let (module, _) = self.compile_blocking(code)?;
-        self.store_compiled(&version.artifact, &module)?;
-        Ok(module)
+        let binary = to_binary(artifacts.read(&version.artifact)?)?;
+        let loaded = if crate::component::is_component(&binary) {
+            Loaded::Component(crate::component::compile(self, &binary)?)
+        } else {
+            Loaded::Module(self.compile_blocking(binary)?.0)
+        };
+        self.store_compiled(&version.artifact, &loaded)?;
+        Ok(loaded)
     }
+}
+
+/// Uploaded code as Wasm binary, by kind.
+enum Checked {
+    Module(Vec<u8>),
+    /// Already compiled and cached.
+    Component(Vec<u8>),
+}
+
+/// Compiled code of either kind.
+enum Loaded {
+    Module(Module),
+    Component(wasmtime::component::Component),
+}
+
+/// Wasm binary as is; WAT text (a module or a component) assembled.
+fn to_binary(code: Vec<u8>) -> Result<Vec<u8>, DeployError> {
+    if code.starts_with(b"\0asm") {
+        return Ok(code);
+    }
+    Ok(wat::parse_bytes(&code)
+        .map_err(|e| {
+            DeployError::Invalid(format!("not a Wasm binary, and not valid WAT text: {e}"))
+        })?
+        .into_owned())
 }
 
 fn spawn_epoch_ticker(engine: &wasmtime::Engine, every: Duration, stop: Arc<AtomicBool>) {
@@ -277,7 +333,32 @@ impl Engine for WasmEngine {
                 "handler {h} applies to Python, Node.js and JavaScript functions; a wasm module runs its _start"
             )));
         }
-        let (module, binary) = self.compile_off_thread(source.code).await?;
+        let this = self.clone();
+        let checked = tokio::task::spawn_blocking(move || {
+            let binary = to_binary(source.code)?;
+            if !crate::component::is_component(&binary) {
+                return Ok(Checked::Module(binary));
+            }
+            // A component is compiled, checked and cached here. (It has no
+            // init snapshot: see docs/wasm-tier.md, "Components".)
+            let component = crate::component::compile(&this, &binary)?;
+            let hash = hearth_host::content_hash(&binary);
+            this.store_compiled(&hash, &Loaded::Component(component))?;
+            Ok::<_, DeployError>(Checked::Component(binary))
+        })
+        .await
+        .map_err(|e| DeployError::Load(format!("compiler task failed: {e}")))??;
+        let binary = match checked {
+            Checked::Module(binary) => binary,
+            Checked::Component(binary) => {
+                return Ok(Compiled {
+                    artifact: binary,
+                    compile_ms: started.elapsed().as_millis() as u64,
+                    ..Compiled::default()
+                });
+            }
+        };
+        let (module, binary) = self.compile_off_thread(binary).await?;
         // A module with an init step is stored initialized (see `snapshot`).
         let (module, binary) = match crate::snapshot::init_export(&module) {
             None => (module, binary),
@@ -290,7 +371,7 @@ impl Engine for WasmEngine {
         tokio::task::spawn_blocking(move || {
             this.link(&module)?;
             let hash = hearth_host::content_hash(&binary);
-            this.store_compiled(&hash, &module)?;
+            this.store_compiled(&hash, &Loaded::Module(module))?;
             Ok(Compiled {
                 artifact: binary,
                 compile_ms: started.elapsed().as_millis() as u64,
@@ -306,12 +387,29 @@ impl Engine for WasmEngine {
         version: &FunctionVersion,
         artifacts: &Arc<dyn Artifacts>,
     ) -> Result<Arc<dyn Prepared>, DeployError> {
-        Ok(self.prepare_wasm(version, artifacts).await? as Arc<dyn Prepared>)
+        let this = self.clone();
+        let version = version.clone();
+        let artifacts = artifacts.clone();
+        tokio::task::spawn_blocking(move || {
+            Ok(match this.load_blocking(&version, artifacts.as_ref())? {
+                Loaded::Module(module) => {
+                    this.prepare_module(&version, &module)? as Arc<dyn Prepared>
+                }
+                Loaded::Component(component) => {
+                    this.check_memory_limit(&version)?;
+                    let pre = this.link_component(&component)?;
+                    Arc::new(ComponentPrepared::new(&this, pre, &version))
+                }
+            })
+        })
+        .await
+        .map_err(|e| DeployError::Load(format!("loader task failed: {e}")))?
     }
 }
 
 impl WasmEngine {
-    /// [`Engine::prepare`] with the concrete type (benchmarks use it).
+    /// [`Engine::prepare`] for a module, with the concrete type
+    /// (benchmarks use it).
     pub async fn prepare_wasm(
         &self,
         version: &FunctionVersion,
@@ -321,31 +419,48 @@ impl WasmEngine {
         let version = version.clone();
         let artifacts = artifacts.clone();
         tokio::task::spawn_blocking(move || {
-            let module = this.load_blocking(&version, artifacts.as_ref())?;
-            let pre = this.link(&module)?;
-            let memory_mib = version.spec.limits.memory_mib;
-            if memory_mib > this.0.config.max_memory_mib {
-                return Err(DeployError::NotAFunction(format!(
-                    "its memory limit of {memory_mib} MiB is above this node's maximum of {} MiB",
-                    this.0.config.max_memory_mib
-                )));
+            match this.load_blocking(&version, artifacts.as_ref())? {
+                Loaded::Module(module) => this.prepare_module(&version, &module),
+                Loaded::Component(_) => Err(DeployError::NotAFunction(
+                    "it is a component, not a module".into(),
+                )),
             }
-            let start = module.get_export_index("_start").ok_or_else(|| {
-                DeployError::NotAFunction("it exports no `_start` function".into())
-            })?;
-            let template = Arc::new(SandboxTemplate::new(
-                &version,
-                start,
-                this.0.config.max_response_bytes,
-            ));
-            Ok(Arc::new(WasmPrepared {
-                engine: this.clone(),
-                pre,
-                template,
-            }))
         })
         .await
         .map_err(|e| DeployError::Load(format!("loader task failed: {e}")))?
+    }
+
+    fn check_memory_limit(&self, version: &FunctionVersion) -> Result<(), DeployError> {
+        let memory_mib = version.spec.limits.memory_mib;
+        if memory_mib > self.0.config.max_memory_mib {
+            return Err(DeployError::NotAFunction(format!(
+                "its memory limit of {memory_mib} MiB is above this node's maximum of {} MiB",
+                self.0.config.max_memory_mib
+            )));
+        }
+        Ok(())
+    }
+
+    fn prepare_module(
+        &self,
+        version: &FunctionVersion,
+        module: &Module,
+    ) -> Result<Arc<WasmPrepared>, DeployError> {
+        let pre = self.link(module)?;
+        self.check_memory_limit(version)?;
+        let start = module
+            .get_export_index("_start")
+            .ok_or_else(|| DeployError::NotAFunction("it exports no `_start` function".into()))?;
+        let template = Arc::new(SandboxTemplate::new(
+            version,
+            start,
+            self.0.config.max_response_bytes,
+        ));
+        Ok(Arc::new(WasmPrepared {
+            engine: self.clone(),
+            pre,
+            template,
+        }))
     }
 }
 

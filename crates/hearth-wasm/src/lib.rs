@@ -24,7 +24,9 @@
 //! Clocks and randomness are served by [`HostCtx`](hearth_host::HostCtx),
 //! like the `hearth` imports, so every answer is on the invocation's tape.
 
+mod bounds;
 mod cgi;
+mod component;
 mod engine;
 mod imports;
 mod sandbox;
@@ -32,5 +34,6 @@ mod snapshot;
 mod wasi;
 
 pub use cgi::parse_cgi_output;
+pub use component::{ComponentPrepared, ComponentSandbox};
 pub use engine::{WasmConfig, WasmEngine, WasmPrepared};
 pub use sandbox::WasmSandbox;

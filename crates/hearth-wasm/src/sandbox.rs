@@ -1,19 +1,16 @@
 //! [`WasmSandbox`]: one instance, one invocation.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use hearth_core::LogStream;
 use hearth_core::{FunctionVersion, InvokeError, LastOutput, Request, Response};
 use hearth_host::{HostCtx, Sandbox};
-use wasmtime::{
-    Instance, InstancePre, ModuleExport, PoolConcurrencyLimitError, ResourceLimiter, Store, Trap,
-    UpdateDeadline,
-};
+use wasmtime::{Instance, InstancePre, ModuleExport, PoolConcurrencyLimitError, Store};
 
 use crate::WasmEngine;
+use crate::bounds::{Bounded, Bounds, new_store, why_failed};
 use crate::cgi::{parse_cgi_output, request_env, version_env};
 use crate::wasi::{Exit, Output, Strings, WasiCtx};
 
@@ -25,79 +22,13 @@ pub(crate) struct SandboxState {
     pub wasi: WasiCtx,
     /// Set for the duration of an invocation; the `hearth` imports use it.
     pub host: Option<HostCtx>,
-    pub limiter: MemoryLimiter,
-    pub deadline: Option<Instant>,
-    pub timed_out: bool,
+    pub bounds: Bounds,
 }
 
-/// Caps linear memory at the function's limit and remembers refusals, so
-/// a trap that follows one is reported as running out of memory.
-pub(crate) struct MemoryLimiter {
-    limit_bytes: usize,
-    refused: bool,
-}
-
-impl MemoryLimiter {
-    pub fn new(limit_bytes: usize) -> Self {
-        MemoryLimiter {
-            limit_bytes,
-            refused: false,
-        }
+impl Bounded for SandboxState {
+    fn bounds(&mut self) -> &mut Bounds {
+        &mut self.bounds
     }
-
-    /// Whether a growth past the limit was refused.
-    pub fn refused(&self) -> bool {
-        self.refused
-    }
-}
-
-impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _max: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        if desired > self.limit_bytes {
-            self.refused = true;
-            return Ok(false);
-        }
-        Ok(true)
-    }
-
-    fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
-        // The pool's slot is smaller than asked: the same thing to the guest.
-        self.refused = true;
-        Ok(())
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _max: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        Ok(desired <= 1 << 20)
-    }
-}
-
-/// A store whose memory is capped by `state.limiter` and which yields at
-/// every epoch tick (the time slice) until `state.deadline`, then traps.
-pub(crate) fn new_store(engine: &WasmEngine, state: SandboxState) -> Store<SandboxState> {
-    let mut store = Store::new(engine.wasmtime(), state);
-    store.limiter(|s| &mut s.limiter);
-    store.set_epoch_deadline(1);
-    store.epoch_deadline_callback(|mut ctx| {
-        let state = ctx.data_mut();
-        match state.deadline {
-            Some(deadline) if Instant::now() >= deadline => {
-                state.timed_out = true;
-                Ok(UpdateDeadline::Interrupt)
-            }
-            _ => Ok(UpdateDeadline::Yield(1)),
-        }
-    });
-    store
 }
 
 /// What every sandbox of one version needs to know, computed once at
@@ -153,15 +84,13 @@ impl WasmSandbox {
                 ..WasiCtx::default()
             },
             host: None,
-            limiter: MemoryLimiter::new(limits.memory_bytes()),
-            deadline: None,
-            timed_out: false,
+            bounds: Bounds::new(limits.memory_bytes()),
         };
         let mut store = new_store(engine, state);
         let instance = match pre.instantiate_async(&mut store).await {
             Ok(i) => i,
             Err(e) => {
-                if store.data().limiter.refused() {
+                if store.data().bounds.limiter.refused() {
                     return Err(InvokeError::OutOfMemory {
                         limit_mib: limits.memory_mib,
                         last_output: Default::default(),
@@ -189,30 +118,7 @@ impl WasmSandbox {
                 limit_bytes: self.template.max_response_bytes,
             };
         }
-        if state.timed_out {
-            return InvokeError::Timeout {
-                limit_ms: self.template.limits.timeout_ms,
-            };
-        }
-        if state.limiter.refused() {
-            return InvokeError::OutOfMemory {
-                limit_mib: self.template.limits.memory_mib,
-                last_output: Default::default(),
-            };
-        }
-        match err.downcast_ref::<Trap>() {
-            Some(Trap::StackOverflow) => {
-                InvokeError::Trap("stack overflow (call stack exhausted)".into())
-            }
-            Some(trap) => {
-                let frames = err
-                    .downcast_ref::<wasmtime::WasmBacktrace>()
-                    .map(|bt| format!("\n{bt}"))
-                    .unwrap_or_default();
-                InvokeError::Trap(format!("{trap}{frames}"))
-            }
-            None => InvokeError::Trap(format!("{:#}", err)),
-        }
+        why_failed(&state.bounds, &self.template.limits, err)
     }
 }
 
@@ -229,7 +135,7 @@ impl Sandbox for WasmSandbox {
             // One byte over the log budget, so the log notes the cut.
             wasi.stderr = Output::new(host.limits().log_max_bytes + 1);
             state.host = Some(host.clone());
-            state.deadline = Some(deadline);
+            state.bounds.deadline = Some(deadline);
         }
         let start = self
             .instance
@@ -252,10 +158,12 @@ impl Sandbox for WasmSandbox {
                 // A program whose allocation the limit refused and that
                 // then gave up (C's malloc returns NULL, the program exits
                 // non-zero) ran out of memory, whatever status it chose.
-                Some(_) if self.store.data().limiter.refused() => Err(InvokeError::OutOfMemory {
-                    limit_mib: self.template.limits.memory_mib,
-                    last_output: Default::default(),
-                }),
+                Some(_) if self.store.data().bounds.limiter.refused() => {
+                    Err(InvokeError::OutOfMemory {
+                        limit_mib: self.template.limits.memory_mib,
+                        last_output: Default::default(),
+                    })
+                }
                 Some(exit) => Err(InvokeError::Function(exit.to_string())),
                 None => Err(self.classify(&e)),
             },

@@ -28,7 +28,8 @@ use wasmtime::{Extern, Instance, Module, Store, Val};
 use wasmtime_wizer::{InstanceState, SnapshotVal, ValType, Wizer};
 
 use crate::WasmEngine;
-use crate::sandbox::{MemoryLimiter, SandboxState, new_store};
+use crate::bounds::{Bounds, new_store};
+use crate::sandbox::SandboxState;
 use crate::wasi::{Output, WasiCtx};
 
 /// How long an init step may run at deploy.
@@ -77,17 +78,18 @@ pub(crate) async fn snapshot(
                 ..WasiCtx::default()
             },
             host: None,
-            limiter: MemoryLimiter::new((max_memory_mib as usize) << 20),
-            deadline: Some(Instant::now() + INIT_TIMEOUT),
-            timed_out: false,
+            bounds: Bounds {
+                deadline: Some(Instant::now() + INIT_TIMEOUT),
+                ..Bounds::new((max_memory_mib as usize) << 20)
+            },
         },
     );
 
     let failed = |store: &Store<SandboxState>, what: &str, e: wasmtime::Error| {
         let state = store.data();
-        let why = if state.timed_out {
+        let why = if state.bounds.timed_out {
             format!("it ran longer than {} s", INIT_TIMEOUT.as_secs())
-        } else if state.limiter.refused() {
+        } else if state.bounds.limiter.refused() {
             format!("it needed more than {max_memory_mib} MiB of memory")
         } else {
             format!("{e:#}")

@@ -55,7 +55,7 @@ const MAX_IOVS: u32 = 1024;
 /// Subscriptions one `poll_oneoff` may pass (same reason).
 const MAX_SUBSCRIPTIONS: u32 = 1024;
 /// Bytes one `random_get` may ask for; past it the guest traps.
-const MAX_RANDOM: u32 = 1 << 20;
+pub(crate) const MAX_RANDOM: u32 = 1 << 20;
 
 /// `proc_exit`: the guest ended itself with this status. It unwinds the
 /// guest like a trap; the sandbox tells status 0 (success) from the rest.

@@ -10,6 +10,7 @@ mod cli;
 mod cluster;
 mod colocation;
 mod compat;
+mod components;
 mod durability;
 mod examples_c;
 mod harness;

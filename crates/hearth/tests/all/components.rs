@@ -1,0 +1,198 @@
+//! Components of the wasi:http/proxy world, built from C during the test
+//! (examples/components/build.sh: wit-bindgen, clang, wasm-tools and
+//! wasmtime's preview-1 adapter), deployed and called like any function.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use crate::harness::{Daemon, crate_dir, error_of};
+
+/// examples/components/NAME.c as a component, built once per test run.
+/// `hello` uses the proxy adapter (imports only the proxy world); `probe`
+/// the reactor adapter, which imports the CLI interfaces guest toolchains
+/// link by default (environment, exit, filesystem, terminals).
+pub fn component(name: &str) -> Vec<u8> {
+    static BUILT: OnceLock<std::sync::Mutex<()>> = OnceLock::new();
+    let _one_at_a_time = BUILT.get_or_init(Default::default).lock().unwrap();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("components");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(format!("{name}-{}.wasm", std::process::id()));
+    if !out.exists() {
+        let adapter = dir.join(format!("{name}-adapter.wasm"));
+        std::fs::write(
+            &adapter,
+            match name {
+                "hello" => {
+                    wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_PROXY_ADAPTER
+                }
+                _ => {
+                    wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER
+                }
+            },
+        )
+        .unwrap();
+        let examples = crate_dir().join("../../examples/components");
+        let status = Command::new(examples.join("build.sh"))
+            .arg(examples.join(format!("{name}.c")))
+            .arg(&out)
+            .arg(&adapter)
+            .status()
+            .expect("examples/components/build.sh needs bash, clang, wit-bindgen and wasm-tools (scripts/setup.sh installs them)");
+        assert!(status.success(), "building the {name} component failed");
+    }
+    std::fs::read(out).unwrap()
+}
+
+#[tokio::test]
+async fn a_wasi_http_component_deploys_and_answers() {
+    let d = Daemon::start();
+    let deployed = d.deploy("hello", component("hello"), &[]).await;
+    assert_eq!(deployed["spec"]["runtime"], "wasm", "{deployed}");
+    let resp = d.invoke("hello", b"").await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.text().await.unwrap(), "hello from a component\n");
+
+    d.deploy("probe", component("probe"), &[("env", "GREETING=hi there")])
+        .await;
+    // The request body reaches the guest and streams back.
+    let body: String = "0123456789".repeat(50_000);
+    let resp = d
+        .post("/fn/admin/probe/echo")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/octet-stream");
+    assert_eq!(resp.text().await.unwrap(), body);
+    // The function's --env is both its environment and its wasi:config.
+    assert_eq!(
+        d.call("probe/env", "?GREETING", "").await,
+        (200, "hi there".into())
+    );
+    assert_eq!(
+        d.call("probe/config", "?GREETING", "").await,
+        (200, "hi there".into())
+    );
+    assert_eq!(d.call("probe/config", "?NOPE", "").await.0, 404);
+    // The sub-path is the component's whole path: it routes as if at root.
+    assert_eq!(
+        d.call("probe/anything", "", "").await,
+        (200, "probe\n".into())
+    );
+    // stdout and stderr reach the function's log.
+    assert_eq!(d.call("probe/log", "", "").await, (200, "logged\n".into()));
+    let lines = d
+        .logs_until("probe", |l| {
+            l.iter().any(|l| l["message"] == "to stderr")
+                && l.iter().any(|l| l["message"] == "to stdout")
+        })
+        .await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["stream"] == "stderr" && l["message"] == "to stderr")
+    );
+}
+
+#[tokio::test]
+async fn outgoing_requests_go_through_the_allow_list() {
+    let d = Daemon::start_with(&["--allow-private-egress", "true"]);
+    let addr = crate::outbound::upstream().await;
+    d.deploy(
+        "fetch",
+        component("probe"),
+        &[("allow_host", &addr.to_string())],
+    )
+    .await;
+    d.deploy("nofetch", component("probe"), &[]).await;
+    let query = format!("?http://{addr}/data");
+
+    assert_eq!(
+        d.call("fetch/fetch", &query, "").await,
+        (200, "upstream 200: from upstream".into())
+    );
+    // Refused: the guest gets wasi:http's HTTP-request-denied (code 15)
+    // and the log says why.
+    assert_eq!(
+        d.call("nofetch/fetch", &query, "").await,
+        (502, "failed: error code 15\n".into())
+    );
+    let lines = d.logs_until("nofetch", |l| !l.is_empty()).await;
+    assert!(
+        lines.iter().any(|l| l["message"]
+            .as_str()
+            .unwrap()
+            .contains("add it with --allow-host")),
+        "{lines:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_components_tape_replays_identically() {
+    let d = Daemon::start_with(&["--allow-private-egress", "true"]);
+    let addr = crate::outbound::upstream().await;
+    d.deploy(
+        "probe",
+        component("probe"),
+        &[("allow_host", &addr.to_string())],
+    )
+    .await;
+    let (status, first) = d.call("probe/random", "", "").await;
+    assert_eq!(status, 200);
+    let (_, second) = d.call("probe/random", "", "").await;
+    assert_ne!(first, second, "randomness and the clock are live");
+    let id = d.newest_tape("probe", 2).await;
+    let report = d.replay(&id).await;
+    assert_eq!(report["identical"], true, "{report:#}");
+
+    // An outgoing request replays from the tape, without the network.
+    d.call("probe/fetch", &format!("?http://{addr}/data"), "")
+        .await;
+    let id = d.newest_tape("probe", 3).await;
+    let report = d.replay(&id).await;
+    assert_eq!(report["identical"], true, "{report:#}");
+}
+
+#[tokio::test]
+async fn components_hearth_cannot_run_are_refused_at_deploy() {
+    let d = Daemon::start();
+    let cases: [(&str, &str, &[&str]); 4] = [
+        (
+            "unknown-import",
+            r#"(component (import "wasi:nn/graph@0.2.0" (instance)))"#,
+            &[
+                "imports wasi:nn/graph@0.2.0",
+                "which Hearth does not provide",
+                "wasi:http",
+            ],
+        ),
+        (
+            "future-http",
+            r#"(component (import "wasi:http/types@0.3.0-rc-2025-09-16" (instance)))"#,
+            &["imports wasi:http/types@0.3.0-rc-2025-09-16", "0.2.x"],
+        ),
+        (
+            "no-exports",
+            "(component)",
+            &["exports nothing", "wasi:http/incoming-handler@0.2.x"],
+        ),
+        (
+            "command",
+            r#"(component (instance $run) (export "wasi:cli/run@0.2.0" (instance $run)))"#,
+            &["wasi:cli command component", "wasi:http/incoming-handler"],
+        ),
+    ];
+    for (name, wat, wanted) in cases {
+        let resp = d.deploy_raw(name, wat.as_bytes().to_vec(), &[]).await;
+        let (status, _, message) = error_of(resp).await;
+        assert_eq!(status, 400, "{name}: {message}");
+        for want in wanted {
+            assert!(
+                message.contains(want),
+                "{name}: {want:?} not in {message:?}"
+            );
+        }
+    }
+}
