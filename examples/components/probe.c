@@ -265,13 +265,18 @@ void exports_wasi_http_incoming_handler_handle(
     for (volatile unsigned i = 0;; i++) {
     }
   } else if (!strcmp(path, "/bomb")) {
+    // Each block is kept (a list the optimizer cannot see through), so
+    // the allocations are real.
+    static void *volatile kept;
     for (;;) {
-      char *p = malloc(1 << 20);
+      void **p = malloc(1 << 20);
       if (!p) {
         fprintf(stderr, "malloc failed\n");
         abort();
       }
       memset(p, 1, 1 << 20);
+      *p = kept;
+      kept = p;
     }
   } else if (!strcmp(path, "/trap")) {
     __builtin_trap();

@@ -120,6 +120,12 @@ impl Sandbox for ComponentSandbox {
             };
             match called {
                 Ok(()) => answered,
+                Err(e) if table_full(&e) => Err(InvokeError::Trap(format!(
+                    "it held more than {} wasi resources (header fields, streams, requests, \
+                     pollables) at once; the host keeps them outside the function's memory, \
+                     so their number is capped",
+                    store.data().table.max_capacity()
+                ))),
                 Err(e) => Err(why_failed(&store.data().bounds, &t.limits, &e)),
             }
         })
@@ -161,6 +167,16 @@ impl Sandbox for ComponentSandbox {
             body,
         })
     }
+}
+
+/// Whether `err` is the guest's resource table refusing another entry.
+fn table_full(err: &wasmtime::Error) -> bool {
+    err.chain().any(|e| {
+        matches!(
+            e.downcast_ref::<wasmtime::component::ResourceTableError>(),
+            Some(wasmtime::component::ResourceTableError::Full)
+        )
+    })
 }
 
 /// The request as `wasi:http` hands it to the guest: its path is the

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
+use sha2::Digest;
+
 use crate::harness::{Daemon, crate_dir, error_of};
 
 /// examples/components/NAME.c as a component, built once per test run.
@@ -13,33 +15,40 @@ use crate::harness::{Daemon, crate_dir, error_of};
 /// the reactor adapter, which imports the CLI interfaces guest toolchains
 /// link by default (environment, exit, filesystem, terminals).
 pub fn component(name: &str) -> Vec<u8> {
-    static BUILT: OnceLock<std::sync::Mutex<()>> = OnceLock::new();
-    let _one_at_a_time = BUILT.get_or_init(Default::default).lock().unwrap();
+    static BUILDING: OnceLock<std::sync::Mutex<()>> = OnceLock::new();
+    let _one_at_a_time = BUILDING.get_or_init(Default::default).lock().unwrap();
+    let examples = crate_dir().join("../../examples/components");
+    let source = examples.join(format!("{name}.c"));
+    let adapter_bytes = match name {
+        "hello" => wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_PROXY_ADAPTER,
+        _ => wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
+    };
+    // Named by what goes into it, so a run reuses an earlier run's build.
+    let mut inputs = sha2::Sha256::new();
+    for part in [
+        std::fs::read(&source).unwrap(),
+        std::fs::read(examples.join("build.sh")).unwrap(),
+        std::fs::read(examples.join("wit/world.wit")).unwrap(),
+        adapter_bytes.to_vec(),
+    ] {
+        inputs.update(&part);
+    }
+    let key = format!("{:x}", inputs.finalize());
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("components");
     std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join(format!("{name}-{}.wasm", std::process::id()));
+    let out = dir.join(format!("{name}-{}.wasm", &key[..16]));
     if !out.exists() {
         let adapter = dir.join(format!("{name}-adapter.wasm"));
-        std::fs::write(
-            &adapter,
-            match name {
-                "hello" => {
-                    wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_PROXY_ADAPTER
-                }
-                _ => {
-                    wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER
-                }
-            },
-        )
-        .unwrap();
-        let examples = crate_dir().join("../../examples/components");
+        std::fs::write(&adapter, adapter_bytes).unwrap();
+        let building = dir.join(format!("{name}-{}.tmp.wasm", std::process::id()));
         let status = Command::new(examples.join("build.sh"))
-            .arg(examples.join(format!("{name}.c")))
-            .arg(&out)
+            .arg(&source)
+            .arg(&building)
             .arg(&adapter)
             .status()
             .expect("examples/components/build.sh needs bash, clang, wit-bindgen and wasm-tools (scripts/setup.sh installs them)");
         assert!(status.success(), "building the {name} component failed");
+        std::fs::rename(&building, &out).unwrap();
     }
     std::fs::read(out).unwrap()
 }

@@ -1,0 +1,93 @@
+//! A hostile wasi:http component: it spins, eats memory, traps, makes the
+//! host hold resources for it, or answers more than a response may carry.
+//! Each is stopped by its own function's bound, and the node serves others.
+
+use std::time::{Duration, Instant};
+
+use crate::components::component;
+use crate::harness::{Daemon, error_of, spin_times_out_while_ok_answers};
+
+/// A module that answers "ok".
+const OK: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "ok")
+  (func (export "_start")
+    (i32.store (i32.const 0) (i32.const 16))
+    (i32.store (i32.const 4) (i32.const 2))
+    (drop (call $write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
+
+#[tokio::test]
+async fn a_spinning_component_is_preempted_and_stopped_at_its_deadline() {
+    let d = Daemon::start();
+    d.deploy("probe", component("probe"), &[("timeout_ms", "1500")])
+        .await;
+    d.deploy("ok", OK.as_bytes().to_vec(), &[]).await;
+    spin_times_out_while_ok_answers(&d, "/fn/admin/probe/spin", Duration::from_millis(500)).await;
+}
+
+#[tokio::test]
+async fn a_components_memory_is_capped_at_its_limit() {
+    let d = Daemon::start();
+    d.deploy("probe", component("probe"), &[("memory_mib", "16")])
+        .await;
+    let t = Instant::now();
+    let resp = d.post("/fn/admin/probe/bomb").send().await.unwrap();
+    let (status, kind, message) = error_of(resp).await;
+    assert_eq!((status, kind.as_str()), (500, "out_of_memory"), "{message}");
+    assert!(message.contains("16 MiB"), "{message}");
+    assert!(
+        message.contains("malloc failed"),
+        "it quotes the stderr: {message}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // The next request gets a fresh instance.
+    assert_eq!(d.call("probe", "", "").await, (200, "probe\n".into()));
+}
+
+#[tokio::test]
+async fn a_trapping_component_fails_with_its_trap() {
+    let d = Daemon::start();
+    d.deploy("probe", component("probe"), &[]).await;
+    let resp = d.post("/fn/admin/probe/trap").send().await.unwrap();
+    let (status, kind, message) = error_of(resp).await;
+    assert_eq!((status, kind.as_str()), (500, "trap"), "{message}");
+    assert!(message.contains("unreachable"), "{message}");
+}
+
+/// Every `fields` a guest makes lives in the host, outside its linear
+/// memory: the store's resource table is capped, so a guest making them in
+/// a loop traps at once instead of growing the daemon until its deadline.
+#[tokio::test]
+async fn host_resources_a_component_makes_are_capped() {
+    let d = Daemon::start();
+    d.deploy("probe", component("probe"), &[("timeout_ms", "20000")])
+        .await;
+    let before = d.rss_kib();
+    let t = Instant::now();
+    let resp = d.post("/fn/admin/probe/fields").send().await.unwrap();
+    let (status, kind, message) = error_of(resp).await;
+    assert_eq!((status, kind.as_str()), (500, "trap"), "{message}");
+    assert!(
+        message.contains("more than 1024 wasi resources"),
+        "{message}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    let grew = d.rss_kib().saturating_sub(before);
+    assert!(grew < 12 << 10, "the daemon grew by {grew} KiB");
+}
+
+#[tokio::test]
+async fn a_response_past_the_limit_is_refused() {
+    let d = Daemon::start_with(&["--max-response-bytes", "1048576"]);
+    d.deploy("probe", component("probe"), &[]).await;
+    let (status, body) = d.call("probe/big", "?1000000", "").await;
+    assert_eq!((status, body.len()), (200, 1_000_000));
+    let resp = d.post("/fn/admin/probe/big?3000000").send().await.unwrap();
+    let (status, kind, message) = error_of(resp).await;
+    assert_eq!(
+        (status, kind.as_str()),
+        (500, "response_too_large"),
+        "{message}"
+    );
+}
