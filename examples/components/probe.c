@@ -6,7 +6,10 @@
 //   /config?KEY    reads KEY from wasi:config/store
 //   /env?NAME      reads NAME from the environment (wasi:cli)
 //   /random        16 random bytes and the wall clock (wasi:random, clocks)
-//   /log           writes to stdout and stderr
+//   /log           writes to stdout, stderr and wasi:logging
+//   /kv?KEY        increments counter KEY in wasi:keyvalue, records it as
+//                  "last", answers "KEY=N last=KEY"
+//   /kvstore?NAME  opens the wasi:keyvalue store NAME
 //   /big?N         answers N bytes
 //   /spin          loops forever
 //   /bomb          allocates until memory runs out
@@ -205,6 +208,50 @@ static void config(const char *key, exports_wasi_http_incoming_handler_own_respo
   }
 }
 
+static void kv(const char *key, exports_wasi_http_incoming_handler_own_response_outparam_t out) {
+  function_string_t store = {(uint8_t *)"default", 7};
+  wasi_keyvalue_store_own_bucket_t bucket;
+  wasi_keyvalue_store_error_t err;
+  if (!wasi_keyvalue_store_open(&store, &bucket, &err)) {
+    respond(out, 500, "open failed\n");
+    return;
+  }
+  wasi_keyvalue_store_borrow_bucket_t b = wasi_keyvalue_store_borrow_bucket(bucket);
+  function_string_t k = {(uint8_t *)key, strlen(key)};
+  uint64_t n;
+  char text[512];
+  if (!wasi_keyvalue_atomics_increment(b, &k, 1, &n, &err)) {
+    snprintf(text, sizeof text, "increment failed: %.*s\n",
+             err.tag == WASI_KEYVALUE_STORE_ERROR_OTHER ? (int)err.val.other.len : 0,
+             err.tag == WASI_KEYVALUE_STORE_ERROR_OTHER ? (char *)err.val.other.ptr : "");
+    wasi_keyvalue_store_bucket_drop_own(bucket);
+    respond(out, 500, text);
+    return;
+  }
+  function_string_t last = {(uint8_t *)"last", 4};
+  function_list_u8_t value = {(uint8_t *)key, strlen(key)};
+  wasi_keyvalue_store_method_bucket_set(b, &last, &value, &err);
+  function_option_list_u8_t got;
+  wasi_keyvalue_store_method_bucket_get(b, &last, &got, &err);
+  snprintf(text, sizeof text, "%s=%llu last=%.*s\n", key, (unsigned long long)n,
+           got.is_some ? (int)got.val.len : 0, got.is_some ? (char *)got.val.ptr : "");
+  wasi_keyvalue_store_bucket_drop_own(bucket);
+  respond(out, 200, text);
+}
+
+static void kv_store(const char *name, exports_wasi_http_incoming_handler_own_response_outparam_t out) {
+  function_string_t store = {(uint8_t *)name, strlen(name)};
+  wasi_keyvalue_store_own_bucket_t bucket;
+  wasi_keyvalue_store_error_t err;
+  if (wasi_keyvalue_store_open(&store, &bucket, &err)) {
+    wasi_keyvalue_store_bucket_drop_own(bucket);
+    respond(out, 200, "opened\n");
+  } else {
+    respond(out, 404, err.tag == WASI_KEYVALUE_STORE_ERROR_NO_SUCH_STORE ? "no such store\n"
+                                                                          : "error\n");
+  }
+}
+
 static void random_and_time(exports_wasi_http_incoming_handler_own_response_outparam_t out) {
   function_list_u8_t bytes;
   wasi_random_random_get_random_bytes(16, &bytes);
@@ -252,12 +299,19 @@ void exports_wasi_http_incoming_handler_handle(
   } else if (!strcmp(path, "/env")) {
     const char *v = getenv(query);
     respond(out, v ? 200 : 404, v ? v : "unset\n");
+  } else if (!strcmp(path, "/kv")) {
+    kv(query, out);
+  } else if (!strcmp(path, "/kvstore")) {
+    kv_store(query, out);
   } else if (!strcmp(path, "/random")) {
     random_and_time(out);
   } else if (!strcmp(path, "/log")) {
     printf("to stdout\n");
     fprintf(stderr, "to stderr\n");
     fflush(stdout);
+    function_string_t context = {(uint8_t *)"probe", 5};
+    function_string_t message = {(uint8_t *)"via wasi:logging", 16};
+    wasi_logging_logging_log(WASI_LOGGING_LOGGING_LEVEL_WARN, &context, &message);
     respond(out, 200, "logged\n");
   } else if (!strcmp(path, "/big")) {
     big(strtoull(query, NULL, 10), out);

@@ -515,6 +515,7 @@ impl HostCtx {
                 hearth_store::StoreError::KvQuota { max_bytes, .. } => {
                     HostError::KvQuota(max_bytes)
                 }
+                e @ hearth_store::StoreError::KvNotACounter(_) => HostError::Invalid(e.to_string()),
                 e => HostError::Storage(e.to_string()),
             }),
         }
@@ -620,6 +621,50 @@ impl HostCtx {
         self.record_effect(HostEvent::KvDelete { key, existed })
             .await;
         Ok(existed)
+    }
+
+    /// Adds `delta` to the counter at `key` atomically (a decimal number
+    /// as text; absent counts from 0): the new value.
+    pub async fn kv_increment(&self, key: Vec<u8>, delta: u64) -> Result<u64, HostError> {
+        self.check_key(&key)?;
+        let _call = self.begin_call()?;
+        let same = |e: &HostEvent| match e {
+            HostEvent::KvIncrement {
+                key: k,
+                delta: d,
+                result,
+            } if *k == key && *d == delta => Some(result.clone().map_err(HostError::Invalid)),
+            _ => None,
+        };
+        let asked = || {
+            HostEvent::KvIncrement {
+                key: key.clone(),
+                delta,
+                result: Ok(0),
+            }
+            .call()
+        };
+        if let Some(answer) = self.earlier(true, asked, same) {
+            return answer?;
+        }
+        self.check_tape_room()?;
+        let k = key.clone();
+        let max = self.0.services.limits.kv_max_tenant_bytes;
+        let result = match self
+            .blocking(move |s, t, f| s.kv_increment(t, f, &k, delta, max))
+            .await
+        {
+            Ok(n) => Ok(n),
+            Err(HostError::Invalid(why)) => Err(why),
+            Err(e) => return Err(e),
+        };
+        self.record_effect(HostEvent::KvIncrement {
+            key,
+            delta,
+            result: result.clone(),
+        })
+        .await;
+        result.map_err(HostError::Invalid)
     }
 
     pub async fn kv_list(&self, prefix: Vec<u8>) -> Result<Vec<Vec<u8>>, HostError> {

@@ -62,6 +62,7 @@ fn is_effect(e: &HostEvent) -> bool {
         HostEvent::KvGet { .. }
             | HostEvent::KvSet { .. }
             | HostEvent::KvDelete { .. }
+            | HostEvent::KvIncrement { .. }
             | HostEvent::KvList { .. }
             | HostEvent::HttpFetch { .. }
     )

@@ -49,6 +49,14 @@ pub enum HostEvent {
     Truncated {
         calls: u64,
     },
+    /// An atomic add to a KV counter (after `Truncated`: tapes written
+    /// before it existed keep their variant numbers).
+    KvIncrement {
+        key: Vec<u8>,
+        delta: u64,
+        /// The new value, or why the value could not be incremented.
+        result: Result<u64, String>,
+    },
 }
 
 impl HostEvent {
@@ -65,6 +73,7 @@ impl HostEvent {
             HostEvent::HttpFetch { .. } => "http.fetch",
             HostEvent::Log { .. } => "log",
             HostEvent::Truncated { .. } => "truncated",
+            HostEvent::KvIncrement { .. } => "kv.increment",
         }
     }
 
@@ -77,6 +86,9 @@ impl HostEvent {
                 HostEvent::KvGet { key, value } => key.len() + value.as_ref().map_or(0, Vec::len),
                 HostEvent::KvSet { key, value } => key.len() + value.len(),
                 HostEvent::KvDelete { key, .. } => key.len(),
+                HostEvent::KvIncrement { key, result, .. } => {
+                    key.len() + result.as_ref().err().map_or(0, String::len)
+                }
                 HostEvent::KvList { prefix, keys } => {
                     prefix.len() + keys.iter().map(|k| 24 + k.len()).sum::<usize>()
                 }
@@ -114,6 +126,9 @@ impl HostEvent {
                 format!("kv.set {} = {}", shown(key), shown(value))
             }
             HostEvent::KvDelete { key, .. } => format!("kv.delete {}", shown(key)),
+            HostEvent::KvIncrement { key, delta, .. } => {
+                format!("kv.increment {} by {delta}", shown(key))
+            }
             HostEvent::KvList { prefix, .. } => format!("kv.list {}", shown(prefix)),
             HostEvent::HttpFetch { request, .. } => {
                 format!("http.fetch {} {}", request.method, request.url)
@@ -139,6 +154,10 @@ impl HostEvent {
                 if *existed { "deleted" } else { "(absent)" }.into()
             }
             HostEvent::KvList { keys, .. } => format!("{} keys", keys.len()),
+            HostEvent::KvIncrement { result, .. } => match result {
+                Ok(n) => n.to_string(),
+                Err(e) => format!("error: {e}"),
+            },
             HostEvent::HttpFetch { result, .. } => match result {
                 Ok(r) => format!("{} ({} bytes)", r.status, r.body.len()),
                 Err(e) => format!("error: {e}"),

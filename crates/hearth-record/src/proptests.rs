@@ -73,6 +73,12 @@ fn event() -> impl Strategy<Value = HostEvent> {
             .prop_map(|(request, result)| HostEvent::HttpFetch { request, result }),
         (text(), text()).prop_map(|(level, message)| HostEvent::Log { level, message }),
         any::<u64>().prop_map(|calls| HostEvent::Truncated { calls }),
+        (
+            bytes(),
+            any::<u64>(),
+            prop_oneof![any::<u64>().prop_map(Ok), text().prop_map(Err)]
+        )
+            .prop_map(|(key, delta, result)| HostEvent::KvIncrement { key, delta, result }),
     ]
 }
 

@@ -39,6 +39,10 @@ pub(crate) const SCENARIOS: &[(&str, Scenario)] = &[
         kv_quota_counts_all_of_a_tenants_functions_and_refuses_whole,
     ),
     (
+        "kv_counters_increment_in_place_and_refuse_what_is_not_a_number",
+        kv_counters_increment_in_place_and_refuse_what_is_not_a_number,
+    ),
+    (
         "logs_filter_by_invocation_and_return_oldest_first",
         logs_filter_by_invocation_and_return_oldest_first,
     ),
@@ -192,6 +196,27 @@ pub(crate) fn kv_quota_counts_all_of_a_tenants_functions_and_refuses_whole(s: &d
     // Other tenants have their own.
     assert_eq!(s.kv_bytes("other").unwrap(), 0);
     s.kv_set("other", "f", b"a", b"1234", 12).unwrap();
+}
+
+pub(crate) fn kv_counters_increment_in_place_and_refuse_what_is_not_a_number(s: &dyn Store) {
+    assert_eq!(s.kv_increment("c", "f", b"n", 5, u64::MAX).unwrap(), 5);
+    assert_eq!(s.kv_increment("c", "f", b"n", 2, u64::MAX).unwrap(), 7);
+    assert_eq!(s.kv_get("c", "f", b"n").unwrap().unwrap(), b"7");
+    // Scoped like every key.
+    assert_eq!(s.kv_increment("c", "g", b"n", 1, u64::MAX).unwrap(), 1);
+    s.kv_set("c", "f", b"word", b"seven", u64::MAX).unwrap();
+    let err = s.kv_increment("c", "f", b"word", 1, u64::MAX).unwrap_err();
+    assert!(matches!(err, StoreError::KvNotACounter(_)), "{err}");
+    assert_eq!(s.kv_get("c", "f", b"word").unwrap().unwrap(), b"seven");
+    s.kv_set("c", "f", b"max", u64::MAX.to_string().as_bytes(), u64::MAX)
+        .unwrap();
+    let err = s.kv_increment("c", "f", b"max", 1, u64::MAX).unwrap_err();
+    assert!(matches!(err, StoreError::KvNotACounter(_)), "{err}");
+    // The quota holds: a counter that would pass it is refused, unchanged.
+    let used = s.kv_bytes("c").unwrap();
+    let err = s.kv_increment("c", "f", b"new", 1, used).unwrap_err();
+    assert!(matches!(err, StoreError::KvQuota { .. }), "{err}");
+    assert_eq!(s.kv_get("c", "f", b"new").unwrap(), None);
 }
 
 pub(crate) fn logs_filter_by_invocation_and_return_oldest_first(s: &dyn Store) {

@@ -31,6 +31,8 @@ pub enum StoreError {
     TenantExists(String),
     /// tenant {tenant:?}'s KV would hold more than its quota of {max_bytes} bytes (keys and values of all its functions)
     KvQuota { tenant: String, max_bytes: u64 },
+    /// the KV value cannot be incremented: {0}
+    KvNotACounter(String),
 }
 
 impl StoreError {

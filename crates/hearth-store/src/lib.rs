@@ -309,6 +309,18 @@ pub trait Store: Send + Sync + 'static {
         value: &[u8],
         max_tenant_bytes: u64,
     ) -> Result<(), StoreError>;
+    /// Adds `delta` to the counter at `key` (a decimal number as text; an
+    /// absent key counts from 0) in one transaction, and returns the new
+    /// value. [`StoreError::KvNotACounter`] if the value is not a number or
+    /// would overflow; [`StoreError::KvQuota`] as for `kv_set`.
+    fn kv_increment(
+        &self,
+        tenant: &str,
+        function: &str,
+        key: &[u8],
+        delta: u64,
+        max_tenant_bytes: u64,
+    ) -> Result<u64, StoreError>;
     /// Bytes of keys and values the tenant's KV holds.
     fn kv_bytes(&self, tenant: &str) -> Result<u64, StoreError>;
     fn kv_delete(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError>;
@@ -380,4 +392,24 @@ pub trait Store: Send + Sync + 'static {
         function: &str,
         query: &LogQuery,
     ) -> Result<Vec<LogRecord>, StoreError>;
+}
+
+/// The value after adding `delta` to the counter `current` (decimal text;
+/// absent is 0): what `kv_increment` stores.
+pub(crate) fn kv_counter_next(current: Option<&[u8]>, delta: u64) -> Result<u64, StoreError> {
+    let now = match current {
+        None => 0,
+        Some(text) => std::str::from_utf8(text)
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+            .ok_or_else(|| {
+                StoreError::KvNotACounter(format!(
+                    "its value ({} bytes) is not a decimal number",
+                    text.len()
+                ))
+            })?,
+    };
+    now.checked_add(delta).ok_or_else(|| {
+        StoreError::KvNotACounter(format!("{now} + {delta} overflows a 64-bit counter"))
+    })
 }

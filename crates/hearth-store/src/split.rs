@@ -108,6 +108,17 @@ impl Store for SplitStore {
         self.shared
             .kv_set(tenant, function, key, value, max_tenant_bytes)
     }
+    fn kv_increment(
+        &self,
+        tenant: &str,
+        function: &str,
+        key: &[u8],
+        delta: u64,
+        max_tenant_bytes: u64,
+    ) -> Result<u64, StoreError> {
+        self.shared
+            .kv_increment(tenant, function, key, delta, max_tenant_bytes)
+    }
     fn kv_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
         self.shared.kv_bytes(tenant)
     }

@@ -557,6 +557,44 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    fn kv_increment(
+        &self,
+        tenant: &str,
+        function: &str,
+        key: &[u8],
+        delta: u64,
+        max_tenant_bytes: u64,
+    ) -> Result<u64, StoreError> {
+        let mut conn = self.writer();
+        let tx = conn.transaction()?;
+        let current: Option<Vec<u8>> = tx
+            .query_row(
+                "SELECT value FROM kv WHERE tenant = ?1 AND function = ?2 AND key = ?3",
+                params![tenant, function, key],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let next = crate::kv_counter_next(current.as_deref(), delta)?;
+        tx.execute(
+            "INSERT INTO kv (tenant, function, key, value) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (tenant, function, key) DO UPDATE SET value = excluded.value",
+            params![tenant, function, key, next.to_string().as_bytes()],
+        )?;
+        let used: i64 = tx.query_row(
+            "SELECT bytes FROM kv_usage WHERE tenant = ?1",
+            [tenant],
+            |r| r.get(0),
+        )?;
+        if used as u64 > max_tenant_bytes {
+            return Err(StoreError::KvQuota {
+                tenant: tenant.to_string(),
+                max_bytes: max_tenant_bytes,
+            });
+        }
+        tx.commit()?;
+        Ok(next)
+    }
+
     fn kv_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
         let conn = self.reader();
         let used: Option<i64> = conn

@@ -18,6 +18,8 @@
 //! chunks — is bounded in `host.rs`.
 
 mod host;
+mod keyvalue;
+mod logging;
 mod sandbox;
 mod world;
 

@@ -47,6 +47,10 @@ const PROVIDED: &[(&str, &str)] = &[
     ("wasi:sockets/udp-create-socket", "0.2"),
     ("wasi:sockets/ip-name-lookup", "0.2"),
     ("wasi:config/store", "0.2.0-rc.1"),
+    ("wasi:keyvalue/store", "0.2.0-draft"),
+    ("wasi:keyvalue/atomics", "0.2.0-draft"),
+    ("wasi:keyvalue/batch", "0.2.0-draft"),
+    ("wasi:logging/logging", "0.1.0-draft"),
 ];
 
 /// Adds everything in [`PROVIDED`] to `linker`.
@@ -56,6 +60,8 @@ pub(crate) fn add_to_linker(linker: &mut Linker<ComponentState>) -> anyhow::Resu
     wasmtime_wasi_config::add_to_linker(linker, |s: &mut ComponentState| {
         wasmtime_wasi_config::WasiConfig::new(&s.config)
     })?;
+    super::keyvalue::add_to_linker(linker)?;
+    super::logging::add_to_linker(linker)?;
     Ok(())
 }
 
@@ -68,7 +74,8 @@ fn supported() -> String {
     packages.dedup();
     format!(
         "Hearth runs components of the wasi:http/proxy world (0.2.x), which may import {} \
-         (wasi:config at 0.2.0-rc.1)",
+         (wasi:config at 0.2.0-rc.1, wasi:keyvalue at 0.2.0-draft, wasi:logging at \
+         0.1.0-draft)",
         packages.join(", ")
     )
 }

@@ -103,6 +103,55 @@ async fn a_wasi_http_component_deploys_and_answers() {
             .iter()
             .any(|l| l["stream"] == "stderr" && l["message"] == "to stderr")
     );
+    let lines = d
+        .logs_until("probe", |l| {
+            l.iter().any(|l| l["message"] == "probe: via wasi:logging")
+        })
+        .await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["level"] == "warn" && l["message"] == "probe: via wasi:logging"),
+        "{lines:?}"
+    );
+}
+
+#[tokio::test]
+async fn wasi_keyvalue_is_the_functions_kv_and_its_increments_are_atomic() {
+    let d = Daemon::start();
+    d.deploy("probe", component("probe"), &[]).await;
+    assert_eq!(
+        d.call("probe/kv", "?hits", "").await,
+        (200, "hits=1 last=hits\n".into())
+    );
+    assert_eq!(
+        d.call("probe/kv", "?hits", "").await,
+        (200, "hits=2 last=hits\n".into())
+    );
+    // Concurrent increments lose nothing.
+    let calls: Vec<_> = (0..20)
+        .map(|_| d.post("/fn/admin/probe/kv?hits").send())
+        .collect();
+    for resp in futures::future::join_all(calls).await {
+        assert_eq!(resp.unwrap().status(), 200);
+    }
+    assert_eq!(
+        d.call("probe/kv", "?hits", "").await,
+        (200, "hits=23 last=hits\n".into())
+    );
+    // The function has one store.
+    assert_eq!(
+        d.call("probe/kvstore", "?other", "").await,
+        (404, "no such store\n".into())
+    );
+    assert_eq!(
+        d.call("probe/kvstore", "?default", "").await,
+        (200, "opened\n".into())
+    );
+    // A value that is not a counter is refused, and the guest is told why.
+    let (status, text) = d.call("probe/kv", "?last", "").await;
+    assert_eq!(status, 500);
+    assert!(text.contains("not a decimal number"), "{text}");
 }
 
 #[tokio::test]
@@ -156,10 +205,17 @@ async fn a_components_tape_replays_identically() {
     let report = d.replay(&id).await;
     assert_eq!(report["identical"], true, "{report:#}");
 
+    // KV answers replay from the tape too (the counter has moved on since).
+    d.call("probe/kv", "?n", "").await;
+    let id = d.newest_tape("probe", 3).await;
+    d.call("probe/kv", "?n", "").await;
+    let report = d.replay(&id).await;
+    assert_eq!(report["identical"], true, "{report:#}");
+
     // An outgoing request replays from the tape, without the network.
     d.call("probe/fetch", &format!("?http://{addr}/data"), "")
         .await;
-    let id = d.newest_tape("probe", 3).await;
+    let id = d.newest_tape("probe", 5).await;
     let report = d.replay(&id).await;
     assert_eq!(report["identical"], true, "{report:#}");
 }
