@@ -5,7 +5,10 @@
 #     48.0.2, the CLI of the wasmtime major Hearth pins), nginx answering
 #     the same bytes as the ceiling, and Hearth's preview-1 hello
 #     (examples/wasm/hello.wat, what bench/http.sh measures) beside them;
-#   * the first invocation of a component after its deploy.
+#   * the first invocation of a component after its deploy;
+#   * a component with an init step (examples/components/preinit.c, a
+#     prime sieve) snapshotted at deploy, against the same function built
+#     without the step, which does the work per request.
 # Usage: bench/components.sh [seconds-per-run] [rounds]   (a Markdown report)
 # Rounds rotate which server goes first; ratios are medians of per-round
 # ratios with 95% bootstrap intervals (bench/paired.py).
@@ -128,3 +131,39 @@ echo "| **first invocation after deploy** (load the compiled component, link, in
 echo "| second invocation (warm) | $(med_ms "${seconds[@]}") ms |"
 echo
 echo "(curl over loopback, one request each: expect ±1 ms noise.)"
+
+# Snapshots: the same sieve with its init step snapshotted at deploy, and
+# without an init step (building the table per request); c=1 latency.
+examples/components/build.sh examples/components/preinit.c "$WORK/preinit.wasm" "$WORK/proxy.wasm" function-with-init >/dev/null
+CFLAGS=-DNO_INIT_STEP examples/components/build.sh examples/components/preinit.c "$WORK/noinit.wasm" "$WORK/proxy.wasm" >/dev/null
+out=$(deploy preinit "$WORK/preinit.wasm")
+snap_compile=$(echo "${out% *}" | python3 -c 'import json,sys;print(json.load(sys.stdin)["compile_ms"])')
+out=$(deploy noinit "$WORK/noinit.wasm")
+plain_compile=$(echo "${out% *}" | python3 -c 'import json,sys;print(json.load(sys.stdin)["compile_ms"])')
+curl -sf "$URL/fn/admin/preinit" >/dev/null; curl -sf "$URL/fn/admin/noinit" >/dev/null
+echo
+echo "### A component's init step snapshotted at deploy (wrk -t1 -c1, ${DUR}s per run, $ROUNDS rounds)"
+echo
+echo "| function | deploy compile | req/s | p50 | p99 | ratio |"
+echo "|---|---|---|---|---|---|"
+runs=()
+for i in $(seq 0 $((ROUNDS - 1))); do
+  for d in snap plain; do
+    u="$URL/fn/admin/preinit"; [ "$d" = plain ] && u="$URL/fn/admin/noinit"
+    runs+=("$i:$d:$(wrk_stats us -t1 -c1 -d"${DUR}s" "$u" | tr ' ' :)")
+  done
+done
+python3 - "$snap_compile" "$plain_compile" "${runs[@]}" <<'PY'
+import statistics, sys
+sys.path.insert(0, "bench")
+from paired import paired, ratio
+snap_ms, plain_ms, *runs = sys.argv[1:]
+rounds = {}
+for run in runs:
+    i, d, rps, p50, p99, bad = run.split(":")
+    rounds.setdefault(i, {})[d] = {"rps": float(rps), "p50": float(p50), "p99": float(p99)}
+rounds = list(rounds.values())
+med = lambda d, k: statistics.median(r[d][k] for r in rounds)
+print(f"| sieve, init step snapshotted | {snap_ms} ms | {med('snap', 'rps'):.0f} | {med('snap', 'p50'):.0f} µs | {med('snap', 'p99'):.0f} µs | **{ratio(paired(rounds, 'snap', 'plain', 'rps'))}** |")
+print(f"| the same, no init step | {plain_ms} ms | {med('plain', 'rps'):.0f} | {med('plain', 'p50'):.0f} µs | {med('plain', 'p99'):.0f} µs | |")
+PY

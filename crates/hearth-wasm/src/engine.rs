@@ -256,13 +256,6 @@ impl WasmEngine {
     }
 }
 
-/// Uploaded code as Wasm binary, by kind.
-enum Checked {
-    Module(Vec<u8>),
-    /// Already compiled and cached.
-    Component(Vec<u8>),
-}
-
 /// Compiled code of either kind.
 enum Loaded {
     Module(Module),
@@ -333,31 +326,24 @@ impl Engine for WasmEngine {
                 "handler {h} applies to Python, Node.js and JavaScript functions; a wasm module runs its _start"
             )));
         }
-        let this = self.clone();
-        let checked = tokio::task::spawn_blocking(move || {
-            let binary = to_binary(source.code)?;
-            if !crate::component::is_component(&binary) {
-                return Ok(Checked::Module(binary));
-            }
-            // A component is compiled, checked and cached here. (It has no
-            // init snapshot: see docs/wasm-tier.md, "Components".)
-            let component = crate::component::compile(&this, &binary)?;
+        let binary = to_binary(source.code)?;
+        if crate::component::is_component(&binary) {
+            // Checked, compiled and (with an init step) snapshotted; cached
+            // under the hash of the Wasm that is stored.
+            let (binary, component) = crate::component::compile_for_deploy(self, binary).await?;
+            let this = self.clone();
             let hash = hearth_host::content_hash(&binary);
-            this.store_compiled(&hash, &Loaded::Component(component))?;
-            Ok::<_, DeployError>(Checked::Component(binary))
-        })
-        .await
-        .map_err(|e| DeployError::Load(format!("compiler task failed: {e}")))??;
-        let binary = match checked {
-            Checked::Module(binary) => binary,
-            Checked::Component(binary) => {
-                return Ok(Compiled {
-                    artifact: binary,
-                    compile_ms: started.elapsed().as_millis() as u64,
-                    ..Compiled::default()
-                });
-            }
-        };
+            tokio::task::spawn_blocking(move || {
+                this.store_compiled(&hash, &Loaded::Component(component))
+            })
+            .await
+            .map_err(|e| DeployError::Load(format!("compiler task failed: {e}")))??;
+            return Ok(Compiled {
+                artifact: binary,
+                compile_ms: started.elapsed().as_millis() as u64,
+                ..Compiled::default()
+            });
+        }
         let (module, binary) = self.compile_off_thread(binary).await?;
         // A module with an init step is stored initialized (see `snapshot`).
         let (module, binary) = match crate::snapshot::init_export(&module) {

@@ -4,6 +4,7 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -93,6 +94,42 @@ pub(crate) fn wasi_ctx(
         .allow_udp(false)
         .allow_ip_name_lookup(false)
         .build()
+}
+
+/// The WASI context of a deploy's init step (`snapshot.rs`): no
+/// invocation, so clocks are the host's own, stderr is kept for the deploy
+/// error, and randomness is served as zeros while `drew` notes that it
+/// was asked for (WASI cannot refuse it; the deploy then is).
+pub(crate) fn init_wasi_ctx(stderr: &LogPipe, drew: &Arc<AtomicBool>) -> WasiCtx {
+    WasiCtx::builder()
+        .stderr(stderr.clone())
+        .secure_random(NoRandom(drew.clone()))
+        .insecure_random(NoRandom(drew.clone()))
+        .insecure_random_seed(0x6865_6172_7468)
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .build()
+}
+
+/// Randomness at init: zeros, and a note that it was drawn.
+struct NoRandom(Arc<AtomicBool>);
+
+impl rand::TryRng for NoRandom {
+    type Error = std::convert::Infallible;
+    fn try_next_u32(&mut self) -> Result<u32, Self::Error> {
+        self.0.store(true, Ordering::Relaxed);
+        Ok(0)
+    }
+    fn try_next_u64(&mut self) -> Result<u64, Self::Error> {
+        self.0.store(true, Ordering::Relaxed);
+        Ok(0)
+    }
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Self::Error> {
+        self.0.store(true, Ordering::Relaxed);
+        dst.fill(0);
+        Ok(())
+    }
 }
 
 /// `wasi:clocks` from the invocation's host context (on the tape).

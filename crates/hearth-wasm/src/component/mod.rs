@@ -21,6 +21,7 @@ mod host;
 mod keyvalue;
 mod logging;
 mod sandbox;
+mod snapshot;
 mod world;
 
 use std::sync::Arc;
@@ -54,6 +55,33 @@ pub(crate) fn compile(engine: &WasmEngine, binary: &[u8]) -> Result<Component, D
         .map_err(|e| DeployError::Invalid(format!("{e:#}")))?;
     engine.link_component(&component)?;
     Ok(component)
+}
+
+/// A deploy's component, checked and compiled: if it has an init step,
+/// run once and snapshotted. The Wasm to store, and its compiled form.
+pub(crate) async fn compile_for_deploy(
+    engine: &WasmEngine,
+    binary: Vec<u8>,
+) -> Result<(Vec<u8>, Component), DeployError> {
+    let compiled = compile_off_thread(engine, binary).await?;
+    if !snapshot::has_init(engine.wasmtime(), &compiled.1) {
+        return Ok(compiled);
+    }
+    let initialized = snapshot::snapshot(engine, compiled.0).await?;
+    compile_off_thread(engine, initialized).await
+}
+
+async fn compile_off_thread(
+    engine: &WasmEngine,
+    binary: Vec<u8>,
+) -> Result<(Vec<u8>, Component), DeployError> {
+    let engine = engine.clone();
+    tokio::task::spawn_blocking(move || {
+        let component = compile(&engine, &binary)?;
+        Ok((binary, component))
+    })
+    .await
+    .map_err(|e| DeployError::Load(format!("compiler task failed: {e}")))?
 }
 
 /// A linked component, ready for a fresh instance per request.

@@ -11,17 +11,22 @@ use sha2::Digest;
 use crate::harness::{Daemon, crate_dir, error_of};
 
 /// examples/components/NAME.c as a component, built once per test run.
-/// `hello` uses the proxy adapter (imports only the proxy world); `probe`
-/// the reactor adapter, which imports the CLI interfaces guest toolchains
-/// link by default (environment, exit, filesystem, terminals).
+/// `probe` uses the reactor adapter, which imports the CLI interfaces
+/// guest toolchains link by default (environment, exit, filesystem,
+/// terminals); the others the proxy adapter (the proxy world only).
 pub fn component(name: &str) -> Vec<u8> {
+    component_with(name, "function", "")
+}
+
+/// examples/components/NAME.c for `world`, compiled with `cflags`.
+pub fn component_with(name: &str, world: &str, cflags: &str) -> Vec<u8> {
     static BUILDING: OnceLock<std::sync::Mutex<()>> = OnceLock::new();
     let _one_at_a_time = BUILDING.get_or_init(Default::default).lock().unwrap();
     let examples = crate_dir().join("../../examples/components");
     let source = examples.join(format!("{name}.c"));
     let adapter_bytes = match name {
-        "hello" => wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_PROXY_ADAPTER,
-        _ => wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
+        "probe" => wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
+        _ => wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_PROXY_ADAPTER,
     };
     // Named by what goes into it, so a run reuses an earlier run's build.
     let mut inputs = sha2::Sha256::new();
@@ -30,6 +35,7 @@ pub fn component(name: &str) -> Vec<u8> {
         std::fs::read(examples.join("build.sh")).unwrap(),
         std::fs::read(examples.join("wit/world.wit")).unwrap(),
         adapter_bytes.to_vec(),
+        format!("{world} {cflags}").into_bytes(),
     ] {
         inputs.update(&part);
     }
@@ -45,6 +51,8 @@ pub fn component(name: &str) -> Vec<u8> {
             .arg(&source)
             .arg(&building)
             .arg(&adapter)
+            .arg(world)
+            .env("CFLAGS", cflags)
             .status()
             .expect("examples/components/build.sh needs bash, clang, wit-bindgen and wasm-tools (scripts/setup.sh installs them)");
         assert!(status.success(), "building the {name} component failed");
@@ -259,5 +267,36 @@ async fn components_hearth_cannot_run_are_refused_at_deploy() {
                 "{name}: {want:?} not in {message:?}"
             );
         }
+    }
+}
+
+#[tokio::test]
+async fn a_components_init_step_runs_once_at_deploy_and_is_snapshotted() {
+    let d = Daemon::start();
+    d.deploy(
+        "preinit",
+        component_with("preinit", "function-with-init", ""),
+        &[],
+    )
+    .await;
+    // The handler never runs the init step itself: `initialized=1` is the
+    // snapshot's memory, made at deploy.
+    for _ in 0..2 {
+        assert_eq!(
+            d.call("preinit", "", "").await,
+            (200, "primes=148933 initialized=1\n".into())
+        );
+    }
+    // Refused at deploy: a failing init step, with its stderr; one that
+    // draws randomness, which every invocation would share.
+    for (flags, wanted) in [
+        ("-DTRAP_AT_INIT", "cannot build the table"),
+        ("-DRANDOM_AT_INIT", "drew randomness"),
+    ] {
+        let code = component_with("preinit", "function-with-init", flags);
+        let resp = d.deploy_raw("bad-init", code, &[]).await;
+        let (status, _, message) = error_of(resp).await;
+        assert_eq!(status, 400, "{flags}: {message}");
+        assert!(message.contains(wanted), "{flags}: {message}");
     }
 }
