@@ -4,7 +4,7 @@
 set -euo pipefail
 
 need_apt=()
-for pkg in clang lld wasi-libc libclang-rt-14-dev-wasm32 wrk pkg-config postgresql curl ca-certificates; do
+for pkg in clang lld wasi-libc libclang-rt-14-dev-wasm32 wrk pkg-config postgresql curl ca-certificates python3-venv; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 # The process tier runs /usr/bin/python3 and /usr/bin/node, and installs
@@ -47,3 +47,13 @@ install_tool() { # crate version binary
 }
 install_tool wasm-tools 1.263.0 wasm-tools
 install_tool wit-bindgen-cli 0.63.0 wit-bindgen
+
+# ...and a Python function into a component with componentize-py (PyPI),
+# in a virtualenv of its own; the tests find it through this variable.
+CPY_VENV="$HOME/.cache/hearth/componentize-py-0.25.1"
+if [ ! -x "$CPY_VENV/bin/componentize-py" ]; then
+  echo "setup: installing componentize-py 0.25.1 with pip (once)" >&2
+  /usr/bin/python3 -m venv "$CPY_VENV"
+  "$CPY_VENV/bin/pip" install -q --disable-pip-version-check "componentize-py==0.25.1"
+fi
+export HEARTH_COMPONENTIZE_PY="$CPY_VENV/bin/componentize-py"

@@ -300,3 +300,58 @@ async fn a_components_init_step_runs_once_at_deploy_and_is_snapshotted() {
         assert!(message.contains(wanted), "{flags}: {message}");
     }
 }
+
+/// examples/components/hello.py as a component, built with componentize-py
+/// (scripts/setup.sh installs it and names it in HEARTH_COMPONENTIZE_PY),
+/// once per change of its inputs.
+fn python_component() -> Vec<u8> {
+    let examples = crate_dir().join("../../examples/components");
+    let mut inputs = sha2::Sha256::new();
+    for file in ["hello.py", "wit/world.wit"] {
+        inputs.update(std::fs::read(examples.join(file)).unwrap());
+    }
+    let key = format!("{:x}", inputs.finalize());
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("components");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(format!("hello-py-{}.wasm", &key[..16]));
+    if !out.exists() {
+        let tool = std::env::var("HEARTH_COMPONENTIZE_PY").expect(
+            "HEARTH_COMPONENTIZE_PY names componentize-py: run the tests with ./test.sh, \
+             whose scripts/setup.sh installs it",
+        );
+        let building = dir.join(format!("hello-py-{}.tmp.wasm", std::process::id()));
+        let status = Command::new(tool)
+            .current_dir(&examples)
+            .args([
+                "-d",
+                "wit",
+                "-w",
+                "hearth:examples/function",
+                "componentize",
+                "hello",
+                "-o",
+            ])
+            .arg(&building)
+            .status()
+            .unwrap();
+        assert!(status.success(), "componentize-py failed");
+        std::fs::rename(&building, &out).unwrap();
+    }
+    std::fs::read(out).unwrap()
+}
+
+/// A Python function as componentize-py builds it (CPython inside; wasi
+/// imports of two patch versions, 0.2.9 and 0.2.12) runs unchanged.
+#[tokio::test]
+async fn a_python_component_from_componentize_py_runs_unchanged() {
+    let d = Daemon::start();
+    d.deploy("hello-py", python_component(), &[]).await;
+    assert_eq!(
+        d.call("hello-py/a/b", "?c=1", "").await,
+        (200, "hello from python at /a/b?c=1, call 1\n".into())
+    );
+    assert_eq!(
+        d.call("hello-py", "", "").await,
+        (200, "hello from python at /, call 2\n".into())
+    );
+}
