@@ -57,3 +57,13 @@ if [ ! -x "$CPY_VENV/bin/componentize-py" ]; then
   "$CPY_VENV/bin/pip" install -q --disable-pip-version-check "componentize-py==0.25.1"
 fi
 export HEARTH_COMPONENTIZE_PY="$CPY_VENV/bin/componentize-py"
+
+# ...and a JavaScript function with componentize-js (npm), in a directory
+# of its own; the tests find it through this variable.
+CJS_DIR="$HOME/.cache/hearth/componentize-js-0.23.0"
+if [ ! -f "$CJS_DIR/node_modules/@bytecodealliance/componentize-js/package.json" ]; then
+  echo "setup: installing componentize-js 0.23.0 with npm (once)" >&2
+  mkdir -p "$CJS_DIR"
+  npm install --silent --no-audit --no-fund --prefix "$CJS_DIR" "@bytecodealliance/componentize-js@0.23.0"
+fi
+export COMPONENTIZE_JS="$CJS_DIR"

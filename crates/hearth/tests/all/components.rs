@@ -2,7 +2,7 @@
 //! (examples/components/build.sh: wit-bindgen, clang, wasm-tools and
 //! wasmtime's preview-1 adapter), deployed and called like any function.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -301,43 +301,65 @@ async fn a_components_init_step_runs_once_at_deploy_and_is_snapshotted() {
     }
 }
 
-/// examples/components/hello.py as a component, built with componentize-py
-/// (scripts/setup.sh installs it and names it in HEARTH_COMPONENTIZE_PY),
-/// once per change of its inputs.
-fn python_component() -> Vec<u8> {
+/// A component built by `build(out)` from `inputs` (files under
+/// examples/components), once per change of their contents.
+fn built_once(name: &str, inputs: &[&str], build: impl FnOnce(&Path) -> Command) -> Vec<u8> {
     let examples = crate_dir().join("../../examples/components");
-    let mut inputs = sha2::Sha256::new();
-    for file in ["hello.py", "wit/world.wit"] {
-        inputs.update(std::fs::read(examples.join(file)).unwrap());
+    let mut hash = sha2::Sha256::new();
+    for file in inputs {
+        hash.update(std::fs::read(examples.join(file)).unwrap());
     }
-    let key = format!("{:x}", inputs.finalize());
+    let key = format!("{:x}", hash.finalize());
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("components");
     std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join(format!("hello-py-{}.wasm", &key[..16]));
+    let out = dir.join(format!("{name}-{}.wasm", &key[..16]));
     if !out.exists() {
-        let tool = std::env::var("HEARTH_COMPONENTIZE_PY").expect(
-            "HEARTH_COMPONENTIZE_PY names componentize-py: run the tests with ./test.sh, \
-             whose scripts/setup.sh installs it",
-        );
-        let building = dir.join(format!("hello-py-{}.tmp.wasm", std::process::id()));
-        let status = Command::new(tool)
-            .current_dir(&examples)
-            .args([
-                "-d",
-                "wit",
-                "-w",
-                "hearth:examples/function",
-                "componentize",
-                "hello",
-                "-o",
-            ])
-            .arg(&building)
-            .status()
-            .unwrap();
-        assert!(status.success(), "componentize-py failed");
+        let building = dir.join(format!("{name}-{}.tmp.wasm", std::process::id()));
+        let status = build(&building).current_dir(&examples).status().unwrap();
+        assert!(status.success(), "building {name} failed");
         std::fs::rename(&building, &out).unwrap();
     }
     std::fs::read(out).unwrap()
+}
+
+/// A tool scripts/setup.sh installs and names in `var`.
+fn tool(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| {
+        panic!("{var} is not set: run the tests with ./test.sh, whose scripts/setup.sh installs the tool it names")
+    })
+}
+
+/// examples/components/hello.py, built with componentize-py.
+fn python_component() -> Vec<u8> {
+    built_once("hello-py", &["hello.py", "wit/world.wit"], |out| {
+        let mut c = Command::new(tool("HEARTH_COMPONENTIZE_PY"));
+        c.args([
+            "-d",
+            "wit",
+            "-w",
+            "hearth:examples/function",
+            "componentize",
+            "hello",
+            "-o",
+        ])
+        .arg(out);
+        c
+    })
+}
+
+/// examples/components/hello.js, built with componentize-js.
+fn javascript_component() -> Vec<u8> {
+    built_once(
+        "hello-js",
+        &["hello.js", "build-js.mjs", "wit/world.wit"],
+        |out| {
+            let mut c = Command::new("node");
+            c.env("COMPONENTIZE_JS", tool("COMPONENTIZE_JS"))
+                .args(["build-js.mjs", "hello.js"])
+                .arg(out);
+            c
+        },
+    )
 }
 
 /// A Python function as componentize-py builds it (CPython inside; wasi
@@ -353,5 +375,22 @@ async fn a_python_component_from_componentize_py_runs_unchanged() {
     assert_eq!(
         d.call("hello-py", "", "").await,
         (200, "hello from python at /, call 2\n".into())
+    );
+}
+
+/// A JavaScript function as componentize-js builds it (StarlingMonkey
+/// inside) runs unchanged, and reads the function's --env as wasi:config.
+#[tokio::test]
+async fn a_javascript_component_from_componentize_js_runs_unchanged() {
+    let d = Daemon::start();
+    d.deploy(
+        "hello-js",
+        javascript_component(),
+        &[("env", "GREETING=hi")],
+    )
+    .await;
+    assert_eq!(
+        d.call("hello-js/a", "?b=1", "").await,
+        (200, "hi from javascript at /a?b=1\n".into())
     );
 }
