@@ -1,6 +1,9 @@
 //! `hearth-bench instantiate [N]`: instantiate and invoke the hello module
 //! in process, pooling vs on-demand allocation, p50/p99 in µs.
 //!
+//! `hearth-bench component FILE [N]`: the same for a wasi:http component
+//! (instantiate and handle one request), p50/p99 in µs.
+//!
 //! `hearth-bench ceiling ADDR`: a minimal hyper server answering exactly the
 //! bytes Hearth's hello function answers, the ceiling for `bench/http.sh`.
 //!
@@ -110,6 +113,69 @@ async fn instantiate_bench(pooling: bool, n: usize) -> anyhow::Result<(Stats, St
     Ok((stats(inst), stats(total)))
 }
 
+/// Instantiates the component in `file` and has it handle a GET, `n`
+/// times after a tenth as many warm-up rounds: p50, p99 and mean.
+async fn component_bench(file: &str, n: usize) -> anyhow::Result<Stats> {
+    let dir = tempfile::tempdir()?;
+    let mut config = WasmConfig::new(dir.path().join("cache"));
+    config.max_sandboxes = 64;
+    let engine = WasmEngine::new(config)?;
+    let artifacts = ArtifactStore::open(dir.path().join("artifacts"))?;
+    let spec = FunctionSpec::new(Runtime::Wasm);
+    let compiled = engine
+        .compile(&spec, std::fs::read(file)?.into())
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let version = Arc::new(FunctionVersion {
+        tenant: "bench".into(),
+        name: "component".into(),
+        version: 1,
+        artifact: artifacts.put(&compiled.artifact)?,
+        spec,
+        created_at_ms: 0,
+    });
+    let prepared = hearth_host::Engine::prepare(
+        &engine,
+        &version,
+        &(Arc::new(artifacts) as Arc<dyn Artifacts>),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let store = Arc::new(SqliteStore::open(dir.path().join("db"))?);
+    let services = Arc::new(HostServices::new(store, HostLimits::default()));
+    let request = Request {
+        method: "GET".into(),
+        path: "/".into(),
+        ..Request::default()
+    };
+    let mut total = Vec::with_capacity(n);
+    for i in 0..n + n / 10 {
+        let t0 = Instant::now();
+        let mut sandbox = prepared
+            .instantiate()
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let host = HostCtx::new(
+            services.clone(),
+            InvocationMeta {
+                id: InvocationId::new(),
+                version: version.clone(),
+                deadline: Instant::now() + Duration::from_secs(10),
+            },
+        );
+        let resp = sandbox
+            .invoke(&request, host)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        drop(sandbox);
+        anyhow::ensure!(resp.status == 200, "the component answered {}", resp.status);
+        if i >= n / 10 {
+            total.push(t0.elapsed());
+        }
+    }
+    Ok(stats(total))
+}
+
 /// Answers every request with `body` (Hearth's hello bytes by default, or
 /// a file's contents: the JSON document `bench/js.sh` fetches).
 async fn ceiling(addr: &str, body: Bytes, content_type: &'static str) -> anyhow::Result<()> {
@@ -179,6 +245,24 @@ fn main() -> anyhow::Result<()> {
                 )),
             }
         }
+        Some("component") => {
+            let Some(file) = args.get(1) else {
+                anyhow::bail!("usage: hearth-bench component FILE [N]");
+            };
+            let n = args
+                .get(2)
+                .map(|s| s.parse())
+                .transpose()?
+                .unwrap_or(20_000);
+            let s = rt.block_on(component_bench(file, n))?;
+            println!("| component | instantiate+handle p50 | p99 | mean |");
+            println!("|---|---|---|---|");
+            println!(
+                "| {file} | {:.1} µs | {:.1} µs | {:.1} µs |",
+                s.p50, s.p99, s.mean
+            );
+            Ok(())
+        }
         Some("adapter") => {
             // The preview-1 adapters of the pinned wasmtime, for building
             // C into components (examples/components/build.sh).
@@ -206,7 +290,7 @@ fn main() -> anyhow::Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: hearth-bench instantiate [N] | hearth-bench ceiling ADDR [FILE] | hearth-bench record [N] [THREADS] | hearth-bench adapter proxy|reactor | hearth-bench trace --help"
+                "usage: hearth-bench instantiate [N] | hearth-bench ceiling ADDR [FILE] | hearth-bench record [N] [THREADS] | hearth-bench component FILE [N] | hearth-bench adapter proxy|reactor | hearth-bench trace --help"
             );
             std::process::exit(2);
         }
