@@ -90,14 +90,7 @@ async fn instantiate_bench(pooling: bool, n: usize) -> anyhow::Result<(Stats, St
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let t1 = Instant::now();
-        let host = HostCtx::new(
-            services.clone(),
-            InvocationMeta {
-                id: InvocationId::new(),
-                version: version.clone(),
-                deadline: Instant::now() + Duration::from_secs(10),
-            },
-        );
+        let host = fresh_host(&services, &version);
         let resp = sandbox
             .invoke(&Request::default(), host)
             .await
@@ -111,6 +104,18 @@ async fn instantiate_bench(pooling: bool, n: usize) -> anyhow::Result<(Stats, St
         }
     }
     Ok((stats(inst), stats(total)))
+}
+
+/// A host context for one benchmark invocation, 10 s to run.
+fn fresh_host(services: &Arc<HostServices>, version: &Arc<FunctionVersion>) -> HostCtx {
+    HostCtx::new(
+        services.clone(),
+        InvocationMeta {
+            id: InvocationId::new(),
+            version: version.clone(),
+            deadline: Instant::now() + Duration::from_secs(10),
+        },
+    )
 }
 
 /// Instantiates the component in `file` and has it handle a GET, `n`
@@ -155,14 +160,7 @@ async fn component_bench(file: &str, n: usize) -> anyhow::Result<Stats> {
             .instantiate()
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let host = HostCtx::new(
-            services.clone(),
-            InvocationMeta {
-                id: InvocationId::new(),
-                version: version.clone(),
-                deadline: Instant::now() + Duration::from_secs(10),
-            },
-        );
+        let host = fresh_host(&services, &version);
         let resp = sandbox
             .invoke(&request, host)
             .await

@@ -469,16 +469,7 @@ impl PgStore {
     ) -> Result<(), StoreError> {
         let within = self.with(|c| {
             let mut tx = c.transaction()?;
-            tx.execute(
-                "INSERT INTO kv (tenant, function, key, value) VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (tenant, function, key) DO UPDATE SET value = excluded.value",
-                &[&tenant, &function, &key, &value],
-            )?;
-            let used: i64 = tx
-                .query_one("SELECT bytes FROM kv_usage WHERE tenant = $1", &[&tenant])?
-                .get(0);
-            if used as u64 > max_tenant_bytes {
-                // Dropping `tx` rolls the write back.
+            if !put_within_quota(&mut tx, tenant, function, key, value, max_tenant_bytes)? {
                 return Ok(false);
             }
             tx.commit()?;
@@ -522,14 +513,14 @@ impl PgStore {
                 Err(e) => return Ok(Err(e)),
             };
             let text = next.to_string();
-            tx.execute(
-                "UPDATE kv SET value = $4 WHERE tenant = $1 AND function = $2 AND key = $3",
-                &[&tenant, &function, &key, &text.as_bytes()],
-            )?;
-            let used: i64 = tx
-                .query_one("SELECT bytes FROM kv_usage WHERE tenant = $1", &[&tenant])?
-                .get(0);
-            if used as u64 > max_tenant_bytes {
+            if !put_within_quota(
+                &mut tx,
+                tenant,
+                function,
+                key,
+                text.as_bytes(),
+                max_tenant_bytes,
+            )? {
                 return Ok(Err(StoreError::KvQuota {
                     tenant: tenant.to_string(),
                     max_bytes: max_tenant_bytes,
@@ -748,6 +739,27 @@ fn mode_of(r: &Row) -> FunctionMode {
         bounces: r.get::<_, i64>(0) as u32,
         pinned: r.get(1),
     }
+}
+
+/// Writes `key` in `tx`: false if the tenant's KV would then pass its quota
+/// (the caller drops `tx`, which rolls the write back).
+fn put_within_quota(
+    tx: &mut postgres::Transaction<'_>,
+    tenant: &str,
+    function: &str,
+    key: &[u8],
+    value: &[u8],
+    max_tenant_bytes: u64,
+) -> Result<bool, postgres::Error> {
+    tx.execute(
+        "INSERT INTO kv (tenant, function, key, value) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (tenant, function, key) DO UPDATE SET value = excluded.value",
+        &[&tenant, &function, &key, &value],
+    )?;
+    let used: i64 = tx
+        .query_one("SELECT bytes FROM kv_usage WHERE tenant = $1", &[&tenant])?
+        .get(0);
+    Ok(used as u64 <= max_tenant_bytes)
 }
 
 #[cfg(test)]

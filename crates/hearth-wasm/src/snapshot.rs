@@ -39,7 +39,34 @@ pub(crate) const INIT_TIMEOUT: Duration = Duration::from_secs(30);
 const INIT_EXPORTS: [&str; 2] = ["wizer-initialize", "wizer.initialize"];
 
 /// Bytes of the init step's stderr quoted in a deploy error.
-const STDERR_QUOTE_BYTES: usize = 4 << 10;
+pub(crate) const STDERR_QUOTE_BYTES: usize = 4 << 10;
+
+/// The deploy error for an init step (`init`) that `what` ("failed",
+/// "could not be instantiated") with `e`: in the limit's terms if it hit
+/// one, quoting its stderr. Modules and components alike.
+pub(crate) fn init_failed(
+    init: &str,
+    what: &str,
+    bounds: &Bounds,
+    max_memory_mib: u32,
+    e: &wasmtime::Error,
+    stderr: &[u8],
+) -> DeployError {
+    let why = if bounds.timed_out {
+        format!("it ran longer than {} s", INIT_TIMEOUT.as_secs())
+    } else if bounds.limiter.refused() {
+        format!("it needed more than {max_memory_mib} MiB of memory")
+    } else {
+        format!("{e:#}")
+    };
+    let err = String::from_utf8_lossy(stderr);
+    let err = if err.trim().is_empty() {
+        String::new()
+    } else {
+        format!("; its stderr: {}", err.trim_end())
+    };
+    DeployError::Invalid(format!("the init step ({init}) {what}: {why}{err}"))
+}
 
 /// The init step `module` exports, if any.
 pub(crate) fn init_export(module: &Module) -> Option<&'static str> {
@@ -87,20 +114,14 @@ pub(crate) async fn snapshot(
 
     let failed = |store: &Store<SandboxState>, what: &str, e: wasmtime::Error| {
         let state = store.data();
-        let why = if state.bounds.timed_out {
-            format!("it ran longer than {} s", INIT_TIMEOUT.as_secs())
-        } else if state.bounds.limiter.refused() {
-            format!("it needed more than {max_memory_mib} MiB of memory")
-        } else {
-            format!("{e:#}")
-        };
-        let err = String::from_utf8_lossy(&state.wasi.stderr.bytes).into_owned();
-        let err = if err.trim().is_empty() {
-            String::new()
-        } else {
-            format!("; its stderr: {}", err.trim_end())
-        };
-        DeployError::Invalid(format!("the init step ({init}) {what}: {why}{err}"))
+        init_failed(
+            init,
+            what,
+            &state.bounds,
+            max_memory_mib,
+            &e,
+            &state.wasi.stderr.bytes,
+        )
     };
     let instance = match pre.instantiate_async(&mut store).await {
         Ok(i) => i,

@@ -536,23 +536,7 @@ impl Store for SqliteStore {
     ) -> Result<(), StoreError> {
         let mut conn = self.writer();
         let tx = conn.transaction()?;
-        tx.execute(
-            "INSERT INTO kv (tenant, function, key, value) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (tenant, function, key) DO UPDATE SET value = excluded.value",
-            params![tenant, function, key, value],
-        )?;
-        let used: i64 = tx.query_row(
-            "SELECT bytes FROM kv_usage WHERE tenant = ?1",
-            [tenant],
-            |r| r.get(0),
-        )?;
-        if used as u64 > max_tenant_bytes {
-            // Dropping `tx` rolls the write back.
-            return Err(StoreError::KvQuota {
-                tenant: tenant.to_string(),
-                max_bytes: max_tenant_bytes,
-            });
-        }
+        put_within_quota(&tx, tenant, function, key, value, max_tenant_bytes)?;
         tx.commit()?;
         Ok(())
     }
@@ -575,22 +559,15 @@ impl Store for SqliteStore {
             )
             .optional()?;
         let next = crate::kv_counter_next(current.as_deref(), delta)?;
-        tx.execute(
-            "INSERT INTO kv (tenant, function, key, value) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (tenant, function, key) DO UPDATE SET value = excluded.value",
-            params![tenant, function, key, next.to_string().as_bytes()],
+        let text = next.to_string();
+        put_within_quota(
+            &tx,
+            tenant,
+            function,
+            key,
+            text.as_bytes(),
+            max_tenant_bytes,
         )?;
-        let used: i64 = tx.query_row(
-            "SELECT bytes FROM kv_usage WHERE tenant = ?1",
-            [tenant],
-            |r| r.get(0),
-        )?;
-        if used as u64 > max_tenant_bytes {
-            return Err(StoreError::KvQuota {
-                tenant: tenant.to_string(),
-                max_bytes: max_tenant_bytes,
-            });
-        }
         tx.commit()?;
         Ok(next)
     }
@@ -804,6 +781,36 @@ impl Store for SqliteStore {
         }
         Ok(out)
     }
+}
+
+/// Writes `key` in `tx`, unless the tenant's KV would then pass its quota:
+/// [`StoreError::KvQuota`], and the caller drops `tx`, which rolls the
+/// write back.
+fn put_within_quota(
+    tx: &rusqlite::Transaction<'_>,
+    tenant: &str,
+    function: &str,
+    key: &[u8],
+    value: &[u8],
+    max_tenant_bytes: u64,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO kv (tenant, function, key, value) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (tenant, function, key) DO UPDATE SET value = excluded.value",
+        params![tenant, function, key, value],
+    )?;
+    let used: i64 = tx.query_row(
+        "SELECT bytes FROM kv_usage WHERE tenant = ?1",
+        [tenant],
+        |r| r.get(0),
+    )?;
+    if used as u64 > max_tenant_bytes {
+        return Err(StoreError::KvQuota {
+            tenant: tenant.to_string(),
+            max_bytes: max_tenant_bytes,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

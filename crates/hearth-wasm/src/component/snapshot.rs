@@ -23,13 +23,10 @@ use wasmtime_wizer::{ComponentInstanceState, Wizer};
 use super::host::{self, ComponentState, LogPipe, Outgoing};
 use crate::WasmEngine;
 use crate::bounds::{Bounds, new_store};
-use crate::snapshot::INIT_TIMEOUT;
+use crate::snapshot::{INIT_TIMEOUT, STDERR_QUOTE_BYTES, init_failed};
 
 /// The component-level export that is the init step (Wizer's name).
 const INIT: &str = "wizer-initialize";
-
-/// Bytes of the init step's stderr quoted in a deploy error.
-const STDERR_QUOTE_BYTES: usize = 4 << 10;
 
 /// Whether `component` exports an init step: a `func()` named [`INIT`].
 pub(crate) fn has_init(engine: &wasmtime::Engine, component: &Component) -> bool {
@@ -98,20 +95,7 @@ async fn run_and_snapshot(engine: &WasmEngine, binary: &[u8]) -> Result<Vec<u8>,
     );
     let failed = |store: &Store<ComponentState>, what: &str, e: wasmtime::Error| {
         let bounds = &store.data().bounds;
-        let why = if bounds.timed_out {
-            format!("it ran longer than {} s", INIT_TIMEOUT.as_secs())
-        } else if bounds.limiter.refused() {
-            format!("it needed more than {max_memory_mib} MiB of memory")
-        } else {
-            format!("{e:#}")
-        };
-        let err = String::from_utf8_lossy(&stderr.take()).into_owned();
-        let err = if err.trim().is_empty() {
-            String::new()
-        } else {
-            format!("; its stderr: {}", err.trim_end())
-        };
-        DeployError::Invalid(format!("the init step ({INIT}) {what}: {why}{err}"))
+        init_failed(INIT, what, bounds, max_memory_mib, &e, &stderr.take())
     };
     let instance = match pre.instantiate_async(&mut store).await {
         Ok(i) => i,
