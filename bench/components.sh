@@ -5,8 +5,8 @@
 #     48.0.2, the CLI of the wasmtime major Hearth pins), nginx answering
 #     the same bytes as the ceiling, and Hearth's preview-1 hello
 #     (examples/wasm/hello.wat, what bench/http.sh measures) beside them;
-#   * an echo (examples/components/probe.c's /echo: the request body read
-#     from wasi:http and written back) of a 64 KiB POST, under both;
+#   * the echo component (examples/components/echo.c: the request body read
+#     from wasi:http and written back) with a 64 KiB POST, under both;
 #   * the first invocation of a component after its deploy;
 #   * a component with an init step (examples/components/preinit.c, a
 #     prime sieve) snapshotted at deploy, against the same function built
@@ -40,9 +40,8 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 wait_http() { for _ in $(seq 1 200); do curl -sf -o /dev/null "$1" && return 0; sleep 0.05; done; echo "no answer from $1" >&2; exit 1; }
 
 "$BIN/hearth-bench" adapter proxy >"$WORK/proxy.wasm"
-"$BIN/hearth-bench" adapter reactor >"$WORK/reactor.wasm"
 examples/components/build.sh examples/components/hello.c "$WORK/hello.wasm" "$WORK/proxy.wasm" >/dev/null
-examples/components/build.sh examples/components/probe.c "$WORK/probe.wasm" "$WORK/reactor.wasm" >/dev/null
+examples/components/build.sh examples/components/echo.c "$WORK/echo.wasm" "$WORK/proxy.wasm" >/dev/null
 
 start_hearth
 TOKEN=$(cat "$WORK/data/token")
@@ -51,7 +50,7 @@ deploy() { # name file -> the deploy's JSON, then " seconds"
     "$URL/v1/functions/$1?runtime=wasm&public=true"
 }
 deploy hello-component "$WORK/hello.wasm" >/dev/null
-deploy probe "$WORK/probe.wasm" >/dev/null
+deploy echo "$WORK/echo.wasm" >/dev/null
 curl -sf "$URL/fn/admin/hello" >/dev/null
 curl -sf "$URL/fn/admin/hello-component" >/dev/null
 
@@ -60,7 +59,7 @@ WT_PORT=$(free_port)
 track $!
 wait_http "http://127.0.0.1:$WT_PORT/"
 WT_ECHO_PORT=$(free_port)
-"$WASMTIME" serve -S cli --addr "127.0.0.1:$WT_ECHO_PORT" "$WORK/probe.wasm" >"$WORK/wasmtime-echo.log" 2>&1 &
+"$WASMTIME" serve -S cli --addr "127.0.0.1:$WT_ECHO_PORT" "$WORK/echo.wasm" >"$WORK/wasmtime-echo.log" 2>&1 &
 track $!
 wait_http "http://127.0.0.1:$WT_ECHO_PORT/"
 
@@ -127,7 +126,7 @@ echo "|---|---|---|---|---|---|---|"
 runs=()
 for i in $(seq 0 $((ROUNDS - 1))); do
   for k in 0 1; do
-    if [ $(((i + k) % 2)) -eq 0 ]; then d=wasmtime u="http://127.0.0.1:$WT_ECHO_PORT/echo"; else d=hearth u="$URL/fn/admin/probe/echo"; fi
+    if [ $(((i + k) % 2)) -eq 0 ]; then d=wasmtime u="http://127.0.0.1:$WT_ECHO_PORT/"; else d=hearth u="$URL/fn/admin/echo"; fi
     runs+=("$i:$d:$(wrk_stats us -t1 -c16 -d"${DUR}s" -s "$WORK/post.lua" "$u" | tr ' ' :)")
   done
 done
@@ -141,7 +140,7 @@ for run in sys.argv[1:]:
     rounds.setdefault(i, {})[d] = {"rps": float(rps), "p50": float(p50), "p99": float(p99), "bad": int(bad)}
 rounds = list(rounds.values())
 med = lambda d, k: statistics.median(r[d][k] for r in rounds)
-for d, name in [("wasmtime", "`wasmtime serve -S cli` 48.0.2, probe component"), ("hearth", "Hearth, the same component")]:
+for d, name in [("wasmtime", "`wasmtime serve -S cli` 48.0.2, echo component"), ("hearth", "Hearth, the same component")]:
     r = f"**{ratio(paired(rounds, 'hearth', 'wasmtime', 'rps'))}**" if d == "hearth" else ""
     bad = sum(x[d]["bad"] for x in rounds)
     print(f"| {name} | {med(d, 'rps'):.0f} | {med(d, 'rps') * 65536 / 1e6:.0f} | {med(d, 'p50'):.0f} µs | {med(d, 'p99'):.0f} µs | {bad} | {r} |")

@@ -69,6 +69,9 @@ async fn a_wasi_http_component_deploys_and_answers() {
     let resp = d.invoke("hello", b"").await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.text().await.unwrap(), "hello from a component\n");
+    d.deploy("echo", component("echo"), &[]).await;
+    let (status, body) = d.call("echo", "", "it comes back").await;
+    assert_eq!((status, body.as_str()), (200, "it comes back"));
 
     d.deploy("probe", component("probe"), &[("env", "GREETING=hi there")])
         .await;
@@ -231,7 +234,7 @@ async fn a_components_tape_replays_identically() {
 #[tokio::test]
 async fn components_hearth_cannot_run_are_refused_at_deploy() {
     let d = Daemon::start();
-    let cases: [(&str, &str, &[&str]); 4] = [
+    let cases: [(&str, &str, &[&str]); 6] = [
         (
             "unknown-import",
             r#"(component (import "wasi:nn/graph@0.2.0" (instance)))"#,
@@ -256,6 +259,24 @@ async fn components_hearth_cannot_run_are_refused_at_deploy() {
             r#"(component (instance $run) (export "wasi:cli/run@0.2.0" (instance $run)))"#,
             &["wasi:cli command component", "wasi:http/incoming-handler"],
         ),
+        // Each request's instance would take more pool slots than a
+        // sandbox has: refused at deploy, not at every request.
+        (
+            "many-instances",
+            &format!(
+                "(component (core module $m){})",
+                "(core instance (instantiate $m))".repeat(17)
+            ),
+            &["17 core module instances", "maximum of 16"],
+        ),
+        (
+            "many-memories",
+            &format!(
+                "(component (core module $m (memory 1)){})",
+                "(core instance (instantiate $m))".repeat(3)
+            ),
+            &["3 Wasm linear memories", "maximum of 2"],
+        ),
     ];
     for (name, wat, wanted) in cases {
         let resp = d.deploy_raw(name, wat.as_bytes().to_vec(), &[]).await;
@@ -272,7 +293,9 @@ async fn components_hearth_cannot_run_are_refused_at_deploy() {
 
 #[tokio::test]
 async fn a_components_init_step_runs_once_at_deploy_and_is_snapshotted() {
-    let d = Daemon::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let d = Daemon::start_in(&dir, &[]);
     d.deploy(
         "preinit",
         component_with("preinit", "function-with-init", ""),
@@ -287,6 +310,15 @@ async fn a_components_init_step_runs_once_at_deploy_and_is_snapshotted() {
             (200, "primes=148933 initialized=1\n".into())
         );
     }
+    // After a restart without the compiled-code cache, the stored artifact
+    // (the snapshot) is compiled again as a component.
+    drop(d);
+    std::fs::remove_dir_all(dir.join("cache")).unwrap();
+    let d = Daemon::start_in(&dir, &[]);
+    assert_eq!(
+        d.call("preinit", "", "").await,
+        (200, "primes=148933 initialized=1\n".into())
+    );
     // Refused at deploy: a failing init step, with its stderr; one that
     // draws randomness, which every invocation would share.
     for (flags, wanted) in [
