@@ -7,6 +7,7 @@ cd "$(dirname "$0")"
 # The run's closing line, whichever step ends it.
 trap 'rc=$?; if [ "$rc" -eq 0 ]; then echo "hearth: test run passed"; else echo "hearth: test run FAILED (exit $rc)"; fi' EXIT
 . scripts/setup.sh
+. scripts/component-tools.sh
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

@@ -17,6 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh
+. scripts/component-tools.sh
 DUR="${1:-5}"
 ROUNDS="${2:-5}"
 . bench/daemon.sh

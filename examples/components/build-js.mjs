@@ -1,7 +1,7 @@
 // Builds a JavaScript wasi:http function into a component:
 //   node build-js.mjs SOURCE.js OUT.wasm [WORLD]
 // with componentize-js (StarlingMonkey inside), installed in the directory
-// COMPONENTIZE_JS names (scripts/setup.sh installs it there), against a
+// COMPONENTIZE_JS names (scripts/component-tools.sh installs it there), against a
 // world of wit/ (`function` unless WORLD says otherwise).
 import { writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";

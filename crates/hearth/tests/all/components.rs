@@ -54,7 +54,7 @@ pub fn component_with(name: &str, world: &str, cflags: &str) -> Vec<u8> {
             .arg(world)
             .env("CFLAGS", cflags)
             .status()
-            .expect("examples/components/build.sh needs bash, clang, wit-bindgen and wasm-tools (scripts/setup.sh installs them)");
+            .expect("examples/components/build.sh needs bash, clang, wit-bindgen and wasm-tools (scripts/component-tools.sh installs them)");
         assert!(status.success(), "building the {name} component failed");
         std::fs::rename(&building, &out).unwrap();
     }
@@ -354,10 +354,10 @@ fn built_once(name: &str, inputs: &[&str], build: impl FnOnce(&Path) -> Command)
     std::fs::read(out).unwrap()
 }
 
-/// A tool scripts/setup.sh installs and names in `var`.
+/// A tool scripts/component-tools.sh installs and names in `var`.
 fn tool(var: &str) -> String {
     std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: run the tests with ./test.sh, whose scripts/setup.sh installs the tool it names")
+        panic!("{var} is not set: run the tests with ./test.sh, whose scripts/component-tools.sh installs the tool it names")
     })
 }
 
