@@ -8,8 +8,8 @@ use futures::FutureExt;
 use hearth_core::{InvokeError, LastOutput, LogStream, Request, Response};
 use hearth_host::{HostCtx, Sandbox};
 use http_body_util::{BodyExt, Full, Limited};
-use wasmtime::PoolConcurrencyLimitError;
 use wasmtime::component::ResourceTable;
+use wasmtime::{PoolConcurrencyLimitError, Store};
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use wasmtime_wasi_http::p2::bindings::http::types::{ErrorCode, Scheme};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpView};
@@ -44,11 +44,12 @@ impl ComponentSandbox {
     }
 }
 
-#[async_trait]
-impl Sandbox for ComponentSandbox {
-    async fn invoke(&mut self, req: &Request, host: HostCtx) -> Result<Response, InvokeError> {
+impl ComponentSandbox {
+    /// A store for one invocation: WASI bound to `host`, stdout and stderr
+    /// into log pipes (returned, to read after the run), the function's
+    /// bounds.
+    fn store(&self, host: &HostCtx) -> (Store<ComponentState>, LogPipe, LogPipe) {
         let t = &self.template;
-        let deadline = host.meta().deadline;
         // One byte over the log budget, so the log notes the cut.
         let stdout = LogPipe::new(host.limits().log_max_bytes + 1);
         let stderr = LogPipe::new(host.limits().log_max_bytes + 1);
@@ -57,7 +58,7 @@ impl Sandbox for ComponentSandbox {
         let mut http = WasiHttpCtx::new();
         http.set_field_size_limit(host::MAX_FIELDS_BYTES);
         let state = ComponentState {
-            wasi: host::wasi_ctx(&host, &t.env, &t.name, &stdout, &stderr),
+            wasi: host::wasi_ctx(host, &t.env, &t.name, &stdout, &stderr),
             http,
             table,
             config: t.config.clone(),
@@ -65,74 +66,85 @@ impl Sandbox for ComponentSandbox {
                 host: Some(host.clone()),
             },
             bounds: Bounds {
-                deadline: Some(deadline),
+                deadline: Some(host.meta().deadline),
                 ..Bounds::new(t.limits.memory_bytes())
             },
         };
-        let mut store = new_store(&self.engine, state);
+        (new_store(&self.engine, state), stdout, stderr)
+    }
 
-        let outcome = tokio::time::timeout_at(deadline.into(), async {
-            let proxy = match self.pre.instantiate_async(&mut store).await {
-                Ok(proxy) => proxy,
-                Err(e) if e.downcast_ref::<PoolConcurrencyLimitError>().is_some() => {
-                    return Err(InvokeError::Overloaded);
-                }
-                Err(e) if store.data().bounds.limiter.refused() => {
-                    return Err(why_failed(&store.data().bounds, &t.limits, &e));
-                }
-                Err(e) => return Err(InvokeError::Crashed(format!("instantiation failed: {e:#}"))),
-            };
-            let (request, out, answer) = {
-                let mut view = store.data_mut().http();
-                let request = view
-                    .new_incoming_request(Scheme::Http, incoming(req)?)
-                    .map_err(|e| InvokeError::Crashed(format!("{e:#}")))?;
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                let out = view
-                    .new_response_outparam(tx)
-                    .map_err(|e| InvokeError::Crashed(format!("{e:#}")))?;
-                (request, out, collect(rx, t.max_response_bytes))
-            };
-            // The body streams out while the handler runs; the call must be
-            // driven until both are done.
-            let (called, answered) = {
-                let mut call = std::pin::pin!(
-                    proxy
-                        .wasi_http_incoming_handler()
-                        .call_handle(&mut store, request, out)
-                );
-                let mut answer = std::pin::pin!(answer);
-                tokio::select! {
-                    answered = &mut answer => (call.await, answered),
-                    called = &mut call => {
-                        // Nothing runs in the guest after its handler
-                        // returns: what it did not send or finish by now it
-                        // never will.
-                        tokio::task::yield_now().await;
-                        let answered = answer.now_or_never().unwrap_or_else(|| {
-                            Err(InvokeError::Function(
-                                "the handler returned without finishing its response body".into(),
-                            ))
-                        });
-                        (called, answered)
-                    }
-                }
-            };
-            match called {
-                Ok(()) => answered,
-                Err(e) if table_full(&e) => Err(InvokeError::Trap(format!(
-                    "it held more than {} wasi resources (header fields, streams, requests, \
-                     pollables) at once; the host keeps them outside the function's memory, \
-                     so their number is capped",
-                    store.data().table.max_capacity()
-                ))),
-                Err(e) => Err(why_failed(&store.data().bounds, &t.limits, &e)),
+    /// Instantiates the component in `store` and has it handle `req`: the
+    /// head and body it answered.
+    async fn handle(&self, store: &mut Store<ComponentState>, req: &Request) -> Answer {
+        let limits = &self.template.limits;
+        let proxy = match self.pre.instantiate_async(&mut *store).await {
+            Ok(proxy) => proxy,
+            Err(e) if e.downcast_ref::<PoolConcurrencyLimitError>().is_some() => {
+                return Err(InvokeError::Overloaded);
             }
-        })
-        .await
-        .unwrap_or(Err(InvokeError::Timeout {
-            limit_ms: t.limits.timeout_ms,
-        }));
+            Err(e) if store.data().bounds.limiter.refused() => {
+                return Err(why_failed(&store.data().bounds, limits, &e));
+            }
+            Err(e) => return Err(InvokeError::Crashed(format!("instantiation failed: {e:#}"))),
+        };
+        let (request, out, answer) = {
+            let mut view = store.data_mut().http();
+            let request = view
+                .new_incoming_request(Scheme::Http, incoming(req)?)
+                .map_err(|e| InvokeError::Crashed(format!("{e:#}")))?;
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let out = view
+                .new_response_outparam(tx)
+                .map_err(|e| InvokeError::Crashed(format!("{e:#}")))?;
+            (request, out, collect(rx, self.template.max_response_bytes))
+        };
+        // The body streams out while the handler runs; the call must be
+        // driven until both are done.
+        let (called, answered) = {
+            let mut call = std::pin::pin!(proxy.wasi_http_incoming_handler().call_handle(
+                &mut *store,
+                request,
+                out
+            ));
+            let mut answer = std::pin::pin!(answer);
+            tokio::select! {
+                answered = &mut answer => (call.await, answered),
+                called = &mut call => {
+                    // Nothing runs in the guest after its handler returns:
+                    // what it did not send or finish by now it never will.
+                    tokio::task::yield_now().await;
+                    let answered = answer.now_or_never().unwrap_or_else(|| {
+                        Err(InvokeError::Function(
+                            "the handler returned without finishing its response body".into(),
+                        ))
+                    });
+                    (called, answered)
+                }
+            }
+        };
+        match called {
+            Ok(()) => answered,
+            Err(e) if table_full(&e) => Err(InvokeError::Trap(format!(
+                "it held more than {} wasi resources (header fields, streams, requests, \
+                 pollables) at once; the host keeps them outside the function's memory, \
+                 so their number is capped",
+                store.data().table.max_capacity()
+            ))),
+            Err(e) => Err(why_failed(&store.data().bounds, limits, &e)),
+        }
+    }
+}
+
+#[async_trait]
+impl Sandbox for ComponentSandbox {
+    async fn invoke(&mut self, req: &Request, host: HostCtx) -> Result<Response, InvokeError> {
+        let (mut store, stdout, stderr) = self.store(&host);
+        let deadline = host.meta().deadline;
+        let outcome = tokio::time::timeout_at(deadline.into(), self.handle(&mut store, req))
+            .await
+            .unwrap_or(Err(InvokeError::Timeout {
+                limit_ms: self.template.limits.timeout_ms,
+            }));
         drop(store);
 
         let (out, err) = (stdout.take(), stderr.take());
