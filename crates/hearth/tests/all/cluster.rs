@@ -177,6 +177,17 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
     let echoed = r.text().await.unwrap();
     assert!(echoed.contains("ping"), "{echoed}");
 
+    // A wasi:http component runs on a node as a module does: its code comes
+    // from the gateway by hash, its wasi:keyvalue counter is in PostgreSQL.
+    gw.deploy("probe", crate::components::component("probe"), &[])
+        .await;
+    for n in 1..=2 {
+        assert_eq!(
+            gw.call("probe/kv", "?hits", "").await,
+            (200, format!("hits={n} last=hits\n"))
+        );
+    }
+
     // KV lives in PostgreSQL: the count continues across the gateway and
     // two nodes called directly.
     let mut counts = Vec::new();
