@@ -10,7 +10,9 @@
 #   * the first invocation of a component after its deploy;
 #   * a component with an init step (examples/components/preinit.c, a
 #     prime sieve) snapshotted at deploy, against the same function built
-#     without the step, which does the work per request.
+#     without the step, which does the work per request;
+#   * Python and JavaScript hello components (componentize-py and
+#     componentize-js): deploy, first invocation, throughput.
 # Usage: bench/components.sh [seconds-per-run] [rounds]   (a Markdown report)
 # Rounds rotate which server goes first; ratios are medians of per-round
 # ratios with 95% bootstrap intervals (bench/paired.py).
@@ -162,6 +164,7 @@ for n in 1 2 3 4 5; do
   firsts+=("$(curl -sf -o /dev/null -w '%{time_total}' "$URL/fn/admin/fresh-$n")")
   seconds+=("$(curl -sf -o /dev/null -w '%{time_total}' "$URL/fn/admin/fresh-$n")")
 done
+ms_of() { python3 -c "print(f'{float(\"$1\")*1000:.1f}')"; }
 med_ms() { python3 -c 'import statistics,sys; print(f"{statistics.median(float(x) for x in sys.argv[1:]) * 1000:.1f}")' "$@"; }
 echo "| case | time |"
 echo "|---|---|"
@@ -206,3 +209,22 @@ med = lambda d, k: statistics.median(r[d][k] for r in rounds)
 print(f"| sieve, init step snapshotted | {snap_ms} ms | {med('snap', 'rps'):.0f} | {med('snap', 'p50'):.0f} µs | {med('snap', 'p99'):.0f} µs | **{ratio(paired(rounds, 'snap', 'plain', 'rps'))}** |")
 print(f"| the same, no init step | {plain_ms} ms | {med('plain', 'rps'):.0f} | {med('plain', 'p50'):.0f} µs | {med('plain', 'p99'):.0f} µs | |")
 PY
+
+# Components from Python and JavaScript toolchains (an interpreter inside
+# each): deploy, first invocation, and throughput of their hello.
+examples_dir=examples/components
+(cd "$examples_dir" && "$HEARTH_COMPONENTIZE_PY" -d wit -w hearth:examples/function componentize hello -o "$WORK/hello-py.wasm" >/dev/null)
+(cd "$examples_dir" && COMPONENTIZE_JS="$COMPONENTIZE_JS" node build-js.mjs hello.js "$WORK/hello-js.wasm")
+echo
+echo "### Python and JavaScript components (hello; wrk -t1 -c16, ${DUR}s, one run each)"
+echo
+echo "| component | size | deploy (compile) | first invocation | warm req/s | p50 | p99 |"
+echo "|---|---|---|---|---|---|---|"
+for lang in py js; do
+  out=$(deploy "hello-$lang" "$WORK/hello-$lang.wasm")
+  compile=$(echo "${out% *}" | python3 -c 'import json,sys;print(json.load(sys.stdin)["compile_ms"])')
+  first=$(curl -sf -o /dev/null -w '%{time_total}' "$URL/fn/admin/hello-$lang")
+  read -r rps p50 p99 _ <<<"$(wrk_stats us -t1 -c16 -d"${DUR}s" "$URL/fn/admin/hello-$lang")"
+  size=$(du -m "$WORK/hello-$lang.wasm" | cut -f1)
+  echo "| hello.$lang | ${size} MB | $(ms_of "${out##* }") ms ($compile ms) | $(ms_of "$first") ms | $rps | $p50 µs | $p99 µs |"
+done
