@@ -34,6 +34,9 @@ pub(crate) const MAX_BODY_CHUNK: usize = 64 << 10;
 /// A component store's data: WASI, wasi:http and wasi:config state, the
 /// invocation's host context and the sandbox's bounds.
 pub(crate) struct ComponentState {
+    /// The invocation's host context, for `wasi:keyvalue` and
+    /// `wasi:logging`; `None` outside an invocation (a deploy's init step).
+    pub host: Option<HostCtx>,
     pub wasi: WasiCtx,
     pub http: WasiHttpCtx,
     pub table: ResourceTable,

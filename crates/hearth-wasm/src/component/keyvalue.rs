@@ -76,7 +76,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<ComponentState>) -> anyhow::Resu
     fn view(s: &mut ComponentState) -> KeyValue<'_> {
         KeyValue {
             table: &mut s.table,
-            host: s.outgoing.host.clone(),
+            host: s.host.clone(),
         }
     }
     store::add_to_linker::<_, HasKeyValue>(linker, view)?;
