@@ -326,7 +326,10 @@ impl Engine for WasmEngine {
                 "handler {h} applies to Python, Node.js and JavaScript functions; a wasm module runs its _start"
             )));
         }
-        let binary = to_binary(source.code)?;
+        // WAT text is assembled off the async threads, as compiling is.
+        let binary = tokio::task::spawn_blocking(move || to_binary(source.code))
+            .await
+            .map_err(|e| DeployError::Load(format!("compiler task failed: {e}")))??;
         if crate::component::is_component(&binary) {
             // Checked, compiled and (with an init step) snapshotted; cached
             // under the hash of the Wasm that is stored.
