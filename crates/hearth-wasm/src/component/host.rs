@@ -34,15 +34,21 @@ pub(crate) const MAX_BODY_CHUNK: usize = 64 << 10;
 /// A component store's data: WASI, wasi:http and wasi:config state, the
 /// invocation's host context and the sandbox's bounds.
 pub(crate) struct ComponentState {
-    /// The invocation's host context, for `wasi:keyvalue` and
-    /// `wasi:logging`; `None` outside an invocation (a deploy's init step).
-    pub host: Option<HostCtx>,
     pub wasi: WasiCtx,
     pub http: WasiHttpCtx,
     pub table: ResourceTable,
     pub config: Arc<WasiConfigVariables>,
     pub outgoing: Outgoing,
     pub bounds: Bounds,
+}
+
+impl ComponentState {
+    /// The invocation's host context (for `wasi:keyvalue` and
+    /// `wasi:logging`; the outgoing-HTTP hooks hold it); `None` outside an
+    /// invocation (a deploy's init step).
+    pub fn host(&self) -> Option<&HostCtx> {
+        self.outgoing.host.as_ref()
+    }
 }
 
 impl Bounded for ComponentState {

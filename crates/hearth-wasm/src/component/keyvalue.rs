@@ -74,9 +74,10 @@ impl HasData for HasKeyValue {
 
 pub(crate) fn add_to_linker(linker: &mut Linker<ComponentState>) -> anyhow::Result<()> {
     fn view(s: &mut ComponentState) -> KeyValue<'_> {
+        let host = s.host().cloned();
         KeyValue {
             table: &mut s.table,
-            host: s.host.clone(),
+            host,
         }
     }
     store::add_to_linker::<_, HasKeyValue>(linker, view)?;

@@ -26,7 +26,7 @@ impl HasData for HasLogging {
 }
 
 pub(crate) fn add_to_linker(linker: &mut Linker<ComponentState>) -> anyhow::Result<()> {
-    add::<_, HasLogging>(linker, |s| Logging(s.host.as_ref()))?;
+    add::<_, HasLogging>(linker, |s| Logging(s.host()))?;
     Ok(())
 }
 

@@ -58,7 +58,6 @@ impl ComponentSandbox {
         let mut http = WasiHttpCtx::new();
         http.set_field_size_limit(host::MAX_FIELDS_BYTES);
         let state = ComponentState {
-            host: Some(host.clone()),
             wasi: host::wasi_ctx(host, &t.env, &t.name, &stdout, &stderr),
             http,
             table,

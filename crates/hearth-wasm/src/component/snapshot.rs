@@ -82,7 +82,6 @@ async fn run_and_snapshot(engine: &WasmEngine, binary: &[u8]) -> Result<Vec<u8>,
     let mut store = new_store(
         engine,
         ComponentState {
-            host: None,
             wasi: host::init_wasi_ctx(&stderr, &drew_randomness),
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
             table: ResourceTable::new(),
