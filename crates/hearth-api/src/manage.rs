@@ -264,8 +264,8 @@ pub(crate) struct Deployed {
 
 /// Deploy a new version
 ///
-/// The body is the code: a Wasm binary or WAT text, a JavaScript or Python
-/// file, or a bundle (tar, tar.gz, zip) with `requirements.txt` or
+/// The body is the code: a Wasm module or `wasi:http` component (binary or
+/// WAT text), a JavaScript or Python file, or a bundle (tar, tar.gz, zip) with `requirements.txt` or
 /// `package.json`. Settings are query parameters.
 #[utoipa::path(post, path = "/v1/functions/{name}", tag = "functions",
     params(("name" = String, Path), crate::deploy_settings::DeploySettings),
