@@ -1,7 +1,6 @@
 // A wasi:http/proxy function with one route per behaviour Hearth's tests
 // and benchmarks need. Built by examples/components/build.sh.
 //
-//   /echo          streams the request body back as it arrives
 //   /fetch?URL     GETs URL through wasi:http/outgoing-handler
 //   /config?KEY    reads KEY from wasi:config/store
 //   /env?NAME      reads NAME from the environment (wasi:cli)
@@ -112,27 +111,6 @@ static char *read_body(wasi_http_types_own_incoming_body_t body, size_t *len) {
   wasi_io_streams_input_stream_drop_own(in);
   wasi_http_types_future_trailers_drop_own(wasi_http_types_static_incoming_body_finish(body));
   return buf;
-}
-
-static void echo(wasi_http_types_borrow_incoming_request_t request,
-                 exports_wasi_http_incoming_handler_own_response_outparam_t out) {
-  wasi_http_types_own_incoming_body_t body;
-  wasi_http_types_method_incoming_request_consume(request, &body);
-  wasi_http_types_own_input_stream_t in;
-  wasi_http_types_method_incoming_body_stream(wasi_http_types_borrow_incoming_body(body), &in);
-  reply r = start(out, 200, "application/octet-stream");
-  for (;;) {
-    function_list_u8_t chunk;
-    wasi_io_streams_stream_error_t err;
-    if (!wasi_io_streams_method_input_stream_blocking_read(
-            wasi_io_streams_borrow_input_stream(in), 65536, &chunk, &err))
-      break;
-    write_all(wasi_io_streams_borrow_output_stream(r.stream), chunk.ptr, chunk.len);
-    function_list_u8_free(&chunk);
-  }
-  wasi_io_streams_input_stream_drop_own(in);
-  wasi_http_types_future_trailers_drop_own(wasi_http_types_static_incoming_body_finish(body));
-  finish(&r);
 }
 
 static void fetch(const char *url, exports_wasi_http_incoming_handler_own_response_outparam_t out) {
@@ -290,9 +268,7 @@ void exports_wasi_http_incoming_handler_handle(
   if (query) *query++ = 0;
   else query = "";
 
-  if (!strcmp(path, "/echo")) {
-    echo(req, out);
-  } else if (!strcmp(path, "/fetch")) {
+  if (!strcmp(path, "/fetch")) {
     fetch(query, out);
   } else if (!strcmp(path, "/config")) {
     config(query, out);
