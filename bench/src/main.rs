@@ -49,37 +49,69 @@ fn stats(mut samples: Vec<Duration>) -> Stats {
     }
 }
 
-async fn instantiate_bench(pooling: bool, n: usize) -> anyhow::Result<(Stats, Stats)> {
-    let dir = tempfile::tempdir()?;
-    let mut config = WasmConfig::new(dir.path().join("cache"));
-    config.pooling = pooling;
-    config.max_sandboxes = 64;
-    let engine = WasmEngine::new(config)?;
-    let artifacts = ArtifactStore::open(dir.path().join("artifacts"))?;
-    let compiled = engine
-        .compile(
-            &hearth_core::FunctionSpec::new(hearth_core::Runtime::Wasm),
-            HELLO.to_vec().into(),
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let hash = artifacts.put(&compiled.artifact)?;
-    let version = Arc::new(FunctionVersion {
-        tenant: "bench".into(),
-        name: "hello".into(),
-        version: 1,
-        artifact: hash,
-        spec: FunctionSpec::new(Runtime::Wasm),
-        created_at_ms: 0,
-    });
-    // The concrete type, so the measurement has no extra boxing.
-    let prepared = engine
-        .prepare_wasm(&version, &(Arc::new(artifacts) as Arc<dyn Artifacts>))
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let store = Arc::new(SqliteStore::open(dir.path().join("db"))?);
-    let services = Arc::new(HostServices::new(store, HostLimits::default()));
+/// A function deployed to a wasm engine of its own, in process: what the
+/// in-process benchmarks run.
+struct Deployed {
+    engine: WasmEngine,
+    version: Arc<FunctionVersion>,
+    artifacts: Arc<dyn Artifacts>,
+    services: Arc<HostServices>,
+    /// The engine's cache, artifacts and database; removed on drop.
+    _dir: tempfile::TempDir,
+}
 
+impl Deployed {
+    async fn new(code: Vec<u8>, pooling: bool) -> anyhow::Result<Deployed> {
+        let dir = tempfile::tempdir()?;
+        let mut config = WasmConfig::new(dir.path().join("cache"));
+        config.pooling = pooling;
+        config.max_sandboxes = 64;
+        let engine = WasmEngine::new(config)?;
+        let artifacts = ArtifactStore::open(dir.path().join("artifacts"))?;
+        let spec = FunctionSpec::new(Runtime::Wasm);
+        let compiled = engine
+            .compile(&spec, code.into())
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let version = Arc::new(FunctionVersion {
+            tenant: "bench".into(),
+            name: "bench".into(),
+            version: 1,
+            artifact: artifacts.put(&compiled.artifact)?,
+            spec,
+            created_at_ms: 0,
+        });
+        let store = Arc::new(SqliteStore::open(dir.path().join("db"))?);
+        Ok(Deployed {
+            engine,
+            version,
+            artifacts: Arc::new(artifacts),
+            services: Arc::new(HostServices::new(store, HostLimits::default())),
+            _dir: dir,
+        })
+    }
+
+    /// A host context for one invocation, 10 s to run.
+    fn host(&self) -> HostCtx {
+        HostCtx::new(
+            self.services.clone(),
+            InvocationMeta {
+                id: InvocationId::new(),
+                version: self.version.clone(),
+                deadline: Instant::now() + Duration::from_secs(10),
+            },
+        )
+    }
+}
+
+async fn instantiate_bench(pooling: bool, n: usize) -> anyhow::Result<(Stats, Stats)> {
+    let d = Deployed::new(HELLO.to_vec(), pooling).await?;
+    // The concrete type, so the measurement has no extra boxing.
+    let prepared = d
+        .engine
+        .prepare_wasm(&d.version, &d.artifacts)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let warmup = n / 10;
     let mut inst = Vec::with_capacity(n);
     let mut total = Vec::with_capacity(n);
@@ -90,9 +122,8 @@ async fn instantiate_bench(pooling: bool, n: usize) -> anyhow::Result<(Stats, St
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let t1 = Instant::now();
-        let host = fresh_host(&services, &version);
         let resp = sandbox
-            .invoke(&Request::default(), host)
+            .invoke(&Request::default(), d.host())
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         drop(sandbox);
@@ -106,48 +137,13 @@ async fn instantiate_bench(pooling: bool, n: usize) -> anyhow::Result<(Stats, St
     Ok((stats(inst), stats(total)))
 }
 
-/// A host context for one benchmark invocation, 10 s to run.
-fn fresh_host(services: &Arc<HostServices>, version: &Arc<FunctionVersion>) -> HostCtx {
-    HostCtx::new(
-        services.clone(),
-        InvocationMeta {
-            id: InvocationId::new(),
-            version: version.clone(),
-            deadline: Instant::now() + Duration::from_secs(10),
-        },
-    )
-}
-
 /// Instantiates the component in `file` and has it handle a GET, `n`
 /// times after a tenth as many warm-up rounds: p50, p99 and mean.
 async fn component_bench(file: &str, n: usize) -> anyhow::Result<Stats> {
-    let dir = tempfile::tempdir()?;
-    let mut config = WasmConfig::new(dir.path().join("cache"));
-    config.max_sandboxes = 64;
-    let engine = WasmEngine::new(config)?;
-    let artifacts = ArtifactStore::open(dir.path().join("artifacts"))?;
-    let spec = FunctionSpec::new(Runtime::Wasm);
-    let compiled = engine
-        .compile(&spec, std::fs::read(file)?.into())
+    let d = Deployed::new(std::fs::read(file)?, true).await?;
+    let prepared = hearth_host::Engine::prepare(&d.engine, &d.version, &d.artifacts)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let version = Arc::new(FunctionVersion {
-        tenant: "bench".into(),
-        name: "component".into(),
-        version: 1,
-        artifact: artifacts.put(&compiled.artifact)?,
-        spec,
-        created_at_ms: 0,
-    });
-    let prepared = hearth_host::Engine::prepare(
-        &engine,
-        &version,
-        &(Arc::new(artifacts) as Arc<dyn Artifacts>),
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let store = Arc::new(SqliteStore::open(dir.path().join("db"))?);
-    let services = Arc::new(HostServices::new(store, HostLimits::default()));
     let request = Request {
         method: "GET".into(),
         path: "/".into(),
@@ -160,9 +156,8 @@ async fn component_bench(file: &str, n: usize) -> anyhow::Result<Stats> {
             .instantiate()
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let host = fresh_host(&services, &version);
         let resp = sandbox
-            .invoke(&request, host)
+            .invoke(&request, d.host())
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         drop(sandbox);
