@@ -93,6 +93,7 @@ pub fn run(n: usize, threads: usize) -> anyhow::Result<()> {
                                 request,
                                 tape,
                                 outcome: OutcomeRef::Response(response),
+                                streamed: None,
                             }))?;
                         }
                         spent += thread_cpu_time() - t0;

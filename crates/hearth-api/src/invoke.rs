@@ -241,14 +241,14 @@ async fn run(
     let (method, uri, headers) = (parts.method, parts.uri, parts.headers);
     let (name, version) = split_version(name, &headers)?;
     let function = visible_function(s, tenant, name, version, &headers).await?;
-    let body = read_body(
-        &headers,
-        body,
-        (s.config.max_body_bytes, s.config.body_timeout),
-        "request body",
-    )
-    .await?;
     if let Some(g) = &s.gateway {
+        let body = read_body(
+            &headers,
+            body,
+            (s.config.max_body_bytes, s.config.body_timeout),
+            "request body",
+        )
+        .await?;
         return crate::cluster::forward(g, &function, method, &uri, headers, body).await;
     }
     // A cluster member trusts the header only with its gateway's signature.
@@ -275,53 +275,117 @@ async fn run(
                 )
             })
             .collect(),
+        body: Default::default(),
+    };
+    let ready = s.node.ready(&function).await?;
+    if ready.streams() {
+        return stream(s, &function, ready, req, (&headers, body), forwarded).await;
+    }
+    let body = read_body(
+        &headers,
         body,
+        (s.config.max_body_bytes, s.config.body_timeout),
+        "request body",
+    )
+    .await?;
+    let req = Request { body, ..req };
+    let outcome = s
+        .node
+        .invoke_ready(&function, ready, req, forwarded)
+        .await?;
+    let resp = match outcome.result {
+        Ok(r) => answer((r.status, r.headers), Body::from(r.body)),
+        Err(e) => failed(&e, outcome.id),
     };
-    let outcome = s.node.invoke(&function, req, forwarded).await?;
-    let mut resp = match outcome.result {
-        Ok(r) => {
-            let status =
-                StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let mut resp = Response::new(Body::from(r.body));
-            *resp.status_mut() = status;
-            let h = resp.headers_mut();
-            for (k, v) in r.headers {
-                let (Ok(k), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v)) else {
-                    continue;
-                };
-                if !hearth_core::is_hop_by_hop(k.as_str()) && k != hearth_core::REFUSED_HEADER {
-                    h.append(k, v);
-                }
-            }
-            resp
-        }
-        Err(e) => {
-            let status =
-                StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let id = outcome.id.to_string();
-            let mut resp =
-                crate::error::error_response(status, e.kind(), &e.to_string(), Some(&id));
-            if e == InvokeError::Overloaded {
-                resp.headers_mut().insert(
-                    hearth_core::REFUSED_HEADER,
-                    HeaderValue::from_static(e.kind()),
-                );
-            }
-            resp
-        }
+    Ok(stamped(resp, outcome.id, outcome.version, outcome.start))
+}
+
+/// Invokes a function whose tier streams: its request body is handed on
+/// as it arrives, its response is sent as the function writes it.
+async fn stream(
+    s: &AppState,
+    function: &Arc<hearth_core::FunctionVersion>,
+    ready: hearth_node::Ready,
+    req: Request,
+    (headers, body): (&HeaderMap, Body),
+    forwarded: Option<hearth_node::GatewayAttempt>,
+) -> Result<Response, ApiError> {
+    use futures::StreamExt;
+    let limit = s.node.max_stream_bytes();
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::TooLarge(format!(
+            "the request body is larger than the limit of {limit} bytes on a streamed body \
+             (--max-stream-bytes)"
+        )));
+    }
+    let body = Box::pin(body.into_data_stream().map(|chunk| {
+        chunk.map_err(|e| InvokeError::Disconnected(format!("its request body broke off: {e}")))
+    }));
+    let st = s
+        .node
+        .invoke_streaming(function, ready, req, body, forwarded)
+        .await?;
+    let resp = match st.head {
+        Ok(head) => answer((head.status, head.headers), Body::from_stream(st.body)),
+        Err(e) => failed(&e, st.id),
     };
+    Ok(stamped(resp, st.id, st.version, st.start))
+}
+
+/// The function's own response: its status, its headers but those that
+/// are the connection's, and `body`.
+fn answer((status, headers): (u16, Vec<(String, String)>), body: Body) -> Response {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let h = resp.headers_mut();
+    for (k, v) in headers {
+        let (Ok(k), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v)) else {
+            continue;
+        };
+        if !hearth_core::is_hop_by_hop(k.as_str()) && k != hearth_core::REFUSED_HEADER {
+            h.append(k, v);
+        }
+    }
+    resp
+}
+
+/// The error body answered for an invocation that failed.
+fn failed(e: &InvokeError, id: hearth_core::InvocationId) -> Response {
+    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let id = id.to_string();
+    let mut resp = crate::error::error_response(status, e.kind(), &e.to_string(), Some(&id));
+    if *e == InvokeError::Overloaded {
+        resp.headers_mut().insert(
+            hearth_core::REFUSED_HEADER,
+            HeaderValue::from_static(e.kind()),
+        );
+    }
+    resp
+}
+
+/// `resp` with the headers every invocation answers with.
+fn stamped(
+    mut resp: Response,
+    id: hearth_core::InvocationId,
+    version: u32,
+    start: hearth_node::StartKind,
+) -> Response {
     let h = resp.headers_mut();
     // The id as hex without `fmt`'s machinery (which was about 1% of a
     // hello invocation's CPU under load).
-    let mut id = [0u8; 32];
-    let id = outcome.id.0.simple().encode_lower(&mut id);
+    let mut hex = [0u8; 32];
+    let hex = id.0.simple().encode_lower(&mut hex);
     h.insert(
         INVOCATION_ID,
-        HeaderValue::from_str(id).expect("a hex id is a valid header value"),
+        HeaderValue::from_str(hex).expect("a hex id is a valid header value"),
     );
-    h.insert(VERSION, HeaderValue::from(outcome.version));
-    h.insert(START, HeaderValue::from_static(outcome.start.as_str()));
-    Ok(resp)
+    h.insert(VERSION, HeaderValue::from(version));
+    h.insert(START, HeaderValue::from_static(start.as_str()));
+    resp
 }
 
 #[cfg(test)]

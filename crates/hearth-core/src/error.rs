@@ -28,6 +28,10 @@ pub enum InvokeError {
     Function(String),
     /// the function's response is larger than the limit of {limit_bytes} bytes
     ResponseTooLarge { limit_bytes: usize },
+    /// the request body streamed past the limit of {limit_bytes} bytes
+    RequestTooLarge { limit_bytes: usize },
+    /// the caller went away while its request or response streamed: {0}
+    Disconnected(String),
     /// the node is at capacity; try again shortly
     Overloaded,
     /// this tenant already has {limit} invocations running on this node, its share of it; try again shortly
@@ -85,6 +89,9 @@ impl InvokeError {
             InvokeError::Crashed(_) => 502,
             InvokeError::Overloaded => 503,
             InvokeError::TenantBusy { .. } => 429,
+            InvokeError::RequestTooLarge { .. } => 413,
+            // nginx's "client closed request": no one is there to read it.
+            InvokeError::Disconnected(_) => 499,
             InvokeError::Unsupported(_)
             | InvokeError::OutOfMemory { .. }
             | InvokeError::Trap(_)
@@ -104,6 +111,8 @@ impl InvokeError {
             InvokeError::Crashed(_) => "crashed",
             InvokeError::Function(_) => "function_error",
             InvokeError::ResponseTooLarge { .. } => "response_too_large",
+            InvokeError::RequestTooLarge { .. } => "request_too_large",
+            InvokeError::Disconnected(_) => "disconnected",
             InvokeError::Overloaded => "overloaded",
             InvokeError::TenantBusy { .. } => "tenant_busy",
             InvokeError::TapeBudgetExceeded { .. } => "tape_budget_exceeded",

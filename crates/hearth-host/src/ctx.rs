@@ -321,7 +321,7 @@ impl HostCtx {
 
     /// Bytes this invocation's tape may hold: its function's own budget,
     /// or the node's.
-    fn tape_budget(&self) -> usize {
+    pub fn tape_budget(&self) -> usize {
         self.0
             .meta
             .version

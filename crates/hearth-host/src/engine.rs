@@ -169,6 +169,12 @@ pub trait Prepared: Send + Sync + 'static {
     async fn instantiate_isolated(&self) -> Result<Box<dyn Sandbox>, InvokeError> {
         self.instantiate().await
     }
+
+    /// Whether its sandboxes take bodies as streams
+    /// ([`Sandbox::invoke_streaming`]) rather than whole.
+    fn streams(&self) -> bool {
+        false
+    }
 }
 
 /// One isolated execution context; runs one invocation at a time.
@@ -178,4 +184,21 @@ pub trait Sandbox: Send {
     /// tape and for a retry in the next tier, so no tier copies it for
     /// them (bodies are `Bytes`: a tier that needs its own is a refcount).
     async fn invoke(&mut self, req: &Request, host: HostCtx) -> Result<Response, InvokeError>;
+
+    /// Runs `req` with its body arriving through `body` (`req.body` is
+    /// empty) and its response leaving through `out`, for tiers whose
+    /// [`Prepared::streams`]. `Ok` when the response went out whole; on
+    /// `Err` the caller ends `out` with it.
+    async fn invoke_streaming(
+        &mut self,
+        req: &Request,
+        body: crate::BodyStream,
+        host: HostCtx,
+        out: &mut crate::ResponseSink,
+    ) -> Result<(), InvokeError> {
+        let _ = (req, body, host, out);
+        Err(InvokeError::Crashed(
+            "this tier does not stream bodies (its Prepared::streams is false)".into(),
+        ))
+    }
 }

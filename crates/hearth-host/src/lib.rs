@@ -23,6 +23,7 @@ mod egress;
 mod engine;
 mod http;
 mod replay;
+mod stream;
 mod tape;
 
 pub mod bundle;
@@ -39,6 +40,10 @@ pub use engine::{
     Sandbox, Source,
 };
 pub use http::{OutboundRequest, OutboundResponse};
+pub use stream::{
+    BodyStream, HeadReceiver, Kept, QUEUED_CHUNKS, ResponseHead, ResponseSink, ResponseSource, Tee,
+    teed,
+};
 pub use tape::{Divergence, HostEvent, Tape};
 
 /// How JavaScript functions are found and called and the events they get

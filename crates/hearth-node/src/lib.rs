@@ -27,5 +27,5 @@ pub use colocation::{DefaultColocation, StoreColocation};
 pub use metrics::Metrics;
 pub use node::{
     ArtifactSource, DeployOutcome, GatewayAttempt, InvokeOutcome, Node, NodeConfig, NodeError,
-    ReplayReport, StartKind,
+    Ready, ReplayReport, StartKind, Streaming,
 };

@@ -22,8 +22,10 @@ use crate::metrics::ErrorLabels;
 use crate::table::FunctionTable;
 
 mod forwarded;
+mod streaming;
 mod tapes;
 pub use forwarded::GatewayAttempt;
+pub use streaming::Streaming;
 pub use tapes::ReplayReport;
 
 /// Settings of the invoker.
@@ -47,6 +49,8 @@ pub struct NodeConfig {
     /// Bytes of artifacts one tenant may keep deployed (every version of
     /// every function, each artifact once).
     pub max_code_bytes_per_tenant: u64,
+    /// Bytes one invocation's request, and its response, may stream.
+    pub max_stream_bytes: u64,
 }
 
 impl Default for NodeConfig {
@@ -60,6 +64,7 @@ impl Default for NodeConfig {
             per_function_metrics: false,
             max_concurrency_per_tenant: 768,
             max_code_bytes_per_tenant: 1 << 30,
+            max_stream_bytes: 4 << 30,
         }
     }
 }
@@ -117,6 +122,22 @@ pub struct DeployOutcome {
     /// What the engines reported: phases, the lock, warnings (the
     /// artifact is the version's).
     pub compiled: Compiled,
+}
+
+/// A version ready to run ([`Node::ready`]): its code prepared in the tier
+/// it runs in now.
+pub struct Ready {
+    prepared: Arc<dyn Prepared>,
+    tier: Tier,
+    start: StartKind,
+}
+
+impl Ready {
+    /// Whether its tier takes bodies as streams
+    /// ([`Node::invoke_streaming`]) rather than whole.
+    pub fn streams(&self) -> bool {
+        self.prepared.streams()
+    }
 }
 
 /// A finished invocation: the function's answer or why there is none.
@@ -214,6 +235,11 @@ impl Node {
     pub fn kv_limits(&self) -> (usize, usize, u32) {
         let l = &self.host.limits;
         (l.kv_max_key_bytes, l.kv_max_value_bytes, l.kv_max_list)
+    }
+
+    /// Bytes one invocation's request, and its response, may stream.
+    pub fn max_stream_bytes(&self) -> u64 {
+        self.config.max_stream_bytes
     }
 
     /// Bytes of code one tenant may keep deployed.
@@ -645,8 +671,21 @@ impl Node {
         Ok((prepared.clone(), start))
     }
 
-    /// Runs one invocation of `v`. Node-level failures (a version that will
-    /// not load) are `Err`; the function's own failures are in the outcome.
+    /// Makes `v` ready to run: its code prepared in the tier it runs in now
+    /// (a cold start happens here).
+    pub async fn ready(&self, v: &FunctionVersion) -> Result<Ready, NodeError> {
+        let tier = self.tier_for(v).await?;
+        let (prepared, start) = self.prepared(v, tier).await?;
+        Ok(Ready {
+            prepared,
+            tier,
+            start,
+        })
+    }
+
+    /// Runs one invocation of `v` with its request body whole. Node-level
+    /// failures (a version that will not load) are `Err`; the function's
+    /// own failures are in the outcome.
     ///
     /// `forwarded` is set when a gateway sent it: the invocation then keeps
     /// the gateway's id, a first attempt journals its KV and HTTP answers,
@@ -658,11 +697,27 @@ impl Node {
         req: Request,
         forwarded: Option<GatewayAttempt>,
     ) -> Result<InvokeOutcome, NodeError> {
+        let ready = self.ready(v).await?;
+        self.invoke_ready(v, ready, req, forwarded).await
+    }
+
+    /// [`invoke`](Self::invoke) of a version already [`ready`](Self::ready).
+    pub async fn invoke_ready(
+        &self,
+        v: &Arc<FunctionVersion>,
+        ready: Ready,
+        req: Request,
+        forwarded: Option<GatewayAttempt>,
+    ) -> Result<InvokeOutcome, NodeError> {
+        let Ready {
+            prepared,
+            tier,
+            start,
+        } = ready;
         let id = forwarded.map_or_else(InvocationId::new, |f| f.id);
         let started = Instant::now();
         // Refused before anything ran: counted and logged, never taped.
         let refused = |e| {
-            let tier = v.spec.runtime.first_tier();
             Ok(self
                 .finish(v, id, started, (StartKind::Warm, tier), None, Err(e))
                 .0)
@@ -681,8 +736,6 @@ impl Node {
         let taping = self
             .sampled(v)
             .then(|| id.unix_ms().unwrap_or_else(hearth_core::unix_time_ms));
-        let tier = self.tier_for(v).await?;
-        let (prepared, start) = self.prepared(v, tier).await?;
         let deadline = started + Duration::from_millis(v.spec.limits.timeout_ms);
         let meta = InvocationMeta {
             id,
@@ -704,7 +757,7 @@ impl Node {
         else {
             forget(&host);
             let done = self.finish(v, id, started, (start, tier), Some(host), result);
-            return Ok(self.record(v, tier, taping, &req, done).await);
+            return Ok(self.record(v, tier, taping, (&req, None), done).await);
         };
         // Containerless: re-run in the process tier; the host calls the
         // first attempt made are answered again from its tape, so each
@@ -724,7 +777,7 @@ impl Node {
         };
         forget(&retry);
         let done = self.finish(v, id, started, (start, fallback), Some(retry), result);
-        Ok(self.record(v, fallback, taping, &req, done).await)
+        Ok(self.record(v, fallback, taping, (&req, None), done).await)
     }
 
     async fn attempt(

@@ -176,13 +176,13 @@ impl Archive {
                 "the index points at another tenant's block".into(),
             ));
         }
-        self.open_block(&raw.tenant, &raw.sealed)
+        self.open_block(&raw)
     }
 
-    pub(crate) fn open_block(&self, tenant: &str, sealed: &[u8]) -> Result<BlockBody, RecordError> {
-        let packed = self.keys.open_sealed(tenant, sealed)?;
+    pub(crate) fn open_block(&self, raw: &segment::RawBlock) -> Result<BlockBody, RecordError> {
+        let packed = self.keys.open_sealed(&raw.tenant, &raw.sealed)?;
         let plain = zstd::stream::decode_all(&packed[..])?;
-        postcard::from_bytes(&plain)
+        BlockBody::decode(raw.format, &plain)
             .map_err(|e| RecordError::Corrupt(format!("a block does not decode: {e}")))
     }
 

@@ -22,7 +22,8 @@ use hearth_core::Tier;
 
 use crate::recording::{OutcomeRef, RecordingRef};
 
-/// Appends postcard's encoding of `Stored { recording: r, refs: [] }` to
+/// Appends postcard's encoding of `Stored { recording: r, refs: [],
+/// streamed: None }` to
 /// `out`. On error (only from a host call's serde encoding) `out` may hold
 /// part of the tape: the caller cuts it back.
 pub(crate) fn encode_tape(r: &RecordingRef<'_>, out: &mut Vec<u8>) -> postcard::Result<()> {
@@ -54,7 +55,7 @@ pub(crate) fn encode_tape(r: &RecordingRef<'_>, out: &mut Vec<u8>) -> postcard::
     }
     match r.outcome {
         OutcomeRef::Response(response) => {
-            let tail = Room::bound(5 + 2 * response.headers.len())
+            let tail = Room::bound(6 + 2 * response.headers.len())
                 + header_bytes(&response.headers)
                 + response.body.len();
             Room::fill(out, tail, |o| {
@@ -63,6 +64,7 @@ pub(crate) fn encode_tape(r: &RecordingRef<'_>, out: &mut Vec<u8>) -> postcard::
                 o.headers(&response.headers);
                 o.bytes(&response.body);
                 o.varint(0); // no refs
+                o.varint(0); // no streamed bodies
             });
         }
         OutcomeRef::Error {
@@ -70,13 +72,14 @@ pub(crate) fn encode_tape(r: &RecordingRef<'_>, out: &mut Vec<u8>) -> postcard::
             status,
             message,
         } => {
-            let tail = Room::bound(5) + kind.len() + message.len();
+            let tail = Room::bound(6) + kind.len() + message.len();
             Room::fill(out, tail, |o| {
                 o.varint(1);
                 o.str(kind);
                 o.varint(status.into());
                 o.str(message);
                 o.varint(0); // no refs
+                o.varint(0); // no streamed bodies
             });
         }
     }
@@ -175,6 +178,7 @@ mod tests {
         postcard::to_allocvec(&StoredRef {
             recording: r.borrowed(),
             refs: &[],
+            streamed: None,
         })
         .unwrap()
     }
@@ -267,6 +271,7 @@ mod tests {
                 headers: vec![("content-type".into(), "text/plain".into())],
                 body: Bytes::from_static(b"hello\n"),
             }),
+            streamed: None,
         };
         let mut cases = vec![base.clone()];
         for tier in [Tier::Wasm, Tier::Js, Tier::Process] {

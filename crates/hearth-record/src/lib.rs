@@ -31,7 +31,9 @@ mod writer;
 
 pub use archive::Archive;
 pub use pending::Queued;
-pub use recording::{BLOB_MIN_BYTES, Outcome, OutcomeRef, Recording, RecordingRef};
+pub use recording::{
+    BLOB_MIN_BYTES, BodyDigest, Outcome, OutcomeRef, Recording, RecordingRef, Streamed,
+};
 pub use writer::{Durability, RecordConfig, Recorder, RecorderStats};
 
 use displaydoc::Display;

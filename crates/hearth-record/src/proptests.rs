@@ -116,6 +116,7 @@ prop_compose! {
             request: Request { method, path, query, headers: request_headers, body: Bytes::from(body) },
             tape: Tape { events },
             outcome,
+            streamed: None,
         }
     }
 }
@@ -128,7 +129,7 @@ proptest! {
         let mut by_hand = b"earlier".to_vec();
         crate::encode::encode_tape(&r.borrowed(), &mut by_hand).unwrap();
         prop_assert_eq!(&by_hand[..7], b"earlier");
-        let serde = postcard::to_allocvec(&StoredRef { recording: r.borrowed(), refs: &[] }).unwrap();
+        let serde = postcard::to_allocvec(&StoredRef { recording: r.borrowed(), refs: &[], streamed: None }).unwrap();
         prop_assert_eq!(&by_hand[7..], &serde[..]);
     }
 

@@ -69,6 +69,44 @@ pub struct Recording {
     /// Every host call and its answer, in order.
     pub tape: Tape,
     pub outcome: Outcome,
+    /// Bodies that streamed: `request.body` and the response's body then
+    /// hold only their first bytes, and this their whole length and hash.
+    /// (Kept beside the recording in blocks and exports, not inside it, so
+    /// that tapes without streamed bodies encode as they always have.)
+    #[serde(skip)]
+    pub streamed: Option<Streamed>,
+}
+
+/// What a tape keeps of bodies that streamed through an invocation instead
+/// of arriving whole: the first bytes (in the recording's body) and, here,
+/// how long each was and its sha256.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Streamed {
+    pub request: Option<BodyDigest>,
+    pub response: Option<BodyDigest>,
+}
+
+/// A whole body's length and sha256.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BodyDigest {
+    pub len: u64,
+    #[serde(with = "hex::serde")]
+    pub sha256: [u8; 32],
+}
+
+impl BodyDigest {
+    /// Whether the tape's `kept` bytes are less than the whole body.
+    pub fn cut(&self, kept: &[u8]) -> bool {
+        self.len > kept.len() as u64
+    }
+}
+
+impl Streamed {
+    /// The request body, if it streamed and the tape holds only its start:
+    /// such a request cannot be given to the function again.
+    pub fn cut_request(&self, kept: &[u8]) -> Option<&BodyDigest> {
+        self.request.as_ref().filter(|d| d.cut(kept))
+    }
 }
 
 /// A tape by reference: what the recorder takes from an invocation, which
@@ -89,6 +127,9 @@ pub struct RecordingRef<'a> {
     pub request: &'a Request,
     pub tape: &'a Tape,
     pub outcome: OutcomeRef<'a>,
+    /// Not part of the recording's own encoding (see [`Recording::streamed`]).
+    #[serde(skip)]
+    pub streamed: Option<&'a Streamed>,
 }
 
 /// [`Outcome`] by reference; same variants, same order.
@@ -158,6 +199,7 @@ impl Recording {
             request: &self.request,
             tape: &self.tape,
             outcome: self.outcome.borrowed(),
+            streamed: self.streamed.as_ref(),
         }
     }
 }
@@ -176,12 +218,16 @@ impl RecordingRef<'_> {
             request: self.request.clone(),
             tape: self.tape.clone(),
             outcome: self.outcome.to_owned(),
+            streamed: self.streamed.cloned(),
         }
     }
 
-    /// Whether a payload is large enough to be stored apart, by hash.
+    /// Whether a payload is large enough to be stored apart, by hash (or
+    /// the tape has streamed bodies: both take the serde encoder, not
+    /// [`encode_tape`](crate::encode::encode_tape)).
     pub(crate) fn has_large_payload(&self) -> bool {
-        self.request.body.len() >= BLOB_MIN_BYTES
+        self.streamed.is_some()
+            || self.request.body.len() >= BLOB_MIN_BYTES
             || matches!(self.outcome, OutcomeRef::Response(r) if r.body.len() >= BLOB_MIN_BYTES)
             || self.tape.events.iter().any(|e| {
                 matches!(e, HostEvent::HttpFetch { result: Ok(r), .. } if r.body.len() >= BLOB_MIN_BYTES)
@@ -218,6 +264,26 @@ pub(crate) type Hash = [u8; 32];
 pub(crate) struct Stored {
     pub recording: Recording,
     pub refs: Vec<(Slot, Hash)>,
+    /// [`Recording::streamed`]; not in blocks of the first format.
+    pub streamed: Option<Streamed>,
+}
+
+/// [`Stored`] in blocks of the first format (`HRB1`), from before bodies
+/// streamed.
+#[derive(Debug, Deserialize)]
+pub(crate) struct StoredV1 {
+    pub recording: Recording,
+    pub refs: Vec<(Slot, Hash)>,
+}
+
+impl From<StoredV1> for Stored {
+    fn from(v1: StoredV1) -> Stored {
+        Stored {
+            recording: v1.recording,
+            refs: v1.refs,
+            streamed: None,
+        }
+    }
 }
 
 /// [`Stored`] of a tape with no payload to split, by reference: the bytes
@@ -228,6 +294,7 @@ pub(crate) struct Stored {
 pub(crate) struct StoredRef<'a> {
     pub recording: RecordingRef<'a>,
     pub refs: &'a [(Slot, Hash)],
+    pub streamed: Option<&'a Streamed>,
 }
 
 pub(crate) fn sha256(data: &[u8]) -> Hash {
@@ -240,6 +307,7 @@ impl Stored {
     pub fn split(mut recording: Recording) -> (Stored, Vec<(Hash, Vec<u8>)>) {
         let mut refs = Vec::new();
         let mut blobs = Vec::new();
+        let streamed = recording.streamed.take();
         // Small bodies stay where they are, uncopied: most tapes have none
         // to split.
         let mut take = |slot: Slot, body: Vec<u8>| {
@@ -268,7 +336,14 @@ impl Stored {
                 take(Slot::Fetch(i as u32), std::mem::take(&mut response.body));
             }
         }
-        (Stored { recording, refs }, blobs)
+        (
+            Stored {
+                recording,
+                refs,
+                streamed,
+            },
+            blobs,
+        )
     }
 
     /// Puts the payloads back; `find` looks one up by hash.
@@ -277,6 +352,7 @@ impl Stored {
         mut find: impl FnMut(&Hash) -> Result<Vec<u8>, RecordError>,
     ) -> Result<Recording, RecordError> {
         let mut r = self.recording;
+        r.streamed = self.streamed;
         for (slot, hash) in &self.refs {
             let body = find(hash)?;
             if sha256(&body) != *hash {
@@ -320,10 +396,17 @@ struct Export {
     /// is refused instead of replayed as if it were real traffic.
     checksum: String,
     recording: Recording,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    streamed: Option<Streamed>,
 }
 
+/// Over the recording's JSON, then (if any) its streamed bodies' JSON: a
+/// tape without streamed bodies checks as it did before they existed.
 fn checksum(recording: &Recording) -> String {
-    let json = serde_json::to_vec(recording).expect("a recording always serializes");
+    let mut json = serde_json::to_vec(recording).expect("a recording always serializes");
+    if let Some(s) = &recording.streamed {
+        serde_json::to_writer(&mut json, s).expect("a digest always serializes");
+    }
     hex::encode(sha256(&json))
 }
 
@@ -335,6 +418,7 @@ impl Recording {
             format: EXPORT_FORMAT.into(),
             checksum: checksum(self),
             recording: self.clone(),
+            streamed: self.streamed.clone(),
         };
         // Compact: bytes are JSON arrays of numbers, and pretty-printing
         // puts each on a line of its own (ten bytes of file for one).
@@ -359,12 +443,14 @@ impl Recording {
                 export.format
             )));
         }
-        if checksum(&export.recording) != export.checksum {
+        let mut recording = export.recording;
+        recording.streamed = export.streamed;
+        if checksum(&recording) != export.checksum {
             return Err(RecordError::BadTape(
                 "the tape was changed after it was exported (checksum mismatch)".into(),
             ));
         }
-        Ok(export.recording)
+        Ok(recording)
     }
 }
 
@@ -413,6 +499,7 @@ pub(crate) mod tests {
                 headers: vec![],
                 body: Bytes::from(vec![9u8; body_len]),
             }),
+            streamed: None,
         }
     }
 
@@ -431,11 +518,13 @@ pub(crate) mod tests {
             let owned = postcard::to_allocvec(&Stored {
                 recording: r.clone(),
                 refs: Vec::new(),
+                streamed: None,
             })
             .unwrap();
             let borrowed = postcard::to_allocvec(&StoredRef {
                 recording: r.borrowed(),
                 refs: &[],
+                streamed: None,
             })
             .unwrap();
             assert_eq!(owned, borrowed);
@@ -481,5 +570,65 @@ pub(crate) mod tests {
         assert!(err.to_string().contains("truncated"), "{err}");
         let err = Recording::import(b"hello").unwrap_err();
         assert!(err.to_string().contains("not a Hearth tape"), "{err}");
+    }
+
+    fn streamed(mut r: Recording) -> Recording {
+        r.streamed = Some(Streamed {
+            request: Some(BodyDigest {
+                len: 1 << 30,
+                sha256: [3; 32],
+            }),
+            response: None,
+        });
+        r
+    }
+
+    #[test]
+    fn streamed_digests_survive_blocks_and_exports() {
+        for r in [streamed(sample(10)), streamed(sample(BLOB_MIN_BYTES))] {
+            let (stored, blobs) = Stored::split(r.clone());
+            let bytes = postcard::to_allocvec(&stored).unwrap();
+            let back: Stored = postcard::from_bytes(&bytes).unwrap();
+            let joined = back
+                .join(|h| Ok(blobs.iter().find(|(b, _)| b == h).unwrap().1.clone()))
+                .unwrap();
+            assert_eq!(joined, r);
+            assert_eq!(Recording::import(&r.export()).unwrap(), r);
+        }
+        // The digests are under the export's checksum.
+        let r = streamed(sample(10));
+        let text = String::from_utf8(r.export()).unwrap();
+        let edited = text.replacen("1073741824", "1073741825", 1);
+        assert_ne!(edited, text);
+        let err = Recording::import(edited.as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("checksum"), "{err}");
+        // A tape without them exports as before they existed.
+        assert!(!String::from_utf8(sample(10).export()).unwrap().contains("streamed"));
+        // The request can be given again only if the tape holds it whole.
+        let digest = r.streamed.as_ref().unwrap();
+        assert!(digest.cut_request(&r.request.body).is_some());
+        assert!(Streamed::default().cut_request(b"").is_none());
+    }
+
+    #[test]
+    fn blocks_of_the_first_format_still_read() {
+        #[derive(Serialize)]
+        struct V1<'a> {
+            tapes: Vec<(RecordingRef<'a>, Vec<(Slot, Hash)>)>,
+            blobs: Vec<(Hash, Vec<u8>)>,
+        }
+        let r = sample(10);
+        let v1 = postcard::to_allocvec(&V1 {
+            tapes: vec![(r.borrowed(), Vec::new())],
+            blobs: Vec::new(),
+        })
+        .unwrap();
+        let body = crate::segment::BlockBody::decode(1, &v1).unwrap();
+        assert_eq!(body.tapes.len(), 1);
+        assert!(body.tapes[0].streamed.is_none());
+        assert_eq!(body.tapes[0].recording, r);
+        // Read as the new format, the same bytes do not decode: the
+        // magic is what tells them apart.
+        assert!(crate::segment::BlockBody::decode(2, &v1).is_err());
     }
 }

@@ -2,10 +2,13 @@
 //!
 //! ```text
 //! segment  = "HRTHSEG1" block*
-//! block    = "HRB1" len:u32le crc32:u32le rest        (crc32 of rest)
+//! block    = "HRB2" len:u32le crc32:u32le rest        (crc32 of rest)
 //! rest     = tenant_len:u16le tenant sealed
 //! sealed   = nonce[12] ChaCha20-Poly1305(zstd(postcard(BlockBody)))
 //! ```
+//!
+//! Blocks of the first format (`HRB1`, before bodies streamed) still read:
+//! their tapes are [`StoredV1`], without the streamed bodies' digests.
 //!
 //! The tenant is in clear so a reader knows which key opens the block; the
 //! checksum finds torn or flipped bytes before decryption is attempted, so
@@ -18,10 +21,11 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::RecordError;
-use crate::recording::{Hash, Stored};
+use crate::recording::{Hash, Stored, StoredV1};
 
 pub(crate) const SEGMENT_MAGIC: &[u8; 8] = b"HRTHSEG1";
-const BLOCK_MAGIC: &[u8; 4] = b"HRB1";
+const BLOCK_MAGIC: &[u8; 4] = b"HRB2";
+const BLOCK_MAGIC_V1: &[u8; 4] = b"HRB1";
 const HEADER_BYTES: usize = 12;
 /// No block is larger: a length past it is damage, not a huge block.
 const MAX_BLOCK_BYTES: usize = 1 << 30;
@@ -32,6 +36,27 @@ const MAX_BLOCK_BYTES: usize = 1 << 30;
 pub(crate) struct BlockBody {
     pub tapes: Vec<Stored>,
     pub blobs: Vec<(Hash, Vec<u8>)>,
+}
+
+/// [`BlockBody`] of an `HRB1` block.
+#[derive(Deserialize)]
+struct BlockBodyV1 {
+    tapes: Vec<StoredV1>,
+    blobs: Vec<(Hash, Vec<u8>)>,
+}
+
+impl BlockBody {
+    /// Decodes the plain body of a block of `format` ([`RawBlock::format`]).
+    pub(crate) fn decode(format: u8, plain: &[u8]) -> postcard::Result<BlockBody> {
+        if format == 1 {
+            let v1: BlockBodyV1 = postcard::from_bytes(plain)?;
+            return Ok(BlockBody {
+                tapes: v1.tapes.into_iter().map(Stored::from).collect(),
+                blobs: v1.blobs,
+            });
+        }
+        postcard::from_bytes(plain)
+    }
 }
 
 /// Appends one block to `out`: its header, `tenant`, and the sealed body
@@ -50,8 +75,11 @@ pub(crate) fn frame_into(out: &mut Vec<u8>, tenant: &str, seal: impl FnOnce(&mut
     out[start + 8..rest].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// A block read back and checked: its tenant, sealed body and length.
+/// A block read back and checked: its format, tenant, sealed body and
+/// length.
 pub(crate) struct RawBlock {
+    /// 1 for `HRB1`, 2 for `HRB2`.
+    pub format: u8,
     pub tenant: String,
     pub sealed: Vec<u8>,
     pub len: u64,
@@ -63,11 +91,15 @@ pub(crate) fn read_block(file: &File, offset: u64) -> Result<RawBlock, RecordErr
     let mut header = [0u8; HEADER_BYTES];
     file.read_exact_at(&mut header, offset)
         .map_err(|_| RecordError::Corrupt(format!("no whole block header at byte {offset}")))?;
-    if &header[..4] != BLOCK_MAGIC {
-        return Err(RecordError::Corrupt(format!(
-            "no block starts at byte {offset}"
-        )));
-    }
+    let format = match &header[..4] {
+        m if m == BLOCK_MAGIC => 2,
+        m if m == BLOCK_MAGIC_V1 => 1,
+        _ => {
+            return Err(RecordError::Corrupt(format!(
+                "no block starts at byte {offset}"
+            )));
+        }
+    };
     let word = |at: usize| {
         u32::from_le_bytes(
             header[at..at + 4]
@@ -99,6 +131,7 @@ pub(crate) fn read_block(file: &File, offset: u64) -> Result<RawBlock, RecordErr
         .map_err(|_| RecordError::Corrupt(format!("block at byte {offset} is malformed")))?;
     let sealed = rest.split_off(2 + tenant_len);
     Ok(RawBlock {
+        format,
         tenant,
         sealed,
         len: (HEADER_BYTES + len) as u64,

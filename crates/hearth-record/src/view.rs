@@ -127,6 +127,8 @@ pub fn timeline(r: &Recording, offset: usize, limit: usize) -> Value {
             "headers": r.request.headers,
             "body": body(&r.request.body),
         },
+        // Bodies that streamed: the bodies above are their first bytes.
+        "streamed": r.streamed,
         "calls": calls,
         "calls_total": total,
         "next_offset": (end < total).then_some(end),

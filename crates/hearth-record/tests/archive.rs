@@ -44,6 +44,7 @@ fn recording(tenant: &str, function: &str, body: &str, ok: bool, started_ms: i64
                 message: "boom".into(),
             }
         },
+        streamed: None,
     }
 }
 

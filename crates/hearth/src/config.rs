@@ -30,6 +30,12 @@ pub struct UpArgs {
     /// Largest invocation request body, in bytes (default 6 MiB).
     #[arg(long, env = "HEARTH_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
+    /// Largest body that may stream into or out of one invocation, in
+    /// bytes, each way (default 4 GiB): wasm components stream bodies
+    /// instead of buffering them, so this bounds time and bandwidth, not
+    /// memory.
+    #[arg(long, env = "HEARTH_MAX_STREAM_BYTES")]
+    pub max_stream_bytes: Option<u64>,
     /// Largest uploaded module, in bytes (default 64 MiB).
     #[arg(long, env = "HEARTH_MAX_CODE_BYTES")]
     pub max_code_bytes: Option<usize>,
@@ -238,6 +244,7 @@ pub struct Settings {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
     pub max_body_bytes: usize,
+    pub max_stream_bytes: u64,
     pub max_code_bytes: usize,
     pub max_response_bytes: usize,
     pub max_sandboxes: u32,
@@ -430,6 +437,7 @@ impl Settings {
                 .listen
                 .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
             max_body_bytes: o.max_body_bytes.unwrap_or(6 << 20),
+            max_stream_bytes: o.max_stream_bytes.unwrap_or(4 << 30),
             max_code_bytes: o.max_code_bytes.unwrap_or(64 << 20),
             max_response_bytes: o.max_response_bytes.unwrap_or(16 << 20),
             max_sandboxes: o.max_sandboxes.unwrap_or(1000),

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use hearth_core::{FunctionVersion, InvocationId, Request, Tier};
 use hearth_host::{Divergence, HostCtx, InvocationMeta, Tape};
-use hearth_record::{Outcome, OutcomeRef, Recording, RecordingRef};
+use hearth_record::{BodyDigest, Outcome, OutcomeRef, Recording, RecordingRef, Streamed};
 
 use super::{InvokeOutcome, Node, NodeError};
 
@@ -49,7 +49,7 @@ impl Node {
         v: &FunctionVersion,
         tier: Tier,
         started_ms: Option<i64>,
-        request: &Request,
+        (request, streamed): (&Request, Option<&Streamed>),
         (outcome, tape): (InvokeOutcome, Tape),
     ) -> InvokeOutcome {
         let (Some(recorder), Some(started_ms)) = (&self.recorder, started_ms) else {
@@ -81,6 +81,7 @@ impl Node {
             request,
             tape: &tape,
             outcome: result,
+            streamed,
         };
         // The recorder counts what it takes (hearth_tapes_total); what
         // it does not is counted in hearth_tapes_dropped_total, and logged
@@ -109,6 +110,17 @@ impl Node {
             self.tier_for(target).await?
         };
         let (prepared, _) = self.prepared(target, tier).await?;
+        let streamed = recording.streamed.as_ref();
+        if let Some(whole) = streamed.and_then(|s| s.cut_request(&recording.request.body)) {
+            return Err(NodeError::Invalid(format!(
+                "invocation {} streamed a request body of {} bytes, and its tape keeps the \
+                 first {} and the whole body's sha256: the request cannot be given to the \
+                 function again",
+                recording.id,
+                whole.len,
+                recording.request.body.len()
+            )));
+        }
         let _permit = self
             .admission
             .clone()
@@ -124,14 +136,36 @@ impl Node {
         let host = HostCtx::replaying(self.host.clone(), meta, recording.tape.clone());
         // In an instance of its own: a replay neither sees what live
         // traffic left in a warm instance nor leaves anything for it.
-        let result = match prepared.instantiate_isolated().await {
-            Ok(sandbox) => self.attempt_in(sandbox, &recording.request, &host).await,
-            Err(e) => Err(e),
+        let sandbox = prepared.instantiate_isolated().await;
+        // A response that streamed is compared as it was taped: its first
+        // bytes, its length and its hash.
+        let (result, response_digest) = match sandbox {
+            Ok(sandbox) if streamed.is_some() && prepared.streams() => {
+                self.replay_streaming(sandbox, &recording.request, &host)
+                    .await
+            }
+            Ok(sandbox) => (
+                self.attempt_in(sandbox, &recording.request, &host).await,
+                None,
+            ),
+            Err(e) => (Err(e), None),
         };
         let duration = started.elapsed();
         let divergence = host.divergence();
         let replayed = Outcome::of(&result);
-        let diff = hearth_record::diff::outcome_diff(&recording.outcome, &replayed);
+        let mut diff = hearth_record::diff::outcome_diff(&recording.outcome, &replayed);
+        let recorded_digest = streamed.and_then(|s| s.response);
+        if diff.is_none() && recorded_digest != response_digest {
+            let show = |d: Option<BodyDigest>| match d {
+                Some(d) => format!("{} bytes, sha256 {}", d.len, hex::encode(d.sha256)),
+                None => "not streamed".into(),
+            };
+            diff = Some(format!(
+                "- response body: {}\n+ response body: {}\n",
+                show(recorded_digest),
+                show(response_digest)
+            ));
+        }
         let logs = host
             .take_records()
             .1

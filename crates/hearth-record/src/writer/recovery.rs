@@ -47,7 +47,7 @@ pub(super) fn recover(archive: &Archive, segments: &[u64]) -> Result<(), RecordE
             if indexed.is_some_and(|i| offset <= i) {
                 continue;
             }
-            let body = match archive.open_block(&raw.tenant, &raw.sealed) {
+            let body = match archive.open_block(&raw) {
                 Ok(b) => b,
                 Err(e) => {
                     tracing::warn!(offset, error = %e, "skipping an unreadable recording block");

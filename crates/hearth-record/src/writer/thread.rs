@@ -327,6 +327,7 @@ mod tests {
                 status: 500,
                 message: "x".into(),
             },
+            streamed: None,
         }
     }
 

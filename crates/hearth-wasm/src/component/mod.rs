@@ -145,6 +145,12 @@ impl hearth_host::Prepared for ComponentPrepared {
     async fn instantiate(&self) -> Result<Box<dyn hearth_host::Sandbox>, hearth_core::InvokeError> {
         Ok(Box::new(self.sandbox()))
     }
+
+    /// A component reads its request body and writes its response as
+    /// `wasi:http` streams, so both stream.
+    fn streams(&self) -> bool {
+        true
+    }
 }
 
 impl WasmEngine {

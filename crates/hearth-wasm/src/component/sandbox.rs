@@ -6,12 +6,15 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::FutureExt;
 use hearth_core::{InvokeError, LastOutput, LogStream, Request, Response};
-use hearth_host::{HostCtx, Sandbox};
+use hearth_host::{BodyStream, HostCtx, ResponseHead, ResponseSink, Sandbox};
 use http_body_util::{BodyExt, Full, Limited};
-use wasmtime::component::ResourceTable;
+use wasmtime::component::{Resource, ResourceTable};
 use wasmtime::{PoolConcurrencyLimitError, Store};
-use wasmtime_wasi_http::p2::bindings::ProxyPre;
-use wasmtime_wasi_http::p2::bindings::http::types::{ErrorCode, Scheme};
+use wasmtime_wasi_http::p2::bindings::http::types::{
+    ErrorCode, IncomingRequest, ResponseOutparam, Scheme,
+};
+use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
+use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpView};
 
 use super::Template;
@@ -73,9 +76,25 @@ impl ComponentSandbox {
         (new_store(&self.engine, state), stdout, stderr)
     }
 
-    /// Instantiates the component in `store` and has it handle `req`: the
-    /// head and body it answered.
-    async fn handle(&self, store: &mut Store<ComponentState>, req: &Request) -> Answer {
+    /// Instantiates the component in `store` and hands it `request`: the
+    /// running call and where its response will come.
+    async fn start<B>(
+        &self,
+        store: &mut Store<ComponentState>,
+        request: http::Request<B>,
+    ) -> Result<
+        (
+            Proxy,
+            Resource<IncomingRequest>,
+            Resource<ResponseOutparam>,
+            Outparam,
+        ),
+        InvokeError,
+    >
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<wasmtime_wasi_http::Error>,
+    {
         let limits = &self.template.limits;
         let proxy = match self.pre.instantiate_async(&mut *store).await {
             Ok(proxy) => proxy,
@@ -87,17 +106,23 @@ impl ComponentSandbox {
             }
             Err(e) => return Err(InvokeError::Crashed(format!("instantiation failed: {e:#}"))),
         };
-        let (request, out, answer) = {
-            let mut view = store.data_mut().http();
-            let request = view
-                .new_incoming_request(Scheme::Http, incoming(req)?)
-                .map_err(|e| InvokeError::Crashed(format!("{e:#}")))?;
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let out = view
-                .new_response_outparam(tx)
-                .map_err(|e| InvokeError::Crashed(format!("{e:#}")))?;
-            (request, out, collect(rx, self.template.max_response_bytes))
-        };
+        let mut view = store.data_mut().http();
+        let request = view
+            .new_incoming_request(Scheme::Http, request)
+            .map_err(|e| InvokeError::Crashed(format!("{e:#}")))?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let out = view
+            .new_response_outparam(tx)
+            .map_err(|e| InvokeError::Crashed(format!("{e:#}")))?;
+        Ok((proxy, request, out, rx))
+    }
+
+    /// Has the component handle `req`, whole: the head and body it
+    /// answered.
+    async fn handle(&self, store: &mut Store<ComponentState>, req: &Request) -> Answer {
+        let request = incoming(req, Full::new(req.body.clone()))?;
+        let (proxy, request, out, rx) = self.start(store, request).await?;
+        let answer = collect(rx, self.template.max_response_bytes);
         // The body streams out while the handler runs; the call must be
         // driven until both are done.
         let (called, answered) = {
@@ -114,33 +139,81 @@ impl ComponentSandbox {
                     // what it did not send or finish by now it never will.
                     tokio::task::yield_now().await;
                     let answered = answer.now_or_never().unwrap_or_else(|| {
-                        Err(InvokeError::Function(
-                            "the handler returned without finishing its response body".into(),
-                        ))
+                        Err(InvokeError::Function(UNFINISHED.into()))
                     });
                     (called, answered)
                 }
             }
         };
+        self.returned(store, called)?;
+        answered
+    }
+
+    /// Has the component handle `req` with its body arriving from `body`,
+    /// its response going to `out` as the component writes it.
+    async fn stream(
+        &self,
+        store: &mut Store<ComponentState>,
+        req: &Request,
+        body: BodyStream,
+        out: &mut ResponseSink,
+    ) -> Result<(), InvokeError> {
+        use futures::StreamExt;
+        let body = http_body_util::StreamBody::new(body.map(|chunk| {
+            chunk.map(hyper::body::Frame::data).map_err(|e| match e {
+                InvokeError::RequestTooLarge { limit_bytes } => {
+                    ErrorCode::HttpRequestBodySize(Some(limit_bytes as u64))
+                }
+                InvokeError::Disconnected(_) => ErrorCode::ConnectionTerminated,
+                e => ErrorCode::InternalError(Some(e.to_string())),
+            })
+        }));
+        let request = incoming(req, body)?;
+        let (proxy, request, outparam, mut rx) = self.start(store, request).await?;
+        let (called, streamed) = {
+            let call = std::pin::pin!(proxy.wasi_http_incoming_handler().call_handle(
+                &mut *store,
+                request,
+                outparam
+            ));
+            pump(call, &mut rx, out).await
+        };
         match called {
-            Ok(()) => answered,
+            // A trap or a bound is the cause, whatever it did to the body.
+            Some(Err(e)) => self.returned(store, Err(e)),
+            _ => streamed,
+        }
+    }
+
+    /// What the handler's call returning `returned` means for the
+    /// invocation.
+    fn returned(
+        &self,
+        store: &Store<ComponentState>,
+        returned: wasmtime::Result<()>,
+    ) -> Result<(), InvokeError> {
+        match returned {
+            Ok(()) => Ok(()),
             Err(e) if table_full(&e) => Err(InvokeError::Trap(format!(
                 "it held more than {} wasi resources (header fields, streams, requests, \
                  pollables) at once; the host keeps them outside the function's memory, \
                  so their number is capped",
                 store.data().table.max_capacity()
             ))),
-            Err(e) => Err(why_failed(&store.data().bounds, limits, &e)),
+            Err(e) => Err(why_failed(&store.data().bounds, &self.template.limits, &e)),
         }
     }
-}
 
-#[async_trait]
-impl Sandbox for ComponentSandbox {
-    async fn invoke(&mut self, req: &Request, host: HostCtx) -> Result<Response, InvokeError> {
-        let (mut store, stdout, stderr) = self.store(&host);
+    /// Runs `work` in a store bound to `host` within the invocation's
+    /// deadline, then logs what the component wrote to stdout and stderr.
+    async fn run<T>(
+        &self,
+        host: &HostCtx,
+        work: impl AsyncFnOnce(&mut Store<ComponentState>) -> Result<T, InvokeError>,
+    ) -> Result<T, InvokeError> {
+        let (mut store, stdout, stderr) = self.store(host);
         let deadline = host.meta().deadline;
-        let outcome = tokio::time::timeout_at(deadline.into(), self.handle(&mut store, req))
+        let outcome = tokio::time::timeout_at(deadline.into(), work(&mut store))
             .await
             .unwrap_or(Err(InvokeError::Timeout {
                 limit_ms: self.template.limits.timeout_ms,
@@ -157,28 +230,129 @@ impl Sandbox for ComponentSandbox {
                 host.log(stream, level, text.trim_end_matches('\n'));
             }
         }
-        let (parts, body) = match outcome {
-            Ok(answer) => answer,
+        match outcome {
             // Out of memory, the error quotes what the function wrote last.
             Err(InvokeError::OutOfMemory { limit_mib, .. }) => {
                 let written = if err.is_empty() { &out } else { &err };
-                return Err(InvokeError::OutOfMemory {
+                Err(InvokeError::OutOfMemory {
                     limit_mib,
                     last_output: LastOutput::of(&String::from_utf8_lossy(written)),
-                });
+                })
             }
-            Err(e) => return Err(e),
+            outcome => outcome,
+        }
+    }
+}
+
+/// Drives the handler's `call` while passing its response to `out`: the
+/// head once it is set, then each chunk of the body as the caller takes
+/// it. Returns how the call ended (`None` when streaming failed first and
+/// the call is abandoned) and how streaming did.
+async fn pump(
+    mut call: std::pin::Pin<&mut impl Future<Output = wasmtime::Result<()>>>,
+    rx: &mut Outparam,
+    out: &mut ResponseSink,
+) -> (Option<wasmtime::Result<()>>, Result<(), InvokeError>) {
+    let mut called = None;
+    let response = tokio::select! {
+        response = &mut *rx => response.ok(),
+        returned = call.as_mut() => {
+            if returned.is_err() {
+                return (Some(returned), Ok(()));
+            }
+            called = Some(returned);
+            // What the guest set before returning is there to take now.
+            tokio::task::yield_now().await;
+            rx.try_recv().ok()
+        }
+    };
+    let (parts, mut body) = match head_of(response) {
+        Ok(response) => response.into_parts(),
+        Err(e) => return (called, Err(e)),
+    };
+    out.head(ResponseHead {
+        status: parts.status.as_u16(),
+        headers: header_pairs(&parts.headers),
+    });
+    loop {
+        let frame = if called.is_some() {
+            // Nothing runs in the guest any more: what it queued is all
+            // there is, and a body it did not finish never will be.
+            match body.frame().now_or_never() {
+                Some(frame) => frame,
+                None => return (called, Err(InvokeError::Function(UNFINISHED.into()))),
+            }
+        } else {
+            tokio::select! {
+                frame = body.frame() => frame,
+                returned = call.as_mut() => {
+                    if returned.is_err() {
+                        return (Some(returned), Ok(()));
+                    }
+                    called = Some(returned);
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+            }
         };
+        match frame {
+            None => break,
+            // Trailers are not passed on.
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data()
+                    && let Err(e) = out.send(data).await
+                {
+                    return (called, Err(e));
+                }
+            }
+            Some(Err(e)) => {
+                let e = InvokeError::Function(format!("its response body failed: {e}"));
+                return (called, Err(e));
+            }
+        }
+    }
+    if called.is_none() {
+        called = Some(call.await);
+    }
+    (called, Ok(()))
+}
+
+/// Why an invocation failed whose handler returned with its response body
+/// neither finished nor dropped.
+const UNFINISHED: &str = "the handler returned without finishing its response body";
+
+#[async_trait]
+impl Sandbox for ComponentSandbox {
+    async fn invoke(&mut self, req: &Request, host: HostCtx) -> Result<Response, InvokeError> {
+        let (parts, body) = self
+            .run(&host, async |store| self.handle(store, req).await)
+            .await?;
         Ok(Response {
             status: parts.status.as_u16(),
-            headers: parts
-                .headers
-                .iter()
-                .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v.as_bytes()).into()))
-                .collect(),
+            headers: header_pairs(&parts.headers),
             body,
         })
     }
+
+    async fn invoke_streaming(
+        &mut self,
+        req: &Request,
+        body: BodyStream,
+        host: HostCtx,
+        out: &mut ResponseSink,
+    ) -> Result<(), InvokeError> {
+        self.run(&host, async |store| {
+            self.stream(store, req, body, out).await
+        })
+        .await
+    }
+}
+
+fn header_pairs(headers: &http::HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v.as_bytes()).into()))
+        .collect()
 }
 
 /// Whether `err` is the guest's resource table refusing another entry.
@@ -193,7 +367,7 @@ fn table_full(err: &wasmtime::Error) -> bool {
 
 /// The request as `wasi:http` hands it to the guest: its path is the
 /// function's sub-path (a component routes as if it owned the root).
-fn incoming(req: &Request) -> Result<http::Request<Full<Bytes>>, InvokeError> {
+fn incoming<B>(req: &Request, body: B) -> Result<http::Request<B>, InvokeError> {
     let mut uri = req.path.clone();
     if !req.query.is_empty() {
         uri.push('?');
@@ -208,33 +382,34 @@ fn incoming(req: &Request) -> Result<http::Request<Full<Bytes>>, InvokeError> {
     for (k, v) in &req.headers {
         builder = builder.header(k, v);
     }
-    builder.body(Full::new(req.body.clone())).map_err(|e| {
+    builder.body(body).map_err(|e| {
         InvokeError::Function(format!("the request cannot be given to a component: {e}"))
     })
 }
 
+/// Where the handler's response comes: `response-outparam.set`.
+type Outparam =
+    tokio::sync::oneshot::Receiver<Result<hyper::Response<HyperOutgoingBody>, ErrorCode>>;
+
+/// The response the handler set, or why there is none.
+fn head_of(
+    set: Option<Result<hyper::Response<HyperOutgoingBody>, ErrorCode>>,
+) -> Result<hyper::Response<HyperOutgoingBody>, InvokeError> {
+    match set {
+        Some(Ok(response)) => Ok(response),
+        Some(Err(code)) => Err(InvokeError::Function(format!(
+            "the handler answered with the error {code:?}"
+        ))),
+        None => Err(InvokeError::Function(
+            "the handler returned without setting a response (response-outparam.set)".into(),
+        )),
+    }
+}
+
 /// Waits for the handler's response and reads its body, at most `max`
 /// bytes of it.
-async fn collect(
-    rx: tokio::sync::oneshot::Receiver<
-        Result<hyper::Response<wasmtime_wasi_http::p2::body::HyperOutgoingBody>, ErrorCode>,
-    >,
-    max: usize,
-) -> Answer {
-    let response = match rx.await {
-        Ok(Ok(response)) => response,
-        Ok(Err(code)) => {
-            return Err(InvokeError::Function(format!(
-                "the handler answered with the error {code:?}"
-            )));
-        }
-        Err(_) => {
-            return Err(InvokeError::Function(
-                "the handler returned without setting a response (response-outparam.set)".into(),
-            ));
-        }
-    };
-    let (parts, body) = response.into_parts();
+async fn collect(rx: Outparam, max: usize) -> Answer {
+    let (parts, body) = head_of(rx.await.ok())?.into_parts();
     let body = Limited::new(body, max).collect().await.map_err(|e| {
         if e.downcast_ref::<http_body_util::LengthLimitError>()
             .is_some()

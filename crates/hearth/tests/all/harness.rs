@@ -122,12 +122,11 @@ impl Daemon {
 
     /// The daemon's resident memory now, in KiB (`VmRSS`).
     pub fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS in /proc/PID/status")
+        rss_kib_of(self.pid())
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn kill9(&mut self) {
@@ -526,4 +525,14 @@ pub async fn spin_times_out_while_ok_answers(d: &Daemon, spin: &str, within: Dur
     );
     let (status, kind, _) = error_of(spinning.await.unwrap()).await;
     assert_eq!((status, kind.as_str()), (504, "timeout"), "{spin}");
+}
+
+/// The resident memory of process `pid` now, in KiB (`VmRSS`).
+pub fn rss_kib_of(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status")
 }

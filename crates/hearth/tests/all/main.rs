@@ -22,3 +22,4 @@ mod process;
 mod readme;
 mod recording;
 mod snapshot;
+mod streaming;

@@ -4,6 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+
 use crate::components::component;
 use crate::harness::{Daemon, error_of, spin_times_out_while_ok_answers};
 
@@ -77,17 +79,67 @@ async fn host_resources_a_component_makes_are_capped() {
     assert!(grew < 12 << 10, "the daemon grew by {grew} KiB");
 }
 
+/// A component's bodies stream, so what bounds them is not memory but
+/// `--max-stream-bytes`: past it, a request is refused (declared) or cut
+/// off (chunked), and a response is cut off, the failure on its tape.
 #[tokio::test]
-async fn a_response_past_the_limit_is_refused() {
-    let d = Daemon::start_with(&["--max-response-bytes", "1048576"]);
+async fn a_streamed_body_past_the_limit_is_cut_off() {
+    let d = Daemon::start_with(&["--max-stream-bytes", "1048576"]);
     d.deploy("probe", component("probe"), &[]).await;
+    d.deploy("echo", component("echo"), &[]).await;
     let (status, body) = d.call("probe/big", "?1000000", "").await;
     assert_eq!((status, body.len()), (200, 1_000_000));
+
+    // The head has gone when the response passes the limit: the
+    // connection is cut, so the caller cannot take a short body for the
+    // whole.
     let resp = d.post("/fn/admin/probe/big?3000000").send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let read = resp.bytes().await;
+    assert!(read.is_err(), "a cut response must not end cleanly");
+    d.logs_until("probe", |l| {
+        l.iter().any(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("(response_too_large)"))
+        })
+    })
+    .await;
+
+    // Declared past the limit: refused before the function runs.
+    let resp = d
+        .post("/fn/admin/echo")
+        .body(vec![b'x'; 2 << 20])
+        .send()
+        .await
+        .unwrap();
     let (status, kind, message) = error_of(resp).await;
     assert_eq!(
         (status, kind.as_str()),
-        (500, "response_too_large"),
+        (413, "payload_too_large"),
         "{message}"
     );
+    assert!(message.contains("--max-stream-bytes"), "{message}");
+
+    // Sent without a length: cut off where it passes the limit.
+    let chunks =
+        futures::stream::iter(0..32).map(|_| Ok::<_, std::io::Error>(vec![b'x'; 64 << 10]));
+    let resp = d
+        .post("/fn/admin/echo")
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await;
+    let whole = match resp {
+        Ok(resp) => resp.bytes().await.is_ok_and(|b| b.len() == 2 << 20),
+        Err(_) => false,
+    };
+    assert!(!whole, "2 MiB streamed through a 1 MiB limit");
+    d.logs_until("echo", |l| {
+        l.iter().any(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("(request_too_large)"))
+        })
+    })
+    .await;
 }

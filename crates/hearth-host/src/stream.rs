@@ -1,0 +1,361 @@
+//! Bodies that stream through an invocation instead of arriving whole.
+//!
+//! A tier that streams ([`crate::Prepared::streams`]) gets the request
+//! body as a [`BodyStream`] that the caller is still sending, and writes
+//! its response into a [`ResponseSink`]: the head as soon as the function
+//! sets it, then the body chunk by chunk, each waiting until the caller
+//! has room for it. Neither side holds more than a few chunks, so memory
+//! stays flat however long the bodies are; the function's own memory
+//! limit bounds what it keeps.
+//!
+//! A [`Tee`] watches each body go past for the tape: it keeps the first
+//! bytes, counts and hashes them all, and ends the stream past the node's
+//! limit on streamed bytes.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use futures::Stream;
+use hearth_core::InvokeError;
+use sha2::{Digest, Sha256};
+use tokio::sync::{mpsc, oneshot};
+
+/// A body as it arrives, chunk by chunk.
+pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, InvokeError>> + Send>>;
+
+/// Chunks of a streamed response waiting for the caller to take them: the
+/// function's writes wait once this many are queued.
+pub const QUEUED_CHUNKS: usize = 4;
+
+/// The response's status and headers, sent before its body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseHead {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+}
+
+/// What a tape keeps of a streamed body: its first bytes, and the whole
+/// body's length and sha256.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Kept {
+    pub start: Bytes,
+    pub len: u64,
+    pub sha256: [u8; 32],
+}
+
+/// Watches a body go past: keeps its first `keep` bytes, counts and hashes
+/// all of it, and refuses a chunk that takes it past `max` bytes.
+pub struct Tee {
+    /// Why the body stopped short, if it did.
+    failed: Option<InvokeError>,
+    start: BytesMut,
+    keep: usize,
+    len: u64,
+    max: u64,
+    hash: Sha256,
+}
+
+impl Tee {
+    pub fn new(keep: usize, max: u64) -> Tee {
+        Tee {
+            failed: None,
+            start: BytesMut::new(),
+            keep,
+            len: 0,
+            max,
+            hash: Sha256::new(),
+        }
+    }
+
+    /// Takes note of the next chunk; `false` if it goes past the limit
+    /// (and is then not counted).
+    pub fn see(&mut self, chunk: &[u8]) -> bool {
+        if self.len + chunk.len() as u64 > self.max {
+            return false;
+        }
+        self.len += chunk.len() as u64;
+        self.hash.update(chunk);
+        let room = self.keep - self.start.len();
+        self.start
+            .extend_from_slice(&chunk[..room.min(chunk.len())]);
+        true
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
+    /// Why the body did not arrive whole: past the limit, or broken off.
+    pub fn failure(&self) -> Option<&InvokeError> {
+        self.failed.as_ref()
+    }
+
+    pub fn finish(self) -> Kept {
+        Kept {
+            start: self.start.freeze(),
+            len: self.len,
+            sha256: self.hash.finalize().into(),
+        }
+    }
+}
+
+/// The request body through a tee: the function reads `body`; the tee
+/// (read after the invocation) saw what it read. Past the tee's limit the
+/// stream ends with [`InvokeError::RequestTooLarge`].
+pub fn teed(body: BodyStream, tee: Arc<parking_lot::Mutex<Tee>>) -> BodyStream {
+    Box::pin(Teed { body, tee })
+}
+
+struct Teed {
+    body: BodyStream,
+    tee: Arc<parking_lot::Mutex<Tee>>,
+}
+
+impl Stream for Teed {
+    type Item = Result<Bytes, InvokeError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let next = self.body.as_mut().poll_next(cx);
+        let mut tee = self.tee.lock();
+        match &next {
+            Poll::Ready(Some(Ok(chunk))) if !tee.see(chunk) => {
+                let limit_bytes = tee.max() as usize;
+                let e = InvokeError::RequestTooLarge { limit_bytes };
+                tee.failed = Some(e.clone());
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                tee.failed = Some(e.clone());
+                next
+            }
+            _ => next,
+        }
+    }
+}
+
+/// Where a streaming sandbox sends its response; the caller holds the
+/// other ends ([`ResponseSink::new`]).
+pub struct ResponseSink {
+    head: Option<oneshot::Sender<Result<ResponseHead, InvokeError>>>,
+    /// The head as sent, for the tape.
+    sent_head: Option<ResponseHead>,
+    body: mpsc::Sender<Bytes>,
+    done: oneshot::Sender<Result<(), InvokeError>>,
+    tee: Tee,
+}
+
+/// The caller's ends of a [`ResponseSink`].
+pub struct ResponseSource {
+    head: oneshot::Receiver<Result<ResponseHead, InvokeError>>,
+    body: mpsc::Receiver<Bytes>,
+    done: oneshot::Receiver<Result<(), InvokeError>>,
+}
+
+/// The head a [`ResponseSource`] waits for: the function's, or why there
+/// is none (`Err` when the sink went without a word).
+pub type HeadReceiver = oneshot::Receiver<Result<ResponseHead, InvokeError>>;
+
+impl ResponseSource {
+    /// The head to wait for, and the body's chunks. The body ends cleanly
+    /// only when the sink said the response is whole: a failure after the
+    /// head, or a sink dropped without ending, ends it with an error, so
+    /// the caller's connection is cut instead of a short body passing for
+    /// the whole.
+    pub fn split(self) -> (HeadReceiver, BodyStream) {
+        (self.head, Self::body(self.body, self.done))
+    }
+
+    fn body(
+        body: mpsc::Receiver<Bytes>,
+        done: oneshot::Receiver<Result<(), InvokeError>>,
+    ) -> BodyStream {
+        let state = (Some(body), Some(done));
+        Box::pin(futures::stream::unfold(state, |(body, done)| async move {
+            let mut rx = body?;
+            if let Some(chunk) = rx.recv().await {
+                return Some((Ok(chunk), (Some(rx), done)));
+            }
+            match done?.await {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some((Err(e), (None, None))),
+                Err(_) => Some((
+                    Err(InvokeError::Crashed(
+                        "the response ended without being finished".into(),
+                    )),
+                    (None, None),
+                )),
+            }
+        }))
+    }
+}
+
+impl ResponseSink {
+    /// A sink whose tee keeps `keep` bytes and allows `max` in all.
+    pub fn new(keep: usize, max: u64) -> (ResponseSink, ResponseSource) {
+        let (head_tx, head) = oneshot::channel();
+        let (body_tx, body) = mpsc::channel(QUEUED_CHUNKS);
+        let (done_tx, done) = oneshot::channel();
+        let sink = ResponseSink {
+            head: Some(head_tx),
+            sent_head: None,
+            body: body_tx,
+            done: done_tx,
+            tee: Tee::new(keep, max),
+        };
+        (sink, ResponseSource { head, body, done })
+    }
+
+    /// Whether the head has gone: after it, a failure can only cut the
+    /// body short.
+    pub fn started(&self) -> bool {
+        self.head.is_none()
+    }
+
+    /// Sends the head; the body may follow.
+    pub fn head(&mut self, head: ResponseHead) {
+        if let Some(tx) = self.head.take() {
+            self.sent_head = Some(head.clone());
+            // A caller gone already is found at the first chunk.
+            let _ = tx.send(Ok(head));
+        }
+    }
+
+    /// Sends the next chunk of the body, once the caller has room for it.
+    pub async fn send(&mut self, chunk: Bytes) -> Result<(), InvokeError> {
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        if !self.tee.see(&chunk) {
+            let limit_bytes = self.tee.max() as usize;
+            return Err(InvokeError::ResponseTooLarge { limit_bytes });
+        }
+        self.body
+            .send(chunk)
+            .await
+            .map_err(|_| InvokeError::Disconnected("it stopped reading the response".into()))
+    }
+
+    /// Ends the response: whole when `result` is `Ok`; otherwise, before
+    /// the head the caller gets the error instead of a response, after it
+    /// the body is cut off. The head sent, if any, and what the tee saw
+    /// are returned for the tape.
+    pub fn end(mut self, result: &Result<(), InvokeError>) -> (Option<ResponseHead>, Kept) {
+        match (result, self.head.take()) {
+            (Err(e), Some(head)) => {
+                let _ = head.send(Err(e.clone()));
+            }
+            (result, _) => {
+                let _ = self.done.send(result.clone());
+            }
+        }
+        (self.sent_head, self.tee.finish())
+    }
+
+    /// Bytes of body sent so far.
+    pub fn sent(&self) -> u64 {
+        self.tee.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    #[test]
+    fn a_tee_keeps_the_start_and_hashes_the_whole() {
+        let mut tee = Tee::new(5, 100);
+        assert!(tee.see(b"abc"));
+        assert!(tee.see(b"defgh"));
+        assert!(!tee.see(&[0; 93]), "past the limit");
+        let kept = tee.finish();
+        assert_eq!(kept.start, "abcde");
+        assert_eq!(kept.len, 8);
+        assert_eq!(kept.sha256, <[u8; 32]>::from(Sha256::digest(b"abcdefgh")));
+    }
+
+    #[tokio::test]
+    async fn a_request_past_the_limit_ends_in_an_error() {
+        let chunks = vec![
+            Ok(Bytes::from_static(b"1234")),
+            Ok(Bytes::from_static(b"5678")),
+        ];
+        let tee = Arc::new(parking_lot::Mutex::new(Tee::new(2, 6)));
+        let mut body = teed(Box::pin(futures::stream::iter(chunks)), tee.clone());
+        assert_eq!(body.next().await.unwrap().unwrap(), "1234");
+        assert_eq!(
+            body.next().await.unwrap().unwrap_err(),
+            InvokeError::RequestTooLarge { limit_bytes: 6 }
+        );
+        assert_eq!(tee.lock().len(), 4);
+        assert!(matches!(
+            tee.lock().failure(),
+            Some(InvokeError::RequestTooLarge { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_failure_after_the_head_cuts_the_body() {
+        let (mut sink, source) = ResponseSink::new(4, 1 << 20);
+        sink.head(ResponseHead {
+            status: 200,
+            headers: vec![],
+        });
+        sink.send(Bytes::from_static(b"hello")).await.unwrap();
+        let (head, kept) = sink.end(&Err(InvokeError::Trap("boom".into())));
+        assert_eq!(head.unwrap().status, 200);
+        assert_eq!((kept.start.as_ref(), kept.len), (&b"hell"[..], 5));
+        let (head, mut body) = source.split();
+        assert_eq!(head.await.unwrap().unwrap().status, 200);
+        assert_eq!(body.next().await.unwrap().unwrap(), "hello");
+        assert!(body.next().await.unwrap().is_err(), "cut off");
+        assert!(body.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn only_an_ended_response_ends_cleanly() {
+        let (mut sink, source) = ResponseSink::new(4, 1 << 20);
+        sink.head(ResponseHead {
+            status: 200,
+            headers: vec![],
+        });
+        sink.send(Bytes::from_static(b"hi")).await.unwrap();
+        drop(sink);
+        let mut body = source.split().1;
+        assert_eq!(body.next().await.unwrap().unwrap(), "hi");
+        assert!(body.next().await.unwrap().is_err(), "dropped, not ended");
+
+        let (mut sink, source) = ResponseSink::new(4, 1 << 20);
+        sink.send(Bytes::from_static(b"hi")).await.unwrap();
+        sink.end(&Ok(()));
+        let chunks: Vec<_> = source.split().1.collect().await;
+        assert_eq!(chunks.len(), 1);
+        assert!(chunks[0].is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_failure_before_the_head_is_the_answer() {
+        let (sink, source) = ResponseSink::new(4, 1 << 20);
+        sink.end(&Err(InvokeError::Trap("boom".into())));
+        let head = source.split().0.await.unwrap();
+        assert_eq!(head.unwrap_err(), InvokeError::Trap("boom".into()));
+    }
+
+    #[tokio::test]
+    async fn a_caller_that_stops_reading_is_a_disconnect() {
+        let (mut sink, source) = ResponseSink::new(4, 1 << 20);
+        drop(source);
+        let sent = sink.send(Bytes::from_static(b"x")).await;
+        assert!(matches!(sent, Err(InvokeError::Disconnected(_))));
+    }
+}

@@ -1,0 +1,215 @@
+//! Invocations whose bodies stream ([`Node::invoke_streaming`]): the
+//! request is handed to the function as it arrives, the response to the
+//! caller as the function writes it (`docs/streaming.md`).
+//!
+//! The invocation outlives the call that starts it: it runs in a task of
+//! its own, which holds the admission permit, the tenant's share and the
+//! sandbox until the response's last byte is taken, then counts, logs and
+//! tapes it as a whole invocation is.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hearth_core::{FunctionVersion, InvocationId, InvokeError, Request, Response};
+use hearth_host::{BodyStream, HostCtx, InvocationMeta, Kept, ResponseHead, ResponseSink, Tee};
+use hearth_record::{BodyDigest, Streamed};
+
+use super::{GatewayAttempt, Node, NodeError, Ready, StartKind};
+
+/// Bytes of each streamed body a tape keeps, at most; less when the
+/// function's tape budget is small (a quarter of it).
+pub const KEPT_BYTES: usize = 64 << 10;
+
+/// A streaming invocation once its head is known.
+pub struct Streaming {
+    pub id: InvocationId,
+    pub version: u32,
+    pub start: StartKind,
+    /// The function's status and headers, or why there is no response
+    /// (then `body` is empty).
+    pub head: Result<ResponseHead, InvokeError>,
+    /// The response body, as the function writes it. It ends in an error
+    /// if the function fails after its head went out.
+    pub body: BodyStream,
+}
+
+impl Node {
+    /// Runs one invocation of `v` (made [`ready`](Self::ready) in a tier
+    /// that [streams](Ready::streams)) with its request body arriving
+    /// through `body`; answers once the function has set its response's
+    /// head, or failed before it. `req.body` is empty.
+    pub async fn invoke_streaming(
+        self: &Arc<Self>,
+        v: &Arc<FunctionVersion>,
+        ready: Ready,
+        req: Request,
+        body: BodyStream,
+        forwarded: Option<GatewayAttempt>,
+    ) -> Result<Streaming, NodeError> {
+        let Ready {
+            prepared,
+            tier,
+            start,
+        } = ready;
+        let id = forwarded.map_or_else(InvocationId::new, |f| f.id);
+        let started = Instant::now();
+        let answer = |head| Streaming {
+            id,
+            version: v.version,
+            start,
+            head,
+            body: Box::pin(futures::stream::empty()),
+        };
+        // Refused before anything ran: counted and logged, never taped.
+        let refused = |e: InvokeError| {
+            let _ = self.finish(
+                v,
+                id,
+                started,
+                (StartKind::Warm, tier),
+                None,
+                Err(e.clone()),
+            );
+            Ok(answer(Err(e)))
+        };
+        let Ok(permit) = self.admission.clone().try_acquire_owned() else {
+            return refused(InvokeError::Overloaded);
+        };
+        let Some(share) = self.shares.take(&v.tenant) else {
+            let limit = self.shares.max();
+            return refused(InvokeError::TenantBusy { limit });
+        };
+        let taping = self
+            .sampled(v)
+            .then(|| id.unix_ms().unwrap_or_else(hearth_core::unix_time_ms));
+        let meta = InvocationMeta {
+            id,
+            version: v.clone(),
+            deadline: started + Duration::from_millis(v.spec.limits.timeout_ms),
+        };
+        let host = self.host_for(forwarded, &meta).await;
+        let keep = kept_bytes(&host);
+        let max = self.config.max_stream_bytes;
+        let request_tee = Arc::new(parking_lot::Mutex::new(Tee::new(keep, max)));
+        let body = hearth_host::teed(body, request_tee.clone());
+        let (mut sink, source) = ResponseSink::new(keep, max);
+        let (head, response_body) = source.split();
+
+        let node = self.clone();
+        let v = v.clone();
+        tokio::spawn(async move {
+            let result = match prepared.instantiate().await {
+                Ok(mut sandbox) => {
+                    node.metrics.live_sandboxes.inc();
+                    let result = sandbox
+                        .invoke_streaming(&req, body, host.clone(), &mut sink)
+                        .await;
+                    host.settle().await;
+                    drop(sandbox);
+                    node.metrics.live_sandboxes.dec();
+                    result
+                }
+                Err(e) => Err(e),
+            };
+            if forwarded.is_some_and(|f| f.retry) || host.journaled() > 0 {
+                node.forget_journal(&meta);
+            }
+            // A request that did not arrive whole fails the invocation,
+            // whatever the function made of it.
+            let result = match request_tee.lock().failure() {
+                Some(e) => Err(e.clone()),
+                None => result,
+            };
+            let (sent_head, response) = sink.end(&result);
+            let request = std::mem::replace(&mut *request_tee.lock(), Tee::new(0, 0)).finish();
+            let streamed = Streamed {
+                request: Some(digest(&request)),
+                response: sent_head.is_some().then(|| digest(&response)),
+            };
+            let result = result.and_then(|()| {
+                let head = sent_head.ok_or_else(|| {
+                    InvokeError::Crashed("the response ended before its head".into())
+                })?;
+                Ok(Response {
+                    status: head.status,
+                    headers: head.headers,
+                    body: response.start,
+                })
+            });
+            let done = node.finish(&v, id, started, (start, tier), Some(host), result);
+            let req = Request {
+                body: request.start,
+                ..req
+            };
+            node.record(&v, tier, taping, (&req, Some(&streamed)), done)
+                .await;
+            drop((permit, share));
+        });
+
+        let head = head.await.unwrap_or_else(|_| {
+            Err(InvokeError::Crashed(
+                "the invocation ended without an answer".into(),
+            ))
+        });
+        Ok(Streaming {
+            body: if head.is_ok() {
+                response_body
+            } else {
+                Box::pin(futures::stream::empty())
+            },
+            ..answer(head)
+        })
+    }
+}
+
+impl Node {
+    /// Replays a streamed invocation in `sandbox`: its request body (whole
+    /// on the tape) in one piece, its response body read and let go as it
+    /// comes. The response as taped (its first bytes) and its digest.
+    pub(super) async fn replay_streaming(
+        &self,
+        mut sandbox: Box<dyn hearth_host::Sandbox>,
+        request: &Request,
+        host: &HostCtx,
+    ) -> (Result<Response, InvokeError>, Option<BodyDigest>) {
+        let head = Request {
+            body: Default::default(),
+            ..request.clone()
+        };
+        let body: BodyStream = Box::pin(futures::stream::iter([Ok(request.body.clone())]));
+        let (mut sink, source) = ResponseSink::new(kept_bytes(host), self.config.max_stream_bytes);
+        let drained = tokio::spawn(futures::StreamExt::for_each(source.split().1, |_| async {}));
+        self.metrics.live_sandboxes.inc();
+        let result = sandbox
+            .invoke_streaming(&head, body, host.clone(), &mut sink)
+            .await;
+        host.settle().await;
+        drop(sandbox);
+        self.metrics.live_sandboxes.dec();
+        let (sent_head, kept) = sink.end(&result);
+        let _ = drained.await;
+        let digest = sent_head.is_some().then(|| digest(&kept));
+        let result = result.and_then(|()| {
+            let head = sent_head
+                .ok_or_else(|| InvokeError::Crashed("the response ended before its head".into()))?;
+            Ok(Response {
+                status: head.status,
+                headers: head.headers,
+                body: kept.start,
+            })
+        });
+        (result, digest)
+    }
+}
+
+/// Bytes of each streamed body `host`'s tape keeps.
+pub(super) fn kept_bytes(host: &HostCtx) -> usize {
+    (host.tape_budget() / 4).min(KEPT_BYTES)
+}
+
+pub(super) fn digest(kept: &Kept) -> BodyDigest {
+    BodyDigest {
+        len: kept.len,
+        sha256: kept.sha256,
+    }
+}
