@@ -6,7 +6,9 @@
 #     the same bytes as the ceiling, and Hearth's preview-1 hello
 #     (examples/wasm/hello.wat, what bench/http.sh measures) beside them;
 #   * the echo component (examples/components/echo.c: the request body read
-#     from wasi:http and written back) with a 64 KiB POST, under both;
+#     from wasi:http and written back) with a 64 KiB POST, under both, and
+#     with a streamed 1 GiB body (MB/s and the server's peak resident
+#     memory);
 #   * the first invocation of a component after its deploy;
 #   * a component with an init step (examples/components/preinit.c, a
 #     prime sieve) snapshotted at deploy, against the same function built
@@ -54,6 +56,8 @@ deploy() { # name file -> the deploy's JSON, then " seconds"
 }
 deploy hello-component "$WORK/hello.wasm" >/dev/null
 deploy echo "$WORK/echo.wasm" >/dev/null
+curl -sf -H "Authorization: Bearer $TOKEN" --data-binary @"$WORK/echo.wasm" \
+  "$URL/v1/functions/echo-stream?runtime=wasm&public=true&timeout_ms=120000" >/dev/null
 curl -sf "$URL/fn/admin/hello" >/dev/null
 curl -sf "$URL/fn/admin/hello-component" >/dev/null
 
@@ -63,7 +67,8 @@ track $!
 wait_http "http://127.0.0.1:$WT_PORT/"
 WT_ECHO_PORT=$(free_port)
 "$WASMTIME" serve -S cli --addr "127.0.0.1:$WT_ECHO_PORT" "$WORK/echo.wasm" >"$WORK/wasmtime-echo.log" 2>&1 &
-track $!
+WT_ECHO_PID=$!
+track $WT_ECHO_PID
 wait_http "http://127.0.0.1:$WT_ECHO_PORT/"
 
 NG_PORT=$(free_port)
@@ -147,6 +152,63 @@ for d, name in [("wasmtime", "`wasmtime serve -S cli` 48.0.2, echo component"), 
     r = f"**{ratio(paired(rounds, 'hearth', 'wasmtime', 'rps'))}**" if d == "hearth" else ""
     bad = sum(x[d]["bad"] for x in rounds)
     print(f"| {name} | {med(d, 'rps'):.0f} | {med(d, 'rps') * 65536 / 1e6:.0f} | {med(d, 'p50'):.0f} µs | {med(d, 'p99'):.0f} µs | {bad} | {r} |")
+PY
+
+# The echo with a 1 GiB body streamed through it (curl -T - sends it
+# chunked from /dev/zero), while the server's resident memory is sampled
+# every 10 ms: throughput and how far memory rose above where it was.
+echo
+echo "### Echo component, a streamed 1 GiB body (curl, 3 rounds, median)"
+echo
+echo "| server | MB/s each way | peak RSS rise | ratio to wasmtime serve |"
+echo "|---|---|---|---|"
+runs=()
+for i in 0 1 2; do
+  for k in 0 1; do
+    if [ $(((i + k) % 2)) -eq 0 ]; then d=wasmtime u="http://127.0.0.1:$WT_ECHO_PORT/" p=$WT_ECHO_PID
+    else d=hearth u="$URL/fn/admin/echo-stream" p=$HEARTH_PID; fi
+    runs+=("$i:$d:$(python3 - "$p" "$u" <<'PY'
+import subprocess, sys, threading, time
+pid, url = int(sys.argv[1]), sys.argv[2]
+size = 1 << 30
+def rss_kib():
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+base = rss_kib()
+peak, done = [base], threading.Event()
+def watch():
+    while not done.is_set():
+        peak[0] = max(peak[0], rss_kib())
+        time.sleep(0.01)
+threading.Thread(target=watch, daemon=True).start()
+start = time.monotonic()
+body = subprocess.Popen(["head", "-c", str(size), "/dev/zero"], stdout=subprocess.PIPE)
+out = subprocess.run(["curl", "-sS", "-T", "-", "-X", "POST", "-o", "/dev/null",
+                      "-w", "%{size_download} %{http_code}", url],
+                     stdin=body.stdout, capture_output=True, text=True).stdout.split()
+elapsed = time.monotonic() - start
+done.set()
+if out != [str(size), "200"]:
+    sys.exit(f"{url}: {out}")
+print(f"{size / elapsed / 1e6:.1f}:{(peak[0] - base) / 1024:.1f}")
+PY
+)")
+  done
+done
+python3 - "${runs[@]}" <<'PY'
+import statistics, sys
+sys.path.insert(0, "bench")
+from paired import paired, ratio
+rounds = {}
+for run in sys.argv[1:]:
+    i, d, mbs, rise = run.split(":")
+    rounds.setdefault(i, {})[d] = {"mbs": float(mbs), "rise": float(rise)}
+rounds = list(rounds.values())
+med = lambda d, k: statistics.median(r[d][k] for r in rounds)
+for d, name in [("wasmtime", "`wasmtime serve -S cli` 48.0.2, echo component"), ("hearth", "Hearth, the same component")]:
+    r = f"**{ratio(paired(rounds, 'hearth', 'wasmtime', 'mbs'))}**" if d == "hearth" else ""
+    print(f"| {name} | {med(d, 'mbs'):.0f} | {med(d, 'rise'):.1f} MiB | {r} |")
 PY
 
 # First invocation after deploy: a component nobody has compiled (a fresh

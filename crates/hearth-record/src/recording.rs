@@ -603,7 +603,11 @@ pub(crate) mod tests {
         let err = Recording::import(edited.as_bytes()).unwrap_err();
         assert!(err.to_string().contains("checksum"), "{err}");
         // A tape without them exports as before they existed.
-        assert!(!String::from_utf8(sample(10).export()).unwrap().contains("streamed"));
+        assert!(
+            !String::from_utf8(sample(10).export())
+                .unwrap()
+                .contains("streamed")
+        );
         // The request can be given again only if the tape holds it whole.
         let digest = r.streamed.as_ref().unwrap();
         assert!(digest.cut_request(&r.request.body).is_some());

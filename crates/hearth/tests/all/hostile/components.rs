@@ -143,3 +143,39 @@ async fn a_streamed_body_past_the_limit_is_cut_off() {
     })
     .await;
 }
+
+/// A caller that asks for a long response and does not read it: the
+/// guest's writes wait once a few chunks are queued, so the daemon holds
+/// those, not the response; when the caller goes away the invocation ends
+/// as `disconnected` instead of running on to its deadline.
+#[tokio::test]
+async fn a_caller_that_does_not_read_makes_the_daemon_hold_a_few_chunks() {
+    let d = Daemon::start();
+    d.deploy("probe", component("probe"), &[("timeout_ms", "60000")])
+        .await;
+    assert_eq!(d.call("probe", "", "").await.0, 200);
+    let before = d.rss_kib();
+    let resp = d
+        .post("/fn/admin/probe/big?1000000000")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let grew = d.rss_kib().saturating_sub(before);
+    assert!(
+        grew < 32 << 10,
+        "the daemon grew by {grew} KiB while its caller read nothing"
+    );
+    let t = Instant::now();
+    drop(resp);
+    d.logs_until("probe", |l| {
+        l.iter().any(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("(disconnected)"))
+        })
+    })
+    .await;
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}
