@@ -242,13 +242,7 @@ async fn run(
     let (name, version) = split_version(name, &headers)?;
     let function = visible_function(s, tenant, name, version, &headers).await?;
     if let Some(g) = &s.gateway {
-        let body = read_body(
-            &headers,
-            body,
-            (s.config.max_body_bytes, s.config.body_timeout),
-            "request body",
-        )
-        .await?;
+        let body = read_request_body(s, &headers, body).await?;
         return crate::cluster::forward(g, &function, method, &uri, headers, body).await;
     }
     // A cluster member trusts the header only with its gateway's signature.
@@ -281,13 +275,7 @@ async fn run(
     if ready.streams() {
         return stream(s, &function, ready, req, (&headers, body), forwarded).await;
     }
-    let body = read_body(
-        &headers,
-        body,
-        (s.config.max_body_bytes, s.config.body_timeout),
-        "request body",
-    )
-    .await?;
+    let body = read_request_body(s, &headers, body).await?;
     let req = Request { body, ..req };
     let outcome = s
         .node
@@ -298,6 +286,16 @@ async fn run(
         Err(e) => failed(&e, outcome.id),
     };
     Ok(stamped(resp, outcome.id, outcome.version, outcome.start))
+}
+
+/// An invocation's request body, whole, within the node's limits.
+async fn read_request_body(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<bytes::Bytes, ApiError> {
+    let limits = (s.config.max_body_bytes, s.config.body_timeout);
+    read_body(headers, body, limits, "request body").await
 }
 
 /// Invokes a function whose tier streams: its request body is handed on

@@ -140,6 +140,17 @@ impl Ready {
     }
 }
 
+/// An invocation let in ([`Node::admit`]).
+struct Admitted {
+    /// Its admission permit and tenant share, given back when it ends.
+    _held: (tokio::sync::OwnedSemaphorePermit, crate::share::Share),
+    id: InvocationId,
+    started: Instant,
+    /// When it started, if it gets a tape.
+    taping: Option<i64>,
+    meta: InvocationMeta,
+}
+
 /// A finished invocation: the function's answer or why there is none.
 #[derive(Debug)]
 pub struct InvokeOutcome {
@@ -714,42 +725,25 @@ impl Node {
             tier,
             start,
         } = ready;
-        let id = forwarded.map_or_else(InvocationId::new, |f| f.id);
-        let started = Instant::now();
-        // Refused before anything ran: counted and logged, never taped.
-        let refused = |e| {
-            Ok(self
-                .finish(v, id, started, (StartKind::Warm, tier), None, Err(e))
-                .0)
+        let admitted = match self.admit(v, tier, forwarded) {
+            Ok(admitted) => admitted,
+            Err(refused) => return Ok(refused),
         };
-        let Ok(_permit) = self.admission.clone().try_acquire_owned() else {
-            return refused(InvokeError::Overloaded);
-        };
-        let Some(_share) = self.shares.take(&v.tenant) else {
-            let limit = self.shares.max();
-            return refused(InvokeError::TenantBusy { limit });
-        };
-        // When it started, if it gets a tape (the request itself is kept
-        // below, borrowed by the tiers, and taped from there): the time in
-        // its id, made just now here or, forwarded, by the gateway when
-        // the request reached the platform.
-        let taping = self
-            .sampled(v)
-            .then(|| id.unix_ms().unwrap_or_else(hearth_core::unix_time_ms));
-        let deadline = started + Duration::from_millis(v.spec.limits.timeout_ms);
-        let meta = InvocationMeta {
+        let Admitted {
             id,
-            version: v.clone(),
-            deadline,
-        };
+            started,
+            taping,
+            ref meta,
+            ..
+        } = admitted;
         let fallback = v.spec.runtime.tiers().get(1).copied();
-        let host = self.host_for(forwarded, &meta).await;
+        let host = self.host_for(forwarded, meta).await;
         let result = self.attempt(&prepared, &req, &host).await;
         // The journal is done with once the invocation is answered (a
         // fallback below journals on into it).
         let forget = |host: &HostCtx| {
             if forwarded.is_some_and(|f| f.retry) || host.journaled() > 0 {
-                self.forget_journal(&meta);
+                self.forget_journal(meta);
             }
         };
         let (Err(InvokeError::Unsupported(why)), Some(fallback), Tier::Js) =
@@ -778,6 +772,48 @@ impl Node {
         forget(&retry);
         let done = self.finish(v, id, started, (start, fallback), Some(retry), result);
         Ok(self.record(v, fallback, taping, (&req, None), done).await)
+    }
+
+    /// Lets an invocation of `v` in, or refuses it (counted and logged,
+    /// never taped; the refusal is the returned outcome): a node-wide
+    /// permit and the tenant's share, held until it ends.
+    fn admit(
+        &self,
+        v: &Arc<FunctionVersion>,
+        tier: Tier,
+        forwarded: Option<GatewayAttempt>,
+    ) -> Result<Admitted, InvokeOutcome> {
+        let id = forwarded.map_or_else(InvocationId::new, |f| f.id);
+        let started = Instant::now();
+        let refused = |e| {
+            self.finish(v, id, started, (StartKind::Warm, tier), None, Err(e))
+                .0
+        };
+        let Ok(permit) = self.admission.clone().try_acquire_owned() else {
+            return Err(refused(InvokeError::Overloaded));
+        };
+        let Some(share) = self.shares.take(&v.tenant) else {
+            let limit = self.shares.max();
+            return Err(refused(InvokeError::TenantBusy { limit }));
+        };
+        // When it started, if it gets a tape (the request itself is kept
+        // by the caller, borrowed by the tiers, and taped from there): the
+        // time in its id, made just now here or, forwarded, by the gateway
+        // when the request reached the platform.
+        let taping = self
+            .sampled(v)
+            .then(|| id.unix_ms().unwrap_or_else(hearth_core::unix_time_ms));
+        Ok(Admitted {
+            _held: (permit, share),
+            id,
+            started,
+            taping,
+            meta: InvocationMeta {
+                id,
+                version: v.clone(),
+                deadline: started + Duration::from_millis(v.spec.limits.timeout_ms),
+            },
+        })
     }
 
     async fn attempt(

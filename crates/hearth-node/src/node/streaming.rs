@@ -8,10 +8,9 @@
 //! tapes it as a whole invocation is.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use hearth_core::{FunctionVersion, InvocationId, InvokeError, Request, Response};
-use hearth_host::{BodyStream, HostCtx, InvocationMeta, Kept, ResponseHead, ResponseSink, Tee};
+use hearth_host::{BodyStream, HostCtx, Kept, ResponseHead, ResponseSink, Tee};
 use hearth_record::{BodyDigest, Streamed};
 
 use super::{GatewayAttempt, Node, NodeError, Ready, StartKind};
@@ -51,43 +50,22 @@ impl Node {
             tier,
             start,
         } = ready;
-        let id = forwarded.map_or_else(InvocationId::new, |f| f.id);
-        let started = Instant::now();
-        let answer = |head| Streaming {
-            id,
-            version: v.version,
-            start,
-            head,
-            body: Box::pin(futures::stream::empty()),
+        let admitted = match self.admit(v, tier, forwarded) {
+            Ok(admitted) => admitted,
+            Err(refused) => {
+                return Ok(Streaming {
+                    id: refused.id,
+                    version: v.version,
+                    start,
+                    head: Err(refused
+                        .result
+                        .expect_err("a refused invocation has no response")),
+                    body: Box::pin(futures::stream::empty()),
+                });
+            }
         };
-        // Refused before anything ran: counted and logged, never taped.
-        let refused = |e: InvokeError| {
-            let _ = self.finish(
-                v,
-                id,
-                started,
-                (StartKind::Warm, tier),
-                None,
-                Err(e.clone()),
-            );
-            Ok(answer(Err(e)))
-        };
-        let Ok(permit) = self.admission.clone().try_acquire_owned() else {
-            return refused(InvokeError::Overloaded);
-        };
-        let Some(share) = self.shares.take(&v.tenant) else {
-            let limit = self.shares.max();
-            return refused(InvokeError::TenantBusy { limit });
-        };
-        let taping = self
-            .sampled(v)
-            .then(|| id.unix_ms().unwrap_or_else(hearth_core::unix_time_ms));
-        let meta = InvocationMeta {
-            id,
-            version: v.clone(),
-            deadline: started + Duration::from_millis(v.spec.limits.timeout_ms),
-        };
-        let host = self.host_for(forwarded, &meta).await;
+        let (id, started, taping) = (admitted.id, admitted.started, admitted.taping);
+        let host = self.host_for(forwarded, &admitted.meta).await;
         let keep = kept_bytes(&host);
         let max = self.config.max_stream_bytes;
         let request_tee = Arc::new(parking_lot::Mutex::new(Tee::new(keep, max)));
@@ -96,6 +74,7 @@ impl Node {
         let (head, response_body) = source.split();
 
         let node = self.clone();
+        let version = v.version;
         let v = v.clone();
         tokio::spawn(async move {
             let result = match prepared.instantiate().await {
@@ -112,7 +91,7 @@ impl Node {
                 Err(e) => Err(e),
             };
             if forwarded.is_some_and(|f| f.retry) || host.journaled() > 0 {
-                node.forget_journal(&meta);
+                node.forget_journal(&admitted.meta);
             }
             // A request that did not arrive whole fails the invocation,
             // whatever the function made of it.
@@ -143,7 +122,7 @@ impl Node {
             };
             node.record(&v, tier, taping, (&req, Some(&streamed)), done)
                 .await;
-            drop((permit, share));
+            drop(admitted);
         });
 
         let head = head.await.unwrap_or_else(|_| {
@@ -151,13 +130,16 @@ impl Node {
                 "the invocation ended without an answer".into(),
             ))
         });
+        let body: BodyStream = match head {
+            Ok(_) => response_body,
+            Err(_) => Box::pin(futures::stream::empty()),
+        };
         Ok(Streaming {
-            body: if head.is_ok() {
-                response_body
-            } else {
-                Box::pin(futures::stream::empty())
-            },
-            ..answer(head)
+            id,
+            version,
+            start,
+            head,
+            body,
         })
     }
 }
