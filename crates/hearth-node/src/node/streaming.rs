@@ -101,10 +101,13 @@ impl Node {
             };
             let (sent_head, response) = sink.end(&result);
             let request = std::mem::replace(&mut *request_tee.lock(), Tee::new(0, 0)).finish();
+            // Bodies kept whole need no digest; a tape with neither cut is
+            // a tape like any other.
             let streamed = Streamed {
-                request: Some(digest(&request)),
-                response: sent_head.is_some().then(|| digest(&response)),
+                request: digest(&request),
+                response: digest(&response),
             };
+            let streamed = (streamed != Streamed::default()).then_some(streamed);
             let result = result.and_then(|()| {
                 let head = sent_head.ok_or_else(|| {
                     InvokeError::Crashed("the response ended before its head".into())
@@ -120,7 +123,7 @@ impl Node {
                 body: request.start,
                 ..req
             };
-            node.record(&v, tier, taping, (&req, Some(&streamed)), done)
+            node.record(&v, tier, taping, (&req, streamed.as_ref()), done)
                 .await;
             drop(admitted);
         });
@@ -170,7 +173,7 @@ impl Node {
         self.metrics.live_sandboxes.dec();
         let (sent_head, kept) = sink.end(&result);
         let _ = drained.await;
-        let digest = sent_head.is_some().then(|| digest(&kept));
+        let digest = digest(&kept);
         let result = result.and_then(|()| {
             let head = sent_head
                 .ok_or_else(|| InvokeError::Crashed("the response ended before its head".into()))?;
@@ -189,9 +192,11 @@ pub(super) fn kept_bytes(host: &HostCtx) -> usize {
     (host.tape_budget() / 4).min(KEPT_BYTES)
 }
 
-pub(super) fn digest(kept: &Kept) -> BodyDigest {
-    BodyDigest {
+/// The digest a tape keeps of a body cut to its first bytes; `None` for a
+/// body it keeps whole.
+pub(super) fn digest(kept: &Kept) -> Option<BodyDigest> {
+    Some(BodyDigest {
         len: kept.len,
-        sha256: kept.sha256,
-    }
+        sha256: kept.sha256?,
+    })
 }
