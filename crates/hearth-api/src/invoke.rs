@@ -273,7 +273,10 @@ async fn run(
     };
     let ready = s.node.ready(&function).await?;
     if ready.streams() {
-        return stream(s, &function, ready, req, (&headers, body), forwarded).await;
+        // Boxed: its state would otherwise make every invocation's future,
+        // which axum moves and boxes, the size of a streaming one.
+        let streamed = stream(s, &function, ready, req, (&headers, body), forwarded);
+        return Box::pin(streamed).await;
     }
     let body = read_request_body(s, &headers, body).await?;
     let req = Request { body, ..req };
