@@ -79,19 +79,19 @@ pub struct Recording {
 
 /// What a tape keeps of bodies that streamed through an invocation instead
 /// of arriving whole: the first bytes (in the recording's body) and, here,
-/// how long each was and its sha256.
+/// how long each was and its BLAKE3 hash.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Streamed {
     pub request: Option<BodyDigest>,
     pub response: Option<BodyDigest>,
 }
 
-/// A whole body's length and sha256.
+/// A whole body's length and BLAKE3 hash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BodyDigest {
     pub len: u64,
     #[serde(with = "hex::serde")]
-    pub sha256: [u8; 32],
+    pub blake3: [u8; 32],
 }
 
 impl BodyDigest {
@@ -576,7 +576,7 @@ pub(crate) mod tests {
         r.streamed = Some(Streamed {
             request: Some(BodyDigest {
                 len: 1 << 30,
-                sha256: [3; 32],
+                blake3: [3; 32],
             }),
             response: None,
         });

@@ -197,6 +197,6 @@ pub(super) fn kept_bytes(host: &HostCtx) -> usize {
 pub(super) fn digest(kept: &Kept) -> Option<BodyDigest> {
     Some(BodyDigest {
         len: kept.len,
-        sha256: kept.sha256?,
+        blake3: kept.blake3?,
     })
 }

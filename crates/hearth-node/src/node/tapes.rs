@@ -114,7 +114,7 @@ impl Node {
         if let Some(whole) = streamed.and_then(|s| s.cut_request(&recording.request.body)) {
             return Err(NodeError::Invalid(format!(
                 "invocation {} streamed a request body of {} bytes, and its tape keeps the \
-                 first {} and the whole body's sha256: the request cannot be given to the \
+                 first {} and the whole body's hash: the request cannot be given to the \
                  function again",
                 recording.id,
                 whole.len,
@@ -157,7 +157,7 @@ impl Node {
         let recorded_digest = streamed.and_then(|s| s.response);
         if diff.is_none() && recorded_digest != response_digest {
             let show = |d: Option<BodyDigest>| match d {
-                Some(d) => format!("{} bytes, sha256 {}", d.len, hex::encode(d.sha256)),
+                Some(d) => format!("{} bytes, blake3 {}", d.len, hex::encode(d.blake3)),
                 None => "not streamed".into(),
             };
             diff = Some(format!(
