@@ -64,6 +64,8 @@ pub struct Tee {
 }
 
 impl Tee {
+    /// `keep` 0: the body is not taped, so it is only counted, not kept
+    /// or hashed.
     pub fn new(keep: usize, max: u64) -> Tee {
         Tee {
             failed: None,
@@ -85,7 +87,7 @@ impl Tee {
         let room = self.keep - self.start.len();
         let kept = room.min(chunk.len());
         self.start.extend_from_slice(&chunk[..kept]);
-        if kept < chunk.len() {
+        if kept < chunk.len() && self.keep > 0 {
             let hash = self.hash.get_or_insert_with(|| {
                 let mut hash = blake3::Hasher::new();
                 hash.update(&self.start);
@@ -299,6 +301,11 @@ mod tests {
         let mut tee = Tee::new(5, 100);
         assert!(tee.see(b"abc") && tee.see(b"de"));
         assert_eq!(tee.finish().blake3, None);
+        // Not taped: counted only.
+        let mut tee = Tee::new(0, 100);
+        assert!(tee.see(b"abcdefgh"));
+        let kept = tee.finish();
+        assert_eq!((kept.len, kept.start.len(), kept.blake3), (8, 0, None));
     }
 
     #[tokio::test]
