@@ -1,6 +1,7 @@
 //! Invocations whose bodies stream ([`Node::invoke_streaming`]): the
 //! request is handed to the function as it arrives, the response to the
-//! caller as the function writes it (`docs/streaming.md`).
+//! caller as the function writes it (`docs/wasm-tier.md`, "Streaming
+//! bodies").
 //!
 //! The invocation outlives the call that starts it: it runs in a task of
 //! its own, which holds the admission permit, the tenant's share and the
@@ -80,16 +81,7 @@ impl Node {
         let v = v.clone();
         tokio::spawn(async move {
             let result = match prepared.instantiate().await {
-                Ok(mut sandbox) => {
-                    node.metrics.live_sandboxes.inc();
-                    let result = sandbox
-                        .invoke_streaming(&req, body, host.clone(), &mut sink)
-                        .await;
-                    host.settle().await;
-                    drop(sandbox);
-                    node.metrics.live_sandboxes.dec();
-                    result
-                }
+                Ok(sandbox) => node.stream_in(sandbox, &req, body, &host, &mut sink).await,
                 Err(e) => Err(e),
             };
             if forwarded.is_some_and(|f| f.retry) || host.journaled() > 0 {
@@ -110,16 +102,7 @@ impl Node {
                 response: digest(&response),
             };
             let streamed = (streamed != Streamed::default()).then_some(streamed);
-            let result = result.and_then(|()| {
-                let head = sent_head.ok_or_else(|| {
-                    InvokeError::Crashed("the response ended before its head".into())
-                })?;
-                Ok(Response {
-                    status: head.status,
-                    headers: head.headers,
-                    body: response.start,
-                })
-            });
+            let result = as_taped(result, sent_head, response.start);
             let done = node.finish(&v, id, started, (start, tier), Some(host), result);
             let req = Request {
                 body: request.start,
@@ -155,7 +138,7 @@ impl Node {
     /// comes. The response as taped (its first bytes) and its digest.
     pub(super) async fn replay_streaming(
         &self,
-        mut sandbox: Box<dyn hearth_host::Sandbox>,
+        sandbox: Box<dyn hearth_host::Sandbox>,
         request: &Request,
         host: &HostCtx,
     ) -> (Result<Response, InvokeError>, Option<BodyDigest>) {
@@ -166,27 +149,49 @@ impl Node {
         let body: BodyStream = Box::pin(futures::stream::iter([Ok(request.body.clone())]));
         let (mut sink, source) = ResponseSink::new(kept_bytes(host), self.config.max_stream_bytes);
         let drained = tokio::spawn(futures::StreamExt::for_each(source.split().1, |_| async {}));
+        let result = self.stream_in(sandbox, &head, body, host, &mut sink).await;
+        let (sent_head, kept) = sink.end(&result);
+        let _ = drained.await;
+        let digest = digest(&kept);
+        (as_taped(result, sent_head, kept.start), digest)
+    }
+
+    /// [`attempt_in`](Node::attempt_in) for a streaming sandbox: runs
+    /// `req` in it, counted as live, and waits for the calls it left.
+    async fn stream_in(
+        &self,
+        mut sandbox: Box<dyn hearth_host::Sandbox>,
+        req: &Request,
+        body: BodyStream,
+        host: &HostCtx,
+        sink: &mut ResponseSink,
+    ) -> Result<(), InvokeError> {
         self.metrics.live_sandboxes.inc();
         let result = sandbox
-            .invoke_streaming(&head, body, host.clone(), &mut sink)
+            .invoke_streaming(req, body, host.clone(), sink)
             .await;
         host.settle().await;
         drop(sandbox);
         self.metrics.live_sandboxes.dec();
-        let (sent_head, kept) = sink.end(&result);
-        let _ = drained.await;
-        let digest = digest(&kept);
-        let result = result.and_then(|()| {
-            let head = sent_head
-                .ok_or_else(|| InvokeError::Crashed("the response ended before its head".into()))?;
-            Ok(Response {
-                status: head.status,
-                headers: head.headers,
-                body: kept.start,
-            })
-        });
-        (result, digest)
+        result
     }
+}
+
+/// A streamed response as its tape keeps it: its head and `start`, the
+/// first bytes of its body.
+fn as_taped(
+    result: Result<(), InvokeError>,
+    head: Option<ResponseHead>,
+    start: bytes::Bytes,
+) -> Result<Response, InvokeError> {
+    result?;
+    let head =
+        head.ok_or_else(|| InvokeError::Crashed("the response ended before its head".into()))?;
+    Ok(Response {
+        status: head.status,
+        headers: head.headers,
+        body: start,
+    })
 }
 
 /// Bytes of each streamed body `host`'s tape keeps.

@@ -95,14 +95,7 @@ async fn a_streamed_body_past_the_limit_is_cut_off() {
     assert_eq!(resp.status(), 200);
     let read = resp.bytes().await;
     assert!(read.is_err(), "a cut response must not end cleanly");
-    d.logs_until("probe", |l| {
-        l.iter().any(|l| {
-            l["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("(response_too_large)"))
-        })
-    })
-    .await;
+    logged(&d, "probe", "(response_too_large)").await;
 
     // Declared past the limit: refused before the function runs.
     let resp = d
@@ -151,14 +144,7 @@ async fn a_streamed_body_past_the_limit_is_cut_off() {
         !answer.ends_with("0\r\n\r\n"),
         "2 MiB streamed through a 1 MiB limit ended as a whole response"
     );
-    d.logs_until("echo", |l| {
-        l.iter().any(|l| {
-            l["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("(request_too_large)"))
-        })
-    })
-    .await;
+    logged(&d, "echo", "(request_too_large)").await;
 }
 
 /// A caller that asks for a long response and does not read it: the
@@ -186,13 +172,15 @@ async fn a_caller_that_does_not_read_makes_the_daemon_hold_a_few_chunks() {
     );
     let t = Instant::now();
     drop(resp);
-    d.logs_until("probe", |l| {
-        l.iter().any(|l| {
-            l["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("(disconnected)"))
-        })
+    logged(&d, "probe", "(disconnected)").await;
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}
+
+/// Waits until `function`'s log has a line containing `text`.
+async fn logged(d: &Daemon, function: &str, text: &str) {
+    d.logs_until(function, |l| {
+        l.iter()
+            .any(|l| l["message"].as_str().is_some_and(|m| m.contains(text)))
     })
     .await;
-    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
 }
