@@ -77,6 +77,12 @@ pub(crate) const SETTINGS: &[Setting] = &[
         example: "false",
     },
     Setting {
+        name: "stream",
+        kind: Type::Boolean,
+        doc: "wasm modules: stream the request body to stdin and stdout to the caller as the module writes it (chunked, up to the node's --max-stream-bytes) instead of reading and answering them whole; components always stream",
+        example: "true",
+    },
+    Setting {
         name: "record_sample",
         kind: Type::Number,
         doc: "share of invocations taped, 0 to 1 (default 1: all)",
@@ -160,6 +166,7 @@ pub(crate) fn parse(
             "allow_host" => spec.allowed_hosts.push(v.into_owned()),
             "public" => spec.public = v.parse().map_err(|_| bad(&k, &v))?,
             "source_builds" => spec.source_builds = v.parse().map_err(|_| bad(&k, &v))?,
+            "stream" => spec.stream = v.parse().map_err(|_| bad(&k, &v))?,
             "handler" => {
                 spec.handler = Some(v.parse().map_err(|e: hearth_core::ValidationError| {
                     ApiError::BadRequest(e.to_string())

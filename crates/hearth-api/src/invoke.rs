@@ -323,18 +323,49 @@ async fn stream(
              (--max-stream-bytes)"
         )));
     }
-    let body = Box::pin(body.into_data_stream().map(|chunk| {
+    let body = body.into_data_stream().map(|chunk| {
         chunk.map_err(|e| InvokeError::Disconnected(format!("its request body broke off: {e}")))
-    }));
+    });
+    let body = Box::pin(stalls_after(body, s.config.body_timeout));
     let st = s
         .node
         .invoke_streaming(function, ready, req, body, forwarded)
         .await?;
     let resp = match st.head {
-        Ok(head) => answer((head.status, head.headers), Body::from_stream(st.body)),
+        Ok(head) => {
+            let length = head.length;
+            let mut resp = answer((head.status, head.headers), Body::from_stream(st.body));
+            if let Some(length) = length {
+                resp.headers_mut()
+                    .insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+            }
+            resp
+        }
         Err(e) => failed(&e, st.id),
     };
     Ok(stamped(resp, st.id, st.version, st.start))
+}
+
+/// `body`, ended with [`InvokeError::RequestStalled`] when no chunk of it
+/// comes for `idle`: a caller trickling a streamed body holds the
+/// function's sandbox only that long between chunks (a whole body must
+/// arrive within the same time).
+fn stalls_after(
+    body: impl futures::Stream<Item = Result<bytes::Bytes, InvokeError>> + Send + 'static,
+    idle: std::time::Duration,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, InvokeError>> + Send + 'static {
+    use futures::StreamExt;
+    futures::stream::unfold(Some(Box::pin(body)), move |body| async move {
+        let mut body = body?;
+        match tokio::time::timeout(idle, body.next()).await {
+            Ok(Some(chunk)) => Some((chunk, Some(body))),
+            Ok(None) => None,
+            Err(_) => {
+                let idle_ms = idle.as_millis() as u64;
+                Some((Err(InvokeError::RequestStalled { idle_ms }), None))
+            }
+        }
+    })
 }
 
 /// The function's own response: its status, its headers but those that

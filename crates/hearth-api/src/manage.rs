@@ -309,6 +309,13 @@ pub(crate) async fn deploy(
             ));
         }
     };
+    if spec.stream && spec.runtime != Runtime::Wasm {
+        return Err(ApiError::BadRequest(format!(
+            "stream=true applies to wasm modules; {} functions read their request and \
+             answer whole (drop the setting)",
+            spec.runtime
+        )));
+    }
     let source = hearth_host::Source {
         file_name,
         code: code.to_vec(),

@@ -30,6 +30,8 @@ pub enum InvokeError {
     ResponseTooLarge { limit_bytes: usize },
     /// the request body streamed past the limit of {limit_bytes} bytes
     RequestTooLarge { limit_bytes: usize },
+    /// the request body stalled: nothing of it arrived for {idle_ms} ms
+    RequestStalled { idle_ms: u64 },
     /// the caller went away while its request or response streamed: {0}
     Disconnected(String),
     /// the node is at capacity; try again shortly
@@ -90,6 +92,7 @@ impl InvokeError {
             InvokeError::Overloaded => 503,
             InvokeError::TenantBusy { .. } => 429,
             InvokeError::RequestTooLarge { .. } => 413,
+            InvokeError::RequestStalled { .. } => 408,
             // nginx's "client closed request": no one is there to read it.
             InvokeError::Disconnected(_) => 499,
             InvokeError::Unsupported(_)
@@ -112,6 +115,7 @@ impl InvokeError {
             InvokeError::Function(_) => "function_error",
             InvokeError::ResponseTooLarge { .. } => "response_too_large",
             InvokeError::RequestTooLarge { .. } => "request_too_large",
+            InvokeError::RequestStalled { .. } => "request_timeout",
             InvokeError::Disconnected(_) => "disconnected",
             InvokeError::Overloaded => "overloaded",
             InvokeError::TenantBusy { .. } => "tenant_busy",

@@ -164,6 +164,12 @@ pub struct FunctionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, example = "app.handler"))]
     pub handler: Option<HandlerName>,
+    /// A wasm module's request body streams to its stdin as the caller
+    /// sends it, and its stdout to the caller as the module writes it,
+    /// instead of both being whole (components always stream). Off, a
+    /// response has its length and a failure is a clean error status.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
 }
 
 /// A function's handler setting, `module.function` as Lambda writes it:
@@ -286,6 +292,7 @@ impl FunctionSpec {
             record: RecordPolicy::default(),
             source_builds: false,
             handler: None,
+            stream: false,
         }
     }
 

@@ -34,6 +34,10 @@ pub const QUEUED_CHUNKS: usize = 4;
 pub struct ResponseHead {
     pub status: u16,
     pub headers: Vec<(String, String)>,
+    /// The body's length, when the function had finished it before the
+    /// head went out: the response then says so (`Content-Length`)
+    /// instead of being chunked. Not part of what a tape keeps.
+    pub length: Option<u64>,
 }
 
 /// What a tape keeps of a streamed body: its first bytes, the whole
@@ -167,6 +171,9 @@ pub struct ResponseSink {
     body: mpsc::Sender<Bytes>,
     done: oneshot::Sender<Result<(), InvokeError>>,
     tee: Tee,
+    /// A response set whole ([`ResponseSink::whole`]), held until the
+    /// invocation ends.
+    held: Option<(ResponseHead, Bytes)>,
 }
 
 /// The caller's ends of a [`ResponseSink`].
@@ -226,6 +233,7 @@ impl ResponseSink {
             body: body_tx,
             done: done_tx,
             tee: Tee::new(keep, max),
+            held: None,
         };
         (sink, ResponseSource { head, body, done })
     }
@@ -264,7 +272,33 @@ impl ResponseSink {
     /// the head the caller gets the error instead of a response, after it
     /// the body is cut off. The head sent, if any, and what the tee saw
     /// are returned for the tape.
+    /// Sets the whole response at once, for a function that finished it
+    /// before its head went out. It leaves when the invocation ends well
+    /// ([`end`](Self::end)), so a failure found after the function
+    /// returned (its tape budget, a request that did not arrive whole) is
+    /// answered as that error, not with a whole-looking response.
+    pub fn whole(&mut self, mut head: ResponseHead, body: Bytes) -> Result<(), InvokeError> {
+        if !self.tee.see(&body) {
+            let limit_bytes = self.tee.max() as usize;
+            return Err(InvokeError::ResponseTooLarge { limit_bytes });
+        }
+        head.length = Some(body.len() as u64);
+        self.held = Some((head, body));
+        Ok(())
+    }
+
+    /// Whether the function has given its response's head (alone, or with
+    /// the whole body).
+    pub fn answered(&self) -> bool {
+        self.started() || self.held.is_some()
+    }
+
     pub fn end(mut self, result: &Result<(), InvokeError>) -> (Option<ResponseHead>, Kept) {
+        if let (Ok(()), Some((head, body))) = (result, self.held.take()) {
+            self.head(head);
+            // The channel is empty: nothing was sent before the head.
+            let _ = self.body.try_send(body);
+        }
         match (result, self.head.take()) {
             (Err(e), Some(head)) => {
                 let _ = head.send(Err(e.clone()));
@@ -334,6 +368,7 @@ mod tests {
         sink.head(ResponseHead {
             status: 200,
             headers: vec![],
+            length: None,
         });
         sink.send(Bytes::from_static(b"hello")).await.unwrap();
         let (head, kept) = sink.end(&Err(InvokeError::Trap("boom".into())));
@@ -352,6 +387,7 @@ mod tests {
         sink.head(ResponseHead {
             status: 200,
             headers: vec![],
+            length: None,
         });
         sink.send(Bytes::from_static(b"hi")).await.unwrap();
         drop(sink);

@@ -29,9 +29,10 @@ pub(crate) fn version_env<'a>(
 }
 
 /// The CGI/1.1 meta-variables of one request, as WAGI passes them:
-/// method, path, query, length, URI, and each header as `HTTP_NAME`.
-/// One buffer per invocation; nothing else is allocated.
-pub(crate) fn request_env(req: &Request, prefix: &str) -> Strings {
+/// method, path, query, the body's `length` (none for a streamed request
+/// sent without one), URI, and each header as `HTTP_NAME`. One buffer per
+/// invocation; nothing else is allocated.
+pub(crate) fn request_env(req: &Request, length: Option<u64>, prefix: &str) -> Strings {
     let headers: usize = req.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
     let mut env = Strings::with_capacity(
         128 + 2 * (prefix.len() + req.path.len() + req.query.len())
@@ -42,7 +43,9 @@ pub(crate) fn request_env(req: &Request, prefix: &str) -> Strings {
     env.push_var("REQUEST_METHOD", method);
     env.push_var("PATH_INFO", path);
     env.push_var("QUERY_STRING", query);
-    env.push(&[b"CONTENT_LENGTH=", req.body.len().to_string().as_bytes()]);
+    if let Some(length) = length {
+        env.push(&[b"CONTENT_LENGTH=", length.to_string().as_bytes()]);
+    }
     let q: &[u8] = if query.is_empty() { b"" } else { b"?" };
     env.push(&[
         b"REQUEST_URI=",
@@ -78,7 +81,8 @@ pub(crate) fn request_env(req: &Request, prefix: &str) -> Strings {
 
 /// Splits a guest's stdout into a response: an optional CGI header block
 /// (`Name: value` lines ended by an empty line; `Status: 404 Not Found`
-/// sets the status, `Location:` alone means 302) followed by the body.
+/// sets the status, `Location:` alone means 302, `Content-Length:` is
+/// dropped) followed by the body.
 /// Output that does not open with such a block is all body.
 pub fn parse_cgi_output(stdout: Bytes) -> Response {
     if let Some((headers, body_start)) = split_header_block(&stdout) {
@@ -91,6 +95,9 @@ pub fn parse_cgi_output(stdout: Bytes) -> Response {
                     .split_whitespace()
                     .next()
                     .and_then(|s| s.parse::<u16>().ok());
+            } else if k.eq_ignore_ascii_case("content-length") {
+                // The daemon frames the body itself: a length the module
+                // claims is not trusted.
             } else {
                 has_location |= k.eq_ignore_ascii_case("location");
                 out.push((k, v));
@@ -200,7 +207,7 @@ mod tests {
             ],
             body: Bytes::from_static(b"hey"),
         };
-        let request = request_env(&req, "/fn/t/hello");
+        let request = request_env(&req, Some(3), "/fn/t/hello");
         let version = version_env([], "hello", "/fn/t/hello");
         let vars: Vec<(String, String)> = version
             .iter()
@@ -222,5 +229,18 @@ mod tests {
         assert_eq!(get("SCRIPT_NAME"), Some("/fn/t/hello"));
         assert_eq!(get("GATEWAY_INTERFACE"), Some("CGI/1.1"));
         assert_eq!(get("X_FUNCTION_NAME"), Some("hello"));
+        // A streamed request sent without a length has none in CGI.
+        let streamed = request_env(&req, None, "/fn/t/hello");
+        assert!(
+            streamed.iter().all(|s| !s.starts_with(b"CONTENT_LENGTH=")),
+            "no CONTENT_LENGTH"
+        );
+    }
+
+    #[test]
+    fn a_claimed_content_length_is_dropped() {
+        let r = parse_cgi_output(Bytes::from_static(b"Content-Length: 99\r\n\r\nshort"));
+        assert!(r.headers.is_empty(), "{:?}", r.headers);
+        assert_eq!(&r.body[..], b"short");
     }
 }

@@ -472,4 +472,11 @@ impl Prepared for WasmPrepared {
     async fn instantiate(&self) -> Result<Box<dyn Sandbox>, InvokeError> {
         Ok(Box::new(self.instantiate_sandbox().await?))
     }
+
+    /// A module deployed with `stream` has its stdin and stdout stream
+    /// (`docs/wasm-tier.md`, "Streaming bodies"). Not by default: that
+    /// path cost a hello module 12% of its throughput (`bench/ab.sh`).
+    fn streams(&self) -> bool {
+        self.template.stream
+    }
 }

@@ -6,13 +6,14 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use hearth_core::LogStream;
 use hearth_core::{FunctionVersion, InvokeError, LastOutput, Request, Response};
-use hearth_host::{HostCtx, Sandbox};
+use hearth_host::{BodyStream, HostCtx, ResponseHead, ResponseSink, Sandbox};
+use tokio::sync::mpsc;
 use wasmtime::{Instance, InstancePre, ModuleExport, PoolConcurrencyLimitError, Store};
 
 use crate::WasmEngine;
 use crate::bounds::{Bounded, Bounds, new_store, why_failed};
 use crate::cgi::{parse_cgi_output, request_env, version_env};
-use crate::wasi::{Exit, Output, Strings, WasiCtx};
+use crate::wasi::{Exit, Output, StdioStream, Strings, WasiCtx};
 
 /// Per-sandbox state inside the wasmtime `Store`.
 pub(crate) struct SandboxState {
@@ -42,6 +43,8 @@ pub(crate) struct SandboxTemplate {
     pub env: Arc<Strings>,
     pub limits: hearth_core::Limits,
     pub max_response_bytes: usize,
+    /// Whether its bodies stream (the version's `stream` setting).
+    pub stream: bool,
     /// Where `_start` is among the module's exports (found once, not
     /// by name per invocation).
     pub start: ModuleExport,
@@ -58,6 +61,7 @@ impl SandboxTemplate {
             prefix,
             limits: version.spec.limits,
             max_response_bytes,
+            stream: version.spec.stream,
             start,
         }
     }
@@ -122,16 +126,33 @@ impl WasmSandbox {
     }
 }
 
-#[async_trait]
-impl Sandbox for WasmSandbox {
-    async fn invoke(&mut self, req: &Request, host: HostCtx) -> Result<Response, InvokeError> {
+impl WasmSandbox {
+    /// Gives the guest `req` (its body whole, or arriving through
+    /// `stream`), fresh output buffers and `host`, and runs `_start` within
+    /// the invocation's deadline. Logs what it wrote to stderr.
+    async fn run(
+        &mut self,
+        req: &Request,
+        length: Option<u64>,
+        stream: Option<StdioStream>,
+        host: &HostCtx,
+    ) -> Result<(), InvokeError> {
         let deadline = host.meta().deadline;
+        let streaming = stream.is_some();
         {
             let state = self.store.data_mut();
             let wasi = &mut state.wasi;
-            wasi.env_request = request_env(req, &self.template.prefix);
+            wasi.env_request = request_env(req, length, &self.template.prefix);
             wasi.stdin = req.body.clone();
-            wasi.stdout = Output::new(self.template.max_response_bytes);
+            wasi.stdin_pos = 0;
+            wasi.stream = stream;
+            // A streaming stdout holds a piece at a time; the node bounds
+            // the whole (`--max-stream-bytes`).
+            wasi.stdout = if streaming {
+                Output::new(usize::MAX)
+            } else {
+                Output::new(self.template.max_response_bytes)
+            };
             // One byte over the log budget, so the log notes the cut.
             wasi.stderr = Output::new(host.limits().log_max_bytes + 1);
             state.host = Some(host.clone());
@@ -146,7 +167,7 @@ impl Sandbox for WasmSandbox {
             .map_err(|e| InvokeError::Crashed(e.to_string()))?;
 
         // Epochs interrupt running Wasm; this outer timer also covers a guest
-        // parked in a WASI sleep or poll.
+        // parked in a WASI sleep or poll, or waiting on the caller.
         let run = start.call_async(&mut self.store, ());
         let outcome = match tokio::time::timeout_at(deadline.into(), run).await {
             Err(_) => Err(InvokeError::Timeout {
@@ -177,7 +198,7 @@ impl Sandbox for WasmSandbox {
         }
         // Out of memory, the error quotes what the function wrote last: its
         // stderr, or else its stdout (which, failed, is no response).
-        let outcome = match outcome {
+        match outcome {
             Err(InvokeError::OutOfMemory { limit_mib, .. }) => {
                 let written = if wasi.stderr.bytes.is_empty() {
                     &wasi.stdout.bytes
@@ -190,10 +211,103 @@ impl Sandbox for WasmSandbox {
                 })
             }
             other => other,
+        }
+    }
+
+    /// After a streaming run that succeeded: sends what is left of stdout
+    /// as the last piece. Either way lets go of the stream, so the pump
+    /// sees the end.
+    async fn finish_stream(&mut self, ran: &Result<(), InvokeError>) {
+        let wasi = &mut self.store.data_mut().wasi;
+        let Some(stream) = wasi.stream.take() else {
+            return;
         };
-        outcome?;
-        Ok(parse_cgi_output(Bytes::from(std::mem::take(
-            &mut wasi.stdout.bytes,
-        ))))
+        if ran.is_ok() {
+            let rest = std::mem::take(&mut wasi.stdout.bytes);
+            let _ = stream.out.send((rest.into(), true)).await;
+        }
+    }
+}
+
+/// Passes a streaming module's stdout to `out`: the first piece is parsed
+/// for its CGI header block, which becomes the response's head, the rest
+/// is body. Output that is all one piece is the response whole.
+async fn pump(
+    mut pieces: mpsc::Receiver<(Bytes, bool)>,
+    out: &mut ResponseSink,
+) -> Result<(), InvokeError> {
+    while let Some((piece, last)) = pieces.recv().await {
+        if out.started() {
+            out.send(piece).await?;
+        } else {
+            let Response {
+                status,
+                headers,
+                body,
+            } = parse_cgi_output(piece);
+            let head = ResponseHead {
+                status,
+                headers,
+                length: None,
+            };
+            if last {
+                // All of it: it leaves, with its length, once the node has
+                // judged the invocation.
+                out.whole(head, body)?;
+            } else {
+                out.head(head);
+                out.send(body).await?;
+            }
+        }
+        if last {
+            break;
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Sandbox for WasmSandbox {
+    async fn invoke(&mut self, req: &Request, host: HostCtx) -> Result<Response, InvokeError> {
+        let length = Some(req.body.len() as u64);
+        self.run(req, length, None, &host).await?;
+        let stdout = std::mem::take(&mut self.store.data_mut().wasi.stdout.bytes);
+        Ok(parse_cgi_output(Bytes::from(stdout)))
+    }
+
+    async fn invoke_streaming(
+        &mut self,
+        req: &Request,
+        body: BodyStream,
+        host: HostCtx,
+        out: &mut ResponseSink,
+    ) -> Result<(), InvokeError> {
+        // CGI's CONTENT_LENGTH is what the caller declared; a chunked
+        // request has none, and the guest reads stdin to its end.
+        let length = req
+            .header("content-length")
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let (tx, rx) = mpsc::channel(1);
+        let stream = StdioStream {
+            body: Some(body),
+            out: tx,
+        };
+        let run = async {
+            let ran = self.run(req, length, Some(stream), &host).await;
+            self.finish_stream(&ran).await;
+            ran
+        };
+        let (ran, pumped) = tokio::join!(run, pump(rx, out));
+        // The pump's failure (the caller left, the response passed its
+        // limit) is the cause of the guest's failed write, not the other
+        // way round.
+        pumped?;
+        ran?;
+        if !out.answered() {
+            return Err(InvokeError::Crashed(
+                "the module's output ended without a response".into(),
+            ));
+        }
+        Ok(())
     }
 }

@@ -27,7 +27,9 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use hearth_host::HostCtx;
+use futures::StreamExt;
+use hearth_host::{BodyStream, HostCtx};
+use tokio::sync::mpsc;
 use wasmtime::{Caller, Extern, Linker, format_err};
 
 use crate::sandbox::SandboxState;
@@ -42,6 +44,7 @@ mod errno {
     pub const BADF: i32 = 8;
     pub const FAULT: i32 = 21;
     pub const INVAL: i32 = 28;
+    pub const IO: i32 = 29;
     pub const NOSYS: i32 = 52;
     pub const NOTDIR: i32 = 54;
     pub const NOTSUP: i32 = 58;
@@ -154,7 +157,35 @@ pub(crate) struct WasiCtx {
     pub stderr: Output,
     /// fds 0..=2 the guest closed.
     pub closed: [bool; 3],
+    /// Set when the invocation streams: stdin's next chunks come from the
+    /// caller as it sends them, stdout leaves in pieces as it fills.
+    pub stream: Option<StdioStream>,
 }
+
+/// Bytes of stdout a streaming invocation gathers before they leave: the
+/// first piece is also the window a CGI header block must fit in (as it
+/// must when the output is buffered whole).
+pub(crate) const STREAM_PIECE: usize = 64 << 10;
+
+/// The standard streams of an invocation whose bodies stream.
+pub(crate) struct StdioStream {
+    /// The rest of the request body; `None` once it has ended.
+    pub body: Option<BodyStream>,
+    /// Where stdout's pieces go: each with whether it is the last.
+    pub out: mpsc::Sender<(Bytes, bool)>,
+}
+
+impl std::fmt::Debug for StdioStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StdioStream")
+            .field("body_ended", &self.body.is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a streaming guest's write to stdout fails: the response is gone
+/// (the invocation's error says why: the caller left, or a limit).
+const RESPONSE_GONE: &str = "the response stream was closed";
 
 impl WasiCtx {
     /// Whether the guest tried to write more than the response may hold.
@@ -390,63 +421,18 @@ pub(crate) fn add_to_linker(linker: &mut Linker<SandboxState>) -> wasmtime::Resu
     )?;
 
     // ---- the standard streams ----
-    linker.func_wrap(
+    linker.func_wrap_async(
         MODULE,
         "fd_write",
-        |mut caller: C<'_>, fd: u32, iovs: u32, n: u32, nwritten: u32| -> wasmtime::Result<i32> {
-            let (mut g, s) = split(&mut caller)?;
-            if !s.wasi.open(fd) || fd == 0 {
-                return Ok(errno::BADF);
-            }
-            let list = match g.iovecs(iovs, n) {
-                Ok(l) => l,
-                Err(e) => return Ok(e),
-            };
-            let out = if fd == 1 {
-                &mut s.wasi.stdout
-            } else {
-                &mut s.wasi.stderr
-            };
-            let mut total = 0u32;
-            for (ptr, len) in list {
-                let data = match g.slice(ptr, len) {
-                    Ok(d) => d,
-                    Err(e) => return Ok(e),
-                };
-                // stderr past its cap is dropped (the log says it was
-                // cut); stdout past its cap ends the invocation, which is
-                // then reported as a response over the limit.
-                if !out.write(data) && fd == 1 {
-                    return Err(format_err!("the response is larger than its limit"));
-                }
-                total = total.saturating_add(len);
-            }
-            Ok(g.put_u32(nwritten, total)
-                .map_or_else(|e| e, |()| errno::SUCCESS))
+        |mut caller: C<'_>, (fd, iovs, n, nwritten): (u32, u32, u32, u32)| {
+            Box::new(async move { fd_write(&mut caller, fd, iovs, n, nwritten).await })
         },
     )?;
-    linker.func_wrap(
+    linker.func_wrap_async(
         MODULE,
         "fd_read",
-        |mut caller: C<'_>, fd: u32, iovs: u32, n: u32, nread: u32| {
-            with(&mut caller, |g, s| {
-                let w = &mut s.wasi;
-                if !w.open(fd) || fd != 0 {
-                    return Err(errno::BADF);
-                }
-                let mut total = 0u32;
-                for (ptr, len) in g.iovecs(iovs, n)? {
-                    let rest = &w.stdin[w.stdin_pos..];
-                    let k = rest.len().min(len as usize);
-                    g.put(ptr, &rest[..k])?;
-                    w.stdin_pos += k;
-                    total += k as u32;
-                    if k < len as usize {
-                        break;
-                    }
-                }
-                g.put_u32(nread, total).map(|()| errno::SUCCESS)
-            })
+        |mut caller: C<'_>, (fd, iovs, n, nread): (u32, u32, u32, u32)| {
+            Box::new(async move { fd_read(&mut caller, fd, iovs, n, nread).await })
         },
     )?;
     linker.func_wrap(MODULE, "fd_close", |mut caller: C<'_>, fd: u32| {
@@ -572,6 +558,125 @@ pub(crate) fn add_to_linker(linker: &mut Linker<SandboxState>) -> wasmtime::Resu
         },
     )?;
     Ok(())
+}
+
+/// `fd_write`: stderr and a buffered stdout are kept in memory; a
+/// streaming stdout leaves in [`STREAM_PIECE`]s, each write waiting while
+/// the caller has no room for the next piece.
+async fn fd_write(
+    caller: &mut C<'_>,
+    fd: u32,
+    iovs: u32,
+    n: u32,
+    nwritten: u32,
+) -> wasmtime::Result<i32> {
+    let list = {
+        let (g, s) = split(caller)?;
+        if !s.wasi.open(fd) || fd == 0 {
+            return Ok(errno::BADF);
+        }
+        match g.iovecs(iovs, n) {
+            Ok(l) => l,
+            Err(e) => return Ok(e),
+        }
+    };
+    let out = match (fd, &caller.data().wasi.stream) {
+        (1, Some(stream)) => Some(stream.out.clone()),
+        _ => None,
+    };
+    let mut total = 0u32;
+    for (ptr, len) in list {
+        let mut done = 0;
+        loop {
+            let (g, s) = split(caller)?;
+            let data = match g.slice(ptr, len) {
+                Ok(d) => &d[done..],
+                Err(e) => return Ok(e),
+            };
+            let Some(out) = &out else {
+                let buffer = if fd == 1 {
+                    &mut s.wasi.stdout
+                } else {
+                    &mut s.wasi.stderr
+                };
+                // stderr past its cap is dropped (the log says it was
+                // cut); stdout past its cap ends the invocation, which is
+                // then reported as a response over the limit.
+                if !buffer.write(data) && fd == 1 {
+                    return Err(format_err!("the response is larger than its limit"));
+                }
+                break;
+            };
+            // Streaming: at most a piece is held; a full one is sent (and
+            // the write waits for room) before the rest is taken.
+            let stdout = &mut s.wasi.stdout.bytes;
+            let k = data.len().min(STREAM_PIECE - stdout.len());
+            stdout.extend_from_slice(&data[..k]);
+            done += k;
+            if stdout.len() == STREAM_PIECE {
+                let piece = std::mem::replace(stdout, Vec::with_capacity(STREAM_PIECE));
+                if out.send((piece.into(), false)).await.is_err() {
+                    return Err(format_err!(RESPONSE_GONE));
+                }
+            }
+            if done == len as usize {
+                break;
+            }
+        }
+        total = total.saturating_add(len);
+    }
+    let (mut g, _) = split(caller)?;
+    Ok(g.put_u32(nwritten, total)
+        .map_or_else(|e| e, |()| errno::SUCCESS))
+}
+
+/// `fd_read` on stdin: what is left of the request's current chunk; when
+/// the request streams and that is used up, it waits for the next one.
+async fn fd_read(
+    caller: &mut C<'_>,
+    fd: u32,
+    iovs: u32,
+    n: u32,
+    nread: u32,
+) -> wasmtime::Result<i32> {
+    let w = &mut caller.data_mut().wasi;
+    if !w.open(fd) || fd != 0 {
+        return Ok(errno::BADF);
+    }
+    if w.stdin_pos == w.stdin.len()
+        && let Some(stream) = &mut w.stream
+        && let Some(body) = &mut stream.body
+    {
+        match body.next().await {
+            Some(Ok(chunk)) => {
+                w.stdin = chunk;
+                w.stdin_pos = 0;
+            }
+            // End of the request; or it broke off or passed its limit, and
+            // the invocation fails with that whatever the guest does next.
+            end => {
+                stream.body = None;
+                if end.is_some() {
+                    return Ok(errno::IO);
+                }
+            }
+        }
+    }
+    with(caller, |g, s| {
+        let w = &mut s.wasi;
+        let mut total = 0u32;
+        for (ptr, len) in g.iovecs(iovs, n)? {
+            let rest = &w.stdin[w.stdin_pos..];
+            let k = rest.len().min(len as usize);
+            g.put(ptr, &rest[..k])?;
+            w.stdin_pos += k;
+            total += k as u32;
+            if k < len as usize {
+                break;
+            }
+        }
+        g.put_u32(nread, total).map(|()| errno::SUCCESS)
+    })
 }
 
 /// What one subscription waits for.

@@ -47,6 +47,10 @@ pub struct DeployArgs {
     /// this, installs take wheels only.
     #[arg(long)]
     source_builds: bool,
+    /// Wasm modules: stream the request to stdin and stdout to the caller
+    /// as the module writes it, instead of whole (components always do).
+    #[arg(long)]
+    stream: bool,
     /// Share of invocations recorded, 0 to 1 (default 1: all).
     #[arg(long)]
     record_sample: Option<f64>,
@@ -77,6 +81,7 @@ pub(crate) async fn deploy(c: &Client, args: DeployArgs) -> anyhow::Result<()> {
         public,
         handler,
         source_builds,
+        stream,
         record_sample,
         keep_ok,
         keep_errors,
@@ -121,6 +126,9 @@ pub(crate) async fn deploy(c: &Client, args: DeployArgs) -> anyhow::Result<()> {
     }
     if source_builds {
         q.push(("source_builds", "true".into()));
+    }
+    if stream {
+        q.push(("stream", "true".into()));
     }
     q.extend(handler.map(|h| ("handler", h)));
     q.extend(record_sample.map(|r| ("record_sample", r.to_string())));

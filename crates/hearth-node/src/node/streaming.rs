@@ -3,10 +3,10 @@
 //! caller as the function writes it (`docs/wasm-tier.md`, "Streaming
 //! bodies").
 //!
-//! The invocation outlives the call that starts it: it runs in a task of
-//! its own, which holds the admission permit, the tenant's share and the
-//! sandbox until the response's last byte is taken, then counts, logs and
-//! tapes it as a whole invocation is.
+//! The invocation may outlive the call that starts it: once its head is
+//! out it goes on in a task of its own, which holds the admission permit,
+//! the tenant's share and the sandbox until the response's last byte is
+//! taken, then counts, logs and tapes it as a whole invocation is.
 
 use std::sync::Arc;
 
@@ -79,7 +79,7 @@ impl Node {
         let node = self.clone();
         let version = v.version;
         let v = v.clone();
-        tokio::spawn(async move {
+        let mut invocation = Box::pin(async move {
             let result = match prepared.instantiate().await {
                 Ok(sandbox) => node.stream_in(sandbox, &req, body, &host, &mut sink).await,
                 Err(e) => Err(e),
@@ -92,6 +92,14 @@ impl Node {
             let result = match request_tee.lock().failure() {
                 Some(e) => Err(e.clone()),
                 None => result,
+            };
+            // So does one past its tape budget; a response still whole in
+            // the sink is then answered as this error.
+            let result = match host.tape_budget_exceeded() {
+                Some(limit_bytes) if result.is_ok() => {
+                    Err(InvokeError::TapeBudgetExceeded { limit_bytes })
+                }
+                _ => result,
             };
             let (sent_head, response) = sink.end(&result);
             let request = std::mem::replace(&mut *request_tee.lock(), Tee::new(0, 0)).finish();
@@ -113,7 +121,20 @@ impl Node {
             drop(admitted);
         });
 
-        let head = head.await.unwrap_or_else(|_| {
+        // Run here until the head is known: a response the function
+        // finished before its head went out (most are) then needs no other
+        // task, and no wake-ups across threads. One still streaming goes
+        // on in a task of its own.
+        let mut head = head;
+        let head = tokio::select! {
+            biased;
+            () = &mut invocation => head.await,
+            head = &mut head => {
+                tokio::spawn(invocation);
+                head
+            }
+        };
+        let head = head.unwrap_or_else(|_| {
             Err(InvokeError::Crashed(
                 "the invocation ended without an answer".into(),
             ))

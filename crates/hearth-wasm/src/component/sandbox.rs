@@ -273,6 +273,7 @@ async fn pump(
     out.head(ResponseHead {
         status: parts.status.as_u16(),
         headers: header_pairs(&parts.headers),
+        length: None,
     });
     loop {
         let frame = if called.is_some() {

@@ -1,5 +1,6 @@
-//! Bodies that stream through a wasi:http component: a gigabyte through
-//! the echo in flat memory, and what the tape keeps of streamed bodies.
+//! Bodies that stream through a wasi:http component and a CGI module: a
+//! gigabyte through the echo in flat memory, and what the tape keeps of
+//! streamed bodies.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -9,15 +10,17 @@ use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
 use crate::components::component;
-use crate::harness::Daemon;
+use crate::harness::{Daemon, example};
 
 /// A body of `chunks` chunks of 64 KiB, each filled with its index (so a
 /// chunk lost, repeated or reordered changes the hash).
-pub fn generated(chunks: u64) -> impl futures::Stream<Item = Result<Vec<u8>, std::io::Error>> {
+pub(crate) fn generated(
+    chunks: u64,
+) -> impl futures::Stream<Item = Result<Vec<u8>, std::io::Error>> {
     futures::stream::iter(0..chunks).map(|i| Ok(vec![i as u8; 64 << 10]))
 }
 
-fn sha256_of_generated(chunks: u64) -> Vec<u8> {
+pub(crate) fn sha256_of_generated(chunks: u64) -> Vec<u8> {
     let mut h = Sha256::new();
     for i in 0..chunks {
         h.update(vec![i as u8; 64 << 10]);
@@ -35,14 +38,14 @@ fn blake3_of_generated(chunks: u64) -> String {
 }
 
 /// Samples the daemon's resident memory until dropped; the highest seen.
-struct PeakRss {
+pub(crate) struct PeakRss {
     stop: Arc<AtomicBool>,
     peak: Arc<AtomicU64>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl PeakRss {
-    fn watch(d: &Daemon) -> PeakRss {
+    pub(crate) fn watch(d: &Daemon) -> PeakRss {
         let pid = d.pid();
         let (stop, peak) = (
             Arc::new(AtomicBool::new(false)),
@@ -62,7 +65,7 @@ impl PeakRss {
         }
     }
 
-    fn peak_kib(mut self) -> u64 {
+    pub(crate) fn peak_kib(mut self) -> u64 {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.take().unwrap().join().unwrap();
         self.peak.load(Ordering::Relaxed)
@@ -157,6 +160,90 @@ async fn a_streamed_invocation_whose_bodies_the_tape_holds_replays_identically()
     let tape = d.get_json(&format!("/v1/recordings/{id}")).await;
     assert_eq!(tape["streamed"]["response"]["len"], 200_000, "{tape}");
     assert_eq!(tape["outcome"]["body"]["bytes"], 64 << 10);
+    let report = d.replay(&id).await;
+    assert_eq!(report["identical"], true, "{report:#}");
+}
+
+/// A CGI module that answers 201 with a header block, then ten 64 KiB
+/// pieces of `a`: more than one piece of stdout, so it streams.
+const PIECES: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write"
+    (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 2)
+  (data (i32.const 16) "Status: 201 Created\r\nContent-Type: text/x-pieces\r\n\r\n")
+  (func (export "_start") (local $i i32)
+    (i32.store (i32.const 0) (i32.const 16))
+    (i32.store (i32.const 4) (i32.const 52))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))
+    (memory.fill (i32.const 1024) (i32.const 97) (i32.const 65536))
+    (i32.store (i32.const 0) (i32.const 1024))
+    (i32.store (i32.const 4) (i32.const 65536))
+    (loop $again
+      (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $again (i32.lt_u (local.get $i) (i32.const 10))))))"#;
+
+#[tokio::test]
+async fn a_module_streams_its_stdin_and_stdout() {
+    let d = Daemon::start();
+    let streams = [("stream", "true"), ("timeout_ms", "120000")];
+    d.deploy("echo", example("echo.wat"), &streams).await;
+    assert_eq!(d.call("echo", "", "warm").await, (200, "warm".into()));
+
+    // 256 MiB through the echo: buffered, the daemon would hold it twice.
+    let before = d.rss_kib();
+    let watch = PeakRss::watch(&d);
+    const CHUNKS: u64 = 4 * 1024;
+    let resp = d
+        .post("/fn/admin/echo")
+        .body(reqwest::Body::wrap_stream(generated(CHUNKS)))
+        .timeout(Duration::from_secs(120))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["transfer-encoding"], "chunked");
+    let mut hash = Sha256::new();
+    let mut len = 0u64;
+    let mut body = resp.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.expect("the response streams whole");
+        len += chunk.len() as u64;
+        hash.update(&chunk);
+    }
+    let peak = watch.peak_kib();
+    assert_eq!(len, CHUNKS << 16);
+    assert_eq!(hash.finalize().to_vec(), sha256_of_generated(CHUNKS));
+    let grew_mib = peak.saturating_sub(before) / 1024;
+    assert!(grew_mib < 64, "the daemon grew by {grew_mib} MiB");
+    let id = d.newest_tape("echo", 2).await;
+    let tape = d.get_json(&format!("/v1/recordings/{id}")).await;
+    assert_eq!(tape["streamed"]["response"]["len"], CHUNKS << 16);
+    assert_eq!(
+        tape["streamed"]["response"]["blake3"],
+        blake3_of_generated(CHUNKS)
+    );
+
+    // Output that ends within one piece is answered whole, with its length.
+    let resp = d.post("/fn/admin/echo").body("short").send().await.unwrap();
+    assert_eq!(resp.headers()["content-length"], "5");
+    assert!(resp.headers().get("transfer-encoding").is_none());
+    assert_eq!(resp.text().await.unwrap(), "short");
+
+    // A longer one streams, its CGI header block still its head; the tape
+    // keeps its start, and a replay compares the rest by its digest.
+    d.deploy("pieces", PIECES.as_bytes().to_vec(), &streams)
+        .await;
+    let resp = d.post("/fn/admin/pieces").send().await.unwrap();
+    assert_eq!(resp.status(), 201);
+    assert_eq!(resp.headers()["content-type"], "text/x-pieces");
+    assert_eq!(resp.headers()["transfer-encoding"], "chunked");
+    let body = resp.bytes().await.unwrap();
+    assert_eq!(body.len(), 10 << 16);
+    assert!(body.iter().all(|&b| b == b'a'));
+    let id = d.newest_tape("pieces", 1).await;
+    let tape = d.get_json(&format!("/v1/recordings/{id}")).await;
+    assert_eq!(tape["streamed"]["response"]["len"], 10 << 16, "{tape}");
     let report = d.replay(&id).await;
     assert_eq!(report["identical"], true, "{report:#}");
 }

@@ -124,6 +124,35 @@ const PRINT_BOMB: &str = "def handler(event, context):\n    \
     for _ in range(10000):\n        print(line)\n    \
     return 'done'\n";
 
+/// A body streamed to a function (here a module deployed with `stream`)
+/// holds its sandbox while it arrives: a caller that stops sending is cut
+/// off after the body timeout, not kept until the function's own.
+#[tokio::test]
+async fn a_stalled_streamed_body_holds_its_sandbox_only_for_the_body_timeout() {
+    let d = Daemon::start_with(&["--body-timeout-ms", "1000"]);
+    let q = [("stream", "true"), ("timeout_ms", "60000")];
+    d.deploy("echo", crate::harness::example("echo.wat"), &q)
+        .await;
+    let started = Instant::now();
+    let mut s = connect(&d, "127.0.0.1").await;
+    s.write_all(
+        format!(
+            "POST /fn/admin/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\
+             Authorization: Bearer {}\r\n\r\nabc",
+            d.token
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let answer = read_until_closed(&mut s, Duration::from_secs(15))
+        .await
+        .expect("the stalled body was waited on past the body timeout");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request_timeout"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+}
+
 #[tokio::test]
 async fn host_call_bombs_hit_the_tape_budget_and_the_daemon_stays_small() {
     let budget = 1 << 20;
@@ -132,6 +161,14 @@ async fn host_call_bombs_hit_the_tape_budget_and_the_daemon_stays_small() {
     d.deploy("clock-bomb", CLOCK_BOMB.as_bytes().to_vec(), &q)
         .await;
     d.deploy("log-bomb", LOG_BOMB.as_bytes().to_vec(), &q).await;
+    // Streamed, the response is held until the budget is judged.
+    let streamed = [q[0], ("stream", "true")];
+    d.deploy(
+        "clock-bomb-streamed",
+        CLOCK_BOMB.as_bytes().to_vec(),
+        &streamed,
+    )
+    .await;
     d.deploy(
         "print-bomb",
         PRINT_BOMB.as_bytes().to_vec(),
@@ -141,7 +178,12 @@ async fn host_call_bombs_hit_the_tape_budget_and_the_daemon_stays_small() {
     assert_eq!(d.invoke("hello", b"").await.status(), 200);
     let before = d.rss_kib();
     let mut peak = before;
-    for bomb in ["clock-bomb", "log-bomb", "print-bomb"] {
+    for bomb in [
+        "clock-bomb",
+        "clock-bomb-streamed",
+        "log-bomb",
+        "print-bomb",
+    ] {
         let call = d.invoke(bomb, b"");
         tokio::pin!(call);
         // Sample the daemon's memory while the bomb goes off.
