@@ -17,7 +17,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hearth_cluster::fanout::{self, FanoutError};
-use hearth_cluster::gateway::{Heartbeat, Join, Joined, MemberView, Outgoing};
+use hearth_cluster::gateway::{Heartbeat, Join, Joined, MemberView, Outgoing, OutgoingBody};
 use hearth_cluster::{Gateway, GatewayError};
 use hearth_core::FunctionVersion;
 use hearth_store::Role;
@@ -150,7 +150,7 @@ pub(crate) async fn forward(
     method: http::Method,
     uri: &http::Uri,
     headers: HeaderMap,
-    body: bytes::Bytes,
+    body: OutgoingBody,
 ) -> Result<Response, ApiError> {
     let out = Outgoing::pinned(function, method, uri, headers, body);
     let done = g.forward(&out).await.map_err(|e| match e {
@@ -160,10 +160,56 @@ pub(crate) async fn forward(
         GatewayError::Timeout { .. } => ApiError::GatewayTimeout(e.to_string()),
     })?;
     let headers = done.client_headers();
-    let mut resp = Response::new(Body::from(done.body));
+    let mut resp = Response::new(Body::from_stream(done.body));
     *resp.status_mut() = StatusCode::from_u16(done.status).unwrap_or(StatusCode::BAD_GATEWAY);
     *resp.headers_mut() = headers;
     Ok(resp)
+}
+
+/// The request body a gateway sends on: whole when it fits in what the
+/// gateway holds (`--max-body-bytes`, read within `--body-timeout`), so
+/// another node can be asked if the first fails; a longer one streams to
+/// its node as the client sends it (that node bounds it), once.
+pub(crate) async fn outgoing_body(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<OutgoingBody, ApiError> {
+    use futures::StreamExt;
+    let limit = s.config.max_body_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let mut rest = body.into_data_stream();
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Ok(OutgoingBody::streaming(rest));
+    }
+    let deadline = tokio::time::Instant::now() + s.config.body_timeout;
+    let mut held = bytes::BytesMut::new();
+    loop {
+        let next = tokio::time::timeout_at(deadline, rest.next()).await;
+        let chunk = match next {
+            Err(_) => {
+                return Err(ApiError::RequestTimeout(format!(
+                    "the request body did not arrive whole within {} ms",
+                    s.config.body_timeout.as_millis()
+                )));
+            }
+            Ok(None) => return Ok(OutgoingBody::Whole(held.freeze())),
+            Ok(Some(Err(e))) => {
+                return Err(ApiError::BadRequest(format!(
+                    "failed to read the request body: {e}"
+                )));
+            }
+            Ok(Some(Ok(chunk))) => chunk,
+        };
+        if held.len() + chunk.len() > limit {
+            let start = futures::stream::iter([Ok(held.freeze()), Ok(chunk)]);
+            return Ok(OutgoingBody::streaming(start.chain(rest)));
+        }
+        held.extend_from_slice(&chunk);
+    }
 }
 
 // ---- recordings in a cluster: each node keeps its own, the gateway asks all

@@ -242,7 +242,7 @@ async fn run(
     let (name, version) = split_version(name, &headers)?;
     let function = visible_function(s, tenant, name, version, &headers).await?;
     if let Some(g) = &s.gateway {
-        let body = read_request_body(s, &headers, body).await?;
+        let body = crate::cluster::outgoing_body(s, &headers, body).await?;
         return crate::cluster::forward(g, &function, method, &uri, headers, body).await;
     }
     // A cluster member trusts the header only with its gateway's signature.

@@ -15,12 +15,11 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, header};
 
 use hearth_core::{FunctionVersion, is_hop_by_hop};
 
-use crate::gateway::{Forwarded, Outgoing};
+use crate::gateway::{Forwarded, Outgoing, OutgoingBody};
 
 /// How much longer than the function's own timeout the gateway waits for a
 /// node: a cold start (a process-tier runtime, an artifact fetch) comes
@@ -40,7 +39,7 @@ impl<'a> Outgoing<'a> {
         method: Method,
         uri: &Uri,
         mut headers: HeaderMap,
-        body: Bytes,
+        body: OutgoingBody,
     ) -> Outgoing<'a> {
         // Kept raw (still percent-encoded): the node decodes it as the
         // gateway did.
@@ -102,6 +101,7 @@ impl Forwarded {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use hearth_core::{FunctionSpec, Runtime};
 
     fn function() -> FunctionVersion {
@@ -133,7 +133,13 @@ mod tests {
             headers.insert(HeaderName::from_static(k), HeaderValue::from_static(v));
         }
         let uri: Uri = "/fn/acme/f@3/a%20b/c?x=1&y".parse().unwrap();
-        let out = Outgoing::pinned(&f, Method::POST, &uri, headers, Bytes::new());
+        let out = Outgoing::pinned(
+            &f,
+            Method::POST,
+            &uri,
+            headers,
+            OutgoingBody::Whole(Bytes::new()),
+        );
         assert_eq!(out.path_and_query, "/fn/acme/f@7/a%20b/c?x=1&y");
         let names: Vec<&str> = out.headers.keys().map(|k| k.as_str()).collect();
         assert_eq!(names, ["x-mine"]);
@@ -145,7 +151,7 @@ mod tests {
             Method::GET,
             &"/fn/acme/f".parse().unwrap(),
             HeaderMap::new(),
-            Bytes::new(),
+            OutgoingBody::Whole(Bytes::new()),
         );
         assert_eq!(bare.path_and_query, "/fn/acme/f@7");
     }
@@ -158,7 +164,7 @@ mod tests {
         let answer = Forwarded {
             status: 200,
             headers,
-            body: Bytes::new(),
+            body: Box::pin(futures::stream::empty()),
             node: "n2".into(),
             retried_from: Some("n1".into()),
         };

@@ -164,14 +164,55 @@ pub struct Outgoing<'a> {
     /// `/fn/…` with the query, as the node should see it.
     pub path_and_query: String,
     pub headers: HeaderMap,
-    pub body: Bytes,
+    pub body: OutgoingBody,
 }
+
+/// An invocation's request body as the gateway sends it on.
+pub enum OutgoingBody {
+    /// Held whole: it can be sent again, to another node, if the first
+    /// fails before answering.
+    Whole(Bytes),
+    /// Longer than the gateway holds (`--max-body-bytes`): it streams to
+    /// the node as the client sends it, so it can be sent only once.
+    Streaming(std::sync::Mutex<Option<reqwest::Body>>),
+}
+
+impl OutgoingBody {
+    /// A body that streams as `chunks` arrive.
+    pub fn streaming<S, E>(chunks: S) -> OutgoingBody
+    where
+        S: futures::Stream<Item = Result<Bytes, E>> + Send + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+    {
+        let body = reqwest::Body::wrap_stream(chunks);
+        OutgoingBody::Streaming(std::sync::Mutex::new(Some(body)))
+    }
+
+    /// The body for one attempt; `None` once a streaming one was sent.
+    fn take(&self) -> Option<reqwest::Body> {
+        match self {
+            OutgoingBody::Whole(b) => Some(reqwest::Body::from(b.clone())),
+            OutgoingBody::Streaming(b) => b.lock().expect("not poisoned").take(),
+        }
+    }
+
+    /// Whether another attempt could send it again.
+    fn resendable(&self) -> bool {
+        matches!(self, OutgoingBody::Whole(_))
+    }
+}
+
+/// A node's answer body, passed on as the node sends it.
+pub type ForwardedBody =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
 
 /// A node's answer.
 pub struct Forwarded {
     pub status: u16,
     pub headers: HeaderMap,
-    pub body: Bytes,
+    /// Streams: a retry happens only before the node answered, so nothing
+    /// needs the body whole.
+    pub body: ForwardedBody,
     /// The node that answered.
     pub node: Arc<str>,
     /// The node that failed first, if this was a retry.
@@ -544,6 +585,14 @@ impl Gateway {
                 (format!("node {id} failed ({err})"), false)
             }
         };
+        if !out.body.resendable() {
+            let why = "its request body streamed to that node and cannot be sent to another";
+            return Err(if refused {
+                GatewayError::Busy(format!("{what}, and {why}; try again shortly"))
+            } else {
+                GatewayError::Failed(format!("{what}, and {why}"))
+            });
+        }
         let (lease, second_id, url) = match self.place(out, Some(first)) {
             Ok(p) => p,
             Err(e) if refused => {
@@ -613,22 +662,24 @@ impl Gateway {
         if let Some(key) = &self.config.attempt_key {
             request = request.header(crate::attempt::HEADER, key.sign(attempt));
         }
+        let body = out.body.take().ok_or_else(|| {
+            SendError::Failed("its streamed request body was already sent".into())
+        })?;
         let resp = request
-            .body(out.body.clone())
+            .body(body)
             .timeout(out.timeout)
             .send()
             .await
             .map_err(classify)?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
-        let body = resp.bytes().await.map_err(classify)?;
         if refused(status, &headers) {
             return Err(SendError::Refused);
         }
         Ok(Forwarded {
             status,
             headers,
-            body,
+            body: Box::pin(resp.bytes_stream()),
             node: "".into(),
             retried_from: None,
         })
@@ -661,7 +712,7 @@ mod tests {
             method: Method::GET,
             path_and_query: "/".into(),
             headers: HeaderMap::new(),
-            body: Bytes::new(),
+            body: OutgoingBody::Whole(Bytes::new()),
         }
     }
 

@@ -584,3 +584,62 @@ async fn a_busy_node_pushes_back_and_the_gateway_places_elsewhere() {
     assert_eq!(header(&r, "hearth-retried-from"), "");
     assert_eq!(r.text().await.unwrap(), "my own 503\n");
 }
+
+/// A request body longer than a gateway holds streams through it to its
+/// node, and the node's answer streams back, in the gateway's flat memory.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_streamed_body_passes_through_a_gateway_in_flat_memory() {
+    use crate::streaming::{PeakRss, generated, sha256_of_generated};
+    use futures::StreamExt;
+    use sha2::{Digest, Sha256};
+
+    let pg = TempPostgres::start().unwrap();
+    let store = pg.create_database("streams").unwrap();
+    let gw = Daemon::start_with(&[
+        "--role",
+        "gateway",
+        "--store",
+        &store,
+        "--heartbeat-ms",
+        "200",
+        "--max-body-bytes",
+        "1048576",
+    ]);
+    let _node = node(&gw, &store, &[]);
+    members_until(&gw, "the node joins", |m| alive(m) == 1).await;
+    let q = [("stream", "true"), ("timeout_ms", "120000")];
+    gw.deploy("echo", crate::harness::example("echo.wat"), &q)
+        .await;
+    assert_eq!(gw.call("echo", "", "warm").await, (200, "warm".into()));
+
+    // 128 MiB sent without a length: past what the gateway holds.
+    let before = gw.rss_kib();
+    let watch = PeakRss::watch(&gw);
+    const CHUNKS: u64 = 2048;
+    let resp = gw
+        .post("/fn/admin/echo")
+        .body(reqwest::Body::wrap_stream(generated(CHUNKS)))
+        .timeout(Duration::from_secs(120))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut hash = Sha256::new();
+    let mut len = 0u64;
+    let mut body = resp.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.expect("the response streams whole");
+        len += chunk.len() as u64;
+        hash.update(&chunk);
+    }
+    let grew_mib = watch.peak_kib().saturating_sub(before) / 1024;
+    assert_eq!(len, CHUNKS << 16);
+    assert_eq!(hash.finalize().to_vec(), sha256_of_generated(CHUNKS));
+    assert!(grew_mib < 64, "the gateway grew by {grew_mib} MiB");
+
+    // A declared length past it streams too.
+    let big = vec![7u8; 8 << 20];
+    let resp = gw.post("/fn/admin/echo").body(big).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.bytes().await.unwrap().len(), 8 << 20);
+}
