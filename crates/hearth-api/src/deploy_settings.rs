@@ -79,7 +79,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
     Setting {
         name: "stream",
         kind: Type::Boolean,
-        doc: "wasm modules: stream the request body to stdin and stdout to the caller as the module writes it (chunked, up to the node's --max-stream-bytes) instead of reading and answering them whole; components always stream",
+        doc: "wasm modules and js functions: the request body streams to the function as it arrives (a module's stdin, a js Request's body) and the response to the caller as the function writes it (a module's stdout, a js Response made from a ReadableStream), chunked and up to the node's --max-stream-bytes, instead of both being whole; components always stream",
         example: "true",
     },
     Setting {

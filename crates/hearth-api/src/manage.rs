@@ -309,10 +309,10 @@ pub(crate) async fn deploy(
             ));
         }
     };
-    if spec.stream && spec.runtime != Runtime::Wasm {
+    if spec.stream && !matches!(spec.runtime, Runtime::Wasm | Runtime::Js) {
         return Err(ApiError::BadRequest(format!(
-            "stream=true applies to wasm modules; {} functions read their request and \
-             answer whole (drop the setting)",
+            "stream=true applies to wasm modules and js functions; {} functions take \
+             their request and answer whole, as Lambda events (drop the setting)",
             spec.runtime
         )));
     }

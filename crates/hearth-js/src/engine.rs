@@ -10,11 +10,13 @@ use async_trait::async_trait;
 use hearth_core::{FunctionSpec, FunctionVersion, InvokeError, Request, Response, Runtime, Tier};
 use hearth_host::bundle::Bundle;
 use hearth_host::{
-    Artifacts, Compiled, DeployError, Engine, EngineStatus, HostCtx, Prepared, Sandbox, Source,
+    Artifacts, BodyStream, Compiled, DeployError, Engine, EngineStatus, HostCtx, Prepared,
+    ResponseHead, ResponseSink, Sandbox, Source,
 };
 use tokio::sync::oneshot;
 
 use crate::compile::{self, CompiledCode};
+use crate::isolate::{Answered, Streams};
 use crate::workers::{Job, Pool};
 
 /// Settings of the js tier.
@@ -72,6 +74,8 @@ pub(crate) struct JsVersion {
     pub(crate) tenant: Arc<str>,
     pub(crate) code: Arc<CompiledCode>,
     pub(crate) memory_mib: u32,
+    /// Deployed with `stream`: its bodies stream.
+    pub(crate) stream: bool,
     /// Idle isolates of this version, per worker.
     pub(crate) idle_on: Vec<AtomicUsize>,
 }
@@ -165,6 +169,7 @@ impl Engine for JsEngine {
                 tenant: version.tenant.as_str().into(),
                 code: Arc::new(code),
                 memory_mib: version.spec.limits.memory_mib,
+                stream: version.spec.stream,
                 idle_on: (0..self.0.pool.workers.len())
                     .map(|_| AtomicUsize::new(0))
                     .collect(),
@@ -228,6 +233,12 @@ impl Prepared for JsPrepared {
             isolated: true,
         }))
     }
+
+    /// A function deployed with `stream` reads its request as a stream and
+    /// may answer with one (`docs/js-tier.md`, "Streaming bodies").
+    fn streams(&self) -> bool {
+        self.version.stream
+    }
 }
 
 /// A claim on an isolate: the invocation runs on a worker.
@@ -237,9 +248,14 @@ struct JsSandbox {
     isolated: bool,
 }
 
-#[async_trait]
-impl Sandbox for JsSandbox {
-    async fn invoke(&mut self, req: &Request, host: HostCtx) -> Result<Response, InvokeError> {
+impl JsSandbox {
+    /// Runs `req` on a worker; `streams` for a streaming invocation.
+    async fn run(
+        &self,
+        req: &Request,
+        host: HostCtx,
+        streams: Option<Streams>,
+    ) -> Result<Answered, InvokeError> {
         let (reply, answer) = oneshot::channel();
         self.engine.0.pool.dispatch(Job {
             version: self.version.clone(),
@@ -247,6 +263,7 @@ impl Sandbox for JsSandbox {
             // The worker is another thread: it gets its own copy.
             req: req.clone(),
             host,
+            streams,
             reply,
         });
         answer.await.unwrap_or_else(|_| {
@@ -254,5 +271,60 @@ impl Sandbox for JsSandbox {
                 "the js worker dropped the invocation".into(),
             ))
         })
+    }
+}
+
+#[async_trait]
+impl Sandbox for JsSandbox {
+    async fn invoke(&mut self, req: &Request, host: HostCtx) -> Result<Response, InvokeError> {
+        match self.run(req, host, None).await? {
+            Answered::Whole(response) => Ok(response),
+            Answered::Streamed => Err(InvokeError::Crashed(
+                "the isolate streamed an invocation that does not stream".into(),
+            )),
+        }
+    }
+
+    async fn invoke_streaming(
+        &mut self,
+        req: &Request,
+        body: BodyStream,
+        host: HostCtx,
+        out: &mut ResponseSink,
+    ) -> Result<(), InvokeError> {
+        let (head, head_rx) = oneshot::channel();
+        let (chunks, mut chunks_rx) = tokio::sync::mpsc::channel(1);
+        let streams = Streams { body, head, chunks };
+        let pump = async {
+            if let Ok(head) = head_rx.await {
+                out.head(head);
+                while let Some(chunk) = chunks_rx.recv().await {
+                    out.send(chunk).await?;
+                }
+            }
+            Ok::<_, InvokeError>(())
+        };
+        let (answered, pumped) = tokio::join!(self.run(req, host, Some(streams)), pump);
+        // The pump's failure (the caller left, a limit) is why the
+        // function's stream stopped, not the other way round.
+        pumped?;
+        match answered {
+            Ok(Answered::Streamed) => Ok(()),
+            Ok(Answered::Whole(r)) => {
+                let head = ResponseHead {
+                    status: r.status,
+                    headers: r.headers,
+                    length: None,
+                };
+                out.whole(head, r.body)
+            }
+            // Node.js cannot take over: the request has been (or is being)
+            // read, and part of the answer may be out.
+            Err(InvokeError::Unsupported(what)) => Err(InvokeError::Function(format!(
+                "{what}: a function deployed with stream=true runs only in the isolate, \
+                 which cannot do this; deploy it without stream to have it fall back to Node.js"
+            ))),
+            Err(e) => Err(e),
+        }
     }
 }

@@ -185,6 +185,128 @@
     [Symbol.iterator]() { return this.entries(); }
   }
 
+  // ---------------------------------------------------------- streams
+  // WHATWG ReadableStream's default (non-byte) stream: an underlying source
+  // (start, pull, cancel), a queue up to its high-water mark, one reader at
+  // a time, async iteration. Enough for Response bodies written as they
+  // are made and for reading a streamed request; pipes, tee and byte
+  // streams are unsupported (they fall back to Node.js).
+  class ReadableStreamDefaultController {
+    #s;
+    constructor(s) { this.#s = s; }
+    get desiredSize() { return this.#s._desired(); }
+    enqueue(chunk) { this.#s._enqueue(chunk); }
+    close() { this.#s._close(); }
+    error(e) { this.#s._error(e); }
+  }
+  class ReadableStreamDefaultReader {
+    #s;
+    constructor(s) {
+      if (s._reader) throw new TypeError("ReadableStream is locked to a reader");
+      this.#s = s;
+      s._reader = this;
+    }
+    read() { return this.#s ? this.#s._read() : Promise.reject(new TypeError("the reader was released")); }
+    cancel(reason) { return this.#s ? this.#s._cancel(reason) : Promise.reject(new TypeError("the reader was released")); }
+    releaseLock() { if (this.#s) { this.#s._reader = null; this.#s = null; } }
+  }
+  class ReadableStream {
+    #queue = []; #reads = []; #state = "readable"; #error; #closing = false;
+    #source; #controller; #hwm; #started = false; #pulling = false; #again = false;
+    _reader = null;
+    constructor(source = {}, strategy = {}) {
+      if (source.type === "bytes") unsupported("ReadableStream of type bytes");
+      this.#source = source;
+      this.#hwm = strategy.highWaterMark ?? 1;
+      this.#controller = new ReadableStreamDefaultController(this);
+      const started = source.start ? source.start(this.#controller) : undefined;
+      Promise.resolve(started).then(() => { this.#started = true; this.#pull(); }, (e) => this._error(e));
+    }
+    get locked() { return this._reader !== null; }
+    getReader(options) {
+      if (options && options.mode) unsupported(`ReadableStream.getReader({ mode: ${options.mode} })`);
+      return new ReadableStreamDefaultReader(this);
+    }
+    cancel(reason) { return this.locked ? Promise.reject(new TypeError("ReadableStream is locked")) : this._cancel(reason); }
+    pipeTo() { unsupported("ReadableStream.pipeTo"); }
+    pipeThrough() { unsupported("ReadableStream.pipeThrough"); }
+    tee() { unsupported("ReadableStream.tee"); }
+    async *values() {
+      const reader = this.getReader();
+      try {
+        for (;;) { const { value, done } = await reader.read(); if (done) return; yield value; }
+      } finally { reader.releaseLock(); }
+    }
+    [Symbol.asyncIterator]() { return this.values(); }
+    static from(items) {
+      const it = items[Symbol.asyncIterator] ? items[Symbol.asyncIterator]() : items[Symbol.iterator]();
+      return new ReadableStream({ async pull(c) { const { value, done } = await it.next(); if (done) c.close(); else c.enqueue(value); } }, { highWaterMark: 0 });
+    }
+    _desired() { return this.#state === "errored" ? null : this.#state === "closed" ? 0 : this.#hwm - this.#queue.length; }
+    _enqueue(chunk) {
+      if (this.#state !== "readable" || this.#closing) throw new TypeError("ReadableStream: enqueue after close");
+      if (this.#reads.length) this.#reads.shift().resolve({ value: chunk, done: false });
+      else this.#queue.push(chunk);
+      this.#pull();
+    }
+    _close() {
+      if (this.#state !== "readable" || this.#closing) throw new TypeError("ReadableStream: already closed");
+      this.#closing = true;
+      if (this.#queue.length === 0) this.#finish();
+    }
+    _error(e) {
+      if (this.#state !== "readable") return;
+      this.#state = "errored"; this.#error = e; this.#queue = [];
+      for (const r of this.#reads.splice(0)) r.reject(e);
+    }
+    _read() {
+      if (this.#queue.length) {
+        const value = this.#queue.shift();
+        if (this.#closing && this.#queue.length === 0) this.#finish(); else this.#pull();
+        return Promise.resolve({ value, done: false });
+      }
+      if (this.#state === "closed") return Promise.resolve({ value: undefined, done: true });
+      if (this.#state === "errored") return Promise.reject(this.#error);
+      return new Promise((resolve, reject) => { this.#reads.push({ resolve, reject }); this.#pull(); });
+    }
+    _cancel(reason) {
+      if (this.#state === "closed") return Promise.resolve();
+      if (this.#state === "errored") return Promise.reject(this.#error);
+      this.#queue = [];
+      this.#finish();
+      return Promise.resolve(this.#source.cancel ? this.#source.cancel(reason) : undefined).then(() => undefined);
+    }
+    #finish() {
+      this.#state = "closed";
+      for (const r of this.#reads.splice(0)) r.resolve({ value: undefined, done: true });
+    }
+    // Asks the source for more while the queue is under its mark or a read
+    // waits; one pull at a time.
+    #pull() {
+      if (!this.#started || this.#state !== "readable" || this.#closing || !this.#source.pull) return;
+      if (this.#queue.length >= this.#hwm && this.#reads.length === 0) return;
+      if (this.#pulling) { this.#again = true; return; }
+      this.#pulling = true;
+      Promise.resolve()
+        .then(() => this.#source.pull(this.#controller))
+        .then(() => { this.#pulling = false; if (this.#again) { this.#again = false; this.#pull(); } }, (e) => this._error(e));
+    }
+  }
+  // Every chunk of `stream`, concatenated.
+  async function readAll(stream) {
+    const parts = [];
+    let n = 0;
+    for await (const chunk of stream) {
+      const b = toBytes(chunk);
+      parts.push(b);
+      n += b.byteLength;
+    }
+    const out = new Uint8Array(n);
+    let at = 0;
+    for (const b of parts) { out.set(b, at); at += b.byteLength; }
+    return out;
+  }
+
   function bodyBytes(body, headers) {
     if (body === null || body === undefined) return null;
     if (typeof body === "string") {
@@ -201,11 +323,25 @@
   }
   class Body {
     _bytes = null;
+    // A body given as a ReadableStream (then `_bytes` is null).
+    _stream = null;
     bodyUsed = false;
-    get body() { return this._bytes; }
+    get body() {
+      if (this._stream) return this._stream;
+      if (this._bytes === null) return null;
+      const bytes = this._bytes;
+      this._stream = new ReadableStream({ start(c) { c.enqueue(bytes); c.close(); } });
+      this._bytes = null;
+      return this._stream;
+    }
+    _setBody(body, headers) {
+      if (body instanceof ReadableStream) this._stream = body;
+      else this._bytes = bodyBytes(body, headers);
+    }
     #take() {
       if (this.bodyUsed) return Promise.reject(new TypeError("Body has already been consumed"));
       this.bodyUsed = true;
+      if (this._stream) return readAll(this._stream);
       return Promise.resolve(this._bytes ?? new Uint8Array(0));
     }
     async arrayBuffer() { const b = await this.#take(); return b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength); }
@@ -219,6 +355,7 @@
     constructor(input, init = {}) {
       super();
       if (input instanceof Request) {
+        if (input._stream) unsupported("a Request made from a Request with a streamed body");
         this.url = input.url; this.method = input.method; this.headers = new Headers(input.headers);
         this._bytes = input._bytes; this.signal = input.signal;
       } else {
@@ -228,7 +365,7 @@
       if (init.headers) this.headers = new Headers(init.headers);
       if (init.body !== undefined && init.body !== null) {
         if (this.method === "GET" || this.method === "HEAD") throw new TypeError("Request with GET/HEAD method cannot have body");
-        this._bytes = bodyBytes(init.body, this.headers);
+        this._setBody(init.body, this.headers);
       }
       this.redirect = init.redirect ?? "follow";
       this.signal = init.signal ?? this.signal ?? null;
@@ -242,13 +379,16 @@
       if (this.status < 200 || this.status > 599) throw new RangeError(`Response status ${this.status} is out of range`);
       this.statusText = init.statusText ?? "";
       this.headers = new Headers(init.headers);
-      this._bytes = bodyBytes(body, this.headers);
+      this._setBody(body, this.headers);
       this.type = "default";
       this.url = init.url ?? "";
       this.redirected = false;
     }
     get ok() { return this.status >= 200 && this.status < 300; }
-    clone() { const r = new Response(this._bytes ? this._bytes.slice() : null, this); return r; }
+    clone() {
+      if (this._stream) unsupported("Response.clone() of a streamed body");
+      return new Response(this._bytes ? this._bytes.slice() : null, this);
+    }
     static json(data, init = {}) {
       const headers = new Headers(init.headers);
       if (!headers.has("content-type")) headers.set("content-type", "application/json");
@@ -274,7 +414,8 @@
   const unhex = (h) => { const out = new Uint8Array(h.length / 2); for (let i = 0; i < out.length; i++) out[i] = parseInt(h.substr(i * 2, 2), 16); return out; };
   async function hostFetch(input, init = {}) {
     const req = new Request(input, init);
-    const r = await call("http_fetch", { url: req.url, method: req.method, headers: [...req.headers] }, req._bytes);
+    const body = req._stream ? await req.bytes() : req._bytes;
+    const r = await call("http_fetch", { url: req.url, method: req.method, headers: [...req.headers] }, body);
     return new Response(r.body.length ? r.body : null, { status: r.status, headers: r.headers, url: req.url });
   }
   function logArgs(args) {
@@ -393,6 +534,7 @@
 
   const globals = {
     TextEncoder, TextDecoder, atob, btoa, URL, URLSearchParams, Headers, Request, Response,
+    ReadableStream, ReadableStreamDefaultReader, ReadableStreamDefaultController,
     fetch: hostFetch, hearth, console, crypto, performance, setTimeout, setInterval,
     clearTimeout, clearInterval: clearTimeout, queueMicrotask, process, Date: HostDate,
     global: globalThis, self: globalThis,
@@ -416,7 +558,15 @@
     for (const b of body) bin += String.fromCharCode(b);
     return [btoa(bin), true];
   }
-  async function toResult(result) {
+  // The response body being streamed out, chunk by chunk (`pull`).
+  let out = null;
+  async function toResult(result, streaming) {
+    if (result instanceof Response && result._stream && streaming) {
+      if (result.bodyUsed) throw new TypeError("Body has already been consumed");
+      result.bodyUsed = true;
+      out = result._stream.getReader();
+      return { status: result.status, headers: [...result.headers], streams: true };
+    }
     if (result instanceof Response) {
       return { status: result.status, headers: [...result.headers], body: new Uint8Array(await result.arrayBuffer()) };
     }
@@ -452,6 +602,15 @@
       env = msg.env;
       seed = null;
       timers.clear();
+      out = null;
+      if (msg.streaming) {
+        // The request arrives as it is read: one host call per chunk.
+        const arriving = new ReadableStream({
+          async pull(c) { const r = await call("body_read"); if (r.done) c.close(); else c.enqueue(r.body); },
+        }, { highWaterMark: 0 });
+        // Only the Workers shape takes a stream; the event shapes take the body whole.
+        body = fn.shape === "workers" ? arriving : await readAll(arriving);
+      }
       let result;
       if (fn.shape === "workers") {
         // Parsed once, by Request; the other shapes never need the URL.
@@ -462,7 +621,14 @@
       } else {
         result = await shapes.call(fn, msg, ...bodyText(body), HostDate.now(), () => H.clock());
       }
-      return toResult(result);
+      return toResult(result, msg.streaming);
+    },
+    // The next chunk of the streamed response, or null at its end.
+    async pull() {
+      const { value, done } = await out.read();
+      if (done) { out = null; return null; }
+      if (!(value instanceof Uint8Array)) throw new TypeError("a response body stream must give Uint8Array chunks (encode text with TextEncoder)");
+      return value;
     },
     // A host call finished.
     settle(id, ok, header, body) {

@@ -41,12 +41,12 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use hearth_core::LogStream;
-use hearth_core::{InvokeError, Request, Response};
+use hearth_core::{InvokeError, Request};
 use hearth_host::HostCtx;
 use tokio::sync::oneshot;
 
 use crate::engine::{JsConfig, JsVersion};
-use crate::isolate::{Failure, Isolate};
+use crate::isolate::{Answered, Failure, Isolate, Streams};
 
 pub(crate) struct Job {
     pub(crate) version: Arc<JsVersion>,
@@ -55,7 +55,9 @@ pub(crate) struct Job {
     pub(crate) isolated: bool,
     pub(crate) req: Request,
     pub(crate) host: HostCtx,
-    pub(crate) reply: oneshot::Sender<Result<Response, InvokeError>>,
+    /// Set for a streaming invocation.
+    pub(crate) streams: Option<Streams>,
+    pub(crate) reply: oneshot::Sender<Result<Answered, InvokeError>>,
 }
 
 pub(crate) struct Worker {
@@ -364,6 +366,7 @@ fn worker_main(
                     (job.version, job.isolated),
                     job.req,
                     job.host,
+                    job.streams,
                 )
                 .await;
                 yielded();
@@ -443,7 +446,8 @@ async fn run_job(
     (version, isolated): (Arc<JsVersion>, bool),
     req: Request,
     host: HostCtx,
-) -> Result<Response, InvokeError> {
+    streams: Option<Streams>,
+) -> Result<Answered, InvokeError> {
     let idle = &here.idle;
     let warm = if isolated {
         None
@@ -484,7 +488,9 @@ async fn run_job(
             }
         }
     };
-    let result = isolate.invoke(req, host, config.max_response_bytes).await;
+    let result = isolate
+        .invoke(req, host, config.max_response_bytes, streams)
+        .await;
     isolate.finish();
     // Kept only when its state is known good: a clean run or a plain
     // exception; never after a timeout, OOM or an unsupported request;

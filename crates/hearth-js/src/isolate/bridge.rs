@@ -180,6 +180,13 @@ pub(super) fn install_bridge(ctx: &Ctx<'_>, state: &Rc<State>) -> rquickjs::Resu
                 };
                 let id = s.next_call.get();
                 s.next_call.set(id + 1);
+                if op == "body_read" {
+                    // Not a host call: the request itself, taped as it passes.
+                    let body = s.request_body.borrow().clone();
+                    let task = s.io.spawn(async move { (id, read_body(body).await) });
+                    s.calls.borrow_mut().push(task);
+                    return Ok(id as f64);
+                }
                 let body = body.0.as_ref().map(bytes_of).unwrap_or_default();
                 let args: serde_json::Value = serde_json::from_str(&args).unwrap_or_default();
                 // Running from now, not from when the task starts: the
@@ -197,6 +204,30 @@ pub(super) fn install_bridge(ctx: &Ctx<'_>, state: &Rc<State>) -> rquickjs::Resu
     super::url::install(ctx, &h)?;
     ctx.globals().set("__hearth", h)?;
     Ok(())
+}
+
+/// The next chunk of a streamed request body: `{"done": false}` and the
+/// chunk, or `{"done": true}` at its end.
+async fn read_body(body: Option<super::RequestBody>) -> Result<(String, Vec<u8>), String> {
+    let done = || Ok((json!({"done": true}).to_string(), Vec::new()));
+    let Some(body) = body else {
+        return done();
+    };
+    let mut body = body.lock().await;
+    let Some(stream) = body.as_mut() else {
+        return done();
+    };
+    match futures::StreamExt::next(stream).await {
+        Some(Ok(chunk)) => Ok((json!({"done": false}).to_string(), chunk.to_vec())),
+        None => {
+            *body = None;
+            done()
+        }
+        Some(Err(e)) => {
+            *body = None;
+            Err(format!("the request body did not arrive whole: {e}"))
+        }
+    }
 }
 
 fn unhex(v: &serde_json::Value) -> Vec<u8> {

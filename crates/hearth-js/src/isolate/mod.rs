@@ -24,7 +24,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use hearth_core::LogStream;
 use hearth_core::{InvokeError, Request, Response};
-use hearth_host::HostCtx;
+use hearth_host::{BodyStream, HostCtx, ResponseHead};
 use rquickjs::promise::PromiseState;
 use rquickjs::{
     Context, Ctx, Exception, Function, Module, Object, Persistent, Promise, Runtime, TypedArray,
@@ -59,6 +59,9 @@ struct State {
     unsupported: RefCell<Option<String>>,
     next_call: Cell<u64>,
     calls: RefCell<FuturesUnordered<tokio::task::JoinHandle<Completion>>>,
+    /// A streaming invocation's request body, read by the prelude's
+    /// `body_read` calls on the node's runtime.
+    request_body: RefCell<Option<RequestBody>>,
     /// The node's runtime, where host calls run.
     io: tokio::runtime::Handle,
 }
@@ -82,6 +85,24 @@ impl State {
             *u = Some(what.to_string());
         }
     }
+}
+
+/// The rest of a streamed request body; `None` once it has ended.
+type RequestBody = Arc<tokio::sync::Mutex<Option<BodyStream>>>;
+
+/// A streaming invocation's ends: its request body as it arrives, and
+/// where its response goes if the function answers with a stream.
+pub struct Streams {
+    pub body: BodyStream,
+    pub head: tokio::sync::oneshot::Sender<ResponseHead>,
+    pub chunks: tokio::sync::mpsc::Sender<bytes::Bytes>,
+}
+
+/// How an invocation answered.
+pub enum Answered {
+    Whole(Response),
+    /// Its head and body went to [`Streams`].
+    Streamed,
 }
 
 /// Why an isolate could not be made or used.
@@ -120,6 +141,7 @@ impl Isolate {
             unsupported: RefCell::new(None),
             next_call: Cell::new(1),
             calls: RefCell::new(FuturesUnordered::new()),
+            request_body: RefCell::new(None),
             io,
         });
         {
@@ -296,9 +318,19 @@ impl Isolate {
         req: Request,
         host: HostCtx,
         max_response: usize,
-    ) -> Result<Response, InvokeError> {
+        streams: Option<Streams>,
+    ) -> Result<Answered, InvokeError> {
         let meta = host.meta().clone();
         self.state.host.replace(Some(host));
+        let streaming = streams.is_some();
+        let (out_head, out_chunks) = match streams {
+            Some(Streams { body, head, chunks }) => {
+                let body = Arc::new(tokio::sync::Mutex::new(Some(body)));
+                self.state.request_body.replace(Some(body));
+                (Some(head), Some(chunks))
+            }
+            None => (None, None),
+        };
         self.state.deadline.set(Some(meta.deadline));
         let v = &meta.version;
         let started = self.ctx.with(|ctx| -> rquickjs::Result<Persistent<Promise<'static>>> {
@@ -314,6 +346,7 @@ impl Isolate {
                 "memory_mib": v.spec.limits.memory_mib,
                 "remaining_ms": meta.deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
                 "env": v.spec.env,
+                "streaming": streaming,
             });
             let msg = ctx.json_parse(msg.to_string())?;
             let body = TypedArray::<u8>::new(ctx.clone(), req.body.to_vec())?;
@@ -331,12 +364,13 @@ impl Isolate {
             Err(Failure::Invoke(e)) => return Err(e),
             Err(Failure::Load(m, _)) => return Err(InvokeError::Function(m)),
         };
-        let response = self.ctx.with(|ctx| -> rquickjs::Result<Response> {
+        let response = self.ctx.with(|ctx| -> rquickjs::Result<(Response, bool)> {
             let v = value.restore(&ctx)?;
             let o = v
                 .as_object()
                 .ok_or_else(|| Exception::throw_type(&ctx, "bad result"))?;
             let status: u16 = o.get("status")?;
+            let streams = o.get::<_, Option<bool>>("streams")?.unwrap_or(false);
             let headers: Vec<Vec<String>> = o.get("headers")?;
             let headers = headers
                 .into_iter()
@@ -345,30 +379,98 @@ impl Isolate {
                     Some((p.pop()?, v))
                 })
                 .collect();
-            let body: TypedArray<u8> = o.get("body")?;
-            // SAFETY: no JS runs while the slice is borrowed; it is copied.
-            let bytes = unsafe { body.as_bytes() }.unwrap_or_default().to_vec();
-            Ok(Response {
+            let bytes = if streams {
+                Vec::new()
+            } else {
+                let body: TypedArray<u8> = o.get("body")?;
+                // SAFETY: no JS runs while the slice is borrowed; it is copied.
+                unsafe { body.as_bytes() }.unwrap_or_default().to_vec()
+            };
+            let response = Response {
                 status,
                 headers,
                 body: bytes.into(),
-            })
+            };
+            Ok((response, streams))
         });
-        let response = match response {
+        let (response, streams) = match response {
             Ok(r) => r,
-            Err(e) => {
-                return Err(match self.function_failure(e) {
-                    Failure::Invoke(e) => e,
-                    Failure::Load(m, _) => InvokeError::Function(m),
-                });
-            }
+            Err(e) => return Err(self.invoke_failure(e)),
         };
-        if response.body.len() > max_response {
+        if let (true, Some(head), Some(chunks)) = (streams, out_head, out_chunks) {
+            let _ = head.send(ResponseHead {
+                status: response.status,
+                headers: response.headers,
+                length: None,
+            });
+            return self.stream_out(&chunks).await.map(|()| Answered::Streamed);
+        }
+        // Streamed, the node bounds the body (`--max-stream-bytes`).
+        if response.body.len() > max_response && !streaming {
             return Err(InvokeError::ResponseTooLarge {
                 limit_bytes: max_response,
             });
         }
-        Ok(response)
+        Ok(Answered::Whole(response))
+    }
+
+    /// Sends the response stream's chunks to `chunks` as the function's
+    /// stream gives them (the driver's `pull`), each waiting for room.
+    async fn stream_out(
+        &mut self,
+        chunks: &tokio::sync::mpsc::Sender<bytes::Bytes>,
+    ) -> Result<(), InvokeError> {
+        loop {
+            let pulled = self
+                .ctx
+                .with(|ctx| -> rquickjs::Result<Persistent<Promise<'static>>> {
+                    let driver = self.driver.clone().restore(&ctx)?;
+                    let pull: Function = driver.get("pull")?;
+                    let promise: Promise = pull.call(())?;
+                    Ok(Persistent::save(&ctx, promise))
+                });
+            let value = match pulled {
+                Ok(promise) => self.run(promise, false).await,
+                Err(e) => Err(self.function_failure(e)),
+            };
+            let value = match value {
+                Ok(v) => v,
+                Err(Failure::Invoke(e)) => return Err(e),
+                Err(Failure::Load(m, _)) => return Err(InvokeError::Function(m)),
+            };
+            let chunk = self.ctx.with(|ctx| -> rquickjs::Result<Option<Vec<u8>>> {
+                let v = value.restore(&ctx)?;
+                if v.is_null() {
+                    return Ok(None);
+                }
+                let chunk = TypedArray::<u8>::from_value(v)?;
+                // SAFETY: no JS runs while the slice is borrowed; it is copied.
+                Ok(Some(
+                    unsafe { chunk.as_bytes() }.unwrap_or_default().to_vec(),
+                ))
+            });
+            match chunk {
+                Ok(None) => return Ok(()),
+                Ok(Some(chunk)) => {
+                    if chunks.send(chunk.into()).await.is_err() {
+                        // The caller is gone or the body passed its limit:
+                        // the node has the reason.
+                        return Err(InvokeError::Disconnected(
+                            "the response stream was closed".into(),
+                        ));
+                    }
+                }
+                Err(e) => return Err(self.invoke_failure(e)),
+            }
+        }
+    }
+
+    /// An exception while reading the driver's answer, as the caller's error.
+    fn invoke_failure(&self, e: rquickjs::Error) -> InvokeError {
+        match self.function_failure(e) {
+            Failure::Invoke(e) => e,
+            Failure::Load(m, _) => InvokeError::Function(m),
+        }
     }
 
     /// Ends an invocation: forgets its host and drops unfinished host calls
@@ -377,6 +479,7 @@ impl Isolate {
         self.state.host.replace(None);
         self.state.deadline.set(None);
         self.state.calls.borrow_mut().clear();
+        self.state.request_body.replace(None);
     }
 
     /// An exception in user code: OOM, interrupted, or the function's error.

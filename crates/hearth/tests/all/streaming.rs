@@ -247,3 +247,141 @@ async fn a_module_streams_its_stdin_and_stdout() {
     let report = d.replay(&id).await;
     assert_eq!(report["identical"], true, "{report:#}");
 }
+
+/// Echoes its request as it arrives, through a ReadableStream of its own.
+const JS_ECHO: &str = r#"export default {
+  async fetch(request) {
+    const reader = request.body.getReader();
+    return new Response(new ReadableStream({
+      async pull(c) { const { value, done } = await reader.read(); if (done) c.close(); else c.enqueue(value); },
+    }), { headers: { "content-type": "application/octet-stream" } });
+  },
+};
+"#;
+
+/// Answers with ten pieces from a generator, then (`?fail`) throws.
+const JS_PIECES: &str = r#"export default {
+  async fetch(request) {
+    const fail = new URL(request.url).search === "?fail";
+    async function* pieces() {
+      for (let i = 0; i < 10; i++) yield new TextEncoder().encode(`piece ${i}\n`);
+      if (fail) throw new Error("broke after ten pieces");
+    }
+    return new Response(ReadableStream.from(pieces()), { status: 201, headers: { "x-made": "by-a-stream" } });
+  },
+};
+"#;
+
+#[tokio::test]
+async fn a_js_function_streams_its_request_and_response() {
+    let d = Daemon::start();
+    let js = |file| [("runtime", "js"), ("file_name", file), ("stream", "true")];
+    d.deploy("echo", JS_ECHO.as_bytes().to_vec(), &js("echo.mjs"))
+        .await;
+    assert_eq!(d.call("echo", "", "warm").await, (200, "warm".into()));
+
+    // 64 MiB through the isolate, chunk by chunk, in the daemon's flat memory.
+    let before = d.rss_kib();
+    let watch = PeakRss::watch(&d);
+    const CHUNKS: u64 = 1024;
+    let resp = d
+        .post("/fn/admin/echo")
+        .body(reqwest::Body::wrap_stream(generated(CHUNKS)))
+        .timeout(Duration::from_secs(120))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["transfer-encoding"], "chunked");
+    let mut hash = Sha256::new();
+    let mut len = 0u64;
+    let mut body = resp.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.expect("the response streams whole");
+        len += chunk.len() as u64;
+        hash.update(&chunk);
+    }
+    let grew_mib = watch.peak_kib().saturating_sub(before) / 1024;
+    assert_eq!(len, CHUNKS << 16);
+    assert_eq!(hash.finalize().to_vec(), sha256_of_generated(CHUNKS));
+    assert!(grew_mib < 64, "the daemon grew by {grew_mib} MiB");
+    let id = d.newest_tape("echo", 2).await;
+    let tape = d.get_json(&format!("/v1/recordings/{id}")).await;
+    assert_eq!(tape["streamed"]["response"]["len"], CHUNKS << 16, "{tape}");
+
+    // A generator's pieces leave as they are made, under the function's head.
+    d.deploy("pieces", JS_PIECES.as_bytes().to_vec(), &js("pieces.mjs"))
+        .await;
+    let resp = d.post("/fn/admin/pieces").send().await.unwrap();
+    assert_eq!(resp.status(), 201);
+    assert_eq!(resp.headers()["x-made"], "by-a-stream");
+    assert_eq!(resp.headers()["transfer-encoding"], "chunked");
+    let text = resp.text().await.unwrap();
+    assert_eq!(text.lines().count(), 10);
+    assert!(
+        text.starts_with("piece 0\n") && text.ends_with("piece 9\n"),
+        "{text}"
+    );
+    // Its small tape replays identically.
+    let id = d.newest_tape("pieces", 1).await;
+    let report = d.replay(&id).await;
+    assert_eq!(report["identical"], true, "{report:#}");
+    // A stream that fails after its head cuts the body off: never a short 201.
+    let resp = d.post("/fn/admin/pieces?fail").send().await.unwrap();
+    assert_eq!(resp.status(), 201);
+    assert!(
+        resp.bytes().await.is_err(),
+        "a cut response reads as broken"
+    );
+
+    // Without `stream`, the same function answers whole, with its length.
+    d.deploy(
+        "pieces-whole",
+        JS_PIECES.as_bytes().to_vec(),
+        &[("runtime", "js"), ("file_name", "pieces.mjs")],
+    )
+    .await;
+    let resp = d.post("/fn/admin/pieces-whole").send().await.unwrap();
+    assert_eq!(resp.status(), 201);
+    assert!(resp.headers().get("transfer-encoding").is_none());
+    let length: usize = resp.headers()["content-length"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(resp.text().await.unwrap().len(), length);
+
+    // What the isolate cannot do fails: Node.js cannot take over a request
+    // that is being read.
+    let needs_node =
+        b"export default { async fetch() { return new Response(Buffer.from('x')); } };";
+    d.deploy("node-only", needs_node.to_vec(), &js("node.mjs"))
+        .await;
+    let (status, kind, message) =
+        crate::harness::error_of(d.post("/fn/admin/node-only").send().await.unwrap()).await;
+    assert_eq!(
+        (status, kind.as_str()),
+        (500, "function_error"),
+        "{message}"
+    );
+    assert!(
+        message.contains("Buffer") && message.contains("without stream"),
+        "{message}"
+    );
+
+    // Streaming is refused at deploy where a tier cannot do it.
+    let resp = d
+        .deploy_raw(
+            "py",
+            b"def handler(event, context):\n    return 'hi'\n".to_vec(),
+            &[
+                ("runtime", "python"),
+                ("file_name", "h.py"),
+                ("stream", "true"),
+            ],
+        )
+        .await;
+    let (status, _, message) = crate::harness::error_of(resp).await;
+    assert_eq!(status, 400, "{message}");
+    assert!(message.contains("stream=true applies to"), "{message}");
+}
