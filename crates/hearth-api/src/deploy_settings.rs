@@ -79,7 +79,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
     Setting {
         name: "stream",
         kind: Type::Boolean,
-        doc: "wasm modules and js functions: the request body streams to the function as it arrives (a module's stdin, a js Request's body) and the response to the caller as the function writes it (a module's stdout, a js Response made from a ReadableStream), chunked and up to the node's --max-stream-bytes, instead of both being whole; components always stream",
+        doc: "wasm modules, js and node functions: the request body streams to the function as it arrives (a module's stdin, a js Request's body) and the response to the caller as the function writes it (a module's stdout, a js Response made from a ReadableStream, a Lambda streaming handler's responseStream), chunked and up to the node's --max-stream-bytes, instead of both being whole; components always stream; refused for python",
         example: "true",
     },
     Setting {

@@ -309,12 +309,12 @@ pub(crate) async fn deploy(
             ));
         }
     };
-    if spec.stream && !matches!(spec.runtime, Runtime::Wasm | Runtime::Js) {
-        return Err(ApiError::BadRequest(format!(
-            "stream=true applies to wasm modules and js functions; {} functions take \
-             their request and answer whole, as Lambda events (drop the setting)",
-            spec.runtime
-        )));
+    if spec.stream && spec.runtime == Runtime::Python {
+        return Err(ApiError::BadRequest(
+            "stream=true applies to wasm, js and node functions; a python function takes \
+             its request and answers whole, as Lambda events (drop the setting)"
+                .into(),
+        ));
     }
     let source = hearth_host::Source {
         file_name,

@@ -179,8 +179,9 @@
   // each runtime's own Request) with what its platform would pass; the
   // result is for the runtime's response conversion. `text` and
   // `isBase64Encoded`: the body; `wallMs`: the invocation's taped start;
-  // `clockMs`: a clock in ms for the context's remaining time.
-  async function call(fn, msg, text, isBase64Encoded, wallMs, clockMs) {
+  // `clockMs`: a clock in ms for the context's remaining time;
+  // `responseStream`: a Lambda streaming handler's (Node.js only).
+  async function call(fn, msg, text, isBase64Encoded, wallMs, clockMs, responseStream) {
     if (fn.shape === "openwhisk") return openwhiskResult(await fn.f(openwhiskParams(msg, text, isBase64Encoded)));
     const deadline = clockMs() + (msg.remaining_ms || 0);
     const context = {
@@ -195,7 +196,9 @@
       callbackWaitsForEmptyEventLoop: true,
       getRemainingTimeInMillis: () => Math.max(0, deadline - clockMs()),
     };
-    return callLambda(fn.f, lambdaEvent(msg, text, isBase64Encoded, wallMs), context);
+    const event = lambdaEvent(msg, text, isBase64Encoded, wallMs);
+    if (responseStream) return fn.f(event, responseStream, context);
+    return callLambda(fn.f, event, context);
   }
 
   return { pick, call };

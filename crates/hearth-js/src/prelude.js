@@ -543,7 +543,8 @@
     Object.defineProperty(globalThis, k, { value: v, writable: true, configurable: true, enumerable: false });
   }
   Math.random = random;
-  for (const name of ["Buffer", "setImmediate", "clearImmediate", "__dirname", "__filename"]) {
+  // `awslambda` (Lambda's response streaming) is Node.js's, through the fallback.
+  for (const name of ["Buffer", "setImmediate", "clearImmediate", "__dirname", "__filename", "awslambda"]) {
     Object.defineProperty(globalThis, name, { get: () => unsupported(name), configurable: true });
   }
   globalThis.__hearth_require = (path) => makeRequire("")("./" + path);

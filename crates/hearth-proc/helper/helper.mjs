@@ -11,6 +11,7 @@ import fs from "node:fs";
 import Module from "node:module";
 import net from "node:net";
 import path from "node:path";
+import { Writable } from "node:stream";
 import { pathToFileURL } from "node:url";
 import vm from "node:vm";
 
@@ -48,12 +49,13 @@ function recv() {
   return queued.length ? Promise.resolve(queued.shift()) : new Promise((r) => waiting.push(r));
 }
 
+// Sends a frame; false when the socket's buffer is full (wait for "drain").
 function send(header, body = Buffer.alloc(0)) {
   const h = Buffer.from(JSON.stringify(header));
   const head = Buffer.alloc(8);
   head.writeUInt32BE(h.length, 0);
   head.writeUInt32BE(body.length, 4);
-  sock.write(Buffer.concat([head, h, body]));
+  return sock.write(Buffer.concat([head, h, body]));
 }
 
 // One host call at a time, in order: the tape (a later issue) relies on it.
@@ -275,6 +277,67 @@ async function invoke(msg, body) {
   }
 }
 
+// Lambda response streaming (`awslambda.streamifyResponse`), as Lambda's
+// Node.js runtime offers it: the handler gets (event, responseStream,
+// context) and writes its body to the stream; HttpResponseStream.from
+// gives it a status and headers first. A streaming invocation (the
+// function deployed with `stream`) sends the head, then chunks of at most
+// 64 KiB as they are written, each write waiting while the node has no
+// room; any other gets the body whole.
+const STREAMING = Symbol.for("aws.lambda.runtime.handler.streaming");
+const PIECE = 64 << 10;
+class ResponseStream extends Writable {
+  #meta = {};
+  #contentType = "application/octet-stream";
+  #streaming;
+  #headSent = false;
+  #chunks = [];
+  constructor(streaming) {
+    super();
+    this.#streaming = streaming;
+  }
+  setContentType(type) { this.#contentType = String(type); }
+  _setMetadata(meta) {
+    if (this.#headSent) throw new Error("the response's status and headers were already sent");
+    this.#meta = meta || {};
+  }
+  head() {
+    const headers = Object.entries(this.#meta.headers || {}).map(([k, v]) => [k, String(v)]);
+    if (!headers.some(([k]) => k.toLowerCase() === "content-type")) headers.push(["content-type", this.#contentType]);
+    return { status: this.#meta.statusCode ?? 200, headers };
+  }
+  #sendHead() {
+    if (!this.#headSent) { this.#headSent = true; send({ op: "head", ...this.head() }); }
+  }
+  _write(chunk, encoding, done) {
+    const bytes = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk, encoding);
+    if (!this.#streaming) { this.#chunks.push(bytes); return done(); }
+    this.#sendHead();
+    let room = true;
+    for (let at = 0; at < bytes.length; at += PIECE) room = send({ op: "chunk" }, bytes.subarray(at, at + PIECE));
+    if (room) done(); else sock.once("drain", () => done());
+  }
+  // After the handler: the end of a streamed answer, or the whole one.
+  finish() {
+    if (!this.#streaming) return { ...this.head(), body: Buffer.concat(this.#chunks) };
+    this.#sendHead();
+    send({ op: "end" });
+    return null;
+  }
+}
+globalThis.awslambda = {
+  streamifyResponse(handler) {
+    handler[STREAMING] = "response";
+    return handler;
+  },
+  HttpResponseStream: {
+    from(stream, metadata) {
+      stream._setMetadata(metadata);
+      return stream;
+    },
+  },
+};
+
 async function invokeHandler(msg, body) {
   if (loadError) {
     log("stderr", "error", [loadError]);
@@ -284,6 +347,15 @@ async function invokeHandler(msg, body) {
   const url = new URL(`http://function${msg.path}${msg.query ? "?" + msg.query : ""}`);
   try {
     let result;
+    if (fn.shape === "lambda" && fn.f[STREAMING] === "response") {
+      const stream = new ResponseStream(!!msg.streaming);
+      await shapes.call(fn, msg, ...bodyText(body), frozenMs, () => RealDate.now(), stream);
+      if (!stream.writableEnded) stream.end();
+      if (!stream.writableFinished) await new Promise((resolve, reject) => { stream.once("finish", resolve); stream.once("error", reject); });
+      const whole = stream.finish();
+      if (whole) send({ op: "response", status: whole.status, headers: whole.headers }, whole.body);
+      return;
+    }
     if (fn.shape === "workers") {
       const init = { method: msg.method, headers: msg.headers };
       if (!["GET", "HEAD"].includes(msg.method)) init.body = body;

@@ -50,6 +50,9 @@ pub struct ProcConfig {
     pub max_pids: u32,
     pub cpu_percent: u32,
     pub max_response_bytes: usize,
+    /// The most of a streamed request a handler is given (its Lambda event
+    /// holds the body whole): the node's `max_body_bytes`.
+    pub max_body_bytes: usize,
     /// Which of SOCK's three caches are on (all, unless measuring them).
     pub caches: Caches,
     /// Which functions may fork from the same package zygote
@@ -138,6 +141,7 @@ impl ProcConfig {
             max_pids: 64,
             cpu_percent: 100,
             max_response_bytes: 6 << 20,
+            max_body_bytes: 6 << 20,
             caches: Caches::ALL,
             colocation: Arc::new(Colocation::default()),
         }

@@ -1,21 +1,25 @@
 //! One invocation's conversation with a handler: the request out, then
-//! logs and host calls in until the response (or an error) arrives.
+//! logs and host calls in until the response (or an error) arrives. A
+//! streaming invocation's handler may answer in pieces instead: `head`,
+//! then `chunk`s of at most 64 KiB, then `end`.
 
 use hearth_core::LogStream;
 use hearth_core::{InvokeError, Request, Response};
-use hearth_host::{HostCtx, OutboundRequest};
+use hearth_host::{HostCtx, OutboundRequest, ResponseHead, ResponseSink};
 use serde_json::{Value, json};
 use tokio::net::UnixStream;
 
 use crate::proto::{Frame, read_frame, write_frame};
 
-/// Sends the request and serves the handler's host calls until it answers.
+/// Sends the request and serves the handler's host calls until it
+/// answers: whole (`Some`), or, given `out`, in pieces sent there (`None`).
 pub(crate) async fn converse(
     conn: &mut UnixStream,
     req: &Request,
     host: &HostCtx,
     max_response: usize,
-) -> std::io::Result<Result<Response, InvokeError>> {
+    mut out: Option<&mut ResponseSink>,
+) -> std::io::Result<Result<Option<Response>, InvokeError>> {
     let meta = host.meta();
     let v = &meta.version;
     let header = json!({
@@ -33,6 +37,7 @@ pub(crate) async fn converse(
         "version": v.version,
         "memory_mib": v.spec.limits.memory_mib,
         "remaining_ms": host.remaining().as_millis() as u64,
+        "streaming": out.is_some(),
     });
     write_frame(conn, &header, &req.body).await?;
     loop {
@@ -55,27 +60,44 @@ pub(crate) async fn converse(
                 write_frame(conn, &reply, &body).await?;
             }
             "response" => {
-                if frame.body.len() > max_response {
+                // Streamed, the node bounds the body (`--max-stream-bytes`).
+                if frame.body.len() > max_response && out.is_none() {
                     return Ok(Err(InvokeError::ResponseTooLarge {
                         limit_bytes: max_response,
                     }));
                 }
-                let status = frame
-                    .header
-                    .get("status")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(200);
-                let status = if (100..=599).contains(&status) {
-                    status as u16
-                } else {
-                    500
-                };
-                let headers = frame.pairs("headers");
-                return Ok(Ok(Response {
-                    status,
-                    headers,
+                return Ok(Ok(Some(Response {
+                    status: status_of(&frame),
+                    headers: frame.pairs("headers"),
                     body: frame.body.into(),
-                }));
+                })));
+            }
+            "head" | "chunk" | "end" => {
+                let Some(out) = out.as_deref_mut() else {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "the handler streamed an invocation that does not stream",
+                    ));
+                };
+                match frame.str("op") {
+                    "head" => out.head(ResponseHead {
+                        status: status_of(&frame),
+                        headers: frame.pairs("headers"),
+                        length: None,
+                    }),
+                    "chunk" if out.started() => {
+                        if let Err(e) = out.send(frame.body.into()).await {
+                            return Ok(Err(e));
+                        }
+                    }
+                    "end" if out.started() => return Ok(Ok(None)),
+                    _ => {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            "the handler streamed a body before its head",
+                        ));
+                    }
+                }
             }
             "error" => {
                 let msg = match frame.str("message") {
@@ -91,6 +113,20 @@ pub(crate) async fn converse(
                 ));
             }
         }
+    }
+}
+
+/// A response frame's status, or 500 if it is not one.
+fn status_of(frame: &Frame) -> u16 {
+    let status = frame
+        .header
+        .get("status")
+        .and_then(Value::as_u64)
+        .unwrap_or(200);
+    if (100..=599).contains(&status) {
+        status as u16
+    } else {
+        500
     }
 }
 

@@ -47,8 +47,9 @@ pub struct DeployArgs {
     /// this, installs take wheels only.
     #[arg(long)]
     source_builds: bool,
-    /// Wasm modules: stream the request to stdin and stdout to the caller
-    /// as the module writes it, instead of whole (components always do).
+    /// Stream the request to the function and its response to the caller
+    /// as it writes it (wasm modules, js, Node.js Lambda streaming
+    /// handlers), instead of whole; components always stream.
     #[arg(long)]
     stream: bool,
     /// Share of invocations recorded, 0 to 1 (default 1: all).

@@ -21,7 +21,10 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use hearth_core::LogStream;
 use hearth_core::{FunctionSpec, FunctionVersion, InvokeError, Request, Response, Runtime, Tier};
-use hearth_host::{Artifacts, Compiled, DeployError, Engine, HostCtx, Prepared, Sandbox, Source};
+use hearth_host::{
+    Artifacts, BodyStream, Compiled, DeployError, Engine, HostCtx, Prepared, ResponseHead,
+    ResponseSink, Sandbox, Source,
+};
 use serde_json::json;
 use tokio::sync::OnceCell;
 
@@ -508,6 +511,12 @@ impl Prepared for ProcPrepared {
     async fn instantiate_isolated(&self) -> Result<Box<dyn Sandbox>, InvokeError> {
         self.sandbox(true).await
     }
+
+    /// A Node.js function deployed with `stream`: a Lambda streaming
+    /// handler's response streams (`docs/process-tier.md`).
+    fn streams(&self) -> bool {
+        self.version.spec.stream && self.runtime == Runtime::Node
+    }
 }
 
 impl ProcPrepared {
@@ -542,6 +551,7 @@ impl ProcPrepared {
             isolated,
             limits: self.version.spec.limits,
             max_response: inner.config.max_response_bytes,
+            max_body: inner.config.max_body_bytes,
         }))
     }
 
@@ -765,6 +775,7 @@ struct ProcSandbox {
     isolated: bool,
     limits: hearth_core::Limits,
     max_response: usize,
+    max_body: usize,
 }
 
 impl Drop for ProcSandbox {
@@ -792,15 +803,24 @@ impl Drop for ProcSandbox {
     }
 }
 
-#[async_trait]
-impl Sandbox for ProcSandbox {
-    async fn invoke(&mut self, req: &Request, host: HostCtx) -> Result<Response, InvokeError> {
+impl ProcSandbox {
+    /// Has the handler run `req`, its response going to `out` if it
+    /// streams; `Ok(None)` when it streamed.
+    async fn run(
+        &mut self,
+        req: &Request,
+        host: &HostCtx,
+        mut out: Option<&mut ResponseSink>,
+    ) -> Result<Option<Response>, InvokeError> {
         let deadline = host.meta().deadline;
         let limit_ms = self.limits.timeout_ms;
         let max_response = self.max_response;
         let handler = self.handler.as_mut().expect("one invocation per sandbox");
-        let exchange = converse(handler.conn(), req, &host, max_response);
+        let exchange = converse(handler.conn(), req, host, max_response, out.as_deref_mut());
         match tokio::time::timeout_at(deadline.into(), exchange).await {
+            // A handler left mid-stream (its caller gone, a limit) may still
+            // be writing: it is not kept.
+            Ok(Ok(Err(e))) if out.is_some_and(|o| o.started()) => Err(e),
             Ok(Ok(result)) => {
                 self.healthy = true;
                 result
@@ -830,6 +850,53 @@ impl Sandbox for ProcSandbox {
                 }
             }
             Err(_) => Err(InvokeError::Timeout { limit_ms }),
+        }
+    }
+}
+
+#[async_trait]
+impl Sandbox for ProcSandbox {
+    async fn invoke(&mut self, req: &Request, host: HostCtx) -> Result<Response, InvokeError> {
+        let answered = self.run(req, &host, None).await?;
+        answered.ok_or_else(|| InvokeError::Crashed("the handler streamed unasked".into()))
+    }
+
+    /// The request is read whole first (a Lambda event holds the body),
+    /// within `max_body_bytes`; the response streams if the handler is a
+    /// Lambda streaming one (`awslambda.streamifyResponse`), else it is
+    /// answered whole.
+    async fn invoke_streaming(
+        &mut self,
+        req: &Request,
+        mut body: BodyStream,
+        host: HostCtx,
+        out: &mut ResponseSink,
+    ) -> Result<(), InvokeError> {
+        use futures::StreamExt;
+        let mut whole = bytes::BytesMut::new();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk?;
+            if whole.len() + chunk.len() > self.max_body {
+                return Err(InvokeError::RequestTooLarge {
+                    limit_bytes: self.max_body,
+                });
+            }
+            whole.extend_from_slice(&chunk);
+        }
+        let req = Request {
+            body: whole.freeze(),
+            ..req.clone()
+        };
+        match self.run(&req, &host, Some(out)).await? {
+            None => Ok(()),
+            Some(r) => {
+                let head = ResponseHead {
+                    status: r.status,
+                    headers: r.headers,
+                    length: None,
+                };
+                out.whole(head, r.body)
+            }
         }
     }
 }

@@ -385,3 +385,67 @@ async fn a_js_function_streams_its_request_and_response() {
     assert_eq!(status, 400, "{message}");
     assert!(message.contains("stream=true applies to"), "{message}");
 }
+
+/// A Lambda response-streaming handler, unchanged: ten pieces, a pause
+/// between them, then (`?big`) 16 MiB more.
+const NODE_PIECES: &str = r#"export const handler = awslambda.streamifyResponse(async (event, responseStream, context) => {
+  responseStream = awslambda.HttpResponseStream.from(responseStream, { statusCode: 201, headers: { "x-made": "by-lambda" } });
+  for (let i = 0; i < 10; i++) {
+    responseStream.write(`piece ${i}\n`);
+    await new Promise((r) => setTimeout(r, 1));
+  }
+  if (event.rawQueryString === "big") {
+    const block = Buffer.alloc(1 << 20, 97);
+    for (let i = 0; i < 16; i++) {
+      if (!responseStream.write(block)) await new Promise((r) => responseStream.once("drain", r));
+    }
+  }
+  responseStream.end();
+});
+"#;
+
+#[tokio::test]
+async fn a_lambda_streaming_handler_streams_from_node() {
+    let d = Daemon::start();
+    let node = |stream| {
+        let mut q = vec![("runtime", "node"), ("file_name", "index.mjs")];
+        if stream {
+            q.push(("stream", "true"));
+        }
+        q
+    };
+    d.deploy("pieces", NODE_PIECES.as_bytes().to_vec(), &node(true))
+        .await;
+    let resp = d.post("/fn/admin/pieces").send().await.unwrap();
+    assert_eq!(resp.status(), 201);
+    assert_eq!(resp.headers()["x-made"], "by-lambda");
+    assert_eq!(resp.headers()["transfer-encoding"], "chunked");
+    let text = resp.text().await.unwrap();
+    assert_eq!(text.lines().count(), 10, "{text}");
+    assert!(
+        text.starts_with("piece 0\n") && text.ends_with("piece 9\n"),
+        "{text}"
+    );
+
+    // 16 MiB more, with the daemon's memory flat.
+    let before = d.rss_kib();
+    let watch = PeakRss::watch(&d);
+    let resp = d.post("/fn/admin/pieces?big").send().await.unwrap();
+    let body = resp.bytes().await.unwrap();
+    let grew_mib = watch.peak_kib().saturating_sub(before) / 1024;
+    assert_eq!(body.len(), 80 + (16 << 20));
+    assert!(body[80..].iter().all(|&b| b == b'a'));
+    assert!(grew_mib < 64, "the daemon grew by {grew_mib} MiB");
+
+    // Without `stream`, the same handler is answered whole.
+    d.deploy(
+        "pieces-whole",
+        NODE_PIECES.as_bytes().to_vec(),
+        &node(false),
+    )
+    .await;
+    let resp = d.post("/fn/admin/pieces-whole").send().await.unwrap();
+    assert_eq!(resp.status(), 201);
+    assert_eq!(resp.headers()["content-length"], "80");
+    assert_eq!(resp.text().await.unwrap(), text);
+}
