@@ -263,3 +263,36 @@ async fn a_zygote_every_tenant_shares_does_not_learn_from_one_tenants_handler() 
         assert_eq!(learned(&d).await > 0, learns, "colocation {mode}");
     }
 }
+
+/// A Lambda streaming handler whose caller leaves mid-stream may still be
+/// writing: its process is not kept, so the next invocation does not read
+/// the last one's leftover chunks.
+#[tokio::test]
+async fn a_handler_left_mid_stream_does_not_serve_the_next_invocation() {
+    const ENDLESS: &str = r#"export const handler = awslambda.streamifyResponse(async (event, responseStream) => {
+  if (event.rawQueryString !== "endless") { responseStream.end("short and whole"); return; }
+  const block = Buffer.alloc(64 << 10, 98);
+  for (;;) {
+    if (!responseStream.write(block)) await new Promise((r) => responseStream.once("drain", r));
+  }
+});
+"#;
+    let d = Daemon::start();
+    let q = [
+        ("runtime", "node"),
+        ("file_name", "index.mjs"),
+        ("stream", "true"),
+    ];
+    d.deploy("endless", ENDLESS.as_bytes().to_vec(), &q).await;
+    for _ in 0..3 {
+        let resp = d.post("/fn/admin/endless?endless").send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let mut body = resp.bytes_stream();
+        let first = futures::StreamExt::next(&mut body).await.unwrap().unwrap();
+        assert!(first.iter().all(|&b| b == b'b'));
+        drop(body);
+        let resp = d.post("/fn/admin/endless").send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.text().await.unwrap(), "short and whole");
+    }
+}

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -151,6 +152,46 @@ async fn a_stalled_streamed_body_holds_its_sandbox_only_for_the_body_timeout() {
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("request_timeout"), "{answer}");
     assert!(started.elapsed() < Duration::from_secs(15));
+}
+
+/// A Lambda event holds its body whole: a streaming Node.js function's
+/// request is read only up to `--max-body-bytes`, not the 4 GiB a
+/// streamed body may have.
+#[tokio::test]
+async fn a_streaming_node_function_reads_its_request_only_up_to_the_body_limit() {
+    const LENGTH: &str = r#"export const handler = awslambda.streamifyResponse(async (event, responseStream) => {
+  responseStream.end(String((event.body || "").length));
+});
+"#;
+    let d = Daemon::start_with(&["--max-body-bytes", "65536"]);
+    let q = [
+        ("runtime", "node"),
+        ("file_name", "index.mjs"),
+        ("stream", "true"),
+    ];
+    d.deploy("length", LENGTH.as_bytes().to_vec(), &q).await;
+    let resp = d
+        .post("/fn/admin/length")
+        .body(vec![b'x'; 60_000])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.text().await.unwrap(), "60000");
+    let chunks =
+        futures::stream::iter(0..64).map(|_| Ok::<_, std::io::Error>(vec![b'y'; 16 << 10]));
+    let resp = d
+        .post("/fn/admin/length")
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    let (status, kind, message) = crate::harness::error_of(resp).await;
+    assert_eq!(
+        (status, kind.as_str()),
+        (413, "request_too_large"),
+        "{message}"
+    );
+    assert!(message.contains("65536"), "{message}");
 }
 
 #[tokio::test]
