@@ -167,33 +167,7 @@ for i in 0 1 2; do
   for k in 0 1; do
     if [ $(((i + k) % 2)) -eq 0 ]; then d=wasmtime u="http://127.0.0.1:$WT_ECHO_PORT/" p=$WT_ECHO_PID
     else d=hearth u="$URL/fn/admin/echo-stream" p=$HEARTH_PID; fi
-    runs+=("$i:$d:$(python3 - "$p" "$u" <<'PY'
-import subprocess, sys, threading, time
-pid, url = int(sys.argv[1]), sys.argv[2]
-size = 1 << 30
-def rss_kib():
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-base = rss_kib()
-peak, done = [base], threading.Event()
-def watch():
-    while not done.is_set():
-        peak[0] = max(peak[0], rss_kib())
-        time.sleep(0.01)
-threading.Thread(target=watch, daemon=True).start()
-start = time.monotonic()
-body = subprocess.Popen(["head", "-c", str(size), "/dev/zero"], stdout=subprocess.PIPE)
-out = subprocess.run(["curl", "-sS", "-T", "-", "-X", "POST", "-o", "/dev/null",
-                      "-w", "%{size_download} %{http_code}", url],
-                     stdin=body.stdout, capture_output=True, text=True).stdout.split()
-elapsed = time.monotonic() - start
-done.set()
-if out != [str(size), "200"]:
-    sys.exit(f"{url}: {out}")
-print(f"{size / elapsed / 1e6:.1f}:{(peak[0] - base) / 1024:.1f}")
-PY
-)")
+    runs+=("$i:$d:$(python3 bench/stream_gib.py "$p" "$u")")
   done
 done
 python3 - "${runs[@]}" <<'PY'
@@ -210,6 +184,39 @@ for d, name in [("wasmtime", "`wasmtime serve -S cli` 48.0.2, echo component"), 
     r = f"**{ratio(paired(rounds, 'hearth', 'wasmtime', 'mbs'))}**" if d == "hearth" else ""
     print(f"| {name} | {med(d, 'mbs'):.0f} | {med(d, 'rise'):.1f} MiB | {r} |")
 PY
+
+# The same through the tiers that stream when deployed with stream=true:
+# the preview-1 echo module (examples/wasm/echo.wat, stdin to stdout) and
+# a js echo (request.body into a Response's ReadableStream).
+cat >"$WORK/echo.mjs" <<'JS'
+export default {
+  async fetch(request) {
+    const reader = request.body.getReader();
+    return new Response(new ReadableStream({
+      async pull(c) { const { value, done } = await reader.read(); if (done) c.close(); else c.enqueue(value); },
+    }));
+  },
+};
+JS
+curl -sf -H "Authorization: Bearer $TOKEN" --data-binary @examples/wasm/echo.wat \
+  "$URL/v1/functions/echo-module?runtime=wasm&public=true&stream=true&timeout_ms=120000" >/dev/null
+curl -sf -H "Authorization: Bearer $TOKEN" --data-binary @"$WORK/echo.mjs" \
+  "$URL/v1/functions/echo-js?runtime=js&file_name=echo.mjs&public=true&stream=true&timeout_ms=120000" >/dev/null
+echo
+echo "### Other tiers deployed with stream=true, a streamed 1 GiB body (curl, 3 rounds, median)"
+echo
+echo "| function | MB/s each way | peak RSS rise |"
+echo "|---|---|---|"
+for f in echo-module echo-js; do
+  runs=()
+  for i in 0 1 2; do runs+=("$(python3 bench/stream_gib.py "$HEARTH_PID" "$URL/fn/admin/$f")"); done
+  python3 - "$f" "${runs[@]}" <<'PY'
+import statistics, sys
+name = {"echo-module": "Hearth, echo module (.wat)", "echo-js": "Hearth, js echo (isolate)"}[sys.argv[1]]
+runs = [tuple(map(float, r.split(":"))) for r in sys.argv[2:]]
+print(f"| {name} | {statistics.median(r[0] for r in runs):.0f} | {statistics.median(r[1] for r in runs):.1f} MiB |")
+PY
+done
 
 # First invocation after deploy: a component nobody has compiled (a fresh
 # greeting makes a fresh hash), five times; median.

@@ -145,7 +145,7 @@ pub(crate) async fn artifact(
 /// Sends an invocation to the node the placer picks, pinned to the version
 /// the gateway resolved ([`hearth_cluster::forward`] has the rules).
 pub(crate) async fn forward(
-    g: &Gateway,
+    g: &Arc<Gateway>,
     function: &FunctionVersion,
     method: http::Method,
     uri: &http::Uri,

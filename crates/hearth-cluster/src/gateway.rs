@@ -206,6 +206,21 @@ impl OutgoingBody {
 pub type ForwardedBody =
     std::pin::Pin<Box<dyn futures::Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
 
+impl Forwarded {
+    /// This answer with `lease` released only once its body has passed.
+    fn holding(self, lease: Lease) -> Forwarded {
+        use futures::StreamExt;
+        let body = self.body.map(move |chunk| {
+            let _held = &lease;
+            chunk
+        });
+        Forwarded {
+            body: Box::pin(body),
+            ..self
+        }
+    }
+}
+
 /// A node's answer.
 pub struct Forwarded {
     pub status: u16,
@@ -308,14 +323,17 @@ pub struct Gateway {
     config: GatewayConfig,
 }
 
-/// Memory committed on a node for one forwarded invocation; released on drop.
-struct Lease<'a> {
-    gateway: &'a Gateway,
+/// Memory committed on a node for one forwarded invocation; released on
+/// drop, which is when its answer's body has passed (a streamed answer
+/// keeps its invocation running on the node). Members are never removed,
+/// so `node` stays theirs.
+struct Lease {
+    gateway: Arc<Gateway>,
     node: usize,
     mib: u64,
 }
 
-impl Drop for Lease<'_> {
+impl Drop for Lease {
     fn drop(&mut self) {
         let mut s = self.gateway.lock();
         let m = &mut s.members[self.node];
@@ -515,10 +533,10 @@ impl Gateway {
 
     /// Picks a node (not `except`) and commits the invocation's memory there.
     fn place(
-        &self,
+        self: &Arc<Self>,
         out: &Outgoing<'_>,
         except: Option<usize>,
-    ) -> Result<(Lease<'_>, Arc<str>, Arc<str>), GatewayError> {
+    ) -> Result<(Lease, Arc<str>, Arc<str>), GatewayError> {
         let mut s = self.lock();
         let (t, f) = s.ids(out.tenant, out.function);
         let Some(n) = s.placer.place_except(t, f, out.memory_mib, except) else {
@@ -543,7 +561,7 @@ impl Gateway {
         s.placer.set_running(n, running);
         Ok((
             Lease {
-                gateway: self,
+                gateway: self.clone(),
                 node: n,
                 mib: out.memory_mib,
             },
@@ -555,7 +573,7 @@ impl Gateway {
     /// Runs `out` on a node. It is sent once more, to another node, if the
     /// first fails before answering or refuses it (at its limit, before
     /// running any of it: [`hearth_core::REFUSED_HEADER`]).
-    pub async fn forward(&self, out: &Outgoing<'_>) -> Result<Forwarded, GatewayError> {
+    pub async fn forward(self: &Arc<Self>, out: &Outgoing<'_>) -> Result<Forwarded, GatewayError> {
         let invocation = InvocationId::new();
         let attempt = |retry| GatewayAttempt {
             id: invocation,
@@ -563,12 +581,14 @@ impl Gateway {
         };
         let (lease, id, url) = self.place(out, None)?;
         let first = lease.node;
-        let result = self.send(&url, out, attempt(false)).await;
+        let failed = match self.send(&url, out, attempt(false)).await {
+            Ok(f) => return Ok(Forwarded { node: id, ..f }.holding(lease)),
+            Err(e) => e,
+        };
         drop(lease);
         // What became of the first attempt, as the errors say it.
-        let (what, refused) = match result {
-            Ok(f) => return Ok(Forwarded { node: id, ..f }),
-            Err(SendError::Timeout) => {
+        let (what, refused) = match failed {
+            SendError::Timeout => {
                 return Err(GatewayError::Timeout {
                     node: id,
                     timeout_ms: out.timeout.as_millis() as u64,
@@ -576,11 +596,11 @@ impl Gateway {
             }
             // A busy node stays in placement, as the last resort until it
             // frees a slot: it is alive, only full.
-            Err(SendError::Refused) => {
+            SendError::Refused => {
                 self.lock().placer.set_busy(first, true);
                 (format!("node {id} is at its limit"), true)
             }
-            Err(SendError::Failed(err)) => {
+            SendError::Failed(err) => {
                 self.lock().take_out(first, &err);
                 (format!("node {id} failed ({err})"), false)
             }
@@ -607,25 +627,30 @@ impl Gateway {
             }
         };
         let second = lease.node;
-        let result = self.send(&url, out, attempt(true)).await;
+        let failed = match self.send(&url, out, attempt(true)).await {
+            Ok(f) => {
+                let f = Forwarded {
+                    node: second_id,
+                    retried_from: Some(id),
+                    ..f
+                };
+                return Ok(f.holding(lease));
+            }
+            Err(e) => e,
+        };
         drop(lease);
-        match result {
-            Ok(f) => Ok(Forwarded {
-                node: second_id,
-                retried_from: Some(id),
-                ..f
-            }),
-            Err(SendError::Timeout) => Err(GatewayError::Timeout {
+        match failed {
+            SendError::Timeout => Err(GatewayError::Timeout {
                 node: second_id,
                 timeout_ms: out.timeout.as_millis() as u64,
             }),
-            Err(SendError::Refused) => {
+            SendError::Refused => {
                 self.lock().placer.set_busy(second, true);
                 Err(GatewayError::Busy(format!(
                     "{what}, and node {second_id}, asked next, is at its limit too; try again shortly"
                 )))
             }
-            Err(SendError::Failed(err2)) => {
+            SendError::Failed(err2) => {
                 self.lock().take_out(second, &err2);
                 Err(GatewayError::Failed(format!(
                     "{what}; the retry on node {second_id} failed too ({err2})"

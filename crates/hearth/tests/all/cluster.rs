@@ -642,4 +642,23 @@ async fn a_streamed_body_passes_through_a_gateway_in_flat_memory() {
     let resp = gw.post("/fn/admin/echo").body(big).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.bytes().await.unwrap().len(), 8 << 20);
+
+    // An answer still streaming is an invocation still running on its
+    // node: the gateway counts it until the body has passed.
+    let running = |m: &[serde_json::Value]| m[0]["running"].as_u64().unwrap();
+    let resp = gw
+        .post("/fn/admin/echo")
+        .body(reqwest::Body::wrap_stream(generated(CHUNKS)))
+        .send()
+        .await
+        .unwrap();
+    let mut body = resp.bytes_stream();
+    body.next().await.unwrap().unwrap();
+    let m = members(&gw).await;
+    assert_eq!(running(&m), 1, "{m:#?}");
+    assert_eq!(m[0]["committed_mib"], 64, "{m:#?}");
+    while let Some(chunk) = body.next().await {
+        chunk.unwrap();
+    }
+    members_until(&gw, "the stream's lease is released", |m| running(m) == 0).await;
 }
