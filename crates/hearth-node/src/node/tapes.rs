@@ -137,10 +137,12 @@ impl Node {
         // In an instance of its own: a replay neither sees what live
         // traffic left in a warm instance nor leaves anything for it.
         let sandbox = prepared.instantiate_isolated().await;
-        // A response that streamed is compared as it was taped: its first
-        // bytes, its length and its hash.
+        // A version that streams replays as it ran (a module's stdin and
+        // CGI variables differ between the two paths), and a response that
+        // streamed is compared as it was taped: its first bytes, its length
+        // and its hash.
         let (result, response_digest) = match sandbox {
-            Ok(sandbox) if streamed.is_some() && prepared.streams() => {
+            Ok(sandbox) if prepared.streams() => {
                 self.replay_streaming(sandbox, &recording.request, &host)
                     .await
             }

@@ -589,9 +589,8 @@ async fn a_busy_node_pushes_back_and_the_gateway_places_elsewhere() {
 /// node, and the node's answer streams back, in the gateway's flat memory.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_streamed_body_passes_through_a_gateway_in_flat_memory() {
-    use crate::streaming::{PeakRss, generated, sha256_of_generated};
+    use crate::streaming::{echo_through, generated};
     use futures::StreamExt;
-    use sha2::{Digest, Sha256};
 
     let pg = TempPostgres::start().unwrap();
     let store = pg.create_database("streams").unwrap();
@@ -613,28 +612,8 @@ async fn a_streamed_body_passes_through_a_gateway_in_flat_memory() {
     assert_eq!(gw.call("echo", "", "warm").await, (200, "warm".into()));
 
     // 128 MiB sent without a length: past what the gateway holds.
-    let before = gw.rss_kib();
-    let watch = PeakRss::watch(&gw);
     const CHUNKS: u64 = 2048;
-    let resp = gw
-        .post("/fn/admin/echo")
-        .body(reqwest::Body::wrap_stream(generated(CHUNKS)))
-        .timeout(Duration::from_secs(120))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let mut hash = Sha256::new();
-    let mut len = 0u64;
-    let mut body = resp.bytes_stream();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.expect("the response streams whole");
-        len += chunk.len() as u64;
-        hash.update(&chunk);
-    }
-    let grew_mib = watch.peak_kib().saturating_sub(before) / 1024;
-    assert_eq!(len, CHUNKS << 16);
-    assert_eq!(hash.finalize().to_vec(), sha256_of_generated(CHUNKS));
+    let grew_mib = echo_through(&gw, "/fn/admin/echo", CHUNKS).await;
     assert!(grew_mib < 64, "the gateway grew by {grew_mib} MiB");
 
     // A declared length past it streams too.

@@ -72,20 +72,15 @@ impl PeakRss {
     }
 }
 
-#[tokio::test]
-async fn a_gigabyte_streams_through_a_component_in_flat_memory() {
-    let d = Daemon::start();
-    d.deploy("echo", component("echo"), &[("timeout_ms", "240000")])
-        .await;
-    // Warm: the component is loaded before memory is measured.
-    assert_eq!(d.call("echo", "", "warm").await, (200, "warm".into()));
+/// Streams `chunks` of [`generated`] to `path` on `d` and reads the answer
+/// as it comes: asserts it is an echo of them, chunked, and returns how far
+/// `d`'s resident memory rose meanwhile, in MiB.
+pub(crate) async fn echo_through(d: &Daemon, path: &str, chunks: u64) -> u64 {
     let before = d.rss_kib();
-    let watch = PeakRss::watch(&d);
-
-    const CHUNKS: u64 = 16 * 1024; // 1 GiB
+    let watch = PeakRss::watch(d);
     let resp = d
-        .post("/fn/admin/echo")
-        .body(reqwest::Body::wrap_stream(generated(CHUNKS)))
+        .post(path)
+        .body(reqwest::Body::wrap_stream(generated(chunks)))
         .timeout(Duration::from_secs(240))
         .send()
         .await
@@ -101,10 +96,21 @@ async fn a_gigabyte_streams_through_a_component_in_flat_memory() {
         hash.update(&chunk);
     }
     let peak = watch.peak_kib();
-    assert_eq!(len, CHUNKS << 16);
-    assert_eq!(hash.finalize().to_vec(), sha256_of_generated(CHUNKS));
+    assert_eq!(len, chunks << 16);
+    assert_eq!(hash.finalize().to_vec(), sha256_of_generated(chunks));
+    peak.saturating_sub(before) / 1024
+}
+
+#[tokio::test]
+async fn a_gigabyte_streams_through_a_component_in_flat_memory() {
+    let d = Daemon::start();
+    d.deploy("echo", component("echo"), &[("timeout_ms", "240000")])
+        .await;
+    // Warm: the component is loaded before memory is measured.
+    assert_eq!(d.call("echo", "", "warm").await, (200, "warm".into()));
+    const CHUNKS: u64 = 16 * 1024; // 1 GiB
+    let grew_mib = echo_through(&d, "/fn/admin/echo", CHUNKS).await;
     // Buffered, the body alone would be 1 GiB (twice over, in and out).
-    let grew_mib = peak.saturating_sub(before) / 1024;
     assert!(grew_mib < 64, "the daemon grew by {grew_mib} MiB");
 
     // The tape keeps the start of each body, its length and its hash.
@@ -191,30 +197,8 @@ async fn a_module_streams_its_stdin_and_stdout() {
     assert_eq!(d.call("echo", "", "warm").await, (200, "warm".into()));
 
     // 256 MiB through the echo: buffered, the daemon would hold it twice.
-    let before = d.rss_kib();
-    let watch = PeakRss::watch(&d);
     const CHUNKS: u64 = 4 * 1024;
-    let resp = d
-        .post("/fn/admin/echo")
-        .body(reqwest::Body::wrap_stream(generated(CHUNKS)))
-        .timeout(Duration::from_secs(120))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    assert_eq!(resp.headers()["transfer-encoding"], "chunked");
-    let mut hash = Sha256::new();
-    let mut len = 0u64;
-    let mut body = resp.bytes_stream();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.expect("the response streams whole");
-        len += chunk.len() as u64;
-        hash.update(&chunk);
-    }
-    let peak = watch.peak_kib();
-    assert_eq!(len, CHUNKS << 16);
-    assert_eq!(hash.finalize().to_vec(), sha256_of_generated(CHUNKS));
-    let grew_mib = peak.saturating_sub(before) / 1024;
+    let grew_mib = echo_through(&d, "/fn/admin/echo", CHUNKS).await;
     assert!(grew_mib < 64, "the daemon grew by {grew_mib} MiB");
     let id = d.newest_tape("echo", 2).await;
     let tape = d.get_json(&format!("/v1/recordings/{id}")).await;
@@ -281,29 +265,8 @@ async fn a_js_function_streams_its_request_and_response() {
     assert_eq!(d.call("echo", "", "warm").await, (200, "warm".into()));
 
     // 64 MiB through the isolate, chunk by chunk, in the daemon's flat memory.
-    let before = d.rss_kib();
-    let watch = PeakRss::watch(&d);
     const CHUNKS: u64 = 1024;
-    let resp = d
-        .post("/fn/admin/echo")
-        .body(reqwest::Body::wrap_stream(generated(CHUNKS)))
-        .timeout(Duration::from_secs(120))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    assert_eq!(resp.headers()["transfer-encoding"], "chunked");
-    let mut hash = Sha256::new();
-    let mut len = 0u64;
-    let mut body = resp.bytes_stream();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.expect("the response streams whole");
-        len += chunk.len() as u64;
-        hash.update(&chunk);
-    }
-    let grew_mib = watch.peak_kib().saturating_sub(before) / 1024;
-    assert_eq!(len, CHUNKS << 16);
-    assert_eq!(hash.finalize().to_vec(), sha256_of_generated(CHUNKS));
+    let grew_mib = echo_through(&d, "/fn/admin/echo", CHUNKS).await;
     assert!(grew_mib < 64, "the daemon grew by {grew_mib} MiB");
     let id = d.newest_tape("echo", 2).await;
     let tape = d.get_json(&format!("/v1/recordings/{id}")).await;

@@ -18,6 +18,23 @@ async fn connect(d: &Daemon, from: &str) -> TcpStream {
     socket.connect(addr).await.unwrap()
 }
 
+/// A connection from `from` that sends 3 bytes of a 1000-byte body to
+/// the echo, then nothing.
+async fn stall_a_body(d: &Daemon, from: &str) -> TcpStream {
+    let mut s = connect(d, from).await;
+    s.write_all(
+        format!(
+            "POST /fn/admin/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\
+             Authorization: Bearer {}\r\n\r\nabc",
+            d.token
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    s
+}
+
 /// Reads until the server closes (or `within` passes); what it said.
 async fn read_until_closed(s: &mut TcpStream, within: Duration) -> Option<String> {
     let mut out = Vec::new();
@@ -70,17 +87,7 @@ async fn a_slow_loris_client_neither_holds_connections_nor_starves_others() {
         );
     }
     // A body trickled past the body timeout gets 408, not a held task.
-    let mut s = connect(&d, "127.0.0.2").await;
-    s.write_all(
-        format!(
-            "POST /fn/admin/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\
-             Authorization: Bearer {}\r\n\r\nabc",
-            d.token
-        )
-        .as_bytes(),
-    )
-    .await
-    .unwrap();
+    let mut s = stall_a_body(&d, "127.0.0.2").await;
     let answer = read_until_closed(&mut s, Duration::from_secs(6))
         .await
         .expect("the trickled body was waited on past its timeout");
@@ -135,17 +142,7 @@ async fn a_stalled_streamed_body_holds_its_sandbox_only_for_the_body_timeout() {
     d.deploy("echo", crate::harness::example("echo.wat"), &q)
         .await;
     let started = Instant::now();
-    let mut s = connect(&d, "127.0.0.1").await;
-    s.write_all(
-        format!(
-            "POST /fn/admin/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\
-             Authorization: Bearer {}\r\n\r\nabc",
-            d.token
-        )
-        .as_bytes(),
-    )
-    .await
-    .unwrap();
+    let mut s = stall_a_body(&d, "127.0.0.1").await;
     let answer = read_until_closed(&mut s, Duration::from_secs(15))
         .await
         .expect("the stalled body was waited on past the body timeout");
