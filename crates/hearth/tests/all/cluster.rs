@@ -72,7 +72,11 @@ async fn counting_upstream() -> (
 /// Gateway and nodes let functions reach this machine: the tests' upstream
 /// servers are on loopback.
 fn gateway(store: &str) -> Daemon {
-    Daemon::start_with(&[
+    gateway_with(store, &[])
+}
+
+fn gateway_with(store: &str, extra: &[&str]) -> Daemon {
+    let mut args = vec![
         "--allow-private-egress",
         "true",
         "--role",
@@ -83,7 +87,9 @@ fn gateway(store: &str) -> Daemon {
         "200",
         "--colocation",
         "full",
-    ])
+    ];
+    args.extend_from_slice(extra);
+    Daemon::start_with(&args)
 }
 
 fn node(gateway: &Daemon, store: &str, extra: &[&str]) -> Daemon {
@@ -594,16 +600,7 @@ async fn a_streamed_body_passes_through_a_gateway_in_flat_memory() {
 
     let pg = TempPostgres::start().unwrap();
     let store = pg.create_database("streams").unwrap();
-    let gw = Daemon::start_with(&[
-        "--role",
-        "gateway",
-        "--store",
-        &store,
-        "--heartbeat-ms",
-        "200",
-        "--max-body-bytes",
-        "1048576",
-    ]);
+    let gw = gateway_with(&store, &["--max-body-bytes", "1048576"]);
     let _node = node(&gw, &store, &[]);
     members_until(&gw, "the node joins", |m| alive(m) == 1).await;
     let q = [("stream", "true"), ("timeout_ms", "120000")];
