@@ -9,6 +9,8 @@
 //   /kv?KEY        increments counter KEY in wasi:keyvalue, records it as
 //                  "last", answers "KEY=N last=KEY"
 //   /kvstore?NAME  opens the wasi:keyvalue store NAME
+//   /kvkeys        lists the default bucket: "N keys", then "; more: ERROR"
+//                  if the page came with a cursor and the next one failed
 //   /big?N         answers N bytes
 //   /spin          loops forever
 //   /bomb          allocates until memory runs out
@@ -217,6 +219,40 @@ static void kv(const char *key, exports_wasi_http_incoming_handler_own_response_
   respond(out, 200, text);
 }
 
+static void kv_keys(exports_wasi_http_incoming_handler_own_response_outparam_t out) {
+  function_string_t store = {(uint8_t *)"default", 7};
+  wasi_keyvalue_store_own_bucket_t bucket;
+  wasi_keyvalue_store_error_t err;
+  if (!wasi_keyvalue_store_open(&store, &bucket, &err)) {
+    respond(out, 500, "open failed\n");
+    return;
+  }
+  wasi_keyvalue_store_borrow_bucket_t b = wasi_keyvalue_store_borrow_bucket(bucket);
+  wasi_keyvalue_store_key_response_t page;
+  char text[1024];
+  if (!wasi_keyvalue_store_method_bucket_list_keys(b, NULL, &page, &err)) {
+    wasi_keyvalue_store_bucket_drop_own(bucket);
+    respond(out, 500, "list failed\n");
+    return;
+  }
+  int n = snprintf(text, sizeof text, "%zu keys", page.keys.len);
+  if (page.cursor.is_some) {
+    wasi_keyvalue_store_key_response_t next;
+    uint64_t cursor = page.cursor.val;
+    if (wasi_keyvalue_store_method_bucket_list_keys(b, &cursor, &next, &err)) {
+      snprintf(text + n, sizeof text - n, "; more: %zu keys", next.keys.len);
+      wasi_keyvalue_store_key_response_free(&next);
+    } else {
+      snprintf(text + n, sizeof text - n, "; more: %.*s",
+               err.tag == WASI_KEYVALUE_STORE_ERROR_OTHER ? (int)err.val.other.len : 0,
+               err.tag == WASI_KEYVALUE_STORE_ERROR_OTHER ? (char *)err.val.other.ptr : "");
+    }
+  }
+  wasi_keyvalue_store_key_response_free(&page);
+  wasi_keyvalue_store_bucket_drop_own(bucket);
+  respond(out, 200, text);
+}
+
 static void kv_store(const char *name, exports_wasi_http_incoming_handler_own_response_outparam_t out) {
   function_string_t store = {(uint8_t *)name, strlen(name)};
   wasi_keyvalue_store_own_bucket_t bucket;
@@ -279,6 +315,8 @@ void exports_wasi_http_incoming_handler_handle(
     kv(query, out);
   } else if (!strcmp(path, "/kvstore")) {
     kv_store(query, out);
+  } else if (!strcmp(path, "/kvkeys")) {
+    kv_keys(out);
   } else if (!strcmp(path, "/random")) {
     random_and_time(out);
   } else if (!strcmp(path, "/log")) {

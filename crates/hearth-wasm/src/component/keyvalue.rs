@@ -7,7 +7,8 @@
 //! and wasmtime's own implementation call it); any other name is
 //! `no-such-store`. Keys are the same bytes a module's `hearth.kv_*` and
 //! the KV API see; `list-keys` returns at most the node's KV list limit
-//! in one page.
+//! in one page, and a full page has a cursor whose next page is an error
+//! naming the limit (never a list that silently stops).
 
 use hearth_host::{HostCtx, HostError};
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable, ResourceTableError};
@@ -125,20 +126,25 @@ impl store::HostBucket for KeyValue<'_> {
         _: Resource<Bucket>,
         cursor: Option<u64>,
     ) -> Result<store::KeyResponse, Error> {
-        // One page: a cursor past it has nothing more.
+        // One page. A full page may not be all the keys: it says so with a
+        // cursor, and asking for the next page is an error that says why,
+        // rather than a list that silently stops.
+        let host = self.host()?;
+        let limit = host.limits().kv_max_list;
         if cursor.is_some_and(|c| c > 0) {
-            return Ok(store::KeyResponse {
-                keys: Vec::new(),
-                cursor: None,
-            });
+            return Err(Error::Other(format!(
+                "the bucket has more keys than one listing holds ({limit}); Hearth lists \
+                 one page: keep fewer keys, or list them by prefix through the KV API"
+            )));
         }
-        let keys = self.host()?.kv_list(Vec::new()).await?;
+        let keys = host.kv_list(Vec::new()).await?;
+        let full = keys.len() >= limit as usize;
         Ok(store::KeyResponse {
             keys: keys
                 .into_iter()
                 .map(|k| String::from_utf8_lossy(&k).into_owned())
                 .collect(),
-            cursor: None,
+            cursor: full.then_some(1),
         })
     }
 

@@ -162,6 +162,27 @@ async fn wasi_keyvalue_is_the_functions_kv_and_its_increments_are_atomic() {
     let (status, text) = d.call("probe/kv", "?last", "").await;
     assert_eq!(status, 500);
     assert!(text.contains("not a decimal number"), "{text}");
+
+    // `list-keys` gives one page; a full one is never taken for all keys.
+    assert_eq!(d.call("probe/kvkeys", "", "").await, (200, "2 keys".into()));
+    use futures::StreamExt;
+    let puts = futures::stream::iter(0..1000).map(|i| {
+        d.http
+            .put(format!("{}/v1/functions/probe/kv/k{i:04}", d.url))
+            .bearer_auth(&d.token)
+            .body("v")
+            .send()
+    });
+    let mut puts = puts.buffer_unordered(16);
+    while let Some(resp) = puts.next().await {
+        assert_eq!(resp.unwrap().status(), 204);
+    }
+    let (status, text) = d.call("probe/kvkeys", "", "").await;
+    assert_eq!(status, 200);
+    assert!(
+        text.starts_with("1000 keys; more: the bucket has more keys than one listing holds (1000)"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
