@@ -119,14 +119,41 @@ pub fn parse_cgi_output(stdout: Bytes) -> Response {
     }
 }
 
+/// The most a CGI header block may take, from the output's start.
+const MAX_BLOCK: usize = 64 << 10;
+
+/// Whether the start of `out` already tells how it will be read: a whole
+/// header block, or no header block at all. False while it could still
+/// become one (its last line is not finished and the lines before it are
+/// headers), which only more output can settle.
+pub(crate) fn head_is_known(out: &[u8]) -> bool {
+    out.len() >= MAX_BLOCK || !matches!(header_block(out), Block::Unfinished)
+}
+
 /// The header block, if `out` opens with one, and where the body starts.
 fn split_header_block(out: &[u8]) -> Option<(Vec<(String, String)>, usize)> {
-    const MAX_BLOCK: usize = 64 << 10;
+    match header_block(out) {
+        Block::Headers(headers, body_start) => Some((headers, body_start)),
+        Block::None | Block::Unfinished => None,
+    }
+}
+
+enum Block {
+    Headers(Vec<(String, String)>, usize),
+    /// The output does not open with a header block.
+    None,
+    /// Headers so far, and a line not yet ended.
+    Unfinished,
+}
+
+fn header_block(out: &[u8]) -> Block {
     let window = &out[..out.len().min(MAX_BLOCK)];
     let mut headers = Vec::new();
     let mut pos = 0;
     loop {
-        let rel_end = window[pos..].iter().position(|&b| b == b'\n')?;
+        let Some(rel_end) = window[pos..].iter().position(|&b| b == b'\n') else {
+            return Block::Unfinished;
+        };
         let mut line = &window[pos..pos + rel_end];
         if line.last() == Some(&b'\r') {
             line = &line[..line.len() - 1];
@@ -134,19 +161,23 @@ fn split_header_block(out: &[u8]) -> Option<(Vec<(String, String)>, usize)> {
         pos += rel_end + 1;
         if line.is_empty() {
             return if headers.is_empty() {
-                None
+                Block::None
             } else {
-                Some((headers, pos))
+                Block::Headers(headers, pos)
             };
         }
-        let line = std::str::from_utf8(line).ok()?;
-        let (name, value) = line.split_once(':')?;
+        let Some((name, value)) = std::str::from_utf8(line)
+            .ok()
+            .and_then(|l| l.split_once(':'))
+        else {
+            return Block::None;
+        };
         let is_token = !name.is_empty()
             && name
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
         if !is_token {
-            return None;
+            return Block::None;
         }
         headers.push((name.to_string(), value.trim().to_string()));
     }
@@ -234,6 +265,20 @@ mod tests {
         assert!(
             streamed.iter().all(|s| !s.starts_with(b"CONTENT_LENGTH=")),
             "no CONTENT_LENGTH"
+        );
+    }
+
+    #[test]
+    fn the_head_is_known_once_the_block_ends_or_cannot_be_one() {
+        assert!(!head_is_known(b""));
+        assert!(!head_is_known(b"Content-Type: text/pl"));
+        assert!(!head_is_known(b"Content-Type: text/plain\r\nStatus: 2"));
+        assert!(head_is_known(b"Content-Type: text/plain\r\n\r\n"));
+        assert!(head_is_known(b"hello world\n"), "prose is body");
+        assert!(head_is_known(b"\nbody after a blank line"));
+        assert!(
+            head_is_known(&[b'x'; MAX_BLOCK]),
+            "past the window it is body"
         );
     }
 

@@ -291,6 +291,7 @@ impl Sandbox for WasmSandbox {
         let stream = StdioStream {
             body: Some(body),
             out: tx,
+            sent: false,
         };
         let run = async {
             let ran = self.run(req, length, Some(stream), &host).await;

@@ -173,6 +173,8 @@ pub(crate) struct StdioStream {
     pub body: Option<BodyStream>,
     /// Where stdout's pieces go: each with whether it is the last.
     pub out: mpsc::Sender<(Bytes, bool)>,
+    /// Whether a piece has gone (then so has the response's head).
+    pub sent: bool,
 }
 
 impl std::fmt::Debug for StdioStream {
@@ -615,6 +617,9 @@ async fn fd_write(
             done += k;
             if stdout.len() == STREAM_PIECE {
                 let piece = std::mem::replace(stdout, Vec::with_capacity(STREAM_PIECE));
+                if let Some(stream) = &mut s.wasi.stream {
+                    stream.sent = true;
+                }
                 if out.send((piece.into(), false)).await.is_err() {
                     return Err(format_err!(RESPONSE_GONE));
                 }
@@ -630,6 +635,28 @@ async fn fd_write(
         .map_or_else(|e| e, |()| errno::SUCCESS))
 }
 
+/// Before a streaming guest waits (for its request, or a clock), what it
+/// has written so far leaves, so output written a line at a time (events,
+/// progress) reaches the caller while the guest waits, not a piece later.
+/// The first output waits until it shows whether it opens with a CGI
+/// header block.
+async fn flush_before_waiting(caller: &mut C<'_>) -> wasmtime::Result<()> {
+    let w = &mut caller.data_mut().wasi;
+    let Some(stream) = &mut w.stream else {
+        return Ok(());
+    };
+    if w.stdout.bytes.is_empty() || !(stream.sent || crate::cgi::head_is_known(&w.stdout.bytes)) {
+        return Ok(());
+    }
+    stream.sent = true;
+    let piece = std::mem::replace(&mut w.stdout.bytes, Vec::with_capacity(STREAM_PIECE));
+    let out = stream.out.clone();
+    if out.send((piece.into(), false)).await.is_err() {
+        return Err(format_err!(RESPONSE_GONE));
+    }
+    Ok(())
+}
+
 /// `fd_read` on stdin: what is left of the request's current chunk; when
 /// the request streams and that is used up, it waits for the next one.
 async fn fd_read(
@@ -643,6 +670,12 @@ async fn fd_read(
     if !w.open(fd) || fd != 0 {
         return Ok(errno::BADF);
     }
+    let must_wait =
+        w.stdin_pos == w.stdin.len() && w.stream.as_ref().is_some_and(|s| s.body.is_some());
+    if must_wait {
+        flush_before_waiting(caller).await?;
+    }
+    let w = &mut caller.data_mut().wasi;
     if w.stdin_pos == w.stdin.len()
         && let Some(stream) = &mut w.stream
         && let Some(body) = &mut stream.body
@@ -781,6 +814,7 @@ async fn poll_oneoff(
         .min();
     let slept = match (any_ready, sleep) {
         (false, Some(d)) => {
+            flush_before_waiting(caller).await?;
             // The sandbox's own deadline ends an over-long sleep.
             tokio::time::sleep(d).await;
             d

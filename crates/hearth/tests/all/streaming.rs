@@ -412,3 +412,49 @@ async fn a_lambda_streaming_handler_streams_from_node() {
     assert_eq!(resp.headers()["content-length"], "80");
     assert_eq!(resp.text().await.unwrap(), text);
 }
+
+/// Server-sent events from a CGI module: the head and a first event, a
+/// 1.5 s sleep (`poll_oneoff`), a second event.
+const EVENTS: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write"
+    (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "poll_oneoff"
+    (func $poll (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 256) "Content-Type: text/event-stream\n\ndata: 1\n\n")
+  (data (i32.const 512) "data: 2\n\n")
+  (func $write (param $at i32) (param $len i32)
+    (i32.store (i32.const 0) (local.get $at))
+    (i32.store (i32.const 4) (local.get $len))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8))))
+  (func (export "_start")
+    (call $write (i32.const 256) (i32.const 42))
+    ;; one subscription at 64: the monotonic clock, 1.5 s from now
+    (i64.store (i32.const 64) (i64.const 7))
+    (i32.store8 (i32.const 72) (i32.const 0))
+    (i32.store (i32.const 80) (i32.const 1))
+    (i64.store (i32.const 88) (i64.const 1500000000))
+    (i64.store (i32.const 96) (i64.const 0))
+    (i32.store16 (i32.const 104) (i32.const 0))
+    (drop (call $poll (i32.const 64) (i32.const 128) (i32.const 1) (i32.const 160)))
+    (call $write (i32.const 512) (i32.const 9))))"#;
+
+#[tokio::test]
+async fn a_streaming_modules_output_leaves_when_it_waits() {
+    let d = Daemon::start();
+    d.deploy("events", EVENTS.as_bytes().to_vec(), &[("stream", "true")])
+        .await;
+    let started = std::time::Instant::now();
+    let resp = d.post("/fn/admin/events").send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut body = resp.bytes_stream();
+    let first = body.next().await.unwrap().unwrap();
+    let first_at = started.elapsed();
+    assert_eq!(first, "data: 1\n\n");
+    assert!(first_at < Duration::from_millis(1200), "{first_at:?}");
+    let second = body.next().await.unwrap().unwrap();
+    assert_eq!(second, "data: 2\n\n");
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+    assert!(body.next().await.is_none());
+}
