@@ -9,6 +9,7 @@
 //   /kv?KEY        increments counter KEY in wasi:keyvalue, records it as
 //                  "last", answers "KEY=N last=KEY"
 //   /kvstore?NAME  opens the wasi:keyvalue store NAME
+//   /kvexists?KEY  "yes" or "no": whether KEY holds a value
 //   /kvkeys        lists the default bucket: "N keys", then "; more: ERROR"
 //                  if the page came with a cursor and the next one failed
 //   /big?N         answers N bytes
@@ -219,6 +220,22 @@ static void kv(const char *key, exports_wasi_http_incoming_handler_own_response_
   respond(out, 200, text);
 }
 
+static void kv_exists(const char *key, exports_wasi_http_incoming_handler_own_response_outparam_t out) {
+  function_string_t store = {(uint8_t *)"default", 7};
+  wasi_keyvalue_store_own_bucket_t bucket;
+  wasi_keyvalue_store_error_t err;
+  if (!wasi_keyvalue_store_open(&store, &bucket, &err)) {
+    respond(out, 500, "open failed\n");
+    return;
+  }
+  function_string_t k = {(uint8_t *)key, strlen(key)};
+  bool exists = false;
+  bool ok = wasi_keyvalue_store_method_bucket_exists(wasi_keyvalue_store_borrow_bucket(bucket), &k,
+                                                     &exists, &err);
+  wasi_keyvalue_store_bucket_drop_own(bucket);
+  respond(out, ok ? 200 : 500, !ok ? "exists failed\n" : exists ? "yes" : "no");
+}
+
 static void kv_keys(exports_wasi_http_incoming_handler_own_response_outparam_t out) {
   function_string_t store = {(uint8_t *)"default", 7};
   wasi_keyvalue_store_own_bucket_t bucket;
@@ -317,6 +334,8 @@ void exports_wasi_http_incoming_handler_handle(
     kv_store(query, out);
   } else if (!strcmp(path, "/kvkeys")) {
     kv_keys(out);
+  } else if (!strcmp(path, "/kvexists")) {
+    kv_exists(query, out);
   } else if (!strcmp(path, "/random")) {
     random_and_time(out);
   } else if (!strcmp(path, "/log")) {

@@ -562,6 +562,39 @@ impl HostCtx {
         Ok(value)
     }
 
+    /// Whether `key` holds a value. The tape keeps the answer, not the
+    /// value (a `kv_get` would tape all of it).
+    pub async fn kv_exists(&self, key: Vec<u8>) -> Result<bool, HostError> {
+        self.check_key(&key)?;
+        let _call = self.begin_call()?;
+        let same = |e: &HostEvent| match e {
+            HostEvent::KvExists { key: k, exists } if *k == key => Some(*exists),
+            _ => None,
+        };
+        if let Some(answer) = self.earlier(
+            true,
+            || {
+                HostEvent::KvExists {
+                    key: key.clone(),
+                    exists: false,
+                }
+                .call()
+            },
+            same,
+        ) {
+            return answer;
+        }
+        self.check_tape_room()?;
+        let k = key.clone();
+        let exists = self
+            .blocking(move |s, t, f| s.kv_get(t, f, &k))
+            .await?
+            .is_some();
+        self.record_effect(HostEvent::KvExists { key, exists })
+            .await;
+        Ok(exists)
+    }
+
     pub async fn kv_set(&self, key: Vec<u8>, value: Vec<u8>) -> Result<(), HostError> {
         self.check_key(&key)?;
         let _call = self.begin_call()?;

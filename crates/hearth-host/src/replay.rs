@@ -63,6 +63,7 @@ fn is_effect(e: &HostEvent) -> bool {
             | HostEvent::KvSet { .. }
             | HostEvent::KvDelete { .. }
             | HostEvent::KvIncrement { .. }
+            | HostEvent::KvExists { .. }
             | HostEvent::KvList { .. }
             | HostEvent::HttpFetch { .. }
     )

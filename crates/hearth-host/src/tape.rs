@@ -57,6 +57,12 @@ pub enum HostEvent {
         /// The new value, or why the value could not be incremented.
         result: Result<u64, String>,
     },
+    /// Whether a KV key holds a value (without the value: asking costs the
+    /// tape the key, not what it holds).
+    KvExists {
+        key: Vec<u8>,
+        exists: bool,
+    },
 }
 
 impl HostEvent {
@@ -74,6 +80,7 @@ impl HostEvent {
             HostEvent::Log { .. } => "log",
             HostEvent::Truncated { .. } => "truncated",
             HostEvent::KvIncrement { .. } => "kv.increment",
+            HostEvent::KvExists { .. } => "kv.exists",
         }
     }
 
@@ -85,7 +92,7 @@ impl HostEvent {
                 HostEvent::Random { bytes } => bytes.len(),
                 HostEvent::KvGet { key, value } => key.len() + value.as_ref().map_or(0, Vec::len),
                 HostEvent::KvSet { key, value } => key.len() + value.len(),
-                HostEvent::KvDelete { key, .. } => key.len(),
+                HostEvent::KvDelete { key, .. } | HostEvent::KvExists { key, .. } => key.len(),
                 HostEvent::KvIncrement { key, result, .. } => {
                     key.len() + result.as_ref().err().map_or(0, String::len)
                 }
@@ -126,6 +133,7 @@ impl HostEvent {
                 format!("kv.set {} = {}", shown(key), shown(value))
             }
             HostEvent::KvDelete { key, .. } => format!("kv.delete {}", shown(key)),
+            HostEvent::KvExists { key, .. } => format!("kv.exists {}", shown(key)),
             HostEvent::KvIncrement { key, delta, .. } => {
                 format!("kv.increment {} by {delta}", shown(key))
             }
@@ -154,6 +162,7 @@ impl HostEvent {
                 if *existed { "deleted" } else { "(absent)" }.into()
             }
             HostEvent::KvList { keys, .. } => format!("{} keys", keys.len()),
+            HostEvent::KvExists { exists, .. } => exists.to_string(),
             HostEvent::KvIncrement { result, .. } => match result {
                 Ok(n) => n.to_string(),
                 Err(e) => format!("error: {e}"),

@@ -79,6 +79,7 @@ fn event() -> impl Strategy<Value = HostEvent> {
             prop_oneof![any::<u64>().prop_map(Ok), text().prop_map(Err)]
         )
             .prop_map(|(key, delta, result)| HostEvent::KvIncrement { key, delta, result }),
+        (bytes(), any::<bool>()).prop_map(|(key, exists)| HostEvent::KvExists { key, exists }),
     ]
 }
 

@@ -118,7 +118,7 @@ impl store::HostBucket for KeyValue<'_> {
     }
 
     async fn exists(&mut self, _: Resource<Bucket>, key: String) -> Result<bool, Error> {
-        Ok(self.host()?.kv_get(key.into_bytes()).await?.is_some())
+        Ok(self.host()?.kv_exists(key.into_bytes()).await?)
     }
 
     async fn list_keys(

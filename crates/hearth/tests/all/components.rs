@@ -163,6 +163,44 @@ async fn wasi_keyvalue_is_the_functions_kv_and_its_increments_are_atomic() {
     assert_eq!(status, 500);
     assert!(text.contains("not a decimal number"), "{text}");
 
+    // `exists` tapes its answer, not the value it asked about.
+    let resp = d
+        .http
+        .put(format!("{}/v1/functions/probe/kv/big", d.url))
+        .bearer_auth(&d.token)
+        .body(vec![b'v'; 512 << 10])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    let resp = d.post("/fn/admin/probe/kvexists?big").send().await.unwrap();
+    let id = resp.headers()["hearth-invocation-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(resp.text().await.unwrap(), "yes");
+    let tape = d.recording_when_written(&id).await;
+    let call = tape["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["call"] == "kv.exists \"big\"")
+        .unwrap_or_else(|| panic!("{tape}"));
+    assert_eq!(call["answer"], "true");
+    assert!(call["payload_bytes"].as_u64().unwrap_or(0) < 1024, "{call}");
+    assert_eq!(
+        d.call("probe/kvexists", "?nothing", "").await,
+        (200, "no".into())
+    );
+    let resp = d
+        .http
+        .delete(format!("{}/v1/functions/probe/kv/big", d.url))
+        .bearer_auth(&d.token)
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success());
+
     // `list-keys` gives one page; a full one is never taken for all keys.
     assert_eq!(d.call("probe/kvkeys", "", "").await, (200, "2 keys".into()));
     use futures::StreamExt;

@@ -305,6 +305,26 @@ impl Daemon {
         }
     }
 
+    /// The recording of invocation `id`, once the writer has stored it
+    /// (it batches); the test fails if that takes over 15 s.
+    pub async fn recording_when_written(&self, id: &str) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let r = self
+                .http
+                .get(format!("{}/v1/recordings/{id}", self.url))
+                .bearer_auth(&self.token)
+                .send()
+                .await
+                .unwrap();
+            if r.status() == 200 {
+                return r.json().await.unwrap();
+            }
+            assert!(Instant::now() < deadline, "{id} was never recorded");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Logs of `name`, polled until `pred` holds (the writer batches);
     /// the test fails if it does not within 30 s.
     pub async fn logs_until(
