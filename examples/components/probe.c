@@ -189,14 +189,20 @@ static void config(const char *key, exports_wasi_http_incoming_handler_own_respo
   }
 }
 
-static void kv(const char *key, exports_wasi_http_incoming_handler_own_response_outparam_t out) {
+// Opens the default bucket; if it cannot, answers 500 and returns false.
+static bool open_default(wasi_keyvalue_store_own_bucket_t *bucket,
+                         exports_wasi_http_incoming_handler_own_response_outparam_t out) {
   function_string_t store = {(uint8_t *)"default", 7};
+  wasi_keyvalue_store_error_t err;
+  if (wasi_keyvalue_store_open(&store, bucket, &err)) return true;
+  respond(out, 500, "open failed\n");
+  return false;
+}
+
+static void kv(const char *key, exports_wasi_http_incoming_handler_own_response_outparam_t out) {
   wasi_keyvalue_store_own_bucket_t bucket;
   wasi_keyvalue_store_error_t err;
-  if (!wasi_keyvalue_store_open(&store, &bucket, &err)) {
-    respond(out, 500, "open failed\n");
-    return;
-  }
+  if (!open_default(&bucket, out)) return;
   wasi_keyvalue_store_borrow_bucket_t b = wasi_keyvalue_store_borrow_bucket(bucket);
   function_string_t k = {(uint8_t *)key, strlen(key)};
   uint64_t n;
@@ -221,13 +227,9 @@ static void kv(const char *key, exports_wasi_http_incoming_handler_own_response_
 }
 
 static void kv_exists(const char *key, exports_wasi_http_incoming_handler_own_response_outparam_t out) {
-  function_string_t store = {(uint8_t *)"default", 7};
   wasi_keyvalue_store_own_bucket_t bucket;
   wasi_keyvalue_store_error_t err;
-  if (!wasi_keyvalue_store_open(&store, &bucket, &err)) {
-    respond(out, 500, "open failed\n");
-    return;
-  }
+  if (!open_default(&bucket, out)) return;
   function_string_t k = {(uint8_t *)key, strlen(key)};
   bool exists = false;
   bool ok = wasi_keyvalue_store_method_bucket_exists(wasi_keyvalue_store_borrow_bucket(bucket), &k,
@@ -237,13 +239,9 @@ static void kv_exists(const char *key, exports_wasi_http_incoming_handler_own_re
 }
 
 static void kv_keys(exports_wasi_http_incoming_handler_own_response_outparam_t out) {
-  function_string_t store = {(uint8_t *)"default", 7};
   wasi_keyvalue_store_own_bucket_t bucket;
   wasi_keyvalue_store_error_t err;
-  if (!wasi_keyvalue_store_open(&store, &bucket, &err)) {
-    respond(out, 500, "open failed\n");
-    return;
-  }
+  if (!open_default(&bucket, out)) return;
   wasi_keyvalue_store_borrow_bucket_t b = wasi_keyvalue_store_borrow_bucket(bucket);
   wasi_keyvalue_store_key_response_t page;
   char text[1024];
