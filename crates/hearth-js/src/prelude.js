@@ -292,6 +292,93 @@
         .then(() => { this.#pulling = false; if (this.#again) { this.#again = false; this.#pull(); } }, (e) => this._error(e));
     }
   }
+  // WHATWG WritableStream (a sink's start/write/close/abort, writes in
+  // order, one writer) and TransformStream (a transformer's transform and
+  // flush, identity without one), the Workers way of writing a streamed
+  // response from code that runs after the handler returned.
+  class WritableStreamDefaultWriter {
+    #s;
+    constructor(s) {
+      if (s._writer) throw new TypeError("WritableStream is locked to a writer");
+      this.#s = s;
+      s._writer = this;
+    }
+    get ready() { return this.#s ? this.#s._ready() : Promise.reject(new TypeError("the writer was released")); }
+    get desiredSize() { return this.#s ? this.#s._desired() : null; }
+    write(chunk) { return this.#s ? this.#s._write(chunk) : Promise.reject(new TypeError("the writer was released")); }
+    close() { return this.#s ? this.#s._close() : Promise.reject(new TypeError("the writer was released")); }
+    abort(reason) { return this.#s ? this.#s._abort(reason) : Promise.reject(new TypeError("the writer was released")); }
+    releaseLock() { if (this.#s) { this.#s._writer = null; this.#s = null; } }
+  }
+  class WritableStream {
+    #sink; #state = "writable"; #error; #pending = 0; #last;
+    _writer = null;
+    constructor(sink = {}) {
+      this.#sink = sink;
+      const controller = { error: (e) => this.#fail(e) };
+      this.#last = Promise.resolve(sink.start ? sink.start(controller) : undefined);
+    }
+    get locked() { return this._writer !== null; }
+    getWriter() { return new WritableStreamDefaultWriter(this); }
+    close() { return this.locked ? Promise.reject(new TypeError("WritableStream is locked")) : this._close(); }
+    abort(reason) { return this.locked ? Promise.reject(new TypeError("WritableStream is locked")) : this._abort(reason); }
+    _desired() { return this.#state === "writable" ? 1 - this.#pending : this.#state === "closed" ? 0 : null; }
+    _ready() { return this.#last.then(() => undefined); }
+    #fail(e) { if (this.#state === "writable" || this.#state === "closing") { this.#state = "errored"; this.#error = e; } }
+    // Runs `step` after every earlier write, in order.
+    #then(step) {
+      this.#pending += 1;
+      const run = this.#last.then(() => {
+        if (this.#state === "errored") throw this.#error;
+        return step();
+      });
+      this.#last = run.then(() => { this.#pending -= 1; }, (e) => { this.#pending -= 1; this.#fail(e); });
+      return run;
+    }
+    _write(chunk) {
+      if (this.#state !== "writable") return Promise.reject(this.#error ?? new TypeError("the WritableStream is closed"));
+      return this.#then(() => (this.#sink.write ? this.#sink.write(chunk) : undefined));
+    }
+    _close() {
+      if (this.#state !== "writable") return Promise.reject(this.#error ?? new TypeError("the WritableStream is closed"));
+      this.#state = "closing";
+      return this.#then(async () => { if (this.#sink.close) await this.#sink.close(); this.#state = "closed"; });
+    }
+    _abort(reason) {
+      this.#fail(reason);
+      return Promise.resolve(this.#sink.abort ? this.#sink.abort(reason) : undefined).then(() => undefined);
+    }
+  }
+  class TransformStream {
+    constructor(transformer = {}) {
+      let readable;
+      // A write waits until the reader has taken what came before it.
+      let room = null;
+      this.readable = new ReadableStream({
+        start(c) { readable = c; },
+        pull() { if (room) { const r = room; room = null; r(); } },
+      });
+      const controller = {
+        enqueue: (chunk) => readable.enqueue(chunk),
+        error: (e) => readable.error(e),
+        terminate: () => readable.close(),
+        get desiredSize() { return readable.desiredSize; },
+      };
+      this.writable = new WritableStream({
+        async write(chunk) {
+          if (readable.desiredSize <= 0) await new Promise((r) => { room = r; });
+          if (transformer.transform) await transformer.transform(chunk, controller);
+          else controller.enqueue(chunk);
+        },
+        async close() {
+          if (transformer.flush) await transformer.flush(controller);
+          readable.close();
+        },
+        abort(reason) { readable.error(reason); },
+      });
+    }
+  }
+
   // Every chunk of `stream`, concatenated.
   async function readAll(stream) {
     const parts = [];
@@ -535,6 +622,7 @@
   const globals = {
     TextEncoder, TextDecoder, atob, btoa, URL, URLSearchParams, Headers, Request, Response,
     ReadableStream, ReadableStreamDefaultReader, ReadableStreamDefaultController,
+    WritableStream, WritableStreamDefaultWriter, TransformStream,
     fetch: hostFetch, hearth, console, crypto, performance, setTimeout, setInterval,
     clearTimeout, clearInterval: clearTimeout, queueMicrotask, process, Date: HostDate,
     global: globalThis, self: globalThis,

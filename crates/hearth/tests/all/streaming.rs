@@ -314,6 +314,34 @@ async fn a_js_function_streams_its_request_and_response() {
         .unwrap();
     assert_eq!(resp.text().await.unwrap().len(), length);
 
+    // The Workers way: a TransformStream written after the handler returned.
+    const TICKS: &str = r#"export default {
+  async fetch() {
+    const { readable, writable } = new TransformStream();
+    const writer = writable.getWriter();
+    const text = new TextEncoder();
+    (async () => {
+      for (let i = 0; i < 5; i++) {
+        await writer.write(text.encode(`tick ${i}\n`));
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      await writer.close();
+    })();
+    return new Response(readable, { headers: { "content-type": "text/plain" } });
+  },
+};
+"#;
+    d.deploy("ticks", TICKS.as_bytes().to_vec(), &js("ticks.mjs"))
+        .await;
+    let resp = d.post("/fn/admin/ticks").send().await.unwrap();
+    assert_eq!(resp.headers()["transfer-encoding"], "chunked");
+    let ticks = "tick 0\ntick 1\ntick 2\ntick 3\ntick 4\n";
+    assert_eq!(resp.text().await.unwrap(), ticks);
+    let whole = [("runtime", "js"), ("file_name", "ticks.mjs")];
+    d.deploy("ticks-whole", TICKS.as_bytes().to_vec(), &whole)
+        .await;
+    assert_eq!(d.call("ticks-whole", "", "").await, (200, ticks.into()));
+
     // What the isolate cannot do fails: Node.js cannot take over a request
     // that is being read.
     let needs_node =
