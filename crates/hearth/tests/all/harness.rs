@@ -305,6 +305,38 @@ impl Daemon {
         }
     }
 
+    /// POSTs `chunks` chunks of 64 KiB of `x` to `path` without a length
+    /// (chunked) over a raw connection that reads the answer while it
+    /// sends: reqwest reads nothing until its body is sent, so an early
+    /// answer (a refusal, an echo) would stall it or break its pipe. What
+    /// the daemon answered, within 20 s.
+    pub async fn post_chunked_reading(&self, path: &str, chunks: usize) -> String {
+        let addr = self.url.trim_start_matches("http://");
+        let (mut rx, mut tx) = tokio::net::TcpStream::connect(addr)
+            .await
+            .unwrap()
+            .into_split();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+             Transfer-Encoding: chunked\r\n\r\n",
+            self.token
+        );
+        let send = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            tx.write_all(head.as_bytes()).await?;
+            let chunk = [b"10000\r\n".as_slice(), &[b'x'; 64 << 10], b"\r\n"].concat();
+            for _ in 0..chunks {
+                tx.write_all(&chunk).await?;
+            }
+            tx.write_all(b"0\r\n\r\n").await
+        });
+        let mut answer = Vec::new();
+        let read = tokio::io::AsyncReadExt::read_to_end(&mut rx, &mut answer);
+        let _ = tokio::time::timeout(Duration::from_secs(20), read).await;
+        let _ = send.await;
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
     /// The recording of invocation `id`, once the writer has stored it
     /// (it batches); the test fails if that takes over 15 s.
     pub async fn recording_when_written(&self, id: &str) -> serde_json::Value {

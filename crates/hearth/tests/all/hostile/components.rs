@@ -115,30 +115,7 @@ async fn a_streamed_body_past_the_limit_is_cut_off() {
     // Sent without a length: cut off where it passes the limit. The
     // client reads the echo while it sends (a client that does not would
     // stall the echo's writes, and so its reads, until the deadline).
-    let addr = d.url.trim_start_matches("http://");
-    let (mut rx, mut tx) = tokio::net::TcpStream::connect(addr)
-        .await
-        .unwrap()
-        .into_split();
-    let head = format!(
-        "POST /fn/admin/echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
-         Transfer-Encoding: chunked\r\n\r\n",
-        d.token
-    );
-    let send = tokio::spawn(async move {
-        use tokio::io::AsyncWriteExt;
-        tx.write_all(head.as_bytes()).await?;
-        let chunk = [b"10000\r\n".as_slice(), &[b'x'; 64 << 10], b"\r\n"].concat();
-        for _ in 0..32 {
-            tx.write_all(&chunk).await?;
-        }
-        tx.write_all(b"0\r\n\r\n").await
-    });
-    let mut answer = Vec::new();
-    let read = tokio::io::AsyncReadExt::read_to_end(&mut rx, &mut answer);
-    let _ = tokio::time::timeout(Duration::from_secs(20), read).await;
-    let _ = send.await;
-    let answer = String::from_utf8_lossy(&answer);
+    let answer = d.post_chunked_reading("/fn/admin/echo", 32).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{:.200}", answer);
     assert!(
         !answer.ends_with("0\r\n\r\n"),
