@@ -268,22 +268,22 @@ impl ResponseSink {
             .map_err(|_| InvokeError::Disconnected("it stopped reading the response".into()))
     }
 
-    /// Ends the response: whole when `result` is `Ok`; otherwise, before
-    /// the head the caller gets the error instead of a response, after it
-    /// the body is cut off. The head sent, if any, and what the tee saw
-    /// are returned for the tape.
     /// Sets the whole response at once, for a function that finished it
     /// before its head went out. It leaves when the invocation ends well
-    /// ([`end`](Self::end)), so a failure found after the function
-    /// returned (its tape budget, a request that did not arrive whole) is
-    /// answered as that error, not with a whole-looking response.
-    pub fn whole(&mut self, mut head: ResponseHead, body: Bytes) -> Result<(), InvokeError> {
-        if !self.tee.see(&body) {
+    /// ([`end`](Self::end)), with its length, so a failure found after the
+    /// function returned (its tape budget, a request that did not arrive
+    /// whole) is answered as that error, not with a whole-looking response.
+    pub fn whole(&mut self, response: hearth_core::Response) -> Result<(), InvokeError> {
+        if !self.tee.see(&response.body) {
             let limit_bytes = self.tee.max() as usize;
             return Err(InvokeError::ResponseTooLarge { limit_bytes });
         }
-        head.length = Some(body.len() as u64);
-        self.held = Some((head, body));
+        let head = ResponseHead {
+            status: response.status,
+            headers: response.headers,
+            length: Some(response.body.len() as u64),
+        };
+        self.held = Some((head, response.body));
         Ok(())
     }
 
@@ -293,6 +293,10 @@ impl ResponseSink {
         self.started() || self.held.is_some()
     }
 
+    /// Ends the response: whole when `result` is `Ok`; otherwise, before
+    /// the head the caller gets the error instead of a response, after it
+    /// the body is cut off. The head sent, if any, and what the tee saw
+    /// are returned for the tape.
     pub fn end(mut self, result: &Result<(), InvokeError>) -> (Option<ResponseHead>, Kept) {
         if let (Ok(()), Some((head, body))) = (result, self.held.take()) {
             self.head(head);

@@ -11,7 +11,7 @@ use hearth_core::{FunctionSpec, FunctionVersion, InvokeError, Request, Response,
 use hearth_host::bundle::Bundle;
 use hearth_host::{
     Artifacts, BodyStream, Compiled, DeployError, Engine, EngineStatus, HostCtx, Prepared,
-    ResponseHead, ResponseSink, Sandbox, Source,
+    ResponseSink, Sandbox, Source,
 };
 use tokio::sync::oneshot;
 
@@ -310,14 +310,7 @@ impl Sandbox for JsSandbox {
         pumped?;
         match answered {
             Ok(Answered::Streamed) => Ok(()),
-            Ok(Answered::Whole(r)) => {
-                let head = ResponseHead {
-                    status: r.status,
-                    headers: r.headers,
-                    length: None,
-                };
-                out.whole(head, r.body)
-            }
+            Ok(Answered::Whole(response)) => out.whole(response),
             // Node.js cannot take over: the request has been (or is being)
             // read, and part of the answer may be out.
             Err(InvokeError::Unsupported(what)) => Err(InvokeError::Function(format!(

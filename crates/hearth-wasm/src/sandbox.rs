@@ -239,25 +239,22 @@ async fn pump(
     while let Some((piece, last)) = pieces.recv().await {
         if out.started() {
             out.send(piece).await?;
+        } else if last {
+            // All of it: it leaves, with its length, once the node has
+            // judged the invocation.
+            out.whole(parse_cgi_output(piece))?;
         } else {
             let Response {
                 status,
                 headers,
                 body,
             } = parse_cgi_output(piece);
-            let head = ResponseHead {
+            out.head(ResponseHead {
                 status,
                 headers,
                 length: None,
-            };
-            if last {
-                // All of it: it leaves, with its length, once the node has
-                // judged the invocation.
-                out.whole(head, body)?;
-            } else {
-                out.head(head);
-                out.send(body).await?;
-            }
+            });
+            out.send(body).await?;
         }
         if last {
             break;

@@ -22,8 +22,8 @@ use async_trait::async_trait;
 use hearth_core::LogStream;
 use hearth_core::{FunctionSpec, FunctionVersion, InvokeError, Request, Response, Runtime, Tier};
 use hearth_host::{
-    Artifacts, BodyStream, Compiled, DeployError, Engine, HostCtx, Prepared, ResponseHead,
-    ResponseSink, Sandbox, Source,
+    Artifacts, BodyStream, Compiled, DeployError, Engine, HostCtx, Prepared, ResponseSink, Sandbox,
+    Source,
 };
 use serde_json::json;
 use tokio::sync::OnceCell;
@@ -889,14 +889,7 @@ impl Sandbox for ProcSandbox {
         };
         match self.run(&req, &host, Some(out)).await? {
             None => Ok(()),
-            Some(r) => {
-                let head = ResponseHead {
-                    status: r.status,
-                    headers: r.headers,
-                    length: None,
-                };
-                out.whole(head, r.body)
-            }
+            Some(response) => out.whole(response),
         }
     }
 }
