@@ -140,6 +140,16 @@ impl Ready {
     }
 }
 
+/// `result`, unless the invocation went past its tape budget: then it
+/// fails, whatever it answered (its tape is not the whole story, and the
+/// caller should know).
+fn within_tape_budget<T>(host: &HostCtx, result: Result<T, InvokeError>) -> Result<T, InvokeError> {
+    match host.tape_budget_exceeded() {
+        Some(limit_bytes) if result.is_ok() => Err(InvokeError::TapeBudgetExceeded { limit_bytes }),
+        _ => result,
+    }
+}
+
 /// An invocation let in ([`Node::admit`]).
 struct Admitted {
     /// Its admission permit and tenant share, given back when it ends.
@@ -911,13 +921,9 @@ impl Node {
         host: Option<HostCtx>,
         result: Result<Response, InvokeError>,
     ) -> (InvokeOutcome, Tape) {
-        // A function past its tape budget fails, whatever it answered: its
-        // tape is not the whole story, and the caller should know.
-        let result = match host.as_ref().and_then(HostCtx::tape_budget_exceeded) {
-            Some(limit_bytes) if result.is_ok() => {
-                Err(InvokeError::TapeBudgetExceeded { limit_bytes })
-            }
-            _ => result,
+        let result = match &host {
+            Some(host) => within_tape_budget(host, result),
+            None => result,
         };
         let duration = started.elapsed();
         self.metrics.invocation(

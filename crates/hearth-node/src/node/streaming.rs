@@ -95,12 +95,7 @@ impl Node {
             };
             // So does one past its tape budget; a response still whole in
             // the sink is then answered as this error.
-            let result = match host.tape_budget_exceeded() {
-                Some(limit_bytes) if result.is_ok() => {
-                    Err(InvokeError::TapeBudgetExceeded { limit_bytes })
-                }
-                _ => result,
-            };
+            let result = super::within_tape_budget(&host, result);
             let (sent_head, response) = sink.end(&result);
             let request = std::mem::replace(&mut *request_tee.lock(), Tee::new(0, 0)).finish();
             // Bodies kept whole need no digest; a tape with neither cut is
