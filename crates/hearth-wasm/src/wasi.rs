@@ -572,9 +572,12 @@ async fn fd_write(
     n: u32,
     nwritten: u32,
 ) -> wasmtime::Result<i32> {
+    if fd != 1 || caller.data().wasi.stream.is_none() {
+        return write_buffered(caller, fd, iovs, n, nwritten);
+    }
     let list = {
         let (g, s) = split(caller)?;
-        if !s.wasi.open(fd) || fd == 0 {
+        if !s.wasi.open(fd) {
             return Ok(errno::BADF);
         }
         match g.iovecs(iovs, n) {
@@ -582,47 +585,23 @@ async fn fd_write(
             Err(e) => return Ok(e),
         }
     };
-    let out = match (fd, &caller.data().wasi.stream) {
-        (1, Some(stream)) => Some(stream.out.clone()),
-        _ => None,
-    };
     let mut total = 0u32;
     for (ptr, len) in list {
         let mut done = 0;
         loop {
+            // At most a piece is held; a full one is sent (and the write
+            // waits for room) before the rest is taken.
             let (g, s) = split(caller)?;
             let data = match g.slice(ptr, len) {
                 Ok(d) => &d[done..],
                 Err(e) => return Ok(e),
             };
-            let Some(out) = &out else {
-                let buffer = if fd == 1 {
-                    &mut s.wasi.stdout
-                } else {
-                    &mut s.wasi.stderr
-                };
-                // stderr past its cap is dropped (the log says it was
-                // cut); stdout past its cap ends the invocation, which is
-                // then reported as a response over the limit.
-                if !buffer.write(data) && fd == 1 {
-                    return Err(format_err!("the response is larger than its limit"));
-                }
-                break;
-            };
-            // Streaming: at most a piece is held; a full one is sent (and
-            // the write waits for room) before the rest is taken.
             let stdout = &mut s.wasi.stdout.bytes;
             let k = data.len().min(STREAM_PIECE - stdout.len());
             stdout.extend_from_slice(&data[..k]);
             done += k;
             if stdout.len() == STREAM_PIECE {
-                let piece = std::mem::replace(stdout, Vec::with_capacity(STREAM_PIECE));
-                if let Some(stream) = &mut s.wasi.stream {
-                    stream.sent = true;
-                }
-                if out.send((piece.into(), false)).await.is_err() {
-                    return Err(format_err!(RESPONSE_GONE));
-                }
+                send_piece(&mut s.wasi).await?;
             }
             if done == len as usize {
                 break;
@@ -635,6 +614,59 @@ async fn fd_write(
         .map_or_else(|e| e, |()| errno::SUCCESS))
 }
 
+/// `fd_write` to memory: stderr, or a stdout that is answered whole.
+fn write_buffered(
+    caller: &mut C<'_>,
+    fd: u32,
+    iovs: u32,
+    n: u32,
+    nwritten: u32,
+) -> wasmtime::Result<i32> {
+    let (mut g, s) = split(caller)?;
+    if !s.wasi.open(fd) || fd == 0 {
+        return Ok(errno::BADF);
+    }
+    let list = match g.iovecs(iovs, n) {
+        Ok(l) => l,
+        Err(e) => return Ok(e),
+    };
+    let out = if fd == 1 {
+        &mut s.wasi.stdout
+    } else {
+        &mut s.wasi.stderr
+    };
+    let mut total = 0u32;
+    for (ptr, len) in list {
+        let data = match g.slice(ptr, len) {
+            Ok(d) => d,
+            Err(e) => return Ok(e),
+        };
+        // stderr past its cap is dropped (the log says it was cut); stdout
+        // past its cap ends the invocation, which is then reported as a
+        // response over the limit.
+        if !out.write(data) && fd == 1 {
+            return Err(format_err!("the response is larger than its limit"));
+        }
+        total = total.saturating_add(len);
+    }
+    Ok(g.put_u32(nwritten, total)
+        .map_or_else(|e| e, |()| errno::SUCCESS))
+}
+
+/// Sends what a streaming stdout holds as the next piece, waiting until the
+/// caller has room for it.
+async fn send_piece(w: &mut WasiCtx) -> wasmtime::Result<()> {
+    let piece = std::mem::replace(&mut w.stdout.bytes, Vec::with_capacity(STREAM_PIECE));
+    let Some(stream) = &mut w.stream else {
+        return Ok(());
+    };
+    stream.sent = true;
+    if stream.out.send((piece.into(), false)).await.is_err() {
+        return Err(format_err!(RESPONSE_GONE));
+    }
+    Ok(())
+}
+
 /// Before a streaming guest waits (for its request, or a clock), what it
 /// has written so far leaves, so output written a line at a time (events,
 /// progress) reaches the caller while the guest waits, not a piece later.
@@ -642,19 +674,13 @@ async fn fd_write(
 /// header block.
 async fn flush_before_waiting(caller: &mut C<'_>) -> wasmtime::Result<()> {
     let w = &mut caller.data_mut().wasi;
-    let Some(stream) = &mut w.stream else {
+    let Some(stream) = &w.stream else {
         return Ok(());
     };
     if w.stdout.bytes.is_empty() || !(stream.sent || crate::cgi::head_is_known(&w.stdout.bytes)) {
         return Ok(());
     }
-    stream.sent = true;
-    let piece = std::mem::replace(&mut w.stdout.bytes, Vec::with_capacity(STREAM_PIECE));
-    let out = stream.out.clone();
-    if out.send((piece.into(), false)).await.is_err() {
-        return Err(format_err!(RESPONSE_GONE));
-    }
-    Ok(())
+    send_piece(w).await
 }
 
 /// `fd_read` on stdin: what is left of the request's current chunk; when
