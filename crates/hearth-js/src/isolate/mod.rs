@@ -112,6 +112,16 @@ pub enum Failure {
     Load(String, String),
 }
 
+impl Failure {
+    /// As an invocation's error (a load failure's first line).
+    fn into_invoke(self) -> InvokeError {
+        match self {
+            Failure::Invoke(e) => e,
+            Failure::Load(m, _) => InvokeError::Function(m),
+        }
+    }
+}
+
 pub struct Isolate {
     // Field order is drop order: values held from Rust, then the context,
     // then the runtime (QuickJS asserts that nothing outlives it).
@@ -355,15 +365,7 @@ impl Isolate {
             let promise: Promise = invoke.call((msg, body))?;
             Ok(Persistent::save(&ctx, promise))
         });
-        let result = match started {
-            Ok(promise) => self.run(promise, false).await,
-            Err(e) => Err(self.function_failure(e)),
-        };
-        let value = match result {
-            Ok(v) => v,
-            Err(Failure::Invoke(e)) => return Err(e),
-            Err(Failure::Load(m, _)) => return Err(InvokeError::Function(m)),
-        };
+        let value = self.settle(started).await?;
         let response = self.ctx.with(|ctx| -> rquickjs::Result<(Response, bool)> {
             let v = value.restore(&ctx)?;
             let o = v
@@ -429,15 +431,7 @@ impl Isolate {
                     let promise: Promise = pull.call(())?;
                     Ok(Persistent::save(&ctx, promise))
                 });
-            let value = match pulled {
-                Ok(promise) => self.run(promise, false).await,
-                Err(e) => Err(self.function_failure(e)),
-            };
-            let value = match value {
-                Ok(v) => v,
-                Err(Failure::Invoke(e)) => return Err(e),
-                Err(Failure::Load(m, _)) => return Err(InvokeError::Function(m)),
-            };
+            let value = self.settle(pulled).await?;
             let chunk = self.ctx.with(|ctx| -> rquickjs::Result<Option<Vec<u8>>> {
                 let v = value.restore(&ctx)?;
                 if v.is_null() {
@@ -467,10 +461,20 @@ impl Isolate {
 
     /// An exception while reading the driver's answer, as the caller's error.
     fn invoke_failure(&self, e: rquickjs::Error) -> InvokeError {
-        match self.function_failure(e) {
-            Failure::Invoke(e) => e,
-            Failure::Load(m, _) => InvokeError::Function(m),
-        }
+        self.function_failure(e).into_invoke()
+    }
+
+    /// Drives a promise the driver returned (`started`, or the exception
+    /// calling it threw) to its value, or the caller's error.
+    async fn settle(
+        &mut self,
+        started: rquickjs::Result<Persistent<Promise<'static>>>,
+    ) -> Result<Persistent<Value<'static>>, InvokeError> {
+        let settled = match started {
+            Ok(promise) => self.run(promise, false).await,
+            Err(e) => Err(self.function_failure(e)),
+        };
+        settled.map_err(Failure::into_invoke)
     }
 
     /// Ends an invocation: forgets its host and drops unfinished host calls
