@@ -340,7 +340,14 @@ async fn a_js_function_streams_its_request_and_response() {
     let whole = [("runtime", "js"), ("file_name", "ticks.mjs")];
     d.deploy("ticks-whole", TICKS.as_bytes().to_vec(), &whole)
         .await;
-    assert_eq!(d.call("ticks-whole", "", "").await, (200, ticks.into()));
+    let resp = d.post("/fn/admin/ticks-whole").send().await.unwrap();
+    let id = resp.headers()["hearth-invocation-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(resp.text().await.unwrap(), ticks);
+    let tape = d.recording_when_written(&id).await;
+    assert_eq!(tape["tier"], "js", "the isolate ran it, not Node.js");
 
     // What the isolate cannot do fails: Node.js cannot take over a request
     // that is being read.
