@@ -43,10 +43,12 @@ start() {
   for _ in $(seq 1 600); do [ -s "$WORK/$name/server.json" ] && break; sleep 0.05; done
   URL=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["url"])' "$WORK/$name/server.json")
 }
+# The secret every member shares (a Kubernetes Secret in production).
+export HEARTH_CLUSTER_KEY=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 start gateway --role gateway
 GW=$URL
 TOKEN=$(cat "$WORK/gateway/token")
-HEARTH_JOIN_TOKEN=$TOKEN start node --role node --join "$GW"
+start node --role node
 NODE=$URL
 for _ in $(seq 1 100); do
   curl -sf -H "Authorization: Bearer $TOKEN" "$GW/v1/cluster/nodes" | grep -q '"alive":true' && break

@@ -1,8 +1,8 @@
-//! The gateway's side of the HTTP surface: nodes join, send heartbeats and
-//! leave under `/v1/cluster/nodes`, fetch code by hash from
-//! `/v1/artifacts/{sha256}`, invocations are forwarded to the node the
-//! placer picks, and questions about recordings go to every node. Every
-//! cluster call needs an admin token: the nodes hold the cluster's.
+//! The gateway's side of the HTTP surface: which nodes it knows
+//! (`/v1/cluster/nodes`; they join and report through the cluster's store,
+//! not here), invocations forwarded to the node the placer picks, and
+//! questions about recordings sent to every node. Cluster calls need an
+//! admin token.
 //!
 //! Only the HTTP is here (authorization, status codes, response bodies):
 //! what is forwarded and how is `hearth_cluster::forward`, placement and
@@ -13,11 +13,11 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use hearth_cluster::fanout::{self, FanoutError};
-use hearth_cluster::gateway::{Heartbeat, Join, Joined, MemberView, Outgoing, OutgoingBody};
+use hearth_cluster::gateway::{MemberView, Outgoing, OutgoingBody};
 use hearth_cluster::{Gateway, GatewayError};
 use hearth_core::FunctionVersion;
 use hearth_store::Role;
@@ -42,65 +42,6 @@ async fn gateway_for_admin(s: &AppState, headers: &HeaderMap) -> Result<Arc<Gate
         .ok_or_else(|| ApiError::NotFound("this Hearth is not a gateway (--role gateway)".into()))
 }
 
-/// A node joins the gateway (admin)
-#[utoipa::path(post, path = "/v1/cluster/nodes", tag = "cluster", request_body = Join,
-    responses((status = 201, body = Joined), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody, description = "Not a gateway")))]
-pub(crate) async fn join(
-    State(s): S,
-    headers: HeaderMap,
-    Json(join): Json<Join>,
-) -> Result<impl IntoResponse, ApiError> {
-    let g = gateway_for_admin(&s, &headers).await?;
-    let parsed: http::Uri = join
-        .url
-        .parse()
-        .map_err(|e| ApiError::BadRequest(format!("node url {:?}: {e}", join.url)))?;
-    if !matches!(parsed.scheme_str(), Some("http" | "https")) || parsed.host().is_none() {
-        return Err(ApiError::BadRequest(format!(
-            "node url {:?} is not http(s)",
-            join.url
-        )));
-    }
-    Ok((StatusCode::CREATED, Json(g.join(join))))
-}
-
-/// A node's heartbeat (admin); 404 means join again
-#[utoipa::path(post, path = "/v1/cluster/nodes/{id}/heartbeat", tag = "cluster",
-    params(("id" = String, Path)), request_body = Heartbeat,
-    responses((status = 204, description = "Recorded"), (status = 404, body = ErrorBody)))]
-pub(crate) async fn heartbeat(
-    State(s): S,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    Json(beat): Json<Heartbeat>,
-) -> Result<StatusCode, ApiError> {
-    let g = gateway_for_admin(&s, &headers).await?;
-    if g.heartbeat(&id, beat) {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::NotFound(format!("no node {id}: join again")))
-    }
-}
-
-/// A node leaves the gateway cleanly (admin)
-#[utoipa::path(delete, path = "/v1/cluster/nodes/{id}", tag = "cluster",
-    params(("id" = String, Path)),
-    responses((status = 204, description = "Left"), (status = 404, body = ErrorBody)))]
-pub(crate) async fn leave(
-    State(s): S,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Result<StatusCode, ApiError> {
-    let g = gateway_for_admin(&s, &headers).await?;
-    if g.leave(&id) {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::NotFound(format!("no node {id}")))
-    }
-}
-
 /// A gateway's nodes.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct Members {
@@ -114,32 +55,6 @@ pub(crate) struct Members {
 pub(crate) async fn members(State(s): S, headers: HeaderMap) -> Result<Json<Members>, ApiError> {
     let g = gateway_for_admin(&s, &headers).await?;
     Ok(Json(Members { nodes: g.members() }))
-}
-
-/// Deployed code by sha256, for a gateway's nodes to cache (admin)
-#[utoipa::path(get, path = "/v1/artifacts/{hash}", tag = "cluster",
-    params(("hash" = String, Path, description = "sha256, hex")),
-    responses(
-        (status = 200, description = "The artifact's bytes", content_type = "application/octet-stream"),
-        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub(crate) async fn artifact(
-    State(s): S,
-    Path(hash): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    gateway_for_admin(&s, &headers).await?;
-    if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(ApiError::BadRequest(format!("{hash:?} is not a sha256")));
-    }
-    let artifacts = s.node.artifacts().clone();
-    let bytes = tokio::task::spawn_blocking(move || artifacts.get(&hash))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?
-        .map_err(|e| match e {
-            hearth_store::StoreError::MissingArtifact(_) => ApiError::NotFound(e.to_string()),
-            other => ApiError::Internal(other.to_string()),
-        })?;
-    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
 }
 
 /// Sends an invocation to the node the placer picks, pinned to the version

@@ -66,12 +66,13 @@ pub enum ClusterRole {
     /// Serves everything itself (`--role all`).
     #[default]
     Standalone,
-    /// Forwards invocations to its nodes and serves them artifacts.
+    /// Forwards invocations to its nodes.
     Gateway(Arc<Gateway>),
-    /// Runs invocations the gateway at this URL forwards; deploys go there.
-    /// `key` checks the gateway's `Hearth-Attempt` headers.
+    /// Runs invocations gateways forward; deploys go through them (at
+    /// `gateway`, if the operator named its address). `key` checks the
+    /// gateways' `Hearth-Attempt` headers.
     Member {
-        gateway: String,
+        gateway: Option<String>,
         key: hearth_cluster::AttemptKey,
     },
 }
@@ -81,8 +82,9 @@ pub(crate) struct AppState {
     pub config: ApiConfig,
     pub auth: auth::TokenCache,
     pub gateway: Option<Arc<Gateway>>,
-    /// On a cluster member: the gateway deploys must go through.
-    pub deploys_via: Option<String>,
+    /// On a cluster member: deploys must go through a gateway (this one,
+    /// if its address is known).
+    pub deploys_via: Option<Option<String>>,
     /// On a cluster member: what checks the gateway's signed attempts.
     pub attempt_key: Option<hearth_cluster::AttemptKey>,
 }
@@ -150,8 +152,5 @@ fn api() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(recordings::payload))
         .routes(routes!(recordings::replay))
         .routes(routes!(recordings::replay_file))
-        .routes(routes!(cluster::join, cluster::members))
-        .routes(routes!(cluster::leave))
-        .routes(routes!(cluster::heartbeat))
-        .routes(routes!(cluster::artifact))
+        .routes(routes!(cluster::members))
 }

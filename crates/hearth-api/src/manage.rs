@@ -282,8 +282,12 @@ pub(crate) async fn deploy(
 ) -> Result<impl IntoResponse, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     if let Some(gateway) = &s.deploys_via {
+        let there = match gateway {
+            Some(url) => format!("its gateways at {url}"),
+            None => "its gateways".to_string(),
+        };
         return Err(ApiError::Conflict(format!(
-            "this node belongs to the cluster of {gateway}: deploy there, so every node can fetch the code"
+            "this node is a member of a cluster: deploy through {there}, so every node can fetch the code"
         )));
     }
     let (mut spec, runtime, file_name) =

@@ -40,7 +40,7 @@ use utoipa::{Modify, OpenApi};
         (name = "recordings", description = "Tapes of invocations, and replaying them"),
         (name = "tenants", description = "Tenants and tokens"),
         (name = "node", description = "This Hearth: status, metrics, liveness"),
-        (name = "cluster", description = "A gateway's nodes join, report and fetch code"),
+        (name = "cluster", description = "The nodes a gateway places on (they join and report through the cluster's store)"),
     )
 )]
 pub(crate) struct ApiDoc;
@@ -164,8 +164,7 @@ mod tests {
             ("/v1/functions/{name}/logs", "get"),
             ("/v1/functions/{name}/replay", "post"),
             ("/v1/recordings/{id}/payload", "get"),
-            ("/v1/cluster/nodes/{id}/heartbeat", "post"),
-            ("/v1/artifacts/{hash}", "get"),
+            ("/v1/cluster/nodes", "get"),
         ] {
             assert!(paths[path].get(method).is_some(), "{method} {path}");
         }

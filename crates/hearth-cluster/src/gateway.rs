@@ -37,8 +37,9 @@ use http::{HeaderMap, Method};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use hearth_core::{Colocation, InvocationId};
+use hearth_core::InvocationId;
 use hearth_node::GatewayAttempt;
+use hearth_store::{MemberRow, PgStore};
 
 use crate::attempt::AttemptKey;
 use crate::placer::Placer;
@@ -53,9 +54,6 @@ pub struct GatewayConfig {
     /// Signs each forward's `Hearth-Attempt` header; `None` sends none
     /// (nodes then give a retry no journal).
     pub attempt_key: Option<AttemptKey>,
-    /// The cluster's colocation mode (tenants without their own), handed
-    /// to every node that joins.
-    pub colocation: Colocation,
 }
 
 impl Default for GatewayConfig {
@@ -64,12 +62,11 @@ impl Default for GatewayConfig {
             heartbeat: Duration::from_secs(1),
             missed: 3,
             attempt_key: None,
-            colocation: Colocation::default(),
         }
     }
 }
 
-/// `POST /v1/cluster/nodes`: a node asks to join.
+/// What a node offers when it joins (its row in the store's `members`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Join {
@@ -81,17 +78,6 @@ pub struct Join {
     /// absent from nodes that predate it.
     #[serde(default)]
     pub max_concurrency: Option<u32>,
-}
-
-/// The gateway's answer to a [`Join`].
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct Joined {
-    pub id: String,
-    pub heartbeat_ms: u64,
-    /// The cluster's default colocation mode, which the node takes.
-    #[serde(default)]
-    pub colocation: Option<Colocation>,
 }
 
 /// What a node reports every interval.
@@ -249,6 +235,8 @@ struct Member {
     running: u32,
     max_concurrency: Option<u32>,
     report: Heartbeat,
+    /// The heartbeat count of its row when this gateway last read it.
+    beats: u64,
     placed: u64,
 }
 
@@ -389,12 +377,97 @@ impl Gateway {
         });
     }
 
+    /// Brings this gateway up to date with the nodes' rows in the store:
+    /// a new row is a node that joined, a row whose heartbeat count moved
+    /// (within the heartbeat limit) a heartbeat, a marked row a node that
+    /// left, and a missing one a node that is gone.
+    pub fn sync(&self, rows: &[MemberRow]) {
+        let limit = self.config.heartbeat * self.config.missed;
+        for row in rows {
+            let known = {
+                let s = self.lock();
+                s.find(&row.id).map(|n| s.members[n].beats)
+            };
+            if row.left {
+                if known.is_some() {
+                    self.leave(&row.id);
+                }
+                continue;
+            }
+            if known.is_none() {
+                self.join(
+                    &row.id,
+                    Join {
+                        url: row.url.clone(),
+                        capacity_mib: row.capacity_mib,
+                        max_concurrency: row.max_concurrency,
+                    },
+                );
+            }
+            let fresh = row.beat_age < limit;
+            if fresh && known != Some(row.beats) {
+                let beat = serde_json::from_str(&row.report).unwrap_or_else(|e| {
+                    tracing::warn!(node = %row.id, error = %e, "unreadable heartbeat");
+                    Heartbeat::default()
+                });
+                self.heartbeat(&row.id, beat);
+            }
+            let mut s = self.lock();
+            if let Some(n) = s.find(&row.id) {
+                let m = &mut s.members[n];
+                m.beats = row.beats;
+                // The row's age by the database's clock: the reaper takes
+                // the node out once it passes the limit.
+                m.last_seen = Instant::now()
+                    .checked_sub(row.beat_age)
+                    .unwrap_or_else(Instant::now);
+            }
+        }
+        let mut s = self.lock();
+        for n in 0..s.members.len() {
+            if !rows.iter().any(|r| *r.id == *s.members[n].id) {
+                s.take_out(n, "gone from the cluster's store");
+            }
+        }
+    }
+
+    /// Reads the nodes' rows every half heartbeat, and at once when
+    /// `changed` says a node joined or left, for as long as the gateway
+    /// lives.
+    pub fn spawn_sync(self: &Arc<Self>, store: Arc<PgStore>, changed: Arc<tokio::sync::Notify>) {
+        let weak = Arc::downgrade(self);
+        let period = self.config.heartbeat / 2;
+        tokio::spawn(async move {
+            let mut warned = false;
+            loop {
+                let store = store.clone();
+                let rows = tokio::task::spawn_blocking(move || store.members()).await;
+                let Some(g) = weak.upgrade() else { return };
+                match rows {
+                    Ok(Ok(rows)) => {
+                        warned = false;
+                        g.sync(&rows);
+                    }
+                    Ok(Err(e)) if !warned => {
+                        warned = true;
+                        tracing::warn!(error = %e, "cannot read the cluster's nodes");
+                    }
+                    _ => {}
+                }
+                drop(g);
+                tokio::select! {
+                    _ = tokio::time::sleep(period) => {}
+                    _ = changed.notified() => {}
+                }
+            }
+        });
+    }
+
     /// A node joins (or rejoins, after a restart, under a new id).
-    pub fn join(&self, join: Join) -> Joined {
-        let id = uuid::Uuid::now_v7().simple().to_string();
+    fn join(&self, id: &str, join: Join) {
         let mut s = self.lock();
         let member = Member {
-            id: id.as_str().into(),
+            id: id.into(),
             url: join.url.trim_end_matches('/').into(),
             capacity_mib: join.capacity_mib,
             out: None,
@@ -404,6 +477,7 @@ impl Gateway {
             running: 0,
             max_concurrency: join.max_concurrency,
             report: Heartbeat::default(),
+            beats: 0,
             placed: 0,
         };
         let n = match s.members.iter().position(|m| m.url == member.url) {
@@ -423,15 +497,10 @@ impl Gateway {
         s.placer.set_slots(n, join.max_concurrency);
         s.placer.set_running(n, 0);
         tracing::info!(node = %id, url = %s.members[n].url, capacity_mib = join.capacity_mib, "node joined");
-        Joined {
-            id,
-            heartbeat_ms: self.config.heartbeat.as_millis() as u64,
-            colocation: Some(self.config.colocation),
-        }
     }
 
     /// Records a heartbeat; false if the node is unknown (it should join).
-    pub fn heartbeat(&self, id: &str, beat: Heartbeat) -> bool {
+    fn heartbeat(&self, id: &str, beat: Heartbeat) -> bool {
         let mut s = self.lock();
         let Some(n) = s.find(id) else { return false };
         if s.members[n].out.as_deref() == Some(LEFT) {
@@ -457,7 +526,7 @@ impl Gateway {
     }
 
     /// A node leaves cleanly; false if it was unknown.
-    pub fn leave(&self, id: &str) -> bool {
+    fn leave(&self, id: &str) -> bool {
         let mut s = self.lock();
         let Some(n) = s.find(id) else { return false };
         s.take_out(n, LEFT);
@@ -762,91 +831,104 @@ mod tests {
         );
     }
 
+    /// A node's row as the store gives it.
+    fn row(id: &str, url: &str, beats: u64, report: Heartbeat) -> MemberRow {
+        MemberRow {
+            id: id.into(),
+            url: url.into(),
+            capacity_mib: 100,
+            max_concurrency: None,
+            report: serde_json::to_string(&report).unwrap(),
+            beats,
+            beat_age: Duration::ZERO,
+            left: false,
+        }
+    }
+
+    fn loaded(f: &str) -> Heartbeat {
+        Heartbeat {
+            loaded: vec![("t".into(), f.into())],
+            ..Heartbeat::default()
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn members_join_report_time_out_come_back_and_leave() {
         let g = Gateway::new(GatewayConfig {
             heartbeat: Duration::from_millis(100),
             missed: 3,
             attempt_key: None,
-            colocation: Colocation::Tenant,
         });
         g.spawn_reaper();
         assert!(matches!(
             g.place(&outgoing("f", 10), None),
             Err(GatewayError::NoNodes)
         ));
-        let a = g.join(Join {
-            url: "http://a/".into(),
-            capacity_mib: 100,
-            max_concurrency: None,
-        });
-        let b = g.join(Join {
-            url: "http://b".into(),
-            capacity_mib: 100,
-            max_concurrency: None,
-        });
-        assert_eq!(a.heartbeat_ms, 100);
-
         // b reports f loaded: f goes there, and g (unknown) to the least loaded.
-        assert!(g.heartbeat(
-            &b.id,
-            Heartbeat {
-                loaded: vec![("t".into(), "f".into())],
-                ..Heartbeat::default()
-            }
-        ));
+        let mut a = row("a", "http://a", 0, Heartbeat::default());
+        let mut b = row("b", "http://b", 1, loaded("f"));
+        g.sync(&[a.clone(), b.clone()]);
         let (lease, id, url) = g.place(&outgoing("f", 60), None).unwrap();
-        assert_eq!((&*id, &*url), (b.id.as_str(), "http://b"));
-        assert_eq!(view(&g.members(), &b.id).committed_mib, 60);
+        assert_eq!((&*id, &*url), ("b", "http://b"));
+        assert_eq!(view(&g.members(), "b").committed_mib, 60);
         // b has 40 MiB left: a second f of 60 goes to a, then nowhere.
         let (_lease2, id2, _) = g.place(&outgoing("f", 60), None).unwrap();
-        assert_eq!(*id2, a.id);
+        assert_eq!(&*id2, "a");
         assert!(matches!(
             g.place(&outgoing("f", 60), None),
             Err(GatewayError::NoRoom(60))
         ));
         drop(lease);
-        assert_eq!(
-            view(&g.members(), &b.id).committed_mib,
-            0,
-            "released on drop"
-        );
+        assert_eq!(view(&g.members(), "b").committed_mib, 0, "released on drop");
 
-        // a keeps reporting, b goes silent: after three intervals b is out.
+        // a keeps beating, b's row goes stale: after three intervals b is out.
         for _ in 0..5 {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            assert!(g.heartbeat(&a.id, Heartbeat::default()));
+            a.beats += 1;
+            b.beat_age += Duration::from_millis(100);
+            g.sync(&[a.clone(), b.clone()]);
         }
         let v = g.members();
-        assert!(view(&v, &a.id).alive);
+        assert!(view(&v, "a").alive);
         assert_eq!(
-            view(&v, &b.id).out_because.as_deref(),
+            view(&v, "b").out_because.as_deref(),
             Some("missed heartbeats")
         );
-        assert_eq!(view(&v, &b.id).loaded, 0);
+        assert_eq!(view(&v, "b").loaded, 0);
+        // Reading its stale row again does not revive it.
+        g.sync(&[a.clone(), b.clone()]);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(!view(&g.members(), "b").alive);
         let (_l, id, _) = g.place(&outgoing("f", 10), None).unwrap();
-        assert_eq!(*id, a.id, "only a is in placement");
-        // b speaks again: back in.
-        assert!(g.heartbeat(&b.id, Heartbeat::default()));
-        assert!(view(&g.members(), &b.id).alive);
+        assert_eq!(&*id, "a", "only a is in placement");
+        // b beats again: back in, with what it reports loaded.
+        b.beats += 1;
+        b.beat_age = Duration::ZERO;
+        g.sync(&[a.clone(), b.clone()]);
+        assert!(view(&g.members(), "b").alive);
+        assert_eq!(view(&g.members(), "b").loaded, 1);
 
-        // a leaves; a heartbeat that crossed its goodbye does not revive it.
-        assert!(g.leave(&a.id));
-        assert!(!g.heartbeat(&a.id, Heartbeat::default()));
-        assert_eq!(
-            view(&g.members(), &a.id).out_because.as_deref(),
-            Some("left")
-        );
-        assert!(!g.leave("nobody"));
+        // a leaves; its row, still read, does not revive it.
+        a.left = true;
+        g.sync(&[a.clone(), b.clone()]);
+        a.beats += 1;
+        g.sync(&[a.clone(), b.clone()]);
+        assert_eq!(view(&g.members(), "a").out_because.as_deref(), Some("left"));
 
-        // a restarts and joins again under the same URL: its slot is reused.
-        let a2 = g.join(Join {
-            url: "http://a".into(),
-            capacity_mib: 100,
-            max_concurrency: None,
-        });
+        // a restarts and joins again on the same URL: its slot is reused.
+        let a2 = row("a2", "http://a", 0, Heartbeat::default());
+        g.sync(&[a2, b.clone()]);
         let v = g.members();
         assert_eq!(v.len(), 2);
-        assert!(view(&v, &a2.id).alive);
+        assert!(view(&v, "a2").alive);
+
+        // b's row is swept from the store: gone from placement.
+        g.sync(&[]);
+        let v = g.members();
+        assert!(v.iter().all(|m| !m.alive));
+        assert_eq!(
+            view(&v, "b").out_because.as_deref(),
+            Some("gone from the cluster's store")
+        );
     }
 }

@@ -23,5 +23,5 @@ pub mod placer;
 
 pub use attempt::AttemptKey;
 pub use gateway::{Gateway, GatewayConfig, GatewayError};
-pub use member::{GatewayArtifacts, Membership};
+pub use member::{Membership, SharedArtifacts};
 pub use placer::{Colocation, Placer};

@@ -1,215 +1,177 @@
-//! A node's side of the cluster: joining the gateway, heartbeats with what
-//! the node has loaded, leaving on shutdown, and fetching code artifacts
-//! from the gateway by content hash.
+//! A node's side of the cluster, all through the shared store: its row in
+//! `members` (joined, refreshed every heartbeat with what it has loaded,
+//! marked when it leaves), the cluster's settings it follows, and code
+//! fetched by content hash.
+//!
+//! A node never talks to a gateway: any number of them read its row, so
+//! none has to be told it exists, and one that restarts knows it at once.
 
 use parking_lot::Mutex;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use hearth_node::{ArtifactSource, Node};
+use hearth_store::{ClusterSettings, PgStore};
 
-use crate::gateway::{Heartbeat, Join, Joined};
+use crate::gateway::{Heartbeat, Join};
 
-/// This node's membership of one gateway's cluster.
+/// This node's membership of the cluster whose store is `store`.
 pub struct Membership {
-    gateway: String,
-    token: String,
+    store: Arc<PgStore>,
     join: Join,
-    client: reqwest::Client,
-    /// The id the gateway gave us; a new one if it forgot us and we rejoined.
+    /// Its row's id; a new one if the row was swept and it joined again.
     id: Mutex<String>,
-    heartbeat: Duration,
-    colocation: Option<hearth_core::Colocation>,
+    heartbeat_ms: AtomicU64,
     /// Set by [`leave`](Self::leave): heartbeats stop (one more would put
     /// the node back in placement).
     left: AtomicBool,
 }
 
-async fn error_text(resp: reqwest::Response) -> String {
-    let status = resp.status();
-    let body = resp.text().await.unwrap_or_default();
-    format!("{status}: {body}")
+/// Runs a store call off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, hearth_store::StoreError> + Send + 'static,
+) -> Result<T, String> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 impl Membership {
-    /// Joins the gateway at `gateway` as the node reachable at `url`.
-    /// Retries for up to `patience` while the gateway is not up yet.
+    /// Joins as the node reachable at `join.url`, retrying for up to
+    /// `patience` while the store is not reachable.
     pub async fn join(
-        gateway: &str,
-        token: &str,
+        store: Arc<PgStore>,
         join: Join,
         patience: Duration,
     ) -> Result<Arc<Membership>, String> {
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| e.to_string())?;
-        let gateway = gateway.trim_end_matches('/').to_string();
         let deadline = tokio::time::Instant::now() + patience;
-        let joined = loop {
-            match Self::post_join(&client, &gateway, token, &join).await {
-                Ok(j) => break j,
-                Err((retry, e)) if retry && tokio::time::Instant::now() < deadline => {
-                    tracing::warn!(%gateway, error = %e, "gateway not reachable yet; retrying");
+        let id = loop {
+            match Self::insert(&store, &join).await {
+                Ok(id) => break id,
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    tracing::warn!(error = %e, "cannot join yet; retrying");
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
-                Err((_, e)) => return Err(format!("failed to join {gateway}: {e}")),
+                Err(e) => return Err(format!("failed to join the cluster: {e}")),
             }
         };
-        tracing::info!(%gateway, id = %joined.id, "joined the cluster");
+        tracing::info!(%id, url = %join.url, "joined the cluster");
         Ok(Arc::new(Membership {
-            gateway,
-            token: token.to_string(),
+            store,
             join,
-            client,
-            id: Mutex::new(joined.id),
-            heartbeat: Duration::from_millis(joined.heartbeat_ms.max(50)),
-            colocation: joined.colocation,
+            id: Mutex::new(id),
+            heartbeat_ms: AtomicU64::new(1000),
             left: AtomicBool::new(false),
         }))
     }
 
-    /// `Err((worth retrying, why))`.
-    async fn post_join(
-        client: &reqwest::Client,
-        gateway: &str,
-        token: &str,
-        join: &Join,
-    ) -> Result<Joined, (bool, String)> {
-        let resp = client
-            .post(format!("{gateway}/v1/cluster/nodes"))
-            .bearer_auth(token)
-            .json(join)
-            .send()
-            .await
-            .map_err(|e| (true, e.to_string()))?;
-        if !resp.status().is_success() {
-            let retry = resp.status().is_server_error();
-            return Err((retry, error_text(resp).await));
-        }
-        resp.json().await.map_err(|e| (false, e.to_string()))
-    }
-
-    /// The cluster's default colocation mode, as the gateway said at join.
-    pub fn colocation(&self) -> Option<hearth_core::Colocation> {
-        self.colocation
+    async fn insert(store: &Arc<PgStore>, join: &Join) -> Result<String, String> {
+        let (store, join) = (store.clone(), join.clone());
+        let report = serde_json::to_string(&Heartbeat::default()).expect("serializes");
+        blocking(move || {
+            store.member_join(&join.url, join.capacity_mib, join.max_concurrency, &report)
+        })
+        .await
     }
 
     pub fn id(&self) -> String {
         self.id.lock().clone()
     }
 
-    /// Sends a heartbeat every interval until the process ends; rejoins if
-    /// the gateway no longer knows this node (it restarted, or took the
-    /// node out and forgot it).
+    /// One heartbeat now; the cluster's settings it carried back are
+    /// applied to `node`.
+    pub async fn beat(&self, node: &Node) -> Result<(), String> {
+        let beat = Heartbeat {
+            loaded: node.loaded(),
+            in_flight: node.in_flight() as u64,
+            rss_mib: rss_mib(),
+            pool_free: node.pool_free(),
+        };
+        let report = serde_json::to_string(&beat).expect("serializes");
+        let (store, id) = (self.store.clone(), self.id());
+        match blocking(move || store.member_beat(&id, &report)).await? {
+            _ if self.left.load(Ordering::Acquire) => {}
+            Some(settings) => self.follow(node, &settings),
+            // Our row is gone (swept after a long silence): join again.
+            None => {
+                let id = Self::insert(&self.store, &self.join).await?;
+                tracing::info!(%id, "joined the cluster again");
+                *self.id.lock() = id;
+            }
+        }
+        Ok(())
+    }
+
+    fn follow(&self, node: &Node, settings: &ClusterSettings) {
+        if let Some(mode) = settings.colocation.as_deref() {
+            match mode.parse() {
+                // Logs a change from this node's own.
+                Ok(mode) => node.set_default_colocation(mode),
+                Err(e) => tracing::warn!(mode, error = %e, "the cluster's colocation mode"),
+            }
+        }
+        if let Some(ms) = settings.heartbeat_ms {
+            self.heartbeat_ms.store(ms.max(50), Ordering::Relaxed);
+        }
+    }
+
+    /// Sends a heartbeat every interval until the node leaves.
     pub fn spawn_heartbeats(self: &Arc<Self>, node: Arc<Node>) {
         let me = self.clone();
         tokio::spawn(async move {
             let mut warned = false;
-            loop {
-                tokio::time::sleep(me.heartbeat).await;
-                if me.left.load(Ordering::Acquire) {
-                    return;
-                }
-                let beat = Heartbeat {
-                    loaded: node.loaded(),
-                    in_flight: node.in_flight() as u64,
-                    rss_mib: rss_mib(),
-                    pool_free: node.pool_free(),
-                };
-                let url = format!("{}/v1/cluster/nodes/{}/heartbeat", me.gateway, me.id());
-                let sent = me
-                    .client
-                    .post(url)
-                    .bearer_auth(&me.token)
-                    .json(&beat)
-                    .send()
-                    .await;
-                match sent {
-                    _ if me.left.load(Ordering::Acquire) => return,
-                    Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => {
-                        match Self::post_join(&me.client, &me.gateway, &me.token, &me.join).await {
-                            Ok(j) => {
-                                tracing::info!(id = %j.id, "rejoined the cluster");
-                                if let Some(mode) = j.colocation {
-                                    node.set_default_colocation(mode);
-                                }
-                                *me.id.lock() = j.id;
-                            }
-                            Err((_, e)) => tracing::warn!(error = %e, "failed to rejoin"),
-                        }
-                    }
-                    Ok(r) if r.status().is_success() => warned = false,
-                    Ok(r) => {
-                        let e = error_text(r).await;
-                        tracing::warn!(error = %e, "heartbeat refused");
-                    }
+            while !me.left.load(Ordering::Acquire) {
+                match me.beat(&node).await {
+                    Ok(()) => warned = false,
                     Err(e) if !warned => {
                         warned = true;
-                        tracing::warn!(error = %e, "gateway unreachable; still serving");
+                        tracing::warn!(error = %e, "cannot reach the cluster's store; still serving");
                     }
                     Err(_) => {}
                 }
+                let every = me.heartbeat_ms.load(Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(every)).await;
             }
         });
     }
 
-    /// Tells the gateway this node is going (best effort: a gateway that
-    /// does not hear it takes the node out after missed heartbeats).
+    /// Leaves: every gateway hears it at once and places nothing more
+    /// here. Invocations already sent still finish.
     pub async fn leave(&self) {
         self.left.store(true, Ordering::Release);
-        let url = format!("{}/v1/cluster/nodes/{}", self.gateway, self.id());
-        match self
-            .client
-            .delete(url)
-            .bearer_auth(&self.token)
-            .send()
-            .await
-        {
-            Ok(r) if r.status().is_success() => tracing::info!("left the cluster"),
-            Ok(r) => {
-                let e = error_text(r).await;
-                tracing::warn!(error = %e, "leaving the cluster");
-            }
+        let (store, id) = (self.store.clone(), self.id());
+        match blocking(move || store.member_leave(&id)).await {
+            Ok(_) => tracing::info!("left the cluster"),
             Err(e) => tracing::warn!(error = %e, "leaving the cluster"),
         }
     }
 }
 
-/// Code by hash from a gateway (`GET /v1/artifacts/{sha256}`).
-pub struct GatewayArtifacts {
-    gateway: String,
-    token: String,
-    client: reqwest::Client,
+/// Code by hash in the cluster's store.
+pub struct SharedArtifacts {
+    store: Arc<PgStore>,
 }
 
-impl GatewayArtifacts {
-    pub fn shared(gateway: &str, token: &str) -> Arc<dyn ArtifactSource> {
-        Arc::new(GatewayArtifacts {
-            gateway: gateway.trim_end_matches('/').to_string(),
-            token: token.to_string(),
-            client: reqwest::Client::new(),
-        })
+impl SharedArtifacts {
+    pub fn shared(store: Arc<PgStore>) -> Arc<dyn ArtifactSource> {
+        Arc::new(SharedArtifacts { store })
     }
 }
 
 #[async_trait::async_trait]
-impl ArtifactSource for GatewayArtifacts {
+impl ArtifactSource for SharedArtifacts {
     async fn fetch(&self, hash: &str) -> Result<Vec<u8>, String> {
-        let m = self;
-        let resp = m
-            .client
-            .get(format!("{}/v1/artifacts/{hash}", m.gateway))
-            .bearer_auth(&m.token)
-            .timeout(Duration::from_secs(120))
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        if !resp.status().is_success() {
-            return Err(error_text(resp).await);
-        }
-        Ok(resp.bytes().await.map_err(|e| e.to_string())?.to_vec())
+        let (store, h) = (self.store.clone(), hash.to_string());
+        blocking(move || store.get_artifact(&h))
+            .await?
+            .ok_or_else(|| format!("no artifact {hash} in the cluster's store"))
+    }
+
+    async fn publish(&self, hash: &str, bytes: bytes::Bytes) -> Result<(), String> {
+        let (store, h) = (self.store.clone(), hash.to_string());
+        blocking(move || store.put_artifact(&h, &bytes)).await
     }
 }
 

@@ -171,12 +171,14 @@ pub struct InvokeOutcome {
     pub result: Result<Response, InvokeError>,
 }
 
-/// Where a node gets code it does not have: in a cluster, the gateway
-/// (`GET /v1/artifacts/{sha256}`). The node checks the bytes against the
-/// hash before keeping them.
+/// Code every member of a cluster can reach by hash: a deploy publishes
+/// its artifact there before its version names it, and a node fetches
+/// what it does not have (checking the bytes against the hash before
+/// keeping them).
 #[async_trait::async_trait]
 pub trait ArtifactSource: Send + Sync + 'static {
     async fn fetch(&self, hash: &str) -> Result<Vec<u8>, String>;
+    async fn publish(&self, hash: &str, bytes: bytes::Bytes) -> Result<(), String>;
 }
 
 /// One Hearth node.
@@ -334,7 +336,7 @@ impl Node {
             .map_err(|e| NodeError::Internal(e.to_string()))??;
         if stored != hash {
             return Err(NodeError::Internal(format!(
-                "artifact {hash} fetched from the gateway hashes to {stored}"
+                "artifact {hash} fetched from the cluster hashes to {stored}"
             )));
         }
         Ok(())
@@ -400,7 +402,7 @@ impl Node {
             tracing::info!(
                 was = was.as_str(),
                 now = mode.as_str(),
-                "colocation mode set by the gateway"
+                "colocation mode set by the cluster"
             );
             self.config.colocation.set(mode);
         }
@@ -500,7 +502,7 @@ impl Node {
         // One deploy at a time from the quota check to the version, so two
         // cannot both fit in what is left.
         let _quota = self.deploying.lock().await;
-        let artifact = std::mem::take(&mut compiled.artifact);
+        let artifact = bytes::Bytes::from(std::mem::take(&mut compiled.artifact));
         let hash = hearth_store::sha256_hex(&artifact);
         let (used, held) = self.code_bytes(tenant).await?;
         let adding = if held.contains(&hash) {
@@ -520,9 +522,15 @@ impl Node {
         // The artifact is durable before the registry names it, so a crash
         // between the two leaves an unreferenced file, never a dangling version.
         let artifacts = self.artifacts.clone();
-        let hash = tokio::task::spawn_blocking(move || artifacts.put(&artifact))
+        let bytes = artifact.clone();
+        let hash = tokio::task::spawn_blocking(move || artifacts.put(&bytes))
             .await
             .map_err(|e| NodeError::Internal(e.to_string()))??;
+        if let Some(shared) = &self.artifact_source {
+            shared.publish(&hash, artifact).await.map_err(|e| {
+                NodeError::Internal(format!("failed to publish artifact {hash}: {e}"))
+            })?;
+        }
         let (t, n) = (tenant.to_string(), name.to_string());
         let generation = self.table.generation();
         let version = self
@@ -595,6 +603,11 @@ impl Node {
                 Ok(hashes)
             })
             .await?;
+        // Another gateway's deploys are counted too: their code comes from
+        // the cluster (once; it is kept).
+        for h in &hashes {
+            self.ensure_artifact(h).await?;
+        }
         let artifacts = self.artifacts.clone();
         tokio::task::spawn_blocking(move || {
             let bytes = hashes
@@ -885,6 +898,21 @@ impl Node {
             .entry(tenant.to_string())
             .or_default()
             .insert(name.to_string(), mode);
+    }
+
+    /// Forgets what this node cached of a function another member of the
+    /// cluster changed (a deploy, a removal, a fallback pin), or of every
+    /// function with `None`: the next invocation reads the store.
+    pub fn forget(&self, function: Option<(&str, &str)>) {
+        self.table.forget_latest(function);
+        match function {
+            Some((tenant, name)) => {
+                if let Some(f) = self.modes.lock().get_mut(tenant) {
+                    f.remove(name);
+                }
+            }
+            None => self.modes.lock().clear(),
+        }
     }
 
     fn forget_mode(&self, tenant: &str, name: &str) {

@@ -141,6 +141,28 @@ impl FunctionTable {
         }
     }
 
+    /// Forgets which version of tenant/name is the newest (another member
+    /// deployed or removed it), or of every function with `None`; the next
+    /// lookup asks the store. Versions and their prepared code stay: a
+    /// version never changes. A fill that read the store before this is
+    /// skipped, as after a removal.
+    pub fn forget_latest(&self, function: Option<(&str, &str)>) {
+        let mut map = self.write();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        match function {
+            Some((tenant, name)) => {
+                if let Some(entry) = map.get_mut(tenant).and_then(|fns| fns.get_mut(name)) {
+                    entry.latest = None;
+                }
+            }
+            None => {
+                for entry in map.values_mut().flat_map(|fns| fns.values_mut()) {
+                    entry.latest = None;
+                }
+            }
+        }
+    }
+
     /// Functions with some version's code prepared, as (tenant, name):
     /// what this node can run without a cold start.
     pub fn loaded(&self) -> Vec<(String, String)> {
@@ -272,5 +294,25 @@ mod tests {
             !Arc::ptr_eq(&t.slot(&v(1)), &t.slot(&v(1))),
             "removed versions are not cached"
         );
+    }
+
+    #[test]
+    fn a_change_elsewhere_forgets_the_newest_but_keeps_versions() {
+        let t = FunctionTable::default();
+        let before = t.generation();
+        t.insert(v(1), true, before);
+        let slot = t.slot(&v(1));
+        t.forget_latest(Some(("t", "f")));
+        assert!(t.get("t", "f", None).is_none(), "the store is asked again");
+        assert_eq!(t.get("t", "f", Some(1)).map(|v| v.version), Some(1));
+        assert!(Arc::ptr_eq(&slot, &t.slot(&v(1))), "prepared code stays");
+        // A lookup that read the store before the change cannot put back
+        // the newest it read.
+        t.insert(v(1), true, before);
+        assert!(t.get("t", "f", None).is_none());
+        t.insert(v(2), true, t.generation());
+        assert_eq!(t.get("t", "f", None).map(|v| v.version), Some(2));
+        t.forget_latest(None);
+        assert!(t.get("t", "f", None).is_none(), "a resync forgets all");
     }
 }

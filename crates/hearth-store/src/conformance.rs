@@ -112,6 +112,28 @@ pub(crate) fn tokens_authenticate_to_their_tenant_only(s: &dyn Store) {
     let p = s.authenticate(&token).unwrap().unwrap();
     assert_eq!((p.tenant.as_str(), p.role), ("acme", Role::Member));
     assert!(s.authenticate("hth_wrong").unwrap().is_none());
+
+    // A token the operator chose: added once, again as a no-op, never to
+    // a second tenant or role.
+    s.create_tenant("zeta").unwrap();
+    s.add_token("acme", Role::Admin, "chosen-by-operator")
+        .unwrap();
+    s.add_token("acme", Role::Admin, "chosen-by-operator")
+        .unwrap();
+    let p = s.authenticate("chosen-by-operator").unwrap().unwrap();
+    assert_eq!((p.tenant.as_str(), p.role), ("acme", Role::Admin));
+    assert!(matches!(
+        s.add_token("zeta", Role::Admin, "chosen-by-operator"),
+        Err(StoreError::TokenTaken)
+    ));
+    assert!(matches!(
+        s.add_token("acme", Role::Member, "chosen-by-operator"),
+        Err(StoreError::TokenTaken)
+    ));
+    assert!(matches!(
+        s.add_token("ghost", Role::Admin, "another"),
+        Err(StoreError::NoSuchTenant(_))
+    ));
 }
 
 pub(crate) fn tenant_colocation_overrides_are_set_cleared_and_refused_for_unknown_tenants(

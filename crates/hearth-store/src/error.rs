@@ -29,6 +29,8 @@ pub enum StoreError {
     NoSuchTenant(String),
     /// tenant {0:?} already exists
     TenantExists(String),
+    /// that token is already another tenant's or role's: choose another
+    TokenTaken,
     /// tenant {tenant:?}'s KV would hold more than its quota of {max_bytes} bytes (keys and values of all its functions)
     KvQuota { tenant: String, max_bytes: u64 },
     /// the KV value cannot be incremented: {0}

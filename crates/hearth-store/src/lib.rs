@@ -15,6 +15,7 @@
 //! table; nothing here sits on the per-invocation hot path except KV.
 
 mod artifacts;
+mod cluster;
 #[cfg(test)]
 mod conformance;
 mod error;
@@ -28,6 +29,7 @@ use serde::{Deserialize, Serialize};
 pub use hearth_core::LogStream;
 
 pub use artifacts::{ArtifactStore, sha256_hex, write_atomically, write_secret};
+pub use cluster::{Change, ClusterSettings, MemberRow};
 pub use error::StoreError;
 pub use postgres::PgStore;
 pub use split::SplitStore;
@@ -246,7 +248,16 @@ pub trait Store: Send + Sync + 'static {
     fn create_tenant(&self, name: &str) -> Result<(), StoreError>;
     fn tenant_exists(&self, name: &str) -> Result<bool, StoreError>;
     /// Makes a new random token for `tenant` and returns it; only its hash is kept.
-    fn create_token(&self, tenant: &str, role: Role) -> Result<String, StoreError>;
+    fn create_token(&self, tenant: &str, role: Role) -> Result<String, StoreError> {
+        let secret: [u8; 24] = rand::random();
+        let token = format!("hth_{}", hex::encode(secret));
+        self.add_token(tenant, role, &token)?;
+        Ok(token)
+    }
+    /// Makes `token` (one the operator chose, e.g. from a Kubernetes
+    /// Secret) a token of `tenant`; only its hash is kept. Adding a token
+    /// again is a no-op; one that is another tenant's or role's is refused.
+    fn add_token(&self, tenant: &str, role: Role, token: &str) -> Result<(), StoreError>;
     /// The tenant's own colocation mode, if it overrides the cluster's.
     fn tenant_colocation(&self, tenant: &str) -> Result<Option<Colocation>, StoreError>;
     /// Sets (or, with `None`, clears) the tenant's override; fails with

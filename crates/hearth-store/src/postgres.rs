@@ -21,6 +21,7 @@ use postgres::{Client, NoTls, Row};
 use r2d2::Pool;
 use r2d2_postgres::PostgresConnectionManager;
 
+use crate::cluster::{Change, notify};
 use crate::{
     FunctionMode, FunctionSummary, JournalKey, LogQuery, LogRecord, LogStream, Principal, Role,
     StoreError, parse_colocation, sha256_hex,
@@ -128,6 +129,8 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 pub struct PgStore {
     /// `None` only while it is dropped (see `Drop`).
     pool: Option<Pool<PostgresConnectionManager<NoTls>>>,
+    /// For connections of its own (the change listener's).
+    pub(crate) config: postgres::Config,
 }
 
 impl PgStore {
@@ -149,9 +152,12 @@ impl PgStore {
                 .min_idle(Some(0))
                 .connection_timeout(CONNECT_TIMEOUT)
                 .test_on_check_out(false)
-                .build_unchecked(PostgresConnectionManager::new(config, NoTls)))
+                .build_unchecked(PostgresConnectionManager::new(config.clone(), NoTls)))
         })?;
-        Ok(PgStore { pool: Some(pool) })
+        Ok(PgStore {
+            pool: Some(pool),
+            config,
+        })
     }
 
     /// Runs `f` on a connection from the pool (r2d2: at most
@@ -160,7 +166,7 @@ impl PgStore {
     /// The `postgres` client runs its own small runtime, which must not be
     /// started on an async worker: `block_in_place` steps off it (and is a
     /// plain call on a blocking or non-Tokio thread).
-    fn with<T>(
+    pub(crate) fn with<T>(
         &self,
         f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
     ) -> Result<T, StoreError> {
@@ -214,12 +220,21 @@ impl PgStore {
     ) -> Result<(), StoreError> {
         let mode = mode.map(Colocation::as_str);
         let written = self.with(|c| {
-            c.execute(
+            let mut tx = c.transaction()?;
+            let n = tx.execute(
                 "INSERT INTO tenant_settings (tenant, colocation)
                  SELECT name, $2 FROM tenants WHERE name = $1
                  ON CONFLICT (tenant) DO UPDATE SET colocation = excluded.colocation",
                 &[&tenant, &mode],
-            )
+            )?;
+            notify(
+                &mut tx,
+                &Change::Tenant {
+                    tenant: tenant.to_string(),
+                },
+            )?;
+            tx.commit()?;
+            Ok(n)
         })?;
         if written == 0 {
             return Err(StoreError::NoSuchTenant(tenant.to_string()));
@@ -227,21 +242,27 @@ impl PgStore {
         Ok(())
     }
 
-    pub fn create_token(&self, tenant: &str, role: Role) -> Result<String, StoreError> {
-        let secret: [u8; 24] = rand::random();
-        let token = format!("hth_{}", hex::encode(secret));
+    pub fn add_token(&self, tenant: &str, role: Role, token: &str) -> Result<(), StoreError> {
         let hash = sha256_hex(token.as_bytes());
-        let inserted = self.with(|c| {
-            c.execute(
+        let row = self.with(|c| {
+            let mut tx = c.transaction()?;
+            tx.execute(
                 "INSERT INTO tokens (hash, tenant, role, created_ms)
-                 SELECT $1, name, $3, $4 FROM tenants WHERE name = $2",
+                 SELECT $1, name, $3, $4 FROM tenants WHERE name = $2
+                 ON CONFLICT (hash) DO NOTHING",
                 &[&hash, &tenant, &role.as_str(), &hearth_core::unix_time_ms()],
-            )
+            )?;
+            let row = tx.query_opt("SELECT tenant, role FROM tokens WHERE hash = $1", &[&hash])?;
+            tx.commit()?;
+            Ok(row)
         })?;
-        if inserted == 0 {
-            return Err(StoreError::NoSuchTenant(tenant.to_string()));
+        match row {
+            None => Err(StoreError::NoSuchTenant(tenant.to_string())),
+            Some(r) if r.get::<_, &str>(0) == tenant && r.get::<_, &str>(1) == role.as_str() => {
+                Ok(())
+            }
+            Some(_) => Err(StoreError::TokenTaken),
         }
-        Ok(token)
     }
 
     pub fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError> {
@@ -296,6 +317,7 @@ impl PgStore {
                 "DELETE FROM modes WHERE tenant = $1 AND name = $2",
                 &[&tenant, &name],
             )?;
+            notify(&mut tx, &function_changed(tenant, name))?;
             tx.commit()?;
             Ok(version)
         })?;
@@ -398,6 +420,7 @@ impl PgStore {
                     "DELETE FROM modes WHERE tenant = $1 AND name = $2",
                     &[&tenant, &name],
                 )?;
+                notify(&mut tx, &function_changed(tenant, name))?;
             }
             tx.commit()?;
             Ok(existed)
@@ -422,13 +445,17 @@ impl PgStore {
     ) -> Result<FunctionMode, StoreError> {
         let pin_after = i64::from(pin_after);
         let row = self.with(|c| {
-            c.query_one(
+            let mut tx = c.transaction()?;
+            let row = tx.query_one(
                 "INSERT INTO modes (tenant, name, bounces, pinned) VALUES ($1, $2, 1, $3::bigint <= 1)
                  ON CONFLICT (tenant, name) DO UPDATE
                    SET bounces = modes.bounces + 1, pinned = (modes.bounces + 1 >= $3)
                  RETURNING bounces, pinned",
                 &[&tenant, &name, &pin_after],
-            )
+            )?;
+            notify(&mut tx, &function_changed(tenant, name))?;
+            tx.commit()?;
+            Ok(row)
         })?;
         Ok(mode_of(&row))
     }
@@ -703,6 +730,7 @@ fn create_schema(c: &mut Client) -> Result<(), postgres::Error> {
         .query_one("SELECT to_regclass('kv_usage') IS NOT NULL", &[])?
         .get(0);
     tx.batch_execute(SCHEMA)?;
+    crate::cluster::create_schema(&mut tx)?;
     if !counted {
         tx.batch_execute(
             "INSERT INTO kv_usage (tenant, bytes)
@@ -720,6 +748,13 @@ impl Drop for PgStore {
     fn drop(&mut self) {
         let pool = self.pool.take();
         let _ = std::thread::spawn(move || drop(pool)).join();
+    }
+}
+
+fn function_changed(tenant: &str, name: &str) -> Change {
+    Change::Function {
+        tenant: tenant.to_string(),
+        name: name.to_string(),
     }
 }
 
@@ -777,7 +812,7 @@ mod tests {
             eprintln!("scenario {name}");
             let url = pg.create_database(&format!("s{i}")).unwrap();
             let s = SplitStore::new(
-                PgStore::open(&url).unwrap(),
+                std::sync::Arc::new(PgStore::open(&url).unwrap()),
                 SqliteStore::open(local.path().join(format!("s{i}.db"))).unwrap(),
             );
             scenario(&s);

@@ -12,12 +12,12 @@ use crate::{
 
 /// Shared state in PostgreSQL, the tape index in local SQLite.
 pub struct SplitStore {
-    shared: PgStore,
+    shared: std::sync::Arc<PgStore>,
     local: SqliteStore,
 }
 
 impl SplitStore {
-    pub fn new(shared: PgStore, local: SqliteStore) -> Self {
+    pub fn new(shared: std::sync::Arc<PgStore>, local: SqliteStore) -> Self {
         SplitStore { shared, local }
     }
 }
@@ -39,8 +39,8 @@ impl Store for SplitStore {
     ) -> Result<(), StoreError> {
         self.shared.set_tenant_colocation(tenant, mode)
     }
-    fn create_token(&self, tenant: &str, role: Role) -> Result<String, StoreError> {
-        self.shared.create_token(tenant, role)
+    fn add_token(&self, tenant: &str, role: Role, token: &str) -> Result<(), StoreError> {
+        self.shared.add_token(tenant, role, token)
     }
     fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError> {
         self.shared.authenticate(token)

@@ -132,15 +132,21 @@ pub struct UpArgs {
     /// invocations on nodes) or node (runs what a gateway sends it).
     #[arg(long, env = "HEARTH_ROLE")]
     pub role: Option<String>,
-    /// A node's gateway, e.g. http://10.0.0.1:8080; needs an admin token
-    /// in HEARTH_JOIN_TOKEN.
-    #[arg(long, env = "HEARTH_JOIN")]
-    pub join: Option<String>,
+    /// A node's gateways' address, e.g. http://hearth-gateway:8080 (a
+    /// Service): only named in the answer to a deploy sent to the node.
+    /// Nodes and gateways find each other through the store.
+    #[arg(long, env = "HEARTH_GATEWAY")]
+    pub gateway: Option<String>,
+    /// Seconds a stopping Hearth gives requests in flight to finish
+    /// before it stops anyway (default 5). In Kubernetes: a little under
+    /// the pod's terminationGracePeriodSeconds.
+    #[arg(long, env = "HEARTH_DRAIN_TIMEOUT_S")]
+    pub drain_timeout_s: Option<u64>,
     /// Where the registry, tokens, KV and logs live: sqlite (default, in
     /// the data directory) or postgres://user@host:port/db (a cluster's).
     #[arg(long, env = "HEARTH_STORE")]
     pub store: Option<String>,
-    /// The URL the gateway reaches this node at (default: http:// and the
+    /// The URL gateways reach this node at (default: http:// and the
     /// address it listens on).
     #[arg(long, env = "HEARTH_ADVERTISE")]
     pub advertise: Option<String>,
@@ -148,8 +154,8 @@ pub struct UpArgs {
     /// machine's memory).
     #[arg(long, env = "HEARTH_CAPACITY_MIB")]
     pub capacity_mib: Option<u64>,
-    /// A gateway's heartbeat interval, ms; three missed take a node out
-    /// (default 1000).
+    /// How often nodes report to the cluster, ms; three missed take a
+    /// node out. Set on gateways: nodes follow it (default 1000).
     #[arg(long, env = "HEARTH_HEARTBEAT_MS")]
     pub heartbeat_ms: Option<u64>,
     /// Keep `/metrics` series labelled with tenants and functions (default
@@ -215,27 +221,33 @@ pub struct UpArgs {
 }
 
 /// What this Hearth is in a cluster.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Role {
     All,
     Gateway,
-    /// With its gateway's URL and the admin token it joins with (from
-    /// `HEARTH_JOIN_TOKEN` only: a flag would show it in `ps`).
+    /// With its gateways' address, if the operator named it.
     Node {
-        join: String,
-        token: String,
+        gateway: Option<String>,
     },
 }
 
-impl std::fmt::Debug for Role {
-    /// Never prints the token.
+/// A secret from the environment (a flag would show it in `ps`), never
+/// printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Role::All => f.write_str("All"),
-            Role::Gateway => f.write_str("Gateway"),
-            Role::Node { join, .. } => f.debug_struct("Node").field("join", join).finish(),
-        }
+        f.write_str("Secret(***)")
     }
+}
+
+/// `name` from the environment, if set and not empty.
+fn secret_from_env(name: &str) -> Option<Secret> {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .map(Secret)
 }
 
 /// The settings `hearth up` runs with, after merging.
@@ -267,6 +279,13 @@ pub struct Settings {
     /// `None`: recording is off.
     pub record: Option<hearth_record::RecordConfig>,
     pub role: Role,
+    /// Keys the gateways' signed attempts (`HEARTH_CLUSTER_KEY`): the
+    /// same on every member of a cluster.
+    pub cluster_key: Option<Secret>,
+    /// The admin token the operator chose (`HEARTH_ADMIN_TOKEN`), taken
+    /// into the store at start; `None`: one is made at first start.
+    pub admin_token: Option<Secret>,
+    pub drain_timeout_s: u64,
     /// A postgres:// URL; `None`: SQLite in the data directory.
     pub store: Option<String>,
     pub advertise: Option<String>,
@@ -285,6 +304,17 @@ pub struct Settings {
     pub max_concurrency_per_tenant: usize,
     pub max_kv_mib_per_tenant: u64,
     pub max_code_mib_per_tenant: u64,
+}
+
+/// Refuses a URL that is not `http(s)://host[:port]`.
+fn check_http_url(flag: &str, url: &str) -> anyhow::Result<()> {
+    let parsed: axum::http::Uri = url
+        .parse()
+        .with_context(|| format!("{flag} {url:?} is not a URL"))?;
+    if !matches!(parsed.scheme_str(), Some("http" | "https")) || parsed.host().is_none() {
+        anyhow::bail!("{flag} {url:?} must be http(s)://host[:port]");
+    }
+    Ok(())
 }
 
 /// The machine's memory in MiB, from /proc/meminfo (4096 if unreadable).
@@ -354,23 +384,29 @@ impl Settings {
         } else {
             None
         };
-        let join = o.join.clone();
         let role = match o.role.as_deref().unwrap_or("all") {
             "all" => Role::All,
             "gateway" => Role::Gateway,
             "node" => Role::Node {
-                join: join.clone().context(
-                    "--role node needs --join <gateway URL> (and an admin token in HEARTH_JOIN_TOKEN)",
-                )?,
-                token: std::env::var("HEARTH_JOIN_TOKEN")
-                    .ok()
-                    .filter(|t| !t.is_empty())
-                    .context("a node needs the cluster's admin token in HEARTH_JOIN_TOKEN")?,
+                gateway: o.gateway.clone(),
             },
             other => anyhow::bail!("--role must be all, gateway or node, not {other:?}"),
         };
-        if join.is_some() && !matches!(role, Role::Node { .. }) {
-            anyhow::bail!("--join is for --role node");
+        if o.gateway.is_some() && !matches!(role, Role::Node { .. }) {
+            anyhow::bail!("--gateway is for --role node");
+        }
+        let cluster_key = secret_from_env("HEARTH_CLUSTER_KEY");
+        if role != Role::All && cluster_key.is_none() {
+            anyhow::bail!(
+                "a cluster's gateways and nodes need the same secret in HEARTH_CLUSTER_KEY \
+                 (e.g. from `openssl rand -hex 32`): it signs the attempts gateways send"
+            );
+        }
+        if let Some(url) = &o.advertise {
+            check_http_url("--advertise", url)?;
+        }
+        if let Some(url) = &o.gateway {
+            check_http_url("--gateway", url)?;
         }
         let store = match o.store.as_deref() {
             None | Some("sqlite") => None,
@@ -389,6 +425,9 @@ impl Settings {
         }
         Ok(Settings {
             role,
+            cluster_key,
+            admin_token: secret_from_env("HEARTH_ADMIN_TOKEN"),
+            drain_timeout_s: o.drain_timeout_s.unwrap_or(5),
             store,
             advertise: o.advertise.clone(),
             capacity_mib: o.capacity_mib.unwrap_or_else(machine_mib),

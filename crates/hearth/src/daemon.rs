@@ -15,7 +15,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use hearth_api::ClusterRole;
 use hearth_cluster::gateway::Join;
-use hearth_cluster::{AttemptKey, Gateway, GatewayArtifacts, GatewayConfig, Membership};
+use hearth_cluster::{AttemptKey, Gateway, GatewayConfig, Membership, SharedArtifacts};
 use hearth_core::{FunctionSpec, Runtime};
 use hearth_host::{Engine, HostLimits, HostServices};
 use hearth_js::{JsConfig, JsEngine};
@@ -52,13 +52,15 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     crate::datadir::secure(dir)?;
     let local = SqliteStore::open(dir.join("hearth.db"))
         .with_context(|| format!("failed to open {}", dir.display()))?;
-    let store: Arc<dyn Store> = match &settings.store {
+    let shared = match &settings.store {
+        None => None,
+        Some(url) => Some(Arc::new(PgStore::open(url).with_context(|| {
+            format!("failed to open the cluster store {}", redact(url))
+        })?)),
+    };
+    let store: Arc<dyn Store> = match &shared {
         None => Arc::new(local),
-        Some(url) => {
-            let shared = PgStore::open(url)
-                .with_context(|| format!("failed to open the cluster store {}", redact(url)))?;
-            Arc::new(SplitStore::new(shared, local))
-        }
+        Some(pg) => Arc::new(SplitStore::new(pg.clone(), local)),
     };
     let artifacts = ArtifactStore::open(dir.join("artifacts"))?;
     // Before serving, so no deploy can be between writing its artifact and
@@ -155,17 +157,26 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     if let Some(r) = &recorder {
         node = node.with_recorder(r.clone());
     }
-    if let Role::Node { join, token } = &settings.role {
-        node = node.with_artifact_source(GatewayArtifacts::shared(join, token));
+    if let Some(pg) = &shared {
+        // Deploys publish their code there; nodes fetch what they lack.
+        node = node.with_artifact_source(SharedArtifacts::shared(pg.clone()));
     }
     let node = Arc::new(node);
     // Prepared code lives as long as an idle handler does.
     node.spawn_prepared_sweeper(std::time::Duration::from_secs(settings.keep_alive_s));
+    // What other members change reaches this one's caches at once.
+    let members_changed = Arc::new(tokio::sync::Notify::new());
+    if let Some(pg) = &shared {
+        spawn_change_listener(pg, node.clone(), members_changed.clone());
+    }
 
     match &settings.role {
-        // A node's token is the one it joins its gateway with.
-        Role::Node { token, .. } => {
-            hearth_store::write_secret(&dir.join("token"), token.as_bytes())?
+        // A node makes no tenants; the operator's token, if given, is
+        // kept for the CLI.
+        Role::Node { .. } => {
+            if let Some(token) = &settings.admin_token {
+                hearth_store::write_secret(&dir.join("token"), token.0.as_bytes())?
+            }
         }
         _ => first_start(&settings, &store, &node).await?,
     }
@@ -177,57 +188,65 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let url = format!("http://{addr}");
     let server_json = serde_json::json!({"url": url, "pid": std::process::id()});
     hearth_store::write_secret(&dir.join("server.json"), server_json.to_string().as_bytes())?;
-    let (role, membership) = match &settings.role {
-        Role::Node { join, token } => {
+    let cluster_key = || {
+        let key = settings
+            .cluster_key
+            .as_ref()
+            .expect("checked with the settings");
+        AttemptKey::from_token(&key.0)
+    };
+    let (role, membership) = match (&settings.role, &shared) {
+        (Role::Node { gateway }, Some(pg)) => {
             let advertise = settings.advertise.clone().unwrap_or_else(|| url.clone());
             let joining = Join {
                 url: advertise,
                 capacity_mib: settings.capacity_mib,
                 max_concurrency: u32::try_from(settings.max_concurrency).ok(),
             };
-            let m = Membership::join(join, token, joining, std::time::Duration::from_secs(30))
+            let m = Membership::join(pg.clone(), joining, std::time::Duration::from_secs(30))
                 .await
                 .map_err(anyhow::Error::msg)?;
-            // The cluster's mode is the gateway's (set_default_colocation
-            // logs a change from this node's own).
-            if let Some(mode) = m.colocation() {
-                node.set_default_colocation(mode);
+            // The first heartbeat brings the cluster's settings (its
+            // colocation mode), before any invocation arrives.
+            if let Err(e) = m.beat(&node).await {
+                tracing::warn!(error = %e, "first heartbeat");
             }
             m.spawn_heartbeats(node.clone());
-            (
-                ClusterRole::Member {
-                    gateway: join.clone(),
-                    key: AttemptKey::from_token(token),
-                },
-                Some(m),
-            )
+            let role = ClusterRole::Member {
+                gateway: gateway.clone(),
+                key: cluster_key(),
+            };
+            (role, Some(m))
         }
-        Role::Gateway => {
-            // Nodes join with this token: it also keys the attempts the
-            // gateway signs for them.
-            let token = std::fs::read_to_string(dir.join("token"))
-                .context("the gateway's admin token (written at first start)")?;
+        (Role::Gateway, Some(pg)) => {
             let g = Gateway::new(GatewayConfig {
                 heartbeat: std::time::Duration::from_millis(settings.heartbeat_ms),
-                attempt_key: Some(AttemptKey::from_token(&token)),
-                colocation: settings.colocation,
+                attempt_key: Some(cluster_key()),
                 ..GatewayConfig::default()
             });
+            // Every gateway writes the same (from the same configuration).
+            let cluster = hearth_store::ClusterSettings {
+                colocation: Some(settings.colocation.as_str().to_string()),
+                heartbeat_ms: Some(settings.heartbeat_ms),
+            };
+            let pg2 = pg.clone();
+            tokio::task::spawn_blocking(move || pg2.set_cluster_settings(&cluster)).await??;
             g.spawn_reaper();
-            spawn_journal_sweep(store.clone());
+            g.spawn_sync(pg.clone(), members_changed);
+            spawn_cluster_sweep(store.clone(), pg.clone());
             (ClusterRole::Gateway(g), None)
         }
-        Role::All => (ClusterRole::Standalone, None),
+        (Role::All, _) => (ClusterRole::Standalone, None),
+        (_, None) => anyhow::bail!("a gateway or node needs --store postgres://…"),
     };
     println!("Hearth listening on {url}");
     println!("  data:  {}", dir.display());
     match &settings.role {
         Role::All => println!("  try:   curl -d 'ping' {url}/fn/{ADMIN_TENANT}/echo"),
         Role::Gateway => println!(
-            "  role:  gateway; start nodes with HEARTH_JOIN_TOKEN=$(cat {}) hearth up --role node --join {url} --store <the same postgres URL>",
-            dir.join("token").display()
+            "  role:  gateway; start nodes with the same HEARTH_CLUSTER_KEY: hearth up --role node --store <the same postgres URL>"
         ),
-        Role::Node { join, .. } => println!("  role:  node of {join}"),
+        Role::Node { .. } => println!("  role:  node"),
     }
 
     let app = hearth_api::router_for(
@@ -244,33 +263,41 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         max_connections: settings.max_connections,
         max_per_client: settings.max_connections_per_client,
     };
-    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (stopping, stopped) = tokio::sync::oneshot::channel::<std::time::Instant>();
     let mut server = tokio::spawn(async move {
         crate::serve::serve(listener, app, limits, async move {
             shutdown_signal().await;
-            // Out of placement first, so the gateway sends nothing
-            // more while requests in flight finish.
+            let signalled = std::time::Instant::now();
+            // Out of placement first, so gateways send nothing more
+            // while requests in flight finish.
             if let Some(m) = membership {
                 m.leave().await;
             }
-            let _ = stopping.send(());
+            let _ = stopping.send(signalled);
         })
         .await
     });
-    // Requests in flight get a few seconds to finish; a function that runs
-    // longer (or a client that never closes) must not keep the node from
-    // cleaning up its sandboxes.
+    // Requests in flight get the drain timeout to finish; a function that
+    // runs longer (or a client that never closes) must not keep the node
+    // from cleaning up its sandboxes.
+    let drain = std::time::Duration::from_secs(settings.drain_timeout_s);
+    let mut signalled = None;
     let served = tokio::select! {
         r = &mut server => r.map_err(anyhow::Error::from),
         _ = async {
-            let _ = stopped.await;
-            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            if let Ok(at) = stopped.await {
+                signalled = Some(at);
+            }
+            tokio::time::sleep(drain).await;
         } => {
-            tracing::warn!("requests still open 5 s after the stop signal; stopping anyway");
+            tracing::warn!(drain_timeout_s = drain.as_secs(), "requests still open at the drain timeout; stopping anyway");
             server.abort();
             Ok(())
         }
     };
+    if let Some(at) = signalled {
+        tracing::info!(ms = at.elapsed().as_millis() as u64, "drained");
+    }
     let _ = std::fs::remove_file(dir.join("server.json"));
     // Sandboxes, zygotes, mounts and cgroups go with the daemon: first,
     // since they outlive it on the host.
@@ -308,26 +335,38 @@ async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
-/// Creates the admin tenant, its token and the examples, once.
+/// Creates the admin tenant, its token and the examples, once; takes the
+/// operator's admin token into the store if one was given. Gateways
+/// starting together on one store create the tenant and examples once.
 async fn first_start(
     settings: &Settings,
     store: &Arc<dyn Store>,
     node: &Node,
 ) -> anyhow::Result<()> {
     let token_path = settings.data_dir.join("token");
-    if store.tenant_exists(ADMIN_TENANT)? && token_path.exists() {
-        return Ok(());
+    let created = match store.create_tenant(ADMIN_TENANT) {
+        Ok(()) => true,
+        Err(hearth_store::StoreError::TenantExists(_)) => false,
+        Err(e) => return Err(e.into()),
+    };
+    match &settings.admin_token {
+        Some(token) => {
+            store
+                .add_token(ADMIN_TENANT, hearth_store::Role::Admin, &token.0)
+                .context("taking HEARTH_ADMIN_TOKEN as the admin token")?;
+            hearth_store::write_secret(&token_path, token.0.as_bytes())?;
+        }
+        None if !created && token_path.exists() => {}
+        None => {
+            let token = store.create_token(ADMIN_TENANT, hearth_store::Role::Admin)?;
+            hearth_store::write_secret(&token_path, token.as_bytes())?;
+            println!(
+                "Created an admin token of tenant {ADMIN_TENANT:?} in {} (mode 0600)",
+                token_path.display()
+            );
+        }
     }
-    if !store.tenant_exists(ADMIN_TENANT)? {
-        store.create_tenant(ADMIN_TENANT)?;
-    }
-    let token = store.create_token(ADMIN_TENANT, hearth_store::Role::Admin)?;
-    hearth_store::write_secret(&token_path, token.as_bytes())?;
-    println!(
-        "Created tenant {ADMIN_TENANT:?}; its admin token is in {} (mode 0600)",
-        token_path.display()
-    );
-    if settings.examples {
+    if created && settings.examples {
         for (name, code, public) in EXAMPLES {
             let mut spec = FunctionSpec::new(Runtime::Wasm);
             spec.public = *public;
@@ -340,24 +379,73 @@ async fn first_start(
     Ok(())
 }
 
-/// Retry journals whose invocations are long over (their node died before
-/// forgetting them) go every minute; a journal is read only by a retry,
-/// within the function's timeout of its first attempt.
-fn spawn_journal_sweep(store: Arc<dyn Store>) {
+/// Hears what other members of the cluster change: a function's versions
+/// or mode (this member's caches of it are forgotten) and nodes joining or
+/// leaving (a gateway reads the nodes' rows at once).
+fn spawn_change_listener(
+    pg: &Arc<PgStore>,
+    node: Arc<Node>,
+    members_changed: Arc<tokio::sync::Notify>,
+) {
+    use hearth_store::Change;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut changes = pg.listen(stop.clone());
+    tokio::spawn(async move {
+        // The listener thread stops when this task (and so its receiver)
+        // goes with the runtime.
+        let _stop_on_drop = StopOnDrop(stop);
+        while let Some(change) = changes.recv().await {
+            match change {
+                Change::Function { tenant, name } => node.forget(Some((&tenant, &name))),
+                // Tenant settings are read from the store when used.
+                Change::Tenant { .. } => {}
+                Change::Members => members_changed.notify_one(),
+                Change::Resync => {
+                    tracing::info!("reconnected to the cluster's store: caches forgotten");
+                    node.forget(None);
+                    members_changed.notify_one();
+                }
+            }
+        }
+    });
+}
+
+struct StopOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// Every minute, what the cluster's store holds for nobody: retry
+/// journals whose invocations are long over (their node died before
+/// forgetting them; a journal is read only by a retry, within the
+/// function's timeout of its first attempt), rows of nodes silent for an
+/// hour, and artifacts no version names (an hour old, so a deploy between
+/// its artifact and its version keeps it). Any gateway may do it.
+fn spawn_cluster_sweep(store: Arc<dyn Store>, pg: Arc<PgStore>) {
     const KEEP_MS: i64 = 30 * 60 * 1000;
+    const HOUR: std::time::Duration = std::time::Duration::from_secs(3600);
     tokio::spawn(async move {
         let mut every = tokio::time::interval(std::time::Duration::from_secs(60));
         loop {
             every.tick().await;
-            let store = store.clone();
+            let (store, pg) = (store.clone(), pg.clone());
             let swept = tokio::task::spawn_blocking(move || {
-                store.journal_sweep(hearth_core::unix_time_ms() - KEEP_MS)
+                Ok::<_, hearth_store::StoreError>((
+                    store.journal_sweep(hearth_core::unix_time_ms() - KEEP_MS)?,
+                    pg.sweep_members(HOUR)?,
+                    pg.sweep_artifacts(HOUR)?,
+                ))
             })
             .await;
             match swept {
-                Ok(Ok(0)) => {}
-                Ok(Ok(n)) => tracing::info!(events = n, "swept old retry journals"),
-                Ok(Err(e)) => tracing::warn!(error = %e, "could not sweep retry journals"),
+                Ok(Ok((0, 0, 0))) => {}
+                Ok(Ok((events, nodes, artifacts))) => {
+                    tracing::info!(events, nodes, artifacts, "swept the cluster's store")
+                }
+                Ok(Err(e)) => tracing::warn!(error = %e, "could not sweep the cluster's store"),
                 Err(_) => {}
             }
         }

@@ -246,9 +246,7 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    fn create_token(&self, tenant: &str, role: Role) -> Result<String, StoreError> {
-        let secret: [u8; 24] = rand::random();
-        let token = format!("hth_{}", hex::encode(secret));
+    fn add_token(&self, tenant: &str, role: Role, token: &str) -> Result<(), StoreError> {
         let conn = self.writer();
         let exists = conn
             .query_row(
@@ -261,16 +259,21 @@ impl Store for SqliteStore {
         if !exists {
             return Err(StoreError::NoSuchTenant(tenant.to_string()));
         }
+        let hash = sha256_hex(token.as_bytes());
         conn.execute(
-            "INSERT INTO tokens (hash, tenant, role, created_ms) VALUES (?1, ?2, ?3, ?4)",
-            params![
-                sha256_hex(token.as_bytes()),
-                tenant,
-                role.as_str(),
-                hearth_core::unix_time_ms()
-            ],
+            "INSERT INTO tokens (hash, tenant, role, created_ms) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (hash) DO NOTHING",
+            params![hash, tenant, role.as_str(), hearth_core::unix_time_ms()],
         )?;
-        Ok(token)
+        let (t, r): (String, String) = conn.query_row(
+            "SELECT tenant, role FROM tokens WHERE hash = ?1",
+            [&hash],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        if t != tenant || r != role.as_str() {
+            return Err(StoreError::TokenTaken);
+        }
+        Ok(())
     }
 
     fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError> {

@@ -67,6 +67,13 @@ async fn counting_upstream() -> (
     (addr, hits)
 }
 
+/// The secrets every member of a test cluster shares, as a Kubernetes
+/// Secret would give them.
+pub(crate) const SECRETS: [(&str, &str); 2] = [
+    ("HEARTH_CLUSTER_KEY", "a-cluster-key-for-tests"),
+    ("HEARTH_ADMIN_TOKEN", "hth_an_admin_token_for_tests"),
+];
+
 /// A gateway on `store` with 200 ms heartbeats (a node is out after 600 ms)
 /// and `full` as the cluster's colocation mode (nodes default to `tenant`).
 /// Gateway and nodes let functions reach this machine: the tests' upstream
@@ -89,14 +96,16 @@ fn gateway_with(store: &str, extra: &[&str]) -> Daemon {
         "full",
     ];
     args.extend_from_slice(extra);
-    Daemon::start_with(&args)
+    Daemon::start_with_env(&args, &SECRETS)
 }
 
+/// A node of `gateway`'s cluster: it finds the gateways through `store`;
+/// their address is only for the answer to a deploy sent to it.
 fn node(gateway: &Daemon, store: &str, extra: &[&str]) -> Daemon {
     let mut args = vec![
         "--role",
         "node",
-        "--join",
+        "--gateway",
         &gateway.url,
         "--store",
         store,
@@ -104,7 +113,7 @@ fn node(gateway: &Daemon, store: &str, extra: &[&str]) -> Daemon {
         "true",
     ];
     args.extend_from_slice(extra);
-    Daemon::start_with_env(&args, &[("HEARTH_JOIN_TOKEN", &gateway.token)])
+    Daemon::start_with_env(&args, &SECRETS)
 }
 
 async fn members(gw: &Daemon) -> Vec<serde_json::Value> {
@@ -161,7 +170,8 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
     }
 
     // The bundled examples were deployed through the gateway; the nodes
-    // fetch their code by hash from it. Repeated calls stay on one node.
+    // fetch their code by hash from the store. Repeated calls stay on one
+    // node.
     let mut placed = HashSet::new();
     for _ in 0..10 {
         let r = gw.invoke("hello", b"").await;
@@ -184,7 +194,7 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
     assert!(echoed.contains("ping"), "{echoed}");
 
     // A wasi:http component runs on a node as a module does: its code comes
-    // from the gateway by hash, its wasi:keyvalue counter is in PostgreSQL.
+    // from the store by hash, its wasi:keyvalue counter is in PostgreSQL.
     gw.deploy("probe", crate::components::component("probe"), &[])
         .await;
     for n in 1..=2 {
@@ -253,16 +263,15 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
     assert_eq!(status, 409, "{message}");
     assert!(message.contains(&gw.url), "{message}");
 
-    // Artifacts by hash: only real hashes, only what was deployed; cluster
-    // calls on a node that is not a gateway are not found.
-    let r = gw.get("/v1/artifacts/not-a-hash").send().await.unwrap();
-    assert_eq!(r.status(), 400);
-    let r = gw
-        .get(&format!("/v1/artifacts/{}", "0".repeat(64)))
-        .send()
-        .await
+    // The code every node ran came from the store, one row per artifact;
+    // cluster calls on a node that is not a gateway are not found.
+    let artifacts = pg
+        .count("cluster", "SELECT count(*) FROM artifacts")
         .unwrap();
-    assert_eq!(r.status(), 404);
+    assert_eq!(
+        artifacts, 4,
+        "hello, echo, counter and probe; not the refused one"
+    );
     let r = nodes[0].get("/v1/cluster/nodes").send().await.unwrap();
     assert_eq!(r.status(), 404);
 
@@ -436,48 +445,114 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
     let leaving = (0..3).find(|&i| i != victim).unwrap();
     let leaving_url = nodes[leaving].url.clone();
     drop(nodes.remove(leaving));
-    let m = members(&gw).await;
-    let gone = m.iter().find(|n| n["url"] == leaving_url.as_str()).unwrap();
-    assert_eq!(gone["out_because"], "left", "{gone}");
+    members_until(&gw, "the stopped node has left", |m| {
+        m.iter()
+            .any(|n| n["url"] == leaving_url.as_str() && n["out_because"] == "left")
+    })
+    .await;
 }
 
+/// Two gateways on one store: each knows every node from the nodes' rows,
+/// not from being told; what one deploys or removes the other serves at
+/// once (it hears the change); either keeps serving when the other dies.
 #[tokio::test(flavor = "multi_thread")]
-async fn nodes_rejoin_a_gateway_restarted_on_its_address() {
+async fn any_gateway_serves_any_request_and_hears_the_others_deploys() {
     let pg = TempPostgres::start().unwrap();
-    let store = pg.create_database("restart").unwrap();
-    let mut gw = gateway(&store);
-    let node = node(&gw, &store, &[]);
-    let first = members_until(&gw, "the node joins", |m| alive(m) == 1).await;
-    assert_eq!(gw.invoke("hello", b"").await.status(), 200);
-
-    // The gateway dies; the node keeps serving what is called on it.
-    let addr = gw.url.trim_start_matches("http://").to_string();
-    gw.kill9();
-    assert_eq!(node.invoke("hello", b"").await.status(), 200);
-
-    // A new gateway on the same address and store knows no node until the
-    // node's next heartbeat is refused and it joins again.
-    let gw2 = Daemon::start_in(
-        &gw.dir,
-        &[
-            "--role",
-            "gateway",
-            "--store",
-            &store,
-            "--heartbeat-ms",
-            "200",
-            "--listen",
-            &addr,
-        ],
+    let store = pg.create_database("gateways").unwrap();
+    let mut gw1 = gateway(&store);
+    let node = node(&gw1, &store, &[]);
+    let gw2 = gateway(&store);
+    let seen1 = members_until(&gw1, "the node joins", |m| alive(m) == 1).await;
+    let seen2 = members_until(&gw2, "gw2 knows the node", |m| alive(m) == 1).await;
+    assert_eq!(seen1[0]["id"], seen2[0]["id"], "one node, one row");
+    // The admin token is the operator's, on both; the examples exist once.
+    assert_eq!(gw1.token, gw2.token);
+    assert_eq!(
+        gw2.call("hello", "", "").await.1,
+        "hello from wasm
+"
     );
-    assert_eq!(gw2.url, gw.url);
-    let again = members_until(&gw2, "the node rejoins", |m| alive(m) == 1).await;
-    assert_eq!(again[0]["url"], first[0]["url"]);
-    assert_ne!(again[0]["id"], first[0]["id"], "a rejoin gets a new id");
-    let r = gw2.invoke("hello", b"").await;
-    assert_eq!(r.status(), 200);
-    assert_eq!(header(&r, "hearth-node"), again[0]["id"].as_str().unwrap());
-    assert_eq!(r.text().await.unwrap(), "hello from wasm\n");
+    let listed = gw2.get_json("/v1/functions").await;
+    assert_eq!(listed["functions"].as_array().unwrap().len(), 3, "{listed}");
+
+    // gw2 has cached f's newest version; gw1 deploys another.
+    gw1.deploy("f", crate::harness::example("hello.wat"), &[])
+        .await;
+    let r = gw2.invoke("f", b"").await;
+    assert_eq!(header(&r, "hearth-version"), "1");
+    gw1.deploy("f", crate::harness::example("echo.wat"), &[])
+        .await;
+    let deployed = Instant::now();
+    loop {
+        let r = gw2.invoke("f", b"ping").await;
+        if header(&r, "hearth-version") == "2" {
+            assert!(r.text().await.unwrap().contains("ping"));
+            break;
+        }
+        assert!(
+            deployed.elapsed() < Duration::from_secs(10),
+            "gw2 still serves version 1 of f"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eprintln!(
+        "a deploy through gw1 served by gw2 after {:?}",
+        deployed.elapsed()
+    );
+
+    // A removal through gw2 is heard by gw1.
+    let r = gw2
+        .http
+        .delete(format!("{}/v1/functions/f", gw2.url))
+        .bearer_auth(&gw2.token)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let removed = Instant::now();
+    while gw1.invoke("f", b"").await.status() != 404 {
+        assert!(
+            removed.elapsed() < Duration::from_secs(10),
+            "gw1 still serves f"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    // gw1 dies; gw2 and the node carry on, with attempts the node accepts
+    // (both gateways sign with the cluster's key).
+    gw1.kill9();
+    for _ in 0..5 {
+        let r = gw2.invoke("hello", b"").await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(header(&r, "hearth-node"), seen2[0]["id"].as_str().unwrap());
+    }
+    drop(node);
+}
+
+/// A gateway whose key is not the nodes' cannot have them run its
+/// invocations: its signed attempts are refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_with_another_cluster_key_is_refused_by_the_nodes() {
+    let pg = TempPostgres::start().unwrap();
+    let store = pg.create_database("keys").unwrap();
+    let gw = gateway(&store);
+    let _node = node(&gw, &store, &[]);
+    let args = [
+        "--role",
+        "gateway",
+        "--store",
+        &store,
+        "--heartbeat-ms",
+        "200",
+    ];
+    let rogue = Daemon::start_with_env(
+        &args,
+        &[("HEARTH_CLUSTER_KEY", "not-the-cluster-key"), SECRETS[1]],
+    );
+    members_until(&rogue, "the rogue sees the node", |m| alive(m) == 1).await;
+    let (status, _, message) = error_of(rogue.invoke("hello", b"").await).await;
+    assert_eq!(status, 403, "{message}");
+    assert_eq!(gw.invoke("hello", b"").await.status(), 200);
 }
 
 #[tokio::test(flavor = "multi_thread")]
