@@ -8,10 +8,13 @@ cd "$(dirname "$0")"
 trap 'rc=$?; if [ "$rc" -eq 0 ]; then echo "hearth: test run passed"; else echo "hearth: test run FAILED (exit $rc)"; fi' EXIT
 . scripts/setup.sh
 . scripts/component-tools.sh
+. scripts/kubernetes-tools.sh
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== Kubernetes manifests: every overlay rendered and validated"
+scripts/kubernetes-check.sh
 echo "== bench/paired.py self-check (the benchmarks' confidence intervals)"
 python3 bench/paired.py
 echo "== cargo test"

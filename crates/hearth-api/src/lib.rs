@@ -74,6 +74,7 @@ pub enum ClusterRole {
     Member {
         gateway: Option<String>,
         key: hearth_cluster::AttemptKey,
+        membership: Arc<hearth_cluster::Membership>,
     },
 }
 
@@ -87,6 +88,8 @@ pub(crate) struct AppState {
     pub deploys_via: Option<Option<String>>,
     /// On a cluster member: what checks the gateway's signed attempts.
     pub attempt_key: Option<hearth_cluster::AttemptKey>,
+    /// On a cluster member: its membership, which `/readyz` consults.
+    pub membership: Option<Arc<hearth_cluster::Membership>>,
 }
 
 /// The whole HTTP application of a single Hearth.
@@ -96,10 +99,14 @@ pub fn router(node: Arc<Node>, config: ApiConfig) -> Router {
 
 /// The HTTP application of a Hearth in `role`.
 pub fn router_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> Router {
-    let (gateway, deploys_via, attempt_key) = match role {
-        ClusterRole::Standalone => (None, None, None),
-        ClusterRole::Gateway(g) => (Some(g), None, None),
-        ClusterRole::Member { gateway, key } => (None, Some(gateway), Some(key)),
+    let (gateway, deploys_via, attempt_key, membership) = match role {
+        ClusterRole::Standalone => (None, None, None, None),
+        ClusterRole::Gateway(g) => (Some(g), None, None, None),
+        ClusterRole::Member {
+            gateway,
+            key,
+            membership,
+        } => (None, Some(gateway), Some(key), Some(membership)),
     };
     let state = Arc::new(AppState {
         node,
@@ -108,6 +115,7 @@ pub fn router_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> Rout
         gateway,
         deploys_via,
         attempt_key,
+        membership,
     });
     let (documented, _) = api().split_for_parts();
     documented
@@ -131,6 +139,7 @@ pub fn router_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> Rout
 fn api() -> OpenApiRouter<Arc<AppState>> {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(manage::healthz))
+        .routes(routes!(manage::readyz))
         .routes(routes!(manage::metrics))
         .routes(routes!(openapi::document))
         .routes(routes!(manage::whoami))

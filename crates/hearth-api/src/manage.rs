@@ -6,7 +6,7 @@ use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use hearth_core::{Colocation, FunctionVersion, Runtime};
 use hearth_host::deps::Package;
 use hearth_store::{FunctionSummary, LogQuery, LogRecord, Principal, Role};
@@ -36,6 +36,39 @@ pub(crate) async fn blocking<T: Send + 'static>(
     responses((status = 200, description = "`ok`", content_type = "text/plain")))]
 pub(crate) async fn healthz() -> &'static str {
     "ok\n"
+}
+
+/// Ready for work: the store answers, and in a cluster the node is a
+/// member in good standing (joined, heartbeats reaching the store, not
+/// leaving) or the gateway knows the nodes. A load balancer or
+/// Kubernetes sends work only while this is 200.
+#[utoipa::path(get, path = "/readyz", tag = "node", security(()),
+    responses((status = 200, description = "`ready`", content_type = "text/plain"),
+        (status = 503, description = "Why not", content_type = "text/plain")))]
+pub(crate) async fn readyz(State(s): S) -> Response {
+    let not = |why: String| {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        )
+    };
+    let store = s.node.store().clone();
+    let probe = tokio::task::spawn_blocking(move || store.tenant_exists("admin"));
+    match tokio::time::timeout(std::time::Duration::from_secs(2), probe).await {
+        Ok(Ok(Ok(_))) => {}
+        Ok(Ok(Err(e))) => return not(format!("the store: {e}")).into_response(),
+        Ok(Err(e)) => return not(e.to_string()).into_response(),
+        Err(_) => return not("the store did not answer within 2 s".into()).into_response(),
+    }
+    if let Some(why) = s.membership.as_ref().and_then(|m| m.not_ready()) {
+        return not(why.into()).into_response();
+    }
+    if let Some(g) = &s.gateway
+        && !g.synced()
+    {
+        return not("the gateway has not read the cluster's nodes yet".into()).into_response();
+    }
+    "ready\n".into_response()
 }
 
 /// Prometheus metrics (admin only)

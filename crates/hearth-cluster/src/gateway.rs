@@ -309,6 +309,8 @@ pub struct Gateway {
     state: Mutex<State>,
     client: reqwest::Client,
     config: GatewayConfig,
+    /// Whether it has read the nodes' rows at least once.
+    synced: std::sync::atomic::AtomicBool,
 }
 
 /// Memory committed on a node for one forwarded invocation; released on
@@ -349,7 +351,13 @@ impl Gateway {
             state: Mutex::new(State::default()),
             client,
             config,
+            synced: Default::default(),
         })
+    }
+
+    /// Whether it knows the cluster's nodes yet (has read their rows).
+    pub fn synced(&self) -> bool {
+        self.synced.load(std::sync::atomic::Ordering::Acquire)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -429,6 +437,8 @@ impl Gateway {
                 s.take_out(n, "gone from the cluster's store");
             }
         }
+        self.synced
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Reads the nodes' rows every half heartbeat, and at once when

@@ -26,6 +26,8 @@ pub struct Membership {
     /// Set by [`leave`](Self::leave): heartbeats stop (one more would put
     /// the node back in placement).
     left: AtomicBool,
+    /// Whether the last heartbeat reached the store.
+    beating: AtomicBool,
 }
 
 /// Runs a store call off the async workers.
@@ -64,6 +66,7 @@ impl Membership {
             id: Mutex::new(id),
             heartbeat_ms: AtomicU64::new(1000),
             left: AtomicBool::new(false),
+            beating: AtomicBool::new(true),
         }))
     }
 
@@ -78,6 +81,19 @@ impl Membership {
 
     pub fn id(&self) -> String {
         self.id.lock().clone()
+    }
+
+    /// Why this node should not be sent work now, if it should not: it
+    /// left (it is stopping), or its last heartbeat did not reach the
+    /// store (gateways will soon take it out).
+    pub fn not_ready(&self) -> Option<&'static str> {
+        if self.left.load(Ordering::Acquire) {
+            Some("the node has left the cluster (it is stopping)")
+        } else if !self.beating.load(Ordering::Acquire) {
+            Some("the node's last heartbeat did not reach the cluster's store")
+        } else {
+            None
+        }
     }
 
     /// One heartbeat now; the cluster's settings it carried back are
@@ -123,7 +139,9 @@ impl Membership {
         tokio::spawn(async move {
             let mut warned = false;
             while !me.left.load(Ordering::Acquire) {
-                match me.beat(&node).await {
+                let beat = me.beat(&node).await;
+                me.beating.store(beat.is_ok(), Ordering::Release);
+                match beat {
                     Ok(()) => warned = false,
                     Err(e) if !warned => {
                         warned = true;

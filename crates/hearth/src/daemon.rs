@@ -215,6 +215,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             let role = ClusterRole::Member {
                 gateway: gateway.clone(),
                 key: cluster_key(),
+                membership: m.clone(),
             };
             (role, Some(m))
         }

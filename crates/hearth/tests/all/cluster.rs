@@ -526,7 +526,20 @@ async fn any_gateway_serves_any_request_and_hears_the_others_deploys() {
         assert_eq!(r.status(), 200);
         assert_eq!(header(&r, "hearth-node"), seen2[0]["id"].as_str().unwrap());
     }
-    drop(node);
+
+    // Readiness is the store's and the membership's: with the database
+    // gone, neither the gateway nor the node should be sent work.
+    for d in [&gw2, &node] {
+        let r = d.get("/readyz").send().await.unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    }
+    drop(pg);
+    for d in [&gw2, &node] {
+        let r = d.get("/readyz").send().await.unwrap();
+        assert_eq!(r.status(), 503);
+        let why = r.text().await.unwrap();
+        assert!(why.contains("store"), "{why}");
+    }
 }
 
 /// A gateway whose key is not the nodes' cannot have them run its

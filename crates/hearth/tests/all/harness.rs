@@ -459,7 +459,7 @@ fn mounts_under(dir: &Path) -> Vec<String> {
 /// cgroups a killed daemon left, unless a daemon restarted on the same data
 /// directory owns them now. A node restarted there would remove them
 /// itself; a test's directory is never reused.
-fn remove_leftovers_of_killed(dir: &Path) {
+pub(crate) fn remove_leftovers_of_killed(dir: &Path) {
     let restarted = std::fs::read_to_string(dir.join("server.json"))
         .ok()
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())

@@ -16,6 +16,7 @@ mod examples_c;
 mod harness;
 mod hostile;
 mod js;
+mod kubernetes;
 mod outbound;
 mod packages;
 mod process;

@@ -1,0 +1,548 @@
+//! The Kubernetes manifests, run as they are written. No API server can run
+//! here, so the test renders `deploy/kubernetes/overlays/dev` with `kubectl
+//! kustomize` and starts, as local processes on loopback with a real
+//! PostgreSQL, exactly the command, arguments and environment the rendered
+//! Deployment and DaemonSet give their containers (secrets and config maps
+//! read from the rendered objects): two gateways and three nodes. What
+//! Kubernetes would supply is filled in as a kubelet would: each pod's
+//! address (the downward API's `status.podIP`, a loopback address of its
+//! own), the container's memory limit, the data volume (a directory of its
+//! own), and the store's Service (the test's PostgreSQL). Probes are the
+//! manifests' own paths; a gateway stops as the manifests stop it (out of
+//! the Service, its `preStop`, SIGTERM, SIGKILL after the grace period).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use hearth_test_support::TempPostgres;
+use serde::Deserialize as _;
+use serde_yaml::Value;
+
+use crate::harness::{HEARTH, remove_leftovers_of_killed};
+
+/// Every object `kubectl kustomize` renders of `overlay`.
+fn render(overlay: &str) -> Vec<Value> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes/overlays");
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(dir.join(overlay))
+        .output()
+        .expect("kubectl (scripts/kubernetes-tools.sh installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).unwrap())
+        .collect()
+}
+
+/// The object of `kind` named `name`, or generated from that name
+/// (kustomize adds a hash of the content: `hearth-secrets-5bcm77c742`).
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    let generated = format!("{name}-");
+    objects
+        .iter()
+        .find(|o| {
+            let n = o["metadata"]["name"].as_str().unwrap_or_default();
+            o["kind"] == kind
+                && (n == name
+                    || n.strip_prefix(&generated)
+                        .is_some_and(|h| h.len() == 10 && !h.contains('-')))
+        })
+        .unwrap_or_else(|| panic!("no {kind} {name} rendered"))
+}
+
+/// A Secret's or ConfigMap's data, decoded.
+fn data(objects: &[Value], kind: &str, name: &str) -> BTreeMap<String, String> {
+    let o = find(objects, kind, name);
+    let mut out = BTreeMap::new();
+    if let Some(map) = o["data"].as_mapping() {
+        for (k, v) in map {
+            let v = v.as_str().unwrap().replace(['\n', ' '], "");
+            let v = if kind == "Secret" {
+                String::from_utf8(base64::engine::general_purpose::STANDARD.decode(v).unwrap())
+                    .unwrap()
+            } else {
+                v.to_string()
+            };
+            out.insert(k.as_str().unwrap().to_string(), v);
+        }
+    }
+    out
+}
+
+/// MiB in a quantity such as `2Gi` or `512Mi`.
+fn mib(quantity: &str) -> u64 {
+    let (n, unit) = quantity.split_at(quantity.find(|c: char| !c.is_ascii_digit()).unwrap());
+    let n: u64 = n.parse().unwrap();
+    match unit {
+        "Gi" => n * 1024,
+        "Mi" => n,
+        other => panic!("unit {other}"),
+    }
+}
+
+/// One container as the manifests give it.
+struct Spec {
+    command: Vec<String>,
+    args: Vec<String>,
+    /// In the order Kubernetes sets it: `envFrom`, then `env`.
+    env: Vec<(String, String)>,
+    data_mount: String,
+    readiness: String,
+    grace: Duration,
+    pre_stop: Option<Duration>,
+}
+
+/// The first container of `kind`/`name`, its environment resolved as a
+/// kubelet resolves it for a pod at `pod_ip`.
+fn spec(objects: &[Value], kind: &str, name: &str, pod_ip: &str) -> Spec {
+    let pod = &find(objects, kind, name)["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_sequence()
+            .map(|s| s.iter().map(|x| x.as_str().unwrap().to_string()).collect())
+            .unwrap_or_default()
+    };
+    let mut env: Vec<(String, String)> = Vec::new();
+    for from in c["envFrom"].as_sequence().into_iter().flatten() {
+        let map = from["configMapRef"]["name"].as_str().unwrap();
+        env.extend(data(objects, "ConfigMap", map));
+    }
+    for e in c["env"].as_sequence().unwrap() {
+        let key = e["name"].as_str().unwrap().to_string();
+        let from = &e["valueFrom"];
+        let value = if let Some(v) = e["value"].as_str() {
+            v.to_string()
+        } else if from["fieldRef"]["fieldPath"] == "status.podIP" {
+            pod_ip.to_string()
+        } else if let Some(r) = from["resourceFieldRef"].as_mapping() {
+            let r = Value::Mapping(r.clone());
+            assert_eq!(r["resource"], "limits.memory");
+            assert_eq!(r["divisor"], "1Mi");
+            mib(c["resources"]["limits"]["memory"].as_str().unwrap()).to_string()
+        } else if let Some(s) = from["secretKeyRef"].as_mapping() {
+            let s = Value::Mapping(s.clone());
+            data(objects, "Secret", s["name"].as_str().unwrap())[s["key"].as_str().unwrap()].clone()
+        } else {
+            panic!("an env entry the test cannot fill in: {e:?}");
+        };
+        env.retain(|(k, _)| *k != key);
+        env.push((key, value));
+    }
+    // `$(VAR)` in arguments is the container's variable, as Kubernetes
+    // expands it.
+    let expand = |s: &String| {
+        let mut s = s.clone();
+        for (k, v) in &env {
+            s = s.replace(&format!("$({k})"), v);
+        }
+        s
+    };
+    let data_volume = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "data")
+        .expect("a data volume");
+    assert!(data_volume.get("name").is_some());
+    let data_mount = c["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "data")
+        .unwrap()["mountPath"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let pre_stop = c["lifecycle"]["preStop"]["exec"]["command"]
+        .as_sequence()
+        .map(|cmd| {
+            assert_eq!(cmd[0], "sleep", "a preStop the test knows");
+            Duration::from_secs(cmd[1].as_str().unwrap().parse().unwrap())
+        });
+    Spec {
+        command: strings(&c["command"]).iter().map(expand).collect(),
+        args: strings(&c["args"]).iter().map(expand).collect(),
+        env,
+        data_mount,
+        readiness: c["readinessProbe"]["httpGet"]["path"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+        grace: Duration::from_secs(pod["terminationGracePeriodSeconds"].as_u64().unwrap()),
+        pre_stop,
+    }
+}
+
+/// A container started as its spec says, on this machine.
+struct Pod {
+    child: Child,
+    dir: tempfile::TempDir,
+    url: String,
+    spec: Spec,
+}
+
+impl Pod {
+    /// Starts `spec` with `store` for the store's Service, a fresh
+    /// directory for its data volume, and nothing of this process's
+    /// environment but `PATH`.
+    fn start(spec: Spec, pod_ip: &str, store: &str) -> Pod {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        assert_eq!(spec.command, ["hearth"], "the image's entry point");
+        let args: Vec<String> = spec
+            .args
+            .iter()
+            .map(|a| a.replace(&spec.data_mount, data.to_str().unwrap()))
+            .collect();
+        let mut cmd = Command::new(HEARTH);
+        cmd.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap())
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("log")).unwrap());
+        for (k, v) in &spec.env {
+            let v = if k == "HEARTH_STORE" { store } else { v };
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().unwrap();
+        Pod {
+            child,
+            dir,
+            url: format!("http://{pod_ip}:8080"),
+            spec,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+    }
+
+    /// Waits until the readiness probe passes.
+    async fn ready(&mut self, http: &reqwest::Client) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let probe = format!("{}{}", self.url, self.spec.readiness);
+            if let Ok(r) = http.get(&probe).send().await
+                && r.status() == 200
+            {
+                return;
+            }
+            let exited = self.child.try_wait().unwrap();
+            assert!(
+                exited.is_none() && Instant::now() < deadline,
+                "{} not ready (exit {exited:?}):\n{}",
+                self.url,
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops it as the kubelet does: SIGTERM, then SIGKILL once the grace
+    /// period is over. How long it took to exit.
+    async fn terminate(&mut self) -> Duration {
+        let start = Instant::now();
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        while self.child.try_wait().unwrap().is_none() {
+            if start.elapsed() > self.spec.grace {
+                self.child.kill().unwrap();
+                self.child.wait().unwrap();
+                remove_leftovers_of_killed(&self.dir.path().join("data"));
+                panic!("{} outlived its grace period:\n{}", self.url, self.log());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        start.elapsed()
+    }
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            // SAFETY: as above.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        remove_leftovers_of_killed(&self.dir.path().join("data"));
+    }
+}
+
+/// Reads a key, waits ~50 ms, writes it one higher: run twice for one key,
+/// it answers 2.
+const EFFECT: &str = r#"
+export default {
+  async fetch(request) {
+    const key = await request.text();
+    const n = Number((await hearth.kv.get(key)) ?? 0) + 1;
+    await new Promise((r) => setTimeout(r, 50));
+    await hearth.kv.set(key, String(n));
+    return new Response(String(n));
+  },
+};
+"#;
+
+/// What the clients saw.
+#[derive(Default)]
+struct Tally {
+    acknowledged: Vec<String>,
+    /// Answered after the gateway's one retry on another node.
+    retried: u32,
+    /// Sent, and then the connection failed: may or may not have run.
+    lost: Vec<String>,
+    /// Answered with an error status.
+    failed: Vec<(String, u16, String)>,
+    /// Connections refused by a gateway, sent again to the other.
+    refused: u32,
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dev_overlay_runs_and_loses_nothing_when_a_gateway_and_a_node_stop() {
+    let objects = render("dev");
+    let pg = TempPostgres::start().unwrap();
+    let store = pg.create_database("hearth").unwrap();
+    let replicas = find(&objects, "Deployment", "hearth-gateway")["spec"]["replicas"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(replicas, 2, "the dev overlay's gateways");
+    let ip = |n: u32| format!("127.0.32.{n}");
+    let mut gateways: Vec<Pod> = (0..2)
+        .map(|i| {
+            Pod::start(
+                spec(&objects, "Deployment", "hearth-gateway", &ip(10 + i)),
+                &ip(10 + i),
+                &store,
+            )
+        })
+        .collect();
+    let mut nodes: Vec<Pod> = (0..3)
+        .map(|i| {
+            Pod::start(
+                spec(&objects, "DaemonSet", "hearth-node", &ip(20 + i)),
+                &ip(20 + i),
+                &store,
+            )
+        })
+        .collect();
+    let http = reqwest::Client::new();
+    for p in gateways.iter_mut().chain(nodes.iter_mut()) {
+        p.ready(&http).await;
+    }
+    let token = data(&objects, "Secret", "hearth-secrets")["admin-token"].clone();
+    let (a, b) = (gateways[0].url.clone(), gateways[1].url.clone());
+
+    // Every gateway knows every node, from the nodes' rows.
+    for g in [&a, &b] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let v: serde_json::Value = http
+                .get(format!("{g}/v1/cluster/nodes"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let alive = v["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|n| n["alive"] == true)
+                .count();
+            if alive == 3 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{v}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    // A deploy through one gateway is served by the other.
+    let deployed = http
+        .post(format!("{a}/v1/functions/effect"))
+        .query(&[("runtime", "js"), ("file_name", "index.mjs")])
+        .bearer_auth(&token)
+        .body(EFFECT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deployed.status(), 201, "{}", deployed.text().await.unwrap());
+    let at = Instant::now();
+    let serving = loop {
+        let r = http
+            .post(format!("{b}/fn/admin/effect"))
+            .bearer_auth(&token)
+            .body("warm")
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            break r.headers()["hearth-node"].to_str().unwrap().to_string();
+        }
+        assert!(at.elapsed() < Duration::from_secs(10), "{}", r.status());
+    };
+    eprintln!(
+        "figure: a deploy through gateway A answered through gateway B after {:?}",
+        at.elapsed()
+    );
+
+    // Bounded load: four clients, each one request at a time, each request
+    // a key of its own, to the gateways the Service lists.
+    let endpoints = Arc::new(parking_lot::Mutex::new(vec![a.clone(), b.clone()]));
+    let tally = Arc::new(parking_lot::Mutex::new(Tally::default()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|c| {
+            let (endpoints, tally, stop, http, token) = (
+                endpoints.clone(),
+                tally.clone(),
+                stop.clone(),
+                http.clone(),
+                token.clone(),
+            );
+            tokio::spawn(async move {
+                let mut i = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                    i += 1;
+                    let key = format!("c{c}-{i}");
+                    let mut attempt = 0;
+                    loop {
+                        let list = endpoints.lock().clone();
+                        let g = &list[(i as usize + attempt) % list.len()];
+                        let sent = http
+                            .post(format!("{g}/fn/admin/effect"))
+                            .bearer_auth(&token)
+                            .body(key.clone())
+                            .timeout(Duration::from_secs(30))
+                            .send()
+                            .await;
+                        match sent {
+                            Err(e) if e.is_connect() && attempt < 3 => {
+                                // Never reached the gateway: safe to send again.
+                                tally.lock().refused += 1;
+                                attempt += 1;
+                                continue;
+                            }
+                            Err(_) => tally.lock().lost.push(key.clone()),
+                            Ok(r) => {
+                                let status = r.status().as_u16();
+                                let retried = r.headers().contains_key("hearth-retried-from");
+                                let body = r.text().await.unwrap_or_default();
+                                let mut t = tally.lock();
+                                t.retried += u32::from(retried);
+                                if status == 200 && body == "1" {
+                                    t.acknowledged.push(key.clone());
+                                } else {
+                                    t.failed.push((key.clone(), status, body));
+                                }
+                            }
+                        }
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // The node running the function is stopped: it leaves, finishes what
+    // it runs, exits.
+    let members: serde_json::Value = http
+        .get(format!("{b}/v1/cluster/nodes"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let victim_url = members["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"] == serving.as_str())
+        .unwrap()["url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let victim = nodes.iter().position(|n| n.url == victim_url).unwrap();
+    let node_exit = nodes[victim].terminate().await;
+    eprintln!("figure: node SIGTERM to exit {node_exit:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // A gateway is stopped as the manifests stop it: out of the Service,
+    // its preStop, then SIGTERM (SIGKILL after the grace period).
+    endpoints.lock().retain(|g| *g != a);
+    if let Some(wait) = gateways[0].spec.pre_stop {
+        tokio::time::sleep(wait).await;
+    }
+    let gateway_exit = gateways[0].terminate().await;
+    eprintln!("figure: gateway SIGTERM to exit {gateway_exit:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    for c in clients {
+        c.await.unwrap();
+    }
+
+    let t = std::mem::take(&mut *tally.lock());
+    eprintln!(
+        "figure: {} requests acknowledged ({} after a gateway's retry), {} lost, {} failed, {} connections refused and sent again",
+        t.acknowledged.len(),
+        t.retried,
+        t.lost.len(),
+        t.failed.len(),
+        t.refused
+    );
+    assert!(t.lost.is_empty(), "lost: {:?}", t.lost);
+    assert!(t.failed.is_empty(), "failed: {:?}", t.failed);
+    assert!(
+        t.acknowledged.len() > 20,
+        "too little load: {}",
+        t.acknowledged.len()
+    );
+    // No effect ran twice: every key the clients were answered for holds 1.
+    for key in &t.acknowledged {
+        let v = http
+            .get(format!("{b}/v1/functions/effect/kv/{key}"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(v.status(), 200, "{key}");
+        assert_eq!(v.text().await.unwrap(), "1", "{key} ran more than once");
+    }
+    // The stopped node left, rather than going silent.
+    let v: serde_json::Value = http
+        .get(format!("{b}/v1/cluster/nodes"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let gone = v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["url"] == victim_url.as_str())
+        .unwrap();
+    assert_eq!(gone["out_because"], "left", "{v}");
+    drop(nodes);
+    drop(gateways);
+}
