@@ -99,6 +99,14 @@ pub fn router(node: Arc<Node>, config: ApiConfig) -> Router {
 
 /// The HTTP application of a Hearth in `role`.
 pub fn router_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> Router {
+    routers_for(node, config, role).0
+}
+
+/// The HTTP application of a Hearth in `role`, and the same Hearth's
+/// probes alone (`/healthz`, `/readyz`), for a listener of their own: a
+/// node whose port takes only the cluster's certificates still answers
+/// the kubelet's probes there.
+pub fn routers_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> (Router, Router) {
     let (gateway, deploys_via, attempt_key, membership) = match role {
         ClusterRole::Standalone => (None, None, None, None),
         ClusterRole::Gateway(g) => (Some(g), None, None, None),
@@ -117,8 +125,12 @@ pub fn router_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> Rout
         attempt_key,
         membership,
     });
+    let probes = Router::new()
+        .route("/healthz", get(manage::healthz))
+        .route("/readyz", get(manage::readyz))
+        .with_state(state.clone());
     let (documented, _) = api().split_for_parts();
-    documented
+    let app = documented
         // Registered by hand: a wildcard (`{*key}`: keys may hold `/`) and
         // invocation by any method, each described in `openapi::ApiDoc`.
         .route(
@@ -131,7 +143,8 @@ pub fn router_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> Rout
         .route("/fn/{tenant}/{name}/", any(invoke::invoke_root))
         .route("/fn/{tenant}/{name}/{*path}", any(invoke::invoke_path))
         .fallback(|| async { ApiError::NotFound("no such route; see /v1/openapi.json".into()) })
-        .with_state(state)
+        .with_state(state);
+    (app, probes)
 }
 
 /// The routes whose `#[utoipa::path]` describes them, and the document

@@ -1,9 +1,11 @@
 //! The gateway of a real cluster: who the nodes are, whether they are
 //! alive, and which one runs each invocation.
 //!
-//! Nodes join with their URL and memory capacity and then send a heartbeat
-//! every interval with what they have loaded; a node that misses
-//! `missed` heartbeats in a row, leaves, or refuses a connection is out of
+//! Nodes join by writing a row in the cluster's store with their URL and
+//! memory capacity, and update it every heartbeat with what they have
+//! loaded; the gateway reads the rows ([`Gateway::sync`]), so any number of
+//! gateways know the same nodes. A node whose row misses `missed`
+//! heartbeats, that leaves, or that refuses a connection is out of
 //! placement until its next heartbeat. Each invocation goes where the
 //! [`Placer`] says (its function's node, else its tenant's, else the least
 //! loaded, within capacity), with the function's memory limit committed on
@@ -54,6 +56,9 @@ pub struct GatewayConfig {
     /// Signs each forward's `Hearth-Attempt` header; `None` sends none
     /// (nodes then give a retry no journal).
     pub attempt_key: Option<AttemptKey>,
+    /// How it connects to nodes that serve HTTPS (mutual TLS with the
+    /// cluster's CA, [`crate::tls`]); `None`: plain HTTP.
+    pub tls: Option<rustls::ClientConfig>,
 }
 
 impl Default for GatewayConfig {
@@ -62,6 +67,7 @@ impl Default for GatewayConfig {
             heartbeat: Duration::from_secs(1),
             missed: 3,
             attempt_key: None,
+            tls: None,
         }
     }
 }
@@ -339,14 +345,16 @@ impl Drop for Lease {
 
 impl Gateway {
     pub fn new(config: GatewayConfig) -> Arc<Gateway> {
-        let client = reqwest::Client::builder()
+        let mut client = reqwest::Client::builder()
             // Under a node's idle limit (its header timeout, 15 s by
             // default), so a forward is not sent on a connection the node
             // is closing.
             .pool_idle_timeout(Duration::from_secs(10))
-            .connect_timeout(Duration::from_secs(2))
-            .build()
-            .expect("building an HTTP client");
+            .connect_timeout(Duration::from_secs(2));
+        if let Some(tls) = &config.tls {
+            client = client.use_preconfigured_tls(tls.clone());
+        }
+        let client = client.build().expect("building an HTTP client");
         Arc::new(Gateway {
             state: Mutex::new(State::default()),
             client,
@@ -868,6 +876,7 @@ mod tests {
             heartbeat: Duration::from_millis(100),
             missed: 3,
             attempt_key: None,
+            tls: None,
         });
         g.spawn_reaper();
         assert!(matches!(

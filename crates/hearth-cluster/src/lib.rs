@@ -1,12 +1,14 @@
 //! The running cluster (Hydra, EuroSys '25): the placer that picks a node
-//! for each invocation by colocation policy (§4.1), the gateway that owns
-//! membership and forwarding (with its one retry), and a node's side of
-//! membership.
+//! for each invocation by colocation policy (§4.1), the gateway that reads
+//! the nodes and forwards (with its one retry), and a node's side of
+//! membership. Members meet in the cluster's PostgreSQL, never directly:
+//! any number of gateways read the same rows.
 //!
 //! ```text
-//! client ──▶ gateway (Gateway::forward) ──placer──▶ node /fn/…@version
-//!              ▲ join, heartbeats, leave     │ retried once elsewhere if
-//!              └──── Membership (node) ◀─────┘ the node fails before answering
+//! client ──▶ any gateway (Gateway::forward) ──placer──▶ node /fn/…@version
+//!              ▲ reads members' rows (sync)    │ retried once elsewhere if
+//!              └── PostgreSQL ◀── Membership ──┘ the node fails before answering
+//!                  (join, heartbeat, leave; code by hash; NOTIFY of changes)
 //! ```
 //!
 //! The trace-driven evaluation (simulated nodes, the Azure trace readers,
@@ -20,8 +22,10 @@ pub mod forward;
 pub mod gateway;
 pub mod member;
 pub mod placer;
+pub mod tls;
 
 pub use attempt::AttemptKey;
 pub use gateway::{Gateway, GatewayConfig, GatewayError};
 pub use member::{Membership, SharedArtifacts};
 pub use placer::{Colocation, Placer};
+pub use tls::{MemberTls, TlsFiles};

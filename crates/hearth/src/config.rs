@@ -137,6 +137,28 @@ pub struct UpArgs {
     /// Nodes and gateways find each other through the store.
     #[arg(long, env = "HEARTH_GATEWAY")]
     pub gateway: Option<String>,
+    /// A cluster member's certificate (PEM), signed by `tls_ca`: nodes
+    /// then serve HTTPS taking only clients the CA signed, and gateways
+    /// connect to them with it (mutual TLS). All three of `tls_cert`,
+    /// `tls_key`, `tls_ca`, or none.
+    #[arg(long, env = "HEARTH_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `tls_cert` (PEM).
+    #[arg(long, env = "HEARTH_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// The cluster's CA certificate (PEM): members trust only what it
+    /// signed.
+    #[arg(long, env = "HEARTH_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// The name (subject alternative name) in every member's certificate,
+    /// which gateways check nodes' certificates against (default
+    /// hearth-member).
+    #[arg(long, env = "HEARTH_TLS_NAME")]
+    pub tls_name: Option<String>,
+    /// A second, plain HTTP address answering only /healthz and /readyz
+    /// (for probes, when the main port takes only members' certificates).
+    #[arg(long, env = "HEARTH_PROBE_LISTEN")]
+    pub probe_listen: Option<SocketAddr>,
     /// Seconds a stopping Hearth gives requests in flight to finish
     /// before it stops anyway (default 5). In Kubernetes: a little under
     /// the pod's terminationGracePeriodSeconds.
@@ -286,6 +308,9 @@ pub struct Settings {
     /// into the store at start; `None`: one is made at first start.
     pub admin_token: Option<Secret>,
     pub drain_timeout_s: u64,
+    /// Mutual TLS between members; `None`: plain HTTP.
+    pub tls: Option<hearth_cluster::TlsFiles>,
+    pub probe_listen: Option<SocketAddr>,
     /// A postgres:// URL; `None`: SQLite in the data directory.
     pub store: Option<String>,
     pub advertise: Option<String>,
@@ -405,6 +430,27 @@ impl Settings {
         if let Some(url) = &o.advertise {
             check_http_url("--advertise", url)?;
         }
+        let tls = match (&o.tls_cert, &o.tls_key, &o.tls_ca) {
+            (None, None, None) => None,
+            (Some(cert), Some(key), Some(ca)) => Some(hearth_cluster::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: ca.clone(),
+                name: o
+                    .tls_name
+                    .clone()
+                    .unwrap_or_else(|| hearth_cluster::tls::DEFAULT_NAME.to_string()),
+            }),
+            _ => anyhow::bail!(
+                "mutual TLS needs all of --tls-cert, --tls-key and --tls-ca (or none of them)"
+            ),
+        };
+        if tls.is_some() && role == Role::All {
+            anyhow::bail!(
+                "--tls-cert, --tls-key and --tls-ca secure a cluster's gateways and nodes: \
+                 a Hearth with --role all has no members to talk to"
+            );
+        }
         if let Some(url) = &o.gateway {
             check_http_url("--gateway", url)?;
         }
@@ -428,6 +474,8 @@ impl Settings {
             cluster_key,
             admin_token: secret_from_env("HEARTH_ADMIN_TOKEN"),
             drain_timeout_s: o.drain_timeout_s.unwrap_or(5),
+            tls,
+            probe_listen: o.probe_listen,
             store,
             advertise: o.advertise.clone(),
             capacity_mib: o.capacity_mib.unwrap_or_else(machine_mib),

@@ -181,11 +181,17 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         _ => first_start(&settings, &store, &node).await?,
     }
 
+    let tls = match &settings.tls {
+        Some(files) => Some(hearth_cluster::MemberTls::load(files).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .with_context(|| format!("failed to listen on {}", settings.listen))?;
     let addr = listener.local_addr()?;
-    let url = format!("http://{addr}");
+    // A node in a cluster with TLS serves only HTTPS (to members).
+    let serves_tls = tls.is_some() && matches!(settings.role, Role::Node { .. });
+    let url = format!("{}://{addr}", if serves_tls { "https" } else { "http" });
     let server_json = serde_json::json!({"url": url, "pid": std::process::id()});
     hearth_store::write_secret(&dir.join("server.json"), server_json.to_string().as_bytes())?;
     let cluster_key = || {
@@ -223,6 +229,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             let g = Gateway::new(GatewayConfig {
                 heartbeat: std::time::Duration::from_millis(settings.heartbeat_ms),
                 attempt_key: Some(cluster_key()),
+                tls: tls.as_ref().map(|t| t.client.clone()),
                 ..GatewayConfig::default()
             });
             // Every gateway writes the same (from the same configuration).
@@ -250,7 +257,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         Role::Node { .. } => println!("  role:  node"),
     }
 
-    let app = hearth_api::router_for(
+    let (app, probes) = hearth_api::routers_for(
         node,
         hearth_api::ApiConfig {
             max_body_bytes: settings.max_body_bytes,
@@ -264,9 +271,21 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         max_connections: settings.max_connections,
         max_per_client: settings.max_connections_per_client,
     };
+    if let Some(at) = settings.probe_listen {
+        let probe_listener = tokio::net::TcpListener::bind(at)
+            .await
+            .with_context(|| format!("failed to listen for probes on {at}"))?;
+        tokio::spawn(async move { axum::serve(probe_listener, probes).await });
+    }
+    // A node serves its members over TLS; a gateway takes clients' plain
+    // HTTP (TLS for clients ends at an ingress in front of it).
+    let server_tls = match (&settings.role, &tls) {
+        (Role::Node { .. }, Some(t)) => Some(t.server.clone()),
+        _ => None,
+    };
     let (stopping, stopped) = tokio::sync::oneshot::channel::<std::time::Instant>();
     let mut server = tokio::spawn(async move {
-        crate::serve::serve(listener, app, limits, async move {
+        crate::serve::serve(listener, app, limits, server_tls, async move {
             shutdown_signal().await;
             let signalled = std::time::Instant::now();
             // Out of placement first, so gateways send nothing more

@@ -36,13 +36,17 @@ pub struct ConnLimits {
 }
 
 /// Serves `app` on `listener` until `shutdown` completes, then lets open
-/// connections finish (idle ones are closed).
+/// connections finish (idle ones are closed). With `tls`, every connection
+/// is TLS first (its handshake bounded like a request head); a client
+/// the configuration refuses is dropped at the handshake.
 pub async fn serve(
     listener: TcpListener,
     app: axum::Router,
     limits: ConnLimits,
+    tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: impl Future<Output = ()>,
 ) {
+    let tls = tls.map(tokio_rustls::TlsAcceptor::from);
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let clients = Clients::default();
@@ -82,11 +86,26 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let conn =
-            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
-        let conn = graceful.watch(conn);
+        let service = TowerToHyperService::new(app.clone());
+        let Some(acceptor) = tls.clone() else {
+            let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+            tokio::spawn(async move {
+                let _ = conn.await;
+                drop((slot, client));
+            });
+            continue;
+        };
+        let (builder, watcher, limit) =
+            (builder.clone(), graceful.watcher(), limits.header_timeout);
         tokio::spawn(async move {
-            let _ = conn.await;
+            match tokio::time::timeout(limit, acceptor.accept(stream)).await {
+                Ok(Ok(stream)) => {
+                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    let _ = watcher.watch(conn).await;
+                }
+                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake refused"),
+                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+            }
             drop((slot, client));
         });
     }

@@ -496,7 +496,7 @@ async fn any_gateway_serves_any_request_and_hears_the_others_deploys() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     eprintln!(
-        "a deploy through gw1 served by gw2 after {:?}",
+        "figure: a new version deployed through one gateway served by another (which had the old one cached) after {:?}",
         deployed.elapsed()
     );
 
@@ -725,4 +725,169 @@ async fn a_streamed_body_passes_through_a_gateway_in_flat_memory() {
         chunk.unwrap();
     }
     members_until(&gw, "the stream's lease is released", |m| running(m) == 0).await;
+}
+
+/// A cluster CA and a member certificate it signed (subject alternative
+/// name `hearth-member`), as `deploy/kubernetes/tls.sh` makes them, in
+/// `dir`: `ca.crt`, `tls.crt`, `tls.key`. `prefix` names a second set.
+pub(crate) fn member_certs(dir: &std::path::Path, prefix: &str) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let f = |name: &str| format!("{prefix}{name}");
+    std::fs::write(
+        dir.join(f("ext.cnf")),
+        "subjectAltName=DNS:hearth-member\nextendedKeyUsage=serverAuth,clientAuth\n",
+    )
+    .unwrap();
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        &f("ca.key"),
+        "-out",
+        &f("ca.crt"),
+        "-days",
+        "2",
+        "-subj",
+        "/CN=hearth-ca",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        &f("tls.key"),
+        "-out",
+        &f("tls.csr"),
+        "-subj",
+        "/CN=hearth-member",
+    ]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &f("tls.csr"),
+        "-CA",
+        &f("ca.crt"),
+        "-CAkey",
+        &f("ca.key"),
+        "-CAcreateserial",
+        "-out",
+        &f("tls.crt"),
+        "-days",
+        "2",
+        "-extfile",
+        &f("ext.cnf"),
+    ]);
+}
+
+/// A client presenting `prefix`'s member certificate (none: `None`) and
+/// trusting the cluster's CA for the name `hearth-member`, whatever the
+/// address: as a gateway connects.
+fn member_client(dir: &std::path::Path, prefix: Option<&str>) -> reqwest::Client {
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(dir.join("ca.crt")).unwrap()).unwrap();
+    let mut b = reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(ca)
+        .tls_built_in_root_certs(false)
+        .resolve("hearth-member", "127.0.0.1:0".parse().unwrap());
+    if let Some(p) = prefix {
+        let mut pem = std::fs::read(dir.join(format!("{p}tls.crt"))).unwrap();
+        pem.extend(std::fs::read(dir.join(format!("{p}tls.key"))).unwrap());
+        b = b.identity(reqwest::Identity::from_pem(&pem).unwrap());
+    }
+    b.build().unwrap()
+}
+
+/// With the cluster's certificates, nodes serve only HTTPS to clients the
+/// cluster's CA signed, gateways forward to them over it, and the probes
+/// answer on a plain port of their own.
+#[tokio::test(flavor = "multi_thread")]
+async fn gateways_reach_nodes_only_over_mutual_tls() {
+    let certs = tempfile::tempdir().unwrap();
+    member_certs(certs.path(), "");
+    member_certs(certs.path(), "rogue-");
+    let path = |f: &str| certs.path().join(f).to_str().unwrap().to_string();
+    let (cert, key, ca) = (path("tls.crt"), path("tls.key"), path("ca.crt"));
+    let tls = ["--tls-cert", &cert, "--tls-key", &key, "--tls-ca", &ca];
+    let pg = TempPostgres::start().unwrap();
+    let store = pg.create_database("tls").unwrap();
+    let gw = gateway_with(&store, &tls);
+    let probe_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let probes = format!("127.0.0.1:{probe_port}");
+    let mut args = tls.to_vec();
+    args.extend(["--probe-listen", &probes]);
+    let node = node(&gw, &store, &args);
+    assert!(node.url.starts_with("https://"), "{}", node.url);
+    members_until(&gw, "the node joins", |m| alive(m) == 1).await;
+
+    // The gateway forwards over mutual TLS.
+    let r = gw.invoke("hello", b"").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "hello from wasm\n");
+
+    // A member's certificate gets through to the node; no certificate, a
+    // certificate another CA signed, or plain HTTP do not.
+    let port = node.url.rsplit(':').next().unwrap();
+    let at = format!("https://hearth-member:{port}/fn/admin/hello@1");
+    let ok = member_client(certs.path(), Some(""))
+        .get(&at)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    let none = member_client(certs.path(), None).get(&at).send().await;
+    assert!(none.is_err(), "no client certificate: {none:?}");
+    let rogue = member_client(certs.path(), Some("rogue-"))
+        .get(&at)
+        .send()
+        .await;
+    assert!(rogue.is_err(), "another CA's certificate: {rogue:?}");
+    let plain = reqwest::get(format!("http://127.0.0.1:{port}/healthz")).await;
+    assert!(
+        plain.map(|r| r.status() != 200).unwrap_or(true),
+        "plain HTTP reached the node"
+    );
+
+    // The probes answer plain HTTP on their own port, and nothing else.
+    let ready = reqwest::get(format!("http://{probes}/readyz"))
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    let other = reqwest::get(format!("http://{probes}/fn/admin/hello"))
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 404);
+
+    // A gateway without the certificates cannot have the node run anything.
+    let bare = gateway(&store);
+    members_until(&bare, "the bare gateway sees the node", |m| alive(m) == 1).await;
+    let r = bare.invoke("hello", b"").await;
+    assert_ne!(r.status(), 200, "{}", r.text().await.unwrap());
 }

@@ -95,8 +95,10 @@ struct Spec {
     args: Vec<String>,
     /// In the order Kubernetes sets it: `envFrom`, then `env`.
     env: Vec<(String, String)>,
-    data_mount: String,
-    readiness: String,
+    /// Volume name → where the container mounts it.
+    mounts: Vec<(String, String)>,
+    /// The readiness probe's path and port.
+    readiness: (String, u16),
     grace: Duration,
     pre_stop: Option<Duration>,
 }
@@ -146,22 +148,31 @@ fn spec(objects: &[Value], kind: &str, name: &str, pod_ip: &str) -> Spec {
         }
         s
     };
-    let data_volume = pod["volumes"]
+    let mounts = c["volumeMounts"]
         .as_sequence()
         .unwrap()
         .iter()
-        .find(|v| v["name"] == "data")
-        .expect("a data volume");
-    assert!(data_volume.get("name").is_some());
-    let data_mount = c["volumeMounts"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .find(|m| m["name"] == "data")
-        .unwrap()["mountPath"]
-        .as_str()
-        .unwrap()
-        .to_string();
+        .map(|m| {
+            let (name, path) = (
+                m["name"].as_str().unwrap(),
+                m["mountPath"].as_str().unwrap(),
+            );
+            (name.to_string(), path.to_string())
+        })
+        .collect();
+    // A named port is one of the container's.
+    let probe = &c["readinessProbe"]["httpGet"];
+    let port = match probe["port"].as_u64() {
+        Some(n) => n as u16,
+        None => c["ports"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == probe["port"])
+            .unwrap()["containerPort"]
+            .as_u64()
+            .unwrap() as u16,
+    };
     let pre_stop = c["lifecycle"]["preStop"]["exec"]["command"]
         .as_sequence()
         .map(|cmd| {
@@ -172,11 +183,8 @@ fn spec(objects: &[Value], kind: &str, name: &str, pod_ip: &str) -> Spec {
         command: strings(&c["command"]).iter().map(expand).collect(),
         args: strings(&c["args"]).iter().map(expand).collect(),
         env,
-        data_mount,
-        readiness: c["readinessProbe"]["httpGet"]["path"]
-            .as_str()
-            .unwrap()
-            .to_string(),
+        mounts,
+        readiness: (probe["path"].as_str().unwrap().to_string(), port),
         grace: Duration::from_secs(pod["terminationGracePeriodSeconds"].as_u64().unwrap()),
         pre_stop,
     }
@@ -187,22 +195,35 @@ struct Pod {
     child: Child,
     dir: tempfile::TempDir,
     url: String,
+    pod_ip: String,
     spec: Spec,
 }
 
 impl Pod {
     /// Starts `spec` with `store` for the store's Service, a fresh
-    /// directory for its data volume, and nothing of this process's
-    /// environment but `PATH`.
-    fn start(spec: Spec, pod_ip: &str, store: &str) -> Pod {
+    /// directory for its data volume, `tls` for the `hearth-tls` Secret's
+    /// volume, and nothing of this process's environment but `PATH`.
+    fn start(spec: Spec, pod_ip: &str, store: &str, tls: &Path) -> Pod {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         assert_eq!(spec.command, ["hearth"], "the image's entry point");
-        let args: Vec<String> = spec
-            .args
-            .iter()
-            .map(|a| a.replace(&spec.data_mount, data.to_str().unwrap()))
-            .collect();
+        // Mount paths become this machine's directories, in arguments and
+        // variables alike.
+        let local = |s: &str| {
+            let mut s = s.to_string();
+            for (volume, path) in &spec.mounts {
+                let to = match volume.as_str() {
+                    "data" => data.clone(),
+                    "tls" => tls.to_path_buf(),
+                    // The host's cgroups and scratch space are this
+                    // machine's own.
+                    _ => continue,
+                };
+                s = s.replace(path.as_str(), to.to_str().unwrap());
+            }
+            s
+        };
+        let args: Vec<String> = spec.args.iter().map(|a| local(a)).collect();
         let mut cmd = Command::new(HEARTH);
         cmd.env_clear()
             .env("PATH", std::env::var("PATH").unwrap())
@@ -210,14 +231,21 @@ impl Pod {
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join("log")).unwrap());
         for (k, v) in &spec.env {
-            let v = if k == "HEARTH_STORE" { store } else { v };
+            let v = if k == "HEARTH_STORE" {
+                store.to_string()
+            } else {
+                local(v)
+            };
             cmd.env(k, v);
         }
         let child = cmd.spawn().unwrap();
+        let tls = args.iter().any(|a| a.starts_with("https://"));
+        let scheme = if tls { "https" } else { "http" };
         Pod {
             child,
             dir,
-            url: format!("http://{pod_ip}:8080"),
+            url: format!("{scheme}://{pod_ip}:8080"),
+            pod_ip: pod_ip.to_string(),
             spec,
         }
     }
@@ -230,7 +258,8 @@ impl Pod {
     async fn ready(&mut self, http: &reqwest::Client) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let probe = format!("{}{}", self.url, self.spec.readiness);
+            let (path, port) = &self.spec.readiness;
+            let probe = format!("http://{}:{port}{path}", self.pod_ip);
             if let Ok(r) = http.get(&probe).send().await
                 && r.status() == 200
             {
@@ -313,6 +342,9 @@ struct Tally {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_dev_overlay_runs_and_loses_nothing_when_a_gateway_and_a_node_stop() {
     let objects = render("dev");
+    // The Secret deploy/kubernetes/tls.sh makes, as its volume holds it.
+    let tls = tempfile::tempdir().unwrap();
+    crate::cluster::member_certs(tls.path(), "");
     let pg = TempPostgres::start().unwrap();
     let store = pg.create_database("hearth").unwrap();
     let replicas = find(&objects, "Deployment", "hearth-gateway")["spec"]["replicas"]
@@ -326,6 +358,7 @@ async fn the_dev_overlay_runs_and_loses_nothing_when_a_gateway_and_a_node_stop()
                 spec(&objects, "Deployment", "hearth-gateway", &ip(10 + i)),
                 &ip(10 + i),
                 &store,
+                tls.path(),
             )
         })
         .collect();
@@ -335,6 +368,7 @@ async fn the_dev_overlay_runs_and_loses_nothing_when_a_gateway_and_a_node_stop()
                 spec(&objects, "DaemonSet", "hearth-node", &ip(20 + i)),
                 &ip(20 + i),
                 &store,
+                tls.path(),
             )
         })
         .collect();
