@@ -12,6 +12,7 @@ mod disclosure;
 mod effects;
 mod escape;
 mod exhaustion;
+mod members;
 mod network;
 mod replay;
 mod restart;
