@@ -193,7 +193,9 @@ fn spec(objects: &[Value], kind: &str, name: &str, pod_ip: &str) -> Spec {
 /// A container started as its spec says, on this machine.
 struct Pod {
     child: Child,
-    dir: tempfile::TempDir,
+    /// Its data volume and log; `None` once handed to the pod that
+    /// replaces it.
+    dir: Option<tempfile::TempDir>,
     url: String,
     pod_ip: String,
     spec: Spec,
@@ -204,7 +206,12 @@ impl Pod {
     /// directory for its data volume, `tls` for the `hearth-tls` Secret's
     /// volume, and nothing of this process's environment but `PATH`.
     fn start(spec: Spec, pod_ip: &str, store: &str, tls: &Path) -> Pod {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(tempfile::tempdir().unwrap(), spec, pod_ip, store, tls)
+    }
+
+    /// The same, on `dir`: a pod that replaces one on the same machine
+    /// finds its hostPath volume as the old one left it.
+    fn start_in(dir: tempfile::TempDir, spec: Spec, pod_ip: &str, store: &str, tls: &Path) -> Pod {
         let data = dir.path().join("data");
         assert_eq!(spec.command, ["hearth"], "the image's entry point");
         // Mount paths become this machine's directories, in arguments and
@@ -243,15 +250,25 @@ impl Pod {
         let scheme = if tls { "https" } else { "http" };
         Pod {
             child,
-            dir,
+            dir: Some(dir),
             url: format!("{scheme}://{pod_ip}:8080"),
             pod_ip: pod_ip.to_string(),
             spec,
         }
     }
 
+    fn dir(&self) -> &Path {
+        self.dir.as_ref().expect("not replaced").path()
+    }
+
+    /// Its data directory, for the pod that replaces it (once it exited).
+    fn hand_over(mut self) -> tempfile::TempDir {
+        assert!(self.child.try_wait().unwrap().is_some(), "still running");
+        self.dir.take().unwrap()
+    }
+
     fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+        std::fs::read_to_string(self.dir().join("log")).unwrap_or_default()
     }
 
     /// Waits until the readiness probe passes.
@@ -286,7 +303,7 @@ impl Pod {
             if start.elapsed() > self.spec.grace {
                 self.child.kill().unwrap();
                 self.child.wait().unwrap();
-                remove_leftovers_of_killed(&self.dir.path().join("data"));
+                remove_leftovers_of_killed(&self.dir().join("data"));
                 panic!("{} outlived its grace period:\n{}", self.url, self.log());
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -307,7 +324,9 @@ impl Drop for Pod {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
-        remove_leftovers_of_killed(&self.dir.path().join("data"));
+        if let Some(dir) = &self.dir {
+            remove_leftovers_of_killed(&dir.path().join("data"));
+        }
     }
 }
 
@@ -340,7 +359,7 @@ struct Tally {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_dev_overlay_runs_and_loses_nothing_when_a_gateway_and_a_node_stop() {
+async fn the_dev_overlay_loses_nothing_when_a_node_is_upgraded_and_a_gateway_stops() {
     let objects = render("dev");
     // The Secret deploy/kubernetes/tls.sh makes, as its volume holds it.
     let tls = tempfile::tempdir().unwrap();
@@ -495,7 +514,7 @@ async fn the_dev_overlay_runs_and_loses_nothing_when_a_gateway_and_a_node_stop()
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // The node running the function is stopped: it leaves, finishes what
-    // it runs, exits.
+    // it runs, exits; then its replacement starts, as in a rolling update.
     let members: serde_json::Value = http
         .get(format!("{b}/v1/cluster/nodes"))
         .bearer_auth(&token)
@@ -517,6 +536,24 @@ async fn the_dev_overlay_runs_and_loses_nothing_when_a_gateway_and_a_node_stop()
     let victim = nodes.iter().position(|n| n.url == victim_url).unwrap();
     let node_exit = nodes[victim].terminate().await;
     eprintln!("figure: node SIGTERM to exit {node_exit:?}");
+    // The DaemonSet's rolling update starts its replacement on the same
+    // machine: same address, same hostPath data, the load still running.
+    let old = nodes.remove(victim);
+    let victim_ip = old.pod_ip.clone();
+    let replacement = Pod::start_in(
+        old.hand_over(),
+        spec(&objects, "DaemonSet", "hearth-node", &victim_ip),
+        &victim_ip,
+        &store,
+        tls.path(),
+    );
+    nodes.push(replacement);
+    let started = Instant::now();
+    nodes.last_mut().unwrap().ready(&http).await;
+    eprintln!(
+        "figure: the replacement node ready {:?} after start",
+        started.elapsed()
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // A gateway is stopped as the manifests stop it: out of the Service,
@@ -560,23 +597,34 @@ async fn the_dev_overlay_runs_and_loses_nothing_when_a_gateway_and_a_node_stop()
         assert_eq!(v.status(), 200, "{key}");
         assert_eq!(v.text().await.unwrap(), "1", "{key} ran more than once");
     }
-    // The stopped node left, rather than going silent.
-    let v: serde_json::Value = http
-        .get(format!("{b}/v1/cluster/nodes"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let gone = v["nodes"]
+    // The replacement is in placement under an id of its own, and serves
+    // the tapes its predecessor made: the hostPath kept them.
+    let get = |path: String| {
+        let (http, token) = (http.clone(), token.clone());
+        async move {
+            let r = http.get(path).bearer_auth(&token).send().await.unwrap();
+            r.json::<serde_json::Value>().await.unwrap()
+        }
+    };
+    let v = get(format!("{b}/v1/cluster/nodes")).await;
+    let back = v["nodes"]
         .as_array()
         .unwrap()
         .iter()
         .find(|n| n["url"] == victim_url.as_str())
-        .unwrap();
-    assert_eq!(gone["out_because"], "left", "{v}");
+        .unwrap()
+        .clone();
+    assert_eq!(back["alive"], true, "{v}");
+    assert_ne!(back["id"], serving.as_str(), "{v}");
+    let tapes = get(format!("{b}/v1/functions/effect/recordings?limit=1000")).await;
+    let kept = tapes["recordings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["node"] == back["id"])
+        .count();
+    eprintln!("figure: {kept} tapes made before the upgrade served by the replacement");
+    assert!(kept > 0, "{tapes}");
     drop(nodes);
     drop(gateways);
 }
