@@ -701,78 +701,20 @@ async fn a_streamed_body_passes_through_a_gateway_in_flat_memory() {
     members_until(&gw, "the stream's lease is released", |m| running(m) == 0).await;
 }
 
-/// A cluster CA and a member certificate it signed (subject alternative
-/// name `hearth-member`), as `deploy/kubernetes/tls.sh` makes them, in
-/// `dir`: `ca.crt`, `tls.crt`, `tls.key`. `prefix` names a second set.
-pub(crate) fn member_certs(dir: &std::path::Path, prefix: &str) {
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let f = |name: &str| format!("{prefix}{name}");
-    std::fs::write(
-        dir.join(f("ext.cnf")),
-        "subjectAltName=DNS:hearth-member\nextendedKeyUsage=serverAuth,clientAuth\n",
-    )
-    .unwrap();
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-keyout",
-        &f("ca.key"),
-        "-out",
-        &f("ca.crt"),
-        "-days",
-        "2",
-        "-subj",
-        "/CN=hearth-ca",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-keyout",
-        &f("tls.key"),
-        "-out",
-        &f("tls.csr"),
-        "-subj",
-        "/CN=hearth-member",
-    ]);
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        &f("tls.csr"),
-        "-CA",
-        &f("ca.crt"),
-        "-CAkey",
-        &f("ca.key"),
-        "-CAcreateserial",
-        "-out",
-        &f("tls.crt"),
-        "-days",
-        "2",
-        "-extfile",
-        &f("ext.cnf"),
-    ]);
+/// A cluster's certificates in `dir` (`ca.crt`, `tls.crt`, `tls.key`),
+/// made by the operator's own tool, `deploy/kubernetes/make-certs.sh`.
+pub(crate) fn member_certs(dir: &std::path::Path) {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/kubernetes/make-certs.sh");
+    let out = std::process::Command::new("bash")
+        .arg(script)
+        .arg(dir)
+        .arg("2")
+        .output()
+        .expect("bash");
+    assert!(
+        out.status.success(),
+        "make-certs.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -363,7 +363,7 @@ async fn the_dev_overlay_loses_nothing_when_a_node_is_upgraded_and_a_gateway_sto
     let objects = render("dev");
     // The Secret deploy/kubernetes/tls.sh makes, as its volume holds it.
     let tls = tempfile::tempdir().unwrap();
-    crate::cluster::member_certs(tls.path(), "");
+    crate::cluster::member_certs(tls.path());
     let pg = TempPostgres::start().unwrap();
     let store = pg.create_database("hearth").unwrap();
     let replicas = find(&objects, "Deployment", "hearth-gateway")["spec"]["replicas"]
@@ -397,20 +397,19 @@ async fn the_dev_overlay_loses_nothing_when_a_node_is_upgraded_and_a_gateway_sto
     }
     let token = data(&objects, "Secret", "hearth-secrets")["admin-token"].clone();
     let (a, b) = (gateways[0].url.clone(), gateways[1].url.clone());
+    let get = |path: String| {
+        let (http, token) = (http.clone(), token.clone());
+        async move {
+            let r = http.get(path).bearer_auth(&token).send().await.unwrap();
+            r.json::<serde_json::Value>().await.unwrap()
+        }
+    };
 
     // Every gateway knows every node, from the nodes' rows.
     for g in [&a, &b] {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let v: serde_json::Value = http
-                .get(format!("{g}/v1/cluster/nodes"))
-                .bearer_auth(&token)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let v = get(format!("{g}/v1/cluster/nodes")).await;
             let alive = v["nodes"]
                 .as_array()
                 .unwrap()
@@ -515,15 +514,7 @@ async fn the_dev_overlay_loses_nothing_when_a_node_is_upgraded_and_a_gateway_sto
 
     // The node running the function is stopped: it leaves, finishes what
     // it runs, exits; then its replacement starts, as in a rolling update.
-    let members: serde_json::Value = http
-        .get(format!("{b}/v1/cluster/nodes"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let members = get(format!("{b}/v1/cluster/nodes")).await;
     let victim_url = members["nodes"]
         .as_array()
         .unwrap()
@@ -599,13 +590,6 @@ async fn the_dev_overlay_loses_nothing_when_a_node_is_upgraded_and_a_gateway_sto
     }
     // The replacement is in placement under an id of its own, and serves
     // the tapes its predecessor made: the hostPath kept them.
-    let get = |path: String| {
-        let (http, token) = (http.clone(), token.clone());
-        async move {
-            let r = http.get(path).bearer_auth(&token).send().await.unwrap();
-            r.json::<serde_json::Value>().await.unwrap()
-        }
-    };
     let v = get(format!("{b}/v1/cluster/nodes")).await;
     let back = v["nodes"]
         .as_array()

@@ -3,6 +3,8 @@
 //! Kubernetes cluster, a gateway of another cluster on the same store)
 //! must not have it run anything, nor read what members send each other.
 
+use std::path::Path;
+
 use hearth_test_support::TempPostgres;
 
 use crate::cluster::{SECRETS, alive, gateway, gateway_with, member_certs, members_until, node};
@@ -34,19 +36,20 @@ async fn a_gateway_with_another_cluster_key_is_refused_by_the_nodes() {
     assert_eq!(gw.invoke("hello", b"").await.status(), 200);
 }
 
-/// A client presenting `prefix`'s member certificate (none: `None`) and
-/// trusting the cluster's CA for the name `hearth-member`, whatever the
-/// address: as a gateway connects.
-fn member_client(dir: &std::path::Path, prefix: Option<&str>) -> reqwest::Client {
-    let ca = reqwest::Certificate::from_pem(&std::fs::read(dir.join("ca.crt")).unwrap()).unwrap();
+/// A client trusting the cluster's CA in `cluster` for the name
+/// `hearth-member`, whatever the address (as a gateway connects),
+/// presenting the member certificate in `identity` (none: `None`).
+fn member_client(cluster: &Path, identity: Option<&Path>) -> reqwest::Client {
+    let ca =
+        reqwest::Certificate::from_pem(&std::fs::read(cluster.join("ca.crt")).unwrap()).unwrap();
     let mut b = reqwest::Client::builder()
         .use_rustls_tls()
         .add_root_certificate(ca)
         .tls_built_in_root_certs(false)
         .resolve("hearth-member", "127.0.0.1:0".parse().unwrap());
-    if let Some(p) = prefix {
-        let mut pem = std::fs::read(dir.join(format!("{p}tls.crt"))).unwrap();
-        pem.extend(std::fs::read(dir.join(format!("{p}tls.key"))).unwrap());
+    if let Some(dir) = identity {
+        let mut pem = std::fs::read(dir.join("tls.crt")).unwrap();
+        pem.extend(std::fs::read(dir.join("tls.key")).unwrap());
         b = b.identity(reqwest::Identity::from_pem(&pem).unwrap());
     }
     b.build().unwrap()
@@ -58,8 +61,9 @@ fn member_client(dir: &std::path::Path, prefix: Option<&str>) -> reqwest::Client
 #[tokio::test(flavor = "multi_thread")]
 async fn gateways_reach_nodes_only_over_mutual_tls() {
     let certs = tempfile::tempdir().unwrap();
-    member_certs(certs.path(), "");
-    member_certs(certs.path(), "rogue-");
+    let rogue_certs = tempfile::tempdir().unwrap();
+    member_certs(certs.path());
+    member_certs(rogue_certs.path());
     let path = |f: &str| certs.path().join(f).to_str().unwrap().to_string();
     let (cert, key, ca) = (path("tls.crt"), path("tls.key"), path("ca.crt"));
     let tls = ["--tls-cert", &cert, "--tls-key", &key, "--tls-ca", &ca];
@@ -87,7 +91,7 @@ async fn gateways_reach_nodes_only_over_mutual_tls() {
     // certificate another CA signed, or plain HTTP do not.
     let port = node.url.rsplit(':').next().unwrap();
     let at = format!("https://hearth-member:{port}/fn/admin/hello@1");
-    let ok = member_client(certs.path(), Some(""))
+    let ok = member_client(certs.path(), Some(certs.path()))
         .get(&at)
         .send()
         .await
@@ -95,7 +99,7 @@ async fn gateways_reach_nodes_only_over_mutual_tls() {
     assert_eq!(ok.status(), 200);
     let none = member_client(certs.path(), None).get(&at).send().await;
     assert!(none.is_err(), "no client certificate: {none:?}");
-    let rogue = member_client(certs.path(), Some("rogue-"))
+    let rogue = member_client(certs.path(), Some(rogue_certs.path()))
         .get(&at)
         .send()
         .await;
