@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: format check, clippy, the benchmarks' statistics
+# Runs the whole test suite: format check, clippy, the Kubernetes manifests
+# (every overlay rendered and validated), the benchmarks' statistics
 # helper's self-check, unit and end-to-end tests
 # (the latter start the real daemon and build the C examples with clang).
 set -euo pipefail
