@@ -99,7 +99,7 @@ async fn ask_all(
 
 /// `GET /v1/functions/{name}/recordings` across the cluster: every node's
 /// tapes of the function, newest first (ids sort by time), each with its
-/// node, at most `limit`.
+/// node, at most `limit`; and how many are on machines whose nodes left.
 pub async fn recordings(
     g: &Gateway,
     tenant: &str,
@@ -115,6 +115,9 @@ pub async fn recordings(
         "name": name,
         "recordings": merge_recordings(answers, limit),
         "unreachable": unreachable(&failed),
+        // Tapes on machines whose nodes left: out of reach until a node
+        // starts there again.
+        "away": g.away_tapes(tenant, name).await,
     }))
 }
 

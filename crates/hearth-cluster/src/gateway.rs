@@ -41,7 +41,7 @@ use thiserror::Error;
 
 use hearth_core::InvocationId;
 use hearth_node::GatewayAttempt;
-use hearth_store::{MemberRow, PgStore};
+use hearth_store::{AwayTapes, MemberRow, PgStore};
 
 use crate::attempt::AttemptKey;
 use crate::placer::Placer;
@@ -317,6 +317,8 @@ pub struct Gateway {
     config: GatewayConfig,
     /// Whether it has read the nodes' rows at least once.
     synced: std::sync::atomic::AtomicBool,
+    /// The cluster's store, once [`spawn_sync`](Self::spawn_sync) has it.
+    store: std::sync::OnceLock<Arc<PgStore>>,
 }
 
 /// Memory committed on a node for one forwarded invocation; released on
@@ -360,7 +362,25 @@ impl Gateway {
             client,
             config,
             synced: Default::default(),
+            store: Default::default(),
         })
+    }
+
+    /// Tapes of tenant/function that nodes which left keep on their
+    /// machines (their handed-over index); empty without a store.
+    pub async fn away_tapes(&self, tenant: &str, function: &str) -> Vec<AwayTapes> {
+        let Some(store) = self.store.get().cloned() else {
+            return Vec::new();
+        };
+        let (t, f) = (tenant.to_string(), function.to_string());
+        match tokio::task::spawn_blocking(move || store.away_tapes(&t, &f)).await {
+            Ok(Ok(away)) => away,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "reading the tapes of nodes that left");
+                Vec::new()
+            }
+            Err(_) => Vec::new(),
+        }
     }
 
     /// Whether it knows the cluster's nodes yet (has read their rows).
@@ -453,6 +473,7 @@ impl Gateway {
     /// `changed` says a node joined or left, for as long as the gateway
     /// lives.
     pub fn spawn_sync(self: &Arc<Self>, store: Arc<PgStore>, changed: Arc<tokio::sync::Notify>) {
+        let _ = self.store.set(store.clone());
         let weak = Arc::downgrade(self);
         let period = self.config.heartbeat / 2;
         tokio::spawn(async move {

@@ -19,7 +19,7 @@ use postgres::fallible_iterator::FallibleIterator;
 use postgres::{NoTls, Row};
 use serde::{Deserialize, Serialize};
 
-use crate::{PgStore, StoreError};
+use crate::{PgStore, StoreError, TapeBlock};
 
 /// The channel every member listens on.
 pub(crate) const CHANNEL: &str = "hearth_changes";
@@ -40,6 +40,19 @@ CREATE TABLE IF NOT EXISTS artifacts (
     bytes       BYTEA NOT NULL,
     created_ms  BIGINT NOT NULL
 );
+-- The tape index a node handed over as it left: its tapes stay on its
+-- machine, and the cluster knows they are there.
+CREATE TABLE IF NOT EXISTS away_tapes (
+    node_url    TEXT NOT NULL,
+    tenant      TEXT NOT NULL,
+    function    TEXT NOT NULL,
+    first_id    TEXT NOT NULL,
+    last_id     TEXT NOT NULL,
+    count       BIGINT NOT NULL,
+    errors      BIGINT NOT NULL,
+    left_ms     BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS away_tapes_by_function ON away_tapes (tenant, function);
 CREATE TABLE IF NOT EXISTS cluster_settings (
     key         TEXT PRIMARY KEY,
     value       TEXT NOT NULL
@@ -111,6 +124,17 @@ fn member_of(r: &Row) -> MemberRow {
     }
 }
 
+/// Tapes a node that left keeps on its machine, as its index said when it
+/// left.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AwayTapes {
+    /// Where the node was reached; a node started there again serves them.
+    pub node: String,
+    pub tapes: u64,
+    pub errors: u64,
+    pub left_ms: i64,
+}
+
 /// Settings every member of the cluster follows, written by gateways
 /// (from their own flags) and read by nodes at every heartbeat.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -135,8 +159,10 @@ impl PgStore {
         let (capacity, max) = (capacity_mib as i64, max_concurrency.map(i64::from));
         self.with(|c| {
             let mut tx = c.transaction()?;
-            // A node that comes back on its address replaces its old row.
+            // A node that comes back on its address replaces its old row,
+            // and serves the tapes left there again.
             tx.execute("DELETE FROM members WHERE url = $1", &[&url])?;
+            tx.execute("DELETE FROM away_tapes WHERE node_url = $1", &[&url])?;
             tx.execute(
                 "INSERT INTO members (id, url, capacity_mib, max_concurrency, report, beats, beat_at)
                  VALUES ($1, $2, $3, $4, $5, 0, now())",
@@ -183,6 +209,59 @@ impl PgStore {
             tx.commit()?;
             Ok(n > 0)
         })
+    }
+
+    /// Records the tape index of the node at `url`, which is leaving
+    /// (replacing what it handed over before). How many tapes.
+    pub fn hand_over_tapes(&self, url: &str, blocks: &[TapeBlock]) -> Result<u64, StoreError> {
+        let left_ms = hearth_core::unix_time_ms();
+        self.with(|c| {
+            let mut tx = c.transaction()?;
+            tx.execute("DELETE FROM away_tapes WHERE node_url = $1", &[&url])?;
+            let insert = tx.prepare(
+                "INSERT INTO away_tapes
+                   (node_url, tenant, function, first_id, last_id, count, errors, left_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )?;
+            for b in blocks {
+                tx.execute(
+                    &insert,
+                    &[
+                        &url,
+                        &b.tenant,
+                        &b.function,
+                        &b.first_id,
+                        &b.last_id,
+                        &i64::from(b.count),
+                        &i64::from(b.errors),
+                        &left_ms,
+                    ],
+                )?;
+            }
+            tx.commit()
+        })?;
+        Ok(blocks.iter().map(|b| u64::from(b.count)).sum())
+    }
+
+    /// Tapes of tenant/function on machines whose nodes left, by node.
+    pub fn away_tapes(&self, tenant: &str, function: &str) -> Result<Vec<AwayTapes>, StoreError> {
+        let rows = self.with(|c| {
+            c.query(
+                "SELECT node_url, SUM(count)::bigint, SUM(errors)::bigint, MAX(left_ms)
+                 FROM away_tapes WHERE tenant = $1 AND function = $2
+                 GROUP BY node_url ORDER BY node_url",
+                &[&tenant, &function],
+            )
+        })?;
+        Ok(rows
+            .iter()
+            .map(|r| AwayTapes {
+                node: r.get(0),
+                tapes: r.get::<_, i64>(1) as u64,
+                errors: r.get::<_, i64>(2) as u64,
+                left_ms: r.get(3),
+            })
+            .collect())
     }
 
     /// Every node's row.
@@ -449,6 +528,38 @@ mod tests {
         assert_eq!(b.sweep_artifacts(Duration::ZERO).unwrap(), 1);
         assert_eq!(b.get_artifact("h1").unwrap(), None);
         assert!(b.get_artifact("h2").unwrap().is_some());
+
+        // A leaving node's tape index: summed by node, cleared when a node
+        // joins at that address again.
+        let block = |function: &str, count, errors| TapeBlock {
+            tenant: "t".into(),
+            function: function.into(),
+            segment: 1,
+            offset: 0,
+            first_id: "a".into(),
+            last_id: "b".into(),
+            first_ms: 1,
+            last_ms: 2,
+            count,
+            errors,
+            min_version: 1,
+            max_version: 1,
+            ok_expired: false,
+        };
+        let blocks = [block("f", 3, 1), block("f", 2, 0), block("g", 7, 0)];
+        assert_eq!(a.hand_over_tapes("http://n2", &blocks).unwrap(), 12);
+        let away = b.away_tapes("t", "f").unwrap();
+        assert_eq!(away.len(), 1);
+        assert_eq!(
+            (away[0].node.as_str(), away[0].tapes, away[0].errors),
+            ("http://n2", 5, 1)
+        );
+        assert!(
+            b.away_tapes("u", "f").unwrap().is_empty(),
+            "another tenant's"
+        );
+        a.member_join("http://n2", 512, None, "{}").unwrap();
+        assert!(b.away_tapes("t", "f").unwrap().is_empty(), "served again");
         stop.store(true, Ordering::Release);
     }
 }

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 pub use hearth_core::LogStream;
 
 pub use artifacts::{ArtifactStore, sha256_hex, write_atomically, write_secret};
-pub use cluster::{Change, ClusterSettings, MemberRow};
+pub use cluster::{AwayTapes, Change, ClusterSettings, MemberRow};
 pub use error::StoreError;
 pub use postgres::PgStore;
 pub use split::SplitStore;

@@ -20,6 +20,14 @@ impl SplitStore {
     pub fn new(shared: std::sync::Arc<PgStore>, local: SqliteStore) -> Self {
         SplitStore { shared, local }
     }
+
+    /// Hands this node's tape index to the cluster's store as it leaves
+    /// (`url` is where it was reached): the cluster then knows which of
+    /// its tapes are on the machine it left. How many tapes.
+    pub fn hand_over_tapes(&self, url: &str) -> Result<u64, StoreError> {
+        let blocks = self.local.all_blocks()?;
+        self.shared.hand_over_tapes(url, &blocks)
+    }
 }
 
 impl Store for SplitStore {

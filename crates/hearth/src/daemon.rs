@@ -58,9 +58,15 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             format!("failed to open the cluster store {}", redact(url))
         })?)),
     };
+    // Kept as itself too: a leaving node hands its tape index over.
+    let mut split = None;
     let store: Arc<dyn Store> = match &shared {
         None => Arc::new(local),
-        Some(pg) => Arc::new(SplitStore::new(pg.clone(), local)),
+        Some(pg) => {
+            let s = Arc::new(SplitStore::new(pg.clone(), local));
+            split = Some(s.clone());
+            s
+        }
     };
     let artifacts = ArtifactStore::open(dir.join("artifacts"))?;
     // Before serving, so no deploy can be between writing its artifact and
@@ -201,11 +207,11 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             .expect("checked with the settings");
         AttemptKey::from_token(&key.0)
     };
+    let advertise = settings.advertise.clone().unwrap_or_else(|| url.clone());
     let (role, membership) = match (&settings.role, &shared) {
         (Role::Node { gateway }, Some(pg)) => {
-            let advertise = settings.advertise.clone().unwrap_or_else(|| url.clone());
             let joining = Join {
-                url: advertise,
+                url: advertise.clone(),
                 capacity_mib: settings.capacity_mib,
                 max_concurrency: u32::try_from(settings.max_concurrency).ok(),
             };
@@ -327,6 +333,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         // Writes what is queued: a clean stop loses no tape.
         tokio::task::spawn_blocking(move || r.close()).await?;
         tracing::info!("recordings written");
+    }
+    // A node that left tells the cluster which tapes stay on this machine.
+    if let (Role::Node { .. }, Some(split)) = (&settings.role, split) {
+        match tokio::task::spawn_blocking(move || split.hand_over_tapes(&advertise)).await? {
+            Ok(tapes) => tracing::info!(tapes, "tape index handed to the cluster's store"),
+            Err(e) => tracing::warn!(error = %e, "could not hand the tape index over"),
+        }
     }
     served
 }

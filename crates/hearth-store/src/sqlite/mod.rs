@@ -129,6 +129,12 @@ fn open_connection(path: &Path) -> Result<Connection, StoreError> {
 }
 
 impl SqliteStore {
+    /// Every tape block this node's index holds (what a leaving node hands
+    /// to the cluster's store).
+    pub fn all_blocks(&self) -> Result<Vec<TapeBlock>, StoreError> {
+        tapes::all(&self.reader())
+    }
+
     /// Opens (creating if needed) the database at `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref();

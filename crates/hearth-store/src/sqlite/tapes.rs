@@ -189,6 +189,13 @@ pub(super) fn list(
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// Every block, in no particular order.
+pub(super) fn all(conn: &Connection) -> Result<Vec<TapeBlock>, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!("SELECT {BLOCK_COLUMNS} FROM tape_blocks"))?;
+    let rows = stmt.query_map([], block_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 pub(super) fn in_segment(conn: &Connection, segment: u64) -> Result<Vec<TapeBlock>, StoreError> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {BLOCK_COLUMNS} FROM tape_blocks WHERE segment = ?1 ORDER BY offset, function"

@@ -450,6 +450,20 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
             .any(|n| n["url"] == leaving_url.as_str() && n["out_because"] == "left")
     })
     .await;
+    // It handed its tape index to the store as it went: the gateway says
+    // how many of counter's tapes (it ran once there, called directly)
+    // stay on its machine.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let list = gw.get_json("/v1/functions/counter/recordings").await;
+        let away = list["away"].as_array().unwrap();
+        if let Some(a) = away.iter().find(|a| a["node"] == leaving_url.as_str()) {
+            assert!(a["tapes"].as_u64().unwrap() >= 1, "{list}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{list}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Two gateways on one store: each knows every node from the nodes' rows,

@@ -609,6 +609,11 @@ async fn the_dev_overlay_loses_nothing_when_a_node_is_upgraded_and_a_gateway_sto
         .count();
     eprintln!("figure: {kept} tapes made before the upgrade served by the replacement");
     assert!(kept > 0, "{tapes}");
+    assert_eq!(
+        tapes["away"],
+        serde_json::json!([]),
+        "the replacement serves them: {tapes}"
+    );
     drop(nodes);
     drop(gateways);
 }
