@@ -334,11 +334,16 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         tokio::task::spawn_blocking(move || r.close()).await?;
         tracing::info!("recordings written");
     }
-    // A node that left tells the cluster which tapes stay on this machine.
+    // A node that left tells the cluster which tapes stay on this machine;
+    // a store that does not answer within a few seconds is not waited for
+    // (the tapes stay, uncounted, until a node starts here again).
     if let (Role::Node { .. }, Some(split)) = (&settings.role, split) {
-        match tokio::task::spawn_blocking(move || split.hand_over_tapes(&advertise)).await? {
-            Ok(tapes) => tracing::info!(tapes, "tape index handed to the cluster's store"),
-            Err(e) => tracing::warn!(error = %e, "could not hand the tape index over"),
+        let handing = tokio::task::spawn_blocking(move || split.hand_over_tapes(&advertise));
+        match tokio::time::timeout(std::time::Duration::from_secs(3), handing).await {
+            Ok(Ok(Ok(tapes))) => tracing::info!(tapes, "tape index handed to the cluster's store"),
+            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "could not hand the tape index over"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not hand the tape index over"),
+            Err(_) => tracing::warn!("the store did not take the tape index within 3 s"),
         }
     }
     served
