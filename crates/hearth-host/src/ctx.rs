@@ -586,10 +586,7 @@ impl HostCtx {
         }
         self.check_tape_room()?;
         let k = key.clone();
-        let exists = self
-            .blocking(move |s, t, f| s.kv_get(t, f, &k))
-            .await?
-            .is_some();
+        let exists = self.blocking(move |s, t, f| s.kv_exists(t, f, &k)).await?;
         self.record_effect(HostEvent::KvExists { key, exists })
             .await;
         Ok(exists)

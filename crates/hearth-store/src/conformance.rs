@@ -192,8 +192,18 @@ pub(crate) fn kv_is_scoped_and_lists_by_prefix(s: &dyn Store) {
     assert_eq!(s.kv_get("u", "f", b"user:1").unwrap(), None);
     s.kv_set("t", "f", b"user:1", b"z", u64::MAX).unwrap();
     assert_eq!(s.kv_get("t", "f", b"user:1").unwrap().unwrap(), b"z");
+    assert!(s.kv_exists("t", "f", b"user:1").unwrap());
+    assert!(
+        !s.kv_exists("u", "f", b"user:1").unwrap(),
+        "another tenant's"
+    );
+    assert!(
+        !s.kv_exists("t", "g", b"user:1").unwrap(),
+        "another function's"
+    );
     assert!(s.kv_delete("t", "f", b"user:1").unwrap());
     assert!(!s.kv_delete("t", "f", b"user:1").unwrap());
+    assert!(!s.kv_exists("t", "f", b"user:1").unwrap(), "deleted");
 }
 
 pub(crate) fn kv_quota_counts_all_of_a_tenants_functions_and_refuses_whole(s: &dyn Store) {

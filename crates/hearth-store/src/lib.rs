@@ -309,6 +309,8 @@ pub trait Store: Send + Sync + 'static {
         function: &str,
         key: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Whether `key` holds a value, without reading the value.
+    fn kv_exists(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError>;
     /// Sets `key`, unless the tenant's KV (keys and values of all its
     /// functions) would then hold more than `max_tenant_bytes`:
     /// [`StoreError::KvQuota`], and nothing changed.

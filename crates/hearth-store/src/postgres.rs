@@ -486,6 +486,16 @@ impl PgStore {
         Ok(row.map(|r| r.get(0)))
     }
 
+    pub fn kv_exists(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError> {
+        let row = self.with(|c| {
+            c.query_opt(
+                "SELECT 1 FROM kv WHERE tenant = $1 AND function = $2 AND key = $3",
+                &[&tenant, &function, &key],
+            )
+        })?;
+        Ok(row.is_some())
+    }
+
     pub fn kv_set(
         &self,
         tenant: &str,

@@ -105,6 +105,9 @@ impl Store for SplitStore {
     ) -> Result<Option<Vec<u8>>, StoreError> {
         self.shared.kv_get(tenant, function, key)
     }
+    fn kv_exists(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError> {
+        self.shared.kv_exists(tenant, function, key)
+    }
     fn kv_set(
         &self,
         tenant: &str,

@@ -535,6 +535,18 @@ impl Store for SqliteStore {
             .optional()?)
     }
 
+    fn kv_exists(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError> {
+        let conn = self.reader();
+        Ok(conn
+            .query_row(
+                "SELECT 1 FROM kv WHERE tenant = ?1 AND function = ?2 AND key = ?3",
+                params![tenant, function, key],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some())
+    }
+
     fn kv_set(
         &self,
         tenant: &str,
