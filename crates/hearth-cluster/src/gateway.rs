@@ -73,25 +73,20 @@ impl Default for GatewayConfig {
 }
 
 /// What a node offers when it joins (its row in the store's `members`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone)]
 pub struct Join {
-    /// Where the gateway reaches the node (`http://host:port`).
+    /// Where gateways reach the node (`http(s)://host:port`).
     pub url: String,
     /// Memory the node offers to running functions, MiB.
     pub capacity_mib: u64,
-    /// Invocations it runs at once before refusing (`--max-concurrency`);
-    /// absent from nodes that predate it.
-    #[serde(default)]
+    /// Invocations it runs at once before refusing (`--max-concurrency`).
     pub max_concurrency: Option<u32>,
 }
 
-/// What a node reports every interval.
+/// What a node reports every interval (its row's `report`, as JSON).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Heartbeat {
     /// Functions with code prepared there, as (tenant, name).
-    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Vec<String>>))]
     pub loaded: Vec<(String, String)>,
     /// Invocations running there now (from any gateway).
     pub in_flight: u64,
