@@ -515,13 +515,7 @@ async fn any_gateway_serves_any_request_and_hears_the_others_deploys() {
     );
 
     // A removal through gw2 is heard by gw1.
-    let r = gw2
-        .http
-        .delete(format!("{}/v1/functions/f", gw2.url))
-        .bearer_auth(&gw2.token)
-        .send()
-        .await
-        .unwrap();
+    let r = gw2.delete("/v1/functions/f").send().await.unwrap();
     assert!(r.status().is_success(), "{}", r.status());
     let removed = Instant::now();
     while gw1.invoke("f", b"").await.status() != 404 {

@@ -192,13 +192,7 @@ async fn wasi_keyvalue_is_the_functions_kv_and_its_increments_are_atomic() {
         d.call("probe/kvexists", "?nothing", "").await,
         (200, "no".into())
     );
-    let resp = d
-        .http
-        .delete(format!("{}/v1/functions/probe/kv/big", d.url))
-        .bearer_auth(&d.token)
-        .send()
-        .await
-        .unwrap();
+    let resp = d.delete("/v1/functions/probe/kv/big").send().await.unwrap();
     assert!(resp.status().is_success());
 
     // `list-keys` gives one page; a full one is never taken for all keys.

@@ -202,15 +202,10 @@ struct Pod {
 }
 
 impl Pod {
-    /// Starts `spec` with `store` for the store's Service, a fresh
-    /// directory for its data volume, `tls` for the `hearth-tls` Secret's
-    /// volume, and nothing of this process's environment but `PATH`.
-    fn start(spec: Spec, pod_ip: &str, store: &str, tls: &Path) -> Pod {
-        Self::start_in(tempfile::tempdir().unwrap(), spec, pod_ip, store, tls)
-    }
-
-    /// The same, on `dir`: a pod that replaces one on the same machine
-    /// finds its hostPath volume as the old one left it.
+    /// Starts `spec` on `dir` (its data volume, as a hostPath keeps it
+    /// for the pod that replaces it), with `store` for the store's
+    /// Service, `tls` for the `hearth-tls` Secret's volume, and nothing of
+    /// this process's environment but `PATH`.
     fn start_in(dir: tempfile::TempDir, spec: Spec, pod_ip: &str, store: &str, tls: &Path) -> Pod {
         let data = dir.path().join("data");
         assert_eq!(spec.command, ["hearth"], "the image's entry point");
@@ -370,26 +365,19 @@ async fn the_dev_overlay_loses_nothing_when_a_node_is_upgraded_and_a_gateway_sto
         .as_u64()
         .unwrap();
     assert_eq!(replicas, 2, "the dev overlay's gateways");
-    let ip = |n: u32| format!("127.0.32.{n}");
-    let mut gateways: Vec<Pod> = (0..2)
-        .map(|i| {
-            Pod::start(
-                spec(&objects, "Deployment", "hearth-gateway", &ip(10 + i)),
-                &ip(10 + i),
-                &store,
-                tls.path(),
-            )
-        })
+    // The pod of `kind`/`name` at 127.0.32.`n`, on data of its own or on
+    // `data` (a replacement on the same machine).
+    let pod = |kind: &str, name: &str, n: u32, data: Option<tempfile::TempDir>| {
+        let ip = format!("127.0.32.{n}");
+        let spec = spec(&objects, kind, name, &ip);
+        let data = data.unwrap_or_else(|| tempfile::tempdir().unwrap());
+        Pod::start_in(data, spec, &ip, &store, tls.path())
+    };
+    let mut gateways: Vec<Pod> = (10..12)
+        .map(|n| pod("Deployment", "hearth-gateway", n, None))
         .collect();
-    let mut nodes: Vec<Pod> = (0..3)
-        .map(|i| {
-            Pod::start(
-                spec(&objects, "DaemonSet", "hearth-node", &ip(20 + i)),
-                &ip(20 + i),
-                &store,
-                tls.path(),
-            )
-        })
+    let mut nodes: Vec<Pod> = (20..23)
+        .map(|n| pod("DaemonSet", "hearth-node", n, None))
         .collect();
     let http = reqwest::Client::new();
     for p in gateways.iter_mut().chain(nodes.iter_mut()) {
@@ -530,15 +518,8 @@ async fn the_dev_overlay_loses_nothing_when_a_node_is_upgraded_and_a_gateway_sto
     // The DaemonSet's rolling update starts its replacement on the same
     // machine: same address, same hostPath data, the load still running.
     let old = nodes.remove(victim);
-    let victim_ip = old.pod_ip.clone();
-    let replacement = Pod::start_in(
-        old.hand_over(),
-        spec(&objects, "DaemonSet", "hearth-node", &victim_ip),
-        &victim_ip,
-        &store,
-        tls.path(),
-    );
-    nodes.push(replacement);
+    let n: u32 = old.pod_ip.rsplit('.').next().unwrap().parse().unwrap();
+    nodes.push(pod("DaemonSet", "hearth-node", n, Some(old.hand_over())));
     let started = Instant::now();
     nodes.last_mut().unwrap().ready(&http).await;
     eprintln!(
