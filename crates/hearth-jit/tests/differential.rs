@@ -1,0 +1,379 @@
+//! The compiler against QuickJS: each function runs traced in a QuickJS
+//! context (with a small stand-in for the isolate's `Request` and
+//! `Response`), what the traced runs saw is compiled, and the module, run
+//! in wasmtime, must answer as the interpreter did, byte for byte, or
+//! leave.
+//!
+//! The daemon's own test (`crates/hearth/tests/all/jit.rs`) makes the same
+//! comparison through the real isolate and wasm tier.
+
+// Tests unwrap: a failed unwrap is the test failing, at its line.
+#![allow(clippy::unwrap_used)]
+
+use hearth_jit::{Plan, Trace};
+use rquickjs::{CatchResultExt, Context, Module, Object, Promise, Runtime};
+use wasmtime::{Caller, Engine, Linker, Memory, Store};
+
+const PLATFORM: &str = r#"
+globalThis.__lines = [];
+globalThis.console = { log: (...a) => __lines.push(a.join(" ")) };
+globalThis.Request = class Request {
+  constructor(body) { this._body = body; }
+  async text() { return this._body; }
+};
+globalThis.Response = class Response {
+  constructor(body, init) { this.body = String(body ?? ""); this.status = (init && init.status) ?? 200; }
+};
+globalThis.__run = async (body) => {
+  const r = await __handler.fetch(new Request(body));
+  return [r.status, r.body];
+};
+"#;
+
+/// A QuickJS context holding one module's handler.
+struct Interpreter {
+    _rt: Runtime,
+    ctx: Context,
+}
+
+impl Interpreter {
+    fn new(source: &str) -> Interpreter {
+        let rt = Runtime::new().unwrap();
+        let ctx = Context::full(&rt).unwrap();
+        ctx.with(|ctx| {
+            ctx.eval::<(), _>(PLATFORM).catch(&ctx).unwrap();
+            let (module, done) = Module::declare(ctx.clone(), "handler", source)
+                .catch(&ctx)
+                .unwrap()
+                .eval()
+                .catch(&ctx)
+                .unwrap();
+            done.finish::<()>().catch(&ctx).unwrap();
+            let handler: Object = module.get("default").unwrap();
+            ctx.globals().set("__handler", handler).unwrap();
+        });
+        Interpreter { _rt: rt, ctx }
+    }
+
+    /// `(status, body, console lines)`.
+    fn run(&self, body: &str) -> (u32, String, Vec<String>) {
+        self.ctx.with(|ctx| {
+            let run: rquickjs::Function = ctx.globals().get("__run").unwrap();
+            let p: Promise = run.call((body,)).catch(&ctx).unwrap();
+            let answer: rquickjs::Array = p.finish().catch(&ctx).unwrap();
+            let (status, text): (u32, String) = (answer.get(0).unwrap(), answer.get(1).unwrap());
+            let lines: Vec<String> = ctx.eval("__lines.splice(0)").unwrap();
+            (status, text, lines)
+        })
+    }
+}
+
+/// What a compiled module did.
+#[derive(Debug, PartialEq)]
+enum Ran {
+    Answered(u32, String),
+    Left(u32),
+}
+
+struct Io {
+    stdin: Vec<u8>,
+    read: usize,
+    stdout: Vec<u8>,
+}
+
+fn memory(c: &mut Caller<'_, Io>) -> Memory {
+    c.get_export("memory").unwrap().into_memory().unwrap()
+}
+
+fn run_module(engine: &Engine, wasm: &[u8], body: &str) -> Ran {
+    let module = wasmtime::Module::new(engine, wasm).expect("the module validates");
+    let mut linker = Linker::new(engine);
+    linker
+        .func_wrap(
+            "wasi_snapshot_preview1",
+            "fd_read",
+            |mut c: Caller<'_, Io>, _fd: i32, iovs: i32, n: i32, nread: i32| -> i32 {
+                let mem = memory(&mut c);
+                let mut total = 0u32;
+                for k in 0..n as usize {
+                    let mut iov = [0u8; 8];
+                    mem.read(&c, iovs as usize + 8 * k, &mut iov).unwrap();
+                    let at = u32::from_le_bytes(iov[..4].try_into().unwrap()) as usize;
+                    let len = u32::from_le_bytes(iov[4..].try_into().unwrap()) as usize;
+                    let io = c.data();
+                    let take = len.min(io.stdin.len() - io.read);
+                    let chunk = io.stdin[io.read..io.read + take].to_vec();
+                    c.data_mut().read += take;
+                    mem.write(&mut c, at, &chunk).unwrap();
+                    total += take as u32;
+                }
+                mem.write(&mut c, nread as usize, &total.to_le_bytes())
+                    .unwrap();
+                0
+            },
+        )
+        .unwrap();
+    linker
+        .func_wrap(
+            "wasi_snapshot_preview1",
+            "fd_write",
+            |mut c: Caller<'_, Io>, _fd: i32, iovs: i32, n: i32, nwritten: i32| -> i32 {
+                let mem = memory(&mut c);
+                let mut total = 0u32;
+                for k in 0..n as usize {
+                    let mut iov = [0u8; 8];
+                    mem.read(&c, iovs as usize + 8 * k, &mut iov).unwrap();
+                    let at = u32::from_le_bytes(iov[..4].try_into().unwrap()) as usize;
+                    let len = u32::from_le_bytes(iov[4..].try_into().unwrap()) as usize;
+                    let mut bytes = vec![0u8; len];
+                    mem.read(&c, at, &mut bytes).unwrap();
+                    c.data_mut().stdout.extend_from_slice(&bytes);
+                    total += len as u32;
+                }
+                mem.write(&mut c, nwritten as usize, &total.to_le_bytes())
+                    .unwrap();
+                0
+            },
+        )
+        .unwrap();
+    linker
+        .func_wrap(
+            "hearth",
+            "leave",
+            |_: Caller<'_, Io>, at: i32| -> wasmtime::Result<()> {
+                Err(wasmtime::Error::msg(format!("left:{}", at as u32)))
+            },
+        )
+        .unwrap();
+    let mut store = Store::new(
+        engine,
+        Io {
+            stdin: body.as_bytes().to_vec(),
+            read: 0,
+            stdout: vec![],
+        },
+    );
+    let instance = linker.instantiate(&mut store, &module).unwrap();
+    let start = instance
+        .get_typed_func::<(), ()>(&mut store, "_start")
+        .unwrap();
+    match start.call(&mut store, ()) {
+        Ok(()) => {}
+        Err(e) => {
+            let msg = e.root_cause().to_string();
+            let at = msg
+                .strip_prefix("left:")
+                .unwrap_or_else(|| panic!("the module trapped: {e:?}"));
+            return Ran::Left(at.parse().unwrap());
+        }
+    }
+    let out = String::from_utf8(std::mem::take(&mut store.data_mut().stdout)).unwrap();
+    let (head, body) = out.split_once("\n\n").expect("a CGI head");
+    let status = head
+        .lines()
+        .find_map(|l| l.strip_prefix("status: "))
+        .expect("a status header")
+        .trim()
+        .parse()
+        .unwrap();
+    Ran::Answered(status, body.to_string())
+}
+
+/// Traces `source` over `training`, compiles, then checks every body in
+/// `training` and `checks`: each compiled answer is QuickJS's, or the
+/// module left. Returns how many it answered.
+fn differential(source: &str, training: &[&str], checks: &[&str]) -> usize {
+    let plan = Plan::new(source).unwrap_or_else(|r| panic!("refused: {r}"));
+    let traced = Interpreter::new(&plan.traced_source());
+    let plain = Interpreter::new(source);
+    let mut trace: Trace = plan.trace();
+    for body in training {
+        let (status, text, lines) = traced.run(body);
+        assert_eq!(
+            (status, &text),
+            (plain.run(body).0, &plain.run(body).1),
+            "tracing changed the answer"
+        );
+        let merged = lines.iter().filter(|l| trace.merge_line(l)).count();
+        assert_eq!(merged, 1, "one trace line per run: {lines:?}");
+    }
+    let wasm = plan
+        .compile(&trace)
+        .unwrap_or_else(|r| panic!("not compiled: {r}"));
+    let engine = Engine::default();
+    let mut answered = 0;
+    for body in training.iter().chain(checks) {
+        let (status, text, _) = plain.run(body);
+        match run_module(&engine, &wasm, body) {
+            Ran::Answered(s, t) => {
+                assert_eq!(
+                    (s, t.as_str()),
+                    (status, text.as_str()),
+                    "for body {body:?}"
+                );
+                answered += 1;
+            }
+            Ran::Left(at) => eprintln!("left for {body:?}: {}", plan.where_left(at)),
+        }
+    }
+    answered
+}
+
+const MAZE: &str = r#"
+export default {
+  fetch() {
+    const N = 120;
+    let seed = 42;
+    const rnd = () => (seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff;
+    const wall = new Uint8Array(N * N);
+    for (let i = 0; i < N * N; i++) wall[i] = rnd() < 0.28 ? 1 : 0;
+    wall[0] = 0; wall[N * N - 1] = 0;
+    const dist = new Int32Array(N * N).fill(-1);
+    const queue = new Int32Array(N * N);
+    let head = 0, tail = 0;
+    queue[tail++] = 0; dist[0] = 0;
+    while (head < tail) {
+      const c = queue[head++], x = c % N, y = (c / N) | 0;
+      for (const [dx, dy] of [[1, 0], [-1, 0], [0, 1], [0, -1]]) {
+        const nx = x + dx, ny = y + dy;
+        if (nx < 0 || ny < 0 || nx >= N || ny >= N) continue;
+        const n = ny * N + nx;
+        if (wall[n] || dist[n] >= 0) continue;
+        dist[n] = dist[c] + 1;
+        queue[tail++] = n;
+      }
+    }
+    return new Response(String(dist[N * N - 1]));
+  },
+};
+"#;
+
+#[test]
+fn the_maze_compiles_and_answers_as_quickjs_does() {
+    assert_eq!(differential(MAZE, &[""], &["x"]), 2);
+}
+
+const WORDS: &str = r#"
+function isLetter(c) { return (c >= 97 && c <= 122) || (c >= 65 && c <= 90); }
+export default {
+  async fetch(request) {
+    const text = await request.text();
+    let words = 0, longest = 0, run = 0, vowels = 0;
+    for (let i = 0; i < text.length; i++) {
+      const c = text.charCodeAt(i);
+      if (isLetter(c)) {
+        run++;
+        const l = c | 32;
+        if (l === 97 || l === 101 || l === 105 || l === 111 || l === 117) vowels++;
+      } else {
+        if (run > 0) words++;
+        longest = Math.max(longest, run);
+        run = 0;
+      }
+    }
+    if (run > 0) words++;
+    longest = Math.max(longest, run);
+    return new Response(`words=${words} longest=${longest} vowels=${vowels}`);
+  },
+};
+"#;
+
+#[test]
+fn string_processing_compiles_and_answers_as_quickjs_does() {
+    let n = differential(
+        WORDS,
+        &["The quick brown fox", "a  b", ""],
+        &["jumps over the lazy dog!", "Hello, World", "x", "   "],
+    );
+    assert_eq!(n, 7);
+}
+
+const PRIMES: &str = r#"
+export default {
+  async fetch(request) {
+    const n = Number(await request.text());
+    let count = 0, sum = 0;
+    for (let k = 2; k <= n; k++) {
+      let prime = true;
+      for (let d = 2; d * d <= k; d++) {
+        if (k % d === 0) { prime = false; break; }
+      }
+      if (prime) { count++; sum += k; }
+    }
+    return new Response(count + " " + sum, { status: n > 1000 ? 201 : 200 });
+  },
+};
+"#;
+
+#[test]
+fn numeric_loops_compile_and_answer_as_quickjs_does() {
+    let n = differential(PRIMES, &["100", "2000"], &["0", "1", "7919", " 42 "]);
+    assert_eq!(n, 6);
+}
+
+#[test]
+fn what_the_trace_never_saw_leaves_for_the_isolate() {
+    // Trained only on short bodies: the branch for long ones was never
+    // taken, so the compiled code leaves there rather than guess.
+    let src = r#"
+export default {
+  async fetch(request) {
+    const t = await request.text();
+    if (t.length > 3) { return new Response("long:" + t.length * 1.5); }
+    return new Response("short");
+  },
+};
+"#;
+    let plan = Plan::new(src).unwrap();
+    let traced = Interpreter::new(&plan.traced_source());
+    let mut trace = plan.trace();
+    for line in traced.run("ab").2 {
+        trace.merge_line(&line);
+    }
+    let wasm = plan.compile(&trace).unwrap();
+    let engine = Engine::default();
+    assert_eq!(
+        run_module(&engine, &wasm, "ab"),
+        Ran::Answered(200, "short".into())
+    );
+    let Ran::Left(at) = run_module(&engine, &wasm, "abcdef") else {
+        panic!("a branch the trace never took must leave")
+    };
+    assert!(
+        plan.where_left(at).contains("never reached"),
+        "{}",
+        plan.where_left(at)
+    );
+}
+
+#[test]
+fn what_the_compiler_does_not_take_is_refused_with_where() {
+    for (src, says) in [
+        (
+            "export default { fetch() { const o = {a: 1}; return new Response(o.a); } };",
+            "object",
+        ),
+        (
+            "export default { async fetch(r) { return new Response(await (await fetch('x')).text()); } };",
+            "",
+        ),
+        (
+            "var x = 1; export default { fetch() { return new Response('x'); } };",
+            "1:1",
+        ),
+        (
+            "export default { fetch() { try { } catch (e) {} return new Response('x'); } };",
+            "statement",
+        ),
+    ] {
+        match Plan::new(src) {
+            Err(r) => assert!(r.to_string().contains(says), "{r}"),
+            Ok(plan) => {
+                // Lowered, but the compiler must still refuse it.
+                let mut trace = plan.trace();
+                trace.masks.iter_mut().for_each(|m| *m = u32::MAX >> 14);
+                assert!(plan.compile(&trace).is_err(), "{src} compiled");
+            }
+        }
+    }
+}
