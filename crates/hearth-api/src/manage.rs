@@ -378,7 +378,52 @@ pub(crate) async fn deploy(
 #[derive(Serialize, ToSchema)]
 pub(crate) struct FunctionList {
     tenant: String,
-    functions: Vec<FunctionSummary>,
+    functions: Vec<FunctionListed>,
+}
+
+/// A function as listed, with whether this node serves its newest
+/// version compiled (js only).
+#[derive(Serialize, ToSchema)]
+pub(crate) struct FunctionListed {
+    #[serde(flatten)]
+    summary: FunctionSummary,
+    /// `interpreted`, `tracing` or `compiled` (js functions; absent for
+    /// the rest).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    compiled: Option<&'static str>,
+    /// Tapes its compiled code was proved against.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    proved_tapes: Option<usize>,
+    /// Why it is not compiled, when it will not be.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    not_compiled: Option<String>,
+}
+
+impl FunctionListed {
+    fn of(summary: FunctionSummary, node: &hearth_node::Node) -> FunctionListed {
+        use hearth_node::CompiledMode;
+        let mut listed = FunctionListed {
+            compiled: None,
+            proved_tapes: None,
+            not_compiled: None,
+            summary,
+        };
+        if listed.summary.latest.spec.runtime != hearth_core::Runtime::Js {
+            return listed;
+        }
+        listed.compiled = Some(match node.compiled_mode(&listed.summary.latest) {
+            CompiledMode::NotCompiled(why) => {
+                listed.not_compiled = why;
+                "interpreted"
+            }
+            CompiledMode::Tracing => "tracing",
+            CompiledMode::Compiled { proved } => {
+                listed.proved_tapes = Some(proved);
+                "compiled"
+            }
+        });
+        listed
+    }
 }
 
 /// List the tenant's functions
@@ -393,7 +438,10 @@ pub(crate) async fn list_functions(
     let functions = blocking(&s, move |st| st.list_functions(&tenant)).await?;
     Ok(Json(FunctionList {
         tenant: p.tenant,
-        functions,
+        functions: functions
+            .into_iter()
+            .map(|f| FunctionListed::of(f, &s.node))
+            .collect(),
     }))
 }
 

@@ -83,7 +83,25 @@ impl std::fmt::Display for LastOutput {
     }
 }
 
+/// How a compiled module's `hearth.leave(at)` reads as an error.
+const LEFT_COMPILED: &str = "compiled code left at ";
+
 impl InvokeError {
+    /// Compiled JavaScript met what its trace did not cover, at `at` (a
+    /// source offset, or one of `hearth_jit::left`'s codes): the node runs
+    /// the invocation in the isolate instead.
+    pub fn left_compiled(at: u32) -> InvokeError {
+        InvokeError::Unsupported(format!("{LEFT_COMPILED}{at}"))
+    }
+
+    /// Where compiled code left, if this is [`left_compiled`](Self::left_compiled).
+    pub fn compiled_left_at(&self) -> Option<u32> {
+        match self {
+            InvokeError::Unsupported(why) => why.strip_prefix(LEFT_COMPILED)?.parse().ok(),
+            _ => None,
+        }
+    }
+
     /// The HTTP status a caller sees for this failure.
     pub fn http_status(&self) -> u16 {
         match self {

@@ -85,6 +85,10 @@ pub enum Tier {
     Wasm,
     Js,
     Process,
+    /// JavaScript compiled from its traces to a wasm module
+    /// (`hearth-jit`), run by the wasm tier; never a runtime's own tier,
+    /// only what the node serves a hot js function with.
+    Compiled,
 }
 
 impl Tier {
@@ -93,6 +97,7 @@ impl Tier {
             Tier::Wasm => "wasm",
             Tier::Js => "js",
             Tier::Process => "process",
+            Tier::Compiled => "compiled",
         }
     }
 }

@@ -343,6 +343,12 @@ impl Bundle {
         Lock::parse(runtime, &bytes).ok()
     }
 
+    /// The bundle with `path` holding `bytes` (added or replaced).
+    pub fn with_file(mut self, path: &str, bytes: Vec<u8>) -> Bundle {
+        self.files.insert(path.to_string(), bytes);
+        self
+    }
+
     /// The bundle with `lock` as its lock file.
     pub fn with_lock(mut self, lock: &Lock) -> Bundle {
         self.files.insert(LOCK_FILE.to_string(), lock.to_json());

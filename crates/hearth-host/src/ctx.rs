@@ -179,7 +179,15 @@ struct Recorded {
     logs_truncated: bool,
     http_calls: u32,
     journal_failed: bool,
+    /// Log lines the node reads instead of the function's log
+    /// ([`HostCtx::divert_logs`]): their prefix, and those seen.
+    diverted: Option<(&'static str, Vec<String>)>,
 }
+
+/// Diverted lines one invocation may leave ([`HostCtx::divert_logs`]), and
+/// the bytes of each: past them, lines are dropped.
+const MAX_DIVERTED_LINES: usize = 4;
+const MAX_DIVERTED_BYTES: usize = 64 * 1024;
 
 struct Inner {
     meta: InvocationMeta,
@@ -453,10 +461,36 @@ impl HostCtx {
 
     // ---- logs ----
 
+    /// From now on, `log` lines starting with `prefix` are kept for the
+    /// node ([`take_diverted`](Self::take_diverted)) rather than logged or
+    /// taped: how a traced run hands its trace over (`hearth-jit`). At
+    /// most a few lines of 64 KiB are kept; the function can fill them
+    /// only with lines about itself.
+    pub fn divert_logs(&self, prefix: &'static str) {
+        self.recorded().diverted = Some((prefix, Vec::new()));
+    }
+
+    /// The lines [`divert_logs`](Self::divert_logs) kept.
+    pub fn take_diverted(&self) -> Vec<String> {
+        self.recorded()
+            .diverted
+            .as_mut()
+            .map(|(_, lines)| std::mem::take(lines))
+            .unwrap_or_default()
+    }
+
     /// Appends to the function's log, within the per-invocation byte budget.
     pub fn log(&self, stream: LogStream, level: &str, message: &str) {
         let limit = self.0.services.limits.log_max_bytes;
         let mut rec = self.recorded();
+        if let Some((prefix, lines)) = &mut rec.diverted
+            && message.starts_with(*prefix)
+        {
+            if lines.len() < MAX_DIVERTED_LINES && message.len() <= MAX_DIVERTED_BYTES {
+                lines.push(message.to_string());
+            }
+            return;
+        }
         if stream == LogStream::Log {
             let event = HostEvent::Log {
                 level: level.to_string(),

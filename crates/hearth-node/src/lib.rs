@@ -26,6 +26,6 @@ mod table;
 pub use colocation::{DefaultColocation, StoreColocation};
 pub use metrics::Metrics;
 pub use node::{
-    ArtifactSource, DeployOutcome, GatewayAttempt, InvokeOutcome, Node, NodeConfig, NodeError,
-    Ready, ReplayReport, StartKind, Streaming,
+    ArtifactSource, CompiledMode, DeployOutcome, GatewayAttempt, InvokeOutcome, JitConfig, Node,
+    NodeConfig, NodeError, Ready, ReplayReport, StartKind, Streaming,
 };

@@ -38,6 +38,8 @@ pub struct Metrics {
     pub live_sandboxes: Gauge,
     pub deploys: Counter,
     pub logs_dropped: Counter,
+    /// Compiled js invocations that left for the isolate.
+    compiled_left: Counter,
     /// JavaScript invocations re-run in the process tier: per function
     /// when the operator opted into per-function series, else node-wide.
     fallbacks: Fallbacks,
@@ -53,13 +55,13 @@ pub struct Metrics {
 /// The per-invocation series, by index rather than by label lookup.
 struct Hot {
     /// `[tier][ok, error]`
-    invocations: [[Counter; 2]; 3],
+    invocations: [[Counter; 2]; 4],
     /// `[cold, warm]`
     starts: [Counter; 2],
     duration: [Histogram; 2],
 }
 
-const TIERS: [Tier; 3] = [Tier::Wasm, Tier::Js, Tier::Process];
+const TIERS: [Tier; 4] = [Tier::Wasm, Tier::Js, Tier::Process, Tier::Compiled];
 const STARTS: [&str; 2] = ["cold", "warm"];
 
 impl Hot {
@@ -137,6 +139,12 @@ impl Metrics {
         let live_sandboxes = Gauge::default();
         let deploys = Counter::default();
         let logs_dropped = Counter::default();
+        let compiled_left = Counter::default();
+        registry.register(
+            "js_compiled_left",
+            "Compiled JavaScript invocations that met what their traces did not cover and ran in the isolate",
+            compiled_left.clone(),
+        );
         const FALLBACKS: &str =
             "JavaScript invocations the isolate tier could not run, re-run in the process tier";
         let fallbacks = if per_function {
@@ -204,8 +212,14 @@ impl Metrics {
             live_sandboxes,
             deploys,
             logs_dropped,
+            compiled_left,
             fallbacks,
         }
+    }
+
+    /// Counts one compiled invocation that left for the isolate.
+    pub fn compiled_left(&self) {
+        self.compiled_left.inc();
     }
 
     /// Counts one JavaScript invocation of `tenant/function` re-run in the

@@ -22,9 +22,11 @@ use crate::metrics::ErrorLabels;
 use crate::table::FunctionTable;
 
 mod forwarded;
+mod jit;
 mod streaming;
 mod tapes;
 pub use forwarded::GatewayAttempt;
+pub use jit::{CompiledMode, JitConfig};
 pub use streaming::Streaming;
 pub use tapes::ReplayReport;
 
@@ -51,6 +53,9 @@ pub struct NodeConfig {
     pub max_code_bytes_per_tenant: u64,
     /// Bytes one invocation's request, and its response, may stream.
     pub max_stream_bytes: u64,
+    /// When hot js functions are compiled from their traces; `None`:
+    /// never (`docs/js-tier.md`, "Compiled from its traces").
+    pub jit: Option<JitConfig>,
 }
 
 impl Default for NodeConfig {
@@ -65,6 +70,7 @@ impl Default for NodeConfig {
             max_concurrency_per_tenant: 768,
             max_code_bytes_per_tenant: 1 << 30,
             max_stream_bytes: 4 << 30,
+            jit: Some(JitConfig::default()),
         }
     }
 }
@@ -205,6 +211,9 @@ pub struct Node {
     artifact_source: Option<Arc<dyn ArtifactSource>>,
     /// Held from a deploy's quota check to its version.
     deploying: tokio::sync::Mutex<()>,
+    /// The compiled path of hot js functions; `None` when off, or when
+    /// this node lacks the js or the wasm tier.
+    jit: Option<Arc<jit::Jit>>,
 }
 
 impl Node {
@@ -218,10 +227,17 @@ impl Node {
     ) -> Self {
         let logs = crate::logs::spawn_writer(store.clone());
         let metrics = Metrics::new(config.per_function_metrics);
+        let engines: HashMap<Tier, Arc<dyn Engine>> =
+            engines.into_iter().map(|e| (e.tier(), e)).collect();
+        let jit = config
+            .jit
+            .clone()
+            .filter(|_| engines.contains_key(&Tier::Js) && engines.contains_key(&Tier::Wasm))
+            .map(|c| Arc::new(jit::Jit::new(c)));
         Node {
             store,
             artifacts: Arc::new(artifacts),
-            engines: engines.into_iter().map(|e| (e.tier(), e)).collect(),
+            engines,
             host,
             admission: Arc::new(Semaphore::new(config.max_concurrency)),
             shares: crate::share::TenantShares::new(config.max_concurrency_per_tenant),
@@ -233,6 +249,7 @@ impl Node {
             recorder: None,
             artifact_source: None,
             deploying: tokio::sync::Mutex::new(()),
+            jit,
         }
     }
 
@@ -539,6 +556,9 @@ impl Node {
         self.table
             .insert(Arc::new(version.clone()), true, generation);
         self.forget_mode(tenant, name);
+        if let Some(jit) = &self.jit {
+            jit.forget(tenant, name);
+        }
         self.metrics.deploys.inc();
         Ok(DeployOutcome { version, compiled })
     }
@@ -627,6 +647,9 @@ impl Node {
         let existed = self.blocking(move |s| s.delete_function(&t, &n)).await?;
         self.table.remove(tenant, name);
         self.forget_mode(tenant, name);
+        if let Some(jit) = &self.jit {
+            jit.forget(tenant, name);
+        }
         Ok(existed)
     }
 
@@ -760,8 +783,47 @@ impl Node {
             ..
         } = admitted;
         let fallback = v.spec.runtime.tiers().get(1).copied();
-        let host = self.host_for(forwarded, meta).await;
-        let result = self.attempt(&prepared, &req, &host).await;
+        let mut host = self.host_for(forwarded, meta).await;
+        let (route, jit) = match &self.jit {
+            Some(jit) if tier == Tier::Js && !prepared.streams() => (jit.route(v), Some(jit)),
+            _ => (jit::Route::Isolate, None),
+        };
+        let ran = Instant::now();
+        let (mut result, mut tier) = match &route {
+            jit::Route::Compiled(c) => {
+                (self.attempt(&c.prepared, &req, &host).await, Tier::Compiled)
+            }
+            jit::Route::Traced(traced) => {
+                host.divert_logs(jit::DIVERT_PREFIX);
+                (self.attempt(traced, &req, &host).await, tier)
+            }
+            jit::Route::Isolate => (self.attempt(&prepared, &req, &host).await, tier),
+        };
+        if let (Some(jit), jit::Route::Compiled(c)) = (jit, &route) {
+            let left = result
+                .as_ref()
+                .err()
+                .and_then(InvokeError::compiled_left_at);
+            jit.compiled_ran(v, c, left.is_some());
+            if let Some(at) = left {
+                // What the trace did not cover runs in the isolate, with
+                // the host's answers so far (none, today) given again.
+                self.metrics.compiled_left();
+                host = host.fall_back();
+                host.log(jit::LEFT_STREAM, "info", &jit::left_line(&c.plan, at));
+                result = self.attempt(&prepared, &req, &host).await;
+                tier = Tier::Js;
+            }
+        }
+        match (jit, &route) {
+            (Some(jit), jit::Route::Traced(_)) => {
+                jit.traced(v, &host.take_diverted(), || self.jit_parts())
+            }
+            (Some(jit), jit::Route::Isolate) if result.is_ok() => {
+                jit.ran_in_isolate(v, ran.elapsed(), || self.jit_parts())
+            }
+            _ => {}
+        }
         // The journal is done with once the invocation is answered (a
         // fallback below journals on into it).
         let forget = |host: &HostCtx| {
@@ -795,6 +857,25 @@ impl Node {
         forget(&retry);
         let done = self.finish(v, id, started, (start, fallback), Some(retry), result);
         Ok(self.record(v, fallback, taping, (&req, None), done).await)
+    }
+
+    /// What the compiled path's background steps need of this node.
+    fn jit_parts(&self) -> Option<jit::Parts> {
+        Some(jit::Parts {
+            js: self.engines.get(&Tier::Js)?.clone(),
+            wasm: self.engines.get(&Tier::Wasm)?.clone(),
+            artifacts: self.artifacts.clone(),
+            recorder: self.recorder.clone(),
+            host: self.host.clone(),
+        })
+    }
+
+    /// Whether `v` runs compiled now, is being traced, or why not.
+    pub fn compiled_mode(&self, v: &FunctionVersion) -> CompiledMode {
+        match &self.jit {
+            Some(jit) => jit.mode(v),
+            None => CompiledMode::NotCompiled(Some("compiling js is off on this node".into())),
+        }
     }
 
     /// Lets an invocation of `v` in, or refuses it (counted and logged,

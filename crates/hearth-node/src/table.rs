@@ -30,7 +30,7 @@ pub(crate) type PreparedSlot = Arc<TierSlots>;
 
 #[derive(Default)]
 pub(crate) struct TierSlots {
-    cells: [OnceCell<Arc<dyn Prepared>>; 3],
+    cells: [OnceCell<Arc<dyn Prepared>>; 4],
     /// When an invocation last used it, ms since [`EPOCH`].
     last_used_ms: AtomicU64,
 }
@@ -48,6 +48,7 @@ impl TierSlots {
             Tier::Wasm => 0,
             Tier::Js => 1,
             Tier::Process => 2,
+            Tier::Compiled => 3,
         }]
     }
 

@@ -97,6 +97,7 @@ fn tier_index(tier: Tier) -> u64 {
         Tier::Wasm => 0,
         Tier::Js => 1,
         Tier::Process => 2,
+        Tier::Compiled => 3,
     }
 }
 
@@ -274,7 +275,7 @@ mod tests {
             streamed: None,
         };
         let mut cases = vec![base.clone()];
-        for tier in [Tier::Wasm, Tier::Js, Tier::Process] {
+        for tier in [Tier::Wasm, Tier::Js, Tier::Process, Tier::Compiled] {
             cases.push(Recording {
                 tier,
                 ..base.clone()

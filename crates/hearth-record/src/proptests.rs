@@ -105,7 +105,7 @@ prop_compose! {
     pub(crate) fn recording()(
         (id, tenant, function, artifact) in (text(), text(), text(), text()),
         version in any::<u32>(),
-        tier in prop_oneof![Just(Tier::Wasm), Just(Tier::Js), Just(Tier::Process)],
+        tier in prop_oneof![Just(Tier::Wasm), Just(Tier::Js), Just(Tier::Process), Just(Tier::Compiled)],
         started_ms in any::<i64>(),
         duration_us in any::<u64>(),
         (method, path, query, request_headers, body) in (text(), text(), text(), headers(), bytes()),

@@ -80,7 +80,29 @@ fn level_name(level: i32) -> &'static str {
     }
 }
 
+/// `hearth.leave(at)`: compiled JavaScript (`hearth-jit`) met what its
+/// trace did not cover. It unwinds the guest like a trap; the sandbox
+/// answers [`InvokeError::left_compiled`](hearth_core::InvokeError::left_compiled),
+/// which the node takes as its cue to run the invocation in the isolate.
+/// A module of a wasm function that calls it fails with 500
+/// `unsupported`, as any trap would fail it.
+#[derive(Debug)]
+pub(crate) struct Left(pub u32);
+
+impl std::fmt::Display for Left {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "compiled code left at {}", self.0)
+    }
+}
+
+impl std::error::Error for Left {}
+
 pub(crate) fn add_to_linker(linker: &mut Linker<SandboxState>) -> wasmtime::Result<()> {
+    linker.func_wrap(
+        "hearth",
+        "leave",
+        |_: C<'_>, at: u32| -> wasmtime::Result<()> { Err(wasmtime::Error::new(Left(at))) },
+    )?;
     linker.func_wrap(
         "hearth",
         "log",

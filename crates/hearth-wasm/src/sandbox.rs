@@ -186,7 +186,10 @@ impl WasmSandbox {
                     })
                 }
                 Some(exit) => Err(InvokeError::Function(exit.to_string())),
-                None => Err(self.classify(&e)),
+                None => match e.downcast_ref::<crate::imports::Left>() {
+                    Some(left) => Err(InvokeError::left_compiled(left.0)),
+                    None => Err(self.classify(&e)),
+                },
             },
         };
         let state = self.store.data_mut();

@@ -466,7 +466,12 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
                 let bounces = f["bounces"].as_u64().unwrap_or(0);
                 let mode = match (runtime, f["pinned"].as_bool() == Some(true)) {
                     ("js", true) => format!("process (pinned after {bounces} fallbacks)"),
+                    ("js", false) if f["compiled"] == "compiled" => {
+                        let proved = f["proved_tapes"].as_u64().unwrap_or(0);
+                        format!("compiled (proved on {proved} tapes)")
+                    }
                     ("js", false) if bounces > 0 => format!("isolate ({bounces} fallbacks)"),
+                    ("js", false) if f["compiled"] == "tracing" => "isolate (tracing)".to_string(),
                     ("js", false) => "isolate".to_string(),
                     ("wasm", _) => "wasm".to_string(),
                     _ => "process".to_string(),

@@ -96,6 +96,10 @@ pub struct UpArgs {
     /// stays there until its next deploy (default 3).
     #[arg(long, env = "HEARTH_JS_PIN_AFTER")]
     pub js_pin_after: Option<u32>,
+    /// Compile hot, CPU-bound JavaScript functions from their traces to
+    /// wasm, proved against their tapes before they serve (default true).
+    #[arg(long, env = "HEARTH_JS_COMPILE")]
+    pub js_compile: Option<bool>,
     /// Threads running JavaScript isolates (default: twice the cores, at
     /// least 4); as many again wait in reserve.
     #[arg(long, env = "HEARTH_JS_WORKERS")]
@@ -295,6 +299,7 @@ pub struct Settings {
     pub proc_pool: usize,
     pub colocation: Colocation,
     pub js_pin_after: u32,
+    pub js_compile: bool,
     /// `None`: the js tier's defaults.
     pub js_workers: Option<usize>,
     pub js_workers_per_tenant: Option<usize>,
@@ -511,6 +516,7 @@ impl Settings {
             offline_packages: o.offline_packages.clone(),
             keep_alive_s: o.keep_alive_s.unwrap_or(300),
             js_pin_after: o.js_pin_after.unwrap_or(3).max(1),
+            js_compile: o.js_compile.unwrap_or(true),
             js_workers: o.js_workers.map(|n| n.max(1)),
             js_workers_per_tenant: o.js_workers_per_tenant.map(|n| n.max(1)),
             proc_caches: match o.proc_caches.as_ref() {

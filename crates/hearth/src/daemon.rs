@@ -158,6 +158,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             max_concurrency_per_tenant: settings.max_concurrency_per_tenant,
             max_code_bytes_per_tenant: settings.max_code_mib_per_tenant << 20,
             max_stream_bytes: settings.max_stream_bytes,
+            jit: settings.js_compile.then(hearth_node::JitConfig::default),
         },
     );
     if let Some(r) = &recorder {

@@ -15,6 +15,7 @@ mod durability;
 mod examples_c;
 mod harness;
 mod hostile;
+mod jit;
 mod js;
 mod kubernetes;
 mod outbound;

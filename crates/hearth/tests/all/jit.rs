@@ -1,0 +1,136 @@
+//! Hot JavaScript compiled from its traces (Containerless §3–§4): a
+//! CPU-bound js function is traced once warm, compiled to wasm, proved
+//! against its own tapes and served compiled, answering as the isolate
+//! did; what its trace did not cover runs in the isolate.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::Daemon;
+
+const PRIMES: &str = r#"
+export default {
+  async fetch(request) {
+    const n = Number(await request.text());
+    let count = 0, sum = 0;
+    for (let k = 2; k <= n; k++) {
+      let prime = true;
+      for (let d = 2; d * d <= k; d++) {
+        if (k % d === 0) { prime = false; break; }
+      }
+      if (prime) { count++; sum += k; }
+    }
+    return new Response(count + " " + sum, { status: n > 30000 ? 201 : 200 });
+  },
+};
+"#;
+
+fn listed(list: &serde_json::Value, name: &str) -> serde_json::Value {
+    list["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == name)
+        .cloned()
+        .unwrap()
+}
+
+/// The `hearth_invocations_total` count of `tier` with outcome ok.
+fn invocations(metrics: &str, tier: &str) -> u64 {
+    let series = format!(r#"hearth_invocations_total{{tier="{tier}",outcome="ok"}} "#);
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hot_cpu_bound_function_is_compiled_proved_against_its_tapes_and_answers_as_the_isolate()
+{
+    let d = Daemon::start();
+    d.deploy(
+        "primes",
+        PRIMES.as_bytes().to_vec(),
+        &[("runtime", "js"), ("file_name", "index.mjs")],
+    )
+    .await;
+    // Varied requests while it runs in the isolate: what it answered
+    // there is what the compiled code must answer.
+    let bodies: Vec<String> = (0..40).map(|i| (20000 + 397 * i).to_string()).collect();
+    let mut isolate = std::collections::HashMap::new();
+    let started = Instant::now();
+    let mut i = 0;
+    loop {
+        let body = &bodies[i % bodies.len()];
+        let answer = d.call("primes", "", body).await;
+        assert_eq!(answer.0 / 100, 2, "{answer:?}");
+        isolate.entry(body.clone()).or_insert(answer);
+        i += 1;
+        let f = listed(&d.get_json("/v1/functions").await, "primes");
+        if f["compiled"] == "compiled" {
+            assert!(f["proved_tapes"].as_u64().unwrap() >= 1, "{f}");
+            break;
+        }
+        assert!(f["not_compiled"].is_null(), "refused: {f}");
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "not compiled after {i} invocations: {f}"
+        );
+    }
+    let before = invocations(&d.get_text("/metrics").await, "compiled");
+    for body in &bodies {
+        let compiled = d.call("primes", "", body).await;
+        let want = match isolate.get(body) {
+            Some(a) => a.clone(),
+            None => continue,
+        };
+        assert_eq!(compiled, want, "for {body}");
+    }
+    let metrics = d.get_text("/metrics").await;
+    let served = invocations(&metrics, "compiled") - before;
+    assert!(
+        served >= bodies.len() as u64 / 2,
+        "{served} compiled: {metrics}"
+    );
+
+    // Not a decimal number: the compiled code leaves, and the isolate
+    // answers (Number("twelve") is NaN, and no loop runs).
+    let (status, body) = d.call("primes", "", "twelve").await;
+    assert_eq!((status, body.as_str()), (200, "0 0"));
+    let metrics = d.get_text("/metrics").await;
+    assert!(
+        metrics.contains("hearth_js_compiled_left_total 1"),
+        "{metrics}"
+    );
+
+    // The tapes say which path served each invocation (they are written
+    // within the recorder's flush interval).
+    let tiers = |tapes: &serde_json::Value| -> Vec<String> {
+        tapes["recordings"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{tapes}"))
+            .iter()
+            .map(|t| t["tier"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let tapes = loop {
+        let tapes = d.get_json("/v1/functions/primes/recordings?limit=5").await;
+        if tiers(&tapes).first().map(String::as_str) == Some("js") || Instant::now() > deadline {
+            break tapes;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let tiers = tiers(&tapes);
+    assert_eq!(tiers[0], "js", "the last one left for the isolate: {tapes}");
+    assert!(tiers[1..].iter().all(|t| t == "compiled"), "{tapes}");
+
+    // A redeploy starts over in the isolate.
+    d.deploy(
+        "primes",
+        PRIMES.as_bytes().to_vec(),
+        &[("runtime", "js"), ("file_name", "index.mjs")],
+    )
+    .await;
+    let f = listed(&d.get_json("/v1/functions").await, "primes");
+    assert_eq!(f["compiled"], "interpreted", "{f}");
+}
