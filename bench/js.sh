@@ -4,7 +4,12 @@
 #   * `authorize` (I/O-bound): fetch a JSON list of users from a local HTTP
 #     server, check the username/password in the request body, answer
 #     ok/error — wrk, 10 connections;
-#   * a CPU-bound function: shortest path through a grid maze by BFS;
+#   * CPU-bound functions — shortest path through a grid maze by BFS,
+#     string processing (words, vowels, longest word of a text), numeric
+#     loops (primes by trial division) — in three paths: the isolate (a
+#     second daemon with --js-compile false), compiled from their traces
+#     (Containerless §3–§4; warmed until `hearth ls` says compiled, which
+#     is timed), and Node.js;
 #   * first invocation after deploy (p50), and memory per idle warm JS
 #     function (QuickJS's own accounting, and the daemon's RSS growth).
 # Usage: bench/js.sh [seconds-per-run] [functions-for-memory]
@@ -25,9 +30,16 @@ trap cleanup EXIT
 HEARTH_LOG=warn HEARTH_EXAMPLES=false HEARTH_ALLOW_PRIVATE_EGRESS=true \
   "$BIN/hearth" --data-dir "$WORK/data" up --listen 127.0.0.1:0 >"$WORK/up.log" 2>&1 &
 HEARTH_PID=$!; PIDS+=("$HEARTH_PID")
-for _ in $(seq 1 600); do [ -s "$WORK/data/server.json" ] && break; sleep 0.05; done
-URL=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["url"])' "$WORK/data/server.json")
+# The same, never compiling: the isolate's own figures.
+HEARTH_LOG=warn HEARTH_EXAMPLES=false HEARTH_JS_COMPILE=false \
+  "$BIN/hearth" --data-dir "$WORK/plain" up --listen 127.0.0.1:0 >"$WORK/plain.log" 2>&1 &
+PIDS+=("$!")
+for _ in $(seq 1 600); do [ -s "$WORK/data/server.json" ] && [ -s "$WORK/plain/server.json" ] && break; sleep 0.05; done
+url_of() { python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["url"])' "$1/server.json"; }
+URL=$(url_of "$WORK/data")
 TOKEN=$(cat "$WORK/data/token")
+PLAIN=$(url_of "$WORK/plain")
+PLAIN_TOKEN=$(cat "$WORK/plain/token")
 
 python3 -c 'import json; print(json.dumps([{"username": f"user{i}", "password": f"pw{i}"} for i in range(100)]))' >"$WORK/users.json"
 "$BIN/hearth-bench" ceiling 127.0.0.1:0 "$WORK/users.json" >"$WORK/users.log" &
@@ -76,13 +88,86 @@ export default {
   },
 };
 EOF
-deploy() { # name runtime file [extra query]
-  curl -sf -o /dev/null -H "Authorization: Bearer $TOKEN" --data-binary @"$3" \
-    "$URL/v1/functions/$1?runtime=$2&file_name=index.mjs&public=true${4:-}"; }
+cat >"$WORK/words.mjs" <<'EOF'
+// Words, vowels and the longest word of the request's text.
+function isLetter(c) { return (c >= 97 && c <= 122) || (c >= 65 && c <= 90); }
+export default {
+  async fetch(request) {
+    const text = await request.text();
+    let words = 0, longest = 0, run = 0, vowels = 0;
+    for (let i = 0; i < text.length; i++) {
+      const c = text.charCodeAt(i);
+      if (isLetter(c)) {
+        run++;
+        const l = c | 32;
+        if (l === 97 || l === 101 || l === 105 || l === 111 || l === 117) vowels++;
+      } else {
+        if (run > 0) words++;
+        longest = Math.max(longest, run);
+        run = 0;
+      }
+    }
+    if (run > 0) words++;
+    longest = Math.max(longest, run);
+    return new Response(`words=${words} longest=${longest} vowels=${vowels}`);
+  },
+};
+EOF
+cat >"$WORK/primes.mjs" <<'EOF'
+// Primes up to the number in the request, by trial division.
+export default {
+  async fetch(request) {
+    const n = Number(await request.text());
+    let count = 0, sum = 0;
+    for (let k = 2; k <= n; k++) {
+      let prime = true;
+      for (let d = 2; d * d <= k; d++) {
+        if (k % d === 0) { prime = false; break; }
+      }
+      if (prime) { count++; sum += k; }
+    }
+    return new Response(count + " " + sum);
+  },
+};
+EOF
+python3 -c 'import random; random.seed(7); w=["lorem","ipsum","Dolor","sit","amet","consectetur","adipiscing","elit","sed","do"]; print(" ".join(random.choice(w) for _ in range(4000)))' >"$WORK/words.txt"
+echo 30000 >"$WORK/primes.txt"
+: >"$WORK/maze.txt"
+deploy_to() { # url token name runtime file [extra query]
+  curl -sf -o /dev/null -H "Authorization: Bearer $2" --data-binary @"$5" \
+    "$1/v1/functions/$3?runtime=$4&file_name=index.mjs&public=true${6:-}"; }
+deploy() { deploy_to "$URL" "$TOKEN" "$@"; }
 deploy auth-js js "$WORK/authorize.mjs" "&allow_host=$USERS_HOST&env=USERS_URL=$USERS/users.json"
 deploy auth-node node "$WORK/authorize.mjs" "&allow_host=$USERS_HOST&env=USERS_URL=$USERS/users.json"
-deploy maze-js js "$WORK/maze.mjs"
-deploy maze-node node "$WORK/maze.mjs"
+deploy_to "$PLAIN" "$PLAIN_TOKEN" auth-js js "$WORK/authorize.mjs" "&allow_host=$USERS_HOST&env=USERS_URL=$USERS/users.json"
+CPU="maze words primes"
+for f in $CPU; do
+  deploy "$f-js" js "$WORK/$f.mjs"
+  deploy "$f-node" node "$WORK/$f.mjs"
+  deploy_to "$PLAIN" "$PLAIN_TOKEN" "$f-js" js "$WORK/$f.mjs"
+done
+# Warm each compiling function until `hearth ls` says compiled: how long
+# from its first invocation, after how many, and how many tapes proved it;
+# then the three paths must give one answer.
+declare -A HOT
+for f in $CPU; do
+  t0=$(date +%s%N); n=0
+  while :; do
+    curl -sf -o /dev/null --data-binary @"$WORK/$f.txt" "$URL/fn/admin/$f-js"; n=$((n+1))
+    read -r mode proved why < <(curl -sf -H "Authorization: Bearer $TOKEN" "$URL/v1/functions" | python3 -c '
+import json,sys
+f=[f for f in json.load(sys.stdin)["functions"] if f["name"]==sys.argv[1]][0]
+print(f.get("compiled"), f.get("proved_tapes", 0), (f.get("not_compiled") or "").replace(" ", "_"))' "$f-js")
+    [ "$mode" = compiled ] && break
+    [ -n "$why" ] && { echo "$f-js not compiled: $why" >&2; exit 1; }
+    [ "$n" -gt 2000 ] && { echo "$f-js not compiled after $n invocations" >&2; exit 1; }
+  done
+  HOT[$f]="$(( ($(date +%s%N) - t0) / 1000000 )) $n $proved"
+  a=$(curl -sf --data-binary @"$WORK/$f.txt" "$URL/fn/admin/$f-js")
+  p=$(curl -sf --data-binary @"$WORK/$f.txt" "$PLAIN/fn/admin/$f-js")
+  o=$(curl -sf --data-binary @"$WORK/$f.txt" "$URL/fn/admin/$f-node")
+  [ "$a" = "$p" ] && [ "$a" = "$o" ] || { echo "$f answers differ: compiled $a, isolate $p, node $o" >&2; exit 1; }
+done
 
 cat >"$WORK/post.lua" <<'EOF'
 wrk.method = "POST"
@@ -93,7 +178,6 @@ for f in auth-js auth-node; do
   out=$(curl -sf -X POST -H 'content-type: application/json' -d '{"username":"user42","password":"pw42"}' "$URL/fn/admin/$f")
   [ "$out" = ok ] || { echo "$f answered $out" >&2; exit 1; }
 done
-[ "$(curl -sf "$URL/fn/admin/maze-js")" = "$(curl -sf "$URL/fn/admin/maze-node")" ] || { echo "maze answers differ" >&2; exit 1; }
 
 . bench/wrk.sh
 # -> "req/s p50_ms p99_ms non2xx"
@@ -104,10 +188,24 @@ wrk -t2 -c10 -d2s -s "$WORK/post.lua" "$URL/fn/admin/auth-node" >/dev/null
 wrk -t2 -c10 -d2s -s "$WORK/post.lua" "$URL/fn/admin/auth-js" >/dev/null
 read -r ajs_rps ajs_p50 ajs_p99 ajs_err < <(wrk_run -s "$WORK/post.lua" "$URL/fn/admin/auth-js")
 read -r anode_rps anode_p50 anode_p99 anode_err < <(wrk_run -s "$WORK/post.lua" "$URL/fn/admin/auth-node")
-wrk -t2 -c10 -d2s "$URL/fn/admin/maze-node" >/dev/null
-wrk -t2 -c10 -d2s "$URL/fn/admin/maze-js" >/dev/null
-read -r mjs_rps mjs_p50 mjs_p99 mjs_err < <(wrk_run "$URL/fn/admin/maze-js")
-read -r mnode_rps mnode_p50 mnode_p99 mnode_err < <(wrk_run "$URL/fn/admin/maze-node")
+wrk -t2 -c10 -d2s -s "$WORK/post.lua" "$PLAIN/fn/admin/auth-js" >/dev/null
+read -r aplain_rps aplain_p50 aplain_p99 aplain_err < <(wrk_run -s "$WORK/post.lua" "$PLAIN/fn/admin/auth-js")
+declare -A RPS
+for f in $CPU; do
+  python3 -c 'import sys,json; print("wrk.method = \"POST\"\nwrk.body = " + json.dumps(open(sys.argv[1]).read()))' \
+    "$WORK/$f.txt" >"$WORK/$f.lua"
+  for target in "$URL/fn/admin/$f-node" "$URL/fn/admin/$f-js" "$PLAIN/fn/admin/$f-js"; do
+    wrk -t2 -c10 -d2s -s "$WORK/$f.lua" "$target" >/dev/null
+  done
+  read -r c_rps _ _ c_err < <(wrk_run -s "$WORK/$f.lua" "$URL/fn/admin/$f-js")
+  read -r i_rps _ _ i_err < <(wrk_run -s "$WORK/$f.lua" "$PLAIN/fn/admin/$f-js")
+  read -r n_rps _ _ n_err < <(wrk_run -s "$WORK/$f.lua" "$URL/fn/admin/$f-node")
+  [ "$c_err$i_err$n_err" = 000 ] || { echo "$f: non-2xx answers ($c_err $i_err $n_err)" >&2; exit 1; }
+  RPS[$f]="$i_rps $c_rps $n_rps"
+done
+metric() { curl -sf -H "Authorization: Bearer $TOKEN" "$URL/metrics" | awk -v m="$1" 'index($0, m " ") == 1 {print $2}'; }
+compiled_ok=$(metric 'hearth_invocations_total{tier="compiled",outcome="ok"}')
+left=$(metric hearth_js_compiled_left_total)
 
 # First invocation after deploy.
 first() { # runtime -> list of ms
@@ -140,9 +238,19 @@ echo
 echo "| function | tier | req/s | p50 | p99 | non-2xx | js / node |"
 echo "|---|---|---|---|---|---|---|"
 echo "| authorize (fetch + check) | js (QuickJS isolate) | $ajs_rps | $ajs_p50 ms | $ajs_p99 ms | $ajs_err | **$(r "$ajs_rps" "$anode_rps")×** |"
+echo "| authorize (fetch + check) | js, never compiling (--js-compile false) | $aplain_rps | $aplain_p50 ms | $aplain_p99 ms | $aplain_err | $(r "$aplain_rps" "$anode_rps")× |"
 echo "| authorize (fetch + check) | process (Node.js) | $anode_rps | $anode_p50 ms | $anode_p99 ms | $anode_err | |"
-echo "| maze BFS 120×120 (CPU) | js (QuickJS isolate) | $mjs_rps | $mjs_p50 ms | $mjs_p99 ms | $mjs_err | **$(r "$mjs_rps" "$mnode_rps")×** |"
-echo "| maze BFS 120×120 (CPU) | process (Node.js) | $mnode_rps | $mnode_p50 ms | $mnode_p99 ms | $mnode_err | |"
+echo
+echo "### CPU-bound js: the isolate, compiled from its traces, Node.js (req/s, wrk -t2 -c10, ${DUR}s)"
+echo
+echo "| function | isolate | compiled | Node.js | compiled / isolate | compiled / Node.js | hot → compiled serving | invocations until then | tapes proved |"
+echo "|---|---|---|---|---|---|---|---|---|"
+for f in $CPU; do
+  read -r i c n <<<"${RPS[$f]}"; read -r ms k proved <<<"${HOT[$f]}"
+  echo "| $f | $i | $c | $n | **$(r "$c" "$i")×** | **$(r "$c" "$n")×** | $ms ms | $k | $proved |"
+done
+echo
+echo "Invocations served compiled: ${compiled_ok:-0}; left for the isolate: ${left:-0}."
 echo
 echo "First invocation after deploy (authorize, p50 of 10): js $first_js ms, process (Node.js, generic pool) $first_node ms."
 echo
