@@ -94,35 +94,51 @@ async fn a_hot_cpu_bound_function_is_compiled_proved_against_its_tapes_and_answe
 
     // Not a decimal number: the compiled code leaves, and the isolate
     // answers (Number("twelve") is NaN, and no loop runs).
-    let (status, body) = d.call("primes", "", "twelve").await;
+    let invoke = |body: &'static str| {
+        let r = d.post("/fn/admin/primes").body(body);
+        async move {
+            let r = r.send().await.unwrap();
+            let id = r.headers()["hearth-invocation-id"]
+                .to_str()
+                .unwrap()
+                .to_string();
+            (r.status().as_u16(), r.text().await.unwrap(), id)
+        }
+    };
+    let (status, body, left_id) = invoke("twelve").await;
     assert_eq!((status, body.as_str()), (200, "0 0"));
     let metrics = d.get_text("/metrics").await;
     assert!(
         metrics.contains("hearth_js_compiled_left_total 1"),
         "{metrics}"
     );
+    let (_, _, compiled_id) = invoke("20000").await;
 
     // The tapes say which path served each invocation (they are written
     // within the recorder's flush interval).
-    let tiers = |tapes: &serde_json::Value| -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let tier_of = |tapes: &serde_json::Value, id: &str| {
         tapes["recordings"]
             .as_array()
             .unwrap_or_else(|| panic!("{tapes}"))
             .iter()
+            .find(|t| t["id"] == id)
             .map(|t| t["tier"].as_str().unwrap().to_string())
-            .collect()
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let tapes = loop {
-        let tapes = d.get_json("/v1/functions/primes/recordings?limit=5").await;
-        if tiers(&tapes).first().map(String::as_str) == Some("js") || Instant::now() > deadline {
-            break tapes;
+    let (left_tier, compiled_tier) = loop {
+        let tapes = d.get_json("/v1/functions/primes/recordings?limit=20").await;
+        let tiers = (tier_of(&tapes, &left_id), tier_of(&tapes, &compiled_id));
+        if let (Some(a), Some(b)) = tiers {
+            break (a, b);
         }
+        assert!(Instant::now() < deadline, "tapes not listed: {tapes}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let tiers = tiers(&tapes);
-    assert_eq!(tiers[0], "js", "the last one left for the isolate: {tapes}");
-    assert!(tiers[1..].iter().all(|t| t == "compiled"), "{tapes}");
+    assert_eq!(
+        (left_tier.as_str(), compiled_tier.as_str()),
+        ("js", "compiled"),
+        "the one that left ran in the isolate"
+    );
 
     // A redeploy starts over in the isolate.
     d.deploy(
