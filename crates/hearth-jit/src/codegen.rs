@@ -1359,8 +1359,8 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
                 ty
             }
             ExprKind::Call(name, args) => self.call(name, args, e.start)?,
-            ExprKind::Method(obj, name, args) => self.method(obj, name, args, e.start)?,
-            ExprKind::New(class, args) => self.new_(class, args, e.start)?,
+            ExprKind::Method(obj, name, args) => self.method(obj, name, args)?,
+            ExprKind::New(class, args) => self.new_(class, args)?,
             ExprKind::Member(obj, name) => self.member(obj, name)?,
             ExprKind::Index(obj, idx) => {
                 let t = self.element(obj, idx)?;
@@ -1539,13 +1539,12 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
                     return refuse("`++`/`--` of a non-number element");
                 }
                 let addr = self.local(ValType::I32);
-                let (old, new) = (self.local(ValType::F64), self.local(ValType::F64));
+                let old = self.local(ValType::F64);
                 self.emit(I::LocalTee(addr));
                 self.emit(I::LocalGet(addr));
                 self.load_element(&t);
                 self.emit(I::LocalTee(old));
                 delta(self);
-                self.emit(I::LocalTee(new));
                 self.store_element(&t);
                 // What a typed array holds after the store is what the
                 // expression is worth in JavaScript only for prefix forms
@@ -1556,7 +1555,6 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
                 } else {
                     self.emit(I::LocalGet(old));
                 }
-                let _ = new;
             }
         }
         Ok(Ty::Num)
@@ -1711,7 +1709,7 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
         }
     }
 
-    fn method(&mut self, obj: &Expr, name: &str, args: &[Expr], at: u32) -> R<Ty> {
+    fn method(&mut self, obj: &Expr, name: &str, args: &[Expr]) -> R<Ty> {
         let t = self.expr(obj)?;
         Ok(match (&t, name, args) {
             (Ty::Math, "floor" | "ceil" | "trunc" | "sqrt" | "abs", [x]) => {
@@ -1865,7 +1863,6 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
                 Ty::Num
             }
             _ => {
-                let _ = at;
                 return refuse(format!(
                     "the method `{name}` of a {t:?} with {} arguments",
                     args.len()
@@ -1914,12 +1911,12 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
         self.emit(I::End);
     }
 
-    fn new_(&mut self, class: &str, args: &[Expr], at: u32) -> R<Ty> {
+    fn new_(&mut self, class: &str, args: &[Expr]) -> R<Ty> {
         let t = match class {
             "Uint8Array" => Ty::U8,
             "Int32Array" => Ty::I32A,
             "Float64Array" => Ty::F64A,
-            "Response" => return self.response(args, at),
+            "Response" => return self.response(args),
             _ => return refuse(format!("`new {class}`")),
         };
         let [n] = args else {
@@ -1958,7 +1955,7 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
     }
 
     /// `new Response(body)` or `new Response(body, { status })`.
-    fn response(&mut self, args: &[Expr], at: u32) -> R<Ty> {
+    fn response(&mut self, args: &[Expr]) -> R<Ty> {
         let r = self.local(ValType::I32);
         self.emit(I::I32Const(16));
         self.emit(I::Call(ALLOC));
@@ -1998,7 +1995,6 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
         if args.len() > 2 {
             return refuse("`new Response` with more than two arguments");
         }
-        let _ = at;
         self.emit(I::LocalGet(r));
         Ok(Ty::Response)
     }

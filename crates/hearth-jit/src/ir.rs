@@ -164,11 +164,3 @@ pub enum ExprKind {
     /// A template literal: `quasis.len() == exprs.len() + 1`.
     Template(Vec<Vec<u16>>, Vec<Expr>),
 }
-
-impl Expr {
-    /// Whether the trace records this expression's values (everything but
-    /// literals and function values).
-    pub fn traced(&self) -> Option<TraceId> {
-        self.id
-    }
-}

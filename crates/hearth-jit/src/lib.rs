@@ -79,11 +79,17 @@ impl Plan {
             left::TEXT => "text that is not ASCII or too long".into(),
             0 => "a return of a kind the trace did not see".into(),
             at => {
-                let before = &self.source[..(at as usize).min(self.source.len())];
-                let line = before.matches('\n').count() + 1;
-                let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                let (line, col) = line_col(&self.source, at);
                 format!("code the trace never reached, at {line}:{col}")
             }
         }
     }
+}
+
+/// `(line, column)`, from 1, of byte `offset` in `source`.
+fn line_col(source: &str, offset: u32) -> (usize, usize) {
+    let before = &source[..(offset as usize).min(source.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, col)
 }

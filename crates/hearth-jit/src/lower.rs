@@ -102,11 +102,9 @@ pub fn lower(source: &str) -> Result<Program, Refused> {
     if f.generator {
         return Err(l.refuse(f.span, "a generator handler"));
     }
+    // `env` and `ctx` may be declared; a use of them is refused at
+    // compile time, as any unknown name is.
     let params = &f.params;
-    if params.items.len() > 1 && binding_name(&params.items[1].pattern).is_some() {
-        // `env` is allowed to be declared, but not used; uses fail to
-        // resolve at compile time.
-    }
     let request = match params.items.first() {
         Some(p) => {
             Some(binding_name(&p.pattern).ok_or_else(|| l.refuse(p.span, "a pattern parameter"))?)
@@ -184,9 +182,7 @@ struct Lower<'s> {
 
 impl Lower<'_> {
     fn refuse(&self, span: Span, what: &str) -> Refused {
-        let before = &self.source[..(span.start as usize).min(self.source.len())];
-        let line = before.matches('\n').count() + 1;
-        let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+        let (line, col) = crate::line_col(self.source, span.start);
         Refused::new(format!("{what} at {line}:{col}"))
     }
 
