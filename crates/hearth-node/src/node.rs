@@ -794,7 +794,7 @@ impl Node {
                 (self.attempt(&c.prepared, &req, &host).await, Tier::Compiled)
             }
             jit::Route::Traced(traced) => {
-                host.divert_logs(jit::DIVERT_PREFIX);
+                host.divert_logs(hearth_jit::TRACE_PREFIX);
                 (self.attempt(traced, &req, &host).await, tier)
             }
             jit::Route::Isolate => (self.attempt(&prepared, &req, &host).await, tier),
@@ -810,7 +810,7 @@ impl Node {
                 // the host's answers so far (none, today) given again.
                 self.metrics.compiled_left();
                 host = host.fall_back();
-                host.log(jit::LEFT_STREAM, "info", &jit::left_line(&c.plan, at));
+                host.log(LogStream::System, "info", &jit::left_line(&c.plan, at));
                 result = self.attempt(&prepared, &req, &host).await;
                 tier = Tier::Js;
             }

@@ -18,9 +18,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hearth_core::{FunctionVersion, InvocationId, LogStream, Runtime, Tier};
+use hearth_core::{FunctionVersion, InvocationId, Runtime, Tier};
 use hearth_host::{Engine, HostCtx, HostServices, InvocationMeta, Prepared, Source};
-use hearth_jit::{Plan, TRACE_PREFIX, Trace};
+use hearth_jit::{Plan, Trace};
 use hearth_record::{Outcome, Recorder};
 use hearth_store::{ArtifactStore, TapeQuery};
 use parking_lot::Mutex;
@@ -57,10 +57,41 @@ impl Default for JitConfig {
 /// Compiled invocations over which leaving is counted.
 const WINDOW: u32 = 100;
 
-type Key = (String, String, u32);
+/// A version's phase and when it was found hot.
+type Slot = (Phase, Instant);
 
-fn key(v: &FunctionVersion) -> Key {
-    (v.tenant.clone(), v.name.clone(), v.version)
+/// Phases by tenant, function and version: nested so that the lookup on
+/// every js invocation borrows its keys (as the node's `modes` do).
+#[derive(Default)]
+struct Phases(HashMap<String, HashMap<String, HashMap<u32, Slot>>>);
+
+impl Phases {
+    fn get(&self, v: &FunctionVersion) -> Option<&Slot> {
+        self.0
+            .get(v.tenant.as_str())?
+            .get(v.name.as_str())?
+            .get(&v.version)
+    }
+
+    fn get_mut(&mut self, v: &FunctionVersion) -> Option<&mut Slot> {
+        self.0
+            .get_mut(v.tenant.as_str())?
+            .get_mut(v.name.as_str())?
+            .get_mut(&v.version)
+    }
+
+    /// `v`'s slot, made (its names copied) the first time.
+    fn entry(&mut self, v: &FunctionVersion, make: impl FnOnce() -> Slot) -> &mut Slot {
+        if self.get(v).is_none() {
+            self.0
+                .entry(v.tenant.clone())
+                .or_default()
+                .entry(v.name.clone())
+                .or_default()
+                .insert(v.version, make());
+        }
+        self.get_mut(v).expect("made above")
+    }
 }
 
 enum Phase {
@@ -118,20 +149,20 @@ pub(crate) struct Parts {
 
 pub(crate) struct Jit {
     config: JitConfig,
-    phases: Mutex<HashMap<Key, (Phase, Instant)>>,
+    phases: Mutex<Phases>,
 }
 
 impl Jit {
     pub(crate) fn new(config: JitConfig) -> Jit {
         Jit {
             config,
-            phases: Mutex::new(HashMap::new()),
+            phases: Mutex::new(Phases::default()),
         }
     }
 
     /// How `v`'s next invocation runs.
     pub(crate) fn route(&self, v: &FunctionVersion) -> Route {
-        match self.phases.lock().get(&key(v)) {
+        match self.phases.lock().get(v) {
             Some((Phase::Tracing { traced, .. }, _)) => Route::Traced(traced.clone()),
             Some((Phase::Serving(s), _)) => Route::Compiled(s.clone()),
             _ => Route::Isolate,
@@ -139,7 +170,7 @@ impl Jit {
     }
 
     pub(crate) fn mode(&self, v: &FunctionVersion) -> CompiledMode {
-        match self.phases.lock().get(&key(v)) {
+        match self.phases.lock().get(v) {
             Some((Phase::Tracing { .. }, _)) => CompiledMode::Tracing,
             Some((Phase::Serving(s), _)) => CompiledMode::Compiled { proved: s.proved },
             Some((Phase::Off(why), _)) => CompiledMode::NotCompiled(Some(why.clone())),
@@ -149,9 +180,9 @@ impl Jit {
 
     /// Forgets every version of a function (it was redeployed or removed).
     pub(crate) fn forget(&self, tenant: &str, name: &str) {
-        self.phases
-            .lock()
-            .retain(|(t, n, _), _| !(t == tenant && n == name));
+        if let Some(functions) = self.phases.lock().0.get_mut(tenant) {
+            functions.remove(name);
+        }
     }
 
     /// An invocation of `v` ran in the plain isolate for `took`: counts it,
@@ -166,7 +197,7 @@ impl Jit {
             return;
         }
         let mut phases = self.phases.lock();
-        let (phase, _) = phases.entry(key(v)).or_insert_with(|| {
+        let (phase, _) = phases.entry(v, || {
             (
                 Phase::Warming {
                     runs: 0,
@@ -223,7 +254,7 @@ impl Jit {
         parts: impl FnOnce() -> Option<Parts>,
     ) {
         let mut phases = self.phases.lock();
-        let Some((phase, hot_at)) = phases.get_mut(&key(v)) else {
+        let Some((phase, hot_at)) = phases.get_mut(v) else {
             return;
         };
         let Phase::Tracing { trace, .. } = phase else {
@@ -297,7 +328,7 @@ impl Jit {
             why,
             "compiled js dropped"
         );
-        if let Some((phase, _)) = self.phases.lock().get_mut(&key(v)) {
+        if let Some((phase, _)) = self.phases.lock().get_mut(v) {
             *phase = Phase::Off(why);
         }
     }
@@ -313,7 +344,7 @@ impl Jit {
             );
         }
         // Forgotten meanwhile (a redeploy): stays forgotten.
-        if let Some(slot) = self.phases.lock().get_mut(&key(v)) {
+        if let Some(slot) = self.phases.lock().get_mut(v) {
             *slot = (next, hot_at);
         }
     }
@@ -421,11 +452,10 @@ async fn compile_and_prove(
             deadline: Instant::now() + Duration::from_millis(cv.spec.limits.timeout_ms),
         };
         let host = HostCtx::replaying(parts.host.clone(), meta, rec.tape.clone());
-        let sandbox = prepared
+        let mut sandbox = prepared
             .instantiate_isolated()
             .await
             .map_err(|e| e.to_string())?;
-        let mut sandbox = sandbox;
         let result = sandbox.invoke(&rec.request, host.clone()).await;
         host.settle().await;
         if result
@@ -461,6 +491,3 @@ pub(crate) fn left_line(plan: &Plan, at: u32) -> String {
         plan.where_left(at)
     )
 }
-
-pub(crate) const DIVERT_PREFIX: &str = TRACE_PREFIX;
-pub(crate) const LEFT_STREAM: LogStream = LogStream::System;
