@@ -58,78 +58,6 @@ export default {
   },
 };
 EOF
-cat >"$WORK/maze.mjs" <<'EOF'
-// Shortest path from corner to corner of an N×N maze (walls from a fixed
-// LCG), by breadth-first search, per request.
-export default {
-  fetch() {
-    const N = 120;
-    let seed = 42;
-    const rnd = () => (seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff;
-    const wall = new Uint8Array(N * N);
-    for (let i = 0; i < N * N; i++) wall[i] = rnd() < 0.28 ? 1 : 0;
-    wall[0] = 0; wall[N * N - 1] = 0;
-    const dist = new Int32Array(N * N).fill(-1);
-    const queue = new Int32Array(N * N);
-    let head = 0, tail = 0;
-    queue[tail++] = 0; dist[0] = 0;
-    while (head < tail) {
-      const c = queue[head++], x = c % N, y = (c / N) | 0;
-      for (const [dx, dy] of [[1, 0], [-1, 0], [0, 1], [0, -1]]) {
-        const nx = x + dx, ny = y + dy;
-        if (nx < 0 || ny < 0 || nx >= N || ny >= N) continue;
-        const n = ny * N + nx;
-        if (wall[n] || dist[n] >= 0) continue;
-        dist[n] = dist[c] + 1;
-        queue[tail++] = n;
-      }
-    }
-    return new Response(String(dist[N * N - 1]));
-  },
-};
-EOF
-cat >"$WORK/words.mjs" <<'EOF'
-// Words, vowels and the longest word of the request's text.
-function isLetter(c) { return (c >= 97 && c <= 122) || (c >= 65 && c <= 90); }
-export default {
-  async fetch(request) {
-    const text = await request.text();
-    let words = 0, longest = 0, run = 0, vowels = 0;
-    for (let i = 0; i < text.length; i++) {
-      const c = text.charCodeAt(i);
-      if (isLetter(c)) {
-        run++;
-        const l = c | 32;
-        if (l === 97 || l === 101 || l === 105 || l === 111 || l === 117) vowels++;
-      } else {
-        if (run > 0) words++;
-        longest = Math.max(longest, run);
-        run = 0;
-      }
-    }
-    if (run > 0) words++;
-    longest = Math.max(longest, run);
-    return new Response(`words=${words} longest=${longest} vowels=${vowels}`);
-  },
-};
-EOF
-cat >"$WORK/primes.mjs" <<'EOF'
-// Primes up to the number in the request, by trial division.
-export default {
-  async fetch(request) {
-    const n = Number(await request.text());
-    let count = 0, sum = 0;
-    for (let k = 2; k <= n; k++) {
-      let prime = true;
-      for (let d = 2; d * d <= k; d++) {
-        if (k % d === 0) { prime = false; break; }
-      }
-      if (prime) { count++; sum += k; }
-    }
-    return new Response(count + " " + sum);
-  },
-};
-EOF
 python3 -c 'import random; random.seed(7); w=["lorem","ipsum","Dolor","sit","amet","consectetur","adipiscing","elit","sed","do"]; print(" ".join(random.choice(w) for _ in range(4000)))' >"$WORK/words.txt"
 echo 30000 >"$WORK/primes.txt"
 : >"$WORK/maze.txt"
@@ -142,9 +70,9 @@ deploy auth-node node "$WORK/authorize.mjs" "&allow_host=$USERS_HOST&env=USERS_U
 deploy_to "$PLAIN" "$PLAIN_TOKEN" auth-js js "$WORK/authorize.mjs" "&allow_host=$USERS_HOST&env=USERS_URL=$USERS/users.json"
 CPU="maze words primes"
 for f in $CPU; do
-  deploy "$f-js" js "$WORK/$f.mjs"
-  deploy "$f-node" node "$WORK/$f.mjs"
-  deploy_to "$PLAIN" "$PLAIN_TOKEN" "$f-js" js "$WORK/$f.mjs"
+  deploy "$f-js" js "examples/js/$f.mjs"
+  deploy "$f-node" node "examples/js/$f.mjs"
+  deploy_to "$PLAIN" "$PLAIN_TOKEN" "$f-js" js "examples/js/$f.mjs"
 done
 # Warm each compiling function until `hearth ls` says compiled: how long
 # from its first invocation, after how many, and how many tapes proved it;

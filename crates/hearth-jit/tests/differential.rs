@@ -220,64 +220,14 @@ fn differential(source: &str, training: &[&str], checks: &[&str]) -> usize {
     answered
 }
 
-const MAZE: &str = r#"
-export default {
-  fetch() {
-    const N = 120;
-    let seed = 42;
-    const rnd = () => (seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff;
-    const wall = new Uint8Array(N * N);
-    for (let i = 0; i < N * N; i++) wall[i] = rnd() < 0.28 ? 1 : 0;
-    wall[0] = 0; wall[N * N - 1] = 0;
-    const dist = new Int32Array(N * N).fill(-1);
-    const queue = new Int32Array(N * N);
-    let head = 0, tail = 0;
-    queue[tail++] = 0; dist[0] = 0;
-    while (head < tail) {
-      const c = queue[head++], x = c % N, y = (c / N) | 0;
-      for (const [dx, dy] of [[1, 0], [-1, 0], [0, 1], [0, -1]]) {
-        const nx = x + dx, ny = y + dy;
-        if (nx < 0 || ny < 0 || nx >= N || ny >= N) continue;
-        const n = ny * N + nx;
-        if (wall[n] || dist[n] >= 0) continue;
-        dist[n] = dist[c] + 1;
-        queue[tail++] = n;
-      }
-    }
-    return new Response(String(dist[N * N - 1]));
-  },
-};
-"#;
+const MAZE: &str = include_str!("../../../examples/js/maze.mjs");
 
 #[test]
 fn the_maze_compiles_and_answers_as_quickjs_does() {
     assert_eq!(differential(MAZE, &[""], &["x"]), 2);
 }
 
-const WORDS: &str = r#"
-function isLetter(c) { return (c >= 97 && c <= 122) || (c >= 65 && c <= 90); }
-export default {
-  async fetch(request) {
-    const text = await request.text();
-    let words = 0, longest = 0, run = 0, vowels = 0;
-    for (let i = 0; i < text.length; i++) {
-      const c = text.charCodeAt(i);
-      if (isLetter(c)) {
-        run++;
-        const l = c | 32;
-        if (l === 97 || l === 101 || l === 105 || l === 111 || l === 117) vowels++;
-      } else {
-        if (run > 0) words++;
-        longest = Math.max(longest, run);
-        run = 0;
-      }
-    }
-    if (run > 0) words++;
-    longest = Math.max(longest, run);
-    return new Response(`words=${words} longest=${longest} vowels=${vowels}`);
-  },
-};
-"#;
+const WORDS: &str = include_str!("../../../examples/js/words.mjs");
 
 #[test]
 fn string_processing_compiles_and_answers_as_quickjs_does() {
@@ -289,22 +239,7 @@ fn string_processing_compiles_and_answers_as_quickjs_does() {
     assert_eq!(n, 7);
 }
 
-const PRIMES: &str = r#"
-export default {
-  async fetch(request) {
-    const n = Number(await request.text());
-    let count = 0, sum = 0;
-    for (let k = 2; k <= n; k++) {
-      let prime = true;
-      for (let d = 2; d * d <= k; d++) {
-        if (k % d === 0) { prime = false; break; }
-      }
-      if (prime) { count++; sum += k; }
-    }
-    return new Response(count + " " + sum, { status: n > 1000 ? 201 : 200 });
-  },
-};
-"#;
+const PRIMES: &str = include_str!("../../../examples/js/primes.mjs");
 
 #[test]
 fn numeric_loops_compile_and_answer_as_quickjs_does() {

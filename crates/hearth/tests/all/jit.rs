@@ -7,22 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::harness::Daemon;
 
-const PRIMES: &str = r#"
-export default {
-  async fetch(request) {
-    const n = Number(await request.text());
-    let count = 0, sum = 0;
-    for (let k = 2; k <= n; k++) {
-      let prime = true;
-      for (let d = 2; d * d <= k; d++) {
-        if (k % d === 0) { prime = false; break; }
-      }
-      if (prime) { count++; sum += k; }
-    }
-    return new Response(count + " " + sum, { status: n > 30000 ? 201 : 200 });
-  },
-};
-"#;
+const PRIMES: &str = include_str!("../../../../examples/js/primes.mjs");
 
 fn listed(list: &serde_json::Value, name: &str) -> serde_json::Value {
     list["functions"]
