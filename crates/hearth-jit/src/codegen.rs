@@ -39,6 +39,8 @@ pub mod layout {
     /// numbers.
     pub const SCRATCH: u32 = 0;
     pub const DIGITS: u32 = 16;
+    /// `Math.random`'s state: `[seeded: i32][xorshift128 words: i32 × 4]`.
+    pub const RANDOM: u32 = 40;
     /// String literals start here.
     pub const DATA: u32 = 64;
 }
@@ -55,16 +57,19 @@ pub(crate) enum Ty {
     Request,
     Response,
     Undef,
-    /// `Math` and `String` as objects (`Math.floor`, `String.fromCharCode`).
+    /// `Math`, `String`, `Date` and `performance` as objects (`Math.floor`,
+    /// `String.fromCharCode`, `Date.now`, `performance.now`).
     Math,
     StringCtor,
+    DateCtor,
+    Performance,
 }
 
 impl Ty {
     fn val(&self) -> Option<ValType> {
         match self {
             Ty::Num => Some(ValType::F64),
-            Ty::Undef | Ty::Math | Ty::StringCtor => None,
+            Ty::Undef | Ty::Math | Ty::StringCtor | Ty::DateCtor | Ty::Performance => None,
             _ => Some(ValType::I32),
         }
     }
@@ -115,21 +120,30 @@ fn refuse<T>(what: impl Into<String>) -> R<T> {
     Err(Stop::Refused(Refused::new(what.into())))
 }
 
-// Imported functions.
+// Imported functions. Clocks and randomness are WASI's, which the wasm
+// tier answers from the host layer (so they are taped as the isolate's
+// `Date.now()` and `Math.random()` are).
 pub(crate) const FD_WRITE: u32 = 0;
 pub(crate) const FD_READ: u32 = 1;
 const LEAVE: u32 = 2;
+const CLOCK_TIME_GET: u32 = 3;
+pub(crate) const RANDOM_GET: u32 = 4;
 // Helpers, emitted by `helpers.rs`, in this order.
-pub(crate) const ALLOC: u32 = 3;
-pub(crate) const TO_INT32: u32 = 4;
-pub(crate) const REM: u32 = 5;
-pub(crate) const CONCAT: u32 = 6;
-pub(crate) const NUM_TO_STR: u32 = 7;
-pub(crate) const STR_EQ: u32 = 8;
-pub(crate) const WRITE_RESPONSE: u32 = 9;
-pub(crate) const READ_BODY: u32 = 10;
-pub(crate) const STR_TO_NUM: u32 = 11;
-const FIRST_USER: u32 = 12;
+pub(crate) const ALLOC: u32 = 5;
+pub(crate) const TO_INT32: u32 = 6;
+pub(crate) const REM: u32 = 7;
+pub(crate) const CONCAT: u32 = 8;
+pub(crate) const NUM_TO_STR: u32 = 9;
+pub(crate) const STR_EQ: u32 = 10;
+pub(crate) const WRITE_RESPONSE: u32 = 11;
+pub(crate) const READ_BODY: u32 = 12;
+pub(crate) const STR_TO_NUM: u32 = 13;
+const RANDOM: u32 = 14;
+const FIRST_USER: u32 = 15;
+
+/// WASI's clock ids.
+const CLOCK_REALTIME: i32 = 0;
+const CLOCK_MONOTONIC: i32 = 1;
 
 /// The heap pointer is global 0.
 pub(crate) const HEAP: u32 = 0;
@@ -456,6 +470,11 @@ impl ModuleBuilder<'_> {
         // Types: imports and helpers first.
         let fd_io = self.type_index(vec![ValType::I32; 4], vec![ValType::I32]);
         let leave = self.type_index(vec![ValType::I32], vec![]);
+        let clock = self.type_index(
+            vec![ValType::I32, ValType::I64, ValType::I32],
+            vec![ValType::I32],
+        );
+        let random = self.type_index(vec![ValType::I32; 2], vec![ValType::I32]);
         let start = self.type_index(vec![], vec![]);
         let helpers = crate::helpers::emit(&mut self);
         let mut types = TypeSection::new();
@@ -475,6 +494,16 @@ impl ModuleBuilder<'_> {
             EntityType::Function(fd_io),
         );
         imports.import("hearth", "leave", EntityType::Function(leave));
+        imports.import(
+            "wasi_snapshot_preview1",
+            "clock_time_get",
+            EntityType::Function(clock),
+        );
+        imports.import(
+            "wasi_snapshot_preview1",
+            "random_get",
+            EntityType::Function(random),
+        );
         module.section(&imports);
         let mut funcs = FunctionSection::new();
         for (ty, _) in &helpers {
@@ -644,6 +673,22 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
 
     /// Leaves the compiled code: the node runs the invocation in the
     /// isolate. `at` is a source offset, for the log.
+    /// Pushes WASI clock `id`'s time in nanoseconds (an `i64`).
+    fn clock(&mut self, id: i32) {
+        // The host's clocks do not fail; if one did, the time would be 0,
+        // as the isolate has it without a host.
+        self.emit(I::I32Const(layout::SCRATCH as i32));
+        self.emit(I::I64Const(0));
+        self.emit(I::I64Store(mem(0, 3)));
+        self.emit(I::I32Const(id));
+        self.emit(I::I64Const(1));
+        self.emit(I::I32Const(layout::SCRATCH as i32));
+        self.emit(I::Call(CLOCK_TIME_GET));
+        self.emit(I::Drop);
+        self.emit(I::I32Const(layout::SCRATCH as i32));
+        self.emit(I::I64Load(mem(0, 3)));
+    }
+
     pub(crate) fn leave(&mut self, at: u32) {
         self.emit(I::I32Const(at as i32));
         self.emit(I::Call(LEAVE));
@@ -1182,7 +1227,7 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
                 self.emit(I::I32Ne);
             }
             Ty::Undef => self.emit(I::I32Const(0)),
-            Ty::Math | Ty::StringCtor => self.emit(I::I32Const(1)),
+            Ty::Math | Ty::StringCtor | Ty::DateCtor | Ty::Performance => self.emit(I::I32Const(1)),
             _ => {
                 self.emit(I::Drop);
                 self.emit(I::I32Const(1));
@@ -1411,6 +1456,8 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
             None => match name {
                 "Math" => Ok(Ty::Math),
                 "String" => Ok(Ty::StringCtor),
+                "Date" => Ok(Ty::DateCtor),
+                "performance" => Ok(Ty::Performance),
                 "NaN" => {
                     self.emit(I::F64Const(f64::NAN.into()));
                     Ok(Ty::Num)
@@ -1727,6 +1774,27 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
                 self.num(x)?;
                 self.num(y)?;
                 self.emit(if name == "min" { I::F64Min } else { I::F64Max });
+                Ty::Num
+            }
+            (Ty::Math, "random", []) => {
+                self.emit(I::Call(RANDOM));
+                Ty::Num
+            }
+            // The isolate's `Date.now()` is the host's wall clock in whole
+            // milliseconds, `performance.now()` its monotonic clock in
+            // fractional ones: the same host calls, the same arithmetic.
+            (Ty::DateCtor, "now", []) => {
+                self.clock(CLOCK_REALTIME);
+                self.emit(I::I64Const(1_000_000));
+                self.emit(I::I64DivU);
+                self.emit(I::F64ConvertI64U);
+                Ty::Num
+            }
+            (Ty::Performance, "now", []) => {
+                self.clock(CLOCK_MONOTONIC);
+                self.emit(I::F64ConvertI64U);
+                self.emit(I::F64Const(1e6.into()));
+                self.emit(I::F64Div);
                 Ty::Num
             }
             (Ty::Math, "imul", [x, y]) => {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use crate::harness::Daemon;
 
 const PRIMES: &str = include_str!("../../../../examples/js/primes.mjs");
+const PI: &str = include_str!("../../../../examples/js/pi.mjs");
 
 fn listed(list: &serde_json::Value, name: &str) -> serde_json::Value {
     list["functions"]
@@ -28,6 +29,58 @@ fn invocations(metrics: &str, tier: &str) -> u64 {
         .map_or(0, |n| n.trim().parse().unwrap())
 }
 
+/// Invokes `name` with the bodies in turn until `GET /v1/functions` says
+/// it is compiled: what each body was answered in the isolate.
+async fn until_compiled(
+    d: &Daemon,
+    name: &str,
+    bodies: &[String],
+) -> std::collections::HashMap<String, (u16, String)> {
+    let mut isolate = std::collections::HashMap::new();
+    let started = Instant::now();
+    let mut i = 0;
+    loop {
+        let body = &bodies[i % bodies.len()];
+        let answer = d.call(name, "", body).await;
+        assert_eq!(answer.0 / 100, 2, "{answer:?}");
+        isolate.entry(body.clone()).or_insert(answer);
+        i += 1;
+        let f = listed(&d.get_json("/v1/functions").await, name);
+        if f["compiled"] == "compiled" {
+            assert!(f["proved_tapes"].as_u64().unwrap() >= 1, "{f}");
+            return isolate;
+        }
+        assert!(f["not_compiled"].is_null(), "refused: {f}");
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "not compiled after {i} invocations: {f}"
+        );
+    }
+}
+
+/// POSTs `body` to admin's `name`: status, text and invocation id.
+async fn invoke(d: &Daemon, name: &str, body: &'static str) -> (u16, String, String) {
+    let r = d
+        .post(&format!("/fn/admin/{name}"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let id = r.headers()["hearth-invocation-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    (r.status().as_u16(), r.text().await.unwrap(), id)
+}
+
+/// The value of the unlabelled series `name` in `/metrics`.
+fn counter(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hot_cpu_bound_function_is_compiled_proved_against_its_tapes_and_answers_as_the_isolate()
 {
@@ -41,26 +94,7 @@ async fn a_hot_cpu_bound_function_is_compiled_proved_against_its_tapes_and_answe
     // Varied requests while it runs in the isolate: what it answered
     // there is what the compiled code must answer.
     let bodies: Vec<String> = (0..40).map(|i| (20000 + 397 * i).to_string()).collect();
-    let mut isolate = std::collections::HashMap::new();
-    let started = Instant::now();
-    let mut i = 0;
-    loop {
-        let body = &bodies[i % bodies.len()];
-        let answer = d.call("primes", "", body).await;
-        assert_eq!(answer.0 / 100, 2, "{answer:?}");
-        isolate.entry(body.clone()).or_insert(answer);
-        i += 1;
-        let f = listed(&d.get_json("/v1/functions").await, "primes");
-        if f["compiled"] == "compiled" {
-            assert!(f["proved_tapes"].as_u64().unwrap() >= 1, "{f}");
-            break;
-        }
-        assert!(f["not_compiled"].is_null(), "refused: {f}");
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "not compiled after {i} invocations: {f}"
-        );
-    }
+    let isolate = until_compiled(&d, "primes", &bodies).await;
     let before = invocations(&d.get_text("/metrics").await, "compiled");
     for body in &bodies {
         let compiled = d.call("primes", "", body).await;
@@ -79,25 +113,14 @@ async fn a_hot_cpu_bound_function_is_compiled_proved_against_its_tapes_and_answe
 
     // Not a decimal number: the compiled code leaves, and the isolate
     // answers (Number("twelve") is NaN, and no loop runs).
-    let invoke = |body: &'static str| {
-        let r = d.post("/fn/admin/primes").body(body);
-        async move {
-            let r = r.send().await.unwrap();
-            let id = r.headers()["hearth-invocation-id"]
-                .to_str()
-                .unwrap()
-                .to_string();
-            (r.status().as_u16(), r.text().await.unwrap(), id)
-        }
-    };
-    let (status, body, left_id) = invoke("twelve").await;
+    let (status, body, left_id) = invoke(&d, "primes", "twelve").await;
     assert_eq!((status, body.as_str()), (200, "0 0"));
     let metrics = d.get_text("/metrics").await;
     assert!(
         metrics.contains("hearth_js_compiled_left_total 1"),
         "{metrics}"
     );
-    let (_, _, compiled_id) = invoke("20000").await;
+    let (_, _, compiled_id) = invoke(&d, "primes", "20000").await;
 
     // The tapes say which path served each invocation (they are written
     // within the recorder's flush interval).
@@ -134,4 +157,55 @@ async fn a_hot_cpu_bound_function_is_compiled_proved_against_its_tapes_and_answe
     .await;
     let f = listed(&d.get_json("/v1/functions").await, "primes");
     assert_eq!(f["compiled"], "interpreted", "{f}");
+}
+
+/// Clocks and randomness in compiled code are the host's, through the
+/// wasm tier's WASI: the proof only passes if the compiled code draws the
+/// same numbers from an isolate tape's random bytes as the isolate did; a
+/// compiled invocation's tape replays identically in the isolate; and live
+/// compiled answers are checked in the isolate in the background.
+#[tokio::test(flavor = "multi_thread")]
+async fn compiled_code_reads_clocks_and_randomness_from_the_host_as_the_isolate_does() {
+    let d = Daemon::start();
+    d.deploy(
+        "pi",
+        PI.as_bytes().to_vec(),
+        &[("runtime", "js"), ("file_name", "index.mjs")],
+    )
+    .await;
+    let bodies: Vec<String> = (0..20).map(|i| (4000 + 101 * i).to_string()).collect();
+    until_compiled(&d, "pi", &bodies).await;
+
+    let (status, answer, id) = invoke(&d, "pi", "5000").await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer.contains(" of 5000 inside at ") && answer.ends_with("clock forward: true"),
+        "{answer}"
+    );
+    let tape = d.recording_when_written(&id).await;
+    assert_eq!(tape["tier"], "compiled", "{tape:#}");
+    // The isolate, given the compiled invocation's tape, asks for the same
+    // host calls and answers the same: the same points, the same time.
+    let report = d.replay(&id).await;
+    assert_eq!(report["tier"], "js", "{report:#}");
+    assert_eq!(report["identical"], true, "{report:#}");
+
+    // The live check runs (the first compiled answer with a tape is always
+    // checked) and finds nothing to drop the compiled version for.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let metrics = d.get_text("/metrics").await;
+        if counter(&metrics, "hearth_js_compiled_checked_total") >= 1 {
+            assert_eq!(
+                counter(&metrics, "hearth_js_compiled_diverged_total"),
+                0,
+                "{metrics}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "no live check: {metrics}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let f = listed(&d.get_json("/v1/functions").await, "pi");
+    assert_eq!(f["compiled"], "compiled", "{f}");
 }
