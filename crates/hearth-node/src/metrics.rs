@@ -28,6 +28,13 @@ pub struct StartLabels {
     pub start: &'static str,
 }
 
+/// The compiled path's live checks (`node/jit.rs`), counted from its tasks.
+#[derive(Clone, Default)]
+pub(crate) struct CompiledChecks {
+    pub(crate) checked: Counter,
+    pub(crate) diverged: Counter,
+}
+
 /// Everything `/metrics` reports.
 pub struct Metrics {
     registry: Registry,
@@ -40,6 +47,9 @@ pub struct Metrics {
     pub logs_dropped: Counter,
     /// Compiled js invocations that left for the isolate.
     compiled_left: Counter,
+    /// Live compiled answers re-checked in the isolate, and those that
+    /// differed.
+    pub(crate) compiled_checks: CompiledChecks,
     /// JavaScript invocations re-run in the process tier: per function
     /// when the operator opted into per-function series, else node-wide.
     fallbacks: Fallbacks,
@@ -145,6 +155,17 @@ impl Metrics {
             "Compiled JavaScript invocations that met what their traces did not cover and ran in the isolate",
             compiled_left.clone(),
         );
+        let compiled_checks = CompiledChecks::default();
+        registry.register(
+            "js_compiled_checked",
+            "Live compiled JavaScript invocations re-run against their tapes in the isolate",
+            compiled_checks.checked.clone(),
+        );
+        registry.register(
+            "js_compiled_diverged",
+            "Live compiled JavaScript invocations the isolate answered otherwise (each drops a compiled version)",
+            compiled_checks.diverged.clone(),
+        );
         const FALLBACKS: &str =
             "JavaScript invocations the isolate tier could not run, re-run in the process tier";
         let fallbacks = if per_function {
@@ -213,6 +234,7 @@ impl Metrics {
             deploys,
             logs_dropped,
             compiled_left,
+            compiled_checks,
             fallbacks,
         }
     }

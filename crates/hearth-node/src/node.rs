@@ -233,7 +233,7 @@ impl Node {
             .jit
             .clone()
             .filter(|_| engines.contains_key(&Tier::Js) && engines.contains_key(&Tier::Wasm))
-            .map(|c| Arc::new(jit::Jit::new(c)));
+            .map(|c| Arc::new(jit::Jit::new(c, metrics.compiled_checks.clone())));
         Node {
             store,
             artifacts: Arc::new(artifacts),
@@ -799,12 +799,18 @@ impl Node {
             }
             jit::Route::Isolate => (self.attempt(&prepared, &req, &host).await, tier),
         };
+        // A compiled answer whose tape is kept may be checked in the
+        // isolate, once the invocation is done.
+        let mut check = None;
         if let (Some(jit), jit::Route::Compiled(c)) = (jit, &route) {
             let left = result
                 .as_ref()
                 .err()
                 .and_then(InvokeError::compiled_left_at);
             jit.compiled_ran(v, c, left.is_some());
+            if left.is_none() && taping.is_some() {
+                check = jit.check_slot();
+            }
             if let Some(at) = left {
                 // What the trace did not cover runs in the isolate, with
                 // the host's answers so far (none, today) given again.
@@ -836,6 +842,15 @@ impl Node {
         else {
             forget(&host);
             let done = self.finish(v, id, started, (start, tier), Some(host), result);
+            if let (Some(slot), Some(jit)) = (check, jit) {
+                let answered = jit::Answered {
+                    id: done.0.id,
+                    request: req.clone(),
+                    tape: done.1.clone(),
+                    outcome: hearth_record::Outcome::of(&done.0.result),
+                };
+                jit.check(slot, v, prepared.clone(), self.host.clone(), answered);
+            }
             return Ok(self.record(v, tier, taping, (&req, None), done).await);
         };
         // Containerless: re-run in the process tier; the host calls the

@@ -13,17 +13,27 @@
 //!
 //! The slow steps (compiling the traced variant, the module, the proof)
 //! run in a task of their own; invocations meanwhile run in the isolate.
+//!
+//! Once serving, live compiled invocations are checked: now and then one
+//! whose tape was kept is run again in the isolate against that tape, in
+//! the background, and the first that the isolate answers otherwise drops
+//! the compiled version for good, naming the tape.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hearth_core::{FunctionVersion, InvocationId, Runtime, Tier};
-use hearth_host::{Engine, HostCtx, HostServices, InvocationMeta, Prepared, Source};
+use hearth_core::{FunctionVersion, InvocationId, InvokeError, Request, Response, Runtime, Tier};
+use hearth_host::{
+    Divergence, Engine, HostCtx, HostServices, InvocationMeta, Prepared, Source, Tape,
+};
 use hearth_jit::{Plan, Trace};
+use hearth_record::diff::outcome_diff;
 use hearth_record::{Outcome, Recorder};
 use hearth_store::{ArtifactStore, TapeQuery};
 use parking_lot::Mutex;
+
+use crate::metrics::CompiledChecks;
 
 /// When a js function is compiled, and how it is proved.
 #[derive(Debug, Clone)]
@@ -40,6 +50,10 @@ pub struct JitConfig {
     /// Compiled invocations of which, when this many of the last
     /// [`WINDOW`] left for the isolate, the compiled path is dropped.
     pub max_left: u32,
+    /// After a live check, the node waits this many times as long as the
+    /// check took before it starts the next (one runs at a time): 19
+    /// keeps checking under 5% of one core.
+    pub check_idle: u32,
 }
 
 impl Default for JitConfig {
@@ -50,6 +64,7 @@ impl Default for JitConfig {
             trace_runs: 10,
             proof_tapes: 50,
             max_left: 50,
+            check_idle: 19,
         }
     }
 }
@@ -150,13 +165,41 @@ pub(crate) struct Parts {
 pub(crate) struct Jit {
     config: JitConfig,
     phases: Mutex<Phases>,
+    /// Whether a live check runs, and when the next may start.
+    checking: Mutex<(bool, Instant)>,
+    checks: CompiledChecks,
+}
+
+/// The right to run the one live check; given back when dropped, which
+/// sets when the next may start.
+pub(crate) struct CheckSlot {
+    jit: Arc<Jit>,
+    started: Instant,
+}
+
+impl Drop for CheckSlot {
+    fn drop(&mut self) {
+        let idle = self.started.elapsed() * self.jit.config.check_idle;
+        *self.jit.checking.lock() = (false, Instant::now() + idle);
+    }
+}
+
+/// A live compiled invocation to check: what it was asked and answered,
+/// and the host's answers it was given.
+pub(crate) struct Answered {
+    pub(crate) id: InvocationId,
+    pub(crate) request: Request,
+    pub(crate) tape: Tape,
+    pub(crate) outcome: Outcome,
 }
 
 impl Jit {
-    pub(crate) fn new(config: JitConfig) -> Jit {
+    pub(crate) fn new(config: JitConfig, checks: CompiledChecks) -> Jit {
         Jit {
             config,
             phases: Mutex::new(Phases::default()),
+            checking: Mutex::new((false, Instant::now())),
+            checks,
         }
     }
 
@@ -319,6 +362,57 @@ impl Jit {
         }
     }
 
+    /// The slot for a live check, if none runs and the last one's idle
+    /// time is over.
+    pub(crate) fn check_slot(self: &Arc<Self>) -> Option<CheckSlot> {
+        let mut checking = self.checking.lock();
+        if checking.0 || Instant::now() < checking.1 {
+            return None;
+        }
+        checking.0 = true;
+        Some(CheckSlot {
+            jit: self.clone(),
+            started: Instant::now(),
+        })
+    }
+
+    /// Runs `answered`, a compiled invocation of `v`, again in the isolate
+    /// (`isolate`, `v` prepared there) against its own tape, in the
+    /// background; if the isolate answers otherwise, or asks the host for
+    /// other calls, `v` is no longer served compiled.
+    pub(crate) fn check(
+        self: &Arc<Self>,
+        slot: CheckSlot,
+        v: &Arc<FunctionVersion>,
+        isolate: Arc<dyn Prepared>,
+        services: Arc<HostServices>,
+        answered: Answered,
+    ) {
+        let (jit, v) = (self.clone(), v.clone());
+        tokio::spawn(async move {
+            let _slot = slot;
+            let Answered {
+                id,
+                request,
+                tape,
+                outcome,
+            } = answered;
+            let (result, divergence) = on_tape(&isolate, services, v.clone(), &request, tape).await;
+            jit.checks.checked.inc();
+            let Some(how) = differs(&outcome, &result, divergence) else {
+                return;
+            };
+            jit.checks.diverged.inc();
+            jit.demote(
+                &v,
+                format!(
+                    "the isolate answered live invocation {id} otherwise than its compiled code \
+                     did (`hearth replay {id}` replays its tape):\n{how}"
+                ),
+            );
+        });
+    }
+
     /// Stops serving `v` compiled, for good (until it is redeployed).
     pub(crate) fn demote(&self, v: &FunctionVersion, why: String) {
         tracing::warn!(
@@ -446,18 +540,14 @@ async fn compile_and_prove(
         .map_err(|e| e.to_string())?;
     let mut proved = 0;
     for rec in recordings.iter().filter(|r| r.tier == Tier::Js) {
-        let meta = InvocationMeta {
-            id: InvocationId::new(),
-            version: Arc::new(cv.clone()),
-            deadline: Instant::now() + Duration::from_millis(cv.spec.limits.timeout_ms),
-        };
-        let host = HostCtx::replaying(parts.host.clone(), meta, rec.tape.clone());
-        let mut sandbox = prepared
-            .instantiate_isolated()
-            .await
-            .map_err(|e| e.to_string())?;
-        let result = sandbox.invoke(&rec.request, host.clone()).await;
-        host.settle().await;
+        let (result, divergence) = on_tape(
+            &prepared,
+            parts.host.clone(),
+            Arc::new(cv.clone()),
+            &rec.request,
+            rec.tape.clone(),
+        )
+        .await;
         if result
             .as_ref()
             .err()
@@ -466,10 +556,9 @@ async fn compile_and_prove(
         {
             continue;
         }
-        let replayed = Outcome::of(&result);
-        if let Some(diff) = hearth_record::diff::outcome_diff(&rec.outcome, &replayed) {
+        if let Some(how) = differs(&rec.outcome, &result, divergence) {
             return Err(format!(
-                "its compiled code answered tape {} otherwise than the isolate did:\n{diff}",
+                "its compiled code answered tape {} otherwise than the isolate did:\n{how}",
                 rec.id
             ));
         }
@@ -484,10 +573,177 @@ async fn compile_and_prove(
     Ok((prepared, proved))
 }
 
+/// Runs `request` in an instance of its own of `prepared` (a version of
+/// `version`), every host call answered from `tape` and none reaching the
+/// world: what it answered, and where its calls parted from the tape's.
+async fn on_tape(
+    prepared: &Arc<dyn Prepared>,
+    services: Arc<HostServices>,
+    version: Arc<FunctionVersion>,
+    request: &Request,
+    tape: Tape,
+) -> (Result<Response, InvokeError>, Option<Divergence>) {
+    let meta = InvocationMeta {
+        id: InvocationId::new(),
+        deadline: Instant::now() + Duration::from_millis(version.spec.limits.timeout_ms),
+        version,
+    };
+    let host = HostCtx::replaying(services, meta, tape);
+    let result = match prepared.instantiate_isolated().await {
+        Ok(mut sandbox) => {
+            let result = sandbox.invoke(request, host.clone()).await;
+            host.settle().await;
+            result
+        }
+        Err(e) => Err(e),
+    };
+    (result, host.divergence())
+}
+
+/// How a run on a tape differs from what the tape's invocation answered:
+/// another outcome, or other host calls.
+fn differs(
+    recorded: &Outcome,
+    result: &Result<Response, InvokeError>,
+    divergence: Option<Divergence>,
+) -> Option<String> {
+    outcome_diff(recorded, &Outcome::of(result))
+        .or_else(|| divergence.map(|d| format!("its host calls {d}")))
+}
+
 /// Where compiled code left, as a sentence for the function's log.
 pub(crate) fn left_line(plan: &Plan, at: u32) -> String {
     format!(
         "compiled code left for the isolate: {}",
         plan.where_left(at)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    // Tests unwrap: a failed unwrap is the test failing, at its line.
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use hearth_core::FunctionSpec;
+    use hearth_host::HostLimits;
+    use hearth_store::{SqliteStore, Store};
+
+    const PRIMES: &str = include_str!("../../../../examples/js/primes.mjs");
+
+    /// Waits until `n` checks have run and the slot is free again.
+    async fn checked(jit: &Jit, checks: &CompiledChecks, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while checks.checked.get() < n {
+            assert!(Instant::now() < deadline, "the check never ran");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The slot is given back as the task ends, after counting.
+        while jit.checking.lock().0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// A live check in the real isolate: an answer the isolate gives too
+    /// leaves the version compiled; one it gives otherwise (as compiled
+    /// code with a bug would) drops it, naming the invocation, and the
+    /// next check waits `check_idle` times as long as this one took.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_live_answer_the_isolate_gives_otherwise_drops_the_compiled_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+        let services = Arc::new(HostServices::new(store, HostLimits::default()));
+        let artifacts = Arc::new(ArtifactStore::open(dir.path().join("artifacts")).unwrap());
+        let js: Arc<dyn Engine> = Arc::new(
+            hearth_js::JsEngine::new(hearth_js::JsConfig::new(dir.path().join("cache"))).unwrap(),
+        );
+        let spec = FunctionSpec::new(Runtime::Js);
+        let source = Source {
+            file_name: Some("index.mjs".into()),
+            ..Source::from(PRIMES.as_bytes().to_vec())
+        };
+        let compiled = js.compile(&spec, source).await.unwrap();
+        let v = Arc::new(FunctionVersion {
+            tenant: "t".into(),
+            name: "primes".into(),
+            version: 1,
+            artifact: artifacts.put(&compiled.artifact).unwrap(),
+            spec,
+            created_at_ms: 0,
+        });
+        let code: Arc<dyn hearth_host::Artifacts> = artifacts.clone();
+        let isolate = js.prepare(&v, &code).await.unwrap();
+
+        let checks = CompiledChecks::default();
+        let jit = Arc::new(Jit::new(
+            JitConfig {
+                check_idle: 0,
+                ..JitConfig::default()
+            },
+            checks.clone(),
+        ));
+        let serving = Serving {
+            plan: Arc::new(Plan::new(PRIMES).unwrap()),
+            prepared: isolate.clone(),
+            proved: 1,
+            window: Mutex::new((0, 0)),
+        };
+        jit.phases
+            .lock()
+            .entry(&v, || (Phase::Serving(Arc::new(serving)), Instant::now()));
+        let request = Request {
+            method: "POST".into(),
+            path: "/".into(),
+            body: "100".into(),
+            ..Request::default()
+        };
+        // What the isolate answers, as correct compiled code would: 25
+        // primes up to 100, summing to 1060.
+        let (right, _) = on_tape(
+            &isolate,
+            services.clone(),
+            v.clone(),
+            &request,
+            Tape::default(),
+        )
+        .await;
+        let right = right.unwrap();
+        assert_eq!(right.body, "25 1060");
+        let check = |body: &'static str| {
+            let slot = jit.check_slot().expect("no check runs");
+            assert!(jit.check_slot().is_none(), "one check at a time");
+            let id = InvocationId::new();
+            let answered = Answered {
+                id,
+                request: request.clone(),
+                tape: Tape::default(),
+                outcome: Outcome::Response(Response {
+                    body: body.into(),
+                    ..right.clone()
+                }),
+            };
+            jit.check(slot, &v, isolate.clone(), services.clone(), answered);
+            id
+        };
+        check("25 1060");
+        checked(&jit, &checks, 1).await;
+        assert_eq!(checks.diverged.get(), 0);
+        assert_eq!(jit.mode(&v), CompiledMode::Compiled { proved: 1 });
+
+        let id = check("26 1060");
+        checked(&jit, &checks, 2).await;
+        assert_eq!(checks.diverged.get(), 1);
+        let CompiledMode::NotCompiled(Some(why)) = jit.mode(&v) else {
+            panic!("still compiled: {:?}", jit.mode(&v));
+        };
+        assert!(why.contains(&id.to_string()), "{why}");
+        assert!(why.contains("26 1060") && why.contains("25 1060"), "{why}");
+
+        // With idle time, the next check waits.
+        let idle = Arc::new(Jit::new(JitConfig::default(), CompiledChecks::default()));
+        let slot = idle.check_slot().unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        drop(slot);
+        assert!(idle.check_slot().is_none(), "checked again at once");
+    }
 }
