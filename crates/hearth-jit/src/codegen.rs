@@ -673,6 +673,59 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
 
     /// Leaves the compiled code: the node runs the invocation in the
     /// isolate. `at` is a source offset, for the log.
+    /// JavaScript's ToInt32 of the number on the stack: inline when it is
+    /// an int32 already (loop counters, indexes), else by the helper.
+    fn int32(&mut self) {
+        let (x, i) = (self.local(ValType::F64), self.local(ValType::I32));
+        self.emit(I::LocalTee(x));
+        self.emit(I::I32TruncSatF64S);
+        self.emit(I::LocalTee(i));
+        self.emit(I::F64ConvertI32S);
+        self.emit(I::LocalGet(x));
+        self.emit(I::F64Eq);
+        self.emit(I::If(BlockType::Result(ValType::I32)));
+        self.emit(I::LocalGet(i));
+        self.emit(I::Else);
+        self.emit(I::LocalGet(x));
+        self.emit(I::Call(TO_INT32));
+        self.emit(I::End);
+    }
+
+    /// JavaScript's `%` of the two numbers on the stack: `i32.rem_s` when
+    /// both are int32s and the divisor is not 0 (the result takes the
+    /// dividend's sign, so `-4 % 2` is `-0`), else by the helper.
+    fn rem(&mut self) {
+        let (a, b) = (self.local(ValType::F64), self.local(ValType::F64));
+        let (ia, ib) = (self.local(ValType::I32), self.local(ValType::I32));
+        self.emit(I::LocalSet(b));
+        self.emit(I::LocalSet(a));
+        for (x, i) in [(a, ia), (b, ib)] {
+            self.emit(I::LocalGet(x));
+            self.emit(I::I32TruncSatF64S);
+            self.emit(I::LocalTee(i));
+            self.emit(I::F64ConvertI32S);
+            self.emit(I::LocalGet(x));
+            self.emit(I::F64Eq);
+        }
+        self.emit(I::I32And);
+        self.emit(I::LocalGet(ib));
+        self.emit(I::I32Const(0));
+        self.emit(I::I32Ne);
+        self.emit(I::I32And);
+        self.emit(I::If(BlockType::Result(ValType::F64)));
+        self.emit(I::LocalGet(ia));
+        self.emit(I::LocalGet(ib));
+        self.emit(I::I32RemS);
+        self.emit(I::F64ConvertI32S);
+        self.emit(I::LocalGet(a));
+        self.emit(I::F64Copysign);
+        self.emit(I::Else);
+        self.emit(I::LocalGet(a));
+        self.emit(I::LocalGet(b));
+        self.emit(I::Call(REM));
+        self.emit(I::End);
+    }
+
     /// Pushes WASI clock `id`'s time in nanoseconds (an `i64`).
     fn clock(&mut self, id: i32) {
         // The host's clocks do not fail; if one did, the time would be 0,
@@ -1140,11 +1193,11 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
     fn store_element(&mut self, t: &Ty) {
         match t {
             Ty::U8 => {
-                self.emit(I::Call(TO_INT32));
+                self.int32();
                 self.emit(I::I32Store8(mem(0, 0)));
             }
             Ty::I32A => {
-                self.emit(I::Call(TO_INT32));
+                self.int32();
                 self.emit(I::I32Store(mem(0, 2)));
             }
             Ty::F64A => self.emit(I::F64Store(mem(0, 3))),
@@ -1359,7 +1412,7 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
                 }
                 UnOp::BitNot => {
                     self.num(a)?;
-                    self.emit(I::Call(TO_INT32));
+                    self.int32();
                     self.emit(I::I32Const(-1));
                     self.emit(I::I32Xor);
                     self.emit(I::F64ConvertI32S);
@@ -1529,16 +1582,16 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
             Sub => self.emit(I::F64Sub),
             Mul => self.emit(I::F64Mul),
             Div => self.emit(I::F64Div),
-            Rem => self.emit(I::Call(REM)),
+            Rem => self.rem(),
             Lt => self.emit(I::F64Lt),
             Le => self.emit(I::F64Le),
             Gt => self.emit(I::F64Gt),
             Ge => self.emit(I::F64Ge),
             BitAnd | BitOr | BitXor | Shl | Shr | UShr => {
                 let r = self.local(ValType::I32);
-                self.emit(I::Call(TO_INT32));
+                self.int32();
                 self.emit(I::LocalSet(r));
-                self.emit(I::Call(TO_INT32));
+                self.int32();
                 self.emit(I::LocalGet(r));
                 match op {
                     BitAnd => self.emit(I::I32And),
@@ -1799,9 +1852,9 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
             }
             (Ty::Math, "imul", [x, y]) => {
                 self.num(x)?;
-                self.emit(I::Call(TO_INT32));
+                self.int32();
                 self.num(y)?;
-                self.emit(I::Call(TO_INT32));
+                self.int32();
                 self.emit(I::I32Mul);
                 self.emit(I::F64ConvertI32S);
                 Ty::Num
@@ -1816,7 +1869,7 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
                 self.emit(I::I32Store(mem(0, 2)));
                 self.emit(I::LocalGet(s));
                 self.num(x)?;
-                self.emit(I::Call(TO_INT32));
+                self.int32();
                 self.emit(I::I32Store16(mem(layout::STR_UNITS, 1)));
                 self.emit(I::LocalGet(s));
                 Ty::Str

@@ -332,3 +332,30 @@ fn what_the_compiler_does_not_take_is_refused_with_where() {
         }
     }
 }
+
+/// `%` and ToInt32 have inline int32 paths beside their helpers: both must
+/// give QuickJS's answers on every sign, zero, -0, int32 overflow and
+/// value past 2^31 a stream of bodies reaches.
+#[test]
+fn remainder_and_int32_conversions_answer_as_quickjs_does_on_either_path() {
+    let src = r#"
+export default {
+  async fetch(request) {
+    const n = Number(await request.text());
+    let out = "";
+    for (let i = -n; i <= n; i++) {
+      const a = i * 7919 - 3;
+      const b = (i % 13) - 6;
+      const big = a * 1000003;
+      const z = (-i) % 5;
+      out += `${a % b} ${big % (b * 65537)} ${(a * 2654435761) | 0} ${z === 0 && 1 / z < 0} ${(i * 2147483647) >>> 3} ${big % 4294967296};`;
+    }
+    return new Response(out);
+  },
+};
+"#;
+    let bodies: Vec<String> = (0..40).map(|k| (k * 23).to_string()).collect();
+    let bodies: Vec<&str> = bodies.iter().map(String::as_str).collect();
+    let n = differential(src, &bodies[..4], &bodies[4..]);
+    assert_eq!(n, bodies.len(), "every body answered compiled");
+}
