@@ -919,6 +919,31 @@ mod tests {
         );
     }
 
+    /// A traced run's diverted lines (its trace, `hearth-jit`) are kept
+    /// for the node within a bound, whatever the function logs: at most
+    /// four lines of 64 KiB; none of them reaches the log or the tape.
+    #[tokio::test]
+    async fn diverted_lines_are_bounded_and_stay_off_the_tape() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = ctx(&dir, HostLimits::default());
+        host.divert_logs("trace:");
+        host.log(
+            LogStream::Log,
+            "info",
+            &format!("trace:{}", "x".repeat(1 << 20)),
+        );
+        for i in 0..1000 {
+            host.log(LogStream::Log, "info", &format!("trace:{i}"));
+        }
+        host.log(LogStream::Log, "info", "an ordinary line");
+        let kept = host.take_diverted();
+        assert_eq!(kept, ["trace:0", "trace:1", "trace:2", "trace:3"]);
+        let (tape, lines) = host.take_records();
+        assert_eq!(tape.events.len(), 1, "{:?}", tape.events);
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0].message, "an ordinary line");
+    }
+
     /// A second host for the same function and store as `first`.
     fn again(first: &HostCtx, earlier: Tape) -> HostCtx {
         HostCtx::retrying(first.0.services.clone(), first.meta().clone(), earlier)

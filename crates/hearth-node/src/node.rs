@@ -330,6 +330,10 @@ impl Node {
                 if dropped > 0 {
                     tracing::debug!(dropped, "idle prepared code dropped");
                 }
+                let dropped = node.jit.as_ref().map_or(0, |jit| jit.sweep(keep_alive));
+                if dropped > 0 {
+                    tracing::debug!(dropped, "idle compiled js dropped");
+                }
             }
         });
     }

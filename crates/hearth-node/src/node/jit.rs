@@ -72,8 +72,23 @@ impl Default for JitConfig {
 /// Compiled invocations over which leaving is counted.
 const WINDOW: u32 = 100;
 
-/// A version's phase and when it was found hot.
-type Slot = (Phase, Instant);
+/// A version's phase, when it was found hot, and when an invocation last
+/// asked how to run it.
+struct Slot {
+    phase: Phase,
+    hot_at: Instant,
+    used: Instant,
+}
+
+impl Slot {
+    fn new(phase: Phase, hot_at: Instant) -> Slot {
+        Slot {
+            phase,
+            hot_at,
+            used: Instant::now(),
+        }
+    }
+}
 
 /// Phases by tenant, function and version: nested so that the lookup on
 /// every js invocation borrows its keys (as the node's `modes` do).
@@ -205,18 +220,40 @@ impl Jit {
 
     /// How `v`'s next invocation runs.
     pub(crate) fn route(&self, v: &FunctionVersion) -> Route {
-        match self.phases.lock().get(v) {
-            Some((Phase::Tracing { traced, .. }, _)) => Route::Traced(traced.clone()),
-            Some((Phase::Serving(s), _)) => Route::Compiled(s.clone()),
+        let mut phases = self.phases.lock();
+        let Some(slot) = phases.get_mut(v) else {
+            return Route::Isolate;
+        };
+        slot.used = Instant::now();
+        match &slot.phase {
+            Phase::Tracing { traced, .. } => Route::Traced(traced.clone()),
+            Phase::Serving(s) => Route::Compiled(s.clone()),
             _ => Route::Isolate,
         }
     }
 
+    /// Drops what versions unused for `idle` hold (a traced variant, a
+    /// compiled module, its plan and trace), as idle prepared code is
+    /// dropped: such a version warms up in the isolate again. Why a version
+    /// is not compiled is kept. Returns how many it dropped.
+    pub(crate) fn sweep(&self, idle: Duration) -> usize {
+        let mut dropped = 0;
+        let mut phases = self.phases.lock();
+        for versions in phases.0.values_mut().flat_map(|f| f.values_mut()) {
+            versions.retain(|_, slot| {
+                let keep = matches!(slot.phase, Phase::Off(_)) || slot.used.elapsed() < idle;
+                dropped += usize::from(!keep);
+                keep
+            });
+        }
+        dropped
+    }
+
     pub(crate) fn mode(&self, v: &FunctionVersion) -> CompiledMode {
-        match self.phases.lock().get(v) {
-            Some((Phase::Tracing { .. }, _)) => CompiledMode::Tracing,
-            Some((Phase::Serving(s), _)) => CompiledMode::Compiled { proved: s.proved },
-            Some((Phase::Off(why), _)) => CompiledMode::NotCompiled(Some(why.clone())),
+        match self.phases.lock().get(v).map(|slot| &slot.phase) {
+            Some(Phase::Tracing { .. }) => CompiledMode::Tracing,
+            Some(Phase::Serving(s)) => CompiledMode::Compiled { proved: s.proved },
+            Some(Phase::Off(why)) => CompiledMode::NotCompiled(Some(why.clone())),
             _ => CompiledMode::NotCompiled(None),
         }
     }
@@ -240,15 +277,17 @@ impl Jit {
             return;
         }
         let mut phases = self.phases.lock();
-        let (phase, _) = phases.entry(v, || {
-            (
-                Phase::Warming {
-                    runs: 0,
-                    busy: Duration::ZERO,
-                },
-                Instant::now(),
-            )
-        });
+        let phase = &mut phases
+            .entry(v, || {
+                Slot::new(
+                    Phase::Warming {
+                        runs: 0,
+                        busy: Duration::ZERO,
+                    },
+                    Instant::now(),
+                )
+            })
+            .phase;
         let Phase::Warming { runs, busy } = phase else {
             return;
         };
@@ -297,7 +336,7 @@ impl Jit {
         parts: impl FnOnce() -> Option<Parts>,
     ) {
         let mut phases = self.phases.lock();
-        let Some((phase, hot_at)) = phases.get_mut(v) else {
+        let Some(Slot { phase, hot_at, .. }) = phases.get_mut(v) else {
             return;
         };
         let Phase::Tracing { trace, .. } = phase else {
@@ -422,8 +461,8 @@ impl Jit {
             why,
             "compiled js dropped"
         );
-        if let Some((phase, _)) = self.phases.lock().get_mut(v) {
-            *phase = Phase::Off(why);
+        if let Some(slot) = self.phases.lock().get_mut(v) {
+            slot.phase = Phase::Off(why);
         }
     }
 
@@ -439,7 +478,7 @@ impl Jit {
         }
         // Forgotten meanwhile (a redeploy): stays forgotten.
         if let Some(slot) = self.phases.lock().get_mut(v) {
-            *slot = (next, hot_at);
+            *slot = Slot::new(next, hot_at);
         }
     }
 }
@@ -526,6 +565,9 @@ async fn compile_and_prove(
             "recording is off, and a compiled version serves only once its tapes prove it".into(),
         );
     };
+    // The version's tapes so far are written before they are read (the
+    // recorder batches).
+    recorder.flush().await.map_err(|e| e.to_string())?;
     let archive = recorder.archive().clone();
     let query = TapeQuery {
         function: Some(v.name.clone()),
@@ -631,6 +673,38 @@ mod tests {
 
     const PRIMES: &str = include_str!("../../../../examples/js/primes.mjs");
 
+    /// What an idle version holds is dropped (it warms up again); why a
+    /// version is not compiled is kept.
+    #[test]
+    fn idle_versions_are_swept_but_refusals_are_kept() {
+        let jit = Jit::new(JitConfig::default(), CompiledChecks::default());
+        let version = |n: u32| FunctionVersion {
+            tenant: "t".into(),
+            name: "f".into(),
+            version: n,
+            artifact: String::new(),
+            spec: hearth_core::FunctionSpec::new(Runtime::Js),
+            created_at_ms: 0,
+        };
+        let warming = Phase::Warming {
+            runs: 3,
+            busy: Duration::ZERO,
+        };
+        jit.phases
+            .lock()
+            .entry(&version(1), || Slot::new(warming, Instant::now()));
+        jit.phases.lock().entry(&version(2), || {
+            Slot::new(Phase::Off("refused".into()), Instant::now())
+        });
+        assert_eq!(jit.sweep(Duration::from_secs(60)), 0, "nothing is idle yet");
+        assert_eq!(jit.sweep(Duration::ZERO), 1);
+        assert!(jit.phases.lock().get(&version(1)).is_none());
+        assert_eq!(
+            jit.mode(&version(2)),
+            CompiledMode::NotCompiled(Some("refused".into()))
+        );
+    }
+
     /// Waits until `n` checks have run and the slot is free again.
     async fn checked(jit: &Jit, checks: &CompiledChecks, n: u64) {
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -688,9 +762,9 @@ mod tests {
             proved: 1,
             window: Mutex::new((0, 0)),
         };
-        jit.phases
-            .lock()
-            .entry(&v, || (Phase::Serving(Arc::new(serving)), Instant::now()));
+        jit.phases.lock().entry(&v, || {
+            Slot::new(Phase::Serving(Arc::new(serving)), Instant::now())
+        });
         let request = Request {
             method: "POST".into(),
             path: "/".into(),
