@@ -31,7 +31,7 @@ HEARTH_LOG=warn HEARTH_EXAMPLES=false HEARTH_ALLOW_PRIVATE_EGRESS=true \
   "$BIN/hearth" --data-dir "$WORK/data" up --listen 127.0.0.1:0 >"$WORK/up.log" 2>&1 &
 HEARTH_PID=$!; PIDS+=("$HEARTH_PID")
 # The same, never compiling: the isolate's own figures.
-HEARTH_LOG=warn HEARTH_EXAMPLES=false HEARTH_JS_COMPILE=false \
+HEARTH_LOG=warn HEARTH_EXAMPLES=false HEARTH_ALLOW_PRIVATE_EGRESS=true HEARTH_JS_COMPILE=false \
   "$BIN/hearth" --data-dir "$WORK/plain" up --listen 127.0.0.1:0 >"$WORK/plain.log" 2>&1 &
 PIDS+=("$!")
 for _ in $(seq 1 600); do [ -s "$WORK/data/server.json" ] && [ -s "$WORK/plain/server.json" ] && break; sleep 0.05; done

@@ -5,6 +5,8 @@
 
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+
 use crate::harness::Daemon;
 
 const PRIMES: &str = include_str!("../../../../examples/js/primes.mjs");
@@ -30,12 +32,13 @@ fn invocations(metrics: &str, tier: &str) -> u64 {
 }
 
 /// Invokes `name` with the bodies in turn until `GET /v1/functions` says
-/// it is compiled: what each body was answered in the isolate.
+/// it is compiled: what each body was answered in the isolate, and how
+/// many invocations that took.
 async fn until_compiled(
     d: &Daemon,
     name: &str,
     bodies: &[String],
-) -> std::collections::HashMap<String, (u16, String)> {
+) -> (std::collections::HashMap<String, (u16, String)>, u64) {
     let mut isolate = std::collections::HashMap::new();
     let started = Instant::now();
     let mut i = 0;
@@ -48,7 +51,7 @@ async fn until_compiled(
         let f = listed(&d.get_json("/v1/functions").await, name);
         if f["compiled"] == "compiled" {
             assert!(f["proved_tapes"].as_u64().unwrap() >= 1, "{f}");
-            return isolate;
+            return (isolate, i as u64);
         }
         assert!(f["not_compiled"].is_null(), "refused: {f}");
         assert!(
@@ -94,7 +97,7 @@ async fn a_hot_cpu_bound_function_is_compiled_proved_against_its_tapes_and_answe
     // Varied requests while it runs in the isolate: what it answered
     // there is what the compiled code must answer.
     let bodies: Vec<String> = (0..40).map(|i| (20000 + 397 * i).to_string()).collect();
-    let isolate = until_compiled(&d, "primes", &bodies).await;
+    let (isolate, _) = until_compiled(&d, "primes", &bodies).await;
     let before = invocations(&d.get_text("/metrics").await, "compiled");
     for body in &bodies {
         let compiled = d.call("primes", "", body).await;
@@ -208,4 +211,113 @@ async fn compiled_code_reads_clocks_and_randomness_from_the_host_as_the_isolate_
     }
     let f = listed(&d.get_json("/v1/functions").await, "pi");
     assert_eq!(f["compiled"], "compiled", "{f}");
+}
+
+/// A varied request for `example`, the `i`th of a stream: numbers and
+/// texts of many sizes (the maze reads no request); `heavy` ones take a
+/// millisecond or more in the isolate, so the function gets hot.
+fn varied(example: &str, i: u64, heavy: bool) -> String {
+    let scale = if heavy { 10 } else { 1 };
+    // A small LCG: the stream is the same on every run.
+    let mut x = i
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut next = |m: u64| {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        (x >> 33) % m
+    };
+    match example {
+        "primes" => (next(6000) * scale).to_string(),
+        "pi" => (1 + next(3000) * scale).to_string(),
+        "words" => {
+            const WORDS: [&str; 8] = ["lorem", "Ipsum", "a", "dolor", "SIT", "amet,", "x", ""];
+            let n = (next(300) * scale * scale) as usize;
+            (0..n)
+                .map(|_| WORDS[next(WORDS.len() as u64) as usize])
+                .collect::<Vec<_>>()
+                .join(if next(4) == 0 { "  " } else { " " })
+        }
+        _ => format!("request {i}"),
+    }
+}
+
+/// The correctness measure: every example that compiles serves
+/// 1,000 varied requests compiled, and each of those tapes, replayed in
+/// the isolate, is answered identically with the same host calls.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_example_answers_a_recorded_stream_of_1000_varied_requests_compiled_as_the_isolate_does()
+ {
+    const STREAM: u64 = 1000;
+    let d = Daemon::start();
+    for (name, source) in [
+        ("primes", PRIMES),
+        ("pi", PI),
+        ("words", include_str!("../../../../examples/js/words.mjs")),
+        ("maze", include_str!("../../../../examples/js/maze.mjs")),
+    ] {
+        d.deploy(
+            name,
+            source.as_bytes().to_vec(),
+            &[("runtime", "js"), ("file_name", "index.mjs")],
+        )
+        .await;
+        let warm: Vec<String> = (0..30).map(|i| varied(name, 10_000 + i, true)).collect();
+        let (_, warming) = until_compiled(&d, name, &warm).await;
+        let before = invocations(&d.get_text("/metrics").await, "compiled");
+        // Four at a time, as traffic comes.
+        let calls = futures::stream::iter(0..STREAM)
+            .map(|i| {
+                let body = varied(name, i, false);
+                let d = &d;
+                async move {
+                    let (status, answer) = d.call(name, "", &body).await;
+                    assert_eq!(status / 100, 2, "{name} {body:?}: {answer}");
+                }
+            })
+            .buffer_unordered(4);
+        calls.collect::<Vec<()>>().await;
+        let compiled = invocations(&d.get_text("/metrics").await, "compiled") - before;
+        assert!(
+            compiled >= STREAM * 9 / 10,
+            "{name}: only {compiled} of {STREAM} served compiled"
+        );
+        // Every tape of the stream is written, then replayed in the isolate.
+        let all = warming + STREAM;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let tapes = d
+                .get_json(&format!("/v1/functions/{name}/recordings?limit={all}"))
+                .await;
+            let listed = tapes["recordings"].as_array().map_or(0, Vec::len) as u64;
+            if listed >= all {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{name}: {listed} tapes written");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let resp = d
+            .post(&format!(
+                "/v1/functions/{name}/replay?against=1&last={STREAM}"
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let report: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(report["replayed"], STREAM, "{name}");
+        let results = report["results"].as_array().unwrap();
+        assert!(
+            results.iter().all(|r| r["tier"] == "js"),
+            "{name}: every replay ran in the isolate"
+        );
+        assert_eq!(
+            (report["changed"].as_u64(), report["diverged"].as_u64()),
+            (Some(0), Some(0)),
+            "{name}: {:#}",
+            results
+                .iter()
+                .find(|r| r["identical"] != true)
+                .unwrap_or(&serde_json::Value::Null)
+        );
+    }
 }

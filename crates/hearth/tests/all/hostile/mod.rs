@@ -5,6 +5,7 @@
 //!
 //! Run the group alone with `cargo test -p hearth --test all hostile::`.
 
+mod compiled;
 mod components;
 mod contained;
 mod credentials;
