@@ -1019,7 +1019,29 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
     }
 
     fn for_of(&mut self, names: &[String], pattern: bool, iter: &Expr, body: &[Stmt]) -> R<()> {
-        let t = self.expr(iter)?;
+        let t = match &iter.kind {
+            // A table written out in the loop (`for (const [dx, dy] of
+            // [[1, 0], …])`) is built once per invocation, not per pass,
+            // when no pass can reach it to change it: its elements are
+            // numbers, strings or booleans, or arrays only destructured.
+            ExprKind::Array(elems)
+                if elems.iter().all(constant)
+                    && (pattern || elems.iter().all(|e| !matches!(e.kind, ExprKind::Array(_)))) =>
+            {
+                self.m.globals.push(ValType::I32);
+                let g = self.m.globals.len() as u32;
+                self.emit(I::GlobalGet(g));
+                self.emit(I::I32Eqz);
+                self.emit(I::If(BlockType::Empty));
+                // Unreached, the statement is abandoned, this `if` with it.
+                let t = self.expr(iter)?;
+                self.emit(I::GlobalSet(g));
+                self.emit(I::End);
+                self.emit(I::GlobalGet(g));
+                t
+            }
+            _ => self.expr(iter)?,
+        };
         let Ty::Arr(elem) = t else {
             return refuse("for-of over something other than an array");
         };
@@ -2191,6 +2213,17 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
         self.emit(I::I32Store(mem(layout::ARR_DATA, 2)));
         self.emit(I::LocalGet(a));
         Ok(Ty::Arr(Box::new(elem)))
+    }
+}
+
+/// A literal: a number (negated or not), a string, a boolean, or an
+/// array of literals.
+fn constant(e: &Expr) -> bool {
+    match &e.kind {
+        ExprKind::Num(_) | ExprKind::Str(_) | ExprKind::Bool(_) => true,
+        ExprKind::Unary(UnOp::Neg, x) => matches!(x.kind, ExprKind::Num(_)),
+        ExprKind::Array(elems) => elems.iter().all(constant),
+        _ => false,
     }
 }
 
