@@ -257,6 +257,8 @@ pub struct Trace {
     pub masks: Vec<u32>,
     /// Invocations merged in.
     pub runs: u32,
+    /// The latest of those in a row that saw nothing the others had not.
+    pub unchanged: u32,
 }
 
 impl Trace {
@@ -264,6 +266,7 @@ impl Trace {
         Trace {
             masks: vec![0; traced as usize],
             runs: 0,
+            unchanged: 0,
         }
     }
 
@@ -279,10 +282,13 @@ impl Trace {
             .collect();
         match parsed {
             Some(masks) if masks.len() == self.masks.len() => {
+                let mut changed = false;
                 for (a, b) in self.masks.iter_mut().zip(masks) {
+                    changed |= *a | b != *a;
                     *a |= b;
                 }
                 self.runs += 1;
+                self.unchanged = if changed { 0 } else { self.unchanged + 1 };
                 true
             }
             _ => false,
@@ -291,5 +297,28 @@ impl Trace {
 
     pub fn mask(&self, id: TraceId) -> u32 {
         self.masks.get(id as usize).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Merging counts the runs in a row that added nothing, which the node
+    /// ends tracing on; a line of another program or none is not merged.
+    #[test]
+    fn merging_counts_runs_that_saw_nothing_new() {
+        let mut t = Trace::new(3);
+        assert!(t.merge_line("hearth-trace:1,0,10"));
+        assert_eq!((t.runs, t.unchanged), (1, 0));
+        assert!(t.merge_line("hearth-trace:1,0,0"));
+        assert_eq!((t.runs, t.unchanged), (2, 1));
+        assert!(t.merge_line("hearth-trace:2,0,10"));
+        assert_eq!((t.runs, t.unchanged), (3, 0), "a new kind at 0");
+        assert_eq!(t.masks, vec![3, 0, 36]);
+        assert!(!t.merge_line("hearth-trace:1,0"), "another program's");
+        assert!(!t.merge_line("hello"));
+        assert!(!t.merge_line("hearth-trace:1,zz!,0"));
+        assert_eq!(t.runs, 3);
     }
 }

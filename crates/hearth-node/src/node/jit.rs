@@ -43,8 +43,12 @@ pub struct JitConfig {
     /// Mean time per invocation in the isolate, over those, at or above
     /// which it is compiled (I/O-bound functions stay interpreted).
     pub hot_mean: Duration,
-    /// Traced invocations whose traces are merged before compiling.
+    /// Traced invocations whose traces are merged before compiling, at
+    /// most: tracing ends sooner once this many in a row
+    /// ([`stable_runs`](Self::stable_runs)) saw nothing new. A traced run
+    /// is many times slower than a plain one.
     pub trace_runs: u32,
+    pub stable_runs: u32,
     /// The version's newest tapes the module is replayed against.
     pub proof_tapes: u32,
     /// Compiled invocations of which, when this many of the last
@@ -62,6 +66,7 @@ impl Default for JitConfig {
             hot_after: 20,
             hot_mean: Duration::from_millis(1),
             trace_runs: 10,
+            stable_runs: 2,
             proof_tapes: 50,
             max_left: 50,
             check_idle: 19,
@@ -345,7 +350,7 @@ impl Jit {
         for line in lines {
             trace.merge_line(line);
         }
-        if trace.runs < self.config.trace_runs {
+        if trace.runs < self.config.trace_runs && trace.unchanged < self.config.stable_runs {
             return;
         }
         let Some(parts) = parts() else {
