@@ -8,8 +8,8 @@
 #     string processing (words, vowels, longest word of a text), numeric
 #     loops (primes by trial division) — in three paths: the isolate (a
 #     second daemon with --js-compile false), compiled from their traces
-#     (Containerless §3–§4; warmed until `hearth ls` says compiled, which
-#     is timed), and Node.js;
+#     (Containerless §3–§4; invoked one at a time from its deploy until
+#     `GET /v1/functions` says compiled, which is timed), and Node.js;
 #   * first invocation after deploy (p50), and memory per idle warm JS
 #     function (QuickJS's own accounting, and the daemon's RSS growth).
 # Usage: bench/js.sh [seconds-per-run] [functions-for-memory]
@@ -171,7 +171,7 @@ echo "| authorize (fetch + check) | process (Node.js) | $anode_rps | $anode_p50 
 echo
 echo "### CPU-bound js: the isolate, compiled from its traces, Node.js (req/s, wrk -t2 -c10, ${DUR}s)"
 echo
-echo "| function | isolate | compiled | Node.js | compiled / isolate | compiled / Node.js | hot → compiled serving | invocations until then | tapes proved |"
+echo "| function | isolate | compiled | Node.js | compiled / isolate | compiled / Node.js | first invocation → compiled serving | invocations until then | tapes proved |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for f in $CPU; do
   read -r i c n <<<"${RPS[$f]}"; read -r ms k proved <<<"${HOT[$f]}"
