@@ -726,9 +726,11 @@ mod tests {
     /// A live check in the real isolate: an answer the isolate gives too
     /// leaves the version compiled; one it gives otherwise (as compiled
     /// code with a bug would) drops it, naming the invocation, and the
-    /// next check waits `check_idle` times as long as this one took.
+    /// next check waits `check_idle` times as long as this one took. And
+    /// leaving for the isolate too often drops a version too.
     #[tokio::test(flavor = "multi_thread")]
-    async fn a_live_answer_the_isolate_gives_otherwise_drops_the_compiled_version() {
+    async fn a_live_answer_the_isolate_gives_otherwise_or_leaving_too_often_drops_the_compiled_version()
+     {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
         let services = Arc::new(HostServices::new(store, HostLimits::default()));
@@ -824,5 +826,35 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         drop(slot);
         assert!(idle.check_slot().is_none(), "checked again at once");
+
+        // Leaving: 49 of a window of 100 keep the version compiled (the
+        // window then starts over); 50 of the next drop it.
+        let v2 = FunctionVersion {
+            version: 2,
+            ..(*v).clone()
+        };
+        let serving = Arc::new(Serving {
+            plan: Arc::new(Plan::new(PRIMES).unwrap()),
+            prepared: isolate.clone(),
+            proved: 1,
+            window: Mutex::new((0, 0)),
+        });
+        let s = serving.clone();
+        jit.phases
+            .lock()
+            .entry(&v2, || Slot::new(Phase::Serving(s), Instant::now()));
+        for k in 0..WINDOW {
+            jit.compiled_ran(&v2, &serving, k < 49);
+        }
+        assert_eq!(jit.mode(&v2), CompiledMode::Compiled { proved: 1 });
+        for _ in 0..49 {
+            jit.compiled_ran(&v2, &serving, true);
+        }
+        assert_eq!(jit.mode(&v2), CompiledMode::Compiled { proved: 1 });
+        jit.compiled_ran(&v2, &serving, true);
+        let CompiledMode::NotCompiled(Some(why)) = jit.mode(&v2) else {
+            panic!("still compiled after 50 leaves: {:?}", jit.mode(&v2));
+        };
+        assert!(why.contains("50 of 50"), "{why}");
     }
 }
