@@ -165,6 +165,10 @@ pub(crate) fn mem(offset: u64, align: u32) -> MemArg {
 #[derive(Clone)]
 enum Binding {
     Local(u32, Ty),
+    /// A number variable that held only int32s when traced, kept as one
+    /// in an `i32` local; storing anything else leaves (at the source
+    /// offset).
+    Int(u32, u32),
     Global(u32, Ty),
     Func(FuncId),
     Const(usize),
@@ -205,68 +209,63 @@ pub fn compile(program: &Program, trace: &Trace) -> Result<Vec<u8>, Refused> {
     m.finish(handler)
 }
 
-/// The names that functions nested in the handler use: the handler's
-/// variables of these names live in globals, which those functions share.
-fn captured_names(program: &Program) -> HashSet<String> {
-    fn expr(e: &Expr, out: &mut HashSet<String>) {
+/// Calls `f` on every expression in `stmts`, outermost first (not into
+/// the bodies of functions declared there, which are functions of their
+/// own).
+fn each_expr<'a>(stmts: &'a [Stmt], f: &mut impl FnMut(&'a Expr)) {
+    fn expr<'a>(e: &'a Expr, f: &mut impl FnMut(&'a Expr)) {
+        f(e);
         match &e.kind {
-            ExprKind::Var(n) => {
-                out.insert(n.clone());
-            }
-            ExprKind::Num(_) | ExprKind::Str(_) | ExprKind::Bool(_) | ExprKind::Arrow(_) => {}
+            ExprKind::Var(_)
+            | ExprKind::Num(_)
+            | ExprKind::Str(_)
+            | ExprKind::Bool(_)
+            | ExprKind::Arrow(_) => {}
             ExprKind::Bin(_, a, b) | ExprKind::Logic(_, a, b) | ExprKind::Index(a, b) => {
-                expr(a, out);
-                expr(b, out);
+                expr(a, f);
+                expr(b, f);
             }
-            ExprKind::Unary(_, a) | ExprKind::Member(a, _) | ExprKind::Await(a) => expr(a, out),
-            ExprKind::Update { target, .. } => tgt(target, out),
+            ExprKind::Unary(_, a) | ExprKind::Member(a, _) | ExprKind::Await(a) => expr(a, f),
+            ExprKind::Update { target, .. } => target_(target, f),
             ExprKind::Assign { target, value, .. } => {
-                tgt(target, out);
-                expr(value, out);
+                target_(target, f);
+                expr(value, f);
             }
             ExprKind::Cond(a, b, c) => {
-                expr(a, out);
-                expr(b, out);
-                expr(c, out);
+                expr(a, f);
+                expr(b, f);
+                expr(c, f);
             }
-            ExprKind::Call(n, args) => {
-                out.insert(n.clone());
-                args.iter().for_each(|a| expr(a, out));
-            }
-            ExprKind::New(_, args) | ExprKind::Array(args) | ExprKind::Template(_, args) => {
-                args.iter().for_each(|a| expr(a, out))
-            }
+            ExprKind::Call(_, args)
+            | ExprKind::New(_, args)
+            | ExprKind::Array(args)
+            | ExprKind::Template(_, args) => args.iter().for_each(|a| expr(a, f)),
             ExprKind::Method(o, _, args) => {
-                expr(o, out);
-                args.iter().for_each(|a| expr(a, out));
+                expr(o, f);
+                args.iter().for_each(|a| expr(a, f));
             }
-            ExprKind::Object(props) => props.iter().for_each(|(_, v)| expr(v, out)),
+            ExprKind::Object(props) => props.iter().for_each(|(_, v)| expr(v, f)),
         }
     }
-    fn tgt(t: &Target, out: &mut HashSet<String>) {
-        match t {
-            Target::Var(n) => {
-                out.insert(n.clone());
-            }
-            Target::Index(a, b) => {
-                expr(a, out);
-                expr(b, out);
-            }
+    fn target_<'a>(t: &'a Target, f: &mut impl FnMut(&'a Expr)) {
+        if let Target::Index(a, b) = t {
+            expr(a, f);
+            expr(b, f);
         }
     }
-    fn stmt(s: &Stmt, out: &mut HashSet<String>) {
+    fn stmt<'a>(s: &'a Stmt, f: &mut impl FnMut(&'a Expr)) {
         match s {
             Stmt::Let { init, .. } | Stmt::LetArray { init, .. } | Stmt::Expr(init) => {
-                expr(init, out)
+                expr(init, f)
             }
-            Stmt::Return(Some(e)) => expr(e, out),
+            Stmt::Return(Some(e)) => expr(e, f),
             Stmt::If(t, a, b) => {
-                expr(t, out);
-                a.iter().chain(b).for_each(|s| stmt(s, out));
+                expr(t, f);
+                a.iter().chain(b).for_each(|s| stmt(s, f));
             }
             Stmt::While(t, b) | Stmt::DoWhile(b, t) => {
-                expr(t, out);
-                b.iter().for_each(|s| stmt(s, out));
+                expr(t, f);
+                b.iter().for_each(|s| stmt(s, f));
             }
             Stmt::For {
                 init,
@@ -274,20 +273,69 @@ fn captured_names(program: &Program) -> HashSet<String> {
                 update,
                 body,
             } => {
-                init.iter().chain(body).for_each(|s| stmt(s, out));
-                test.iter().chain(update).for_each(|e| expr(e, out));
+                init.iter().chain(body).for_each(|s| stmt(s, f));
+                test.iter().chain(update).for_each(|e| expr(e, f));
             }
             Stmt::ForOf { iter, body, .. } => {
-                expr(iter, out);
-                body.iter().for_each(|s| stmt(s, out));
+                expr(iter, f);
+                body.iter().for_each(|s| stmt(s, f));
             }
-            Stmt::Block(b) => b.iter().for_each(|s| stmt(s, out)),
+            Stmt::Block(b) => b.iter().for_each(|s| stmt(s, f)),
             Stmt::Return(None) | Stmt::Break | Stmt::Continue | Stmt::Func(_) => {}
         }
     }
+    stmts.iter().for_each(|s| stmt(s, f));
+}
+
+/// The names in `body` whose every traced read (and `++`, `--` and
+/// assignment, whose values are the variable's) was an int32: such a
+/// `let` is kept in an `i32`. Only speed hangs on this: a store of
+/// anything else leaves.
+fn int_names(body: &[Stmt], trace: &Trace) -> HashSet<String> {
+    let mut seen: HashMap<&str, u32> = HashMap::new();
+    each_expr(body, &mut |e| {
+        let name = match &e.kind {
+            ExprKind::Var(n)
+            | ExprKind::Update {
+                target: Target::Var(n),
+                ..
+            }
+            | ExprKind::Assign {
+                target: Target::Var(n),
+                ..
+            } => n,
+            _ => return,
+        };
+        if let Some(id) = e.id {
+            *seen.entry(name).or_default() |= trace.mask(id) & tag::KINDS;
+        }
+    });
+    seen.into_iter()
+        .filter(|&(_, mask)| mask == tag::INT)
+        .map(|(n, _)| n.to_string())
+        .collect()
+}
+
+/// The names that functions nested in the handler use: the handler's
+/// variables of these names live in globals, which those functions share.
+fn captured_names(program: &Program) -> HashSet<String> {
     let mut out = HashSet::new();
     for f in program.funcs.iter().filter(|f| f.nested) {
-        f.body.iter().for_each(|s| stmt(s, &mut out));
+        each_expr(&f.body, &mut |e| match &e.kind {
+            ExprKind::Var(n)
+            | ExprKind::Call(n, _)
+            | ExprKind::Update {
+                target: Target::Var(n),
+                ..
+            }
+            | ExprKind::Assign {
+                target: Target::Var(n),
+                ..
+            } => {
+                out.insert(n.clone());
+            }
+            _ => {}
+        });
     }
     out
 }
@@ -430,6 +478,7 @@ impl ModuleBuilder<'_> {
         let f = &self.program.funcs[id];
         let mut fb = FnBuilder::new(self, sig.params.len() as u32, sig.ret.clone(), false);
         fb.outer = outer.to_vec();
+        fb.ints = int_names(&f.body, fb.m.trace);
         let mut scope = HashMap::new();
         for (local, (p, t)) in (0..).zip(f.params.iter().zip(&sig.params)) {
             scope.insert(p.name.clone(), Binding::Local(local, t.clone()));
@@ -454,6 +503,7 @@ impl ModuleBuilder<'_> {
         self.index_of.insert(0, index);
         let mut fb = FnBuilder::new(self, 0, Ty::Response, true);
         fb.outer = outer;
+        fb.ints = int_names(&f.body, fb.m.trace);
         let mut scope = HashMap::new();
         if let Some(p) = f.params.first() {
             let l = fb.local(ValType::I32);
@@ -634,6 +684,8 @@ pub(crate) struct FnBuilder<'m, 'p> {
     loops: Vec<Loop>,
     /// Functions declared in each open block, compiled at its end.
     deferred: Vec<Vec<FuncId>>,
+    /// Names whose every traced read was an int32 (see [`int_names`]).
+    ints: HashSet<String>,
 }
 
 impl<'m, 'p> FnBuilder<'m, 'p> {
@@ -650,6 +702,7 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
             depth: 0,
             loops: vec![],
             deferred: vec![],
+            ints: HashSet::new(),
         }
     }
 
@@ -732,6 +785,26 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
     fn set(&mut self, b: &Binding) {
         match b {
             Binding::Local(l, _) => self.emit(I::LocalSet(*l)),
+            Binding::Int(l, at) => {
+                // An int32, and not -0 (which an int32 cannot hold).
+                let (x, i) = (self.local(ValType::F64), self.local(ValType::I32));
+                self.emit(I::LocalTee(x));
+                self.emit(I::I32TruncSatF64S);
+                self.emit(I::LocalTee(i));
+                self.emit(I::F64ConvertI32S);
+                self.emit(I::LocalGet(x));
+                self.emit(I::F64Ne);
+                self.emit(I::LocalGet(x));
+                self.emit(I::I64ReinterpretF64);
+                self.emit(I::I64Const(i64::MIN));
+                self.emit(I::I64Eq);
+                self.emit(I::I32Or);
+                self.emit(I::If(BlockType::Empty));
+                self.leave(*at);
+                self.emit(I::End);
+                self.emit(I::LocalGet(i));
+                self.emit(I::LocalSet(*l));
+            }
             Binding::Global(g, _) => self.emit(I::GlobalSet(*g)),
             _ => {}
         }
@@ -740,6 +813,10 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
     fn get(&mut self, b: &Binding) {
         match b {
             Binding::Local(l, _) => self.emit(I::LocalGet(*l)),
+            Binding::Int(l, _) => {
+                self.emit(I::LocalGet(*l));
+                self.emit(I::F64ConvertI32S);
+            }
             Binding::Global(g, _) => self.emit(I::GlobalGet(*g)),
             _ => {}
         }
@@ -820,6 +897,22 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
                         .expect("in a block")
                         .insert(name.clone(), Binding::Func(id));
                     self.deferred.last_mut().expect("in a block").push(id);
+                    return Ok(());
+                }
+                // A number variable that held only int32s when traced is
+                // kept in an `i32` when its first value is computed in
+                // one; stores of other numbers into it pay a guard.
+                if self.ints.contains(name)
+                    && !(self.handler && self.m.captured.contains(name))
+                    && self.int_shaped(init)
+                {
+                    self.int_expr(init);
+                    let l = self.local(ValType::I32);
+                    self.emit(I::LocalSet(l));
+                    self.scopes
+                        .last_mut()
+                        .expect("a function has a scope")
+                        .insert(name.clone(), Binding::Int(l, init.start));
                     return Ok(());
                 }
                 let t = self.expr(init)?;

@@ -381,3 +381,56 @@ export default {
 "#;
     assert_eq!(differential(src, &["3"], &["0", "1", "9"]), 4);
 }
+
+/// Variables that held only int32s when traced are kept in `i32`s; a
+/// store of anything else (a fraction, -0, past 2^31) must leave, never
+/// answer otherwise than QuickJS.
+#[test]
+fn int32_variables_leave_where_a_value_is_not_one() {
+    let src = r#"
+export default {
+  async fetch(request) {
+    let n = 0;
+    n = Number(await request.text());
+    let k = n;
+    let s = 0;
+    for (let i = 0; i < 5; i++) { s = s + k; k = k * 3; }
+    let z = (n - 5) * 0;
+    let j = 2147483640;
+    for (let t = 0; t < n % 9; t++) j++;
+    let h = n;
+    h = h / 2;
+    return new Response(`${s} ${k} ${1 / z} ${j} ${n % 7} ${k % n} ${n < k} ${h > 3}`);
+  },
+};
+"#;
+    // Trained on values that keep every variable an int32.
+    let training = ["6", "10", "12", "20"];
+    let plan = Plan::new(src).unwrap();
+    let traced = Interpreter::new(&plan.traced_source());
+    let mut trace = plan.trace();
+    for body in training {
+        for line in traced.run(body).2 {
+            trace.merge_line(&line);
+        }
+    }
+    let wasm = plan.compile(&trace).unwrap();
+    let engine = Engine::default();
+    let plain = Interpreter::new(src);
+    // Each of these stores one thing an int32 cannot hold: -0 into `z`
+    // (1 / z would be Infinity), 2^31 into `j`, 2.4 × 10^9 into `s`, 3.5
+    // into `h`.
+    for body in ["2", "26", "20000000", "7"] {
+        let ran = run_module(&engine, &wasm, body);
+        assert!(matches!(ran, Ran::Left(_)), "{body}: {ran:?}");
+    }
+    // And these are int32s throughout: the same answers.
+    for body in ["6", "12", "14", "100"] {
+        let (status, text, _) = plain.run(body);
+        assert_eq!(
+            run_module(&engine, &wasm, body),
+            Ran::Answered(status, text),
+            "{body}"
+        );
+    }
+}

@@ -481,7 +481,11 @@ impl FnBuilder<'_, '_> {
                 self.emit(I::LocalGet(l));
                 Ok(t)
             }
-            Some((Binding::Local(..), true)) => refuse(format!(
+            Some((b @ Binding::Int(..), false)) => {
+                self.get(&b);
+                Ok(Ty::Num)
+            }
+            Some((Binding::Local(..) | Binding::Int(..), true)) => refuse(format!(
                 "a function nested in a function it reads `{name}` of"
             )),
             Some((Binding::Global(g, t), _)) => {
@@ -513,6 +517,27 @@ impl FnBuilder<'_, '_> {
 
     pub(super) fn binary(&mut self, op: BinOp, a: &Expr, b: &Expr) -> R<Ty> {
         use BinOp::*;
+        if let (Some(ia), Some(ib)) = (self.int_var(a), self.int_var(b))
+            && op == Rem
+        {
+            self.int_rem(ia, ib);
+            return Ok(Ty::Num);
+        }
+        if self.int_shaped(a) && self.int_shaped(b) {
+            let compare = match op {
+                Lt => Some(I::I32LtS),
+                Le => Some(I::I32LeS),
+                Gt => Some(I::I32GtS),
+                Ge => Some(I::I32GeS),
+                _ => None,
+            };
+            if let Some(compare) = compare {
+                self.int_expr(a);
+                self.int_expr(b);
+                self.emit(compare);
+                return Ok(Ty::Bool);
+            }
+        }
         let ta = self.expr(a)?;
         if op == Add && ta == Ty::Str {
             self.string_of(b)?;
@@ -606,6 +631,10 @@ impl FnBuilder<'_, '_> {
         match target {
             Target::Var(name) => {
                 let (b, t) = self.assignable(name)?;
+                if let Binding::Int(l, at) = b {
+                    self.int_update(l, at, increment, prefix);
+                    return Ok(Ty::Num);
+                }
                 if t != Ty::Num {
                     return refuse(format!("`++`/`--` of a {t:?}"));
                 }
@@ -647,6 +676,160 @@ impl FnBuilder<'_, '_> {
         Ok(Ty::Num)
     }
 
+    /// `a % b` of two int32 variables: `i32.rem_s`, the result taking the
+    /// dividend's sign (`-4 % 2` is `-0`); by 0, the helper (NaN).
+    fn int_rem(&mut self, a: u32, b: u32) {
+        self.emit(I::LocalGet(b));
+        self.emit(I::I32Eqz);
+        self.emit(I::If(BlockType::Result(ValType::F64)));
+        self.emit(I::LocalGet(a));
+        self.emit(I::F64ConvertI32S);
+        self.emit(I::LocalGet(b));
+        self.emit(I::F64ConvertI32S);
+        self.emit(I::Call(REM));
+        self.emit(I::Else);
+        self.emit(I::LocalGet(a));
+        self.emit(I::LocalGet(b));
+        self.emit(I::I32RemS);
+        self.emit(I::F64ConvertI32S);
+        self.emit(I::LocalGet(a));
+        self.emit(I::F64ConvertI32S);
+        self.emit(I::F64Copysign);
+        self.emit(I::End);
+    }
+
+    /// `++`/`--` of an int32 variable in its `i32`: leaves where it would
+    /// pass the int32 range.
+    fn int_update(&mut self, l: u32, at: u32, increment: bool, prefix: bool) {
+        let old = self.local(ValType::I32);
+        self.emit(I::LocalGet(l));
+        self.emit(I::LocalTee(old));
+        self.emit(I::I32Const(if increment { i32::MAX } else { i32::MIN }));
+        self.emit(I::I32Eq);
+        self.emit(I::If(BlockType::Empty));
+        self.leave(at);
+        self.emit(I::End);
+        self.emit(I::LocalGet(old));
+        self.emit(I::I32Const(1));
+        self.emit(if increment { I::I32Add } else { I::I32Sub });
+        self.emit(I::LocalSet(l));
+        self.emit(I::LocalGet(if prefix { l } else { old }));
+        self.emit(I::F64ConvertI32S);
+    }
+
+    /// Whether `e` can be computed in `i32`s ([`int_expr`](Self::int_expr)):
+    /// an int32 literal, a variable kept as an int32, or `+`, `-`, `*` of
+    /// those that the trace saw give only int32s.
+    pub(super) fn int_shaped(&self, e: &Expr) -> bool {
+        match &e.kind {
+            ExprKind::Num(x) => int32_literal(*x),
+            ExprKind::Unary(UnOp::Neg, x) => {
+                matches!(x.kind, ExprKind::Num(v) if v != 0.0 && int32_literal(-v))
+            }
+            ExprKind::Var(_) => self.int_var(e).is_some() || self.int_const(e).is_some(),
+            ExprKind::Bin(BinOp::Add | BinOp::Sub | BinOp::Mul, a, b) => {
+                e.id.is_some_and(|id| self.m.trace.mask(id) & tag::KINDS == tag::INT)
+                    && self.int_shaped(a)
+                    && self.int_shaped(b)
+            }
+            _ => false,
+        }
+    }
+
+    /// Pushes `e`, [`int_shaped`](Self::int_shaped), as an `i32`: its
+    /// arithmetic in `i64`, leaving where a result is past the int32
+    /// range, or is -0 (a product of 0 and a negative number).
+    pub(super) fn int_expr(&mut self, e: &Expr) {
+        match &e.kind {
+            ExprKind::Num(x) => self.emit(I::I32Const(*x as i32)),
+            ExprKind::Unary(_, x) => {
+                let ExprKind::Num(v) = x.kind else {
+                    unreachable!("int_shaped")
+                };
+                self.emit(I::I32Const(-v as i32));
+            }
+            ExprKind::Var(_) => match self.int_var(e) {
+                Some(l) => self.emit(I::LocalGet(l)),
+                None => {
+                    let x = self.int_const(e).expect("int_shaped");
+                    self.emit(I::I32Const(x));
+                }
+            },
+            ExprKind::Bin(op, a, b) => {
+                let (x, y, r) = (
+                    self.local(ValType::I32),
+                    self.local(ValType::I32),
+                    self.local(ValType::I64),
+                );
+                self.int_expr(a);
+                self.emit(I::LocalSet(x));
+                self.int_expr(b);
+                self.emit(I::LocalSet(y));
+                self.emit(I::LocalGet(x));
+                self.emit(I::I64ExtendI32S);
+                self.emit(I::LocalGet(y));
+                self.emit(I::I64ExtendI32S);
+                self.emit(match op {
+                    BinOp::Add => I::I64Add,
+                    BinOp::Sub => I::I64Sub,
+                    _ => I::I64Mul,
+                });
+                self.emit(I::LocalTee(r));
+                self.emit(I::LocalGet(r));
+                self.emit(I::I32WrapI64);
+                self.emit(I::I64ExtendI32S);
+                self.emit(I::I64Ne);
+                if *op == BinOp::Mul {
+                    // 0 times a negative number is -0.
+                    self.emit(I::LocalGet(r));
+                    self.emit(I::I64Eqz);
+                    self.emit(I::LocalGet(x));
+                    self.emit(I::LocalGet(y));
+                    self.emit(I::I32Or);
+                    self.emit(I::I32Const(0));
+                    self.emit(I::I32LtS);
+                    self.emit(I::I32And);
+                    self.emit(I::I32Or);
+                }
+                self.emit(I::If(BlockType::Empty));
+                self.leave(e.start);
+                self.emit(I::End);
+                self.emit(I::LocalGet(r));
+                self.emit(I::I32WrapI64);
+            }
+            _ => unreachable!("int_shaped"),
+        }
+    }
+
+    /// The value of `e` if it names a module-level `const` of an int32.
+    fn int_const(&self, e: &Expr) -> Option<i32> {
+        let ExprKind::Var(name) = &e.kind else {
+            return None;
+        };
+        let Some((Binding::Const(i), _)) = self.lookup(name) else {
+            return None;
+        };
+        match self.m.program.consts[i].1.kind {
+            ExprKind::Num(x) if int32_literal(x) => Some(x as i32),
+            _ => None,
+        }
+    }
+
+    /// The `i32` local of `e` if it is a read, reached in the trace, of a
+    /// variable kept as an int32.
+    fn int_var(&self, e: &Expr) -> Option<u32> {
+        let ExprKind::Var(name) = &e.kind else {
+            return None;
+        };
+        if e.id.is_some_and(|id| self.m.trace.mask(id) == 0) {
+            return None;
+        }
+        match self.lookup(name) {
+            Some((Binding::Int(l, _), false)) => Some(l),
+            _ => None,
+        }
+    }
+
     pub(super) fn assignable(&mut self, name: &str) -> R<(Binding, Ty)> {
         match self.lookup(name) {
             Some((b @ Binding::Local(_, _), false)) => {
@@ -663,6 +846,7 @@ impl FnBuilder<'_, '_> {
                 let t = t.clone();
                 Ok((b, t))
             }
+            Some((b @ Binding::Int(..), false)) => Ok((b, Ty::Num)),
             _ => refuse(format!("assigning to `{name}`")),
         }
     }
@@ -671,6 +855,14 @@ impl FnBuilder<'_, '_> {
         match target {
             Target::Var(name) => {
                 let (b, t) = self.assignable(name)?;
+                if let (Binding::Int(l, _), None) = (&b, op)
+                    && self.int_shaped(value)
+                {
+                    self.int_expr(value);
+                    self.emit(I::LocalTee(*l));
+                    self.emit(I::F64ConvertI32S);
+                    return Ok(Ty::Num);
+                }
                 let tv = match op {
                     None => self.expr(value)?,
                     Some(BinOp::Add) if t == Ty::Str => {
@@ -1179,4 +1371,12 @@ impl FnBuilder<'_, '_> {
         self.emit(I::LocalGet(a));
         Ok(Ty::Arr(Box::new(elem)))
     }
+}
+
+/// A number an `i32` holds exactly (not -0).
+fn int32_literal(x: f64) -> bool {
+    x.fract() == 0.0
+        && x >= f64::from(i32::MIN)
+        && x <= f64::from(i32::MAX)
+        && !(x == 0.0 && x.is_sign_negative())
 }
