@@ -804,7 +804,9 @@ impl Node {
             jit::Route::Isolate => (self.attempt(&prepared, &req, &host).await, tier),
         };
         // A compiled answer whose tape is kept may be checked in the
-        // isolate, once the invocation is done.
+        // isolate, once the invocation is done. Answers only: a failure's
+        // tape may be cut at the budget (a replay would part from it),
+        // and a timeout would hold the one check for the whole deadline.
         let mut check = None;
         if let (Some(jit), jit::Route::Compiled(c)) = (jit, &route) {
             let left = result
@@ -812,7 +814,7 @@ impl Node {
                 .err()
                 .and_then(InvokeError::compiled_left_at);
             jit.compiled_ran(v, c, left.is_some());
-            if left.is_none() && taping.is_some() {
+            if result.is_ok() && taping.is_some() && host.tape_budget_exceeded().is_none() {
                 check = jit.check_slot();
             }
             if let Some(at) = left {
