@@ -330,7 +330,9 @@ impl Node {
                 if dropped > 0 {
                     tracing::debug!(dropped, "idle prepared code dropped");
                 }
-                let dropped = node.jit.as_ref().map_or(0, |jit| jit.sweep(keep_alive));
+                let dropped = node.jit.as_ref().map_or(0, |jit| {
+                    jit.sweep(|tenant, name, version| node.table.prepared(tenant, name, version))
+                });
                 if dropped > 0 {
                     tracing::debug!(dropped, "idle compiled js dropped");
                 }
@@ -792,7 +794,6 @@ impl Node {
             Some(jit) if tier == Tier::Js && !prepared.streams() => (jit.route(v), Some(jit)),
             _ => (jit::Route::Isolate, None),
         };
-        let ran = Instant::now();
         let (mut result, mut tier) = match &route {
             jit::Route::Compiled(c) => {
                 (self.attempt(&c.prepared, &req, &host).await, Tier::Compiled)
@@ -832,7 +833,7 @@ impl Node {
                 jit.traced(v, &host.take_diverted(), || self.jit_parts())
             }
             (Some(jit), jit::Route::Isolate) if result.is_ok() => {
-                jit.ran_in_isolate(v, ran.elapsed(), || self.jit_parts())
+                jit.ran_in_isolate(v, started.elapsed(), || self.jit_parts())
             }
             _ => {}
         }

@@ -200,6 +200,16 @@ impl FunctionTable {
         dropped
     }
 
+    /// Whether `version` of `tenant`'s `name` has code prepared (it was
+    /// not idle for the keep-alive at the last [`sweep`](Self::sweep)).
+    pub fn prepared(&self, tenant: &str, name: &str, version: u32) -> bool {
+        self.read()
+            .get(tenant)
+            .and_then(|fns| fns.get(name))
+            .and_then(|e| e.versions.get(&version))
+            .is_some_and(|(_, slot)| slot.prepared())
+    }
+
     /// The prepared-code slot of `v`. A version no longer in the table (its
     /// function was removed mid-invocation) gets a slot that is not kept.
     pub fn slot(&self, v: &FunctionVersion) -> PreparedSlot {

@@ -77,21 +77,15 @@ impl Default for JitConfig {
 /// Compiled invocations over which leaving is counted.
 const WINDOW: u32 = 100;
 
-/// A version's phase, when it was found hot, and when an invocation last
-/// asked how to run it.
+/// A version's phase and when it was found hot.
 struct Slot {
     phase: Phase,
     hot_at: Instant,
-    used: Instant,
 }
 
 impl Slot {
     fn new(phase: Phase, hot_at: Instant) -> Slot {
-        Slot {
-            phase,
-            hot_at,
-            used: Instant::now(),
-        }
+        Slot { phase, hot_at }
     }
 }
 
@@ -225,31 +219,30 @@ impl Jit {
 
     /// How `v`'s next invocation runs.
     pub(crate) fn route(&self, v: &FunctionVersion) -> Route {
-        let mut phases = self.phases.lock();
-        let Some(slot) = phases.get_mut(v) else {
-            return Route::Isolate;
-        };
-        slot.used = Instant::now();
-        match &slot.phase {
-            Phase::Tracing { traced, .. } => Route::Traced(traced.clone()),
-            Phase::Serving(s) => Route::Compiled(s.clone()),
+        match self.phases.lock().get(v).map(|slot| &slot.phase) {
+            Some(Phase::Tracing { traced, .. }) => Route::Traced(traced.clone()),
+            Some(Phase::Serving(s)) => Route::Compiled(s.clone()),
             _ => Route::Isolate,
         }
     }
 
-    /// Drops what versions unused for `idle` hold (a traced variant, a
-    /// compiled module, its plan and trace), as idle prepared code is
-    /// dropped: such a version warms up in the isolate again. Why a version
-    /// is not compiled is kept. Returns how many it dropped.
-    pub(crate) fn sweep(&self, idle: Duration) -> usize {
+    /// Drops what the versions not `prepared(tenant, name, version)` hold
+    /// (a traced variant, a compiled module, its plan and trace): the
+    /// node's idle prepared code went, and this goes with it; such a
+    /// version warms up in the isolate again. Why a version is not
+    /// compiled is kept. Returns how many it dropped.
+    pub(crate) fn sweep(&self, prepared: impl Fn(&str, &str, u32) -> bool) -> usize {
         let mut dropped = 0;
         let mut phases = self.phases.lock();
-        for versions in phases.0.values_mut().flat_map(|f| f.values_mut()) {
-            versions.retain(|_, slot| {
-                let keep = matches!(slot.phase, Phase::Off(_)) || slot.used.elapsed() < idle;
-                dropped += usize::from(!keep);
-                keep
-            });
+        for (tenant, functions) in phases.0.iter_mut() {
+            for (name, versions) in functions.iter_mut() {
+                versions.retain(|&version, slot| {
+                    let keep =
+                        matches!(slot.phase, Phase::Off(_)) || prepared(tenant, name, version);
+                    dropped += usize::from(!keep);
+                    keep
+                });
+            }
         }
         dropped
     }
@@ -678,8 +671,8 @@ mod tests {
 
     const PRIMES: &str = include_str!("../../../../examples/js/primes.mjs");
 
-    /// What an idle version holds is dropped (it warms up again); why a
-    /// version is not compiled is kept.
+    /// What a version whose prepared code went holds is dropped (it warms
+    /// up again); why a version is not compiled is kept.
     #[test]
     fn idle_versions_are_swept_but_refusals_are_kept() {
         let jit = Jit::new(JitConfig::default(), CompiledChecks::default());
@@ -701,8 +694,8 @@ mod tests {
         jit.phases.lock().entry(&version(2), || {
             Slot::new(Phase::Off("refused".into()), Instant::now())
         });
-        assert_eq!(jit.sweep(Duration::from_secs(60)), 0, "nothing is idle yet");
-        assert_eq!(jit.sweep(Duration::ZERO), 1);
+        assert_eq!(jit.sweep(|_, _, _| true), 0, "every version is prepared");
+        assert_eq!(jit.sweep(|t, f, v| (t, f, v) != ("t", "f", 1)), 1);
         assert!(jit.phases.lock().get(&version(1)).is_none());
         assert_eq!(
             jit.mode(&version(2)),
