@@ -538,27 +538,17 @@ impl ModuleBuilder<'_> {
         }
         module.section(&types);
         let mut imports = ImportSection::new();
-        imports.import(
-            "wasi_snapshot_preview1",
-            "fd_write",
-            EntityType::Function(fd_io),
-        );
-        imports.import(
-            "wasi_snapshot_preview1",
-            "fd_read",
-            EntityType::Function(fd_io),
-        );
-        imports.import("hearth", "leave", EntityType::Function(leave));
-        imports.import(
-            "wasi_snapshot_preview1",
-            "clock_time_get",
-            EntityType::Function(clock),
-        );
-        imports.import(
-            "wasi_snapshot_preview1",
-            "random_get",
-            EntityType::Function(random),
-        );
+        // In the order of their indices (FD_WRITE … RANDOM_GET).
+        const WASI: &str = "wasi_snapshot_preview1";
+        for (module, name, ty) in [
+            (WASI, "fd_write", fd_io),
+            (WASI, "fd_read", fd_io),
+            ("hearth", "leave", leave),
+            (WASI, "clock_time_get", clock),
+            (WASI, "random_get", random),
+        ] {
+            imports.import(module, name, EntityType::Function(ty));
+        }
         module.section(&imports);
         let mut funcs = FunctionSection::new();
         for (ty, _) in &helpers {
@@ -769,17 +759,28 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
         let Some(v) = t.val() else {
             return refuse(format!("`{name}` holds a value that is not data"));
         };
-        let b = if self.handler && self.m.captured.contains(name) {
+        let b = if self.shared(name) {
             self.m.globals.push(v);
             Binding::Global(self.m.globals.len() as u32, t)
         } else {
             Binding::Local(self.local(v), t)
         };
+        self.bind(name, b.clone());
+        Ok(b)
+    }
+
+    /// Whether a function nested in this one may use the variable `name`
+    /// (it then lives in a global).
+    fn shared(&self, name: &str) -> bool {
+        self.handler && self.m.captured.contains(name)
+    }
+
+    /// Names `b` in the innermost scope.
+    fn bind(&mut self, name: &str, b: Binding) {
         self.scopes
             .last_mut()
             .expect("a function has a scope")
-            .insert(name.to_string(), b.clone());
-        Ok(b)
+            .insert(name.to_string(), b);
     }
 
     fn set(&mut self, b: &Binding) {
@@ -902,17 +903,11 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
                 // A number variable that held only int32s when traced is
                 // kept in an `i32` when its first value is computed in
                 // one; stores of other numbers into it pay a guard.
-                if self.ints.contains(name)
-                    && !(self.handler && self.m.captured.contains(name))
-                    && self.int_shaped(init)
-                {
+                if self.ints.contains(name) && !self.shared(name) && self.int_shaped(init) {
                     self.int_expr(init);
                     let l = self.local(ValType::I32);
                     self.emit(I::LocalSet(l));
-                    self.scopes
-                        .last_mut()
-                        .expect("a function has a scope")
-                        .insert(name.clone(), Binding::Int(l, init.start));
+                    self.bind(name, Binding::Int(l, init.start));
                     return Ok(());
                 }
                 let t = self.expr(init)?;

@@ -85,6 +85,20 @@ fn memory(c: &mut Caller<'_, Io>) -> Memory {
     c.get_export("memory").unwrap().into_memory().unwrap()
 }
 
+/// The `(address, length)` of each of the `n` iovecs at `iovs`.
+fn iovecs(c: &mut Caller<'_, Io>, iovs: i32, n: i32) -> (Memory, Vec<(usize, usize)>) {
+    let mem = memory(c);
+    let list = (0..n as usize)
+        .map(|k| {
+            let mut iov = [0u8; 8];
+            mem.read(&*c, iovs as usize + 8 * k, &mut iov).unwrap();
+            let word = |b: &[u8]| u32::from_le_bytes(b.try_into().unwrap()) as usize;
+            (word(&iov[..4]), word(&iov[4..]))
+        })
+        .collect();
+    (mem, list)
+}
+
 fn run_module(engine: &Engine, wasm: &[u8], body: &str) -> Ran {
     let module = wasmtime::Module::new(engine, wasm).expect("the module validates");
     let mut linker = Linker::new(engine);
@@ -93,13 +107,9 @@ fn run_module(engine: &Engine, wasm: &[u8], body: &str) -> Ran {
             "wasi_snapshot_preview1",
             "fd_read",
             |mut c: Caller<'_, Io>, _fd: i32, iovs: i32, n: i32, nread: i32| -> i32 {
-                let mem = memory(&mut c);
+                let (mem, list) = iovecs(&mut c, iovs, n);
                 let mut total = 0u32;
-                for k in 0..n as usize {
-                    let mut iov = [0u8; 8];
-                    mem.read(&c, iovs as usize + 8 * k, &mut iov).unwrap();
-                    let at = u32::from_le_bytes(iov[..4].try_into().unwrap()) as usize;
-                    let len = u32::from_le_bytes(iov[4..].try_into().unwrap()) as usize;
+                for (at, len) in list {
                     let io = c.data();
                     let take = len.min(io.stdin.len() - io.read);
                     let chunk = io.stdin[io.read..io.read + take].to_vec();
@@ -118,13 +128,9 @@ fn run_module(engine: &Engine, wasm: &[u8], body: &str) -> Ran {
             "wasi_snapshot_preview1",
             "fd_write",
             |mut c: Caller<'_, Io>, _fd: i32, iovs: i32, n: i32, nwritten: i32| -> i32 {
-                let mem = memory(&mut c);
+                let (mem, list) = iovecs(&mut c, iovs, n);
                 let mut total = 0u32;
-                for k in 0..n as usize {
-                    let mut iov = [0u8; 8];
-                    mem.read(&c, iovs as usize + 8 * k, &mut iov).unwrap();
-                    let at = u32::from_le_bytes(iov[..4].try_into().unwrap()) as usize;
-                    let len = u32::from_le_bytes(iov[4..].try_into().unwrap()) as usize;
+                for (at, len) in list {
                     let mut bytes = vec![0u8; len];
                     mem.read(&c, at, &mut bytes).unwrap();
                     c.data_mut().stdout.extend_from_slice(&bytes);
