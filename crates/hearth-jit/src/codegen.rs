@@ -23,6 +23,8 @@ use wasm_encoder::{
 };
 
 mod expr;
+mod json;
+mod object;
 
 use crate::Refused;
 use crate::instrument::{Trace, tag};
@@ -38,8 +40,10 @@ pub mod layout {
     /// (numbers) or 4 (anything else).
     pub const ARR_CAP: u64 = 4;
     pub const ARR_DATA: u64 = 8;
-    /// Responses: `[status: f64][body: i32]`
+    /// Responses: `[status: f64][body: i32][headers: i32]`, the headers
+    /// a block of CGI header lines (`[len: i32][bytes]`, in the data).
     pub const RESP_BODY: u64 = 8;
+    pub const RESP_HEADERS: u64 = 12;
     /// Scratch for WASI calls (an iovec and a count) and for printing
     /// numbers.
     pub const SCRATCH: u32 = 0;
@@ -68,13 +72,25 @@ pub(crate) enum Ty {
     StringCtor,
     DateCtor,
     Performance,
+    /// `JSON` (`JSON.stringify`) and `Response` (`Response.json`).
+    Json,
+    ResponseCtor,
+    /// A plain object: its keys in order, each with the kind of value it
+    /// holds (`codegen/object.rs`).
+    Obj(std::rc::Rc<Vec<(String, Ty)>>),
 }
 
 impl Ty {
     fn val(&self) -> Option<ValType> {
         match self {
             Ty::Num => Some(ValType::F64),
-            Ty::Undef | Ty::Math | Ty::StringCtor | Ty::DateCtor | Ty::Performance => None,
+            Ty::Undef
+            | Ty::Math
+            | Ty::StringCtor
+            | Ty::DateCtor
+            | Ty::Performance
+            | Ty::Json
+            | Ty::ResponseCtor => None,
             _ => Some(ValType::I32),
         }
     }
@@ -144,7 +160,12 @@ pub(crate) const WRITE_RESPONSE: u32 = 11;
 pub(crate) const READ_BODY: u32 = 12;
 pub(crate) const STR_TO_NUM: u32 = 13;
 const RANDOM: u32 = 14;
-const FIRST_USER: u32 = 15;
+pub(crate) const SB_NEW: u32 = 15;
+pub(crate) const SB_ROOM: u32 = 16;
+pub(crate) const SB_PUSH: u32 = 17;
+pub(crate) const SB_QUOTE: u32 = 18;
+pub(crate) const SB_NUM: u32 = 19;
+const FIRST_USER: u32 = 20;
 
 /// WASI's clock ids.
 const CLOCK_REALTIME: i32 = 0;
@@ -248,9 +269,13 @@ fn each_expr<'a>(stmts: &'a [Stmt], f: &mut impl FnMut(&'a Expr)) {
         }
     }
     fn target_<'a>(t: &'a Target, f: &mut impl FnMut(&'a Expr)) {
-        if let Target::Index(a, b) = t {
-            expr(a, f);
-            expr(b, f);
+        match t {
+            Target::Index(a, b) => {
+                expr(a, f);
+                expr(b, f);
+            }
+            Target::Member(a, _) => expr(a, f),
+            Target::Var(_) => {}
         }
     }
     fn stmt<'a>(s: &'a Stmt, f: &mut impl FnMut(&'a Expr)) {
@@ -375,6 +400,18 @@ impl ModuleBuilder<'_> {
         at
     }
 
+    /// The address of `[len: i32][bytes]` in the data segment.
+    pub(crate) fn blob(&mut self, bytes: &[u8]) -> u32 {
+        while !self.data.len().is_multiple_of(4) {
+            self.data.push(0);
+        }
+        let at = layout::DATA + self.data.len() as u32;
+        self.data
+            .extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        self.data.extend_from_slice(bytes);
+        at
+    }
+
     pub(crate) fn string(&mut self, units: &[u16]) -> u32 {
         if let Some(&at) = self.strings.get(units) {
             return at;
@@ -393,7 +430,16 @@ impl ModuleBuilder<'_> {
     }
 
     fn strings_for_helpers(&mut self) {
-        for s in ["true", "false", "NaN", "Infinity", "-Infinity", "0", ""] {
+        for s in [
+            "true",
+            "false",
+            "NaN",
+            "Infinity",
+            "-Infinity",
+            "0",
+            "",
+            "null",
+        ] {
             let units: Vec<u16> = s.encode_utf16().collect();
             self.string(&units);
         }

@@ -21,6 +21,8 @@ pub mod left {
     pub const TEXT: u32 = u32::MAX - 3;
 }
 
+mod json;
+
 const F: ValType = ValType::F64;
 const N: ValType = ValType::I32;
 
@@ -32,12 +34,13 @@ type Helper = (
 );
 
 pub(crate) fn emit(m: &mut ModuleBuilder<'_>) -> Vec<(u32, Function)> {
-    let prefix = b"content-type: text/plain;charset=UTF-8\nstatus: ";
+    let prefix = b"status: ";
     let prefix_at = m.bytes(prefix);
     let nan = m.str_addr("NaN") as u32;
     let inf = m.str_addr("Infinity") as u32;
     let ninf = m.str_addr("-Infinity") as u32;
     let zero = m.str_addr("0") as u32;
+    let null = m.str_addr("null") as u32;
     let helpers: Vec<Helper> = vec![
         (vec![N], vec![N], alloc),
         (vec![F], vec![N], to_int32),
@@ -49,6 +52,11 @@ pub(crate) fn emit(m: &mut ModuleBuilder<'_>) -> Vec<(u32, Function)> {
         (vec![], vec![N], read_body),
         (vec![N, N], vec![F], str_to_num),
         (vec![], vec![F], random),
+        (vec![], vec![N], json::sb_new),
+        (vec![N, N], vec![N], json::sb_room),
+        (vec![N, N], vec![], json::sb_push),
+        (vec![N, N], vec![], json::sb_quote),
+        (vec![N, F], vec![], json::sb_num),
     ];
     let consts = Consts {
         prefix_at,
@@ -57,6 +65,7 @@ pub(crate) fn emit(m: &mut ModuleBuilder<'_>) -> Vec<(u32, Function)> {
         inf,
         ninf,
         zero,
+        null,
     };
     helpers
         .into_iter()
@@ -77,6 +86,7 @@ struct Consts {
     inf: u32,
     ninf: u32,
     zero: u32,
+    null: u32,
 }
 
 impl FnBuilder<'_, '_> {
@@ -490,9 +500,10 @@ fn str_eq(f: &mut FnBuilder<'_, '_>, _: &Consts) {
     ]);
 }
 
-/// Writes the response as CGI output: `content-type` and `status`
-/// headers (as the isolate's `new Response(string)` has them), then the
-/// body as UTF-8, lone surrogates as U+FFFD (as `TextEncoder` does).
+/// Writes the response as CGI output: its header lines (made when
+/// compiling, as the isolate's `Response` would have them) and `status`,
+/// then the body as UTF-8, lone surrogates as U+FFFD (as `TextEncoder`
+/// does).
 fn write_response(f: &mut FnBuilder<'_, '_>, c: &Consts) {
     let r = 0;
     let (status, body, len, out, p, i, u, next) = (
@@ -505,6 +516,7 @@ fn write_response(f: &mut FnBuilder<'_, '_>, c: &Consts) {
         f.local(N),
         f.local(N),
     );
+    let (headers, hlen) = (f.local(N), f.local(N));
     let x = f.local(F);
     f.all([
         I::LocalGet(r),
@@ -525,7 +537,13 @@ fn write_response(f: &mut FnBuilder<'_, '_>, c: &Consts) {
         I::I32Or,
     ]);
     f.leave_if(left::STATUS);
+    // The header lines, then `status: `.
     f.all([
+        I::LocalGet(r),
+        I::I32Load(mem(layout::RESP_HEADERS, 2)),
+        I::LocalTee(headers),
+        I::I32Load(mem(0, 2)),
+        I::LocalSet(hlen),
         I::LocalGet(r),
         I::I32Load(mem(layout::RESP_BODY, 2)),
         I::LocalTee(body),
@@ -533,17 +551,31 @@ fn write_response(f: &mut FnBuilder<'_, '_>, c: &Consts) {
         I::LocalTee(len),
         I::I32Const(3),
         I::I32Mul,
+        I::LocalGet(hlen),
+        I::I32Add,
         I::I32Const(c.prefix_len + 5),
         I::I32Add,
         I::Call(ALLOC),
         I::LocalTee(out),
+        I::LocalGet(headers),
+        I::I32Const(4),
+        I::I32Add,
+        I::LocalGet(hlen),
+        I::MemoryCopy {
+            src_mem: 0,
+            dst_mem: 0,
+        },
+        I::LocalGet(out),
+        I::LocalGet(hlen),
+        I::I32Add,
+        I::LocalTee(p),
         I::I32Const(c.prefix_at as i32),
         I::I32Const(c.prefix_len),
         I::MemoryCopy {
             src_mem: 0,
             dst_mem: 0,
         },
-        I::LocalGet(out),
+        I::LocalGet(p),
         I::I32Const(c.prefix_len),
         I::I32Add,
         I::LocalSet(p),

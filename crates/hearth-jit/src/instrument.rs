@@ -203,9 +203,13 @@ fn stmt(s: &Stmt, marks: &mut Vec<Mark>, d: u32) {
 }
 
 fn target(t: &Target, marks: &mut Vec<Mark>, d: u32) {
-    if let Target::Index(obj, idx) = t {
-        expr(obj, marks, d);
-        expr(idx, marks, d);
+    match t {
+        Target::Index(obj, idx) => {
+            expr(obj, marks, d);
+            expr(idx, marks, d);
+        }
+        Target::Member(obj, _) => expr(obj, marks, d),
+        Target::Var(_) => {}
     }
 }
 

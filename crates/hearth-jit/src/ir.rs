@@ -124,6 +124,8 @@ pub enum UnOp {
 pub enum Target {
     Var(String),
     Index(Box<Expr>, Box<Expr>),
+    /// `object.name`.
+    Member(Box<Expr>, String),
 }
 
 #[derive(Debug)]
@@ -157,7 +159,9 @@ pub enum ExprKind {
     Member(Box<Expr>, String),
     Index(Box<Expr>, Box<Expr>),
     Array(Vec<Expr>),
-    /// `{ key: value }`, only as `new Response`'s options.
+    /// `{ key: value, … }`: static keys that are not array indexes nor
+    /// `__proto__`, each once, in source order (JavaScript's property
+    /// order for such keys).
     Object(Vec<(String, Expr)>),
     Arrow(FuncId),
     Await(Box<Expr>),

@@ -438,6 +438,9 @@ impl Lower<'_> {
                 Box::new(self.expr(&m.object)?),
                 Box::new(self.expr(&m.expression)?),
             )),
+            js::SimpleAssignmentTarget::StaticMemberExpression(m) if !m.optional => Ok(
+                Target::Member(Box::new(self.expr(&m.object)?), m.property.name.to_string()),
+            ),
             other => Err(self.refuse(other.span(), "this assignment target")),
         }
     }
@@ -502,18 +505,35 @@ impl Lower<'_> {
                 self.traced(span, ExprKind::Array(elems))
             }
             Expression::ObjectExpression(o) => {
-                let mut props = vec![];
+                let mut props: Vec<(String, Expr)> = vec![];
                 for p in &o.properties {
                     let js::ObjectPropertyKind::ObjectProperty(p) = p else {
                         return Err(self.refuse(span, "a spread in an object"));
                     };
-                    let js::PropertyKey::StaticIdentifier(key) = &p.key else {
-                        return Err(self.refuse(p.span, "a computed or quoted key"));
+                    let key = match &p.key {
+                        js::PropertyKey::StaticIdentifier(key) => key.name.to_string(),
+                        js::PropertyKey::StringLiteral(key) => key.value.to_string(),
+                        _ => return Err(self.refuse(p.span, "a computed or numeric key")),
                     };
-                    if p.shorthand || p.method || p.kind != js::PropertyKind::Init {
-                        return Err(self.refuse(p.span, "a shorthand, method or accessor property"));
+                    if p.method || p.kind != js::PropertyKind::Init {
+                        return Err(self.refuse(p.span, "a method or accessor property"));
                     }
-                    props.push((key.name.as_str().to_string(), self.expr(&p.value)?));
+                    // Index-like keys come first in JavaScript's property
+                    // order, and `__proto__` sets the prototype: neither is
+                    // a plain field.
+                    if key == "__proto__" || is_array_index(&key) {
+                        return Err(self.refuse(p.span, &format!("the key `{key}`")));
+                    }
+                    if props.iter().any(|(k, _)| *k == key) {
+                        return Err(self.refuse(p.span, &format!("the key `{key}` twice")));
+                    }
+                    let mut value = self.expr(&p.value)?;
+                    if p.shorthand {
+                        // `{ count }`: the traced source cannot wrap the
+                        // name alone; the object's own trace covers it.
+                        value.id = None;
+                    }
+                    props.push((key, value));
                 }
                 self.traced(span, ExprKind::Object(props))
             }
@@ -686,4 +706,10 @@ impl Lower<'_> {
             _ => return Err(self.refuse(span, "this kind of expression")),
         })
     }
+}
+
+/// A key JavaScript orders as an array index (`"0"`, `"12"`, not `"01"`).
+fn is_array_index(key: &str) -> bool {
+    key.parse::<u32>()
+        .is_ok_and(|n| n != u32::MAX && n.to_string() == key)
 }

@@ -22,11 +22,24 @@ globalThis.Request = class Request {
   async text() { return this._body; }
 };
 globalThis.Response = class Response {
-  constructor(body, init) { this.body = String(body ?? ""); this.status = (init && init.status) ?? 200; }
+  constructor(body, init) {
+    this.body = String(body ?? "");
+    this.status = (init && init.status) ?? 200;
+    // The header lines, as the isolate's sorted `Headers` gives them.
+    const h = {};
+    for (const [k, v] of Object.entries((init && init.headers) || {})) h[k.toLowerCase()] = String(v).trim();
+    if (!("content-type" in h)) h["content-type"] = "text/plain;charset=UTF-8";
+    this.head = Object.keys(h).sort().map((k) => `${k}: ${h[k]}\n`).join("");
+  }
+  static json(data, init = {}) {
+    const headers = { ...(init.headers || {}) };
+    if (!Object.keys(headers).some((k) => k.toLowerCase() === "content-type")) headers["content-type"] = "application/json";
+    return new Response(JSON.stringify(data), { ...init, headers });
+  }
 };
 globalThis.__run = async (body) => {
   const r = await __handler.fetch(new Request(body));
-  return [r.status, r.body];
+  return [r.status, r.head + r.body];
 };
 "#;
 
@@ -198,7 +211,13 @@ fn run_module(engine: &Engine, wasm: &[u8], body: &str) -> Ran {
         .trim()
         .parse()
         .unwrap();
-    Ran::Answered(status, body.to_string())
+    // The other header lines, then the body: as `__run` gives them.
+    let headers: String = head
+        .lines()
+        .filter(|l| !l.starts_with("status: "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    Ran::Answered(status, headers + body)
 }
 
 /// Traces `source` over `training`, compiles, then checks every body in
@@ -292,7 +311,7 @@ export default {
     let engine = Engine::default();
     assert_eq!(
         run_module(&engine, &wasm, "ab"),
-        Ran::Answered(200, "short".into())
+        Ran::Answered(200, "content-type: text/plain;charset=UTF-8\nshort".into())
     );
     let Ran::Left(at) = run_module(&engine, &wasm, "abcdef") else {
         panic!("a branch the trace never took must leave")
@@ -308,8 +327,16 @@ export default {
 fn what_the_compiler_does_not_take_is_refused_with_where() {
     for (src, says) in [
         (
-            "export default { fetch() { const o = {a: 1}; return new Response(o.a); } };",
-            "object",
+            "export default { fetch() { const o = {a: 1}; return new Response(o.b); } };",
+            "object made without it",
+        ),
+        (
+            "export default { fetch() { const o = {a: 1}; o.a = 'x'; return new Response('x'); } };",
+            "another kind of value",
+        ),
+        (
+            "export default { fetch() { return new Response('x', { headers: { 'x-a': String(1) } }); } };",
+            "string literal",
         ),
         (
             "export default { fetch(r) { const p = fetch('x'); return new Response('x'); } };",
@@ -439,4 +466,54 @@ export default {
             "{body}"
         );
     }
+}
+
+const STATS: &str = include_str!("../../../examples/js/stats.mjs");
+
+/// Plain objects (literals, fields read, written and counted, arrays of
+/// them) and JSON: `JSON.stringify` of every kind of value and
+/// `Response.json`, with the isolate's content type.
+#[test]
+fn objects_and_json_answer_as_quickjs_does() {
+    let n = differential(
+        STATS,
+        &["3,1,4,1,5,9,2,6", "10", "7,7,7,-3", "", "1,x"],
+        &[
+            "0",
+            "1,2,3,4,5,6,7,8,9,10,11,12",
+            "-5,-50,500",
+            "x",
+            "2,,3",
+            "--1",
+        ],
+    );
+    assert_eq!(n, 11);
+}
+
+/// Strings in JSON are quoted as QuickJS quotes them: quotes, backslashes,
+/// the named escapes, other control characters, surrogate pairs and lone
+/// surrogates; NaN and the infinities are `null`; objects compare by
+/// identity; headers given literally are the isolate's, sorted.
+#[test]
+fn json_text_is_quickjs_s_to_the_unit() {
+    let src = r#"
+export default {
+  async fetch(request) {
+    const t = await request.text();
+    const n = Number(t);
+    const o = { text: t, esc: "q\"b\\n\nr\rt\tb\bf\f" + String.fromCharCode(1) + String.fromCharCode(31) + "~",
+                pair: String.fromCharCode(0xD83D) + String.fromCharCode(0xDE00), lone: String.fromCharCode(0xD800) + "x" + String.fromCharCode(0xDC00),
+                nan: (n - n) / (n - n), inf: 1 / (n - n), negz: -0 * n, ok: n > 2, nested: { list: [n, n * 2], empty: {} } };
+    const same = o === o, other = o === { text: t };
+    o.nested.list[1] += 1;
+    o.text += "!";
+    return new Response(JSON.stringify({ o, same, other }), {
+      status: 201,
+      headers: { "Content-Type": "application/json", "X-Kind": " stats " },
+    });
+  },
+};
+"#;
+    let n = differential(src, &["3", "0"], &["5", "-0", "12"]);
+    assert_eq!(n, 5);
 }

@@ -267,7 +267,12 @@ impl FnBuilder<'_, '_> {
                 self.emit(I::I32Ne);
             }
             Ty::Undef => self.emit(I::I32Const(0)),
-            Ty::Math | Ty::StringCtor | Ty::DateCtor | Ty::Performance => self.emit(I::I32Const(1)),
+            Ty::Math
+            | Ty::StringCtor
+            | Ty::DateCtor
+            | Ty::Performance
+            | Ty::Json
+            | Ty::ResponseCtor => self.emit(I::I32Const(1)),
             _ => {
                 self.emit(I::Drop);
                 self.emit(I::I32Const(1));
@@ -452,9 +457,7 @@ impl FnBuilder<'_, '_> {
                 self.load_element(&t)
             }
             ExprKind::Array(elems) => self.array(elems)?,
-            ExprKind::Object(_) => {
-                return refuse("an object literal outside `new Response(body, { status })`");
-            }
+            ExprKind::Object(props) => self.object(props)?,
             ExprKind::Arrow(_) => return refuse("a function used as a value"),
             ExprKind::Await(inner) => match &inner.kind {
                 ExprKind::Method(obj, name, args) if name == "text" && args.is_empty() => {
@@ -502,6 +505,8 @@ impl FnBuilder<'_, '_> {
                 "String" => Ok(Ty::StringCtor),
                 "Date" => Ok(Ty::DateCtor),
                 "performance" => Ok(Ty::Performance),
+                "JSON" => Ok(Ty::Json),
+                "Response" => Ok(Ty::ResponseCtor),
                 "NaN" => {
                     self.emit(I::F64Const(f64::NAN.into()));
                     Ok(Ty::Num)
@@ -562,6 +567,15 @@ impl FnBuilder<'_, '_> {
             return Ok(Ty::Str);
         }
         if matches!(op, StrictEq | StrictNe | Eq | Ne) {
+            if let (Ty::Obj(_), Ty::Obj(_)) = (&ta, &tb)
+                && ta != tb
+            {
+                // Objects of two shapes are two objects: never equal.
+                self.emit(I::Drop);
+                self.emit(I::Drop);
+                self.emit(I::I32Const(matches!(op, StrictNe | Ne) as i32));
+                return Ok(Ty::Bool);
+            }
             if ta != tb {
                 return refuse(format!("comparing a {ta:?} with a {tb:?}"));
             }
@@ -569,6 +583,8 @@ impl FnBuilder<'_, '_> {
                 Ty::Num => self.emit(I::F64Eq),
                 Ty::Bool => self.emit(I::I32Eq),
                 Ty::Str => self.emit(I::Call(STR_EQ)),
+                // Objects and arrays are equal only to themselves.
+                Ty::Obj(_) | Ty::Arr(_) => self.emit(I::I32Eq),
                 t => return refuse(format!("comparing {t:?}s")),
             }
             if matches!(op, StrictNe | Ne) {
@@ -649,25 +665,25 @@ impl FnBuilder<'_, '_> {
                     self.emit(I::LocalGet(old));
                 }
             }
-            Target::Index(obj, idx) => {
-                let t = self.element(obj, idx)?;
-                if Self::element_value(&t) != Ty::Num {
-                    return refuse("`++`/`--` of a non-number element");
+            Target::Index(..) | Target::Member(..) => {
+                let slot = self.place(target)?;
+                if slot.value() != Ty::Num {
+                    return refuse("`++`/`--` of a non-number element or field");
                 }
                 let addr = self.local(ValType::I32);
                 let old = self.local(ValType::F64);
                 self.emit(I::LocalTee(addr));
                 self.emit(I::LocalGet(addr));
-                self.load_element(&t);
+                self.load_slot(&slot);
                 self.emit(I::LocalTee(old));
                 delta(self);
-                self.store_element(&t);
+                self.store_slot(&slot);
                 // What a typed array holds after the store is what the
                 // expression is worth in JavaScript only for prefix forms
                 // of an in-range value; read it back.
                 if prefix {
                     self.emit(I::LocalGet(addr));
-                    self.load_element(&t);
+                    self.load_slot(&slot);
                 } else {
                     self.emit(I::LocalGet(old));
                 }
@@ -893,23 +909,31 @@ impl FnBuilder<'_, '_> {
                 self.emit(I::LocalGet(v));
                 Ok(t)
             }
-            Target::Index(obj, idx) => {
-                let t = self.element(obj, idx)?;
-                let elem = Self::element_value(&t);
+            Target::Index(..) | Target::Member(..) => {
+                let slot = self.place(target)?;
+                let elem = slot.value();
                 let addr = self.local(ValType::I32);
                 self.emit(I::LocalTee(addr));
                 match op {
                     None => {
                         if self.expr(value)? != elem {
-                            return refuse("an element assigned another kind of value");
+                            return refuse("an element or field assigned another kind of value");
                         }
+                    }
+                    Some(BinOp::Add) if elem == Ty::Str => {
+                        self.emit(I::LocalGet(addr));
+                        self.load_slot(&slot);
+                        self.string_of(value)?;
+                        self.emit(I::Call(CONCAT));
                     }
                     Some(op) => {
                         if elem != Ty::Num {
-                            return refuse("a compound assignment to a non-number element");
+                            return refuse(
+                                "a compound assignment to a non-number element or field",
+                            );
                         }
                         self.emit(I::LocalGet(addr));
-                        self.load_element(&t);
+                        self.load_slot(&slot);
                         self.num(value)?;
                         self.num_op(op);
                     }
@@ -919,7 +943,7 @@ impl FnBuilder<'_, '_> {
                         .ok_or_else(|| Refused::new("assigning a non-value".into()))?,
                 );
                 self.emit(I::LocalTee(v));
-                self.store_element(&t);
+                self.store_slot(&slot);
                 self.emit(I::LocalGet(v));
                 Ok(elem)
             }
@@ -1007,6 +1031,13 @@ impl FnBuilder<'_, '_> {
                 self.num(y)?;
                 self.emit(if name == "min" { I::F64Min } else { I::F64Max });
                 Ty::Num
+            }
+            (Ty::Json, "stringify", [x]) => {
+                self.json_stringify(x)?;
+                Ty::Str
+            }
+            (Ty::ResponseCtor, "json", [x]) | (Ty::ResponseCtor, "json", [x, _]) => {
+                return self.make_response(json::Body::Json(x), args.get(1));
             }
             (Ty::Math, "random", []) => {
                 self.emit(I::Call(RANDOM));
@@ -1254,49 +1285,12 @@ impl FnBuilder<'_, '_> {
         Ok(t)
     }
 
-    /// `new Response(body)` or `new Response(body, { status })`.
+    /// `new Response(body[, { status, headers }])`.
     pub(super) fn response(&mut self, args: &[Expr]) -> R<Ty> {
-        let r = self.local(ValType::I32);
-        self.emit(I::I32Const(16));
-        self.emit(I::Call(ALLOC));
-        self.emit(I::LocalSet(r));
-        self.emit(I::LocalGet(r));
-        match args.get(1) {
-            None => self.emit(I::F64Const(200.0.into())),
-            Some(Expr {
-                kind: ExprKind::Object(props),
-                id,
-                start,
-                ..
-            }) => {
-                if id.is_some_and(|id| self.m.trace.mask(id) == 0) {
-                    return Err(Stop::Unreached(*start));
-                }
-                let [(key, status)] = props.as_slice() else {
-                    return refuse("Response options other than `{ status }`");
-                };
-                if key != "status" {
-                    return refuse(format!("the Response option `{key}`"));
-                }
-                self.num(status)?;
-            }
-            Some(_) => return refuse("Response options that are not an object literal"),
-        }
-        self.emit(I::F64Store(mem(0, 3)));
-        self.emit(I::LocalGet(r));
-        match args.first() {
-            Some(body) => self.string_of(body)?,
-            None => {
-                let empty = self.m.str_addr("");
-                self.emit(I::I32Const(empty));
-            }
-        }
-        self.emit(I::I32Store(mem(layout::RESP_BODY, 2)));
         if args.len() > 2 {
             return refuse("`new Response` with more than two arguments");
         }
-        self.emit(I::LocalGet(r));
-        Ok(Ty::Response)
+        self.make_response(json::Body::Text(args.first()), args.get(1))
     }
 
     pub(super) fn member(&mut self, obj: &Expr, name: &str) -> R<Ty> {
@@ -1318,6 +1312,7 @@ impl FnBuilder<'_, '_> {
                 self.emit(I::F64Const(v.into()));
                 Ok(Ty::Num)
             }
+            (Ty::Obj(_), _) => self.load_field(&t, name),
             _ => refuse(format!("the property `{name}` of a {t:?}")),
         }
     }

@@ -237,6 +237,14 @@ fn varied(example: &str, i: u64, heavy: bool) -> String {
                 .collect::<Vec<_>>()
                 .join(if next(4) == 0 { "  " } else { " " })
         }
+        "stats" => {
+            let n = 1 + next(80) * scale;
+            let spread = 1 + next(1000);
+            (0..n)
+                .map(|_| (next(2 * spread) as i64 - spread as i64).to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        }
         _ => format!("request {i}"),
     }
 }
@@ -254,6 +262,7 @@ async fn every_example_answers_a_recorded_stream_of_1000_varied_requests_compile
         ("pi", PI),
         ("words", include_str!("../../../../examples/js/words.mjs")),
         ("maze", include_str!("../../../../examples/js/maze.mjs")),
+        ("stats", include_str!("../../../../examples/js/stats.mjs")),
     ] {
         d.deploy(
             name,
