@@ -24,6 +24,7 @@ use wasm_encoder::{
 
 mod expr;
 mod json;
+mod kv;
 mod object;
 
 use crate::Refused;
@@ -75,6 +76,9 @@ pub(crate) enum Ty {
     /// `JSON` (`JSON.stringify`) and `Response` (`Response.json`).
     Json,
     ResponseCtor,
+    /// `hearth` and `hearth.kv` (`codegen/kv.rs`).
+    Hearth,
+    Kv,
     /// A plain object: its keys in order, each with the kind of value it
     /// holds (`codegen/object.rs`).
     Obj(std::rc::Rc<Vec<(String, Ty)>>),
@@ -90,7 +94,9 @@ impl Ty {
             | Ty::DateCtor
             | Ty::Performance
             | Ty::Json
-            | Ty::ResponseCtor => None,
+            | Ty::ResponseCtor
+            | Ty::Hearth
+            | Ty::Kv => None,
             _ => Some(ValType::I32),
         }
     }
@@ -143,29 +149,34 @@ fn refuse<T>(what: impl Into<String>) -> R<T> {
 
 // Imported functions. Clocks and randomness are WASI's, which the wasm
 // tier answers from the host layer (so they are taped as the isolate's
-// `Date.now()` and `Math.random()` are).
+// `Date.now()` and `Math.random()` are); KV is the wasm tier's `hearth`
+// calls, which the isolate's `hearth.kv` makes too.
 pub(crate) const FD_WRITE: u32 = 0;
 pub(crate) const FD_READ: u32 = 1;
 const LEAVE: u32 = 2;
 const CLOCK_TIME_GET: u32 = 3;
 pub(crate) const RANDOM_GET: u32 = 4;
+const KV_GET: u32 = 5;
+const KV_SET: u32 = 6;
 // Helpers, emitted by `helpers.rs`, in this order.
-pub(crate) const ALLOC: u32 = 5;
-pub(crate) const TO_INT32: u32 = 6;
-pub(crate) const REM: u32 = 7;
-pub(crate) const CONCAT: u32 = 8;
-pub(crate) const NUM_TO_STR: u32 = 9;
-pub(crate) const STR_EQ: u32 = 10;
-pub(crate) const WRITE_RESPONSE: u32 = 11;
-pub(crate) const READ_BODY: u32 = 12;
-pub(crate) const STR_TO_NUM: u32 = 13;
-const RANDOM: u32 = 14;
-pub(crate) const SB_NEW: u32 = 15;
-pub(crate) const SB_ROOM: u32 = 16;
-pub(crate) const SB_PUSH: u32 = 17;
-pub(crate) const SB_QUOTE: u32 = 18;
-pub(crate) const SB_NUM: u32 = 19;
-const FIRST_USER: u32 = 20;
+pub(crate) const ALLOC: u32 = 7;
+pub(crate) const TO_INT32: u32 = 8;
+pub(crate) const REM: u32 = 9;
+pub(crate) const CONCAT: u32 = 10;
+pub(crate) const NUM_TO_STR: u32 = 11;
+pub(crate) const STR_EQ: u32 = 12;
+pub(crate) const WRITE_RESPONSE: u32 = 13;
+pub(crate) const READ_BODY: u32 = 14;
+pub(crate) const STR_TO_NUM: u32 = 15;
+const RANDOM: u32 = 16;
+pub(crate) const SB_NEW: u32 = 17;
+pub(crate) const SB_ROOM: u32 = 18;
+pub(crate) const SB_PUSH: u32 = 19;
+pub(crate) const SB_QUOTE: u32 = 20;
+pub(crate) const SB_NUM: u32 = 21;
+const ASCII_OUT: u32 = 22;
+const ASCII_IN: u32 = 23;
+const FIRST_USER: u32 = 24;
 
 /// WASI's clock ids.
 const CLOCK_REALTIME: i32 = 0;
@@ -242,7 +253,10 @@ fn each_expr<'a>(stmts: &'a [Stmt], f: &mut impl FnMut(&'a Expr)) {
             | ExprKind::Str(_)
             | ExprKind::Bool(_)
             | ExprKind::Arrow(_) => {}
-            ExprKind::Bin(_, a, b) | ExprKind::Logic(_, a, b) | ExprKind::Index(a, b) => {
+            ExprKind::Bin(_, a, b)
+            | ExprKind::Logic(_, a, b)
+            | ExprKind::Coalesce(a, b)
+            | ExprKind::Index(a, b) => {
                 expr(a, f);
                 expr(b, f);
             }
@@ -576,6 +590,8 @@ impl ModuleBuilder<'_> {
             vec![ValType::I32],
         );
         let random = self.type_index(vec![ValType::I32; 2], vec![ValType::I32]);
+        let kv_get = self.type_index(vec![ValType::I32; 5], vec![ValType::I32]);
+        let kv_set = self.type_index(vec![ValType::I32; 4], vec![ValType::I32]);
         let start = self.type_index(vec![], vec![]);
         let helpers = crate::helpers::emit(&mut self);
         let mut types = TypeSection::new();
@@ -584,7 +600,7 @@ impl ModuleBuilder<'_> {
         }
         module.section(&types);
         let mut imports = ImportSection::new();
-        // In the order of their indices (FD_WRITE … RANDOM_GET).
+        // In the order of their indices (FD_WRITE … KV_SET).
         const WASI: &str = "wasi_snapshot_preview1";
         for (module, name, ty) in [
             (WASI, "fd_write", fd_io),
@@ -592,6 +608,8 @@ impl ModuleBuilder<'_> {
             ("hearth", "leave", leave),
             (WASI, "clock_time_get", clock),
             (WASI, "random_get", random),
+            ("hearth", "kv_get", kv_get),
+            ("hearth", "kv_set", kv_set),
         ] {
             imports.import(module, name, EntityType::Function(ty));
         }

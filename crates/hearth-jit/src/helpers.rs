@@ -19,6 +19,8 @@ pub mod left {
     pub const STATUS: u32 = u32::MAX - 2;
     /// A request body that is not ASCII, or a string too long.
     pub const TEXT: u32 = u32::MAX - 3;
+    /// A host call that failed (the isolate makes it again).
+    pub const HOST: u32 = u32::MAX - 4;
 }
 
 mod json;
@@ -57,6 +59,8 @@ pub(crate) fn emit(m: &mut ModuleBuilder<'_>) -> Vec<(u32, Function)> {
         (vec![N, N], vec![], json::sb_push),
         (vec![N, N], vec![], json::sb_quote),
         (vec![N, F], vec![], json::sb_num),
+        (vec![N], vec![N], ascii_out),
+        (vec![N, N], vec![N], ascii_in),
     ];
     let consts = Consts {
         prefix_at,
@@ -1188,5 +1192,102 @@ fn random(f: &mut FnBuilder<'_, '_>, _: &Consts) {
         I::F64ConvertI32U,
         I::F64Const(4294967296.0.into()),
         I::F64Div,
+    ]);
+}
+
+/// `ascii_out(string) -> bytes`: the string's units as bytes (its UTF-8,
+/// as the isolate sends a KV key or value), or leaves for text that is
+/// not ASCII. The length is the string's.
+fn ascii_out(f: &mut FnBuilder<'_, '_>, _: &Consts) {
+    let s = 0;
+    let (n, out, i, u) = (f.local(N), f.local(N), f.local(N), f.local(N));
+    f.all([
+        I::LocalGet(s),
+        I::I32Load(mem(0, 2)),
+        I::LocalTee(n),
+        I::Call(ALLOC),
+        I::LocalSet(out),
+        I::Block(BlockType::Empty),
+        I::Loop(BlockType::Empty),
+        I::LocalGet(i),
+        I::LocalGet(n),
+        I::I32GeU,
+        I::BrIf(1),
+        I::LocalGet(s),
+        I::LocalGet(i),
+        I::I32Const(1),
+        I::I32Shl,
+        I::I32Add,
+        I::I32Load16U(mem(layout::STR_UNITS, 1)),
+        I::LocalTee(u),
+        I::I32Const(0x80),
+        I::I32GeU,
+    ]);
+    f.leave_if(left::TEXT);
+    f.all([
+        I::LocalGet(out),
+        I::LocalGet(i),
+        I::I32Add,
+        I::LocalGet(u),
+        I::I32Store8(mem(0, 0)),
+        I::LocalGet(i),
+        I::I32Const(1),
+        I::I32Add,
+        I::LocalSet(i),
+        I::Br(0),
+        I::End,
+        I::End,
+        I::LocalGet(out),
+    ]);
+}
+
+/// `ascii_in(bytes, len) -> string`: ASCII bytes as a string (a KV value,
+/// as the isolate decodes it), or leaves for bytes that are not ASCII.
+fn ascii_in(f: &mut FnBuilder<'_, '_>, _: &Consts) {
+    let (b, n) = (0, 1);
+    let (s, i, u) = (f.local(N), f.local(N), f.local(N));
+    f.all([I::LocalGet(n), I::I32Const(1 << 28), I::I32GeU]);
+    f.leave_if(left::TEXT);
+    f.all([
+        I::LocalGet(n),
+        I::I32Const(1),
+        I::I32Shl,
+        I::I32Const(layout::STR_UNITS as i32),
+        I::I32Add,
+        I::Call(ALLOC),
+        I::LocalTee(s),
+        I::LocalGet(n),
+        I::I32Store(mem(0, 2)),
+        I::Block(BlockType::Empty),
+        I::Loop(BlockType::Empty),
+        I::LocalGet(i),
+        I::LocalGet(n),
+        I::I32GeU,
+        I::BrIf(1),
+        I::LocalGet(b),
+        I::LocalGet(i),
+        I::I32Add,
+        I::I32Load8U(mem(0, 0)),
+        I::LocalTee(u),
+        I::I32Const(0x80),
+        I::I32GeU,
+    ]);
+    f.leave_if(left::TEXT);
+    f.all([
+        I::LocalGet(s),
+        I::LocalGet(i),
+        I::I32Const(1),
+        I::I32Shl,
+        I::I32Add,
+        I::LocalGet(u),
+        I::I32Store16(mem(layout::STR_UNITS, 1)),
+        I::LocalGet(i),
+        I::I32Const(1),
+        I::I32Add,
+        I::LocalSet(i),
+        I::Br(0),
+        I::End,
+        I::End,
+        I::LocalGet(s),
     ]);
 }

@@ -225,7 +225,10 @@ fn expr(e: &Expr, marks: &mut Vec<Mark>, d: u32) {
         | ExprKind::Bool(_)
         | ExprKind::Var(_)
         | ExprKind::Arrow(_) => {}
-        ExprKind::Bin(_, a, b) | ExprKind::Logic(_, a, b) | ExprKind::Index(a, b) => {
+        ExprKind::Bin(_, a, b)
+        | ExprKind::Logic(_, a, b)
+        | ExprKind::Coalesce(a, b)
+        | ExprKind::Index(a, b) => {
             expr(a, marks, d);
             expr(b, marks, d);
         }

@@ -138,6 +138,8 @@ pub enum ExprKind {
     Bin(BinOp, Box<Expr>, Box<Expr>),
     /// `&&` (true) or `||` (false).
     Logic(bool, Box<Expr>, Box<Expr>),
+    /// `a ?? b`.
+    Coalesce(Box<Expr>, Box<Expr>),
     Unary(UnOp, Box<Expr>),
     Update {
         increment: bool,

@@ -77,6 +77,7 @@ impl Plan {
             left::NUMBER => "a number it cannot convert or print exactly".into(),
             left::STATUS => "a response status outside 200–599".into(),
             left::TEXT => "text that is not ASCII or too long".into(),
+            left::HOST => "a host call that failed".into(),
             0 => "a return of a kind the trace did not see".into(),
             at => {
                 let (line, col) = line_col(&self.source, at);

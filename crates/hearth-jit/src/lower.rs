@@ -580,13 +580,16 @@ impl Lower<'_> {
                 self.traced(span, ExprKind::Bin(op, Box::new(l), Box::new(r)))
             }
             Expression::LogicalExpression(l) => {
-                let and = match l.operator {
-                    LogicalOperator::And => true,
-                    LogicalOperator::Or => false,
-                    LogicalOperator::Coalesce => return Err(self.refuse(span, "`??`")),
+                let (a, b) = (
+                    Box::new(self.expr(&l.left)?),
+                    Box::new(self.expr(&l.right)?),
+                );
+                let kind = match l.operator {
+                    LogicalOperator::And => ExprKind::Logic(true, a, b),
+                    LogicalOperator::Or => ExprKind::Logic(false, a, b),
+                    LogicalOperator::Coalesce => ExprKind::Coalesce(a, b),
                 };
-                let (a, b) = (self.expr(&l.left)?, self.expr(&l.right)?);
-                self.traced(span, ExprKind::Logic(and, Box::new(a), Box::new(b)))
+                self.traced(span, kind)
             }
             Expression::UnaryExpression(u) => {
                 let op = match u.operator {

@@ -164,12 +164,17 @@ fn run_module(engine: &Engine, wasm: &[u8], body: &str) -> Ran {
             },
         )
         .unwrap();
-    // The functions here use no clock and no randomness; the daemon's test
-    // compares those with the isolate's through the real host layer.
-    for name in ["clock_time_get", "random_get"] {
+    // The functions here use no clock, randomness nor KV; the daemon's
+    // tests compare those with the isolate's through the real host layer.
+    for (module_name, name) in [
+        ("wasi_snapshot_preview1", "clock_time_get"),
+        ("wasi_snapshot_preview1", "random_get"),
+        ("hearth", "kv_get"),
+        ("hearth", "kv_set"),
+    ] {
         linker
             .func_new(
-                "wasi_snapshot_preview1",
+                module_name,
                 name,
                 module
                     .imports()

@@ -272,7 +272,9 @@ impl FnBuilder<'_, '_> {
             | Ty::DateCtor
             | Ty::Performance
             | Ty::Json
-            | Ty::ResponseCtor => self.emit(I::I32Const(1)),
+            | Ty::ResponseCtor
+            | Ty::Hearth
+            | Ty::Kv => self.emit(I::I32Const(1)),
             _ => {
                 self.emit(I::Drop);
                 self.emit(I::I32Const(1));
@@ -459,22 +461,53 @@ impl FnBuilder<'_, '_> {
             ExprKind::Array(elems) => self.array(elems)?,
             ExprKind::Object(props) => self.object(props)?,
             ExprKind::Arrow(_) => return refuse("a function used as a value"),
-            ExprKind::Await(inner) => match &inner.kind {
-                ExprKind::Method(obj, name, args) if name == "text" && args.is_empty() => {
-                    if let Some(id) = inner.id
-                        && self.m.trace.mask(id) == 0
-                    {
-                        return Err(Stop::Unreached(inner.start));
-                    }
-                    if self.expr(obj)? != Ty::Request {
-                        return refuse("`await x.text()` of something other than the request");
-                    }
-                    self.emit(I::Drop);
-                    self.emit(I::Call(READ_BODY));
-                    Ty::Str
+            ExprKind::Coalesce(a, b) => self.coalesce(a, b)?,
+            ExprKind::Await(inner) => {
+                let ExprKind::Method(obj, name, args) = &inner.kind else {
+                    return refuse("`await` of something other than a method call");
+                };
+                if let Some(id) = inner.id
+                    && self.m.trace.mask(id) == 0
+                {
+                    return Err(Stop::Unreached(inner.start));
                 }
-                _ => return refuse("`await` of something other than `request.text()`"),
-            },
+                match (self.expr(obj)?, name.as_str(), args.as_slice()) {
+                    (Ty::Request, "text", []) => {
+                        self.emit(I::Drop);
+                        self.emit(I::Call(READ_BODY));
+                        Ty::Str
+                    }
+                    (Ty::Kv, "get", [key]) => {
+                        if e.id
+                            .is_some_and(|id| self.m.trace.mask(id) & tag::NULL != 0)
+                        {
+                            return refuse(
+                                "`await hearth.kv.get(…)` that was null, other than before `??`",
+                            );
+                        }
+                        // The trace saw only strings: a missing value leaves.
+                        let v = self.local(ValType::I32);
+                        self.kv_get(key)?;
+                        self.emit(I::LocalTee(v));
+                        self.emit(I::I32Eqz);
+                        self.emit(I::If(BlockType::Empty));
+                        self.leave(e.start);
+                        self.emit(I::End);
+                        self.emit(I::LocalGet(v));
+                        Ty::Str
+                    }
+                    (Ty::Kv, "set", [key, value]) => {
+                        self.kv_set(key, value)?;
+                        Ty::Undef
+                    }
+                    (t, _, _) => {
+                        return refuse(format!(
+                            "`await` of the method `{name}` of a {t:?} with {} arguments",
+                            args.len()
+                        ));
+                    }
+                }
+            }
         })
     }
 
@@ -506,6 +539,7 @@ impl FnBuilder<'_, '_> {
                 "Date" => Ok(Ty::DateCtor),
                 "performance" => Ok(Ty::Performance),
                 "JSON" => Ok(Ty::Json),
+                "hearth" => Ok(Ty::Hearth),
                 "Response" => Ok(Ty::ResponseCtor),
                 "NaN" => {
                     self.emit(I::F64Const(f64::NAN.into()));
@@ -1313,6 +1347,7 @@ impl FnBuilder<'_, '_> {
                 Ok(Ty::Num)
             }
             (Ty::Obj(_), _) => self.load_field(&t, name),
+            (Ty::Hearth, "kv") => Ok(Ty::Kv),
             _ => refuse(format!("the property `{name}` of a {t:?}")),
         }
     }

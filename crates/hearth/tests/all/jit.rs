@@ -213,6 +213,60 @@ async fn compiled_code_reads_clocks_and_randomness_from_the_host_as_the_isolate_
     assert_eq!(f["compiled"], "compiled", "{f}");
 }
 
+const TALLY: &str = include_str!("../../../../examples/js/tally.mjs");
+
+/// KV from compiled code: the same host calls the isolate makes, so a
+/// compiled tape replays identically in the isolate; and a compiled run
+/// that leaves after its KV write hands the write's answer to the
+/// isolate, which does not write again: the total moves once.
+#[tokio::test(flavor = "multi_thread")]
+async fn compiled_code_calls_kv_through_the_host_and_a_leave_after_a_write_writes_once() {
+    let d = Daemon::start();
+    d.deploy(
+        "tally",
+        TALLY.as_bytes().to_vec(),
+        &[("runtime", "js"), ("file_name", "index.mjs")],
+    )
+    .await;
+    let bodies: Vec<String> = (0..20)
+        .map(|i| "lorem ipsum dolor sit amet ".repeat(200 + 10 * i))
+        .collect();
+    until_compiled(&d, "tally", &bodies).await;
+    let total = |answer: &str| -> u64 {
+        serde_json::from_str::<serde_json::Value>(answer).unwrap()["total"]
+            .as_u64()
+            .unwrap()
+    };
+
+    let (status, answer, id) = invoke(&d, "tally", "one two three").await;
+    assert_eq!(status, 200, "{answer}");
+    let before = total(&answer);
+    let tape = d.recording_when_written(&id).await;
+    assert_eq!(tape["tier"], "compiled", "{tape:#}");
+    let report = d.replay(&id).await;
+    assert_eq!(report["tier"], "js", "{report:#}");
+    assert_eq!(report["identical"], true, "{report:#}");
+
+    // Past the write, a branch the trace never took: the isolate finishes
+    // it, given the compiled run's KV answers.
+    let long = "x".repeat(50);
+    let r = d.post("/fn/admin/tally").body(long).send().await.unwrap();
+    assert_eq!(r.status(), 422);
+    assert_eq!(r.text().await.unwrap(), "a word of 50 letters");
+    let (status, answer, _) = invoke(&d, "tally", "four").await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        total(&answer),
+        before + 2,
+        "the long word counted once, though both tiers ran its write: {answer}"
+    );
+    let metrics = d.get_text("/metrics").await;
+    assert!(
+        counter(&metrics, "hearth_js_compiled_left_total") >= 1,
+        "{metrics}"
+    );
+}
+
 /// A varied request for `example`, the `i`th of a stream: numbers and
 /// texts of many sizes (the maze reads no request); `heavy` ones take a
 /// millisecond or more in the isolate, so the function gets hot.
@@ -229,7 +283,7 @@ fn varied(example: &str, i: u64, heavy: bool) -> String {
     match example {
         "primes" => (next(6000) * scale).to_string(),
         "pi" => (1 + next(3000) * scale).to_string(),
-        "words" => {
+        "words" | "tally" => {
             const WORDS: [&str; 8] = ["lorem", "Ipsum", "a", "dolor", "SIT", "amet,", "x", ""];
             let n = (next(300) * scale * scale) as usize;
             (0..n)
@@ -263,6 +317,7 @@ async fn every_example_answers_a_recorded_stream_of_1000_varied_requests_compile
         ("words", include_str!("../../../../examples/js/words.mjs")),
         ("maze", include_str!("../../../../examples/js/maze.mjs")),
         ("stats", include_str!("../../../../examples/js/stats.mjs")),
+        ("tally", TALLY),
     ] {
         d.deploy(
             name,
