@@ -22,6 +22,7 @@ use wasm_encoder::{
     MemorySection, MemoryType, Module, TypeSection, ValType,
 };
 
+mod dynamic;
 mod expr;
 mod json;
 mod kv;
@@ -79,6 +80,10 @@ pub(crate) enum Ty {
     /// `hearth` and `hearth.kv` (`codegen/kv.rs`).
     Hearth,
     Kv,
+    /// An object or array `JSON.parse` made: the parser's block of
+    /// `(key, cell)` pairs or of cells (`codegen/dynamic.rs`).
+    DynObj,
+    DynArr,
     /// A plain object: its keys in order, each with the kind of value it
     /// holds (`codegen/object.rs`).
     Obj(std::rc::Rc<Vec<(String, Ty)>>),
@@ -176,14 +181,20 @@ pub(crate) const SB_QUOTE: u32 = 20;
 pub(crate) const SB_NUM: u32 = 21;
 const ASCII_OUT: u32 = 22;
 const ASCII_IN: u32 = 23;
-const FIRST_USER: u32 = 24;
+pub(crate) const JP_WS: u32 = 24;
+pub(crate) const JP_STRING: u32 = 25;
+pub(crate) const JP_VALUE: u32 = 26;
+pub(crate) const JP_PARSE: u32 = 27;
+pub(crate) const JP_GET: u32 = 28;
+const FIRST_USER: u32 = 29;
 
 /// WASI's clock ids.
 const CLOCK_REALTIME: i32 = 0;
 const CLOCK_MONOTONIC: i32 = 1;
 
-/// The heap pointer is global 0.
+/// The heap pointer is global 0, the JSON parser's cursor global 1.
 pub(crate) const HEAP: u32 = 0;
+pub(crate) const CURSOR: u32 = 1;
 
 pub(crate) fn mem(offset: u64, align: u32) -> MemArg {
     MemArg {
@@ -226,6 +237,7 @@ pub fn compile(program: &Program, trace: &Trace) -> Result<Vec<u8>, Refused> {
         sigs: HashMap::new(),
         captured: captured_names(program),
     };
+    m.globals.push(ValType::I32); // CURSOR
     m.strings_for_helpers();
     // Module scope: consts and top-level functions.
     let mut module_scope = HashMap::new();

@@ -21,9 +21,13 @@ pub mod left {
     pub const TEXT: u32 = u32::MAX - 3;
     /// A host call that failed (the isolate makes it again).
     pub const HOST: u32 = u32::MAX - 4;
+    /// JSON the compiled parser does not take (malformed, or nested deeper
+    /// than it goes).
+    pub const JSON: u32 = u32::MAX - 5;
 }
 
 mod json;
+pub(crate) mod parse;
 
 const F: ValType = ValType::F64;
 const N: ValType = ValType::I32;
@@ -61,6 +65,11 @@ pub(crate) fn emit(m: &mut ModuleBuilder<'_>) -> Vec<(u32, Function)> {
         (vec![N, F], vec![], json::sb_num),
         (vec![N], vec![N], ascii_out),
         (vec![N, N], vec![N], ascii_in),
+        (vec![N], vec![], parse::jp_ws),
+        (vec![N], vec![N], parse::jp_string),
+        (vec![N, N], vec![N], parse::jp_value),
+        (vec![N], vec![N], parse::jp_parse),
+        (vec![N, N], vec![N], parse::jp_get),
     ];
     let consts = Consts {
         prefix_at,

@@ -78,6 +78,7 @@ impl Plan {
             left::STATUS => "a response status outside 200–599".into(),
             left::TEXT => "text that is not ASCII or too long".into(),
             left::HOST => "a host call that failed".into(),
+            left::JSON => "JSON the compiled parser does not take".into(),
             0 => "a return of a kind the trace did not see".into(),
             at => {
                 let (line, col) = line_col(&self.source, at);

@@ -20,6 +20,7 @@ globalThis.console = { log: (...a) => __lines.push(a.join(" ")) };
 globalThis.Request = class Request {
   constructor(body) { this._body = body; }
   async text() { return this._body; }
+  async json() { return JSON.parse(this._body); }
 };
 globalThis.Response = class Response {
   constructor(body, init) {
@@ -521,4 +522,87 @@ export default {
 "#;
     let n = differential(src, &["3", "0"], &["5", "-0", "12"]);
     assert_eq!(n, 5);
+}
+
+const ORDERS: &str = include_str!("../../../examples/js/orders.mjs");
+
+/// `await request.json()` parsed in the sandbox and read field by field,
+/// each read typed by the trace and guarded.
+#[test]
+fn parsed_json_is_read_as_quickjs_reads_it() {
+    let order = |items: &[(&str, i64, i64)], member: bool| {
+        let items: Vec<String> = items
+            .iter()
+            .map(|(sku, qty, cents)| format!(r#"{{"sku":"{sku}","qty":{qty},"cents":{cents}}}"#))
+            .collect();
+        format!(r#"{{"items":[{}],"member":{member}}}"#, items.join(","))
+    };
+    let training = [
+        order(&[("a-1", 2, 300), ("b", 12, 999)], false),
+        order(&[("c", 150, 5)], true),
+        order(&[("d", 0, 5)], true),
+    ];
+    let checks = [
+        order(&[], false),
+        order(&[("x", 1, 1), ("y", 10, 10), ("z", 100, 100)], true),
+        // Whitespace, escapes, a repeated key (the last counts), key order.
+        " { \"member\" : false , \"items\" : [ { \"cents\":7, \"qty\":3, \"sku\":\"q\\\"\\u00e9\\ud83d\\ude00\\n\" , \"qty\": 4 } ] } ".to_string(),
+        order(&[("neg", -3, 10)], false),
+    ];
+    let training: Vec<&str> = training.iter().map(String::as_str).collect();
+    let checks: Vec<&str> = checks.iter().map(String::as_str).collect();
+    assert_eq!(differential(ORDERS, &training, &checks), 7);
+}
+
+/// What the compiled parser does not take leaves, and says so: malformed
+/// text (QuickJS throws), fractions (an exact conversion it lacks), deep
+/// nesting; and a read the trace typed otherwise leaves where it is.
+#[test]
+fn json_the_compiled_parser_does_not_take_leaves() {
+    let plan = Plan::new(ORDERS).unwrap();
+    let traced = Interpreter::new(&plan.traced_source());
+    let mut trace = plan.trace();
+    for line in traced
+        .run(r#"{"items":[{"sku":"a","qty":2,"cents":300}],"member":true}"#)
+        .2
+    {
+        trace.merge_line(&line);
+    }
+    let wasm = plan.compile(&trace).unwrap();
+    let engine = Engine::default();
+    for (body, says) in [
+        (r#"{"items":[],"member":true"#, "JSON"),
+        (r#"{"items":[],"member":true} x"#, "JSON"),
+        (r#"{"items":[01],"member":true}"#, "JSON"),
+        (
+            r#"{"items":[{"sku":"a","qty":2,"cents":2.5}],"member":true}"#,
+            "number",
+        ),
+        (
+            r#"{"items":[{"sku":"a","qty":2,"cents":1e3}],"member":true}"#,
+            "number",
+        ),
+        (
+            &format!(
+                r#"{{"items":[],"member":true,"deep":{}{}}}"#,
+                "[".repeat(100),
+                "]".repeat(100)
+            ),
+            "JSON",
+        ),
+        (
+            r#"{"items":[{"sku":7,"qty":2,"cents":300}],"member":true}"#,
+            "never reached",
+        ),
+        (r#"{"items":{},"member":true}"#, "never reached"),
+    ] {
+        let Ran::Left(at) = run_module(&engine, &wasm, body) else {
+            panic!("{body} must leave")
+        };
+        assert!(
+            plan.where_left(at).contains(says),
+            "{body}: {}",
+            plan.where_left(at)
+        );
+    }
 }

@@ -127,7 +127,7 @@ impl FnBuilder<'_, '_> {
     /// object's type.
     pub(super) fn element(&mut self, obj: &Expr, idx: &Expr) -> R<Ty> {
         let t = self.expr(obj)?;
-        if !matches!(t, Ty::U8 | Ty::I32A | Ty::F64A | Ty::Arr(_)) {
+        if !matches!(t, Ty::U8 | Ty::I32A | Ty::F64A | Ty::Arr(_) | Ty::DynArr) {
             return refuse(format!("indexing a {t:?}"));
         }
         let o = self.local(ValType::I32);
@@ -140,7 +140,7 @@ impl FnBuilder<'_, '_> {
             self.emit(I::I32Mul);
         }
         self.emit(I::LocalGet(o));
-        if let Ty::Arr(_) = t {
+        if let Ty::Arr(_) | Ty::DynArr = t {
             self.emit(I::I32Load(mem(layout::ARR_DATA, 2)));
         } else {
             self.emit(I::I32Const(layout::TYPED_DATA as i32));
@@ -451,12 +451,26 @@ impl FnBuilder<'_, '_> {
                 ty
             }
             ExprKind::Call(name, args) => self.call(name, args, e.start)?,
-            ExprKind::Method(obj, name, args) => self.method(obj, name, args)?,
             ExprKind::New(class, args) => self.new_(class, args)?,
-            ExprKind::Member(obj, name) => self.member(obj, name)?,
+            ExprKind::Method(obj, name, args) if name == "parse" && self.is_global(obj, "JSON") => {
+                let [text] = args.as_slice() else {
+                    return refuse("JSON.parse with other than one argument");
+                };
+                if self.expr(text)? != Ty::Str {
+                    return refuse("JSON.parse of something other than a string");
+                }
+                self.parse_json(e)?
+            }
+            ExprKind::Method(obj, name, args) => self.method(obj, name, args)?,
+            ExprKind::Member(obj, name) => self.member(e, obj, name)?,
             ExprKind::Index(obj, idx) => {
                 let t = self.element(obj, idx)?;
-                self.load_element(&t)
+                if t == Ty::DynArr {
+                    self.emit(I::I32Load(mem(0, 2)));
+                    self.unbox(e)?
+                } else {
+                    self.load_element(&t)
+                }
             }
             ExprKind::Array(elems) => self.array(elems)?,
             ExprKind::Object(props) => self.object(props)?,
@@ -476,6 +490,11 @@ impl FnBuilder<'_, '_> {
                         self.emit(I::Drop);
                         self.emit(I::Call(READ_BODY));
                         Ty::Str
+                    }
+                    (Ty::Request, "json", []) => {
+                        self.emit(I::Drop);
+                        self.emit(I::Call(READ_BODY));
+                        self.parse_json(e)?
                     }
                     (Ty::Kv, "get", [key]) => {
                         if e.id
@@ -509,6 +528,12 @@ impl FnBuilder<'_, '_> {
                 }
             }
         })
+    }
+
+    /// Whether `e` names the platform's global `name` (not a variable of
+    /// the function's).
+    pub(super) fn is_global(&self, e: &Expr, name: &str) -> bool {
+        matches!(&e.kind, ExprKind::Var(v) if v == name) && self.lookup(name).is_none()
     }
 
     pub(super) fn var(&mut self, name: &str) -> R<Ty> {
@@ -1327,10 +1352,11 @@ impl FnBuilder<'_, '_> {
         self.make_response(json::Body::Text(args.first()), args.get(1))
     }
 
-    pub(super) fn member(&mut self, obj: &Expr, name: &str) -> R<Ty> {
+    pub(super) fn member(&mut self, e: &Expr, obj: &Expr, name: &str) -> R<Ty> {
         let t = self.expr(obj)?;
         match (&t, name) {
-            (Ty::Str | Ty::U8 | Ty::I32A | Ty::F64A | Ty::Arr(_), "length") => {
+            (Ty::DynObj, _) => self.parsed_field(e, name),
+            (Ty::Str | Ty::U8 | Ty::I32A | Ty::F64A | Ty::Arr(_) | Ty::DynArr, "length") => {
                 self.emit(I::I32Load(mem(0, 2)));
                 self.emit(I::F64ConvertI32U);
                 Ok(Ty::Num)

@@ -31,10 +31,8 @@ impl FnBuilder<'_, '_> {
         let ExprKind::Member(ns, kv) = &obj.kind else {
             return None;
         };
-        match (&ns.kind, kv.as_str(), name.as_str(), args.as_slice()) {
-            (ExprKind::Var(h), "kv", "get", [key]) if h == "hearth" && self.lookup(h).is_none() => {
-                Some(key)
-            }
+        match (kv.as_str(), name.as_str(), args.as_slice()) {
+            ("kv", "get", [key]) if self.is_global(ns, "hearth") => Some(key),
             _ => None,
         }
     }

@@ -86,9 +86,15 @@ impl FnBuilder<'_, '_> {
     /// the object (and index), and leaves the slot's address on the stack.
     pub(super) fn place(&mut self, target: &Target) -> R<Slot> {
         match target {
-            Target::Index(obj, idx) => Ok(Slot::Element(self.element(obj, idx)?)),
+            Target::Index(obj, idx) => match self.element(obj, idx)? {
+                Ty::DynArr => refuse("a store into a parsed JSON array"),
+                t => Ok(Slot::Element(t)),
+            },
             Target::Member(obj, name) => {
                 let t = self.expr(obj)?;
+                if t == Ty::DynObj {
+                    return refuse("a store into a parsed JSON object");
+                }
                 let (k, ft) = Self::field_of(&t, name)?;
                 if k > 0 {
                     self.emit(I::I32Const(offset(k) as i32));

@@ -299,6 +299,23 @@ fn varied(example: &str, i: u64, heavy: bool) -> String {
                 .collect::<Vec<_>>()
                 .join(",")
         }
+        "orders" => {
+            let n = next(20 * scale * scale);
+            let items: Vec<String> = (0..n)
+                .map(|k| {
+                    format!(
+                        r#"{{"sku":"s{k}","qty":{},"cents":{}}}"#,
+                        1 + next(150),
+                        next(100_000)
+                    )
+                })
+                .collect();
+            format!(
+                r#"{{"items":[{}],"member":{}}}"#,
+                items.join(","),
+                next(2) == 0
+            )
+        }
         _ => format!("request {i}"),
     }
 }
@@ -318,6 +335,7 @@ async fn every_example_answers_a_recorded_stream_of_1000_varied_requests_compile
         ("maze", include_str!("../../../../examples/js/maze.mjs")),
         ("stats", include_str!("../../../../examples/js/stats.mjs")),
         ("tally", TALLY),
+        ("orders", include_str!("../../../../examples/js/orders.mjs")),
     ] {
         d.deploy(
             name,
