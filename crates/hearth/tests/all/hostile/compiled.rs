@@ -112,3 +112,64 @@ async fn compiled_code_is_held_to_the_functions_timeout_and_tape_budget() {
         "both failed in compiled code: {metrics}"
     );
 }
+
+/// Sums the list in the JSON request.
+const SUM: &str = r#"
+export default {
+  async fetch(request) {
+    const v = await request.json();
+    let n = 0;
+    for (let i = 0; i < v.list.length; i++) n += v.list[i];
+    return new Response(String(n));
+  },
+};
+"#;
+
+/// The compiled JSON parser runs in the sandbox, so hostile JSON meets
+/// the sandbox's limits, and what it cannot take goes to the isolate:
+/// nesting 100,000 deep leaves at the parser's depth bound (a recursion
+/// that deep would overflow the wasm stack and fail the request), and 4
+/// MiB of zeros leave at the function's memory limit. Neither is a
+/// failure of the compiled code.
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_json_leaves_the_compiled_parser_for_the_isolate() {
+    let d = Daemon::start();
+    let warm = format!(
+        r#"{{"list":[{}]}}"#,
+        (0..20_000)
+            .map(|i| (i % 97).to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    deploy_compiled(&d, "sum", SUM, &warm).await;
+    let left = |m: &str| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("hearth_js_compiled_left_total "))
+            .map_or(0, |n| n.trim().parse::<u64>().unwrap())
+    };
+    let before = left(&d.get_text("/metrics").await);
+
+    let deep = format!(
+        r#"{{"list":[1],"deep":{}{}}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let r = d.post("/fn/admin/sum").body(deep).send().await.unwrap();
+    let status = r.status();
+    assert!(status != 200 || r.text().await.unwrap() == "1");
+    let zeros = format!(r#"{{"list":[{}0]}}"#, "0,".repeat(2 << 20));
+    let r = d.post("/fn/admin/sum").body(zeros).send().await.unwrap();
+    let status = r.status();
+    assert!(status != 200 || r.text().await.unwrap() == "0");
+
+    let metrics = d.get_text("/metrics").await;
+    assert_eq!(left(&metrics), before + 2, "{metrics}");
+    assert!(
+        metrics.contains(r#"hearth_invocations_total{tier="compiled",outcome="error"} 0"#),
+        "no failure in compiled code: {metrics}"
+    );
+    assert_eq!(
+        d.call("sum", "", r#"{"list":[2,3]}"#).await,
+        (200, "5".into())
+    );
+}
