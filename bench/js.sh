@@ -6,7 +6,9 @@
 #     ok/error — wrk, 10 connections;
 #   * CPU-bound functions — shortest path through a grid maze by BFS,
 #     string processing (words, vowels, longest word of a text), numeric
-#     loops (primes by trial division) — in three paths: the isolate (a
+#     loops (primes by trial division), objects and JSON (stats: sorting
+#     400 integers into a JSON summary; orders: pricing a 500-item JSON
+#     order into a JSON answer) — in three paths: the isolate (a
 #     second daemon with --js-compile false), compiled from their traces
 #     (Containerless §3–§4; invoked one at a time from its deploy until
 #     `GET /v1/functions` says compiled, which is timed), and Node.js;
@@ -60,6 +62,8 @@ export default {
 EOF
 python3 -c 'import random; random.seed(7); w=["lorem","ipsum","Dolor","sit","amet","consectetur","adipiscing","elit","sed","do"]; print(" ".join(random.choice(w) for _ in range(4000)))' >"$WORK/words.txt"
 echo 30000 >"$WORK/primes.txt"
+python3 -c 'import random; random.seed(7); print(",".join(str(random.randint(-500, 500)) for _ in range(400)), end="")' >"$WORK/stats.txt"
+python3 -c 'import json,random; random.seed(7); print(json.dumps({"items": [{"sku": f"s{i}", "qty": random.randint(1, 150), "cents": random.randint(1, 99999)} for i in range(500)], "member": True}))' >"$WORK/orders.txt"
 : >"$WORK/maze.txt"
 deploy_to() { # url token name runtime file [extra query]
   curl -sf -o /dev/null -H "Authorization: Bearer $2" --data-binary @"$5" \
@@ -68,7 +72,7 @@ deploy() { deploy_to "$URL" "$TOKEN" "$@"; }
 deploy auth-js js "$WORK/authorize.mjs" "&allow_host=$USERS_HOST&env=USERS_URL=$USERS/users.json"
 deploy auth-node node "$WORK/authorize.mjs" "&allow_host=$USERS_HOST&env=USERS_URL=$USERS/users.json"
 deploy_to "$PLAIN" "$PLAIN_TOKEN" auth-js js "$WORK/authorize.mjs" "&allow_host=$USERS_HOST&env=USERS_URL=$USERS/users.json"
-CPU="maze words primes"
+CPU="maze words primes stats orders"
 for f in $CPU; do
   deploy "$f-js" js "examples/js/$f.mjs"
   deploy "$f-node" node "examples/js/$f.mjs"

@@ -345,6 +345,10 @@ fn what_the_compiler_does_not_take_is_refused_with_where() {
             "string literal",
         ),
         (
+            "export default { fetch() { return new Response('x', { headers: { 'x-a': 'a\\nstatus: 500' } }); } };",
+            "printable ASCII",
+        ),
+        (
             "export default { fetch(r) { const p = fetch('x'); return new Response('x'); } };",
             "fetch",
         ),
