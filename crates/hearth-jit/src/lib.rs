@@ -82,7 +82,10 @@ impl Plan {
             0 => "a return of a kind the trace did not see".into(),
             at => {
                 let (line, col) = line_col(&self.source, at);
-                format!("code the trace never reached, at {line}:{col}")
+                format!(
+                    "code the trace never reached, or a value of a kind it never saw there, \
+                     at {line}:{col}"
+                )
             }
         }
     }
