@@ -180,7 +180,7 @@ pub(crate) const SB_PUSH: u32 = 19;
 pub(crate) const SB_QUOTE: u32 = 20;
 pub(crate) const SB_NUM: u32 = 21;
 const ASCII_OUT: u32 = 22;
-const ASCII_IN: u32 = 23;
+pub(crate) const ASCII_IN: u32 = 23;
 pub(crate) const JP_WS: u32 = 24;
 pub(crate) const JP_STRING: u32 = 25;
 pub(crate) const JP_VALUE: u32 = 26;
@@ -418,7 +418,6 @@ impl ModuleBuilder<'_> {
         (self.types.len() - 1) as u32
     }
 
-    /// The address of a string literal (interned).
     /// The address of raw bytes in the data segment.
     pub(crate) fn bytes(&mut self, bytes: &[u8]) -> u32 {
         let at = layout::DATA + self.data.len() as u32;
@@ -426,31 +425,28 @@ impl ModuleBuilder<'_> {
         at
     }
 
-    /// The address of `[len: i32][bytes]` in the data segment.
-    pub(crate) fn blob(&mut self, bytes: &[u8]) -> u32 {
+    /// The address of `[len: i32][bytes]`, 4-aligned, in the data segment.
+    fn prefixed(&mut self, len: usize, bytes: impl IntoIterator<Item = u8>) -> u32 {
         while !self.data.len().is_multiple_of(4) {
             self.data.push(0);
         }
         let at = layout::DATA + self.data.len() as u32;
-        self.data
-            .extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-        self.data.extend_from_slice(bytes);
+        self.data.extend_from_slice(&(len as u32).to_le_bytes());
+        self.data.extend(bytes);
         at
     }
 
+    /// The address of a block of bytes with its length (CGI header lines).
+    pub(crate) fn blob(&mut self, bytes: &[u8]) -> u32 {
+        self.prefixed(bytes.len(), bytes.iter().copied())
+    }
+
+    /// The address of a string literal (interned).
     pub(crate) fn string(&mut self, units: &[u16]) -> u32 {
         if let Some(&at) = self.strings.get(units) {
             return at;
         }
-        while !self.data.len().is_multiple_of(4) {
-            self.data.push(0);
-        }
-        let at = layout::DATA + self.data.len() as u32;
-        self.data
-            .extend_from_slice(&(units.len() as u32).to_le_bytes());
-        for u in units {
-            self.data.extend_from_slice(&u.to_le_bytes());
-        }
+        let at = self.prefixed(units.len(), units.iter().flat_map(|u| u.to_le_bytes()));
         self.strings.insert(units.to_vec(), at);
         at
     }

@@ -6,7 +6,7 @@
 use wasm_encoder::{BlockType, Function, Instruction as I, ValType};
 
 use crate::codegen::{
-    ALLOC, FD_READ, FD_WRITE, FnBuilder, HEAP, ModuleBuilder, RANDOM_GET, Ty, layout, mem,
+    ALLOC, ASCII_IN, FD_READ, FD_WRITE, FnBuilder, HEAP, ModuleBuilder, RANDOM_GET, Ty, layout, mem,
 };
 
 /// Where a helper leaves compiled code, in place of a source offset.
@@ -862,14 +862,7 @@ fn write_response(f: &mut FnBuilder<'_, '_>, c: &Consts) {
 /// `await request.text()`: stdin whole, as a string; a body that is not
 /// ASCII leaves (decoding UTF-8 exactly is the isolate's).
 fn read_body(f: &mut FnBuilder<'_, '_>, _: &Consts) {
-    let (start, total, n, s, i, b) = (
-        f.local(N),
-        f.local(N),
-        f.local(N),
-        f.local(N),
-        f.local(N),
-        f.local(N),
-    );
+    let (start, total, n) = (f.local(N), f.local(N), f.local(N));
     const CHUNK: i32 = 65536;
     f.all([
         I::I32Const(0),
@@ -913,46 +906,9 @@ fn read_body(f: &mut FnBuilder<'_, '_>, _: &Consts) {
         I::LocalGet(total),
         I::I32Add,
         I::GlobalSet(HEAP),
-        I::LocalGet(total),
-        I::I32Const(1),
-        I::I32Shl,
-        I::I32Const(4),
-        I::I32Add,
-        I::Call(ALLOC),
-        I::LocalTee(s),
-        I::LocalGet(total),
-        I::I32Store(mem(0, 2)),
-        I::Block(BlockType::Empty),
-        I::Loop(BlockType::Empty),
-        I::LocalGet(i),
-        I::LocalGet(total),
-        I::I32GeU,
-        I::BrIf(1),
         I::LocalGet(start),
-        I::LocalGet(i),
-        I::I32Add,
-        I::I32Load8U(mem(0, 0)),
-        I::LocalTee(b),
-        I::I32Const(0x80),
-        I::I32GeU,
-    ]);
-    f.leave_if(left::TEXT);
-    f.all([
-        I::LocalGet(s),
-        I::LocalGet(i),
-        I::I32Const(1),
-        I::I32Shl,
-        I::I32Add,
-        I::LocalGet(b),
-        I::I32Store16(mem(layout::STR_UNITS, 1)),
-        I::LocalGet(i),
-        I::I32Const(1),
-        I::I32Add,
-        I::LocalSet(i),
-        I::Br(0),
-        I::End,
-        I::End,
-        I::LocalGet(s),
+        I::LocalGet(total),
+        I::Call(ASCII_IN),
     ]);
 }
 

@@ -188,10 +188,7 @@ impl FnBuilder<'_, '_> {
                 self.emit(I::I32Store(mem(0, 2)));
             }
             Ty::F64A => self.emit(I::F64Store(mem(0, 3))),
-            Ty::Arr(e) => match e.val() {
-                Some(ValType::F64) => self.emit(I::F64Store(mem(0, 3))),
-                _ => self.emit(I::I32Store(mem(0, 2))),
-            },
+            Ty::Arr(e) => self.store_at(e, 0),
             _ => {}
         }
     }
@@ -1188,32 +1185,18 @@ impl FnBuilder<'_, '_> {
                 self.num(v)?;
                 let x = self.local(ValType::F64);
                 self.emit(I::LocalSet(x));
-                let i = self.local(ValType::I32);
-                self.emit(I::I32Const(0));
-                self.emit(I::LocalSet(i));
-                self.emit(I::Block(BlockType::Empty));
-                self.emit(I::Loop(BlockType::Empty));
-                self.emit(I::LocalGet(i));
-                self.emit(I::LocalGet(a));
-                self.emit(I::I32Load(mem(0, 2)));
-                self.emit(I::I32GeU);
-                self.emit(I::BrIf(1));
-                self.emit(I::LocalGet(a));
-                self.emit(I::I32Const(layout::TYPED_DATA as i32));
-                self.emit(I::I32Add);
-                self.emit(I::LocalGet(i));
-                self.emit(I::I32Const(t.elem_size() as i32));
-                self.emit(I::I32Mul);
-                self.emit(I::I32Add);
-                self.emit(I::LocalGet(x));
-                self.store_element(&t);
-                self.emit(I::LocalGet(i));
-                self.emit(I::I32Const(1));
-                self.emit(I::I32Add);
-                self.emit(I::LocalSet(i));
-                self.emit(I::Br(0));
-                self.emit(I::End);
-                self.emit(I::End);
+                self.for_each_index(a, |f, i| {
+                    f.emit(I::LocalGet(a));
+                    f.emit(I::I32Const(layout::TYPED_DATA as i32));
+                    f.emit(I::I32Add);
+                    f.emit(I::LocalGet(i));
+                    f.emit(I::I32Const(t.elem_size() as i32));
+                    f.emit(I::I32Mul);
+                    f.emit(I::I32Add);
+                    f.emit(I::LocalGet(x));
+                    f.store_element(&t);
+                    Ok(())
+                })?;
                 self.emit(I::LocalGet(a));
                 t.clone()
             }
@@ -1229,7 +1212,7 @@ impl FnBuilder<'_, '_> {
                         .ok_or_else(|| Refused::new("pushing a non-value".into()))?,
                 );
                 self.emit(I::LocalSet(x));
-                self.grow_if_full(a, &elem);
+                self.grow_if_full(a, elem_bytes(&elem) as i32);
                 // data + len * size = x; len += 1
                 let i = self.local(ValType::I32);
                 self.emit(I::LocalGet(a));
@@ -1237,10 +1220,7 @@ impl FnBuilder<'_, '_> {
                 self.emit(I::LocalSet(i));
                 self.arr_elem_addr(a, i, &elem);
                 self.emit(I::LocalGet(x));
-                match elem.val() {
-                    Some(ValType::F64) => self.emit(I::F64Store(mem(0, 3))),
-                    _ => self.emit(I::I32Store(mem(0, 2))),
-                }
+                self.store_at(&elem, 0);
                 self.emit(I::LocalGet(a));
                 self.emit(I::LocalGet(i));
                 self.emit(I::I32Const(1));
@@ -1261,9 +1241,38 @@ impl FnBuilder<'_, '_> {
         })
     }
 
-    /// Doubles array `a`'s storage when it is full.
-    pub(super) fn grow_if_full(&mut self, a: u32, elem: &Ty) {
-        let size = elem_bytes(elem) as i32;
+    /// Runs `body` for every index `i` (an `i32` local) of the array or
+    /// typed array in local `a`, its length read at every step.
+    pub(super) fn for_each_index(
+        &mut self,
+        a: u32,
+        mut body: impl FnMut(&mut Self, u32) -> R<()>,
+    ) -> R<()> {
+        let i = self.local(ValType::I32);
+        self.emit(I::I32Const(0));
+        self.emit(I::LocalSet(i));
+        self.emit(I::Block(BlockType::Empty));
+        self.emit(I::Loop(BlockType::Empty));
+        self.emit(I::LocalGet(i));
+        self.emit(I::LocalGet(a));
+        self.emit(I::I32Load(mem(0, 2)));
+        self.emit(I::I32GeU);
+        self.emit(I::BrIf(1));
+        body(self, i)?;
+        self.emit(I::LocalGet(i));
+        self.emit(I::I32Const(1));
+        self.emit(I::I32Add);
+        self.emit(I::LocalSet(i));
+        self.emit(I::Br(0));
+        self.emit(I::End);
+        self.emit(I::End);
+        Ok(())
+    }
+
+    /// Doubles the storage of array block `a` (`[len][cap][data]`, items
+    /// of `size` bytes) when it is full: arrays' `push`, and the JSON
+    /// parser's arrays and objects.
+    pub(crate) fn grow_if_full(&mut self, a: u32, size: i32) {
         let (cap, data) = (self.local(ValType::I32), self.local(ValType::I32));
         self.emit(I::LocalGet(a));
         self.emit(I::I32Load(mem(0, 2)));
@@ -1410,11 +1419,7 @@ impl FnBuilder<'_, '_> {
         for (k, v) in vals.iter().enumerate() {
             self.emit(I::LocalGet(data));
             self.emit(I::LocalGet(*v));
-            let offset = (k as u32 * size) as u64;
-            match elem.val() {
-                Some(ValType::F64) => self.emit(I::F64Store(mem(offset, 3))),
-                _ => self.emit(I::I32Store(mem(offset, 2))),
-            }
+            self.store_at(&elem, (k as u32 * size) as u64);
         }
         for (offset, value) in [(0, vals.len() as i32), (layout::ARR_CAP, vals.len() as i32)] {
             self.emit(I::LocalGet(a));

@@ -67,32 +67,17 @@ impl FnBuilder<'_, '_> {
             Ty::Arr(elem) => {
                 let elem = (**elem).clone();
                 let ev = self.local(elem.val().unwrap_or(ValType::I32));
-                let i = self.local(ValType::I32);
                 self.json_text(sb, "[");
-                self.emit(I::I32Const(0));
-                self.emit(I::LocalSet(i));
-                self.emit(I::Block(BlockType::Empty));
-                self.emit(I::Loop(BlockType::Empty));
-                self.emit(I::LocalGet(i));
-                self.emit(I::LocalGet(v));
-                self.emit(I::I32Load(mem(0, 2)));
-                self.emit(I::I32GeU);
-                self.emit(I::BrIf(1));
-                self.emit(I::LocalGet(i));
-                self.emit(I::If(BlockType::Empty));
-                self.json_text(sb, ",");
-                self.emit(I::End);
-                self.arr_elem_addr(v, i, &elem);
-                self.load(&elem);
-                self.emit(I::LocalSet(ev));
-                self.json_value(sb, ev, &elem)?;
-                self.emit(I::LocalGet(i));
-                self.emit(I::I32Const(1));
-                self.emit(I::I32Add);
-                self.emit(I::LocalSet(i));
-                self.emit(I::Br(0));
-                self.emit(I::End);
-                self.emit(I::End);
+                self.for_each_index(v, |f, i| {
+                    f.emit(I::LocalGet(i));
+                    f.emit(I::If(BlockType::Empty));
+                    f.json_text(sb, ",");
+                    f.emit(I::End);
+                    f.arr_elem_addr(v, i, &elem);
+                    f.load(&elem);
+                    f.emit(I::LocalSet(ev));
+                    f.json_value(sb, ev, &elem)
+                })?;
                 self.json_text(sb, "]");
             }
             Ty::Obj(fields) => {

@@ -88,46 +88,13 @@ fn new_cell(f: &mut FnBuilder<'_, '_>, out: u32, tag: i32, ptr: Option<u32>) {
     }
 }
 
-/// Appends the `size`-byte item in locals `items` (i32s) to array block
-/// `block`, doubling its room when full.
+/// Appends the item in locals `items` (i32s) to array block `block`,
+/// doubling its room when full.
 fn push_item(f: &mut FnBuilder<'_, '_>, block: u32, items: &[u32]) {
     let size = 4 * items.len() as i32;
-    let (cap, data, at) = (f.local(N), f.local(N), f.local(N));
+    let at = f.local(N);
+    f.grow_if_full(block, size);
     f.all([
-        I::LocalGet(block),
-        I::I32Load(mem(0, 2)),
-        I::LocalGet(block),
-        I::I32Load(mem(layout::ARR_CAP, 2)),
-        I::I32GeU,
-        I::If(BlockType::Empty),
-        I::LocalGet(block),
-        I::I32Load(mem(layout::ARR_CAP, 2)),
-        I::I32Const(1),
-        I::I32Shl,
-        I::I32Const(4),
-        I::I32Add,
-        I::LocalTee(cap),
-        I::I32Const(size),
-        I::I32Mul,
-        I::Call(ALLOC),
-        I::LocalTee(data),
-        I::LocalGet(block),
-        I::I32Load(mem(layout::ARR_DATA, 2)),
-        I::LocalGet(block),
-        I::I32Load(mem(0, 2)),
-        I::I32Const(size),
-        I::I32Mul,
-        I::MemoryCopy {
-            src_mem: 0,
-            dst_mem: 0,
-        },
-        I::LocalGet(block),
-        I::LocalGet(cap),
-        I::I32Store(mem(layout::ARR_CAP, 2)),
-        I::LocalGet(block),
-        I::LocalGet(data),
-        I::I32Store(mem(layout::ARR_DATA, 2)),
-        I::End,
         I::LocalGet(block),
         I::I32Load(mem(layout::ARR_DATA, 2)),
         I::LocalGet(block),
@@ -515,70 +482,54 @@ pub(super) fn jp_value(f: &mut FnBuilder<'_, '_>, _: &Consts) {
         new_cell(f, out, tag, None);
         f.all([I::LocalGet(out), I::Return, I::End]);
     }
-    // An array: values and commas up to `]`.
-    is(f, b'[');
-    advance(f, 1);
-    new_block(f, block, 1);
-    f.all([I::LocalGet(s), I::Call(JP_WS)]);
-    peek(f, s);
-    f.all([
-        I::I32Const(b']' as i32),
-        I::I32Ne,
-        I::If(BlockType::Empty),
-        I::Loop(BlockType::Empty),
-        I::LocalGet(s),
-        I::LocalGet(depth),
-        I::I32Const(1),
-        I::I32Add,
-        I::Call(JP_VALUE),
-        I::LocalSet(v),
-    ]);
-    push_item(f, block, &[v]);
-    f.all([I::LocalGet(s), I::Call(JP_WS)]);
-    peek(f, s);
-    f.all([I::I32Const(b',' as i32), I::I32Eq, I::If(BlockType::Empty)]);
-    advance(f, 1);
-    f.all([I::Br(1), I::End, I::End, I::End]);
-    expect(f, s, b']');
-    new_cell(f, out, cell::ARRAY, Some(block));
-    f.all([I::LocalGet(out), I::Return, I::End]);
-    // An object: `"key": value` pairs and commas up to `}`.
-    is(f, b'{');
-    advance(f, 1);
-    new_block(f, block, 2);
-    f.all([I::LocalGet(s), I::Call(JP_WS)]);
-    peek(f, s);
-    f.all([
-        I::I32Const(b'}' as i32),
-        I::I32Ne,
-        I::If(BlockType::Empty),
-        I::Loop(BlockType::Empty),
-        I::LocalGet(s),
-        I::Call(JP_WS),
-        I::LocalGet(s),
-        I::Call(JP_STRING),
-        I::LocalSet(key),
-        I::LocalGet(s),
-        I::Call(JP_WS),
-    ]);
-    expect(f, s, b':');
-    f.all([
-        I::LocalGet(s),
-        I::LocalGet(depth),
-        I::I32Const(1),
-        I::I32Add,
-        I::Call(JP_VALUE),
-        I::LocalSet(v),
-    ]);
-    push_item(f, block, &[key, v]);
-    f.all([I::LocalGet(s), I::Call(JP_WS)]);
-    peek(f, s);
-    f.all([I::I32Const(b',' as i32), I::I32Eq, I::If(BlockType::Empty)]);
-    advance(f, 1);
-    f.all([I::Br(1), I::End, I::End, I::End]);
-    expect(f, s, b'}');
-    new_cell(f, out, cell::OBJECT, Some(block));
-    f.all([I::LocalGet(out), I::Return, I::End]);
+    // An array: values and commas up to `]`; an object: `"key": value`
+    // pairs and commas up to `}`.
+    let items: [(u8, u8, i32, &[u32]); 2] = [
+        (b'[', b']', cell::ARRAY, &[v]),
+        (b'{', b'}', cell::OBJECT, &[key, v]),
+    ];
+    for (open, close, tag, item) in items {
+        is(f, open);
+        advance(f, 1);
+        new_block(f, block, item.len() as i32);
+        f.all([I::LocalGet(s), I::Call(JP_WS)]);
+        peek(f, s);
+        f.all([
+            I::I32Const(close as i32),
+            I::I32Ne,
+            I::If(BlockType::Empty),
+            I::Loop(BlockType::Empty),
+        ]);
+        if tag == cell::OBJECT {
+            f.all([
+                I::LocalGet(s),
+                I::Call(JP_WS),
+                I::LocalGet(s),
+                I::Call(JP_STRING),
+                I::LocalSet(key),
+                I::LocalGet(s),
+                I::Call(JP_WS),
+            ]);
+            expect(f, s, b':');
+        }
+        f.all([
+            I::LocalGet(s),
+            I::LocalGet(depth),
+            I::I32Const(1),
+            I::I32Add,
+            I::Call(JP_VALUE),
+            I::LocalSet(v),
+        ]);
+        push_item(f, block, item);
+        f.all([I::LocalGet(s), I::Call(JP_WS)]);
+        peek(f, s);
+        f.all([I::I32Const(b',' as i32), I::I32Eq, I::If(BlockType::Empty)]);
+        advance(f, 1);
+        f.all([I::Br(1), I::End, I::End, I::End]);
+        expect(f, s, close);
+        new_cell(f, out, tag, Some(block));
+        f.all([I::LocalGet(out), I::Return, I::End]);
+    }
     // Otherwise, a number.
     let x = f.local(F);
     number(f, s);
