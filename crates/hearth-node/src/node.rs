@@ -820,7 +820,8 @@ impl Node {
             }
             if let Some(at) = left {
                 // What the trace did not cover runs in the isolate, with
-                // the host's answers so far (none, today) given again.
+                // the host's answers so far (KV reads and writes, clocks,
+                // randomness) given again: each effect happens once.
                 self.metrics.compiled_left();
                 host = host.fall_back();
                 host.log(LogStream::System, "info", &jit::left_line(&c.plan, at));

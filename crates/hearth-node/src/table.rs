@@ -48,6 +48,9 @@ impl TierSlots {
             Tier::Wasm => 0,
             Tier::Js => 1,
             Tier::Process => 2,
+            // Empty: a compiled module is kept with its plan and trace by
+            // the node's compiled path (`node/jit.rs`), which drops it when
+            // this slot's other tiers go idle.
             Tier::Compiled => 3,
         }]
     }
