@@ -62,4 +62,9 @@ int32_t hearth_http_fetch(const char *method, size_t method_len,
                           const void *body, size_t body_len,
                           void *buf, size_t cap, size_t *len_out);
 
+/* `new URL(text).href` (the WHATWG URL Standard): 0 with the href in buf,
+ * 1 if text is not a URL. Pure: no host state, nothing taped. */
+HEARTH_IMPORT("url_href")
+int32_t hearth_url_href(const char *text, size_t text_len, void *buf, size_t cap, size_t *len_out);
+
 #endif

@@ -23,6 +23,7 @@ use wasm_encoder::{
 };
 
 mod dynamic;
+mod fetch;
 mod expr;
 mod json;
 mod kv;
@@ -52,6 +53,8 @@ pub mod layout {
     pub const DIGITS: u32 = 16;
     /// `Math.random`'s state: `[seeded: i32][xorshift128 words: i32 × 4]`.
     pub const RANDOM: u32 = 40;
+    /// Where the environment is kept once read (`helpers::env_get`), or 0.
+    pub const ENVIRON: u32 = 60;
     /// String literals start here.
     pub const DATA: u32 = 64;
 }
@@ -80,6 +83,13 @@ pub(crate) enum Ty {
     /// `hearth` and `hearth.kv` (`codegen/kv.rs`).
     Hearth,
     Kv,
+    /// `process`, and the function's environment (`env`, `process.env`),
+    /// read by name (`codegen/fetch.rs`).
+    Process,
+    Env,
+    /// What `await fetch(…)` answered: `[status: i32][body: i32][len:
+    /// i32][read: i32]` (`codegen/fetch.rs`).
+    Fetched,
     /// An object or array `JSON.parse` made: the parser's block of
     /// `(key, cell)` pairs or of cells (`codegen/dynamic.rs`).
     DynObj,
@@ -101,7 +111,9 @@ impl Ty {
             | Ty::Json
             | Ty::ResponseCtor
             | Ty::Hearth
-            | Ty::Kv => None,
+            | Ty::Kv
+            | Ty::Process
+            | Ty::Env => None,
             _ => Some(ValType::I32),
         }
     }
@@ -152,10 +164,11 @@ fn refuse<T>(what: impl Into<String>) -> R<T> {
     Err(Stop::Refused(Refused::new(what.into())))
 }
 
-// Imported functions. Clocks and randomness are WASI's, which the wasm
-// tier answers from the host layer (so they are taped as the isolate's
-// `Date.now()` and `Math.random()` are); KV is the wasm tier's `hearth`
-// calls, which the isolate's `hearth.kv` makes too.
+// Imported functions. Clocks, randomness and the environment are WASI's,
+// which the wasm tier answers from the host layer (so clocks and
+// randomness are taped as the isolate's `Date.now()` and `Math.random()`
+// are); KV and outbound HTTP are the wasm tier's `hearth` calls, which
+// the isolate's `hearth.kv` and `fetch` make too.
 pub(crate) const FD_WRITE: u32 = 0;
 pub(crate) const FD_READ: u32 = 1;
 const LEAVE: u32 = 2;
@@ -163,30 +176,41 @@ const CLOCK_TIME_GET: u32 = 3;
 pub(crate) const RANDOM_GET: u32 = 4;
 const KV_GET: u32 = 5;
 const KV_SET: u32 = 6;
+const HTTP_FETCH: u32 = 7;
+const URL_HREF: u32 = 8;
+pub(crate) const ENVIRON_SIZES_GET: u32 = 9;
+pub(crate) const ENVIRON_GET: u32 = 10;
 // Helpers, emitted by `helpers.rs`, in this order.
-pub(crate) const ALLOC: u32 = 7;
-pub(crate) const TO_INT32: u32 = 8;
-pub(crate) const REM: u32 = 9;
-pub(crate) const CONCAT: u32 = 10;
-pub(crate) const NUM_TO_STR: u32 = 11;
-pub(crate) const STR_EQ: u32 = 12;
-pub(crate) const WRITE_RESPONSE: u32 = 13;
-pub(crate) const READ_BODY: u32 = 14;
-pub(crate) const STR_TO_NUM: u32 = 15;
-const RANDOM: u32 = 16;
-pub(crate) const SB_NEW: u32 = 17;
-pub(crate) const SB_ROOM: u32 = 18;
-pub(crate) const SB_PUSH: u32 = 19;
-pub(crate) const SB_QUOTE: u32 = 20;
-pub(crate) const SB_NUM: u32 = 21;
-const ASCII_OUT: u32 = 22;
-pub(crate) const ASCII_IN: u32 = 23;
-pub(crate) const JP_WS: u32 = 24;
-pub(crate) const JP_STRING: u32 = 25;
-pub(crate) const JP_VALUE: u32 = 26;
-pub(crate) const JP_PARSE: u32 = 27;
-pub(crate) const JP_GET: u32 = 28;
-const FIRST_USER: u32 = 29;
+pub(crate) const ALLOC: u32 = 11;
+pub(crate) const TO_INT32: u32 = 12;
+pub(crate) const REM: u32 = 13;
+pub(crate) const CONCAT: u32 = 14;
+pub(crate) const NUM_TO_STR: u32 = 15;
+pub(crate) const STR_EQ: u32 = 16;
+pub(crate) const WRITE_RESPONSE: u32 = 17;
+pub(crate) const READ_BODY: u32 = 18;
+pub(crate) const STR_TO_NUM: u32 = 19;
+const RANDOM: u32 = 20;
+pub(crate) const SB_NEW: u32 = 21;
+pub(crate) const SB_ROOM: u32 = 22;
+pub(crate) const SB_PUSH: u32 = 23;
+pub(crate) const SB_QUOTE: u32 = 24;
+pub(crate) const SB_NUM: u32 = 25;
+const ASCII_OUT: u32 = 26;
+pub(crate) const ASCII_IN: u32 = 27;
+pub(crate) const JP_WS: u32 = 28;
+pub(crate) const JP_STRING: u32 = 29;
+pub(crate) const JP_VALUE: u32 = 30;
+pub(crate) const JP_PARSE: u32 = 31;
+pub(crate) const JP_GET: u32 = 32;
+const ENV_GET: u32 = 33;
+const FIRST_USER: u32 = 34;
+
+/// The room a host call's answer (a KV value, a fetched body) is read
+/// into: the host's default limit on a KV value. The part an answer does
+/// not use is given back at once; a longer one leaves, its answer kept
+/// for the isolate (`FnBuilder::take_answer`).
+const ANSWER_ROOM: i32 = 1 << 20;
 
 /// WASI's clock ids.
 const CLOCK_REALTIME: i32 = 0;
@@ -215,6 +239,8 @@ enum Binding {
     Global(u32, Ty),
     Func(FuncId),
     Const(usize),
+    /// The handler's second parameter: the function's environment.
+    Env,
 }
 
 struct Sig {
@@ -569,6 +595,7 @@ impl ModuleBuilder<'_> {
         let index = FIRST_USER + self.func_types.len() as u32;
         self.func_types.push(ty);
         self.index_of.insert(0, index);
+        let self_env = self.program.env.clone();
         let mut fb = FnBuilder::new(self, 0, Ty::Response, true);
         fb.outer = outer;
         fb.ints = int_names(&f.body, fb.m.trace);
@@ -576,6 +603,9 @@ impl ModuleBuilder<'_> {
         if let Some(p) = f.params.first() {
             let l = fb.local(ValType::I32);
             scope.insert(p.name.clone(), Binding::Local(l, Ty::Request));
+        }
+        if let Some(env) = &self_env {
+            scope.insert(env.clone(), Binding::Env);
         }
         fb.scopes.push(scope);
         match fb.block_body(&f.body).and_then(|()| fb.fall_off_end()) {
@@ -600,6 +630,7 @@ impl ModuleBuilder<'_> {
         let random = self.type_index(vec![ValType::I32; 2], vec![ValType::I32]);
         let kv_get = self.type_index(vec![ValType::I32; 5], vec![ValType::I32]);
         let kv_set = self.type_index(vec![ValType::I32; 4], vec![ValType::I32]);
+        let http_fetch = self.type_index(vec![ValType::I32; 11], vec![ValType::I32]);
         let start = self.type_index(vec![], vec![]);
         let helpers = crate::helpers::emit(&mut self);
         let mut types = TypeSection::new();
@@ -608,7 +639,7 @@ impl ModuleBuilder<'_> {
         }
         module.section(&types);
         let mut imports = ImportSection::new();
-        // In the order of their indices (FD_WRITE … KV_SET).
+        // In the order of their indices (FD_WRITE … ENVIRON_GET).
         const WASI: &str = "wasi_snapshot_preview1";
         for (module, name, ty) in [
             (WASI, "fd_write", fd_io),
@@ -618,6 +649,10 @@ impl ModuleBuilder<'_> {
             (WASI, "random_get", random),
             ("hearth", "kv_get", kv_get),
             ("hearth", "kv_set", kv_set),
+            ("hearth", "http_fetch", http_fetch),
+            ("hearth", "url_href", kv_get),
+            (WASI, "environ_sizes_get", random),
+            (WASI, "environ_get", random),
         ] {
             imports.import(module, name, EntityType::Function(ty));
         }

@@ -6,7 +6,8 @@
 use wasm_encoder::{BlockType, Function, Instruction as I, ValType};
 
 use crate::codegen::{
-    ALLOC, ASCII_IN, FD_READ, FD_WRITE, FnBuilder, HEAP, ModuleBuilder, RANDOM_GET, Ty, layout, mem,
+    ALLOC, ASCII_IN, ENVIRON_GET, ENVIRON_SIZES_GET, FD_READ, FD_WRITE, FnBuilder, HEAP,
+    ModuleBuilder, RANDOM_GET, Ty, layout, mem,
 };
 
 /// Where a helper leaves compiled code, in place of a source offset.
@@ -70,6 +71,7 @@ pub(crate) fn emit(m: &mut ModuleBuilder<'_>) -> Vec<(u32, Function)> {
         (vec![N, N], vec![N], parse::jp_value),
         (vec![N], vec![N], parse::jp_parse),
         (vec![N, N], vec![N], parse::jp_get),
+        (vec![N], vec![N], env_get),
     ];
     let consts = Consts {
         prefix_at,
@@ -1254,5 +1256,145 @@ fn ascii_in(f: &mut FnBuilder<'_, '_>, _: &Consts) {
         I::End,
         I::End,
         I::LocalGet(s),
+    ]);
+}
+
+/// `env_get(prefix) -> string or 0`: the value of the first variable in
+/// WASI's environment that starts with `prefix` (a `[len][bytes]` block,
+/// `NAME=`), or 0 if none does. The wasm tier lists the function's own
+/// variables first, before CGI's, so the first match is the one the
+/// isolate's `env.NAME` has. The environment is read once per invocation,
+/// into `[count][pointer × count][strings]` kept at `layout::ENVIRON`.
+fn env_get(f: &mut FnBuilder<'_, '_>, _: &Consts) {
+    let prefix = 0;
+    let (list, count, i, p, k, len) = (
+        f.local(N),
+        f.local(N),
+        f.local(N),
+        f.local(N),
+        f.local(N),
+        f.local(N),
+    );
+    let scratch = layout::SCRATCH as i32;
+    f.all([
+        I::I32Const(layout::ENVIRON as i32),
+        I::I32Load(mem(0, 2)),
+        I::LocalTee(list),
+        I::I32Eqz,
+        I::If(BlockType::Empty),
+        I::I32Const(scratch),
+        I::I32Const(scratch + 4),
+        I::Call(ENVIRON_SIZES_GET),
+        I::Drop,
+        I::I32Const(scratch),
+        I::I32Load(mem(0, 2)),
+        I::LocalTee(count),
+        I::I32Const(2),
+        I::I32Shl,
+        I::I32Const(4),
+        I::I32Add,
+        I::I32Const(scratch + 4),
+        I::I32Load(mem(0, 2)),
+        I::I32Add,
+        I::Call(ALLOC),
+        I::LocalTee(list),
+        I::LocalGet(count),
+        I::I32Store(mem(0, 2)),
+        I::LocalGet(list),
+        I::I32Const(4),
+        I::I32Add,
+        I::LocalGet(list),
+        I::I32Const(4),
+        I::I32Add,
+        I::LocalGet(count),
+        I::I32Const(2),
+        I::I32Shl,
+        I::I32Add,
+        I::Call(ENVIRON_GET),
+    ]);
+    f.leave_if(left::HOST);
+    f.all([
+        I::I32Const(layout::ENVIRON as i32),
+        I::LocalGet(list),
+        I::I32Store(mem(0, 2)),
+        I::End,
+        I::LocalGet(list),
+        I::I32Load(mem(0, 2)),
+        I::LocalSet(count),
+        // For each variable: does it start with the prefix?
+        I::Block(BlockType::Empty),
+        I::Loop(BlockType::Empty),
+        I::LocalGet(i),
+        I::LocalGet(count),
+        I::I32GeU,
+        I::BrIf(1),
+        I::LocalGet(list),
+        I::LocalGet(i),
+        I::I32Const(2),
+        I::I32Shl,
+        I::I32Add,
+        I::I32Load(mem(4, 2)),
+        I::LocalSet(p),
+        I::I32Const(0),
+        I::LocalSet(k),
+        I::Block(BlockType::Empty),
+        I::Loop(BlockType::Empty),
+        I::LocalGet(k),
+        I::LocalGet(prefix),
+        I::I32Load(mem(0, 2)),
+        I::I32GeU,
+        I::BrIf(1),
+        // A shorter variable ends in a NUL, which no prefix holds.
+        I::LocalGet(p),
+        I::LocalGet(k),
+        I::I32Add,
+        I::I32Load8U(mem(0, 0)),
+        I::LocalGet(prefix),
+        I::LocalGet(k),
+        I::I32Add,
+        I::I32Load8U(mem(4, 0)),
+        I::I32Ne,
+        I::If(BlockType::Empty),
+        // Not this one: the next.
+        I::LocalGet(i),
+        I::I32Const(1),
+        I::I32Add,
+        I::LocalSet(i),
+        I::Br(3),
+        I::End,
+        I::LocalGet(k),
+        I::I32Const(1),
+        I::I32Add,
+        I::LocalSet(k),
+        I::Br(0),
+        I::End,
+        I::End,
+        // Found: the value runs from after the prefix to the NUL.
+        I::LocalGet(p),
+        I::LocalGet(k),
+        I::I32Add,
+        I::LocalSet(p),
+        I::Block(BlockType::Empty),
+        I::Loop(BlockType::Empty),
+        I::LocalGet(p),
+        I::LocalGet(len),
+        I::I32Add,
+        I::I32Load8U(mem(0, 0)),
+        I::I32Eqz,
+        I::BrIf(1),
+        I::LocalGet(len),
+        I::I32Const(1),
+        I::I32Add,
+        I::LocalSet(len),
+        I::Br(0),
+        I::End,
+        I::End,
+        I::LocalGet(p),
+        I::LocalGet(len),
+        I::Call(ASCII_IN),
+        I::Return,
+        I::End,
+        I::End,
+        I::I32Const(0),
     ]);
 }

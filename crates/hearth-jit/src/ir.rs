@@ -16,6 +16,9 @@ pub struct Program {
     pub consts: Vec<(String, Expr)>,
     /// Trace ids handed out: `0..traced`.
     pub traced: u32,
+    /// The name of the handler's second parameter, the function's
+    /// environment variables (`env.NAME`), if it declares one.
+    pub env: Option<String>,
     /// The source range `export default ` that introduces the handler's
     /// object (the instrumented module exports a wrapper instead).
     pub export: (u32, u32),

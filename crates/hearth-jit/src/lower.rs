@@ -102,15 +102,17 @@ pub fn lower(source: &str) -> Result<Program, Refused> {
     if f.generator {
         return Err(l.refuse(f.span, "a generator handler"));
     }
-    // `env` and `ctx` may be declared; a use of them is refused at
-    // compile time, as any unknown name is.
+    // `ctx` may be declared; a use of it is refused at compile time, as
+    // any unknown name is.
     let params = &f.params;
-    let request = match params.items.first() {
-        Some(p) => {
-            Some(binding_name(&p.pattern).ok_or_else(|| l.refuse(p.span, "a pattern parameter"))?)
-        }
-        None => None,
+    let name_of = |k: usize| -> Result<Option<String>, Refused> {
+        params
+            .items
+            .get(k)
+            .map(|p| binding_name(&p.pattern).ok_or_else(|| l.refuse(p.span, "a pattern parameter")))
+            .transpose()
     };
+    let (request, env) = (name_of(0)?, name_of(1)?);
     let body = f
         .body
         .as_ref()
@@ -141,6 +143,7 @@ pub fn lower(source: &str) -> Result<Program, Refused> {
         funcs: l.funcs,
         consts,
         traced: l.traced,
+        env,
         export,
     })
 }

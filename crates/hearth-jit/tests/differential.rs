@@ -165,13 +165,18 @@ fn run_module(engine: &Engine, wasm: &[u8], body: &str) -> Ran {
             },
         )
         .unwrap();
-    // The functions here use no clock, randomness nor KV; the daemon's
-    // tests compare those with the isolate's through the real host layer.
+    // The functions here use no clock, randomness, environment, KV nor
+    // HTTP; the daemon's tests compare those with the isolate's through
+    // the real host layer.
     for (module_name, name) in [
         ("wasi_snapshot_preview1", "clock_time_get"),
         ("wasi_snapshot_preview1", "random_get"),
+        ("wasi_snapshot_preview1", "environ_sizes_get"),
+        ("wasi_snapshot_preview1", "environ_get"),
         ("hearth", "kv_get"),
         ("hearth", "kv_set"),
+        ("hearth", "http_fetch"),
+        ("hearth", "url_href"),
     ] {
         linker
             .func_new(
@@ -351,6 +356,22 @@ fn what_the_compiler_does_not_take_is_refused_with_where() {
         (
             "export default { fetch(r) { const p = fetch('x'); return new Response('x'); } };",
             "fetch",
+        ),
+        (
+            "export default { async fetch(r) { const m = 'GET'; await fetch('http://a/', { method: m }); return new Response('x'); } };",
+            "not a literal",
+        ),
+        (
+            "export default { async fetch(r) { await fetch('http://a/', { body: 'x' }); return new Response('x'); } };",
+            "GET or HEAD",
+        ),
+        (
+            "export default { async fetch(r) { const a = await fetch('http://a/'); return new Response(a.headers); } };",
+            "`headers` of a fetched response",
+        ),
+        (
+            "export default { async fetch(r, env) { return new Response(env.NAME); } };",
+            "not always a string",
         ),
         (
             "var x = 1; export default { fetch() { return new Response('x'); } };",

@@ -271,7 +271,9 @@ impl FnBuilder<'_, '_> {
             | Ty::Json
             | Ty::ResponseCtor
             | Ty::Hearth
-            | Ty::Kv => self.emit(I::I32Const(1)),
+            | Ty::Kv
+            | Ty::Process
+            | Ty::Env => self.emit(I::I32Const(1)),
             _ => {
                 self.emit(I::Drop);
                 self.emit(I::I32Const(1));
@@ -474,6 +476,14 @@ impl FnBuilder<'_, '_> {
             ExprKind::Arrow(_) => return refuse("a function used as a value"),
             ExprKind::Coalesce(a, b) => self.coalesce(a, b)?,
             ExprKind::Await(inner) => {
+                if let Some(args) = self.fetch_of(inner) {
+                    if let Some(id) = inner.id
+                        && self.m.trace.mask(id) == 0
+                    {
+                        return Err(Stop::Unreached(inner.start));
+                    }
+                    return self.fetch(e, args);
+                }
                 let ExprKind::Method(obj, name, args) = &inner.kind else {
                     return refuse("`await` of something other than a method call");
                 };
@@ -512,6 +522,8 @@ impl FnBuilder<'_, '_> {
                         self.emit(I::LocalGet(v));
                         Ty::Str
                     }
+                    (Ty::Fetched, "text", []) => self.fetched_body(e, false)?,
+                    (Ty::Fetched, "json", []) => self.fetched_body(e, true)?,
                     (Ty::Kv, "set", [key, value]) => {
                         self.kv_set(key, value)?;
                         Ty::Undef
@@ -555,6 +567,7 @@ impl FnBuilder<'_, '_> {
                 self.expr(value)
             }
             Some((Binding::Func(_), _)) => refuse(format!("the function `{name}` used as a value")),
+            Some((Binding::Env, _)) => Ok(Ty::Env),
             None => match name {
                 "Math" => Ok(Ty::Math),
                 "String" => Ok(Ty::StringCtor),
@@ -562,6 +575,7 @@ impl FnBuilder<'_, '_> {
                 "performance" => Ok(Ty::Performance),
                 "JSON" => Ok(Ty::Json),
                 "hearth" => Ok(Ty::Hearth),
+                "process" => Ok(Ty::Process),
                 "Response" => Ok(Ty::ResponseCtor),
                 "NaN" => {
                     self.emit(I::F64Const(f64::NAN.into()));
@@ -1383,6 +1397,9 @@ impl FnBuilder<'_, '_> {
             }
             (Ty::Obj(_), _) => self.load_field(&t, name),
             (Ty::Hearth, "kv") => Ok(Ty::Kv),
+            (Ty::Process, "env") => Ok(Ty::Env),
+            (Ty::Env, _) => self.env_var(e, name),
+            (Ty::Fetched, _) => self.fetched_field(name),
             _ => refuse(format!("the property `{name}` of a {t:?}")),
         }
     }

@@ -186,14 +186,15 @@ fn json_key(key: &str) -> R<String> {
     Ok(format!("\"{key}\""))
 }
 
-/// The header lines of a `headers: { name: "value", … }` option: names
+/// The header lines of a `headers: { name: "value", … }` option (of a
+/// response, or of a `fetch`): names
 /// lowercased, values trimmed (as `Headers` has them). Only literal
 /// values are taken, printable ASCII, so no value can carry a line break
 /// into the CGI output; `status` and `content-length`, which CGI reads
 /// itself, are refused.
-fn header_lines(value: &Expr) -> R<Vec<(String, String)>> {
+pub(super) fn header_lines(value: &Expr) -> R<Vec<(String, String)>> {
     let ExprKind::Object(props) = &value.kind else {
-        return refuse("Response headers that are not an object literal");
+        return refuse("headers that are not an object literal");
     };
     let mut out: Vec<(String, String)> = vec![];
     for (key, v) in props {
@@ -204,17 +205,17 @@ fn header_lines(value: &Expr) -> R<Vec<(String, String)>> {
             || matches!(name.as_str(), "status" | "content-length")
             || out.iter().any(|(k, _)| *k == name)
         {
-            return refuse(format!("the response header `{key}`"));
+            return refuse(format!("the header `{key}`"));
         }
         let ExprKind::Str(units) = &v.kind else {
             return refuse(format!(
-                "the response header `{key}` set to something other than a string literal"
+                "the header `{key}` set to something other than a string literal"
             ));
         };
         let text = String::from_utf16(units).unwrap_or_default();
         if !text.chars().all(|c| (' '..='~').contains(&c)) {
             return refuse(format!(
-                "the response header `{key}` with characters other than printable ASCII"
+                "the header `{key}` with characters other than printable ASCII"
             ));
         }
         out.push((name, text.trim_matches(' ').to_string()));

@@ -13,11 +13,6 @@ use wasm_encoder::{BlockType, Instruction as I, ValType};
 use super::*;
 use crate::helpers::left;
 
-/// The room a value is read into: the host's default limit on a value.
-/// The part a value does not use is given back at once; a longer one
-/// (under a raised limit) leaves, its answer kept for the isolate.
-const VALUE_ROOM: i32 = 1 << 20;
-
 impl FnBuilder<'_, '_> {
     /// The key of `e` if it is `await hearth.kv.get(key)` (and `hearth`
     /// is the platform's).
@@ -50,10 +45,10 @@ impl FnBuilder<'_, '_> {
         self.emit(I::Call(ASCII_OUT));
         self.emit(I::LocalGet(k));
         self.emit(I::I32Load(mem(0, 2)));
-        self.emit(I::I32Const(VALUE_ROOM));
+        self.emit(I::I32Const(ANSWER_ROOM));
         self.emit(I::Call(ALLOC));
         self.emit(I::LocalTee(buf));
-        self.emit(I::I32Const(VALUE_ROOM));
+        self.emit(I::I32Const(ANSWER_ROOM));
         self.emit(I::I32Const(layout::SCRATCH as i32));
         self.emit(I::Call(KV_GET));
         self.emit(I::LocalTee(code));
@@ -61,21 +56,10 @@ impl FnBuilder<'_, '_> {
         // (the isolate makes the call again and meets the failure itself).
         self.emit(I::I32Eqz);
         self.emit(I::If(BlockType::Result(ValType::I32)));
-        let n = self.local(ValType::I32);
+        self.take_answer(buf);
+        self.emit(I::LocalGet(buf));
         self.emit(I::I32Const(layout::SCRATCH as i32));
         self.emit(I::I32Load(mem(0, 2)));
-        self.emit(I::LocalTee(n));
-        self.emit(I::I32Const(VALUE_ROOM));
-        self.emit(I::I32GtU);
-        self.emit(I::If(BlockType::Empty));
-        self.leave(left::TEXT);
-        self.emit(I::End);
-        self.emit(I::LocalGet(buf));
-        self.emit(I::LocalGet(n));
-        self.emit(I::I32Add);
-        self.emit(I::GlobalSet(HEAP));
-        self.emit(I::LocalGet(buf));
-        self.emit(I::LocalGet(n));
         self.emit(I::Call(ASCII_IN));
         self.emit(I::Else);
         self.emit(I::LocalGet(code));

@@ -3,6 +3,8 @@
 //! against its own tapes and served compiled, answering as the isolate
 //! did; what its trace did not cover runs in the isolate.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -62,10 +64,10 @@ async fn until_compiled(
 }
 
 /// POSTs `body` to admin's `name`: status, text and invocation id.
-async fn invoke(d: &Daemon, name: &str, body: &'static str) -> (u16, String, String) {
+async fn invoke(d: &Daemon, name: &str, body: &str) -> (u16, String, String) {
     let r = d
         .post(&format!("/fn/admin/{name}"))
-        .body(body)
+        .body(body.to_string())
         .send()
         .await
         .unwrap();
@@ -267,6 +269,90 @@ async fn compiled_code_calls_kv_through_the_host_and_a_leave_after_a_write_write
     );
 }
 
+/// A price list on loopback, as `examples/js/quote.mjs` reads it: 300
+/// SKUs `s0`…`s299`, and how many times it was asked for.
+async fn price_list() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let list = serde_json::json!({
+        "skus": (0..300).map(|i| format!("s{i}")).collect::<Vec<_>>(),
+        "cents": (0..300).map(|i| 100 + 7 * i).collect::<Vec<_>>(),
+    })
+    .to_string();
+    let h = hits.clone();
+    let app = axum::Router::new().route(
+        "/prices",
+        axum::routing::get(move || {
+            h.fetch_add(1, Ordering::SeqCst);
+            let list = list.clone();
+            async move { ([("content-type", "application/json")], list) }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, hits)
+}
+
+/// An order of `n` lines of known SKUs for `quote`, the `i`th of a stream.
+fn quote_order(i: usize, n: usize) -> String {
+    let items: Vec<String> = (0..n)
+        .map(|k| format!(r#"{{"sku":"s{}","qty":{}}}"#, (i * 37 + k * 11) % 300, 1 + k % 9))
+        .collect();
+    format!(r#"{{"items":[{}]}}"#, items.join(","))
+}
+
+/// `fetch` from compiled code: the request the isolate sends, so the
+/// proof answers it from isolate tapes (the function's URL is written
+/// un-normalized, `HTTP://…/x/../prices`: sent raw, the compiled request
+/// would differ and never be proved), a compiled tape replays identically
+/// in the isolate, and a compiled run that leaves after its `fetch` hands
+/// the answer over: the price list is asked once.
+#[tokio::test(flavor = "multi_thread")]
+async fn compiled_code_fetches_through_the_host_and_a_leave_after_a_fetch_fetches_once() {
+    let d = Daemon::start_with(&["--allow-private-egress", "true"]);
+    let (addr, hits) = price_list().await;
+    let env = format!("PRICES_URL=HTTP://{addr}/x/../prices");
+    d.deploy(
+        "quote",
+        include_bytes!("../../../../examples/js/quote.mjs").to_vec(),
+        &[
+            ("runtime", "js"),
+            ("file_name", "index.mjs"),
+            ("allow_host", &addr.to_string()),
+            ("env", &env),
+        ],
+    )
+    .await;
+    let bodies: Vec<String> = (0..20).map(|i| quote_order(i, 100 + 10 * i)).collect();
+    until_compiled(&d, "quote", &bodies).await;
+
+    let order = quote_order(99, 40);
+    let (status, answer, id) = invoke(&d, "quote", &order).await;
+    assert_eq!(status, 200, "{answer}");
+    let tape = d.recording_when_written(&id).await;
+    assert_eq!(tape["tier"], "compiled", "{tape:#}");
+    let report = d.replay(&id).await;
+    assert_eq!(report["tier"], "js", "{report:#}");
+    assert_eq!(report["identical"], true, "{report:#}");
+
+    // An unknown SKU, which no training order had: the compiled code
+    // leaves after its fetch, and the isolate finishes with its answer.
+    let before = hits.load(Ordering::SeqCst);
+    let (status, answer, _) = invoke(&d, "quote", r#"{"items":[{"sku":"s1","qty":2},{"sku":"nope","qty":1}]}"#).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer, r#"{"items":2,"unknown":1,"total":214}"#);
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        before + 1,
+        "the price list asked once, though both tiers ran the fetch"
+    );
+    let metrics = d.get_text("/metrics").await;
+    assert!(
+        counter(&metrics, "hearth_js_compiled_left_total") >= 1,
+        "{metrics}"
+    );
+}
+
 /// A varied request for `example`, the `i`th of a stream: numbers and
 /// texts of many sizes (the maze reads no request); `heavy` ones take a
 /// millisecond or more in the isolate, so the function gets hot.
@@ -316,6 +402,7 @@ fn varied(example: &str, i: u64, heavy: bool) -> String {
                 next(2) == 0
             )
         }
+        "quote" => quote_order(i as usize, (next(40) * scale) as usize),
         _ => format!("request {i}"),
     }
 }
@@ -327,8 +414,13 @@ fn varied(example: &str, i: u64, heavy: bool) -> String {
 async fn every_example_answers_a_recorded_stream_of_1000_varied_requests_compiled_as_the_isolate_does()
  {
     const STREAM: u64 = 1000;
-    let d = Daemon::start();
+    // `quote` fetches its price list from loopback.
+    let d = Daemon::start_with(&["--allow-private-egress", "true"]);
+    let (prices, _) = price_list().await;
+    let quote_env = format!("PRICES_URL=http://{prices}/prices");
+    let prices = prices.to_string();
     for (name, source) in [
+        ("quote", include_str!("../../../../examples/js/quote.mjs")),
         ("primes", PRIMES),
         ("pi", PI),
         ("words", include_str!("../../../../examples/js/words.mjs")),
@@ -337,12 +429,11 @@ async fn every_example_answers_a_recorded_stream_of_1000_varied_requests_compile
         ("tally", TALLY),
         ("orders", include_str!("../../../../examples/js/orders.mjs")),
     ] {
-        d.deploy(
-            name,
-            source.as_bytes().to_vec(),
-            &[("runtime", "js"), ("file_name", "index.mjs")],
-        )
-        .await;
+        let mut query = vec![("runtime", "js"), ("file_name", "index.mjs")];
+        if name == "quote" {
+            query.extend([("allow_host", prices.as_str()), ("env", quote_env.as_str())]);
+        }
+        d.deploy(name, source.as_bytes().to_vec(), &query).await;
         let warm: Vec<String> = (0..30).map(|i| varied(name, 10_000 + i, true)).collect();
         let (_, warming) = until_compiled(&d, name, &warm).await;
         let before = invocations(&d.get_text("/metrics").await, "compiled");
