@@ -23,8 +23,8 @@ use wasm_encoder::{
 };
 
 mod dynamic;
-mod fetch;
 mod expr;
+mod fetch;
 mod json;
 mod kv;
 mod object;

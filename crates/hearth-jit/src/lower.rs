@@ -109,7 +109,9 @@ pub fn lower(source: &str) -> Result<Program, Refused> {
         params
             .items
             .get(k)
-            .map(|p| binding_name(&p.pattern).ok_or_else(|| l.refuse(p.span, "a pattern parameter")))
+            .map(|p| {
+                binding_name(&p.pattern).ok_or_else(|| l.refuse(p.span, "a pattern parameter"))
+            })
             .transpose()
     };
     let (request, env) = (name_of(0)?, name_of(1)?);

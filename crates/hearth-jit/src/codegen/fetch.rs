@@ -37,7 +37,9 @@ impl FnBuilder<'_, '_> {
     pub(super) fn fetch_of<'e>(&self, inner: &'e Expr) -> Option<&'e [Expr]> {
         let args = match &inner.kind {
             ExprKind::Call(name, args) if name == "fetch" && self.lookup(name).is_none() => args,
-            ExprKind::Method(obj, name, args) if name == "fetch" && self.is_global(obj, "hearth") => {
+            ExprKind::Method(obj, name, args)
+                if name == "fetch" && self.is_global(obj, "hearth") =>
+            {
                 args
             }
             _ => return None,

@@ -296,7 +296,13 @@ async fn price_list() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
 /// An order of `n` lines of known SKUs for `quote`, the `i`th of a stream.
 fn quote_order(i: usize, n: usize) -> String {
     let items: Vec<String> = (0..n)
-        .map(|k| format!(r#"{{"sku":"s{}","qty":{}}}"#, (i * 37 + k * 11) % 300, 1 + k % 9))
+        .map(|k| {
+            format!(
+                r#"{{"sku":"s{}","qty":{}}}"#,
+                (i * 37 + k * 11) % 300,
+                1 + k % 9
+            )
+        })
         .collect();
     format!(r#"{{"items":[{}]}}"#, items.join(","))
 }
@@ -338,7 +344,12 @@ async fn compiled_code_fetches_through_the_host_and_a_leave_after_a_fetch_fetche
     // An unknown SKU, which no training order had: the compiled code
     // leaves after its fetch, and the isolate finishes with its answer.
     let before = hits.load(Ordering::SeqCst);
-    let (status, answer, _) = invoke(&d, "quote", r#"{"items":[{"sku":"s1","qty":2},{"sku":"nope","qty":1}]}"#).await;
+    let (status, answer, _) = invoke(
+        &d,
+        "quote",
+        r#"{"items":[{"sku":"s1","qty":2},{"sku":"nope","qty":1}]}"#,
+    )
+    .await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer, r#"{"items":2,"unknown":1,"total":214}"#);
     assert_eq!(

@@ -3,6 +3,8 @@
 //! it does: it must be held to the function's limits exactly as the
 //! isolate and any module are.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::harness::{Daemon, error_of};
@@ -44,19 +46,16 @@ async fn compiled(d: &Daemon, name: &str) -> bool {
     f["compiled"] == "compiled"
 }
 
-/// Deploys `source` as `name` and calls it with `warm` until it is
-/// compiled.
-async fn deploy_compiled(d: &Daemon, name: &str, source: &str, warm: &str) {
-    d.deploy(
-        name,
-        source.as_bytes().to_vec(),
-        &[
-            ("runtime", "js"),
-            ("file_name", "index.mjs"),
-            ("timeout_ms", "2000"),
-        ],
-    )
-    .await;
+/// Deploys `source` as `name` (with `extra` options) and calls it with
+/// `warm` until it is compiled.
+async fn deploy_compiled(d: &Daemon, name: &str, source: &str, extra: &[(&str, &str)], warm: &str) {
+    let mut query = vec![
+        ("runtime", "js"),
+        ("file_name", "index.mjs"),
+        ("timeout_ms", "2000"),
+    ];
+    query.extend_from_slice(extra);
+    d.deploy(name, source.as_bytes().to_vec(), &query).await;
     let started = Instant::now();
     while !compiled(d, name).await {
         let (status, text) = d.call(name, "", warm).await;
@@ -76,8 +75,8 @@ async fn deploy_compiled(d: &Daemon, name: &str, source: &str, warm: &str) {
 async fn compiled_code_is_held_to_the_functions_timeout_and_tape_budget() {
     let budget = 1 << 20;
     let d = Daemon::start_with(&["--max-tape-bytes", &budget.to_string()]);
-    deploy_compiled(&d, "loop", LOOP, "200000").await;
-    deploy_compiled(&d, "clocks", CLOCKS, "3000").await;
+    deploy_compiled(&d, "loop", LOOP, &[], "200000").await;
+    deploy_compiled(&d, "clocks", CLOCKS, &[], "3000").await;
 
     // 200,000 clock reads: taped, they pass the 1 MiB budget.
     let (status, kind, message) = error_of(d.invoke("clocks", b"200000").await).await;
@@ -141,7 +140,7 @@ async fn hostile_json_leaves_the_compiled_parser_for_the_isolate() {
             .collect::<Vec<_>>()
             .join(",")
     );
-    deploy_compiled(&d, "sum", SUM, &warm).await;
+    deploy_compiled(&d, "sum", SUM, &[], &warm).await;
     let left = |m: &str| {
         m.lines()
             .find_map(|l| l.strip_prefix("hearth_js_compiled_left_total "))
@@ -171,5 +170,114 @@ async fn hostile_json_leaves_the_compiled_parser_for_the_isolate() {
     assert_eq!(
         d.call("sum", "", r#"{"list":[2,3]}"#).await,
         (200, "5".into())
+    );
+}
+
+/// Fetches the URL the request names; answers the status, the text's
+/// length and a hash of it.
+const RELAY: &str = r#"
+export default {
+  async fetch(request) {
+    const r = await fetch(await request.text());
+    const t = await r.text();
+    let n = 0;
+    for (let i = 0; i < t.length; i++) n = (n * 31 + t.charCodeAt(i)) % 1000003;
+    return new Response(r.status + " " + t.length + " " + n);
+  },
+};
+"#;
+
+/// What `RELAY` answers for `text`.
+fn relayed(text: &str) -> String {
+    let hash = text
+        .bytes()
+        .fold(0u64, |n, b| (n * 31 + u64::from(b)) % 1_000_003);
+    format!("200 {} {hash}", text.len())
+}
+
+/// Serves `/small` (200 KB) and `/big` (1.5 MiB, past compiled code's
+/// answer room) of text, counting every request.
+async fn texts() -> (std::net::SocketAddr, Arc<AtomicUsize>, String, String) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let text = |n: usize| -> String {
+        (0..n)
+            .map(|i| (b'a' + (i * 7 % 26) as u8) as char)
+            .collect()
+    };
+    let (small, big) = (text(200_000), text(3 << 19));
+    let (s, b) = (small.clone(), big.clone());
+    let (h1, h2) = (hits.clone(), hits.clone());
+    let app = axum::Router::new()
+        .route(
+            "/small",
+            axum::routing::get(move || {
+                h1.fetch_add(1, Ordering::SeqCst);
+                let s = s.clone();
+                async move { s }
+            }),
+        )
+        .route(
+            "/big",
+            axum::routing::get(move || {
+                h2.fetch_add(1, Ordering::SeqCst);
+                let b = b.clone();
+                async move { b }
+            }),
+        );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, hits, small, big)
+}
+
+/// A tenant steers the URL its compiled code fetches and the size of the
+/// answer. The request goes through the host layer, so the allow-list
+/// holds for compiled code as for the isolate (a host outside it is never
+/// reached); and an answer past the 1 MiB room compiled code reads it
+/// into leaves with the answer kept, so the isolate answers from it
+/// without asking again (read past its room, the compiled code would
+/// answer garbage).
+#[tokio::test(flavor = "multi_thread")]
+async fn compiled_fetch_is_held_to_the_allow_list_and_its_answer_to_its_room() {
+    let d = Daemon::start_with(&["--allow-private-egress", "true"]);
+    let (addr, hits, small, big) = texts().await;
+    let (outside, outside_hits, _, _) = texts().await;
+    let allowed = addr.to_string();
+    let warm = format!("http://{addr}/small");
+    deploy_compiled(&d, "relay", RELAY, &[("allow_host", &allowed)], &warm).await;
+    assert_eq!(d.call("relay", "", &warm).await, (200, relayed(&small)));
+    let left = |m: &str| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("hearth_js_compiled_left_total "))
+            .map_or(0, |n| n.trim().parse::<u64>().unwrap())
+    };
+    let before = (
+        left(&d.get_text("/metrics").await),
+        hits.load(Ordering::SeqCst),
+    );
+
+    let answer = d.call("relay", "", &format!("http://{addr}/big")).await;
+    assert_eq!(answer, (200, relayed(&big)));
+    assert_eq!(hits.load(Ordering::SeqCst), before.1 + 1, "asked once");
+
+    let (status, text) = d
+        .call("relay", "", &format!("http://{outside}/small"))
+        .await;
+    assert_eq!(status, 500, "{text}");
+    assert!(
+        text.contains(&format!("outbound HTTP to {outside} is not allowed")),
+        "{text}"
+    );
+    assert_eq!(
+        outside_hits.load(Ordering::SeqCst),
+        0,
+        "a host outside the allow-list was reached"
+    );
+
+    let metrics = d.get_text("/metrics").await;
+    assert_eq!(left(&metrics), before.0 + 2, "{metrics}");
+    assert!(
+        metrics.contains(r#"hearth_invocations_total{tier="compiled",outcome="error"} 0"#),
+        "no failure in compiled code: {metrics}"
     );
 }
