@@ -10,7 +10,7 @@ use bytes::Bytes;
 use hearth_core::{FunctionSpec, Request, Response, Runtime, Tier};
 use hearth_host::{HostEvent, Tape};
 use hearth_record::{Archive, Durability, Outcome, RecordConfig, RecordError, Recorder, Recording};
-use hearth_store::{SqliteStore, Store, TapeQuery};
+use hearth_store::{MAX_PINS_PER_FUNCTION, SqliteStore, Store, TapePin, TapeQuery};
 
 fn recording(tenant: &str, function: &str, body: &str, ok: bool, started_ms: i64) -> Recording {
     Recording {
@@ -331,6 +331,88 @@ async fn retention_keeps_errors_longer_when_a_function_asks_and_caps_size() {
             .unwrap()
             .is_empty()
     );
+}
+
+/// A pinned tape (one that showed compiled code wrong) outlives its
+/// retention while its function exists; an unpinned one of the same age
+/// does not; deleting the function lets it go; and a function keeps only
+/// its newest pins.
+#[tokio::test]
+async fn a_pinned_tape_outlives_retention_while_its_function_exists() {
+    let fx = Fixture::new();
+    fx.store.create_tenant("a").unwrap();
+    let spec = FunctionSpec::new(Runtime::Wasm);
+    for f in ["f", "g"] {
+        fx.store
+            .create_version("a", f, &"00".repeat(32), &spec)
+            .unwrap();
+    }
+    let old = hearth_core::unix_time_ms() - 10 * 24 * 3600 * 1000;
+    let pinned = recording("a", "f", "diverged", true, old);
+    let other = recording("a", "g", "plain", true, old);
+    let pin = TapePin {
+        tenant: "a".into(),
+        function: "f".into(),
+        id: pinned.id.clone(),
+    };
+    fx.store.pin_tape(&pin).unwrap();
+    {
+        let rec = fx.recorder(RecordConfig::default());
+        for r in [&pinned, &other] {
+            rec.record(r.borrowed()).await.unwrap();
+        }
+        rec.flush().await.unwrap();
+        rec.close();
+    }
+    let rec = fx.recorder(RecordConfig::default());
+    rec.sweep().await.unwrap();
+    let a = rec.archive();
+    assert_eq!(a.read("a", &pinned.id).unwrap(), pinned, "pinned: kept");
+    assert!(
+        matches!(a.read("a", &other.id), Err(RecordError::NotFound(_))),
+        "as old, not pinned: gone"
+    );
+    // Swept again (moved forward by the first sweep), still kept.
+    rec.sweep().await.unwrap();
+    assert_eq!(a.read("a", &pinned.id).unwrap(), pinned);
+
+    assert!(fx.store.delete_function("a", "f").unwrap());
+    rec.sweep().await.unwrap();
+    assert!(fx.store.tape_pins().unwrap().is_empty(), "unpinned");
+    rec.close();
+    let rec = fx.recorder(RecordConfig::default());
+    rec.sweep().await.unwrap();
+    assert!(
+        matches!(
+            rec.archive().read("a", &pinned.id),
+            Err(RecordError::NotFound(_))
+        ),
+        "its function deleted, it ages out"
+    );
+
+    // In id order, which is time order for UUIDv7 ids.
+    let mut ids: Vec<String> = (0..MAX_PINS_PER_FUNCTION + 3)
+        .map(|_| hearth_core::InvocationId::new().to_string())
+        .collect();
+    ids.sort();
+    for id in &ids {
+        fx.store
+            .pin_tape(&TapePin {
+                id: id.clone(),
+                function: "g".into(),
+                ..pin.clone()
+            })
+            .unwrap();
+    }
+    let mut kept: Vec<String> = fx
+        .store
+        .tape_pins()
+        .unwrap()
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    kept.sort();
+    assert_eq!(kept, ids[3..], "the newest {MAX_PINS_PER_FUNCTION}");
 }
 
 #[tokio::test]

@@ -165,6 +165,21 @@ pub struct TapeBlock {
     pub ok_expired: bool,
 }
 
+/// A tape kept past its retention: one that showed a function's compiled
+/// code answering otherwise than the isolate (`docs/js-tier.md`), kept so
+/// that `hearth replay <id>` can show why. Its block is kept while the
+/// function exists, and counts in its tenant's room (whose cap can still
+/// take it); a function keeps its newest [`MAX_PINS_PER_FUNCTION`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TapePin {
+    pub tenant: String,
+    pub function: String,
+    pub id: String,
+}
+
+/// How many pinned tapes a function keeps (the oldest is unpinned).
+pub const MAX_PINS_PER_FUNCTION: u32 = 8;
+
 /// Which blocks to list, newest `last_id` first.
 #[derive(Debug, Clone, Default)]
 pub struct BlockQuery {
@@ -364,6 +379,12 @@ pub trait Store: Send + Sync + 'static {
     /// Retention: forgets `gone` rows and marks `ok_expired` ones.
     fn expire_blocks(&self, gone: &[TapeBlock], ok_expired: &[TapeBlock])
     -> Result<(), StoreError>;
+    /// Keeps `pin`'s tape past retention (see [`TapePin`]).
+    fn pin_tape(&self, pin: &TapePin) -> Result<(), StoreError>;
+    /// Every pinned tape.
+    fn tape_pins(&self) -> Result<Vec<TapePin>, StoreError>;
+    /// Lets these tapes go with their blocks again.
+    fn unpin_tapes(&self, pins: &[TapePin]) -> Result<(), StoreError>;
     /// Where `segment` holds the payload with this hash (segments are
     /// self-contained: a payload is stored once per segment).
     fn find_blob(

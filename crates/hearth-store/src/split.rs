@@ -7,7 +7,7 @@ use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 
 use crate::{
     BlobEntry, BlockQuery, FunctionMode, FunctionSummary, JournalKey, LogQuery, LogRecord, PgStore,
-    Principal, Role, SqliteStore, Store, StoreError, TapeBlock,
+    Principal, Role, SqliteStore, Store, StoreError, TapeBlock, TapePin,
 };
 
 /// Shared state in PostgreSQL, the tape index in local SQLite.
@@ -198,6 +198,15 @@ impl Store for SplitStore {
         ok_expired: &[TapeBlock],
     ) -> Result<(), StoreError> {
         self.local.expire_blocks(gone, ok_expired)
+    }
+    fn pin_tape(&self, pin: &TapePin) -> Result<(), StoreError> {
+        self.local.pin_tape(pin)
+    }
+    fn tape_pins(&self) -> Result<Vec<TapePin>, StoreError> {
+        self.local.tape_pins()
+    }
+    fn unpin_tapes(&self, pins: &[TapePin]) -> Result<(), StoreError> {
+        self.local.unpin_tapes(pins)
     }
     fn find_blob(
         &self,

@@ -30,7 +30,7 @@ use hearth_host::{
 use hearth_jit::{Plan, Trace};
 use hearth_record::diff::outcome_diff;
 use hearth_record::{Outcome, Recorder};
-use hearth_store::{ArtifactStore, TapeQuery};
+use hearth_store::{ArtifactStore, TapePin, TapeQuery};
 use parking_lot::Mutex;
 
 use crate::metrics::CompiledChecks;
@@ -434,17 +434,19 @@ impl Jit {
                 tape,
                 outcome,
             } = answered;
-            let (result, divergence) = on_tape(&isolate, services, v.clone(), &request, tape).await;
+            let (result, divergence) =
+                on_tape(&isolate, services.clone(), v.clone(), &request, tape).await;
             jit.checks.checked.inc();
             let Some(how) = differs(&outcome, &result, divergence) else {
                 return;
             };
             jit.checks.diverged.inc();
+            pin(&services, &v, &id.to_string()).await;
             jit.demote(
                 &v,
                 format!(
                     "the isolate answered live invocation {id} otherwise than its compiled code \
-                     did (`hearth replay {id}` replays its tape):\n{how}"
+                     did (its tape is kept: `hearth replay {id}` replays it):\n{how}"
                 ),
             );
         });
@@ -597,9 +599,11 @@ async fn compile_and_prove(
             continue;
         }
         if let Some(how) = differs(&rec.outcome, &result, divergence) {
+            pin(&parts.host, v, &rec.id).await;
             return Err(format!(
-                "its compiled code answered tape {} otherwise than the isolate did:\n{how}",
-                rec.id
+                "its compiled code answered tape {} otherwise than the isolate did (the tape \
+                 is kept: `hearth replay {}` replays it):\n{how}",
+                rec.id, rec.id
             ));
         }
         proved += 1;
@@ -611,6 +615,26 @@ async fn compile_and_prove(
         ));
     }
     Ok((prepared, proved))
+}
+
+/// Keeps tape `id` of `v`'s function past retention: it showed the
+/// compiled code wrong, and the reason `v` is not compiled names it.
+async fn pin(services: &HostServices, v: &FunctionVersion, id: &str) {
+    let (store, pin) = (
+        services.store.clone(),
+        TapePin {
+            tenant: v.tenant.clone(),
+            function: v.name.clone(),
+            id: id.to_string(),
+        },
+    );
+    let pinned = tokio::task::spawn_blocking(move || store.pin_tape(&pin)).await;
+    if let Err(e) = pinned
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()))
+    {
+        tracing::warn!(tenant = v.tenant, function = v.name, id, error = %e, "could not keep a diverging tape");
+    }
 }
 
 /// Runs `request` in an instance of its own of `prepared` (a version of
@@ -812,6 +836,15 @@ mod tests {
         };
         assert!(why.contains(&id.to_string()), "{why}");
         assert!(why.contains("26 1060") && why.contains("25 1060"), "{why}");
+        // The tape that diverged is kept past retention.
+        assert_eq!(
+            services.store.tape_pins().unwrap(),
+            vec![TapePin {
+                tenant: "t".into(),
+                function: "primes".into(),
+                id: id.to_string(),
+            }]
+        );
 
         // With idle time, the next check waits.
         let idle = Arc::new(Jit::new(JitConfig::default(), CompiledChecks::default()));

@@ -8,12 +8,16 @@
 //! one over its quota) loses its oldest tapes, and the tapes of others
 //! that shared their segment are moved forward, never deleted with it. So
 //! one tenant's flood ages out its own tapes, not its neighbours'.
+//!
+//! A pinned tape ([`TapePin`]) keeps its block from ageing out while its
+//! function exists; it still counts in its tenant's room, so the cap can
+//! take it like any other.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use hearth_store::TapeBlock;
+use hearth_store::{TapeBlock, TapePin};
 
 use super::Writer;
 use crate::RecordError;
@@ -63,10 +67,15 @@ impl Writer {
             .filter(|&n| n != self.current.n)
             .collect();
         let age = |ms: i64| Duration::from_millis(now.saturating_sub(ms).max(0) as u64);
+        let pins = self.live_pins()?;
         for &n in &closed {
             let (mut gone, mut ok_gone, mut kept) = (Vec::new(), Vec::new(), Vec::new());
             let mut expired = 0;
             for mut row in store.blocks_in_segment(n)? {
+                if pins.iter().any(|p| holds(&row, p)) {
+                    kept.push(row);
+                    continue;
+                }
                 let (keep_ok, keep_errors) = self.keep_for(&row);
                 let ok_expired = row.ok_expired || age(row.last_ms) > keep_ok;
                 let errors_expired = row.errors == 0 || age(row.last_ms) > keep_errors;
@@ -107,6 +116,22 @@ impl Writer {
             }
         }
         self.cap()
+    }
+
+    /// The pinned tapes whose function still exists; the others are
+    /// unpinned (a deleted function's tapes age out as usual).
+    fn live_pins(&self) -> Result<Vec<TapePin>, RecordError> {
+        let store = self.archive.store();
+        let (live, stale): (Vec<TapePin>, Vec<TapePin>) =
+            store.tape_pins()?.into_iter().partition(|p| {
+                store
+                    .get_version(&p.tenant, &p.function, None)
+                    .map_or(true, |v| v.is_some())
+            });
+        if !stale.is_empty() {
+            store.unpin_tapes(&stale)?;
+        }
+        Ok(live)
     }
 
     fn delete_segment(&mut self, n: u64) -> Result<(), RecordError> {
@@ -195,6 +220,15 @@ impl Writer {
             self.write(&[moved], Some(n))?;
         }
         self.stats.expired.fetch_add(lost as u64, Ordering::Relaxed);
+        let store = self.archive.store();
+        let taken: Vec<TapePin> = store
+            .tape_pins()?
+            .into_iter()
+            .filter(|p| gone.iter().any(|r| holds(r, p)))
+            .collect();
+        if !taken.is_empty() {
+            store.unpin_tapes(&taken)?;
+        }
         self.delete_segment(n)
     }
 
@@ -227,6 +261,14 @@ impl Writer {
         }
         Ok(out)
     }
+}
+
+/// Whether block `row` holds pinned tape `p`.
+fn holds(row: &TapeBlock, p: &TapePin) -> bool {
+    row.tenant == p.tenant
+        && row.function == p.function
+        && row.first_id.as_str() <= p.id.as_str()
+        && p.id.as_str() <= row.last_id.as_str()
 }
 
 struct SegmentUsage {

@@ -16,7 +16,8 @@ mod tapes;
 
 use crate::{
     BlobEntry, BlockQuery, FunctionMode, FunctionSummary, JournalKey, LogQuery, LogRecord,
-    LogStream, Principal, Role, Store, StoreError, TapeBlock, parse_colocation, sha256_hex,
+    LogStream, Principal, Role, Store, StoreError, TapeBlock, TapePin, parse_colocation,
+    sha256_hex,
 };
 
 const SCHEMA: &str = r#"
@@ -668,6 +669,18 @@ impl Store for SqliteStore {
         ok_expired: &[TapeBlock],
     ) -> Result<(), StoreError> {
         tapes::expire(&mut self.writer(), gone, ok_expired)
+    }
+
+    fn pin_tape(&self, pin: &TapePin) -> Result<(), StoreError> {
+        tapes::pin(&mut self.writer(), pin)
+    }
+
+    fn tape_pins(&self) -> Result<Vec<TapePin>, StoreError> {
+        tapes::pins(&self.reader())
+    }
+
+    fn unpin_tapes(&self, pins: &[TapePin]) -> Result<(), StoreError> {
+        tapes::unpin(&mut self.writer(), pins)
     }
 
     fn find_blob(

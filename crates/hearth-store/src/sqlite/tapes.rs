@@ -6,7 +6,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::{BlobEntry, BlockQuery, StoreError, TapeBlock};
+use crate::{BlobEntry, BlockQuery, MAX_PINS_PER_FUNCTION, StoreError, TapeBlock, TapePin};
 
 pub(super) const SCHEMA: &str = r#"
 DROP TABLE IF EXISTS tapes;
@@ -32,6 +32,12 @@ CREATE INDEX IF NOT EXISTS tape_blocks_newest ON tape_blocks (tenant, last_id);
 CREATE TABLE IF NOT EXISTS tape_spans (
     tenant      TEXT PRIMARY KEY,
     span_ms     INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tape_pins (
+    tenant      TEXT NOT NULL,
+    function    TEXT NOT NULL,
+    id          TEXT NOT NULL,
+    PRIMARY KEY (tenant, function, id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS tape_blobs (
     tenant      TEXT NOT NULL,
@@ -223,6 +229,50 @@ pub(super) fn expire(
         )?;
         for b in ok_expired {
             mark.execute(params![b.segment as i64, b.offset as i64, b.function])?;
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// Pins a tape; past [`MAX_PINS_PER_FUNCTION`], the function's oldest
+/// (ids are UUIDv7, ordered by time) is unpinned.
+pub(super) fn pin(conn: &mut Connection, pin: &TapePin) -> Result<(), StoreError> {
+    let tx = conn.transaction()?;
+    tx.execute(
+        "INSERT OR IGNORE INTO tape_pins (tenant, function, id) VALUES (?1, ?2, ?3)",
+        params![pin.tenant, pin.function, pin.id],
+    )?;
+    tx.execute(
+        "DELETE FROM tape_pins WHERE tenant = ?1 AND function = ?2 AND id NOT IN
+           (SELECT id FROM tape_pins WHERE tenant = ?1 AND function = ?2
+            ORDER BY id DESC LIMIT ?3)",
+        params![pin.tenant, pin.function, MAX_PINS_PER_FUNCTION],
+    )?;
+    tx.commit()?;
+    Ok(())
+}
+
+pub(super) fn pins(conn: &Connection) -> Result<Vec<TapePin>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT tenant, function, id FROM tape_pins")?;
+    let rows = stmt.query_map([], |r| {
+        Ok(TapePin {
+            tenant: r.get(0)?,
+            function: r.get(1)?,
+            id: r.get(2)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub(super) fn unpin(conn: &mut Connection, pins: &[TapePin]) -> Result<(), StoreError> {
+    let tx = conn.transaction()?;
+    {
+        let mut delete = tx.prepare_cached(
+            "DELETE FROM tape_pins WHERE tenant = ?1 AND function = ?2 AND id = ?3",
+        )?;
+        for p in pins {
+            delete.execute(params![p.tenant, p.function, p.id])?;
         }
     }
     tx.commit()?;
