@@ -8,7 +8,8 @@
 #     string processing (words, vowels, longest word of a text), numeric
 #     loops (primes by trial division), objects and JSON (stats: sorting
 #     400 integers into a JSON summary; orders: pricing a 500-item JSON
-#     order into a JSON answer) — in three paths: the isolate (a
+#     order into a JSON answer; quote: a 200-line order priced against a
+#     300-SKU list fetched from a local HTTP server) — in three paths: the isolate (a
 #     second daemon with --js-compile false), compiled from their traces
 #     (Containerless §3–§4; invoked one at a time from its deploy until
 #     `GET /v1/functions` says compiled, which is timed), and Node.js;
@@ -49,6 +50,13 @@ PIDS+=("$!")
 for _ in $(seq 1 100); do grep -q listening "$WORK/users.log" 2>/dev/null && break; sleep 0.05; done
 USERS=$(awk '{print $4}' "$WORK/users.log")
 USERS_HOST=${USERS#http://}
+# quote's price list, on loopback too.
+python3 -c 'import json; print(json.dumps({"skus": [f"s{i}" for i in range(300)], "cents": [100 + 7 * i for i in range(300)]}))' >"$WORK/prices.json"
+"$BIN/hearth-bench" ceiling 127.0.0.1:0 "$WORK/prices.json" >"$WORK/prices.log" &
+PIDS+=("$!")
+for _ in $(seq 1 100); do grep -q listening "$WORK/prices.log" 2>/dev/null && break; sleep 0.05; done
+PRICES=$(awk '{print $4}' "$WORK/prices.log")
+QUOTE_OPTS="&allow_host=${PRICES#http://}&env=PRICES_URL=$PRICES/prices.json"
 
 cat >"$WORK/authorize.mjs" <<'EOF'
 export default {
@@ -64,6 +72,7 @@ python3 -c 'import random; random.seed(7); w=["lorem","ipsum","Dolor","sit","ame
 echo 30000 >"$WORK/primes.txt"
 python3 -c 'import random; random.seed(7); print(",".join(str(random.randint(-500, 500)) for _ in range(400)), end="")' >"$WORK/stats.txt"
 python3 -c 'import json,random; random.seed(7); print(json.dumps({"items": [{"sku": f"s{i}", "qty": random.randint(1, 150), "cents": random.randint(1, 99999)} for i in range(500)], "member": True}))' >"$WORK/orders.txt"
+python3 -c 'import json,random; random.seed(7); print(json.dumps({"items": [{"sku": f"s{random.randrange(300)}", "qty": random.randint(1, 9)} for i in range(200)]}))' >"$WORK/quote.txt"
 : >"$WORK/maze.txt"
 deploy_to() { # url token name runtime file [extra query]
   curl -sf -o /dev/null -H "Authorization: Bearer $2" --data-binary @"$5" \
@@ -72,11 +81,12 @@ deploy() { deploy_to "$URL" "$TOKEN" "$@"; }
 deploy auth-js js "$WORK/authorize.mjs" "&allow_host=$USERS_HOST&env=USERS_URL=$USERS/users.json"
 deploy auth-node node "$WORK/authorize.mjs" "&allow_host=$USERS_HOST&env=USERS_URL=$USERS/users.json"
 deploy_to "$PLAIN" "$PLAIN_TOKEN" auth-js js "$WORK/authorize.mjs" "&allow_host=$USERS_HOST&env=USERS_URL=$USERS/users.json"
-CPU="maze words primes stats orders"
+CPU="maze words primes stats orders quote"
 for f in $CPU; do
-  deploy "$f-js" js "examples/js/$f.mjs"
-  deploy "$f-node" node "examples/js/$f.mjs"
-  deploy_to "$PLAIN" "$PLAIN_TOKEN" "$f-js" js "examples/js/$f.mjs"
+  opts=""; [ "$f" = quote ] && opts="$QUOTE_OPTS"
+  deploy "$f-js" js "examples/js/$f.mjs" "$opts"
+  deploy "$f-node" node "examples/js/$f.mjs" "$opts"
+  deploy_to "$PLAIN" "$PLAIN_TOKEN" "$f-js" js "examples/js/$f.mjs" "$opts"
 done
 # Warm each compiling function until `hearth ls` says compiled: how long
 # from its first invocation, after how many, and how many tapes proved it;
