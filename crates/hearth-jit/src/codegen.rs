@@ -103,19 +103,27 @@ impl Ty {
     fn val(&self) -> Option<ValType> {
         match self {
             Ty::Num => Some(ValType::F64),
-            Ty::Undef
-            | Ty::Math
-            | Ty::StringCtor
-            | Ty::DateCtor
-            | Ty::Performance
-            | Ty::Json
-            | Ty::ResponseCtor
-            | Ty::Hearth
-            | Ty::Kv
-            | Ty::Process
-            | Ty::Env => None,
+            Ty::Undef => None,
+            t if t.is_namespace() => None,
             _ => Some(ValType::I32),
         }
+    }
+    /// A platform object that is only ever named, never held as a value
+    /// (`Math`, `hearth.kv`, `env`, …): it has no representation.
+    fn is_namespace(&self) -> bool {
+        matches!(
+            self,
+            Ty::Math
+                | Ty::StringCtor
+                | Ty::DateCtor
+                | Ty::Performance
+                | Ty::Json
+                | Ty::ResponseCtor
+                | Ty::Hearth
+                | Ty::Kv
+                | Ty::Process
+                | Ty::Env
+        )
     }
     fn of_mask(mask: u32) -> Option<Ty> {
         let k = mask & tag::KINDS;
@@ -834,6 +842,23 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
         self.emit(I::Unreachable);
     }
 
+    /// `if (cond on stack) leave(at)`.
+    pub(crate) fn leave_if(&mut self, at: u32) {
+        self.emit(I::If(BlockType::Empty));
+        self.leave(at);
+        self.emit(I::End);
+    }
+
+    /// Leaves at `at` if the address on the stack is 0 (a value that is
+    /// not there); keeps the address on the stack otherwise.
+    pub(crate) fn leave_if_zero(&mut self, at: u32) {
+        let v = self.local(ValType::I32);
+        self.emit(I::LocalTee(v));
+        self.emit(I::I32Eqz);
+        self.leave_if(at);
+        self.emit(I::LocalGet(v));
+    }
+
     /// Code from here on was never reached in the trace: leave, and close
     /// the blocks opened since `depth` so that the function still
     /// validates (after `unreachable` a block's type holds whatever is on
@@ -907,9 +932,7 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
                 self.emit(I::I64Const(i64::MIN));
                 self.emit(I::I64Eq);
                 self.emit(I::I32Or);
-                self.emit(I::If(BlockType::Empty));
-                self.leave(*at);
-                self.emit(I::End);
+                self.leave_if(*at);
                 self.emit(I::LocalGet(i));
                 self.emit(I::LocalSet(*l));
             }
@@ -1229,9 +1252,7 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
         self.emit(I::I32Load(mem(0, 2)));
         self.emit(I::I32Const(names.len() as i32));
         self.emit(I::I32LtU);
-        self.emit(I::If(BlockType::Empty));
-        self.leave(at);
-        self.emit(I::End);
+        self.leave_if(at);
         for (k, name) in names.iter().enumerate() {
             self.emit(I::LocalGet(from));
             self.emit(I::I32Load(mem(layout::ARR_DATA, 2)));

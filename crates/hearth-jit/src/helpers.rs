@@ -110,13 +110,6 @@ impl FnBuilder<'_, '_> {
             self.emit(i);
         }
     }
-
-    /// `if (cond on stack) leave(at)`.
-    fn leave_if(&mut self, at: u32) {
-        self.emit(I::If(BlockType::Empty));
-        self.leave(at);
-        self.emit(I::End);
-    }
 }
 
 /// `alloc(size) -> address`, 8-aligned, growing memory as needed.

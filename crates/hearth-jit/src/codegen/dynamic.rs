@@ -5,7 +5,7 @@
 //! from one is kept as the parser's block, to read from in turn. Parsed
 //! values are read, never written.
 
-use wasm_encoder::{BlockType, Instruction as I, ValType};
+use wasm_encoder::{Instruction as I, ValType};
 
 use super::*;
 use crate::helpers::parse::cell;
@@ -45,22 +45,16 @@ impl FnBuilder<'_, '_> {
                 ));
             }
         };
+        self.leave_if_zero(e.start);
         let c = self.local(ValType::I32);
         self.emit(I::LocalTee(c));
-        self.emit(I::I32Eqz);
-        self.emit(I::If(BlockType::Empty));
-        self.leave(e.start);
-        self.emit(I::End);
         // tag - first > last - first, unsigned: another kind.
-        self.emit(I::LocalGet(c));
         self.emit(I::I32Load(mem(0, 2)));
         self.emit(I::I32Const(first));
         self.emit(I::I32Sub);
         self.emit(I::I32Const(last - first));
         self.emit(I::I32GtU);
-        self.emit(I::If(BlockType::Empty));
-        self.leave(e.start);
-        self.emit(I::End);
+        self.leave_if(e.start);
         self.emit(I::LocalGet(c));
         match t {
             Ty::Num => self.emit(I::F64Load(mem(cell::NUM, 3))),

@@ -116,9 +116,7 @@ impl FnBuilder<'_, '_> {
         self.emit(I::I32Load(mem(0, 2)));
         self.emit(I::I32GeU);
         self.emit(I::I32Or);
-        self.emit(I::If(BlockType::Empty));
-        self.leave(at);
-        self.emit(I::End);
+        self.leave_if(at);
         self.emit(I::LocalGet(i));
     }
 
@@ -264,16 +262,7 @@ impl FnBuilder<'_, '_> {
                 self.emit(I::I32Ne);
             }
             Ty::Undef => self.emit(I::I32Const(0)),
-            Ty::Math
-            | Ty::StringCtor
-            | Ty::DateCtor
-            | Ty::Performance
-            | Ty::Json
-            | Ty::ResponseCtor
-            | Ty::Hearth
-            | Ty::Kv
-            | Ty::Process
-            | Ty::Env => self.emit(I::I32Const(1)),
+            t if t.is_namespace() => self.emit(I::I32Const(1)),
             _ => {
                 self.emit(I::Drop);
                 self.emit(I::I32Const(1));
@@ -512,14 +501,8 @@ impl FnBuilder<'_, '_> {
                             );
                         }
                         // The trace saw only strings: a missing value leaves.
-                        let v = self.local(ValType::I32);
                         self.kv_get(key)?;
-                        self.emit(I::LocalTee(v));
-                        self.emit(I::I32Eqz);
-                        self.emit(I::If(BlockType::Empty));
-                        self.leave(e.start);
-                        self.emit(I::End);
-                        self.emit(I::LocalGet(v));
+                        self.leave_if_zero(e.start);
                         Ty::Str
                     }
                     (Ty::Fetched, "text", []) => self.fetched_body(e, false)?,
@@ -792,9 +775,7 @@ impl FnBuilder<'_, '_> {
         self.emit(I::LocalTee(old));
         self.emit(I::I32Const(if increment { i32::MAX } else { i32::MIN }));
         self.emit(I::I32Eq);
-        self.emit(I::If(BlockType::Empty));
-        self.leave(at);
-        self.emit(I::End);
+        self.leave_if(at);
         self.emit(I::LocalGet(old));
         self.emit(I::I32Const(1));
         self.emit(if increment { I::I32Add } else { I::I32Sub });
@@ -877,9 +858,7 @@ impl FnBuilder<'_, '_> {
                     self.emit(I::I32And);
                     self.emit(I::I32Or);
                 }
-                self.emit(I::If(BlockType::Empty));
-                self.leave(e.start);
-                self.emit(I::End);
+                self.leave_if(e.start);
                 self.emit(I::LocalGet(r));
                 self.emit(I::I32WrapI64);
             }
@@ -1350,9 +1329,7 @@ impl FnBuilder<'_, '_> {
         self.emit(I::I32Const(1 << 28));
         self.emit(I::I32GeU);
         self.emit(I::I32Or);
-        self.emit(I::If(BlockType::Empty));
-        self.leave(n.start);
-        self.emit(I::End);
+        self.leave_if(n.start);
         let a = self.local(ValType::I32);
         self.emit(I::LocalGet(len));
         self.emit(I::I32Const(t.elem_size() as i32));

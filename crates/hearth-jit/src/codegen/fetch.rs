@@ -16,7 +16,7 @@
 //! read WASI's environment, where the wasm tier lists the function's own
 //! variables first.
 
-use wasm_encoder::{BlockType, Instruction as I, ValType};
+use wasm_encoder::{Instruction as I, ValType};
 
 use super::json::header_lines;
 use super::*;
@@ -35,16 +35,17 @@ impl FnBuilder<'_, '_> {
     /// The URL and options of `inner` if it is a call of the platform's
     /// `fetch` or `hearth.fetch`.
     pub(super) fn fetch_of<'e>(&self, inner: &'e Expr) -> Option<&'e [Expr]> {
-        let args = match &inner.kind {
-            ExprKind::Call(name, args) if name == "fetch" && self.lookup(name).is_none() => args,
+        match &inner.kind {
+            ExprKind::Call(name, args) if name == "fetch" && self.lookup(name).is_none() => {
+                Some(args)
+            }
             ExprKind::Method(obj, name, args)
                 if name == "fetch" && self.is_global(obj, "hearth") =>
             {
-                args
+                Some(args)
             }
-            _ => return None,
-        };
-        Some(args)
+            _ => None,
+        }
     }
 
     /// `await fetch(url[, init])` (`e`): pushes what it answered.
@@ -125,18 +126,14 @@ impl FnBuilder<'_, '_> {
         // again, is given the same answer, and throws as it does.
         self.emit(I::I32Const(0));
         self.emit(I::I32LtS);
-        self.emit(I::If(BlockType::Empty));
-        self.leave(left::HOST);
-        self.emit(I::End);
+        self.leave_if(left::HOST);
         // The isolate's `Response` takes 200–599 only.
         self.emit(I::LocalGet(status));
         self.emit(I::I32Const(200));
         self.emit(I::I32Sub);
         self.emit(I::I32Const(400));
         self.emit(I::I32GeU);
-        self.emit(I::If(BlockType::Empty));
-        self.leave(left::STATUS);
-        self.emit(I::End);
+        self.leave_if(left::STATUS);
         self.take_answer(room);
         let r = self.local(ValType::I32);
         self.emit(I::I32Const(16));
@@ -177,16 +174,12 @@ impl FnBuilder<'_, '_> {
         self.emit(I::LocalGet(cap));
         self.emit(I::I32Const(layout::SCRATCH as i32 + 8));
         self.emit(I::Call(URL_HREF));
-        self.emit(I::If(BlockType::Empty));
-        self.leave(at);
-        self.emit(I::End);
+        self.leave_if(at);
         self.emit(I::I32Const(layout::SCRATCH as i32 + 8));
         self.emit(I::I32Load(mem(0, 2)));
         self.emit(I::LocalGet(cap));
         self.emit(I::I32GtU);
-        self.emit(I::If(BlockType::Empty));
-        self.leave(left::TEXT);
-        self.emit(I::End);
+        self.leave_if(left::TEXT);
         href
     }
 
@@ -198,9 +191,7 @@ impl FnBuilder<'_, '_> {
         self.emit(I::I32Load(mem(0, 2)));
         self.emit(I::I32Const(ANSWER_ROOM));
         self.emit(I::I32GtU);
-        self.emit(I::If(BlockType::Empty));
-        self.leave(left::TEXT);
-        self.emit(I::End);
+        self.leave_if(left::TEXT);
         self.emit(I::LocalGet(room));
         self.emit(I::I32Const(layout::SCRATCH as i32));
         self.emit(I::I32Load(mem(0, 2)));
@@ -233,9 +224,7 @@ impl FnBuilder<'_, '_> {
         let r = self.local(ValType::I32);
         self.emit(I::LocalTee(r));
         self.emit(I::I32Load(mem(answer::READ, 2)));
-        self.emit(I::If(BlockType::Empty));
-        self.leave(e.start);
-        self.emit(I::End);
+        self.leave_if(e.start);
         self.emit(I::LocalGet(r));
         self.emit(I::I32Const(1));
         self.emit(I::I32Store(mem(answer::READ, 2)));
@@ -261,15 +250,9 @@ impl FnBuilder<'_, '_> {
             ));
         }
         let prefix = self.m.blob(format!("{name}=").as_bytes());
-        let v = self.local(ValType::I32);
         self.emit(I::I32Const(prefix as i32));
         self.emit(I::Call(ENV_GET));
-        self.emit(I::LocalTee(v));
-        self.emit(I::I32Eqz);
-        self.emit(I::If(BlockType::Empty));
-        self.leave(e.start);
-        self.emit(I::End);
-        self.emit(I::LocalGet(v));
+        self.leave_if_zero(e.start);
         Ok(Ty::Str)
     }
 }

@@ -65,9 +65,7 @@ impl FnBuilder<'_, '_> {
         self.emit(I::LocalGet(code));
         self.emit(I::I32Const(1));
         self.emit(I::I32Ne);
-        self.emit(I::If(BlockType::Empty));
-        self.leave(left::HOST);
-        self.emit(I::End);
+        self.leave_if(left::HOST);
         self.emit(I::I32Const(0));
         self.emit(I::End);
         Ok(())
@@ -88,9 +86,7 @@ impl FnBuilder<'_, '_> {
             self.emit(I::I32Load(mem(0, 2)));
         }
         self.emit(I::Call(KV_SET));
-        self.emit(I::If(BlockType::Empty));
-        self.leave(left::HOST);
-        self.emit(I::End);
+        self.leave_if(left::HOST);
         Ok(())
     }
 
