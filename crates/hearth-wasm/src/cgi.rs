@@ -7,7 +7,9 @@ use crate::wasi::Strings;
 
 /// The environment every invocation of a version shares: the function's
 /// own variables, then the CGI/1.1 meta-variables that do not depend on
-/// the request. Built once, at prepare.
+/// the request. Built once, at prepare. The function's variables come
+/// first so that the first match of a name is the function's: compiled
+/// JavaScript reads `env.NAME` that way (`hearth-jit`, `env_get`).
 pub(crate) fn version_env<'a>(
     env: impl IntoIterator<Item = (&'a String, &'a String)>,
     function: &str,
