@@ -166,6 +166,7 @@ const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 /// Headers every invocation answers with (named once: a `&str` name is
 /// parsed again on each insert).
 const INVOCATION_ID: HeaderName = HeaderName::from_static("hearth-invocation-id");
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 const VERSION: HeaderName = HeaderName::from_static("hearth-version");
 const START: HeaderName = HeaderName::from_static("hearth-start");
 
@@ -288,7 +289,14 @@ async fn run(
         Ok(r) => answer((r.status, r.headers), Body::from(r.body)),
         Err(e) => failed(&e, outcome.id),
     };
-    Ok(stamped(resp, outcome.id, outcome.version, outcome.start))
+    let mut resp = stamped(resp, outcome.id, outcome.version, outcome.start);
+    if let Some(sc) = &outcome.trace {
+        // The invocation's span, so the caller can find it in its traces.
+        let tp = hearth_host::trace::traceparent(sc);
+        let tp = HeaderValue::from_str(&tp).expect("a traceparent is hex and dashes");
+        resp.headers_mut().insert(TRACEPARENT, tp);
+    }
+    Ok(resp)
 }
 
 /// An invocation's request body, whole, within the node's limits.

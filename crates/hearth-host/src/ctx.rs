@@ -100,6 +100,9 @@ pub struct InvocationMeta {
     pub version: Arc<FunctionVersion>,
     /// When the invocation must be finished; host calls never wait past it.
     pub deadline: Instant,
+    /// Its trace, when the node exports traces: KV and HTTP calls become
+    /// child spans, and outbound HTTP carries `traceparent`.
+    pub trace: Option<Arc<crate::trace::InvocationTrace>>,
 }
 
 /// One line of a function's log.
@@ -530,7 +533,32 @@ impl HostCtx {
 
     // ---- KV, scoped to this tenant's function ----
 
+    /// Runs a store call for KV call `name` on a blocking thread, within
+    /// the deadline (a child span, when traced).
     async fn blocking<T: Send + 'static>(
+        &self,
+        name: &'static str,
+        f: impl FnOnce(&dyn Store, &str, &str) -> Result<T, hearth_store::StoreError> + Send + 'static,
+    ) -> Result<T, HostError> {
+        let mut span = self.call_span(name, Vec::new);
+        let result = self.blocking_untraced(f).await;
+        if let (Some(span), Err(e)) = (&mut span, &result) {
+            span.failed(e.to_string());
+        }
+        result
+    }
+
+    /// A child span for host call `name`, if this invocation is traced and
+    /// has spans left (`attributes` is only asked for then).
+    fn call_span(
+        &self,
+        name: &'static str,
+        attributes: impl FnOnce() -> Vec<opentelemetry::KeyValue>,
+    ) -> Option<crate::trace::CallSpan> {
+        self.0.meta.trace.as_ref()?.call(name, attributes())
+    }
+
+    async fn blocking_untraced<T: Send + 'static>(
         &self,
         f: impl FnOnce(&dyn Store, &str, &str) -> Result<T, hearth_store::StoreError> + Send + 'static,
     ) -> Result<T, HostError> {
@@ -587,7 +615,9 @@ impl HostCtx {
         }
         self.check_tape_room()?;
         let k = key.clone();
-        let value = self.blocking(move |s, t, f| s.kv_get(t, f, &k)).await?;
+        let value = self
+            .blocking("kv.get", move |s, t, f| s.kv_get(t, f, &k))
+            .await?;
         self.record_effect(HostEvent::KvGet {
             key,
             value: value.clone(),
@@ -620,7 +650,9 @@ impl HostCtx {
         }
         self.check_tape_room()?;
         let k = key.clone();
-        let exists = self.blocking(move |s, t, f| s.kv_exists(t, f, &k)).await?;
+        let exists = self
+            .blocking("kv.exists", move |s, t, f| s.kv_exists(t, f, &k))
+            .await?;
         self.record_effect(HostEvent::KvExists { key, exists })
             .await;
         Ok(exists)
@@ -653,7 +685,7 @@ impl HostCtx {
         self.check_tape_room()?;
         let (k, v) = (key.clone(), value.clone());
         let max = self.0.services.limits.kv_max_tenant_bytes;
-        self.blocking(move |s, t, f| s.kv_set(t, f, &k, &v, max))
+        self.blocking("kv.set", move |s, t, f| s.kv_set(t, f, &k, &v, max))
             .await?;
         self.record_effect(HostEvent::KvSet { key, value }).await;
         Ok(())
@@ -681,7 +713,9 @@ impl HostCtx {
         }
         self.check_tape_room()?;
         let k = key.clone();
-        let existed = self.blocking(move |s, t, f| s.kv_delete(t, f, &k)).await?;
+        let existed = self
+            .blocking("kv.delete", move |s, t, f| s.kv_delete(t, f, &k))
+            .await?;
         self.record_effect(HostEvent::KvDelete { key, existed })
             .await;
         Ok(existed)
@@ -715,7 +749,9 @@ impl HostCtx {
         let k = key.clone();
         let max = self.0.services.limits.kv_max_tenant_bytes;
         let result = match self
-            .blocking(move |s, t, f| s.kv_increment(t, f, &k, delta, max))
+            .blocking("kv.increment", move |s, t, f| {
+                s.kv_increment(t, f, &k, delta, max)
+            })
             .await
         {
             Ok(n) => Ok(n),
@@ -755,7 +791,7 @@ impl HostCtx {
         let limit = self.0.services.limits.kv_max_list;
         let p = prefix.clone();
         let keys = self
-            .blocking(move |s, t, f| s.kv_list(t, f, &p, limit))
+            .blocking("kv.list", move |s, t, f| s.kv_list(t, f, &p, limit))
             .await?;
         self.record_effect(HostEvent::KvList {
             prefix,
@@ -801,6 +837,13 @@ impl HostCtx {
         let timeout = self
             .remaining()
             .min(Duration::from_millis(services.limits.http_timeout_ms));
+        let mut span = self.call_span("http.fetch", || {
+            vec![
+                opentelemetry::KeyValue::new("http.request.method", request.method.clone()),
+                opentelemetry::KeyValue::new("url.full", request.url.clone()),
+            ]
+        });
+        let traceparent = span.as_ref().map(crate::trace::CallSpan::traceparent);
         let result = http::fetch(
             &services.http,
             &self.0.meta.version.spec,
@@ -810,8 +853,19 @@ impl HostCtx {
                 services.limits.http_max_response_bytes,
                 services.limits.private_egress,
             ),
+            traceparent.as_deref(),
         )
         .await;
+        if let Some(span) = &mut span {
+            match &result {
+                Ok(r) => span.set(opentelemetry::KeyValue::new(
+                    "http.response.status_code",
+                    i64::from(r.status),
+                )),
+                Err(e) => span.failed(e.to_string()),
+            }
+        }
+        drop(span);
         // A denied call never left the machine: nothing to record.
         if !matches!(
             result,
@@ -891,6 +945,7 @@ mod tests {
                 created_at_ms: 0,
             }),
             deadline: Instant::now() + Duration::from_secs(5),
+            trace: None,
         };
         HostCtx::new(services, meta)
     }

@@ -60,11 +60,23 @@ pub(crate) async fn fetch(
     request: &OutboundRequest,
     timeout: Duration,
     (max_response_bytes, private_egress): (usize, bool),
+    traceparent: Option<&str>,
 ) -> Result<OutboundResponse, HostError> {
     let (url, method) = check(policy, request, private_egress)?;
     let mut builder = client.request(method, url).timeout(timeout);
     for (k, v) in &request.headers {
         builder = builder.header(k, v);
+    }
+    // The trace's context, added as the request leaves (it is not on the
+    // tape: a replay's request is the recorded one). A function that set
+    // its own `traceparent` keeps it: it is tracing itself.
+    if let Some(tp) = traceparent
+        && !request
+            .headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("traceparent"))
+    {
+        builder = builder.header("traceparent", tp);
     }
     let send = async {
         let response = builder

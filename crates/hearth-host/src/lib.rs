@@ -25,6 +25,7 @@ mod http;
 mod replay;
 mod stream;
 mod tape;
+pub mod trace;
 
 pub mod bundle;
 pub mod deps;

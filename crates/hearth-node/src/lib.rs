@@ -22,6 +22,7 @@ mod metrics;
 mod node;
 mod share;
 mod table;
+pub mod trace;
 
 pub use colocation::{DefaultColocation, StoreColocation};
 pub use metrics::Metrics;

@@ -13,6 +13,7 @@ use hearth_host::{
 };
 use hearth_record::Recorder;
 use hearth_store::{ArtifactStore, FunctionMode, LogRecord, LogStream, Store, StoreError};
+use opentelemetry::KeyValue;
 use thiserror::Error;
 use tokio::sync::Semaphore;
 use tracing::Instrument;
@@ -175,6 +176,9 @@ pub struct InvokeOutcome {
     pub start: StartKind,
     pub duration: Duration,
     pub result: Result<Response, InvokeError>,
+    /// Its span, when the node exports traces: the caller gets it back as
+    /// `traceparent`.
+    pub trace: Option<opentelemetry::trace::SpanContext>,
 }
 
 /// Code every member of a cluster can reach by hash: a deploy publishes
@@ -214,6 +218,8 @@ pub struct Node {
     /// The compiled path of hot js functions; `None` when off, or when
     /// this node lacks the js or the wasm tier.
     jit: Option<Arc<jit::Jit>>,
+    /// Where invocations' spans go; unset when tracing is off.
+    tracing: std::sync::OnceLock<crate::trace::Tracing>,
 }
 
 impl Node {
@@ -250,6 +256,20 @@ impl Node {
             artifact_source: None,
             deploying: tokio::sync::Mutex::new(()),
             jit,
+            tracing: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Exports every invocation's span from now on (once: a second call
+    /// is ignored). Set after the node has an address to name itself by.
+    pub fn start_tracing(&self, tracing: crate::trace::Tracing) {
+        let _ = self.tracing.set(tracing);
+    }
+
+    /// Stops exporting spans, flushing those queued.
+    pub fn stop_tracing(&self) {
+        if let Some(t) = self.tracing.get() {
+            t.shutdown();
         }
     }
 
@@ -777,7 +797,7 @@ impl Node {
             tier,
             start,
         } = ready;
-        let admitted = match self.admit(v, tier, forwarded) {
+        let admitted = match self.admit(v, tier, forwarded, &req) {
             Ok(admitted) => admitted,
             Err(refused) => return Ok(refused),
         };
@@ -823,6 +843,10 @@ impl Node {
                 // the host's answers so far (KV reads and writes, clocks,
                 // randomness) given again: each effect happens once.
                 self.metrics.compiled_left();
+                if let Some(t) = &meta.trace {
+                    let at = KeyValue::new("hearth.left_at", at.to_string());
+                    crate::trace::event(t, "compiled code left for the isolate", vec![at]);
+                }
                 host = host.fall_back();
                 host.log(LogStream::System, "info", &jit::left_line(&c.plan, at));
                 result = self.attempt(&prepared, &req, &host).await;
@@ -871,6 +895,14 @@ impl Node {
             &format!("the isolate tier cannot run this ({why}); running it in the process tier"),
         );
         self.record_fallback(v).await;
+        if let Some(t) = &meta.trace {
+            let attributes = vec![
+                KeyValue::new("hearth.from_tier", "js"),
+                KeyValue::new("hearth.to_tier", fallback.as_str()),
+                KeyValue::new("hearth.reason", why.clone()),
+            ];
+            crate::trace::event(t, "fallback", attributes);
+        }
         let result = match self.prepared(v, fallback).await {
             Ok((prepared, _)) => self.attempt(&prepared, &req, &retry).await,
             Err(e) => Err(InvokeError::Crashed(format!(
@@ -909,6 +941,7 @@ impl Node {
         v: &Arc<FunctionVersion>,
         tier: Tier,
         forwarded: Option<GatewayAttempt>,
+        req: &Request,
     ) -> Result<Admitted, InvokeOutcome> {
         let id = forwarded.map_or_else(InvocationId::new, |f| f.id);
         let started = Instant::now();
@@ -930,6 +963,13 @@ impl Node {
         let taping = self
             .sampled(v)
             .then(|| id.unix_ms().unwrap_or_else(hearth_core::unix_time_ms));
+        let trace = self.tracing.get().map(|t| {
+            let trace = t.begin(v, id, req);
+            if forwarded.is_some_and(|f| f.retry) {
+                crate::trace::event(&trace, "retry", Vec::new());
+            }
+            trace
+        });
         Ok(Admitted {
             _held: (permit, share),
             id,
@@ -939,6 +979,7 @@ impl Node {
                 id,
                 version: v.clone(),
                 deadline: started + Duration::from_millis(v.spec.limits.timeout_ms),
+                trace,
             },
         })
     }
@@ -1065,6 +1106,7 @@ impl Node {
             duration.as_secs_f64(),
         );
 
+        let trace = host.as_ref().and_then(|h| h.meta().trace.clone());
         let (tape, mut lines) = host.map(|h| h.take_records()).unwrap_or_default();
         if let Err(e) = &result {
             self.metrics
@@ -1095,12 +1137,21 @@ impl Node {
                 self.metrics.logs_dropped.inc();
             }
         }
+        let trace = trace.map(|t| {
+            let (status, failure) = match &result {
+                Ok(r) => (r.status, None),
+                Err(e) => (e.http_status(), Some((e.kind(), e.to_string()))),
+            };
+            crate::trace::end(&t, tier, status, failure);
+            crate::trace::context_of(&t)
+        });
         let outcome = InvokeOutcome {
             id,
             version: v.version,
             start,
             duration,
             result,
+            trace,
         };
         (outcome, tape)
     }

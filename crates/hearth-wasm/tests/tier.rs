@@ -82,6 +82,7 @@ impl Fixture {
             id: InvocationId::new(),
             version: Arc::new(v.clone()),
             deadline: Instant::now() + Duration::from_millis(v.spec.limits.timeout_ms),
+            trace: None,
         };
         HostCtx::new(self.services.clone(), meta)
     }

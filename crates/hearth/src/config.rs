@@ -189,6 +189,11 @@ pub struct UpArgs {
     /// and grow with the functions deployed).
     #[arg(long, env = "HEARTH_METRICS_PER_FUNCTION")]
     pub metrics_per_function: Option<bool>,
+    /// Export every invocation's span to this OpenTelemetry collector, by
+    /// OTLP over HTTP (its base URL, e.g. http://localhost:4318; spans go
+    /// to `/v1/traces`). Off when unset (docs/observability.md).
+    #[arg(long, env = "HEARTH_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
     /// Time a client has to send a request's head, and that a kept-alive
     /// connection may sit idle, ms (default 15000).
     #[arg(long, env = "HEARTH_HEADER_TIMEOUT_MS")]
@@ -322,6 +327,7 @@ pub struct Settings {
     pub capacity_mib: u64,
     pub heartbeat_ms: u64,
     pub metrics_per_function: bool,
+    pub otlp_endpoint: Option<String>,
     pub header_timeout_ms: u64,
     pub body_timeout_ms: u64,
     pub max_connections: usize,
@@ -435,6 +441,9 @@ impl Settings {
         if let Some(url) = &o.advertise {
             check_http_url("--advertise", url)?;
         }
+        if let Some(url) = &o.otlp_endpoint {
+            check_http_url("--otlp-endpoint", url)?;
+        }
         let tls = match (&o.tls_cert, &o.tls_key, &o.tls_ca) {
             (None, None, None) => None,
             (Some(cert), Some(key), Some(ca)) => Some(hearth_cluster::TlsFiles {
@@ -513,6 +522,7 @@ impl Settings {
             npm_registry: o.npm_registry.clone(),
             max_tape_bytes: o.max_tape_bytes.unwrap_or(4 << 20),
             metrics_per_function: o.metrics_per_function.unwrap_or(false),
+            otlp_endpoint: o.otlp_endpoint.clone(),
             offline_packages: o.offline_packages.clone(),
             keep_alive_s: o.keep_alive_s.unwrap_or(300),
             js_pin_after: o.js_pin_after.unwrap_or(3).max(1),

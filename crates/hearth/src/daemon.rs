@@ -209,6 +209,11 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         AttemptKey::from_token(&key.0)
     };
     let advertise = settings.advertise.clone().unwrap_or_else(|| url.clone());
+    if let Some(endpoint) = &settings.otlp_endpoint {
+        let tracing =
+            hearth_node::trace::Tracing::otlp(endpoint, &advertise).map_err(anyhow::Error::msg)?;
+        node.start_tracing(tracing);
+    }
     let (role, membership) = match (&settings.role, &shared) {
         (Role::Node { gateway }, Some(pg)) => {
             let joining = Join {
@@ -264,6 +269,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         Role::Node { .. } => println!("  role:  node"),
     }
 
+    if let Some(endpoint) = &settings.otlp_endpoint {
+        println!("  traces: OTLP to {endpoint}");
+    }
+    let traced = node.clone();
     let (app, probes) = hearth_api::routers_for(
         node,
         hearth_api::ApiConfig {
@@ -330,6 +339,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     // since they outlive it on the host.
     tokio::task::spawn_blocking(move || proc.shutdown()).await?;
     tracing::info!("sandboxes removed");
+    // Sends the spans still queued.
+    tokio::task::spawn_blocking(move || traced.stop_tracing()).await?;
     if let Some(r) = recorder {
         // Writes what is queued: a clean stop loses no tape.
         tokio::task::spawn_blocking(move || r.close()).await?;

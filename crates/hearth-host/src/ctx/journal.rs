@@ -102,7 +102,7 @@ impl HostCtx {
             let bytes = postcard::to_allocvec(&event).expect("host events always encode");
             let invocation = self.0.meta.id.to_string();
             let written = self
-                .blocking(move |s, tenant, function| {
+                .blocking_untraced(move |s, tenant, function| {
                     let key = JournalKey {
                         tenant,
                         function,

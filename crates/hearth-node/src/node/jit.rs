@@ -650,6 +650,7 @@ async fn on_tape(
     let meta = InvocationMeta {
         id: InvocationId::new(),
         deadline: Instant::now() + Duration::from_millis(version.spec.limits.timeout_ms),
+        trace: None,
         version,
     };
     let host = HostCtx::replaying(services, meta, tape);

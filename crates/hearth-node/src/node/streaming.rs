@@ -51,7 +51,7 @@ impl Node {
             tier,
             start,
         } = ready;
-        let admitted = match self.admit(v, tier, forwarded) {
+        let admitted = match self.admit(v, tier, forwarded, &req) {
             Ok(admitted) => admitted,
             Err(refused) => {
                 return Ok(Streaming {

@@ -132,6 +132,7 @@ impl Node {
             id: InvocationId::new(),
             version: target.clone(),
             deadline: started + Duration::from_millis(target.spec.limits.timeout_ms),
+            trace: None,
         };
         let host = HostCtx::replaying(self.host.clone(), meta, recording.tape.clone());
         // In an instance of its own: a replay neither sees what live

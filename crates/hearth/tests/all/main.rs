@@ -25,3 +25,4 @@ mod readme;
 mod recording;
 mod snapshot;
 mod streaming;
+mod traces;

@@ -1,0 +1,219 @@
+//! OpenTelemetry traces of invocations (docs/observability.md), exported
+//! by OTLP over HTTP when the operator names a collector
+//! (`--otlp-endpoint`); off otherwise, when an invocation pays one `None`
+//! check for it.
+//!
+//! Every invocation is a server span: a child of the caller's, if the
+//! request carried a valid W3C `traceparent`, else the root of a new trace.
+//! Its KV and HTTP calls are its children ([`hearth_host::trace`]); the
+//! js tier's fallback to the process tier, compiled code leaving for the
+//! isolate and a gateway's retry are events on it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hearth_core::{FunctionVersion, InvocationId, Request, Tier};
+use hearth_host::trace::InvocationTrace;
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::trace::{SpanContext, SpanKind, Status, TraceContextExt, Tracer as _};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_http::{HttpClient, HttpError};
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, Tracer};
+
+/// Longest `tracestate` taken from a request: the W3C minimum a vendor
+/// must pass on. A longer one is dropped (the `traceparent` is still
+/// used): every span of the trace would keep it until exported.
+pub const MAX_TRACESTATE_BYTES: usize = 512;
+
+/// Spans waiting for the exporter, at most; past it new ones are dropped
+/// (and counted by the SDK), so a collector that is slow or down costs a
+/// bounded amount of memory.
+const MAX_QUEUED_SPANS: usize = 8192;
+
+/// The node's tracer and where its spans go.
+pub struct Tracing {
+    provider: SdkTracerProvider,
+    tracer: Tracer,
+    node: String,
+}
+
+impl Tracing {
+    /// Exports to the OTLP/HTTP collector at `endpoint` (its base URL, as
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`: spans go to `{endpoint}/v1/traces`).
+    /// `node` names this node in every span. Call inside a Tokio runtime:
+    /// the exporter sends on it.
+    pub fn otlp(endpoint: &str, node: &str) -> Result<Tracing, String> {
+        let url = url::Url::parse(endpoint)
+            .map_err(|e| format!("--otlp-endpoint {endpoint:?} is not a URL: {e}"))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!(
+                "--otlp-endpoint {endpoint:?}: use an http:// or https:// URL of an OTLP/HTTP collector (port 4318 by convention)"
+            ));
+        }
+        let traces = format!("{}/v1/traces", endpoint.trim_end_matches('/'));
+        let client = OtlpClient {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .map_err(|e| format!("cannot make the OTLP client: {e}"))?,
+            runtime: tokio::runtime::Handle::current(),
+        };
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_http_client(client)
+            .with_protocol(Protocol::HttpBinary)
+            .with_endpoint(traces)
+            .build()
+            .map_err(|e| format!("cannot make the OTLP exporter: {e}"))?;
+        let batches = BatchConfigBuilder::default()
+            .with_max_queue_size(MAX_QUEUED_SPANS)
+            .with_scheduled_delay(Duration::from_millis(500))
+            .build();
+        let processor = BatchSpanProcessor::builder(exporter)
+            .with_batch_config(batches)
+            .build();
+        let resource = Resource::builder()
+            .with_service_name("hearth")
+            .with_attribute(KeyValue::new("service.instance.id", node.to_string()))
+            .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+            .build();
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(processor)
+            .with_resource(resource)
+            .build();
+        let tracer = opentelemetry::trace::TracerProvider::tracer(&provider, "hearth");
+        Ok(Tracing {
+            provider,
+            tracer,
+            node: node.to_string(),
+        })
+    }
+
+    /// Starts the span of invocation `id` of `v`, under the caller's
+    /// `traceparent` if `req` has a valid one.
+    pub(crate) fn begin(
+        &self,
+        v: &FunctionVersion,
+        id: InvocationId,
+        req: &Request,
+    ) -> Arc<InvocationTrace> {
+        let parent = TraceContextPropagator::new().extract(&Headers(&req.headers));
+        let span = self
+            .tracer
+            .span_builder(v.name.clone())
+            .with_kind(SpanKind::Server)
+            .with_attributes([
+                KeyValue::new("faas.invocation_id", id.to_string()),
+                KeyValue::new("faas.name", v.name.clone()),
+                KeyValue::new("faas.version", i64::from(v.version)),
+                KeyValue::new("faas.trigger", "http"),
+                KeyValue::new("hearth.tenant", v.tenant.clone()),
+                KeyValue::new("hearth.node", self.node.clone()),
+                KeyValue::new("http.request.method", req.method.clone()),
+            ])
+            .start_with_context(&self.tracer, &parent);
+        Arc::new(InvocationTrace::new(
+            Context::current_with_span(span),
+            self.tracer.clone(),
+        ))
+    }
+
+    /// Flushes what is queued and stops exporting (at shutdown).
+    pub fn shutdown(&self) {
+        if let Err(e) = self.provider.shutdown() {
+            tracing::warn!(error = %e, "the trace exporter did not shut down cleanly");
+        }
+    }
+}
+
+/// Ends an invocation's span: the tier that answered, and how.
+pub(crate) fn end(
+    trace: &InvocationTrace,
+    tier: Tier,
+    status: u16,
+    failure: Option<(&str, String)>,
+) {
+    let span = trace.context().span();
+    span.set_attribute(KeyValue::new("hearth.tier", tier.as_str()));
+    span.set_attribute(KeyValue::new(
+        "http.response.status_code",
+        i64::from(status),
+    ));
+    let unspanned = trace.unspanned();
+    if unspanned > 0 {
+        span.set_attribute(KeyValue::new(
+            "hearth.unspanned_calls",
+            i64::from(unspanned),
+        ));
+    }
+    if let Some((kind, message)) = failure {
+        span.set_attribute(KeyValue::new("error.type", kind.to_string()));
+        span.set_status(Status::error(message));
+    }
+    span.end();
+}
+
+/// An event on the invocation's span.
+pub(crate) fn event(trace: &InvocationTrace, name: &'static str, attributes: Vec<KeyValue>) {
+    trace.context().span().add_event(name, attributes);
+}
+
+/// The invocation's span context, for the response's `traceparent`.
+pub(crate) fn context_of(trace: &InvocationTrace) -> SpanContext {
+    trace.span_context()
+}
+
+/// A request's headers as the propagator reads them: `traceparent`, and
+/// `tracestate` up to [`MAX_TRACESTATE_BYTES`].
+struct Headers<'a>(&'a [(String, String)]);
+
+impl Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        let value = self
+            .0
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v.as_str())?;
+        (key != "tracestate" || value.len() <= MAX_TRACESTATE_BYTES).then_some(value)
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.iter().map(|(k, _)| k.as_str()).collect()
+    }
+}
+
+/// OTLP over Hearth's own reqwest, on the daemon's runtime (the SDK's batch
+/// thread waits on the send; the request runs on the runtime).
+#[derive(Debug)]
+struct OtlpClient {
+    http: reqwest::Client,
+    runtime: tokio::runtime::Handle,
+}
+
+#[async_trait::async_trait]
+impl HttpClient for OtlpClient {
+    async fn send_bytes(
+        &self,
+        request: http::Request<Bytes>,
+    ) -> Result<http::Response<Bytes>, HttpError> {
+        let http = self.http.clone();
+        let sent = self.runtime.spawn(async move {
+            let (parts, body) = request.into_parts();
+            let response = http
+                .request(parts.method, parts.uri.to_string())
+                .headers(parts.headers)
+                .body(body)
+                .send()
+                .await?;
+            let status = response.status();
+            let body = response.bytes().await?;
+            Ok::<_, reqwest::Error>((status, body))
+        });
+        let (status, body) = sent.await??;
+        Ok(http::Response::builder().status(status).body(body)?)
+    }
+}

@@ -1,0 +1,316 @@
+//! OpenTelemetry traces end to end: a real OTLP/HTTP receiver (the
+//! collector's protobuf, decoded with the project's own `opentelemetry-proto`
+//! types) takes the daemon's spans, and an upstream takes the function's
+//! `fetch` with its `traceparent`.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use prost::Message;
+
+use crate::harness::Daemon;
+
+/// Every span an OTLP/HTTP receiver on loopback was sent, and the
+/// `service.instance.id` of the resource each came with.
+#[derive(Clone, Default)]
+pub(crate) struct Collector(Arc<Mutex<Vec<(String, Span)>>>);
+
+impl Collector {
+    /// Listens on 127.0.0.1:0; its base URL (the `--otlp-endpoint`).
+    pub(crate) async fn start(&self) -> String {
+        let spans = self.0.clone();
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let spans = spans.clone();
+                async move {
+                    let req = ExportTraceServiceRequest::decode(body).unwrap();
+                    for rs in req.resource_spans {
+                        let instance = rs
+                            .resource
+                            .as_ref()
+                            .and_then(|r| string_attr(&r.attributes, "service.instance.id"))
+                            .unwrap_or_default();
+                        for ss in rs.scope_spans {
+                            for span in ss.spans {
+                                spans.lock().unwrap().push((instance.clone(), span));
+                            }
+                        }
+                    }
+                    // An empty ExportTraceServiceResponse.
+                    (
+                        [("content-type", "application/x-protobuf")],
+                        Vec::<u8>::new(),
+                    )
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}")
+    }
+
+    /// The spans received so far.
+    pub(crate) fn spans(&self) -> Vec<(String, Span)> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// Waits (at most 15 s: the exporter sends every half second) for a
+    /// span `found` picks out.
+    pub(crate) async fn wait_for(&self, what: &str, found: impl Fn(&Span) -> bool) -> Span {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some((_, s)) = self.spans().into_iter().find(|(_, s)| found(s)) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {what} span arrived; got {:?}",
+                self.spans()
+                    .iter()
+                    .map(|(_, s)| &s.name)
+                    .collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+pub(crate) fn string_attr(
+    attrs: &[opentelemetry_proto::tonic::common::v1::KeyValue],
+    key: &str,
+) -> Option<String> {
+    attrs.iter().find(|kv| kv.key == key).and_then(|kv| {
+        match kv.value.as_ref()?.value.as_ref()? {
+            Value::StringValue(s) => Some(s.clone()),
+            Value::IntValue(i) => Some(i.to_string()),
+            _ => None,
+        }
+    })
+}
+
+/// An upstream that answers a price and keeps the `traceparent` of each
+/// request it got.
+async fn upstream(seen: Arc<Mutex<Vec<Option<String>>>>) -> std::net::SocketAddr {
+    let app = axum::Router::new().route(
+        "/price",
+        axum::routing::get(move |headers: axum::http::HeaderMap| {
+            let seen = seen.clone();
+            async move {
+                let tp = headers
+                    .get("traceparent")
+                    .map(|v| v.to_str().unwrap().to_string());
+                seen.lock().unwrap().push(tp);
+                "42"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+/// Fetches a price in the isolate, then needs Node (`require("fs")`): the
+/// process tier re-runs it, its fetch answered from the first attempt's tape.
+const FETCHES_THEN_FALLS_BACK: &str = r#"
+exports.handler = async (event) => {
+  const r = await fetch(process.env.PRICE_URL);
+  const price = Number(await r.text());
+  return { price, node: require("fs").existsSync("/code/index.js") };
+};
+"#;
+
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CALLER_SPAN: &str = "00f067aa0ba902b7";
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test]
+async fn an_invocation_is_a_span_under_the_callers_with_its_fetch_as_a_child_and_its_fallback_as_an_event()
+ {
+    let collector = Collector::default();
+    let endpoint = collector.start().await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let up = upstream(seen.clone()).await;
+    let d = Daemon::start_with(&[
+        "--allow-private-egress",
+        "true",
+        "--otlp-endpoint",
+        &endpoint,
+    ]);
+    let price_url = format!("http://{up}/price");
+    d.deploy(
+        "priced",
+        FETCHES_THEN_FALLS_BACK.as_bytes().to_vec(),
+        &[
+            ("runtime", "js"),
+            ("file_name", "index.js"),
+            ("allow_host", &up.to_string()),
+            ("env", &format!("PRICE_URL={price_url}")),
+        ],
+    )
+    .await;
+
+    let resp = d
+        .post("/fn/admin/priced")
+        .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let id = resp.headers()["hearth-invocation-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let back = resp.headers()["traceparent"].to_str().unwrap().to_string();
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body, serde_json::json!({"price": 42, "node": true}));
+
+    // The invocation: a server span under the caller's, in its trace.
+    let inv = collector
+        .wait_for("invocation", |s| {
+            string_attr(&s.attributes, "faas.invocation_id").as_deref() == Some(id.as_str())
+        })
+        .await;
+    assert_eq!(hex(&inv.trace_id), TRACE_ID, "in the caller's trace");
+    assert_eq!(
+        hex(&inv.parent_span_id),
+        CALLER_SPAN,
+        "under the caller's span"
+    );
+    assert_eq!(inv.kind, SpanKind::Server as i32);
+    assert_eq!(inv.name, "priced");
+    let attr = |k: &str| string_attr(&inv.attributes, k);
+    assert_eq!(attr("faas.name").as_deref(), Some("priced"));
+    assert_eq!(attr("faas.version").as_deref(), Some("1"));
+    assert_eq!(attr("hearth.tenant").as_deref(), Some("admin"));
+    assert_eq!(attr("hearth.node").as_deref(), Some(d.url.as_str()));
+    assert_eq!(
+        attr("hearth.tier").as_deref(),
+        Some("process"),
+        "Node answered"
+    );
+    assert_eq!(attr("http.response.status_code").as_deref(), Some("200"));
+    // The client got the invocation's own span back.
+    assert_eq!(back, format!("00-{TRACE_ID}-{}-01", hex(&inv.span_id)));
+
+    // The fallback, as an event saying where it went and why.
+    let fallback = inv
+        .events
+        .iter()
+        .find(|e| e.name == "fallback")
+        .unwrap_or_else(|| panic!("no fallback event: {:?}", inv.events));
+    assert_eq!(
+        string_attr(&fallback.attributes, "hearth.to_tier").as_deref(),
+        Some("process")
+    );
+    assert!(
+        string_attr(&fallback.attributes, "hearth.reason")
+            .unwrap()
+            .contains("\"fs\""),
+        "{fallback:?}"
+    );
+
+    // The fetch: a client span under the invocation's, that reached the
+    // upstream once (the process tier's fetch came from the tape) and
+    // carried its own span there.
+    let fetch = collector
+        .wait_for("http.fetch", |s| {
+            s.name == "http.fetch" && s.parent_span_id == inv.span_id
+        })
+        .await;
+    assert_eq!(fetch.trace_id, inv.trace_id);
+    assert_eq!(fetch.kind, SpanKind::Client as i32);
+    assert_eq!(
+        string_attr(&fetch.attributes, "url.full").as_deref(),
+        Some(price_url.as_str())
+    );
+    assert_eq!(
+        string_attr(&fetch.attributes, "http.response.status_code").as_deref(),
+        Some("200")
+    );
+    assert!(
+        fetch.start_time_unix_nano >= inv.start_time_unix_nano
+            && fetch.end_time_unix_nano <= inv.end_time_unix_nano,
+        "the call lies within the invocation"
+    );
+    assert_eq!(
+        seen.lock().unwrap().clone(),
+        vec![Some(format!("00-{TRACE_ID}-{}-01", hex(&fetch.span_id)))],
+        "the upstream was asked once, under the fetch's span"
+    );
+    let children: Vec<_> = collector
+        .spans()
+        .into_iter()
+        .filter(|(_, s)| s.parent_span_id == inv.span_id)
+        .map(|(_, s)| s.name)
+        .collect();
+    assert_eq!(
+        children,
+        ["http.fetch"],
+        "one child: the one call that left"
+    );
+
+    // The tape is the same as without tracing: the injected header is not
+    // on it, so the replay is identical.
+    d.recording_when_written(&id).await;
+    let replay = d.replay(&id).await;
+    assert_eq!(replay["verdict"], "identical", "{replay}");
+}
+
+#[tokio::test]
+async fn a_malformed_traceparent_starts_a_new_trace_and_tracing_off_sends_none() {
+    let collector = Collector::default();
+    let endpoint = collector.start().await;
+    let d = Daemon::start_with(&["--otlp-endpoint", &endpoint]);
+    d.deploy("hello", crate::harness::example("hello.wat"), &[])
+        .await;
+    // Hostile or broken: wrong lengths, non-hex, the all-zero trace id,
+    // a version this parser does not know with a bad shape.
+    let bad = [
+        format!("00-{TRACE_ID}-{CALLER_SPAN}"),
+        format!("00-{}-{CALLER_SPAN}-01", "zz".repeat(16)),
+        format!("00-{}-{CALLER_SPAN}-01", "0".repeat(32)),
+        format!("ff-{TRACE_ID}-{CALLER_SPAN}-01"),
+        format!("00-{TRACE_ID}-{CALLER_SPAN}-01-{}", "x".repeat(10_000)),
+    ];
+    for tp in &bad {
+        let resp = d
+            .post("/fn/admin/hello")
+            .header("traceparent", tp)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let id = resp.headers()["hearth-invocation-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let back = resp.headers()["traceparent"].to_str().unwrap().to_string();
+        let span = collector
+            .wait_for("invocation", |s| {
+                string_attr(&s.attributes, "faas.invocation_id").as_deref() == Some(id.as_str())
+            })
+            .await;
+        assert!(span.parent_span_id.is_empty(), "a root span for {tp:.80}");
+        assert_ne!(hex(&span.trace_id), TRACE_ID, "a new trace for {tp:.80}");
+        assert!(back.starts_with(&format!("00-{}-", hex(&span.trace_id))));
+    }
+
+    // Without the flag: no traceparent back.
+    let off = Daemon::start();
+    off.deploy("hello", crate::harness::example("hello.wat"), &[])
+        .await;
+    let resp = off.post("/fn/admin/hello").send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers().get("traceparent").is_none());
+}
