@@ -6,6 +6,7 @@
 //! | `/v1/...` | management API (JSON), described at `/v1/openapi.json` |
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /healthz` | liveness |
+//! | `GET /console/` | the web console (docs/console.md) |
 //! | `/v1/cluster/nodes`, `/v1/artifacts/{sha256}` | a gateway's nodes join, report and fetch code |
 //!
 //! Auth: `Authorization: Bearer <token>`. Management calls always need a
@@ -18,6 +19,7 @@
 
 mod auth;
 mod cluster;
+mod console;
 mod deploy_settings;
 mod error;
 mod invoke;
@@ -137,6 +139,9 @@ pub fn routers_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> (Ro
             "/v1/functions/{name}/kv/{*key}",
             get(kv::get).put(kv::put).delete(kv::delete),
         )
+        .route("/console", get(console::root))
+        .route("/console/", get(console::index))
+        .route("/console/{*path}", get(console::asset))
         .route("/fn/{tenant}/{name}", any(invoke::invoke_root))
         // A trailing slash is the root sub-path, not an unknown route
         // (`{*path}` does not match an empty rest).
@@ -168,6 +173,8 @@ fn api() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(manage::logs))
         .routes(routes!(kv::list))
         .routes(routes!(recordings::list))
+        .routes(routes!(recordings::list_all))
+        .routes(routes!(manage::stats))
         .routes(routes!(recordings::replay_traffic))
         .routes(routes!(recordings::show))
         .routes(routes!(recordings::export))

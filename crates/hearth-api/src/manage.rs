@@ -98,6 +98,42 @@ pub(crate) async fn metrics(
     ))
 }
 
+/// The tenant's functions' last hour.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Stats {
+    tenant: String,
+    /// Function name → its minutes with invocations, oldest first:
+    /// `{t_ms, count, errors, p50_ms, p99_ms}` (quantiles from a
+    /// doubling histogram: an upper bound, at most twice the true value).
+    #[schema(value_type = Object)]
+    functions: std::collections::HashMap<String, Vec<hearth_node::stats::MinuteStats>>,
+}
+
+/// Each function's invocations, errors, p50 and p99 per minute over the last hour
+///
+/// Counted on the node that ran them (every invocation, sampled or not);
+/// through a gateway, summed over its nodes.
+#[utoipa::path(get, path = "/v1/stats", tag = "functions",
+    responses((status = 200, body = Stats), (status = 401, body = ErrorBody)))]
+pub(crate) async fn stats(
+    State(s): S,
+    headers: HeaderMap,
+) -> Result<axum::response::Response, ApiError> {
+    let p = s.auth.require(s.node.store(), &headers).await?;
+    if let Some(g) = &s.gateway {
+        return hearth_cluster::fanout::stats(g, &p.tenant, &headers)
+            .await
+            .map(|merged| Json(merged).into_response())
+            .map_err(crate::cluster::fanout_error);
+    }
+    let functions = s.node.stats().of(&p.tenant, hearth_core::unix_time_ms());
+    Ok(Json(Stats {
+        tenant: p.tenant,
+        functions,
+    })
+    .into_response())
+}
+
 /// The tenant and role of the token
 #[utoipa::path(get, path = "/v1/whoami", tag = "tenants",
     responses((status = 200, body = Principal), (status = 401, body = ErrorBody)))]

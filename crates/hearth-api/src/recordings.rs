@@ -67,17 +67,45 @@ pub(crate) struct TapeFilter {
     since: Option<String>,
     /// Only tapes of this version.
     version: Option<u32>,
+    /// Only invocations that took at least this many milliseconds.
+    slower_than_ms: Option<u64>,
     /// At most this many, newest first.
-    #[param(default = 100)]
+    #[param(default = 100, maximum = 1000)]
     limit: Option<u32>,
 }
 
+/// Which of a tenant's tapes to list: [`TapeFilter`]'s, and a function.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct AllTapesFilter {
+    /// Only this function's tapes.
+    function: Option<String>,
+    /// `error`, `any`, or an HTTP status.
+    #[param(example = "error")]
+    status: Option<String>,
+    /// Only tapes this recent: `90s`, `15m`, `1h`, `2d`.
+    #[param(example = "1h")]
+    since: Option<String>,
+    /// Only tapes of this version.
+    version: Option<u32>,
+    /// Only invocations that took at least this many milliseconds.
+    slower_than_ms: Option<u64>,
+    /// At most this many, newest first.
+    #[param(default = 100, maximum = 1000)]
+    limit: Option<u32>,
+}
+
+/// Tapes one listing returns at most.
+const MAX_LISTED: u32 = 1000;
+
 impl TapeFilter {
-    fn query(&self, function: String) -> Result<TapeQuery, ApiError> {
+    fn query(&self, function: Option<String>) -> Result<TapeQuery, ApiError> {
         let mut q = TapeQuery {
-            function: Some(function),
+            function,
             version: self.version,
-            limit: self.limit.unwrap_or(100),
+            min_duration_us: self.slower_than_ms.map(|ms| ms.saturating_mul(1000)),
+            limit: self.limit.unwrap_or(100).min(MAX_LISTED),
             ..TapeQuery::default()
         };
         match self.status.as_deref() {
@@ -138,7 +166,7 @@ pub(crate) async fn list(
     headers: HeaderMap,
 ) -> Result<axum::response::Response, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
-    let q = filter.query(name.clone())?;
+    let q = filter.query(Some(name.clone()))?;
     if let Some(g) = &s.gateway {
         let limit = q.limit as usize;
         return hearth_cluster::fanout::recordings(
@@ -158,6 +186,62 @@ pub(crate) async fn list(
     Ok(Json(Recordings {
         tenant: p.tenant,
         name,
+        recordings,
+        unreachable: None,
+    })
+    .into_response())
+}
+
+/// The tenant's tapes.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct TenantRecordings {
+    tenant: String,
+    /// Newest first. Through a gateway each also names its `node`.
+    recordings: Vec<TapeEntry>,
+    /// Through a gateway: the nodes that did not answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unreachable: Option<Vec<Unreachable>>,
+}
+
+/// The tenant's tapes of all its functions, newest first
+///
+/// The console's live list. Through a gateway: every node's, merged.
+#[utoipa::path(get, path = "/v1/recordings", tag = "recordings",
+    params(AllTapesFilter),
+    responses((status = 200, body = TenantRecordings), (status = 400, body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
+pub(crate) async fn list_all(
+    State(s): S,
+    Query(f): Query<AllTapesFilter>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<axum::response::Response, ApiError> {
+    let p = s.auth.require(s.node.store(), &headers).await?;
+    let filter = TapeFilter {
+        status: f.status,
+        since: f.since,
+        version: f.version,
+        slower_than_ms: f.slower_than_ms,
+        limit: f.limit,
+    };
+    let q = filter.query(f.function)?;
+    if let Some(g) = &s.gateway {
+        let limit = q.limit as usize;
+        return hearth_cluster::fanout::tenant_recordings(
+            g,
+            &p.tenant,
+            query.as_deref(),
+            limit,
+            &headers,
+        )
+        .await
+        .map(|merged| Json(merged).into_response())
+        .map_err(crate::cluster::fanout_error);
+    }
+    let tenant = p.tenant.clone();
+    let recordings = with_archive(&s, move |a| a.list(&tenant, &q)).await?;
+    Ok(Json(TenantRecordings {
+        tenant: p.tenant,
         recordings,
         unreachable: None,
     })
@@ -506,9 +590,10 @@ pub(crate) async fn replay_traffic(
         status: traffic.status,
         since: traffic.since,
         version: traffic.version,
+        slower_than_ms: None,
         limit: traffic.last,
     };
-    let q = filter.query(name.clone())?;
+    let q = filter.query(Some(name.clone()))?;
     let tenant = p.tenant.clone();
     let recordings = with_archive(&s, move |a| a.recordings(&tenant, &q)).await?;
     let mut results = Vec::new();

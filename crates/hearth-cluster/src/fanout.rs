@@ -121,6 +121,67 @@ pub async fn recordings(
     }))
 }
 
+/// `GET /v1/recordings` across the cluster: every node's tapes of the
+/// tenant's functions, newest first, each with its node, at most `limit`.
+pub async fn tenant_recordings(
+    g: &Gateway,
+    tenant: &str,
+    query: Option<&str>,
+    limit: usize,
+    headers: &HeaderMap,
+) -> Result<Value, FanoutError> {
+    let path = with_query("/v1/recordings".to_string(), query);
+    let (answers, failed) = ask_all(g, Method::GET, &path, headers).await?;
+    Ok(json!({
+        "tenant": tenant,
+        "recordings": merge_recordings(answers, limit),
+        "unreachable": unreachable(&failed),
+    }))
+}
+
+/// `GET /v1/stats` across the cluster: each function's minutes, summed
+/// over the nodes. A minute's p50 and p99 are the highest any node saw (a
+/// bound: quantiles do not add).
+pub async fn stats(g: &Gateway, tenant: &str, headers: &HeaderMap) -> Result<Value, FanoutError> {
+    let (answers, failed) = ask_all(g, Method::GET, "/v1/stats", headers).await?;
+    let mut functions: std::collections::BTreeMap<String, std::collections::BTreeMap<i64, Value>> =
+        Default::default();
+    for (_, answer) in answers {
+        let Some(fs) = answer["functions"].as_object() else {
+            continue;
+        };
+        for (name, minutes) in fs {
+            let merged = functions.entry(name.clone()).or_default();
+            for m in minutes.as_array().into_iter().flatten() {
+                let t = m["t_ms"].as_i64().unwrap_or_default();
+                let into = merged.entry(t).or_insert_with(
+                    || json!({"t_ms": t, "count": 0, "errors": 0, "p50_ms": 0.0, "p99_ms": 0.0}),
+                );
+                for k in ["count", "errors"] {
+                    into[k] = json!(into[k].as_u64().unwrap_or(0) + m[k].as_u64().unwrap_or(0));
+                }
+                for k in ["p50_ms", "p99_ms"] {
+                    into[k] = json!(
+                        into[k]
+                            .as_f64()
+                            .unwrap_or(0.0)
+                            .max(m[k].as_f64().unwrap_or(0.0))
+                    );
+                }
+            }
+        }
+    }
+    let functions: serde_json::Map<String, Value> = functions
+        .into_iter()
+        .map(|(name, minutes)| (name, Value::from(minutes.into_values().collect::<Vec<_>>())))
+        .collect();
+    Ok(json!({
+        "tenant": tenant,
+        "functions": functions,
+        "unreachable": unreachable(&failed),
+    }))
+}
+
 fn merge_recordings(answers: Vec<(Arc<str>, Value)>, limit: usize) -> Vec<Value> {
     let mut all = Vec::new();
     for (node, mut answer) in answers {

@@ -21,6 +21,7 @@ mod logs;
 mod metrics;
 mod node;
 mod share;
+pub mod stats;
 mod table;
 pub mod trace;
 

@@ -218,6 +218,8 @@ pub struct Node {
     /// The compiled path of hot js functions; `None` when off, or when
     /// this node lacks the js or the wasm tier.
     jit: Option<Arc<jit::Jit>>,
+    /// Each function's last hour, for the console.
+    stats: crate::stats::Stats,
     /// Where invocations' spans go; unset when tracing is off.
     tracing: std::sync::OnceLock<crate::trace::Tracing>,
 }
@@ -256,8 +258,14 @@ impl Node {
             artifact_source: None,
             deploying: tokio::sync::Mutex::new(()),
             jit,
+            stats: Default::default(),
             tracing: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Each function's invocations, errors and latency over the last hour.
+    pub fn stats(&self) -> &crate::stats::Stats {
+        &self.stats
     }
 
     /// Exports every invocation's span from now on (once: a second call
@@ -582,6 +590,7 @@ impl Node {
         self.table
             .insert(Arc::new(version.clone()), true, generation);
         self.forget_mode(tenant, name);
+        self.stats.forget(tenant, name);
         if let Some(jit) = &self.jit {
             jit.forget(tenant, name);
         }
@@ -1106,6 +1115,13 @@ impl Node {
             duration.as_secs_f64(),
         );
 
+        self.stats.add(
+            &v.tenant,
+            &v.name,
+            hearth_core::unix_time_ms(),
+            duration.as_micros() as u64,
+            result.is_ok(),
+        );
         let trace = host.as_ref().and_then(|h| h.meta().trace.clone());
         let (tape, mut lines) = host.map(|h| h.take_records()).unwrap_or_default();
         if let Err(e) = &result {

@@ -380,6 +380,7 @@ fn matches(q: &TapeQuery, r: &Recording) -> bool {
         && q.status.is_none_or(|s| s == r.outcome.status())
         && q.since_ms.is_none_or(|s| r.started_ms >= s)
         && q.version.is_none_or(|v| v == r.version)
+        && q.min_duration_us.is_none_or(|d| r.duration_us >= d)
 }
 
 /// What a listing shows of a tape in the block at (`segment`, `offset`).

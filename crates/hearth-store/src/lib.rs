@@ -236,6 +236,8 @@ pub struct TapeQuery {
     pub status: Option<u16>,
     pub since_ms: Option<i64>,
     pub version: Option<u32>,
+    /// Only invocations that took at least this long.
+    pub min_duration_us: Option<u64>,
     /// At most this many (0: 100).
     pub limit: u32,
 }

@@ -6,11 +6,13 @@
 
 mod api;
 mod auth;
+mod browser;
 mod cli;
 mod cluster;
 mod colocation;
 mod compat;
 mod components;
+mod console;
 mod durability;
 mod examples_c;
 mod harness;

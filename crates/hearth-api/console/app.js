@@ -1,0 +1,378 @@
+// The Hearth console (docs/console.md): pages over the API, under the
+// token the user logs in with. Preact components written with htm; charts
+// by uPlot. Everything a tenant wrote (names, bodies, logs) is rendered as
+// text, never as markup.
+import {
+  html, render, useState, useEffect, useRef,
+} from "./vendor/htm-preact-3.1.1.module.js";
+
+const TOKEN = "hearth.token";
+
+// ---- the API ----
+
+async function api(path, options = {}) {
+  const token = sessionStorage.getItem(TOKEN);
+  const resp = await fetch(path, {
+    ...options,
+    headers: { ...(options.headers || {}), authorization: `Bearer ${token}` },
+  });
+  const text = await resp.text();
+  let body = text;
+  try { body = JSON.parse(text); } catch { /* not JSON: an invocation's answer */ }
+  if (resp.status === 401) {
+    sessionStorage.removeItem(TOKEN);
+    location.hash = "#/login";
+  }
+  return { resp, body, text };
+}
+
+/// The body, or an Error naming what the API said.
+async function json(path, options) {
+  const { resp, body, text } = await api(path, options);
+  if (!resp.ok) throw new Error(body?.error?.message || text || resp.statusText);
+  return body;
+}
+
+/// Runs `load` now and every `ms` (if given) while the component lives.
+function useLoad(load, deps, ms) {
+  const [state, setState] = useState({ data: null, error: null });
+  useEffect(() => {
+    let live = true;
+    const run = () => load().then(
+      (data) => live && setState({ data, error: null }),
+      (e) => live && setState((s) => ({ data: s.data, error: e.message })),
+    );
+    run();
+    const timer = ms ? setInterval(run, ms) : null;
+    return () => { live = false; if (timer) clearInterval(timer); };
+  }, deps);
+  return state;
+}
+
+// ---- small parts ----
+
+const time = (ms) => new Date(ms).toLocaleString();
+const duration = (us) => us >= 1e6 ? `${(us / 1e6).toFixed(2)} s`
+  : us >= 1e3 ? `${(us / 1e3).toFixed(1)} ms` : `${us} µs`;
+
+/// What runs a function here: wasm, the js isolate, compiled js, or a process.
+function mode(f) {
+  const runtime = f.latest.spec.runtime;
+  if (runtime === "wasm" || runtime === "component") return "wasm";
+  if (runtime !== "js") return "process";
+  if (f.pinned) return "process";
+  return f.compiled === "compiled" ? "compiled" : "isolate";
+}
+
+function Body({ body }) {
+  if (!body) return null;
+  const note = body.truncated ? ` (first ${body.text.length} of ${body.bytes} bytes)` : "";
+  return html`<pre>${body.text}</pre><div class="muted">${body.bytes} bytes${note}${body.binary ? ", binary" : ""}</div>`;
+}
+
+function Headers({ headers }) {
+  if (!headers || headers.length === 0) return html`<div class="muted">no headers</div>`;
+  return html`<table>${headers.map(([k, v]) => html`<tr><td>${k}</td><td>${v}</td></tr>`)}</table>`;
+}
+
+/// A uPlot chart of minutes: `series` is [{label, values, color}], over `xs`
+/// (seconds).
+function Chart({ title, xs, series, id }) {
+  const el = useRef(null);
+  useEffect(() => {
+    const opts = {
+      title, width: 360, height: 160,
+      scales: { x: { time: true } },
+      series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 1.5 }))],
+      legend: { live: false },
+    };
+    const plot = new uPlot(opts, [xs, ...series.map((s) => s.values)], el.current);
+    return () => plot.destroy();
+  }, [JSON.stringify([xs, series])]);
+  return html`<div class="chart" id=${id} ref=${el}></div>`;
+}
+
+/// The last hour as 60 minutes, with zeros where nothing ran.
+function hour(minutes, nowMs) {
+  const last = Math.floor(nowMs / 60000);
+  const xs = [], count = [], errors = [], p50 = [], p99 = [];
+  const at = new Map((minutes || []).map((m) => [m.t_ms / 60000, m]));
+  for (let m = last - 59; m <= last; m++) {
+    const s = at.get(m);
+    xs.push(m * 60);
+    count.push(s ? s.count : 0);
+    errors.push(s ? s.errors : 0);
+    p50.push(s ? s.p50_ms : null);
+    p99.push(s ? s.p99_ms : null);
+  }
+  return { xs, count, errors, p50, p99 };
+}
+
+// ---- pages ----
+
+function Login({ onLogin }) {
+  const [error, setError] = useState(null);
+  const submit = async (e) => {
+    e.preventDefault();
+    sessionStorage.setItem(TOKEN, e.target.token.value.trim());
+    try {
+      onLogin(await json("/v1/whoami"));
+    } catch (err) {
+      sessionStorage.removeItem(TOKEN);
+      setError(err.message);
+    }
+  };
+  return html`<div class="card login">
+    <h1>Hearth console</h1>
+    <form onSubmit=${submit}>
+      <label>API token<input id="token" name="token" type="password" autocomplete="off" placeholder="hth_…" /></label>
+      <button id="login" class="primary" type="submit">Log in</button>
+    </form>
+    ${error && html`<p class="error" id="login-error">${error}</p>`}
+    <p class="muted">The token stays in this tab (session storage) and is sent only to this server's API.</p>
+  </div>`;
+}
+
+function Invoke({ tenant, name }) {
+  const [body, setBody] = useState("");
+  const [answer, setAnswer] = useState(null);
+  const run = async () => {
+    const { resp, text } = await api(`/fn/${tenant}/${name}`, { method: "POST", body });
+    setAnswer({
+      status: resp.status,
+      text: text.slice(0, 65536),
+      id: resp.headers.get("hearth-invocation-id"),
+    });
+  };
+  return html`<div>
+    <textarea id=${`body-${name}`} rows="2" cols="40" placeholder="request body" value=${body}
+      onInput=${(e) => setBody(e.target.value)}></textarea>
+    <button class="primary" id=${`invoke-${name}`} onClick=${run}>Invoke</button>
+    ${answer && html`<div class="answer">
+      <span class=${answer.status < 400 ? "ok" : "error"}>${answer.status}</span>
+      ${answer.id && html` <a id="open-invocation" href=${`#/invocation/${answer.id}`}>open invocation</a>`}
+      <pre>${answer.text}</pre></div>`}
+  </div>`;
+}
+
+function Functions({ who }) {
+  const { data, error } = useLoad(async () => {
+    const [list, stats] = await Promise.all([json("/v1/functions"), json("/v1/stats")]);
+    return { list, stats, now: Date.now() };
+  }, [], 10000);
+  if (!data) return html`<p class=${error ? "error" : "muted"}>${error || "Loading…"}</p>`;
+  const fns = data.list.functions;
+  return html`<h1>Functions</h1>
+    ${error && html`<p class="error">${error}</p>`}
+    ${fns.length === 0 && html`<p class="muted">No functions yet: deploy one with <code>hearth deploy</code>.</p>`}
+    ${fns.map((f) => {
+      const h = hour(data.stats.functions[f.name], data.now);
+      const spec = f.latest.spec;
+      const total = h.count.reduce((a, b) => a + b, 0);
+      return html`<div class="card" data-fn=${f.name}>
+        <div class="row">
+          <div style=${{ minWidth: "16rem" }}>
+            <h2><a href=${`#/invocations?function=${encodeURIComponent(f.name)}`}>${f.name}</a></h2>
+            <span class="tag mode">${mode(f)}</span><span class="tag">${spec.runtime}</span>
+            <span class="tag">v${f.latest.version} of ${f.versions}</span>
+            <div class="muted">${spec.limits.memory_mib} MiB, ${spec.limits.timeout_ms} ms${spec.public ? ", public" : ""}</div>
+            <div class="muted">deployed ${time(f.latest.created_at_ms)}</div>
+            <div class="muted">${total} invocations in the last hour</div>
+            <${Invoke} tenant=${who.tenant} name=${f.name} />
+          </div>
+          <${Chart} id=${`rate-${f.name}`} title="invocations / errors per minute" xs=${h.xs}
+            series=${[{ label: "invocations", values: h.count, color: "#2563eb" },
+                      { label: "errors", values: h.errors, color: "#cf222e" }]} />
+          <${Chart} id=${`latency-${f.name}`} title="latency p50 / p99, ms" xs=${h.xs}
+            series=${[{ label: "p50", values: h.p50, color: "#16a34a" },
+                      { label: "p99", values: h.p99, color: "#c2410c" }]} />
+        </div>
+      </div>`;
+    })}`;
+}
+
+function Invocations({ params }) {
+  const [filter, setFilter] = useState({
+    function: params.get("function") || "", status: "any", since: "", slower: "", node: "",
+  });
+  const [live, setLive] = useState(true);
+  const fns = useLoad(() => json("/v1/functions"), []);
+  const query = new URLSearchParams({ limit: "100" });
+  if (filter.function) query.set("function", filter.function);
+  if (filter.status !== "any") query.set("status", filter.status);
+  if (filter.since) query.set("since", filter.since);
+  if (filter.slower) query.set("slower_than_ms", filter.slower);
+  const { data, error } = useLoad(() => json(`/v1/recordings?${query}`),
+    [query.toString(), live], live ? 2000 : 0);
+  const set = (k) => (e) => setFilter({ ...filter, [k]: e.target.value });
+  const rows = (data?.recordings || []).filter((r) => !filter.node || (r.node || "").includes(filter.node));
+  return html`<h1>Invocations</h1>
+    <div class="filters">
+      <label>function<select id="filter-function" value=${filter.function} onChange=${set("function")}>
+        <option value="">all</option>
+        ${(fns.data?.functions || []).map((f) => html`<option value=${f.name}>${f.name}</option>`)}
+      </select></label>
+      <label>status<select id="filter-status" value=${filter.status} onChange=${set("status")}>
+        <option value="any">any</option><option value="error">errors</option>
+        <option value="200">200</option><option value="500">500</option>
+      </select></label>
+      <label>since<select id="filter-since" value=${filter.since} onChange=${set("since")}>
+        <option value="">any time</option><option value="15m">15 minutes</option>
+        <option value="1h">1 hour</option><option value="1d">1 day</option>
+      </select></label>
+      <label>slower than (ms)<input id="filter-slower" size="6" value=${filter.slower} onChange=${set("slower")} /></label>
+      <label>node<input id="filter-node" size="14" value=${filter.node} onChange=${set("node")} /></label>
+      <label><span><input id="live" type="checkbox" checked=${live} onChange=${(e) => setLive(e.target.checked)} /> live</span></label>
+    </div>
+    ${error && html`<p class="error">${error}</p>`}
+    <table id="invocations">
+      <tr><th>started</th><th>function</th><th>version</th><th>status</th><th>took</th><th>tier</th><th>node</th></tr>
+      ${rows.map((r) => html`<tr class="link" data-id=${r.id} onClick=${() => { location.hash = `#/invocation/${r.id}`; }}>
+        <td>${time(r.started_ms)}</td><td>${r.function}</td><td>${r.version}</td>
+        <td class=${r.outcome === "ok" ? "ok" : "error"}>${r.status} ${r.outcome === "ok" ? "" : r.outcome}</td>
+        <td>${duration(r.duration_us)}</td><td>${r.tier}</td><td>${r.node || "this node"}</td>
+      </tr>`)}
+    </table>
+    ${data && rows.length === 0 && html`<p class="muted">No invocations match.</p>`}`;
+}
+
+function Replay({ id, version }) {
+  const [against, setAgainst] = useState(String(version));
+  const [report, setReport] = useState(null);
+  const run = async (v) => {
+    setReport({ verdict: "replaying…" });
+    try {
+      const q = v ? `?version=${encodeURIComponent(v)}` : "";
+      setReport(await json(`/v1/recordings/${encodeURIComponent(id)}/replay${q}`, { method: "POST" }));
+    } catch (e) {
+      setReport({ verdict: e.message, failed: true });
+    }
+  };
+  return html`<div class="card">
+    <button class="primary" id="replay" onClick=${() => run(null)}>Replay</button>
+    ${" "}against version <input id="against" size="4" value=${against} onInput=${(e) => setAgainst(e.target.value)} />
+    <button class="primary" id="replay-against" onClick=${() => run(against)}>Replay against version</button>
+    ${report && html`<div>
+      <p class=${"verdict " + (report.identical ? "ok" : "error")} id="verdict">${report.verdict}</p>
+      ${report.replayed_version && html`<div class="muted">recorded by v${report.recorded_version}, replayed on v${report.replayed_version} in the ${report.tier} tier</div>`}
+      ${report.diff && html`<pre id="diff">${report.diff}</pre>`}
+    </div>`}
+  </div>`;
+}
+
+function Invocation({ id }) {
+  const [offset, setOffset] = useState(0);
+  const rec = useLoad(() => json(`/v1/recordings/${encodeURIComponent(id)}?offset=${offset}&limit=200`), [id, offset]);
+  const fn = rec.data?.function;
+  const logs = useLoad(async () => fn
+    ? json(`/v1/functions/${encodeURIComponent(fn)}/logs?invocation=${encodeURIComponent(id)}&limit=200`) : null, [fn]);
+  if (!rec.data) return html`<p class=${rec.error ? "error" : "muted"}>${rec.error || "Loading…"}</p>`;
+  const r = rec.data;
+  const out = r.outcome;
+  return html`<h1>Invocation <code>${r.id}</code></h1>
+    <div class="card">
+      <span class="tag mode">${r.tier}</span><span class="tag">${r.function} v${r.version}</span>
+      <span class="muted">started ${time(r.started_ms)}, took ${duration(r.duration_us)}</span>
+    </div>
+    <${Replay} id=${r.id} version=${r.version} />
+    <div class="row">
+      <div class="card" style=${{ flex: 1 }}>
+        <h2>Request</h2>
+        <div><code>${r.request.method} ${r.request.path}${r.request.query ? "?" + r.request.query : ""}</code></div>
+        <${Headers} headers=${r.request.headers} />
+        <${Body} body=${r.request.body} />
+      </div>
+      <div class="card" style=${{ flex: 1 }}>
+        <h2>Response</h2>
+        <div id="outcome" class=${out.kind === "ok" ? "ok" : "error"}>${out.status} ${out.kind === "ok" ? "" : `${out.kind}: ${out.message}`}</div>
+        ${out.kind === "ok" && html`<${Headers} headers=${out.headers} /><${Body} body=${out.body} />`}
+      </div>
+    </div>
+    <div class="card">
+      <h2>Host calls (${r.calls_total})</h2>
+      ${r.calls_total === 0 && html`<p class="muted">It made none.</p>`}
+      <table id="calls">
+        ${r.calls.map((c) => html`<tr><td>${c.n}</td><td><code>${c.call}</code></td><td>${c.answer}</td>
+          <td class="muted">${c.payload_bytes != null ? `${c.payload_bytes} bytes` : ""}</td></tr>`)}
+      </table>
+      ${offset > 0 && html`<button onClick=${() => setOffset(Math.max(0, offset - 200))}>earlier calls</button>`}
+      ${r.next_offset != null && html`<button onClick=${() => setOffset(r.next_offset)}>later calls</button>`}
+    </div>
+    <div class="card">
+      <h2>Logs</h2>
+      ${logs.error && html`<p class="error">${logs.error}</p>`}
+      ${logs.data && logs.data.lines.length === 0 && html`<p class="muted">None.</p>`}
+      ${logs.data && html`<pre id="logs">${logs.data.lines.map((l) => `${new Date(l.ts_ms).toISOString()} ${l.stream} ${l.level} ${l.message}`).join("\n")}</pre>`}
+    </div>`;
+}
+
+function Cluster({ who }) {
+  const { data, error } = useLoad(async () => {
+    const status = await json("/v1/status");
+    let nodes = null;
+    if (who.role === "admin") {
+      const { resp, body } = await api("/v1/cluster/nodes");
+      nodes = resp.ok ? body.nodes : null;
+    }
+    return { status, nodes };
+  }, [], 5000);
+  if (!data) return html`<p class=${error ? "error" : "muted"}>${error || "Loading…"}</p>`;
+  const s = data.status;
+  return html`<h1>Cluster</h1>
+    <div class="card">
+      <h2>This server</h2>
+      <div>Hearth ${s.version}: ${s.in_flight} of ${s.max_concurrency} invocations running; colocation <code>${s.colocation}</code></div>
+      ${s.degraded?.length > 0 && html`<p class="error">Degraded: ${s.degraded.join("; ")}</p>`}
+    </div>
+    ${data.nodes === null
+      ? html`<p class="muted">${who.role === "admin" ? "A single Hearth: no gateway, no other nodes." : "Nodes are shown to the operator's token."}</p>`
+      : html`<table id="nodes"><tr><th>node</th><th>alive</th><th>running</th><th>memory committed</th><th>functions loaded</th><th>tenants</th></tr>
+        ${data.nodes.map((n) => html`<tr><td>${n.url}</td><td class=${n.alive ? "ok" : "error"}>${n.alive ? "yes" : n.out_because || "no"}</td>
+          <td>${n.running}${n.max_concurrency ? ` / ${n.max_concurrency}` : ""}</td>
+          <td>${n.committed_mib} / ${n.capacity_mib} MiB</td><td>${n.loaded}</td><td>${n.tenants}</td></tr>`)}
+      </table>`}`;
+}
+
+// ---- the frame ----
+
+function route() {
+  const [path, query] = location.hash.replace(/^#/, "").split("?");
+  return { parts: path.split("/").filter(Boolean), params: new URLSearchParams(query || "") };
+}
+
+function App() {
+  const [who, setWho] = useState(null);
+  const [where, setWhere] = useState(route());
+  const [checked, setChecked] = useState(false);
+  useEffect(() => {
+    const moved = () => setWhere(route());
+    addEventListener("hashchange", moved);
+    if (sessionStorage.getItem(TOKEN)) {
+      json("/v1/whoami").then(setWho, () => {}).finally(() => setChecked(true));
+    } else {
+      setChecked(true);
+    }
+    return () => removeEventListener("hashchange", moved);
+  }, []);
+  if (!checked) return html`<p class="muted">Loading…</p>`;
+  if (!who || where.parts[0] === "login") {
+    return html`<${Login} onLogin=${(w) => { setWho(w); location.hash = "#/functions"; }} />`;
+  }
+  const page = where.parts[0] || "functions";
+  const logout = () => { sessionStorage.removeItem(TOKEN); setWho(null); location.hash = "#/login"; };
+  const nav = (name, label) => html`<a id=${`nav-${name}`} class=${page === name ? "active" : ""} href=${`#/${name}`}>${label}</a>`;
+  return html`<header>
+      <span class="brand">Hearth</span>
+      ${nav("functions", "Functions")}${nav("invocations", "Invocations")}${nav("cluster", "Cluster")}
+      <span class="who" id="tenant">${who.tenant}</span>
+      <button id="logout" onClick=${logout}>Log out</button>
+    </header>
+    <main>
+      ${page === "functions" && html`<${Functions} who=${who} />`}
+      ${page === "invocations" && html`<${Invocations} params=${where.params} />`}
+      ${page === "invocation" && html`<${Invocation} id=${where.parts[1]} />`}
+      ${page === "cluster" && html`<${Cluster} who=${who} />`}
+    </main>`;
+}
+
+render(html`<${App} />`, document.getElementById("app"));

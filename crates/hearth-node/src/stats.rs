@@ -1,0 +1,181 @@
+//! Each function's last hour, a minute at a time: invocations, errors and
+//! a latency histogram, for the console's charts (`/v1/stats`). Kept in
+//! memory on the node that ran them (tapes may be sampled; these count
+//! every invocation); a restart starts them afresh.
+//!
+//! Bounded: at most [`MINUTES`] minutes per function, each a fixed array,
+//! and a function's series go when it is removed.
+
+use std::collections::{HashMap, VecDeque};
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+/// Minutes kept per function.
+pub const MINUTES: usize = 60;
+
+/// Upper bounds of the latency buckets, µs: doubling from 100 µs to about
+/// 14 minutes, then everything slower.
+const BOUNDS_US: [u64; 24] = {
+    let mut b = [0u64; 24];
+    let mut i = 0;
+    let mut v = 100;
+    while i < 24 {
+        b[i] = v;
+        v *= 2;
+        i += 1;
+    }
+    b
+};
+
+#[derive(Clone)]
+struct Minute {
+    /// Minutes since the Unix epoch.
+    at: i64,
+    count: u32,
+    errors: u32,
+    /// Invocations per bucket of [`BOUNDS_US`], and past the last.
+    buckets: [u32; BOUNDS_US.len() + 1],
+}
+
+/// One minute of one function, as the API shows it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct MinuteStats {
+    /// The minute's start, ms since the Unix epoch.
+    pub t_ms: i64,
+    pub count: u32,
+    pub errors: u32,
+    /// Estimated from the histogram (the bucket's upper bound, at most
+    /// twice the true value), ms.
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// Every function's minutes: tenant → function → newest last.
+#[derive(Default)]
+pub struct Stats(Mutex<HashMap<String, HashMap<String, VecDeque<Minute>>>>);
+
+impl Stats {
+    /// Counts one invocation of `tenant`'s `function` ending at `now_ms`.
+    pub fn add(&self, tenant: &str, function: &str, now_ms: i64, duration_us: u64, ok: bool) {
+        let minute = now_ms.div_euclid(60_000);
+        let bucket = BOUNDS_US.partition_point(|&b| b < duration_us);
+        let mut all = self.0.lock();
+        // Borrowed lookups first: the common case allocates nothing.
+        let series = match all.get_mut(tenant).and_then(|t| t.get_mut(function)) {
+            Some(s) => s,
+            None => all
+                .entry(tenant.to_string())
+                .or_default()
+                .entry(function.to_string())
+                .or_default(),
+        };
+        if series.back().is_none_or(|m| m.at != minute) {
+            if series.len() == MINUTES {
+                series.pop_front();
+            }
+            series.push_back(Minute {
+                at: minute,
+                count: 0,
+                errors: 0,
+                buckets: [0; BOUNDS_US.len() + 1],
+            });
+        }
+        let m = series.back_mut().expect("just pushed");
+        m.count += 1;
+        m.errors += u32::from(!ok);
+        m.buckets[bucket] += 1;
+    }
+
+    /// `tenant`'s functions' minutes within the hour before `now_ms`,
+    /// oldest first (minutes without invocations are left out).
+    pub fn of(&self, tenant: &str, now_ms: i64) -> HashMap<String, Vec<MinuteStats>> {
+        let oldest = now_ms.div_euclid(60_000) - MINUTES as i64 + 1;
+        let all = self.0.lock();
+        let Some(functions) = all.get(tenant) else {
+            return HashMap::new();
+        };
+        functions
+            .iter()
+            .map(|(name, series)| {
+                let minutes = series
+                    .iter()
+                    .filter(|m| m.at >= oldest)
+                    .map(|m| MinuteStats {
+                        t_ms: m.at * 60_000,
+                        count: m.count,
+                        errors: m.errors,
+                        p50_ms: quantile(&m.buckets, m.count, 0.50),
+                        p99_ms: quantile(&m.buckets, m.count, 0.99),
+                    })
+                    .collect();
+                (name.clone(), minutes)
+            })
+            .collect()
+    }
+
+    /// Forgets a removed function's minutes.
+    pub fn forget(&self, tenant: &str, function: &str) {
+        let mut all = self.0.lock();
+        if let Some(t) = all.get_mut(tenant) {
+            t.remove(function);
+            if t.is_empty() {
+                all.remove(tenant);
+            }
+        }
+    }
+}
+
+/// The upper bound of the bucket holding the `q` quantile, ms.
+fn quantile(buckets: &[u32], count: u32, q: f64) -> f64 {
+    let rank = ((f64::from(count) * q).ceil() as u64).max(1);
+    let mut seen = 0u64;
+    for (i, &n) in buckets.iter().enumerate() {
+        seen += u64::from(n);
+        if seen >= rank {
+            // Past the last bound: report the last bound (a floor).
+            let us = BOUNDS_US[i.min(BOUNDS_US.len() - 1)];
+            return us as f64 / 1000.0;
+        }
+    }
+    0.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minutes_count_errors_and_bound_their_quantiles() {
+        let s = Stats::default();
+        let t0 = 1_800_000_000_000i64 - 1_800_000_000_000i64 % 60_000;
+        // 99 fast (150 µs) and one slow (30 ms) in the first minute.
+        for _ in 0..99 {
+            s.add("a", "f", t0 + 10, 150, true);
+        }
+        s.add("a", "f", t0 + 20, 30_000, false);
+        s.add("a", "f", t0 + 60_000, 150, true);
+        let of = s.of("a", t0 + 60_000);
+        let f = &of["f"];
+        assert_eq!(f.len(), 2);
+        assert_eq!((f[0].count, f[0].errors), (100, 1));
+        // 150 µs is in the (100, 200] bucket; the 99th of 100 too.
+        assert_eq!(f[0].p50_ms, 0.2);
+        assert_eq!(f[0].p99_ms, 0.2);
+        assert_eq!(f[1].t_ms, t0 + 60_000);
+        assert!(s.of("b", t0).is_empty(), "another tenant sees nothing");
+    }
+
+    #[test]
+    fn an_hour_is_kept_and_no_more() {
+        let s = Stats::default();
+        for m in 0..200i64 {
+            s.add("a", "f", m * 60_000, 1000, true);
+        }
+        let of = s.of("a", 199 * 60_000);
+        assert_eq!(of["f"].len(), MINUTES);
+        assert_eq!(of["f"][0].t_ms, (200 - MINUTES as i64) * 60_000);
+        s.forget("a", "f");
+        assert!(s.of("a", 199 * 60_000).is_empty());
+    }
+}

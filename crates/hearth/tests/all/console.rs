@@ -1,0 +1,147 @@
+//! The web console in a real headless chromium: log in with a token, see a
+//! function, invoke it, open its invocation, replay it, and see nothing of
+//! it with another tenant's token. Each page's screenshot lands in
+//! `docs/console/`, which `docs/console.md` shows.
+
+use crate::browser::Browser;
+use crate::harness::Daemon;
+
+const GREET: &str = r#"
+exports.handler = async (event) => {
+  const name = JSON.parse(event.body || "{}").name || "world";
+  console.log(`greeting ${name}`);
+  await hearth.kv.set("last", name);
+  return { greeting: `hello, ${name}`, at: Date.now() };
+};
+"#;
+
+#[tokio::test]
+async fn a_tenant_logs_in_invokes_opens_and_replays_and_another_sees_none_of_it() {
+    let d = Daemon::start();
+    d.deploy(
+        "greet",
+        GREET.as_bytes().to_vec(),
+        &[("runtime", "js"), ("file_name", "index.js")],
+    )
+    .await;
+    let other = d.create_tenant("other").await;
+    let b = Browser::start().await;
+
+    // Log in; the function is there, with its mode and charts.
+    b.log_in(&d.url, &d.token).await;
+    b.wait_for_text("#tenant", "admin").await;
+    let card = b.wait_for("[data-fn=greet]").await;
+    let text = card.text().await.unwrap();
+    assert!(text.contains("isolate") && text.contains("js"), "{text}");
+    b.wait_for("#rate-greet canvas").await;
+    b.wait_for("#latency-greet canvas").await;
+
+    // Invoke it from the console.
+    b.wait_for("#body-greet")
+        .await
+        .send_keys(r#"{"name":"console"}"#)
+        .await
+        .unwrap();
+    b.click("#invoke-greet").await;
+    let link = b.wait_for("#open-invocation").await;
+    let href = link.attr("href").await.unwrap().unwrap();
+    let id = href.rsplit('/').next().unwrap().to_string();
+    b.wait_for_text("[data-fn=greet] .answer", "hello, console")
+        .await;
+    // The charts count it.
+    b.client.refresh().await.unwrap();
+    b.wait_for_text("[data-fn=greet]", "1 invocations in the last hour")
+        .await;
+    b.screenshot("functions").await;
+
+    // Its invocation: request, host calls, response, logs.
+    d.recording_when_written(&id).await;
+    b.client
+        .goto(&format!("{}/console/{href}", d.url))
+        .await
+        .unwrap();
+    b.wait_for_text("#outcome", "200").await;
+    let calls = b.wait_for("#calls").await.text().await.unwrap();
+    assert!(calls.contains("kv.set"), "{calls}");
+    b.wait_for_text("#logs", "greeting console").await;
+    let page = b.text().await;
+    assert!(
+        page.contains(r#"{"name":"console"}"#),
+        "the request body: {page}"
+    );
+
+    // Replay: identical.
+    b.click("#replay").await;
+    b.wait_for_text("#verdict", "identical").await;
+    b.screenshot("invocation").await;
+
+    // A second version that answers differently: the replay against it
+    // shows where the responses part.
+    d.deploy(
+        "greet",
+        GREET.replace("hello, ", "hi, ").into_bytes(),
+        &[("runtime", "js"), ("file_name", "index.js")],
+    )
+    .await;
+    let against = b.wait_for("#against").await;
+    against.clear().await.unwrap();
+    against.send_keys("2").await.unwrap();
+    b.click("#replay-against").await;
+    b.wait_for_text("#verdict", "differs").await;
+    b.wait_for_text("#diff", "hi, console").await;
+    b.screenshot("replay-against").await;
+
+    // The live list has it, and follows new invocations.
+    b.click("#nav-invocations").await;
+    b.wait_for(&format!("tr[data-id='{id}']")).await;
+    let (status, _) = d.call("greet", "", r#"{"name":"later"}"#).await;
+    assert_eq!(status, 200);
+    let before = b
+        .client
+        .find_all(fantoccini::Locator::Css("tr.link"))
+        .await
+        .unwrap()
+        .len();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let rows = b
+            .client
+            .find_all(fantoccini::Locator::Css("tr.link"))
+            .await
+            .unwrap()
+            .len();
+        if rows > before {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the list did not update"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    b.screenshot("invocations").await;
+
+    b.click("#nav-cluster").await;
+    b.wait_for_text("main", "invocations running").await;
+    b.screenshot("cluster").await;
+
+    // Another tenant: no function, no invocation, and the first's id is
+    // not found.
+    b.click("#logout").await;
+    b.log_in(&d.url, &other).await;
+    b.wait_for_text("#tenant", "other").await;
+    b.wait_for_text("main", "No functions yet").await;
+    assert!(!b.text().await.contains("greet"));
+    b.click("#nav-invocations").await;
+    b.wait_for_text("main", "No invocations match").await;
+    assert!(!b.text().await.contains("greet"));
+    b.client
+        .goto(&format!("{}/console/#/invocation/{id}", d.url))
+        .await
+        .unwrap();
+    b.wait_for_text("main", &format!("no recording {id}")).await;
+    let page = b.text().await;
+    assert!(!page.contains("greeting"), "{page}");
+    b.screenshot("other-tenant").await;
+    b.close().await;
+}
