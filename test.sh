@@ -2,7 +2,8 @@
 # Runs the whole test suite: format check, clippy, the Kubernetes manifests
 # (every overlay rendered and validated), the benchmarks' statistics
 # helper's self-check, unit and end-to-end tests
-# (the latter start the real daemon and build the C examples with clang).
+# (the latter start the real daemon and build the C examples with clang;
+# the console's drive Debian's headless chromium).
 set -euo pipefail
 cd "$(dirname "$0")"
 # The run's closing line, whichever step ends it.
@@ -10,12 +11,15 @@ trap 'rc=$?; if [ "$rc" -eq 0 ]; then echo "hearth: test run passed"; else echo 
 . scripts/setup.sh
 . scripts/component-tools.sh
 . scripts/kubernetes-tools.sh
+. scripts/browser-tools.sh
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== Kubernetes manifests: every overlay rendered and validated"
 scripts/kubernetes-check.sh
+echo "== the console's vendored libraries are npm's, byte for byte"
+crates/hearth-api/console/vendor.sh --check
 echo "== bench/paired.py self-check (the benchmarks' confidence intervals)"
 python3 bench/paired.py
 echo "== cargo test"

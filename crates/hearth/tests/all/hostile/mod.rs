@@ -6,6 +6,7 @@
 //! Run the group alone with `cargo test -p hearth --test all hostile::`.
 
 mod compiled;
+mod console;
 mod components;
 mod contained;
 mod credentials;
