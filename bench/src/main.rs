@@ -99,6 +99,7 @@ impl Deployed {
                 id: InvocationId::new(),
                 version: self.version.clone(),
                 deadline: Instant::now() + Duration::from_secs(10),
+                trace: None,
             },
         )
     }

@@ -193,7 +193,8 @@ function Functions({ who }) {
 
 function Invocations({ params }) {
   const [filter, setFilter] = useState({
-    function: params.get("function") || "", status: "any", since: "", slower: "", node: "",
+    function: params.get("function") || "", status: params.get("status") || "any",
+    since: "", slower: "", node: "",
   });
   const [live, setLive] = useState(true);
   const fns = useLoad(() => json("/v1/functions"), []);

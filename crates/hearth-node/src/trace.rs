@@ -217,3 +217,37 @@ impl HttpClient for OtlpClient {
         Ok(http::Response::builder().status(status).body(body)?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn extracted(headers: &[(&str, &str)]) -> SpanContext {
+        let headers: Vec<(String, String)> = headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let cx = TraceContextPropagator::new().extract(&Headers(&headers));
+        cx.span().span_context().clone()
+    }
+
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn a_tracestate_is_kept_up_to_its_bound_and_dropped_past_it() {
+        let short = "vendor=abc";
+        let sc = extracted(&[("traceparent", TP), ("tracestate", short)]);
+        assert!(sc.is_valid());
+        assert_eq!(sc.trace_state().header(), short);
+        let long = format!("vendor={}", "a".repeat(MAX_TRACESTATE_BYTES));
+        let sc = extracted(&[("Traceparent", TP), ("tracestate", &long)]);
+        assert!(sc.is_valid(), "the traceparent still counts");
+        assert_eq!(sc.trace_state().header(), "", "the long tracestate is dropped");
+    }
+
+    #[test]
+    fn a_traceparent_read_is_the_one_written() {
+        let sc = extracted(&[("traceparent", TP)]);
+        assert_eq!(hearth_host::trace::traceparent(&sc), TP);
+    }
+}
