@@ -1,7 +1,7 @@
 // Loads each console page in Debian's headless chromium (playwright-core,
 // the system browser) and times it: from the navigation's start until the
 // page shows its data. Usage: node bench/console.mjs URL TOKEN ID ROUNDS
-// (ID: an invocation to open). Prints one JSON line per page.
+// (ID: an invocation to open). Prints a Markdown row per page.
 import { chromium } from "playwright-core";
 
 const [url, token, id, rounds = "10"] = process.argv.slice(2);
@@ -20,7 +20,7 @@ const pages = [
   ["functions", "#/functions", "[data-fn=hello] canvas"],
   ["invocations", "#/invocations", "tr.link"],
   ["invocations, errors only", "#/invocations?status=error", "tr.link"],
-  ["invocation", `#/invocation/${id}`, "#calls"],
+  ["invocation", `#/invocation/${id}`, "#outcome"],
   ["cluster", "#/cluster", "text=invocations running"],
 ];
 for (const [name, hash, ready] of pages) {
@@ -34,6 +34,6 @@ for (const [name, hash, ready] of pages) {
     ms.push(Date.now() - t0);
   }
   ms.sort((a, b) => a - b);
-  console.log(JSON.stringify({ page: name, median_ms: ms[Math.floor(ms.length / 2)], max_ms: ms[ms.length - 1] }));
+  console.log(`| ${name} | ${ms[Math.floor(ms.length / 2)]} | ${ms[ms.length - 1]} |`);
 }
 await browser.close();

@@ -46,7 +46,4 @@ echo "| page | median ms | slowest ms |"
 echo "|---|---|---|"
 # Beside its node_modules, where the import of playwright-core resolves.
 cp bench/console.mjs "$NODE_DIR/console.mjs"
-node "$NODE_DIR/console.mjs" "$URL" "$TOK" "$ID" "$ROUNDS" |
-  python3 -c 'import json,sys
-for l in sys.stdin:
-    r = json.loads(l); print(f"| {r[\"page\"]} | {r[\"median_ms\"]} | {r[\"max_ms\"]} |")'
+node "$NODE_DIR/console.mjs" "$URL" "$TOK" "$ID" "$ROUNDS"
