@@ -290,10 +290,9 @@ async fn run(
         Err(e) => failed(&e, outcome.id),
     };
     let mut resp = stamped(resp, outcome.id, outcome.version, outcome.start);
-    if let Some(sc) = &outcome.trace {
+    if let Some(tp) = &outcome.traceparent {
         // The invocation's span, so the caller can find it in its traces.
-        let tp = hearth_host::trace::traceparent(sc);
-        let tp = HeaderValue::from_str(&tp).expect("a traceparent is hex and dashes");
+        let tp = HeaderValue::from_str(tp).expect("a traceparent is hex and dashes");
         resp.headers_mut().insert(TRACEPARENT, tp);
     }
     Ok(resp)

@@ -70,7 +70,7 @@ pub(crate) struct TapeFilter {
     /// Only invocations that took at least this many milliseconds.
     slower_than_ms: Option<u64>,
     /// At most this many, newest first.
-    #[param(default = 100, maximum = 1000)]
+    #[param(default = 100)]
     limit: Option<u32>,
 }
 
@@ -96,7 +96,7 @@ pub(crate) struct AllTapesFilter {
     limit: Option<u32>,
 }
 
-/// Tapes one listing returns at most.
+/// Tapes a listing of all the tenant's functions returns at most.
 const MAX_LISTED: u32 = 1000;
 
 impl TapeFilter {
@@ -105,7 +105,7 @@ impl TapeFilter {
             function,
             version: self.version,
             min_duration_us: self.slower_than_ms.map(|ms| ms.saturating_mul(1000)),
-            limit: self.limit.unwrap_or(100).min(MAX_LISTED),
+            limit: self.limit.unwrap_or(100),
             ..TapeQuery::default()
         };
         match self.status.as_deref() {
@@ -222,7 +222,7 @@ pub(crate) async fn list_all(
         since: f.since,
         version: f.version,
         slower_than_ms: f.slower_than_ms,
-        limit: f.limit,
+        limit: Some(f.limit.unwrap_or(100).min(MAX_LISTED)),
     };
     let q = filter.query(f.function)?;
     if let Some(g) = &s.gateway {

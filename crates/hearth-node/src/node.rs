@@ -176,9 +176,9 @@ pub struct InvokeOutcome {
     pub start: StartKind,
     pub duration: Duration,
     pub result: Result<Response, InvokeError>,
-    /// Its span, when the node exports traces: the caller gets it back as
-    /// `traceparent`.
-    pub trace: Option<opentelemetry::trace::SpanContext>,
+    /// Its span as a W3C `traceparent`, when the node exports traces: the
+    /// caller gets it back.
+    pub traceparent: Option<Box<str>>,
 }
 
 /// Code every member of a cluster can reach by hash: a deploy publishes
@@ -1159,7 +1159,7 @@ impl Node {
                 Err(e) => (e.http_status(), Some((e.kind(), e.to_string()))),
             };
             crate::trace::end(&t, tier, status, failure);
-            crate::trace::context_of(&t)
+            hearth_host::trace::traceparent(&t.span_context()).into_boxed_str()
         });
         let outcome = InvokeOutcome {
             id,
@@ -1167,7 +1167,7 @@ impl Node {
             start,
             duration,
             result,
-            trace,
+            traceparent: trace,
         };
         (outcome, tape)
     }

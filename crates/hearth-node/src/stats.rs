@@ -148,7 +148,8 @@ mod tests {
     #[test]
     fn minutes_count_errors_and_bound_their_quantiles() {
         let s = Stats::default();
-        let t0 = 1_800_000_000_000i64 - 1_800_000_000_000i64 % 60_000;
+        // A minute's start (a multiple of 60,000 ms).
+        let t0 = 30_000_000 * 60_000i64;
         // 99 fast (150 µs) and one slow (30 ms) in the first minute.
         for _ in 0..99 {
             s.add("a", "f", t0 + 10, 150, true);

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use hearth_core::{FunctionVersion, InvocationId, Request, Tier};
 use hearth_host::trace::InvocationTrace;
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
-use opentelemetry::trace::{SpanContext, SpanKind, Status, TraceContextExt, Tracer as _};
+use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_http::{HttpClient, HttpError};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
@@ -162,11 +162,6 @@ pub(crate) fn event(trace: &InvocationTrace, name: &'static str, attributes: Vec
     trace.context().span().add_event(name, attributes);
 }
 
-/// The invocation's span context, for the response's `traceparent`.
-pub(crate) fn context_of(trace: &InvocationTrace) -> SpanContext {
-    trace.span_context()
-}
-
 /// A request's headers as the propagator reads them: `traceparent`, and
 /// `tracestate` up to [`MAX_TRACESTATE_BYTES`].
 struct Headers<'a>(&'a [(String, String)]);
@@ -221,6 +216,7 @@ impl HttpClient for OtlpClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use opentelemetry::trace::SpanContext;
 
     fn extracted(headers: &[(&str, &str)]) -> SpanContext {
         let headers: Vec<(String, String)> = headers
@@ -242,7 +238,11 @@ mod tests {
         let long = format!("vendor={}", "a".repeat(MAX_TRACESTATE_BYTES));
         let sc = extracted(&[("Traceparent", TP), ("tracestate", &long)]);
         assert!(sc.is_valid(), "the traceparent still counts");
-        assert_eq!(sc.trace_state().header(), "", "the long tracestate is dropped");
+        assert_eq!(
+            sc.trace_state().header(),
+            "",
+            "the long tracestate is dropped"
+        );
     }
 
     #[test]

@@ -5,7 +5,8 @@
 use crate::browser::Browser;
 use crate::harness::Daemon;
 
-const PAYLOAD: &str = r#"<img src=x onerror="window.__pwned='img'"><script>window.__pwned='script'</script>"#;
+const PAYLOAD: &str =
+    r#"<img src=x onerror="window.__pwned='img'"><script>window.__pwned='script'</script>"#;
 
 #[tokio::test]
 async fn markup_in_a_response_or_log_is_shown_as_text_and_never_runs() {
@@ -29,7 +30,12 @@ async fn markup_in_a_response_or_log_is_shown_as_text_and_never_runs() {
     d.recording_when_written(&id).await;
 
     // The console's files forbid inline script, whatever reaches them.
-    let page = d.http.get(format!("{}/console/", d.url)).send().await.unwrap();
+    let page = d
+        .http
+        .get(format!("{}/console/", d.url))
+        .send()
+        .await
+        .unwrap();
     let csp = page.headers()["content-security-policy"].to_str().unwrap();
     assert!(
         csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
@@ -43,13 +49,21 @@ async fn markup_in_a_response_or_log_is_shown_as_text_and_never_runs() {
         .await
         .unwrap();
     b.wait_for_text("#logs", "onerror").await;
-    let body = b.wait_for("#outcome + table + pre").await.text().await.unwrap();
+    let body = b
+        .wait_for("#outcome + table + pre")
+        .await
+        .text()
+        .await
+        .unwrap();
     assert_eq!(body, PAYLOAD, "the response body, as text");
     // Give an injected image time to fail and its handler to run.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let pwned = b
         .client
-        .execute("return window.__pwned === undefined ? null : window.__pwned;", vec![])
+        .execute(
+            "return window.__pwned === undefined ? null : window.__pwned;",
+            vec![],
+        )
         .await
         .unwrap();
     assert_eq!(pwned, serde_json::Value::Null, "the tenant's markup ran");

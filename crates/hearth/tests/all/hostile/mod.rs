@@ -6,8 +6,8 @@
 //! Run the group alone with `cargo test -p hearth --test all hostile::`.
 
 mod compiled;
-mod console;
 mod components;
+mod console;
 mod contained;
 mod credentials;
 mod disclosure;
