@@ -50,7 +50,12 @@ const FILES: &[(&str, &str, &[u8])] = &[
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
      connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-/// `/console`: the page lives at `/console/`, so its relative links work.
+/// The web console (docs/console.md); `/console` redirects to `/console/`
+///
+/// The page lives at `/console/`, so its relative links work. It needs no
+/// token to load: the user logs in on it, and its data comes from `/v1`.
+#[utoipa::path(get, path = "/console", tag = "console", security(()),
+    responses((status = 308, description = "To `/console/`, the console's page")))]
 pub(crate) async fn root() -> Redirect {
     Redirect::permanent("/console/")
 }
@@ -59,6 +64,11 @@ pub(crate) async fn index() -> Response {
     file("index.html")
 }
 
+/// One of the console's files (its scripts and styles, built into the binary)
+#[utoipa::path(get, path = "/console/{path}", tag = "console", security(()),
+    params(("path" = String, Path, description = "`app.js`, `console.css`, `vendor/…`")),
+    responses((status = 200, description = "The file"),
+        (status = 404, description = "No such console file")))]
 pub(crate) async fn asset(Path(path): Path<String>) -> Response {
     file(&path)
 }

@@ -32,6 +32,8 @@ use utoipa::{Modify, OpenApi};
         crate::kv::delete,
         crate::invoke::invoke_root,
         crate::invoke::invoke_path,
+        crate::console::root,
+        crate::console::asset,
     ),
     tags(
         (name = "functions", description = "Deploy, list and remove functions; their logs"),
@@ -40,6 +42,7 @@ use utoipa::{Modify, OpenApi};
         (name = "recordings", description = "Tapes of invocations, and replaying them"),
         (name = "tenants", description = "Tenants and tokens"),
         (name = "node", description = "This Hearth: status, metrics, liveness"),
+        (name = "console", description = "The web console's page and files (its data comes from /v1)"),
         (name = "cluster", description = "The nodes a gateway places on (they join and report through the cluster's store)"),
     )
 )]
