@@ -1137,6 +1137,9 @@ impl Node {
             });
         }
         let invocation_id = id.to_string();
+        let trace_id = trace
+            .as_ref()
+            .map(|t| t.span_context().trace_id().to_string());
         for line in lines {
             let record = LogRecord {
                 id: 0,
@@ -1148,6 +1151,7 @@ impl Node {
                 stream: line.stream,
                 level: line.level,
                 message: line.message,
+                trace_id: trace_id.clone(),
             };
             if !self.logs.send(record) {
                 self.metrics.logs_dropped.inc();

@@ -262,6 +262,8 @@ pub(crate) fn logs_filter_by_invocation_and_return_oldest_first(s: &dyn Store) {
         stream: LogStream::Stderr,
         level: String::new(),
         message: msg.into(),
+        // Invocation a was traced, b not.
+        trace_id: (inv == "a").then(|| "4bf92f3577b34da6a3ce929d0e0e4736".into()),
     };
     s.append_logs(&[rec("a", "one"), rec("b", "two"), rec("a", "three")])
         .unwrap();
@@ -269,6 +271,16 @@ pub(crate) fn logs_filter_by_invocation_and_return_oldest_first(s: &dyn Store) {
     assert_eq!(
         all.iter().map(|r| r.message.as_str()).collect::<Vec<_>>(),
         ["one", "two", "three"]
+    );
+    assert_eq!(
+        all.iter()
+            .map(|r| r.trace_id.as_deref())
+            .collect::<Vec<_>>(),
+        [
+            Some("4bf92f3577b34da6a3ce929d0e0e4736"),
+            None,
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        ]
     );
     let q = LogQuery {
         invocation_id: Some("a".into()),

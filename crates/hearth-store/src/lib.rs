@@ -102,6 +102,10 @@ pub struct LogRecord {
     /// `info`, `warn`, `error`, … for host log calls; empty for stderr.
     pub level: String,
     pub message: String,
+    /// The invocation's OpenTelemetry trace (32 hex digits), when the node
+    /// exports traces (docs/observability.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// Which log lines to read.

@@ -104,6 +104,8 @@ CREATE TABLE IF NOT EXISTS logs (
     level       TEXT NOT NULL,
     message     TEXT NOT NULL
 );
+-- A database from before traces: its logs get the column.
+ALTER TABLE logs ADD COLUMN IF NOT EXISTS trace_id TEXT;
 CREATE INDEX IF NOT EXISTS logs_by_function ON logs (tenant, function, id);
 CREATE INDEX IF NOT EXISTS logs_by_invocation ON logs (invocation);
 CREATE TABLE IF NOT EXISTS journal (
@@ -661,8 +663,8 @@ impl PgStore {
         self.with(|c| {
             let mut tx = c.transaction()?;
             let stmt = tx.prepare(
-                "INSERT INTO logs (tenant, function, version, invocation, ts_ms, stream, level, message)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                "INSERT INTO logs (tenant, function, version, invocation, ts_ms, stream, level, message, trace_id)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             )?;
             for r in records {
                 tx.execute(
@@ -676,6 +678,7 @@ impl PgStore {
                         &r.stream.as_str(),
                         &r.level,
                         &r.message,
+                        &r.trace_id,
                     ],
                 )?;
             }
@@ -695,7 +698,7 @@ impl PgStore {
         let rows = self.with(|c| {
             c.query(
                 &format!(
-                    "SELECT id, tenant, function, version, invocation, ts_ms, stream, level, message
+                    "SELECT id, tenant, function, version, invocation, ts_ms, stream, level, message, trace_id
                      FROM logs WHERE tenant = $1 AND function = $2
                        AND ($3::text IS NULL OR invocation = $3)
                        AND ($5::bigint IS NULL OR id > $5)
@@ -720,6 +723,7 @@ impl PgStore {
             stream: LogStream::parse(r.get(6)),
             level: r.get(7),
             message: r.get(8),
+            trace_id: r.get(9),
         };
         Ok(if query.after.is_some() {
             rows.iter().map(record).collect()

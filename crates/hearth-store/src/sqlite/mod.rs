@@ -90,7 +90,8 @@ CREATE TABLE IF NOT EXISTS logs (
     ts_ms       INTEGER NOT NULL,
     stream      TEXT NOT NULL,
     level       TEXT NOT NULL,
-    message     TEXT NOT NULL
+    message     TEXT NOT NULL,
+    trace_id    TEXT
 );
 CREATE INDEX IF NOT EXISTS logs_by_function ON logs (tenant, function, id);
 CREATE INDEX IF NOT EXISTS logs_by_invocation ON logs (invocation);
@@ -148,6 +149,15 @@ impl SqliteStore {
             |r| r.get(0),
         )?;
         writer.execute_batch(SCHEMA)?;
+        // A database from before traces: its logs get the column.
+        let traced: bool = writer.query_row(
+            "SELECT count(*) > 0 FROM pragma_table_info('logs') WHERE name = 'trace_id'",
+            [],
+            |r| r.get(0),
+        )?;
+        if !traced {
+            writer.execute_batch("ALTER TABLE logs ADD COLUMN trace_id TEXT")?;
+        }
         if !counted {
             writer.execute_batch(
                 "INSERT OR IGNORE INTO kv_usage (tenant, bytes)
@@ -757,8 +767,8 @@ impl Store for SqliteStore {
         let tx = conn.transaction()?;
         {
             let mut stmt = tx.prepare_cached(
-                "INSERT INTO logs (tenant, function, version, invocation, ts_ms, stream, level, message)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO logs (tenant, function, version, invocation, ts_ms, stream, level, message, trace_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )?;
             for r in records {
                 stmt.execute(params![
@@ -769,7 +779,8 @@ impl Store for SqliteStore {
                     r.ts_ms,
                     r.stream.as_str(),
                     r.level,
-                    r.message
+                    r.message,
+                    r.trace_id
                 ])?;
             }
         }
@@ -788,7 +799,7 @@ impl Store for SqliteStore {
         // Newest first, unless following: then the oldest after the cursor.
         let order = if query.after.is_some() { "ASC" } else { "DESC" };
         let mut stmt = conn.prepare(&format!(
-            "SELECT id, tenant, function, version, invocation, ts_ms, stream, level, message FROM logs
+            "SELECT id, tenant, function, version, invocation, ts_ms, stream, level, message, trace_id FROM logs
              WHERE tenant = ?1 AND function = ?2 AND (?3 IS NULL OR invocation = ?3)
                AND (?5 IS NULL OR id > ?5)
              ORDER BY id {order} LIMIT ?4"
@@ -806,6 +817,7 @@ impl Store for SqliteStore {
                     stream: LogStream::parse(&r.get::<_, String>(6)?),
                     level: r.get(7)?,
                     message: r.get(8)?,
+                    trace_id: r.get(9)?,
                 })
             },
         )?;
@@ -896,5 +908,41 @@ mod tests {
         // Counted once: opening again does not count it twice.
         let s = SqliteStore::open(dir.path().join("hearth.db")).unwrap();
         assert_eq!(s.kv_bytes("t").unwrap(), 8);
+    }
+
+    #[test]
+    fn logs_from_before_traces_keep_their_lines_and_gain_the_column() {
+        let (dir, s) = store();
+        let line = |trace_id: Option<&str>| LogRecord {
+            id: 0,
+            tenant: "t".into(),
+            function: "f".into(),
+            version: 1,
+            invocation_id: "i".into(),
+            ts_ms: 1,
+            stream: LogStream::Stderr,
+            level: String::new(),
+            message: "old".into(),
+            trace_id: trace_id.map(String::from),
+        };
+        s.append_logs(&[line(None)]).unwrap();
+        // As a database from before trace ids.
+        s.writer()
+            .execute_batch("ALTER TABLE logs DROP COLUMN trace_id")
+            .unwrap();
+        drop(s);
+        let s = SqliteStore::open(dir.path().join("hearth.db")).unwrap();
+        s.append_logs(&[line(Some("4bf92f3577b34da6a3ce929d0e0e4736"))])
+            .unwrap();
+        let read = s.read_logs("t", "f", &LogQuery::default()).unwrap();
+        assert_eq!(
+            read.iter()
+                .map(|l| l.trace_id.as_deref())
+                .collect::<Vec<_>>(),
+            [None, Some("4bf92f3577b34da6a3ce929d0e0e4736")]
+        );
+        drop(s);
+        // Opened again: the column is there, and nothing is added twice.
+        SqliteStore::open(dir.path().join("hearth.db")).unwrap();
     }
 }

@@ -260,6 +260,22 @@ async fn an_invocation_is_a_span_under_the_callers_with_its_fetch_as_a_child_and
         "one child: the one call that left"
     );
 
+    // Its log lines carry the trace: the fallback's note, at least.
+    let logs = d
+        .get_json(&format!("/v1/functions/priced/logs?invocation={id}"))
+        .await;
+    let lines = logs["lines"].as_array().unwrap();
+    assert!(
+        lines.iter().any(|l| l["message"]
+            .as_str()
+            .unwrap()
+            .contains("running it in the process tier")),
+        "{logs}"
+    );
+    for l in lines {
+        assert_eq!(l["trace_id"], TRACE_ID, "{l}");
+    }
+
     // The tape is the same as without tracing: the injected header is not
     // on it, so the replay is identical.
     d.recording_when_written(&id).await;
