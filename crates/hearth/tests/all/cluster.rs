@@ -726,3 +726,67 @@ pub(crate) fn member_certs(dir: &std::path::Path) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The console's data through a gateway: each function's minutes summed
+/// over the nodes that ran it, and the tenant's tapes merged from every
+/// node, each naming its node; another tenant gets none of it. The
+/// gateway serves the console's page itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_sums_the_console_stats_and_merges_the_tapes_of_its_nodes() {
+    let pg = TempPostgres::start().unwrap();
+    let store = pg.create_database("console").unwrap();
+    let gw = gateway(&store);
+    let _a = node(&gw, &store, &[]);
+    let _b = node(&gw, &store, &[]);
+    members_until(&gw, "both nodes join", |m| alive(m) == 2).await;
+    let mut ids = HashSet::new();
+    for _ in 0..20 {
+        let r = gw.invoke("hello", b"").await;
+        assert_eq!(r.status(), 200);
+        ids.insert(header(&r, "hearth-invocation-id"));
+    }
+
+    let stats = gw.get_json("/v1/stats").await;
+    let count: u64 = stats["functions"]["hello"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(count, 20, "{stats}");
+
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let listed = loop {
+        let v = gw.get_json("/v1/recordings?function=hello&limit=100").await;
+        let listed = v["recordings"].as_array().unwrap().clone();
+        if listed.len() >= 20 {
+            break listed;
+        }
+        assert!(Instant::now() < deadline, "tapes written: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let got: HashSet<String> = listed
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(got, ids, "every invocation's tape, once");
+    assert!(
+        listed.iter().all(|t| t["node"].as_str().is_some()),
+        "each names its node"
+    );
+
+    let other = gw.create_tenant("other").await;
+    let theirs = gw.get_json_as(&other, "/v1/stats").await;
+    assert_eq!(theirs["functions"], serde_json::json!({}), "{theirs}");
+    let theirs = gw.get_json_as(&other, "/v1/recordings").await;
+    assert_eq!(theirs["recordings"], serde_json::json!([]), "{theirs}");
+
+    let page = gw
+        .http
+        .get(format!("{}/console/", gw.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.headers().contains_key("content-security-policy"));
+}
