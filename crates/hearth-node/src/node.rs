@@ -590,7 +590,6 @@ impl Node {
         self.table
             .insert(Arc::new(version.clone()), true, generation);
         self.forget_mode(tenant, name);
-        self.stats.forget(tenant, name);
         if let Some(jit) = &self.jit {
             jit.forget(tenant, name);
         }
@@ -682,6 +681,7 @@ impl Node {
         let existed = self.blocking(move |s| s.delete_function(&t, &n)).await?;
         self.table.remove(tenant, name);
         self.forget_mode(tenant, name);
+        self.stats.forget(tenant, name);
         if let Some(jit) = &self.jit {
             jit.forget(tenant, name);
         }

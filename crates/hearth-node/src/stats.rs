@@ -3,8 +3,10 @@
 //! memory on the node that ran them (tapes may be sampled; these count
 //! every invocation); a restart starts them afresh.
 //!
-//! Bounded: at most [`MINUTES`] minutes per function, each a fixed array,
-//! and a function's series go when it is removed.
+//! Bounded: at most [`MINUTES`] minutes per function, each a fixed array;
+//! a function's series go when it is removed here, and a tenant's series
+//! with nothing in the last hour go when it starts a new one (a node of a
+//! cluster hears of removals only as "something changed").
 
 use std::collections::{HashMap, VecDeque};
 
@@ -64,11 +66,12 @@ impl Stats {
         // Borrowed lookups first: the common case allocates nothing.
         let series = match all.get_mut(tenant).and_then(|t| t.get_mut(function)) {
             Some(s) => s,
-            None => all
-                .entry(tenant.to_string())
-                .or_default()
-                .entry(function.to_string())
-                .or_default(),
+            None => {
+                let functions = all.entry(tenant.to_string()).or_default();
+                let oldest = minute - MINUTES as i64 + 1;
+                functions.retain(|_, s| s.back().is_some_and(|m| m.at >= oldest));
+                functions.entry(function.to_string()).or_default()
+            }
         };
         if series.back().is_none_or(|m| m.at != minute) {
             if series.len() == MINUTES {
@@ -178,5 +181,21 @@ mod tests {
         assert_eq!(of["f"][0].t_ms, (200 - MINUTES as i64) * 60_000);
         s.forget("a", "f");
         assert!(s.of("a", 199 * 60_000).is_empty());
+    }
+
+    #[test]
+    fn a_new_series_sweeps_the_tenants_idle_ones() {
+        let s = Stats::default();
+        s.add("a", "idle", 0, 1000, true);
+        s.add("b", "other", 0, 1000, true);
+        // Two hours later, a's first invocation of another function.
+        s.add("a", "busy", 120 * 60_000, 1000, true);
+        let a = s.0.lock();
+        assert!(!a["a"].contains_key("idle"), "an hour without invocations");
+        assert!(a["a"].contains_key("busy"));
+        assert!(
+            a["b"].contains_key("other"),
+            "other tenants are theirs to sweep"
+        );
     }
 }

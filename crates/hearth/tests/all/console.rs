@@ -145,3 +145,32 @@ async fn a_tenant_logs_in_invokes_opens_and_replays_and_another_sees_none_of_it(
     b.screenshot("other-tenant").await;
     b.close().await;
 }
+
+/// The charts' numbers belong to the function, not its version: a new
+/// version keeps them, and removing the function takes them away.
+#[tokio::test]
+async fn a_functions_stats_outlive_a_new_version_and_go_with_the_function() {
+    let d = Daemon::start();
+    let hello = crate::harness::example("hello.wat");
+    d.deploy("h", hello.clone(), &[]).await;
+    for _ in 0..2 {
+        assert_eq!(d.call("h", "", "").await.0, 200);
+    }
+    let counted = |stats: &serde_json::Value| -> u64 {
+        stats["functions"]["h"]
+            .as_array()
+            .map(|m| m.iter().map(|m| m["count"].as_u64().unwrap()).sum())
+            .unwrap_or(0)
+    };
+    assert_eq!(counted(&d.get_json("/v1/stats").await), 2);
+    d.deploy("h", hello, &[]).await;
+    assert_eq!(
+        counted(&d.get_json("/v1/stats").await),
+        2,
+        "kept across versions"
+    );
+    let r = d.delete("/v1/functions/h").send().await.unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let stats = d.get_json("/v1/stats").await;
+    assert!(stats["functions"].get("h").is_none(), "{stats}");
+}
