@@ -5,7 +5,7 @@
 //! put on the tape, so tapes and their replays are the same with tracing on
 //! or off.
 //!
-//! Tracing off costs an invocation one `None` check per such call.
+//! Tracing off costs an invocation a `None` check, and one per such call.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -25,9 +25,8 @@ pub const MAX_CALL_SPANS: u32 = 64;
 pub struct InvocationTrace {
     cx: Context,
     tracer: Tracer,
-    /// Child spans made, and calls past [`MAX_CALL_SPANS`] not spanned.
-    spans: AtomicU32,
-    unspanned: AtomicU32,
+    /// Calls that asked for a span (past [`MAX_CALL_SPANS`], unspanned).
+    calls: AtomicU32,
 }
 
 impl std::fmt::Debug for InvocationTrace {
@@ -44,8 +43,7 @@ impl InvocationTrace {
         InvocationTrace {
             cx,
             tracer,
-            spans: AtomicU32::new(0),
-            unspanned: AtomicU32::new(0),
+            calls: AtomicU32::new(0),
         }
     }
 
@@ -60,14 +58,15 @@ impl InvocationTrace {
 
     /// Host calls past [`MAX_CALL_SPANS`] that got no span.
     pub fn unspanned(&self) -> u32 {
-        self.unspanned.load(Ordering::Relaxed)
+        self.calls
+            .load(Ordering::Relaxed)
+            .saturating_sub(MAX_CALL_SPANS)
     }
 
     /// A child span for a host call now starting, ended when dropped;
     /// `None` past the invocation's budget of spans.
     pub(crate) fn call(&self, name: &'static str, attributes: Vec<KeyValue>) -> Option<CallSpan> {
-        if self.spans.fetch_add(1, Ordering::Relaxed) >= MAX_CALL_SPANS {
-            self.unspanned.fetch_add(1, Ordering::Relaxed);
+        if self.calls.fetch_add(1, Ordering::Relaxed) >= MAX_CALL_SPANS {
             return None;
         }
         let span = self

@@ -79,6 +79,14 @@ impl Collector {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+
+    /// Waits for the span of invocation `id`.
+    pub(crate) async fn invocation(&self, id: &str) -> Span {
+        self.wait_for("invocation", |s| {
+            string_attr(&s.attributes, "faas.invocation_id").as_deref() == Some(id)
+        })
+        .await
+    }
 }
 
 pub(crate) fn string_attr(
@@ -176,11 +184,7 @@ async fn an_invocation_is_a_span_under_the_callers_with_its_fetch_as_a_child_and
     assert_eq!(body, serde_json::json!({"price": 42, "node": true}));
 
     // The invocation: a server span under the caller's, in its trace.
-    let inv = collector
-        .wait_for("invocation", |s| {
-            string_attr(&s.attributes, "faas.invocation_id").as_deref() == Some(id.as_str())
-        })
-        .await;
+    let inv = collector.invocation(&id).await;
     assert_eq!(hex(&inv.trace_id), TRACE_ID, "in the caller's trace");
     assert_eq!(
         hex(&inv.parent_span_id),
@@ -312,11 +316,7 @@ async fn a_malformed_traceparent_starts_a_new_trace_and_tracing_off_sends_none()
             .unwrap()
             .to_string();
         let back = resp.headers()["traceparent"].to_str().unwrap().to_string();
-        let span = collector
-            .wait_for("invocation", |s| {
-                string_attr(&s.attributes, "faas.invocation_id").as_deref() == Some(id.as_str())
-            })
-            .await;
+        let span = collector.invocation(&id).await;
         assert!(span.parent_span_id.is_empty(), "a root span for {tp:.80}");
         assert_ne!(hex(&span.trace_id), TRACE_ID, "a new trace for {tp:.80}");
         assert!(back.starts_with(&format!("00-{}-", hex(&span.trace_id))));
