@@ -98,6 +98,7 @@ impl Deployed {
             InvocationMeta {
                 id: InvocationId::new(),
                 version: self.version.clone(),
+                started: Instant::now(),
                 deadline: Instant::now() + Duration::from_secs(10),
                 trace: None,
             },

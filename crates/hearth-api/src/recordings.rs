@@ -269,9 +269,11 @@ pub(crate) struct Page {
 /// One tape's timeline
 ///
 /// The request, a page of host calls with their answers
-/// (`calls: [{n, call, answer, payload_bytes}]`, `calls_total`,
-/// `next_offset`), and the outcome; bodies shown up to 64 KiB (whole ones
-/// from `/payload`).
+/// (`calls: [{n, call, answer, payload_bytes, at_us, took_us}]`,
+/// `calls_total`, `next_offset`), and the outcome; bodies shown up to
+/// 64 KiB (whole ones from `/payload`). `at_us` and `took_us` (from the
+/// invocation's start) are on the KV and HTTP calls that reached the
+/// world.
 #[utoipa::path(get, path = "/v1/recordings/{id}", tag = "recordings",
     params(("id" = String, Path), Page),
     responses((status = 200, body = Object, description = "The timeline"),

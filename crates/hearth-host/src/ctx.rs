@@ -13,7 +13,7 @@ use thiserror::Error;
 
 use crate::http::{self, OutboundRequest, OutboundResponse};
 use crate::replay::{Earlier, Follow, Verdict};
-use crate::{Divergence, HostEvent, Tape};
+use crate::{CallTime, CallTiming, Divergence, HostEvent, Tape};
 
 mod journal;
 
@@ -98,6 +98,8 @@ pub struct InvocationMeta {
     /// The version being run: its tenant and name scope KV, its spec is the
     /// policy. Shared, not copied, per invocation.
     pub version: Arc<FunctionVersion>,
+    /// When the invocation started: its host calls' times count from here.
+    pub started: Instant,
     /// When the invocation must be finished; host calls never wait past it.
     pub deadline: Instant,
     /// Its trace, when the node exports traces: KV and HTTP calls become
@@ -291,8 +293,9 @@ impl HostCtx {
     ) -> Option<Result<T, HostError>> {
         match self.0.earlier.as_ref()?.answer(effect, asked, same) {
             Verdict::Live => None,
-            Verdict::Recorded(answer, event) => {
-                self.record(event);
+            Verdict::Recorded(answer, event, time) => {
+                let max = self.tape_budget();
+                self.recorded().push(event, max, false, time);
                 Some(Ok(answer))
             }
             Verdict::OffTape(e) => Some(Err(e)),
@@ -327,7 +330,7 @@ impl HostCtx {
     /// counted but not kept.
     fn record(&self, event: HostEvent) {
         let max = self.tape_budget();
-        self.recorded().push(event, max, false);
+        self.recorded().push(event, max, false, None);
     }
 
     /// Bytes this invocation's tape may hold: its function's own budget,
@@ -499,7 +502,7 @@ impl HostCtx {
                 level: level.to_string(),
                 message: message.to_string(),
             };
-            rec.push(event, self.tape_budget(), false);
+            rec.push(event, self.tape_budget(), false, None);
         }
         if rec.logs_truncated {
             return;
@@ -615,13 +618,17 @@ impl HostCtx {
         }
         self.check_tape_room()?;
         let k = key.clone();
+        let began = Instant::now();
         let value = self
             .blocking("kv.get", move |s, t, f| s.kv_get(t, f, &k))
             .await?;
-        self.record_effect(HostEvent::KvGet {
-            key,
-            value: value.clone(),
-        })
+        self.record_effect(
+            HostEvent::KvGet {
+                key,
+                value: value.clone(),
+            },
+            began,
+        )
         .await;
         Ok(value)
     }
@@ -650,10 +657,11 @@ impl HostCtx {
         }
         self.check_tape_room()?;
         let k = key.clone();
+        let began = Instant::now();
         let exists = self
             .blocking("kv.exists", move |s, t, f| s.kv_exists(t, f, &k))
             .await?;
-        self.record_effect(HostEvent::KvExists { key, exists })
+        self.record_effect(HostEvent::KvExists { key, exists }, began)
             .await;
         Ok(exists)
     }
@@ -685,9 +693,11 @@ impl HostCtx {
         self.check_tape_room()?;
         let (k, v) = (key.clone(), value.clone());
         let max = self.0.services.limits.kv_max_tenant_bytes;
+        let began = Instant::now();
         self.blocking("kv.set", move |s, t, f| s.kv_set(t, f, &k, &v, max))
             .await?;
-        self.record_effect(HostEvent::KvSet { key, value }).await;
+        self.record_effect(HostEvent::KvSet { key, value }, began)
+            .await;
         Ok(())
     }
 
@@ -713,10 +723,11 @@ impl HostCtx {
         }
         self.check_tape_room()?;
         let k = key.clone();
+        let began = Instant::now();
         let existed = self
             .blocking("kv.delete", move |s, t, f| s.kv_delete(t, f, &k))
             .await?;
-        self.record_effect(HostEvent::KvDelete { key, existed })
+        self.record_effect(HostEvent::KvDelete { key, existed }, began)
             .await;
         Ok(existed)
     }
@@ -748,6 +759,7 @@ impl HostCtx {
         self.check_tape_room()?;
         let k = key.clone();
         let max = self.0.services.limits.kv_max_tenant_bytes;
+        let began = Instant::now();
         let result = match self
             .blocking("kv.increment", move |s, t, f| {
                 s.kv_increment(t, f, &k, delta, max)
@@ -758,11 +770,14 @@ impl HostCtx {
             Err(HostError::Invalid(why)) => Err(why),
             Err(e) => return Err(e),
         };
-        self.record_effect(HostEvent::KvIncrement {
-            key,
-            delta,
-            result: result.clone(),
-        })
+        self.record_effect(
+            HostEvent::KvIncrement {
+                key,
+                delta,
+                result: result.clone(),
+            },
+            began,
+        )
         .await;
         result.map_err(HostError::Invalid)
     }
@@ -790,13 +805,17 @@ impl HostCtx {
         self.check_tape_room()?;
         let limit = self.0.services.limits.kv_max_list;
         let p = prefix.clone();
+        let began = Instant::now();
         let keys = self
             .blocking("kv.list", move |s, t, f| s.kv_list(t, f, &p, limit))
             .await?;
-        self.record_effect(HostEvent::KvList {
-            prefix,
-            keys: keys.clone(),
-        })
+        self.record_effect(
+            HostEvent::KvList {
+                prefix,
+                keys: keys.clone(),
+            },
+            began,
+        )
         .await;
         Ok(keys)
     }
@@ -844,6 +863,7 @@ impl HostCtx {
             ]
         });
         let traceparent = span.as_ref().map(crate::trace::CallSpan::traceparent);
+        let began = Instant::now();
         let result = http::fetch(
             &services.http,
             &self.0.meta.version.spec,
@@ -871,10 +891,13 @@ impl HostCtx {
             result,
             Err(HostError::Denied(_) | HostError::Invalid(_) | HostError::Internal(_))
         ) {
-            self.record_effect(HostEvent::HttpFetch {
-                request,
-                result: result.clone(),
-            })
+            self.record_effect(
+                HostEvent::HttpFetch {
+                    request,
+                    result: result.clone(),
+                },
+                began,
+            )
             .await;
         }
         result
@@ -905,11 +928,11 @@ impl Drop for CallGuard {
 }
 
 impl Recorded {
-    /// Tapes `event` if it fits in `max` bytes; `always`, even if not (a
-    /// KV or HTTP answer that was already let through). Either way the
-    /// tape is full once it has reached `max`.
-    fn push(&mut self, event: HostEvent, max: usize, always: bool) {
-        let bytes = event.approx_bytes();
+    /// Tapes `event`, and when it ran if `time` says, if it fits in `max`
+    /// bytes; `always`, even if not (a KV or HTTP answer that was already
+    /// let through). Either way the tape is full once it has reached `max`.
+    fn push(&mut self, event: HostEvent, max: usize, always: bool, time: Option<CallTime>) {
+        let bytes = event.approx_bytes() + time.map_or(0, |_| size_of::<CallTiming>());
         if self.tape_full && !always {
             self.tape_dropped += 1;
             return;
@@ -921,6 +944,10 @@ impl Recorded {
         }
         self.tape_bytes += bytes;
         self.tape_full |= self.tape_bytes >= max;
+        if let Some(time) = time {
+            let call = self.tape.events.len() as u32;
+            self.tape.timings.push(CallTiming { call, time });
+        }
         self.tape.events.push(event);
     }
 }
@@ -944,6 +971,7 @@ mod tests {
                 spec: hearth_core::FunctionSpec::new(Runtime::Wasm),
                 created_at_ms: 0,
             }),
+            started: Instant::now(),
             deadline: Instant::now() + Duration::from_secs(5),
             trace: None,
         };
@@ -972,6 +1000,13 @@ mod tests {
                 bytes: buf.to_vec()
             }
         );
+        // The calls that went to the world are timed, in order; clocks and
+        // randomness are not.
+        let timed: Vec<_> = tape.timings.iter().map(|t| t.call).collect();
+        assert_eq!(timed, [2, 3]);
+        let (set, get) = (tape.timing(2).unwrap(), tape.timing(3).unwrap());
+        assert!(get.at_us >= set.at_us + set.took_us, "{set:?} then {get:?}");
+        assert!(tape.timing(0).is_none());
     }
 
     /// A traced run's diverted lines (its trace, `hearth-jit`) are kept
@@ -1029,6 +1064,9 @@ mod tests {
         );
         let (retry_tape, logs) = retry.take_records();
         assert_eq!(retry_tape.events.len(), 4, "replayed calls are taped too");
+        // With when they ran the first time; the live ones with their own.
+        assert_eq!(retry_tape.timings.len(), 4);
+        assert_eq!(retry_tape.timings[..2], tape.timings[..]);
         assert!(logs.is_empty(), "{logs:?}");
         assert!(
             !retry_tape

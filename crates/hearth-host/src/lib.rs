@@ -45,7 +45,7 @@ pub use stream::{
     BodyStream, HeadReceiver, Kept, QUEUED_CHUNKS, ResponseHead, ResponseSink, ResponseSource, Tee,
     teed,
 };
-pub use tape::{Divergence, HostEvent, Tape};
+pub use tape::{CallTime, CallTiming, Divergence, HostEvent, Tape};
 
 /// How JavaScript functions are found and called and the events they get
 /// (Lambda, OpenWhisk, Workers shapes): one script for the js tier's

@@ -11,7 +11,7 @@
 
 use parking_lot::Mutex;
 
-use crate::{Divergence, HostError, HostEvent, Tape};
+use crate::{CallTime, Divergence, HostError, HostEvent, Tape};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Follow {
@@ -23,8 +23,9 @@ pub(crate) enum Follow {
 pub(crate) enum Verdict<T> {
     /// Nothing: ask the world.
     Live,
-    /// The recorded answer, and the event to put on this host's tape.
-    Recorded(T, HostEvent),
+    /// The recorded answer, and the event to put on this host's tape with
+    /// when it ran the first time (if the tape says).
+    Recorded(T, HostEvent, Option<CallTime>),
     /// A strict replay is off its tape.
     OffTape(HostError),
     /// A retry just stopped following its tape, skipping this many calls;
@@ -38,7 +39,8 @@ pub(crate) struct Earlier {
 }
 
 struct Cursor {
-    events: Vec<HostEvent>,
+    /// The calls to follow, each with when it ran, if its tape said.
+    events: Vec<(HostEvent, Option<CallTime>)>,
     next: usize,
     diverged: Option<Divergence>,
 }
@@ -46,8 +48,8 @@ struct Cursor {
 impl Cursor {
     /// The next call on the tape; log lines are outputs, not answers, and
     /// are stepped over.
-    fn peek(&mut self) -> Option<&HostEvent> {
-        while matches!(self.events.get(self.next), Some(HostEvent::Log { .. })) {
+    fn peek(&mut self) -> Option<&(HostEvent, Option<CallTime>)> {
+        while matches!(self.events.get(self.next), Some((HostEvent::Log { .. }, _))) {
             self.next += 1;
         }
         self.events.get(self.next)
@@ -71,9 +73,11 @@ fn is_effect(e: &HostEvent) -> bool {
 
 impl Earlier {
     pub fn new(follow: Follow, tape: Tape) -> Earlier {
+        let times: Vec<_> = (0..tape.events.len()).map(|i| tape.timing(i)).collect();
+        let timed = tape.events.into_iter().zip(times);
         let events = match follow {
-            Follow::Strict => tape.events,
-            Follow::ThenLive => tape.events.into_iter().filter(is_effect).collect(),
+            Follow::Strict => timed.collect(),
+            Follow::ThenLive => timed.filter(|(e, _)| is_effect(e)).collect(),
         };
         Earlier {
             follow,
@@ -112,10 +116,12 @@ impl Earlier {
         if self.follow == Follow::ThenLive && recorded.is_none() {
             return Verdict::Live;
         }
-        if let Some(answer) = recorded.as_ref().and_then(same) {
+        if let Some(answer) = recorded.as_ref().and_then(|(e, _)| same(e)) {
             c.next += 1;
-            return Verdict::Recorded(answer, recorded.expect("matched"));
+            let (event, time) = recorded.expect("matched");
+            return Verdict::Recorded(answer, event, time);
         }
+        let recorded = recorded.map(|(e, _)| e);
         let left = c.events.len() - c.next;
         let d = Divergence {
             at: c.next + 1,
@@ -132,7 +138,7 @@ impl Earlier {
 
     /// What the code has not asked for yet: the tape from its next call
     /// on, or nothing once it has left the tape.
-    pub fn rest(&self) -> Vec<HostEvent> {
+    pub fn rest(&self) -> Vec<(HostEvent, Option<CallTime>)> {
         let c = self.cursor.lock();
         if c.diverged.is_some() {
             return Vec::new();
@@ -147,7 +153,7 @@ impl Earlier {
         if let Some(d) = &c.diverged {
             return Some(d.clone());
         }
-        let recorded = c.peek().map(HostEvent::call)?;
+        let recorded = c.peek().map(|(e, _)| e.call())?;
         Some(Divergence {
             at: c.next + 1,
             recorded: Some(recorded),

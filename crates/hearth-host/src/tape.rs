@@ -221,4 +221,59 @@ impl std::fmt::Display for Divergence {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tape {
     pub events: Vec<HostEvent>,
+    /// When its KV and HTTP calls ran, for a timeline: replay does not
+    /// read them. Not in a tape's own encoding (`hearth-record` keeps them
+    /// beside it), so tapes from before them decode as they did.
+    #[serde(skip)]
+    pub timings: Vec<CallTiming>,
+}
+
+impl Tape {
+    /// A tape of `events`, without timings.
+    pub fn of(events: Vec<HostEvent>) -> Tape {
+        Tape {
+            events,
+            timings: Vec::new(),
+        }
+    }
+
+    /// The timing of event `index`, if it has one.
+    pub fn timing(&self, index: usize) -> Option<CallTime> {
+        let i = self
+            .timings
+            .binary_search_by_key(&index, |t| t.call as usize)
+            .ok()?;
+        Some(self.timings[i].time)
+    }
+}
+
+/// When one host call ran, in microseconds from its invocation's start
+/// (each saturating at `u32::MAX`, 71 minutes: past any timeout).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CallTime {
+    /// When the call started.
+    pub at_us: u32,
+    /// How long the host took to answer it.
+    pub took_us: u32,
+}
+
+impl CallTime {
+    /// A call that began at `began` and has just been answered, in an
+    /// invocation that started at `started`.
+    pub fn since(started: std::time::Instant, began: std::time::Instant) -> CallTime {
+        let us = |d: std::time::Duration| u32::try_from(d.as_micros()).unwrap_or(u32::MAX);
+        CallTime {
+            at_us: us(began.saturating_duration_since(started)),
+            took_us: us(began.elapsed()),
+        }
+    }
+}
+
+/// [`CallTime`] of the event at index `call` of a tape's events; a tape's
+/// timings are in the order of their calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallTiming {
+    pub call: u32,
+    pub time: CallTime,
 }

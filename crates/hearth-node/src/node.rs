@@ -987,6 +987,7 @@ impl Node {
             meta: InvocationMeta {
                 id,
                 version: v.clone(),
+                started,
                 deadline: started + Duration::from_millis(v.spec.limits.timeout_ms),
                 trace,
             },

@@ -23,8 +23,7 @@ use hearth_core::Tier;
 use crate::recording::{OutcomeRef, RecordingRef};
 
 /// Appends postcard's encoding of `Stored { recording: r, refs: [],
-/// streamed: None }` to
-/// `out`. On error (only from a host call's serde encoding) `out` may hold
+/// streamed: None, timings: r.tape.timings }` to `out`. On error (only from a host call's serde encoding) `out` may hold
 /// part of the tape: the caller cuts it back.
 pub(crate) fn encode_tape(r: &RecordingRef<'_>, out: &mut Vec<u8>) -> postcard::Result<()> {
     let q = r.request;
@@ -63,8 +62,6 @@ pub(crate) fn encode_tape(r: &RecordingRef<'_>, out: &mut Vec<u8>) -> postcard::
                 o.varint(response.status.into());
                 o.headers(&response.headers);
                 o.bytes(&response.body);
-                o.varint(0); // no refs
-                o.varint(0); // no streamed bodies
             });
         }
         OutcomeRef::Error {
@@ -78,11 +75,20 @@ pub(crate) fn encode_tape(r: &RecordingRef<'_>, out: &mut Vec<u8>) -> postcard::
                 o.str(kind);
                 o.varint(status.into());
                 o.str(message);
-                o.varint(0); // no refs
-                o.varint(0); // no streamed bodies
             });
         }
     }
+    let timings = &r.tape.timings;
+    Room::fill(out, Room::bound(3 + 3 * timings.len()), |o| {
+        o.varint(0); // no refs
+        o.varint(0); // no streamed bodies
+        o.varint(timings.len() as u64);
+        for t in timings {
+            o.varint(t.call.into());
+            o.varint(t.time.at_us.into());
+            o.varint(t.time.took_us.into());
+        }
+    });
     Ok(())
 }
 
@@ -170,7 +176,9 @@ impl Room<'_> {
 mod tests {
     use bytes::Bytes;
     use hearth_core::{Request, Response};
-    use hearth_host::{HostError, HostEvent, OutboundRequest, OutboundResponse, Tape};
+    use hearth_host::{
+        CallTime, CallTiming, HostError, HostEvent, OutboundRequest, OutboundResponse, Tape,
+    };
 
     use super::*;
     use crate::recording::{Outcome, Recording, StoredRef};
@@ -180,6 +188,7 @@ mod tests {
             recording: r.borrowed(),
             refs: &[],
             streamed: None,
+            timings: &r.tape.timings,
         })
         .unwrap()
     }
@@ -304,7 +313,17 @@ mod tests {
             headers: (0..130).map(|i| (format!("x-{i}"), long.clone())).collect(),
             body: Bytes::from(vec![9; 200]),
         };
-        r.tape = Tape { events };
+        r.tape = Tape {
+            events,
+            timings: [0, 8, 9]
+                .into_iter()
+                .zip([(0, 0), (127, 128), (u32::MAX, 16_384)])
+                .map(|(call, (at_us, took_us))| CallTiming {
+                    call,
+                    time: CallTime { at_us, took_us },
+                })
+                .collect(),
+        };
         cases.push(r.clone());
         r.outcome = Outcome::Error {
             kind: "trap".into(),

@@ -11,7 +11,9 @@
 
 use bytes::Bytes;
 use hearth_core::{Request, Response, Tier};
-use hearth_host::{HostError, HostEvent, OutboundRequest, OutboundResponse, Tape};
+use hearth_host::{
+    CallTime, CallTiming, HostError, HostEvent, OutboundRequest, OutboundResponse, Tape,
+};
 use proptest::prelude::*;
 
 use crate::recording::{Outcome, Recording, StoredRef};
@@ -110,12 +112,17 @@ prop_compose! {
         duration_us in any::<u64>(),
         (method, path, query, request_headers, body) in (text(), text(), text(), headers(), bytes()),
         events in prop::collection::vec(event(), 0..8),
+        times in prop::collection::vec((any::<u32>(), any::<u32>()), 0..8),
         outcome in outcome(),
     ) -> Recording {
+        // Timings of some of the calls, in their order, as a host keeps them.
+        let timings = times.into_iter().zip(0..events.len() as u32).map(|((at_us, took_us), call)| {
+            CallTiming { call, time: CallTime { at_us, took_us } }
+        }).collect();
         Recording {
             id, tenant, function, version, artifact, tier, started_ms, duration_us,
             request: Request { method, path, query, headers: request_headers, body: Bytes::from(body) },
-            tape: Tape { events },
+            tape: Tape { events, timings },
             outcome,
             streamed: None,
         }
@@ -130,7 +137,7 @@ proptest! {
         let mut by_hand = b"earlier".to_vec();
         crate::encode::encode_tape(&r.borrowed(), &mut by_hand).unwrap();
         prop_assert_eq!(&by_hand[..7], b"earlier");
-        let serde = postcard::to_allocvec(&StoredRef { recording: r.borrowed(), refs: &[], streamed: None }).unwrap();
+        let serde = postcard::to_allocvec(&StoredRef { recording: r.borrowed(), refs: &[], streamed: None, timings: &r.tape.timings }).unwrap();
         prop_assert_eq!(&by_hand[7..], &serde[..]);
     }
 

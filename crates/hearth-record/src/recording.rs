@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 use hearth_core::{InvokeError, Request, Response, Tier};
-use hearth_host::{HostEvent, Tape};
+use hearth_host::{CallTiming, HostEvent, Tape};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -236,7 +236,13 @@ impl RecordingRef<'_> {
 
     /// Roughly what this tape holds in memory, for bounding the queue.
     pub fn approx_bytes(&self) -> u64 {
-        let events: usize = self.tape.events.iter().map(HostEvent::approx_bytes).sum();
+        let events: usize = self
+            .tape
+            .events
+            .iter()
+            .map(HostEvent::approx_bytes)
+            .sum::<usize>()
+            + std::mem::size_of_val(self.tape.timings.as_slice());
         let response = match self.outcome {
             OutcomeRef::Response(r) => r.body.len(),
             OutcomeRef::Error { message, .. } => message.len(),
@@ -266,6 +272,8 @@ pub(crate) struct Stored {
     pub refs: Vec<(Slot, Hash)>,
     /// [`Recording::streamed`]; not in blocks of the first format.
     pub streamed: Option<Streamed>,
+    /// The tape's [`Tape::timings`]; only in blocks of the third format.
+    pub timings: Vec<CallTiming>,
 }
 
 /// [`Stored`] in blocks of the first format (`HRB1`), from before bodies
@@ -276,12 +284,33 @@ pub(crate) struct StoredV1 {
     pub refs: Vec<(Slot, Hash)>,
 }
 
+/// [`Stored`] in blocks of the second format (`HRB2`), from before host
+/// calls were timed.
+#[derive(Debug, Deserialize)]
+pub(crate) struct StoredV2 {
+    pub recording: Recording,
+    pub refs: Vec<(Slot, Hash)>,
+    pub streamed: Option<Streamed>,
+}
+
 impl From<StoredV1> for Stored {
     fn from(v1: StoredV1) -> Stored {
         Stored {
             recording: v1.recording,
             refs: v1.refs,
             streamed: None,
+            timings: Vec::new(),
+        }
+    }
+}
+
+impl From<StoredV2> for Stored {
+    fn from(v2: StoredV2) -> Stored {
+        Stored {
+            recording: v2.recording,
+            refs: v2.refs,
+            streamed: v2.streamed,
+            timings: Vec::new(),
         }
     }
 }
@@ -295,6 +324,7 @@ pub(crate) struct StoredRef<'a> {
     pub recording: RecordingRef<'a>,
     pub refs: &'a [(Slot, Hash)],
     pub streamed: Option<&'a Streamed>,
+    pub timings: &'a [CallTiming],
 }
 
 pub(crate) fn sha256(data: &[u8]) -> Hash {
@@ -308,6 +338,7 @@ impl Stored {
         let mut refs = Vec::new();
         let mut blobs = Vec::new();
         let streamed = recording.streamed.take();
+        let timings = std::mem::take(&mut recording.tape.timings);
         // Small bodies stay where they are, uncopied: most tapes have none
         // to split.
         let mut take = |slot: Slot, body: Vec<u8>| {
@@ -341,6 +372,7 @@ impl Stored {
                 recording,
                 refs,
                 streamed,
+                timings,
             },
             blobs,
         )
@@ -353,6 +385,7 @@ impl Stored {
     ) -> Result<Recording, RecordError> {
         let mut r = self.recording;
         r.streamed = self.streamed;
+        r.tape.timings = self.timings;
         for (slot, hash) in &self.refs {
             let body = find(hash)?;
             if sha256(&body) != *hash {
@@ -398,14 +431,22 @@ struct Export {
     recording: Recording,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     streamed: Option<Streamed>,
+    /// [`Tape::timings`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    timings: Vec<CallTiming>,
 }
 
-/// Over the recording's JSON, then (if any) its streamed bodies' JSON: a
-/// tape without streamed bodies checks as it did before they existed.
+/// Over the recording's JSON, then (if any) its streamed bodies' JSON and
+/// its host calls' timings: a tape without them checks as it did before
+/// they existed.
 fn checksum(recording: &Recording) -> String {
     let mut json = serde_json::to_vec(recording).expect("a recording always serializes");
     if let Some(s) = &recording.streamed {
         serde_json::to_writer(&mut json, s).expect("a digest always serializes");
+    }
+    if !recording.tape.timings.is_empty() {
+        serde_json::to_writer(&mut json, &recording.tape.timings)
+            .expect("timings always serialize");
     }
     hex::encode(sha256(&json))
 }
@@ -419,6 +460,7 @@ impl Recording {
             checksum: checksum(self),
             recording: self.clone(),
             streamed: self.streamed.clone(),
+            timings: self.tape.timings.clone(),
         };
         // Compact: bytes are JSON arrays of numbers, and pretty-printing
         // puts each on a line of its own (ten bytes of file for one).
@@ -445,6 +487,7 @@ impl Recording {
         }
         let mut recording = export.recording;
         recording.streamed = export.streamed;
+        recording.tape.timings = export.timings;
         if checksum(&recording) != export.checksum {
             return Err(RecordError::BadTape(
                 "the tape was changed after it was exported (checksum mismatch)".into(),
@@ -493,6 +536,13 @@ pub(crate) mod tests {
                         }),
                     },
                 ],
+                timings: vec![CallTiming {
+                    call: 1,
+                    time: hearth_host::CallTime {
+                        at_us: 40,
+                        took_us: 900,
+                    },
+                }],
             },
             outcome: Outcome::Response(Response {
                 status: 200,
@@ -512,24 +562,26 @@ pub(crate) mod tests {
             message: "unreachable".into(),
         };
         let mut bare = sample(0);
-        bare.tape.events.clear();
+        bare.tape = Tape::default();
         bare.request.headers.clear();
         for r in [sample(10), failed, bare] {
             let owned = postcard::to_allocvec(&Stored {
                 recording: r.clone(),
                 refs: Vec::new(),
                 streamed: None,
+                timings: r.tape.timings.clone(),
             })
             .unwrap();
             let borrowed = postcard::to_allocvec(&StoredRef {
                 recording: r.borrowed(),
                 refs: &[],
                 streamed: None,
+                timings: &r.tape.timings,
             })
             .unwrap();
             assert_eq!(owned, borrowed);
             let back: Stored = postcard::from_bytes(&borrowed).unwrap();
-            assert_eq!(back.recording, r);
+            assert_eq!(back.join(|_| unreachable!()).unwrap(), r);
             assert_eq!(r.borrowed().to_owned(), r);
         }
         assert!(!sample(BLOB_MIN_BYTES - 1).borrowed().has_large_payload());
@@ -615,24 +667,58 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn blocks_of_the_first_format_still_read() {
+    fn blocks_of_earlier_formats_still_read() {
         #[derive(Serialize)]
         struct V1<'a> {
             tapes: Vec<(RecordingRef<'a>, Vec<(Slot, Hash)>)>,
             blobs: Vec<(Hash, Vec<u8>)>,
         }
-        let r = sample(10);
+        #[derive(Serialize)]
+        struct StoredV2Ref<'a> {
+            recording: RecordingRef<'a>,
+            refs: Vec<(Slot, Hash)>,
+            streamed: Option<&'a Streamed>,
+        }
+        #[derive(Serialize)]
+        struct V2<'a> {
+            tapes: Vec<StoredV2Ref<'a>>,
+            blobs: Vec<(Hash, Vec<u8>)>,
+        }
+        let r = streamed(sample(10));
+        let untimed = Recording {
+            tape: Tape::of(r.tape.events.clone()),
+            ..r.clone()
+        };
         let v1 = postcard::to_allocvec(&V1 {
             tapes: vec![(r.borrowed(), Vec::new())],
             blobs: Vec::new(),
         })
         .unwrap();
-        let body = crate::segment::BlockBody::decode(1, &v1).unwrap();
-        assert_eq!(body.tapes.len(), 1);
-        assert!(body.tapes[0].streamed.is_none());
-        assert_eq!(body.tapes[0].recording, r);
-        // Read as the new format, the same bytes do not decode: the
-        // magic is what tells them apart.
+        let v2 = postcard::to_allocvec(&V2 {
+            tapes: vec![StoredV2Ref {
+                recording: r.borrowed(),
+                refs: Vec::new(),
+                streamed: r.streamed.as_ref(),
+            }],
+            blobs: Vec::new(),
+        })
+        .unwrap();
+        let read = |format, bytes: &[u8]| {
+            let mut body = crate::segment::BlockBody::decode(format, bytes).unwrap();
+            assert_eq!(body.tapes.len(), 1);
+            body.tapes.pop().unwrap().join(|_| unreachable!()).unwrap()
+        };
+        assert_eq!(
+            read(1, &v1),
+            Recording {
+                streamed: None,
+                ..untimed.clone()
+            }
+        );
+        assert_eq!(read(2, &v2), untimed);
+        // Read as a later format, the same bytes do not decode: the magic
+        // is what tells them apart.
         assert!(crate::segment::BlockBody::decode(2, &v1).is_err());
+        assert!(crate::segment::BlockBody::decode(3, &v2).is_err());
     }
 }

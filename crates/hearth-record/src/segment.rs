@@ -2,13 +2,14 @@
 //!
 //! ```text
 //! segment  = "HRTHSEG1" block*
-//! block    = "HRB2" len:u32le crc32:u32le rest        (crc32 of rest)
+//! block    = "HRB3" len:u32le crc32:u32le rest        (crc32 of rest)
 //! rest     = tenant_len:u16le tenant sealed
 //! sealed   = nonce[12] ChaCha20-Poly1305(zstd(postcard(BlockBody)))
 //! ```
 //!
-//! Blocks of the first format (`HRB1`, before bodies streamed) still read:
-//! their tapes are [`StoredV1`], without the streamed bodies' digests.
+//! Blocks of earlier formats still read: `HRB1` (before bodies streamed)
+//! holds [`StoredV1`], without the streamed bodies' digests; `HRB2`
+//! (before host calls were timed) holds [`StoredV2`], without timings.
 //!
 //! The tenant is in clear so a reader knows which key opens the block; the
 //! checksum finds torn or flipped bytes before decryption is attempted, so
@@ -21,10 +22,11 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::RecordError;
-use crate::recording::{Hash, Stored, StoredV1};
+use crate::recording::{Hash, Stored, StoredV1, StoredV2};
 
 pub(crate) const SEGMENT_MAGIC: &[u8; 8] = b"HRTHSEG1";
-const BLOCK_MAGIC: &[u8; 4] = b"HRB2";
+const BLOCK_MAGIC: &[u8; 4] = b"HRB3";
+const BLOCK_MAGIC_V2: &[u8; 4] = b"HRB2";
 const BLOCK_MAGIC_V1: &[u8; 4] = b"HRB1";
 const HEADER_BYTES: usize = 12;
 /// No block is larger: a length past it is damage, not a huge block.
@@ -38,24 +40,30 @@ pub(crate) struct BlockBody {
     pub blobs: Vec<(Hash, Vec<u8>)>,
 }
 
-/// [`BlockBody`] of an `HRB1` block.
+/// [`BlockBody`] of an earlier format: `S` is how it stored a tape.
 #[derive(Deserialize)]
-struct BlockBodyV1 {
-    tapes: Vec<StoredV1>,
+struct BlockBodyOf<S> {
+    tapes: Vec<S>,
     blobs: Vec<(Hash, Vec<u8>)>,
+}
+
+impl<S: Into<Stored>> BlockBodyOf<S> {
+    fn upgrade(self) -> BlockBody {
+        BlockBody {
+            tapes: self.tapes.into_iter().map(Into::into).collect(),
+            blobs: self.blobs,
+        }
+    }
 }
 
 impl BlockBody {
     /// Decodes the plain body of a block of `format` ([`RawBlock::format`]).
     pub(crate) fn decode(format: u8, plain: &[u8]) -> postcard::Result<BlockBody> {
-        if format == 1 {
-            let v1: BlockBodyV1 = postcard::from_bytes(plain)?;
-            return Ok(BlockBody {
-                tapes: v1.tapes.into_iter().map(Stored::from).collect(),
-                blobs: v1.blobs,
-            });
+        match format {
+            1 => Ok(postcard::from_bytes::<BlockBodyOf<StoredV1>>(plain)?.upgrade()),
+            2 => Ok(postcard::from_bytes::<BlockBodyOf<StoredV2>>(plain)?.upgrade()),
+            _ => postcard::from_bytes(plain),
         }
-        postcard::from_bytes(plain)
     }
 }
 
@@ -78,7 +86,7 @@ pub(crate) fn frame_into(out: &mut Vec<u8>, tenant: &str, seal: impl FnOnce(&mut
 /// A block read back and checked: its format, tenant, sealed body and
 /// length.
 pub(crate) struct RawBlock {
-    /// 1 for `HRB1`, 2 for `HRB2`.
+    /// 1 for `HRB1`, 2 for `HRB2`, 3 for `HRB3`.
     pub format: u8,
     pub tenant: String,
     pub sealed: Vec<u8>,
@@ -92,7 +100,8 @@ pub(crate) fn read_block(file: &File, offset: u64) -> Result<RawBlock, RecordErr
     file.read_exact_at(&mut header, offset)
         .map_err(|_| RecordError::Corrupt(format!("no whole block header at byte {offset}")))?;
     let format = match &header[..4] {
-        m if m == BLOCK_MAGIC => 2,
+        m if m == BLOCK_MAGIC => 3,
+        m if m == BLOCK_MAGIC_V2 => 2,
         m if m == BLOCK_MAGIC_V1 => 1,
         _ => {
             return Err(RecordError::Corrupt(format!(

@@ -92,8 +92,9 @@ pub fn outcome(o: &Outcome) -> Value {
 }
 
 /// The timeline of one recording: request, host calls `offset + 1` to
-/// `offset + limit` (each with its answer, for a person, and how many
-/// payload bytes it carries), outcome.
+/// `offset + limit` (each with its answer, for a person, how many payload
+/// bytes it carries and, for a KV or HTTP call that went to the world,
+/// when it started and how long it took), outcome.
 pub fn timeline(r: &Recording, offset: usize, limit: usize) -> Value {
     let total = r.tape.events.len();
     let limit = limit.min(CALLS_PER_PAGE_MAX);
@@ -108,7 +109,13 @@ pub fn timeline(r: &Recording, offset: usize, limit: usize) -> Value {
         .map(|(i, e)| {
             let n = offset + i + 1;
             let bytes = payload(r, PayloadOf::Call(n)).map(<[u8]>::len);
-            json!({"n": n, "call": e.call(), "answer": e.answer(), "payload_bytes": bytes})
+            let mut call =
+                json!({"n": n, "call": e.call(), "answer": e.answer(), "payload_bytes": bytes});
+            if let Some(t) = r.tape.timing(n - 1) {
+                call["at_us"] = t.at_us.into();
+                call["took_us"] = t.took_us.into();
+            }
+            call
         })
         .collect();
     json!({

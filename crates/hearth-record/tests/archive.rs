@@ -28,9 +28,7 @@ fn recording(tenant: &str, function: &str, body: &str, ok: bool, started_ms: i64
             body: Bytes::from(body.to_string()),
             ..Request::default()
         },
-        tape: Tape {
-            events: vec![HostEvent::WallClock { nanos: 42 }],
-        },
+        tape: Tape::of(vec![HostEvent::WallClock { nanos: 42 }]),
         outcome: if ok {
             Outcome::Response(Response {
                 status: 200,

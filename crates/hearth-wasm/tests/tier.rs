@@ -81,6 +81,7 @@ impl Fixture {
         let meta = InvocationMeta {
             id: InvocationId::new(),
             version: Arc::new(v.clone()),
+            started: Instant::now(),
             deadline: Instant::now() + Duration::from_millis(v.spec.limits.timeout_ms),
             trace: None,
         };

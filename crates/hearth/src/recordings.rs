@@ -76,8 +76,15 @@ pub(crate) async fn show(c: &Client, id: &str) -> anyhow::Result<()> {
         req["body"]["bytes"]
     );
     for call in v["calls"].as_array().into_iter().flatten() {
+        // KV and HTTP calls that went to the world: when, and for how long.
+        let timing = match (call["at_us"].as_f64(), call["took_us"].as_f64()) {
+            (Some(at), Some(took)) => {
+                format!("  (at {:.2} ms, {:.2} ms)", at / 1000.0, took / 1000.0)
+            }
+            _ => String::new(),
+        };
         println!(
-            "  {:>3}  {}  →  {}",
+            "  {:>3}  {}  →  {}{timing}",
             call["n"],
             call["call"].as_str().unwrap_or_default(),
             call["answer"].as_str().unwrap_or_default()

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use hearth_store::{JournalKey, LogStream};
 
 use super::{HostCtx, HostError, HostServices, Inner, InvocationMeta};
-use crate::{HostEvent, Tape};
+use crate::{CallTime, HostEvent, Tape};
 
 impl HostCtx {
     /// A host for the first attempt at an invocation a cluster's gateway
@@ -47,12 +47,12 @@ impl HostCtx {
             .store
             .journal_read(&key)
             .map_err(|e| HostError::Storage(e.to_string()))?;
-        Ok(Tape {
-            events: entries
+        Ok(Tape::of(
+            entries
                 .iter()
                 .map_while(|bytes| postcard::from_bytes(bytes).ok())
                 .collect(),
-        })
+        ))
     }
 
     /// How many answers this host journaled.
@@ -74,7 +74,13 @@ impl HostCtx {
     pub fn fall_back(&self) -> HostCtx {
         let (mut tape, _) = self.take_records();
         if let Some(earlier) = &self.0.earlier {
-            tape.events.extend(earlier.rest());
+            for (event, time) in earlier.rest() {
+                if let Some(time) = time {
+                    let call = tape.events.len() as u32;
+                    tape.timings.push(crate::CallTiming { call, time });
+                }
+                tape.events.push(event);
+            }
         }
         HostCtx(Arc::new(Inner {
             meta: self.0.meta.clone(),
@@ -96,7 +102,8 @@ impl HostCtx {
     /// Records a live answer from KV or HTTP, journaling it first if this
     /// host journals. A journal that cannot be written costs the retry its
     /// replay of this answer, not the invocation: it is logged, once.
-    pub(super) async fn record_effect(&self, event: HostEvent) {
+    pub(super) async fn record_effect(&self, event: HostEvent, began: std::time::Instant) {
+        let time = CallTime::since(self.0.meta.started, began);
         if let Some(next) = &self.0.journal {
             let seq = next.fetch_add(1, Ordering::Relaxed);
             let bytes = postcard::to_allocvec(&event).expect("host events always encode");
@@ -125,7 +132,7 @@ impl HostCtx {
             }
         }
         let max = self.tape_budget();
-        self.recorded().push(event, max, true);
+        self.recorded().push(event, max, true, Some(time));
     }
 }
 

@@ -649,6 +649,7 @@ async fn on_tape(
 ) -> (Result<Response, InvokeError>, Option<Divergence>) {
     let meta = InvocationMeta {
         id: InvocationId::new(),
+        started: Instant::now(),
         deadline: Instant::now() + Duration::from_millis(version.spec.limits.timeout_ms),
         trace: None,
         version,

@@ -131,6 +131,7 @@ impl Node {
         let meta = InvocationMeta {
             id: InvocationId::new(),
             version: target.clone(),
+            started,
             deadline: started + Duration::from_millis(target.spec.limits.timeout_ms),
             trace: None,
         };

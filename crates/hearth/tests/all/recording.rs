@@ -11,8 +11,11 @@ use serde_json::Value;
 
 use crate::harness::{Daemon, HEARTH, error_of, tar_of};
 
-/// An upstream that answers "up#N", N counting its requests: a replay that
-/// reached it would be caught.
+/// How long the upstream takes to answer: what a timeline must show.
+const UPSTREAM_DELAY: Duration = Duration::from_millis(30);
+
+/// An upstream that answers "up#N", N counting its requests, after
+/// [`UPSTREAM_DELAY`]: a replay that reached it would be caught.
 async fn upstream() -> (String, Arc<AtomicUsize>) {
     let hits = Arc::new(AtomicUsize::new(0));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -22,7 +25,10 @@ async fn upstream() -> (String, Arc<AtomicUsize>) {
         "/data",
         axum::routing::get(move || {
             let n = h.fetch_add(1, Ordering::SeqCst) + 1;
-            async move { format!("up#{n}") }
+            async move {
+                tokio::time::sleep(UPSTREAM_DELAY).await;
+                format!("up#{n}")
+            }
         }),
     );
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -183,6 +189,7 @@ async fn tape_of_each_tier_replays_identically_and_a_new_version_is_diffed(tier:
             "{kind} in {calls:?}"
         );
     }
+    calls_are_timed(&show);
 
     let report = d.replay(id).await;
     assert_eq!(report["identical"], true, "{report:#}");
@@ -224,6 +231,29 @@ async fn tape_of_each_tier_replays_identically_and_a_new_version_is_diffed(tier:
     );
     // And the old version still replays its own tape identically.
     assert_eq!(d.replay(id).await["identical"], true);
+}
+
+/// The KV and HTTP calls of a timeline say when they ran and for how
+/// long, in order and within the invocation; the fetch took at least the
+/// upstream's delay; clocks and randomness carry no timing.
+fn calls_are_timed(show: &Value) {
+    let duration = show["duration_us"].as_u64().unwrap();
+    let mut last_at = 0;
+    for c in show["calls"].as_array().unwrap() {
+        let call = c["call"].as_str().unwrap();
+        let effect = call.starts_with("kv.") || call.starts_with("http.");
+        assert_eq!(c["at_us"].is_u64(), effect, "{c}");
+        if !effect {
+            continue;
+        }
+        let (at, took) = (c["at_us"].as_u64().unwrap(), c["took_us"].as_u64().unwrap());
+        assert!(at >= last_at, "in order: {show:#}");
+        assert!(at + took <= duration, "within its invocation: {show:#}");
+        if call.starts_with("http.fetch") {
+            assert!(took >= UPSTREAM_DELAY.as_micros() as u64, "{c}");
+        }
+        last_at = at + took;
+    }
 }
 
 fn tier_of(runtime: &str) -> &str {
