@@ -289,13 +289,18 @@ async fn run(
         Ok(r) => answer((r.status, r.headers), Body::from(r.body)),
         Err(e) => failed(&e, outcome.id),
     };
-    let mut resp = stamped(resp, outcome.id, outcome.version, outcome.start);
-    if let Some(tp) = &outcome.traceparent {
-        // The invocation's span, so the caller can find it in its traces.
+    let resp = stamped(resp, outcome.id, outcome.version, outcome.start);
+    Ok(traced(resp, outcome.traceparent.as_deref()))
+}
+
+/// `resp` with the invocation's span as `traceparent`, if it was traced:
+/// so the caller can find it in its traces.
+fn traced(mut resp: Response, traceparent: Option<&str>) -> Response {
+    if let Some(tp) = traceparent {
         let tp = HeaderValue::from_str(tp).expect("a traceparent is hex and dashes");
         resp.headers_mut().insert(TRACEPARENT, tp);
     }
-    Ok(resp)
+    resp
 }
 
 /// An invocation's request body, whole, within the node's limits.
@@ -350,7 +355,8 @@ async fn stream(
         }
         Err(e) => failed(&e, st.id),
     };
-    Ok(stamped(resp, st.id, st.version, st.start))
+    let resp = stamped(resp, st.id, st.version, st.start);
+    Ok(traced(resp, st.traceparent.as_deref()))
 }
 
 /// `body`, ended with [`InvokeError::RequestStalled`] when no chunk of it

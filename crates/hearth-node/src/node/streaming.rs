@@ -31,6 +31,9 @@ pub struct Streaming {
     /// The response body, as the function writes it. It ends in an error
     /// if the function fails after its head went out.
     pub body: BodyStream,
+    /// Its span as a W3C `traceparent`, when the node exports traces (the
+    /// span ends when the body does).
+    pub traceparent: Option<Box<str>>,
 }
 
 impl Node {
@@ -62,10 +65,16 @@ impl Node {
                         .result
                         .expect_err("a refused invocation has no response")),
                     body: Box::pin(futures::stream::empty()),
+                    traceparent: None,
                 });
             }
         };
         let (id, started, taping) = (admitted.id, admitted.started, admitted.taping);
+        let traceparent = admitted
+            .meta
+            .trace
+            .as_ref()
+            .map(|t| hearth_host::trace::traceparent(&t.span_context()).into_boxed_str());
         let host = self.host_for(forwarded, &admitted.meta).await;
         // An invocation without a tape keeps nothing of its bodies and
         // hashes none: hashing was nearly half the daemon's CPU streaming.
@@ -144,6 +153,7 @@ impl Node {
             start,
             head,
             body,
+            traceparent,
         })
     }
 }

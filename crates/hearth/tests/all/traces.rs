@@ -330,3 +330,37 @@ async fn a_malformed_traceparent_starts_a_new_trace_and_tracing_off_sends_none()
     assert_eq!(resp.status(), 200);
     assert!(resp.headers().get("traceparent").is_none());
 }
+
+/// A wasi:http component's response streams out as it writes it; its
+/// caller still gets the invocation's span as `traceparent`, and the span
+/// reaches the collector once the body has gone.
+#[tokio::test]
+async fn a_streamed_response_carries_its_span_too() {
+    let collector = Collector::default();
+    let endpoint = collector.start().await;
+    let d = Daemon::start_with(&["--otlp-endpoint", &endpoint]);
+    d.deploy("echo", crate::components::component("echo"), &[])
+        .await;
+    let resp = d
+        .post("/fn/admin/echo")
+        .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
+        .body("streamed")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let id = resp.headers()["hearth-invocation-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let back = resp.headers()["traceparent"].to_str().unwrap().to_string();
+    assert_eq!(resp.text().await.unwrap(), "streamed");
+    let span = collector.invocation(&id).await;
+    assert_eq!(hex(&span.trace_id), TRACE_ID);
+    assert_eq!(hex(&span.parent_span_id), CALLER_SPAN);
+    assert_eq!(
+        back,
+        format!("00-{TRACE_ID}-{}-01", hex(&span.span_id)),
+        "the span the collector got"
+    );
+}
