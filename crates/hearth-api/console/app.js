@@ -261,6 +261,15 @@ function Replay({ id, version }) {
   </div>`;
 }
 
+// When a KV or HTTP call ran within its invocation: the figures, and a
+// bar placed on the invocation's span of time.
+function Timing({ call, total }) {
+  if (call.at_us == null) return html`<td></td><td></td>`;
+  const pct = (us) => `${Math.min(100, (100 * us) / Math.max(total, 1)).toFixed(2)}%`;
+  return html`<td class="muted timing">at ${duration(call.at_us)}, took ${duration(call.took_us)}</td>
+    <td class="waterfall"><div class="bar" style=${{ marginLeft: pct(call.at_us), width: pct(call.took_us) }}></div></td>`;
+}
+
 function Invocation({ id }) {
   const [offset, setOffset] = useState(0);
   const rec = useLoad(() => json(`/v1/recordings/${encodeURIComponent(id)}?offset=${offset}&limit=200`), [id, offset]);
@@ -276,6 +285,17 @@ function Invocation({ id }) {
       <span class="muted">started ${time(r.started_ms)}, took ${duration(r.duration_us)}</span>
     </div>
     <${Replay} id=${r.id} version=${r.version} />
+    <div class="card">
+      <h2>Host calls (${r.calls_total})</h2>
+      ${r.calls_total === 0 && html`<p class="muted">It made none.</p>`}
+      <table id="calls">
+        ${r.calls.map((c) => html`<tr><td>${c.n}</td><td><code>${c.call}</code></td><td>${c.answer}</td>
+          <td class="muted">${c.payload_bytes != null ? `${c.payload_bytes} bytes` : ""}</td>
+          <${Timing} call=${c} total=${r.duration_us} /></tr>`)}
+      </table>
+      ${offset > 0 && html`<button onClick=${() => setOffset(Math.max(0, offset - 200))}>earlier calls</button>`}
+      ${r.next_offset != null && html`<button onClick=${() => setOffset(r.next_offset)}>later calls</button>`}
+    </div>
     <div class="row">
       <div class="card" style=${{ flex: 1 }}>
         <h2>Request</h2>
@@ -288,16 +308,6 @@ function Invocation({ id }) {
         <div id="outcome" class=${out.kind === "ok" ? "ok" : "error"}>${out.status} ${out.kind === "ok" ? "" : `${out.kind}: ${out.message}`}</div>
         ${out.kind === "ok" && html`<${Headers} headers=${out.headers} /><${Body} body=${out.body} />`}
       </div>
-    </div>
-    <div class="card">
-      <h2>Host calls (${r.calls_total})</h2>
-      ${r.calls_total === 0 && html`<p class="muted">It made none.</p>`}
-      <table id="calls">
-        ${r.calls.map((c) => html`<tr><td>${c.n}</td><td><code>${c.call}</code></td><td>${c.answer}</td>
-          <td class="muted">${c.payload_bytes != null ? `${c.payload_bytes} bytes` : ""}</td></tr>`)}
-      </table>
-      ${offset > 0 && html`<button onClick=${() => setOffset(Math.max(0, offset - 200))}>earlier calls</button>`}
-      ${r.next_offset != null && html`<button onClick=${() => setOffset(r.next_offset)}>later calls</button>`}
     </div>
     <div class="card">
       <h2>Logs</h2>
@@ -327,11 +337,42 @@ function Cluster({ who }) {
     </div>
     ${data.nodes === null
       ? html`<p class="muted">${who.role === "admin" ? "A single Hearth: no gateway, no other nodes." : "Nodes are shown to the operator's token."}</p>`
-      : html`<table id="nodes"><tr><th>node</th><th>alive</th><th>running</th><th>memory committed</th><th>functions loaded</th><th>tenants</th></tr>
+      : html`<table id="nodes"><tr><th>node</th><th>alive</th><th>running</th><th>memory committed</th><th>functions loaded</th><th>tenants</th>
+          <th title="Invocations this gateway placed there, by the placer's rule">placed: on its function's node / its tenant's / least loaded</th></tr>
         ${data.nodes.map((n) => html`<tr><td>${n.url}</td><td class=${n.alive ? "ok" : "error"}>${n.alive ? "yes" : n.out_because || "no"}</td>
           <td>${n.running}${n.max_concurrency ? ` / ${n.max_concurrency}` : ""}</td>
-          <td>${n.committed_mib} / ${n.capacity_mib} MiB</td><td>${n.loaded}</td><td>${n.tenants}</td></tr>`)}
-      </table>`}`;
+          <td>${n.committed_mib} / ${n.capacity_mib} MiB</td><td>${n.loaded}</td><td>${n.tenants}</td>
+          <td class="placed">${n.placed_by.function} / ${n.placed_by.tenant} / ${n.placed_by.least_loaded}</td></tr>`)}
+      </table>`}
+    ${who.role === "admin" && html`<${TraceReport} />`}`;
+}
+
+/// The trace bench's charts, when the operator pointed --trace-report at
+/// a report: fetched with the token, shown as images.
+function TraceReport() {
+  const [charts, setCharts] = useState({ urls: [], note: null });
+  useEffect(() => {
+    let urls = [];
+    (async () => {
+      for (const name of ["summary.svg", "memory.svg"]) {
+        const token = sessionStorage.getItem(TOKEN);
+        const resp = await fetch(`/v1/cluster/trace-report/${name}`, { headers: { authorization: `Bearer ${token}` } });
+        if (!resp.ok) {
+          const body = await resp.json().catch(() => null);
+          setCharts({ urls: [], note: body?.error?.message || resp.statusText });
+          return;
+        }
+        urls = [...urls, URL.createObjectURL(await resp.blob())];
+      }
+      setCharts({ urls, note: null });
+    })();
+    return () => urls.forEach((u) => URL.revokeObjectURL(u));
+  }, []);
+  return html`<div class="card" id="trace-report">
+    <h2>Trace bench: colocation modes compared</h2>
+    ${charts.note && html`<p class="muted">${charts.note}</p>`}
+    ${charts.urls.map((u) => html`<img class="chart" src=${u} alt="trace bench chart" />`)}
+  </div>`;
 }
 
 // ---- the frame ----

@@ -45,9 +45,11 @@ const FILES: &[(&str, &str, &[u8])] = &[
     ),
 ];
 
-/// Scripts and styles from these files only; data from the API only; no
-/// framing, no forms posted elsewhere, no `<base>`.
-const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+/// Scripts and styles from these files only; data from the API only
+/// (images too: the trace report's charts are fetched with the token and
+/// shown from `blob:` URLs); no framing, no forms posted elsewhere, no
+/// `<base>`.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; \
      connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// The web console (docs/console.md); `/console` redirects to `/console/`

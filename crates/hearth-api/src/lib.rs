@@ -28,6 +28,7 @@ mod manage;
 mod openapi;
 mod query;
 mod recordings;
+mod report;
 
 use std::sync::Arc;
 
@@ -50,6 +51,9 @@ pub struct ApiConfig {
     pub max_code_bytes: usize,
     /// Time a request body has to arrive whole; past it, 408.
     pub body_timeout: std::time::Duration,
+    /// The directory of a `hearth-bench trace` report whose charts the
+    /// console shows (`--trace-report`).
+    pub trace_report: Option<std::path::PathBuf>,
 }
 
 impl Default for ApiConfig {
@@ -58,6 +62,7 @@ impl Default for ApiConfig {
             max_body_bytes: 6 << 20,
             max_code_bytes: 64 << 20,
             body_timeout: std::time::Duration::from_secs(60),
+            trace_report: None,
         }
     }
 }
@@ -182,4 +187,5 @@ fn api() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(recordings::replay))
         .routes(routes!(recordings::replay_file))
         .routes(routes!(cluster::members))
+        .routes(routes!(report::chart))
 }

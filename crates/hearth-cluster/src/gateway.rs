@@ -44,7 +44,7 @@ use hearth_node::GatewayAttempt;
 use hearth_store::{AwayTapes, MemberRow, PgStore};
 
 use crate::attempt::AttemptKey;
-use crate::placer::Placer;
+use crate::placer::{Placer, Rule};
 
 const LEFT: &str = "left";
 
@@ -121,7 +121,30 @@ pub struct MemberView {
     pub pool_free: BTreeMap<String, u64>,
     /// Invocations this gateway sent there.
     pub placed: u64,
+    /// Of those, how many each of the placer's rules sent: as the
+    /// function's node, as its tenant's, or as the least loaded.
+    pub placed_by: PlacedBy,
     pub last_heartbeat_ms_ago: u64,
+}
+
+/// Invocations placed on a node, by the placer's rule that chose it
+/// ([`Rule`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PlacedBy {
+    pub function: u64,
+    pub tenant: u64,
+    pub least_loaded: u64,
+}
+
+impl PlacedBy {
+    fn count(&mut self, rule: Rule) {
+        *match rule {
+            Rule::Function => &mut self.function,
+            Rule::Tenant => &mut self.tenant,
+            Rule::LeastLoaded => &mut self.least_loaded,
+        } += 1;
+    }
 }
 
 /// Why an invocation got no answer from any node.
@@ -239,6 +262,7 @@ struct Member {
     /// The heartbeat count of its row when this gateway last read it.
     beats: u64,
     placed: u64,
+    placed_by: PlacedBy,
 }
 
 #[derive(Default)]
@@ -513,6 +537,7 @@ impl Gateway {
             report: Heartbeat::default(),
             beats: 0,
             placed: 0,
+            placed_by: PlacedBy::default(),
         };
         let n = match s.members.iter().position(|m| m.url == member.url) {
             Some(n) => {
@@ -591,6 +616,7 @@ impl Gateway {
                 rss_mib: m.report.rss_mib,
                 pool_free: m.report.pool_free.clone(),
                 placed: m.placed,
+                placed_by: m.placed_by,
                 last_heartbeat_ms_ago: m.last_seen.elapsed().as_millis() as u64,
             })
             .collect()
@@ -642,7 +668,7 @@ impl Gateway {
     ) -> Result<(Lease, Arc<str>, Arc<str>), GatewayError> {
         let mut s = self.lock();
         let (t, f) = s.ids(out.tenant, out.function);
-        let Some(n) = s.placer.place_except(t, f, out.memory_mib, except) else {
+        let Some((n, rule)) = s.placer.place_by(t, f, out.memory_mib, except) else {
             return Err(if s.members.iter().all(|m| m.out.is_some()) {
                 GatewayError::NoNodes
             } else {
@@ -658,6 +684,7 @@ impl Gateway {
         m.committed_mib += out.memory_mib;
         m.running += 1;
         m.placed += 1;
+        m.placed_by.count(rule);
         let (committed, running) = (m.committed_mib, m.running);
         let (id, url) = (m.id.clone(), m.url.clone());
         s.placer.set_committed(n, committed);

@@ -18,6 +18,28 @@ use std::collections::HashMap;
 
 pub use hearth_core::Colocation;
 
+/// Which of the placer's rules chose a node, best first: one already
+/// holding the function (a warm instance may take it), one holding its
+/// tenant (a runtime the tenant's functions share), or the least loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    Function,
+    Tenant,
+    LeastLoaded,
+}
+
+impl Rule {
+    pub const ALL: [Rule; 3] = [Rule::Function, Rule::Tenant, Rule::LeastLoaded];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rule::Function => "function",
+            Rule::Tenant => "tenant",
+            Rule::LeastLoaded => "least_loaded",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 struct NodeState {
     capacity_mib: u64,
@@ -87,6 +109,19 @@ impl Placer {
         memory_mib: u64,
         except: Option<usize>,
     ) -> Option<usize> {
+        self.place_by(tenant, function, memory_mib, except)
+            .map(|(node, _)| node)
+    }
+
+    /// As [`place_except`](Self::place_except), with the rule that chose
+    /// the node.
+    pub fn place_by(
+        &self,
+        tenant: u32,
+        function: u32,
+        memory_mib: u64,
+        except: Option<usize>,
+    ) -> Option<(usize, Rule)> {
         self.pick(tenant, function, memory_mib, except, false)
             .or_else(|| self.pick(tenant, function, memory_mib, except, true))
     }
@@ -100,7 +135,7 @@ impl Placer {
         memory_mib: u64,
         except: Option<usize>,
         busy_too: bool,
-    ) -> Option<usize> {
+    ) -> Option<(usize, Rule)> {
         let fits = |n: usize| {
             let s = &self.nodes[n];
             Some(n) != except
@@ -114,12 +149,15 @@ impl Placer {
                 .filter(|&n| fits(n))
                 .min_by_key(|&n| (self.nodes[n].committed_mib, n))
         };
-        for holders in [self.by_function.get(&function), self.by_tenant.get(&tenant)] {
+        for (holders, rule) in [
+            (self.by_function.get(&function), Rule::Function),
+            (self.by_tenant.get(&tenant), Rule::Tenant),
+        ] {
             if let Some(found) = holders.and_then(|h| least(&mut h.keys().copied())) {
-                return Some(found);
+                return Some((found, rule));
             }
         }
-        least(&mut (0..self.nodes.len()))
+        least(&mut (0..self.nodes.len())).map(|n| (n, Rule::LeastLoaded))
     }
 
     /// A node's limit on invocations at once (`None`: only memory limits
@@ -193,10 +231,13 @@ mod tests {
             Some(0),
             "nothing registered: least loaded"
         );
+        assert_eq!(p.place_by(7, 70, 100, None), Some((0, Rule::LeastLoaded)));
         p.register(2, 7, 71);
         assert_eq!(p.place(7, 70, 100), Some(2), "same tenant");
+        assert_eq!(p.place_by(7, 70, 100, None), Some((2, Rule::Tenant)));
         p.register(1, 7, 70);
         assert_eq!(p.place(7, 70, 100), Some(1), "same function first");
+        assert_eq!(p.place_by(7, 70, 100, None), Some((1, Rule::Function)));
         assert_eq!(
             p.place(7, 70, 600),
             Some(2),

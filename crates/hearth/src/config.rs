@@ -194,6 +194,10 @@ pub struct UpArgs {
     /// to `/v1/traces`). Off when unset (docs/observability.md).
     #[arg(long, env = "HEARTH_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
+    /// A `hearth-bench trace --out` directory: the console's Cluster page
+    /// shows its charts (summary.svg, memory.svg) to the operator.
+    #[arg(long, env = "HEARTH_TRACE_REPORT")]
+    pub trace_report: Option<PathBuf>,
     /// Time a client has to send a request's head, and that a kept-alive
     /// connection may sit idle, ms (default 15000).
     #[arg(long, env = "HEARTH_HEADER_TIMEOUT_MS")]
@@ -328,6 +332,7 @@ pub struct Settings {
     pub heartbeat_ms: u64,
     pub metrics_per_function: bool,
     pub otlp_endpoint: Option<String>,
+    pub trace_report: Option<PathBuf>,
     pub header_timeout_ms: u64,
     pub body_timeout_ms: u64,
     pub max_connections: usize,
@@ -444,6 +449,15 @@ impl Settings {
         if let Some(url) = &o.otlp_endpoint {
             check_http_url("--otlp-endpoint", url)?;
         }
+        if let Some(dir) = &o.trace_report
+            && dir.exists()
+            && !dir.is_dir()
+        {
+            anyhow::bail!(
+                "--trace-report {} is not a directory: give the --out directory of `hearth-bench trace`",
+                dir.display()
+            );
+        }
         let tls = match (&o.tls_cert, &o.tls_key, &o.tls_ca) {
             (None, None, None) => None,
             (Some(cert), Some(key), Some(ca)) => Some(hearth_cluster::TlsFiles {
@@ -523,6 +537,7 @@ impl Settings {
             max_tape_bytes: o.max_tape_bytes.unwrap_or(4 << 20),
             metrics_per_function: o.metrics_per_function.unwrap_or(false),
             otlp_endpoint: o.otlp_endpoint.clone(),
+            trace_report: o.trace_report.clone(),
             offline_packages: o.offline_packages.clone(),
             keep_alive_s: o.keep_alive_s.unwrap_or(300),
             js_pin_after: o.js_pin_after.unwrap_or(3).max(1),
@@ -647,5 +662,29 @@ mod tests {
             Settings::resolve(dir.path(), &UpArgs::default()).unwrap_err()
         );
         assert!(err.contains("max_body_bytes"), "{err}");
+    }
+
+    /// A trace report not written yet is fine (the page says so); a file
+    /// where the directory should be is a mistake, refused at start.
+    #[test]
+    fn a_trace_report_must_be_a_directory_if_it_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        let with = |path: PathBuf| UpArgs {
+            trace_report: Some(path),
+            ..UpArgs::default()
+        };
+        let later = dir.path().join("report");
+        let s = Settings::resolve(dir.path(), &with(later.clone())).unwrap();
+        assert_eq!(s.trace_report, Some(later));
+        let file = dir.path().join("summary.svg");
+        std::fs::write(&file, "<svg/>").unwrap();
+        let err = format!(
+            "{:#}",
+            Settings::resolve(dir.path(), &with(file)).unwrap_err()
+        );
+        assert!(
+            err.contains("--trace-report") && err.contains("not a directory"),
+            "{err}"
+        );
     }
 }

@@ -279,6 +279,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             max_body_bytes: settings.max_body_bytes,
             max_code_bytes: settings.max_code_bytes,
             body_timeout: std::time::Duration::from_millis(settings.body_timeout_ms),
+            trace_report: settings.trace_report.clone(),
         },
         role,
     );

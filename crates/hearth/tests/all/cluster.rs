@@ -181,6 +181,17 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
         assert_eq!(r.text().await.unwrap(), "hello from wasm\n");
     }
     assert_eq!(placed.len(), 1, "hello ran on {placed:?}");
+    // Each placement is counted under the placer's rule that made it: the
+    // calls after the first followed hello to the node holding it.
+    let m = members(&gw).await;
+    for n in &m {
+        let by = |rule: &str| n["placed_by"][rule].as_u64().unwrap();
+        let sum = by("function") + by("tenant") + by("least_loaded");
+        assert_eq!(n["placed"].as_u64().unwrap(), sum, "{n}");
+    }
+    let hello_node = placed.iter().next().unwrap();
+    let on = m.iter().find(|n| n["id"] == hello_node.as_str()).unwrap();
+    assert!(on["placed_by"]["function"].as_u64().unwrap() >= 9, "{on}");
 
     // A sub-path and query reach the function as sent.
     let r = gw

@@ -15,9 +15,16 @@ exports.handler = async (event) => {
 };
 "#;
 
+/// `hearth-bench trace`'s report on the Azure 2021 excerpt, kept in the
+/// docs (its command is in docs/console.md).
+fn trace_report() -> String {
+    let dir = crate::harness::crate_dir().join("../../docs/console/trace-report");
+    dir.to_str().unwrap().to_string()
+}
+
 #[tokio::test]
 async fn a_tenant_logs_in_invokes_opens_and_replays_and_another_sees_none_of_it() {
-    let d = Daemon::start();
+    let d = Daemon::start_with(&["--trace-report", &trace_report()]);
     d.deploy(
         "greet",
         GREET.as_bytes().to_vec(),
@@ -62,7 +69,11 @@ async fn a_tenant_logs_in_invokes_opens_and_replays_and_another_sees_none_of_it(
         .unwrap();
     b.wait_for_text("#outcome", "200").await;
     let calls = b.wait_for("#calls").await.text().await.unwrap();
-    assert!(calls.contains("kv.set"), "{calls}");
+    assert!(
+        calls.contains("kv.set") && calls.contains("took"),
+        "{calls}"
+    );
+    b.wait_for("#calls .waterfall .bar").await;
     b.wait_for_text("#logs", "greeting console").await;
     let page = b.text().await;
     assert!(
@@ -121,8 +132,30 @@ async fn a_tenant_logs_in_invokes_opens_and_replays_and_another_sees_none_of_it(
     }
     b.screenshot("invocations").await;
 
+    // The cluster page: this server, and the trace bench's charts, drawn.
     b.click("#nav-cluster").await;
     b.wait_for_text("main", "invocations running").await;
+    b.wait_for("#trace-report img.chart + img.chart").await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let drawn = b
+            .client
+            .execute(
+                "return [...document.querySelectorAll('#trace-report img')].map(i => i.complete ? i.naturalWidth : 0)",
+                vec![],
+            )
+            .await
+            .unwrap();
+        let widths: Vec<u64> = serde_json::from_value(drawn).unwrap();
+        if widths.len() == 2 && widths.iter().all(|&w| w > 100) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the charts were not drawn: {widths:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     b.screenshot("cluster").await;
 
     // Another tenant: no function, no invocation, and the first's id is
@@ -135,6 +168,11 @@ async fn a_tenant_logs_in_invokes_opens_and_replays_and_another_sees_none_of_it(
     b.click("#nav-invocations").await;
     b.wait_for_text("main", "No invocations match").await;
     assert!(!b.text().await.contains("greet"));
+    // The trace report is the operator's: not on a tenant's cluster page.
+    b.click("#nav-cluster").await;
+    b.wait_for_text("main", "Nodes are shown to the operator's token")
+        .await;
+    assert!(!b.text().await.contains("Trace bench"));
     b.client
         .goto(&format!("{}/console/#/invocation/{id}", d.url))
         .await
