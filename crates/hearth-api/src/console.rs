@@ -8,7 +8,7 @@
 //! running, should some of it ever reach the page as markup.
 
 use axum::extract::Path;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 
 /// Only these files, with these types: no path is looked up on disk.
@@ -75,21 +75,27 @@ pub(crate) async fn asset(Path(path): Path<String>) -> Response {
     file(&path)
 }
 
+/// Headers that make a file of ours be taken as `content_type` and
+/// nothing else (`nosniff`), under the policy `csp`.
+pub(crate) fn locked_down(h: &mut HeaderMap, content_type: &'static str, csp: &'static str) {
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(csp),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+}
+
 fn file(path: &str) -> Response {
     let Some((_, kind, bytes)) = FILES.iter().find(|(name, _, _)| *name == path) else {
         return (StatusCode::NOT_FOUND, "no such console file").into_response();
     };
     let mut resp = (*bytes).into_response();
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
+    locked_down(h, kind, CSP);
     h.insert(
         header::REFERRER_POLICY,
         HeaderValue::from_static("no-referrer"),

@@ -137,6 +137,23 @@ exports.handler = async (event) => {
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN: &str = "00f067aa0ba902b7";
 
+/// Invokes `name` with `body` as a call inside the caller's trace
+/// (`TRACE_ID`, `CALLER_SPAN`): its 200 response, its invocation id and
+/// the `traceparent` it came back with.
+async fn call_in_trace(d: &Daemon, name: &str, body: &str) -> (reqwest::Response, String, String) {
+    let resp = d
+        .post(&format!("/fn/admin/{name}"))
+        .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let header = |h: &str| resp.headers()[h].to_str().unwrap().to_string();
+    let (id, back) = (header("hearth-invocation-id"), header("traceparent"));
+    (resp, id, back)
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -167,19 +184,7 @@ async fn an_invocation_is_a_span_under_the_callers_with_its_fetch_as_a_child_and
     )
     .await;
 
-    let resp = d
-        .post("/fn/admin/priced")
-        .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let id = resp.headers()["hearth-invocation-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    let back = resp.headers()["traceparent"].to_str().unwrap().to_string();
+    let (resp, id, back) = call_in_trace(&d, "priced", "{}").await;
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(body, serde_json::json!({"price": 42, "node": true}));
 
@@ -341,19 +346,7 @@ async fn a_streamed_response_carries_its_span_too() {
     let d = Daemon::start_with(&["--otlp-endpoint", &endpoint]);
     d.deploy("echo", crate::components::component("echo"), &[])
         .await;
-    let resp = d
-        .post("/fn/admin/echo")
-        .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
-        .body("streamed")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let id = resp.headers()["hearth-invocation-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    let back = resp.headers()["traceparent"].to_str().unwrap().to_string();
+    let (resp, id, back) = call_in_trace(&d, "echo", "streamed").await;
     assert_eq!(resp.text().await.unwrap(), "streamed");
     let span = collector.invocation(&id).await;
     assert_eq!(hex(&span.trace_id), TRACE_ID);

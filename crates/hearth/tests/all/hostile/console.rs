@@ -134,9 +134,7 @@ async fn the_trace_report_is_the_operators_and_only_its_two_charts_are_served() 
     // Without the setting, the page is told what to set.
     let plain = Daemon::start();
     let resp = plain
-        .http
-        .get(format!("{}/v1/cluster/trace-report/summary.svg", plain.url))
-        .bearer_auth(&plain.token)
+        .get("/v1/cluster/trace-report/summary.svg")
         .send()
         .await
         .unwrap();
