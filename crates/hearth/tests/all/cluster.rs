@@ -182,7 +182,10 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
     }
     assert_eq!(placed.len(), 1, "hello ran on {placed:?}");
     // Each placement is counted under the placer's rule that made it: the
-    // calls after the first followed hello to the node holding it.
+    // first call of hello went where nothing held it, later ones followed
+    // it to its node (not all of them: a heartbeat that reports the node's
+    // functions before hello is loaded there takes the gateway's guess
+    // back, and that call goes to the least loaded node, the same one).
     let m = members(&gw).await;
     for n in &m {
         let by = |rule: &str| n["placed_by"][rule].as_u64().unwrap();
@@ -191,7 +194,11 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
     }
     let hello_node = placed.iter().next().unwrap();
     let on = m.iter().find(|n| n["id"] == hello_node.as_str()).unwrap();
-    assert!(on["placed_by"]["function"].as_u64().unwrap() >= 9, "{on}");
+    let by_function = on["placed_by"]["function"].as_u64().unwrap();
+    assert!(
+        by_function >= 1 && by_function < on["placed"].as_u64().unwrap(),
+        "{on}"
+    );
 
     // A sub-path and query reach the function as sent.
     let r = gw
