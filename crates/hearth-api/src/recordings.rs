@@ -167,22 +167,10 @@ pub(crate) async fn list(
 ) -> Result<axum::response::Response, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     let q = filter.query(Some(name.clone()))?;
-    if let Some(g) = &s.gateway {
-        let limit = q.limit as usize;
-        return hearth_cluster::fanout::recordings(
-            g,
-            &p.tenant,
-            &name,
-            query.as_deref(),
-            limit,
-            &headers,
-        )
-        .await
-        .map(|merged| Json(merged).into_response())
-        .map_err(crate::cluster::fanout_error);
-    }
-    let tenant = p.tenant.clone();
-    let recordings = with_archive(&s, move |a| a.list(&tenant, &q)).await?;
+    let recordings = match listed(&s, &p.tenant, Some(&name), q, query, &headers).await? {
+        Listed::Merged(merged) => return Ok(Json(merged).into_response()),
+        Listed::Here(recordings) => recordings,
+    };
     Ok(Json(Recordings {
         tenant: p.tenant,
         name,
@@ -190,6 +178,43 @@ pub(crate) async fn list(
         unreachable: None,
     })
     .into_response())
+}
+
+/// What a tape listing found.
+enum Listed {
+    /// Through a gateway: every node's tapes, merged, as the answer.
+    Merged(Value),
+    /// This node's tapes.
+    Here(Vec<TapeEntry>),
+}
+
+/// The tapes `q` asks for, of `function` or (`None`) of all the tenant's
+/// functions: through a gateway every node's, else this node's.
+async fn listed(
+    s: &AppState,
+    tenant: &str,
+    function: Option<&str>,
+    q: TapeQuery,
+    query: Option<String>,
+    headers: &HeaderMap,
+) -> Result<Listed, ApiError> {
+    if let Some(g) = &s.gateway {
+        let limit = q.limit as usize;
+        return hearth_cluster::fanout::recordings(
+            g,
+            tenant,
+            function,
+            query.as_deref(),
+            limit,
+            headers,
+        )
+        .await
+        .map(Listed::Merged)
+        .map_err(crate::cluster::fanout_error);
+    }
+    let tenant = tenant.to_string();
+    let here = with_archive(s, move |a| a.list(&tenant, &q)).await?;
+    Ok(Listed::Here(here))
 }
 
 /// The tenant's tapes.
@@ -225,21 +250,10 @@ pub(crate) async fn list_all(
         limit: Some(f.limit.unwrap_or(100).min(MAX_LISTED)),
     };
     let q = filter.query(f.function)?;
-    if let Some(g) = &s.gateway {
-        let limit = q.limit as usize;
-        return hearth_cluster::fanout::tenant_recordings(
-            g,
-            &p.tenant,
-            query.as_deref(),
-            limit,
-            &headers,
-        )
-        .await
-        .map(|merged| Json(merged).into_response())
-        .map_err(crate::cluster::fanout_error);
-    }
-    let tenant = p.tenant.clone();
-    let recordings = with_archive(&s, move |a| a.list(&tenant, &q)).await?;
+    let recordings = match listed(&s, &p.tenant, None, q, query, &headers).await? {
+        Listed::Merged(merged) => return Ok(Json(merged).into_response()),
+        Listed::Here(recordings) => recordings,
+    };
     Ok(Json(TenantRecordings {
         tenant: p.tenant,
         recordings,

@@ -97,46 +97,35 @@ async fn ask_all(
     Ok((answers, failed))
 }
 
-/// `GET /v1/functions/{name}/recordings` across the cluster: every node's
-/// tapes of the function, newest first (ids sort by time), each with its
-/// node, at most `limit`; and how many are on machines whose nodes left.
+/// `GET /v1/functions/{name}/recordings` (`function` given) or `GET
+/// /v1/recordings` across the cluster: every node's tapes, newest first
+/// (ids sort by time), each with its node, at most `limit`; for one
+/// function, also how many are on machines whose nodes left.
 pub async fn recordings(
     g: &Gateway,
     tenant: &str,
-    name: &str,
+    function: Option<&str>,
     query: Option<&str>,
     limit: usize,
     headers: &HeaderMap,
 ) -> Result<Value, FanoutError> {
-    let path = with_query(format!("/v1/functions/{name}/recordings"), query);
-    let (answers, failed) = ask_all(g, Method::GET, &path, headers).await?;
-    Ok(json!({
+    let path = match function {
+        Some(name) => format!("/v1/functions/{name}/recordings"),
+        None => "/v1/recordings".to_string(),
+    };
+    let (answers, failed) = ask_all(g, Method::GET, &with_query(path, query), headers).await?;
+    let mut merged = json!({
         "tenant": tenant,
-        "name": name,
         "recordings": merge_recordings(answers, limit),
         "unreachable": unreachable(&failed),
+    });
+    if let Some(name) = function {
+        merged["name"] = name.into();
         // Tapes on machines whose nodes left: out of reach until a node
         // starts there again.
-        "away": g.away_tapes(tenant, name).await,
-    }))
-}
-
-/// `GET /v1/recordings` across the cluster: every node's tapes of the
-/// tenant's functions, newest first, each with its node, at most `limit`.
-pub async fn tenant_recordings(
-    g: &Gateway,
-    tenant: &str,
-    query: Option<&str>,
-    limit: usize,
-    headers: &HeaderMap,
-) -> Result<Value, FanoutError> {
-    let path = with_query("/v1/recordings".to_string(), query);
-    let (answers, failed) = ask_all(g, Method::GET, &path, headers).await?;
-    Ok(json!({
-        "tenant": tenant,
-        "recordings": merge_recordings(answers, limit),
-        "unreachable": unreachable(&failed),
-    }))
+        merged["away"] = json!(g.away_tapes(tenant, name).await);
+    }
+    Ok(merged)
 }
 
 /// `GET /v1/stats` across the cluster: each function's minutes, summed
