@@ -9,7 +9,7 @@ reports their median, and gives a 95% bootstrap confidence interval for
 that median (resampling rounds), so a verdict against a target says how
 sure it is.
 
-Used by bench/record.sh and bench/http.sh; standard library only.
+Used by the bench scripts that run rounds; standard library only.
 """
 
 import random
@@ -54,6 +54,25 @@ def paired_to_mean(rounds, a, bs, key):
                 mean *= r[b][key]
             out.append(r[a][key] / mean ** (1 / len(bs)))
     return out
+
+
+def cpu_rounds(runs, dur, hz):
+    """Rounds from runs given as 'round:copy:req/s:p99 µs:CPU ticks', each
+    lasting `dur` seconds at `hz` ticks a second: per copy its req/s, p99
+    and daemon CPU µs per request."""
+    rounds = {}
+    for run in runs:
+        i, d, r, p, t = run.split(":")
+        rounds.setdefault(i, {})[d] = {
+            "rps": int(r), "p99": int(p),
+            "cpu": int(t) / int(hz) / (int(r) * float(dur)) * 1e6,
+        }
+    return list(rounds.values())
+
+
+def median_of(rounds, copy, key):
+    """The median over the rounds of one copy's `key`."""
+    return statistics.median(r[copy][key] for r in rounds)
 
 
 def pct(ratio):

@@ -112,19 +112,12 @@ for f in ${FNS:-hello onecall py}; do
   sleep 0.5   # one flush interval
   t1=$(tapes); b1=$(seg_bytes)
   python3 - "$f" "$t0" "$t1" "$b0" "$b1" "$DUR" "$(getconf CLK_TCK)" "${runs[@]}" <<'PY'
-import statistics, sys
+import sys
 sys.path.insert(0, "bench")
-from paired import paired, paired_to_mean, change
+from paired import change, cpu_rounds, median_of, paired, paired_to_mean
 f, t0, t1, b0, b1, dur, hz, *runs = sys.argv[1:]
-rounds = {}
-for run in runs:
-    i, d, r, p, t = run.split(":")
-    rounds.setdefault(i, {})[d] = {
-        "rps": int(r), "p99": int(p),
-        "cpu": int(t) / int(hz) / (int(r) * float(dur)) * 1e6,
-    }
-rounds = list(rounds.values())
-med = lambda d, k: statistics.median(r[d][k] for r in rounds)
+rounds = cpu_rounds(runs, dur, hz)
+med = lambda d, k: median_of(rounds, d, k)
 per = (int(b1) - int(b0)) / max(1, int(float(t1)) - int(float(t0)))
 ch = lambda a, k: change(paired(rounds, a, "off", k))
 print(f"| {f} | off | {med('off', 'rps'):.0f} | {med('off', 'p99')/1000:.2f} ms | {med('off', 'cpu'):.1f} µs | | | | |")

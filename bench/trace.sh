@@ -81,19 +81,12 @@ for f in hello onecall; do
     done
   done
   python3 - "$f" "$DUR" "$(getconf CLK_TCK)" "${runs[@]}" <<'PY'
-import statistics, sys
+import sys
 sys.path.insert(0, "bench")
-from paired import paired, change
+from paired import change, cpu_rounds, median_of, paired
 f, dur, hz, *runs = sys.argv[1:]
-rounds = {}
-for run in runs:
-    i, d, r, p, t = run.split(":")
-    rounds.setdefault(i, {})[d] = {
-        "rps": int(r), "p99": int(p),
-        "cpu": int(t) / int(hz) / (int(r) * float(dur)) * 1e6,
-    }
-rounds = list(rounds.values())
-med = lambda d, k: statistics.median(r[d][k] for r in rounds)
+rounds = cpu_rounds(runs, dur, hz)
+med = lambda d, k: median_of(rounds, d, k)
 def row(d, label, against):
     ch = lambda k: change(paired(rounds, d, against, k)) if against else ""
     print(f"| {f} | {label} | {med(d, 'rps'):.0f} | {med(d, 'p99')/1000:.2f} ms | {med(d, 'cpu'):.1f} µs | {ch('rps')} | {ch('p99')} | {ch('cpu')} |")
