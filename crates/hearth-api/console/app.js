@@ -10,12 +10,17 @@ const TOKEN = "hearth.token";
 
 // ---- the API ----
 
-async function api(path, options = {}) {
+/// `fetch` under the logged-in token.
+function authorized(path, options = {}) {
   const token = sessionStorage.getItem(TOKEN);
-  const resp = await fetch(path, {
+  return fetch(path, {
     ...options,
     headers: { ...(options.headers || {}), authorization: `Bearer ${token}` },
   });
+}
+
+async function api(path, options = {}) {
+  const resp = await authorized(path, options);
   const text = await resp.text();
   let body = text;
   try { body = JSON.parse(text); } catch { /* not JSON: an invocation's answer */ }
@@ -355,8 +360,7 @@ function TraceReport() {
     let urls = [];
     (async () => {
       for (const name of ["summary.svg", "memory.svg"]) {
-        const token = sessionStorage.getItem(TOKEN);
-        const resp = await fetch(`/v1/cluster/trace-report/${name}`, { headers: { authorization: `Bearer ${token}` } });
+        const resp = await authorized(`/v1/cluster/trace-report/${name}`);
         if (!resp.ok) {
           const body = await resp.json().catch(() => null);
           setCharts({ urls: [], note: body?.error?.message || resp.statusText });

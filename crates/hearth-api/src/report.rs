@@ -12,6 +12,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use hearth_store::Role;
+use tokio::io::AsyncReadExt;
 
 use crate::error::ErrorBody;
 use crate::{ApiError, AppState};
@@ -64,18 +65,23 @@ pub(crate) async fn chart(
             dir.display()
         ))
     };
-    let meta = tokio::fs::metadata(&path).await.map_err(|_| missing())?;
-    if !meta.is_file() {
+    let file = tokio::fs::File::open(&path).await.map_err(|_| missing())?;
+    if !file.metadata().await.is_ok_and(|m| m.is_file()) {
         return Err(missing());
     }
-    if meta.len() > MAX_CHART_BYTES {
+    // Read up to the bound and no further, however the file grows.
+    let mut bytes = Vec::new();
+    file.take(MAX_CHART_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(|_| missing())?;
+    if bytes.len() as u64 > MAX_CHART_BYTES {
         return Err(ApiError::Internal(format!(
             "{} is larger than {} MiB: not a chart of the trace bench",
             path.display(),
             MAX_CHART_BYTES >> 20
         )));
     }
-    let bytes = tokio::fs::read(&path).await.map_err(|_| missing())?;
     let mut resp = bytes.into_response();
     let h = resp.headers_mut();
     // Shown as an image, an SVG runs nothing; opened on its own, the

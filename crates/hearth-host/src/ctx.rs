@@ -944,11 +944,7 @@ impl Recorded {
         }
         self.tape_bytes += bytes;
         self.tape_full |= self.tape_bytes >= max;
-        if let Some(time) = time {
-            let call = self.tape.events.len() as u32;
-            self.tape.timings.push(CallTiming { call, time });
-        }
-        self.tape.events.push(event);
+        self.tape.push(event, time);
     }
 }
 

@@ -73,8 +73,7 @@ fn is_effect(e: &HostEvent) -> bool {
 
 impl Earlier {
     pub fn new(follow: Follow, tape: Tape) -> Earlier {
-        let times: Vec<_> = (0..tape.events.len()).map(|i| tape.timing(i)).collect();
-        let timed = tape.events.into_iter().zip(times);
+        let timed = tape.into_timed();
         let events = match follow {
             Follow::Strict => timed.collect(),
             Follow::ThenLive => timed.filter(|(e, _)| is_effect(e)).collect(),

@@ -237,6 +237,24 @@ impl Tape {
         }
     }
 
+    /// Appends `event`, and when it ran if `time` says.
+    pub fn push(&mut self, event: HostEvent, time: Option<CallTime>) {
+        if let Some(time) = time {
+            let call = self.events.len() as u32;
+            self.timings.push(CallTiming { call, time });
+        }
+        self.events.push(event);
+    }
+
+    /// Each event with its timing, if it has one, in order.
+    pub fn into_timed(self) -> impl Iterator<Item = (HostEvent, Option<CallTime>)> {
+        let mut timings = self.timings.into_iter().peekable();
+        self.events.into_iter().enumerate().map(move |(i, event)| {
+            let time = timings.next_if(|t| t.call as usize == i).map(|t| t.time);
+            (event, time)
+        })
+    }
+
     /// The timing of event `index`, if it has one.
     pub fn timing(&self, index: usize) -> Option<CallTime> {
         let i = self

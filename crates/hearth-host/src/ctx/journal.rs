@@ -75,11 +75,7 @@ impl HostCtx {
         let (mut tape, _) = self.take_records();
         if let Some(earlier) = &self.0.earlier {
             for (event, time) in earlier.rest() {
-                if let Some(time) = time {
-                    let call = tape.events.len() as u32;
-                    tape.timings.push(crate::CallTiming { call, time });
-                }
-                tape.events.push(event);
+                tape.push(event, time);
             }
         }
         HostCtx(Arc::new(Inner {
