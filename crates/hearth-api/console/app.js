@@ -69,6 +69,9 @@ function mode(f) {
   return f.compiled === "compiled" ? "compiled" : "isolate";
 }
 
+/// Invocations counted by mode, as "wasm 3 · isolate 2 · …".
+const byMode = (ran) => ["wasm", "isolate", "compiled", "process"].map((m) => `${m} ${ran[m]}`).join(" · ");
+
 function Body({ body }) {
   if (!body) return null;
   const note = body.truncated ? ` (first ${body.text.length} of ${body.bytes} bytes)` : "";
@@ -338,16 +341,19 @@ function Cluster({ who }) {
     <div class="card">
       <h2>This server</h2>
       <div>Hearth ${s.version}: ${s.in_flight} of ${s.max_concurrency} invocations running; colocation <code>${s.colocation}</code></div>
+      ${s.ran && html`<div id="ran">Ran since start, by mode: ${byMode(s.ran)}</div>`}
       ${s.degraded?.length > 0 && html`<p class="error">Degraded: ${s.degraded.join("; ")}</p>`}
     </div>
     ${data.nodes === null
       ? html`<p class="muted">${who.role === "admin" ? "A single Hearth: no gateway, no other nodes." : "Nodes are shown to the operator's token."}</p>`
       : html`<table id="nodes"><tr><th>node</th><th>alive</th><th>running</th><th>memory committed</th><th>functions loaded</th><th>tenants</th>
-          <th title="Invocations this gateway placed there, by the placer's rule">placed: on its function's node / its tenant's / least loaded</th></tr>
-        ${data.nodes.map((n) => html`<tr><td>${n.url}</td><td class=${n.alive ? "ok" : "error"}>${n.alive ? "yes" : n.out_because || "no"}</td>
+          <th title="Invocations this gateway placed there, by the placer's rule">placed: on its function's node / its tenant's / least loaded</th>
+          <th title="Invocations the node ran since it started, from any gateway, by mode (as of its last heartbeat)">ran, by mode</th></tr>
+        ${data.nodes.map((n) => html`<tr data-node=${n.id}><td>${n.url}</td><td class=${n.alive ? "ok" : "error"}>${n.alive ? "yes" : n.out_because || "no"}</td>
           <td>${n.running}${n.max_concurrency ? ` / ${n.max_concurrency}` : ""}</td>
           <td>${n.committed_mib} / ${n.capacity_mib} MiB</td><td>${n.loaded}</td><td>${n.tenants}</td>
-          <td class="placed">${n.placed_by.function} / ${n.placed_by.tenant} / ${n.placed_by.least_loaded}</td></tr>`)}
+          <td class="placed">${n.placed_by.function} / ${n.placed_by.tenant} / ${n.placed_by.least_loaded}</td>
+          <td class="ran">${byMode(n.ran)}</td></tr>`)}
       </table>`}
     ${who.role === "admin" && html`<${TraceReport} />`}`;
 }

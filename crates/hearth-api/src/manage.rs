@@ -147,8 +147,10 @@ pub(crate) async fn whoami(State(s): S, headers: HeaderMap) -> Result<Json<Princ
 /// zygotes, `degraded` (what this machine cannot enforce), and `tenant` (the
 /// token's tenant's use against its quotas). An admin also sees what a
 /// gateway's heartbeat carries: `loaded` (`[[tenant, name]]` with code
-/// prepared here, every tenant's) and `pool_free` (the warm pools' free
-/// instances). The tiers' sections differ by tier.
+/// prepared here, every tenant's), `pool_free` (the warm pools' free
+/// instances) and `ran` (invocations run here since start, every
+/// tenant's, by mode: wasm, isolate, compiled, process). The tiers'
+/// sections differ by tier.
 #[utoipa::path(get, path = "/v1/status", tag = "node",
     responses((status = 200, body = Object, description = "The node's status"),
         (status = 401, body = ErrorBody)))]
@@ -175,6 +177,7 @@ pub(crate) async fn status(State(s): S, headers: HeaderMap) -> Result<Json<Value
     if p.role == Role::Admin {
         status["loaded"] = json!(s.node.loaded());
         status["pool_free"] = json!(s.node.pool_free());
+        status["ran"] = json!(s.node.invocations_by_mode());
     }
     Ok(Json(status))
 }

@@ -39,7 +39,7 @@ use http::{HeaderMap, Method};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use hearth_core::InvocationId;
+use hearth_core::{ByMode, InvocationId};
 use hearth_node::GatewayAttempt;
 use hearth_store::{AwayTapes, MemberRow, PgStore};
 
@@ -95,6 +95,10 @@ pub struct Heartbeat {
     /// Warm pools: instances ready for a new invocation, by kind.
     #[serde(default)]
     pub pool_free: BTreeMap<String, u64>,
+    /// Invocations the node ran since it started (from any gateway), by
+    /// mode.
+    #[serde(default)]
+    pub ran: ByMode,
 }
 
 /// One node as `GET /v1/cluster/nodes` shows it.
@@ -124,6 +128,9 @@ pub struct MemberView {
     /// Of those, how many each of the placer's rules sent: as the
     /// function's node, as its tenant's, or as the least loaded.
     pub placed_by: PlacedBy,
+    /// Invocations the node ran since it started, from any gateway, by
+    /// the mode that ran them (as of its last heartbeat).
+    pub ran: ByMode,
     pub last_heartbeat_ms_ago: u64,
 }
 
@@ -617,6 +624,7 @@ impl Gateway {
                 pool_free: m.report.pool_free.clone(),
                 placed: m.placed,
                 placed_by: m.placed_by,
+                ran: m.report.ran,
                 last_heartbeat_ms_ago: m.last_seen.elapsed().as_millis() as u64,
             })
             .collect()

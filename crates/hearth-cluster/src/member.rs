@@ -104,6 +104,7 @@ impl Membership {
             in_flight: node.in_flight() as u64,
             rss_mib: rss_mib(),
             pool_free: node.pool_free(),
+            ran: node.invocations_by_mode(),
         };
         let report = serde_json::to_string(&beat).expect("serializes");
         let (store, id) = (self.store.clone(), self.id());

@@ -108,6 +108,31 @@ impl fmt::Display for Tier {
     }
 }
 
+/// Invocations a node ran, by the mode that ran them: the mode a console
+/// shows for a function. `isolate` is the js tier (QuickJS), `compiled`
+/// is js compiled to wasm from its traces, `process` is a sandboxed
+/// process (Python, Node.js, and js that fell back).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ByMode {
+    pub wasm: u64,
+    pub isolate: u64,
+    pub compiled: u64,
+    pub process: u64,
+}
+
+impl ByMode {
+    /// The count of `tier`'s mode.
+    pub fn of(&mut self, tier: Tier) -> &mut u64 {
+        match tier {
+            Tier::Wasm => &mut self.wasm,
+            Tier::Js => &mut self.isolate,
+            Tier::Compiled => &mut self.compiled,
+            Tier::Process => &mut self.process,
+        }
+    }
+}
+
 /// Resource limits of one sandbox, fixed per version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -15,8 +15,8 @@ mod log_stream;
 pub use colocation::Colocation;
 pub use error::{InvokeError, LastOutput, ValidationError};
 pub use function::{
-    FunctionSpec, FunctionVersion, HandlerName, Limits, RecordPolicy, Runtime, Tier, host_allowed,
-    validate_function_name, validate_tenant_name,
+    ByMode, FunctionSpec, FunctionVersion, HandlerName, Limits, RecordPolicy, Runtime, Tier,
+    host_allowed, validate_function_name, validate_tenant_name,
 };
 pub use headers::{REFUSED_HEADER, is_hop_by_hop};
 pub use invocation::{InvocationId, Request, Response};

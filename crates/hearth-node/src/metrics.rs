@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use hearth_core::Tier;
+use hearth_core::{ByMode, Tier};
 use hearth_record::Recorder;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -277,6 +277,16 @@ impl Metrics {
         self.hot.duration[s].observe(seconds);
     }
 
+    /// Invocations finished here since start, by mode, ok or not: what
+    /// `hearth_invocations_total` counts, summed over outcomes.
+    pub fn invocations_by_mode(&self) -> ByMode {
+        let mut by = ByMode::default();
+        for (tier, outcomes) in TIERS.iter().zip(&self.hot.invocations) {
+            *by.of(*tier) += outcomes.iter().map(Counter::get).sum::<u64>();
+        }
+        by
+    }
+
     /// Counts `recorder`'s tapes as `hearth_tapes_total` (a node has one
     /// recorder; a second is ignored).
     pub fn count_tapes_of(&self, recorder: Arc<Recorder>) {
@@ -314,5 +324,41 @@ impl Collector for TapesHanded {
             counter.metric_type(),
         )?;
         counter.encode(metric)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The counts by mode are the exposition's, per tier, ok and errors
+    /// summed; the js tier is the isolate.
+    #[test]
+    fn invocations_by_mode_sum_each_tiers_outcomes() {
+        let m = Metrics::new(false);
+        for (tier, ok) in [
+            (Tier::Js, true),
+            (Tier::Js, false),
+            (Tier::Wasm, true),
+            (Tier::Process, false),
+            (Tier::Js, true),
+        ] {
+            m.invocation(tier, ok, false, 0.001);
+        }
+        let by = m.invocations_by_mode();
+        assert_eq!(
+            by,
+            ByMode {
+                wasm: 1,
+                isolate: 3,
+                compiled: 0,
+                process: 1
+            }
+        );
+        let text = m.encode();
+        assert!(
+            text.contains(r#"hearth_invocations_total{tier="js",outcome="error"} 1"#),
+            "{text}"
+        );
     }
 }

@@ -336,6 +336,11 @@ impl Node {
             .collect()
     }
 
+    /// Invocations this node ran since it started, by mode.
+    pub fn invocations_by_mode(&self) -> hearth_core::ByMode {
+        self.metrics.invocations_by_mode()
+    }
+
     /// Functions this node has code prepared for, as (tenant, name).
     pub fn loaded(&self) -> Vec<(String, String)> {
         self.table.loaded()

@@ -200,6 +200,33 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
         "{on}"
     );
 
+    // Each node reports, in its heartbeats, what it ran by mode: hello's
+    // ten calls in wasm on its node, and a js function's in the isolate
+    // wherever it was placed.
+    gw.deploy(
+        "greet",
+        b"exports.handler = async () => 'hi';".to_vec(),
+        &[("runtime", "js"), ("file_name", "index.js")],
+    )
+    .await;
+    let r = gw.invoke("greet", b"").await;
+    assert_eq!(r.status(), 200);
+    let greet_node = header(&r, "hearth-node");
+    let ran = |n: &serde_json::Value, mode: &str| n["ran"][mode].as_u64().unwrap();
+    let m = members_until(&gw, "heartbeats report what ran, by mode", |m| {
+        m.iter()
+            .any(|n| n["id"] == hello_node.as_str() && ran(n, "wasm") >= 10)
+            && m.iter()
+                .any(|n| n["id"] == greet_node.as_str() && ran(n, "isolate") == 1)
+    })
+    .await;
+    for n in &m {
+        assert_eq!((ran(n, "compiled"), ran(n, "process")), (0, 0), "{n}");
+        if n["id"] != greet_node.as_str() {
+            assert_eq!(ran(n, "isolate"), 0, "{n}");
+        }
+    }
+
     // A sub-path and query reach the function as sent.
     let r = gw
         .post("/fn/admin/echo/a%20b/c?x=1")
@@ -287,8 +314,8 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
         .count("cluster", "SELECT count(*) FROM artifacts")
         .unwrap();
     assert_eq!(
-        artifacts, 4,
-        "hello, echo, counter and probe; not the refused one"
+        artifacts, 5,
+        "hello, echo, counter, greet and probe; not the refused one"
     );
     let r = nodes[0].get("/v1/cluster/nodes").send().await.unwrap();
     assert_eq!(r.status(), 404);

@@ -135,6 +135,15 @@ async fn a_tenant_logs_in_invokes_opens_and_replays_and_another_sees_none_of_it(
     // The cluster page: this server, and the trace bench's charts, drawn.
     b.click("#nav-cluster").await;
     b.wait_for_text("main", "invocations running").await;
+    // What ran here, by mode: greet's calls in the isolate, nothing else.
+    let ran = &d.get_json("/v1/status").await["ran"];
+    let isolate = ran["isolate"].as_u64().unwrap();
+    assert!(isolate >= 2, "{ran}");
+    b.wait_for_text(
+        "#ran",
+        &format!("wasm 0 · isolate {isolate} · compiled 0 · process 0"),
+    )
+    .await;
     b.wait_for("#trace-report img.chart + img.chart").await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
@@ -173,6 +182,7 @@ async fn a_tenant_logs_in_invokes_opens_and_replays_and_another_sees_none_of_it(
     b.wait_for_text("main", "Nodes are shown to the operator's token")
         .await;
     assert!(!b.text().await.contains("Trace bench"));
+    assert!(!b.text().await.contains("Ran since start"));
     b.client
         .goto(&format!("{}/console/#/invocation/{id}", d.url))
         .await
@@ -211,4 +221,62 @@ async fn a_functions_stats_outlive_a_new_version_and_go_with_the_function() {
     assert!(r.status().is_success(), "{}", r.status());
     let stats = d.get_json("/v1/stats").await;
     assert!(stats["functions"].get("h").is_none(), "{stats}");
+}
+
+/// A gateway serves the console too: its Cluster page lists the nodes
+/// with what the gateway placed on each, by the placer's rule, and what
+/// each ran, by mode, as their heartbeats report it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateways_cluster_page_shows_each_nodes_placements_and_modes() {
+    use crate::cluster::{alive, gateway, members_until, node};
+    let pg = hearth_test_support::TempPostgres::start().unwrap();
+    let store = pg.create_database("console").unwrap();
+    let gw = gateway(&store);
+    let _nodes: Vec<Daemon> = (0..2).map(|_| node(&gw, &store, &[])).collect();
+    members_until(&gw, "two nodes join", |m| alive(m) == 2).await;
+
+    for _ in 0..3 {
+        assert_eq!(gw.call("hello", "", "").await.0, 200);
+    }
+    gw.deploy(
+        "greet",
+        GREET.as_bytes().to_vec(),
+        &[("runtime", "js"), ("file_name", "index.js")],
+    )
+    .await;
+    assert_eq!(gw.call("greet", "", r#"{"name":"cluster"}"#).await.0, 200);
+    let ran = |n: &serde_json::Value, mode: &str| n["ran"][mode].as_u64().unwrap();
+    let sum = |m: &[serde_json::Value], mode: &str| m.iter().map(|n| ran(n, mode)).sum::<u64>();
+    let m = members_until(&gw, "heartbeats report what ran", |m| {
+        sum(m, "wasm") == 3 && sum(m, "isolate") == 1
+    })
+    .await;
+
+    let b = Browser::start().await;
+    b.log_in(&gw.url, &gw.token).await;
+    b.wait_for("[data-fn=greet]").await;
+    b.click("#nav-cluster").await;
+    for n in &m {
+        let row = format!("#nodes tr[data-node='{}']", n["id"].as_str().unwrap());
+        let by = &n["placed_by"];
+        b.wait_for_text(
+            &format!("{row} .placed"),
+            &format!(
+                "{} / {} / {}",
+                by["function"], by["tenant"], by["least_loaded"]
+            ),
+        )
+        .await;
+        b.wait_for_text(
+            &format!("{row} .ran"),
+            &format!(
+                "wasm {} · isolate {} · compiled 0 · process 0",
+                ran(n, "wasm"),
+                ran(n, "isolate")
+            ),
+        )
+        .await;
+    }
+    b.screenshot("cluster-gateway").await;
+    b.close().await;
 }

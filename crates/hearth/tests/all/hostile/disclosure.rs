@@ -132,3 +132,21 @@ async fn another_tenants_token_cannot_reach_a_functions_kv() {
         .unwrap();
     assert_eq!(theirs, "other's");
 }
+
+/// `/v1/status` tells a tenant about its own use only: what the node holds
+/// and ran for everyone (prepared functions, warm pools, invocations by
+/// mode) is the operator's.
+#[tokio::test]
+async fn a_tenants_status_says_nothing_of_what_the_node_ran_for_others() {
+    let d = Daemon::start();
+    let acme = d.create_tenant("acme").await;
+    assert_eq!(d.call("hello", "", "").await.0, 200);
+    let admin = d.get_json("/v1/status").await;
+    assert_eq!(admin["ran"]["wasm"], 1, "{admin}");
+    assert!(admin["loaded"].as_array().is_some(), "{admin}");
+    let status = d.get_json_as(&acme, "/v1/status").await;
+    for key in ["ran", "loaded", "pool_free"] {
+        assert!(status.get(key).is_none(), "{key} in {status}");
+    }
+    assert_eq!(status["tenant"]["name"], "acme");
+}
