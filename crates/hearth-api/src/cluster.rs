@@ -20,11 +20,13 @@ use hearth_cluster::fanout::{self, FanoutError};
 use hearth_cluster::gateway::{MemberView, Outgoing, OutgoingBody};
 use hearth_cluster::{Gateway, GatewayError};
 use hearth_core::FunctionVersion;
+use hearth_node::trace::Tracing;
 use hearth_store::Role;
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::error::ErrorBody;
+use crate::invoke::{INVOCATION_ID, TRACEPARENT};
 use crate::{ApiError, AppState};
 
 type S = State<Arc<AppState>>;
@@ -58,24 +60,62 @@ pub(crate) async fn members(State(s): S, headers: HeaderMap) -> Result<Json<Memb
 }
 
 /// Sends an invocation to the node the placer picks, pinned to the version
-/// the gateway resolved ([`hearth_cluster::forward`] has the rules).
+/// the gateway resolved ([`hearth_cluster::forward`] has the rules). When
+/// spans are exported, the gateway's span over it is the node's span's
+/// parent and the client's `traceparent`.
 pub(crate) async fn forward(
     g: &Arc<Gateway>,
+    tracing: Option<&Tracing>,
     function: &FunctionVersion,
     method: http::Method,
     uri: &http::Uri,
-    headers: HeaderMap,
+    mut headers: HeaderMap,
     body: OutgoingBody,
 ) -> Result<Response, ApiError> {
+    let span = tracing.map(|t| t.forwarding(function, method.as_str(), &headers));
+    let traceparent = span.as_ref().map(|span| {
+        HeaderValue::from_str(&span.traceparent()).expect("a traceparent is hex and dashes")
+    });
+    if let Some(tp) = &traceparent {
+        headers.insert(TRACEPARENT, tp.clone());
+    }
     let out = Outgoing::pinned(function, method, uri, headers, body);
-    let done = g.forward(&out).await.map_err(|e| match e {
-        GatewayError::NoNodes | GatewayError::Busy(_) => ApiError::Unavailable(e.to_string()),
-        GatewayError::NoRoom(_) => ApiError::TooManyRequests(e.to_string()),
-        GatewayError::Failed(_) => ApiError::BadGateway(e.to_string()),
-        GatewayError::Timeout { .. } => ApiError::GatewayTimeout(e.to_string()),
+    let done = g.forward(&out).await.map_err(|e| {
+        let (kind, error) = match e {
+            GatewayError::NoNodes | GatewayError::Busy(_) => {
+                ("unavailable", ApiError::Unavailable(e.to_string()))
+            }
+            GatewayError::NoRoom(_) => ("no_room", ApiError::TooManyRequests(e.to_string())),
+            GatewayError::Failed(_) => ("node_failed", ApiError::BadGateway(e.to_string())),
+            GatewayError::Timeout { .. } => ("timeout", ApiError::GatewayTimeout(e.to_string())),
+        };
+        if let Some(span) = &span {
+            span.failed(kind, e.to_string());
+        }
+        error
     })?;
-    let headers = done.client_headers();
-    let mut resp = Response::new(Body::from_stream(done.body));
+    if let Some(span) = &span {
+        let invocation = done
+            .headers
+            .get(INVOCATION_ID)
+            .and_then(|v| v.to_str().ok());
+        span.answered(
+            invocation,
+            &done.node,
+            done.retried_from.as_deref(),
+            done.status,
+        );
+    }
+    let mut headers = done.client_headers();
+    if let Some(tp) = traceparent {
+        headers.insert(TRACEPARENT, tp);
+    }
+    // The span ends when the body has gone to the client (or it left).
+    let body = futures::StreamExt::map(done.body, move |chunk| {
+        let _until_the_body_ends = &span;
+        chunk
+    });
+    let mut resp = Response::new(Body::from_stream(body));
     *resp.status_mut() = StatusCode::from_u16(done.status).unwrap_or(StatusCode::BAD_GATEWAY);
     *resp.headers_mut() = headers;
     Ok(resp)

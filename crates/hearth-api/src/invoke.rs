@@ -165,8 +165,8 @@ const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Headers every invocation answers with (named once: a `&str` name is
 /// parsed again on each insert).
-const INVOCATION_ID: HeaderName = HeaderName::from_static("hearth-invocation-id");
-const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+pub(crate) const INVOCATION_ID: HeaderName = HeaderName::from_static("hearth-invocation-id");
+pub(crate) const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 const VERSION: HeaderName = HeaderName::from_static("hearth-version");
 const START: HeaderName = HeaderName::from_static("hearth-start");
 
@@ -244,7 +244,8 @@ async fn run(
     let function = visible_function(s, tenant, name, version, &headers).await?;
     if let Some(g) = &s.gateway {
         let body = crate::cluster::outgoing_body(s, &headers, body).await?;
-        return crate::cluster::forward(g, &function, method, &uri, headers, body).await;
+        let tracing = s.node.tracing();
+        return crate::cluster::forward(g, tracing, &function, method, &uri, headers, body).await;
     }
     // A cluster member trusts the header only with its gateway's signature.
     let attempt = headers.get(hearth_cluster::attempt::HEADER);

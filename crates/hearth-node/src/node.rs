@@ -274,6 +274,11 @@ impl Node {
         let _ = self.tracing.set(tracing);
     }
 
+    /// The tracer, when spans are exported.
+    pub fn tracing(&self) -> Option<&crate::trace::Tracing> {
+        self.tracing.get()
+    }
+
     /// Stops exporting spans, flushing those queued.
     pub fn stop_tracing(&self) {
         if let Some(t) = self.tracing.get() {

@@ -122,6 +122,30 @@ impl Tracing {
         ))
     }
 
+    /// Starts a gateway's span over an invocation of `v` it forwards,
+    /// under the caller's `traceparent` if `headers` has a valid one.
+    pub fn forwarding(
+        &self,
+        v: &FunctionVersion,
+        method: &str,
+        headers: &http::HeaderMap,
+    ) -> ForwardSpan {
+        let parent = TraceContextPropagator::new().extract(&HeaderMapOf(headers));
+        let span = self
+            .tracer
+            .span_builder(format!("forward {}", v.name))
+            .with_kind(SpanKind::Server)
+            .with_attributes([
+                KeyValue::new("faas.name", v.name.clone()),
+                KeyValue::new("faas.version", i64::from(v.version)),
+                KeyValue::new("hearth.tenant", v.tenant.clone()),
+                KeyValue::new("hearth.gateway", self.node.clone()),
+                KeyValue::new("http.request.method", method.to_string()),
+            ])
+            .start_with_context(&self.tracer, &parent);
+        ForwardSpan(Context::current_with_span(span))
+    }
+
     /// Flushes what is queued and stops exporting (at shutdown).
     pub fn shutdown(&self) {
         if let Err(e) = self.provider.shutdown() {
@@ -157,6 +181,62 @@ pub(crate) fn end(
     span.end();
 }
 
+/// A gateway's span over one invocation it forwards: the parent of the
+/// node's invocation span (the node gets this span's `traceparent`), with
+/// the node that answered, and a retry as an event naming the node that
+/// failed first. It ends when dropped: with the response's body, which
+/// streams from the node through the gateway.
+pub struct ForwardSpan(Context);
+
+impl ForwardSpan {
+    /// This span as the `traceparent` the node, and then the client, get.
+    pub fn traceparent(&self) -> String {
+        hearth_host::trace::traceparent(self.0.span().span_context())
+    }
+
+    /// The node answered `status`: `node` ran invocation `invocation`,
+    /// after `retried_from` failed, if it did.
+    pub fn answered(
+        &self,
+        invocation: Option<&str>,
+        node: &str,
+        retried_from: Option<&str>,
+        status: u16,
+    ) {
+        let span = self.0.span();
+        if let Some(first) = retried_from {
+            span.add_event(
+                "retry",
+                vec![KeyValue::new("hearth.failed_node", first.to_string())],
+            );
+        }
+        if let Some(id) = invocation {
+            span.set_attribute(KeyValue::new("faas.invocation_id", id.to_string()));
+        }
+        span.set_attribute(KeyValue::new("hearth.node", node.to_string()));
+        span.set_attribute(KeyValue::new(
+            "http.response.status_code",
+            i64::from(status),
+        ));
+        if status >= 500 {
+            span.set_status(Status::error(format!("the node answered {status}")));
+        }
+    }
+
+    /// No node answered: `kind` and `message` are the gateway's error.
+    pub fn failed(&self, kind: &str, message: String) {
+        let span = self.0.span();
+        span.set_attribute(KeyValue::new("error.type", kind.to_string()));
+        span.set_status(Status::error(message));
+    }
+}
+
+impl Drop for ForwardSpan {
+    fn drop(&mut self) {
+        self.0.span().end();
+    }
+}
+
 /// An event on the invocation's span.
 pub(crate) fn event(trace: &InvocationTrace, name: &'static str, attributes: Vec<KeyValue>) {
     trace.context().span().add_event(name, attributes);
@@ -173,12 +253,30 @@ impl Extractor for Headers<'_> {
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(key))
             .map(|(_, v)| v.as_str())?;
-        (key != "tracestate" || value.len() <= MAX_TRACESTATE_BYTES).then_some(value)
+        within_bound(key, value)
     }
 
     fn keys(&self) -> Vec<&str> {
         self.0.iter().map(|(k, _)| k.as_str()).collect()
     }
+}
+
+/// [`Headers`] for a request a gateway holds as an `http::HeaderMap`.
+struct HeaderMapOf<'a>(&'a http::HeaderMap);
+
+impl Extractor for HeaderMapOf<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        within_bound(key, self.0.get(key)?.to_str().ok()?)
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(|k| k.as_str()).collect()
+    }
+}
+
+/// `value` of header `key`, unless it is a `tracestate` past its bound.
+fn within_bound<'v>(key: &str, value: &'v str) -> Option<&'v str> {
+    (key != "tracestate" || value.len() <= MAX_TRACESTATE_BYTES).then_some(value)
 }
 
 /// OTLP over Hearth's own reqwest, on the daemon's runtime (the SDK's batch
@@ -242,6 +340,24 @@ mod tests {
             sc.trace_state().header(),
             "",
             "the long tracestate is dropped"
+        );
+    }
+
+    #[test]
+    fn a_gateways_header_map_is_read_with_the_same_bound() {
+        let mut h = http::HeaderMap::new();
+        h.insert("traceparent", TP.parse().unwrap());
+        let long = format!("vendor={}", "a".repeat(MAX_TRACESTATE_BYTES));
+        h.insert("tracestate", long.parse().unwrap());
+        let cx = TraceContextPropagator::new().extract(&HeaderMapOf(&h));
+        let sc = cx.span().span_context().clone();
+        assert_eq!(hearth_host::trace::traceparent(&sc), TP);
+        assert_eq!(sc.trace_state().header(), "");
+        h.insert("tracestate", "vendor=abc".parse().unwrap());
+        let cx = TraceContextPropagator::new().extract(&HeaderMapOf(&h));
+        assert_eq!(
+            cx.span().span_context().trace_state().header(),
+            "vendor=abc"
         );
     }
 

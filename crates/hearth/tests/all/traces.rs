@@ -357,3 +357,91 @@ async fn a_streamed_response_carries_its_span_too() {
         "the span the collector got"
     );
 }
+
+/// Through a gateway the trace has one more hop: the gateway's span is the
+/// caller's child and the node's invocation span is the gateway's; the
+/// client gets the gateway's span. A call whose node died is retried on
+/// another, and the gateway's span says so in an event naming the dead one.
+#[tokio::test(flavor = "multi_thread")]
+async fn through_a_gateway_its_span_is_the_nodes_parent_and_a_retry_is_an_event_on_it() {
+    use crate::cluster::{alive, gateway_with, members_until, node};
+    let collector = Collector::default();
+    let endpoint = collector.start().await;
+    let pg = hearth_test_support::TempPostgres::start().unwrap();
+    let store = pg.create_database("traces").unwrap();
+    let traced = ["--otlp-endpoint", endpoint.as_str()];
+    let gw = gateway_with(&store, &traced);
+    let mut nodes: Vec<Daemon> = (0..2).map(|_| node(&gw, &store, &traced)).collect();
+    let members = members_until(&gw, "two nodes join", |m| alive(m) == 2).await;
+    let url_of = |id: &str| {
+        members.iter().find(|n| n["id"] == id).unwrap()["url"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let spans_of = |id: &str| {
+        let id = id.to_string();
+        let collector = collector.clone();
+        async move {
+            let gateway = collector
+                .wait_for("gateway", |s| {
+                    s.name == "forward hello"
+                        && string_attr(&s.attributes, "faas.invocation_id").as_deref() == Some(&id)
+                })
+                .await;
+            let node = collector
+                .wait_for("node", |s| {
+                    s.name == "hello"
+                        && string_attr(&s.attributes, "faas.invocation_id").as_deref() == Some(&id)
+                })
+                .await;
+            (gateway, node)
+        }
+    };
+    let instance_of = |span: &Span| {
+        collector
+            .spans()
+            .into_iter()
+            .find(|(_, s)| s.span_id == span.span_id)
+            .unwrap()
+            .0
+    };
+
+    let (resp, id, back) = call_in_trace(&gw, "hello", "").await;
+    let ran_on = resp.headers()["hearth-node"].to_str().unwrap().to_string();
+    let (forward, invocation) = spans_of(&id).await;
+    assert_eq!(hex(&forward.trace_id), TRACE_ID);
+    assert_eq!(hex(&forward.parent_span_id), CALLER_SPAN);
+    assert_eq!(forward.kind, SpanKind::Server as i32);
+    assert_eq!(instance_of(&forward), gw.url);
+    assert_eq!(
+        string_attr(&forward.attributes, "hearth.node").as_deref(),
+        Some(ran_on.as_str())
+    );
+    assert_eq!(
+        string_attr(&forward.attributes, "http.response.status_code").as_deref(),
+        Some("200")
+    );
+    assert!(forward.events.is_empty(), "{:?}", forward.events);
+    assert_eq!(hex(&invocation.trace_id), TRACE_ID);
+    assert_eq!(invocation.parent_span_id, forward.span_id);
+    assert_eq!(instance_of(&invocation), url_of(&ran_on));
+    assert_eq!(back, format!("00-{TRACE_ID}-{}-01", hex(&forward.span_id)));
+
+    // hello's node dies; the next call goes there first (its function's
+    // node, before a missed heartbeat takes it out), fails, and is retried.
+    let victim = nodes.iter().position(|n| n.url == url_of(&ran_on)).unwrap();
+    nodes[victim].kill9();
+    let (resp, id, _) = call_in_trace(&gw, "hello", "").await;
+    let from = resp.headers()["hearth-retried-from"].to_str().unwrap();
+    assert_eq!(from, ran_on);
+    let (forward, invocation) = spans_of(&id).await;
+    let retry = forward.events.iter().find(|e| e.name == "retry");
+    let retry = retry.unwrap_or_else(|| panic!("no retry event: {:?}", forward.events));
+    assert_eq!(
+        string_attr(&retry.attributes, "hearth.failed_node").as_deref(),
+        Some(ran_on.as_str())
+    );
+    assert_eq!(invocation.parent_span_id, forward.span_id);
+    assert_ne!(instance_of(&invocation), url_of(&ran_on));
+}
