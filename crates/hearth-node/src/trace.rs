@@ -22,7 +22,9 @@ use opentelemetry_http::{HttpClient, HttpError};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, Tracer};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider, Tracer,
+};
 
 /// Longest `tracestate` taken from a request: the W3C minimum a vendor
 /// must pass on. A longer one is dropped (the `traceparent` is still
@@ -44,9 +46,11 @@ pub struct Tracing {
 impl Tracing {
     /// Exports to the OTLP/HTTP collector at `endpoint` (its base URL, as
     /// `OTEL_EXPORTER_OTLP_ENDPOINT`: spans go to `{endpoint}/v1/traces`).
-    /// `node` names this node in every span. Call inside a Tokio runtime:
-    /// the exporter sends on it.
-    pub fn otlp(endpoint: &str, node: &str) -> Result<Tracing, String> {
+    /// `node` names this node in every span. Of the traces that begin here
+    /// (no valid `traceparent` came), `ratio` are sampled, chosen by trace
+    /// id; one that came follows its caller's sampled flag. Call inside a
+    /// Tokio runtime: the exporter sends on it.
+    pub fn otlp(endpoint: &str, node: &str, ratio: f64) -> Result<Tracing, String> {
         let url = url::Url::parse(endpoint)
             .map_err(|e| format!("--otlp-endpoint {endpoint:?} is not a URL: {e}"))?;
         if !matches!(url.scheme(), "http" | "https") {
@@ -81,7 +85,9 @@ impl Tracing {
             .with_attribute(KeyValue::new("service.instance.id", node.to_string()))
             .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
             .build();
+        let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(ratio)));
         let provider = SdkTracerProvider::builder()
+            .with_sampler(sampler)
             .with_span_processor(processor)
             .with_resource(resource)
             .build();

@@ -194,6 +194,11 @@ pub struct UpArgs {
     /// to `/v1/traces`). Off when unset (docs/observability.md).
     #[arg(long, env = "HEARTH_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
+    /// Of the invocations that begin a trace here, the share traced, 0 to 1
+    /// (default 1). A request with a `traceparent` follows its caller's
+    /// choice, sampled or not (W3C parent-based sampling).
+    #[arg(long, env = "HEARTH_OTLP_SAMPLE_RATIO")]
+    pub otlp_sample_ratio: Option<f64>,
     /// A `hearth-bench trace --out` directory: the console's Cluster page
     /// shows its charts (summary.svg, memory.svg) to the operator.
     #[arg(long, env = "HEARTH_TRACE_REPORT")]
@@ -332,6 +337,7 @@ pub struct Settings {
     pub heartbeat_ms: u64,
     pub metrics_per_function: bool,
     pub otlp_endpoint: Option<String>,
+    pub otlp_sample_ratio: f64,
     pub trace_report: Option<PathBuf>,
     pub header_timeout_ms: u64,
     pub body_timeout_ms: u64,
@@ -449,6 +455,13 @@ impl Settings {
         if let Some(url) = &o.otlp_endpoint {
             check_http_url("--otlp-endpoint", url)?;
         }
+        if let Some(r) = o.otlp_sample_ratio
+            && !(0.0..=1.0).contains(&r)
+        {
+            anyhow::bail!(
+                "--otlp-sample-ratio {r} is not a share: give a number from 0 (no new traces) to 1 (every invocation)"
+            );
+        }
         if let Some(dir) = &o.trace_report
             && dir.exists()
             && !dir.is_dir()
@@ -537,6 +550,7 @@ impl Settings {
             max_tape_bytes: o.max_tape_bytes.unwrap_or(4 << 20),
             metrics_per_function: o.metrics_per_function.unwrap_or(false),
             otlp_endpoint: o.otlp_endpoint.clone(),
+            otlp_sample_ratio: o.otlp_sample_ratio.unwrap_or(1.0),
             trace_report: o.trace_report.clone(),
             offline_packages: o.offline_packages.clone(),
             keep_alive_s: o.keep_alive_s.unwrap_or(300),
@@ -662,6 +676,30 @@ mod tests {
             Settings::resolve(dir.path(), &UpArgs::default()).unwrap_err()
         );
         assert!(err.contains("max_body_bytes"), "{err}");
+    }
+
+    #[test]
+    fn a_sample_ratio_is_a_share() {
+        let dir = tempfile::tempdir().unwrap();
+        let with = |r: f64| UpArgs {
+            otlp_sample_ratio: Some(r),
+            ..UpArgs::default()
+        };
+        let s = Settings::resolve(dir.path(), &UpArgs::default()).unwrap();
+        assert_eq!(s.otlp_sample_ratio, 1.0);
+        assert_eq!(
+            Settings::resolve(dir.path(), &with(0.0))
+                .unwrap()
+                .otlp_sample_ratio,
+            0.0
+        );
+        for bad in [1.5, -0.1, f64::NAN] {
+            let err = format!(
+                "{:#}",
+                Settings::resolve(dir.path(), &with(bad)).unwrap_err()
+            );
+            assert!(err.contains("--otlp-sample-ratio"), "{err}");
+        }
     }
 
     /// A trace report not written yet is fine (the page says so); a file

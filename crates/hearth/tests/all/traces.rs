@@ -445,3 +445,61 @@ async fn through_a_gateway_its_span_is_the_nodes_parent_and_a_retry_is_an_event_
     assert_eq!(invocation.parent_span_id, forward.span_id);
     assert_ne!(instance_of(&invocation), url_of(&ran_on));
 }
+
+/// `--otlp-sample-ratio 0`: no trace that begins here is exported, yet each
+/// invocation still has a trace id (in its `traceparent`, flag `00`, and
+/// on its log lines); a caller's sampled `traceparent` is followed.
+#[tokio::test]
+async fn a_sample_ratio_drops_new_traces_and_a_sampled_caller_is_followed() {
+    let collector = Collector::default();
+    let endpoint = collector.start().await;
+    let d = Daemon::start_with(&["--otlp-endpoint", &endpoint, "--otlp-sample-ratio", "0"]);
+    d.deploy(
+        "logs",
+        b"exports.handler = async () => { console.log('a line'); return 'ok'; };".to_vec(),
+        &[("runtime", "js"), ("file_name", "index.js")],
+    )
+    .await;
+    let mut unsampled = Vec::new();
+    for _ in 0..5 {
+        let resp = d.post("/fn/admin/logs").send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let header = |h: &str| resp.headers()[h].to_str().unwrap().to_string();
+        let (id, back) = (header("hearth-invocation-id"), header("traceparent"));
+        let parts: Vec<&str> = back.split('-').collect();
+        assert_eq!(parts.len(), 4, "{back}");
+        assert_eq!(
+            (parts[1].len(), parts[3]),
+            (32, "00"),
+            "not sampled: {back}"
+        );
+        unsampled.push((id, parts[1].to_string()));
+    }
+
+    let (_, id, back) = call_in_trace(&d, "logs", "").await;
+    let span = collector.invocation(&id).await;
+    assert_eq!(hex(&span.trace_id), TRACE_ID);
+    assert_eq!(hex(&span.parent_span_id), CALLER_SPAN);
+    assert!(back.ends_with("-01"), "{back}");
+    // The exporter sends in order: the earlier ones would have come by now.
+    for (id, trace) in &unsampled {
+        assert!(
+            !collector.spans().iter().any(|(_, s)| string_attr(
+                &s.attributes,
+                "faas.invocation_id"
+            )
+            .as_deref()
+                == Some(id.as_str())),
+            "{id} was exported"
+        );
+        let logs = d
+            .get_json(&format!("/v1/functions/logs/logs?invocation={id}"))
+            .await;
+        let lines = logs["lines"].as_array().unwrap();
+        assert!(!lines.is_empty(), "{logs}");
+        assert!(
+            lines.iter().all(|l| l["trace_id"] == trace.as_str()),
+            "{logs}"
+        );
+    }
+}

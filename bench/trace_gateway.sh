@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# What tracing costs an invocation through a gateway: two clusters on one
+# PostgreSQL (a database each), each a gateway and one node, in one run:
+#   off  neither member traces (the default)
+#   ctl  the same again: the A/A noise floor
+#   on   both export every span (the gateway's `forward hello` and the
+#        node's `hello`) to a loopback sink (hearth-bench's ceiling server)
+#   smp  the same with --otlp-sample-ratio 0.01 on the gateway (the node
+#        follows the gateway's choice)
+# The wasm hello through each gateway, rounds taking the clusters in
+# rotating orders; changes are medians of per-round ratios with 95%
+# bootstrap intervals (bench/paired.py). CPU per request is the gateway's
+# and the node's utime + stime together over each run.
+# Usage: bench/trace_gateway.sh [seconds-per-run] [rounds]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/setup.sh
+DUR="${1:-4}"
+ROUNDS="${2:-6}"
+C=16
+. bench/daemon.sh
+start_ceiling sink
+SINK=$CEILING_URL
+
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+chmod 755 "$WORK"
+mkdir -p "$WORK/pg"
+[ "$(id -u)" -eq 0 ] && chown postgres: "$WORK/pg"
+PGPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+as_pg "$PGBIN/initdb" -D "$WORK/pg/data" -U hearth --auth=trust -E UTF8 --no-sync >/dev/null
+as_pg "$PGBIN/pg_ctl" -D "$WORK/pg/data" -l "$WORK/pg/log" -w \
+  -o "-p $PGPORT -k $WORK/pg -c listen_addresses=127.0.0.1" start >/dev/null
+stop_pg() { as_pg "$PGBIN/pg_ctl" -D "$WORK/pg/data" -m immediate stop >/dev/null 2>&1 || true; }
+trap 'stop_pg; cleanup' EXIT
+export HEARTH_CLUSTER_KEY=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+
+declare -A URLS PIDS_OF
+# start_member NAME STORE [ARGS…]: a member with its own data directory.
+start_member() {
+  local name=$1 store=$2; shift 2
+  local dir="$WORK/$name"
+  HEARTH_LOG=error "$BIN/hearth" --data-dir "$dir" up --listen 127.0.0.1:0 --store "$store" "$@" \
+    >"$WORK/$name.log" 2>&1 &
+  PIDS_OF[$name]=$!
+  track "$!"
+  for _ in $(seq 1 600); do [ -s "$dir/server.json" ] && break; sleep 0.05; done
+  URLS[$name]=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["url"])' "$dir/server.json")
+}
+for c in off ctl on smp; do
+  as_pg "$PGBIN/psql" -h 127.0.0.1 -p "$PGPORT" -U hearth -d postgres -qc "CREATE DATABASE \"$c\"" >/dev/null
+  store="postgres://hearth@127.0.0.1:$PGPORT/$c"
+  traced=()
+  [ "$c" = on ] || [ "$c" = smp ] && traced=(--otlp-endpoint "$SINK")
+  sampled=()
+  [ "$c" = smp ] && sampled=(--otlp-sample-ratio 0.01)
+  start_member "gw_$c" "$store" --role gateway "${traced[@]}" "${sampled[@]}"
+  start_member "node_$c" "$store" --role node "${traced[@]}"
+  token=$(cat "$WORK/gw_$c/token")
+  for _ in $(seq 1 100); do
+    curl -sf -H "Authorization: Bearer $token" "${URLS[gw_$c]}/v1/cluster/nodes" | grep -q '"alive":true' && break
+    sleep 0.1
+  done
+  curl -sf "${URLS[gw_$c]}/fn/admin/hello" | grep -q "hello from wasm"
+  wrk -t1 -c"$C" -d1s "${URLS[gw_$c]}/fn/admin/hello" >/dev/null
+done
+
+. bench/wrk.sh
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+both() { echo $(( $(ticks "${PIDS_OF[gw_$1]}") + $(ticks "${PIDS_OF[node_$1]}") )); }
+wrk_run() {
+  local c=$1 rps p50 p99 bad t0
+  t0=$(both "$c")
+  read -r rps p50 p99 bad < <(wrk_stats us -t1 -c"$C" -d"${DUR}s" "${URLS[gw_$c]}/fn/admin/hello")
+  [ "$bad" = 0 ] || { echo "non-2xx responses through gw_$c: $bad" >&2; exit 1; }
+  echo "$rps $p99 $(($(both "$c") - t0))"
+}
+
+echo "### Tracing through a gateway: wasm hello, wrk -t1 -c$C, ${DUR}s per run, $ROUNDS rounds, $(nproc) cores (four clusters, PostgreSQL and wrk share them)"
+echo
+echo "| cluster | req/s | p99 | CPU per request (gateway + node) | throughput change | p99 change | CPU change |"
+echo "|---|---|---|---|---|---|---|"
+orders=("off ctl on smp" "ctl on smp off" "on smp off ctl" "smp off ctl on"
+        "off smp ctl on" "smp ctl on off" "ctl on off smp" "on off smp ctl")
+runs=()
+for i in $(seq 0 $((ROUNDS - 1))); do
+  for c in ${orders[$((i % 8))]}; do
+    read -r r p t < <(wrk_run "$c")
+    runs+=("$i:$c:$r:$p:$t")
+  done
+done
+python3 - "$DUR" "$(getconf CLK_TCK)" "${runs[@]}" <<'PY'
+import sys
+sys.path.insert(0, "bench")
+from paired import change, cpu_rounds, median_of, paired
+dur, hz, *runs = sys.argv[1:]
+rounds = cpu_rounds(runs, dur, hz)
+med = lambda c, k: median_of(rounds, c, k)
+def row(c, label, against):
+    ch = lambda k: change(paired(rounds, c, against, k)) if against else ""
+    print(f"| {label} | {med(c, 'rps'):.0f} | {med(c, 'p99')/1000:.2f} ms | {med(c, 'cpu'):.1f} µs | {ch('rps')} | {ch('p99')} | {ch('cpu')} |")
+row("off", "tracing off", None)
+row("ctl", "tracing off again, against off (A/A)", "off")
+row("on", "tracing on (both members), against off", "off")
+row("smp", "tracing on, 1% of traces sampled, against off", "off")
+PY
