@@ -15,24 +15,15 @@ DUR="${2:-5}"
 cargo build --release -q -p hearth
 BIN="$CARGO_TARGET_DIR/release/hearth"
 WORK="$(mktemp -d)"
-chmod 755 "$WORK"
 PIDS=()
-PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
-as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+. bench/postgres.sh
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
-  as_pg "$PGBIN/pg_ctl" -D "$WORK/pg/data" -m immediate stop >/dev/null 2>&1 || true
+  stop_postgres
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-
-mkdir -p "$WORK/pg"
-[ "$(id -u)" -eq 0 ] && chown postgres: "$WORK/pg"
-PGPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-as_pg "$PGBIN/initdb" -D "$WORK/pg/data" -U hearth --auth=trust -E UTF8 --no-sync >/dev/null
-as_pg "$PGBIN/pg_ctl" -D "$WORK/pg/data" -l "$WORK/pg/log" -w \
-  -o "-p $PGPORT -k $WORK/pg -c listen_addresses=127.0.0.1" start >/dev/null
-STORE="postgres://hearth@127.0.0.1:$PGPORT/postgres"
+start_postgres
 
 # start NAME [args...]: starts hearth with data in $WORK/NAME; sets URL.
 start() {

@@ -22,17 +22,9 @@ C=16
 start_ceiling sink
 SINK=$CEILING_URL
 
-PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
-as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
-chmod 755 "$WORK"
-mkdir -p "$WORK/pg"
-[ "$(id -u)" -eq 0 ] && chown postgres: "$WORK/pg"
-PGPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-as_pg "$PGBIN/initdb" -D "$WORK/pg/data" -U hearth --auth=trust -E UTF8 --no-sync >/dev/null
-as_pg "$PGBIN/pg_ctl" -D "$WORK/pg/data" -l "$WORK/pg/log" -w \
-  -o "-p $PGPORT -k $WORK/pg -c listen_addresses=127.0.0.1" start >/dev/null
-stop_pg() { as_pg "$PGBIN/pg_ctl" -D "$WORK/pg/data" -m immediate stop >/dev/null 2>&1 || true; }
-trap 'stop_pg; cleanup' EXIT
+. bench/postgres.sh
+trap 'stop_postgres; cleanup' EXIT
+start_postgres
 export HEARTH_CLUSTER_KEY=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 
 declare -A URLS PIDS_OF
@@ -48,8 +40,8 @@ start_member() {
   URLS[$name]=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["url"])' "$dir/server.json")
 }
 for c in off ctl on smp; do
-  as_pg "$PGBIN/psql" -h 127.0.0.1 -p "$PGPORT" -U hearth -d postgres -qc "CREATE DATABASE \"$c\"" >/dev/null
-  store="postgres://hearth@127.0.0.1:$PGPORT/$c"
+  create_database "$c"
+  store="$PG_URL/$c"
   traced=()
   [ "$c" = on ] || [ "$c" = smp ] && traced=(--otlp-endpoint "$SINK")
   sampled=()
