@@ -75,6 +75,16 @@ def median_of(rounds, copy, key):
     return statistics.median(r[copy][key] for r in rounds)
 
 
+def cpu_cells(rounds, copy, against=None):
+    """Markdown cells for one copy of `cpu_rounds`: median req/s, p99 and
+    CPU per request, then (against another copy) the paired change of
+    each, or empty cells."""
+    med = lambda k: median_of(rounds, copy, k)
+    ch = lambda k: change(paired(rounds, copy, against, k)) if against else ""
+    return (f"{med('rps'):.0f} | {med('p99') / 1000:.2f} ms | {med('cpu'):.1f} µs | "
+            f"{ch('rps')} | {ch('p99')} | {ch('cpu')}")
+
+
 def pct(ratio):
     return f"{(ratio - 1) * 100:+.1f}%"
 
@@ -108,4 +118,9 @@ if __name__ == "__main__":
     three = [{"on": {"x": 90.0}, "off": {"x": 100.0}, "ctl": {"x": 81.0}}]
     assert [round(v, 9) for v in paired_to_mean(three, "on", ["off", "ctl"], "x")] == [1.0]
     assert change([0.9] * 5) == "-10.0% [-10.0%, -10.0%]"
+    runs = [f"{i}:{c}:{r}:2000:{t}" for i in range(3) for c, r, t in
+            (("off", 1000, 100), ("on", 800, 120))]
+    cells = cpu_rounds(runs, "1", "100")
+    assert cpu_cells(cells, "off") == "1000 | 2.00 ms | 1000.0 µs |  |  | ", cpu_cells(cells, "off")
+    assert cpu_cells(cells, "on", "off").startswith("800 | 2.00 ms | 1500.0 µs | -20.0%"), cpu_cells(cells, "on", "off")
     print("ok")

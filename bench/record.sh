@@ -75,16 +75,6 @@ deploy onecall "$WORK/onecall.mjs" "runtime=js&file_name=index.mjs&allow_host=$U
 deploy py "$WORK/handler.py" "runtime=python&file_name=handler.py"
 
 . bench/wrk.sh
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-# wrk_run URL -> "req/s p99_us cpu_ticks"; any non-2xx answer ends the
-# run: it would skew the ratio.
-wrk_run() {
-  local rps p50 p99 bad t0
-  t0=$(ticks "$HEARTH_PID")
-  read -r rps p50 p99 bad < <(wrk_stats us -t1 -c"$C" -d"${DUR}s" "$1")
-  [ "$bad" = 0 ] || { echo "non-2xx responses from $1: $bad" >&2; exit 1; }
-  echo "$rps $p99 $(($(ticks "$HEARTH_PID") - t0))"
-}
 tapes() { curl -sf -H "Authorization: Bearer $TOK" "$URL/metrics" | awk '$1=="hearth_tapes_total"{print $2}'; }
 seg_bytes() { du -sb "$WORK/data/recordings/segments" | awk '{print $1}'; }
 
@@ -105,7 +95,7 @@ for f in ${FNS:-hello onecall py}; do
   for i in $(seq 0 $((ROUNDS - 1))); do
     for d in ${orders[$((i % 6))]}; do
       name=$f; [ "$d" = on ] || name="$f-$d"
-      read -r r p t < <(wrk_run "$URL/fn/admin/$name")
+      read -r r p t < <(wrk_cpu "$URL/fn/admin/$name" "$HEARTH_PID")
       runs+=("$i:$d:$r:$p:$t")
     done
   done

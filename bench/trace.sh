@@ -57,14 +57,6 @@ for d in base off ctl on; do
 done
 
 . bench/wrk.sh
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-wrk_run() {
-  local pid=$1 rps p50 p99 bad t0
-  t0=$(ticks "$pid")
-  read -r rps p50 p99 bad < <(wrk_stats us -t1 -c"$C" -d"${DUR}s" "$2")
-  [ "$bad" = 0 ] || { echo "non-2xx responses from $2: $bad" >&2; exit 1; }
-  echo "$rps $p99 $(($(ticks "$pid") - t0))"
-}
 
 echo "### Tracing: off against a build without it, and on against off (wrk -t1 -c$C, ${DUR}s per run, $ROUNDS rounds, $(nproc) cores)"
 echo
@@ -76,20 +68,18 @@ for f in hello onecall; do
   runs=()
   for i in $(seq 0 $((ROUNDS - 1))); do
     for d in ${orders[$((i % 8))]}; do
-      read -r r p t < <(wrk_run "${PIDS_OF[$d]}" "${URLS[$d]}/fn/admin/$f")
+      read -r r p t < <(wrk_cpu "${URLS[$d]}/fn/admin/$f" "${PIDS_OF[$d]}")
       runs+=("$i:$d:$r:$p:$t")
     done
   done
   python3 - "$f" "$DUR" "$(getconf CLK_TCK)" "${runs[@]}" <<'PY'
 import sys
 sys.path.insert(0, "bench")
-from paired import change, cpu_rounds, median_of, paired
+from paired import cpu_cells, cpu_rounds
 f, dur, hz, *runs = sys.argv[1:]
 rounds = cpu_rounds(runs, dur, hz)
-med = lambda d, k: median_of(rounds, d, k)
 def row(d, label, against):
-    ch = lambda k: change(paired(rounds, d, against, k)) if against else ""
-    print(f"| {f} | {label} | {med(d, 'rps'):.0f} | {med(d, 'p99')/1000:.2f} ms | {med(d, 'cpu'):.1f} µs | {ch('rps')} | {ch('p99')} | {ch('cpu')} |")
+    print(f"| {f} | {label} | {cpu_cells(rounds, d, against)} |")
 row("base", "build without tracing", None)
 row("off", "tracing off, against that build", "base")
 row("ctl", "tracing off again, against off (A/A)", "off")

@@ -58,15 +58,6 @@ for c in off ctl on smp; do
 done
 
 . bench/wrk.sh
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-both() { echo $(( $(ticks "${PIDS_OF[gw_$1]}") + $(ticks "${PIDS_OF[node_$1]}") )); }
-wrk_run() {
-  local c=$1 rps p50 p99 bad t0
-  t0=$(both "$c")
-  read -r rps p50 p99 bad < <(wrk_stats us -t1 -c"$C" -d"${DUR}s" "${URLS[gw_$c]}/fn/admin/hello")
-  [ "$bad" = 0 ] || { echo "non-2xx responses through gw_$c: $bad" >&2; exit 1; }
-  echo "$rps $p99 $(($(both "$c") - t0))"
-}
 
 echo "### Tracing through a gateway: wasm hello, wrk -t1 -c$C, ${DUR}s per run, $ROUNDS rounds, $(nproc) cores (four clusters, PostgreSQL and wrk share them)"
 echo
@@ -77,20 +68,18 @@ orders=("off ctl on smp" "ctl on smp off" "on smp off ctl" "smp off ctl on"
 runs=()
 for i in $(seq 0 $((ROUNDS - 1))); do
   for c in ${orders[$((i % 8))]}; do
-    read -r r p t < <(wrk_run "$c")
+    read -r r p t < <(wrk_cpu "${URLS[gw_$c]}/fn/admin/hello" "${PIDS_OF[gw_$c]}" "${PIDS_OF[node_$c]}")
     runs+=("$i:$c:$r:$p:$t")
   done
 done
 python3 - "$DUR" "$(getconf CLK_TCK)" "${runs[@]}" <<'PY'
 import sys
 sys.path.insert(0, "bench")
-from paired import change, cpu_rounds, median_of, paired
+from paired import cpu_cells, cpu_rounds
 dur, hz, *runs = sys.argv[1:]
 rounds = cpu_rounds(runs, dur, hz)
-med = lambda c, k: median_of(rounds, c, k)
 def row(c, label, against):
-    ch = lambda k: change(paired(rounds, c, against, k)) if against else ""
-    print(f"| {label} | {med(c, 'rps'):.0f} | {med(c, 'p99')/1000:.2f} ms | {med(c, 'cpu'):.1f} µs | {ch('rps')} | {ch('p99')} | {ch('cpu')} |")
+    print(f"| {label} | {cpu_cells(rounds, c, against)} |")
 row("off", "tracing off", None)
 row("ctl", "tracing off again, against off (A/A)", "off")
 row("on", "tracing on (both members), against off", "off")
