@@ -75,6 +75,10 @@ pub(crate) struct TapeFilter {
 }
 
 /// Which of a tenant's tapes to list: [`TapeFilter`]'s, and a function.
+/// Its fields repeat rather than `#[serde(flatten)]` a `TapeFilter`: a
+/// flattened query string reaches the inner struct as text only, so its
+/// numbers would no longer parse (and `deny_unknown_fields` does not work
+/// with `flatten`).
 #[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]

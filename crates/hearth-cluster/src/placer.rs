@@ -28,18 +28,6 @@ pub enum Rule {
     LeastLoaded,
 }
 
-impl Rule {
-    pub const ALL: [Rule; 3] = [Rule::Function, Rule::Tenant, Rule::LeastLoaded];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Rule::Function => "function",
-            Rule::Tenant => "tenant",
-            Rule::LeastLoaded => "least_loaded",
-        }
-    }
-}
-
 #[derive(Debug, Clone, Default)]
 struct NodeState {
     capacity_mib: u64,
