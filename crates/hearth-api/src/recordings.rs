@@ -77,8 +77,8 @@ pub(crate) struct TapeFilter {
 /// Which of a tenant's tapes to list: [`TapeFilter`]'s, and a function.
 /// Its fields repeat rather than `#[serde(flatten)]` a `TapeFilter`: a
 /// flattened query string reaches the inner struct as text only, so its
-/// numbers would no longer parse (and `deny_unknown_fields` does not work
-/// with `flatten`).
+/// numbers would no longer parse (serde-rs/serde#1183, axum#1753); and
+/// `deny_unknown_fields` does not work with `flatten`.
 #[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
