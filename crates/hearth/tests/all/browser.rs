@@ -105,6 +105,27 @@ impl Browser {
         }
     }
 
+    /// Runs `script` (a function body that returns a value) in the page
+    /// until `done` accepts its answer (15 s at most, else fails with
+    /// `what`); returns that answer.
+    pub async fn wait_for_js<T: serde::de::DeserializeOwned + std::fmt::Debug>(
+        &self,
+        what: &str,
+        script: &str,
+        done: impl Fn(&T) -> bool,
+    ) -> T {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let answer = self.client.execute(script, vec![]).await.unwrap();
+            let answer: T = serde_json::from_value(answer).unwrap();
+            if done(&answer) {
+                return answer;
+            }
+            assert!(Instant::now() < deadline, "{what}: {answer:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     pub async fn click(&self, css: &str) {
         self.wait_for(css).await.click().await.unwrap();
     }

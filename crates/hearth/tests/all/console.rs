@@ -105,31 +105,14 @@ async fn a_tenant_logs_in_invokes_opens_and_replays_and_another_sees_none_of_it(
     // The live list has it, and follows new invocations.
     b.click("#nav-invocations").await;
     b.wait_for(&format!("tr[data-id='{id}']")).await;
+    const ROWS: &str = "return document.querySelectorAll('tr.link').length";
+    let before: usize = b.wait_for_js("rows", ROWS, |_| true).await;
     let (status, _) = d.call("greet", "", r#"{"name":"later"}"#).await;
     assert_eq!(status, 200);
-    let before = b
-        .client
-        .find_all(fantoccini::Locator::Css("tr.link"))
-        .await
-        .unwrap()
-        .len();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-    loop {
-        let rows = b
-            .client
-            .find_all(fantoccini::Locator::Css("tr.link"))
-            .await
-            .unwrap()
-            .len();
-        if rows > before {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the list did not update"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    b.wait_for_js("the list did not update", ROWS, |&rows: &usize| {
+        rows > before
+    })
+    .await;
     b.screenshot("invocations").await;
 
     // The cluster page: this server, and the trace bench's charts, drawn.
@@ -145,26 +128,12 @@ async fn a_tenant_logs_in_invokes_opens_and_replays_and_another_sees_none_of_it(
     )
     .await;
     b.wait_for("#trace-report img.chart + img.chart").await;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let drawn = b
-            .client
-            .execute(
-                "return [...document.querySelectorAll('#trace-report img')].map(i => i.complete ? i.naturalWidth : 0)",
-                vec![],
-            )
-            .await
-            .unwrap();
-        let widths: Vec<u64> = serde_json::from_value(drawn).unwrap();
-        if widths.len() == 2 && widths.iter().all(|&w| w > 100) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the charts were not drawn: {widths:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    b.wait_for_js(
+        "the charts were not drawn",
+        "return [...document.querySelectorAll('#trace-report img')].map(i => i.complete ? i.naturalWidth : 0)",
+        |widths: &Vec<u64>| widths.len() == 2 && widths.iter().all(|&w| w > 100),
+    )
+    .await;
     b.screenshot("cluster").await;
 
     // Another tenant: no function, no invocation, and the first's id is
