@@ -123,29 +123,35 @@ class Zygote:
         self.contained = False
 
     def serve(self):
-        while True:
-            try:
+        # The node retires a zygote only between commands, once it has read
+        # the last reply; but Python runs the signal's handler at its next
+        # bytecode, which can still be inside send_frame. Wherever Retire
+        # lands, the zygote leaves the one way that keeps its children.
+        try:
+            while True:
                 cmd, _ = recv_frame(self.control)
                 # A command about a sandbox root carries the root's
                 # directory as a descriptor, in one byte's ancillary data:
                 # a contained zygote cannot see the node's paths.
                 fds = socket.recv_fds(self.control, 1, 1)[1] if cmd.get("fds") else []
-            except (EOFError, Retire):
-                self.exit()
-            try:
-                reply = getattr(self, "op_" + cmd["op"])(cmd, fds)
-            except Exception as e:  # the node gets every failure as text
-                reply = {"error": f"{type(e).__name__}: {e}"}
-            finally:
-                for fd in fds:
-                    os.close(fd)
-            if reply is not None:
-                send_frame(self.control, reply)
+                try:
+                    reply = getattr(self, "op_" + cmd["op"])(cmd, fds)
+                except Exception as e:  # the node gets every failure as text
+                    reply = {"error": f"{type(e).__name__}: {e}"}
+                finally:
+                    for fd in fds:
+                        os.close(fd)
+                if reply is not None:
+                    send_frame(self.control, reply)
+        except (EOFError, Retire):
+            self.exit()
 
     def exit(self):
         """Leaves when the node closes the connection or retires us. A
         contained zygote is PID 1 of its namespace, and its handlers die
-        with it: it stops forking and waits for the last of them."""
+        with it — and so would the zygote that replaced it, forked from
+        it: it stops forking and waits for the last of them."""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if self.contained and os.getpid() == 1:
             self.control.close()
             try:

@@ -5,14 +5,15 @@
 //! and kept in the [`HandlerCache`], least recently used first.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::net::UnixStream;
 
 use crate::cgroup::Cgroup;
 use crate::container::Root;
+use crate::zygote::Zygote;
 
 /// One live sandbox, counted against `max_sandboxes` until dropped.
 pub(crate) struct LiveGuard(Arc<AtomicU64>);
@@ -46,6 +47,8 @@ pub(crate) struct Handler {
     /// Its egress proxy, for a function with allowed hosts; stops when
     /// the handler goes.
     pub(crate) egress: Option<crate::egress::Relay>,
+    /// The package zygote it was forked from: if that ended, so did it.
+    pub(crate) zygote: Option<Weak<Zygote>>,
     /// Held for its `Drop`: the sandbox counts as live while this exists.
     pub(crate) _live: LiveGuard,
 }
@@ -138,6 +141,7 @@ mod tests {
             idle_since: Instant::now(),
             private_packages: None,
             egress: None,
+            zygote: None,
             _live: LiveGuard::new(live),
         }
     }

@@ -99,6 +99,8 @@ pub enum ZygoteError {
     DiedImporting(std::io::Error),
     /// zygote {pid} was retired (replaced or evicted) before it was asked
     Retired { pid: i32 },
+    /// zygote {pid} had stopped answering before it was asked
+    BrokenBefore { pid: i32 },
 }
 
 impl ZygoteError {
@@ -197,6 +199,9 @@ pub struct Zygote {
     replacing: std::sync::atomic::AtomicBool,
     /// Set when it is retired: it takes no more commands.
     retired: std::sync::atomic::AtomicBool,
+    /// Set when a command found it dead or got no answer: its channel is
+    /// closed or out of step, so it takes no more commands either.
+    broken: std::sync::atomic::AtomicBool,
     /// How long importing its packages took (what a fork from it saves).
     pub import_ms: u64,
     /// Made for functions with allowed hosts: its filter lets internet
@@ -238,6 +243,9 @@ impl Zygote {
         if self.is_retired() {
             return Err(ZygoteError::Retired { pid: self.pid });
         }
+        if self.is_broken() {
+            return Err(ZygoteError::BrokenBefore { pid: self.pid });
+        }
         let exchange = async {
             write_frame(&mut *control, &header, &[]).await?;
             if let Some(dir) = &dir {
@@ -246,13 +254,18 @@ impl Zygote {
             }
             read_frame(&mut *control, 1 << 20).await
         };
-        let Frame { header, .. } = tokio::time::timeout(Duration::from_secs(30), exchange)
+        let answered = tokio::time::timeout(Duration::from_secs(30), exchange)
             .await
-            .map_err(|_| ZygoteError::NoAnswer { pid: self.pid })?
-            .map_err(|source| ZygoteError::Broken {
-                pid: self.pid,
-                source,
-            })?;
+            .map_err(|_| ZygoteError::NoAnswer { pid: self.pid })
+            .and_then(|read| {
+                read.map_err(|source| ZygoteError::Broken {
+                    pid: self.pid,
+                    source,
+                })
+            });
+        let Frame { header, .. } = answered.inspect_err(|_| {
+            self.broken.store(true, Ordering::Release);
+        })?;
         if let Some(err) = header.get("error").and_then(Value::as_str) {
             return Err(ZygoteError::Refused(err.to_string()));
         }
@@ -278,6 +291,46 @@ impl Zygote {
     /// Whether it was retired: it takes no more commands.
     pub fn is_retired(&self) -> bool {
         self.retired.load(Ordering::Acquire)
+    }
+
+    /// Whether a command found it dead or unanswering (a package's code
+    /// ended it, the kernel killed it): it takes no more commands.
+    pub fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::Acquire)
+    }
+
+    /// Whether it ended while still serving: a command found it broken,
+    /// or its channel is at end-of-file between commands (a zygote never
+    /// writes unasked, and its files close as it exits). A retired zygote
+    /// closes its channel on purpose, and is not counted.
+    pub fn has_ended(&self) -> bool {
+        if self.is_broken() {
+            return true;
+        }
+        if self.is_retired() {
+            return false;
+        }
+        let Ok(control) = self.control.try_lock() else {
+            return false; // a command is being answered
+        };
+        use rustix::net::{RecvFlags, recv};
+        let mut byte = [0u8; 1];
+        let ended = match recv(&*control, &mut byte, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
+            Ok((0, _)) => true,
+            Ok(_) => false,
+            Err(e) => e != rustix::io::Errno::AGAIN,
+        };
+        if ended {
+            self.broken.store(true, Ordering::Release);
+        }
+        ended
+    }
+
+    /// Whether its handlers ended with it: a contained zygote is PID 1 of
+    /// its handlers' PID namespace, and the kernel kills them as it exits
+    /// (a paused one as soon as it is thawed).
+    pub fn took_its_handlers(&self) -> bool {
+        self.root.is_some() && self.has_ended()
     }
 
     /// Stops it serving. A contained zygote is PID 1 of its namespace and
@@ -444,6 +497,7 @@ impl ZygoteTree {
             learned: BTreeSet::new(),
             replacing: Default::default(),
             retired: Default::default(),
+            broken: Default::default(),
             import_ms: 0,
             network: false,
             root: None,
@@ -713,6 +767,7 @@ impl ZygoteTree {
             learned: learned.clone(),
             replacing: Default::default(),
             retired: Default::default(),
+            broken: Default::default(),
             import_ms: started.elapsed().as_millis() as u64,
             network,
             root,
@@ -754,6 +809,27 @@ impl ZygoteTree {
             tracing::info!(zygote = z.id, "zygote evicted (import cache over budget)");
             z.retire();
         }
+    }
+
+    /// Takes `zygote` out of the tree if a command found it broken, so
+    /// the next choice forks from another (or makes a new one); whether it
+    /// was. The root stays: the others are forked from it.
+    pub fn drop_broken(&self, zygote: &Arc<Zygote>) -> bool {
+        if !zygote.is_broken() || zygote.id == 0 {
+            return false;
+        }
+        let mut zygotes = self.zygotes.lock();
+        if let Some(i) = zygotes.iter().position(|z| Arc::ptr_eq(z, zygote)) {
+            zygotes.remove(i);
+            tracing::warn!(
+                zygote = zygote.id,
+                pid = zygote.pid,
+                "zygote dropped: it died or stopped answering"
+            );
+        }
+        drop(zygotes);
+        zygote.retire();
+        true
     }
 
     /// Every zygote, for status.
@@ -810,4 +886,57 @@ fn benefit_per_byte(z: &Zygote, now: Instant) -> f64 {
     let idle_min = now.duration_since(*z.last_fork.lock()).as_secs_f64() / 60.0;
     let recent = (z.forks.load(Ordering::Relaxed) as f64 + 1.0) * 0.5f64.powf(idle_min);
     recent * (z.import_ms.max(1) as f64) / (z.pss_bytes().max(1) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The node retires a contained zygote between commands, but Python
+    /// runs the SIGTERM handler at its next bytecode, which can be inside
+    /// `send_frame` with the reply's bytes gone. Here the signal lands
+    /// exactly there: the zygote must still leave through `exit()` (code
+    /// 0, waiting for its children when it is their namespace's PID 1),
+    /// not die of an uncaught `Retire` — which, as PID 1, would take the
+    /// zygote that replaced it with it.
+    #[test]
+    fn a_retirement_landing_as_a_reply_is_sent_leaves_through_exit() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("helper.py"), crate::HELPER_PY).unwrap();
+        let script = r#"
+import os, signal, socket, sys
+sys.path.insert(0, sys.argv[1])
+import helper
+node, zygote_end = socket.socketpair()
+sent = helper.send_frame
+def then_retired(sock, header, body=b""):
+    sent(sock, header, body)
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(1000):
+        pass  # the handler runs here, inside send_frame
+helper.send_frame = then_retired
+signal.signal(signal.SIGTERM, helper._retire)
+pid = os.fork()
+if pid == 0:
+    node.close()
+    helper.Zygote(zygote_end, {}).serve()
+    os._exit(3)
+zygote_end.close()
+sent(node, {"op": "ping"})
+header, _ = helper.recv_frame(node)
+assert header["pid"] == pid, header
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"#;
+        let out = std::process::Command::new("python3")
+            .args(["-I", "-c", script])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "0",
+            "the zygote did not leave through exit(): {stderr}"
+        );
+    }
 }

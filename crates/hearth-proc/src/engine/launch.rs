@@ -87,6 +87,7 @@ impl ProcEngine {
             idle_since: Instant::now(),
             private_packages: None,
             egress: None,
+            zygote: None,
             _live: LiveGuard::new(&inner.live),
         };
         let (root_path, socket_host, socket_inside) = if inner.root {

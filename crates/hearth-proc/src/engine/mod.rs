@@ -527,7 +527,7 @@ impl ProcPrepared {
         let cached = if isolated {
             None
         } else {
-            inner.handlers.lock().take(&self.key)
+            self.take_paused().await
         };
         let handler = match cached {
             Some(h) => {
@@ -555,6 +555,29 @@ impl ProcPrepared {
         }))
     }
 
+    /// A paused handler of this version, if one is kept whose zygote did
+    /// not end under it. Those whose zygote did are dead as soon as they
+    /// are thawed: they are destroyed (which lets the zygote's exit end),
+    /// and the zygote leaves the tree.
+    async fn take_paused(&self) -> Option<Handler> {
+        let inner = &self.engine.0;
+        loop {
+            let handler = inner.handlers.lock().take(&self.key)?;
+            let ended = handler
+                .zygote
+                .as_ref()
+                .and_then(std::sync::Weak::upgrade)
+                .filter(|z| z.took_its_handlers());
+            let Some(zygote) = ended else {
+                return Some(handler);
+            };
+            inner.destroy(handler);
+            if let Ok(tree) = self.engine.zygotes().await {
+                tree.drop_broken(&zygote);
+            }
+        }
+    }
+
     fn cgroup_limits(&self) -> CgroupLimits {
         let c = &self.engine.0.config;
         CgroupLimits {
@@ -580,7 +603,9 @@ impl ProcPrepared {
         };
         let packages: Vec<PathBuf> = installed.iter().map(|i| i.path.clone()).collect();
         // A zygote chosen just before the import cache replaced it refuses
-        // the fork (`ZygoteError::Retired`): choose again, once.
+        // the fork (`ZygoteError::Retired`); one that had died (its package
+        // ended it, the kernel killed it) fails it and leaves the tree.
+        // Either way: choose again, once.
         let mut retried = false;
         let (zygote, launched) = loop {
             let zygote = self.choose_zygote(tree, &installed).await;
@@ -610,7 +635,7 @@ impl ProcPrepared {
                     },
                 )
                 .await;
-            if launched.is_err() && zygote.is_retired() && !retried {
+            if launched.is_err() && !retried && (zygote.is_retired() || tree.drop_broken(&zygote)) {
                 retried = true;
                 continue;
             }
@@ -627,6 +652,7 @@ impl ProcPrepared {
         };
         handler.private_packages = private;
         handler.key = Some(self.key.clone());
+        handler.zygote = (zygote.id != 0).then(|| Arc::downgrade(&zygote));
         let (handler, imported) = self.load(handler, &packages).await?;
         if caches.learn && zygote.id != 0 && !imported.is_empty() {
             // The import cache learns what handlers import, off the

@@ -296,3 +296,77 @@ async fn a_handler_left_mid_stream_does_not_serve_the_next_invocation() {
         assert_eq!(resp.text().await.unwrap(), "short and whole");
     }
 }
+
+/// A package runs its tenant's code in the zygote that imports it, and
+/// that code can end the zygote: here a timer, two seconds on (a handler
+/// forked from the zygote has no such thread). The zygote's death takes
+/// only its own tenant's handlers with it; the next call finds it dead,
+/// drops it from the tree and forks from a new one — a 200, not the
+/// "broken pipe" of every call after it.
+#[tokio::test]
+async fn a_package_that_ends_its_zygote_costs_its_function_a_new_zygote_not_its_calls() {
+    let wheels = tempfile::tempdir().unwrap();
+    crate::process::write_wheel_of(
+        wheels.path(),
+        "ender",
+        "1.0",
+        "import os, threading\nthreading.Timer(2.0, os._exit, (1,)).start()\n",
+    );
+    let d = Daemon::start_with(&["--offline-packages", wheels.path().to_str().unwrap()]);
+    let bundle = crate::harness::tar_of(&[
+        (
+            "handler.py",
+            "import ender\ndef handler(e, c):\n    return 'ok'\n",
+        ),
+        ("requirements.txt", "ender==1.0\n"),
+    ]);
+    let q = [("runtime", "python"), ("file_name", "fn.tar")];
+    d.deploy("ender", bundle, &q).await;
+    d.deploy(
+        "hello",
+        b"def handler(e, c):\n    return 'hello'\n".to_vec(),
+        &[("runtime", "python"), ("file_name", "handler.py")],
+    )
+    .await;
+    let mut ended = Vec::new();
+    for round in 0..2 {
+        let (status, body) = d.call("ender", "", "{}").await;
+        assert_eq!(
+            (status, body.as_str()),
+            (200, "ok"),
+            "round {round}: {body}"
+        );
+        let zygote = package_zygote_pid(&d).await;
+        assert!(!ended.contains(&zygote), "a dead zygote was kept: {zygote}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while process_lives(zygote) {
+            assert!(Instant::now() < deadline, "zygote {zygote} lives");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        ended.push(zygote);
+        assert_eq!(d.call("hello", "", "").await, (200, "hello".into()));
+    }
+}
+
+/// The pid of the node's one package zygote.
+async fn package_zygote_pid(d: &Daemon) -> i64 {
+    let status = d.get_json("/v1/status").await;
+    let zygotes = status["tiers"]["process"]["details"]["zygotes"]
+        .as_array()
+        .unwrap();
+    let packaged: Vec<i64> = zygotes
+        .iter()
+        .filter(|z| z["packages"].as_u64() != Some(0))
+        .map(|z| z["pid"].as_i64().unwrap())
+        .collect();
+    assert_eq!(packaged.len(), 1, "{zygotes:?}");
+    packaged[0]
+}
+
+/// Whether process `pid` runs: not gone, and not exiting (an exiting
+/// process has let go of its memory, and with it its command line; a
+/// namespace's PID 1 stays exiting until the last of its paused handlers
+/// is gone).
+fn process_lives(pid: i64) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| !line.is_empty())
+}
