@@ -61,25 +61,25 @@ pub(crate) async fn members(State(s): S, headers: HeaderMap) -> Result<Json<Memb
 
 /// Sends an invocation to the node the placer picks, pinned to the version
 /// the gateway resolved ([`hearth_cluster::forward`] has the rules). When
-/// spans are exported, the gateway's span over it is the node's span's
-/// parent and the client's `traceparent`.
+/// spans are exported, the gateway's span over it is the client's
+/// `traceparent`, and each attempt's span under it the node's.
 pub(crate) async fn forward(
     g: &Arc<Gateway>,
     tracing: Option<&Tracing>,
     function: &FunctionVersion,
     method: http::Method,
     uri: &http::Uri,
-    mut headers: HeaderMap,
+    headers: HeaderMap,
     body: OutgoingBody,
 ) -> Result<Response, ApiError> {
     let span = tracing.map(|t| t.forwarding(function, method.as_str(), &headers));
     let traceparent = span.as_ref().map(|span| {
         HeaderValue::from_str(&span.traceparent()).expect("a traceparent is hex and dashes")
     });
-    if let Some(tp) = &traceparent {
-        headers.insert(TRACEPARENT, tp.clone());
-    }
-    let out = Outgoing::pinned(function, method, uri, headers, body);
+    let out = Outgoing {
+        span: span.as_ref(),
+        ..Outgoing::pinned(function, method, uri, headers, body)
+    };
     let done = g.forward(&out).await.map_err(|e| {
         let (kind, error) = match e {
             GatewayError::NoNodes | GatewayError::Busy(_) => {

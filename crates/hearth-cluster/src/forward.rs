@@ -76,6 +76,7 @@ impl<'a> Outgoing<'a> {
             path_and_query: format!("/fn/{tenant}/{name}@{}{rest}{query}", function.version),
             headers,
             body,
+            span: None,
         }
     }
 }

@@ -41,6 +41,7 @@ use thiserror::Error;
 
 use hearth_core::{ByMode, InvocationId};
 use hearth_node::GatewayAttempt;
+use hearth_node::trace::{AttemptSpan, ForwardSpan};
 use hearth_store::{AwayTapes, MemberRow, PgStore};
 
 use crate::attempt::AttemptKey;
@@ -182,6 +183,9 @@ pub struct Outgoing<'a> {
     pub path_and_query: String,
     pub headers: HeaderMap,
     pub body: OutgoingBody,
+    /// The gateway's span over the invocation, when it is traced: each
+    /// attempt is a span under it, whose `traceparent` the node gets.
+    pub span: Option<&'a ForwardSpan>,
 }
 
 /// An invocation's request body as the gateway sends it on.
@@ -224,11 +228,12 @@ pub type ForwardedBody =
     std::pin::Pin<Box<dyn futures::Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
 
 impl Forwarded {
-    /// This answer with `lease` released only once its body has passed.
-    fn holding(self, lease: Lease) -> Forwarded {
+    /// This answer with `held` (its lease, its attempt's span) dropped
+    /// only once its body has passed.
+    fn holding<T: Send + 'static>(self, held: T) -> Forwarded {
         use futures::StreamExt;
         let body = self.body.map(move |chunk| {
-            let _held = &lease;
+            let _held = &held;
             chunk
         });
         Forwarded {
@@ -719,11 +724,10 @@ impl Gateway {
         };
         let (lease, id, url) = self.place(out, None)?;
         let first = lease.node;
-        let failed = match self.send(&url, out, attempt(false)).await {
-            Ok(f) => return Ok(Forwarded { node: id, ..f }.holding(lease)),
+        let failed = match self.attempt(lease, &id, &url, out, attempt(false)).await {
+            Ok(f) => return Ok(f),
             Err(e) => e,
         };
-        drop(lease);
         // What became of the first attempt, as the errors say it.
         let (what, refused) = match failed {
             SendError::Timeout => {
@@ -765,18 +769,18 @@ impl Gateway {
             }
         };
         let second = lease.node;
-        let failed = match self.send(&url, out, attempt(true)).await {
+        let failed = match self
+            .attempt(lease, &second_id, &url, out, attempt(true))
+            .await
+        {
             Ok(f) => {
-                let f = Forwarded {
-                    node: second_id,
+                return Ok(Forwarded {
                     retried_from: Some(id),
                     ..f
-                };
-                return Ok(f.holding(lease));
+                });
             }
             Err(e) => e,
         };
-        drop(lease);
         match failed {
             SendError::Timeout => Err(GatewayError::Timeout {
                 node: second_id,
@@ -797,11 +801,50 @@ impl Gateway {
         }
     }
 
+    /// Sends `out` to node `id` at `url` under `lease`, as an attempt
+    /// span when the invocation is traced. An answer holds the lease and
+    /// the span until its body has passed; a failure drops both.
+    async fn attempt(
+        &self,
+        lease: Lease,
+        id: &Arc<str>,
+        url: &str,
+        out: &Outgoing<'_>,
+        attempt: GatewayAttempt,
+    ) -> Result<Forwarded, SendError> {
+        let resend = u32::from(attempt.retry);
+        let span = out
+            .span
+            .map(|s| s.attempt(out.method.as_str(), id, url, resend));
+        let traceparent = span.as_ref().map(AttemptSpan::traceparent);
+        match self.send(url, out, attempt, traceparent).await {
+            Ok(f) => {
+                if let Some(span) = &span {
+                    span.answered(f.status);
+                }
+                let f = Forwarded {
+                    node: id.clone(),
+                    ..f
+                };
+                Ok(f.holding((lease, span)))
+            }
+            Err(e) => {
+                if let Some(span) = &span {
+                    span.failed(e.kind(), e.to_string());
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends `out` to the node at `base`, with `traceparent` in place of
+    /// the one it carries, if given.
     async fn send(
         &self,
         base: &str,
         out: &Outgoing<'_>,
         attempt: GatewayAttempt,
+        traceparent: Option<String>,
     ) -> Result<Forwarded, SendError> {
         let classify = |e: reqwest::Error| {
             if e.is_timeout() {
@@ -818,10 +861,14 @@ impl Gateway {
                 SendError::Failed(msg)
             }
         };
+        let mut headers = out.headers.clone();
+        if let Some(tp) = traceparent.and_then(|tp| http::HeaderValue::from_str(&tp).ok()) {
+            headers.insert("traceparent", tp);
+        }
         let mut request = self
             .client
             .request(out.method.clone(), format!("{base}{}", out.path_and_query))
-            .headers(out.headers.clone());
+            .headers(headers);
         if let Some(key) = &self.config.attempt_key {
             request = request.header(crate::attempt::HEADER, key.sign(attempt));
         }
@@ -855,11 +902,25 @@ pub fn refused(status: u16, headers: &HeaderMap) -> bool {
     matches!(status, 429 | 503) && headers.contains_key(hearth_core::REFUSED_HEADER)
 }
 
+#[derive(Debug, Display)]
 enum SendError {
+    /// no answer within the invocation's timeout
     Timeout,
-    /// The node answered that it is at its limit, having run nothing.
+    /// the node is at its limit and ran nothing of it
     Refused,
+    /// {0}
     Failed(String),
+}
+
+impl SendError {
+    /// What an attempt's span calls it (`error.type`).
+    fn kind(&self) -> &'static str {
+        match self {
+            SendError::Timeout => "timeout",
+            SendError::Refused => "refused",
+            SendError::Failed(_) => "node_failed",
+        }
+    }
 }
 
 #[cfg(test)]
@@ -876,6 +937,7 @@ mod tests {
             path_and_query: "/".into(),
             headers: HeaderMap::new(),
             body: OutgoingBody::Whole(Bytes::new()),
+            span: None,
         }
     }
 

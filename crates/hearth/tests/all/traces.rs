@@ -10,6 +10,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use prost::Message;
 
 use crate::harness::Daemon;
@@ -358,12 +359,14 @@ async fn a_streamed_response_carries_its_span_too() {
     );
 }
 
-/// Through a gateway the trace has one more hop: the gateway's span is the
-/// caller's child and the node's invocation span is the gateway's; the
+/// Through a gateway the trace has two more hops: the gateway's span is
+/// the caller's child, each attempt to send the call to a node is a client
+/// span under it, and the node's invocation span is the attempt's; the
 /// client gets the gateway's span. A call whose node died is retried on
-/// another, and the gateway's span says so in an event naming the dead one.
+/// another: the failed attempt is a span of its own, with the error and
+/// the dead node, and the gateway's span has an event naming it.
 #[tokio::test(flavor = "multi_thread")]
-async fn through_a_gateway_its_span_is_the_nodes_parent_and_a_retry_is_an_event_on_it() {
+async fn through_a_gateway_each_attempt_is_a_span_the_nodes_is_under_and_a_retry_is_an_event() {
     use crate::cluster::{alive, gateway_with, members_until, node};
     let collector = Collector::default();
     let endpoint = collector.start().await;
@@ -423,8 +426,28 @@ async fn through_a_gateway_its_span_is_the_nodes_parent_and_a_retry_is_an_event_
         Some("200")
     );
     assert!(forward.events.is_empty(), "{:?}", forward.events);
+    let sent = attempt_above(&collector, &invocation).await;
+    assert_eq!(sent.parent_span_id, forward.span_id);
+    assert_eq!(
+        (sent.name.as_str(), sent.kind),
+        ("POST", SpanKind::Client as i32)
+    );
+    assert_eq!(instance_of(&sent), gw.url);
+    let node_port = url_of(&ran_on).rsplit(':').next().unwrap().to_string();
+    for (key, value) in [
+        ("hearth.node", Some(ran_on.as_str())),
+        ("server.address", Some("127.0.0.1")),
+        ("server.port", Some(node_port.as_str())),
+        ("http.response.status_code", Some("200")),
+        ("http.request.resend_count", None),
+    ] {
+        assert_eq!(
+            string_attr(&sent.attributes, key).as_deref(),
+            value,
+            "{key}"
+        );
+    }
     assert_eq!(hex(&invocation.trace_id), TRACE_ID);
-    assert_eq!(invocation.parent_span_id, forward.span_id);
     assert_eq!(instance_of(&invocation), url_of(&ran_on));
     assert_eq!(back, format!("00-{TRACE_ID}-{}-01", hex(&forward.span_id)));
 
@@ -442,8 +465,41 @@ async fn through_a_gateway_its_span_is_the_nodes_parent_and_a_retry_is_an_event_
         string_attr(&retry.attributes, "hearth.failed_node").as_deref(),
         Some(ran_on.as_str())
     );
-    assert_eq!(invocation.parent_span_id, forward.span_id);
+    let resent = attempt_above(&collector, &invocation).await;
+    assert_eq!(resent.parent_span_id, forward.span_id);
+    assert_eq!(
+        string_attr(&resent.attributes, "http.request.resend_count").as_deref(),
+        Some("1")
+    );
     assert_ne!(instance_of(&invocation), url_of(&ran_on));
+    let lost = collector
+        .wait_for("the failed attempt", |s| {
+            s.parent_span_id == forward.span_id && s.span_id != resent.span_id
+        })
+        .await;
+    for (key, value) in [
+        ("hearth.node", Some(ran_on.as_str())),
+        ("error.type", Some("node_failed")),
+        ("http.response.status_code", None),
+    ] {
+        assert_eq!(
+            string_attr(&lost.attributes, key).as_deref(),
+            value,
+            "{key}"
+        );
+    }
+    let status = lost.status.as_ref().unwrap();
+    assert_eq!(status.code, StatusCode::Error as i32);
+    assert!(status.message.contains("Connection refused"), "{status:?}");
+}
+
+/// The gateway's span for the attempt that `invocation` (a node's span)
+/// was sent in.
+async fn attempt_above(collector: &Collector, invocation: &Span) -> Span {
+    let parent = invocation.parent_span_id.clone();
+    collector
+        .wait_for("the attempt", |s| s.span_id == parent)
+        .await
 }
 
 /// `--otlp-sample-ratio 0`: no trace that begins here is exported, yet each
