@@ -41,7 +41,7 @@ use thiserror::Error;
 
 use hearth_core::{ByMode, InvocationId};
 use hearth_node::GatewayAttempt;
-use hearth_node::trace::{AttemptSpan, ForwardSpan};
+use hearth_node::trace::ForwardSpan;
 use hearth_store::{AwayTapes, MemberRow, PgStore};
 
 use crate::attempt::AttemptKey;
@@ -183,8 +183,9 @@ pub struct Outgoing<'a> {
     pub path_and_query: String,
     pub headers: HeaderMap,
     pub body: OutgoingBody,
-    /// The gateway's span over the invocation, when it is traced: each
-    /// attempt is a span under it, whose `traceparent` the node gets.
+    /// The gateway's span over the invocation, when it is traced: in a
+    /// sampled trace each attempt is a span under it, whose `traceparent`
+    /// the node gets; otherwise the node gets this one's.
     pub span: Option<&'a ForwardSpan>,
 }
 
@@ -815,8 +816,11 @@ impl Gateway {
         let resend = u32::from(attempt.retry);
         let span = out
             .span
-            .map(|s| s.attempt(out.method.as_str(), id, url, resend));
-        let traceparent = span.as_ref().map(AttemptSpan::traceparent);
+            .and_then(|s| s.attempt(out.method.as_str(), id, url, resend));
+        let traceparent = match &span {
+            Some(span) => Some(span.traceparent()),
+            None => out.span.map(ForwardSpan::traceparent),
+        };
         match self.send(url, out, attempt, traceparent).await {
             Ok(f) => {
                 if let Some(span) = &span {

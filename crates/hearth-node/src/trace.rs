@@ -192,8 +192,9 @@ pub(crate) fn end(
 
 /// A gateway's span over one invocation it forwards, with the node that
 /// answered, and a retry as an event naming the node that failed first.
-/// Each attempt to send it to a node is a client span under it
-/// ([`ForwardSpan::attempt`]), the parent of that node's invocation span.
+/// Each attempt to send it to a node is a client span under it, when the
+/// trace is sampled ([`ForwardSpan::attempt`]): the parent of that node's
+/// invocation span.
 /// It ends when dropped: with the response's body, which streams from the
 /// node through the gateway.
 pub struct ForwardSpan {
@@ -210,8 +211,13 @@ impl ForwardSpan {
     /// Starts the span of one attempt to send the invocation as `method`
     /// to node `node` at `url` (its base URL); `resend` counts the
     /// attempts before it. The span names the node's address, not the
-    /// request's URL, whose query is the caller's.
-    pub fn attempt(&self, method: &str, node: &str, url: &str, resend: u32) -> AttemptSpan {
+    /// request's URL, whose query is the caller's. `None` when this trace
+    /// is not sampled: its attempts would not be exported either, and the
+    /// node gets this span as `traceparent` instead.
+    pub fn attempt(&self, method: &str, node: &str, url: &str, resend: u32) -> Option<AttemptSpan> {
+        if !self.cx.span().is_recording() {
+            return None;
+        }
         let mut attributes = vec![
             KeyValue::new("hearth.node", node.to_string()),
             KeyValue::new("http.request.method", method.to_string()),
@@ -236,7 +242,7 @@ impl ForwardSpan {
             .with_kind(SpanKind::Client)
             .with_attributes(attributes)
             .start_with_context(&self.tracer, &self.cx);
-        AttemptSpan(Context::current_with_span(span))
+        Some(AttemptSpan(Context::current_with_span(span)))
     }
 
     /// The node answered `status`: `node` ran invocation `invocation`,
