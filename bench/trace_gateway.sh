@@ -3,8 +3,9 @@
 # PostgreSQL (a database each), each a gateway and one node, in one run:
 #   off  neither member traces (the default)
 #   ctl  the same again: the A/A noise floor
-#   on   both export every span (the gateway's `forward hello` and the
-#        node's `hello`) to a loopback sink (hearth-bench's ceiling server)
+#   on   both export every span (the gateway's `forward hello` and its
+#        `POST` attempt span, the node's `hello`) to a loopback sink
+#        (hearth-bench's ceiling server)
 #   smp  the same with --otlp-sample-ratio 0.01 on the gateway (the node
 #        follows the gateway's choice)
 # The wasm hello through each gateway, rounds taking the clusters in
