@@ -62,20 +62,25 @@ pub(crate) async fn members(State(s): S, headers: HeaderMap) -> Result<Json<Memb
 /// Sends an invocation to the node the placer picks, pinned to the version
 /// the gateway resolved ([`hearth_cluster::forward`] has the rules). When
 /// spans are exported, the gateway's span over it is the client's
-/// `traceparent`, and each attempt's span under it the node's.
+/// `traceparent`, and the node's: in a sampled trace each attempt's span
+/// under it takes its place there.
 pub(crate) async fn forward(
     g: &Arc<Gateway>,
     tracing: Option<&Tracing>,
     function: &FunctionVersion,
     method: http::Method,
     uri: &http::Uri,
-    headers: HeaderMap,
+    mut headers: HeaderMap,
     body: OutgoingBody,
 ) -> Result<Response, ApiError> {
     let span = tracing.map(|t| t.forwarding(function, method.as_str(), &headers));
     let traceparent = span.as_ref().map(|span| {
         HeaderValue::from_str(&span.traceparent()).expect("a traceparent is hex and dashes")
     });
+    // What the node gets, unless an attempt span takes its place.
+    if let Some(tp) = &traceparent {
+        headers.insert(TRACEPARENT, tp.clone());
+    }
     let out = Outgoing {
         span: span.as_ref(),
         ..Outgoing::pinned(function, method, uri, headers, body)

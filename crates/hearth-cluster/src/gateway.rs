@@ -183,9 +183,9 @@ pub struct Outgoing<'a> {
     pub path_and_query: String,
     pub headers: HeaderMap,
     pub body: OutgoingBody,
-    /// The gateway's span over the invocation, when it is traced: in a
-    /// sampled trace each attempt is a span under it, whose `traceparent`
-    /// the node gets; otherwise the node gets this one's.
+    /// The gateway's span over the invocation, when it is traced (its
+    /// `traceparent` is in `headers`): in a sampled trace each attempt is
+    /// a span under it, whose `traceparent` the node gets instead.
     pub span: Option<&'a ForwardSpan>,
 }
 
@@ -817,10 +817,10 @@ impl Gateway {
         let span = out
             .span
             .and_then(|s| s.attempt(out.method.as_str(), id, url, resend));
-        let traceparent = match &span {
-            Some(span) => Some(span.traceparent()),
-            None => out.span.map(ForwardSpan::traceparent),
-        };
+        let traceparent = span.as_ref().map(|span| {
+            http::HeaderValue::from_str(&span.traceparent())
+                .expect("a traceparent is hex and dashes")
+        });
         match self.send(url, out, attempt, traceparent).await {
             Ok(f) => {
                 if let Some(span) = &span {
@@ -848,7 +848,7 @@ impl Gateway {
         base: &str,
         out: &Outgoing<'_>,
         attempt: GatewayAttempt,
-        traceparent: Option<String>,
+        traceparent: Option<http::HeaderValue>,
     ) -> Result<Forwarded, SendError> {
         let classify = |e: reqwest::Error| {
             if e.is_timeout() {
@@ -866,7 +866,7 @@ impl Gateway {
             }
         };
         let mut headers = out.headers.clone();
-        if let Some(tp) = traceparent.and_then(|tp| http::HeaderValue::from_str(&tp).ok()) {
+        if let Some(tp) = traceparent {
             headers.insert("traceparent", tp);
         }
         let mut request = self
