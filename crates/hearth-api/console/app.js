@@ -1,22 +1,47 @@
 // The Hearth console (docs/console.md): pages over the API, under the
-// token the user logs in with. Preact components written with htm; charts
+// session the user logs in to (the token is an HttpOnly cookie no script
+// reads; calls prove they are the console's with its CSRF value). Preact components written with htm; charts
 // by uPlot. Everything a tenant wrote (names, bodies, logs) is rendered as
 // text, never as markup.
 import {
   html, render, useState, useEffect, useRef,
 } from "./vendor/htm-preact-3.1.1.module.js";
 
-const TOKEN = "hearth.token";
+const CSRF = "hearth.csrf";
 
 // ---- the API ----
 
-/// `fetch` under the logged-in token.
+/// `fetch` under the session: its cookie goes by itself, the CSRF value
+/// (which only this origin's scripts can read) with it.
 function authorized(path, options = {}) {
-  const token = sessionStorage.getItem(TOKEN);
+  const csrf = sessionStorage.getItem(CSRF) || "";
   return fetch(path, {
     ...options,
-    headers: { ...(options.headers || {}), authorization: `Bearer ${token}` },
+    credentials: "same-origin",
+    headers: { ...(options.headers || {}), "hearth-csrf": csrf },
   });
+}
+
+/// Logs in with `token` (or, without one, takes up the browser's session
+/// if it has one): who it is, or an Error.
+async function session(token) {
+  const resp = token === undefined
+    ? await fetch("/v1/session", { credentials: "same-origin" })
+    : await fetch("/v1/session", {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ token }),
+    });
+  const body = await resp.json().catch(() => null);
+  if (!resp.ok) throw new Error(body?.error?.message || resp.statusText);
+  sessionStorage.setItem(CSRF, body.csrf);
+  return { tenant: body.tenant, role: body.role };
+}
+
+async function logOut() {
+  sessionStorage.removeItem(CSRF);
+  await fetch("/v1/session", { method: "DELETE", credentials: "same-origin" }).catch(() => {});
 }
 
 async function api(path, options = {}) {
@@ -25,7 +50,7 @@ async function api(path, options = {}) {
   let body = text;
   try { body = JSON.parse(text); } catch { /* not JSON: an invocation's answer */ }
   if (resp.status === 401) {
-    sessionStorage.removeItem(TOKEN);
+    sessionStorage.removeItem(CSRF);
     location.hash = "#/login";
   }
   return { resp, body, text };
@@ -122,11 +147,9 @@ function Login({ onLogin }) {
   const [error, setError] = useState(null);
   const submit = async (e) => {
     e.preventDefault();
-    sessionStorage.setItem(TOKEN, e.target.token.value.trim());
     try {
-      onLogin(await json("/v1/whoami"));
+      onLogin(await session(e.target.token.value.trim()));
     } catch (err) {
-      sessionStorage.removeItem(TOKEN);
       setError(err.message);
     }
   };
@@ -137,7 +160,7 @@ function Login({ onLogin }) {
       <button id="login" class="primary" type="submit">Log in</button>
     </form>
     ${error && html`<p class="error" id="login-error">${error}</p>`}
-    <p class="muted">The token stays in this tab (session storage) and is sent only to this server's API.</p>
+    <p class="muted">The token is kept in a cookie no page script can read, sent only to this server.</p>
   </div>`;
 }
 
@@ -399,11 +422,7 @@ function App() {
   useEffect(() => {
     const moved = () => setWhere(route());
     addEventListener("hashchange", moved);
-    if (sessionStorage.getItem(TOKEN)) {
-      json("/v1/whoami").then(setWho, () => {}).finally(() => setChecked(true));
-    } else {
-      setChecked(true);
-    }
+    session().then(setWho, () => {}).finally(() => setChecked(true));
     return () => removeEventListener("hashchange", moved);
   }, []);
   if (!checked) return html`<p class="muted">Loading…</p>`;
@@ -411,7 +430,7 @@ function App() {
     return html`<${Login} onLogin=${(w) => { setWho(w); location.hash = "#/functions"; }} />`;
   }
   const page = where.parts[0] || "functions";
-  const logout = () => { sessionStorage.removeItem(TOKEN); setWho(null); location.hash = "#/login"; };
+  const logout = () => { logOut().then(() => { setWho(null); location.hash = "#/login"; }); };
   const nav = (name, label) => html`<a id=${`nav-${name}`} class=${page === name ? "active" : ""} href=${`#/${name}`}>${label}</a>`;
   return html`<header>
       <span class="brand">Hearth</span>

@@ -18,7 +18,7 @@ pub(crate) struct TokenCache(RwLock<HashMap<String, Principal>>);
 /// What every token Hearth issues begins with.
 const TOKEN_PREFIX: &str = "hth_";
 
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
     bearer_of(headers.get(header::AUTHORIZATION)?)
 }
 

@@ -16,6 +16,8 @@ pub enum ApiError {
     NotFound(String),
     Conflict(String),
     TooLarge(String),
+    /// 415: the body is not of a type the call takes.
+    UnsupportedMediaType(String),
     /// 408: the request (its body) did not arrive in time.
     RequestTimeout(String),
     /// 429: no capacity now; try again shortly.
@@ -39,6 +41,11 @@ impl ApiError {
             ApiError::NotFound(m) => (StatusCode::NOT_FOUND, "not_found", m),
             ApiError::Conflict(m) => (StatusCode::CONFLICT, "conflict", m),
             ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", m),
+            ApiError::UnsupportedMediaType(m) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                m,
+            ),
             ApiError::RequestTimeout(m) => (StatusCode::REQUEST_TIMEOUT, "request_timeout", m),
             ApiError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", m),
             ApiError::TooManyRequests(m) => (StatusCode::TOO_MANY_REQUESTS, "no_capacity", m),

@@ -41,13 +41,19 @@ impl utoipa::IntoResponses for Answers {
             (403, "Another tenant's token"),
             (404, "No such function or version"),
             (413, "The request body is too large"),
-            (429, "No capacity now (`Retry-After`)"),
+            (
+                429,
+                "The tenant's share of the node (invocations or memory) is in use (`Retry-After`)",
+            ),
             (
                 500,
                 "The function failed: `kind` says how (`trap`, `timeout`, `out_of_memory`, …)",
             ),
             (502, "Through a gateway: the node failed"),
-            (503, "Overloaded or unavailable (`Retry-After`)"),
+            (
+                503,
+                "Overloaded: the node's concurrency or memory is in use, or unavailable (`Retry-After`)",
+            ),
             (504, "Through a gateway: the node did not answer in time"),
         ] {
             answers = answers.response(
@@ -404,7 +410,7 @@ fn failed(e: &InvokeError, id: hearth_core::InvocationId) -> Response {
     let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let id = id.to_string();
     let mut resp = crate::error::error_response(status, e.kind(), &e.to_string(), Some(&id));
-    if *e == InvokeError::Overloaded {
+    if matches!(e, InvokeError::Overloaded | InvokeError::MemoryFull { .. }) {
         resp.headers_mut().insert(
             hearth_core::REFUSED_HEADER,
             HeaderValue::from_static(e.kind()),

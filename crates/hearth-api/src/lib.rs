@@ -26,9 +26,11 @@ mod invoke;
 mod kv;
 mod manage;
 mod openapi;
+mod origin;
 mod query;
 mod recordings;
 mod report;
+mod session;
 
 use std::sync::Arc;
 
@@ -54,6 +56,9 @@ pub struct ApiConfig {
     /// The directory of a `hearth-bench trace` report whose charts the
     /// console shows (`--trace-report`).
     pub trace_report: Option<std::path::PathBuf>,
+    /// The domain under which each tenant's functions have an origin of
+    /// their own, `{tenant}.{functions_domain}` (`--functions-domain`).
+    pub functions_domain: String,
 }
 
 impl Default for ApiConfig {
@@ -63,6 +68,7 @@ impl Default for ApiConfig {
             max_code_bytes: 64 << 20,
             body_timeout: std::time::Duration::from_secs(60),
             trace_report: None,
+            functions_domain: "localhost".into(),
         }
     }
 }
@@ -153,7 +159,12 @@ pub fn routers_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> (Ro
         .route("/fn/{tenant}/{name}/", any(invoke::invoke_root))
         .route("/fn/{tenant}/{name}/{*path}", any(invoke::invoke_path))
         .fallback(|| async { ApiError::NotFound("no such route; see /v1/openapi.json".into()) })
-        .with_state(state);
+        .with_state(state.clone());
+    // Around the router, not inside it: the edge rewrites a tenant
+    // origin's paths before they are routed.
+    let app = Router::new()
+        .fallback_service(app)
+        .layer(axum::middleware::from_fn_with_state(state, origin::edge));
     (app, probes)
 }
 
@@ -166,6 +177,7 @@ fn api() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(manage::metrics))
         .routes(routes!(openapi::document))
         .routes(routes!(manage::whoami))
+        .routes(routes!(session::create, session::show, session::end))
         .routes(routes!(manage::status))
         .routes(routes!(manage::create_tenant))
         .routes(routes!(manage::get_tenant, manage::put_tenant))

@@ -141,11 +141,17 @@ pub(crate) async fn whoami(State(s): S, headers: HeaderMap) -> Result<Json<Princ
     Ok(Json(s.auth.require(s.node.store(), &headers).await?))
 }
 
+/// Figures of `/v1/status` that sum every tenant's activity, shown to the
+/// operator only.
+const NODE_WIDE: &[&str] = &["in_flight", "recording", "memory"];
+
 /// The node's state and what it cannot enforce here
 ///
-/// Any valid token: in-flight invocations, each tier's sandboxes, pools and
+/// Any valid token: each tier's sandboxes, pools and
 /// zygotes, `degraded` (what this machine cannot enforce), and `tenant` (the
-/// token's tenant's use against its quotas). An admin also sees what a
+/// token's tenant's use against its quotas and shares). An admin also sees
+/// the node's in-flight invocations, `memory` (reserved by running
+/// invocations, against the node's capacity), `recording`, and what a
 /// gateway's heartbeat carries: `loaded` (`[[tenant, name]]` with code
 /// prepared here, every tenant's), `pool_free` (the warm pools' free
 /// instances) and `ran` (invocations run here since start, every
@@ -173,11 +179,19 @@ pub(crate) async fn status(State(s): S, headers: HeaderMap) -> Result<Json<Value
         "recording_max_bytes": s.node.recorder().map(|r| r.max_tenant_bytes()),
         "code_bytes": code_bytes,
         "code_max_bytes": s.node.max_code_bytes_per_tenant(),
+        "memory_reserved_mib": s.node.tenant_memory(&p.tenant).0 >> 20,
+        "memory_max_mib": s.node.tenant_memory(&p.tenant).1 >> 20,
     });
     if p.role == Role::Admin {
         status["loaded"] = json!(s.node.loaded());
         status["pool_free"] = json!(s.node.pool_free());
         status["ran"] = json!(s.node.invocations_by_mode());
+    } else if let Some(node) = status.as_object_mut() {
+        // What every tenant together does here is the operator's: a
+        // tenant reading it would watch the others' traffic.
+        for key in NODE_WIDE {
+            node.remove(*key);
+        }
     }
     Ok(Json(status))
 }

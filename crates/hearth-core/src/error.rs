@@ -38,6 +38,10 @@ pub enum InvokeError {
     Overloaded,
     /// this tenant already has {limit} invocations running on this node, its share of it; try again shortly
     TenantBusy { limit: usize },
+    /// the node's running invocations hold all the memory it offers ({capacity_mib} MiB, --capacity-mib); try again shortly
+    MemoryFull { capacity_mib: u64 },
+    /// this tenant's running invocations hold its share of this node's memory ({limit_mib} MiB, --capacity-mib-per-tenant); try again shortly
+    TenantMemoryFull { limit_mib: u64 },
     /// the function made more host calls (clock, randomness, logs, KV, HTTP) than one invocation's tape may hold: its budget is {limit_bytes} bytes; the tape was kept up to there
     TapeBudgetExceeded { limit_bytes: usize },
 }
@@ -107,8 +111,8 @@ impl InvokeError {
         match self {
             InvokeError::Timeout { .. } => 504,
             InvokeError::Crashed(_) => 502,
-            InvokeError::Overloaded => 503,
-            InvokeError::TenantBusy { .. } => 429,
+            InvokeError::Overloaded | InvokeError::MemoryFull { .. } => 503,
+            InvokeError::TenantBusy { .. } | InvokeError::TenantMemoryFull { .. } => 429,
             InvokeError::RequestTooLarge { .. } => 413,
             InvokeError::RequestStalled { .. } => 408,
             // nginx's "client closed request": no one is there to read it.
@@ -137,6 +141,8 @@ impl InvokeError {
             InvokeError::Disconnected(_) => "disconnected",
             InvokeError::Overloaded => "overloaded",
             InvokeError::TenantBusy { .. } => "tenant_busy",
+            InvokeError::MemoryFull { .. } => "memory_full",
+            InvokeError::TenantMemoryFull { .. } => "tenant_memory_full",
             InvokeError::TapeBudgetExceeded { .. } => "tape_budget_exceeded",
         }
     }

@@ -3,7 +3,8 @@
 
 /// The response header a node sets when it refused an invocation before
 /// running any of it ([`crate::InvokeError::Overloaded`]: at its
-/// concurrency limit, or out of sandboxes). A gateway may place such an
+/// concurrency limit, or out of sandboxes; [`crate::InvokeError::MemoryFull`]:
+/// its memory reserved by running invocations). A gateway may place such an
 /// invocation on another node; a function's own header of this name is
 /// dropped, so only the node can say it.
 pub const REFUSED_HEADER: &str = "hearth-refused";

@@ -31,3 +31,4 @@ pub use node::{
     ArtifactSource, CompiledMode, DeployOutcome, GatewayAttempt, InvokeOutcome, JitConfig, Node,
     NodeConfig, NodeError, Ready, ReplayReport, StartKind, Streaming,
 };
+pub use share::MemoryBudget;

@@ -293,6 +293,22 @@ impl Metrics {
         let _ = self.recorder.set(recorder);
     }
 
+    /// A gauge `hearth_{name}` whose value `read` gives at each scrape:
+    /// for figures kept elsewhere (an atomic the hot path already updates),
+    /// so that measuring them costs the hot path nothing.
+    pub fn read_at_scrape(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        read: impl Fn() -> i64 + Send + Sync + 'static,
+    ) {
+        self.registry.register_collector(Box::new(Reading {
+            name,
+            help,
+            read: Box::new(read),
+        }));
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -324,6 +340,27 @@ impl Collector for TapesHanded {
             counter.metric_type(),
         )?;
         counter.encode(metric)
+    }
+}
+
+/// A gauge read at each scrape ([`Metrics::read_at_scrape`]).
+struct Reading {
+    name: &'static str,
+    help: &'static str,
+    read: Box<dyn Fn() -> i64 + Send + Sync>,
+}
+
+impl std::fmt::Debug for Reading {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl Collector for Reading {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let gauge = prometheus_client::metrics::gauge::ConstGauge::new((self.read)());
+        let metric = encoder.encode_descriptor(self.name, self.help, None, gauge.metric_type())?;
+        gauge.encode(metric)
     }
 }
 

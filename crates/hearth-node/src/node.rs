@@ -20,6 +20,7 @@ use tracing::Instrument;
 
 use crate::Metrics;
 use crate::metrics::ErrorLabels;
+use crate::share::Refused;
 use crate::table::FunctionTable;
 
 mod forwarded;
@@ -54,6 +55,9 @@ pub struct NodeConfig {
     pub max_code_bytes_per_tenant: u64,
     /// Bytes one invocation's request, and its response, may stream.
     pub max_stream_bytes: u64,
+    /// Memory running invocations may reserve, the node's and each
+    /// tenant's ([`crate::share`]).
+    pub memory: crate::MemoryBudget,
     /// When hot js functions are compiled from their traces; `None`:
     /// never (`docs/js-tier.md`, "Compiled from its traces").
     pub jit: Option<JitConfig>,
@@ -71,6 +75,10 @@ impl Default for NodeConfig {
             max_concurrency_per_tenant: 768,
             max_code_bytes_per_tenant: 1 << 30,
             max_stream_bytes: 4 << 30,
+            memory: crate::MemoryBudget {
+                node_bytes: 16 << 30,
+                tenant_bytes: 16 << 30,
+            },
             jit: Some(JitConfig::default()),
         }
     }
@@ -234,7 +242,21 @@ impl Node {
         config: NodeConfig,
     ) -> Self {
         let logs = crate::logs::spawn_writer(store.clone());
-        let metrics = Metrics::new(config.per_function_metrics);
+        let mut metrics = Metrics::new(config.per_function_metrics);
+        let shares =
+            crate::share::TenantShares::new(config.max_concurrency_per_tenant, config.memory);
+        let reserved = shares.node_memory_counter();
+        metrics.read_at_scrape(
+            "memory_reserved_bytes",
+            "Memory reserved by running invocations (their limits and tape budgets), against --capacity-mib",
+            move || reserved.load(std::sync::atomic::Ordering::Relaxed) as i64,
+        );
+        let capacity = config.memory.node_bytes as i64;
+        metrics.read_at_scrape(
+            "memory_capacity_bytes",
+            "Memory this node offers running invocations (--capacity-mib)",
+            move || capacity,
+        );
         let engines: HashMap<Tier, Arc<dyn Engine>> =
             engines.into_iter().map(|e| (e.tier(), e)).collect();
         let jit = config
@@ -248,7 +270,7 @@ impl Node {
             engines,
             host,
             admission: Arc::new(Semaphore::new(config.max_concurrency)),
-            shares: crate::share::TenantShares::new(config.max_concurrency_per_tenant),
+            shares,
             config,
             table: FunctionTable::default(),
             logs,
@@ -323,6 +345,13 @@ impl Node {
     /// `tenant`'s invocations running now, against its share.
     pub fn tenant_in_flight(&self, tenant: &str) -> (usize, usize) {
         (self.shares.running(tenant), self.shares.max())
+    }
+
+    /// Memory `tenant`'s running invocations reserved, and its share of
+    /// the node's, in bytes.
+    pub fn tenant_memory(&self, tenant: &str) -> (u64, u64) {
+        let budget = self.shares.memory();
+        (self.shares.tenant_memory(tenant), budget.tenant_bytes)
     }
 
     /// Invocations running now.
@@ -500,6 +529,11 @@ impl Node {
             "in_flight": self.in_flight(),
             "max_concurrency": self.config.max_concurrency,
             "max_concurrency_per_tenant": self.shares.max(),
+            "memory": {
+                "reserved_mib": self.shares.node_memory() >> 20,
+                "capacity_mib": self.shares.memory().node_bytes >> 20,
+                "capacity_mib_per_tenant": self.shares.memory().tenant_bytes >> 20,
+            },
             "colocation": self.config.colocation.get(),
             "degraded": degraded,
             "tiers": tiers,
@@ -534,6 +568,19 @@ impl Node {
         {
             return Err(NodeError::Invalid(format!(
                 "tape budget must be 1..={tape_max} bytes (this node's --max-tape-bytes), not {b}"
+            )));
+        }
+        let budget = self.shares.memory();
+        let one = (u64::from(limits.memory_mib) << 20)
+            + spec.record.max_tape_bytes.unwrap_or(tape_max) as u64;
+        if one > budget.tenant_bytes.min(budget.node_bytes) {
+            return Err(NodeError::Invalid(format!(
+                "one invocation would reserve {} MiB (its memory limit and tape budget), more than this \
+                 node lets a tenant's running invocations hold ({} MiB, --capacity-mib-per-tenant) \
+                 or offers in all ({} MiB, --capacity-mib): lower memory_mib",
+                one >> 20,
+                budget.tenant_bytes >> 20,
+                budget.node_bytes >> 20
             )));
         }
         if !self.host.limits.private_egress
@@ -971,9 +1018,22 @@ impl Node {
         let Ok(permit) = self.admission.clone().try_acquire_owned() else {
             return Err(refused(InvokeError::Overloaded));
         };
-        let Some(share) = self.shares.take(&v.tenant) else {
-            let limit = self.shares.max();
-            return Err(refused(InvokeError::TenantBusy { limit }));
+        let share = match self.shares.take(&v.tenant, self.reservation(v)) {
+            Ok(share) => share,
+            Err(why) => {
+                let budget = self.shares.memory();
+                return Err(refused(match why {
+                    Refused::Busy => InvokeError::TenantBusy {
+                        limit: self.shares.max(),
+                    },
+                    Refused::TenantMemory => InvokeError::TenantMemoryFull {
+                        limit_mib: budget.tenant_bytes >> 20,
+                    },
+                    Refused::NodeMemory => InvokeError::MemoryFull {
+                        capacity_mib: budget.node_bytes >> 20,
+                    },
+                }));
+            }
         };
         // When it started, if it gets a tape (the request itself is kept
         // by the caller, borrowed by the tiers, and taped from there): the
@@ -1002,6 +1062,18 @@ impl Node {
                 trace,
             },
         })
+    }
+
+    /// The memory one invocation of `v` may reach, reserved at admission:
+    /// its memory limit (linear memory, JS heap, process cgroup) and its
+    /// tape budget (held in the daemon until written).
+    fn reservation(&self, v: &FunctionVersion) -> u64 {
+        let tape = v
+            .spec
+            .record
+            .max_tape_bytes
+            .unwrap_or(self.host.limits.tape_max_bytes) as u64;
+        (u64::from(v.spec.limits.memory_mib) << 20) + tape
     }
 
     async fn attempt(

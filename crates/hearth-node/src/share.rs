@@ -1,33 +1,82 @@
-//! Each tenant's share of a node's concurrency: one tenant's burst (or its
-//! functions spinning until their deadlines) cannot take every slot the
-//! node has, so another tenant's invocations still find room.
+//! What running invocations hold of a node, admitted against the sum
+//! before any of them runs: each tenant's share of its concurrency (one
+//! tenant's burst, or its functions spinning until their deadlines, cannot
+//! take every slot the node has), and the memory they may reach, per
+//! tenant and for the node (concurrent invocations each within their own
+//! limit cannot add up past the machine and get the daemon OOM-killed).
 
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-/// Invocations running now, per tenant, each at most `max`.
-pub(crate) struct TenantShares {
-    max: usize,
-    /// Only tenants with a function that resolved get an entry: as many as
-    /// the node has tenants.
-    running: RwLock<HashMap<Box<str>, Arc<AtomicUsize>>>,
+/// Memory running invocations may reach, in bytes: the node's and each
+/// tenant's.
+#[derive(Debug, Clone, Copy)]
+pub struct MemoryBudget {
+    pub node_bytes: u64,
+    pub tenant_bytes: u64,
 }
 
-/// One running invocation of a tenant; counted until dropped.
-pub(crate) struct Share(Arc<AtomicUsize>);
+/// Invocations running now and the memory they reserved, per tenant and
+/// for the node.
+pub(crate) struct TenantShares {
+    max: usize,
+    memory: MemoryBudget,
+    node_memory: Arc<AtomicU64>,
+    /// Only tenants with a function that resolved get an entry: as many as
+    /// the node has tenants.
+    running: RwLock<HashMap<Box<str>, Arc<TenantUse>>>,
+}
+
+#[derive(Default)]
+struct TenantUse {
+    running: AtomicUsize,
+    memory: AtomicU64,
+}
+
+/// One running invocation of a tenant and the memory it reserved; given
+/// back when dropped.
+pub(crate) struct Share {
+    tenant: Arc<TenantUse>,
+    node_memory: Arc<AtomicU64>,
+    bytes: u64,
+}
 
 impl Drop for Share {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.tenant.running.fetch_sub(1, Ordering::AcqRel);
+        self.tenant.memory.fetch_sub(self.bytes, Ordering::AcqRel);
+        self.node_memory.fetch_sub(self.bytes, Ordering::AcqRel);
     }
 }
 
+/// Why an invocation was not let in.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// The tenant has its share of invocations running.
+    Busy,
+    /// The tenant's running invocations hold its share of memory.
+    TenantMemory,
+    /// The node's running invocations hold all the memory it offers.
+    NodeMemory,
+}
+
+/// Adds `bytes` to `counter` unless that takes it past `max`.
+fn reserve(counter: &AtomicU64, bytes: u64, max: u64) -> bool {
+    counter
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+            used.checked_add(bytes).filter(|&u| u <= max)
+        })
+        .is_ok()
+}
+
 impl TenantShares {
-    pub fn new(max: usize) -> Self {
+    pub fn new(max: usize, memory: MemoryBudget) -> Self {
         TenantShares {
             max: max.max(1),
+            memory,
+            node_memory: Arc::default(),
             running: RwLock::default(),
         }
     }
@@ -36,24 +85,60 @@ impl TenantShares {
         self.max
     }
 
-    /// A slot for one more of `tenant`'s invocations, unless it has `max`
-    /// running.
-    pub fn take(&self, tenant: &str) -> Option<Share> {
+    pub fn memory(&self) -> MemoryBudget {
+        self.memory
+    }
+
+    /// A slot for one more of `tenant`'s invocations, reserving `bytes` of
+    /// memory, unless the tenant has `max` running or the memory is not
+    /// there (the tenant's, then the node's). A refusal takes nothing.
+    pub fn take(&self, tenant: &str, bytes: u64) -> Result<Share, Refused> {
         let counter = self.counter(tenant);
-        if counter.fetch_add(1, Ordering::AcqRel) >= self.max {
-            counter.fetch_sub(1, Ordering::AcqRel);
-            return None;
+        if counter.running.fetch_add(1, Ordering::AcqRel) >= self.max {
+            counter.running.fetch_sub(1, Ordering::AcqRel);
+            return Err(Refused::Busy);
         }
-        Some(Share(counter))
+        if !reserve(&counter.memory, bytes, self.memory.tenant_bytes) {
+            counter.running.fetch_sub(1, Ordering::AcqRel);
+            return Err(Refused::TenantMemory);
+        }
+        if !reserve(&self.node_memory, bytes, self.memory.node_bytes) {
+            counter.running.fetch_sub(1, Ordering::AcqRel);
+            counter.memory.fetch_sub(bytes, Ordering::AcqRel);
+            return Err(Refused::NodeMemory);
+        }
+        Ok(Share {
+            tenant: counter,
+            node_memory: self.node_memory.clone(),
+            bytes,
+        })
     }
 
     /// `tenant`'s invocations running now.
     pub fn running(&self, tenant: &str) -> usize {
         let map = self.running.read();
-        map.get(tenant).map_or(0, |c| c.load(Ordering::Acquire))
+        map.get(tenant)
+            .map_or(0, |c| c.running.load(Ordering::Acquire))
     }
 
-    fn counter(&self, tenant: &str) -> Arc<AtomicUsize> {
+    /// Memory reserved now by `tenant`'s invocations, in bytes.
+    pub fn tenant_memory(&self, tenant: &str) -> u64 {
+        let map = self.running.read();
+        map.get(tenant)
+            .map_or(0, |c| c.memory.load(Ordering::Acquire))
+    }
+
+    /// Memory reserved now by every running invocation, in bytes.
+    pub fn node_memory(&self) -> u64 {
+        self.node_memory.load(Ordering::Acquire)
+    }
+
+    /// What [`node_memory`](Self::node_memory) reads, to read it elsewhere.
+    pub fn node_memory_counter(&self) -> Arc<AtomicU64> {
+        self.node_memory.clone()
+    }
+
+    fn counter(&self, tenant: &str) -> Arc<TenantUse> {
         if let Some(c) = self.running.read().get(tenant) {
             return c.clone();
         }
@@ -66,17 +151,87 @@ impl TenantShares {
 mod tests {
     use super::*;
 
+    const ROOMY: MemoryBudget = MemoryBudget {
+        node_bytes: u64::MAX,
+        tenant_bytes: u64::MAX,
+    };
+
     #[test]
     fn a_tenant_gets_its_share_and_no_more_and_others_keep_theirs() {
-        let shares = TenantShares::new(2);
-        let a: Vec<_> = (0..2).map(|_| shares.take("a").unwrap()).collect();
-        assert!(shares.take("a").is_none(), "a third for a");
+        let shares = TenantShares::new(2, ROOMY);
+        let a: Vec<_> = (0..2).map(|_| shares.take("a", 1).unwrap()).collect();
+        assert_eq!(shares.take("a", 1).err(), Some(Refused::Busy));
         assert_eq!(shares.running("a"), 2, "the refusal took nothing");
-        let b = shares.take("b").expect("b has its own share");
+        let b = shares.take("b", 1).expect("b has its own share");
         drop(a);
         assert_eq!(shares.running("a"), 0);
-        assert!(shares.take("a").is_some());
+        assert!(shares.take("a", 1).is_ok());
         drop(b);
         assert_eq!(shares.running("b"), 0);
+    }
+
+    #[test]
+    fn memory_is_reserved_against_the_tenants_share_then_the_nodes() {
+        let shares = TenantShares::new(
+            100,
+            MemoryBudget {
+                node_bytes: 100,
+                tenant_bytes: 60,
+            },
+        );
+        let a = shares.take("a", 40).unwrap();
+        assert_eq!(shares.take("a", 30).err(), Some(Refused::TenantMemory));
+        let b = shares.take("b", 50).unwrap();
+        assert_eq!(shares.take("c", 20).err(), Some(Refused::NodeMemory));
+        assert_eq!(
+            (shares.running("a"), shares.running("c")),
+            (1, 0),
+            "refusals took no slot"
+        );
+        assert_eq!(
+            (
+                shares.tenant_memory("a"),
+                shares.tenant_memory("c"),
+                shares.node_memory()
+            ),
+            (40, 0, 90),
+            "refusals took no memory"
+        );
+        let c = shares.take("c", 10).expect("what is left fits");
+        drop((a, b, c));
+        assert_eq!(shares.node_memory(), 0);
+        assert_eq!(shares.tenant_memory("a"), 0);
+    }
+
+    #[test]
+    fn concurrent_reservations_never_pass_the_budget() {
+        let shares = Arc::new(TenantShares::new(
+            usize::MAX,
+            MemoryBudget {
+                node_bytes: 1000,
+                tenant_bytes: 1000,
+            },
+        ));
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let shares = shares.clone();
+                std::thread::spawn(move || {
+                    let mut held = Vec::new();
+                    for _ in 0..2000 {
+                        if let Ok(s) = shares.take(&format!("t{}", i % 3), 7) {
+                            assert!(shares.node_memory() <= 1000);
+                            held.push(s);
+                        }
+                        if held.len() > 10 {
+                            held.clear();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(shares.node_memory(), 0);
     }
 }

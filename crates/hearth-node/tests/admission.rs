@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use hearth_core::{FunctionSpec, InvokeError, Request, Runtime};
 use hearth_host::{Engine, HostLimits, HostServices, Source};
-use hearth_node::{Node, NodeConfig};
+use hearth_node::{MemoryBudget, Node, NodeConfig};
 use hearth_store::{ArtifactStore, SqliteStore, Store};
 use hearth_wasm::{WasmConfig, WasmEngine};
 
@@ -26,6 +26,11 @@ struct Fixture {
 /// A node with `limits` (node-wide, per tenant), tenants `a` and `b`, and
 /// in each a `spin` (runs until its 400 ms deadline) and a `hello`.
 async fn node(limits: (usize, usize)) -> Fixture {
+    node_with(limits, NodeConfig::default().memory).await
+}
+
+/// As [`node`], with the memory budget `memory`.
+async fn node_with(limits: (usize, usize), memory: MemoryBudget) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
     let artifacts = ArtifactStore::open(dir.path().join("artifacts")).unwrap();
@@ -35,6 +40,7 @@ async fn node(limits: (usize, usize)) -> Fixture {
     let config = NodeConfig {
         max_concurrency: limits.0,
         max_concurrency_per_tenant: limits.1,
+        memory,
         ..NodeConfig::default()
     };
     let node = Arc::new(Node::new(
@@ -119,4 +125,68 @@ async fn one_tenant_at_its_share_is_refused_while_another_still_runs() {
         s.await.unwrap();
     }
     invoke(&f.node, "a", "hello").await.unwrap();
+}
+
+/// Each invocation of `long` and `hello` reserves its memory limit (64
+/// MiB by default) and the node's tape budget (4 MiB): 68 MiB.
+const ONE: u64 = (64 + 4) << 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_is_reserved_at_admission_against_the_tenants_share_and_the_nodes() {
+    let memory = MemoryBudget {
+        node_bytes: 3 * ONE + ONE / 2,
+        tenant_bytes: 2 * ONE + ONE / 2,
+    };
+    let f = node_with((100, 100), memory).await;
+    // Spins long enough for every check below to fall inside them.
+    for t in ["a", "b"] {
+        let mut spec = FunctionSpec::new(Runtime::Wasm);
+        spec.limits.timeout_ms = 3000;
+        f.node
+            .deploy(t, "long", Source::from(SPIN.to_vec()), spec)
+            .await
+            .unwrap();
+        invoke(&f.node, t, "hello").await.unwrap();
+    }
+    let long: Vec<_> = ["a", "a", "b"]
+        .into_iter()
+        .map(|t| {
+            let node = f.node.clone();
+            tokio::spawn(async move { invoke(&node, t, "long").await })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while f.node.in_flight() < 3 {
+        assert!(Instant::now() < deadline, "the spins did not start");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let r = invoke(&f.node, "a", "hello").await;
+    assert!(
+        matches!(r, Err(InvokeError::TenantMemoryFull { limit_mib: 170 })),
+        "{r:?}"
+    );
+    let r = invoke(&f.node, "b", "hello").await;
+    assert!(
+        matches!(r, Err(InvokeError::MemoryFull { capacity_mib: 238 })),
+        "{r:?}"
+    );
+    assert_eq!(f.node.tenant_memory("a"), (2 * ONE, memory.tenant_bytes));
+    for s in long {
+        let r = s.await.unwrap();
+        assert!(matches!(r, Err(InvokeError::Timeout { .. })), "{r:?}");
+    }
+    assert_eq!(f.node.tenant_memory("a").0, 0, "the memory went back");
+    invoke(&f.node, "a", "hello").await.unwrap();
+    invoke(&f.node, "b", "hello").await.unwrap();
+
+    // A function one invocation of which could never be let in is refused
+    // at deploy, naming the setting.
+    let mut spec = FunctionSpec::new(Runtime::Wasm);
+    spec.limits.memory_mib = 200;
+    let e = f
+        .node
+        .deploy("a", "huge", Source::from(HELLO.to_vec()), spec)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("--capacity-mib-per-tenant"), "{e}");
 }

@@ -296,12 +296,23 @@ pub(crate) fn fmt_time(ms: i64) -> String {
 }
 
 fn print_status(url: &str, v: &Value) {
+    // A tenant is shown its own invocations; the operator the node's.
+    let (flying, of) = if v["in_flight"].is_null() {
+        (&v["tenant"]["in_flight"], &v["tenant"]["max_concurrency"])
+    } else {
+        (&v["in_flight"], &v["max_concurrency"])
+    };
     println!(
-        "Hearth {} at {url}: {} of {} invocations in flight",
+        "Hearth {} at {url}: {flying} of {of} invocations in flight",
         v["version"].as_str().unwrap_or("?"),
-        v["in_flight"],
-        v["max_concurrency"]
     );
+    if let Some(m) = v["memory"].as_object() {
+        println!(
+            "memory: {} of {} MiB reserved by running invocations",
+            m.get("reserved_mib").unwrap_or(&Value::Null),
+            m.get("capacity_mib").unwrap_or(&Value::Null),
+        );
+    }
     let degraded = v["degraded"].as_array().cloned().unwrap_or_default();
     if degraded.is_empty() {
         println!("isolation: full (nothing degraded)");

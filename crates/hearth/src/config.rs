@@ -176,10 +176,16 @@ pub struct UpArgs {
     /// address it listens on).
     #[arg(long, env = "HEARTH_ADVERTISE")]
     pub advertise: Option<String>,
-    /// Memory a node offers to running functions, MiB (default: the
-    /// machine's memory).
+    /// Memory a node offers to running functions, MiB: every running
+    /// invocation reserves its memory limit and tape budget against it,
+    /// and past it the node answers 503 (default: three quarters of the
+    /// machine's memory, or of the daemon's cgroup's limit if lower).
     #[arg(long, env = "HEARTH_CAPACITY_MIB")]
     pub capacity_mib: Option<u64>,
+    /// Of that, what one tenant's running invocations may reserve, MiB;
+    /// past it, 429 (default: half of `capacity_mib`).
+    #[arg(long, env = "HEARTH_CAPACITY_MIB_PER_TENANT")]
+    pub capacity_mib_per_tenant: Option<u64>,
     /// How often nodes report to the cluster, ms; three missed take a
     /// node out. Set on gateways: nodes follow it (default 1000).
     #[arg(long, env = "HEARTH_HEARTBEAT_MS")]
@@ -203,6 +209,13 @@ pub struct UpArgs {
     /// shows its charts (summary.svg, memory.svg) to the operator.
     #[arg(long, env = "HEARTH_TRACE_REPORT")]
     pub trace_report: Option<PathBuf>,
+    /// The domain under which each tenant's functions get an origin of
+    /// their own, `https://{tenant}.{domain}/{name}` (default localhost,
+    /// whose subdomains browsers resolve to this machine). Point a
+    /// wildcard DNS name at Hearth and use a registrable domain apart
+    /// from the console's.
+    #[arg(long, env = "HEARTH_FUNCTIONS_DOMAIN")]
+    pub functions_domain: Option<String>,
     /// Time a client has to send a request's head, and that a kept-alive
     /// connection may sit idle, ms (default 15000).
     #[arg(long, env = "HEARTH_HEADER_TIMEOUT_MS")]
@@ -334,11 +347,13 @@ pub struct Settings {
     pub store: Option<String>,
     pub advertise: Option<String>,
     pub capacity_mib: u64,
+    pub capacity_mib_per_tenant: u64,
     pub heartbeat_ms: u64,
     pub metrics_per_function: bool,
     pub otlp_endpoint: Option<String>,
     pub otlp_sample_ratio: f64,
     pub trace_report: Option<PathBuf>,
+    pub functions_domain: String,
     pub header_timeout_ms: u64,
     pub body_timeout_ms: u64,
     pub max_connections: usize,
@@ -365,6 +380,34 @@ fn check_http_url(flag: &str, url: &str) -> anyhow::Result<()> {
 }
 
 /// The machine's memory in MiB, from /proc/meminfo (4096 if unreadable).
+/// The memory the daemon may use, MiB: the machine's, or its memory
+/// cgroup's limit when that is lower (a container, a systemd unit).
+fn daemon_memory_mib() -> u64 {
+    let cgroup_limit = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|groups| {
+            groups.lines().find_map(|line| {
+                let mut parts = line.splitn(3, ':');
+                let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+                let file = if controllers.is_empty() {
+                    format!("/sys/fs/cgroup{path}/memory.max")
+                } else if controllers.split(',').any(|c| c == "memory") {
+                    format!("/sys/fs/cgroup/memory{path}/memory.limit_in_bytes")
+                } else {
+                    return None;
+                };
+                std::fs::read_to_string(file)
+                    .ok()?
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+        })
+        .map(|bytes| bytes >> 20);
+    let machine = machine_mib();
+    cgroup_limit.map_or(machine, |limit| limit.min(machine))
+}
+
 fn machine_mib() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -471,6 +514,27 @@ impl Settings {
                 dir.display()
             );
         }
+        let functions_domain = o
+            .functions_domain
+            .as_deref()
+            .unwrap_or("localhost")
+            .trim_matches('.')
+            .to_ascii_lowercase();
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        };
+        if !functions_domain.split('.').all(label_ok) {
+            anyhow::bail!(
+                "--functions-domain {:?} is not a DNS name: give one like functions.example.com",
+                o.functions_domain.as_deref().unwrap_or_default()
+            );
+        }
+        let capacity_mib = o
+            .capacity_mib
+            .unwrap_or_else(|| daemon_memory_mib() * 3 / 4)
+            .max(1);
         let tls = match (&o.tls_cert, &o.tls_key, &o.tls_ca) {
             (None, None, None) => None,
             (Some(cert), Some(key), Some(ca)) => Some(hearth_cluster::TlsFiles {
@@ -519,7 +583,11 @@ impl Settings {
             probe_listen: o.probe_listen,
             store,
             advertise: o.advertise.clone(),
-            capacity_mib: o.capacity_mib.unwrap_or_else(machine_mib),
+            capacity_mib,
+            capacity_mib_per_tenant: o
+                .capacity_mib_per_tenant
+                .unwrap_or(capacity_mib / 2)
+                .min(capacity_mib),
             heartbeat_ms: o.heartbeat_ms.unwrap_or(1000).max(50),
             record,
             header_timeout_ms: o.header_timeout_ms.unwrap_or(15_000).max(1),
@@ -552,6 +620,7 @@ impl Settings {
             otlp_endpoint: o.otlp_endpoint.clone(),
             otlp_sample_ratio: o.otlp_sample_ratio.unwrap_or(1.0),
             trace_report: o.trace_report.clone(),
+            functions_domain,
             offline_packages: o.offline_packages.clone(),
             keep_alive_s: o.keep_alive_s.unwrap_or(300),
             js_pin_after: o.js_pin_after.unwrap_or(3).max(1),

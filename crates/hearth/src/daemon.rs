@@ -158,6 +158,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             max_concurrency_per_tenant: settings.max_concurrency_per_tenant,
             max_code_bytes_per_tenant: settings.max_code_mib_per_tenant << 20,
             max_stream_bytes: settings.max_stream_bytes,
+            memory: hearth_node::MemoryBudget {
+                node_bytes: settings.capacity_mib << 20,
+                tenant_bytes: settings.capacity_mib_per_tenant << 20,
+            },
             jit: settings.js_compile.then(hearth_node::JitConfig::default),
         },
     );
@@ -281,6 +285,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             max_code_bytes: settings.max_code_bytes,
             body_timeout: std::time::Duration::from_millis(settings.body_timeout_ms),
             trace_report: settings.trace_report.clone(),
+            functions_domain: settings.functions_domain.clone(),
         },
         role,
     );

@@ -90,11 +90,12 @@ pub(crate) fn gateway_with(store: &str, extra: &[&str]) -> Daemon {
         "gateway",
         "--store",
         store,
-        "--heartbeat-ms",
-        "200",
         "--colocation",
         "full",
     ];
+    if !extra.contains(&"--heartbeat-ms") {
+        args.extend_from_slice(&["--heartbeat-ms", "200"]);
+    }
     args.extend_from_slice(extra);
     Daemon::start_with_env(&args, &SECRETS)
 }

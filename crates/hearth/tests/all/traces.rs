@@ -373,7 +373,10 @@ async fn through_a_gateway_each_attempt_is_a_span_the_nodes_is_under_and_a_retry
     let pg = hearth_test_support::TempPostgres::start().unwrap();
     let store = pg.create_database("traces").unwrap();
     let traced = ["--otlp-endpoint", endpoint.as_str()];
-    let gw = gateway_with(&store, &traced);
+    // Heartbeats far enough apart that the dead node below is still a
+    // member when the next call is placed on it (three missed take it
+    // out: at 200 ms a busy machine could miss the window).
+    let gw = gateway_with(&store, &[&traced[..], &["--heartbeat-ms", "3000"]].concat());
     let mut nodes: Vec<Daemon> = (0..2).map(|_| node(&gw, &store, &traced)).collect();
     let members = members_until(&gw, "two nodes join", |m| alive(m) == 2).await;
     let url_of = |id: &str| {

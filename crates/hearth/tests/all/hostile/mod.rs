@@ -5,6 +5,7 @@
 //!
 //! Run the group alone with `cargo test -p hearth --test all hostile::`.
 
+mod budgets;
 mod compiled;
 mod components;
 mod console;
@@ -16,6 +17,7 @@ mod escape;
 mod exhaustion;
 mod members;
 mod network;
+mod origins;
 mod replay;
 mod restart;
 mod storage;

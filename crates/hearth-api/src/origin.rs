@@ -1,0 +1,215 @@
+//! Whose origin a request is on: the operator's (console and API) or a
+//! tenant's (its functions), and what that allows.
+//!
+//! A browser draws its security lines between origins: scripts of one
+//! origin read the storage, cookies and service workers of that origin
+//! only. Tenant code is hostile, so it never runs on the console's origin:
+//!
+//! - **Its own origin.** `{tenant}.{functions_domain}` serves the tenant's
+//!   functions at `/{name}/…` (`--functions-domain`, default `localhost`,
+//!   whose subdomains browsers resolve to the loopback address). There a
+//!   function's page is an ordinary page of an origin only its tenant's
+//!   functions share; it cannot set a cookie for a parent domain, and a
+//!   service worker it registers covers at most its own `/{name}/`.
+//! - **On the console's origin** (`/fn/{tenant}/{name}`, for API clients)
+//!   every answer carries `Content-Security-Policy: sandbox …`: the browser
+//!   gives the page an opaque origin of its own, so its scripts reach none
+//!   of the console's storage, cookies or service workers, and it cannot
+//!   register one. It sets no cookies and allows no service-worker scope.
+//!
+//! Either way, the console's session cookie and CSRF header never reach a
+//! function ([`crate::session`]).
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Uri, header};
+use axum::middleware::Next;
+use axum::response::Response;
+
+use crate::AppState;
+
+/// What a page served from `/fn` on the console's origin may do: run its
+/// scripts and forms, inside an opaque origin of its own.
+pub(crate) const SANDBOX: &str =
+    "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads";
+
+const SERVICE_WORKER_ALLOWED: &str = "service-worker-allowed";
+
+/// Where a request landed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Site {
+    /// The console's and the API's origin.
+    Operator,
+    /// `{tenant}.{functions_domain}`: that tenant's functions.
+    Tenant(String),
+}
+
+/// The tenant whose origin `host` (a `Host` header: name and maybe port)
+/// is under `domain`, if it is one.
+fn tenant_of(host: &str, domain: &str) -> Option<String> {
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    let label = name
+        .strip_suffix(&domain.to_ascii_lowercase())?
+        .strip_suffix('.')?
+        .to_string();
+    hearth_core::validate_tenant_name(&label).ok()?;
+    Some(label)
+}
+
+/// The request's site: a tenant's when its host is one under the
+/// functions domain.
+fn site(headers: &HeaderMap, uri: &Uri, domain: &str) -> Site {
+    let host = uri
+        .authority()
+        .map(|a| a.as_str())
+        .or_else(|| headers.get(header::HOST).and_then(|h| h.to_str().ok()));
+    match host.and_then(|h| tenant_of(h, domain)) {
+        Some(t) => Site::Tenant(t),
+        None => Site::Operator,
+    }
+}
+
+/// The edge of every request: on a tenant's origin, everything is that
+/// tenant's functions (`/{name}/…` becomes `/fn/{tenant}/{name}/…`);
+/// on the operator's, the session cookie stands for its token
+/// ([`crate::session::credential`]). Answers from function code are then
+/// held to the origin they came from.
+pub(crate) async fn edge(State(s): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
+    let site = site(req.headers(), req.uri(), &s.config.functions_domain);
+    let invokes = match &site {
+        Site::Tenant(tenant) => {
+            let to = format!("/fn/{tenant}{}", req.uri().path());
+            let rewritten = match req.uri().query() {
+                Some(q) => format!("{to}?{q}"),
+                None => to,
+            };
+            match rewritten.parse::<Uri>() {
+                Ok(uri) => *req.uri_mut() = uri,
+                Err(_) => {
+                    use axum::response::IntoResponse;
+                    return crate::ApiError::BadRequest("a malformed path".into()).into_response();
+                }
+            }
+            true
+        }
+        Site::Operator => req.uri().path().starts_with("/fn/"),
+    };
+    let (mut parts, body) = req.into_parts();
+    crate::session::credential(&mut parts.headers, parts.uri.path(), &parts.method, invokes);
+    let mut resp = next.run(Request::from_parts(parts, body)).await;
+    if invokes {
+        held_to_origin(resp.headers_mut(), &site);
+    }
+    resp
+}
+
+/// A function's answer, held to `site`: on the operator's origin
+/// sandboxed, without cookies or service-worker scope; on its tenant's,
+/// with cookies for that host only.
+fn held_to_origin(h: &mut HeaderMap, site: &Site) {
+    match site {
+        Site::Operator => {
+            h.remove(header::SET_COOKIE);
+            h.remove(SERVICE_WORKER_ALLOWED);
+            // Appended, not replacing: a function's own policy still holds
+            // too (every policy given is enforced).
+            h.append(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(SANDBOX),
+            );
+        }
+        Site::Tenant(_) => {
+            let cookies: Vec<HeaderValue> = h
+                .get_all(header::SET_COOKIE)
+                .iter()
+                .filter_map(|c| host_only(c.to_str().ok()?).parse().ok())
+                .collect();
+            h.remove(header::SET_COOKIE);
+            for c in cookies {
+                h.append(header::SET_COOKIE, c);
+            }
+            // A worker may not claim a scope wider than the path it was
+            // served from (the browser's default); Hearth allows no wider.
+            h.remove(SERVICE_WORKER_ALLOWED);
+        }
+    }
+}
+
+/// A `Set-Cookie` value without its `Domain` attribute: a cookie a
+/// function sets belongs to its tenant's host only, never to the
+/// functions domain (every tenant's) or its parents.
+fn host_only(cookie: &str) -> String {
+    cookie
+        .split(';')
+        .filter(|part| {
+            let key = part.split('=').next().unwrap_or_default().trim();
+            !key.eq_ignore_ascii_case("domain")
+        })
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_valid_tenant_label_right_under_the_functions_domain_is_a_tenants_origin() {
+        let t = |h: &str| tenant_of(h, "fns.example.com");
+        assert_eq!(t("acme.fns.example.com"), Some("acme".into()));
+        assert_eq!(t("ACME.fns.example.com:8443"), Some("acme".into()));
+        assert_eq!(t("acme.fns.example.com."), Some("acme".into()));
+        assert_eq!(t("fns.example.com"), None, "the domain itself");
+        assert_eq!(t("a.b.fns.example.com"), None, "two labels deep");
+        assert_eq!(t("acmefns.example.com"), None, "not a label boundary");
+        assert_eq!(t("acme.fns.example.com.evil"), None);
+        assert_eq!(t("console.example.com"), None);
+        assert_eq!(t("127.0.0.1:8080"), None);
+        assert_eq!(t(""), None);
+        assert_eq!(
+            tenant_of("admin.localhost:1234", "localhost"),
+            Some("admin".into())
+        );
+        assert_eq!(tenant_of("localhost:1234", "localhost"), None);
+    }
+
+    #[test]
+    fn a_function_on_the_operators_origin_is_sandboxed_and_sets_nothing() {
+        let mut h = HeaderMap::new();
+        h.append(header::SET_COOKIE, HeaderValue::from_static("a=b"));
+        h.append(SERVICE_WORKER_ALLOWED, HeaderValue::from_static("/"));
+        h.append(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("img-src *"),
+        );
+        held_to_origin(&mut h, &Site::Operator);
+        assert!(h.get(header::SET_COOKIE).is_none());
+        assert!(h.get(SERVICE_WORKER_ALLOWED).is_none());
+        let csp: Vec<_> = h.get_all(header::CONTENT_SECURITY_POLICY).iter().collect();
+        assert_eq!(csp, ["img-src *", SANDBOX]);
+    }
+
+    #[test]
+    fn on_its_own_origin_a_functions_cookies_are_its_hosts_only() {
+        let mut h = HeaderMap::new();
+        h.append(
+            header::SET_COOKIE,
+            HeaderValue::from_static("a=b; Domain=localhost; Path=/; HttpOnly"),
+        );
+        h.append(
+            header::SET_COOKIE,
+            HeaderValue::from_static("c=d;domain=.x"),
+        );
+        h.append(SERVICE_WORKER_ALLOWED, HeaderValue::from_static("/"));
+        held_to_origin(&mut h, &Site::Tenant("acme".into()));
+        let cookies: Vec<_> = h.get_all(header::SET_COOKIE).iter().collect();
+        assert_eq!(cookies, ["a=b; Path=/; HttpOnly", "c=d"]);
+        assert!(h.get(SERVICE_WORKER_ALLOWED).is_none());
+        assert!(h.get(header::CONTENT_SECURITY_POLICY).is_none());
+    }
+}
