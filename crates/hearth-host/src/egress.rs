@@ -49,7 +49,26 @@ fn is_internal_v6(ip: Ipv6Addr) -> bool {
         || ip.is_multicast()
         || (first & 0xfe00) == 0xfc00 // unique local, fc00::/7
         || (first & 0xffc0) == 0xfe80 // link-local, fe80::/10
-        || ip.to_ipv4().is_some_and(|v4| is_internal_v4(v4) && ip.segments()[..6] == [0; 6])
+        || (first & 0xffc0) == 0xfec0 // site-local (deprecated), fec0::/10
+        || embedded_v4(ip).is_some_and(is_internal_v4)
+}
+
+/// The IPv4 address an IPv6 address carries in a transition form, which
+/// a gateway on the way may turn back into that IPv4 address: IPv4-
+/// compatible (`::a.b.c.d`), NAT64 (`64:ff9b::/96` and the local-use
+/// `64:ff9b:1::/48`), 6to4 (`2002:a.b.c.d::/16`) and Teredo
+/// (`2001:0::/32`, whose client address is stored inverted). IPv4-mapped
+/// addresses are handled before (`Ipv6Addr::to_ipv4_mapped`).
+fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = ip.segments();
+    let v4 = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
+    match s {
+        [0, 0, 0, 0, 0, 0, hi, lo] => Some(v4(hi, lo)),
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] | [0x64, 0xff9b, 1, _, _, _, hi, lo] => Some(v4(hi, lo)),
+        [0x2002, hi, lo, ..] => Some(v4(hi, lo)),
+        [0x2001, 0, _, _, _, _, hi, lo] => Some(v4(!hi, !lo)),
+        _ => None,
+    }
 }
 
 /// The address a URL's host names, if it is an internal one. `host` is
@@ -186,6 +205,19 @@ mod tests {
             "::ffff:127.0.0.1",
             "::ffff:169.254.169.254",
             "ff02::1",
+            "fec0::1",
+            // Transition forms of internal IPv4 addresses.
+            "::127.0.0.1",
+            "::169.254.169.254",
+            "64:ff9b::7f00:1",
+            "64:ff9b::a9fe:a9fe",
+            "64:ff9b:1::a00:1",
+            "2002:7f00:1::",
+            "2002:a9fe:a9fe::1",
+            "2002:c0a8:101::",
+            // Teredo: 127.0.0.1 and 10.0.0.1, inverted.
+            "2001:0:4136:e378:8000:63bf:80ff:fffe",
+            "2001:0:4136:e378:8000:63bf:f5ff:fffe",
         ] {
             assert!(is_internal(internal.parse().unwrap()), "{internal}");
         }
@@ -197,6 +229,9 @@ mod tests {
             "93.184.216.34",
             "2606:4700:4700::1111",
             "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+            "2001:0:4136:e378:8000:63bf:f7f7:f7f7",
         ] {
             assert!(!is_internal(public.parse().unwrap()), "{public}");
         }

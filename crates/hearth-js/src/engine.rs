@@ -78,6 +78,10 @@ pub(crate) struct JsVersion {
     pub(crate) stream: bool,
     /// Idle isolates of this version, per worker.
     pub(crate) idle_on: Vec<AtomicUsize>,
+    /// One of its invocations held a worker past its deadline in a builtin
+    /// the interrupt handler cannot stop: the isolate runs it no more
+    /// (Node.js does, where a deadline kills the process).
+    pub(crate) lost_a_worker: std::sync::atomic::AtomicBool,
 }
 
 impl JsEngine {
@@ -173,6 +177,7 @@ impl Engine for JsEngine {
                 idle_on: (0..self.0.pool.workers.len())
                     .map(|_| AtomicUsize::new(0))
                     .collect(),
+                lost_a_worker: Default::default(),
             }),
         }))
     }
@@ -201,6 +206,8 @@ impl Engine for JsEngine {
                 "reserve_workers": w.len() - self.0.pool.regular(),
                 "workers_per_tenant": self.0.config.workers_per_tenant,
                 "stalled_workers": self.0.pool.stalled(),
+                "abandoned_workers": self.0.pool.abandoned(),
+                "active_workers": self.0.pool.active(),
                 "running": running,
                 "idle_isolates": idle,
                 "blank_isolates": blank,
@@ -256,8 +263,18 @@ impl JsSandbox {
         host: HostCtx,
         streams: Option<Streams>,
     ) -> Result<Answered, InvokeError> {
+        if self.version.lost_a_worker.load(Ordering::Relaxed) {
+            return Err(InvokeError::Unsupported(
+                "an earlier invocation of this version ran a builtin past its deadline, which \
+                 the isolate cannot interrupt"
+                    .into(),
+            ));
+        }
+        let meta = host.meta();
+        let (deadline, limit_ms) = (meta.deadline, meta.version.spec.limits.timeout_ms);
         let (reply, answer) = oneshot::channel();
-        self.engine.0.pool.dispatch(Job {
+        let pool = &self.engine.0.pool;
+        let worker = pool.dispatch(Job {
             version: self.version.clone(),
             isolated: self.isolated,
             // The worker is another thread: it gets its own copy.
@@ -266,11 +283,23 @@ impl JsSandbox {
             streams,
             reply,
         });
-        answer.await.unwrap_or_else(|_| {
-            Err(InvokeError::Crashed(
-                "the js worker dropped the invocation".into(),
-            ))
-        })
+        // The interrupt handler ends the invocation at its deadline; a
+        // worker that has not answered a grace later is stuck where the
+        // handler is not polled, and its caller is not kept waiting.
+        let late = tokio::time::Instant::from_std(deadline + crate::workers::GRACE);
+        match tokio::time::timeout_at(late, answer).await {
+            Ok(answered) => answered.unwrap_or_else(|_| {
+                Err(InvokeError::Crashed(
+                    "the js worker dropped the invocation".into(),
+                ))
+            }),
+            Err(_) => {
+                if pool.give_up_on(worker) {
+                    self.version.lost_a_worker.store(true, Ordering::Relaxed);
+                }
+                Err(InvokeError::Timeout { limit_ms })
+            }
+        }
     }
 }
 

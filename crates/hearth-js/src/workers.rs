@@ -31,6 +31,16 @@
 //!   every worker a job may go to is stalled: a new invocation of a tenant
 //!   that is not spinning finds a thread even while other tenants hold
 //!   their whole shares, and the kernel time-slices it with the spinners.
+//! * **Lost workers are abandoned.** Some QuickJS builtins loop without
+//!   polling the interrupt handler (`Array.prototype.reverse.call({length:
+//!   2**53-1})`, `join`): the deadline cannot stop them. The caller does
+//!   not wait on the worker past the deadline and a grace ([`GRACE`]); if
+//!   the worker has not polled since then, it is *lost*: it takes no more
+//!   work, its queue moves elsewhere, its thread drops to `SCHED_IDLE` (it
+//!   runs only when nothing else wants the core), and a spare slot starts
+//!   a fresh thread in its place (at most as many spares as regular
+//!   workers). The version that did it runs in Node.js from then on
+//!   ([`JsVersion::lost_a_worker`]), where a deadline kills the process.
 
 use parking_lot::Mutex;
 use std::cell::RefCell;
@@ -73,14 +83,45 @@ pub(crate) struct Worker {
     /// When its thread began running JS without yielding since (µs after
     /// [`epoch`], plus one); 0 while it is not running JS.
     busy_since: AtomicU64,
+    /// When its thread last polled an interrupt handler (µs after
+    /// [`epoch`], plus one).
+    polled: AtomicU64,
+    /// Takes work: a regular or reserve worker, or a spare started in a
+    /// lost one's place; not a lost one, not a spare not yet started.
+    active: std::sync::atomic::AtomicBool,
+    /// Its thread's id, for moving a lost one to `SCHED_IDLE`.
+    tid: std::sync::atomic::AtomicI32,
 }
 
 impl Worker {
+    fn new(active: bool) -> Worker {
+        Worker {
+            queue: Mutex::new(VecDeque::new()),
+            wake: tokio::sync::Notify::new(),
+            load: AtomicUsize::new(0),
+            idle: AtomicUsize::new(0),
+            idle_bytes: AtomicU64::new(0),
+            blank: AtomicUsize::new(0),
+            busy_since: AtomicU64::new(0),
+            polled: AtomicU64::new(0),
+            active: std::sync::atomic::AtomicBool::new(active),
+            tid: std::sync::atomic::AtomicI32::new(0),
+        }
+    }
+
     fn stalled(&self, now: u64, slice: u64) -> bool {
         let since = self.busy_since.load(Ordering::Relaxed);
         since != 0 && now.saturating_sub(since) > slice
     }
+
+    fn active(&self) -> bool {
+        self.active.load(Ordering::Relaxed)
+    }
 }
+
+/// How long past an invocation's deadline its caller waits on the worker;
+/// a worker that has not polled its interrupt handler for as long is lost.
+pub(crate) const GRACE: Duration = Duration::from_secs(1);
 
 /// The workers, and each tenant's invocations on each of them.
 pub(crate) struct Pool {
@@ -92,6 +133,16 @@ pub(crate) struct Pool {
     slice: u64,
     /// Tenant → its invocations (queued or running) on each worker.
     held: Mutex<HashMap<Arc<str>, Vec<usize>>>,
+    /// Workers abandoned since start.
+    abandoned: AtomicUsize,
+    /// What a spare worker's thread is started with.
+    spawn: Mutex<Option<Spawner>>,
+}
+
+/// What starting a worker's thread needs.
+struct Spawner {
+    io: tokio::runtime::Handle,
+    config: JsConfig,
 }
 
 thread_local! {
@@ -112,10 +163,12 @@ fn now_us() -> u64 {
 /// runs: this thread is running JS (since the first poll, if it was not).
 pub(crate) fn running() {
     BUSY.with(|b| {
-        if let Some(w) = &*b.borrow()
-            && w.busy_since.load(Ordering::Relaxed) == 0
-        {
-            w.busy_since.store(now_us(), Ordering::Relaxed);
+        if let Some(w) = &*b.borrow() {
+            let now = now_us();
+            if w.busy_since.load(Ordering::Relaxed) == 0 {
+                w.busy_since.store(now, Ordering::Relaxed);
+            }
+            w.polled.store(now, Ordering::Relaxed);
         }
     });
 }
@@ -135,18 +188,10 @@ impl Pool {
     pub(crate) fn start(config: &JsConfig) -> anyhow::Result<Arc<Pool>> {
         let regular = config.workers.max(1);
         let io = tokio::runtime::Handle::current();
-        let workers: Vec<Arc<Worker>> = (0..regular * 2)
-            .map(|_| {
-                Arc::new(Worker {
-                    queue: Mutex::new(VecDeque::new()),
-                    wake: tokio::sync::Notify::new(),
-                    load: AtomicUsize::new(0),
-                    idle: AtomicUsize::new(0),
-                    idle_bytes: AtomicU64::new(0),
-                    blank: AtomicUsize::new(0),
-                    busy_since: AtomicU64::new(0),
-                })
-            })
+        // Regular workers, as many reserves, and as many spares (started
+        // only in lost workers' places).
+        let workers: Vec<Arc<Worker>> = (0..regular * 3)
+            .map(|i| Arc::new(Worker::new(i < regular * 2)))
             .collect();
         let pool = Arc::new(Pool {
             workers,
@@ -154,24 +199,14 @@ impl Pool {
             per_tenant: config.workers_per_tenant.clamp(1, regular),
             slice: config.slice.as_micros() as u64,
             held: Mutex::new(HashMap::new()),
+            abandoned: AtomicUsize::new(0),
+            spawn: Mutex::new(Some(Spawner {
+                io,
+                config: config.clone(),
+            })),
         });
-        for (index, worker) in pool.workers.iter().enumerate() {
-            let (w, io, cfg, weak) = (
-                worker.clone(),
-                io.clone(),
-                config.clone(),
-                Arc::downgrade(&pool),
-            );
-            // Reserves keep no blank isolates: they are for bad moments.
-            let blanks = if index < regular {
-                config.blank_per_worker
-            } else {
-                0
-            };
-            std::thread::Builder::new()
-                .name(format!("hearth-js-{index}"))
-                .stack_size(16 << 20)
-                .spawn(move || worker_main(index, w, weak, io, cfg, blanks))?;
+        for index in 0..regular * 2 {
+            pool.start_thread(index)?;
         }
         let weak = Arc::downgrade(&pool);
         let slice = config.slice;
@@ -187,8 +222,81 @@ impl Pool {
         Ok(pool)
     }
 
-    /// Queues `job` on a worker (see the module's documentation).
-    pub(crate) fn dispatch(&self, job: Job) {
+    /// Starts worker `index`'s thread.
+    fn start_thread(self: &Arc<Self>, index: usize) -> std::io::Result<()> {
+        let spawn = self.spawn.lock();
+        let Some(spawn) = spawn.as_ref() else {
+            return Ok(());
+        };
+        let (w, io, cfg, weak) = (
+            self.workers[index].clone(),
+            spawn.io.clone(),
+            spawn.config.clone(),
+            Arc::downgrade(self),
+        );
+        // Reserves keep no blank isolates: they are for bad moments.
+        let blanks = if index < self.regular || index >= self.regular * 2 {
+            cfg.blank_per_worker
+        } else {
+            0
+        };
+        std::thread::Builder::new()
+            .name(format!("hearth-js-{index}"))
+            .stack_size(16 << 20)
+            .spawn(move || worker_main(index, w, weak, io, cfg, blanks))
+            .map(drop)
+    }
+
+    /// The caller of an invocation dispatched to worker `i` gave up on it
+    /// at its deadline and [`GRACE`]: if the worker has not polled its
+    /// interrupt handler since before then, its thread is stuck in a
+    /// builtin. It is abandoned (see the module's documentation); whether
+    /// it was is returned.
+    pub(crate) fn give_up_on(self: &Arc<Self>, i: usize) -> bool {
+        let w = &self.workers[i];
+        let now = now_us();
+        let grace = GRACE.as_micros() as u64;
+        let stuck =
+            w.stalled(now, grace) && now.saturating_sub(w.polled.load(Ordering::Relaxed)) > grace;
+        if !stuck || !w.active.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        self.abandoned.fetch_add(1, Ordering::Relaxed);
+        let tid = w.tid.load(Ordering::Relaxed);
+        if tid != 0 {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: sets the scheduling policy of one thread of this
+            // process by its id; `param` is a valid sched_param.
+            unsafe { libc::sched_setscheduler(tid, libc::SCHED_IDLE, &param) };
+        }
+        tracing::warn!(
+            worker = i,
+            "a js worker ran past its invocation's deadline without polling its interrupt handler \
+             (a builtin that loops); abandoned"
+        );
+        let spare = (self.regular * 2..self.workers.len()).find(|&s| {
+            self.workers[s].tid.load(Ordering::Relaxed) == 0
+                && self.workers[s]
+                    .active
+                    .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+        });
+        if let Some(s) = spare
+            && self.start_thread(s).is_err()
+        {
+            self.workers[s].active.store(false, Ordering::Relaxed);
+        }
+        // Its queue moves at the watchdog's next turn.
+        true
+    }
+
+    /// Workers abandoned since start.
+    pub(crate) fn abandoned(&self) -> usize {
+        self.abandoned.load(Ordering::Relaxed)
+    }
+
+    /// Queues `job` on a worker (see the module's documentation); which.
+    pub(crate) fn dispatch(&self, job: Job) -> usize {
         let i = {
             let mut held = self.held.lock();
             let i = self.pick(&held, &job.version, None);
@@ -200,6 +308,7 @@ impl Pool {
         worker.load.fetch_add(1, Ordering::Relaxed);
         worker.queue.lock().push_back(job);
         worker.wake.notify_one();
+        i
     }
 
     /// The worker for an invocation of `v`: among those its tenant may
@@ -214,11 +323,13 @@ impl Pool {
     ) -> usize {
         let mine = held.get(&v.tenant);
         let on = |i: usize| mine.map_or(0, |m| m[i]);
-        let holding = (0..self.workers.len()).filter(|&i| on(i) > 0).count();
+        let holding = (0..self.workers.len())
+            .filter(|&i| on(i) > 0 && self.workers[i].active())
+            .count();
         let full = holding >= self.per_tenant;
         let now = now_us();
         (0..self.workers.len())
-            .filter(|&i| Some(i) != except && (!full || on(i) > 0))
+            .filter(|&i| Some(i) != except && self.workers[i].active() && (!full || on(i) > 0))
             .min_by_key(|&i| {
                 let w = &self.workers[i];
                 let load = w.load.load(Ordering::Relaxed);
@@ -249,7 +360,7 @@ impl Pool {
     fn rescue(&self) {
         let now = now_us();
         for (from, worker) in self.workers.iter().enumerate() {
-            if !worker.stalled(now, self.slice) {
+            if !worker.stalled(now, self.slice) && worker.active() {
                 continue;
             }
             loop {
@@ -258,7 +369,8 @@ impl Pool {
                 };
                 let mut held = self.held.lock();
                 let to = self.pick(&held, &job.version, Some(from));
-                if to == from || self.workers[to].stalled(now, self.slice) {
+                let lost = !worker.active();
+                if to == from || (!lost && self.workers[to].stalled(now, self.slice)) {
                     drop(held);
                     worker.queue.lock().push_front(job);
                     break;
@@ -277,13 +389,18 @@ impl Pool {
         }
     }
 
-    /// Workers stalled now.
+    /// Workers stalled now (the lost ones among them).
     pub(crate) fn stalled(&self) -> usize {
         let now = now_us();
         self.workers
             .iter()
             .filter(|w| w.stalled(now, self.slice))
             .count()
+    }
+
+    /// Workers taking work now.
+    pub(crate) fn active(&self) -> usize {
+        self.workers.iter().filter(|w| w.active()).count()
     }
 
     pub(crate) fn regular(&self) -> usize {
@@ -324,6 +441,8 @@ fn worker_main(
     blanks: usize,
 ) {
     BUSY.with(|b| *b.borrow_mut() = Some(me.clone()));
+    // SAFETY: gettid has no preconditions.
+    me.tid.store(unsafe { libc::gettid() }, Ordering::Relaxed);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -448,6 +567,19 @@ async fn run_job(
     host: HostCtx,
     streams: Option<Streams>,
 ) -> Result<Answered, InvokeError> {
+    // Its caller stopped waiting at the deadline; and a version that lost
+    // a worker may do it again: neither starts (a builtin that loops would
+    // take this thread too, with no caller left to give up on it).
+    let meta = host.meta();
+    if Instant::now() >= meta.deadline {
+        let limit_ms = meta.version.spec.limits.timeout_ms;
+        return Err(InvokeError::Timeout { limit_ms });
+    }
+    if version.lost_a_worker.load(Ordering::Relaxed) {
+        return Err(InvokeError::Unsupported(
+            "an earlier invocation of this version lost a worker".into(),
+        ));
+    }
     let idle = &here.idle;
     let warm = if isolated {
         None

@@ -207,6 +207,9 @@ impl Isolate {
         self.memory_limit_mib = memory_limit_mib;
         self.state.deadline.set(Some(host.meta().deadline));
         self.state.host.replace(Some(host));
+        // JS runs from here (the module's top level): the worker is busy
+        // even before the interrupt handler's first poll.
+        crate::workers::running();
         self.load_entry().await?;
         self.state.host.replace(None);
         self.state.deadline.set(None);
@@ -342,6 +345,7 @@ impl Isolate {
             None => (None, None),
         };
         self.state.deadline.set(Some(meta.deadline));
+        crate::workers::running();
         let v = &meta.version;
         let started = self.ctx.with(|ctx| -> rquickjs::Result<Persistent<Promise<'static>>> {
             let msg = json!({
@@ -575,6 +579,7 @@ impl Isolate {
                 _ = tokio::time::sleep_until(wait_until.into()) => None,
             };
             *self.state.calls.borrow_mut() = calls;
+            crate::workers::running();
             if let Some(done) = next {
                 let (id, result) =
                     done.unwrap_or_else(|e| (0, Err(format!("host call failed: {e}"))));

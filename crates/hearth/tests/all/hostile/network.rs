@@ -75,6 +75,11 @@ async fn fetch_never_reaches_this_machine_unless_the_operator_allows_it() {
         format!("127.0.0.1:{port}"),
         "169.254.169.254".into(),
         "localhost".into(),
+        // The same in IPv6 transition forms (NAT64, 6to4, Teredo) that a
+        // gateway on the way turns back into IPv4.
+        "[64:ff9b::a9fe:a9fe]".into(),
+        format!("[2002:7f00:1::]:{port}"),
+        format!("[2001:0:4136:e378:8000:63bf:80ff:fffe]:{port}"),
     ] {
         let r = d
             .deploy_raw(
