@@ -207,7 +207,7 @@ impl WasmEngine {
         hearth_host::write_whole(
             &self.0.cache_dir.join("tmp"),
             &self.cached_path(hash),
-            &bytes,
+            &seal(&bytes),
         )?;
         Ok(())
     }
@@ -221,26 +221,15 @@ impl WasmEngine {
     ) -> Result<Loaded, DeployError> {
         let path = self.cached_path(&version.artifact);
         if path.is_file() {
-            // Deserializing runs native code compiled ahead of time. This
-            // file was written by `store_compiled` in this node's own data
-            // directory (atomically, so never torn), in a directory keyed by
-            // this engine's compatibility hash; wasmtime also checks its
-            // header and version. Its name is the hash of the Wasm it came
-            // from.
-            let engine = &self.0.engine;
-            let loaded = match wasmtime::Engine::detect_precompiled_file(&path) {
-                Ok(Some(wasmtime::Precompiled::Component)) => {
-                    // SAFETY: as above: our own compiled component.
-                    unsafe { wasmtime::component::Component::deserialize_file(engine, &path) }
-                        .map(Loaded::Component)
-                }
-                // SAFETY: as above: our own compiled module.
-                _ => unsafe { Module::deserialize_file(engine, &path) }.map(Loaded::Module),
-            };
-            match loaded {
+            match std::fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|sealed| {
+                    let compiled = unseal(&sealed)?;
+                    self.deserialize(compiled).map_err(|e| e.to_string())
+                }) {
                 Ok(loaded) => return Ok(loaded),
                 Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "discarding unusable compiled code");
+                    tracing::warn!(path = %path.display(), error = %e, "discarding unusable compiled code; compiling again");
                     let _ = std::fs::remove_file(&path);
                 }
             }
@@ -253,6 +242,56 @@ impl WasmEngine {
         };
         self.store_compiled(&version.artifact, &loaded)?;
         Ok(loaded)
+    }
+}
+
+/// What a cache file begins with: its format, then the BLAKE3 hash of
+/// the compiled code after it.
+const SEAL: &[u8; 8] = b"HRTHCW01";
+
+/// Compiled code as a cache file holds it: [`SEAL`], its hash, the code.
+fn seal(compiled: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(SEAL.len() + 32 + compiled.len());
+    out.extend_from_slice(SEAL);
+    out.extend_from_slice(blake3::hash(compiled).as_bytes());
+    out.extend_from_slice(compiled);
+    out
+}
+
+/// The compiled code in a cache file, if the file is whole and unchanged
+/// since [`seal`] wrote it: a flipped bit or a cut anywhere is refused
+/// here, before wasmtime maps the code as executable.
+fn unseal(file: &[u8]) -> Result<&[u8], String> {
+    let rest = file
+        .strip_prefix(SEAL.as_slice())
+        .ok_or("not a sealed cache file (an older format, or damaged)")?;
+    if rest.len() < 32 {
+        return Err("cut short".into());
+    }
+    let (hash, compiled) = rest.split_at(32);
+    if blake3::hash(compiled).as_bytes() != hash {
+        return Err("its checksum does not match: the file was damaged".into());
+    }
+    Ok(compiled)
+}
+
+impl WasmEngine {
+    /// Compiled code read back from a cache file that [`unseal`] checked.
+    fn deserialize(&self, compiled: &[u8]) -> anyhow::Result<Loaded> {
+        let engine = &self.0.engine;
+        // Deserializing runs native code compiled ahead of time. These
+        // bytes were written by `store_compiled` in this node's own data
+        // directory (atomically, so never torn), in a directory keyed by
+        // this engine's compatibility hash, and their checksum matched
+        // just now; wasmtime also checks its header and version.
+        Ok(match wasmtime::Engine::detect_precompiled(compiled) {
+            // SAFETY: as above: our own compiled component, unchanged.
+            Some(wasmtime::Precompiled::Component) => Loaded::Component(unsafe {
+                wasmtime::component::Component::deserialize(engine, compiled)
+            }?),
+            // SAFETY: as above: our own compiled module, unchanged.
+            _ => Loaded::Module(unsafe { Module::deserialize(engine, compiled) }?),
+        })
     }
 }
 
@@ -478,5 +517,25 @@ impl Prepared for WasmPrepared {
     /// path cost a hello module 12% of its throughput (`bench/ab.sh`).
     fn streams(&self) -> bool {
         self.template.stream
+    }
+}
+
+#[cfg(test)]
+mod seal_tests {
+    use super::*;
+
+    #[test]
+    fn only_a_whole_unchanged_sealed_file_unseals() {
+        let code = b"compiled code, bytes of it".repeat(40);
+        let sealed = seal(&code);
+        assert_eq!(unseal(&sealed).unwrap(), &code[..]);
+        for i in [0, 7, 8, 39, 40, sealed.len() / 2, sealed.len() - 1] {
+            let mut flipped = sealed.clone();
+            flipped[i] ^= 0x01;
+            assert!(unseal(&flipped).is_err(), "a bit flipped at {i}");
+        }
+        assert!(unseal(&sealed[..sealed.len() - 1]).is_err(), "cut short");
+        assert!(unseal(&sealed[..20]).is_err(), "cut in the hash");
+        assert!(unseal(&code).is_err(), "unsealed (the older format)");
     }
 }

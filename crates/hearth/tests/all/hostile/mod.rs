@@ -11,6 +11,7 @@ mod components;
 mod console;
 mod contained;
 mod credentials;
+mod damage;
 mod deadlines;
 mod disclosure;
 mod effects;
