@@ -183,10 +183,42 @@ const START: HeaderName = HeaderName::from_static("hearth-start");
 pub(crate) async fn read_body(
     headers: &HeaderMap,
     body: Body,
-    (limit, timeout): (usize, std::time::Duration),
+    limits: (usize, std::time::Duration),
     what: &str,
 ) -> Result<bytes::Bytes, ApiError> {
+    Ok(read_body_within(headers, body, limits, what, None).await?.0)
+}
+
+/// [`read_body`], holding what it has read against `budget` (permits of
+/// a KiB each): past it, 503. The permit comes back with the body, to be
+/// held as long as the body is.
+pub(crate) async fn read_body_within(
+    headers: &HeaderMap,
+    body: Body,
+    (limit, timeout): (usize, std::time::Duration),
+    what: &str,
+    budget: Option<&Arc<tokio::sync::Semaphore>>,
+) -> Result<(bytes::Bytes, Option<tokio::sync::OwnedSemaphorePermit>), ApiError> {
     use http_body_util::BodyExt;
+    let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
+    let mut hold = |bytes: usize| -> Result<(), ApiError> {
+        let Some(budget) = budget else {
+            return Ok(());
+        };
+        let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
+        let more = budget.clone().try_acquire_many_owned(kib).map_err(|_| {
+            ApiError::Unavailable(
+                "this node holds as many request bodies as it allows (--max-buffered-mib); \
+                 try again shortly"
+                    .into(),
+            )
+        })?;
+        match &mut held {
+            Some(h) => h.merge(more),
+            None => held = Some(more),
+        }
+        Ok(())
+    };
     let too_large = || {
         ApiError::TooLarge(format!(
             "the {what} is larger than the limit of {limit} bytes"
@@ -230,9 +262,10 @@ pub(crate) async fn read_body(
             let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
             return Err(too_large());
         }
+        hold(data.len())?;
         buf.extend_from_slice(&data);
     }
-    Ok(buf.freeze())
+    Ok((buf.freeze(), held))
 }
 
 /// The request is taken whole (not as `HeaderMap`, `Method`, `Uri`
@@ -286,7 +319,9 @@ async fn run(
         let streamed = stream(s, &function, ready, req, (&headers, body), forwarded);
         return Box::pin(streamed).await;
     }
-    let body = read_request_body(s, &headers, body).await?;
+    // Held until the invocation has answered: what many unfinished or
+    // unanswered calls buffer is bounded for the node.
+    let (body, _held) = read_request_body(s, &headers, body).await?;
     let req = Request { body, ..req };
     let outcome = s
         .node
@@ -315,9 +350,9 @@ async fn read_request_body(
     s: &AppState,
     headers: &HeaderMap,
     body: Body,
-) -> Result<bytes::Bytes, ApiError> {
+) -> Result<(bytes::Bytes, Option<tokio::sync::OwnedSemaphorePermit>), ApiError> {
     let limits = (s.config.max_body_bytes, s.config.body_timeout);
-    read_body(headers, body, limits, "request body").await
+    read_body_within(headers, body, limits, "request body", Some(&s.buffered)).await
 }
 
 /// Invokes a function whose tier streams: its request body is handed on

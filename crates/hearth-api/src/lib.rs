@@ -59,6 +59,9 @@ pub struct ApiConfig {
     /// The domain under which each tenant's functions have an origin of
     /// their own, `{tenant}.{functions_domain}` (`--functions-domain`).
     pub functions_domain: String,
+    /// Bytes of invocation request bodies the node holds at once, over
+    /// every connection; past it, 503 (`--max-buffered-mib`).
+    pub max_buffered_bytes: usize,
 }
 
 impl Default for ApiConfig {
@@ -69,6 +72,7 @@ impl Default for ApiConfig {
             body_timeout: std::time::Duration::from_secs(60),
             trace_report: None,
             functions_domain: "localhost".into(),
+            max_buffered_bytes: 1 << 30,
         }
     }
 }
@@ -103,6 +107,8 @@ pub(crate) struct AppState {
     pub attempt_key: Option<hearth_cluster::AttemptKey>,
     /// On a cluster member: its membership, which `/readyz` consults.
     pub membership: Option<Arc<hearth_cluster::Membership>>,
+    /// Invocation request bodies held now, a permit per KiB.
+    pub buffered: Arc<tokio::sync::Semaphore>,
 }
 
 /// The whole HTTP application of a single Hearth.
@@ -129,7 +135,11 @@ pub fn routers_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> (Ro
             membership,
         } => (None, Some(gateway), Some(key), Some(membership)),
     };
+    let buffered = Arc::new(tokio::sync::Semaphore::new(
+        (config.max_buffered_bytes / 1024).min(tokio::sync::Semaphore::MAX_PERMITS),
+    ));
     let state = Arc::new(AppState {
+        buffered,
         node,
         config,
         auth: auth::TokenCache::default(),

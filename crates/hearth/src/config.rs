@@ -223,6 +223,16 @@ pub struct UpArgs {
     /// Time a request body has to arrive whole, ms (default 60000).
     #[arg(long, env = "HEARTH_BODY_TIMEOUT_MS")]
     pub body_timeout_ms: Option<u64>,
+    /// Time a response write may wait on a client that does not read,
+    /// ms; past it the connection is closed and its response freed
+    /// (default 30000).
+    #[arg(long, env = "HEARTH_WRITE_TIMEOUT_MS")]
+    pub write_timeout_ms: Option<u64>,
+    /// MiB of invocation request bodies the node holds at once, over every
+    /// connection; past it, 503 (default: a quarter of `capacity_mib`, at
+    /// least 64).
+    #[arg(long, env = "HEARTH_MAX_BUFFERED_MIB")]
+    pub max_buffered_mib: Option<u64>,
     /// Open client connections in all; past it, 503 (default: a quarter
     /// of the open-files limit, at most 16384).
     #[arg(long, env = "HEARTH_MAX_CONNECTIONS")]
@@ -355,6 +365,8 @@ pub struct Settings {
     pub trace_report: Option<PathBuf>,
     pub functions_domain: String,
     pub header_timeout_ms: u64,
+    pub write_timeout_ms: u64,
+    pub max_buffered_mib: u64,
     pub body_timeout_ms: u64,
     pub max_connections: usize,
     pub max_connections_per_client: usize,
@@ -591,6 +603,11 @@ impl Settings {
             heartbeat_ms: o.heartbeat_ms.unwrap_or(1000).max(50),
             record,
             header_timeout_ms: o.header_timeout_ms.unwrap_or(15_000).max(1),
+            write_timeout_ms: o.write_timeout_ms.unwrap_or(30_000).max(1),
+            max_buffered_mib: o
+                .max_buffered_mib
+                .unwrap_or((capacity_mib / 4).max(64))
+                .max(1),
             body_timeout_ms: o.body_timeout_ms.unwrap_or(60_000).max(1),
             max_connections: o
                 .max_connections

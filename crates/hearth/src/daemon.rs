@@ -286,11 +286,14 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             body_timeout: std::time::Duration::from_millis(settings.body_timeout_ms),
             trace_report: settings.trace_report.clone(),
             functions_domain: settings.functions_domain.clone(),
+            max_buffered_bytes: usize::try_from(settings.max_buffered_mib << 20)
+                .unwrap_or(usize::MAX),
         },
         role,
     );
     let limits = crate::serve::ConnLimits {
         header_timeout: std::time::Duration::from_millis(settings.header_timeout_ms),
+        write_timeout: std::time::Duration::from_millis(settings.write_timeout_ms),
         max_connections: settings.max_connections,
         max_per_client: settings.max_connections_per_client,
     };

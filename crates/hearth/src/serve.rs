@@ -9,6 +9,9 @@
 //! - `max_connections`: open connections in all; past it a new one is
 //!   answered 503 and closed at once;
 //! - `max_per_client`: open connections from one IP address; past it, 429.
+//! - `write_timeout`: a write that cannot make progress for that long (the
+//!   client stopped reading its response) closes the connection, and what
+//!   the response held is freed ([`WriteTimeout`]).
 //!
 //! A slow request *body* is bounded where bodies are read
 //! (`hearth_api::ApiConfig::body_timeout`).
@@ -31,6 +34,7 @@ use tokio::sync::Semaphore;
 #[derive(Debug, Clone)]
 pub struct ConnLimits {
     pub header_timeout: Duration,
+    pub write_timeout: Duration,
     pub max_connections: usize,
     pub max_per_client: usize,
 }
@@ -88,6 +92,7 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(app.clone());
         let Some(acceptor) = tls.clone() else {
+            let stream = WriteTimeout::new(stream, limits.write_timeout);
             let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
             tokio::spawn(async move {
                 let _ = conn.await;
@@ -95,11 +100,16 @@ pub async fn serve(
             });
             continue;
         };
-        let (builder, watcher, limit) =
-            (builder.clone(), graceful.watcher(), limits.header_timeout);
+        let (builder, watcher, limit, write_limit) = (
+            builder.clone(),
+            graceful.watcher(),
+            limits.header_timeout,
+            limits.write_timeout,
+        );
         tokio::spawn(async move {
             match tokio::time::timeout(limit, acceptor.accept(stream)).await {
                 Ok(Ok(stream)) => {
+                    let stream = WriteTimeout::new(stream, write_limit);
                     let conn = builder.serve_connection(TokioIo::new(stream), service);
                     let _ = watcher.watch(conn).await;
                 }
@@ -110,6 +120,100 @@ pub async fn serve(
         });
     }
     graceful.shutdown().await;
+}
+
+/// A connection whose writes fail with `TimedOut` once one has been
+/// pending (the socket's send buffer full: the client is not reading) for
+/// `limit`: hyper then drops the connection and the response it held.
+struct WriteTimeout<S> {
+    inner: S,
+    limit: Duration,
+    /// Set while a write is pending; reset whenever one makes progress.
+    stuck: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> WriteTimeout<S> {
+    fn new(inner: S, limit: Duration) -> Self {
+        WriteTimeout {
+            inner,
+            limit,
+            stuck: None,
+        }
+    }
+
+    /// `result` of a write, timed: `Pending` starts (or checks) the clock.
+    fn timed<T>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        result: std::task::Poll<std::io::Result<T>>,
+    ) -> std::task::Poll<std::io::Result<T>> {
+        use std::task::Poll;
+        if result.is_ready() {
+            self.stuck = None;
+            return result;
+        }
+        let limit = self.limit;
+        let timer = self
+            .stuck
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client did not read its response",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for WriteTimeout<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WriteTimeout<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.timed(cx, r)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.timed(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_flush(cx);
+        self.timed(cx, r)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.timed(cx, r)
+    }
 }
 
 /// Answers a connection that is not admitted and drops it, without
@@ -174,6 +278,29 @@ impl Drop for ClientSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_write_that_makes_no_progress_for_the_limit_fails_and_progress_resets_it() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (client, server) = tokio::io::duplex(1024);
+        let mut server = WriteTimeout::new(server, Duration::from_millis(200));
+        let mut client = client;
+        // Read slowly but steadily: every write makes progress in time.
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; 512];
+            for _ in 0..16 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                client.read_exact(&mut buf).await.unwrap();
+            }
+            client
+        });
+        server.write_all(&[7u8; 8 * 1024]).await.unwrap();
+        let client = reader.await.unwrap();
+        // Then stop reading: the buffer fills and the write times out.
+        let stuck = server.write_all(&[7u8; 8 * 1024]).await.unwrap_err();
+        assert_eq!(stuck.kind(), std::io::ErrorKind::TimedOut);
+        drop(client);
+    }
 
     #[test]
     fn a_client_is_admitted_up_to_its_share_and_forgotten_when_it_leaves() {

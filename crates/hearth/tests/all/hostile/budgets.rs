@@ -97,3 +97,94 @@ async fn invocations_reserve_their_memory_at_admission_per_tenant_and_per_node()
     let r = d.invoke_as(&beta, "beta", "hello").send().await.unwrap();
     assert_eq!(r.status(), 200);
 }
+
+/// A connection to `d` sending a POST of `declared` bytes to `path`, of
+/// which only `sent` go out, from a task of its own (the caller reads
+/// meanwhile); the read half, and the task, which gives back the write
+/// half once its bytes are out (dropping it would end the request).
+async fn upload(
+    d: &Daemon,
+    path: &str,
+    declared: usize,
+    sent: usize,
+    recv_buffer: Option<u32>,
+) -> (
+    tokio::net::tcp::OwnedReadHalf,
+    tokio::task::JoinHandle<tokio::net::tcp::OwnedWriteHalf>,
+) {
+    use tokio::io::AsyncWriteExt;
+    let addr: std::net::SocketAddr = d.url.trim_start_matches("http://").parse().unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    if let Some(size) = recv_buffer {
+        socket.set_recv_buffer_size(size).unwrap();
+    }
+    let stream = socket.connect(addr).await.unwrap();
+    let (read, mut write) = stream.into_split();
+    let head =
+        format!("POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-length: {declared}\r\n\r\n");
+    let writer = tokio::spawn(async move {
+        let mut all = head.into_bytes();
+        all.resize(all.len() + sent, b'x');
+        // Whatever the server does not read is its business.
+        let _ = write.write_all(&all).await;
+        write
+    });
+    (read, writer)
+}
+
+/// Unauthenticated callers of a public function post large bodies and
+/// never finish them, or never read the answers: what the node holds for
+/// them is bounded in sum (`--max-buffered-mib`) and in time
+/// (`--write-timeout-ms`), and freed when they go.
+#[tokio::test]
+async fn bodies_held_for_unfinished_or_unread_calls_are_bounded_in_sum_and_time() {
+    use tokio::io::AsyncReadExt;
+    let d = Daemon::start_with(&["--max-buffered-mib", "8", "--write-timeout-ms", "1000"]);
+    let mib = 1 << 20;
+    // One caller holds 5 MiB of an unfinished body; a second passes the
+    // node's 8 and is refused while the first still holds its part.
+    let (first, writing) = upload(&d, "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
+    let first = (first, writing.await.unwrap());
+    let (mut second, second_writer) = upload(&d, "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), second.read(&mut answer))
+        .await
+        .expect("the second caller got no answer")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("--max-buffered-mib"), "{answer}");
+    second_writer.abort();
+    drop((first, second));
+    // Gone, they hold nothing: a whole call of 5 MiB goes through.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = d
+            .http
+            .post(format!("{}/fn/admin/echo", d.url))
+            .body(vec![b'y'; 5 * mib])
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            assert_eq!(r.bytes().await.unwrap().len(), 5 * mib);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the budget did not come back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A caller that sends a whole body and never reads its 6 MiB answer
+    // loses its connection after the write timeout, with what was unsent.
+    let (mut unread, writer) = upload(&d, "/fn/admin/echo", 6 * mib, 6 * mib, Some(4096)).await;
+    let _write_half = writer.await.unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), unread.read_to_end(&mut got)).await;
+    let read = read.expect("the connection was still open: the answer still held");
+    assert!(
+        read.is_err() || got.len() < 6 * mib,
+        "the whole answer was kept for a caller that did not read ({} bytes)",
+        got.len()
+    );
+}
