@@ -31,6 +31,7 @@
 #define HEARTH_ETAPEFULL (-9) /* the invocation's tape budget is used up */
 #define HEARTH_EENDED    (-10) /* the invocation has ended (a call after its response) */
 #define HEARTH_EQUOTA    (-11) /* the tenant's KV is full (its quota) */
+#define HEARTH_ECONGESTED (-12) /* too many outbound connections open (per invocation, tenant or node); try later */
 
 #define HEARTH_IMPORT(name) __attribute__((import_module("hearth"), import_name(name)))
 

@@ -42,6 +42,10 @@ pub struct HostLimits {
     /// (see [`crate::egress`]); off by default, for an operator whose
     /// functions must call services on the host or its private network.
     pub private_egress: bool,
+    /// Outbound connections in flight at once, over the node and per
+    /// tenant ([`crate::outbound`]).
+    pub max_outbound: usize,
+    pub max_outbound_per_tenant: usize,
 }
 
 impl Default for HostLimits {
@@ -57,6 +61,8 @@ impl Default for HostLimits {
             log_max_bytes: 64 << 10,
             tape_max_bytes: 4 << 20,
             private_egress: false,
+            max_outbound: 4096,
+            max_outbound_per_tenant: 1024,
         }
     }
 }
@@ -66,6 +72,8 @@ pub struct HostServices {
     pub store: Arc<dyn Store>,
     pub http: reqwest::Client,
     pub limits: HostLimits,
+    /// Outbound connections in flight, per tenant and for the node.
+    pub outbound: Arc<crate::outbound::Outbound>,
 }
 
 impl HostServices {
@@ -83,10 +91,15 @@ impl HostServices {
         let http = http
             .build()
             .expect("an HTTP client with default TLS settings always builds");
+        let outbound = Arc::new(crate::outbound::Outbound::new(
+            limits.max_outbound,
+            limits.max_outbound_per_tenant,
+        ));
         HostServices {
             store,
             http,
             limits,
+            outbound,
         }
     }
 }
@@ -144,6 +157,8 @@ pub enum HostError {
     TapeFull(usize),
     /// outbound HTTP to {0} is refused: it is a loopback, private or link-local address, which functions may not reach (an operator allows them with --allow-private-egress)
     Internal(String),
+    /// too many outbound connections open: {0}; try again when some have ended
+    Congested(String),
 }
 
 impl HostError {
@@ -162,6 +177,7 @@ impl HostError {
             HostError::Internal(_) => -1,
             HostError::Ended => -10,
             HostError::KvQuota(_) => -11,
+            HostError::Congested(_) => -12,
         }
     }
 }
@@ -183,6 +199,8 @@ struct Recorded {
     log_bytes: usize,
     logs_truncated: bool,
     http_calls: u32,
+    /// Fetches in flight now ([`crate::outbound::PER_INVOCATION`]).
+    fetching: u32,
     journal_failed: bool,
     /// Log lines the node reads instead of the function's log
     /// ([`HostCtx::divert_logs`]): their prefix, and those seen.
@@ -850,8 +868,21 @@ impl HostCtx {
             if rec.http_calls >= max {
                 return Err(HostError::TooMany(max));
             }
+            if rec.fetching >= crate::outbound::PER_INVOCATION {
+                return Err(HostError::Congested(format!(
+                    "this invocation has {} fetches in flight, all one may",
+                    crate::outbound::PER_INVOCATION
+                )));
+            }
             rec.http_calls += 1;
+            rec.fetching += 1;
         }
+        let _fetching = Fetching(self.clone());
+        let _held = self
+            .0
+            .services
+            .outbound
+            .try_hold(&self.0.meta.version.tenant)?;
         let services = &self.0.services;
         let timeout = self
             .remaining()
@@ -889,7 +920,10 @@ impl HostCtx {
         // A denied call never left the machine: nothing to record.
         if !matches!(
             result,
-            Err(HostError::Denied(_) | HostError::Invalid(_) | HostError::Internal(_))
+            Err(HostError::Denied(_)
+                | HostError::Invalid(_)
+                | HostError::Internal(_)
+                | HostError::Congested(_))
         ) {
             self.record_effect(
                 HostEvent::HttpFetch {
@@ -911,6 +945,16 @@ impl HostCtx {
             rec.tape.events.push(HostEvent::Truncated { calls });
         }
         (std::mem::take(&mut rec.tape), std::mem::take(&mut rec.logs))
+    }
+}
+
+/// One of an invocation's fetches in flight (counted in its `Recorded`
+/// when it began), uncounted when dropped.
+struct Fetching(HostCtx);
+
+impl Drop for Fetching {
+    fn drop(&mut self) {
+        self.0.recorded().fetching -= 1;
     }
 }
 

@@ -251,6 +251,12 @@ impl Node {
             "Memory reserved by running invocations (their limits and tape budgets), against --capacity-mib",
             move || reserved.load(std::sync::atomic::Ordering::Relaxed) as i64,
         );
+        let outbound = host.outbound.clone();
+        metrics.read_at_scrape(
+            "outbound_connections",
+            "Outbound connections functions' fetches hold open now",
+            move || outbound.in_use() as i64,
+        );
         let capacity = config.memory.node_bytes as i64;
         metrics.read_at_scrape(
             "memory_capacity_bytes",

@@ -237,6 +237,15 @@ pub struct UpArgs {
     /// of the open-files limit, at most 16384).
     #[arg(long, env = "HEARTH_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
+    /// Outbound connections functions' fetches hold open at once, over
+    /// the node; past it a fetch is refused (default: a quarter of the
+    /// open-files limit, at most 16384). One invocation holds at most 16.
+    #[arg(long, env = "HEARTH_MAX_OUTBOUND_CONNECTIONS")]
+    pub max_outbound_connections: Option<usize>,
+    /// Of those, what one tenant's fetches may hold (default: a quarter
+    /// of `max_outbound_connections`).
+    #[arg(long, env = "HEARTH_MAX_OUTBOUND_CONNECTIONS_PER_TENANT")]
+    pub max_outbound_connections_per_tenant: Option<usize>,
     /// Open connections from one client address; past it, 429 (default
     /// 512). A gateway is one client to its nodes: give nodes more.
     #[arg(long, env = "HEARTH_MAX_CONNECTIONS_PER_CLIENT")]
@@ -369,6 +378,8 @@ pub struct Settings {
     pub max_buffered_mib: u64,
     pub body_timeout_ms: u64,
     pub max_connections: usize,
+    pub max_outbound_connections: usize,
+    pub max_outbound_connections_per_tenant: usize,
     pub max_connections_per_client: usize,
     pub max_tape_bytes: usize,
     pub allow_private_egress: bool,
@@ -547,6 +558,10 @@ impl Settings {
             .capacity_mib
             .unwrap_or_else(|| daemon_memory_mib() * 3 / 4)
             .max(1);
+        let max_outbound_connections = o
+            .max_outbound_connections
+            .unwrap_or_else(default_max_connections)
+            .max(1);
         let tls = match (&o.tls_cert, &o.tls_key, &o.tls_ca) {
             (None, None, None) => None,
             (Some(cert), Some(key), Some(ca)) => Some(hearth_cluster::TlsFiles {
@@ -614,6 +629,11 @@ impl Settings {
                 .unwrap_or_else(default_max_connections)
                 .max(1),
             max_connections_per_client: o.max_connections_per_client.unwrap_or(512).max(1),
+            max_outbound_connections,
+            max_outbound_connections_per_tenant: o
+                .max_outbound_connections_per_tenant
+                .unwrap_or(max_outbound_connections / 4)
+                .clamp(1, max_outbound_connections),
             max_kv_mib_per_tenant: o.max_kv_mib_per_tenant.unwrap_or(1024),
             max_code_mib_per_tenant: o.max_code_mib_per_tenant.unwrap_or(1024),
             max_concurrency_per_tenant: o.max_concurrency_per_tenant.unwrap_or_else(|| {

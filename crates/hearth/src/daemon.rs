@@ -123,6 +123,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             tape_max_bytes: settings.max_tape_bytes,
             private_egress: settings.allow_private_egress,
             kv_max_tenant_bytes: settings.max_kv_mib_per_tenant << 20,
+            max_outbound: settings.max_outbound_connections,
+            max_outbound_per_tenant: settings.max_outbound_connections_per_tenant,
             ..HostLimits::default()
         },
     ));

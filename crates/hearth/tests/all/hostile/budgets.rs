@@ -188,3 +188,104 @@ async fn bodies_held_for_unfinished_or_unread_calls_are_bounded_in_sum_and_time(
         got.len()
     );
 }
+
+/// Fans out `?n=` fetches of the URL in its body at once; how many
+/// answered and how many were refused as congested.
+const FAN_OUT: &str = r#"
+export default {
+  async fetch(request) {
+    const url = await request.text();
+    const n = Number(new URL(request.url).searchParams.get("n"));
+    const all = await Promise.allSettled(Array.from({ length: n }, () => fetch(url)));
+    const ok = all.filter((r) => r.status === "fulfilled").length;
+    const why = all.filter((r) => r.status === "rejected").map((r) => String(r.reason));
+    return Response.json({ ok, refused: why.filter((w) => w.includes("outbound connections")).length, why: why.slice(0, 1) });
+  },
+};
+"#;
+
+/// A tenant's fetches to a slow host hold sockets; past its share of the
+/// node's outbound connections (and past 16 in one invocation) a fetch is
+/// refused before it opens one, and another tenant still gets out.
+#[tokio::test]
+async fn one_tenants_fetches_hold_at_most_its_share_of_outbound_connections() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    let app = axum::Router::new().route(
+        "/slow",
+        axum::routing::get(|| async {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            "slow"
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let d = Daemon::start_with(&[
+        "--allow-private-egress",
+        "true",
+        "--max-outbound-connections",
+        "40",
+        "--max-outbound-connections-per-tenant",
+        "20",
+    ]);
+    let host = upstream.to_string();
+    let mut tokens = Vec::new();
+    for tenant in ["acme", "beta"] {
+        let token = d.create_tenant(tenant).await;
+        let query = [
+            ("runtime", "js"),
+            ("file_name", "index.mjs"),
+            ("allow_host", host.as_str()),
+            ("timeout_ms", "10000"),
+        ];
+        let r = d.deploy_as(&token, "fan", &query, FAN_OUT).await;
+        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+        tokens.push(token);
+    }
+    let url = format!("http://{upstream}/slow");
+    let fan = |token: &String, tenant: &str, n: u32| {
+        d.http
+            .post(format!("{}/fn/{tenant}/fan?n={n}", d.url))
+            .bearer_auth(token)
+            .body(url.clone())
+            .send()
+    };
+    // One invocation: 16 in flight at most.
+    let one: serde_json::Value = fan(&tokens[1], "beta", 20)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (one["ok"].as_u64(), one["refused"].as_u64()),
+        (Some(16), Some(4)),
+        "{one}"
+    );
+    assert!(
+        one["why"].to_string().contains("this invocation has 16"),
+        "{one}"
+    );
+    // acme's two invocations together hold its 20; beta still gets out.
+    let acme: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(fan(&tokens[0], "acme", 12)))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let beta: serde_json::Value = fan(&tokens[1], "beta", 4)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(beta["ok"], 4, "{beta}");
+    let mut ok = 0;
+    for a in acme {
+        let v: serde_json::Value = a.await.unwrap().unwrap().json().await.unwrap();
+        ok += v["ok"].as_u64().unwrap();
+        let why = v["why"].to_string();
+        assert!(
+            v["refused"] == 0 || why.contains("--max-outbound-connections-per-tenant"),
+            "{v}"
+        );
+    }
+    assert_eq!(ok, 20, "acme's fetches past its share were refused");
+}
