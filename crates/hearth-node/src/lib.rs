@@ -26,6 +26,7 @@ mod table;
 pub mod trace;
 
 pub use colocation::{DefaultColocation, StoreColocation};
+pub use logs::LogQuotas;
 pub use metrics::Metrics;
 pub use node::{
     ArtifactSource, CompiledMode, DeployOutcome, GatewayAttempt, InvokeOutcome, JitConfig, Node,

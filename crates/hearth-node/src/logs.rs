@@ -5,6 +5,12 @@
 //! A reader that must see every line queued so far (`hearth logs` right
 //! after `hearth invoke`) asks for a flush: the writer writes what it
 //! holds at once and answers when it is stored.
+//!
+//! What the logs may hold is bounded ([`Quotas`]): a sweeper trims each
+//! function's oldest lines past its quota, then the largest functions of
+//! a tenant past the tenant's, deletes lines older than the retention,
+//! and gives the space back to the file system when the logs shrank (a
+//! trim, an expiry, a removed function).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,4 +82,100 @@ pub(crate) fn spawn_writer(store: Arc<dyn Store>) -> LogWriter {
         }
     });
     LogWriter(tx)
+}
+
+/// What the logs may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct LogQuotas {
+    /// Bytes of messages one function's logs keep (its newest).
+    pub per_function: u64,
+    /// Bytes of messages one tenant's logs keep, over its functions.
+    pub per_tenant: u64,
+    /// Lines older than this go.
+    pub max_age: Duration,
+}
+
+impl Default for LogQuotas {
+    fn default() -> Self {
+        LogQuotas {
+            per_function: 64 << 20,
+            per_tenant: 512 << 20,
+            max_age: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
+/// How often the quotas are enforced; lines written in between may pass
+/// them by what a node writes in that time.
+const SWEEP_EVERY: Duration = Duration::from_secs(2);
+/// How often lines past the retention are deleted (a scan of the logs).
+const EXPIRE_EVERY: Duration = Duration::from_secs(600);
+
+/// Enforces `quotas` on `store` from now on, every [`SWEEP_EVERY`].
+pub(crate) fn spawn_sweeper(store: Arc<dyn Store>, quotas: LogQuotas) {
+    tokio::spawn(async move {
+        let mut last_total = 0u64;
+        let mut expired_at: Option<tokio::time::Instant> = None;
+        loop {
+            tokio::time::sleep(SWEEP_EVERY).await;
+            let expire = expired_at.is_none_or(|t| t.elapsed() >= EXPIRE_EVERY);
+            if expire {
+                expired_at = Some(tokio::time::Instant::now());
+            }
+            let store = store.clone();
+            let swept = tokio::task::spawn_blocking(move || {
+                sweep(&*store, &quotas, expire, &mut last_total).map(|()| last_total)
+            })
+            .await;
+            match swept {
+                Ok(Ok(total)) => last_total = total,
+                Ok(Err(e)) => tracing::warn!(error = %e, "failed to enforce the log quotas"),
+                Err(e) => tracing::warn!(error = %e, "log sweeper task failed"),
+            }
+        }
+    });
+}
+
+/// One sweep (see the module's documentation).
+fn sweep(
+    store: &dyn Store,
+    quotas: &LogQuotas,
+    expire: bool,
+    last_total: &mut u64,
+) -> Result<(), hearth_store::StoreError> {
+    if expire {
+        let before = hearth_core::unix_time_ms() - quotas.max_age.as_millis() as i64;
+        store.expire_logs(before)?;
+    }
+    let usage = store.log_usage()?;
+    let mut tenants: std::collections::HashMap<&str, Vec<(&str, u64)>> = Default::default();
+    for (tenant, function, bytes) in &usage {
+        let bytes = if *bytes > quotas.per_function {
+            store.trim_logs(tenant, function, quotas.per_function)?;
+            quotas.per_function
+        } else {
+            *bytes
+        };
+        tenants.entry(tenant).or_default().push((function, bytes));
+    }
+    for (tenant, mut functions) in tenants {
+        let mut total: u64 = functions.iter().map(|(_, b)| b).sum();
+        // The largest first: a tenant's chatty function loses its old
+        // lines before a quiet one loses any.
+        functions.sort_by_key(|(_, b)| std::cmp::Reverse(*b));
+        for (function, bytes) in functions {
+            if total <= quotas.per_tenant {
+                break;
+            }
+            let keep = bytes.saturating_sub(total - quotas.per_tenant);
+            store.trim_logs(tenant, function, keep)?;
+            total -= bytes - keep;
+        }
+    }
+    let now: u64 = store.log_usage()?.iter().map(|(_, _, b)| b).sum();
+    if now < *last_total {
+        store.reclaim_space()?;
+    }
+    *last_total = now;
+    Ok(())
 }

@@ -58,6 +58,8 @@ pub struct NodeConfig {
     /// Memory running invocations may reserve, the node's and each
     /// tenant's ([`crate::share`]).
     pub memory: crate::MemoryBudget,
+    /// What functions' logs may hold ([`crate::logs`]).
+    pub logs: crate::LogQuotas,
     /// When hot js functions are compiled from their traces; `None`:
     /// never (`docs/js-tier.md`, "Compiled from its traces").
     pub jit: Option<JitConfig>,
@@ -79,6 +81,7 @@ impl Default for NodeConfig {
                 node_bytes: 16 << 30,
                 tenant_bytes: 16 << 30,
             },
+            logs: crate::LogQuotas::default(),
             jit: Some(JitConfig::default()),
         }
     }
@@ -242,6 +245,7 @@ impl Node {
         config: NodeConfig,
     ) -> Self {
         let logs = crate::logs::spawn_writer(store.clone());
+        crate::logs::spawn_sweeper(store.clone(), config.logs);
         let mut metrics = Metrics::new(config.per_function_metrics);
         let shares =
             crate::share::TenantShares::new(config.max_concurrency_per_tenant, config.memory);

@@ -50,6 +50,10 @@ pub(crate) const SCENARIOS: &[(&str, Scenario)] = &[
         "journals_keep_order_per_invocation_and_are_forgotten_or_swept",
         journals_keep_order_per_invocation_and_are_forgotten_or_swept,
     ),
+    (
+        "logs_are_counted_per_function_trimmed_oldest_first_and_expired",
+        logs_are_counted_per_function_trimmed_oldest_first_and_expired,
+    ),
 ];
 
 pub(crate) fn versions_resolve_newest_or_pinned(s: &dyn Store) {
@@ -317,6 +321,58 @@ pub(crate) fn logs_filter_by_invocation_and_return_oldest_first(s: &dyn Store) {
             .unwrap()
             .is_empty()
     );
+}
+
+pub(crate) fn logs_are_counted_per_function_trimmed_oldest_first_and_expired(s: &dyn Store) {
+    let rec = |f: &str, ts_ms: i64, msg: &str| LogRecord {
+        id: 0,
+        tenant: "t".into(),
+        function: f.into(),
+        version: 1,
+        invocation_id: "i".into(),
+        ts_ms,
+        stream: LogStream::Stderr,
+        level: String::new(),
+        message: msg.into(),
+        trace_id: None,
+    };
+    // Ten lines of 10 bytes for f (ts 1..=10), one of 4 (two of them
+    // 2-byte characters) for g.
+    let lines: Vec<_> = (1..=10)
+        .map(|i| rec("f", i, &format!("line {i:05}")))
+        .collect();
+    s.append_logs(&lines).unwrap();
+    s.append_logs(&[rec("g", 100, "éé")]).unwrap();
+    let mut usage = s.log_usage().unwrap();
+    usage.sort();
+    assert_eq!(
+        usage,
+        [("t".into(), "f".into(), 100), ("t".into(), "g".into(), 4)],
+        "bytes, not characters"
+    );
+    // Keeping 35 bytes keeps the newest three whole lines.
+    assert_eq!(s.trim_logs("t", "f", 35).unwrap(), 7);
+    let left = s.read_logs("t", "f", &LogQuery::default()).unwrap();
+    assert_eq!(
+        left.iter().map(|r| r.message.as_str()).collect::<Vec<_>>(),
+        ["line 00008", "line 00009", "line 00010"]
+    );
+    assert_eq!(s.trim_logs("t", "f", 35).unwrap(), 0, "already within");
+    let usage = s.log_usage().unwrap();
+    assert!(usage.contains(&("t".into(), "f".into(), 30)), "{usage:?}");
+    // Older than ts 10: two more of f's go; g's stays.
+    assert_eq!(s.expire_logs(10).unwrap(), 2);
+    assert_eq!(
+        s.read_logs("t", "g", &LogQuery::default()).unwrap().len(),
+        1
+    );
+    s.reclaim_space().unwrap();
+    // A removed function's logs and their count go with it.
+    s.create_version("t", "g", "aa", &FunctionSpec::new(Runtime::Wasm))
+        .unwrap();
+    assert!(s.delete_function("t", "g").unwrap());
+    let usage = s.log_usage().unwrap();
+    assert_eq!(usage, [("t".into(), "f".into(), 10)]);
 }
 
 pub(crate) fn journals_keep_order_per_invocation_and_are_forgotten_or_swept(s: &dyn Store) {

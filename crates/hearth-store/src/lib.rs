@@ -426,6 +426,19 @@ pub trait Store: Send + Sync + 'static {
 
     // -- logs --
     fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError>;
+    /// Bytes of log messages each function holds, `(tenant, function,
+    /// bytes)`, kept by triggers as lines come and go.
+    fn log_usage(&self) -> Result<Vec<(String, String, u64)>, StoreError>;
+    /// Deletes `function`'s oldest lines until it holds at most `keep`
+    /// bytes of messages; how many lines went.
+    fn trim_logs(&self, tenant: &str, function: &str, keep: u64) -> Result<u64, StoreError>;
+    /// Deletes every line written before `before_ms`; how many went.
+    fn expire_logs(&self, before_ms: i64) -> Result<u64, StoreError>;
+    /// Gives the space deleted rows held back to the file system, where
+    /// the store keeps it otherwise (SQLite; PostgreSQL's autovacuum does).
+    fn reclaim_space(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
     fn read_logs(
         &self,
         tenant: &str,

@@ -107,6 +107,28 @@ CREATE TABLE IF NOT EXISTS logs (
 -- A database from before traces: its logs get the column.
 ALTER TABLE logs ADD COLUMN IF NOT EXISTS trace_id TEXT;
 CREATE INDEX IF NOT EXISTS logs_by_function ON logs (tenant, function, id);
+-- What each function's logs hold, kept by a trigger, for its quota.
+CREATE TABLE IF NOT EXISTS log_usage (
+    tenant      TEXT NOT NULL,
+    function    TEXT NOT NULL,
+    bytes       BIGINT NOT NULL,
+    PRIMARY KEY (tenant, function)
+);
+CREATE OR REPLACE FUNCTION hearth_log_usage() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO log_usage (tenant, function, bytes)
+            VALUES (NEW.tenant, NEW.function, octet_length(NEW.message))
+            ON CONFLICT (tenant, function) DO UPDATE SET bytes = log_usage.bytes + excluded.bytes;
+    ELSE
+        UPDATE log_usage SET bytes = bytes - octet_length(OLD.message)
+            WHERE tenant = OLD.tenant AND function = OLD.function;
+    END IF;
+    RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS log_usage ON logs;
+CREATE TRIGGER log_usage AFTER INSERT OR DELETE ON logs
+    FOR EACH ROW EXECUTE FUNCTION hearth_log_usage();
 CREATE INDEX IF NOT EXISTS logs_by_invocation ON logs (invocation);
 CREATE TABLE IF NOT EXISTS journal (
     tenant      TEXT NOT NULL,
@@ -412,7 +434,7 @@ impl PgStore {
                        AND version < (SELECT MAX(version) FROM versions WHERE tenant = $1 AND name = $2)",
                     &[&tenant, &name],
                 )?;
-                for table in ["kv", "logs"] {
+                for table in ["kv", "logs", "log_usage"] {
                     tx.execute(
                         &format!("DELETE FROM {table} WHERE tenant = $1 AND function = $2"),
                         &[&tenant, &name],
@@ -684,6 +706,38 @@ impl PgStore {
             }
             tx.commit()
         })
+    }
+
+    pub fn log_usage(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
+        let rows = self.with(|c| {
+            c.query(
+                "SELECT tenant, function, bytes FROM log_usage WHERE bytes > 0",
+                &[],
+            )
+        })?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get::<_, i64>(2).max(0) as u64))
+            .collect())
+    }
+
+    pub fn trim_logs(&self, tenant: &str, function: &str, keep: u64) -> Result<u64, StoreError> {
+        let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+        self.with(|c| {
+            c.execute(
+                "DELETE FROM logs WHERE tenant = $1 AND function = $2 AND id <= (
+                     SELECT id FROM (
+                         SELECT id, SUM(octet_length(message)) OVER (ORDER BY id DESC) AS newer
+                         FROM logs WHERE tenant = $1 AND function = $2
+                     ) AS t WHERE newer > $3 ORDER BY id DESC LIMIT 1
+                 )",
+                &[&tenant, &function, &keep],
+            )
+        })
+    }
+
+    pub fn expire_logs(&self, before_ms: i64) -> Result<u64, StoreError> {
+        self.with(|c| c.execute("DELETE FROM logs WHERE ts_ms < $1", &[&before_ms]))
     }
 
     pub fn read_logs(

@@ -165,6 +165,15 @@ impl Store for SplitStore {
     fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError> {
         self.shared.append_logs(records)
     }
+    fn log_usage(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
+        self.shared.log_usage()
+    }
+    fn trim_logs(&self, tenant: &str, function: &str, keep: u64) -> Result<u64, StoreError> {
+        self.shared.trim_logs(tenant, function, keep)
+    }
+    fn expire_logs(&self, before_ms: i64) -> Result<u64, StoreError> {
+        self.shared.expire_logs(before_ms)
+    }
     fn read_logs(
         &self,
         tenant: &str,

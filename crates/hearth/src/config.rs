@@ -233,6 +233,16 @@ pub struct UpArgs {
     /// least 64).
     #[arg(long, env = "HEARTH_MAX_BUFFERED_MIB")]
     pub max_buffered_mib: Option<u64>,
+    /// MiB of log messages one function keeps, its newest (default 64).
+    #[arg(long, env = "HEARTH_MAX_LOG_MIB_PER_FUNCTION")]
+    pub max_log_mib_per_function: Option<u64>,
+    /// MiB of log messages one tenant keeps over its functions; its
+    /// largest lose their oldest lines first (default 512).
+    #[arg(long, env = "HEARTH_MAX_LOG_MIB_PER_TENANT")]
+    pub max_log_mib_per_tenant: Option<u64>,
+    /// Hours log lines are kept (default 168).
+    #[arg(long, env = "HEARTH_LOG_MAX_AGE_H")]
+    pub log_max_age_h: Option<u64>,
     /// Open client connections in all; past it, 503 (default: a quarter
     /// of the open-files limit, at most 16384).
     #[arg(long, env = "HEARTH_MAX_CONNECTIONS")]
@@ -376,6 +386,9 @@ pub struct Settings {
     pub header_timeout_ms: u64,
     pub write_timeout_ms: u64,
     pub max_buffered_mib: u64,
+    pub max_log_mib_per_function: u64,
+    pub max_log_mib_per_tenant: u64,
+    pub log_max_age_h: u64,
     pub body_timeout_ms: u64,
     pub max_connections: usize,
     pub max_outbound_connections: usize,
@@ -624,6 +637,9 @@ impl Settings {
                 .unwrap_or((capacity_mib / 4).max(64))
                 .max(1),
             body_timeout_ms: o.body_timeout_ms.unwrap_or(60_000).max(1),
+            max_log_mib_per_function: o.max_log_mib_per_function.unwrap_or(64).max(1),
+            max_log_mib_per_tenant: o.max_log_mib_per_tenant.unwrap_or(512).max(1),
+            log_max_age_h: o.log_max_age_h.unwrap_or(168).max(1),
             max_connections: o
                 .max_connections
                 .unwrap_or_else(default_max_connections)

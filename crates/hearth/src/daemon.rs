@@ -160,6 +160,11 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             max_concurrency_per_tenant: settings.max_concurrency_per_tenant,
             max_code_bytes_per_tenant: settings.max_code_mib_per_tenant << 20,
             max_stream_bytes: settings.max_stream_bytes,
+            logs: hearth_node::LogQuotas {
+                per_function: settings.max_log_mib_per_function << 20,
+                per_tenant: settings.max_log_mib_per_tenant << 20,
+                max_age: std::time::Duration::from_secs(settings.log_max_age_h * 3600),
+            },
             memory: hearth_node::MemoryBudget {
                 node_bytes: settings.capacity_mib << 20,
                 tenant_bytes: settings.capacity_mib_per_tenant << 20,

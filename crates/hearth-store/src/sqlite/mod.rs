@@ -94,6 +94,22 @@ CREATE TABLE IF NOT EXISTS logs (
     trace_id    TEXT
 );
 CREATE INDEX IF NOT EXISTS logs_by_function ON logs (tenant, function, id);
+-- What each function's logs hold, kept by triggers, for its quota.
+CREATE TABLE IF NOT EXISTS log_usage (
+    tenant      TEXT NOT NULL,
+    function    TEXT NOT NULL,
+    bytes       INTEGER NOT NULL,
+    PRIMARY KEY (tenant, function)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS log_usage_insert AFTER INSERT ON logs BEGIN
+    INSERT INTO log_usage (tenant, function, bytes)
+        VALUES (NEW.tenant, NEW.function, length(CAST(NEW.message AS BLOB)))
+        ON CONFLICT (tenant, function) DO UPDATE SET bytes = bytes + excluded.bytes;
+END;
+CREATE TRIGGER IF NOT EXISTS log_usage_delete AFTER DELETE ON logs BEGIN
+    UPDATE log_usage SET bytes = bytes - length(CAST(OLD.message AS BLOB))
+        WHERE tenant = OLD.tenant AND function = OLD.function;
+END;
 CREATE INDEX IF NOT EXISTS logs_by_invocation ON logs (invocation);
 CREATE TABLE IF NOT EXISTS journal (
     tenant      TEXT NOT NULL,
@@ -124,6 +140,11 @@ fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
 fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    // A new database gives deleted pages back to the file system when
+    // told to (`reclaim_space`): logs trimmed or removed do not keep the
+    // file at its largest. This takes only before the database's first
+    // write (the WAL switch included); on an older one it does nothing.
+    conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
@@ -148,6 +169,11 @@ impl SqliteStore {
             [],
             |r| r.get(0),
         )?;
+        let logs_counted: bool = writer.query_row(
+            "SELECT count(*) > 0 FROM sqlite_master WHERE name = 'log_usage'",
+            [],
+            |r| r.get(0),
+        )?;
         writer.execute_batch(SCHEMA)?;
         // A database from before traces: its logs get the column.
         let traced: bool = writer.query_row(
@@ -162,6 +188,13 @@ impl SqliteStore {
             writer.execute_batch(
                 "INSERT OR IGNORE INTO kv_usage (tenant, bytes)
                  SELECT tenant, SUM(length(key) + length(value)) FROM kv GROUP BY tenant",
+            )?;
+        }
+        if !logs_counted {
+            writer.execute_batch(
+                "INSERT OR IGNORE INTO log_usage (tenant, function, bytes)
+                 SELECT tenant, function, SUM(length(CAST(message AS BLOB)))
+                 FROM logs GROUP BY tenant, function",
             )?;
         }
         writer.execute_batch(tapes::SCHEMA)?;
@@ -475,6 +508,10 @@ impl Store for SqliteStore {
                 "DELETE FROM logs WHERE tenant = ?1 AND function = ?2",
                 params![tenant, name],
             )?;
+            tx.execute(
+                "DELETE FROM log_usage WHERE tenant = ?1 AND function = ?2",
+                params![tenant, name],
+            )?;
             tapes::forget_function(&tx, tenant, name)?;
         }
         tx.commit()?;
@@ -785,6 +822,53 @@ impl Store for SqliteStore {
             }
         }
         tx.commit()?;
+        Ok(())
+    }
+
+    fn log_usage(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
+        let conn = self.reader();
+        let mut stmt =
+            conn.prepare_cached("SELECT tenant, function, bytes FROM log_usage WHERE bytes > 0")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)?.max(0) as u64))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn trim_logs(&self, tenant: &str, function: &str, keep: u64) -> Result<u64, StoreError> {
+        let conn = self.writer();
+        // The newest line past which the newest `keep` bytes are full:
+        // it and every older one go.
+        let n = conn.execute(
+            "DELETE FROM logs WHERE tenant = ?1 AND function = ?2 AND id <= (
+                 SELECT id FROM (
+                     SELECT id, SUM(length(CAST(message AS BLOB))) OVER (ORDER BY id DESC) AS newer
+                     FROM logs WHERE tenant = ?1 AND function = ?2
+                 ) WHERE newer > ?3 ORDER BY id DESC LIMIT 1
+             )",
+            params![tenant, function, i64::try_from(keep).unwrap_or(i64::MAX)],
+        )?;
+        Ok(n as u64)
+    }
+
+    fn expire_logs(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let n = self
+            .writer()
+            .execute("DELETE FROM logs WHERE ts_ms < ?1", params![before_ms])?;
+        Ok(n as u64)
+    }
+
+    fn reclaim_space(&self) -> Result<(), StoreError> {
+        let conn = self.writer();
+        // Stepped to its end: each step gives back pages.
+        let mut vacuum = conn.prepare("PRAGMA incremental_vacuum")?;
+        let mut steps = vacuum.query([])?;
+        while steps.next()?.is_some() {}
+        drop(steps);
+        drop(vacuum);
+        // The WAL holds what was written since the last checkpoint; cut it
+        // back too.
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
         Ok(())
     }
 
