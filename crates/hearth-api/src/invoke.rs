@@ -84,7 +84,9 @@ pub(crate) async fn invoke_root(
     Path((tenant, name)): Path<(String, String)>,
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
-    run(&s, &tenant, &name, "/".into(), request).await
+    let site = crate::origin::site_of(&request);
+    let resp = run(&s, &tenant, &name, "/".into(), request).await?;
+    Ok(held(resp, &site))
 }
 
 /// Invoke a function at a sub-path
@@ -101,7 +103,16 @@ pub(crate) async fn invoke_path(
     Path((tenant, name, path)): Path<(String, String, String)>,
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
-    run(&s, &tenant, &name, format!("/{path}"), request).await
+    let site = crate::origin::site_of(&request);
+    let resp = run(&s, &tenant, &name, format!("/{path}"), request).await?;
+    Ok(held(resp, &site))
+}
+
+/// A function's answer, held to the origin it is served from
+/// ([`crate::origin::held_to_origin`]).
+fn held(mut resp: Response, site: &crate::origin::Site) -> Response {
+    crate::origin::held_to_origin(resp.headers_mut(), site);
+    resp
 }
 
 /// `name` or `name@version`, and a `Hearth-Version` header, pin a version.

@@ -43,6 +43,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use error::ApiError;
+pub use origin::App;
 
 /// Limits of the HTTP surface.
 #[derive(Debug, Clone)]
@@ -112,12 +113,12 @@ pub(crate) struct AppState {
 }
 
 /// The whole HTTP application of a single Hearth.
-pub fn router(node: Arc<Node>, config: ApiConfig) -> Router {
+pub fn router(node: Arc<Node>, config: ApiConfig) -> App {
     router_for(node, config, ClusterRole::Standalone)
 }
 
 /// The HTTP application of a Hearth in `role`.
-pub fn router_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> Router {
+pub fn router_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> App {
     routers_for(node, config, role).0
 }
 
@@ -125,7 +126,7 @@ pub fn router_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> Rout
 /// probes alone (`/healthz`, `/readyz`), for a listener of their own: a
 /// node whose port takes only the cluster's certificates still answers
 /// the kubelet's probes there.
-pub fn routers_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> (Router, Router) {
+pub fn routers_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> (App, Router) {
     let (gateway, deploys_via, attempt_key, membership) = match role {
         ClusterRole::Standalone => (None, None, None, None),
         ClusterRole::Gateway(g) => (Some(g), None, None, None),
@@ -172,9 +173,10 @@ pub fn routers_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> (Ro
         .with_state(state.clone());
     // Around the router, not inside it: the edge rewrites a tenant
     // origin's paths before they are routed.
-    let app = Router::new()
-        .fallback_service(app)
-        .layer(axum::middleware::from_fn_with_state(state, origin::edge));
+    let app = App {
+        domain: state.config.functions_domain.as_str().into(),
+        router: app,
+    };
     (app, probes)
 }
 

@@ -22,12 +22,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Uri, header};
-use axum::middleware::Next;
+use axum::http::{HeaderMap, HeaderValue, Request, Uri, header};
 use axum::response::Response;
-
-use crate::AppState;
 
 /// What a page served from `/fn` on the console's origin may do: run its
 /// scripts and forms, inside an opaque origin of its own.
@@ -38,7 +34,7 @@ const SERVICE_WORKER_ALLOWED: &str = "service-worker-allowed";
 
 /// Where a request landed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Site {
+pub(crate) enum Site {
     /// The console's and the API's origin.
     Operator,
     /// `{tenant}.{functions_domain}`: that tenant's functions.
@@ -74,44 +70,82 @@ fn site(headers: &HeaderMap, uri: &Uri, domain: &str) -> Site {
     }
 }
 
-/// The edge of every request: on a tenant's origin, everything is that
-/// tenant's functions (`/{name}/…` becomes `/fn/{tenant}/{name}/…`);
-/// on the operator's, the session cookie stands for its token
-/// ([`crate::session::credential`]). Answers from function code are then
-/// held to the origin they came from.
-pub(crate) async fn edge(State(s): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
-    let site = site(req.headers(), req.uri(), &s.config.functions_domain);
+/// The edge of every request, before it is routed: on a tenant's origin,
+/// everything is that tenant's functions (`/{name}/…` becomes
+/// `/fn/{tenant}/{name}/…`); on the operator's, the session cookie stands
+/// for its token ([`crate::session::credential`]). The request carries its
+/// [`Site`], which the invocation routes hold a function's answer to
+/// ([`held_to_origin`]).
+pub(crate) fn edge<B>(domain: &str, req: Request<B>) -> Request<B> {
+    let (mut parts, body) = req.into_parts();
+    let site = site(&parts.headers, &parts.uri, domain);
     let invokes = match &site {
         Site::Tenant(tenant) => {
-            let to = format!("/fn/{tenant}{}", req.uri().path());
-            let rewritten = match req.uri().query() {
+            let to = format!("/fn/{tenant}{}", parts.uri.path());
+            let rewritten = match parts.uri.query() {
                 Some(q) => format!("{to}?{q}"),
                 None => to,
             };
-            match rewritten.parse::<Uri>() {
-                Ok(uri) => *req.uri_mut() = uri,
-                Err(_) => {
-                    use axum::response::IntoResponse;
-                    return crate::ApiError::BadRequest("a malformed path".into()).into_response();
-                }
+            // A path that does not parse again is left as it was: it then
+            // meets no route of the operator's with a tenant's site, and
+            // the invocation routes refuse it.
+            if let Ok(uri) = rewritten.parse::<Uri>() {
+                parts.uri = uri;
             }
             true
         }
-        Site::Operator => req.uri().path().starts_with("/fn/"),
+        Site::Operator => parts.uri.path().starts_with("/fn/"),
     };
-    let (mut parts, body) = req.into_parts();
     crate::session::credential(&mut parts.headers, parts.uri.path(), &parts.method, invokes);
-    let mut resp = next.run(Request::from_parts(parts, body)).await;
-    if invokes {
-        held_to_origin(resp.headers_mut(), &site);
+    if let Site::Tenant(_) = site {
+        parts.extensions.insert(site);
     }
-    resp
+    Request::from_parts(parts, body)
+}
+
+/// The application with its edge: what the listener serves.
+#[derive(Clone)]
+pub struct App {
+    pub(crate) router: axum::Router,
+    pub(crate) domain: Arc<str>,
+}
+
+impl<B> tower::Service<Request<B>> for App
+where
+    B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    // The router's own future: the edge adds no box and no task.
+    type Future = axum::routing::future::RouteFuture<std::convert::Infallible>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let req = edge(&self.domain, req);
+        tower::Service::call(&mut self.router, req)
+    }
+}
+
+/// The site an invocation request came through: a tenant's when the edge
+/// routed it from that tenant's origin, else the operator's.
+pub(crate) fn site_of<B>(req: &Request<B>) -> Site {
+    req.extensions()
+        .get::<Site>()
+        .cloned()
+        .unwrap_or(Site::Operator)
 }
 
 /// A function's answer, held to `site`: on the operator's origin
 /// sandboxed, without cookies or service-worker scope; on its tenant's,
 /// with cookies for that host only.
-fn held_to_origin(h: &mut HeaderMap, site: &Site) {
+pub(crate) fn held_to_origin(h: &mut HeaderMap, site: &Site) {
     match site {
         Site::Operator => {
             h.remove(header::SET_COOKIE);

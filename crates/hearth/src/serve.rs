@@ -45,7 +45,7 @@ pub struct ConnLimits {
 /// the configuration refuses is dropped at the handshake.
 pub async fn serve(
     listener: TcpListener,
-    app: axum::Router,
+    app: hearth_api::App,
     limits: ConnLimits,
     tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: impl Future<Output = ()>,
