@@ -174,7 +174,7 @@ pub fn routers_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> (Ap
     // Around the router, not inside it: the edge rewrites a tenant
     // origin's paths before they are routed.
     let app = App {
-        domain: state.config.functions_domain.as_str().into(),
+        domain: state.config.functions_domain.to_ascii_lowercase().into(),
         router: app,
     };
     (app, probes)

@@ -42,17 +42,20 @@ pub(crate) enum Site {
 }
 
 /// The tenant whose origin `host` (a `Host` header: name and maybe port)
-/// is under `domain`, if it is one.
+/// is under `domain` (lowercase), if it is one. Runs on every request:
+/// it allocates only for a tenant's host.
 fn tenant_of(host: &str, domain: &str) -> Option<String> {
     let name = match host.rsplit_once(':') {
         Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
         _ => host,
     };
-    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
-    let label = name
-        .strip_suffix(&domain.to_ascii_lowercase())?
-        .strip_suffix('.')?
-        .to_string();
+    let name = name.strip_suffix('.').unwrap_or(name);
+    let cut = name.len().checked_sub(domain.len() + 1)?;
+    let (label, dot_domain) = (name.get(..cut)?, name.get(cut..)?);
+    if !(dot_domain.starts_with('.') && dot_domain[1..].eq_ignore_ascii_case(domain)) {
+        return None;
+    }
+    let label = label.to_ascii_lowercase();
     hearth_core::validate_tenant_name(&label).ok()?;
     Some(label)
 }

@@ -109,6 +109,17 @@ pub(crate) struct SessionInfo {
     csrf: String,
 }
 
+impl SessionInfo {
+    /// The session of `p`, whose token is `token`.
+    fn of(p: hearth_store::Principal, token: &str) -> SessionInfo {
+        SessionInfo {
+            tenant: p.tenant,
+            role: p.role,
+            csrf: csrf_of(token),
+        }
+    }
+}
+
 fn cookie(value: &str, max_age: Option<u32>) -> HeaderValue {
     let age = max_age
         .map(|s| format!("; Max-Age={s}"))
@@ -177,11 +188,7 @@ pub(crate) async fn show(
 ) -> Result<Json<SessionInfo>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     let token = crate::auth::bearer(&headers).unwrap_or_default();
-    Ok(Json(SessionInfo {
-        tenant: p.tenant,
-        role: p.role,
-        csrf: csrf_of(token),
-    }))
+    Ok(Json(SessionInfo::of(p, token)))
 }
 
 /// Log out: the session cookie is cleared
