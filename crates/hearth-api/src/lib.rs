@@ -63,6 +63,9 @@ pub struct ApiConfig {
     /// Bytes of invocation request bodies the node holds at once, over
     /// every connection; past it, 503 (`--max-buffered-mib`).
     pub max_buffered_bytes: usize,
+    /// How large a tape file `/v1/replay` reads, and how many host calls it
+    /// may hold: this node's largest tape, exported.
+    pub replay_file: hearth_record::ImportLimits,
 }
 
 impl Default for ApiConfig {
@@ -74,6 +77,7 @@ impl Default for ApiConfig {
             trace_report: None,
             functions_domain: "localhost".into(),
             max_buffered_bytes: 1 << 30,
+            replay_file: hearth_record::ImportLimits::for_node(6 << 20, 16 << 20, 4 << 20),
         }
     }
 }

@@ -528,14 +528,16 @@ pub(crate) async fn replay_file(
     body: Body,
 ) -> Result<Json<Replayed>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
+    // Bounded by this node's largest tape before a byte of it is decoded.
+    let limits = s.config.replay_file;
     let file = read_body(
         &headers,
         body,
-        (s.config.max_code_bytes, s.config.body_timeout),
+        (limits.max_bytes, s.config.body_timeout),
         "tape",
     )
     .await?;
-    let rec = Recording::import(&file)?;
+    let rec = Recording::import(&file, limits)?;
     let report = replay_one(&s, &p.tenant, &rec, version).await?;
     Ok(Json(report.into()))
 }

@@ -44,6 +44,7 @@ pub struct Request {
     pub query: String,
     /// Header names in lower case, in arrival order.
     pub headers: Vec<(String, String)>,
+    #[serde(with = "crate::byte_strings")]
     pub body: Bytes,
 }
 
@@ -61,6 +62,7 @@ impl Request {
 pub struct Response {
     pub status: u16,
     pub headers: Vec<(String, String)>,
+    #[serde(with = "crate::byte_strings")]
     pub body: Bytes,
 }
 

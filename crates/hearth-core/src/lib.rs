@@ -5,6 +5,7 @@
 //! `ARCHITECTURE.md` as types, so the store, the engines, the node and the API
 //! agree on one meaning for "version", "tier" and "timeout".
 
+pub mod byte_strings;
 mod colocation;
 mod error;
 mod function;

@@ -14,6 +14,7 @@ pub struct OutboundRequest {
     pub method: String,
     pub url: String,
     pub headers: Vec<(String, String)>,
+    #[serde(with = "hearth_core::byte_strings")]
     pub body: Vec<u8>,
 }
 
@@ -22,6 +23,7 @@ pub struct OutboundRequest {
 pub struct OutboundResponse {
     pub status: u16,
     pub headers: Vec<(String, String)>,
+    #[serde(with = "hearth_core::byte_strings")]
     pub body: Vec<u8>,
 }
 

@@ -17,22 +17,30 @@ pub enum HostEvent {
         nanos: u64,
     },
     Random {
+        #[serde(with = "hearth_core::byte_strings")]
         bytes: Vec<u8>,
     },
     KvGet {
+        #[serde(with = "hearth_core::byte_strings")]
         key: Vec<u8>,
+        #[serde(with = "hearth_core::byte_strings::option")]
         value: Option<Vec<u8>>,
     },
     KvSet {
+        #[serde(with = "hearth_core::byte_strings")]
         key: Vec<u8>,
+        #[serde(with = "hearth_core::byte_strings")]
         value: Vec<u8>,
     },
     KvDelete {
+        #[serde(with = "hearth_core::byte_strings")]
         key: Vec<u8>,
         existed: bool,
     },
     KvList {
+        #[serde(with = "hearth_core::byte_strings")]
         prefix: Vec<u8>,
+        #[serde(with = "hearth_core::byte_strings::list")]
         keys: Vec<Vec<u8>>,
     },
     HttpFetch {
@@ -52,6 +60,7 @@ pub enum HostEvent {
     /// An atomic add to a KV counter (after `Truncated`: tapes written
     /// before it existed keep their variant numbers).
     KvIncrement {
+        #[serde(with = "hearth_core::byte_strings")]
         key: Vec<u8>,
         delta: u64,
         /// The new value, or why the value could not be incremented.
@@ -60,6 +69,7 @@ pub enum HostEvent {
     /// Whether a KV key holds a value (without the value: asking costs the
     /// tape the key, not what it holds).
     KvExists {
+        #[serde(with = "hearth_core::byte_strings")]
         key: Vec<u8>,
         exists: bool,
     },

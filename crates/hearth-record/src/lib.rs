@@ -32,7 +32,8 @@ mod writer;
 pub use archive::Archive;
 pub use pending::Queued;
 pub use recording::{
-    BLOB_MIN_BYTES, BodyDigest, Outcome, OutcomeRef, Recording, RecordingRef, Streamed,
+    BLOB_MIN_BYTES, BodyDigest, ImportLimits, Outcome, OutcomeRef, Recording, RecordingRef,
+    Streamed,
 };
 pub use writer::{Durability, RecordConfig, Recorder, RecorderStats};
 

@@ -16,6 +16,7 @@ use hearth_host::{
 };
 use proptest::prelude::*;
 
+use crate::recording::tests::LIMITS;
 use crate::recording::{Outcome, Recording, StoredRef};
 
 fn text() -> impl Strategy<Value = String> {
@@ -143,12 +144,12 @@ proptest! {
 
     #[test]
     fn an_export_reads_back_as_its_recording(r in recording()) {
-        prop_assert_eq!(Recording::import(&r.export()).unwrap(), r);
+        prop_assert_eq!(Recording::import(&r.export(), LIMITS).unwrap(), r);
     }
 
     #[test]
     fn any_other_bytes_are_refused_as_a_tape_not_a_panic(file in prop::collection::vec(any::<u8>(), 0..512)) {
-        prop_assert!(Recording::import(&file).is_err());
+        prop_assert!(Recording::import(&file, LIMITS).is_err());
     }
 
     #[test]
@@ -158,7 +159,7 @@ proptest! {
         prop_assume!(file[i] != to);
         file[i] = to;
         // Whatever the byte, the file is no longer this recording's.
-        if let Ok(back) = Recording::import(&file) {
+        if let Ok(back) = Recording::import(&file, LIMITS) {
             // Only an edit JSON does not see (whitespace in the newline's
             // place) may leave the same recording.
             prop_assert_eq!(back, r);

@@ -6,6 +6,9 @@ use bytes::Bytes;
 use hearth_core::{InvokeError, Request, Response, Tier};
 use hearth_host::{CallTiming, HostEvent, Tape};
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+
+use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use crate::RecordError;
@@ -419,59 +422,179 @@ impl Stored {
     }
 }
 
-/// First line of an exported tape.
-const EXPORT_FORMAT: &str = "hearth-tape/1";
+/// The export format written now: byte strings as base64.
+const EXPORT_FORMAT: &str = "hearth-tape/2";
 
+/// The first export format, whose byte strings were arrays of numbers; it
+/// is still read (its checksum covers the same text).
+const EXPORT_FORMAT_V1: &str = "hearth-tape/1";
+
+/// An exported tape: the recording and the parts kept beside it, each as
+/// its JSON text, so that the checksum covers exactly the text that is
+/// decoded and can be checked before anything is decoded.
 #[derive(Serialize, Deserialize)]
-struct Export {
-    format: String,
-    /// sha256 (hex) of `recording` as compact JSON: a tape edited by hand
-    /// is refused instead of replayed as if it were real traffic.
-    checksum: String,
-    recording: Recording,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    streamed: Option<Streamed>,
+struct Export<'a> {
+    #[serde(borrow)]
+    format: Cow<'a, str>,
+    /// sha256 (hex) of `recording`, then `streamed` and `timings` if
+    /// present, as they stand in the file: a tape edited by hand is refused
+    /// instead of replayed as if it were real traffic.
+    #[serde(borrow)]
+    checksum: Cow<'a, str>,
+    #[serde(borrow)]
+    recording: &'a RawValue,
+    /// [`Recording::streamed`].
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    streamed: Option<&'a RawValue>,
     /// [`Tape::timings`].
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    timings: Vec<CallTiming>,
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    timings: Option<&'a RawValue>,
 }
 
-/// Over the recording's JSON, then (if any) its streamed bodies' JSON and
-/// its host calls' timings: a tape without them checks as it did before
-/// they existed.
-fn checksum(recording: &Recording) -> String {
-    let mut json = serde_json::to_vec(recording).expect("a recording always serializes");
-    if let Some(s) = &recording.streamed {
-        serde_json::to_writer(&mut json, s).expect("a digest always serializes");
+impl Export<'_> {
+    fn checksum(&self) -> String {
+        let mut sha = Sha256::new();
+        sha.update(self.recording.get());
+        for part in [self.streamed, self.timings].into_iter().flatten() {
+            sha.update(part.get());
+        }
+        hex::encode(sha.finalize())
     }
-    if !recording.tape.timings.is_empty() {
-        serde_json::to_writer(&mut json, &recording.tape.timings)
-            .expect("timings always serialize");
+}
+
+/// How much of an exported tape a node will read: bounded before anything
+/// is decoded, so a crafted file costs at most its own size to refuse.
+#[derive(Debug, Clone, Copy)]
+pub struct ImportLimits {
+    /// The file, in bytes.
+    pub max_bytes: usize,
+    /// Host calls on the tape.
+    pub max_events: usize,
+}
+
+impl ImportLimits {
+    /// The largest tape a node with these limits records, exported: a
+    /// request and a response body of the largest sizes and a full tape
+    /// budget, as base64 (4 bytes for 3), plus room for names and headers;
+    /// and as many host calls as the budget holds at the smallest.
+    pub fn for_node(max_body: usize, max_response: usize, tape_budget: usize) -> ImportLimits {
+        let payload = max_body + max_response + tape_budget;
+        ImportLimits {
+            max_bytes: payload / 3 * 4 + (1 << 20),
+            max_events: tape_budget / std::mem::size_of::<HostEvent>() + 1,
+        }
     }
-    hex::encode(sha256(&json))
+}
+
+/// Counts a JSON array's items without keeping them, refusing more than
+/// the limit it is given.
+struct CountAtMost(usize);
+
+impl<'de> serde::de::DeserializeSeed<'de> for CountAtMost {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for CountAtMost {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "at most {} host calls", self.0)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut n = 0;
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+            n += 1;
+            if n > self.0 {
+                return Err(serde::de::Error::custom(format!(
+                    "the tape has more than {} host calls, more than this node records in one \
+                     tape (--max-tape-bytes)",
+                    self.0
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The events of a recording's tape, counted (other fields skipped).
+fn count_events(recording: &RawValue, most: usize) -> Result<(), serde_json::Error> {
+    struct Events(usize);
+    impl<'de> serde::de::DeserializeSeed<'de> for Events {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+    impl<'de> serde::de::Visitor<'de> for Events {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a recording")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            // The recording, then inside it the tape: `events` is counted.
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                match key.as_ref() {
+                    "tape" => map.next_value_seed(Events(self.0))?,
+                    "events" => map.next_value_seed(CountAtMost(self.0))?,
+                    _ => {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+    let mut d = serde_json::Deserializer::from_str(recording.get());
+    serde::de::DeserializeSeed::deserialize(Events(most), &mut d)
 }
 
 impl Recording {
-    /// The tape as a file a person can keep next to a test: JSON, with a
-    /// checksum.
+    /// The tape as a file a person can keep next to a test: compact JSON
+    /// (byte strings as base64), with a checksum.
     pub fn export(&self) -> Vec<u8> {
-        let export = Export {
-            format: EXPORT_FORMAT.into(),
-            checksum: checksum(self),
-            recording: self.clone(),
-            streamed: self.streamed.clone(),
-            timings: self.tape.timings.clone(),
+        let raw = |json: Vec<u8>| {
+            RawValue::from_string(String::from_utf8(json).expect("serde_json writes UTF-8"))
+                .expect("serde_json writes JSON")
         };
-        // Compact: bytes are JSON arrays of numbers, and pretty-printing
-        // puts each on a line of its own (ten bytes of file for one).
+        let recording = raw(serde_json::to_vec(self).expect("a recording always serializes"));
+        let streamed = self
+            .streamed
+            .as_ref()
+            .map(|s| raw(serde_json::to_vec(s).expect("a digest always serializes")));
+        let timings = (!self.tape.timings.is_empty()).then(|| {
+            raw(serde_json::to_vec(&self.tape.timings).expect("timings always serialize"))
+        });
+        let mut export = Export {
+            format: EXPORT_FORMAT.into(),
+            checksum: "".into(),
+            recording: &recording,
+            streamed: streamed.as_deref(),
+            timings: timings.as_deref(),
+        };
+        let checksum = export.checksum();
+        export.checksum = checksum.into();
         let mut out = serde_json::to_vec(&export).expect("a recording always serializes");
         out.push(b'\n');
         out
     }
 
-    /// Reads an exported tape, refusing one that is truncated, edited or
-    /// not a tape at all.
-    pub fn import(file: &[u8]) -> Result<Recording, RecordError> {
+    /// Reads an exported tape, refusing one that is larger than `limits`,
+    /// truncated, edited or not a tape at all; the size, the checksum and
+    /// the number of host calls are checked before the tape is decoded.
+    pub fn import(file: &[u8], limits: ImportLimits) -> Result<Recording, RecordError> {
+        if file.len() > limits.max_bytes {
+            return Err(RecordError::BadTape(format!(
+                "the tape file is {} bytes, more than this node replays ({} bytes: its largest \
+                 request, response and tape, exported)",
+                file.len(),
+                limits.max_bytes
+            )));
+        }
         let export: Export = serde_json::from_slice(file).map_err(|e| {
             if e.is_eof() {
                 RecordError::BadTape(format!("the file ends early (truncated?): {e}"))
@@ -479,19 +602,26 @@ impl Recording {
                 RecordError::BadTape(format!("not a Hearth tape: {e}"))
             }
         })?;
-        if export.format != EXPORT_FORMAT {
+        if export.format != EXPORT_FORMAT && export.format != EXPORT_FORMAT_V1 {
             return Err(RecordError::BadTape(format!(
-                "tape format {:?} is not {EXPORT_FORMAT:?}",
+                "tape format {:?} is not {EXPORT_FORMAT:?} (or the older {EXPORT_FORMAT_V1:?})",
                 export.format
             )));
         }
-        let mut recording = export.recording;
-        recording.streamed = export.streamed;
-        recording.tape.timings = export.timings;
-        if checksum(&recording) != export.checksum {
+        if export.checksum() != export.checksum {
             return Err(RecordError::BadTape(
                 "the tape was changed after it was exported (checksum mismatch)".into(),
             ));
+        }
+        count_events(export.recording, limits.max_events)
+            .map_err(|e| RecordError::BadTape(e.to_string()))?;
+        let bad = |e: serde_json::Error| RecordError::BadTape(format!("not a Hearth tape: {e}"));
+        let mut recording: Recording = serde_json::from_str(export.recording.get()).map_err(bad)?;
+        if let Some(s) = export.streamed {
+            recording.streamed = serde_json::from_str(s.get()).map_err(bad)?;
+        }
+        if let Some(t) = export.timings {
+            recording.tape.timings = serde_json::from_str(t.get()).map_err(bad)?;
         }
         Ok(recording)
     }
@@ -501,6 +631,12 @@ impl Recording {
 pub(crate) mod tests {
     use super::*;
     use hearth_host::{OutboundRequest, OutboundResponse};
+
+    /// A node's default limits: 6 MiB requests, 16 MiB responses, 4 MiB tapes.
+    pub const LIMITS: ImportLimits = ImportLimits {
+        max_bytes: 35 << 20,
+        max_events: 40_000,
+    };
 
     pub fn sample(body_len: usize) -> Recording {
         Recording {
@@ -610,18 +746,102 @@ pub(crate) mod tests {
     fn exports_refuse_edits_and_truncation() {
         let r = sample(10);
         let file = r.export();
-        assert_eq!(Recording::import(&file).unwrap(), r);
+        assert_eq!(Recording::import(&file, LIMITS).unwrap(), r);
 
         let text = String::from_utf8(file.clone()).unwrap();
         let edited = text.replacen("\"POST\"", "\"PUT\"", 1);
         assert_ne!(edited, text);
-        let err = Recording::import(edited.as_bytes()).unwrap_err();
+        let err = Recording::import(edited.as_bytes(), LIMITS).unwrap_err();
         assert!(err.to_string().contains("checksum"), "{err}");
 
-        let err = Recording::import(&file[..file.len() / 2]).unwrap_err();
+        let err = Recording::import(&file[..file.len() / 2], LIMITS).unwrap_err();
         assert!(err.to_string().contains("truncated"), "{err}");
-        let err = Recording::import(b"hello").unwrap_err();
+        let err = Recording::import(b"hello", LIMITS).unwrap_err();
         assert!(err.to_string().contains("not a Hearth tape"), "{err}");
+    }
+
+    #[test]
+    fn exports_hold_bytes_as_base64() {
+        let r = sample(3000);
+        let file = r.export();
+        let text = std::str::from_utf8(&file).unwrap();
+        assert!(
+            text.starts_with(r#"{"format":"hearth-tape/2","#),
+            "{}",
+            &text[..40]
+        );
+        assert!(
+            text.contains(r#""body":"BwcH"#),
+            "the request body is base64"
+        );
+        assert!(!text.contains("7,7,7"), "no byte is a number of its own");
+        // Three payloads of 3,000 bytes, as base64, and little else.
+        assert!(file.len() < 3 * 4000 + 1500, "{} bytes", file.len());
+    }
+
+    #[test]
+    fn a_tape_of_the_first_export_format_still_reads() {
+        // Written by the exporter of `hearth-tape/1`: bytes as numbers.
+        let file = include_bytes!("../tests/data/tape-v1.json");
+        let r = Recording::import(file, LIMITS).unwrap();
+        assert_eq!(&r.request.body[..], &[7u8; 10]);
+        assert!(
+            matches!(&r.tape.events[1], HostEvent::HttpFetch { result: Ok(o), .. } if o.body == [1u8; 10])
+        );
+        assert_eq!(r.tape.timings.len(), 1);
+        let edited = String::from_utf8(file.to_vec())
+            .unwrap()
+            .replacen("[7,", "[8,", 1);
+        let err = Recording::import(edited.as_bytes(), LIMITS).unwrap_err();
+        assert!(err.to_string().contains("checksum"), "{err}");
+        // Exported again, it is the current format and the same recording.
+        assert_eq!(Recording::import(&r.export(), LIMITS).unwrap(), r);
+    }
+
+    #[test]
+    fn imports_are_bounded_before_they_are_decoded() {
+        let mut r = sample(10);
+        let file = r.export();
+        let small = ImportLimits {
+            max_bytes: file.len() - 1,
+            max_events: 100,
+        };
+        let err = Recording::import(&file, small).unwrap_err();
+        assert!(
+            err.to_string().contains("more than this node replays"),
+            "{err}"
+        );
+
+        r.tape.events = vec![HostEvent::WallClock { nanos: 1 }; 101];
+        let err = Recording::import(
+            &r.export(),
+            ImportLimits {
+                max_events: 100,
+                ..LIMITS
+            },
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("more than 100 host calls"),
+            "{err}"
+        );
+        r.tape.events.pop();
+        let ok = Recording::import(
+            &r.export(),
+            ImportLimits {
+                max_events: 100,
+                ..LIMITS
+            },
+        );
+        assert_eq!(ok.unwrap(), r);
+
+        // A node's own limits take its largest tape, exported.
+        let node = ImportLimits::for_node(6 << 20, 16 << 20, 4 << 20);
+        assert!(node.max_bytes >= (26 << 20) / 3 * 4, "{node:?}");
+        assert!(
+            node.max_events >= (4 << 20) / size_of::<HostEvent>(),
+            "{node:?}"
+        );
     }
 
     fn streamed(mut r: Recording) -> Recording {
@@ -645,14 +865,14 @@ pub(crate) mod tests {
                 .join(|h| Ok(blobs.iter().find(|(b, _)| b == h).unwrap().1.clone()))
                 .unwrap();
             assert_eq!(joined, r);
-            assert_eq!(Recording::import(&r.export()).unwrap(), r);
+            assert_eq!(Recording::import(&r.export(), LIMITS).unwrap(), r);
         }
         // The digests are under the export's checksum.
         let r = streamed(sample(10));
         let text = String::from_utf8(r.export()).unwrap();
         let edited = text.replacen("1073741824", "1073741825", 1);
         assert_ne!(edited, text);
-        let err = Recording::import(edited.as_bytes()).unwrap_err();
+        let err = Recording::import(edited.as_bytes(), LIMITS).unwrap_err();
         assert!(err.to_string().contains("checksum"), "{err}");
         // A tape without them exports as before they existed.
         assert!(

@@ -295,6 +295,11 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             functions_domain: settings.functions_domain.clone(),
             max_buffered_bytes: usize::try_from(settings.max_buffered_mib << 20)
                 .unwrap_or(usize::MAX),
+            replay_file: hearth_record::ImportLimits::for_node(
+                settings.max_body_bytes,
+                settings.max_response_bytes,
+                settings.max_tape_bytes,
+            ),
         },
         role,
     );

@@ -53,3 +53,69 @@ async fn replays_run_in_instances_of_their_own() {
         );
     }
 }
+
+/// A tape file posted to `/v1/replay` is bounded by what this node would
+/// record itself, before a byte of it is decoded: its size (a 413 while it
+/// arrives) and its host calls (counted without keeping them). Without the
+/// bounds, a 60 MiB crafted tape cost ~560 MB and 7.7 s of CPU to refuse.
+#[tokio::test]
+async fn a_crafted_tape_is_refused_by_size_and_host_calls_before_it_is_decoded() {
+    use sha2::Digest;
+    let kib64 = "65536";
+    let d = Daemon::start_with(&[
+        "--max-body-bytes",
+        kib64,
+        "--max-response-bytes",
+        kib64,
+        "--max-tape-bytes",
+        kib64,
+    ]);
+    // 3 × 64 KiB as base64 and 1 MiB of room: ~1.25 MiB.
+    let big = vec![b' '; 2 << 20];
+    let resp = d.post("/v1/replay").body(big).send().await.unwrap();
+    let (status, _, msg) = crate::harness::error_of(resp).await;
+    assert_eq!(status, 413, "{msg}");
+
+    // A real tape, given 10,000 clock readings and a checksum that fits.
+    assert_eq!(d.invoke_body("echo", "x".into()).await, "x");
+    let id = d.newest_tape("echo", 1).await;
+    let export = d
+        .get(&format!("/v1/recordings/{id}/export"))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let file: serde_json::Value = serde_json::from_slice(&export).unwrap();
+    assert_eq!(file["format"], "hearth-tape/2", "{file}");
+    assert!(
+        file["recording"]["request"]["body"].is_string(),
+        "bytes are base64: {file}"
+    );
+    let forge = |events: usize| {
+        let mut recording = file["recording"].clone();
+        recording["tape"]["events"] =
+            serde_json::Value::Array(vec![serde_json::json!({"WallClock": {"nanos": 5}}); events]);
+        let text = serde_json::to_string(&recording).unwrap();
+        let checksum = hex(&sha2::Sha256::digest(text.as_bytes()));
+        format!(r#"{{"format":"hearth-tape/2","checksum":"{checksum}","recording":{text}}}"#)
+    };
+    let resp = d
+        .post("/v1/replay")
+        .body(forge(10_000))
+        .send()
+        .await
+        .unwrap();
+    let (status, _, msg) = crate::harness::error_of(resp).await;
+    assert_eq!(status, 400, "{msg}");
+    assert!(msg.contains("host calls"), "{msg}");
+    // The same forgery within the bound is read (and replays: echo makes
+    // no host call, so the extra readings are what differs).
+    let resp = d.post("/v1/replay").body(forge(3)).send().await.unwrap();
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
