@@ -27,7 +27,9 @@ impl From<RecordError> for ApiError {
     fn from(e: RecordError) -> Self {
         let msg = e.to_string();
         match e {
-            RecordError::NotFound(_) | RecordError::Expired => ApiError::NotFound(msg),
+            RecordError::NotFound(_) | RecordError::Expired | RecordError::Damaged(_) => {
+                ApiError::NotFound(msg)
+            }
             RecordError::BadTape(_) => ApiError::BadRequest(msg),
             RecordError::Overloaded | RecordError::Closed => ApiError::Unavailable(msg),
             _ => ApiError::Internal(msg),

@@ -339,7 +339,19 @@ impl Collector for TapesHanded {
             None,
             counter.metric_type(),
         )?;
-        counter.encode(metric)
+        counter.encode(metric)?;
+        let damaged = self
+            .0
+            .get()
+            .map_or(0, |r| r.archive().damaged_blocks() as u64);
+        let gauge = prometheus_client::metrics::gauge::ConstGauge::new(damaged as i64);
+        let metric = encoder.encode_descriptor(
+            "tape_blocks_damaged",
+            "Blocks of tapes found damaged on disk since start (their tapes are lost)",
+            None,
+            gauge.metric_type(),
+        )?;
+        gauge.encode(metric)
     }
 }
 

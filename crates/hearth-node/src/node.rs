@@ -531,6 +531,7 @@ impl Node {
                 "expired": n(&s.expired),
                 "queued_bytes": s.queued.get().1,
                 "disk_bytes": r.archive().disk_bytes(),
+                "damaged_blocks": r.archive().damaged_blocks(),
             })
         });
         serde_json::json!({

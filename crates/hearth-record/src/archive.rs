@@ -1,13 +1,14 @@
 //! [`Archive`]: the segment directory, its keys and its index — reading
 //! tapes back, and sealing blocks for the writer.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use hearth_store::{BlockQuery, Store, TapeBlock, TapeEntry, TapeQuery};
+use parking_lot::Mutex;
 
 use crate::RecordError;
 use crate::keys::Keys;
@@ -90,6 +91,9 @@ pub struct Archive {
     dir: PathBuf,
     keys: Keys,
     store: Arc<dyn Store>,
+    /// Blocks that failed to read (checksum, decryption, decoding, I/O):
+    /// their tapes are lost, and only theirs.
+    damaged: Mutex<HashSet<(u64, u64)>>,
 }
 
 impl Archive {
@@ -101,7 +105,38 @@ impl Archive {
             dir: dir.to_path_buf(),
             keys,
             store,
+            damaged: Mutex::default(),
         })
+    }
+
+    /// How many blocks were found damaged since the node started.
+    pub fn damaged_blocks(&self) -> usize {
+        self.damaged.lock().len()
+    }
+
+    /// [`read_body`](Self::read_body), with a damaged block noted (and
+    /// logged once) and answered `Ok(None)`: a bad block costs its own
+    /// tapes, never a listing or a retention pass over others.
+    fn read_body_or_damaged(
+        &self,
+        tenant: &str,
+        segment: u64,
+        offset: u64,
+    ) -> Result<Option<BlockBody>, RecordError> {
+        match self.read_body(tenant, segment, offset) {
+            Ok(body) => Ok(Some(body)),
+            Err(e @ (RecordError::Corrupt(_) | RecordError::Io(_))) => {
+                if self.damaged.lock().insert((segment, offset)) {
+                    tracing::warn!(
+                        segment,
+                        offset,
+                        "a tape block is damaged and its tapes are lost: {e}"
+                    );
+                }
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -199,20 +234,26 @@ impl Archive {
         query: &TapeQuery,
     ) -> Result<Vec<Recording>, RecordError> {
         let (entries, mut blocks) = self.select(tenant, query)?;
-        entries
-            .iter()
-            .map(|e| {
-                let (tapes, blobs) = blocks
-                    .get_mut(&(e.segment, e.offset))
-                    .expect("select keeps the blocks it lists from");
-                let at = tapes
-                    .iter()
-                    .position(|s| s.as_ref().is_some_and(|s| s.recording.id == e.id))
-                    .expect("select lists tapes of its blocks");
-                let stored = tapes[at].take().expect("just found");
-                stored.join(|hash| self.blob(e, blobs, hash))
-            })
-            .collect()
+        let mut out = Vec::with_capacity(entries.len());
+        for e in &entries {
+            let (tapes, blobs) = blocks
+                .get_mut(&(e.segment, e.offset))
+                .expect("select keeps the blocks it lists from");
+            let at = tapes
+                .iter()
+                .position(|s| s.as_ref().is_some_and(|s| s.recording.id == e.id))
+                .expect("select lists tapes of its blocks");
+            let stored = tapes[at].take().expect("just found");
+            match stored.join(|hash| self.blob(e, blobs, hash)) {
+                Ok(r) => out.push(r),
+                // A payload in a damaged block: this tape is lost.
+                Err(why @ (RecordError::Corrupt(_) | RecordError::Io(_))) => {
+                    tracing::warn!(id = %e.id, "a tape's payload is damaged: {why}")
+                }
+                Err(other) => return Err(other),
+            }
+        }
+        Ok(out)
     }
 
     /// Walks `tenant`'s index rows newest first, decoding their blocks,
@@ -253,11 +294,15 @@ impl Archive {
                 }
                 let (tapes, _) = match blocks.entry((row.segment, row.offset)) {
                     Entry::Occupied(e) => e.into_mut(),
-                    Entry::Vacant(e) => match self.read_body(tenant, row.segment, row.offset) {
-                        Ok(b) => e.insert((b.tapes.into_iter().map(Some).collect(), b.blobs)),
-                        Err(RecordError::Expired) => continue,
-                        Err(e) => return Err(e),
-                    },
+                    Entry::Vacant(e) => {
+                        match self.read_body_or_damaged(tenant, row.segment, row.offset) {
+                            Ok(Some(b)) => {
+                                e.insert((b.tapes.into_iter().map(Some).collect(), b.blobs))
+                            }
+                            Ok(None) | Err(RecordError::Expired) => continue,
+                            Err(e) => return Err(e),
+                        }
+                    }
                 };
                 found.extend(
                     tapes
@@ -283,14 +328,19 @@ impl Archive {
     pub fn read(&self, tenant: &str, id: &str) -> Result<Recording, RecordError> {
         let rows = self.store.blocks_holding(tenant, id)?;
         let mut tried = Vec::new();
+        let mut damaged = false;
         for row in &rows {
             let key = (row.segment, row.offset);
             if tried.contains(&key) {
                 continue;
             }
             tried.push(key);
-            let mut body = match self.read_body(tenant, row.segment, row.offset) {
-                Ok(b) => b,
+            let mut body = match self.read_body_or_damaged(tenant, row.segment, row.offset) {
+                Ok(Some(b)) => b,
+                Ok(None) => {
+                    damaged = true;
+                    continue;
+                }
                 Err(RecordError::Expired) => continue,
                 Err(e) => return Err(e),
             };
@@ -308,6 +358,9 @@ impl Archive {
             let entry = entry_of(r, row.segment, row.offset);
             return self.take_from(&mut body, &entry);
         }
+        if damaged {
+            return Err(RecordError::Damaged(id.to_string()));
+        }
         Err(RecordError::NotFound(id.to_string()))
     }
 
@@ -315,9 +368,9 @@ impl Archive {
     pub(crate) fn read_rows(&self, rows: &[TapeBlock]) -> Result<Vec<Recording>, RecordError> {
         let mut out = Vec::new();
         for row in rows {
-            let mut body = match self.read_body(&row.tenant, row.segment, row.offset) {
-                Ok(b) => b,
-                Err(RecordError::Expired) => continue,
+            let mut body = match self.read_body_or_damaged(&row.tenant, row.segment, row.offset) {
+                Ok(Some(b)) => b,
+                Ok(None) | Err(RecordError::Expired) => continue,
                 Err(e) => return Err(e),
             };
             let blobs = std::mem::take(&mut body.blobs);

@@ -48,6 +48,8 @@ pub enum RecordError {
     Expired,
     /// recording data is damaged: {0}
     Corrupt(String),
+    /// recording {0} was in a block of the node's recordings that is damaged on disk, and is lost (the node's other tapes are unaffected)
+    Damaged(String),
     /// {0}
     BadTape(String),
     /// the recorder is overloaded; this tape was dropped

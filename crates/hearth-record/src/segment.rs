@@ -153,9 +153,28 @@ pub(crate) struct Scan {
     /// Where the intact part ends: a torn tail starts here.
     pub valid_end: u64,
     pub file_len: u64,
+    /// Offsets where bytes that are not an intact block lie between intact
+    /// ones: damage on disk, not a torn write (which is only ever last).
+    pub damaged: Vec<u64>,
 }
 
-/// Reads a whole segment, stopping at the first block that is not intact.
+/// Where the next intact block after a bad one at `bad` starts, if any:
+/// the next offset that starts with a block's magic and reads whole.
+fn next_intact(file: &File, bad: u64, file_len: u64) -> Option<u64> {
+    let mut rest = vec![0u8; (file_len - bad) as usize];
+    file.read_exact_at(&mut rest, bad).ok()?;
+    (1..rest.len().saturating_sub(HEADER_BYTES))
+        .filter(|&i| {
+            let m = &rest[i..i + 4];
+            m == BLOCK_MAGIC || m == BLOCK_MAGIC_V2 || m == BLOCK_MAGIC_V1
+        })
+        .map(|i| bad + i as u64)
+        .find(|&at| read_block(file, at).is_ok())
+}
+
+/// Reads a whole segment. A block that is not intact ends it (a torn
+/// tail) unless an intact block follows: then it is damage, noted and
+/// passed over, and the blocks after it still count.
 pub(crate) fn scan(path: &Path) -> Result<Scan, RecordError> {
     let file = File::open(path)?;
     let file_len = file.metadata()?.len();
@@ -166,10 +185,12 @@ pub(crate) fn scan(path: &Path) -> Result<Scan, RecordError> {
             blocks: Vec::new(),
             valid_end: 0,
             file_len,
+            damaged: Vec::new(),
         });
     }
     let mut offset = SEGMENT_MAGIC.len() as u64;
     let mut blocks = Vec::new();
+    let mut damaged = Vec::new();
     while offset < file_len {
         match read_block(&file, offset) {
             Ok(block) => {
@@ -177,12 +198,19 @@ pub(crate) fn scan(path: &Path) -> Result<Scan, RecordError> {
                 blocks.push((offset, block));
                 offset = next;
             }
-            Err(_) => break,
+            Err(_) => match next_intact(&file, offset, file_len) {
+                Some(next) => {
+                    damaged.push(offset);
+                    offset = next;
+                }
+                None => break,
+            },
         }
     }
     Ok(Scan {
         blocks,
         valid_end: offset,
         file_len,
+        damaged,
     })
 }

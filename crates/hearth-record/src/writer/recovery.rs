@@ -25,6 +25,14 @@ pub(super) fn recover(archive: &Archive, segments: &[u64]) -> Result<(), RecordE
         }
         let path = archive.segment_path(n);
         let scan = segment::scan(&path)?;
+        for offset in &scan.damaged {
+            tracing::warn!(
+                segment = %path.display(),
+                offset,
+                "a recording segment has a damaged block between whole ones; its tapes are lost, \
+                 the blocks after it are kept"
+            );
+        }
         if newest && scan.valid_end < scan.file_len {
             tracing::warn!(
                 segment = %path.display(),

@@ -80,3 +80,69 @@ async fn a_damaged_compiled_module_is_compiled_again_never_run() {
         assert_eq!(bytes.len(), whole.len(), "{}", path.display());
     }
 }
+
+/// The newest tape segment file under `dir`.
+fn newest_segment(dir: &std::path::Path) -> std::path::PathBuf {
+    let segments = dir.join("recordings").join("segments");
+    std::fs::read_dir(&segments)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .max_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap())
+        .unwrap_or_else(|| panic!("no segment in {}", segments.display()))
+}
+
+/// A damaged block of tapes costs only its own tapes: the listings that
+/// pass over it, the other tapes and the status still answer (before, every
+/// listing that touched it was a 500, also after a restart), and reading
+/// one of its tapes says it was lost.
+#[tokio::test]
+async fn a_damaged_tape_block_costs_only_its_own_tapes() {
+    let mut d = Daemon::start();
+    assert_eq!(d.invoke_body("echo", "first".into()).await, "first");
+    let first = d.newest_tape("echo", 1).await;
+    let segment = newest_segment(&d.dir);
+    let written = std::fs::metadata(&segment).unwrap().len();
+    assert_eq!(d.invoke_body("echo", "second".into()).await, "second");
+    let second = d.newest_tape("echo", 2).await;
+    assert_ne!(first, second);
+
+    // A byte of the first block (it ends where the file ended then) flips.
+    let mut bytes = std::fs::read(&segment).unwrap();
+    assert!(bytes.len() as u64 > written || newest_segment(&d.dir) != segment);
+    bytes[written as usize - 10] ^= 0x40;
+    std::fs::write(&segment, bytes).unwrap();
+    d.kill9();
+    let d = Daemon::start_in(&d.dir, &[]);
+
+    let listing = d.get("/v1/functions/echo/recordings").send().await.unwrap();
+    assert_eq!(listing.status(), 200, "{}", listing.text().await.unwrap());
+    let listing: serde_json::Value = listing.json().await.unwrap();
+    let ids: Vec<&str> = listing["recordings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [second.as_str()], "{listing}");
+    let resp = d
+        .get(&format!("/v1/recordings/{second}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let (status, _, msg) = crate::harness::error_of(
+        d.get(&format!("/v1/recordings/{first}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 404, "{msg}");
+    assert!(msg.contains("damaged"), "{msg}");
+    let status = d.get_json("/v1/status").await;
+    assert_eq!(status["recording"]["damaged_blocks"], 1, "{status}");
+    // New tapes are written and listed beside the lost one.
+    assert_eq!(d.invoke_body("echo", "third".into()).await, "third");
+    d.newest_tape("echo", 2).await;
+}
