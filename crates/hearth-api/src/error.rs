@@ -122,6 +122,7 @@ impl From<NodeError> for ApiError {
             }
             NodeError::Store(_) | NodeError::Internal(_) => ApiError::Internal(msg),
             NodeError::CodeQuota { .. } => ApiError::QuotaExceeded("code_quota_exceeded", msg),
+            NodeError::DiskFull(_) => ApiError::QuotaExceeded("disk_full", msg),
         }
     }
 }

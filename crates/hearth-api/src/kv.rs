@@ -116,6 +116,7 @@ pub(crate) async fn get(
 ) -> Result<impl IntoResponse, ApiError> {
     let tenant = owner(&s, &headers, &name).await?;
     check_key(&s, &key)?;
+    s.node.make_room_to_delete();
     let (t, n, k) = (tenant.clone(), name.clone(), key.clone());
     match blocking(&s, move |st| st.kv_get(&t, &n, k.as_bytes())).await? {
         Some(value) => Ok(([("content-type", "application/octet-stream")], value)),
@@ -140,6 +141,7 @@ pub(crate) async fn put(
 ) -> Result<StatusCode, ApiError> {
     let tenant = owner(&s, &headers, &name).await?;
     check_key(&s, &key)?;
+    s.node.admit_growth()?;
     let (_, max_value, _) = s.node.kv_limits();
     let value = read_body(&headers, body, (max_value, s.config.body_timeout), "value").await?;
     let quota = s.node.kv_max_tenant_bytes();
@@ -161,6 +163,7 @@ pub(crate) async fn delete(
 ) -> Result<StatusCode, ApiError> {
     let tenant = owner(&s, &headers, &name).await?;
     check_key(&s, &key)?;
+    s.node.make_room_to_delete();
     let (t, n, k) = (tenant.clone(), name.clone(), key.clone());
     if blocking(&s, move |st| st.kv_delete(&t, &n, k.as_bytes())).await? {
         Ok(StatusCode::NO_CONTENT)

@@ -38,8 +38,8 @@ pub(crate) async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Ready for work: the store answers, and in a cluster the node is a
-/// member in good standing (joined, heartbeats reaching the store, not
+/// Ready for work: the store answers, the data directory's disk is not
+/// full, and in a cluster the node is a member in good standing (joined, heartbeats reaching the store, not
 /// leaving) or the gateway knows the nodes. A load balancer or
 /// Kubernetes sends work only while this is 200.
 #[utoipa::path(get, path = "/readyz", tag = "node", security(()),
@@ -62,6 +62,9 @@ pub(crate) async fn readyz(State(s): S) -> Response {
     }
     if let Some(why) = s.membership.as_ref().and_then(|m| m.not_ready()) {
         return not(why.into()).into_response();
+    }
+    if let Some(why) = s.node.disk_full() {
+        return not(why).into_response();
     }
     if let Some(g) = &s.gateway
         && !g.synced()
@@ -143,7 +146,7 @@ pub(crate) async fn whoami(State(s): S, headers: HeaderMap) -> Result<Json<Princ
 
 /// Figures of `/v1/status` that sum every tenant's activity, shown to the
 /// operator only.
-const NODE_WIDE: &[&str] = &["in_flight", "recording", "memory"];
+const NODE_WIDE: &[&str] = &["in_flight", "recording", "memory", "disk", "faults"];
 
 /// The node's state and what it cannot enforce here
 ///
@@ -216,7 +219,7 @@ pub(crate) struct TenantCreated {
 #[utoipa::path(post, path = "/v1/tenants", tag = "tenants", request_body = NewTenant,
     responses((status = 201, body = TenantCreated), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 409, body = ErrorBody)))]
+        (status = 409, body = ErrorBody), (status = 507, body = ErrorBody)))]
 pub(crate) async fn create_tenant(
     State(s): S,
     headers: HeaderMap,
@@ -230,6 +233,7 @@ pub(crate) async fn create_tenant(
     }
     hearth_core::validate_tenant_name(&body.name)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    s.node.admit_growth()?;
     let name = body.name.clone();
     let token = blocking(&s, move |st| {
         st.create_tenant(&name)?;

@@ -17,6 +17,7 @@
 //! codes; the node speaks in [`NodeError`] and [`InvokeError`].
 
 mod colocation;
+mod disk;
 mod logs;
 mod metrics;
 mod node;
@@ -26,6 +27,7 @@ mod table;
 pub mod trace;
 
 pub use colocation::{DefaultColocation, StoreColocation};
+pub use disk::DiskConfig;
 pub use logs::LogQuotas;
 pub use metrics::Metrics;
 pub use node::{

@@ -63,6 +63,9 @@ pub struct NodeConfig {
     /// When hot js functions are compiled from their traces; `None`:
     /// never (`docs/js-tier.md`, "Compiled from its traces").
     pub jit: Option<JitConfig>,
+    /// The data directory's disk, watched ([`crate::disk`]); `None`: not
+    /// watched (a node without a data directory of its own).
+    pub disk: Option<crate::DiskConfig>,
 }
 
 impl Default for NodeConfig {
@@ -83,6 +86,7 @@ impl Default for NodeConfig {
             },
             logs: crate::LogQuotas::default(),
             jit: Some(JitConfig::default()),
+            disk: None,
         }
     }
 }
@@ -92,6 +96,8 @@ impl Default for NodeConfig {
 pub enum NodeError {
     /// function {tenant}/{name} does not exist
     NotFound { tenant: String, name: String },
+    /// {0}
+    DiskFull(String),
     /// version {version} of {tenant}/{name} does not exist
     NoSuchVersion {
         tenant: String,
@@ -233,6 +239,8 @@ pub struct Node {
     stats: crate::stats::Stats,
     /// Where invocations' spans go; unset when tracing is off.
     tracing: std::sync::OnceLock<crate::trace::Tracing>,
+    /// The data directory's disk; `None` when not watched.
+    disk: Option<Arc<crate::disk::Disk>>,
 }
 
 impl Node {
@@ -246,6 +254,10 @@ impl Node {
     ) -> Self {
         let logs = crate::logs::spawn_writer(store.clone());
         crate::logs::spawn_sweeper(store.clone(), config.logs);
+        let disk = config.disk.clone().map(crate::disk::Disk::open);
+        if let Some(d) = &disk {
+            d.spawn_watcher();
+        }
         let mut metrics = Metrics::new(config.per_function_metrics);
         let shares =
             crate::share::TenantShares::new(config.max_concurrency_per_tenant, config.memory);
@@ -292,7 +304,30 @@ impl Node {
             jit,
             stats: Default::default(),
             tracing: std::sync::OnceLock::new(),
+            disk,
         }
+    }
+
+    /// `Err` when the data directory's disk is full: what would grow it
+    /// (a deploy, a tenant, a KV write) is refused, with what to do.
+    pub fn admit_growth(&self) -> Result<(), NodeError> {
+        match &self.disk {
+            Some(d) => d.admit_growth().map_err(NodeError::DiskFull),
+            None => Ok(()),
+        }
+    }
+
+    /// Before a delete: on a full disk, the reserve kept for deletes is
+    /// given back so that the delete can be written.
+    pub fn make_room_to_delete(&self) {
+        if let Some(d) = &self.disk {
+            d.make_room_to_delete();
+        }
+    }
+
+    /// Why this node should not be given work now, if its disk is full.
+    pub fn disk_full(&self) -> Option<String> {
+        self.disk.as_ref().and_then(|d| d.admit_growth().err())
     }
 
     /// Each function's invocations, errors and latency over the last hour.
@@ -534,6 +569,10 @@ impl Node {
                 "damaged_blocks": r.archive().damaged_blocks(),
             })
         });
+        let disk = self.disk.as_ref().map(|d| d.status());
+        // What is wrong with the node now (not what it cannot enforce,
+        // which is `degraded`).
+        let faults: Vec<String> = self.disk_full().into_iter().collect();
         serde_json::json!({
             "version": env!("CARGO_PKG_VERSION"),
             "recording": recording,
@@ -547,6 +586,8 @@ impl Node {
             },
             "colocation": self.config.colocation.get(),
             "degraded": degraded,
+            "disk": disk,
+            "faults": faults,
             "tiers": tiers,
         })
     }
@@ -560,6 +601,7 @@ impl Node {
         spec: FunctionSpec,
     ) -> Result<DeployOutcome, NodeError> {
         hearth_core::validate_function_name(name).map_err(|e| NodeError::Invalid(e.to_string()))?;
+        self.admit_growth()?;
         let limits = spec.limits;
         if limits.memory_mib == 0 || limits.memory_mib > self.config.max_memory_mib {
             return Err(NodeError::Invalid(format!(
@@ -745,6 +787,7 @@ impl Node {
 
     /// Removes a function and everything of it. False if it did not exist.
     pub async fn remove(&self, tenant: &str, name: &str) -> Result<bool, NodeError> {
+        self.make_room_to_delete();
         let (t, n) = (tenant.to_string(), name.to_string());
         let existed = self.blocking(move |s| s.delete_function(&t, &n)).await?;
         self.table.remove(tenant, name);
@@ -1247,7 +1290,7 @@ impl Node {
                 message: line.message,
                 trace_id: trace_id.clone(),
             };
-            if !self.logs.send(record) {
+            if self.disk.as_ref().is_some_and(|d| d.full()) || !self.logs.send(record) {
                 self.metrics.logs_dropped.inc();
             }
         }

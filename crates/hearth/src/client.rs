@@ -313,6 +313,19 @@ fn print_status(url: &str, v: &Value) {
             m.get("capacity_mib").unwrap_or(&Value::Null),
         );
     }
+    if let Some(d) = v["disk"].as_object() {
+        let full = d.get("full").and_then(Value::as_bool).unwrap_or(false);
+        println!(
+            "disk: {}{} MiB free of {} (at least {} must stay free)",
+            if full { "FULL, " } else { "" },
+            d.get("free_mib").unwrap_or(&Value::Null),
+            d.get("total_mib").unwrap_or(&Value::Null),
+            d.get("min_free_mib").unwrap_or(&Value::Null),
+        );
+    }
+    for fault in v["faults"].as_array().into_iter().flatten() {
+        println!("FAULT: {}", fault.as_str().unwrap_or_default());
+    }
     let degraded = v["degraded"].as_array().cloned().unwrap_or_default();
     if degraded.is_empty() {
         println!("isolation: full (nothing degraded)");

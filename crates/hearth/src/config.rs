@@ -243,6 +243,16 @@ pub struct UpArgs {
     /// Hours log lines are kept (default 168).
     #[arg(long, env = "HEARTH_LOG_MAX_AGE_H")]
     pub log_max_age_h: Option<u64>,
+    /// MiB that must stay free on the data directory's file system; below
+    /// it the disk is full: deploys and KV writes get 507, tapes and log
+    /// lines are dropped, /readyz is 503 (default: 2% of the file system,
+    /// between 64 and 1024).
+    #[arg(long, env = "HEARTH_MIN_FREE_DISK_MIB")]
+    pub min_free_disk_mib: Option<u64>,
+    /// MiB the node sets aside in its data directory so that deletes work
+    /// on a full disk (default 64; 0: none).
+    #[arg(long, env = "HEARTH_DISK_RESERVE_MIB")]
+    pub disk_reserve_mib: Option<u64>,
     /// Open client connections in all; past it, 503 (default: a quarter
     /// of the open-files limit, at most 16384).
     #[arg(long, env = "HEARTH_MAX_CONNECTIONS")]
@@ -389,6 +399,8 @@ pub struct Settings {
     pub max_log_mib_per_function: u64,
     pub max_log_mib_per_tenant: u64,
     pub log_max_age_h: u64,
+    pub min_free_disk_mib: Option<u64>,
+    pub disk_reserve_mib: u64,
     pub body_timeout_ms: u64,
     pub max_connections: usize,
     pub max_outbound_connections: usize,
@@ -640,6 +652,8 @@ impl Settings {
             max_log_mib_per_function: o.max_log_mib_per_function.unwrap_or(64).max(1),
             max_log_mib_per_tenant: o.max_log_mib_per_tenant.unwrap_or(512).max(1),
             log_max_age_h: o.log_max_age_h.unwrap_or(168).max(1),
+            min_free_disk_mib: o.min_free_disk_mib,
+            disk_reserve_mib: o.disk_reserve_mib.unwrap_or(64),
             max_connections: o
                 .max_connections
                 .unwrap_or_else(default_max_connections)

@@ -170,6 +170,11 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
                 tenant_bytes: settings.capacity_mib_per_tenant << 20,
             },
             jit: settings.js_compile.then(hearth_node::JitConfig::default),
+            disk: Some(hearth_node::DiskConfig {
+                dir: settings.data_dir.clone(),
+                min_free_bytes: settings.min_free_disk_mib.map(|m| m << 20),
+                reserve_bytes: settings.disk_reserve_mib << 20,
+            }),
         },
     );
     if let Some(r) = &recorder {

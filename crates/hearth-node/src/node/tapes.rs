@@ -37,8 +37,14 @@ impl Node {
     pub(super) fn sampled(&self, v: &FunctionVersion) -> bool {
         use rand::Rng;
         let ppm = v.spec.record.sample_ppm;
-        self.recorder.is_some()
-            && (ppm >= hearth_core::RecordPolicy::ALL || rand::rng().next_u32() % 1_000_000 < ppm)
+        let sampled = self.recorder.is_some()
+            && (ppm >= hearth_core::RecordPolicy::ALL || rand::rng().next_u32() % 1_000_000 < ppm);
+        // On a full disk, a tape would only fail to be written.
+        if sampled && self.disk.as_ref().is_some_and(|d| d.full()) {
+            self.metrics.tapes_dropped.inc();
+            return false;
+        }
+        sampled
     }
 
     /// Hands the finished invocation's tape to the recorder (in `sync`

@@ -14,6 +14,7 @@ mod credentials;
 mod damage;
 mod deadlines;
 mod disclosure;
+mod disk;
 mod effects;
 mod escape;
 mod exhaustion;

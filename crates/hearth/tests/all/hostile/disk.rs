@@ -1,0 +1,147 @@
+//! A full disk: something (a tenant's tapes and logs, another process on
+//! the machine) fills the data directory's file system. Before, nothing
+//! showed it, and `hearth rm` itself failed ("database or disk is full"),
+//! so nobody could free space through the API.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::harness::{Daemon, error_of};
+
+/// A small tmpfs of its own, unmounted when dropped (pass or fail).
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(mib: u32) -> SmallDisk {
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mount: {out:?}");
+        SmallDisk { dir }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let c = std::ffi::CString::new(self.dir.path().as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path; MNT_DETACH has no other inputs.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// Writes `path` until the file system has no byte left.
+fn fill(path: &Path) {
+    let mut f = std::fs::File::create(path).unwrap();
+    let chunk = vec![7u8; 1 << 16];
+    while f.write_all(&chunk).is_ok() {}
+    let _ = f.sync_all();
+}
+
+async fn disk_of(d: &Daemon) -> serde_json::Value {
+    d.get_json("/v1/status").await["disk"].clone()
+}
+
+/// Waits (the watcher reads the disk every second) until `full` is `want`.
+async fn until_full_is(d: &Daemon, want: bool) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let disk = disk_of(d).await;
+        if disk["full"] == want {
+            return disk;
+        }
+        assert!(Instant::now() < deadline, "the disk's full stayed {disk}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_full_disk_is_shown_refuses_growth_and_still_lets_the_operator_delete() {
+    let small = SmallDisk::mount(64);
+    let data = small.path().join("data");
+    let d = Daemon::start_in(
+        &data,
+        &[
+            "--examples",
+            "false",
+            "--min-free-disk-mib",
+            "8",
+            "--disk-reserve-mib",
+            "4",
+        ],
+    );
+    let hello = crate::harness::example("hello.wat");
+    d.deploy("hello", hello.clone(), &[]).await;
+    d.deploy("doomed", hello.clone(), &[]).await;
+    let disk = disk_of(&d).await;
+    assert_eq!(disk["full"], false, "{disk}");
+    assert_eq!(disk["reserve_held"], true, "{disk}");
+    assert_eq!(disk["min_free_mib"], 8, "{disk}");
+    assert!(data.join("disk-reserve").exists());
+    let ready = d.get("/readyz").send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+
+    // Something else takes every byte.
+    let filler = small.path().join("filler");
+    fill(&filler);
+    let disk = until_full_is(&d, true).await;
+    assert!(disk["free_mib"].as_u64().unwrap() < 8, "{disk}");
+    let status = d.get_json("/v1/status").await;
+    let faults = status["faults"].to_string();
+    assert!(faults.contains("disk is full"), "{status}");
+    let ready = d.get("/readyz").send().await.unwrap();
+    assert_eq!(ready.status(), 503);
+    let why = ready.text().await.unwrap();
+    assert!(why.contains("disk is full"), "{why}");
+
+    // What would grow the data directory is refused, with what to do.
+    let resp = d.deploy_raw("more", hello.clone(), &[]).await;
+    let (status, kind, msg) = error_of(resp).await;
+    assert_eq!((status, kind.as_str()), (507, "disk_full"), "{msg}");
+    assert!(msg.contains("--min-free-disk-mib"), "{msg}");
+    let resp = d
+        .http
+        .put(format!("{}/v1/functions/hello/kv/k", d.url))
+        .bearer_auth(&d.token)
+        .body("v")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error_of(resp).await.0, 507);
+    let resp = d
+        .post("/v1/tenants")
+        .json(&serde_json::json!({"name": "newcomer"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error_of(resp).await.0, 507);
+    // Invocations still run.
+    assert_eq!(d.call("hello", "", "").await.0, 200);
+
+    // And the operator can delete: the reserve gives the delete its room.
+    let resp = d.delete("/v1/functions/doomed").send().await.unwrap();
+    assert_eq!(resp.status(), 204, "{}", resp.text().await.unwrap());
+    let gone = d.get("/v1/functions/doomed").send().await.unwrap();
+    assert_eq!(gone.status(), 404);
+    assert!(!data.join("disk-reserve").exists());
+    // Still full: the reserve has to come back before growth does.
+    assert_eq!(disk_of(&d).await["full"], true);
+
+    // Space freed: the reserve is allocated again and growth admitted.
+    std::fs::remove_file(&filler).unwrap();
+    let disk = until_full_is(&d, false).await;
+    assert_eq!(disk["reserve_held"], true, "{disk}");
+    assert!(data.join("disk-reserve").exists());
+    d.deploy("more", hello, &[]).await;
+    assert_eq!(d.get("/readyz").send().await.unwrap().status(), 200);
+    drop(d);
+}
