@@ -809,6 +809,29 @@ impl Node {
         if let Some(v) = self.table.get(tenant, name, version) {
             return Ok(v);
         }
+        self.resolve_from_store(tenant, name, version).await
+    }
+
+    /// The version the node holds in memory, if it does (no store query).
+    pub fn resolve_held(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: Option<u32>,
+    ) -> Option<Arc<FunctionVersion>> {
+        self.table.get(tenant, name, version)
+    }
+
+    /// [`resolve`](Self::resolve) past the function table: always one
+    /// store query. For a caller who may not learn whether a function
+    /// exists, a function the node holds costs that query as a missing one
+    /// does (`hearth-api`'s `visible_function`).
+    pub async fn resolve_from_store(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<Arc<FunctionVersion>, NodeError> {
         let generation = self.table.generation();
         let (t, n) = (tenant.to_string(), name.to_string());
         let found = self
