@@ -11,13 +11,36 @@ use tokio::net::UnixStream;
 
 use crate::proto::{Frame, read_frame, write_frame};
 
+/// Where a path the caller must not see begins: the node's own directory
+/// for the process tier (packages are imported from install caches under
+/// it before a handler enters its sandbox, so their files keep host paths
+/// in tracebacks), and what it is shown as.
+pub(crate) struct HostPath<'a> {
+    pub dir: &'a str,
+}
+
+/// What a tenant is shown of the node's directory.
+const SHOWN_AS: &str = "/hearth";
+
+impl HostPath<'_> {
+    /// `text` with the node's directory replaced by [`SHOWN_AS`].
+    pub fn scrub<'t>(&self, text: &'t str) -> std::borrow::Cow<'t, str> {
+        if self.dir.len() > 1 && text.contains(self.dir) {
+            text.replace(self.dir, SHOWN_AS).into()
+        } else {
+            text.into()
+        }
+    }
+}
+
 /// Sends the request and serves the handler's host calls until it
 /// answers: whole (`Some`), or, given `out`, in pieces sent there (`None`).
+/// Log lines and errors are given back with the node's paths scrubbed.
 pub(crate) async fn converse(
     conn: &mut UnixStream,
     req: &Request,
     host: &HostCtx,
-    max_response: usize,
+    (max_response, paths): (usize, &HostPath<'_>),
     mut out: Option<&mut ResponseSink>,
 ) -> std::io::Result<Result<Option<Response>, InvokeError>> {
     let meta = host.meta();
@@ -53,7 +76,11 @@ pub(crate) async fn converse(
                     "" => "info",
                     l => l,
                 };
-                host.log(stream, level, &String::from_utf8_lossy(&frame.body));
+                host.log(
+                    stream,
+                    level,
+                    &paths.scrub(&String::from_utf8_lossy(&frame.body)),
+                );
             }
             "call" => {
                 let (reply, body) = host_call(host, &frame).await;
@@ -104,7 +131,7 @@ pub(crate) async fn converse(
                     "" => "uncaught exception",
                     m => m,
                 };
-                return Ok(Err(InvokeError::Function(msg.to_string())));
+                return Ok(Err(InvokeError::Function(paths.scrub(msg).into_owned())));
             }
             other => {
                 return Err(std::io::Error::new(
@@ -206,5 +233,28 @@ async fn host_call(host: &HostCtx, f: &Frame) -> (Value, Vec<u8>) {
     match result {
         Ok(r) => r,
         Err(e) => (json!({"error": e}), Vec::new()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_nodes_directory_is_scrubbed_from_what_a_tenant_sees() {
+        let paths = HostPath {
+            dir: "/var/lib/hearth/data/proc",
+        };
+        let tb = "File \"/var/lib/hearth/data/proc/cache/pip/ab/tinypkg/__init__.py\", line 2";
+        assert_eq!(
+            paths.scrub(tb),
+            "File \"/hearth/cache/pip/ab/tinypkg/__init__.py\", line 2"
+        );
+        assert!(matches!(
+            paths.scrub("/code/handler.py"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        // A directory of "/" would scrub every path: it is left alone.
+        assert_eq!(HostPath { dir: "/" }.scrub("/code/x.py"), "/code/x.py");
     }
 }

@@ -50,6 +50,9 @@ pub struct ProcEngine(Arc<Inner>);
 
 struct Inner {
     config: ProcConfig,
+    /// `config.dir`, absolute: scrubbed from what handlers report
+    /// ([`crate::session::HostPath`]).
+    host_dir: String,
     base: Base,
     cgroups: Option<Arc<CgroupPool>>,
     installs: InstallCache,
@@ -177,6 +180,10 @@ impl ProcEngine {
             tracing::warn!("process tier degraded: {line}");
         }
         let engine = ProcEngine(Arc::new(Inner {
+            host_dir: std::path::absolute(&config.dir)
+                .unwrap_or_else(|_| config.dir.clone())
+                .to_string_lossy()
+                .into_owned(),
             base,
             cgroups,
             installs,
@@ -842,7 +849,16 @@ impl ProcSandbox {
         let limit_ms = self.limits.timeout_ms;
         let max_response = self.max_response;
         let handler = self.handler.as_mut().expect("one invocation per sandbox");
-        let exchange = converse(handler.conn(), req, host, max_response, out.as_deref_mut());
+        let paths = crate::session::HostPath {
+            dir: &self.engine.0.host_dir,
+        };
+        let exchange = converse(
+            handler.conn(),
+            req,
+            host,
+            (max_response, &paths),
+            out.as_deref_mut(),
+        );
         match tokio::time::timeout_at(deadline.into(), exchange).await {
             // A handler left mid-stream (its caller gone, a limit) may still
             // be writing: it is not kept.

@@ -198,3 +198,40 @@ async fn a_private_function_takes_as_long_to_refuse_as_a_missing_one() {
         "a private function's 404 takes {median:.2}× a missing one's: timing tells them apart"
     );
 }
+
+/// A Python package's traceback named the node's data directory (packages
+/// are imported from install caches under it before a handler enters its
+/// sandbox, so their files keep host paths): the error a caller gets and
+/// the lines in the function's logs show it as `/hearth`.
+#[tokio::test]
+async fn a_package_traceback_shows_no_host_path() {
+    let wheels = tempfile::tempdir().unwrap();
+    crate::process::write_wheel_of(
+        wheels.path(),
+        "leaky",
+        "1.0",
+        "def boom():\n    raise ValueError('from ' + __file__)\n",
+    );
+    let d = Daemon::start_with(&["--offline-packages", wheels.path().to_str().unwrap()]);
+    let code = "import leaky\ndef handler(e, c):\n    leaky.boom()\n";
+    let bundle =
+        crate::harness::tar_of(&[("handler.py", code), ("requirements.txt", "leaky==1.0\n")]);
+    d.deploy(
+        "leak",
+        bundle,
+        &[("runtime", "python"), ("file_name", "fn.tar")],
+    )
+    .await;
+    let (status, body) = d.call("leak", "", "{}").await;
+    assert_eq!(status, 500, "{body}");
+    let data = std::fs::canonicalize(&d.dir).unwrap();
+    let data = data.to_str().unwrap();
+    assert!(body.contains("ValueError: from /hearth/"), "{body}");
+    assert!(!body.contains(data), "{body}");
+    let logs = d.get_json("/v1/functions/leak/logs").await.to_string();
+    assert!(
+        logs.contains("leaky/__init__.py"),
+        "the traceback is there: {logs}"
+    );
+    assert!(!logs.contains(data), "{logs}");
+}
