@@ -13,6 +13,7 @@
 //! trim, an expiry, a removed function).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hearth_store::{LogRecord, Store};
@@ -30,25 +31,51 @@ enum Message {
 
 /// Where invocations send their lines.
 #[derive(Clone)]
-pub(crate) struct LogWriter(mpsc::Sender<Message>);
+pub(crate) struct LogWriter {
+    tx: mpsc::Sender<Message>,
+    /// Bytes of lines queued or being written, against `max_bytes`: the
+    /// queue holds lines of any length (up to 16,384 of them), so lines of
+    /// a megabyte each would otherwise queue gigabytes while the store
+    /// falls behind.
+    queued: Arc<AtomicUsize>,
+    max_bytes: usize,
+}
+
+/// What a line holds in the queue.
+fn queued_bytes(record: &LogRecord) -> usize {
+    std::mem::size_of::<LogRecord>() + record.message.len() + record.invocation_id.len()
+}
 
 impl LogWriter {
-    /// Queues `record`; false when the queue is full (the line is dropped).
+    /// Queues `record`; false when the queue is full, in lines or in bytes
+    /// (the line is dropped).
     pub fn send(&self, record: LogRecord) -> bool {
-        self.0.try_send(Message::Line(record)).is_ok()
+        let size = queued_bytes(&record);
+        if self.queued.fetch_add(size, Ordering::Relaxed) + size > self.max_bytes {
+            self.queued.fetch_sub(size, Ordering::Relaxed);
+            return false;
+        }
+        let sent = self.tx.try_send(Message::Line(record)).is_ok();
+        if !sent {
+            self.queued.fetch_sub(size, Ordering::Relaxed);
+        }
+        sent
     }
 
     /// Waits until every line queued before this call is stored.
     pub async fn flush(&self) {
         let (tx, rx) = oneshot::channel();
-        if self.0.send(Message::Flush(tx)).await.is_ok() {
+        if self.tx.send(Message::Flush(tx)).await.is_ok() {
             let _ = rx.await;
         }
     }
 }
 
-pub(crate) fn spawn_writer(store: Arc<dyn Store>) -> LogWriter {
+/// Starts the writer; its queue holds at most `max_bytes` of lines.
+pub(crate) fn spawn_writer(store: Arc<dyn Store>, max_bytes: usize) -> LogWriter {
     let (tx, mut rx) = mpsc::channel::<Message>(CHANNEL_LINES);
+    let queued = Arc::new(AtomicUsize::new(0));
+    let held = queued.clone();
     tokio::spawn(async move {
         let mut batch = Vec::with_capacity(BATCH_LINES);
         let mut waiting = Vec::new();
@@ -67,9 +94,11 @@ pub(crate) fn spawn_writer(store: Arc<dyn Store>) -> LogWriter {
             }
             if !batch.is_empty() {
                 let records = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_LINES));
+                let bytes: usize = records.iter().map(queued_bytes).sum();
                 let store = store.clone();
                 let written =
                     tokio::task::spawn_blocking(move || store.append_logs(&records)).await;
+                held.fetch_sub(bytes, Ordering::Relaxed);
                 match written {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => tracing::error!(error = %e, "failed to write function logs"),
@@ -81,7 +110,11 @@ pub(crate) fn spawn_writer(store: Arc<dyn Store>) -> LogWriter {
             }
         }
     });
-    LogWriter(tx)
+    LogWriter {
+        tx,
+        queued,
+        max_bytes,
+    }
 }
 
 /// What the logs may hold.
@@ -178,4 +211,44 @@ fn sweep(
     }
     *last_total = now;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(bytes: usize) -> LogRecord {
+        LogRecord {
+            id: 0,
+            tenant: "acme".into(),
+            function: "f".into(),
+            version: 1,
+            invocation_id: "01".into(),
+            ts_ms: 1,
+            stream: hearth_core::LogStream::Log,
+            level: "info".into(),
+            message: "x".repeat(bytes),
+            trace_id: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_queue_holds_lines_up_to_its_bytes_and_gives_them_back_once_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(hearth_store::SqliteStore::open(dir.path().join("db")).unwrap());
+        let writer = spawn_writer(store, 4 << 20);
+        // A megabyte a line (and its record): the fourth does not fit
+        // while three wait.
+        let sent: Vec<bool> = (0..6).map(|_| writer.send(line(1 << 20))).collect();
+        assert_eq!(sent, [true, true, true, false, false, false]);
+        assert!(writer.queued.load(Ordering::Relaxed) <= 4 << 20);
+        // Small lines still fit beside them.
+        assert!(writer.send(line(100)));
+        writer.flush().await;
+        assert_eq!(writer.queued.load(Ordering::Relaxed), 0);
+        assert!(
+            writer.send(line(1 << 20)),
+            "written, the room is given back"
+        );
+    }
 }

@@ -232,6 +232,9 @@ pub struct Node {
     artifact_source: Option<Arc<dyn ArtifactSource>>,
     /// Held from a deploy's quota check to its version.
     deploying: tokio::sync::Mutex<()>,
+    /// Deploys compiling at once: half the cores (at least one), so a storm
+    /// of deploys leaves the rest to invocations.
+    compiling: Semaphore,
     /// The compiled path of hot js functions; `None` when off, or when
     /// this node lacks the js or the wasm tier.
     jit: Option<Arc<jit::Jit>>,
@@ -252,7 +255,10 @@ impl Node {
         host: Arc<HostServices>,
         config: NodeConfig,
     ) -> Self {
-        let logs = crate::logs::spawn_writer(store.clone());
+        // Lines waiting for the store hold at most 1/32 of the memory the
+        // node offers invocations (16–256 MiB).
+        let log_queue = (config.memory.node_bytes / 32).clamp(16 << 20, 256 << 20);
+        let logs = crate::logs::spawn_writer(store.clone(), log_queue as usize);
         crate::logs::spawn_sweeper(store.clone(), config.logs);
         let disk = config.disk.clone().map(crate::disk::Disk::open);
         if let Some(d) = &disk {
@@ -301,6 +307,9 @@ impl Node {
             recorder: None,
             artifact_source: None,
             deploying: tokio::sync::Mutex::new(()),
+            compiling: Semaphore::new(
+                std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
+            ),
             jit,
             stats: Default::default(),
             tracing: std::sync::OnceLock::new(),
@@ -659,7 +668,13 @@ impl Node {
                 "environment variable {k:?}: names must be non-empty without '=' or NUL, values without NUL"
             )));
         }
+        let compiling = self
+            .compiling
+            .acquire()
+            .await
+            .map_err(|e| NodeError::Internal(e.to_string()))?;
         let mut compiled = self.compile(tenant, name, &spec, source).await?;
+        drop(compiling);
         // One deploy at a time from the quota check to the version, so two
         // cannot both fit in what is left.
         let _quota = self.deploying.lock().await;

@@ -488,3 +488,65 @@ async fn spinning_tenants_hold_their_share_of_js_workers_not_all_of_them() {
         assert_eq!((status, kind.as_str()), (504, "timeout"));
     }
 }
+
+/// A storm of deploys of large modules took every core from other
+/// tenants' invocations (p50 0.7 → 262 ms). A node compiles at most half
+/// its cores' worth of deploys at once (one here), each on one thread at
+/// nice 10, so invocations come first.
+#[tokio::test]
+async fn a_deploy_storm_compiles_one_at_a_time_at_low_priority() {
+    let d = Daemon::start_with(&["--examples", "false"]);
+    let acme = d.create_tenant("acme").await;
+    let body: String = (0..12_000)
+        .map(|i| {
+            format!("(func $f{i} (param i32) (result i32) (i32.add (local.get 0) (i32.const {i})))")
+        })
+        .collect();
+    let module =
+        format!(r#"(module (memory (export "memory") 1) (func (export "_start")) {body})"#)
+            .into_bytes();
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let gate = (cores / 2).max(1);
+    let deploys: Vec<_> = (0..gate + 2)
+        .map(|i| {
+            let (d, acme, module) = (&d, &acme, module.clone());
+            async move {
+                let r = d
+                    .deploy_as(acme, &format!("big{i}"), &[("runtime", "wasm")], module)
+                    .await;
+                assert_eq!(r.status(), 201);
+            }
+        })
+        .collect();
+    // Meanwhile, the daemon's compiler threads: how many, at what nice.
+    let pid = d.pid();
+    let watch = async {
+        let mut most = 0;
+        let mut seen = Vec::new();
+        for _ in 0..400 {
+            let mut now = 0;
+            for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+                .unwrap()
+                .flatten()
+            {
+                let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+                if let Some(rest) = stat.split_once("(hearth-compile) ").map(|(_, r)| r) {
+                    now += 1;
+                    // Field 19 of stat is the nice value; `rest` starts at field 3.
+                    let nice: i64 = rest.split(' ').nth(16).unwrap().parse().unwrap();
+                    seen.push(nice);
+                }
+            }
+            most = most.max(now);
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        (most, seen)
+    };
+    let ((most, seen), _) = tokio::join!(watch, futures::future::join_all(deploys));
+    assert!(!seen.is_empty(), "no compiler thread was seen");
+    assert!(most <= gate, "{most} compiles at once on {cores} cores");
+    assert!(
+        seen.iter().all(|&n| n == 10),
+        "compiler threads' nice: {seen:?}"
+    );
+}

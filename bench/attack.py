@@ -1,0 +1,376 @@
+#!/usr/bin/env python3
+"""One tenant attacks each node-wide budget at full strength while another
+tenant's wasm, JS and Python functions are timed: the victim's p50 and p99
+against the same node idle, in paired rounds (idle, then attacked), the
+victim's errors, what the attacker got back, and the daemon's peak RSS
+against its configured capacity.
+
+Usage: bench/attack.py BIN [rounds] [seconds] [attacks]
+  BIN      a `hearth` binary (a release build)
+  rounds   idle/attacked pairs per attack (default 3)
+  seconds  each phase's length (default 6)
+  attacks  a comma-separated subset of the attacks below (default all)
+
+Attacks (each from the `attacker` tenant, as many clients as it likes):
+  memory       48 callers of a module that takes 200 MiB and spins to its
+               3 s deadline (256 MiB limit each)
+  fds          64 callers of a JS function making 16 fetches each to an
+               allowed host that accepts and never answers
+  connections  300 half-sent request heads (reopened when cut) and 16
+               callers posting 6 MiB bodies without reading the answers
+  logs         8 callers of a JS function logging 1 MB per call
+  deploys      2 deployers of a 12,000-function module, back to back
+"""
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+BIN = sys.argv[1]
+ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+SECS = float(sys.argv[3]) if len(sys.argv) > 3 else 6
+ONLY = sys.argv[4].split(",") if len(sys.argv) > 4 else None
+CAPACITY_MIB = 1024
+
+
+def start(work):
+    data = os.path.join(work, "data")
+    log = open(os.path.join(work, "daemon.log"), "w")
+    proc = subprocess.Popen(
+        [BIN, "--data-dir", data, "up", "--listen", "127.0.0.1:0",
+         "--capacity-mib", str(CAPACITY_MIB), "--allow-private-egress", "true",
+         "--examples", "false"],
+        env={**os.environ, "HEARTH_LOG": "warn"}, stdout=log, stderr=log)
+    for _ in range(600):
+        try:
+            with open(os.path.join(data, "server.json")) as f:
+                info = json.load(f)
+            if info.get("pid") == proc.pid:
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    else:
+        raise SystemExit("hearth did not start")
+    token = open(os.path.join(data, "token")).read().strip()
+    host, port = info["url"].removeprefix("http://").split(":")
+    return proc, (host, int(port)), token
+
+
+class Client:
+    """One keep-alive connection."""
+
+    def __init__(self, addr, token=None, timeout=30):
+        self.addr, self.token, self.timeout = addr, token, timeout
+        self.conn = None
+
+    def call(self, method, path, body=b"", headers=None):
+        h = dict(headers or {})
+        if self.token:
+            h["Authorization"] = f"Bearer {self.token}"
+        for attempt in (0, 1):
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection(*self.addr, timeout=self.timeout)
+            try:
+                self.conn.request(method, path, body=body, headers=h)
+                r = self.conn.getresponse()
+                return r.status, r.read()
+            except (OSError, http.client.HTTPException):
+                self.conn.close()
+                self.conn = None
+                if attempt:
+                    raise
+
+
+def deploy(addr, token, name, code, **query):
+    q = "&".join(f"{k}={v}" for k, v in query.items())
+    status, body = Client(addr, token, timeout=120).call(
+        "POST", f"/v1/functions/{name}?{q}", code)
+    if status != 201:
+        raise SystemExit(f"deploy {name}: {status} {body[:300]!r}")
+
+
+HOLD_WAT = """(module
+  (memory (export "memory") 1)
+  (func (export "_start")
+    (drop (memory.grow (i32.const 3200)))
+    (loop $forever (br $forever))))"""
+
+
+def big_module(functions=12000):
+    body = "\n".join(
+        f"(func $f{i} (param i32) (result i32) " + "(i32.add (local.get 0) "
+        * 20 + "(i32.const 1)" + ")" * 20 + ")"
+        for i in range(functions))
+    start = '(memory (export "memory") 1) (func (export "_start"))'
+    return f"(module {start} {body})".encode()
+
+
+def slow_server():
+    """Accepts and never answers: an allowed host that is slow."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(4096)
+    held = []
+
+    def run():
+        while True:
+            try:
+                c, _ = s.accept()
+                held.append(c)
+            except OSError:
+                return
+    threading.Thread(target=run, daemon=True).start()
+    return s, s.getsockname()[1], held
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * p))] if xs else float("nan")
+
+
+def probe(addr, fns, secs):
+    """Each victim function called back to back on its own connection."""
+    out = {}
+
+    def one(fn):
+        c = Client(addr, timeout=30)
+        lat, errors = [], 0
+        end = time.monotonic() + secs
+        while time.monotonic() < end:
+            t = time.monotonic()
+            try:
+                status, _ = c.call("POST", f"/fn/victim/{fn}", b"{}")
+            except OSError:
+                status = 0
+            lat.append((time.monotonic() - t) * 1000)
+            errors += status != 200
+        out[fn] = (lat, errors)
+    threads = [threading.Thread(target=one, args=(f,)) for f in fns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+class Attack:
+    def __init__(self, name, workers):
+        self.name, self.workers = name, workers
+        self.stop = threading.Event()
+        self.statuses = {}
+        self.lock = threading.Lock()
+
+    def note(self, status):
+        with self.lock:
+            self.statuses[status] = self.statuses.get(status, 0) + 1
+
+    def start(self):
+        self.stop.clear()
+        self.threads = [threading.Thread(target=w, args=(self,), daemon=True)
+                        for w in self.workers]
+        for t in self.threads:
+            t.start()
+
+    def end(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=15)
+
+
+def caller(addr, token, path, body=b"", timeout=30):
+    def run(a):
+        c = Client(addr, token, timeout=timeout)
+        while not a.stop.is_set():
+            try:
+                status, _ = c.call("POST", path, body)
+            except OSError:
+                status = 0
+            a.note(status)
+            if status in (429, 503):
+                time.sleep(0.005)
+    return run
+
+
+def loris(addr):
+    def run(a):
+        socks = []
+        while not a.stop.is_set():
+            while len(socks) < 300 // 4:
+                try:
+                    s = socket.create_connection(addr, timeout=2)
+                    s.sendall(b"POST /fn/attacker/echo HTTP/1.1\r\nHost: x\r\n")
+                    socks.append(s)
+                except OSError:
+                    a.note("refused")
+                    time.sleep(0.05)
+                    break
+            for s in list(socks):
+                try:
+                    s.sendall(b"X-a: b\r\n")
+                except OSError:
+                    socks.remove(s)
+                    a.note("cut")
+            time.sleep(0.5)
+        for s in socks:
+            s.close()
+    return run
+
+
+def unread_bodies(addr):
+    body = b"x" * (6 << 20)
+    head = (b"POST /fn/attacker/echo HTTP/1.1\r\nHost: x\r\nContent-Length: "
+            + str(len(body)).encode() + b"\r\n\r\n")
+
+    def run(a):
+        while not a.stop.is_set():
+            try:
+                s = socket.create_connection(addr, timeout=5)
+                s.sendall(head + body)
+                a.note("sent")
+                time.sleep(2)  # never reads the answer
+                s.close()
+            except OSError:
+                a.note("refused")
+                time.sleep(0.05)
+    return run
+
+
+def deployer(addr, token, module):
+    def run(a):
+        c = Client(addr, token, timeout=120)
+        i = 0
+        while not a.stop.is_set():
+            i += 1
+            try:
+                status, _ = c.call(
+                    "POST", f"/v1/functions/big{threading.get_ident() % 97}?runtime=wasm",
+                    module)
+            except OSError:
+                status = 0
+            a.note(status)
+    return run
+
+
+def main():
+    work = tempfile.mkdtemp()
+    proc, addr, admin = start(work)
+    slow, slow_port, _held = slow_server()
+    try:
+        tokens = {}
+        for t in ("victim", "attacker"):
+            status, body = Client(addr, admin).call(
+                "POST", "/v1/tenants", json.dumps({"name": t}).encode(),
+                {"Content-Type": "application/json"})
+            assert status == 201, body
+            tokens[t] = json.loads(body)["token"]
+        v, x = tokens["victim"], tokens["attacker"]
+        hello = open(os.path.join(os.path.dirname(__file__), "..", "examples", "wasm",
+                                  "hello.wat"), "rb").read()
+        deploy(addr, v, "wasm", hello, runtime="wasm", public="true")
+        deploy(addr, v, "js", b"export default { fetch() { return new Response('hi'); } };\n",
+               runtime="js", file_name="index.mjs", public="true")
+        deploy(addr, v, "py", b"def handler(event, context):\n    return 'hi'\n",
+               runtime="python", file_name="handler.py", public="true")
+        echo = open(os.path.join(os.path.dirname(__file__), "..", "examples", "wasm",
+                                 "echo.wat"), "rb").read()
+        deploy(addr, x, "echo", echo, runtime="wasm", public="true")
+        deploy(addr, x, "hold", HOLD_WAT.encode(), runtime="wasm", memory_mib="256",
+               timeout_ms="3000")
+        fetches = ("export default { async fetch() { await Promise.all(Array.from("
+                   "{length: 16}, () => fetch('http://127.0.0.1:%d/').catch(e => e)));"
+                   " return new Response('x'); } };\n" % slow_port).encode()
+        deploy(addr, x, "fds", fetches, runtime="js", file_name="index.mjs",
+               allow_host=f"127.0.0.1:{slow_port}", timeout_ms="5000")
+        logs = (b"export default { fetch() { const l = 'x'.repeat(62500);"
+                b" for (let i = 0; i < 16; i++) console.log(l);"
+                b" return new Response('x'); } };\n")
+        deploy(addr, x, "logs", logs, runtime="js", file_name="index.mjs")
+        module = big_module()
+        fns = ["wasm", "js", "py"]
+        probe(addr, fns, 1.5)  # warm
+
+        attacks = [
+            Attack("memory", [caller(addr, x, "/fn/attacker/hold")] * 48),
+            Attack("fds", [caller(addr, x, "/fn/attacker/fds")] * 64),
+            Attack("connections", [loris(addr)] * 4 + [unread_bodies(addr)] * 16),
+            Attack("logs", [caller(addr, x, "/fn/attacker/logs")] * 8),
+            Attack("deploys", [deployer(addr, x, module)] * 2),
+        ]
+        attacks = [a for a in attacks if ONLY is None or a.name in ONLY]
+        peak = {"idle": 0}
+        stop_rss = threading.Event()
+        phase = ["idle"]
+
+        def sample():
+            while not stop_rss.is_set():
+                k = phase[0]
+                peak[k] = max(peak.get(k, 0), rss_kib(proc.pid))
+                time.sleep(0.1)
+        threading.Thread(target=sample, daemon=True).start()
+
+        rows = []
+        for a in attacks:
+            idle = {f: ([], 0) for f in fns}
+            hit = {f: ([], 0) for f in fns}
+            for _ in range(ROUNDS):
+                phase[0] = "idle"
+                for f, (lat, err) in probe(addr, fns, SECS).items():
+                    idle[f] = (idle[f][0] + lat, idle[f][1] + err)
+                phase[0] = a.name
+                a.start()
+                time.sleep(1.5)
+                for f, (lat, err) in probe(addr, fns, SECS).items():
+                    hit[f] = (hit[f][0] + lat, hit[f][1] + err)
+                a.end()
+                phase[0] = "idle"
+                time.sleep(3)  # the attack's last calls drain
+            for f in fns:
+                il, ie = idle[f]
+                hl, he = hit[f]
+                rows.append((a.name, f, pct(il, .5), pct(il, .99), pct(hl, .5), pct(hl, .99),
+                             pct(hl, .99) / pct(il, .99), he, len(hl), peak.get(a.name, 0)))
+            print(f"{a.name}: attacker got {dict(sorted(a.statuses.items(), key=str))}",
+                  file=sys.stderr)
+        stop_rss.set()
+        # What the daemon may hold by its settings, above its own base:
+        # running invocations (--capacity-mib), request bodies
+        # (--max-buffered-mib, a quarter of it), tapes waiting for the
+        # writer (256 MiB) and log lines waiting for the store (1/32).
+        bound = CAPACITY_MIB + CAPACITY_MIB // 4 + 256 + CAPACITY_MIB // 32
+        print(f"rounds: {ROUNDS} × {SECS:g} s per phase; configured bounds {bound} MiB "
+              f"(capacity {CAPACITY_MIB}, bodies {CAPACITY_MIB // 4}, tapes queued 256, "
+              f"log lines {CAPACITY_MIB // 32}) above the daemon's base; "
+              f"peak RSS while idle (after attacks) {peak['idle'] >> 10} MiB")
+        print("| attack | victim fn | idle p50 ms | idle p99 ms | attacked p50 ms | "
+              "attacked p99 ms | p99 ratio | victim errors | peak RSS MiB |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for (name, f, ip50, ip99, hp50, hp99, r, he, n, rss) in rows:
+            print(f"| {name} | {f} | {ip50:.2f} | {ip99:.2f} | {hp50:.2f} | {hp99:.2f} | "
+                  f"{r:.2f}× | {he} of {n} | {rss >> 10} |")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        slow.close()
+        subprocess.run(["rm", "-rf", work])
+
+
+if __name__ == "__main__":
+    main()
