@@ -20,6 +20,9 @@ Attacks (each from the `attacker` tenant, as many clients as it likes):
                callers posting 6 MiB bodies without reading the answers
   logs         8 callers of a JS function logging 1 MB per call
   deploys      2 deployers of a 12,000-function module, back to back
+  flood        48 callers of a function that does not exist (404): the
+               request rate alone, for comparison with memory and fds,
+               whose refused callers (429) retry as fast
 """
 import http.client
 import json
@@ -310,6 +313,7 @@ def main():
             Attack("connections", [loris(addr)] * 4 + [unread_bodies(addr)] * 16),
             Attack("logs", [caller(addr, x, "/fn/attacker/logs")] * 8),
             Attack("deploys", [deployer(addr, x, module)] * 2),
+            Attack("flood", [caller(addr, x, "/fn/attacker/nothing")] * 48),
         ]
         attacks = [a for a in attacks if ONLY is None or a.name in ONLY]
         peak = {"idle": 0}
