@@ -62,6 +62,14 @@ struct Inner {
     config: JsConfig,
     cache_dir: PathBuf,
     pool: Arc<Pool>,
+    /// Tenants one of whose invocations cost the node a worker (see
+    /// `workers.rs`, "Lost workers are abandoned"): all their JavaScript
+    /// runs in Node.js from then on, whatever they deploy, so no tenant
+    /// can use up the spare workers by deploying the same builtin again.
+    lost_a_worker: parking_lot::Mutex<std::collections::HashSet<Arc<str>>>,
+    /// Whether `lost_a_worker` has anyone (read before its lock, on every
+    /// invocation).
+    any_lost: std::sync::atomic::AtomicBool,
 }
 
 /// The js tier. Cheap to clone.
@@ -97,6 +105,8 @@ impl JsEngine {
             config,
             cache_dir,
             pool,
+            lost_a_worker: Default::default(),
+            any_lost: Default::default(),
         })))
     }
 }
@@ -207,6 +217,7 @@ impl Engine for JsEngine {
                 "workers_per_tenant": self.0.config.workers_per_tenant,
                 "stalled_workers": self.0.pool.stalled(),
                 "abandoned_workers": self.0.pool.abandoned(),
+                "tenants_sent_to_node": self.0.lost_a_worker.lock().len(),
                 "active_workers": self.0.pool.active(),
                 "running": running,
                 "idle_isolates": idle,
@@ -270,6 +281,20 @@ impl JsSandbox {
                     .into(),
             ));
         }
+        if self.engine.0.any_lost.load(Ordering::Relaxed)
+            && self
+                .engine
+                .0
+                .lost_a_worker
+                .lock()
+                .contains(&self.version.tenant)
+        {
+            return Err(InvokeError::Unsupported(
+                "an earlier invocation of this tenant ran a builtin past its deadline, which \
+                 the isolate cannot interrupt"
+                    .into(),
+            ));
+        }
         let meta = host.meta();
         let (deadline, limit_ms) = (meta.deadline, meta.version.spec.limits.timeout_ms);
         let (reply, answer) = oneshot::channel();
@@ -296,6 +321,15 @@ impl JsSandbox {
             Err(_) => {
                 if pool.give_up_on(worker) {
                     self.version.lost_a_worker.store(true, Ordering::Relaxed);
+                    let tenant = self.version.tenant.clone();
+                    self.engine.0.any_lost.store(true, Ordering::Relaxed);
+                    if self.engine.0.lost_a_worker.lock().insert(tenant) {
+                        tracing::warn!(
+                            tenant = &*self.version.tenant,
+                            "the tenant's JavaScript runs in Node.js from now on: it cost the \
+                             node a js worker"
+                        );
+                    }
                 }
                 Err(InvokeError::Timeout { limit_ms })
             }

@@ -39,8 +39,9 @@
 //!   work, its queue moves elsewhere, its thread drops to `SCHED_IDLE` (it
 //!   runs only when nothing else wants the core), and a spare slot starts
 //!   a fresh thread in its place (at most as many spares as regular
-//!   workers). The version that did it runs in Node.js from then on
-//!   ([`JsVersion::lost_a_worker`]), where a deadline kills the process.
+//!   workers). The version that did it, and every later one of its tenant,
+//!   runs in Node.js from then on ([`JsVersion::lost_a_worker`] and the
+//!   engine's tenants), where a deadline kills the process.
 
 use parking_lot::Mutex;
 use std::cell::RefCell;

@@ -2,8 +2,8 @@
 //! (`Array.prototype.reverse` over an array-like of length 2^53-1) runs
 //! past its function's deadline: the interrupt cannot stop it. Its caller
 //! still gets its 504 at the deadline and a grace, the worker is abandoned
-//! and replaced, the version runs in Node.js from then on, other tenants'
-//! JS keeps answering, and SIGTERM still stops the daemon.
+//! and replaced, the tenant's JavaScript runs in Node.js from then on,
+//! other tenants' JS keeps answering, and SIGTERM still stops the daemon.
 
 use std::time::{Duration, Instant};
 
@@ -84,6 +84,26 @@ async fn a_builtin_past_its_deadline_costs_a_worker_not_the_node() {
     );
     let status = d.get_json("/v1/status").await;
     assert_eq!(status["tiers"]["js"]["details"]["abandoned_workers"], 1);
+    // So does all of acme's JavaScript, whatever it deploys next: a new
+    // version of the same builtin, or another function, costs no worker
+    // (else each redeploy would take a spare, until none was left).
+    let query = [
+        ("runtime", "js"),
+        ("file_name", "index.mjs"),
+        ("timeout_ms", "1000"),
+    ];
+    for name in ["f", "g"] {
+        let r = d.deploy_as(acme, name, &query, STUCK).await;
+        assert_eq!(r.status(), 201);
+        let r = d.invoke_as(acme, "acme", name).send().await.unwrap();
+        assert!(matches!(r.status().as_u16(), 504 | 500), "{}", r.status());
+    }
+    let status = d.get_json("/v1/status").await;
+    let js = &status["tiers"]["js"]["details"];
+    assert_eq!(js["abandoned_workers"], 1, "{js}");
+    assert_eq!(js["tenants_sent_to_node"], 1, "{js}");
+    let r = d.invoke_as(beta, "beta", "f").send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "hello", "beta's JS still runs");
 
     // SIGTERM stops the daemon within its drain timeout, whatever spins.
     let stopping = Instant::now();
