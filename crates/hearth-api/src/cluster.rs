@@ -129,12 +129,14 @@ pub(crate) async fn forward(
 /// The request body a gateway sends on: whole when it fits in what the
 /// gateway holds (`--max-body-bytes`, read within `--body-timeout`), so
 /// another node can be asked if the first fails; a longer one streams to
-/// its node as the client sends it (that node bounds it), once.
+/// its node as the client sends it (that node bounds it), once. What it
+/// holds counts against `--max-buffered-mib` over every connection
+/// (503 past it), for as long as the returned permit is kept.
 pub(crate) async fn outgoing_body(
     s: &AppState,
     headers: &HeaderMap,
     body: Body,
-) -> Result<OutgoingBody, ApiError> {
+) -> Result<(OutgoingBody, Option<tokio::sync::OwnedSemaphorePermit>), ApiError> {
     use futures::StreamExt;
     let limit = s.config.max_body_bytes;
     let declared = headers
@@ -143,10 +145,11 @@ pub(crate) async fn outgoing_body(
         .and_then(|v| v.parse::<u64>().ok());
     let mut rest = body.into_data_stream();
     if declared.is_some_and(|n| n > limit as u64) {
-        return Ok(OutgoingBody::streaming(rest));
+        return Ok((OutgoingBody::streaming(rest), None));
     }
     let deadline = tokio::time::Instant::now() + s.config.body_timeout;
     let mut held = bytes::BytesMut::new();
+    let mut permit = None;
     loop {
         let next = tokio::time::timeout_at(deadline, rest.next()).await;
         let chunk = match next {
@@ -156,7 +159,7 @@ pub(crate) async fn outgoing_body(
                     s.config.body_timeout.as_millis()
                 )));
             }
-            Ok(None) => return Ok(OutgoingBody::Whole(held.freeze())),
+            Ok(None) => return Ok((OutgoingBody::Whole(held.freeze()), permit)),
             Ok(Some(Err(e))) => {
                 return Err(ApiError::BadRequest(format!(
                     "failed to read the request body: {e}"
@@ -166,8 +169,9 @@ pub(crate) async fn outgoing_body(
         };
         if held.len() + chunk.len() > limit {
             let start = futures::stream::iter([Ok(held.freeze()), Ok(chunk)]);
-            return Ok(OutgoingBody::streaming(start.chain(rest)));
+            return Ok((OutgoingBody::streaming(start.chain(rest)), permit));
         }
+        crate::invoke::hold_body_bytes(&s.buffered, &mut permit, chunk.len())?;
         held.extend_from_slice(&chunk);
     }
 }

@@ -225,6 +225,28 @@ pub(crate) async fn read_body(
     Ok(read_body_within(headers, body, limits, what, None).await?.0)
 }
 
+/// Holds `bytes` more of a request body against `budget` (permits of a
+/// KiB each), in `held`: past the budget, 503.
+pub(crate) fn hold_body_bytes(
+    budget: &Arc<tokio::sync::Semaphore>,
+    held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
+    bytes: usize,
+) -> Result<(), ApiError> {
+    let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
+    let more = budget.clone().try_acquire_many_owned(kib).map_err(|_| {
+        ApiError::Unavailable(
+            "this node holds as many request bodies as it allows (--max-buffered-mib); \
+             try again shortly"
+                .into(),
+        )
+    })?;
+    match held {
+        Some(h) => h.merge(more),
+        None => *held = Some(more),
+    }
+    Ok(())
+}
+
 /// [`read_body`], holding what it has read against `budget` (permits of
 /// a KiB each): past it, 503. The permit comes back with the body, to be
 /// held as long as the body is.
@@ -237,23 +259,9 @@ pub(crate) async fn read_body_within(
 ) -> Result<(bytes::Bytes, Option<tokio::sync::OwnedSemaphorePermit>), ApiError> {
     use http_body_util::BodyExt;
     let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
-    let mut hold = |bytes: usize| -> Result<(), ApiError> {
-        let Some(budget) = budget else {
-            return Ok(());
-        };
-        let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
-        let more = budget.clone().try_acquire_many_owned(kib).map_err(|_| {
-            ApiError::Unavailable(
-                "this node holds as many request bodies as it allows (--max-buffered-mib); \
-                 try again shortly"
-                    .into(),
-            )
-        })?;
-        match &mut held {
-            Some(h) => h.merge(more),
-            None => held = Some(more),
-        }
-        Ok(())
+    let mut hold = |bytes: usize| match budget {
+        Some(budget) => hold_body_bytes(budget, &mut held, bytes),
+        None => Ok(()),
     };
     let too_large = || {
         ApiError::TooLarge(format!(
@@ -318,7 +326,9 @@ async fn run(
     let (name, version) = split_version(name, &headers)?;
     let function = visible_function(s, tenant, name, version, &headers).await?;
     if let Some(g) = &s.gateway {
-        let body = crate::cluster::outgoing_body(s, &headers, body).await?;
+        // What the gateway holds of the body counts until it is sent on
+        // (and, whole, until no retry needs it).
+        let (body, _held) = crate::cluster::outgoing_body(s, &headers, body).await?;
         let tracing = s.node.tracing();
         return crate::cluster::forward(g, tracing, &function, method, &uri, headers, body).await;
     }

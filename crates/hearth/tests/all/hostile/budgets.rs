@@ -362,3 +362,52 @@ async fn a_function_keeps_its_newest_logs_within_its_quota_and_rm_gives_the_spac
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A gateway holds a request body whole (up to `--max-body-bytes`) so that
+/// another node can be asked if the first fails: what it holds over every
+/// connection is bounded by `--max-buffered-mib` as a node's is (before,
+/// 400 unfinished 6 MiB bodies would have been 2.4 GB of a gateway).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_bounds_the_bodies_it_holds_in_sum() {
+    use tokio::io::AsyncReadExt;
+    let pg = hearth_test_support::TempPostgres::start().unwrap();
+    let store = pg.create_database("bodies").unwrap();
+    let gw = crate::cluster::gateway_with(&store, &["--max-buffered-mib", "8"]);
+    let _node = crate::cluster::node(&gw, &store, &[]);
+    crate::cluster::members_until(&gw, "the node joins", |m| crate::cluster::alive(m) == 1).await;
+    let mib = 1 << 20;
+    let (first, writing) = upload(&gw, "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
+    let first = (first, writing.await.unwrap());
+    let (mut second, second_writer) = upload(&gw, "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), second.read(&mut answer))
+        .await
+        .expect("the second caller got no answer")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("--max-buffered-mib"), "{answer}");
+    second_writer.abort();
+    drop((first, second));
+    // Gone, they hold nothing: a whole call of 5 MiB goes through.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = gw
+            .http
+            .post(format!("{}/fn/admin/echo", gw.url))
+            .body(vec![b'y'; 5 * mib])
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            assert_eq!(r.bytes().await.unwrap().len(), 5 * mib);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the budget did not come back: {}",
+            r.status()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
