@@ -21,6 +21,12 @@ pub enum Runtime {
 }
 
 impl Runtime {
+    /// Whether its functions may install packages (a lock of pip or npm
+    /// packages in their bundle).
+    pub fn has_packages(self) -> bool {
+        !matches!(self, Runtime::Wasm)
+    }
+
     /// The runtime a file most likely holds, judged by its name.
     pub fn infer_from_file_name(name: &str) -> Option<Runtime> {
         let lower = name.to_ascii_lowercase();

@@ -1,5 +1,7 @@
 //! The contract between the node and each tier's engine.
 
+use std::collections::HashSet;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -142,6 +144,23 @@ pub trait Engine: Send + Sync + 'static {
     /// heartbeat.
     fn pool_free(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
+    }
+
+    /// What a version with this spec and artifact has installed on this
+    /// node beside its artifact (packages), each directory with its size
+    /// in bytes: counted in its tenant's code quota. Without a spec, what
+    /// any version with this artifact may have installed (for keeping).
+    /// Blocking (it may read the artifact and walk directories).
+    fn installed(&self, _spec: Option<&FunctionSpec>, _artifact: &[u8]) -> Vec<(PathBuf, u64)> {
+        Vec::new()
+    }
+
+    /// Removes what the tier installed or unpacked that no version needs
+    /// any more: `keep` holds every directory [`installed`](Self::installed)
+    /// named for a stored version, `artifacts` every stored version's
+    /// artifact hash. Returns the bytes freed. Blocking.
+    fn sweep_installed(&self, _keep: &HashSet<PathBuf>, _artifacts: &HashSet<String>) -> u64 {
+        0
     }
 }
 

@@ -1,6 +1,7 @@
 //! [`Node`]: deploy, resolve and invoke functions.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -114,13 +115,22 @@ pub enum NodeError {
     Store(#[from] StoreError),
     /// internal error: {0}
     Internal(String),
-    /// tenant {tenant} keeps {used} bytes of code and this deploy adds {adding}, over its quota of {quota} bytes: delete functions it no longer needs (`hearth rm`), or ask the operator for more (--max-code-mib-per-tenant)
+    /// tenant {tenant} keeps {used} bytes of code and installed packages and this deploy adds {adding}, over its quota of {quota} bytes: delete functions it no longer needs (`hearth rm`), or ask the operator for more (--max-code-mib-per-tenant)
     CodeQuota {
         tenant: String,
         used: u64,
         adding: u64,
         quota: u64,
     },
+}
+
+/// What a tenant keeps deployed on a node ([`Node::code_bytes`]).
+#[derive(Debug, Default)]
+pub struct CodeHeld {
+    /// Its versions' artifacts, by hash.
+    pub artifacts: std::collections::HashSet<String>,
+    /// The directories of packages its versions installed here.
+    pub packages: std::collections::HashSet<PathBuf>,
 }
 
 /// Whether an invocation had to prepare its version first.
@@ -235,6 +245,12 @@ pub struct Node {
     /// Deploys compiling at once: half the cores (at least one), so a storm
     /// of deploys leaves the rest to invocations.
     compiling: Semaphore,
+    /// Held (shared) by each deploy from its installs to its version, and
+    /// (alone) by a sweep of installed packages, which must not take what a
+    /// deploy installed before its version names it.
+    installing: tokio::sync::RwLock<()>,
+    /// A sweep of installed packages is asked for and has not started.
+    sweep_wanted: std::sync::atomic::AtomicBool,
     /// The compiled path of hot js functions; `None` when off, or when
     /// this node lacks the js or the wasm tier.
     jit: Option<Arc<jit::Jit>>,
@@ -310,6 +326,8 @@ impl Node {
             compiling: Semaphore::new(
                 std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
             ),
+            installing: tokio::sync::RwLock::new(()),
+            sweep_wanted: Default::default(),
             jit,
             stats: Default::default(),
             tracing: std::sync::OnceLock::new(),
@@ -603,7 +621,7 @@ impl Node {
 
     /// Validates and compiles `code`, stores it, and records a new version.
     pub async fn deploy(
-        &self,
+        self: &Arc<Self>,
         tenant: &str,
         name: &str,
         source: Source,
@@ -668,6 +686,7 @@ impl Node {
                 "environment variable {k:?}: names must be non-empty without '=' or NUL, values without NUL"
             )));
         }
+        let _installing = self.installing.read().await;
         let compiling = self
             .compiling
             .acquire()
@@ -681,13 +700,25 @@ impl Node {
         let artifact = bytes::Bytes::from(std::mem::take(&mut compiled.artifact));
         let hash = hearth_store::sha256_hex(&artifact);
         let (used, held) = self.code_bytes(tenant).await?;
-        let adding = if held.contains(&hash) {
+        let mut adding = if held.artifacts.contains(&hash) {
             0
         } else {
             artifact.len() as u64
         };
+        // Packages the deploy installed that none of the tenant's versions
+        // had: they count as code (installed before this check, they are
+        // removed again by the next sweep if the deploy is refused).
+        adding += self
+            .installed(&spec, artifact.clone())
+            .await
+            .into_iter()
+            .filter(|(dir, _)| !held.packages.contains(dir))
+            .map(|(_, bytes)| bytes)
+            .sum::<u64>();
         let quota = self.config.max_code_bytes_per_tenant;
         if adding > 0 && used + adding > quota {
+            // What this deploy installed goes once it has let go.
+            self.sweep_installed();
             return Err(NodeError::CodeQuota {
                 tenant: tenant.to_string(),
                 used,
@@ -764,44 +795,131 @@ impl Node {
         Ok(all)
     }
 
-    /// Bytes of code `tenant` keeps deployed (each artifact its versions
-    /// name, once), and those artifacts.
-    pub async fn code_bytes(
-        &self,
-        tenant: &str,
-    ) -> Result<(u64, std::collections::HashSet<String>), NodeError> {
+    /// Bytes of code `tenant` keeps deployed: each artifact its versions
+    /// name, and each package they installed on this node, once.
+    pub async fn code_bytes(&self, tenant: &str) -> Result<(u64, CodeHeld), NodeError> {
         let t = tenant.to_string();
-        let hashes = self
+        let versions = self
             .blocking(move |s| {
-                let mut hashes = std::collections::HashSet::new();
+                let mut versions = Vec::new();
                 for f in s.list_functions(&t)? {
-                    for v in s.list_versions(&t, &f.name)? {
-                        hashes.insert(v.artifact);
-                    }
+                    versions.extend(s.list_versions(&t, &f.name)?);
                 }
-                Ok(hashes)
+                Ok(versions)
             })
             .await?;
+        let hashes: std::collections::HashSet<String> =
+            versions.iter().map(|v| v.artifact.clone()).collect();
         // Another gateway's deploys are counted too: their code comes from
         // the cluster (once; it is kept).
         for h in &hashes {
             self.ensure_artifact(h).await?;
         }
         let artifacts = self.artifacts.clone();
+        let engines: Vec<Arc<dyn Engine>> = self.engines.values().cloned().collect();
         tokio::task::spawn_blocking(move || {
-            let bytes = hashes
+            let mut bytes: u64 = hashes
                 .iter()
                 .filter_map(|h| std::fs::metadata(artifacts.path_of(h)).ok())
                 .map(|m| m.len())
                 .sum();
-            (bytes, hashes)
+            let mut packages = std::collections::HashSet::new();
+            let mut read = std::collections::HashSet::new();
+            for v in versions.iter().filter(|v| v.spec.runtime.has_packages()) {
+                if !read.insert((v.artifact.clone(), v.spec.source_builds, v.spec.runtime)) {
+                    continue;
+                }
+                let Ok(code) = std::fs::read(artifacts.path_of(&v.artifact)) else {
+                    continue;
+                };
+                for e in &engines {
+                    for (dir, size) in e.installed(Some(&v.spec), &code) {
+                        if packages.insert(dir) {
+                            bytes += size;
+                        }
+                    }
+                }
+            }
+            (
+                bytes,
+                CodeHeld {
+                    artifacts: hashes,
+                    packages,
+                },
+            )
         })
         .await
         .map_err(|e| NodeError::Internal(e.to_string()))
     }
 
+    /// What the engines installed for a version of `spec` with this
+    /// artifact (its packages, with their sizes).
+    async fn installed(&self, spec: &FunctionSpec, artifact: bytes::Bytes) -> Vec<(PathBuf, u64)> {
+        if !spec.runtime.has_packages() {
+            return Vec::new();
+        }
+        let engines: Vec<Arc<dyn Engine>> = self.engines.values().cloned().collect();
+        let spec = spec.clone();
+        tokio::task::spawn_blocking(move || {
+            engines
+                .iter()
+                .flat_map(|e| e.installed(Some(&spec), &artifact))
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
+    }
+
+    /// Removes installed packages and unpacked code no stored version needs
+    /// (after a function is removed), waiting for deploys in flight: what
+    /// they installed is not yet named by a version. In the background; a
+    /// sweep asked for while one runs is folded into it.
+    fn sweep_installed(self: &Arc<Self>) {
+        if self
+            .sweep_wanted
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return;
+        }
+        let node = self.clone();
+        tokio::spawn(async move {
+            let _alone = node.installing.write().await;
+            node.sweep_wanted
+                .store(false, std::sync::atomic::Ordering::Release);
+            let store = node.store.clone();
+            let artifacts = node.artifacts.clone();
+            let engines: Vec<Arc<dyn Engine>> = node.engines.values().cloned().collect();
+            let swept = tokio::task::spawn_blocking(move || -> Result<u64, StoreError> {
+                let referenced: std::collections::HashSet<String> =
+                    store.referenced_artifacts()?.into_iter().collect();
+                let mut keep = std::collections::HashSet::new();
+                for h in &referenced {
+                    let Ok(code) = std::fs::read(artifacts.path_of(h)) else {
+                        continue;
+                    };
+                    for e in &engines {
+                        keep.extend(e.installed(None, &code).into_iter().map(|(d, _)| d));
+                    }
+                }
+                Ok(engines
+                    .iter()
+                    .map(|e| e.sweep_installed(&keep, &referenced))
+                    .sum())
+            })
+            .await;
+            match swept {
+                Ok(Ok(0)) => {}
+                Ok(Ok(freed)) => {
+                    tracing::info!(bytes = freed, "installed packages no version needs removed")
+                }
+                Ok(Err(e)) => tracing::warn!(error = %e, "could not sweep installed packages"),
+                Err(e) => tracing::warn!(error = %e, "the package sweep failed"),
+            }
+        });
+    }
+
     /// Removes a function and everything of it. False if it did not exist.
-    pub async fn remove(&self, tenant: &str, name: &str) -> Result<bool, NodeError> {
+    pub async fn remove(self: &Arc<Self>, tenant: &str, name: &str) -> Result<bool, NodeError> {
         self.make_room_to_delete();
         let (t, n) = (tenant.to_string(), name.to_string());
         let existed = self.blocking(move |s| s.delete_function(&t, &n)).await?;
@@ -810,6 +928,9 @@ impl Node {
         self.stats.forget(tenant, name);
         if let Some(jit) = &self.jit {
             jit.forget(tenant, name);
+        }
+        if existed {
+            self.sweep_installed();
         }
         Ok(existed)
     }

@@ -418,7 +418,7 @@ async fn shutdown_signal() {
 async fn first_start(
     settings: &Settings,
     store: &Arc<dyn Store>,
-    node: &Node,
+    node: &Arc<Node>,
 ) -> anyhow::Result<()> {
     let token_path = settings.data_dir.join("token");
     let created = match store.create_tenant(ADMIN_TENANT) {

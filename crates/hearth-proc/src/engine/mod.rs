@@ -13,6 +13,7 @@
 //! crashed or misbehaved is destroyed, never reused.
 
 use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Weak};
@@ -50,6 +51,8 @@ pub struct ProcEngine(Arc<Inner>);
 
 struct Inner {
     config: ProcConfig,
+    /// Sizes of installed packages' directories, measured once each.
+    installed_sizes: Mutex<HashMap<PathBuf, u64>>,
     /// `config.dir`, absolute: scrubbed from what handlers report
     /// ([`crate::session::HostPath`]).
     host_dir: String,
@@ -180,6 +183,7 @@ impl ProcEngine {
             tracing::warn!("process tier degraded: {line}");
         }
         let engine = ProcEngine(Arc::new(Inner {
+            installed_sizes: Mutex::default(),
             host_dir: std::path::absolute(&config.dir)
                 .unwrap_or_else(|_| config.dir.clone())
                 .to_string_lossy()
@@ -341,6 +345,66 @@ pub fn instance_name(dir: &Path) -> String {
 impl Engine for ProcEngine {
     fn tier(&self) -> Tier {
         Tier::Process
+    }
+
+    fn installed(&self, spec: Option<&FunctionSpec>, artifact: &[u8]) -> Vec<(PathBuf, u64)> {
+        // Bundles are tar files ("ustar" at 257); a module is not read.
+        if artifact.get(257..262) != Some(b"ustar") {
+            return Vec::new();
+        }
+        let Ok(bundle) = Bundle::from_tar(artifact) else {
+            return Vec::new();
+        };
+        // Each runtime and install kind the version may have used.
+        let kinds: Vec<(Runtime, bool)> = match spec {
+            Some(s) if s.runtime == Runtime::Python => vec![(Runtime::Python, s.source_builds)],
+            Some(_) => vec![(Runtime::Node, false)],
+            None => vec![
+                (Runtime::Python, false),
+                (Runtime::Python, true),
+                (Runtime::Node, false),
+            ],
+        };
+        let mut dirs = Vec::new();
+        for (runtime, source_builds) in kinds {
+            for p in bundle.packages(runtime).unwrap_or_default() {
+                dirs.push(self.0.installs.dir_of(runtime, &p, source_builds));
+            }
+        }
+        dirs.sort();
+        dirs.dedup();
+        let mut sizes = self.0.installed_sizes.lock();
+        dirs.into_iter()
+            .filter(|dir| dir.exists())
+            .map(|dir| {
+                // An install is renamed into place whole and never changes.
+                let bytes = *sizes
+                    .entry(dir.clone())
+                    .or_insert_with(|| crate::install::dir_bytes(&dir));
+                (dir, bytes)
+            })
+            .collect()
+    }
+
+    fn sweep_installed(&self, keep: &HashSet<PathBuf>, artifacts: &HashSet<String>) -> u64 {
+        let mut freed = self.0.installs.remove_all_but(keep);
+        self.0
+            .installed_sizes
+            .lock()
+            .retain(|dir, _| keep.contains(dir));
+        // Each version's code, unpacked for its sandboxes.
+        let code = self.0.config.dir.join("code");
+        for e in std::fs::read_dir(&code).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if artifacts.contains(&name) || name.contains(".tmp") {
+                continue;
+            }
+            let bytes = crate::install::dir_bytes(&e.path());
+            if std::fs::remove_dir_all(e.path()).is_ok() {
+                freed += bytes;
+            }
+        }
+        freed
     }
 
     fn pool_free(&self) -> Vec<(&'static str, u64)> {

@@ -131,6 +131,31 @@ pub struct Installed {
 /// function let pip build from source, npm installs.
 const SUBDIRS: [&str; 3] = ["python", "python-src", "node"];
 
+/// Which of [`SUBDIRS`] a package of `runtime` goes in.
+fn subdir(runtime: Runtime, source_builds: bool) -> &'static str {
+    match (runtime == Runtime::Python, source_builds) {
+        (true, false) => "python",
+        (true, true) => "python-src",
+        (false, _) => "node",
+    }
+}
+
+/// Bytes of the files under `path` (not following links).
+pub fn dir_bytes(path: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                Ok(t) if t.is_file() => total += e.metadata().map_or(0, |m| m.len()),
+                _ => {}
+            }
+        }
+    }
+    total
+}
+
 /// Where installs fetch from instead of the public indexes (a mirror or a
 /// private registry; its host must be among the sandbox's index hosts).
 #[derive(Debug, Clone, Default)]
@@ -215,6 +240,42 @@ impl InstallCache {
         let _ = self.cgroups.set(pool);
     }
 
+    /// Where `pkg` is (or would be) installed.
+    pub fn dir_of(&self, runtime: Runtime, pkg: &Package, source_builds: bool) -> PathBuf {
+        self.dir
+            .join(subdir(runtime, source_builds))
+            .join(pkg.dir_name())
+    }
+
+    /// Removes every installed package whose directory is not in `keep`;
+    /// returns the bytes freed. Installs in progress (`.tmp-…`) are left.
+    pub fn remove_all_but(&self, keep: &std::collections::HashSet<PathBuf>) -> u64 {
+        let mut freed = 0;
+        for sub in SUBDIRS {
+            for e in std::fs::read_dir(self.dir.join(sub))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let path = e.path();
+                if e.file_name().to_string_lossy().starts_with(".tmp-") || keep.contains(&path) {
+                    continue;
+                }
+                let bytes = dir_bytes(&path);
+                match std::fs::remove_dir_all(&path) {
+                    Ok(()) => {
+                        freed += bytes;
+                        tracing::info!(package = %path.display(), bytes, "removed: no version needs it");
+                    }
+                    Err(e) => {
+                        tracing::warn!(package = %path.display(), error = %e, "could not remove")
+                    }
+                }
+            }
+        }
+        freed
+    }
+
     /// The lock held while `key` (`<subdir>/<dir name>`) is installed.
     fn lock_of(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
         self.locks
@@ -247,12 +308,8 @@ impl InstallCache {
     ) -> Result<(Installed, bool), InstallError> {
         let python = runtime == Runtime::Python;
         let source_builds = python && source_builds;
-        let sub = match (python, source_builds) {
-            (true, false) => "python",
-            (true, true) => "python-src",
-            (false, _) => "node",
-        };
-        let final_dir = self.dir.join(sub).join(pkg.dir_name());
+        let sub = subdir(runtime, source_builds);
+        let final_dir = self.dir_of(runtime, pkg, source_builds);
         let lock = self.lock_of(&format!("{sub}/{}", pkg.dir_name()));
         let _guard = lock.lock().await;
         let fresh = !final_dir.exists();

@@ -145,3 +145,114 @@ async fn a_full_disk_is_shown_refuses_growth_and_still_lets_the_operator_delete(
     assert_eq!(d.get("/readyz").send().await.unwrap().status(), 200);
     drop(d);
 }
+
+/// Installed packages of `name` under the data directory's install cache.
+fn installed(data: &Path, name: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(data.join("proc").join("packages").join("python"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&format!("{name}-"))
+        })
+        .collect()
+}
+
+async fn until_gone(data: &Path, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !installed(data, name).is_empty() {
+        assert!(Instant::now() < deadline, "{name} is still installed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Installed packages used to count against no quota and stay after `rm`:
+/// a tenant could fill the disk with packages a few bytes of bundle name.
+/// They count in the tenant's code quota (once, however many of its
+/// versions use them) and go with the last version on the node that uses
+/// them, whoever's it was.
+#[tokio::test]
+async fn installed_packages_count_in_the_code_quota_and_go_with_their_last_function() {
+    let wheels = tempfile::tempdir().unwrap();
+    // Two packages of 2 MiB each installed (1 MiB of source, and as much
+    // again compiled).
+    for name in ["bulky", "hefty"] {
+        let data = format!("DATA = '{}'\n", "x".repeat(1 << 20));
+        crate::process::write_wheel_of(wheels.path(), name, "1.0", &data);
+    }
+    let d = Daemon::start_with(&[
+        "--offline-packages",
+        wheels.path().to_str().unwrap(),
+        "--max-code-mib-per-tenant",
+        "3",
+    ]);
+    let (acme, beta) = (d.create_tenant("acme").await, d.create_tenant("beta").await);
+    let q = [("runtime", "python"), ("file_name", "fn.tar")];
+    let bundle = |pkg: &str| {
+        let code = format!("import {pkg}\ndef handler(e, c):\n    return len({pkg}.DATA)\n");
+        crate::harness::tar_of(&[
+            ("handler.py", &code),
+            ("requirements.txt", &format!("{pkg}==1.0\n")),
+        ])
+    };
+    for (token, name, pkg) in [(&acme, "f", "bulky"), (&beta, "g", "bulky")] {
+        let r = d.deploy_as(token, name, &q, bundle(pkg)).await;
+        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    }
+    let status: serde_json::Value = d
+        .http
+        .get(format!("{}/v1/status", d.url))
+        .bearer_auth(&acme)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let used = status["tenant"]["code_bytes"].as_u64().unwrap();
+    assert!(used > 2 << 20, "the package counts: {status}");
+    assert!(used < 3 << 20, "{status}");
+    // A second version using the same package counts it once.
+    let r = d.deploy_as(&acme, "f", &q, bundle("bulky")).await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    // Another package of 2 MiB does not fit in acme's 3.
+    let r = d.deploy_as(&acme, "h", &q, bundle("hefty")).await;
+    let (status, kind, message) = error_of(r).await;
+    assert_eq!(
+        (status, kind.as_str()),
+        (507, "code_quota_exceeded"),
+        "{message}"
+    );
+    assert!(message.contains("installed packages"), "{message}");
+
+    // acme removes f: bulky stays for beta's g; hefty, which only the
+    // refused deploy installed, goes.
+    let r = d
+        .http
+        .delete(format!("{}/v1/functions/f", d.url))
+        .bearer_auth(&acme)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    until_gone(&d.dir, "hefty").await;
+    assert_eq!(installed(&d.dir, "bulky").len(), 1);
+    let r = d.invoke_as(&beta, "beta", "g").send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), (1 << 20).to_string());
+    // beta removes g: nothing uses bulky now.
+    let r = d
+        .http
+        .delete(format!("{}/v1/functions/g", d.url))
+        .bearer_auth(&beta)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    until_gone(&d.dir, "bulky").await;
+    // With its room back, acme deploys hefty.
+    let r = d.deploy_as(&acme, "h", &q, bundle("hefty")).await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+}
