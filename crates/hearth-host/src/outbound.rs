@@ -28,6 +28,16 @@ pub struct Outbound {
     tenants: Mutex<HashMap<Box<str>, Arc<Semaphore>>>,
 }
 
+impl std::fmt::Debug for Outbound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbound")
+            .field("in_use", &self.in_use())
+            .field("node_max", &self.node_max)
+            .field("per_tenant", &self.per_tenant)
+            .finish()
+    }
+}
+
 /// One outbound connection in flight, counted until dropped.
 pub struct Held {
     _tenant: OwnedSemaphorePermit,

@@ -15,6 +15,9 @@
 //!
 //! The proxy holds at most [`MAX_CONNECTIONS`] connections per sandbox and
 //! a request head of at most [`MAX_HEAD`] bytes; it ends with the sandbox.
+//! Each connection it opens counts against the node's outbound budget
+//! for the function's tenant and the node ([`Allowed::budget`]), as a
+//! `fetch` does; past it the client gets 429.
 //!
 //! Package installs (`install.rs`) go out the same way: their network
 //! namespace's proxy listens on TCP inside it and lets out only the
@@ -54,6 +57,10 @@ pub struct Allowed {
     pub fix: &'static str,
     /// Let it reach this machine and private networks.
     pub private: bool,
+    /// The node's outbound connections and whose these are: each relay
+    /// holds one for as long as it is open, as a `fetch` does (`None`:
+    /// not counted, for package installs).
+    pub budget: Option<(Arc<hearth_host::outbound::Outbound>, Arc<str>)>,
 }
 
 /// Where a proxy takes its clients from.
@@ -255,6 +262,13 @@ async fn relay(mut client: Box<dyn Stream>, allowed: &Allowed) -> std::io::Resul
     {
         Ok(a) => a,
         Err(why) => return refuse(&mut client, 403, &why).await,
+    };
+    let _held = match &allowed.budget {
+        Some((outbound, tenant)) => match outbound.try_hold(tenant) {
+            Ok(held) => Some(held),
+            Err(why) => return refuse(&mut client, 429, &why.to_string()).await,
+        },
+        None => None,
     };
     let mut upstream = match tokio::time::timeout(WAIT, TcpStream::connect(&addrs[..])).await {
         Ok(Ok(s)) => s,

@@ -128,6 +128,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             ..HostLimits::default()
         },
     ));
+    proc.use_outbound(host.outbound.clone());
     let recorder = match &settings.record {
         Some(config) => {
             let archive = hearth_record::Archive::open(&dir.join("recordings"), store.clone())

@@ -138,6 +138,10 @@ impl ProcEngine {
                         hosts: version.spec.allowed_hosts.clone().into(),
                         fix: "deploy the function with --allow-host to allow it",
                         private: inner.config.allow_private_egress,
+                        budget: inner
+                            .outbound
+                            .get()
+                            .map(|o| (o.clone(), Arc::from(version.tenant.as_str()))),
                     };
                     handler.egress = Some(crate::egress::Relay(crate::egress::serve(
                         crate::egress::Listener::Unix(l),

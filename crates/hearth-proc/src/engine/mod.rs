@@ -51,6 +51,9 @@ pub struct ProcEngine(Arc<Inner>);
 
 struct Inner {
     config: ProcConfig,
+    /// The node's outbound connections, once it has them: sandboxes'
+    /// proxied connections count against them ([`ProcEngine::use_outbound`]).
+    outbound: std::sync::OnceLock<Arc<hearth_host::outbound::Outbound>>,
     /// Sizes of installed packages' directories, measured once each.
     installed_sizes: Mutex<HashMap<PathBuf, u64>>,
     /// `config.dir`, absolute: scrubbed from what handlers report
@@ -77,6 +80,12 @@ struct Inner {
 }
 
 impl ProcEngine {
+    /// Counts the connections sandboxes open through their egress proxy
+    /// against `outbound`, the node's (made after the engine).
+    pub fn use_outbound(&self, outbound: Arc<hearth_host::outbound::Outbound>) {
+        let _ = self.0.outbound.set(outbound);
+    }
+
     /// Prepares the tier's directories, base root and cgroup pool, and
     /// removes what a previous run left (mounts, cgroups, sandbox roots).
     /// Starts the Node pool and the reaper; zygotes start on first use.
@@ -183,6 +192,7 @@ impl ProcEngine {
             tracing::warn!("process tier degraded: {line}");
         }
         let engine = ProcEngine(Arc::new(Inner {
+            outbound: std::sync::OnceLock::new(),
             installed_sizes: Mutex::default(),
             host_dir: std::path::absolute(&config.dir)
                 .unwrap_or_else(|_| config.dir.clone())

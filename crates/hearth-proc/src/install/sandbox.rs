@@ -88,6 +88,7 @@ impl InstallCache {
                 hosts: sandbox.index_hosts.clone().into(),
                 fix: "installs reach only the package indexes the node names (--package-index-host)",
                 private: sandbox.allow_private,
+                budget: None,
             };
             let listener = egress::Listener::Tcp(tokio::net::TcpListener::from_std(listener)?);
             held.proxy = Some(egress::Relay(egress::serve(listener, allowed)));

@@ -411,3 +411,71 @@ async fn a_gateway_bounds_the_bodies_it_holds_in_sum() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A Python function's connections through its sandbox's egress proxy
+/// hold descriptors of the daemon as `fetch` does, and used to count
+/// against no outbound budget: they count against the tenant's and the
+/// node's now, and past them the proxy answers 429.
+#[tokio::test]
+async fn python_connections_through_the_proxy_count_against_the_outbound_budget() {
+    // On this machine's own address: loopback inside a sandbox is its own.
+    let ip = {
+        let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        probe.connect("192.0.2.1:9").unwrap();
+        probe.local_addr().unwrap().ip()
+    };
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    let app = axum::Router::new().route(
+        "/slow",
+        axum::routing::get(|| async {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            "slow"
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let d = Daemon::start_with(&[
+        "--allow-private-egress",
+        "true",
+        "--max-outbound-connections-per-tenant",
+        "4",
+    ]);
+    let code = format!(
+        r#"import threading, urllib.error, urllib.request
+URL = "http://{upstream}/slow"
+def handler(event, context):
+    got = []
+    def one():
+        try:
+            with urllib.request.urlopen(URL, timeout=10) as r:
+                got.append(r.status)
+        except urllib.error.HTTPError as e:
+            got.append(e.code)
+        except Exception as e:
+            got.append(repr(e))
+    threads = [threading.Thread(target=one) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {{"ok": got.count(200), "refused": got.count(429), "all": [str(g) for g in got]}}
+"#
+    );
+    let host = upstream.to_string();
+    let query = [
+        ("runtime", "python"),
+        ("file_name", "handler.py"),
+        ("allow_host", host.as_str()),
+        ("timeout_ms", "10000"),
+    ];
+    let r = d.deploy_as(&d.token, "proxied", &query, code).await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let (status, body) = d.call("proxied", "", "{}").await;
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (v["ok"].as_u64(), v["refused"].as_u64()),
+        (Some(4), Some(4)),
+        "{v}"
+    );
+}
