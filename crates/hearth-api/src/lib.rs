@@ -140,9 +140,17 @@ pub fn routers_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> (Ap
             membership,
         } => (None, Some(gateway), Some(key), Some(membership)),
     };
-    let buffered = Arc::new(tokio::sync::Semaphore::new(
-        (config.max_buffered_bytes / 1024).min(tokio::sync::Semaphore::MAX_PERMITS),
-    ));
+    let kib = (config.max_buffered_bytes / 1024).min(tokio::sync::Semaphore::MAX_PERMITS);
+    let buffered = Arc::new(tokio::sync::Semaphore::new(kib));
+    let held = Arc::downgrade(&buffered);
+    node.metrics().read_at_scrape(
+        "buffered_body_bytes",
+        "Bytes of request bodies held over every connection, against --max-buffered-mib",
+        move || {
+            held.upgrade()
+                .map_or(0, |b| (kib - b.available_permits()) as i64 * 1024)
+        },
+    );
     let state = Arc::new(AppState {
         buffered,
         node,

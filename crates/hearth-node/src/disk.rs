@@ -130,6 +130,11 @@ impl Disk {
         }
     }
 
+    /// Bytes free on the file system, as last read.
+    pub fn free_bytes(&self) -> u64 {
+        self.free.load(Ordering::Relaxed)
+    }
+
     /// Whether what would grow the data directory is refused now.
     pub fn full(&self) -> bool {
         self.full.load(Ordering::Relaxed)

@@ -37,7 +37,9 @@ pub(crate) struct CompiledChecks {
 
 /// Everything `/metrics` reports.
 pub struct Metrics {
-    registry: Registry,
+    /// Behind a lock so that a part made after the node (the API's body
+    /// budget) can add a reading ([`Metrics::read_at_scrape`]).
+    registry: parking_lot::Mutex<Registry>,
     pub invocations: Family<OutcomeLabels, Counter>,
     pub errors: Family<ErrorLabels, Counter>,
     pub starts: Family<StartLabels, Counter>,
@@ -223,7 +225,7 @@ impl Metrics {
         );
         Metrics {
             hot: Hot::new(&invocations, &starts, &duration),
-            registry,
+            registry: parking_lot::Mutex::new(registry),
             recorder,
             tapes_dropped,
             invocations,
@@ -297,12 +299,12 @@ impl Metrics {
     /// for figures kept elsewhere (an atomic the hot path already updates),
     /// so that measuring them costs the hot path nothing.
     pub fn read_at_scrape(
-        &mut self,
+        &self,
         name: &'static str,
         help: &'static str,
         read: impl Fn() -> i64 + Send + Sync + 'static,
     ) {
-        self.registry.register_collector(Box::new(Reading {
+        self.registry.lock().register_collector(Box::new(Reading {
             name,
             help,
             read: Box::new(read),
@@ -312,7 +314,7 @@ impl Metrics {
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+        prometheus_client::encoding::text::encode(&mut out, &self.registry.lock())
             .expect("writing to a String cannot fail");
         out
     }

@@ -280,7 +280,20 @@ impl Node {
         if let Some(d) = &disk {
             d.spawn_watcher();
         }
-        let mut metrics = Metrics::new(config.per_function_metrics);
+        let metrics = Metrics::new(config.per_function_metrics);
+        if let Some(d) = &disk {
+            let (free, full) = (d.clone(), d.clone());
+            metrics.read_at_scrape(
+                "disk_free_bytes",
+                "Bytes free on the data directory's file system, as last read",
+                move || free.free_bytes() as i64,
+            );
+            metrics.read_at_scrape(
+                "disk_full",
+                "1 while the data directory's disk is full (--min-free-disk-mib)",
+                move || i64::from(full.full()),
+            );
+        }
         let shares =
             crate::share::TenantShares::new(config.max_concurrency_per_tenant, config.memory);
         let reserved = shares.node_memory_counter();

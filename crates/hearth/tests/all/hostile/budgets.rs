@@ -145,6 +145,32 @@ async fn bodies_held_for_unfinished_or_unread_calls_are_bounded_in_sum_and_time(
     // node's 8 and is refused while the first still holds its part.
     let (first, writing) = upload(&d, "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
     let first = (first, writing.await.unwrap());
+    let held = |m: &str| -> u64 {
+        let line = m
+            .lines()
+            .find(|l| l.starts_with("hearth_buffered_body_bytes "));
+        line.and_then(|l| l.split(' ').nth(1)?.parse().ok())
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let m = d
+            .get("/metrics")
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if held(&m) >= 4 * mib as u64 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the held body is not in /metrics: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let (mut second, second_writer) = upload(&d, "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
     let mut answer = vec![0u8; 4096];
     let n = tokio::time::timeout(Duration::from_secs(10), second.read(&mut answer))
