@@ -136,7 +136,8 @@ pub(crate) async fn outgoing_body(
     s: &AppState,
     headers: &HeaderMap,
     body: Body,
-) -> Result<(OutgoingBody, Option<tokio::sync::OwnedSemaphorePermit>), ApiError> {
+    client: Option<&crate::invoke::ClientShare>,
+) -> Result<(OutgoingBody, crate::invoke::BodyHeld), ApiError> {
     use futures::StreamExt;
     let limit = s.config.max_body_bytes;
     let declared = headers
@@ -145,11 +146,15 @@ pub(crate) async fn outgoing_body(
         .and_then(|v| v.parse::<u64>().ok());
     let mut rest = body.into_data_stream();
     if declared.is_some_and(|n| n > limit as u64) {
-        return Ok((OutgoingBody::streaming(rest), None));
+        return Ok((OutgoingBody::streaming(rest), Default::default()));
     }
     let deadline = tokio::time::Instant::now() + s.config.body_timeout;
     let mut held = bytes::BytesMut::new();
-    let mut permit = None;
+    let mut permit = crate::invoke::BodyHeld::default();
+    let budget = crate::invoke::BodyBudget {
+        node: &s.buffered,
+        client,
+    };
     loop {
         let next = tokio::time::timeout_at(deadline, rest.next()).await;
         let chunk = match next {
@@ -171,7 +176,7 @@ pub(crate) async fn outgoing_body(
             let start = futures::stream::iter([Ok(held.freeze()), Ok(chunk)]);
             return Ok((OutgoingBody::streaming(start.chain(rest)), permit));
         }
-        crate::invoke::hold_body_bytes(&s.buffered, &mut permit, chunk.len())?;
+        permit.hold(budget, chunk.len())?;
         held.extend_from_slice(&chunk);
     }
 }

@@ -225,42 +225,93 @@ pub(crate) async fn read_body(
     Ok(read_body_within(headers, body, limits, what, None).await?.0)
 }
 
-/// Holds `bytes` more of a request body against `budget` (permits of a
-/// KiB each), in `held`: past the budget, 503.
-pub(crate) fn hold_body_bytes(
-    budget: &Arc<tokio::sync::Semaphore>,
-    held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
-    bytes: usize,
-) -> Result<(), ApiError> {
-    let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
-    let more = budget.clone().try_acquire_many_owned(kib).map_err(|_| {
-        ApiError::Unavailable(
-            "this node holds as many request bodies as it allows (--max-buffered-mib); \
-             try again shortly"
-                .into(),
-        )
-    })?;
-    match held {
-        Some(h) => h.merge(more),
-        None => *held = Some(more),
-    }
-    Ok(())
+/// What a request body may be held against: the node's budget
+/// (`--max-buffered-mib`) and, where the listener gave one, its client
+/// address's share of it ([`ClientShare`]). Permits are a KiB each.
+#[derive(Clone, Copy)]
+pub(crate) struct BodyBudget<'a> {
+    pub node: &'a Arc<tokio::sync::Semaphore>,
+    pub client: Option<&'a ClientShare>,
 }
 
-/// [`read_body`], holding what it has read against `budget` (permits of
-/// a KiB each): past it, 503. The permit comes back with the body, to be
-/// held as long as the body is.
+/// What one body holds of its [`BodyBudget`], given back when dropped.
+#[derive(Default)]
+pub(crate) struct BodyHeld {
+    node: Option<tokio::sync::OwnedSemaphorePermit>,
+    client: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// Bytes held, and KiB permits taken for them (each budget).
+    bytes: usize,
+    kib: usize,
+}
+
+impl BodyHeld {
+    /// Holds `bytes` more: past the client's share, 429; past the node's
+    /// budget, 503. Permits are taken for the whole held so far, rounded
+    /// up once (not once per chunk).
+    pub(crate) fn hold(&mut self, budget: BodyBudget<'_>, bytes: usize) -> Result<(), ApiError> {
+        let total = self.bytes + bytes;
+        let more_kib = total.div_ceil(1024) - self.kib;
+        self.bytes = total;
+        if more_kib == 0 {
+            return Ok(());
+        }
+        let kib = u32::try_from(more_kib).unwrap_or(u32::MAX);
+        fn merge(
+            held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
+            more: tokio::sync::OwnedSemaphorePermit,
+        ) {
+            match held {
+                Some(h) => h.merge(more),
+                None => *held = Some(more),
+            }
+        }
+        if let Some(share) = budget.client {
+            let more = share.0.clone().try_acquire_many_owned(kib).map_err(|_| {
+                ApiError::TooManyRequests(
+                    "this client's unfinished requests hold as much body as one client address \
+                     may (a quarter of --max-buffered-mib); try again when they have finished"
+                        .into(),
+                )
+            })?;
+            merge(&mut self.client, more);
+        }
+        let more = budget
+            .node
+            .clone()
+            .try_acquire_many_owned(kib)
+            .map_err(|_| {
+                ApiError::Unavailable(
+                    "this node holds as many request bodies as it allows (--max-buffered-mib); \
+                 try again shortly"
+                        .into(),
+                )
+            })?;
+        merge(&mut self.node, more);
+        self.kib += more_kib;
+        Ok(())
+    }
+}
+
+/// A client address's share of the node's body budget, put on its
+/// requests by the listener (`hearth/src/serve.rs`): one address's
+/// unfinished bodies cannot hold all of it.
+#[derive(Clone)]
+pub struct ClientShare(pub Arc<tokio::sync::Semaphore>);
+
+/// [`read_body`], holding what it has read against `budget` as it
+/// arrives. What it holds comes back with the body, to be kept as long as
+/// the body is.
 pub(crate) async fn read_body_within(
     headers: &HeaderMap,
     body: Body,
     (limit, timeout): (usize, std::time::Duration),
     what: &str,
-    budget: Option<&Arc<tokio::sync::Semaphore>>,
-) -> Result<(bytes::Bytes, Option<tokio::sync::OwnedSemaphorePermit>), ApiError> {
+    budget: Option<BodyBudget<'_>>,
+) -> Result<(bytes::Bytes, BodyHeld), ApiError> {
     use http_body_util::BodyExt;
-    let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
+    let mut held = BodyHeld::default();
     let mut hold = |bytes: usize| match budget {
-        Some(budget) => hold_body_bytes(budget, &mut held, bytes),
+        Some(budget) => held.hold(budget, bytes),
         None => Ok(()),
     };
     let too_large = || {
@@ -322,13 +373,14 @@ async fn run(
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
     let (parts, body) = request.into_parts();
+    let client = parts.extensions.get::<ClientShare>();
     let (method, uri, headers) = (parts.method, parts.uri, parts.headers);
     let (name, version) = split_version(name, &headers)?;
     let function = visible_function(s, tenant, name, version, &headers).await?;
     if let Some(g) = &s.gateway {
         // What the gateway holds of the body counts until it is sent on
         // (and, whole, until no retry needs it).
-        let (body, _held) = crate::cluster::outgoing_body(s, &headers, body).await?;
+        let (body, _held) = crate::cluster::outgoing_body(s, &headers, body, client).await?;
         let tracing = s.node.tracing();
         return crate::cluster::forward(g, tracing, &function, method, &uri, headers, body).await;
     }
@@ -367,7 +419,7 @@ async fn run(
     }
     // Held until the invocation has answered: what many unfinished or
     // unanswered calls buffer is bounded for the node.
-    let (body, _held) = read_request_body(s, &headers, body).await?;
+    let (body, _held) = read_request_body(s, &headers, body, client).await?;
     let req = Request { body, ..req };
     let outcome = s
         .node
@@ -396,9 +448,14 @@ async fn read_request_body(
     s: &AppState,
     headers: &HeaderMap,
     body: Body,
-) -> Result<(bytes::Bytes, Option<tokio::sync::OwnedSemaphorePermit>), ApiError> {
+    client: Option<&ClientShare>,
+) -> Result<(bytes::Bytes, BodyHeld), ApiError> {
     let limits = (s.config.max_body_bytes, s.config.body_timeout);
-    read_body_within(headers, body, limits, "request body", Some(&s.buffered)).await
+    let budget = BodyBudget {
+        node: &s.buffered,
+        client,
+    };
+    read_body_within(headers, body, limits, "request body", Some(budget)).await
 }
 
 /// Invokes a function whose tier streams: its request body is handed on

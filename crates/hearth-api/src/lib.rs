@@ -43,6 +43,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use error::ApiError;
+pub use invoke::ClientShare;
 pub use origin::App;
 
 /// Limits of the HTTP surface.
@@ -188,6 +189,7 @@ pub fn routers_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> (Ap
     let app = App {
         domain: state.config.functions_domain.to_ascii_lowercase().into(),
         router: app,
+        client: None,
     };
     (app, probes)
 }

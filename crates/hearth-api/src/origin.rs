@@ -111,6 +111,20 @@ pub(crate) fn edge<B>(domain: &str, req: Request<B>) -> Request<B> {
 pub struct App {
     pub(crate) router: axum::Router,
     pub(crate) domain: Arc<str>,
+    /// The client address this copy serves ([`App::for_client`]).
+    pub(crate) client: Option<crate::ClientShare>,
+}
+
+impl App {
+    /// This application for one connection of a client address: requests
+    /// that carry a body hold it against the address's `share` of the
+    /// node's body budget as well as the node's.
+    pub fn for_client(&self, share: crate::ClientShare) -> App {
+        App {
+            client: Some(share),
+            ..self.clone()
+        }
+    }
 }
 
 impl<B> tower::Service<Request<B>> for App
@@ -131,7 +145,18 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let req = edge(&self.domain, req);
+        let mut req = edge(&self.domain, req);
+        // Only a request with a body needs its client's share (an
+        // extension costs an allocation per request).
+        if let Some(share) = &self.client
+            && (req.headers().contains_key(header::TRANSFER_ENCODING)
+                || req
+                    .headers()
+                    .get(header::CONTENT_LENGTH)
+                    .is_some_and(|n| n != "0"))
+        {
+            req.extensions_mut().insert(share.clone());
+        }
         tower::Service::call(&mut self.router, req)
     }
 }

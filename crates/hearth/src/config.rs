@@ -230,7 +230,8 @@ pub struct UpArgs {
     pub write_timeout_ms: Option<u64>,
     /// MiB of invocation request bodies the node holds at once, over every
     /// connection; past it, 503 (default: a quarter of `capacity_mib`, at
-    /// least 64).
+    /// least 64). One client address holds at most a quarter of it; past
+    /// that, 429.
     #[arg(long, env = "HEARTH_MAX_BUFFERED_MIB")]
     pub max_buffered_mib: Option<u64>,
     /// MiB of log messages one function keeps, its newest (default 64).

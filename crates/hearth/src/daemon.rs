@@ -314,6 +314,11 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         write_timeout: std::time::Duration::from_millis(settings.write_timeout_ms),
         max_connections: settings.max_connections,
         max_per_client: settings.max_connections_per_client,
+        // A quarter of the node's, and room for one whole body at least.
+        buffered_per_client: usize::try_from(settings.max_buffered_mib << 20)
+            .unwrap_or(usize::MAX)
+            .div_ceil(4)
+            .max(settings.max_body_bytes),
     };
     if let Some(at) = settings.probe_listen {
         let probe_listener = tokio::net::TcpListener::bind(at)

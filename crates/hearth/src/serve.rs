@@ -37,6 +37,9 @@ pub struct ConnLimits {
     pub write_timeout: Duration,
     pub max_connections: usize,
     pub max_per_client: usize,
+    /// Bytes of request bodies one client address's unfinished requests
+    /// may hold, of the node's `--max-buffered-mib`.
+    pub buffered_per_client: usize,
 }
 
 /// Serves `app` on `listener` until `shutdown` completes, then lets open
@@ -73,7 +76,8 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let Some(client) = clients.admit(peer.ip(), limits.max_per_client) else {
+        let share_kib = (limits.buffered_per_client / 1024).min(Semaphore::MAX_PERMITS);
+        let Some(client) = clients.admit(peer.ip(), limits.max_per_client, share_kib) else {
             refuse(
                 &stream,
                 "429 Too Many Requests",
@@ -90,7 +94,8 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        let share = hearth_api::ClientShare(client.share.clone());
+        let service = TowerToHyperService::new(app.for_client(share));
         let Some(acceptor) = tls.clone() else {
             let stream = WriteTimeout::new(stream, limits.write_timeout);
             let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
@@ -233,22 +238,29 @@ fn refuse(stream: &TcpStream, status: &str, message: &str) {
     let _ = stream.try_write(answer.as_bytes());
 }
 
-/// Open connections per client address. An entry lives only while its
-/// address has a connection open, so the map is no larger than the
-/// connections are many.
+/// Open connections per client address, and the address's share of the
+/// node's body budget. An entry lives only while its address has a
+/// connection open, so the map is no larger than the connections are many.
 #[derive(Default, Clone)]
-struct Clients(Arc<Mutex<HashMap<IpAddr, usize>>>);
+struct Clients(Arc<Mutex<HashMap<IpAddr, Client>>>);
+
+/// An address's open connections and its share of the body budget.
+type Client = (usize, Arc<Semaphore>);
 
 /// One admitted connection of a client; counted until dropped.
 struct ClientSlot {
     clients: Clients,
     ip: IpAddr,
+    /// Its address's share of the body budget (KiB permits).
+    share: Arc<Semaphore>,
 }
 
 impl Clients {
-    fn admit(&self, ip: IpAddr, max: usize) -> Option<ClientSlot> {
+    fn admit(&self, ip: IpAddr, max: usize, share_kib: usize) -> Option<ClientSlot> {
         let mut map = self.0.lock();
-        let open = map.entry(ip).or_insert(0);
+        let (open, share) = map
+            .entry(ip)
+            .or_insert_with(|| (0, Arc::new(Semaphore::new(share_kib))));
         if *open >= max {
             if *open == 0 {
                 map.remove(&ip);
@@ -256,9 +268,11 @@ impl Clients {
             return None;
         }
         *open += 1;
+        let share = share.clone();
         Some(ClientSlot {
             clients: self.clone(),
             ip,
+            share,
         })
     }
 }
@@ -266,7 +280,7 @@ impl Clients {
 impl Drop for ClientSlot {
     fn drop(&mut self) {
         let mut map = self.clients.0.lock();
-        if let Some(open) = map.get_mut(&self.ip) {
+        if let Some((open, _)) = map.get_mut(&self.ip) {
             *open -= 1;
             if *open == 0 {
                 map.remove(&self.ip);
@@ -306,14 +320,18 @@ mod tests {
     fn a_client_is_admitted_up_to_its_share_and_forgotten_when_it_leaves() {
         let clients = Clients::default();
         let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
-        let first: Vec<_> = (0..3).map(|_| clients.admit(a, 3).unwrap()).collect();
-        assert!(clients.admit(a, 3).is_none(), "a fourth from a");
-        let other = clients.admit(b, 3).expect("b has its own share");
+        let first: Vec<_> = (0..3).map(|_| clients.admit(a, 3, 64).unwrap()).collect();
+        assert!(clients.admit(a, 3, 64).is_none(), "a fourth from a");
+        let other = clients.admit(b, 3, 64).expect("b has its own share");
+        // One body budget per address, shared by its connections.
+        assert!(Arc::ptr_eq(&first[0].share, &first[2].share));
+        assert!(!Arc::ptr_eq(&first[0].share, &other.share));
+        assert_eq!(other.share.available_permits(), 64);
         drop(first);
         assert_eq!(clients.0.lock().len(), 1, "only b is remembered");
         drop(other);
         assert!(clients.0.lock().is_empty());
-        assert!(clients.admit(a, 0).is_none());
+        assert!(clients.admit(a, 0, 64).is_none());
         assert!(clients.0.lock().is_empty(), "a refusal leaves no entry");
     }
 }

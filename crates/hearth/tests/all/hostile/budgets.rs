@@ -98,12 +98,14 @@ async fn invocations_reserve_their_memory_at_admission_per_tenant_and_per_node()
     assert_eq!(r.status(), 200);
 }
 
-/// A connection to `d` sending a POST of `declared` bytes to `path`, of
-/// which only `sent` go out, from a task of its own (the caller reads
-/// meanwhile); the read half, and the task, which gives back the write
-/// half once its bytes are out (dropping it would end the request).
+/// A connection to `d` from address `from` sending a POST of `declared`
+/// bytes to `path`, of which only `sent` go out, from a task of its own
+/// (the caller reads meanwhile); the read half, and the task, which gives
+/// back the write half once its bytes are out (dropping it would end the
+/// request).
 async fn upload(
     d: &Daemon,
+    from: &str,
     path: &str,
     declared: usize,
     sent: usize,
@@ -115,6 +117,9 @@ async fn upload(
     use tokio::io::AsyncWriteExt;
     let addr: std::net::SocketAddr = d.url.trim_start_matches("http://").parse().unwrap();
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(std::net::SocketAddr::new(from.parse().unwrap(), 0))
+        .unwrap();
     if let Some(size) = recv_buffer {
         socket.set_recv_buffer_size(size).unwrap();
     }
@@ -141,9 +146,10 @@ async fn bodies_held_for_unfinished_or_unread_calls_are_bounded_in_sum_and_time(
     use tokio::io::AsyncReadExt;
     let d = Daemon::start_with(&["--max-buffered-mib", "8", "--write-timeout-ms", "1000"]);
     let mib = 1 << 20;
-    // One caller holds 5 MiB of an unfinished body; a second passes the
-    // node's 8 and is refused while the first still holds its part.
-    let (first, writing) = upload(&d, "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
+    // One caller holds 5 MiB of an unfinished body; a second, from
+    // another address, passes the node's 8 and is refused while the first
+    // still holds its part.
+    let (first, writing) = upload(&d, "127.0.0.1", "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
     let first = (first, writing.await.unwrap());
     let held = |m: &str| -> u64 {
         let line = m
@@ -171,7 +177,8 @@ async fn bodies_held_for_unfinished_or_unread_calls_are_bounded_in_sum_and_time(
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let (mut second, second_writer) = upload(&d, "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
+    let (mut second, second_writer) =
+        upload(&d, "127.0.0.2", "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
     let mut answer = vec![0u8; 4096];
     let n = tokio::time::timeout(Duration::from_secs(10), second.read(&mut answer))
         .await
@@ -202,7 +209,15 @@ async fn bodies_held_for_unfinished_or_unread_calls_are_bounded_in_sum_and_time(
 
     // A caller that sends a whole body and never reads its 6 MiB answer
     // loses its connection after the write timeout, with what was unsent.
-    let (mut unread, writer) = upload(&d, "/fn/admin/echo", 6 * mib, 6 * mib, Some(4096)).await;
+    let (mut unread, writer) = upload(
+        &d,
+        "127.0.0.1",
+        "/fn/admin/echo",
+        6 * mib,
+        6 * mib,
+        Some(4096),
+    )
+    .await;
     let _write_half = writer.await.unwrap();
     tokio::time::sleep(Duration::from_secs(4)).await;
     let mut got = Vec::new();
@@ -402,9 +417,10 @@ async fn a_gateway_bounds_the_bodies_it_holds_in_sum() {
     let _node = crate::cluster::node(&gw, &store, &[]);
     crate::cluster::members_until(&gw, "the node joins", |m| crate::cluster::alive(m) == 1).await;
     let mib = 1 << 20;
-    let (first, writing) = upload(&gw, "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
+    let (first, writing) = upload(&gw, "127.0.0.1", "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
     let first = (first, writing.await.unwrap());
-    let (mut second, second_writer) = upload(&gw, "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
+    let (mut second, second_writer) =
+        upload(&gw, "127.0.0.2", "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
     let mut answer = vec![0u8; 4096];
     let n = tokio::time::timeout(Duration::from_secs(10), second.read(&mut answer))
         .await
@@ -504,4 +520,44 @@ def handler(event, context):
         (Some(4), Some(4)),
         "{v}"
     );
+}
+
+/// One client address's unfinished bodies hold at most a quarter of the
+/// node's body budget (and one whole body at least): before, one address
+/// could hold all of it, and every other caller of a public function got
+/// 503.
+#[tokio::test]
+async fn one_client_address_holds_at_most_its_share_of_the_body_budget() {
+    use tokio::io::AsyncReadExt;
+    // 32 MiB for the node: 8 MiB for each address.
+    let d = Daemon::start_with(&["--max-buffered-mib", "32"]);
+    let mib = 1 << 20;
+    let (first, writing) = upload(&d, "127.0.0.1", "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
+    let first = (first, writing.await.unwrap());
+    // The same address's second unfinished body passes its share: 429.
+    let (mut second, second_writer) =
+        upload(&d, "127.0.0.1", "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), second.read(&mut answer))
+        .await
+        .expect("the second caller got no answer")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    assert!(answer.contains("client address"), "{answer}");
+    second_writer.abort();
+    // Another address still gets through with a body as large.
+    let other = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    let r = other
+        .post(format!("{}/fn/admin/echo", d.url))
+        .body(vec![b'y'; 5 * mib])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.bytes().await.unwrap().len(), 5 * mib);
+    drop(first);
 }
