@@ -124,6 +124,13 @@ pub enum NodeError {
     },
 }
 
+/// How long what a version installed is taken as read ([`Node::code_bytes`]).
+const INSTALLED_FOR: Duration = Duration::from_secs(60);
+
+/// Package directories and sizes per (artifact, runtime, source builds).
+type InstalledCache =
+    HashMap<(String, hearth_core::Runtime, bool), (Instant, Arc<[(PathBuf, u64)]>)>;
+
 /// What a tenant keeps deployed on a node ([`Node::code_bytes`]).
 #[derive(Debug, Default)]
 pub struct CodeHeld {
@@ -251,6 +258,11 @@ pub struct Node {
     installing: tokio::sync::RwLock<()>,
     /// A sweep of installed packages is asked for and has not started.
     sweep_wanted: std::sync::atomic::AtomicBool,
+    /// What each stored version installed (by artifact, runtime and
+    /// source builds), as read at most [`INSTALLED_FOR`] ago: counting a
+    /// tenant's code (every `/v1/status`) reads its bundles at most that
+    /// often. Emptied by each sweep.
+    installed_cache: Arc<parking_lot::Mutex<InstalledCache>>,
     /// The compiled path of hot js functions; `None` when off, or when
     /// this node lacks the js or the wasm tier.
     jit: Option<Arc<jit::Jit>>,
@@ -341,6 +353,7 @@ impl Node {
             ),
             installing: tokio::sync::RwLock::new(()),
             sweep_wanted: Default::default(),
+            installed_cache: Default::default(),
             jit,
             stats: Default::default(),
             tracing: std::sync::OnceLock::new(),
@@ -830,6 +843,7 @@ impl Node {
         }
         let artifacts = self.artifacts.clone();
         let engines: Vec<Arc<dyn Engine>> = self.engines.values().cloned().collect();
+        let cache = self.installed_cache.clone();
         tokio::task::spawn_blocking(move || {
             let mut bytes: u64 = hashes
                 .iter()
@@ -839,17 +853,32 @@ impl Node {
             let mut packages = std::collections::HashSet::new();
             let mut read = std::collections::HashSet::new();
             for v in versions.iter().filter(|v| v.spec.runtime.has_packages()) {
-                if !read.insert((v.artifact.clone(), v.spec.source_builds, v.spec.runtime)) {
+                let key = (v.artifact.clone(), v.spec.runtime, v.spec.source_builds);
+                if !read.insert(key.clone()) {
                     continue;
                 }
-                let Ok(code) = std::fs::read(artifacts.path_of(&v.artifact)) else {
-                    continue;
+                let fresh = cache
+                    .lock()
+                    .get(&key)
+                    .filter(|(at, _)| at.elapsed() < INSTALLED_FOR)
+                    .map(|(_, dirs)| dirs.clone());
+                let dirs = match fresh {
+                    Some(dirs) => dirs,
+                    None => {
+                        let Ok(code) = std::fs::read(artifacts.path_of(&v.artifact)) else {
+                            continue;
+                        };
+                        let dirs: Arc<[(PathBuf, u64)]> = engines
+                            .iter()
+                            .flat_map(|e| e.installed(Some(&v.spec), &code))
+                            .collect();
+                        cache.lock().insert(key, (Instant::now(), dirs.clone()));
+                        dirs
+                    }
                 };
-                for e in &engines {
-                    for (dir, size) in e.installed(Some(&v.spec), &code) {
-                        if packages.insert(dir) {
-                            bytes += size;
-                        }
+                for (dir, size) in dirs.iter() {
+                    if packages.insert(dir.clone()) {
+                        bytes += size;
                     }
                 }
             }
@@ -899,6 +928,7 @@ impl Node {
             let _alone = node.installing.write().await;
             node.sweep_wanted
                 .store(false, std::sync::atomic::Ordering::Release);
+            node.installed_cache.lock().clear();
             let store = node.store.clone();
             let artifacts = node.artifacts.clone();
             let engines: Vec<Arc<dyn Engine>> = node.engines.values().cloned().collect();
