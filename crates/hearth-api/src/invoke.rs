@@ -419,15 +419,22 @@ async fn run(
     }
     // Held until the invocation has answered: what many unfinished or
     // unanswered calls buffer is bounded for the node.
-    let (body, _held) = read_request_body(s, &headers, body, client).await?;
+    let (body, held) = read_request_body(s, &headers, body, client).await?;
     let req = Request { body, ..req };
+    let from_gateway = forwarded.is_some();
     let outcome = s
         .node
         .invoke_ready(&function, ready, req, forwarded)
         .await?;
+    drop(held);
     let resp = match outcome.result {
         Ok(r) => answer((r.status, r.headers), Body::from(r.body)),
-        Err(e) => failed(&e, outcome.id),
+        Err(e) => {
+            if !from_gateway && refused_for_its_tenant(&e) {
+                tokio::time::sleep(REFUSAL_PAUSE).await;
+            }
+            failed(&e, outcome.id)
+        }
     };
     let resp = stamped(resp, outcome.id, outcome.version, outcome.start);
     Ok(traced(resp, outcome.traceparent.as_deref()))
@@ -541,6 +548,23 @@ fn answer((status, headers): (u16, Vec<(String, String)>), body: Body) -> Respon
         }
     }
     resp
+}
+
+/// How long a call refused because its tenant is at its share waits for
+/// its 429. A client that retries at once, as a flood does, then makes at
+/// most four calls a second per connection, and refusals cost the node
+/// (and the other tenants on its cores) little; a client that waits out
+/// its `Retry-After` (1 s) loses nothing. Not for a gateway's attempts:
+/// the gateway places a refused call elsewhere at once.
+const REFUSAL_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Whether `e` refuses a call because its own tenant holds its share of
+/// the node (running invocations or reserved memory), not the node's.
+fn refused_for_its_tenant(e: &InvokeError) -> bool {
+    matches!(
+        e,
+        InvokeError::TenantBusy { .. } | InvokeError::TenantMemoryFull { .. }
+    )
 }
 
 /// The error body answered for an invocation that failed.

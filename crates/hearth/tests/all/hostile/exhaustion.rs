@@ -550,3 +550,36 @@ async fn a_deploy_storm_compiles_one_at_a_time_at_low_priority() {
         "compiler threads' nice: {seen:?}"
     );
 }
+
+/// A tenant at its share that calls again at once, on and on, cost the
+/// node a request's work per refusal (7,000 refusals a second from 48
+/// callers raised another tenant's p99 7–11×). A refusal for the tenant's
+/// own share is answered after a pause (250 ms), so one connection gets at
+/// most four a second.
+#[tokio::test]
+async fn a_tenant_refused_for_its_share_is_answered_at_a_pace() {
+    let d = Daemon::start_with(&["--max-concurrency-per-tenant", "1"]);
+    let acme = d.create_tenant("acme").await;
+    let query = [("runtime", "wasm"), ("timeout_ms", "5000")];
+    let r = d
+        .deploy_as(&acme, "spin", &query, crate::harness::example("spin.wat"))
+        .await;
+    assert_eq!(r.status(), 201);
+    // acme's one slot spins until its deadline.
+    let spinner = d.invoke_as(&acme, "acme", "spin").send();
+    let spinner = tokio::spawn(async move { spinner.await.unwrap().status() });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Called again at once for two seconds, on one connection.
+    let started = Instant::now();
+    let mut refused = 0;
+    while started.elapsed() < Duration::from_secs(2) {
+        let r = d.invoke_as(&acme, "acme", "spin").send().await.unwrap();
+        assert_eq!(r.status(), 429);
+        refused += 1;
+    }
+    assert!(
+        (2..=9).contains(&refused),
+        "{refused} refusals in 2 s: not paced"
+    );
+    assert_eq!(spinner.await.unwrap(), 504);
+}
