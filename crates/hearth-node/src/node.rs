@@ -131,6 +131,15 @@ const INSTALLED_FOR: Duration = Duration::from_secs(60);
 type InstalledCache =
     HashMap<(String, hearth_core::Runtime, bool), (Instant, Arc<[(PathBuf, u64)]>)>;
 
+/// Whether the file at `path` is a tar archive (`ustar` at byte 257).
+fn is_tar(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 262];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok_and(|()| &head[257..] == b"ustar")
+}
+
 /// What a tenant keeps deployed on a node ([`Node::code_bytes`]).
 #[derive(Debug, Default)]
 pub struct CodeHeld {
@@ -937,7 +946,13 @@ impl Node {
                     store.referenced_artifacts()?.into_iter().collect();
                 let mut keep = std::collections::HashSet::new();
                 for h in &referenced {
-                    let Ok(code) = std::fs::read(artifacts.path_of(h)) else {
+                    // Only bundles (tar files) install anything: a module
+                    // is not read past its first bytes.
+                    let path = artifacts.path_of(h);
+                    if !is_tar(&path) {
+                        continue;
+                    }
+                    let Ok(code) = std::fs::read(&path) else {
                         continue;
                     };
                     for e in &engines {
