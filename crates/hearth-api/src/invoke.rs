@@ -429,12 +429,7 @@ async fn run(
     drop(held);
     let resp = match outcome.result {
         Ok(r) => answer((r.status, r.headers), Body::from(r.body)),
-        Err(e) => {
-            if !from_gateway && refused_for_its_tenant(&e) {
-                tokio::time::sleep(REFUSAL_PAUSE).await;
-            }
-            failed(&e, outcome.id)
-        }
+        Err(e) => failed(&e, outcome.id, from_gateway).await,
     };
     let resp = stamped(resp, outcome.id, outcome.version, outcome.start);
     Ok(traced(resp, outcome.traceparent.as_deref()))
@@ -491,6 +486,7 @@ async fn stream(
         chunk.map_err(|e| InvokeError::Disconnected(format!("its request body broke off: {e}")))
     });
     let body = Box::pin(stalls_after(body, s.config.body_timeout));
+    let from_gateway = forwarded.is_some();
     let st = s
         .node
         .invoke_streaming(function, ready, req, body, forwarded)
@@ -505,7 +501,7 @@ async fn stream(
             }
             resp
         }
-        Err(e) => failed(&e, st.id),
+        Err(e) => failed(&e, st.id, from_gateway).await,
     };
     let resp = stamped(resp, st.id, st.version, st.start);
     Ok(traced(resp, st.traceparent.as_deref()))
@@ -567,8 +563,12 @@ fn refused_for_its_tenant(e: &InvokeError) -> bool {
     )
 }
 
-/// The error body answered for an invocation that failed.
-fn failed(e: &InvokeError, id: hearth_core::InvocationId) -> Response {
+/// The error body answered for an invocation that failed; a refusal for
+/// the tenant's own share after [`REFUSAL_PAUSE`] unless a gateway asked.
+async fn failed(e: &InvokeError, id: hearth_core::InvocationId, from_gateway: bool) -> Response {
+    if !from_gateway && refused_for_its_tenant(e) {
+        tokio::time::sleep(REFUSAL_PAUSE).await;
+    }
     let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let id = id.to_string();
     let mut resp = crate::error::error_response(status, e.kind(), &e.to_string(), Some(&id));

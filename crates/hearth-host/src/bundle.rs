@@ -475,7 +475,9 @@ fn default_entry(runtime: Runtime) -> &'static str {
     }
 }
 
-fn is_tar(bytes: &[u8]) -> bool {
+/// Whether `bytes` (a file's first 512 bytes at least) begin a tar
+/// archive: `ustar` at byte 257. Bundles are tar files; modules are not.
+pub fn is_tar(bytes: &[u8]) -> bool {
     bytes.len() >= 512 && &bytes[257..262] == b"ustar"
 }
 

@@ -131,13 +131,14 @@ const INSTALLED_FOR: Duration = Duration::from_secs(60);
 type InstalledCache =
     HashMap<(String, hearth_core::Runtime, bool), (Instant, Arc<[(PathBuf, u64)]>)>;
 
-/// Whether the file at `path` is a tar archive (`ustar` at byte 257).
+/// Whether the file at `path` is a bundle (a tar archive), read from its
+/// first 512 bytes.
 fn is_tar(path: &std::path::Path) -> bool {
     use std::io::Read;
-    let mut head = [0u8; 262];
+    let mut head = [0u8; 512];
     std::fs::File::open(path)
         .and_then(|mut f| f.read_exact(&mut head))
-        .is_ok_and(|()| &head[257..] == b"ustar")
+        .is_ok_and(|()| hearth_host::bundle::is_tar(&head))
 }
 
 /// What a tenant keeps deployed on a node ([`Node::code_bytes`]).

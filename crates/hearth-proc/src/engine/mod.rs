@@ -358,8 +358,7 @@ impl Engine for ProcEngine {
     }
 
     fn installed(&self, spec: Option<&FunctionSpec>, artifact: &[u8]) -> Vec<(PathBuf, u64)> {
-        // Bundles are tar files ("ustar" at 257); a module is not read.
-        if artifact.get(257..262) != Some(b"ustar") {
+        if !hearth_host::bundle::is_tar(artifact) {
             return Vec::new();
         }
         let Ok(bundle) = Bundle::from_tar(artifact) else {
