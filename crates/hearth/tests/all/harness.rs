@@ -588,3 +588,12 @@ pub fn rss_kib_of(pid: u32) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmRSS in /proc/PID/status")
 }
+
+/// The address this machine would send from (no packet leaves): upstreams
+/// a sandbox reaches through its proxy listen there, since loopback inside
+/// a sandbox is the sandbox's own.
+pub fn own_address() -> std::net::IpAddr {
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    probe.connect("192.0.2.1:9").unwrap();
+    probe.local_addr().unwrap().ip()
+}

@@ -137,6 +137,42 @@ async fn upload(
     (read, writer)
 }
 
+/// The start of the answer on `read`, which must come within 10 s.
+async fn first_answer(read: &mut tokio::net::tcp::OwnedReadHalf) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), read.read(&mut answer))
+        .await
+        .expect("the caller got no answer")
+        .unwrap();
+    String::from_utf8_lossy(&answer[..n]).into_owned()
+}
+
+/// Waits (10 s at most) until a whole call of `bytes` to `echo` is let
+/// through, its answer whole: the budget its refused callers held is back.
+async fn until_a_whole_call_passes(d: &Daemon, bytes: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = d
+            .http
+            .post(format!("{}/fn/admin/echo", d.url))
+            .body(vec![b'y'; bytes])
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        if status == 200 {
+            assert_eq!(r.bytes().await.unwrap().len(), bytes);
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the budget did not come back: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Unauthenticated callers of a public function post large bodies and
 /// never finish them, or never read the answers: what the node holds for
 /// them is bounded in sum (`--max-buffered-mib`) and in time
@@ -160,14 +196,7 @@ async fn bodies_held_for_unfinished_or_unread_calls_are_bounded_in_sum_and_time(
     };
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let m = d
-            .get("/metrics")
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let m = d.get_text("/metrics").await;
         if held(&m) >= 4 * mib as u64 {
             break;
         }
@@ -179,33 +208,13 @@ async fn bodies_held_for_unfinished_or_unread_calls_are_bounded_in_sum_and_time(
     }
     let (mut second, second_writer) =
         upload(&d, "127.0.0.2", "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
-    let mut answer = vec![0u8; 4096];
-    let n = tokio::time::timeout(Duration::from_secs(10), second.read(&mut answer))
-        .await
-        .expect("the second caller got no answer")
-        .unwrap();
-    let answer = String::from_utf8_lossy(&answer[..n]);
+    let answer = first_answer(&mut second).await;
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("--max-buffered-mib"), "{answer}");
     second_writer.abort();
     drop((first, second));
     // Gone, they hold nothing: a whole call of 5 MiB goes through.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let r = d
-            .http
-            .post(format!("{}/fn/admin/echo", d.url))
-            .body(vec![b'y'; 5 * mib])
-            .send()
-            .await
-            .unwrap();
-        if r.status() == 200 {
-            assert_eq!(r.bytes().await.unwrap().len(), 5 * mib);
-            break;
-        }
-        assert!(Instant::now() < deadline, "the budget did not come back");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_a_whole_call_passes(&d, 5 * mib).await;
 
     // A caller that sends a whole body and never reads its 6 MiB answer
     // loses its connection after the write timeout, with what was unsent.
@@ -410,7 +419,6 @@ async fn a_function_keeps_its_newest_logs_within_its_quota_and_rm_gives_the_spac
 /// 400 unfinished 6 MiB bodies would have been 2.4 GB of a gateway).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_bounds_the_bodies_it_holds_in_sum() {
-    use tokio::io::AsyncReadExt;
     let pg = hearth_test_support::TempPostgres::start().unwrap();
     let store = pg.create_database("bodies").unwrap();
     let gw = crate::cluster::gateway_with(&store, &["--max-buffered-mib", "8"]);
@@ -421,37 +429,13 @@ async fn a_gateway_bounds_the_bodies_it_holds_in_sum() {
     let first = (first, writing.await.unwrap());
     let (mut second, second_writer) =
         upload(&gw, "127.0.0.2", "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
-    let mut answer = vec![0u8; 4096];
-    let n = tokio::time::timeout(Duration::from_secs(10), second.read(&mut answer))
-        .await
-        .expect("the second caller got no answer")
-        .unwrap();
-    let answer = String::from_utf8_lossy(&answer[..n]);
+    let answer = first_answer(&mut second).await;
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("--max-buffered-mib"), "{answer}");
     second_writer.abort();
     drop((first, second));
     // Gone, they hold nothing: a whole call of 5 MiB goes through.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let r = gw
-            .http
-            .post(format!("{}/fn/admin/echo", gw.url))
-            .body(vec![b'y'; 5 * mib])
-            .send()
-            .await
-            .unwrap();
-        if r.status() == 200 {
-            assert_eq!(r.bytes().await.unwrap().len(), 5 * mib);
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the budget did not come back: {}",
-            r.status()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_a_whole_call_passes(&gw, 5 * mib).await;
 }
 
 /// A Python function's connections through its sandbox's egress proxy
@@ -460,12 +444,7 @@ async fn a_gateway_bounds_the_bodies_it_holds_in_sum() {
 /// node's now, and past them the proxy answers 429.
 #[tokio::test]
 async fn python_connections_through_the_proxy_count_against_the_outbound_budget() {
-    // On this machine's own address: loopback inside a sandbox is its own.
-    let ip = {
-        let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
-        probe.connect("192.0.2.1:9").unwrap();
-        probe.local_addr().unwrap().ip()
-    };
+    let ip = crate::harness::own_address();
     let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
     let upstream = listener.local_addr().unwrap();
     let app = axum::Router::new().route(
@@ -528,7 +507,6 @@ def handler(event, context):
 /// 503.
 #[tokio::test]
 async fn one_client_address_holds_at_most_its_share_of_the_body_budget() {
-    use tokio::io::AsyncReadExt;
     // 32 MiB for the node: 8 MiB for each address.
     let d = Daemon::start_with(&["--max-buffered-mib", "32"]);
     let mib = 1 << 20;
@@ -537,12 +515,7 @@ async fn one_client_address_holds_at_most_its_share_of_the_body_budget() {
     // The same address's second unfinished body passes its share: 429.
     let (mut second, second_writer) =
         upload(&d, "127.0.0.1", "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
-    let mut answer = vec![0u8; 4096];
-    let n = tokio::time::timeout(Duration::from_secs(10), second.read(&mut answer))
-        .await
-        .expect("the second caller got no answer")
-        .unwrap();
-    let answer = String::from_utf8_lossy(&answer[..n]);
+    let answer = first_answer(&mut second).await;
     assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
     assert!(answer.contains("client address"), "{answer}");
     second_writer.abort();

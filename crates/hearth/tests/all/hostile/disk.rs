@@ -98,14 +98,7 @@ async fn a_full_disk_is_shown_refuses_growth_and_still_lets_the_operator_delete(
     let status = d.get_json("/v1/status").await;
     let faults = status["faults"].to_string();
     assert!(faults.contains("disk is full"), "{status}");
-    let metrics = d
-        .get("/metrics")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = d.get_text("/metrics").await;
     assert!(metrics.contains("hearth_disk_full 1"), "{metrics}");
     let ready = d.get("/readyz").send().await.unwrap();
     assert_eq!(ready.status(), 503);

@@ -174,12 +174,7 @@ async fn a_function_with_allowed_hosts_goes_out_only_through_the_proxy() {
     // an operator's flag opens; not on loopback, which inside a sandbox is
     // the sandbox's own and not proxied.
     let d = Daemon::start_with(&["--allow-private-egress", "true"]);
-    let ip = {
-        // The address this machine would send from; no packet leaves.
-        let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
-        probe.connect("192.0.2.1:9").unwrap();
-        probe.local_addr().unwrap().ip().to_string()
-    };
+    let ip = crate::harness::own_address().to_string();
     assert_ne!(
         ip, "127.0.0.1",
         "this test needs an address besides loopback"
