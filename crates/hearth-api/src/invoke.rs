@@ -239,9 +239,8 @@ pub(crate) struct BodyBudget<'a> {
 pub(crate) struct BodyHeld {
     node: Option<tokio::sync::OwnedSemaphorePermit>,
     client: Option<tokio::sync::OwnedSemaphorePermit>,
-    /// Bytes held, and KiB permits taken for them (each budget).
+    /// Bytes held (the node's permits are the KiB they round up to).
     bytes: usize,
-    kib: usize,
 }
 
 impl BodyHeld {
@@ -250,7 +249,8 @@ impl BodyHeld {
     /// up once (not once per chunk).
     pub(crate) fn hold(&mut self, budget: BodyBudget<'_>, bytes: usize) -> Result<(), ApiError> {
         let total = self.bytes + bytes;
-        let more_kib = total.div_ceil(1024) - self.kib;
+        let taken = self.node.as_ref().map_or(0, |p| p.num_permits());
+        let more_kib = total.div_ceil(1024) - taken;
         self.bytes = total;
         if more_kib == 0 {
             return Ok(());
@@ -287,7 +287,6 @@ impl BodyHeld {
                 )
             })?;
         merge(&mut self.node, more);
-        self.kib += more_kib;
         Ok(())
     }
 }
