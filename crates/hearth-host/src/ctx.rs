@@ -31,6 +31,10 @@ pub struct HostLimits {
     pub http_max_calls: u32,
     /// Bytes of log text (stderr and log calls) kept per invocation.
     pub log_max_bytes: usize,
+    /// Bytes of log text a second one tenant's invocations may keep
+    /// together, with four seconds' worth (and at least one invocation's
+    /// `log_max_bytes`) at once ([`crate::log_rate`]).
+    pub log_bytes_per_sec_per_tenant: u64,
     /// Bytes one invocation's tape may hold in memory
     /// ([`HostEvent::approx_bytes`]). Past it the invocation fails with
     /// `tape_budget_exceeded`: later clock, randomness and log calls are
@@ -59,6 +63,7 @@ impl Default for HostLimits {
             http_max_response_bytes: 8 << 20,
             http_max_calls: 64,
             log_max_bytes: 64 << 10,
+            log_bytes_per_sec_per_tenant: 1 << 20,
             tape_max_bytes: 4 << 20,
             private_egress: false,
             max_outbound: 4096,
@@ -74,6 +79,8 @@ pub struct HostServices {
     pub limits: HostLimits,
     /// Outbound connections in flight, per tenant and for the node.
     pub outbound: Arc<crate::outbound::Outbound>,
+    /// How fast each tenant may log.
+    pub log_rates: crate::log_rate::LogRates,
 }
 
 impl HostServices {
@@ -95,11 +102,16 @@ impl HostServices {
             limits.max_outbound,
             limits.max_outbound_per_tenant,
         ));
+        let log_rates = crate::log_rate::LogRates::new(
+            limits.log_bytes_per_sec_per_tenant,
+            (limits.log_bytes_per_sec_per_tenant * 4).max(limits.log_max_bytes as u64),
+        );
         HostServices {
             store,
             http,
             limits,
             outbound,
+            log_rates,
         }
     }
 }
@@ -198,6 +210,8 @@ struct Recorded {
     logs: Vec<LogLine>,
     log_bytes: usize,
     logs_truncated: bool,
+    /// Bytes of lines dropped over the tenant's log rate.
+    log_dropped_bytes: u64,
     http_calls: u32,
     /// Fetches in flight now ([`crate::outbound::PER_INVOCATION`]).
     fetching: u32,
@@ -503,7 +517,9 @@ impl HostCtx {
             .unwrap_or_default()
     }
 
-    /// Appends to the function's log, within the per-invocation byte budget.
+    /// Appends to the function's log, within the per-invocation byte budget
+    /// and the tenant's rate ([`crate::log_rate`]). The tape keeps what the
+    /// log keeps: a line cut or dropped here costs nothing further.
     pub fn log(&self, stream: LogStream, level: &str, message: &str) {
         let limit = self.0.services.limits.log_max_bytes;
         let mut rec = self.recorded();
@@ -515,32 +531,37 @@ impl HostCtx {
             }
             return;
         }
-        if stream == LogStream::Log {
-            let event = HostEvent::Log {
-                level: level.to_string(),
-                message: message.to_string(),
-            };
-            rec.push(event, self.tape_budget(), false, None);
-        }
         if rec.logs_truncated {
             return;
         }
+        let mut kept = message;
         let room = limit.saturating_sub(rec.log_bytes);
-        let mut message = message.to_string();
-        if message.len() > room {
-            let mut cut = room;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
+        if kept.len() > room {
+            kept = &kept[..kept.floor_char_boundary(room)];
             rec.logs_truncated = true;
         }
-        rec.log_bytes += message.len();
+        // The node's own lines are few and bounded per invocation.
+        if stream != LogStream::System {
+            let rates = &self.0.services.log_rates;
+            if !rates.take(&self.0.meta.version.tenant, kept.len()) {
+                rec.logs_truncated = false;
+                rec.log_dropped_bytes += kept.len() as u64;
+                return;
+            }
+        }
+        if stream == LogStream::Log {
+            let event = HostEvent::Log {
+                level: level.to_string(),
+                message: kept.to_string(),
+            };
+            rec.push(event, self.tape_budget(), false, None);
+        }
+        rec.log_bytes += kept.len();
         rec.logs.push(LogLine {
             ts_ms: hearth_core::unix_time_ms(),
             stream,
             level: level.to_string(),
-            message,
+            message: kept.to_string(),
         });
         if rec.logs_truncated {
             rec.logs.push(LogLine {
@@ -944,6 +965,19 @@ impl HostCtx {
             let calls = std::mem::take(&mut rec.tape_dropped);
             rec.tape.events.push(HostEvent::Truncated { calls });
         }
+        let dropped = std::mem::take(&mut rec.log_dropped_bytes);
+        if dropped > 0 {
+            let rate = self.0.services.log_rates.per_second() / 1024;
+            rec.logs.push(LogLine {
+                ts_ms: hearth_core::unix_time_ms(),
+                stream: LogStream::System,
+                level: "warn".into(),
+                message: format!(
+                    "{dropped} bytes of log output dropped: this tenant's functions logged \
+                     faster than {rate} KiB/s together (the node's --log-kib-per-sec-per-tenant)"
+                ),
+            });
+        }
         (std::mem::take(&mut rec.tape), std::mem::take(&mut rec.logs))
     }
 }
@@ -1188,6 +1222,56 @@ mod tests {
         assert_eq!(logs[0].message, "0123456789");
         assert_eq!(logs.len(), 2, "one truncated line and one notice: {logs:?}");
         assert!(logs[1].message.contains("truncated"));
+    }
+
+    #[tokio::test]
+    async fn a_tenant_logging_past_its_rate_loses_lines_and_is_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = HostLimits {
+            log_max_bytes: 100,
+            log_bytes_per_sec_per_tenant: 1,
+            ..HostLimits::default()
+        };
+        // The bucket holds one invocation's 100 bytes: the first call
+        // spends it, a second call of the same tenant finds it empty.
+        let first = ctx(&dir, limits);
+        for _ in 0..4 {
+            first.log(LogStream::Log, "info", &"x".repeat(25));
+        }
+        assert_eq!(first.take_records().1.len(), 4);
+        let second = HostCtx::new(first.0.services.clone(), first.0.meta.clone());
+        second.log(LogStream::Log, "info", &"y".repeat(25));
+        second.log(LogStream::Stderr, "", &"z".repeat(25));
+        second.log(LogStream::System, "info", "the node's own line");
+        let (tape, logs) = second.take_records();
+        assert!(tape.events.is_empty(), "the tape keeps what the log keeps");
+        let messages: Vec<_> = logs.iter().map(|l| l.message.as_str()).collect();
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        assert_eq!(messages[0], "the node's own line");
+        assert!(messages[1].starts_with("50 bytes of log output dropped"), "{messages:?}");
+        assert_eq!(first.0.services.log_rates.dropped_bytes(), 50);
+    }
+
+    #[tokio::test]
+    async fn the_tape_keeps_a_cut_line_as_the_log_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = HostLimits {
+            log_max_bytes: 10,
+            ..HostLimits::default()
+        };
+        let host = ctx(&dir, limits);
+        host.log(LogStream::Log, "info", "0123456789abcdef");
+        host.log(LogStream::Log, "info", "more");
+        let (tape, _) = host.take_records();
+        let messages: Vec<_> = tape
+            .events
+            .iter()
+            .map(|e| match e {
+                HostEvent::Log { message, .. } => message.as_str(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(messages, ["0123456789"]);
     }
 
     #[tokio::test]

@@ -22,6 +22,7 @@ mod ctx;
 mod egress;
 mod engine;
 mod http;
+pub mod log_rate;
 pub mod outbound;
 mod replay;
 mod stream;

@@ -306,6 +306,12 @@ impl Node {
             "Outbound connections functions' fetches hold open now",
             move || outbound.in_use() as i64,
         );
+        let services = host.clone();
+        metrics.read_at_scrape(
+            "log_bytes_dropped",
+            "Bytes of log lines dropped since start because a tenant logged faster than --log-kib-per-sec-per-tenant",
+            move || services.log_rates.dropped_bytes() as i64,
+        );
         let capacity = config.memory.node_bytes as i64;
         metrics.read_at_scrape(
             "memory_capacity_bytes",

@@ -244,6 +244,11 @@ pub struct UpArgs {
     /// Hours log lines are kept (default 168).
     #[arg(long, env = "HEARTH_LOG_MAX_AGE_H")]
     pub log_max_age_h: Option<u64>,
+    /// KiB of log text a second one tenant's functions may keep together,
+    /// four seconds' worth at once; past it their lines are dropped and
+    /// each invocation's log says how much (default 1024).
+    #[arg(long, env = "HEARTH_LOG_KIB_PER_SEC_PER_TENANT")]
+    pub log_kib_per_sec_per_tenant: Option<u64>,
     /// MiB that must stay free on the data directory's file system; below
     /// it the disk is full: deploys and KV writes get 507, tapes and log
     /// lines are dropped, /readyz is 503 (default: 2% of the file system,
@@ -400,6 +405,7 @@ pub struct Settings {
     pub max_log_mib_per_function: u64,
     pub max_log_mib_per_tenant: u64,
     pub log_max_age_h: u64,
+    pub log_kib_per_sec_per_tenant: u64,
     pub min_free_disk_mib: Option<u64>,
     pub disk_reserve_mib: u64,
     pub body_timeout_ms: u64,
@@ -653,6 +659,7 @@ impl Settings {
             max_log_mib_per_function: o.max_log_mib_per_function.unwrap_or(64).max(1),
             max_log_mib_per_tenant: o.max_log_mib_per_tenant.unwrap_or(512).max(1),
             log_max_age_h: o.log_max_age_h.unwrap_or(168).max(1),
+            log_kib_per_sec_per_tenant: o.log_kib_per_sec_per_tenant.unwrap_or(1024).max(1),
             min_free_disk_mib: o.min_free_disk_mib,
             disk_reserve_mib: o.disk_reserve_mib.unwrap_or(64),
             max_connections: o

@@ -125,6 +125,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             kv_max_tenant_bytes: settings.max_kv_mib_per_tenant << 20,
             max_outbound: settings.max_outbound_connections,
             max_outbound_per_tenant: settings.max_outbound_connections_per_tenant,
+            log_bytes_per_sec_per_tenant: settings.log_kib_per_sec_per_tenant << 10,
             ..HostLimits::default()
         },
     ));

@@ -413,6 +413,75 @@ async fn a_function_keeps_its_newest_logs_within_its_quota_and_rm_gives_the_spac
     }
 }
 
+/// A tenant calling a chatty function back to back keeps at most its log
+/// rate (`--log-kib-per-sec-per-tenant`): past it, lines are dropped before
+/// they reach the tape or the store, the invocation's log says how much,
+/// and another tenant's lines are whole (before, eight callers of a
+/// function logging a megabyte a call took another tenant's p99 to 6–10×
+/// its idle figure: the node spent its cores taping and storing them).
+#[tokio::test]
+async fn a_tenant_keeps_at_most_its_log_rate_and_another_tenants_lines_are_whole() {
+    let d = Daemon::start_with(&["--log-kib-per-sec-per-tenant", "64"]);
+    let js = [("runtime", "js"), ("file_name", "index.mjs")];
+    d.deploy("chatty", CHATTY.as_bytes().to_vec(), &js).await;
+    let beta = d.create_tenant("beta").await;
+    let r = d.deploy_as(&beta, "chatty", &js, CHATTY).await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+
+    let started = Instant::now();
+    for _ in 0..20 {
+        assert_eq!(d.call("chatty", "", "").await.0, 200);
+    }
+    let secs = started.elapsed().as_secs_f64().ceil();
+    let dropped = |l: &serde_json::Value| {
+        l["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("bytes of log output dropped"))
+    };
+    let lines = d.logs_until("chatty", |l| l.iter().any(dropped)).await;
+    let kept: Vec<usize> = lines
+        .iter()
+        .filter_map(|l| l["message"].as_str().map(str::len))
+        .filter(|&n| n == 60_000)
+        .collect();
+    // Four seconds' worth at once, then 64 KiB a second.
+    let allowed = (256 << 10) as f64 + (64 << 10) as f64 * secs;
+    let sum: usize = kept.iter().sum();
+    assert!(
+        (sum as f64) <= allowed && kept.len() >= 4,
+        "{} lines of 60 kB kept in {secs} s, {sum} bytes against {allowed}",
+        kept.len()
+    );
+    let notice = lines.iter().find(|l| dropped(l)).unwrap();
+    assert!(
+        notice["message"].as_str().unwrap().contains("--log-kib-per-sec-per-tenant"),
+        "{notice}"
+    );
+    let metrics = d.get_text("/metrics").await;
+    let dropped_bytes: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("hearth_log_bytes_dropped "))
+        .and_then(|v| v.parse().ok())
+        .expect("hearth_log_bytes_dropped in /metrics");
+    assert!(dropped_bytes >= 60_000, "{dropped_bytes}");
+
+    // Beta's bucket is its own.
+    let r = d.invoke_as(&beta, "beta", "chatty").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = d.get_json_as(&beta, "/v1/functions/chatty/logs").await;
+        let lines = v["lines"].as_array().cloned().unwrap_or_default();
+        if let Some(line) = lines.first() {
+            assert_eq!(line["message"].as_str().unwrap().len(), 60_000, "{v}");
+            assert_eq!(lines.len(), 1, "{v}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "beta's line was not stored: {v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A gateway holds a request body whole (up to `--max-body-bytes`) so that
 /// another node can be asked if the first fails: what it holds over every
 /// connection is bounded by `--max-buffered-mib` as a node's is (before,
