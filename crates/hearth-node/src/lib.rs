@@ -19,6 +19,7 @@
 mod colocation;
 mod disk;
 mod logs;
+mod long_runs;
 mod metrics;
 mod node;
 mod share;

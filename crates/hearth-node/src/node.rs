@@ -258,6 +258,8 @@ pub struct Node {
     tracing: std::sync::OnceLock<crate::trace::Tracing>,
     /// The data directory's disk; `None` when not watched.
     disk: Option<Arc<crate::disk::Disk>>,
+    /// Invocations polled for long give way to short ones.
+    long_runs: crate::long_runs::LongRuns,
 }
 
 impl Node {
@@ -325,7 +327,16 @@ impl Node {
             .clone()
             .filter(|_| engines.contains_key(&Tier::Js) && engines.contains_key(&Tier::Wasm))
             .map(|c| Arc::new(jit::Jit::new(c, metrics.compiled_checks.clone())));
+        let workers = tokio::runtime::Handle::current().metrics().num_workers();
+        let long_runs = crate::long_runs::LongRuns::new(workers, crate::long_runs::LONG_AFTER);
+        if !long_runs.lowers_threads() {
+            tracing::warn!(
+                "this process may not raise a thread's priority again (no CAP_SYS_NICE or RLIMIT_NICE): \
+                 long invocations are not run at a lower priority, and short ones wait longer behind them"
+            );
+        }
         Node {
+            long_runs,
             store,
             artifacts: Arc::new(artifacts),
             engines,
@@ -614,6 +625,11 @@ impl Node {
                 "damaged_blocks": r.archive().damaged_blocks(),
             })
         });
+        if !self.long_runs.lowers_threads() {
+            degraded.push(
+                "node: long invocations run at the priority of short ones (no CAP_SYS_NICE or RLIMIT_NICE to raise a thread again)".into(),
+            );
+        }
         let disk = self.disk.as_ref().map(|d| d.status());
         // What is wrong with the node now (not what it cannot enforce,
         // which is `degraded`).
@@ -630,6 +646,11 @@ impl Node {
                 "capacity_mib_per_tenant": self.shares.memory().tenant_bytes >> 20,
             },
             "colocation": self.config.colocation.get(),
+            // Long invocations' slices at once, and whether they run lower.
+            "long_runs": {
+                "lane": self.long_runs.lane_size(),
+                "lowered": self.long_runs.lowers_threads(),
+            },
             "degraded": degraded,
             "disk": disk,
             "faults": faults,
@@ -1202,7 +1223,7 @@ impl Node {
         host: &HostCtx,
     ) -> Result<Response, InvokeError> {
         self.metrics.live_sandboxes.inc();
-        let result = sandbox.invoke(req, host.clone()).await;
+        let result = self.long_runs.run(sandbox.invoke(req, host.clone())).await;
         // Calls the function left running end before the invocation does.
         host.settle().await;
         drop(sandbox);

@@ -60,7 +60,11 @@ fn main() -> anyhow::Result<()> {
                 .with_writer(std::io::stderr)
                 .init();
             let settings = config::Settings::resolve(&cli.data_dir, &args)?;
+            // One worker more than cores: long invocations may hold all but
+            // one (`hearth_node`'s long runs), and still use every core.
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(cores + 1)
                 .enable_all()
                 .build()?
                 .block_on(daemon::run(settings))

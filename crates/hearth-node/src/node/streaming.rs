@@ -193,8 +193,9 @@ impl Node {
         sink: &mut ResponseSink,
     ) -> Result<(), InvokeError> {
         self.metrics.live_sandboxes.inc();
-        let result = sandbox
-            .invoke_streaming(req, body, host.clone(), sink)
+        let result = self
+            .long_runs
+            .run(sandbox.invoke_streaming(req, body, host.clone(), sink))
             .await;
         host.settle().await;
         drop(sandbox);
