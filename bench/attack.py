@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """One tenant attacks each node-wide budget at full strength while another
-tenant's wasm, JS and Python functions are timed: the victim's p50 and p99
+tenant's wasm, JS and Python functions are timed (each from a process of its
+own, apart from the attacker's clients): the victim's p50 and p99
 against the same node idle, in paired rounds (idle, then attacked), the
 victim's errors, what the attacker got back, and the daemon's peak RSS
 against its configured capacity.
@@ -26,6 +27,7 @@ Attacks (each from the `attacker` tenant, as many clients as it likes):
 """
 import http.client
 import json
+import multiprocessing
 import os
 import socket
 import statistics
@@ -147,8 +149,12 @@ def pct(xs, p):
 
 
 def probe(addr, fns, secs):
-    """Each victim function called back to back on its own connection."""
-    out = {}
+    """Each victim function called back to back on its own connection, in
+    a process of its own: threads of one Python process take turns at its
+    lock, so a victim sharing the attacker's process would wait on the
+    attacker's clients, not on Hearth."""
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
 
     def one(fn):
         c = Client(addr, timeout=30)
@@ -162,12 +168,16 @@ def probe(addr, fns, secs):
                 status = 0
             lat.append((time.monotonic() - t) * 1000)
             errors += status != 200
+        results.put((fn, lat, errors))
+    procs = [ctx.Process(target=one, args=(f,)) for f in fns]
+    for p in procs:
+        p.start()
+    out = {}
+    for _ in procs:
+        fn, lat, errors = results.get()
         out[fn] = (lat, errors)
-    threads = [threading.Thread(target=one, args=(f,)) for f in fns]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    for p in procs:
+        p.join()
     return out
 
 
