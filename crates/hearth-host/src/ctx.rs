@@ -1248,7 +1248,10 @@ mod tests {
         let messages: Vec<_> = logs.iter().map(|l| l.message.as_str()).collect();
         assert_eq!(messages.len(), 2, "{messages:?}");
         assert_eq!(messages[0], "the node's own line");
-        assert!(messages[1].starts_with("50 bytes of log output dropped"), "{messages:?}");
+        assert!(
+            messages[1].starts_with("50 bytes of log output dropped"),
+            "{messages:?}"
+        );
         assert_eq!(first.0.services.log_rates.dropped_bytes(), 50);
     }
 

@@ -20,9 +20,13 @@ use governor::{Quota, RateLimiter, state::keyed::HashMapStateStore};
 /// Tenants whose buckets are kept before full ones are forgotten.
 const PRUNE_AT: usize = 4096;
 
+/// A bucket per tenant, by name.
+type Buckets<C> =
+    RateLimiter<Box<str>, HashMapStateStore<Box<str>>, C, NoOpMiddleware<<C as Clock>::Instant>>;
+
 /// Each tenant's log bucket, and what the node dropped.
 pub struct LogRates<C: Clock = DefaultClock> {
-    limiter: RateLimiter<Box<str>, HashMapStateStore<Box<str>>, C, NoOpMiddleware<C::Instant>>,
+    limiter: Buckets<C>,
     per_second: u32,
     dropped_bytes: AtomicU64,
 }
@@ -46,7 +50,8 @@ impl LogRates {
 
 impl<C: Clock> LogRates<C> {
     fn with_clock(per_second: u64, burst: u64, clock: C) -> LogRates<C> {
-        let clamp = |n: u64| NonZeroU32::new(n.clamp(1, u32::MAX as u64) as u32).expect("at least 1");
+        let clamp =
+            |n: u64| NonZeroU32::new(n.clamp(1, u32::MAX as u64) as u32).expect("at least 1");
         let rate = clamp(per_second);
         let burst = clamp(burst.max(per_second));
         let quota = Quota::per_second(rate).allow_burst(burst);
@@ -71,11 +76,11 @@ impl<C: Clock> LogRates<C> {
         if self.limiter.len() >= PRUNE_AT {
             self.limiter.retain_recent();
         }
-        // `Box<str>` keys are borrowed as `&str` only by the dashmap store;
-        // the hashmap store wants the key itself.
+        // The store looks keys up by their own type (one allocation a line).
         let allowed = matches!(self.limiter.check_key_n(&Box::from(tenant), n), Ok(Ok(())));
         if !allowed {
-            self.dropped_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+            self.dropped_bytes
+                .fetch_add(bytes as u64, Ordering::Relaxed);
         }
         allowed
     }

@@ -211,6 +211,10 @@ mod tests {
         for t in tasks {
             t.await.unwrap();
         }
-        assert_eq!(most.load(Ordering::SeqCst), 2, "two slices at once, never three");
+        assert_eq!(
+            most.load(Ordering::SeqCst),
+            2,
+            "two slices at once, never three"
+        );
     }
 }

@@ -454,7 +454,10 @@ async fn a_tenant_keeps_at_most_its_log_rate_and_another_tenants_lines_are_whole
     );
     let notice = lines.iter().find(|l| dropped(l)).unwrap();
     assert!(
-        notice["message"].as_str().unwrap().contains("--log-kib-per-sec-per-tenant"),
+        notice["message"]
+            .as_str()
+            .unwrap()
+            .contains("--log-kib-per-sec-per-tenant"),
         "{notice}"
     );
     let metrics = d.get_text("/metrics").await;
