@@ -5,7 +5,7 @@
 //! per-invocation cap ([`HostLimits::log_max_bytes`](crate::HostLimits))
 //! bounds one call, not a tenant calling back to back: eight callers of a
 //! function logging a megabyte a call kept the node's two cores busy
-//! with tapes and SQLite writes, and another tenant's p99 went to 6–10×
+//! with tapes and SQLite writes, and another tenant's p99 went to 8–11×
 //! its idle figure. Past its rate (a token bucket per tenant, GCRA from
 //! `governor`) a tenant's lines are dropped before they are copied
 //! anywhere, and the invocation's log says how much was dropped.

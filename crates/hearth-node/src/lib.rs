@@ -20,6 +20,7 @@ mod colocation;
 mod disk;
 mod logs;
 mod long_runs;
+pub use long_runs::start_threads_at_this_priority;
 mod metrics;
 mod node;
 mod share;

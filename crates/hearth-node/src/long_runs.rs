@@ -93,11 +93,17 @@ impl LongRuns {
                 ran += started.elapsed();
                 return polled;
             }
-            let permit = match self.lane.clone().try_acquire_owned() {
-                Ok(permit) => permit,
-                Err(_) => {
-                    let acquire = waiting
-                        .get_or_insert_with(|| Box::pin(self.lane.clone().acquire_owned()));
+            // A wait already queued comes first: its permit may be
+            // assigned to it already.
+            let free = match waiting {
+                None => self.lane.clone().try_acquire_owned().ok(),
+                Some(_) => None,
+            };
+            let _permit = match free {
+                Some(permit) => permit,
+                None => {
+                    let acquire =
+                        waiting.get_or_insert_with(|| Box::pin(self.lane.clone().acquire_owned()));
                     match acquire.as_mut().poll(cx) {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(permit) => {
@@ -107,20 +113,46 @@ impl LongRuns {
                     }
                 }
             };
-            let lowered = self.lowers_threads() && set_nice(self.low);
-            let polled = run.as_mut().poll(cx);
-            if lowered && !set_nice(self.base) {
-                // Lost the right to raise it again: stop lowering.
-                self.nice.store(false, Ordering::Relaxed);
-                tracing::error!(
-                    nice = self.low,
-                    "could not raise an executor thread back from a long run's priority; long runs are no longer lowered"
-                );
-            }
-            drop(permit);
-            polled
+            // Raised again, then the lane given back (in reverse order).
+            let _lowered = self.lowers_threads().then(|| Lowered::new(self)).flatten();
+            run.as_mut().poll(cx)
         })
         .await
+    }
+}
+
+/// The calling thread at a long run's priority, raised again when
+/// dropped (also when the run panics).
+struct Lowered<'a>(&'a LongRuns);
+
+impl<'a> Lowered<'a> {
+    fn new(runs: &'a LongRuns) -> Option<Lowered<'a>> {
+        set_nice(runs.low).then_some(Lowered(runs))
+    }
+}
+
+impl Drop for Lowered<'_> {
+    fn drop(&mut self) {
+        if !set_nice(self.0.base) {
+            // Lost the right to raise it again: stop lowering.
+            self.0.nice.store(false, Ordering::Relaxed);
+            tracing::error!(
+                nice = self.0.low,
+                "could not raise an executor thread back from a long run's priority; long runs are no longer lowered"
+            );
+        }
+    }
+}
+
+/// For the executor's `on_thread_start`: a thread spawned from a worker
+/// in a long slice (a blocking-pool thread) would inherit its lowered nice
+/// value for good; it starts at the calling thread's instead.
+pub fn start_threads_at_this_priority() -> impl Fn() + Send + Sync + 'static {
+    let base = nice_now();
+    move || {
+        if nice_now() != base {
+            set_nice(base);
+        }
     }
 }
 

@@ -192,12 +192,16 @@ impl WasmEngine {
         let this = self.clone();
         let (done, answer) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
-            .name("hearth-compile".into())
             .spawn(move || {
                 // Nice 10: the scheduler gives this thread about a tenth of
-                // a core's share against invocations (nice 0).
-                // SAFETY: setpriority(2) on this thread's own id.
-                unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
+                // a core's share against invocations (nice 0). Named once
+                // lowered, so a `hearth-compile` thread is always at 10.
+                // SAFETY: setpriority(2) on this thread's own id; the name
+                // is a NUL-terminated string of at most 16 bytes.
+                unsafe {
+                    libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
+                    libc::prctl(libc::PR_SET_NAME, c"hearth-compile".as_ptr());
+                }
                 let _ = done.send(this.compile_blocking(code));
             })
             .map_err(|e| DeployError::Load(format!("could not start a compiler thread: {e}")))?;

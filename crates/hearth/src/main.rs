@@ -65,6 +65,7 @@ fn main() -> anyhow::Result<()> {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(cores + 1)
+                .on_thread_start(hearth_node::start_threads_at_this_priority())
                 .enable_all()
                 .build()?
                 .block_on(daemon::run(settings))

@@ -417,7 +417,7 @@ async fn a_function_keeps_its_newest_logs_within_its_quota_and_rm_gives_the_spac
 /// rate (`--log-kib-per-sec-per-tenant`): past it, lines are dropped before
 /// they reach the tape or the store, the invocation's log says how much,
 /// and another tenant's lines are whole (before, eight callers of a
-/// function logging a megabyte a call took another tenant's p99 to 6–10×
+/// function logging a megabyte a call took another tenant's p99 to 8–11×
 /// its idle figure: the node spent its cores taping and storing them).
 #[tokio::test]
 async fn a_tenant_keeps_at_most_its_log_rate_and_another_tenants_lines_are_whole() {
