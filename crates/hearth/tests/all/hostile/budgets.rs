@@ -254,12 +254,10 @@ export default {
 };
 "#;
 
-/// A tenant's fetches to a slow host hold sockets; past its share of the
-/// node's outbound connections (and past 16 in one invocation) a fetch is
-/// refused before it opens one, and another tenant still gets out.
-#[tokio::test]
-async fn one_tenants_fetches_hold_at_most_its_share_of_outbound_connections() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+/// A server on `ip` whose `/slow` answers after 1.5 s: each fetch of it
+/// holds a connection that long.
+async fn slow_upstream(ip: std::net::IpAddr) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
     let upstream = listener.local_addr().unwrap();
     let app = axum::Router::new().route(
         "/slow",
@@ -269,6 +267,15 @@ async fn one_tenants_fetches_hold_at_most_its_share_of_outbound_connections() {
         }),
     );
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    upstream
+}
+
+/// A tenant's fetches to a slow host hold sockets; past its share of the
+/// node's outbound connections (and past 16 in one invocation) a fetch is
+/// refused before it opens one, and another tenant still gets out.
+#[tokio::test]
+async fn one_tenants_fetches_hold_at_most_its_share_of_outbound_connections() {
+    let upstream = slow_upstream(std::net::Ipv4Addr::LOCALHOST.into()).await;
     let d = Daemon::start_with(&[
         "--allow-private-egress",
         "true",
@@ -516,17 +523,7 @@ async fn a_gateway_bounds_the_bodies_it_holds_in_sum() {
 /// node's now, and past them the proxy answers 429.
 #[tokio::test]
 async fn python_connections_through_the_proxy_count_against_the_outbound_budget() {
-    let ip = crate::harness::own_address();
-    let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
-    let upstream = listener.local_addr().unwrap();
-    let app = axum::Router::new().route(
-        "/slow",
-        axum::routing::get(|| async {
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-            "slow"
-        }),
-    );
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let upstream = slow_upstream(crate::harness::own_address()).await;
     let d = Daemon::start_with(&[
         "--allow-private-egress",
         "true",

@@ -204,16 +204,7 @@ async fn installed_packages_count_in_the_code_quota_and_go_with_their_last_funct
         let r = d.deploy_as(token, name, &q, bundle(pkg)).await;
         assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
     }
-    let status: serde_json::Value = d
-        .http
-        .get(format!("{}/v1/status", d.url))
-        .bearer_auth(&acme)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status = d.get_json_as(&acme, "/v1/status").await;
     let used = status["tenant"]["code_bytes"].as_u64().unwrap();
     assert!(used > 2 << 20, "the package counts: {status}");
     assert!(used < 3 << 20, "{status}");
@@ -232,27 +223,18 @@ async fn installed_packages_count_in_the_code_quota_and_go_with_their_last_funct
 
     // acme removes f: bulky stays for beta's g; hefty, which only the
     // refused deploy installed, goes.
-    let r = d
-        .http
-        .delete(format!("{}/v1/functions/f", d.url))
-        .bearer_auth(&acme)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
+    let remove = |token: &str, name: &str| {
+        let url = format!("{}/v1/functions/{name}", d.url);
+        let request = d.http.delete(url).bearer_auth(token);
+        async move { request.send().await.unwrap() }
+    };
+    assert_eq!(remove(&acme, "f").await.status(), 204);
     until_gone(&d.dir, "hefty").await;
     assert_eq!(installed(&d.dir, "bulky").len(), 1);
     let r = d.invoke_as(&beta, "beta", "g").send().await.unwrap();
     assert_eq!(r.text().await.unwrap(), (1 << 20).to_string());
     // beta removes g: nothing uses bulky now.
-    let r = d
-        .http
-        .delete(format!("{}/v1/functions/g", d.url))
-        .bearer_auth(&beta)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
+    assert_eq!(remove(&beta, "g").await.status(), 204);
     until_gone(&d.dir, "bulky").await;
     // With its room back, acme deploys hefty.
     let r = d.deploy_as(&acme, "h", &q, bundle("hefty")).await;
