@@ -5,7 +5,7 @@
 //! workers and yield at every time slice. A tenant whose calls spin to
 //! their deadline keeps every worker busy, and another tenant's request
 //! then waits in a queue behind a slice on each: admitted spinners of one
-//! tenant took another's p99 to 2–2.5× its idle figure. An invocation that
+//! tenant took another's p99 to 2.0–2.8× its idle figure. An invocation that
 //! has been polled for longer than [`LONG_AFTER`] is *long*. From then on, each
 //! of its polls (one slice)
 //!
