@@ -11,7 +11,7 @@
 //! anywhere, and the invocation's log says how much was dropped.
 
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::NoOpMiddleware;
@@ -29,6 +29,10 @@ pub struct LogRates<C: Clock = DefaultClock> {
     limiter: Buckets<C>,
     per_second: u32,
     dropped_bytes: AtomicU64,
+    /// Buckets held when full ones are next forgotten: twice what a
+    /// pruning left, so a node with more busy tenants than
+    /// [`PRUNE_AT`] does not scan them all at every line.
+    prune_at: AtomicUsize,
 }
 
 impl<C: Clock> std::fmt::Debug for LogRates<C> {
@@ -59,6 +63,7 @@ impl<C: Clock> LogRates<C> {
             limiter: RateLimiter::new(quota, HashMapStateStore::default(), clock),
             per_second: rate.get(),
             dropped_bytes: AtomicU64::new(0),
+            prune_at: AtomicUsize::new(PRUNE_AT),
         }
     }
 
@@ -73,8 +78,11 @@ impl<C: Clock> LogRates<C> {
         let Some(n) = NonZeroU32::new(bytes.min(u32::MAX as usize) as u32) else {
             return true;
         };
-        if self.limiter.len() >= PRUNE_AT {
+        if self.limiter.len() >= self.prune_at.load(Ordering::Relaxed) {
             self.limiter.retain_recent();
+            let left = self.limiter.len();
+            self.prune_at
+                .store((left * 2).max(PRUNE_AT), Ordering::Relaxed);
         }
         // The store looks keys up by their own type (one allocation a line).
         let allowed = matches!(self.limiter.check_key_n(&Box::from(tenant), n), Ok(Ok(())));
@@ -116,6 +124,21 @@ mod tests {
         assert!(!rates.take("a", 50_000), "0.4 s at 100 kB/s refills 40 kB");
         clock.advance(std::time::Duration::from_millis(200));
         assert!(rates.take("a", 50_000), "0.6 s refills 60 kB");
+    }
+
+    #[test]
+    fn full_buckets_are_forgotten_and_busy_ones_kept() {
+        let clock = governor::clock::FakeRelativeClock::default();
+        let rates = LogRates::with_clock(1000, 1000, clock.clone());
+        for t in 0..PRUNE_AT {
+            assert!(rates.take(&format!("idle{t}"), 10));
+        }
+        // A second on, the idle buckets are full again: busy's first line
+        // finds 4096 buckets and forgets them, then spends its own.
+        clock.advance(std::time::Duration::from_secs(1));
+        assert!(rates.take("busy", 1000));
+        assert_eq!(rates.limiter.len(), 1);
+        assert!(!rates.take("busy", 1000), "busy's bucket is kept, empty");
     }
 
     #[test]
