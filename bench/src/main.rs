@@ -101,6 +101,7 @@ impl Deployed {
                 started: Instant::now(),
                 deadline: Instant::now() + Duration::from_secs(10),
                 trace: None,
+                cpu: None,
             },
         )
     }

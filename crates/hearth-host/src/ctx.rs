@@ -130,6 +130,10 @@ pub struct InvocationMeta {
     /// Its trace, when the node exports traces: KV and HTTP calls become
     /// child spans, and outbound HTTP carries `traceparent`.
     pub trace: Option<Arc<crate::trace::InvocationTrace>>,
+    /// Its tenant's CPU account on the node that admitted it, which the
+    /// tiers charge the time its code runs (see [`crate::cpu`]); `None`
+    /// outside a node's admission (a replay, a test).
+    pub cpu: Option<Arc<crate::cpu::TenantCpu>>,
 }
 
 /// One line of a function's log.
@@ -1048,6 +1052,7 @@ mod tests {
             started: Instant::now(),
             deadline: Instant::now() + Duration::from_secs(5),
             trace: None,
+            cpu: None,
         };
         HostCtx::new(services, meta)
     }

@@ -18,12 +18,14 @@
 //! or processes.
 
 mod code;
+pub mod cpu;
 mod ctx;
 mod egress;
 mod engine;
 mod http;
 pub mod log_rate;
 pub mod outbound;
+pub mod priority;
 mod replay;
 mod stream;
 mod tape;

@@ -42,10 +42,15 @@
 //!   workers). The version that did it, and every later one of its tenant,
 //!   runs in Node.js from then on ([`JsVersion::lost_a_worker`] and the
 //!   engine's tenants), where a deadline kills the process.
+//! * **Tenants over their CPU share give way.** The time each job's polls
+//!   take is charged to its tenant ([`hearth_host::cpu`]); while a tenant
+//!   is over its share, a worker polls its jobs with the thread lowered,
+//!   so the kernel runs other tenants' workers first.
 
 use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -54,6 +59,8 @@ use std::time::{Duration, Instant};
 use hearth_core::LogStream;
 use hearth_core::{InvokeError, Request};
 use hearth_host::HostCtx;
+use hearth_host::cpu::TenantCpu;
+use hearth_host::priority;
 use tokio::sync::oneshot;
 
 use crate::engine::{JsConfig, JsVersion};
@@ -477,7 +484,8 @@ fn worker_main(
             );
             tokio::task::spawn_local(async move {
                 let tenant = job.version.tenant.clone();
-                let result = run_job(
+                let cpu = job.host.meta().cpu.clone();
+                let run = run_job(
                     index,
                     &me,
                     &here,
@@ -487,8 +495,8 @@ fn worker_main(
                     job.req,
                     job.host,
                     job.streams,
-                )
-                .await;
+                );
+                let result = charged(cpu.as_deref(), run).await;
                 yielded();
                 if let Some(pool) = pool.upgrade() {
                     pool.finished(index, &tenant);
@@ -500,6 +508,24 @@ fn worker_main(
             });
         }
     });
+}
+
+/// Polls `job` on this worker's thread, charging the time of each poll to
+/// its tenant's CPU account, with the thread lowered while the tenant is
+/// over its share ([`hearth_host::cpu`]) and at its own priority otherwise.
+async fn charged<F: Future>(cpu: Option<&TenantCpu>, job: F) -> F::Output {
+    let mut job = std::pin::pin!(job);
+    let mut over = cpu.is_some_and(TenantCpu::over_share);
+    std::future::poll_fn(|cx| {
+        priority::give_way(over);
+        let started = Instant::now();
+        let polled = job.as_mut().poll(cx);
+        if let Some(cpu) = cpu {
+            over = cpu.charge(started.elapsed());
+        }
+        polled
+    })
+    .await
 }
 
 /// Keeps `target` blank isolates on this worker, making them only while it

@@ -294,8 +294,17 @@ impl Node {
                 move || i64::from(full.full()),
             );
         }
-        let shares =
-            crate::share::TenantShares::new(config.max_concurrency_per_tenant, config.memory);
+        let cpu = hearth_host::cpu::CpuShares::new();
+        let shares = crate::share::TenantShares::new(
+            config.max_concurrency_per_tenant,
+            config.memory,
+            cpu.clone(),
+        );
+        metrics.read_at_scrape(
+            "tenants_over_cpu_share",
+            "Tenants over their CPU share in the last window (1.5x the mean of the tenants that ran); their code runs at a lower priority",
+            move || cpu.last_window().over_share as i64,
+        );
         let reserved = shares.node_memory_counter();
         metrics.read_at_scrape(
             "memory_reserved_bytes",
@@ -627,7 +636,7 @@ impl Node {
         });
         if !self.long_runs.lowers_threads() {
             degraded.push(
-                "node: long invocations run at the priority of short ones (no CAP_SYS_NICE or RLIMIT_NICE to raise a thread again)".into(),
+                "node: long invocations and tenants over their CPU share run at the priority of others (no CAP_SYS_NICE or RLIMIT_NICE to raise a thread again)".into(),
             );
         }
         let disk = self.disk.as_ref().map(|d| d.status());
@@ -649,6 +658,13 @@ impl Node {
             // Long invocations' slices at once, and whether they run lower.
             "long_runs": {
                 "lane": self.long_runs.lane_size(),
+                "lowered": self.long_runs.lowers_threads(),
+            },
+            // Tenants whose code ran in the last window, and those of
+            // them over their share (their code runs lowered now).
+            "cpu_share": {
+                "window_ms": hearth_host::cpu::WINDOW.as_millis() as u64,
+                "last_window": self.shares.cpu_window(),
                 "lowered": self.long_runs.lowers_threads(),
             },
             "degraded": degraded,
@@ -1179,7 +1195,6 @@ impl Node {
             trace
         });
         Ok(Admitted {
-            _held: (permit, share),
             id,
             started,
             taping,
@@ -1189,7 +1204,9 @@ impl Node {
                 started,
                 deadline: started + Duration::from_millis(v.spec.limits.timeout_ms),
                 trace,
+                cpu: Some(share.cpu()),
             },
+            _held: (permit, share),
         })
     }
 
@@ -1223,7 +1240,11 @@ impl Node {
         host: &HostCtx,
     ) -> Result<Response, InvokeError> {
         self.metrics.live_sandboxes.inc();
-        let result = self.long_runs.run(sandbox.invoke(req, host.clone())).await;
+        let cpu = host.meta().cpu.as_deref();
+        let result = self
+            .long_runs
+            .run(sandbox.invoke(req, host.clone()), cpu)
+            .await;
         // Calls the function left running end before the invocation does.
         host.settle().await;
         drop(sandbox);

@@ -3,8 +3,11 @@
 //! tenant's burst, or its functions spinning until their deadlines, cannot
 //! take every slot the node has), and the memory they may reach, per
 //! tenant and for the node (concurrent invocations each within their own
-//! limit cannot add up past the machine and get the daemon OOM-killed).
+//! limit cannot add up past the machine and get the daemon OOM-killed);
+//! and each tenant's CPU account ([`hearth_host::cpu`]), which its
+//! invocations carry.
 
+use hearth_host::cpu::{CpuShares, TenantCpu};
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,15 +27,16 @@ pub(crate) struct TenantShares {
     max: usize,
     memory: MemoryBudget,
     node_memory: Arc<AtomicU64>,
+    cpu: Arc<CpuShares>,
     /// Only tenants with a function that resolved get an entry: as many as
     /// the node has tenants.
     running: RwLock<HashMap<Box<str>, Arc<TenantUse>>>,
 }
 
-#[derive(Default)]
 struct TenantUse {
     running: AtomicUsize,
     memory: AtomicU64,
+    cpu: Arc<TenantCpu>,
 }
 
 /// One running invocation of a tenant and the memory it reserved; given
@@ -41,6 +45,13 @@ pub(crate) struct Share {
     tenant: Arc<TenantUse>,
     node_memory: Arc<AtomicU64>,
     bytes: u64,
+}
+
+impl Share {
+    /// The tenant's CPU account.
+    pub fn cpu(&self) -> Arc<TenantCpu> {
+        self.tenant.cpu.clone()
+    }
 }
 
 impl Drop for Share {
@@ -72,11 +83,12 @@ fn reserve(counter: &AtomicU64, bytes: u64, max: u64) -> bool {
 }
 
 impl TenantShares {
-    pub fn new(max: usize, memory: MemoryBudget) -> Self {
+    pub fn new(max: usize, memory: MemoryBudget, cpu: Arc<CpuShares>) -> Self {
         TenantShares {
             max: max.max(1),
             memory,
             node_memory: Arc::default(),
+            cpu,
             running: RwLock::default(),
         }
     }
@@ -138,12 +150,30 @@ impl TenantShares {
         self.node_memory.clone()
     }
 
+    /// `tenant`'s CPU account.
+    pub fn cpu(&self, tenant: &str) -> Arc<TenantCpu> {
+        self.counter(tenant).cpu.clone()
+    }
+
+    /// What the node's tenants did with its CPU in the last window.
+    pub fn cpu_window(&self) -> hearth_host::cpu::CpuWindow {
+        self.cpu.last_window()
+    }
+
     fn counter(&self, tenant: &str) -> Arc<TenantUse> {
         if let Some(c) = self.running.read().get(tenant) {
             return c.clone();
         }
         let mut map = self.running.write();
-        map.entry(tenant.into()).or_default().clone()
+        map.entry(tenant.into())
+            .or_insert_with(|| {
+                Arc::new(TenantUse {
+                    running: AtomicUsize::new(0),
+                    memory: AtomicU64::new(0),
+                    cpu: self.cpu.account(),
+                })
+            })
+            .clone()
     }
 }
 
@@ -158,7 +188,7 @@ mod tests {
 
     #[test]
     fn a_tenant_gets_its_share_and_no_more_and_others_keep_theirs() {
-        let shares = TenantShares::new(2, ROOMY);
+        let shares = TenantShares::new(2, ROOMY, CpuShares::new());
         let a: Vec<_> = (0..2).map(|_| shares.take("a", 1).unwrap()).collect();
         assert_eq!(shares.take("a", 1).err(), Some(Refused::Busy));
         assert_eq!(shares.running("a"), 2, "the refusal took nothing");
@@ -178,6 +208,7 @@ mod tests {
                 node_bytes: 100,
                 tenant_bytes: 60,
             },
+            CpuShares::new(),
         );
         let a = shares.take("a", 40).unwrap();
         assert_eq!(shares.take("a", 30).err(), Some(Refused::TenantMemory));
@@ -211,6 +242,7 @@ mod tests {
                 node_bytes: 1000,
                 tenant_bytes: 1000,
             },
+            CpuShares::new(),
         ));
         let threads: Vec<_> = (0..8)
             .map(|i| {

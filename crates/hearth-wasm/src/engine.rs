@@ -196,12 +196,10 @@ impl WasmEngine {
                 // Nice 10: the scheduler gives this thread about a tenth of
                 // a core's share against invocations (nice 0). Named once
                 // lowered, so a `hearth-compile` thread is always at 10.
-                // SAFETY: setpriority(2) on this thread's own id; the name
-                // is a NUL-terminated string of at most 16 bytes.
-                unsafe {
-                    libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
-                    libc::prctl(libc::PR_SET_NAME, c"hearth-compile".as_ptr());
-                }
+                hearth_host::priority::set_nice(hearth_host::priority::LOWER_BY);
+                // SAFETY: the name is a NUL-terminated string of at most
+                // 16 bytes.
+                unsafe { libc::prctl(libc::PR_SET_NAME, c"hearth-compile".as_ptr()) };
                 let _ = done.send(this.compile_blocking(code));
             })
             .map_err(|e| DeployError::Load(format!("could not start a compiler thread: {e}")))?;

@@ -84,6 +84,7 @@ impl Fixture {
             started: Instant::now(),
             deadline: Instant::now() + Duration::from_millis(v.spec.limits.timeout_ms),
             trace: None,
+            cpu: None,
         };
         HostCtx::new(self.services.clone(), meta)
     }

@@ -652,6 +652,7 @@ async fn on_tape(
         started: Instant::now(),
         deadline: Instant::now() + Duration::from_millis(version.spec.limits.timeout_ms),
         trace: None,
+        cpu: None,
         version,
     };
     let host = HostCtx::replaying(services, meta, tape);

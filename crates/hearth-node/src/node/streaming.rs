@@ -195,7 +195,10 @@ impl Node {
         self.metrics.live_sandboxes.inc();
         let result = self
             .long_runs
-            .run(sandbox.invoke_streaming(req, body, host.clone(), sink))
+            .run(
+                sandbox.invoke_streaming(req, body, host.clone(), sink),
+                host.meta().cpu.as_deref(),
+            )
             .await;
         host.settle().await;
         drop(sandbox);

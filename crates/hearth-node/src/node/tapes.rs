@@ -140,6 +140,7 @@ impl Node {
             started,
             deadline: started + Duration::from_millis(target.spec.limits.timeout_ms),
             trace: None,
+            cpu: Some(self.shares.cpu(&target.tenant)),
         };
         let host = HostCtx::replaying(self.host.clone(), meta, recording.tape.clone());
         // In an instance of its own: a replay neither sees what live
