@@ -26,7 +26,7 @@
 
 use parking_lot::Mutex;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long the CPU a tenant used is summed before it is judged.
@@ -46,37 +46,36 @@ pub const FLOOR: f64 = 0.1;
 pub struct CpuShares {
     window_ns: u64,
     origin: Instant,
-    /// Time charged in the current window, by every tenant.
-    used_now: AtomicU64,
     windows: Mutex<Windows>,
 }
 
-/// How many tenants ran, how many of them were over their share and the
-/// time they used, in the current window and the one before it.
-#[derive(Debug, Default, PartialEq, Eq)]
+/// The tenants that ran in the current window, and what the one before
+/// it came to.
+#[derive(Debug, Default)]
 struct Windows {
     at: u64,
-    ran: usize,
+    /// Each tenant that ran in it: its time so far.
+    ran: Vec<Arc<AtomicU64>>,
     over: usize,
     ran_before: usize,
     over_before: usize,
     used_before_ns: u64,
 }
 
-/// One tenant's CPU time in the current window.
+/// One tenant's CPU time in the window it is in. Charging it is two
+/// loads and an add; moving it into the next window takes the node's
+/// lock, once per window.
 #[derive(Debug)]
 pub struct TenantCpu {
     node: Arc<CpuShares>,
-    account: Mutex<Account>,
+    /// The window its time counts in ([`NEVER`] before its first charge);
+    /// moved on under the node's lock.
+    window: AtomicU64,
+    used_ns: Arc<AtomicU64>,
+    over: AtomicBool,
 }
 
-#[derive(Debug, Default)]
-struct Account {
-    /// The window it is in; `None` before its first charge.
-    window: Option<u64>,
-    used_ns: u64,
-    over: bool,
-}
+const NEVER: u64 = u64::MAX;
 
 /// What [`CpuShares::last_window`] reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -97,7 +96,6 @@ impl CpuShares {
         Arc::new(CpuShares {
             window_ns: (window.as_nanos() as u64).max(1),
             origin: Instant::now(),
-            used_now: AtomicU64::new(0),
             // Window 0 is the first: nothing ran before it.
             windows: Mutex::new(Windows::default()),
         })
@@ -107,7 +105,9 @@ impl CpuShares {
     pub fn account(self: &Arc<Self>) -> Arc<TenantCpu> {
         Arc::new(TenantCpu {
             node: self.clone(),
-            account: Mutex::default(),
+            window: AtomicU64::new(NEVER),
+            used_ns: Arc::default(),
+            over: AtomicBool::new(false),
         })
     }
 
@@ -118,7 +118,7 @@ impl CpuShares {
     /// The last full window: how many tenants ran and how many were over.
     pub fn last_window(&self) -> CpuWindow {
         let mut w = self.windows.lock();
-        self.roll(&mut w, self.window_at(Instant::now()));
+        Self::roll(&mut w, self.window_at(Instant::now()));
         CpuWindow {
             tenants: w.ran_before,
             over_share: w.over_before,
@@ -126,20 +126,23 @@ impl CpuShares {
     }
 
     /// Moves the node's count on to window `to` (never back: a thread
-    /// may have read the clock before another moved it on).
-    fn roll(&self, w: &mut Windows, to: u64) {
+    /// may have read the clock before another moved it on). The tenants
+    /// that ran in the window it leaves have not moved on yet (each does
+    /// after this, under the same lock), so their counters still hold
+    /// their time in it; a charge racing the move may land in the next
+    /// window, off by one poll.
+    fn roll(w: &mut Windows, to: u64) {
         if to <= w.at {
             return;
         }
-        // A charge racing the roll may land in the next window: the sums
-        // are off by a poll at most.
-        let used = self.used_now.swap(0, Ordering::Relaxed);
         (w.ran_before, w.over_before, w.used_before_ns) = if w.at + 1 == to {
-            (w.ran, w.over, used)
+            let used = w.ran.iter().map(|u| u.load(Ordering::Relaxed)).sum();
+            (w.ran.len(), w.over, used)
         } else {
             (0, 0, 0)
         };
-        (w.at, w.ran, w.over) = (to, 0, 0);
+        w.ran.clear();
+        (w.at, w.over) = (to, 0);
     }
 }
 
@@ -147,6 +150,14 @@ impl TenantCpu {
     /// Whether the tenant is over its share now.
     pub fn over_share(&self) -> bool {
         self.charge_at(Instant::now(), Duration::ZERO)
+    }
+
+    /// Charges the tenant the time since `started`, just spent running
+    /// its code: that time, and whether the tenant is over its share now.
+    pub fn charge_since(&self, started: Instant) -> (Duration, bool) {
+        let now = Instant::now();
+        let ran = now.saturating_duration_since(started);
+        (ran, self.charge_at(now, ran))
     }
 
     /// Charges the tenant `ran` of CPU time, just used; whether it is
@@ -157,41 +168,42 @@ impl TenantCpu {
 
     fn charge_at(&self, now: Instant, ran: Duration) -> bool {
         let window = self.node.window_at(now);
-        let ns = ran.as_nanos() as u64;
-        let mut account = self.account.lock();
         // (A window behind the account's: this thread read the clock
         // before another charged the tenant in the next one.)
-        if account.window.is_none_or(|w| w < window) {
-            self.enter(&mut account, window);
+        let at = self.window.load(Ordering::Acquire);
+        if at == NEVER || at < window {
+            self.enter(window);
         }
-        account.used_ns = account.used_ns.saturating_add(ns);
+        let ns = ran.as_nanos() as u64;
         if ns > 0 {
-            self.node.used_now.fetch_add(ns, Ordering::Relaxed);
+            self.used_ns.fetch_add(ns, Ordering::Relaxed);
         }
-        account.over
+        self.over.load(Ordering::Relaxed)
     }
 
-    /// Moves `account` into `window`, judging what it used in the one
-    /// before, and counts the tenant as running in it.
-    fn enter(&self, account: &mut Account, window: u64) {
+    /// Moves the tenant into `window`, judging what it used in the one
+    /// before, and counts it as running in it.
+    fn enter(&self, window: u64) {
         let node = &self.node;
         let mut windows = node.windows.lock();
-        node.roll(&mut windows, window);
-        let used = if account.window.is_some_and(|w| w + 1 == window) {
-            account.used_ns as f64
+        let at = self.window.load(Ordering::Acquire);
+        if at != NEVER && at >= window {
+            return; // another thread moved it meanwhile
+        }
+        CpuShares::roll(&mut windows, window);
+        let used = self.used_ns.swap(0, Ordering::Relaxed);
+        let used = if at != NEVER && at + 1 == window {
+            used as f64
         } else {
             0.0
         };
         let tenants = windows.ran_before;
         let mean = windows.used_before_ns as f64 / tenants.max(1) as f64;
         let over = tenants >= 2 && used > OVER_MEAN * mean && used > FLOOR * node.window_ns as f64;
-        windows.ran += 1;
+        windows.ran.push(self.used_ns.clone());
         windows.over += usize::from(over);
-        *account = Account {
-            window: Some(window),
-            used_ns: 0,
-            over,
-        };
+        self.over.store(over, Ordering::Relaxed);
+        self.window.store(window, Ordering::Release);
     }
 }
 
@@ -293,6 +305,6 @@ mod tests {
         let c = Clock::new();
         let a = c.node.account();
         c.window(0, &[(&a, 0), (&a, 0), (&a, 1)]);
-        assert_eq!(c.node.windows.lock().ran, 1);
+        assert_eq!(c.node.windows.lock().ran.len(), 1);
     }
 }

@@ -521,7 +521,7 @@ async fn charged<F: Future>(cpu: Option<&TenantCpu>, job: F) -> F::Output {
         let started = Instant::now();
         let polled = job.as_mut().poll(cx);
         if let Some(cpu) = cpu {
-            over = cpu.charge(started.elapsed());
+            over = cpu.charge_since(started).1;
         }
         polled
     })

@@ -98,11 +98,14 @@ impl LongRuns {
                      over: &mut bool| {
             let started = Instant::now();
             let polled = run.poll(cx);
-            let took = started.elapsed();
-            *ran += took;
-            if let Some(cpu) = cpu {
-                *over = cpu.charge(took);
-            }
+            *ran += match cpu {
+                Some(cpu) => {
+                    let took;
+                    (took, *over) = cpu.charge_since(started);
+                    took
+                }
+                None => started.elapsed(),
+            };
             polled
         };
         std::future::poll_fn(|cx| {
