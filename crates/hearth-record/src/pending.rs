@@ -46,6 +46,11 @@ pub(crate) struct TenantTapes {
     /// Large payloads split out of these tapes (not yet deduplicated
     /// against the segment: the writer knows what it holds).
     pub blobs: Vec<(Hash, Vec<u8>)>,
+    /// Tapes with a large payload, handed over whole: splitting one out
+    /// hashes it (SHA-256, its address in the segment) and copies it, a
+    /// few milliseconds a megabyte that the writer's thread spends at its
+    /// own priority ([`Pending::settle`]) instead of the invocation's.
+    pub unsplit: Vec<Recording>,
     pub functions: FxHashMap<String, Summary>,
 }
 
@@ -65,6 +70,7 @@ impl Pending {
             t.tapes.clear();
             t.count = 0;
             t.blobs.clear();
+            t.unsplit.clear();
             t.functions.clear();
         }
         self.count = 0;
@@ -87,25 +93,47 @@ impl Pending {
             Some(t) => t,
             None => self.tenants.entry(r.tenant.to_string()).or_default(),
         };
-        let before = tenant.tapes.len();
-        let (encoded, payloads) = if r.has_large_payload() {
-            let (stored, payloads) = Stored::split(r.to_owned());
-            (append(&stored, &mut tenant.tapes), payloads)
+        // After one tape handed over whole, the tenant's later ones are
+        // too: a block keeps its tapes in the order they came.
+        let added = if !tenant.unsplit.is_empty() || r.has_large_payload() {
+            tenant.unsplit.push(r.to_owned());
+            r.approx_bytes()
         } else {
-            (encode_tape(&r, &mut tenant.tapes), Vec::new())
+            let before = tenant.tapes.len();
+            if let Err(e) = encode_tape(&r, &mut tenant.tapes) {
+                tenant.tapes.truncate(before);
+                return Err(RecordError::Corrupt(format!("cannot encode a tape: {e}")));
+            }
+            (tenant.tapes.len() - before) as u64
         };
-        if let Err(e) = encoded {
-            tenant.tapes.truncate(before);
-            return Err(RecordError::Corrupt(format!("cannot encode a tape: {e}")));
-        }
         note(&mut tenant.functions, summary, r.function);
-        let added = (tenant.tapes.len() - before) as u64
-            + payloads.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
         tenant.count += 1;
-        tenant.blobs.extend(payloads);
         self.count += 1;
         self.bytes += added;
         Ok(added)
+    }
+
+    /// On the writer's thread, before the batch is written
+    /// (the writer's `write` does it): splits the
+    /// large payloads out of the tapes handed over whole and encodes
+    /// them. Returns how many could not be encoded (dropped, and logged).
+    pub fn settle(&mut self) -> u64 {
+        let mut failed = 0;
+        for tenant in self.tenants.values_mut() {
+            for r in std::mem::take(&mut tenant.unsplit) {
+                let (stored, payloads) = Stored::split(r);
+                let before = tenant.tapes.len();
+                if let Err(e) = append(&stored, &mut tenant.tapes) {
+                    tenant.tapes.truncate(before);
+                    tenant.count -= 1;
+                    failed += 1;
+                    tracing::error!(error = %e, "cannot encode a tape; dropped");
+                    continue;
+                }
+                tenant.blobs.extend(payloads);
+            }
+        }
+        failed
     }
 }
 

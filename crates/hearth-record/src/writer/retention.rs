@@ -111,7 +111,7 @@ impl Writer {
                 for r in self.archive.read_rows(&kept)? {
                     moved.push(r.borrowed())?;
                 }
-                self.write(&[moved], Some(n))?;
+                self.write(&mut [moved], Some(n))?;
                 self.delete_segment(n)?;
             }
         }
@@ -217,7 +217,7 @@ impl Writer {
             for r in self.archive.read_rows(&kept)? {
                 moved.push(r.borrowed())?;
             }
-            self.write(&[moved], Some(n))?;
+            self.write(&mut [moved], Some(n))?;
         }
         self.stats.expired.fetch_add(lost as u64, Ordering::Relaxed);
         let store = self.archive.store();

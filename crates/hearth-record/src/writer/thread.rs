@@ -143,11 +143,11 @@ impl Writer {
             }
             // Taken after the jobs: a caller's tape is in a shard before
             // its flush job is sent.
-            let pending = self.shards.take();
+            let mut pending = self.shards.take();
             let (count, bytes) = pending
                 .iter()
                 .fold((0, 0), |(c, b), p| (c + p.published.0, b + p.published.1));
-            let result = self.write(&pending, None).map_err(|e| {
+            let result = self.write(&mut pending, None).map_err(|e| {
                 tracing::error!(error = %e, "writing tapes failed");
                 e.to_string()
             });
@@ -182,9 +182,11 @@ impl Writer {
     /// moves them forward).
     pub(super) fn write(
         &mut self,
-        pending: &[Pending],
+        pending: &mut [Pending],
         retire: Option<u64>,
     ) -> Result<(), RecordError> {
+        let failed: u64 = pending.iter_mut().map(Pending::settle).sum();
+        self.stats.dropped.fetch_add(failed, Ordering::Relaxed);
         let mut by_tenant: BTreeMap<&str, Vec<&TenantTapes>> = BTreeMap::new();
         for p in pending {
             for (tenant, tapes) in p.tenants.iter().filter(|(_, t)| t.count > 0) {
@@ -344,6 +346,12 @@ mod tests {
         a.push(tapes[0].borrowed()).unwrap();
         b.push(tapes[1].borrowed()).unwrap();
         b.push(tapes[2].borrowed()).unwrap();
+        assert_eq!(
+            b.tenants["t"].unsplit.len(),
+            2,
+            "the tape after a large one waits too"
+        );
+        assert_eq!((a.settle(), b.settle()), (0, 0));
         let parts: Vec<TenantTapes> = [a, b]
             .into_iter()
             .map(|mut p| p.tenants.remove("t").unwrap())
