@@ -146,7 +146,14 @@ pub(crate) async fn whoami(State(s): S, headers: HeaderMap) -> Result<Json<Princ
 
 /// Figures of `/v1/status` that sum every tenant's activity, shown to the
 /// operator only.
-const NODE_WIDE: &[&str] = &["in_flight", "recording", "memory", "disk", "faults"];
+const NODE_WIDE: &[&str] = &[
+    "in_flight",
+    "recording",
+    "memory",
+    "cpu_share",
+    "disk",
+    "faults",
+];
 
 /// The node's state and what it cannot enforce here
 ///
@@ -154,7 +161,9 @@ const NODE_WIDE: &[&str] = &["in_flight", "recording", "memory", "disk", "faults
 /// zygotes, `degraded` (what this machine cannot enforce), and `tenant` (the
 /// token's tenant's use against its quotas and shares). An admin also sees
 /// the node's in-flight invocations, `memory` (reserved by running
-/// invocations, against the node's capacity), `recording`, and what a
+/// invocations, against the node's capacity), `cpu_share` (how many
+/// tenants ran in the last window and how many were over their share),
+/// `recording`, and what a
 /// gateway's heartbeat carries: `loaded` (`[[tenant, name]]` with code
 /// prepared here, every tenant's), `pool_free` (the warm pools' free
 /// instances) and `ran` (invocations run here since start, every

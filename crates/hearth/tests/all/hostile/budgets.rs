@@ -83,7 +83,7 @@ async fn invocations_reserve_their_memory_at_admission_per_tenant_and_per_node()
     let status = d.get_json_as(&acme, "/v1/status").await;
     assert_eq!(status["tenant"]["memory_reserved_mib"], 264, "{status}");
     assert_eq!(status["tenant"]["memory_max_mib"], 300, "{status}");
-    for node_wide in ["in_flight", "memory", "recording"] {
+    for node_wide in ["in_flight", "memory", "recording", "cpu_share"] {
         assert!(status.get(node_wide).is_none(), "{node_wide}: {status}");
     }
     let status = d.get_json("/v1/status").await;
