@@ -179,20 +179,29 @@ async fn a_private_function_takes_as_long_to_refuse_as_a_missing_one() {
         probe("/fn/admin/counter".into()).await;
         probe(format!("/fn/admin/warm{i}")).await;
     }
-    let mut ratios = Vec::new();
-    for i in 0..400 {
-        let (held, missing) = if i % 2 == 0 {
-            let h = probe("/fn/admin/counter".into()).await;
-            (h, probe(format!("/fn/admin/ghost{i}")).await)
-        } else {
-            let m = probe(format!("/fn/admin/ghost{i}")).await;
-            (probe("/fn/admin/counter".into()).await, m)
-        };
-        ratios.push(held / missing);
+    // Three rounds, and the median of their medians: an oracle shows in
+    // every round, a neighbour test's burst of load in one (a suite run
+    // once measured 0.83 where runs alone give 0.99-1.03).
+    let mut medians = Vec::new();
+    for round in 0..3 {
+        let mut ratios = Vec::new();
+        for i in 0..400 {
+            let ghost = format!("/fn/admin/ghost{round}-{i}");
+            let (held, missing) = if i % 2 == 0 {
+                let h = probe("/fn/admin/counter".into()).await;
+                (h, probe(ghost).await)
+            } else {
+                let m = probe(ghost).await;
+                (probe("/fn/admin/counter".into()).await, m)
+            };
+            ratios.push(held / missing);
+        }
+        ratios.sort_by(f64::total_cmp);
+        medians.push(ratios[ratios.len() / 2]);
     }
-    ratios.sort_by(f64::total_cmp);
-    let median = ratios[ratios.len() / 2];
-    eprintln!("held / missing, median of 400 pairs: {median:.3}");
+    medians.sort_by(f64::total_cmp);
+    let median = medians[1];
+    eprintln!("held / missing, medians of 400 pairs in three rounds: {medians:.3?}");
     assert!(
         (0.85..1.18).contains(&median),
         "a private function's 404 takes {median:.2}× a missing one's: timing tells them apart"
