@@ -35,15 +35,47 @@ pub fn can_renice(base: libc::c_int, low: libc::c_int) -> bool {
         .unwrap_or(false)
 }
 
+/// The nice value of the thread that first asked, and whether threads
+/// may go [`LOWER_BY`] below it and back (tried once).
+fn base_and_works() -> (libc::c_int, bool) {
+    static BASE: OnceLock<(libc::c_int, bool)> = OnceLock::new();
+    *BASE.get_or_init(|| {
+        let base = nice_now();
+        let low = (base + LOWER_BY).min(19);
+        (base, low > base && can_renice(base, low))
+    })
+}
+
 /// Whether this process's threads may be lowered by [`LOWER_BY`] from
 /// the nice value the process started with and raised again (tried once).
 pub fn lowering_works() -> bool {
-    static WORKS: OnceLock<bool> = OnceLock::new();
-    *WORKS.get_or_init(|| {
-        let base = nice_now();
-        let low = (base + LOWER_BY).min(19);
-        low > base && can_renice(base, low)
-    })
+    base_and_works().1
+}
+
+/// Puts process `pid` (a sandbox's, one thread) [`LOWER_BY`] below this
+/// process's nice value (`lower`), or at it. Whether it was done: nothing
+/// is done where lowering does not [work](lowering_works).
+pub fn give_way_process(pid: libc::pid_t, lower: bool) -> bool {
+    let (base, works) = base_and_works();
+    if !works || pid <= 0 {
+        return false;
+    }
+    let nice = if lower {
+        (base + LOWER_BY).min(19)
+    } else {
+        base
+    };
+    // SAFETY: setpriority has no memory effects; an id that names no
+    // process is an error return.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, pid as libc::id_t, nice) == 0 }
+}
+
+/// CPU time process `pid`'s main thread has used, from
+/// `/proc/PID/schedstat` (nanoseconds); `None` once it is gone.
+pub fn process_cpu(pid: libc::pid_t) -> Option<std::time::Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+    let ns = stat.split_whitespace().next()?.parse().ok()?;
+    Some(std::time::Duration::from_nanos(ns))
 }
 
 thread_local! {
@@ -106,5 +138,40 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn a_child_process_gives_way_and_its_cpu_time_is_read() {
+        let mut child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; sleep 5",
+            ])
+            .spawn()
+            .unwrap();
+        let pid = child.id() as libc::pid_t;
+        let nice_of = || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+            let rest = stat.rsplit_once(") ").unwrap().1;
+            rest.split(' ').nth(16).unwrap().parse::<i64>().unwrap()
+        };
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let used = process_cpu(pid).expect("a live process has a schedstat");
+        assert!(used > std::time::Duration::ZERO, "its loop took CPU");
+        if lowering_works() {
+            let base = i64::from(base_and_works().0);
+            assert!(give_way_process(pid, true));
+            assert_eq!(nice_of(), (base + 10).min(19));
+            assert!(give_way_process(pid, false));
+            assert_eq!(nice_of(), base);
+        } else {
+            assert!(
+                !give_way_process(pid, true),
+                "nothing is lowered without the right to raise"
+            );
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(process_cpu(pid), None, "gone");
     }
 }

@@ -49,6 +49,10 @@ pub(crate) struct Handler {
     pub(crate) egress: Option<crate::egress::Relay>,
     /// The package zygote it was forked from: if that ended, so did it.
     pub(crate) zygote: Option<Weak<Zygote>>,
+    /// The CPU time its process had used when its tenant was last charged.
+    pub(crate) cpu_charged: Duration,
+    /// Its process runs lowered: its tenant was over its CPU share.
+    pub(crate) lowered: bool,
     /// Held for its `Drop`: the sandbox counts as live while this exists.
     pub(crate) _live: LiveGuard,
 }
@@ -56,6 +60,24 @@ pub(crate) struct Handler {
 impl Handler {
     pub(crate) fn conn(&mut self) -> &mut UnixStream {
         self.conn.as_mut().expect("a live handler has a connection")
+    }
+
+    /// Puts its process at low priority while its tenant is over its CPU
+    /// share ([`hearth_host::cpu`]), at the node's otherwise; a system
+    /// call only when that changes.
+    pub(crate) fn give_way(&mut self, lower: bool) {
+        if lower != self.lowered && hearth_host::priority::give_way_process(self.pid, lower) {
+            self.lowered = lower;
+        }
+    }
+
+    /// The CPU time its process used since the last call (its main
+    /// thread's: a function's own threads are not counted).
+    pub(crate) fn cpu_since_charged(&mut self) -> Duration {
+        let now = hearth_host::priority::process_cpu(self.pid).unwrap_or(self.cpu_charged);
+        let used = now.saturating_sub(self.cpu_charged);
+        self.cpu_charged = now;
+        used
     }
 
     pub(crate) fn oom_killed(&self) -> bool {
@@ -142,6 +164,8 @@ mod tests {
             private_packages: None,
             egress: None,
             zygote: None,
+            cpu_charged: Duration::ZERO,
+            lowered: false,
             _live: LiveGuard::new(live),
         }
     }

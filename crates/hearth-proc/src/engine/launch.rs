@@ -88,6 +88,8 @@ impl ProcEngine {
             private_packages: None,
             egress: None,
             zygote: None,
+            cpu_charged: Duration::ZERO,
+            lowered: false,
             _live: LiveGuard::new(&inner.live),
         };
         let (root_path, socket_host, socket_inside) = if inner.root {

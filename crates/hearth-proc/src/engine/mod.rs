@@ -922,6 +922,10 @@ impl ProcSandbox {
         let limit_ms = self.limits.timeout_ms;
         let max_response = self.max_response;
         let handler = self.handler.as_mut().expect("one invocation per sandbox");
+        let cpu = host.meta().cpu.as_deref();
+        if let Some(cpu) = cpu {
+            handler.give_way(cpu.over_share());
+        }
         let paths = crate::session::HostPath {
             dir: &self.engine.0.host_dir,
         };
@@ -932,7 +936,13 @@ impl ProcSandbox {
             (max_response, &paths),
             out.as_deref_mut(),
         );
-        match tokio::time::timeout_at(deadline.into(), exchange).await {
+        let exchanged = tokio::time::timeout_at(deadline.into(), exchange).await;
+        // Its process's time, charged to its tenant (the process tier's
+        // part of the CPU share).
+        if let (Some(cpu), Some(handler)) = (cpu, self.handler.as_mut()) {
+            cpu.charge(handler.cpu_since_charged());
+        }
+        match exchanged {
             // A handler left mid-stream (its caller gone, a limit) may still
             // be writing: it is not kept.
             Ok(Ok(Err(e))) if out.is_some_and(|o| o.started()) => Err(e),

@@ -610,6 +610,119 @@ fn js_workers_nice(pid: u32) -> Vec<i64> {
         .collect()
 }
 
+/// The nice values of the daemon's descendant processes named `python*`
+/// (the process tier's handlers and zygotes).
+fn python_processes_nice(daemon: u32) -> Vec<i64> {
+    let mut parent = std::collections::HashMap::new();
+    let mut nice = std::collections::HashMap::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some((name, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split(' ').collect();
+        parent.insert(pid, fields[1].parse::<u32>().unwrap_or(0));
+        if name.contains("(python") {
+            nice.insert(pid, fields[16].parse::<i64>().unwrap_or(0));
+        }
+    }
+    let descends = |mut p: u32| {
+        for _ in 0..64 {
+            match parent.get(&p) {
+                Some(&q) if q == daemon => return true,
+                Some(&q) if q > 1 => p = q,
+                _ => return false,
+            }
+        }
+        false
+    };
+    nice.into_iter()
+        .filter(|&(pid, _)| descends(pid))
+        .map(|(_, n)| n)
+        .collect()
+}
+
+/// Tenant acme's function `f` that burns CPU and beta's that answers at
+/// once, and callers of them.
+struct HeavyAndLight<'a> {
+    d: &'a Daemon,
+    tokens: std::collections::HashMap<&'static str, String>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<'a> HeavyAndLight<'a> {
+    async fn deploy(d: &'a Daemon, query: &[(&str, &str)], burn: &str, hello: &str) -> Self {
+        let mut tokens = std::collections::HashMap::new();
+        for (tenant, code) in [("acme", burn), ("beta", hello)] {
+            let token = d.create_tenant(tenant).await;
+            let r = d.deploy_as(&token, "f", query, code.to_string()).await;
+            assert_eq!(r.status(), 201);
+            tokens.insert(tenant, token);
+        }
+        HeavyAndLight {
+            d,
+            tokens,
+            stop: Default::default(),
+        }
+    }
+
+    /// Calls `tenant`'s function back to back until told to stop: each
+    /// answer's status.
+    async fn caller(&self, tenant: &'static str) -> Vec<u16> {
+        let mut answers = Vec::new();
+        while !self.stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let r = self.d.invoke_as(&self.tokens[tenant], tenant, "f").send();
+            answers.push(r.await.unwrap().status().as_u16());
+        }
+        answers
+    }
+
+    /// acme's function called from `clients` callers (and beta's from
+    /// one, with `beta`) until `watch` ends: what it found, and every
+    /// call answered 200.
+    async fn calls_while<T>(
+        &self,
+        clients: usize,
+        with_beta: bool,
+        watch: impl Future<Output = T>,
+    ) -> T {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.stop.store(false, Relaxed);
+        let watch = async {
+            let found = watch.await;
+            self.stop.store(true, Relaxed);
+            found
+        };
+        let acme = futures::future::join_all((0..clients).map(|_| self.caller("acme")));
+        let beta = async {
+            match with_beta {
+                true => self.caller("beta").await,
+                false => Vec::new(),
+            }
+        };
+        let (found, acme, beta) = tokio::join!(watch, acme, beta);
+        assert!(acme.iter().flatten().all(|&s| s == 200), "{acme:?}");
+        assert!(beta.iter().all(|&s| s == 200), "{beta:?}");
+        assert!(!with_beta || !beta.is_empty(), "beta got no answer");
+        found
+    }
+}
+
+/// Samples `nice` every 50 ms for 1.5 s: every value seen.
+async fn sampled(nice: impl Fn() -> Vec<i64>) -> Vec<i64> {
+    let mut seen = Vec::new();
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        seen.extend(nice());
+    }
+    seen
+}
+
 /// One tenant's JS took both cores on short calls, none of them long
 /// enough to be a long run, and another tenant's calls waited for a core
 /// behind its threads (the log attack: p99 3x idle). A tenant that used
@@ -627,52 +740,22 @@ async fn a_tenant_taking_most_of_the_cpu_beside_another_runs_lowered() {
                 for (let i = 0; i < 2e6; i++) { x = (x + i) % 1000003; } \
                 return new Response(String(x)); } };";
     let hello = "export default { fetch() { return new Response('hello'); } };";
-    let mut tokens = std::collections::HashMap::new();
-    for (tenant, code) in [("acme", burn), ("beta", hello)] {
-        let token = d.create_tenant(tenant).await;
-        let query = [
-            ("runtime", "js"),
-            ("file_name", "index.mjs"),
-            ("timeout_ms", "10000"),
-        ];
-        let r = d.deploy_as(&token, "f", &query, code).await;
-        assert_eq!(r.status(), 201);
-        tokens.insert(tenant, token);
-    }
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let caller = |tenant: &'static str| {
-        let (d, token, stop) = (&d, tokens[tenant].clone(), stop.clone());
-        async move {
-            let mut answers = Vec::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let r = d.invoke_as(&token, tenant, "f").send().await.unwrap();
-                answers.push(r.status().as_u16());
-            }
-            answers
-        }
-    };
+    let query = [
+        ("runtime", "js"),
+        ("file_name", "index.mjs"),
+        ("timeout_ms", "10000"),
+    ];
+    let h = HeavyAndLight::deploy(&d, &query, burn, hello).await;
     let pid = d.pid();
     // acme alone, four callers: never lowered.
-    let alone = async {
-        let mut seen = Vec::new();
-        for _ in 0..30 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            seen.extend(js_workers_nice(pid));
-        }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        seen
-    };
-    let (seen, acme) = tokio::join!(
-        alone,
-        futures::future::join_all((0..4).map(|_| caller("acme")))
-    );
-    assert!(acme.iter().flatten().all(|&s| s == 200), "{acme:?}");
+    let seen = h
+        .calls_while(4, false, sampled(|| js_workers_nice(pid)))
+        .await;
     assert!(
         seen.iter().all(|&n| n == 0),
         "acme alone was lowered: {seen:?}"
     );
     // With beta calling too, acme takes most of the CPU: lowered.
-    stop.store(false, std::sync::atomic::Ordering::Relaxed);
     let watch = async {
         let mut lowered = false;
         let mut counted = serde_json::Value::Null;
@@ -687,11 +770,9 @@ async fn a_tenant_taking_most_of_the_cpu_beside_another_runs_lowered() {
                 break;
             }
         }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
         (lowered, counted)
     };
-    let acme = futures::future::join_all((0..4).map(|_| caller("acme")));
-    let ((lowered, counted), acme, beta) = tokio::join!(watch, acme, caller("beta"));
+    let (lowered, counted) = h.calls_while(4, true, watch).await;
     assert!(
         lowered,
         "no JS worker was lowered while acme took most of the CPU"
@@ -700,9 +781,44 @@ async fn a_tenant_taking_most_of_the_cpu_beside_another_runs_lowered() {
         counted["last_window"]["tenants"], 2,
         "status counts acme over its share beside beta: {counted}"
     );
-    assert!(acme.iter().flatten().all(|&s| s == 200), "{acme:?}");
+}
+
+/// The same for the process tier: a Python tenant burning CPU beside
+/// another tenant's calls has its handlers' processes lowered, and alone
+/// it is not.
+#[tokio::test]
+async fn a_python_tenant_taking_most_of_the_cpu_beside_another_runs_lowered() {
+    let d = Daemon::start_with(&["--examples", "false"]);
+    let burn = "def handler(event, context):\n    x = 0\n    for i in range(1500000):\n        \
+                x = (x + i) % 1000003\n    return str(x)\n";
+    let hello = "def handler(event, context):\n    return 'hello'\n";
+    let query = [
+        ("runtime", "python"),
+        ("file_name", "handler.py"),
+        ("timeout_ms", "10000"),
+    ];
+    let h = HeavyAndLight::deploy(&d, &query, burn, hello).await;
+    let pid = d.pid();
+    let seen = h
+        .calls_while(2, false, sampled(|| python_processes_nice(pid)))
+        .await;
+    assert!(!seen.is_empty(), "no python process of the daemon was seen");
     assert!(
-        !beta.is_empty() && beta.iter().all(|&s| s == 200),
-        "{beta:?}"
+        seen.iter().all(|&n| n == 0),
+        "acme alone was lowered: {seen:?}"
+    );
+    let watch = async {
+        for _ in 0..120 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if python_processes_nice(pid).contains(&10) {
+                return true;
+            }
+        }
+        false
+    };
+    let lowered = h.calls_while(2, true, watch).await;
+    assert!(
+        lowered,
+        "no python process was lowered while acme took most of the CPU"
     );
 }
