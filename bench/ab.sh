@@ -7,7 +7,9 @@
 #
 # Usage: bench/ab.sh BIN_A BIN_B [rounds] [seconds] [module]
 #   BIN_A, BIN_B  two `hearth` binaries (copy one aside before rebuilding)
-#   module        a .wasm/.wat to deploy and invoke; default: the embedded hello
+#   module        a .wasm/.wat, or a Python handler.py (its `handler`), to deploy
+#                 and invoke; default: the embedded hello. For Python, the CPU
+#                 figure is the daemon's alone, not its handlers'
 # Environment: C (wrk connections, default 16).
 set -euo pipefail
 A=$1 B=$2 ROUNDS=${3:-6} SECS=${4:-3} MODULE=${5:-}
@@ -38,10 +40,14 @@ UA=$(start a "$A"); PIDS+=("$(cat "$WORK/a.pid")")
 UB=$(start b "$B"); PIDS+=("$(cat "$WORK/b.pid")")
 FN=/fn/admin/hello
 if [ -n "$MODULE" ]; then
+  case "$MODULE" in
+    *.py) QUERY="runtime=python&file_name=handler.py" ;;
+    *) QUERY="runtime=wasm" ;;
+  esac
   for side in "a $UA" "b $UB"; do
     set -- $side
     curl -sf -H "Authorization: Bearer $(cat "$WORK/$1/token")" --data-binary @"$MODULE" \
-      "$2/v1/functions/abfn?runtime=wasm&public=true" >/dev/null
+      "$2/v1/functions/abfn?$QUERY&public=true" >/dev/null
   done
   FN=/fn/admin/abfn
 fi
