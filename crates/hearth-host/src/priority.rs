@@ -27,9 +27,14 @@ pub fn nice_now() -> libc::c_int {
     unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
 }
 
+/// The nice value [`LOWER_BY`] below `base`, as far as nice goes.
+pub fn lowered(base: libc::c_int) -> libc::c_int {
+    (base + LOWER_BY).min(19)
+}
+
 /// Whether a thread of this process may go from `base` to `low` and back,
 /// tried on a thread of its own.
-pub fn can_renice(base: libc::c_int, low: libc::c_int) -> bool {
+fn can_renice(base: libc::c_int, low: libc::c_int) -> bool {
     std::thread::spawn(move || set_nice(low) && set_nice(base) && nice_now() == base)
         .join()
         .unwrap_or(false)
@@ -41,9 +46,16 @@ fn base_and_works() -> (libc::c_int, bool) {
     static BASE: OnceLock<(libc::c_int, bool)> = OnceLock::new();
     *BASE.get_or_init(|| {
         let base = nice_now();
-        let low = (base + LOWER_BY).min(19);
+        let low = lowered(base);
         (base, low > base && can_renice(base, low))
     })
+}
+
+/// The process's nice value and the lowered one, when threads may go
+/// from one to the other and back; `None` where they may not.
+pub fn levels() -> Option<(libc::c_int, libc::c_int)> {
+    let (base, works) = base_and_works();
+    works.then(|| (base, lowered(base)))
 }
 
 /// Whether this process's threads may be lowered by [`LOWER_BY`] from
@@ -56,15 +68,10 @@ pub fn lowering_works() -> bool {
 /// process's nice value (`lower`), or at it. Whether it was done: nothing
 /// is done where lowering does not [work](lowering_works).
 pub fn give_way_process(pid: libc::pid_t, lower: bool) -> bool {
-    let (base, works) = base_and_works();
-    if !works || pid <= 0 {
+    let Some((base, low)) = levels().filter(|_| pid > 0) else {
         return false;
-    }
-    let nice = if lower {
-        (base + LOWER_BY).min(19)
-    } else {
-        base
     };
+    let nice = if lower { low } else { base };
     // SAFETY: setpriority has no memory effects; an id that names no
     // process is an error return.
     unsafe { libc::setpriority(libc::PRIO_PROCESS, pid as libc::id_t, nice) == 0 }
@@ -95,11 +102,7 @@ pub fn give_way(lower: bool) {
     LEVEL.with(|level| {
         let (base, lowered) = level.get().unwrap_or((nice_now(), false));
         if lowered != lower {
-            let nice = if lower {
-                (base + LOWER_BY).min(19)
-            } else {
-                base
-            };
+            let nice = if lower { self::lowered(base) } else { base };
             if !set_nice(nice) {
                 return;
             }

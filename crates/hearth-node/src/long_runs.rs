@@ -33,7 +33,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use hearth_host::cpu::TenantCpu;
-use hearth_host::priority::{LOWER_BY, can_renice, nice_now, set_nice};
+use hearth_host::priority::{self, nice_now, set_nice};
 use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 
 /// Polling an invocation takes this long before it is long: two of the
@@ -60,15 +60,17 @@ impl LongRuns {
     /// after `after` of polling.
     pub(crate) fn new(workers: usize, after: Duration) -> LongRuns {
         let lane_size = workers.saturating_sub(1).max(1);
-        let base = nice_now();
-        let low = (base + LOWER_BY).min(19);
+        let ((base, low), works) = match priority::levels() {
+            Some(levels) => (levels, true),
+            None => ((nice_now(), priority::lowered(nice_now())), false),
+        };
         LongRuns {
             lane: Arc::new(Semaphore::new(lane_size)),
             lane_size,
             after,
             base,
             low,
-            nice: AtomicBool::new(low > base && can_renice(base, low)),
+            nice: AtomicBool::new(works),
         }
     }
 
