@@ -136,7 +136,7 @@ pub(crate) async fn outgoing_body(
     s: &AppState,
     headers: &HeaderMap,
     body: Body,
-    client: Option<&crate::invoke::ClientShare>,
+    client: Option<&crate::ClientShare>,
 ) -> Result<(OutgoingBody, crate::invoke::BodyHeld), ApiError> {
     use futures::StreamExt;
     let limit = s.config.max_body_bytes;
@@ -155,6 +155,9 @@ pub(crate) async fn outgoing_body(
         node: &s.buffered,
         client,
     };
+    if let Some(n) = declared {
+        permit.prepay(budget, n as usize)?;
+    }
     loop {
         let next = tokio::time::timeout_at(deadline, rest.next()).await;
         let chunk = match next {

@@ -22,6 +22,8 @@ pub enum ApiError {
     RequestTimeout(String),
     /// 429: no capacity now; try again shortly.
     TooManyRequests(String),
+    /// 429: this client is past its rate; try again after the wait.
+    RateLimited(String, std::time::Duration),
     Unavailable(String),
     Internal(String),
     /// 502: the node that should have answered failed.
@@ -49,6 +51,7 @@ impl ApiError {
             ApiError::RequestTimeout(m) => (StatusCode::REQUEST_TIMEOUT, "request_timeout", m),
             ApiError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", m),
             ApiError::TooManyRequests(m) => (StatusCode::TOO_MANY_REQUESTS, "no_capacity", m),
+            ApiError::RateLimited(m, _) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited", m),
             ApiError::Internal(m) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", m),
             ApiError::BadGateway(m) => (StatusCode::BAD_GATEWAY, "node_failed", m),
             ApiError::GatewayTimeout(m) => (StatusCode::GATEWAY_TIMEOUT, "timeout", m),
@@ -72,7 +75,7 @@ pub(crate) struct ErrorBody<'a> {
 #[derive(Serialize, ToSchema)]
 pub(crate) struct ErrorDetail<'a> {
     /// `bad_request`, `unauthorized`, `forbidden`, `not_found`, `conflict`,
-    /// `payload_too_large`, `request_timeout`, `no_capacity`,
+    /// `payload_too_large`, `request_timeout`, `no_capacity`, `rate_limited`,
     /// `unavailable`, `internal`, `node_failed`, `timeout`, a quota's name
     /// (`kv_quota_exceeded`, …), or an invocation's failure kind.
     #[schema(example = "not_found")]
@@ -107,7 +110,14 @@ impl IntoResponse for ApiError {
         if status.is_server_error() {
             tracing::error!(%kind, %message, "request failed");
         }
-        error_response(status, kind, message, None)
+        let mut resp = error_response(status, kind, message, None);
+        if let ApiError::RateLimited(_, wait) = &self {
+            // Whole seconds, rounded up: never sooner than the bucket allows.
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+        }
+        resp
     }
 }
 
@@ -170,6 +180,11 @@ mod tests {
             (ApiError::TooLarge("m".into()), 413, "payload_too_large"),
             (ApiError::RequestTimeout("m".into()), 408, "request_timeout"),
             (ApiError::TooManyRequests("m".into()), 429, "no_capacity"),
+            (
+                ApiError::RateLimited("m".into(), std::time::Duration::from_millis(1500)),
+                429,
+                "rate_limited",
+            ),
             (ApiError::Unavailable("m".into()), 503, "unavailable"),
             (ApiError::Internal("m".into()), 500, "internal"),
             (ApiError::BadGateway("m".into()), 502, "node_failed"),
@@ -188,6 +203,9 @@ mod tests {
                 serde_json::json!({"error": {"kind": kind, "message": "m"}})
             );
             assert_eq!(retry.is_some(), status == 429 || status == 503, "{kind}");
+            if kind == "rate_limited" {
+                assert_eq!(retry.as_deref(), Some("2"), "the wait, rounded up");
+            }
         }
     }
 

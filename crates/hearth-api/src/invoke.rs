@@ -226,12 +226,12 @@ pub(crate) async fn read_body(
 }
 
 /// What a request body may be held against: the node's budget
-/// (`--max-buffered-mib`) and, where the listener gave one, its client
-/// address's share of it ([`ClientShare`]). Permits are a KiB each.
+/// (`--max-buffered-mib`) and, where the listener gave one, its client's
+/// share of it and body rate ([`ClientShare`]). Permits are a KiB each.
 #[derive(Clone, Copy)]
 pub(crate) struct BodyBudget<'a> {
     pub node: &'a Arc<tokio::sync::Semaphore>,
-    pub client: Option<&'a ClientShare>,
+    pub client: Option<&'a crate::ClientShare>,
 }
 
 /// What one body holds of its [`BodyBudget`], given back when dropped.
@@ -241,13 +241,35 @@ pub(crate) struct BodyHeld {
     client: Option<tokio::sync::OwnedSemaphorePermit>,
     /// Bytes held (the node's permits are the KiB they round up to).
     bytes: usize,
+    /// The whole body was paid for at once, from its declared length.
+    paid: bool,
 }
 
 impl BodyHeld {
-    /// Holds `bytes` more: past the client's share, 429; past the node's
-    /// budget, 503. Permits are taken for the whole held so far, rounded
-    /// up once (not once per chunk).
+    /// Pays for a body of `declared` bytes from its client's rate before
+    /// any of it is read: a client past its rate is refused (429) with
+    /// the body unread. A body of unknown length pays as it is held.
+    pub(crate) fn prepay(
+        &mut self,
+        budget: BodyBudget<'_>,
+        declared: usize,
+    ) -> Result<(), ApiError> {
+        if let Some(client) = budget.client {
+            client.pay(declared)?;
+        }
+        self.paid = true;
+        Ok(())
+    }
+
+    /// Holds `bytes` more: past the client's rate or its share, 429; past
+    /// the node's budget, 503. Permits are taken for the whole held so
+    /// far, rounded up once (not once per chunk).
     pub(crate) fn hold(&mut self, budget: BodyBudget<'_>, bytes: usize) -> Result<(), ApiError> {
+        if let Some(client) = budget.client
+            && !self.paid
+        {
+            client.pay(bytes)?;
+        }
         let total = self.bytes + bytes;
         let taken = self.node.as_ref().map_or(0, |p| p.num_permits());
         let more_kib = total.div_ceil(1024) - taken;
@@ -266,13 +288,17 @@ impl BodyHeld {
             }
         }
         if let Some(share) = budget.client {
-            let more = share.0.clone().try_acquire_many_owned(kib).map_err(|_| {
-                ApiError::TooManyRequests(
+            let more = share
+                .body()
+                .clone()
+                .try_acquire_many_owned(kib)
+                .map_err(|_| {
+                    ApiError::TooManyRequests(
                     "this client's unfinished requests hold as much body as one client address \
                      may (a quarter of --max-buffered-mib); try again when they have finished"
                         .into(),
                 )
-            })?;
+                })?;
             merge(&mut self.client, more);
         }
         let more = budget
@@ -291,12 +317,6 @@ impl BodyHeld {
     }
 }
 
-/// A client address's share of the node's body budget, put on its
-/// requests by the listener (`hearth/src/serve.rs`): one address's
-/// unfinished bodies cannot hold all of it.
-#[derive(Clone)]
-pub struct ClientShare(pub Arc<tokio::sync::Semaphore>);
-
 /// [`read_body`], holding what it has read against `budget` as it
 /// arrives. What it holds comes back with the body, to be kept as long as
 /// the body is.
@@ -309,10 +329,6 @@ pub(crate) async fn read_body_within(
 ) -> Result<(bytes::Bytes, BodyHeld), ApiError> {
     use http_body_util::BodyExt;
     let mut held = BodyHeld::default();
-    let mut hold = |bytes: usize| match budget {
-        Some(budget) => held.hold(budget, bytes),
-        None => Ok(()),
-    };
     let too_large = || {
         ApiError::TooLarge(format!(
             "the {what} is larger than the limit of {limit} bytes"
@@ -325,6 +341,13 @@ pub(crate) async fn read_body_within(
     if declared.is_some_and(|n| n > limit.saturating_add(DRAIN_BYTES)) {
         return Err(too_large());
     }
+    if let (Some(budget), Some(n)) = (budget, declared) {
+        held.prepay(budget, n.min(limit))?;
+    }
+    let mut hold = |bytes: usize| match budget {
+        Some(budget) => held.hold(budget, bytes),
+        None => Ok(()),
+    };
     let mut body = body;
     let mut buf = bytes::BytesMut::new();
     let deadline = tokio::time::Instant::now() + timeout;
@@ -372,7 +395,7 @@ async fn run(
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
     let (parts, body) = request.into_parts();
-    let client = parts.extensions.get::<ClientShare>();
+    let client = parts.extensions.get::<crate::ClientShare>();
     let (method, uri, headers) = (parts.method, parts.uri, parts.headers);
     let (name, version) = split_version(name, &headers)?;
     let function = visible_function(s, tenant, name, version, &headers).await?;
@@ -449,7 +472,7 @@ async fn read_request_body(
     s: &AppState,
     headers: &HeaderMap,
     body: Body,
-    client: Option<&ClientShare>,
+    client: Option<&crate::ClientShare>,
 ) -> Result<(bytes::Bytes, BodyHeld), ApiError> {
     let limits = (s.config.max_body_bytes, s.config.body_timeout);
     let budget = BodyBudget {

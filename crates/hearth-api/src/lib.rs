@@ -18,6 +18,7 @@
 //! sizes and maps results to status codes; [`hearth_node::Node`] does the rest.
 
 mod auth;
+mod clients;
 mod cluster;
 mod console;
 mod deploy_settings;
@@ -42,8 +43,8 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+pub use clients::{ClientLimits, ClientShare, Clients, Connection};
 pub use error::ApiError;
-pub use invoke::ClientShare;
 pub use origin::App;
 
 /// Limits of the HTTP surface.
@@ -189,7 +190,7 @@ pub fn routers_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> (Ap
     let app = App {
         domain: state.config.functions_domain.to_ascii_lowercase().into(),
         router: app,
-        client: None,
+        connection: None,
     };
     (app, probes)
 }

@@ -111,17 +111,17 @@ pub(crate) fn edge<B>(domain: &str, req: Request<B>) -> Request<B> {
 pub struct App {
     pub(crate) router: axum::Router,
     pub(crate) domain: Arc<str>,
-    /// The client address this copy serves ([`App::for_client`]).
-    pub(crate) client: Option<crate::ClientShare>,
+    /// The connection this copy serves ([`App::for_connection`]).
+    pub(crate) connection: Option<Arc<crate::Connection>>,
 }
 
 impl App {
-    /// This application for one connection of a client address: requests
-    /// that carry a body hold it against the address's `share` of the
-    /// node's body budget as well as the node's.
-    pub fn for_client(&self, share: crate::ClientShare) -> App {
+    /// This application for one connection: requests that carry a body
+    /// hold it against their client's share of the node's body budget as
+    /// well as the node's, and pay for it from the client's body rate.
+    pub fn for_connection(&self, connection: crate::Connection) -> App {
         App {
-            client: Some(share),
+            connection: Some(Arc::new(connection)),
             ..self.clone()
         }
     }
@@ -146,16 +146,17 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let mut req = edge(&self.domain, req);
-        // Only a request with a body needs its client's share (an
-        // extension costs an allocation per request).
-        if let Some(share) = &self.client
+        // Only a request with a body needs its client (an extension costs
+        // an allocation per request).
+        if let Some(connection) = &self.connection
             && (req.headers().contains_key(header::TRANSFER_ENCODING)
                 || req
                     .headers()
                     .get(header::CONTENT_LENGTH)
                     .is_some_and(|n| n != "0"))
         {
-            req.extensions_mut().insert(share.clone());
+            let client = connection.client_of(req.headers());
+            req.extensions_mut().insert(client);
         }
         tower::Service::call(&mut self.router, req)
     }

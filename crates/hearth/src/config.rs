@@ -276,6 +276,24 @@ pub struct UpArgs {
     /// 512). A gateway is one client to its nodes: give nodes more.
     #[arg(long, env = "HEARTH_MAX_CONNECTIONS_PER_CLIENT")]
     pub max_connections_per_client: Option<usize>,
+    /// MiB of request bodies a second one client address may send (an
+    /// IPv6 address by its /64); past it, 429 with the body unread and the
+    /// wait in Retry-After. The burst is a second's worth and one largest
+    /// body (default 16; on a --role node, whose clients are gateways, 0:
+    /// no rate).
+    #[arg(long, env = "HEARTH_CLIENT_BODY_MIB_PER_SEC")]
+    pub client_body_mib_per_sec: Option<u64>,
+    /// Proxies in front of Hearth, as addresses or CIDR ranges, repeated
+    /// or comma-separated: a request from one of them is counted as the
+    /// client its X-Forwarded-For names (the rightmost address there that
+    /// is not a trusted proxy), and their own connections are not bound
+    /// as one client's (default: none; every peer is a client).
+    #[arg(
+        long = "trusted-proxy",
+        env = "HEARTH_TRUSTED_PROXIES",
+        value_delimiter = ','
+    )]
+    pub trusted_proxies: Option<Vec<String>>,
     /// Bytes of host calls one invocation's tape may hold in memory; past
     /// it the invocation fails with tape_budget_exceeded (default 4 MiB).
     #[arg(long, env = "HEARTH_MAX_TAPE_BYTES")]
@@ -413,6 +431,8 @@ pub struct Settings {
     pub max_outbound_connections: usize,
     pub max_outbound_connections_per_tenant: usize,
     pub max_connections_per_client: usize,
+    pub client_body_mib_per_sec: u64,
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     pub max_tape_bytes: usize,
     pub allow_private_egress: bool,
     pub package_index_hosts: Vec<String>,
@@ -475,6 +495,19 @@ fn machine_mib() -> u64 {
 
 /// A quarter of the open-files limit (the rest is for sandboxes, the
 /// store, tapes and outbound calls), between 64 and 16384.
+/// A `--trusted-proxy`: an address (one host) or a CIDR range.
+fn parse_proxy(p: &str) -> anyhow::Result<ipnet::IpNet> {
+    p.parse::<ipnet::IpNet>()
+        .or_else(|_| p.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map(|n| n.trunc())
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "--trusted-proxy {p:?} is neither an address nor a CIDR range \
+                 (e.g. 10.0.0.7 or 10.0.0.0/8)"
+            )
+        })
+}
+
 fn default_max_connections() -> usize {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
@@ -547,6 +580,21 @@ impl Settings {
                  (e.g. from `openssl rand -hex 32`): it signs the attempts gateways send"
             );
         }
+        // A node's clients are gateways, which rate their own.
+        let client_body_mib_per_sec =
+            o.client_body_mib_per_sec
+                .unwrap_or(if matches!(role, Role::Node { .. }) {
+                    0
+                } else {
+                    16
+                });
+        let trusted_proxies = o
+            .trusted_proxies
+            .iter()
+            .flatten()
+            .filter(|p| !p.trim().is_empty())
+            .map(|p| parse_proxy(p.trim()))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         if let Some(url) = &o.advertise {
             check_http_url("--advertise", url)?;
         }
@@ -667,6 +715,8 @@ impl Settings {
                 .unwrap_or_else(default_max_connections)
                 .max(1),
             max_connections_per_client: o.max_connections_per_client.unwrap_or(512).max(1),
+            client_body_mib_per_sec,
+            trusted_proxies,
             max_outbound_connections,
             max_outbound_connections_per_tenant: o
                 .max_outbound_connections_per_tenant

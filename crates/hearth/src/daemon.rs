@@ -314,13 +314,34 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         header_timeout: std::time::Duration::from_millis(settings.header_timeout_ms),
         write_timeout: std::time::Duration::from_millis(settings.write_timeout_ms),
         max_connections: settings.max_connections,
-        max_per_client: settings.max_connections_per_client,
+    };
+    let clients = hearth_api::Clients::new(hearth_api::ClientLimits {
+        max_connections: settings.max_connections_per_client,
         // A quarter of the node's, and room for one whole body at least.
-        buffered_per_client: usize::try_from(settings.max_buffered_mib << 20)
+        buffered_bytes: usize::try_from(settings.max_buffered_mib << 20)
             .unwrap_or(usize::MAX)
             .div_ceil(4)
             .max(settings.max_body_bytes),
-    };
+        body_bytes_per_sec: settings.client_body_mib_per_sec.saturating_mul(1 << 20),
+        max_body_bytes: settings.max_body_bytes,
+        trusted_proxies: settings.trusted_proxies.clone(),
+    });
+    {
+        let metrics = traced.metrics();
+        let seen = clients.clone();
+        metrics.read_at_scrape(
+            "client_bodies_rate_limited",
+            "Request bodies refused unread since start: their client sent faster than \
+             --client-body-mib-per-sec",
+            move || i64::try_from(seen.refused()).unwrap_or(i64::MAX),
+        );
+        let seen = clients.clone();
+        metrics.read_at_scrape(
+            "clients_held",
+            "Client addresses with a connection open or a request body being read",
+            move || i64::try_from(seen.held()).unwrap_or(i64::MAX),
+        );
+    }
     if let Some(at) = settings.probe_listen {
         let probe_listener = tokio::net::TcpListener::bind(at)
             .await
@@ -335,7 +356,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     };
     let (stopping, stopped) = tokio::sync::oneshot::channel::<std::time::Instant>();
     let mut server = tokio::spawn(async move {
-        crate::serve::serve(listener, app, limits, server_tls, async move {
+        crate::serve::serve(listener, app, limits, clients, server_tls, async move {
             shutdown_signal().await;
             let signalled = std::time::Instant::now();
             // Out of placement first, so gateways send nothing more

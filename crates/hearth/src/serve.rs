@@ -8,7 +8,7 @@
 //!   whole within it, or the connection is closed;
 //! - `max_connections`: open connections in all; past it a new one is
 //!   answered 503 and closed at once;
-//! - `max_per_client`: open connections from one IP address; past it, 429.
+//! - per client (`hearth_api::Clients`): open connections; past them, 429.
 //! - `write_timeout`: a write that cannot make progress for that long (the
 //!   client stopped reading its response) closes the connection, and what
 //!   the response held is freed ([`WriteTimeout`]).
@@ -16,10 +16,7 @@
 //! A slow request *body* is bounded where bodies are read
 //! (`hearth_api::ApiConfig::body_timeout`).
 
-use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::future::Future;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,10 +33,6 @@ pub struct ConnLimits {
     pub header_timeout: Duration,
     pub write_timeout: Duration,
     pub max_connections: usize,
-    pub max_per_client: usize,
-    /// Bytes of request bodies one client address's unfinished requests
-    /// may hold, of the node's `--max-buffered-mib`.
-    pub buffered_per_client: usize,
 }
 
 /// Serves `app` on `listener` until `shutdown` completes, then lets open
@@ -50,13 +43,13 @@ pub async fn serve(
     listener: TcpListener,
     app: hearth_api::App,
     limits: ConnLimits,
+    clients: hearth_api::Clients,
     tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: impl Future<Output = ()>,
 ) {
     let tls = tls.map(tokio_rustls::TlsAcceptor::from);
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
-    let clients = Clients::default();
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -76,8 +69,7 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let share_kib = (limits.buffered_per_client / 1024).min(Semaphore::MAX_PERMITS);
-        let Some(client) = clients.admit(peer.ip(), limits.max_per_client, share_kib) else {
+        let Ok(client) = clients.connect(peer.ip()) else {
             refuse(
                 &stream,
                 "429 Too Many Requests",
@@ -94,14 +86,15 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let share = hearth_api::ClientShare(client.share.clone());
-        let service = TowerToHyperService::new(app.for_client(share));
+        // The connection is its client's until the last of its requests
+        // is dropped with the service.
+        let service = TowerToHyperService::new(app.for_connection(client));
         let Some(acceptor) = tls.clone() else {
             let stream = WriteTimeout::new(stream, limits.write_timeout);
             let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
             tokio::spawn(async move {
                 let _ = conn.await;
-                drop((slot, client));
+                drop(slot);
             });
             continue;
         };
@@ -121,7 +114,7 @@ pub async fn serve(
                 Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake refused"),
                 Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
             }
-            drop((slot, client));
+            drop(slot);
         });
     }
     graceful.shutdown().await;
@@ -238,57 +231,6 @@ fn refuse(stream: &TcpStream, status: &str, message: &str) {
     let _ = stream.try_write(answer.as_bytes());
 }
 
-/// Open connections per client address, and the address's share of the
-/// node's body budget. An entry lives only while its address has a
-/// connection open, so the map is no larger than the connections are many.
-#[derive(Default, Clone)]
-struct Clients(Arc<Mutex<HashMap<IpAddr, Client>>>);
-
-/// An address's open connections and its share of the body budget.
-type Client = (usize, Arc<Semaphore>);
-
-/// One admitted connection of a client; counted until dropped.
-struct ClientSlot {
-    clients: Clients,
-    ip: IpAddr,
-    /// Its address's share of the body budget (KiB permits).
-    share: Arc<Semaphore>,
-}
-
-impl Clients {
-    fn admit(&self, ip: IpAddr, max: usize, share_kib: usize) -> Option<ClientSlot> {
-        let mut map = self.0.lock();
-        let (open, share) = map
-            .entry(ip)
-            .or_insert_with(|| (0, Arc::new(Semaphore::new(share_kib))));
-        if *open >= max {
-            if *open == 0 {
-                map.remove(&ip);
-            }
-            return None;
-        }
-        *open += 1;
-        let share = share.clone();
-        Some(ClientSlot {
-            clients: self.clone(),
-            ip,
-            share,
-        })
-    }
-}
-
-impl Drop for ClientSlot {
-    fn drop(&mut self) {
-        let mut map = self.clients.0.lock();
-        if let Some((open, _)) = map.get_mut(&self.ip) {
-            *open -= 1;
-            if *open == 0 {
-                map.remove(&self.ip);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,24 +256,5 @@ mod tests {
         let stuck = server.write_all(&[7u8; 8 * 1024]).await.unwrap_err();
         assert_eq!(stuck.kind(), std::io::ErrorKind::TimedOut);
         drop(client);
-    }
-
-    #[test]
-    fn a_client_is_admitted_up_to_its_share_and_forgotten_when_it_leaves() {
-        let clients = Clients::default();
-        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
-        let first: Vec<_> = (0..3).map(|_| clients.admit(a, 3, 64).unwrap()).collect();
-        assert!(clients.admit(a, 3, 64).is_none(), "a fourth from a");
-        let other = clients.admit(b, 3, 64).expect("b has its own share");
-        // One body budget per address, shared by its connections.
-        assert!(Arc::ptr_eq(&first[0].share, &first[2].share));
-        assert!(!Arc::ptr_eq(&first[0].share, &other.share));
-        assert_eq!(other.share.available_permits(), 64);
-        drop(first);
-        assert_eq!(clients.0.lock().len(), 1, "only b is remembered");
-        drop(other);
-        assert!(clients.0.lock().is_empty());
-        assert!(clients.admit(a, 0, 64).is_none());
-        assert!(clients.0.lock().is_empty(), "a refusal leaves no entry");
     }
 }

@@ -603,3 +603,141 @@ async fn one_client_address_holds_at_most_its_share_of_the_body_budget() {
     assert_eq!(r.bytes().await.unwrap().len(), 5 * mib);
     drop(first);
 }
+
+/// An HTTP client of `d` whose connections come from `from` (another
+/// loopback address is another client).
+fn client_from(from: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(from.parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap()
+}
+
+/// Posts `bytes` to the public echo from `client`, with `headers`: the
+/// status, the error kind if any, and `Retry-After`.
+async fn post_echo(
+    d: &Daemon,
+    client: &reqwest::Client,
+    bytes: usize,
+    headers: &[(&str, &str)],
+) -> (u16, String, Option<u64>) {
+    let mut req = client.post(format!("{}/fn/admin/echo", d.url));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let r = req.body(vec![b'z'; bytes]).send().await.unwrap();
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    let status = r.status().as_u16();
+    let body = r.bytes().await.unwrap();
+    if status == 200 {
+        assert_eq!(body.len(), bytes, "the echo answers the whole body");
+        return (status, String::new(), retry);
+    }
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let kind = v["error"]["kind"].as_str().unwrap_or_default().to_string();
+    (status, kind, retry)
+}
+
+/// A client posting bodies faster than `--client-body-mib-per-sec` is
+/// refused with its body unread (the node copies and tapes none of it)
+/// and told how long to wait; another client address is not held back,
+/// and the first is served again once it has waited.
+#[tokio::test]
+async fn a_client_sending_bodies_past_its_rate_is_refused_unread_and_others_are_not() {
+    let mib = 1 << 20;
+    // A bucket of a second's MiB and one largest body (1 MiB): 2 MiB.
+    let d = Daemon::start_with(&[
+        "--client-body-mib-per-sec",
+        "1",
+        "--max-body-bytes",
+        &mib.to_string(),
+    ]);
+    let (greedy, other) = (client_from("127.0.0.2"), client_from("127.0.0.3"));
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        seen.push(post_echo(&d, &greedy, mib, &[]).await);
+    }
+    assert_eq!((seen[0].0, seen[1].0), (200, 200), "the burst: {seen:?}");
+    let refused = seen[2..]
+        .iter()
+        .find(|(status, _, _)| *status == 429)
+        .unwrap_or_else(|| panic!("4 MiB at once at 1 MiB/s went through: {seen:?}"));
+    assert_eq!(refused.1, "rate_limited", "{seen:?}");
+    let wait = refused.2.expect("a refusal says when to come back");
+    assert!((1..=2).contains(&wait), "{seen:?}");
+    assert_eq!(
+        post_echo(&d, &other, mib, &[]).await.0,
+        200,
+        "another client"
+    );
+    let metrics = d.get_text("/metrics").await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("hearth_client_bodies_rate_limited ") && !l.ends_with(" 0")),
+        "{metrics}"
+    );
+    // Refused unread: the echo ran only for the bodies it was given.
+    let invocations: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("hearth_invocations_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64;
+    let served = seen.iter().filter(|s| s.0 == 200).count() as u64 + 1;
+    assert_eq!(invocations, served, "{metrics}");
+    tokio::time::sleep(Duration::from_secs(wait)).await;
+    assert_eq!(
+        post_echo(&d, &greedy, mib, &[]).await.0,
+        200,
+        "after the wait"
+    );
+}
+
+/// Behind a trusted proxy, each client its `X-Forwarded-For` names has a
+/// rate of its own, and a client cannot pick its address by writing the
+/// header itself: an untrusted peer is counted as itself, whatever it
+/// claims.
+#[tokio::test]
+async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_rate() {
+    let mib = 1 << 20;
+    let d = Daemon::start_with(&[
+        "--client-body-mib-per-sec",
+        "1",
+        "--max-body-bytes",
+        &mib.to_string(),
+        "--trusted-proxy",
+        "127.0.0.4",
+    ]);
+    let proxy = client_from("127.0.0.4");
+    let from = |who: &'static str| [("x-forwarded-for", who)];
+    // One forwarded client spends its burst and is refused...
+    for _ in 0..2 {
+        assert_eq!(
+            post_echo(&d, &proxy, mib, &from("198.51.100.1")).await.0,
+            200
+        );
+    }
+    let third = post_echo(&d, &proxy, mib, &from("198.51.100.1")).await;
+    assert_eq!((third.0, third.1.as_str()), (429, "rate_limited"));
+    // ...while another behind the same proxy is not.
+    assert_eq!(
+        post_echo(&d, &proxy, mib, &from("198.51.100.2")).await.0,
+        200
+    );
+    // A client the proxy saw, whatever it wrote left of it.
+    let spoofed = "198.51.100.2, 198.51.100.1";
+    assert_eq!(
+        post_echo(&d, &proxy, mib, &from(spoofed)).await.1,
+        "rate_limited"
+    );
+    // An untrusted peer's header is not believed: it pays for itself.
+    let direct = client_from("127.0.0.5");
+    for claimed in ["203.0.113.1", "203.0.113.2"] {
+        assert_eq!(post_echo(&d, &direct, mib, &from(claimed)).await.0, 200);
+    }
+    let third = post_echo(&d, &direct, mib, &from("203.0.113.3")).await;
+    assert_eq!(third.1, "rate_limited", "{third:?}");
+}
