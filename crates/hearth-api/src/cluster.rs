@@ -144,20 +144,29 @@ pub(crate) async fn outgoing_body(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let mut rest = body.into_data_stream();
     if declared.is_some_and(|n| n > limit as u64) {
-        return Ok((OutgoingBody::streaming(rest), Default::default()));
+        return Ok((
+            OutgoingBody::streaming(body.into_data_stream()),
+            Default::default(),
+        ));
     }
-    let deadline = tokio::time::Instant::now() + s.config.body_timeout;
-    let mut held = bytes::BytesMut::new();
     let mut permit = crate::invoke::BodyHeld::default();
     let budget = crate::invoke::BodyBudget {
         node: &s.buffered,
         client,
     };
-    if let Some(n) = declared {
-        permit.prepay(budget, n as usize)?;
+    let mut body = body;
+    if let Some(n) = declared.map(|n| n as usize)
+        && let Err(refused) = permit.prepay(budget, n)
+    {
+        if n <= crate::invoke::DRAIN_BYTES {
+            crate::invoke::drain(&mut body, 0, crate::invoke::DRAIN_BYTES).await;
+        }
+        return Err(refused);
     }
+    let mut rest = body.into_data_stream();
+    let deadline = tokio::time::Instant::now() + s.config.body_timeout;
+    let mut held = bytes::BytesMut::new();
     loop {
         let next = tokio::time::timeout_at(deadline, rest.next()).await;
         let chunk = match next {

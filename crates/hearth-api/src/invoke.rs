@@ -199,11 +199,27 @@ async fn visible_function(
     )))
 }
 
-/// How much of an oversized body is read and thrown away before answering
-/// 413, so a client still sending gets the answer instead of a reset
-/// connection. Larger uploads are cut off at once.
-const DRAIN_BYTES: usize = 1 << 20;
+/// How much of a refused body (too large, or past its client's rate) is
+/// read and thrown away before answering, so a client still sending gets
+/// the answer instead of a reset connection. Larger uploads are cut off
+/// at once.
+pub(crate) const DRAIN_BYTES: usize = 1 << 20;
 const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Reads and throws away what is left of `body` while `seen` (counting
+/// from `seen`) stays within `up_to` bytes, for [`DRAIN_TIME`] at most.
+pub(crate) async fn drain(body: &mut Body, mut seen: usize, up_to: usize) {
+    use http_body_util::BodyExt;
+    let drain = async {
+        while seen <= up_to {
+            match body.frame().await {
+                Some(Ok(f)) => seen += f.data_ref().map_or(0, |d| d.len()),
+                _ => break,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+}
 
 /// Headers every invocation answers with (named once: a `&str` name is
 /// parsed again on each insert).
@@ -341,14 +357,19 @@ pub(crate) async fn read_body_within(
     if declared.is_some_and(|n| n > limit.saturating_add(DRAIN_BYTES)) {
         return Err(too_large());
     }
-    if let (Some(budget), Some(n)) = (budget, declared) {
-        held.prepay(budget, n.min(limit))?;
+    let mut body = body;
+    if let (Some(budget), Some(n)) = (budget, declared)
+        && let Err(refused) = held.prepay(budget, n.min(limit))
+    {
+        if n <= DRAIN_BYTES {
+            drain(&mut body, 0, DRAIN_BYTES).await;
+        }
+        return Err(refused);
     }
     let mut hold = |bytes: usize| match budget {
         Some(budget) => held.hold(budget, bytes),
         None => Ok(()),
     };
-    let mut body = body;
     let mut buf = bytes::BytesMut::new();
     let deadline = tokio::time::Instant::now() + timeout;
     let late = || {
@@ -367,16 +388,8 @@ pub(crate) async fn read_body_within(
             continue;
         };
         if buf.len() + data.len() > limit {
-            let mut seen = buf.len() + data.len();
-            let drain = async {
-                while seen <= limit.saturating_add(DRAIN_BYTES) {
-                    match body.frame().await {
-                        Some(Ok(f)) => seen += f.data_ref().map_or(0, |d| d.len()),
-                        _ => break,
-                    }
-                }
-            };
-            let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+            let seen = buf.len() + data.len();
+            drain(&mut body, seen, limit.saturating_add(DRAIN_BYTES)).await;
             return Err(too_large());
         }
         hold(data.len())?;
