@@ -155,12 +155,11 @@ pub(crate) async fn outgoing_body(
         node: &s.buffered,
         client,
     };
-    let mut body = body;
     if let Some(n) = declared.map(|n| n as usize)
         && let Err(refused) = permit.prepay(budget, n)
     {
         if n <= crate::invoke::DRAIN_BYTES {
-            crate::invoke::drain(&mut body, 0, crate::invoke::DRAIN_BYTES).await;
+            crate::invoke::drain(body.into_data_stream(), 0, crate::invoke::DRAIN_BYTES).await;
         }
         return Err(refused);
     }
@@ -188,7 +187,14 @@ pub(crate) async fn outgoing_body(
             let start = futures::stream::iter([Ok(held.freeze()), Ok(chunk)]);
             return Ok((OutgoingBody::streaming(start.chain(rest)), permit));
         }
-        permit.hold(budget, chunk.len())?;
+        if let Err(refused) = permit.hold(budget, chunk.len()) {
+            // What is still coming is read past, so the client sees the
+            // answer rather than a reset connection.
+            let seen = held.len() + chunk.len();
+            let up_to = seen.saturating_add(crate::invoke::DRAIN_BYTES);
+            crate::invoke::drain(rest, seen, up_to).await;
+            return Err(refused);
+        }
         held.extend_from_slice(&chunk);
     }
 }

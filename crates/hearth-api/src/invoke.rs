@@ -206,14 +206,20 @@ async fn visible_function(
 pub(crate) const DRAIN_BYTES: usize = 1 << 20;
 const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Reads and throws away what is left of `body` while `seen` (counting
-/// from `seen`) stays within `up_to` bytes, for [`DRAIN_TIME`] at most.
-pub(crate) async fn drain(body: &mut Body, mut seen: usize, up_to: usize) {
-    use http_body_util::BodyExt;
+/// Reads and throws away what is left of `body` while what was seen of
+/// it (counting from `seen`) stays within `up_to` bytes, for
+/// [`DRAIN_TIME`] at most.
+pub(crate) async fn drain<E>(
+    body: impl futures::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+    mut seen: usize,
+    up_to: usize,
+) {
+    use futures::StreamExt;
+    let mut body = body;
     let drain = async {
         while seen <= up_to {
-            match body.frame().await {
-                Some(Ok(f)) => seen += f.data_ref().map_or(0, |d| d.len()),
+            match body.next().await {
+                Some(Ok(chunk)) => seen += chunk.len(),
                 _ => break,
             }
         }
@@ -362,14 +368,10 @@ pub(crate) async fn read_body_within(
         && let Err(refused) = held.prepay(budget, n.min(limit))
     {
         if n <= DRAIN_BYTES {
-            drain(&mut body, 0, DRAIN_BYTES).await;
+            drain(body.into_data_stream(), 0, DRAIN_BYTES).await;
         }
         return Err(refused);
     }
-    let mut hold = |bytes: usize| match budget {
-        Some(budget) => held.hold(budget, bytes),
-        None => Ok(()),
-    };
     let mut buf = bytes::BytesMut::new();
     let deadline = tokio::time::Instant::now() + timeout;
     let late = || {
@@ -387,12 +389,29 @@ pub(crate) async fn read_body_within(
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        if buf.len() + data.len() > limit {
-            let seen = buf.len() + data.len();
-            drain(&mut body, seen, limit.saturating_add(DRAIN_BYTES)).await;
+        let seen = buf.len() + data.len();
+        if seen > limit {
+            drain(
+                body.into_data_stream(),
+                seen,
+                limit.saturating_add(DRAIN_BYTES),
+            )
+            .await;
             return Err(too_large());
         }
-        hold(data.len())?;
+        if let Some(budget) = budget
+            && let Err(refused) = held.hold(budget, data.len())
+        {
+            // Refused for the node's or the client's budget: what is
+            // still coming is read past, as for a body too large.
+            drain(
+                body.into_data_stream(),
+                seen,
+                seen.saturating_add(DRAIN_BYTES),
+            )
+            .await;
+            return Err(refused);
+        }
         buf.extend_from_slice(&data);
     }
     Ok((buf.freeze(), held))

@@ -137,6 +137,30 @@ async fn upload(
     (read, writer)
 }
 
+/// Waits (10 s at most) until `d` holds at least `bytes` of request
+/// bodies, by its `/metrics`.
+async fn until_held(d: &Daemon, bytes: usize) {
+    let held = |m: &str| -> usize {
+        let line = m
+            .lines()
+            .find(|l| l.starts_with("hearth_buffered_body_bytes "));
+        line.and_then(|l| l.split(' ').nth(1)?.parse().ok())
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = d.get_text("/metrics").await;
+        if held(&m) >= bytes {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the held body is not in /metrics: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The start of the answer on `read`, which must come within 10 s.
 async fn first_answer(read: &mut tokio::net::tcp::OwnedReadHalf) -> String {
     use tokio::io::AsyncReadExt;
@@ -187,27 +211,18 @@ async fn bodies_held_for_unfinished_or_unread_calls_are_bounded_in_sum_and_time(
     // still holds its part.
     let (first, writing) = upload(&d, "127.0.0.1", "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
     let first = (first, writing.await.unwrap());
-    let held = |m: &str| -> u64 {
-        let line = m
-            .lines()
-            .find(|l| l.starts_with("hearth_buffered_body_bytes "));
-        line.and_then(|l| l.split(' ').nth(1)?.parse().ok())
-            .unwrap_or(0)
-    };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let m = d.get_text("/metrics").await;
-        if held(&m) >= 4 * mib as u64 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the held body is not in /metrics: {m}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let (mut second, second_writer) =
-        upload(&d, "127.0.0.2", "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
+    until_held(&d, 5 * mib).await;
+    // It sends 3.5 MiB and waits: refused at about 3, the rest is read
+    // past before the answer, so no reset can overtake it.
+    let (mut second, second_writer) = upload(
+        &d,
+        "127.0.0.2",
+        "/fn/admin/echo",
+        6 * mib,
+        7 * mib / 2,
+        None,
+    )
+    .await;
     let answer = first_answer(&mut second).await;
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("--max-buffered-mib"), "{answer}");
@@ -506,8 +521,18 @@ async fn a_gateway_bounds_the_bodies_it_holds_in_sum() {
     let mib = 1 << 20;
     let (first, writing) = upload(&gw, "127.0.0.1", "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
     let first = (first, writing.await.unwrap());
-    let (mut second, second_writer) =
-        upload(&gw, "127.0.0.2", "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
+    until_held(&gw, 5 * mib).await;
+    // It sends 3.5 MiB and waits: refused at about 3, the rest is read
+    // past before the answer, so no reset can overtake it.
+    let (mut second, second_writer) = upload(
+        &gw,
+        "127.0.0.2",
+        "/fn/admin/echo",
+        6 * mib,
+        7 * mib / 2,
+        None,
+    )
+    .await;
     let answer = first_answer(&mut second).await;
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("--max-buffered-mib"), "{answer}");
@@ -581,9 +606,21 @@ async fn one_client_address_holds_at_most_its_share_of_the_body_budget() {
     let mib = 1 << 20;
     let (first, writing) = upload(&d, "127.0.0.1", "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
     let first = (first, writing.await.unwrap());
-    // The same address's second unfinished body passes its share: 429.
-    let (mut second, second_writer) =
-        upload(&d, "127.0.0.1", "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
+    // Held whole before the second starts, so the second is the one
+    // that passes the share.
+    until_held(&d, 5 * mib).await;
+    // The same address's second unfinished body passes its share: 429
+    // (3.5 MiB sent: the rest is read past before the answer, so no
+    // reset overtakes it).
+    let (mut second, second_writer) = upload(
+        &d,
+        "127.0.0.1",
+        "/fn/admin/echo",
+        6 * mib,
+        7 * mib / 2,
+        None,
+    )
+    .await;
     let answer = first_answer(&mut second).await;
     assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
     assert!(answer.contains("client address"), "{answer}");
