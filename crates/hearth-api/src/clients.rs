@@ -28,22 +28,17 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};
-use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::http::HeaderMap;
 use governor::clock::{Clock, DefaultClock};
-use governor::middleware::NoOpMiddleware;
-use governor::{Quota, RateLimiter, state::keyed::HashMapStateStore};
+use hearth_host::rates::Buckets;
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
 use crate::ApiError;
-
-/// Clients whose buckets are kept before full ones are forgotten.
-const PRUNE_AT: usize = 4096;
 
 /// What one client may hold and send (see the module's docs).
 #[derive(Debug, Clone)]
@@ -99,6 +94,7 @@ struct Held {
 }
 
 /// What a new connection is.
+#[derive(Clone)]
 pub enum Connection {
     /// A client's own: its requests are that client's.
     Client(ClientShare),
@@ -240,7 +236,8 @@ impl ClientShare {
     }
 
     /// The client (an IPv6 address by its /64).
-    pub fn key(&self) -> IpAddr {
+    #[cfg(test)]
+    fn key(&self) -> IpAddr {
         self.0.key
     }
 
@@ -257,7 +254,7 @@ impl ClientShare {
                 format!(
                     "this client has sent request bodies faster than one client may \
                      ({} KiB/s, --client-body-mib-per-sec); try again in {} ms",
-                    rates.per_second_kib,
+                    rates.per_second_kib(),
                     wait.as_millis()
                 ),
                 wait,
@@ -268,7 +265,7 @@ impl ClientShare {
 
 /// The key a client is counted by: an IPv4 address (also written as
 /// IPv4-mapped IPv6), or an IPv6 address's /64.
-pub fn key_of(ip: IpAddr) -> IpAddr {
+fn key_of(ip: IpAddr) -> IpAddr {
     match ip.to_canonical() {
         IpAddr::V6(v6) => {
             let bits = u128::from(v6) & !((1u128 << 64) - 1);
@@ -304,51 +301,32 @@ fn forwarded_client(peer: IpAddr, headers: &HeaderMap, trusted: impl Fn(IpAddr) 
     client
 }
 
-/// A body bucket per client, in KiB (GCRA from `governor`).
+/// A body bucket per client, in KiB ([`hearth_host::rates`]).
 struct BodyRates<C: Clock = DefaultClock> {
-    limiter: RateLimiter<IpAddr, HashMapStateStore<IpAddr>, C, NoOpMiddleware<C::Instant>>,
-    clock: C,
-    per_second_kib: u32,
-    /// Buckets held when full ones are next forgotten: twice what a
-    /// pruning left, so a node with more busy clients than [`PRUNE_AT`]
-    /// does not scan them all at every body.
-    prune_at: AtomicUsize,
+    buckets: Buckets<IpAddr, C>,
 }
 
 impl<C: Clock + Clone> BodyRates<C> {
     fn new(per_second: u64, burst: u64, clock: C) -> BodyRates<C> {
-        let kib = |n: u64| {
-            NonZeroU32::new(n.div_ceil(1024).clamp(1, u32::MAX as u64) as u32).expect("at least 1")
-        };
-        let rate = kib(per_second);
-        let quota = Quota::per_second(rate).allow_burst(kib(burst.max(per_second)));
+        let kib = |n: u64| n.div_ceil(1024);
         BodyRates {
-            limiter: RateLimiter::new(quota, HashMapStateStore::default(), clock.clone()),
-            clock,
-            per_second_kib: rate.get(),
-            prune_at: AtomicUsize::new(PRUNE_AT),
+            buckets: Buckets::with_clock(kib(per_second), kib(burst), clock),
         }
+    }
+
+    fn per_second_kib(&self) -> u32 {
+        self.buckets.per_second()
     }
 
     /// Takes `bytes` (rounded up to KiB) from `client`'s bucket, or says
     /// how long until it holds them.
     fn take(&self, client: IpAddr, bytes: usize) -> Result<(), Duration> {
-        let Some(n) = NonZeroU32::new(bytes.div_ceil(1024).min(u32::MAX as usize) as u32) else {
-            return Ok(());
-        };
-        if self.limiter.len() >= self.prune_at.load(Ordering::Relaxed) {
-            self.limiter.retain_recent();
-            let left = self.limiter.len();
-            self.prune_at
-                .store((left * 2).max(PRUNE_AT), Ordering::Relaxed);
-        }
-        match self.limiter.check_key_n(&client, n) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(not_until)) => Err(not_until.wait_time_from(self.clock.now())),
-            // More than the burst at once: not a body the node takes
-            // (larger ones are refused as too large first).
-            Err(_) => Err(Duration::from_secs(1)),
-        }
+        let kib = bytes.div_ceil(1024).min(u32::MAX as usize) as u32;
+        // More than a bucket holds is not a body the node takes (larger
+        // ones are refused as too large first): a second, to say something.
+        self.buckets
+            .take(&client, kib)
+            .map_err(|wait| wait.unwrap_or(Duration::from_secs(1)))
     }
 }
 

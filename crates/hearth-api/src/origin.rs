@@ -112,7 +112,7 @@ pub struct App {
     pub(crate) router: axum::Router,
     pub(crate) domain: Arc<str>,
     /// The connection this copy serves ([`App::for_connection`]).
-    pub(crate) connection: Option<Arc<crate::Connection>>,
+    pub(crate) connection: Option<crate::Connection>,
 }
 
 impl App {
@@ -121,7 +121,7 @@ impl App {
     /// well as the node's, and pay for it from the client's body rate.
     pub fn for_connection(&self, connection: crate::Connection) -> App {
         App {
-            connection: Some(Arc::new(connection)),
+            connection: Some(connection),
             ..self.clone()
         }
     }

@@ -26,6 +26,7 @@ mod http;
 pub mod log_rate;
 pub mod outbound;
 pub mod priority;
+pub mod rates;
 mod replay;
 mod stream;
 mod tape;

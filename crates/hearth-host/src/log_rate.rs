@@ -7,38 +7,25 @@
 //! function logging a megabyte a call kept the node's two cores busy
 //! with tapes and SQLite writes, and another tenant's p99 went to 8–11×
 //! its idle figure. Past its rate (a token bucket per tenant, GCRA from
-//! `governor`) a tenant's lines are dropped before they are copied
+//! `governor`, [`crate::rates`]) a tenant's lines are dropped before they are copied
 //! anywhere, and the invocation's log says how much was dropped.
 
-use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use governor::clock::{Clock, DefaultClock};
-use governor::middleware::NoOpMiddleware;
-use governor::{Quota, RateLimiter, state::keyed::HashMapStateStore};
 
-/// Tenants whose buckets are kept before full ones are forgotten.
-const PRUNE_AT: usize = 4096;
-
-/// A bucket per tenant, by name.
-type Buckets<C> =
-    RateLimiter<Box<str>, HashMapStateStore<Box<str>>, C, NoOpMiddleware<<C as Clock>::Instant>>;
+use crate::rates::Buckets;
 
 /// Each tenant's log bucket, and what the node dropped.
 pub struct LogRates<C: Clock = DefaultClock> {
-    limiter: Buckets<C>,
-    per_second: u32,
+    buckets: Buckets<Box<str>, C>,
     dropped_bytes: AtomicU64,
-    /// Buckets held when full ones are next forgotten: twice what a
-    /// pruning left, so a node with more busy tenants than
-    /// [`PRUNE_AT`] does not scan them all at every line.
-    prune_at: AtomicUsize,
 }
 
-impl<C: Clock> std::fmt::Debug for LogRates<C> {
+impl<C: Clock + Clone> std::fmt::Debug for LogRates<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LogRates")
-            .field("per_second", &self.per_second)
+            .field("per_second", &self.per_second())
             .field("dropped_bytes", &self.dropped_bytes())
             .finish()
     }
@@ -52,40 +39,25 @@ impl LogRates {
     }
 }
 
-impl<C: Clock> LogRates<C> {
+impl<C: Clock + Clone> LogRates<C> {
     fn with_clock(per_second: u64, burst: u64, clock: C) -> LogRates<C> {
-        let clamp =
-            |n: u64| NonZeroU32::new(n.clamp(1, u32::MAX as u64) as u32).expect("at least 1");
-        let rate = clamp(per_second);
-        let burst = clamp(burst.max(per_second));
-        let quota = Quota::per_second(rate).allow_burst(burst);
         LogRates {
-            limiter: RateLimiter::new(quota, HashMapStateStore::default(), clock),
-            per_second: rate.get(),
+            buckets: Buckets::with_clock(per_second, burst, clock),
             dropped_bytes: AtomicU64::new(0),
-            prune_at: AtomicUsize::new(PRUNE_AT),
         }
     }
 
     /// Bytes a second one tenant may log.
     pub fn per_second(&self) -> u32 {
-        self.per_second
+        self.buckets.per_second()
     }
 
     /// Takes `bytes` from `tenant`'s bucket: false (and counted as
     /// dropped) when the bucket holds fewer.
     pub fn take(&self, tenant: &str, bytes: usize) -> bool {
-        let Some(n) = NonZeroU32::new(bytes.min(u32::MAX as usize) as u32) else {
-            return true;
-        };
-        if self.limiter.len() >= self.prune_at.load(Ordering::Relaxed) {
-            self.limiter.retain_recent();
-            let left = self.limiter.len();
-            self.prune_at
-                .store((left * 2).max(PRUNE_AT), Ordering::Relaxed);
-        }
+        let n = bytes.min(u32::MAX as usize) as u32;
         // The store looks keys up by their own type (one allocation a line).
-        let allowed = matches!(self.limiter.check_key_n(&Box::from(tenant), n), Ok(Ok(())));
+        let allowed = n == 0 || self.buckets.take(&Box::from(tenant), n).is_ok();
         if !allowed {
             self.dropped_bytes
                 .fetch_add(bytes as u64, Ordering::Relaxed);
@@ -124,21 +96,6 @@ mod tests {
         assert!(!rates.take("a", 50_000), "0.4 s at 100 kB/s refills 40 kB");
         clock.advance(std::time::Duration::from_millis(200));
         assert!(rates.take("a", 50_000), "0.6 s refills 60 kB");
-    }
-
-    #[test]
-    fn full_buckets_are_forgotten_and_busy_ones_kept() {
-        let clock = governor::clock::FakeRelativeClock::default();
-        let rates = LogRates::with_clock(1000, 1000, clock.clone());
-        for t in 0..PRUNE_AT {
-            assert!(rates.take(&format!("idle{t}"), 10));
-        }
-        // A second on, the idle buckets are full again: busy's first line
-        // finds 4096 buckets and forgets them, then spends its own.
-        clock.advance(std::time::Duration::from_secs(1));
-        assert!(rates.take("busy", 1000));
-        assert_eq!(rates.limiter.len(), 1);
-        assert!(!rates.take("busy", 1000), "busy's bucket is kept, empty");
     }
 
     #[test]
