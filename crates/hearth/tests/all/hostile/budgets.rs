@@ -137,6 +137,34 @@ async fn upload(
     (read, writer)
 }
 
+/// From `first_from`, 5 MiB of a 6 MiB body to `d`'s echo, held whole
+/// before a second from `second_from` starts, so the second is the one
+/// that passes a budget. The second sends 3.5 MiB and waits: refused at
+/// about 3, the rest is read past before the answer, so no reset
+/// overtakes it. The first's connection (kept open while held) and the
+/// start of the second's answer.
+async fn a_second_body_past_a_budget(
+    d: &Daemon,
+    first_from: &str,
+    second_from: &str,
+) -> (
+    (
+        tokio::net::tcp::OwnedReadHalf,
+        tokio::net::tcp::OwnedWriteHalf,
+    ),
+    String,
+) {
+    let mib = 1 << 20;
+    let (first, writing) = upload(d, first_from, "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
+    let first = (first, writing.await.unwrap());
+    until_held(d, 5 * mib).await;
+    let (mut second, second_writer) =
+        upload(d, second_from, "/fn/admin/echo", 6 * mib, 7 * mib / 2, None).await;
+    let answer = first_answer(&mut second).await;
+    second_writer.abort();
+    (first, answer)
+}
+
 /// Waits (10 s at most) until `d` holds at least `bytes` of request
 /// bodies, by its `/metrics`.
 async fn until_held(d: &Daemon, bytes: usize) {
@@ -209,25 +237,10 @@ async fn bodies_held_for_unfinished_or_unread_calls_are_bounded_in_sum_and_time(
     // One caller holds 5 MiB of an unfinished body; a second, from
     // another address, passes the node's 8 and is refused while the first
     // still holds its part.
-    let (first, writing) = upload(&d, "127.0.0.1", "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
-    let first = (first, writing.await.unwrap());
-    until_held(&d, 5 * mib).await;
-    // It sends 3.5 MiB and waits: refused at about 3, the rest is read
-    // past before the answer, so no reset can overtake it.
-    let (mut second, second_writer) = upload(
-        &d,
-        "127.0.0.2",
-        "/fn/admin/echo",
-        6 * mib,
-        7 * mib / 2,
-        None,
-    )
-    .await;
-    let answer = first_answer(&mut second).await;
+    let (first, answer) = a_second_body_past_a_budget(&d, "127.0.0.1", "127.0.0.2").await;
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("--max-buffered-mib"), "{answer}");
-    second_writer.abort();
-    drop((first, second));
+    drop(first);
     // Gone, they hold nothing: a whole call of 5 MiB goes through.
     until_a_whole_call_passes(&d, 5 * mib).await;
 
@@ -519,25 +532,10 @@ async fn a_gateway_bounds_the_bodies_it_holds_in_sum() {
     let _node = crate::cluster::node(&gw, &store, &[]);
     crate::cluster::members_until(&gw, "the node joins", |m| crate::cluster::alive(m) == 1).await;
     let mib = 1 << 20;
-    let (first, writing) = upload(&gw, "127.0.0.1", "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
-    let first = (first, writing.await.unwrap());
-    until_held(&gw, 5 * mib).await;
-    // It sends 3.5 MiB and waits: refused at about 3, the rest is read
-    // past before the answer, so no reset can overtake it.
-    let (mut second, second_writer) = upload(
-        &gw,
-        "127.0.0.2",
-        "/fn/admin/echo",
-        6 * mib,
-        7 * mib / 2,
-        None,
-    )
-    .await;
-    let answer = first_answer(&mut second).await;
+    let (first, answer) = a_second_body_past_a_budget(&gw, "127.0.0.1", "127.0.0.2").await;
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("--max-buffered-mib"), "{answer}");
-    second_writer.abort();
-    drop((first, second));
+    drop(first);
     // Gone, they hold nothing: a whole call of 5 MiB goes through.
     until_a_whole_call_passes(&gw, 5 * mib).await;
 }
@@ -604,27 +602,10 @@ async fn one_client_address_holds_at_most_its_share_of_the_body_budget() {
     // 32 MiB for the node: 8 MiB for each address.
     let d = Daemon::start_with(&["--max-buffered-mib", "32"]);
     let mib = 1 << 20;
-    let (first, writing) = upload(&d, "127.0.0.1", "/fn/admin/echo", 6 * mib, 5 * mib, None).await;
-    let first = (first, writing.await.unwrap());
-    // Held whole before the second starts, so the second is the one
-    // that passes the share.
-    until_held(&d, 5 * mib).await;
-    // The same address's second unfinished body passes its share: 429
-    // (3.5 MiB sent: the rest is read past before the answer, so no
-    // reset overtakes it).
-    let (mut second, second_writer) = upload(
-        &d,
-        "127.0.0.1",
-        "/fn/admin/echo",
-        6 * mib,
-        7 * mib / 2,
-        None,
-    )
-    .await;
-    let answer = first_answer(&mut second).await;
+    // The same address's second unfinished body passes its share: 429.
+    let (first, answer) = a_second_body_past_a_budget(&d, "127.0.0.1", "127.0.0.1").await;
     assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
     assert!(answer.contains("client address"), "{answer}");
-    second_writer.abort();
     // Another address still gets through with a body as large.
     let other = reqwest::Client::builder()
         .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
