@@ -7,9 +7,16 @@
 //! a thread back needs `CAP_SYS_NICE` (or an `RLIMIT_NICE` that allows
 //! it): without it, lowering is one way, so callers ask
 //! [`lowering_works`] first and lower nothing when it does not.
+//!
+//! A thread giving way is also [marked](mark_giving_way), whether or not
+//! its nice value could change: a wasm sandbox polled on it yields at
+//! every fine epoch tick (half a millisecond) instead of every time
+//! slice, so that work queued behind it on the same executor worker
+//! waits less.
 
 use std::cell::Cell;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// How much lower a thread running work that gives way is than the others.
 pub const LOWER_BY: libc::c_int = 10;
@@ -89,13 +96,45 @@ thread_local! {
     /// The calling thread's nice value when it was first put at a level
     /// by [`give_way`], and whether it is lowered now.
     static LEVEL: Cell<Option<(libc::c_int, bool)>> = const { Cell::new(None) };
+    /// The calling thread runs work that gives way now.
+    static GIVES_WAY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Threads of this process running work that gives way now.
+static GIVING_WAY: AtomicUsize = AtomicUsize::new(0);
+
+/// Marks the calling thread as running work that gives way, or as no
+/// longer running it, whether or not its nice value can change. Wasm
+/// sandboxes polled on a marked thread yield at every epoch tick, and
+/// the ticker ticks finer while any thread is marked.
+pub fn mark_giving_way(gives: bool) {
+    GIVES_WAY.with(|marked| {
+        if marked.replace(gives) != gives {
+            if gives {
+                GIVING_WAY.fetch_add(1, Ordering::Relaxed);
+            } else {
+                GIVING_WAY.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    });
+}
+
+/// Whether the calling thread runs work that gives way now.
+pub fn gives_way() -> bool {
+    GIVES_WAY.with(Cell::get)
+}
+
+/// Whether any thread of this process runs work that gives way now.
+pub fn any_gives_way() -> bool {
+    GIVING_WAY.load(Ordering::Relaxed) > 0
 }
 
 /// Puts the calling thread [`LOWER_BY`] below the nice value it had at
 /// its first call here (`lower`), or back at that value; a system call
 /// only when the level changes. Nothing happens where lowering does not
-/// [work](lowering_works).
+/// [work](lowering_works); the thread is [marked](mark_giving_way) either way.
 pub fn give_way(lower: bool) {
+    mark_giving_way(lower);
     if !lowering_works() {
         return;
     }
@@ -138,6 +177,26 @@ mod tests {
             assert_eq!(nice_now(), base + 1, "no call while the level is the same");
             give_way(false);
             assert_eq!(nice_now(), base);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_thread_giving_way_is_marked_once_and_counted_until_it_stops() {
+        std::thread::spawn(|| {
+            assert!(!gives_way());
+            give_way(true);
+            give_way(true);
+            assert!(gives_way());
+            assert!(any_gives_way());
+            give_way(false);
+            assert!(!gives_way());
+            // Unmarked once however often: unmarking an unmarked thread
+            // would otherwise wrap the count to "some thread gives way".
+            give_way(false);
+            mark_giving_way(false);
+            assert!(GIVING_WAY.load(Ordering::Relaxed) < usize::MAX / 2);
         })
         .join()
         .unwrap();

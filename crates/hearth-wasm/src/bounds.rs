@@ -82,20 +82,31 @@ impl ResourceLimiter for MemoryLimiter {
     }
 }
 
-/// A store whose memory is capped by its [`Bounds`] and which yields at
-/// every epoch tick (the time slice) until the deadline, then traps.
+/// A store whose memory is capped by its [`Bounds`] and which yields
+/// once a time slice has passed, checked at every epoch tick, until the
+/// deadline, then traps. Polled on a thread that
+/// [gives way](hearth_host::priority::gives_way) (a long run's), it
+/// yields at every tick, which the ticker then makes half a millisecond.
 pub(crate) fn new_store<T: Bounded>(engine: &WasmEngine, state: T) -> Store<T> {
     let mut store = Store::new(engine.wasmtime(), state);
     store.limiter(|s| &mut s.bounds().limiter);
     store.set_epoch_deadline(1);
-    store.epoch_deadline_callback(|mut ctx| {
+    let slice = engine.time_slice();
+    // The first tick ends the first slice, as when every tick did.
+    let mut slice_ends = Instant::now();
+    store.epoch_deadline_callback(move |mut ctx| {
         let bounds = ctx.data_mut().bounds();
+        let now = Instant::now();
         match bounds.deadline {
-            Some(deadline) if Instant::now() >= deadline => {
+            Some(deadline) if now >= deadline => {
                 bounds.timed_out = true;
                 Ok(UpdateDeadline::Interrupt)
             }
-            _ => Ok(UpdateDeadline::Yield(1)),
+            _ if now >= slice_ends || hearth_host::priority::gives_way() => {
+                slice_ends = now + slice;
+                Ok(UpdateDeadline::Yield(1))
+            }
+            _ => Ok(UpdateDeadline::Continue(1)),
         }
     });
     store

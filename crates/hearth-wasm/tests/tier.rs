@@ -176,6 +176,45 @@ async fn a_spinning_guest_is_stopped_at_its_deadline() {
     );
 }
 
+/// How often a spinning guest yields before its 300 ms deadline, polled
+/// on a thread that gives way (a long run's) or not.
+async fn yields_before_the_deadline(f: &Fixture, giving_way: bool) -> u32 {
+    let mut s = spec();
+    s.limits.timeout_ms = 300;
+    let (v, p) = f.deploy("spin.wat", s).await;
+    let mut sandbox = p.instantiate().await.unwrap();
+    let req = Request::default();
+    let mut run = std::pin::pin!(sandbox.invoke(&req, f.host(&v)));
+    let mut yields = 0;
+    let ran = std::future::poll_fn(|cx| {
+        hearth_host::priority::mark_giving_way(giving_way);
+        let polled = run.as_mut().poll(cx);
+        hearth_host::priority::mark_giving_way(false);
+        yields += u32::from(polled.is_pending());
+        polled
+    })
+    .await;
+    assert_eq!(ran.unwrap_err(), InvokeError::Timeout { limit_ms: 300 });
+    yields
+}
+
+#[tokio::test]
+async fn a_sandbox_yields_every_slice_and_every_fine_tick_once_it_gives_way() {
+    let f = fixture(true);
+    // A 5 ms slice: about 60 yields in 300 ms; giving way, a yield at
+    // every half-millisecond tick, up to 600.
+    let slices = yields_before_the_deadline(&f, false).await;
+    let fine = yields_before_the_deadline(&f, true).await;
+    assert!(
+        (20..=90).contains(&slices),
+        "{slices} yields at 5 ms slices"
+    );
+    assert!(
+        fine >= 3 * slices,
+        "{fine} yields giving way against {slices} not"
+    );
+}
+
 #[tokio::test]
 async fn memory_past_the_limit_is_refused_and_reported() {
     let f = fixture(true);
