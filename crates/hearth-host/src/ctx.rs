@@ -81,7 +81,15 @@ pub struct HostServices {
     pub outbound: Arc<crate::outbound::Outbound>,
     /// How fast each tenant may log.
     pub log_rates: crate::log_rate::LogRates,
+    /// Whether what would grow the node's storage may: set by the node
+    /// that watches its disk, `Err` with what to do while it is full. A
+    /// function's KV writes ask it first.
+    pub growth: std::sync::OnceLock<Growth>,
 }
+
+/// [`HostServices::growth`]: `Err` (the cause and the fix) while the
+/// node's disk is full.
+pub type Growth = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 impl HostServices {
     pub fn new(store: Arc<dyn Store>, limits: HostLimits) -> Self {
@@ -112,6 +120,15 @@ impl HostServices {
             limits,
             outbound,
             log_rates,
+            growth: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// `Err` while the node's disk is full (see [`HostServices::growth`]).
+    fn admit_growth(&self) -> Result<(), HostError> {
+        match self.growth.get() {
+            Some(growth) => growth().map_err(HostError::Storage),
+            None => Ok(()),
         }
     }
 }
@@ -734,6 +751,7 @@ impl HostCtx {
             return answer;
         }
         self.check_tape_room()?;
+        self.0.services.admit_growth()?;
         let (k, v) = (key.clone(), value.clone());
         let max = self.0.services.limits.kv_max_tenant_bytes;
         let began = Instant::now();
@@ -800,6 +818,7 @@ impl HostCtx {
             return answer?;
         }
         self.check_tape_room()?;
+        self.0.services.admit_growth()?;
         let k = key.clone();
         let max = self.0.services.limits.kv_max_tenant_bytes;
         let began = Instant::now();

@@ -279,6 +279,9 @@ impl Node {
         let disk = config.disk.clone().map(crate::disk::Disk::open);
         if let Some(d) = &disk {
             d.spawn_watcher();
+            // Functions' KV writes grow the store as the API's do.
+            let watched = d.clone();
+            let _ = host.growth.set(Box::new(move || watched.admit_growth()));
         }
         let metrics = Metrics::new(config.per_function_metrics);
         if let Some(d) = &disk {

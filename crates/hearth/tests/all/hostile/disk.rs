@@ -82,6 +82,17 @@ async fn a_full_disk_is_shown_refuses_growth_and_still_lets_the_operator_delete(
     let hello = crate::harness::example("hello.wat");
     d.deploy("hello", hello.clone(), &[]).await;
     d.deploy("doomed", hello.clone(), &[]).await;
+    // A function that writes to its KV, and says what a refusal said.
+    let writer = b"export default { async fetch() { try { await hearth.kv.set('k', 'v'); \
+        return new Response('wrote'); } catch (e) { return new Response(String(e), \
+        { status: 507 }); } } };\n";
+    d.deploy(
+        "writer",
+        writer.to_vec(),
+        &[("runtime", "js"), ("file_name", "index.mjs")],
+    )
+    .await;
+    assert_eq!(d.call("writer", "", "").await, (200, "wrote".into()));
     let disk = disk_of(&d).await;
     assert_eq!(disk["full"], false, "{disk}");
     assert_eq!(disk["reserve_held"], true, "{disk}");
@@ -126,8 +137,14 @@ async fn a_full_disk_is_shown_refuses_growth_and_still_lets_the_operator_delete(
         .await
         .unwrap();
     assert_eq!(error_of(resp).await.0, 507);
-    // Invocations still run.
+    // Invocations still run, but their KV writes are refused too.
     assert_eq!(d.call("hello", "", "").await.0, 200);
+    let (status, why) = d.call("writer", "", "").await;
+    assert_eq!(status, 507, "{why}");
+    assert!(
+        why.contains("disk is full") && why.contains("--min-free-disk-mib"),
+        "{why}"
+    );
 
     // And the operator can delete: the reserve gives the delete its room.
     let resp = d.delete("/v1/functions/doomed").send().await.unwrap();
@@ -144,6 +161,7 @@ async fn a_full_disk_is_shown_refuses_growth_and_still_lets_the_operator_delete(
     assert_eq!(disk["reserve_held"], true, "{disk}");
     assert!(data.join("disk-reserve").exists());
     d.deploy("more", hello, &[]).await;
+    assert_eq!(d.call("writer", "", "").await, (200, "wrote".into()));
     assert_eq!(d.get("/readyz").send().await.unwrap().status(), 200);
     drop(d);
 }
