@@ -18,7 +18,7 @@
 //! - yields after half a millisecond instead of a time slice (5 ms by
 //!   default): a request woken onto the same worker waits behind at most
 //!   that. Under spinning calls this took another tenant's p99 from
-//!   3.2–4.5× its idle figure to 1.9–2.6×.
+//!   3.9–6.5× its idle figure to 1.7–2.5× (`bench/RESULTS.md` §10).
 //!
 //! An invocation of a tenant over its CPU share ([`hearth_host::cpu`])
 //! gives way the same way from its first poll, long or not; every poll's
