@@ -104,6 +104,27 @@ pub(crate) fn error_response(
     resp
 }
 
+/// The answer to a request whose handler panicked (a bug in the daemon):
+/// a 500 whose `invocation_id` names the panic in the daemon's log, where
+/// a dropped connection would have said nothing. The panic's own message
+/// stays in the log: it may name the host's paths.
+pub(crate) fn panicked(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let id = hearth_core::InvocationId::new().to_string();
+    let what = match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(message), _) => message,
+        (None, Some(message)) => message.as_str(),
+        (None, None) => "a panic without a message",
+    };
+    tracing::error!(invocation_id = %id, panic = %what, "a request's handler panicked; answered 500");
+    error_response(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "the daemon failed while answering this request (a bug, logged with this invocation id); \
+         the daemon is still up, so the request may be tried again",
+        Some(&id),
+    )
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, kind, message) = self.parts();

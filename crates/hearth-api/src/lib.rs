@@ -163,10 +163,19 @@ pub fn routers_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> (Ap
         attempt_key,
         membership,
     });
+    let panics = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen = panics.clone();
+    state.node.metrics().read_at_scrape(
+        "request_panics",
+        "Requests whose handler panicked (a bug; each answered 500 and logged)",
+        move || seen.load(std::sync::atomic::Ordering::Relaxed) as i64,
+    );
+    let boundary = panic_boundary(panics);
     let probes = Router::new()
         .route("/healthz", get(manage::healthz))
         .route("/readyz", get(manage::readyz))
-        .with_state(state.clone());
+        .with_state(state.clone())
+        .layer(boundary.clone());
     let (documented, _) = api().split_for_parts();
     let app = documented
         // Registered by hand: a wildcard (`{*key}`: keys may hold `/`) and
@@ -184,7 +193,8 @@ pub fn routers_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> (Ap
         .route("/fn/{tenant}/{name}/", any(invoke::invoke_root))
         .route("/fn/{tenant}/{name}/{*path}", any(invoke::invoke_path))
         .fallback(|| async { ApiError::NotFound("no such route; see /v1/openapi.json".into()) })
-        .with_state(state.clone());
+        .with_state(state.clone())
+        .layer(boundary.clone());
     // Around the router, not inside it: the edge rewrites a tenant
     // origin's paths before they are routed.
     let app = App {
@@ -193,6 +203,20 @@ pub fn routers_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> (Ap
         connection: None,
     };
     (app, probes)
+}
+
+/// Around every route: a handler that panics answers
+/// [500](error::panicked) and is counted in `panics`; the connection and
+/// the daemon go on.
+fn panic_boundary(
+    panics: Arc<std::sync::atomic::AtomicU64>,
+) -> tower_http::catch_panic::CatchPanicLayer<
+    impl Fn(Box<dyn std::any::Any + Send>) -> axum::response::Response + Clone + Send + Sync,
+> {
+    tower_http::catch_panic::CatchPanicLayer::custom(move |panic| {
+        panics.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        error::panicked(panic)
+    })
 }
 
 /// The routes whose `#[utoipa::path]` describes them, and the document
@@ -227,4 +251,52 @@ fn api() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(recordings::replay_file))
         .routes(routes!(cluster::members))
         .routes(routes!(report::chart))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_handler_that_panics_answers_500_with_an_id_and_the_router_goes_on() {
+        async fn boom() -> &'static str {
+            panic!("failed reading /srv/hearth/secret")
+        }
+        let panics = Arc::new(AtomicU64::new(0));
+        let app = Router::new()
+            .route("/boom", get(boom))
+            .route("/fine", get(|| async { "fine" }))
+            .layer(panic_boundary(panics.clone()));
+        let call = |path: &'static str| {
+            app.clone()
+                .oneshot(Request::get(path).body(Body::empty()).unwrap())
+        };
+        let resp = call("/boom").await.unwrap();
+        assert_eq!(resp.status(), 500);
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"]["kind"], "internal", "{body}");
+        assert!(
+            body["invocation_id"]
+                .as_str()
+                .is_some_and(|id| id.len() == 32),
+            "{body}"
+        );
+        assert!(
+            !body.to_string().contains("/srv/hearth"),
+            "the panic's message stays in the log: {body}"
+        );
+        assert_eq!(panics.load(Ordering::Relaxed), 1);
+        let resp = call("/fine").await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(panics.load(Ordering::Relaxed), 1);
+    }
 }
