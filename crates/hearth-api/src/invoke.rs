@@ -37,9 +37,12 @@ impl utoipa::IntoResponses for Answers {
             ResponseBuilder::new().description("The function's response"),
         );
         for (status, why) in [
-            (401, "No token, and the function is not public"),
-            (403, "Another tenant's token"),
-            (404, "No such function or version"),
+            (
+                404,
+                "No such function or version, or one that is not public and \
+                 the caller is not its tenant: the same answer, so that it \
+                 does not tell which",
+            ),
             (413, "The request body is too large"),
             (
                 429,

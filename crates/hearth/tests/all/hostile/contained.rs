@@ -30,9 +30,17 @@ async fn invalid_and_non_wasi_modules_are_refused_with_the_reason() {
     let (status, _, msg) = error_of(d.deploy_raw("bad", lib.to_vec(), &[]).await).await;
     assert_eq!(status, 400);
     assert!(msg.contains("env") && msg.contains("puts"), "{msg}");
+    // A name the route takes but the rule refuses is a 400 naming the
+    // rule; one with a `/` is another route, which does not exist.
+    let (status, _, msg) = error_of(d.deploy_raw("BadName", example("hello.wat"), &[]).await).await;
+    assert_eq!(status, 400, "{msg}");
+    assert!(
+        msg.contains("\"BadName\"") && msg.contains("a-z, 0-9"),
+        "{msg}"
+    );
     let (status, _, msg) =
         error_of(d.deploy_raw("Bad/Name", example("hello.wat"), &[]).await).await;
-    assert!(status == 400 || status == 404, "{status} {msg}");
+    assert_eq!(status, 404, "{msg}");
     let (status, _, msg) = error_of(
         d.deploy_raw("big", example("hello.wat"), &[("memory_mib", "100000")])
             .await,
