@@ -8,11 +8,13 @@
 //! it): without it, lowering is one way, so callers ask
 //! [`lowering_works`] first and lower nothing when it does not.
 //!
-//! A thread giving way is also [marked](mark_giving_way), whether or not
-//! its nice value could change: a wasm sandbox polled on it yields at
-//! every fine epoch tick (half a millisecond) instead of every time
-//! slice, so that work queued behind it on the same executor worker
-//! waits less.
+//! An executor thread running a long slice is also
+//! [marked](mark_giving_way), whether or not its nice value could change:
+//! a wasm sandbox polled on it yields at every fine epoch tick (half a
+//! millisecond) instead of every time slice, so that work queued behind
+//! it on the same worker waits less. [`give_way`] (a JS worker's level)
+//! does not mark: no sandbox is polled there, and a mark left on an idle
+//! worker would keep the ticker fast for nothing.
 
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -132,9 +134,8 @@ pub fn any_gives_way() -> bool {
 /// Puts the calling thread [`LOWER_BY`] below the nice value it had at
 /// its first call here (`lower`), or back at that value; a system call
 /// only when the level changes. Nothing happens where lowering does not
-/// [work](lowering_works); the thread is [marked](mark_giving_way) either way.
+/// [work](lowering_works).
 pub fn give_way(lower: bool) {
-    mark_giving_way(lower);
     if !lowering_works() {
         return;
     }
@@ -183,20 +184,23 @@ mod tests {
     }
 
     #[test]
-    fn a_thread_giving_way_is_marked_once_and_counted_until_it_stops() {
+    fn a_marked_thread_is_counted_once_and_a_js_workers_level_is_no_mark() {
         std::thread::spawn(|| {
             assert!(!gives_way());
-            give_way(true);
-            give_way(true);
+            mark_giving_way(true);
+            mark_giving_way(true);
             assert!(gives_way());
             assert!(any_gives_way());
-            give_way(false);
+            mark_giving_way(false);
             assert!(!gives_way());
             // Unmarked once however often: unmarking an unmarked thread
             // would otherwise wrap the count to "some thread gives way".
-            give_way(false);
             mark_giving_way(false);
             assert!(GIVING_WAY.load(Ordering::Relaxed) < usize::MAX / 2);
+            // A JS worker's level is not a mark.
+            give_way(true);
+            assert!(!gives_way());
+            give_way(false);
         })
         .join()
         .unwrap();
