@@ -89,13 +89,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> Buckets<K, C> {
     }
 
     /// Buckets kept now.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.limiter.len()
-    }
-
-    /// Whether no bucket is kept.
-    pub fn is_empty(&self) -> bool {
-        self.limiter.is_empty()
     }
 }
 

@@ -91,7 +91,7 @@ pub(crate) fn new_store<T: Bounded>(engine: &WasmEngine, state: T) -> Store<T> {
     let mut store = Store::new(engine.wasmtime(), state);
     store.limiter(|s| &mut s.bounds().limiter);
     store.set_epoch_deadline(1);
-    let slice = engine.time_slice();
+    let slice = engine.config().time_slice();
     // The first tick ends the first slice, as when every tick did.
     let mut slice_ends = Instant::now();
     store.epoch_deadline_callback(move |mut ctx| {

@@ -50,6 +50,12 @@ impl WasmConfig {
             max_response_bytes: 16 << 20,
         }
     }
+
+    /// How long a sandbox runs before it yields to other work (at least
+    /// a millisecond).
+    pub fn time_slice(&self) -> Duration {
+        Duration::from_millis(self.time_slice_ms.max(1))
+    }
 }
 
 /// The wasm tier's engine: one per process; clones share it.
@@ -127,11 +133,7 @@ impl WasmEngine {
         std::fs::create_dir_all(cache_dir.join("tmp"))?;
 
         let ticker_stop = Arc::new(AtomicBool::new(false));
-        spawn_epoch_ticker(
-            &engine,
-            Duration::from_millis(config.time_slice_ms.max(1)),
-            ticker_stop.clone(),
-        );
+        spawn_epoch_ticker(&engine, config.time_slice(), ticker_stop.clone());
 
         Ok(WasmEngine(Arc::new(EngineInner {
             engine,
@@ -141,11 +143,6 @@ impl WasmEngine {
             cache_dir,
             ticker_stop,
         })))
-    }
-
-    /// How long a sandbox runs before it yields to other work.
-    pub fn time_slice(&self) -> Duration {
-        Duration::from_millis(self.0.config.time_slice_ms.max(1))
     }
 
     pub fn config(&self) -> &WasmConfig {
