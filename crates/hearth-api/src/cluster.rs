@@ -137,7 +137,7 @@ pub(crate) async fn outgoing_body(
     headers: &HeaderMap,
     body: Body,
     client: Option<&crate::ClientShare>,
-) -> Result<(OutgoingBody, crate::invoke::BodyHeld), ApiError> {
+) -> Result<(OutgoingBody, crate::body::BodyHeld), ApiError> {
     use futures::StreamExt;
     let limit = s.config.max_body_bytes;
     let declared = headers
@@ -150,16 +150,16 @@ pub(crate) async fn outgoing_body(
             Default::default(),
         ));
     }
-    let mut permit = crate::invoke::BodyHeld::default();
-    let budget = crate::invoke::BodyBudget {
+    let mut permit = crate::body::BodyHeld::default();
+    let budget = crate::body::BodyBudget {
         node: &s.buffered,
         client,
     };
     if let Some(n) = declared.map(|n| n as usize)
         && let Err(refused) = permit.prepay(budget, n)
     {
-        if n <= crate::invoke::DRAIN_BYTES {
-            crate::invoke::drain(body.into_data_stream(), 0, crate::invoke::DRAIN_BYTES).await;
+        if n <= crate::body::DRAIN_BYTES {
+            crate::body::drain(body.into_data_stream(), 0, crate::body::DRAIN_BYTES).await;
         }
         return Err(refused);
     }
@@ -191,8 +191,8 @@ pub(crate) async fn outgoing_body(
             // What is still coming is read past, so the client sees the
             // answer rather than a reset connection.
             let seen = held.len() + chunk.len();
-            let up_to = seen.saturating_add(crate::invoke::DRAIN_BYTES);
-            crate::invoke::drain(rest, seen, up_to).await;
+            let up_to = seen.saturating_add(crate::body::DRAIN_BYTES);
+            crate::body::drain(rest, seen, up_to).await;
             return Err(refused);
         }
         held.extend_from_slice(&chunk);

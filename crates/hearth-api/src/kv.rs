@@ -18,8 +18,8 @@ use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use crate::body::read_body;
 use crate::error::ErrorBody;
-use crate::invoke::read_body;
 use crate::manage::blocking;
 use crate::query::Query;
 use crate::{ApiError, AppState};

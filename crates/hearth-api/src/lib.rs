@@ -18,6 +18,7 @@
 //! sizes and maps results to status codes; [`hearth_node::Node`] does the rest.
 
 mod auth;
+mod body;
 mod clients;
 mod cluster;
 mod console;

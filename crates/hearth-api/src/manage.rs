@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};
 
+use crate::body::read_body;
 use crate::error::ErrorBody;
-use crate::invoke::read_body;
 use crate::query::Query;
 use crate::{ApiError, AppState};
 
