@@ -15,6 +15,17 @@
 //! it on the same worker waits less. [`give_way`] (a JS worker's level)
 //! does not mark: no sandbox is polled there, and a mark left on an idle
 //! worker would keep the ticker fast for nothing.
+//!
+//! Nice alone does not make a waking thread run at once: the kernel's
+//! EEVDF scheduler (Linux 6.6 on) lets the running thread finish its
+//! slice, and a nice +10 thread's slice is as long as anyone's. So every
+//! thread of the daemon (and every process it starts) asks for the
+//! shortest slice the kernel gives ([`SHORT_SLICE`], Linux 6.12 on: a
+//! *custom slice*), and work that gives way asks for the default one
+//! again: a thread with a shorter slice preempts one with a longer slice
+//! when it wakes. Under spinning calls this took another tenant's p99
+//! from 1.6–3.5× its idle figure to 1.6–2.3× (`bench/RESULTS.md` §10).
+//! Older kernels take the call and keep their slices.
 
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -23,10 +34,63 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// How much lower a thread running work that gives way is than the others.
 pub const LOWER_BY: libc::c_int = 10;
 
-/// Sets the calling thread's nice value.
-pub fn set_nice(nice: libc::c_int) -> bool {
-    // SAFETY: setpriority has no memory effects; `gettid` names this thread.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, nice) == 0 }
+/// The slice a thread that does not give way asks of the kernel: the
+/// shortest it gives.
+pub const SHORT_SLICE: std::time::Duration = std::time::Duration::from_micros(100);
+
+/// `struct sched_attr` as `sched_setattr(2)` takes it, in its first size
+/// (`SCHED_ATTR_SIZE_VER0`). The libc crate does not have it.
+#[repr(C)]
+#[derive(Default)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
+}
+
+/// `SCHED_FLAG_KEEP_POLICY`: a policy the operator chose (batch, idle)
+/// stays.
+const KEEP_POLICY: u64 = 0x08;
+
+/// Sets thread (or one-thread process) `tid`'s nice value, and the slice
+/// it asks of the kernel: the default where it `gives_way`, else
+/// [`SHORT_SLICE`]. Where `sched_setattr` is refused (a real-time
+/// policy), only the nice value is set.
+pub fn set_level(tid: libc::pid_t, nice: libc::c_int, gives_way: bool) -> bool {
+    let attr = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        flags: KEEP_POLICY,
+        nice,
+        // 0 is the kernel's default slice.
+        runtime: if gives_way {
+            0
+        } else {
+            SHORT_SLICE.as_nanos() as u64
+        },
+        ..SchedAttr::default()
+    };
+    // SAFETY: `attr` is a sched_attr of the size it names, read by the
+    // kernel during the call; an id that names no thread is an error.
+    let set = unsafe { libc::syscall(libc::SYS_sched_setattr, tid, &raw const attr, 0u32) == 0 };
+    // SAFETY: setpriority has no memory effects.
+    set || unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) == 0 }
+}
+
+/// [`set_level`] for the calling thread.
+pub fn set_own_level(nice: libc::c_int, gives_way: bool) -> bool {
+    // SAFETY: gettid has no memory effects and names this thread.
+    set_level(unsafe { libc::gettid() }, nice, gives_way)
+}
+
+/// The calling thread asks for [`SHORT_SLICE`] at its nice value; threads
+/// and processes it starts inherit that. The daemon calls it first.
+pub fn ask_for_short_slices() -> bool {
+    set_own_level(nice_now(), false)
 }
 
 /// The calling thread's nice value.
@@ -44,9 +108,11 @@ pub fn lowered(base: libc::c_int) -> libc::c_int {
 /// Whether a thread of this process may go from `base` to `low` and back,
 /// tried on a thread of its own.
 fn can_renice(base: libc::c_int, low: libc::c_int) -> bool {
-    std::thread::spawn(move || set_nice(low) && set_nice(base) && nice_now() == base)
-        .join()
-        .unwrap_or(false)
+    std::thread::spawn(move || {
+        set_own_level(low, true) && set_own_level(base, false) && nice_now() == base
+    })
+    .join()
+    .unwrap_or(false)
 }
 
 /// The nice value of the thread that first asked, and whether threads
@@ -74,16 +140,14 @@ pub fn lowering_works() -> bool {
 }
 
 /// Puts process `pid` (a sandbox's, one thread) [`LOWER_BY`] below this
-/// process's nice value (`lower`), or at it. Whether it was done: nothing
+/// process's nice value with the default slice (`lower`), or at it with
+/// the short one. Whether it was done: nothing
 /// is done where lowering does not [work](lowering_works).
 pub fn give_way_process(pid: libc::pid_t, lower: bool) -> bool {
     let Some((base, low)) = levels().filter(|_| pid > 0) else {
         return false;
     };
-    let nice = if lower { low } else { base };
-    // SAFETY: setpriority has no memory effects; an id that names no
-    // process is an error return.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, pid as libc::id_t, nice) == 0 }
+    set_level(pid, if lower { low } else { base }, lower)
 }
 
 /// CPU time process `pid`'s main thread has used, from
@@ -143,7 +207,7 @@ pub fn give_way(lower: bool) {
         let (base, lowered) = level.get().unwrap_or((nice_now(), false));
         if lowered != lower {
             let nice = if lower { self::lowered(base) } else { base };
-            if !set_nice(nice) {
+            if !set_own_level(nice, lower) {
                 return;
             }
         }
@@ -173,11 +237,69 @@ mod tests {
             give_way(true);
             assert_eq!(nice_now(), (base + LOWER_BY).min(19));
             // Set behind its back: only a change of level makes a call.
-            set_nice(base + 1);
+            // SAFETY: setpriority has no memory effects.
+            unsafe {
+                libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, base + 1)
+            };
             give_way(true);
             assert_eq!(nice_now(), base + 1, "no call while the level is the same");
             give_way(false);
             assert_eq!(nice_now(), base);
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// The slice thread or process `tid` asks for, as the kernel's debug
+    /// file shows it; `None` where the kernel does not show it.
+    fn slice_of(tid: libc::pid_t) -> Option<u64> {
+        let sched = std::fs::read_to_string(format!("/proc/{tid}/sched")).ok()?;
+        let line = sched.lines().find(|l| l.starts_with("se.slice"))?;
+        line.rsplit(':').next()?.trim().parse().ok()
+    }
+
+    /// Whether this kernel takes a custom slice (Linux 6.12 on).
+    fn custom_slices() -> bool {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        let mut parts = release
+            .split(['.', '-'])
+            .map(|p| p.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (parts.next().unwrap(), parts.next().unwrap());
+        (major, minor) >= (6, 12)
+    }
+
+    #[test]
+    fn a_thread_asks_for_a_short_slice_unless_it_gives_way() {
+        std::thread::spawn(|| {
+            // SAFETY: gettid has no memory effects.
+            let tid = unsafe { libc::gettid() };
+            let base = nice_now();
+            assert!(
+                ask_for_short_slices(),
+                "its own nice value is always allowed"
+            );
+            assert_eq!(nice_now(), base);
+            let short = slice_of(tid);
+            if custom_slices() {
+                let short = short.expect("a 6.12 kernel shows se.slice");
+                assert_eq!(short, SHORT_SLICE.as_nanos() as u64);
+                // Nice +19 is allowed without privilege.
+                assert!(set_own_level(19, true));
+                assert_eq!(nice_now(), 19);
+                let default = slice_of(tid).unwrap();
+                assert!(default > short, "the default slice {default} is longer");
+                // A thread it starts inherits its slice.
+                assert!(ask_for_short_slices());
+                let child = std::thread::spawn(|| {
+                    // SAFETY: gettid has no memory effects.
+                    slice_of(unsafe { libc::gettid() })
+                });
+                assert_eq!(child.join().unwrap(), Some(short));
+            } else {
+                // Older kernels take the call and set the nice value.
+                assert!(set_own_level(19, true));
+                assert_eq!(nice_now(), 19);
+            }
         })
         .join()
         .unwrap();
@@ -228,8 +350,13 @@ mod tests {
             let base = i64::from(base_and_works().0);
             assert!(give_way_process(pid, true));
             assert_eq!(nice_of(), (base + 10).min(19));
+            let lowered = slice_of(pid);
             assert!(give_way_process(pid, false));
             assert_eq!(nice_of(), base);
+            if custom_slices() {
+                assert_eq!(slice_of(pid), Some(SHORT_SLICE.as_nanos() as u64));
+                assert!(lowered.unwrap() > SHORT_SLICE.as_nanos() as u64);
+            }
         } else {
             assert!(
                 !give_way_process(pid, true),

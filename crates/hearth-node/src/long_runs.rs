@@ -12,9 +12,10 @@
 //! - takes a place in the *lane*, which holds one fewer than the
 //!   executor's workers, so that one worker is always free for short work
 //!   and the I/O it waits on; and
-//! - runs with its thread at nice 10, so that the kernel runs a worker
-//!   with short work first when the cores are busy, and the long slices
-//!   in whatever time is left; and
+//! - runs with its thread at nice 10 and the kernel's default slice
+//!   (other threads ask for a short one: [`hearth_host::priority`]), so
+//!   that the kernel runs a worker with short work first when the cores
+//!   are busy, and the long slices in whatever time is left; and
 //! - yields after half a millisecond instead of a time slice (5 ms by
 //!   default): a request woken onto the same worker waits behind at most
 //!   that. Under spinning calls this took another tenant's p99 from
@@ -37,7 +38,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use hearth_host::cpu::TenantCpu;
-use hearth_host::priority::{self, nice_now, set_nice};
+use hearth_host::priority::{self, nice_now, set_own_level};
 use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 
 /// Polling an invocation takes this long before it is long: two of the
@@ -158,7 +159,7 @@ struct Lowered<'a> {
 impl<'a> Lowered<'a> {
     fn new(runs: &'a LongRuns) -> Lowered<'a> {
         priority::mark_giving_way(true);
-        let niced = runs.lowers_threads() && set_nice(runs.low);
+        let niced = runs.lowers_threads() && set_own_level(runs.low, true);
         Lowered { runs, niced }
     }
 }
@@ -166,7 +167,7 @@ impl<'a> Lowered<'a> {
 impl Drop for Lowered<'_> {
     fn drop(&mut self) {
         priority::mark_giving_way(false);
-        if self.niced && !set_nice(self.runs.base) {
+        if self.niced && !set_own_level(self.runs.base, false) {
             // Lost the right to raise it again: stop lowering.
             self.runs.nice.store(false, Ordering::Relaxed);
             tracing::error!(
@@ -179,13 +180,12 @@ impl Drop for Lowered<'_> {
 
 /// For the executor's `on_thread_start`: a thread spawned from a worker
 /// in a long slice (a blocking-pool thread) would inherit its lowered nice
-/// value for good; it starts at the calling thread's instead.
+/// value and long slice for good; it starts at the calling thread's nice
+/// value with a short slice instead.
 pub fn start_threads_at_this_priority() -> impl Fn() + Send + Sync + 'static {
     let base = nice_now();
     move || {
-        if nice_now() != base {
-            set_nice(base);
-        }
+        set_own_level(base, false);
     }
 }
 

@@ -195,10 +195,11 @@ impl WasmEngine {
         let (done, answer) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
             .spawn(move || {
-                // Nice 10: the scheduler gives this thread about a tenth of
-                // a core's share against invocations (nice 0). Named once
-                // lowered, so a `hearth-compile` thread is always at 10.
-                hearth_host::priority::set_nice(hearth_host::priority::LOWER_BY);
+                // Nice 10 and the default slice: the scheduler gives this
+                // thread about a tenth of a core's share against
+                // invocations (nice 0, short slices). Named once lowered,
+                // so a `hearth-compile` thread is always at 10.
+                hearth_host::priority::set_own_level(hearth_host::priority::LOWER_BY, true);
                 // SAFETY: the name is a NUL-terminated string of at most
                 // 16 bytes.
                 unsafe { libc::prctl(libc::PR_SET_NAME, c"hearth-compile".as_ptr()) };

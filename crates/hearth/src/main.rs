@@ -60,6 +60,8 @@ fn main() -> anyhow::Result<()> {
                 .with_writer(std::io::stderr)
                 .init();
             let settings = config::Settings::resolve(&cli.data_dir, &args)?;
+            // Before any thread: every thread and process inherits it.
+            hearth_host::priority::ask_for_short_slices();
             // One worker more than cores: long invocations may hold all but
             // one (`hearth_node`'s long runs), and still use every core.
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
