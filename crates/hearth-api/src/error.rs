@@ -154,6 +154,9 @@ impl From<NodeError> for ApiError {
             NodeError::Store(_) | NodeError::Internal(_) => ApiError::Internal(msg),
             NodeError::CodeQuota { .. } => ApiError::QuotaExceeded("code_quota_exceeded", msg),
             NodeError::DiskFull(_) => ApiError::QuotaExceeded("disk_full", msg),
+            // The invocation route answers a refusal itself (its status,
+            // pause and headers); elsewhere it is a plain 503.
+            NodeError::Refused { .. } => ApiError::Unavailable(msg),
         }
     }
 }

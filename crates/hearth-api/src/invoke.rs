@@ -76,8 +76,9 @@ impl utoipa::IntoResponses for Answers {
 /// Any method; the request reaches the function as sent (a sub-path after
 /// the name too: `/fn/{tenant}/{name}/{path}`). A token is needed unless
 /// the function was deployed public. The answer is the function's, with
-/// `Hearth-Invocation-Id`, `Hearth-Version` and `Hearth-Start` (through a
-/// gateway also `Hearth-Node` and `Hearth-Retried-From`).
+/// `Hearth-Invocation-Id`, `Hearth-Version` and `Hearth-Start` (not on a
+/// refusal, which started nothing; through a gateway also `Hearth-Node`
+/// and `Hearth-Retried-From`).
 #[utoipa::path(method(get, post, put, patch, delete, head, options),
     path = "/fn/{tenant}/{name}", tag = "invoke", security((), ("bearer" = [])),
     params(Target, ("Hearth-Version" = Option<u32>, Header, description = "Pins a version")),
@@ -257,7 +258,15 @@ async fn run(
             .collect(),
         body: Default::default(),
     };
-    let ready = s.node.ready(&function).await?;
+    let from_gateway = forwarded.is_some();
+    // A node or tenant at its limit refuses here, before it prepares.
+    let ready = match s.node.ready(&function, forwarded).await {
+        Err(hearth_node::NodeError::Refused { id, error }) => {
+            let resp = failed(&error, id, from_gateway).await;
+            return Ok(stamped(resp, id, function.version, None));
+        }
+        ready => ready?,
+    };
     if ready.streams() {
         // Boxed: its state would otherwise make every invocation's future,
         // which axum moves and boxes, the size of a streaming one.
@@ -268,17 +277,22 @@ async fn run(
     // unanswered calls buffer is bounded for the node.
     let (body, held) = read_request_body(s, &headers, body, client).await?;
     let req = Request { body, ..req };
-    let from_gateway = forwarded.is_some();
     let outcome = s
         .node
         .invoke_ready(&function, ready, req, forwarded)
         .await?;
     drop(held);
-    let resp = match outcome.result {
-        Ok(r) => answer((r.status, r.headers), Body::from(r.body)),
-        Err(e) => failed(&e, outcome.id, from_gateway).await,
+    let (resp, start) = match outcome.result {
+        Ok(r) => (
+            answer((r.status, r.headers), Body::from(r.body)),
+            Some(outcome.start),
+        ),
+        Err(e) => (
+            failed(&e, outcome.id, from_gateway).await,
+            (!e.is_refusal()).then_some(outcome.start),
+        ),
     };
-    let resp = stamped(resp, outcome.id, outcome.version, outcome.start);
+    let resp = stamped(resp, outcome.id, outcome.version, start);
     Ok(traced(resp, outcome.traceparent.as_deref()))
 }
 
@@ -338,6 +352,10 @@ async fn stream(
         .node
         .invoke_streaming(function, ready, req, body, forwarded)
         .await?;
+    let start = match &st.head {
+        Err(e) if e.is_refusal() => None,
+        _ => Some(st.start),
+    };
     let resp = match st.head {
         Ok(head) => {
             let length = head.length;
@@ -350,7 +368,7 @@ async fn stream(
         }
         Err(e) => failed(&e, st.id, from_gateway).await,
     };
-    let resp = stamped(resp, st.id, st.version, st.start);
+    let resp = stamped(resp, st.id, st.version, start);
     Ok(traced(resp, st.traceparent.as_deref()))
 }
 
@@ -428,12 +446,13 @@ async fn failed(e: &InvokeError, id: hearth_core::InvocationId, from_gateway: bo
     resp
 }
 
-/// `resp` with the headers every invocation answers with.
+/// `resp` with the headers every invocation answers with, and how it
+/// started (none for a refusal, which started nothing).
 fn stamped(
     mut resp: Response,
     id: hearth_core::InvocationId,
     version: u32,
-    start: hearth_node::StartKind,
+    start: Option<hearth_node::StartKind>,
 ) -> Response {
     let h = resp.headers_mut();
     // The id as hex without `fmt`'s machinery (which was about 1% of a
@@ -445,7 +464,9 @@ fn stamped(
         HeaderValue::from_str(hex).expect("a hex id is a valid header value"),
     );
     h.insert(VERSION, HeaderValue::from(version));
-    h.insert(START, HeaderValue::from_static(start.as_str()));
+    if let Some(start) = start {
+        h.insert(START, HeaderValue::from_static(start.as_str()));
+    }
     resp
 }
 

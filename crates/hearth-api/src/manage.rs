@@ -106,7 +106,7 @@ pub(crate) async fn metrics(
 pub(crate) struct Stats {
     tenant: String,
     /// Function name → its minutes with invocations, oldest first:
-    /// `{t_ms, count, errors, p50_ms, p99_ms}` (quantiles from a
+    /// `{t_ms, count, errors, refused, p50_ms, p99_ms}` (quantiles from a
     /// doubling histogram: an upper bound, at most twice the true value).
     #[schema(value_type = Object)]
     functions: std::collections::HashMap<String, Vec<hearth_node::stats::MinuteStats>>,

@@ -144,9 +144,9 @@ pub async fn stats(g: &Gateway, tenant: &str, headers: &HeaderMap) -> Result<Val
             for m in minutes.as_array().into_iter().flatten() {
                 let t = m["t_ms"].as_i64().unwrap_or_default();
                 let into = merged.entry(t).or_insert_with(
-                    || json!({"t_ms": t, "count": 0, "errors": 0, "p50_ms": 0.0, "p99_ms": 0.0}),
+                    || json!({"t_ms": t, "count": 0, "errors": 0, "refused": 0, "p50_ms": 0.0, "p99_ms": 0.0}),
                 );
-                for k in ["count", "errors"] {
+                for k in ["count", "errors", "refused"] {
                     into[k] = json!(into[k].as_u64().unwrap_or(0) + m[k].as_u64().unwrap_or(0));
                 }
                 for k in ["p50_ms", "p99_ms"] {

@@ -106,6 +106,18 @@ impl InvokeError {
         }
     }
 
+    /// Whether the invocation was refused at admission and ran nothing:
+    /// the node or its tenant had no room for it.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            InvokeError::Overloaded
+                | InvokeError::MemoryFull { .. }
+                | InvokeError::TenantBusy { .. }
+                | InvokeError::TenantMemoryFull { .. }
+        )
+    }
+
     /// The HTTP status a caller sees for this failure.
     pub fn http_status(&self) -> u16 {
         match self {

@@ -42,6 +42,8 @@ pub struct Metrics {
     registry: parking_lot::Mutex<Registry>,
     pub invocations: Family<OutcomeLabels, Counter>,
     pub errors: Family<ErrorLabels, Counter>,
+    /// Invocations refused at admission, by kind: not in the others.
+    refused: Family<ErrorLabels, Counter>,
     pub starts: Family<StartLabels, Counter>,
     pub duration: Family<StartLabels, Histogram>,
     pub live_sandboxes: Gauge,
@@ -144,6 +146,7 @@ impl Metrics {
         let mut registry = Registry::with_prefix("hearth");
         let invocations = Family::<OutcomeLabels, Counter>::default();
         let errors = Family::<ErrorLabels, Counter>::default();
+        let refused = Family::<ErrorLabels, Counter>::default();
         let starts = Family::<StartLabels, Counter>::default();
         let duration = Family::<StartLabels, Histogram>::new_with_constructor(
             latency_histogram as fn() -> Histogram,
@@ -195,6 +198,11 @@ impl Metrics {
             errors.clone(),
         );
         registry.register(
+            "invocations_refused",
+            "Invocations refused at admission, by kind, before anything ran (not counted as invocations, starts or errors)",
+            refused.clone(),
+        );
+        registry.register(
             "starts",
             "Invocations by cold or warm start",
             starts.clone(),
@@ -230,6 +238,7 @@ impl Metrics {
             tapes_dropped,
             invocations,
             errors,
+            refused,
             starts,
             duration,
             live_sandboxes,
@@ -268,6 +277,11 @@ impl Metrics {
                 family.remove(&labels(tenant, function));
             }
         }
+    }
+
+    /// Counts one invocation refused at admission, of `kind`.
+    pub fn refused(&self, kind: &'static str) {
+        self.refused.get_or_create(&ErrorLabels { kind }).inc();
     }
 
     /// Counts one finished invocation: its tier, outcome, start and time.

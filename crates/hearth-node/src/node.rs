@@ -117,6 +117,13 @@ pub enum NodeError {
     Store(#[from] StoreError),
     /// internal error: {0}
     Internal(String),
+    /// {error}
+    Refused {
+        /// The refused invocation's id, as its answer names it.
+        id: InvocationId,
+        /// Why: the node's or its tenant's share is taken.
+        error: InvokeError,
+    },
     /// tenant {tenant} keeps {used} bytes of code and installed packages and this deploy adds {adding}, over its quota of {quota} bytes: delete functions it no longer needs (`hearth rm`), or ask the operator for more (--max-code-mib-per-tenant)
     CodeQuota {
         tenant: String,
@@ -170,6 +177,18 @@ impl Ready {
 /// `result`, unless the invocation went past its tape budget: then it
 /// fails, whatever it answered (its tape is not the whole story, and the
 /// caller should know).
+/// The outcome of an invocation of `v` refused with `error` before it ran.
+fn refused(v: &FunctionVersion, id: InvocationId, error: InvokeError) -> InvokeOutcome {
+    InvokeOutcome {
+        id,
+        version: v.version,
+        start: StartKind::Warm,
+        duration: Duration::ZERO,
+        result: Err(error),
+        traceparent: None,
+    }
+}
+
 fn within_tape_budget<T>(host: &HostCtx, result: Result<T, InvokeError>) -> Result<T, InvokeError> {
     match host.tape_budget_exceeded() {
         Some(limit_bytes) if result.is_ok() => Err(InvokeError::TapeBudgetExceeded { limit_bytes }),
@@ -193,6 +212,8 @@ struct Admitted {
 pub struct InvokeOutcome {
     pub id: InvocationId,
     pub version: u32,
+    /// Whether it prepared its version first; for a
+    /// [refusal](InvokeError::is_refusal), which started nothing, `Warm`.
     pub start: StartKind,
     pub duration: Duration,
     pub result: Result<Response, InvokeError>,
@@ -969,9 +990,23 @@ impl Node {
     }
 
     /// Makes `v` ready to run: its code prepared in the tier it runs in now
-    /// (a cold start happens here).
-    pub async fn ready(&self, v: &FunctionVersion) -> Result<Ready, NodeError> {
+    /// (a cold start happens here). A version not prepared yet is prepared
+    /// only if the node would [admit](Self::admit) an invocation of it
+    /// now: at the node's or its tenant's limit it is refused
+    /// ([`NodeError::Refused`]) before anything is installed or compiled.
+    pub async fn ready(
+        &self,
+        v: &FunctionVersion,
+        forwarded: Option<GatewayAttempt>,
+    ) -> Result<Ready, NodeError> {
         let tier = self.tier_for(v).await?;
+        if self.table.slot(v).get(tier).get().is_none()
+            && let Err(error) = self.would_admit(v)
+        {
+            let id = forwarded.map_or_else(InvocationId::new, |f| f.id);
+            self.refuse(v, id, &error);
+            return Err(NodeError::Refused { id, error });
+        }
         let (prepared, start) = self.prepared(v, tier).await?;
         Ok(Ready {
             prepared,
@@ -994,7 +1029,10 @@ impl Node {
         req: Request,
         forwarded: Option<GatewayAttempt>,
     ) -> Result<InvokeOutcome, NodeError> {
-        let ready = self.ready(v).await?;
+        let ready = match self.ready(v, forwarded).await {
+            Err(NodeError::Refused { id, error }) => return Ok(refused(v, id, error)),
+            ready => ready?,
+        };
         self.invoke_ready(v, ready, req, forwarded).await
     }
 
@@ -1011,7 +1049,7 @@ impl Node {
             tier,
             start,
         } = ready;
-        let admitted = match self.admit(v, tier, forwarded, &req) {
+        let admitted = match self.admit(v, forwarded, &req) {
             Ok(admitted) => admitted,
             Err(refused) => return Ok(refused),
         };
@@ -1147,41 +1185,27 @@ impl Node {
         }
     }
 
-    /// Lets an invocation of `v` in, or refuses it (counted and logged,
-    /// never taped; the refusal is the returned outcome): a node-wide
-    /// permit and the tenant's share, held until it ends.
+    /// Lets an invocation of `v` in, or refuses it ([`refuse`](Self::refuse);
+    /// the refusal is the returned outcome): a node-wide permit and the
+    /// tenant's share, held until it ends.
     fn admit(
         &self,
         v: &Arc<FunctionVersion>,
-        tier: Tier,
         forwarded: Option<GatewayAttempt>,
         req: &Request,
     ) -> Result<Admitted, InvokeOutcome> {
         let id = forwarded.map_or_else(InvocationId::new, |f| f.id);
         let started = Instant::now();
-        let refused = |e| {
-            self.finish(v, id, started, (StartKind::Warm, tier), None, Err(e))
-                .0
+        let refused = |error| {
+            self.refuse(v, id, &error);
+            self::refused(v, id, error)
         };
         let Ok(permit) = self.admission.clone().try_acquire_owned() else {
             return Err(refused(InvokeError::Overloaded));
         };
         let share = match self.shares.take(&v.tenant, self.reservation(v)) {
             Ok(share) => share,
-            Err(why) => {
-                let budget = self.shares.memory();
-                return Err(refused(match why {
-                    Refused::Busy => InvokeError::TenantBusy {
-                        limit: self.shares.max(),
-                    },
-                    Refused::TenantMemory => InvokeError::TenantMemoryFull {
-                        limit_mib: budget.tenant_bytes >> 20,
-                    },
-                    Refused::NodeMemory => InvokeError::MemoryFull {
-                        capacity_mib: budget.node_bytes >> 20,
-                    },
-                }));
-            }
+            Err(why) => return Err(refused(self.refusal(why))),
         };
         // When it started, if it gets a tape (the request itself is kept
         // by the caller, borrowed by the tiers, and taped from there): the
@@ -1211,6 +1235,58 @@ impl Node {
             },
             _held: (permit, share),
         })
+    }
+
+    /// Whether [`admit`](Self::admit) would let an invocation of `v` in
+    /// now, taking nothing; why not if it would not.
+    fn would_admit(&self, v: &FunctionVersion) -> Result<(), InvokeError> {
+        if self.admission.available_permits() == 0 {
+            return Err(InvokeError::Overloaded);
+        }
+        self.shares
+            .would_take(&v.tenant, self.reservation(v))
+            .map_err(|why| self.refusal(why))
+    }
+
+    /// The error a refusal for `why` answers with.
+    fn refusal(&self, why: Refused) -> InvokeError {
+        let budget = self.shares.memory();
+        match why {
+            Refused::Busy => InvokeError::TenantBusy {
+                limit: self.shares.max(),
+            },
+            Refused::TenantMemory => InvokeError::TenantMemoryFull {
+                limit_mib: budget.tenant_bytes >> 20,
+            },
+            Refused::NodeMemory => InvokeError::MemoryFull {
+                capacity_mib: budget.node_bytes >> 20,
+            },
+        }
+    }
+
+    /// Counts and logs a refused invocation of `v`. A refusal ran nothing:
+    /// it is counted in `hearth_invocations_refused_total` and the
+    /// function's stats as refused, not as an invocation, a start or a
+    /// latency, and it is never taped.
+    fn refuse(&self, v: &FunctionVersion, id: InvocationId, error: &InvokeError) {
+        self.metrics.refused(error.kind());
+        let now = hearth_core::unix_time_ms();
+        self.stats.refused(&v.tenant, &v.name, now);
+        let record = LogRecord {
+            id: 0,
+            tenant: v.tenant.clone(),
+            function: v.name.clone(),
+            version: v.version,
+            invocation_id: id.to_string(),
+            ts_ms: now,
+            stream: LogStream::System,
+            level: "error".into(),
+            message: format!("invocation refused ({}): {error}", error.kind()),
+            trace_id: None,
+        };
+        if self.disk.as_ref().is_some_and(|d| d.full()) || !self.logs.send(record) {
+            self.metrics.logs_dropped.inc();
+        }
     }
 
     /// The memory one invocation of `v` may reach, reserved at admission:

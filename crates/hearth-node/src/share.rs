@@ -126,6 +126,30 @@ impl TenantShares {
         })
     }
 
+    /// Whether [`take`](Self::take) would let one more of `tenant`'s
+    /// invocations in now, reserving nothing: asked before a version is
+    /// prepared, so that a node or tenant at its limit refuses before it
+    /// installs or compiles anything. Another call may take the room in
+    /// between; `take` is still the admission.
+    pub fn would_take(&self, tenant: &str, bytes: u64) -> Result<(), Refused> {
+        let (running, memory) = self.running.read().get(tenant).map_or((0, 0), |c| {
+            (
+                c.running.load(Ordering::Acquire),
+                c.memory.load(Ordering::Acquire),
+            )
+        });
+        let fits = |used: u64, max: u64| used.checked_add(bytes).is_some_and(|u| u <= max);
+        if running >= self.max {
+            Err(Refused::Busy)
+        } else if !fits(memory, self.memory.tenant_bytes) {
+            Err(Refused::TenantMemory)
+        } else if !fits(self.node_memory(), self.memory.node_bytes) {
+            Err(Refused::NodeMemory)
+        } else {
+            Ok(())
+        }
+    }
+
     /// `tenant`'s invocations running now.
     pub fn running(&self, tenant: &str) -> usize {
         let map = self.running.read();
@@ -198,6 +222,57 @@ mod tests {
         assert!(shares.take("a", 1).is_ok());
         drop(b);
         assert_eq!(shares.running("b"), 0);
+    }
+
+    #[test]
+    fn would_take_answers_as_take_would_and_reserves_nothing() {
+        let shares = TenantShares::new(
+            3,
+            MemoryBudget {
+                node_bytes: 100,
+                tenant_bytes: 60,
+            },
+            CpuShares::new(),
+        );
+        let mut held = Vec::new();
+        // Every tenant and size against every state the takes leave.
+        for (tenant, bytes) in [
+            ("a", 40),
+            ("a", 30),
+            ("b", 50),
+            ("a", 1),
+            ("c", 20),
+            ("a", 1),
+        ] {
+            for (t, b) in [
+                ("a", 1),
+                ("a", 21),
+                ("b", 11),
+                ("c", 10),
+                ("c", 61),
+                ("d", 0),
+            ] {
+                let before = (
+                    shares.running(t),
+                    shares.tenant_memory(t),
+                    shares.node_memory(),
+                );
+                let would = shares.would_take(t, b);
+                let after = (
+                    shares.running(t),
+                    shares.tenant_memory(t),
+                    shares.node_memory(),
+                );
+                assert_eq!(before, after, "asking reserved nothing");
+                assert_eq!(would, shares.take(t, b).map(drop), "{t} {b}");
+            }
+            if let Ok(share) = shares.take(tenant, bytes) {
+                held.push(share);
+            }
+        }
+        assert_eq!(shares.would_take("a", 0), Err(Refused::Busy), "a holds 3");
+        drop(held);
+        assert_eq!(shares.would_take("a", 60), Ok(()));
     }
 
     #[test]

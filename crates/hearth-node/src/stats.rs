@@ -1,5 +1,5 @@
-//! Each function's last hour, a minute at a time: invocations, errors and
-//! a latency histogram, for the console's charts (`/v1/stats`). Kept in
+//! Each function's last hour, a minute at a time: invocations, errors,
+//! refusals and a latency histogram, for the console's charts (`/v1/stats`). Kept in
 //! memory on the node that ran them (tapes may be sampled; these count
 //! every invocation); a restart starts them afresh.
 //!
@@ -36,6 +36,8 @@ struct Minute {
     at: i64,
     count: u32,
     errors: u32,
+    /// Invocations refused at admission (not in `count`).
+    refused: u32,
     /// Invocations per bucket of [`BOUNDS_US`], and past the last.
     buckets: [u32; BOUNDS_US.len() + 1],
 }
@@ -47,6 +49,9 @@ pub struct MinuteStats {
     pub t_ms: i64,
     pub count: u32,
     pub errors: u32,
+    /// Invocations refused at admission: they ran nothing, and are not in
+    /// `count`, `errors` or the quantiles.
+    pub refused: u32,
     /// Estimated from the histogram (the bucket's upper bound, at most
     /// twice the true value), ms.
     pub p50_ms: f64,
@@ -60,8 +65,23 @@ pub struct Stats(Mutex<HashMap<String, HashMap<String, VecDeque<Minute>>>>);
 impl Stats {
     /// Counts one invocation of `tenant`'s `function` ending at `now_ms`.
     pub fn add(&self, tenant: &str, function: &str, now_ms: i64, duration_us: u64, ok: bool) {
-        let minute = now_ms.div_euclid(60_000);
         let bucket = BOUNDS_US.partition_point(|&b| b < duration_us);
+        self.at(tenant, function, now_ms, |m| {
+            m.count += 1;
+            m.errors += u32::from(!ok);
+            m.buckets[bucket] += 1;
+        });
+    }
+
+    /// Counts one invocation of `tenant`'s `function` refused at admission
+    /// at `now_ms`: apart from those that ran and their latency.
+    pub fn refused(&self, tenant: &str, function: &str, now_ms: i64) {
+        self.at(tenant, function, now_ms, |m| m.refused += 1);
+    }
+
+    /// Changes the minute of `now_ms` of `tenant`'s `function` with `change`.
+    fn at(&self, tenant: &str, function: &str, now_ms: i64, change: impl FnOnce(&mut Minute)) {
+        let minute = now_ms.div_euclid(60_000);
         let mut all = self.0.lock();
         // Borrowed lookups first: the common case allocates nothing.
         let series = match all.get_mut(tenant).and_then(|t| t.get_mut(function)) {
@@ -81,13 +101,11 @@ impl Stats {
                 at: minute,
                 count: 0,
                 errors: 0,
+                refused: 0,
                 buckets: [0; BOUNDS_US.len() + 1],
             });
         }
-        let m = series.back_mut().expect("just pushed");
-        m.count += 1;
-        m.errors += u32::from(!ok);
-        m.buckets[bucket] += 1;
+        change(series.back_mut().expect("just pushed"));
     }
 
     /// `tenant`'s functions' minutes within the hour before `now_ms`,
@@ -108,6 +126,7 @@ impl Stats {
                         t_ms: m.at * 60_000,
                         count: m.count,
                         errors: m.errors,
+                        refused: m.refused,
                         p50_ms: quantile(&m.buckets, m.count, 0.50),
                         p99_ms: quantile(&m.buckets, m.count, 0.99),
                     })
@@ -158,11 +177,12 @@ mod tests {
             s.add("a", "f", t0 + 10, 150, true);
         }
         s.add("a", "f", t0 + 20, 30_000, false);
+        s.refused("a", "f", t0 + 30);
         s.add("a", "f", t0 + 60_000, 150, true);
         let of = s.of("a", t0 + 60_000);
         let f = &of["f"];
         assert_eq!(f.len(), 2);
-        assert_eq!((f[0].count, f[0].errors), (100, 1));
+        assert_eq!((f[0].count, f[0].errors, f[0].refused), (100, 1, 1));
         // 150 µs is in the (100, 200] bucket; the 99th of 100 too.
         assert_eq!(f[0].p50_ms, 0.2);
         assert_eq!(f[0].p99_ms, 0.2);

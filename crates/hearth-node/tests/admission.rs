@@ -110,6 +110,64 @@ async fn a_node_at_its_limit_refuses_before_running_anything_and_takes_work_agai
     invoke(&f.node, "b", "hello").await.unwrap();
 }
 
+/// The sum of the `/metrics` series that start with `series`.
+fn metric(node: &Node, series: &str) -> f64 {
+    node.metrics()
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with(series))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_prepares_nothing_and_is_counted_apart_from_invocations() {
+    let f = node((1, 1)).await;
+    let hello = f.node.resolve("b", "hello", None).await.unwrap();
+    let spins = spinning(&f, "a", 1).await;
+    // Not prepared yet: refused before it is.
+    let refused = f.node.invoke(&hello, Request::default(), None).await;
+    let refused = refused.unwrap().result;
+    assert!(
+        matches!(refused, Err(InvokeError::Overloaded)),
+        "{refused:?}"
+    );
+    for s in spins {
+        s.await.unwrap();
+    }
+    let first = f.node.invoke(&hello, Request::default(), None).await;
+    let first = first.unwrap();
+    assert!(first.result.is_ok());
+    assert_eq!(
+        first.start,
+        hearth_node::StartKind::Cold,
+        "the refusal prepared nothing"
+    );
+    // Prepared now: refused at admission.
+    let spins = spinning(&f, "a", 1).await;
+    let refused = invoke(&f.node, "b", "hello").await;
+    assert!(
+        matches!(refused, Err(InvokeError::Overloaded)),
+        "{refused:?}"
+    );
+    for s in spins {
+        s.await.unwrap();
+    }
+    let kind = r#"hearth_invocations_refused_total{kind="overloaded"}"#;
+    assert_eq!(metric(&f.node, kind), 2.0);
+    // Two spins and one hello ran: the refusals are no starts,
+    // invocations, errors or latencies.
+    assert_eq!(metric(&f.node, "hearth_starts_total"), 3.0);
+    assert_eq!(metric(&f.node, "hearth_invocations_total"), 3.0);
+    assert_eq!(
+        metric(&f.node, "hearth_invocation_errors_total"),
+        2.0,
+        "the spins' timeouts"
+    );
+    let latencies = "hearth_invocation_duration_seconds_count";
+    assert_eq!(metric(&f.node, latencies), 3.0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_tenant_at_its_share_is_refused_while_another_still_runs() {
     let f = node((4, 2)).await;

@@ -54,7 +54,7 @@ impl Node {
             tier,
             start,
         } = ready;
-        let admitted = match self.admit(v, tier, forwarded, &req) {
+        let admitted = match self.admit(v, forwarded, &req) {
             Ok(admitted) => admitted,
             Err(refused) => {
                 return Ok(Streaming {
