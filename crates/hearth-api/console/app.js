@@ -128,17 +128,18 @@ function Chart({ title, xs, series, id }) {
 /// The last hour as 60 minutes, with zeros where nothing ran.
 function hour(minutes, nowMs) {
   const last = Math.floor(nowMs / 60000);
-  const xs = [], count = [], errors = [], p50 = [], p99 = [];
+  const xs = [], count = [], errors = [], refused = [], p50 = [], p99 = [];
   const at = new Map((minutes || []).map((m) => [m.t_ms / 60000, m]));
   for (let m = last - 59; m <= last; m++) {
     const s = at.get(m);
     xs.push(m * 60);
     count.push(s ? s.count : 0);
     errors.push(s ? s.errors : 0);
+    refused.push(s ? s.refused || 0 : 0);
     p50.push(s ? s.p50_ms : null);
     p99.push(s ? s.p99_ms : null);
   }
-  return { xs, count, errors, p50, p99 };
+  return { xs, count, errors, refused, p50, p99 };
 }
 
 // ---- pages ----
@@ -211,9 +212,10 @@ function Functions({ who }) {
             <div class="muted">${total} invocations in the last hour</div>
             <${Invoke} tenant=${who.tenant} name=${f.name} />
           </div>
-          <${Chart} id=${`rate-${f.name}`} title="invocations / errors per minute" xs=${h.xs}
+          <${Chart} id=${`rate-${f.name}`} title="invocations / errors / refused per minute" xs=${h.xs}
             series=${[{ label: "invocations", values: h.count, color: "#2563eb" },
-                      { label: "errors", values: h.errors, color: "#cf222e" }]} />
+                      { label: "errors", values: h.errors, color: "#cf222e" },
+                      { label: "refused", values: h.refused, color: "#9333ea" }]} />
           <${Chart} id=${`latency-${f.name}`} title="latency p50 / p99, ms" xs=${h.xs}
             series=${[{ label: "p50", values: h.p50, color: "#16a34a" },
                       { label: "p99", values: h.p99, color: "#c2410c" }]} />
