@@ -24,6 +24,11 @@ pub struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TierLabels {
+    pub tier: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StartLabels {
     pub start: &'static str,
 }
@@ -44,6 +49,8 @@ pub struct Metrics {
     pub errors: Family<ErrorLabels, Counter>,
     /// Invocations refused at admission, by kind: not in the others.
     refused: Family<ErrorLabels, Counter>,
+    /// Versions prepared (cold starts begun), by tier.
+    prepares: Family<TierLabels, Counter>,
     pub starts: Family<StartLabels, Counter>,
     pub duration: Family<StartLabels, Histogram>,
     pub live_sandboxes: Gauge,
@@ -147,6 +154,7 @@ impl Metrics {
         let invocations = Family::<OutcomeLabels, Counter>::default();
         let errors = Family::<ErrorLabels, Counter>::default();
         let refused = Family::<ErrorLabels, Counter>::default();
+        let prepares = Family::<TierLabels, Counter>::default();
         let starts = Family::<StartLabels, Counter>::default();
         let duration = Family::<StartLabels, Histogram>::new_with_constructor(
             latency_histogram as fn() -> Histogram,
@@ -203,6 +211,11 @@ impl Metrics {
             refused.clone(),
         );
         registry.register(
+            "prepares",
+            "Versions prepared to run (installs, compiles, zygotes: a cold start's work), by tier",
+            prepares.clone(),
+        );
+        registry.register(
             "starts",
             "Invocations by cold or warm start",
             starts.clone(),
@@ -239,6 +252,7 @@ impl Metrics {
             invocations,
             errors,
             refused,
+            prepares,
             starts,
             duration,
             live_sandboxes,
@@ -282,6 +296,15 @@ impl Metrics {
     /// Counts one invocation refused at admission, of `kind`.
     pub fn refused(&self, kind: &'static str) {
         self.refused.get_or_create(&ErrorLabels { kind }).inc();
+    }
+
+    /// Counts one version prepared in `tier`.
+    pub fn prepared(&self, tier: Tier) {
+        self.prepares
+            .get_or_create(&TierLabels {
+                tier: tier.as_str(),
+            })
+            .inc();
     }
 
     /// Counts one finished invocation: its tier, outcome, start and time.

@@ -967,6 +967,7 @@ impl Node {
         let prepared = slot
             .get_or_try_init(|| async {
                 start = StartKind::Cold;
+                self.metrics.prepared(tier);
                 let engine = self
                     .engines
                     .get(&tier)

@@ -98,6 +98,104 @@ async fn invocations_reserve_their_memory_at_admission_per_tenant_and_per_node()
     assert_eq!(r.status(), 200);
 }
 
+/// The sum of `d`'s `/metrics` series that start with `series`.
+async fn metric(d: &Daemon, series: &str) -> f64 {
+    d.get_text("/metrics")
+        .await
+        .lines()
+        .filter(|l| l.starts_with(series))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A node whose memory is held refuses first calls of functions it has
+/// not prepared before it prepares them: a burst of them costs no
+/// handler, zygote or install, none counts as a start, and each answers
+/// 503 with nothing that says it started. Before, each was prepared, then
+/// refused.
+#[tokio::test]
+async fn a_full_node_refuses_new_functions_before_it_prepares_them() {
+    let d = Daemon::start_with(&["--capacity-mib", "300", "--capacity-mib-per-tenant", "300"]);
+    let acme = d.create_tenant("acme").await;
+    let beta = d.create_tenant("beta").await;
+    let spin = [
+        ("runtime", "wasm"),
+        ("timeout_ms", "3000"),
+        ("memory_mib", "128"),
+    ];
+    let r = d
+        .deploy_as(&acme, "spin", &spin, crate::harness::example("spin.wat"))
+        .await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let python = [
+        ("runtime", "python"),
+        ("file_name", "handler.py"),
+        ("memory_mib", "64"),
+    ];
+    const FUNCTIONS: usize = 8;
+    for i in 0..FUNCTIONS {
+        let code = format!("def handler(event, context):\n    return {{'n': {i}}}\n");
+        let r = d.deploy_as(&beta, &format!("f{i}"), &python, code).await;
+        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    }
+    // Two spins hold 2 × 132 MiB of the node's 300: 68 MiB is not there.
+    let spinning: Vec<_> = (0..2)
+        .map(|_| {
+            let req = d.invoke_as(&acme, "acme", "spin").send();
+            tokio::spawn(async move { error_of(req.await.unwrap()).await })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric(&d, "hearth_memory_reserved_bytes").await < f64::from(2 * (132 << 20)) {
+        assert!(Instant::now() < deadline, "the spins did not start");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let prepared = metric(&d, "hearth_prepares_total").await;
+    let burst: Vec<_> = (0..FUNCTIONS)
+        .map(|i| d.invoke_as(&beta, "beta", &format!("f{i}")).send())
+        .collect();
+    for r in futures::future::join_all(burst).await {
+        let r = r.unwrap();
+        assert!(
+            !r.headers().contains_key("hearth-start"),
+            "{:?}",
+            r.headers()
+        );
+        assert_eq!(r.headers()["hearth-refused"], "memory_full");
+        let (status, kind, message) = error_of(r).await;
+        assert_eq!((status, kind.as_str()), (503, "memory_full"), "{message}");
+    }
+    assert_eq!(
+        metric(&d, "hearth_prepares_total").await,
+        prepared,
+        "nothing was prepared for a refused call"
+    );
+    let refused = r#"hearth_invocations_refused_total{kind="memory_full"}"#;
+    assert_eq!(metric(&d, refused).await, FUNCTIONS as f64);
+    assert_eq!(
+        metric(&d, "hearth_starts_total").await,
+        0.0,
+        "the spins run on"
+    );
+    let stats = d.get_json_as(&beta, "/v1/stats").await;
+    assert_eq!(stats["functions"]["f0"][0]["refused"], 1, "{stats}");
+    assert_eq!(stats["functions"]["f0"][0]["count"], 0, "{stats}");
+
+    for s in spinning {
+        let (status, kind, _) = s.await.unwrap();
+        assert_eq!((status, kind.as_str()), (504, "timeout"));
+    }
+    let r = d.invoke_as(&beta, "beta", "f0").send().await.unwrap();
+    assert_eq!(
+        r.headers()["hearth-start"],
+        "cold",
+        "prepared now, not before"
+    );
+    assert_eq!(r.status(), 200);
+    let more = metric(&d, r#"hearth_prepares_total{tier="process"}"#).await;
+    assert_eq!(more, 1.0);
+}
+
 /// A connection to `d` from address `from` sending a POST of `declared`
 /// bytes to `path`, of which only `sent` go out, from a task of its own
 /// (the caller reads meanwhile); the read half, and the task, which gives
