@@ -26,7 +26,6 @@ Attacks (each from the `attacker` tenant, as many clients as it likes):
                request rate alone, for comparison with memory and fds,
                whose refused callers (429) retry as fast
 """
-import http.client
 import json
 import multiprocessing
 import os
@@ -37,6 +36,9 @@ import sys
 import tempfile
 import threading
 import time
+
+import hearthbench
+from hearthbench import Client, deploy
 
 BIN = sys.argv[1]
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -49,62 +51,8 @@ ATTACKER = "127.0.0.2"
 
 
 def start(work):
-    data = os.path.join(work, "data")
-    log = open(os.path.join(work, "daemon.log"), "w")
-    proc = subprocess.Popen(
-        [BIN, "--data-dir", data, "up", "--listen", "127.0.0.1:0",
-         "--capacity-mib", str(CAPACITY_MIB), "--allow-private-egress", "true",
-         "--examples", "false"],
-        env={**os.environ, "HEARTH_LOG": "warn"}, stdout=log, stderr=log)
-    for _ in range(600):
-        try:
-            with open(os.path.join(data, "server.json")) as f:
-                info = json.load(f)
-            if info.get("pid") == proc.pid:
-                break
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    else:
-        raise SystemExit("hearth did not start")
-    token = open(os.path.join(data, "token")).read().strip()
-    host, port = info["url"].removeprefix("http://").split(":")
-    return proc, (host, int(port)), token
-
-
-class Client:
-    """One keep-alive connection."""
-
-    def __init__(self, addr, token=None, timeout=30, source=None):
-        self.addr, self.token, self.timeout = addr, token, timeout
-        self.source = (source, 0) if source else None
-        self.conn = None
-
-    def call(self, method, path, body=b"", headers=None):
-        h = dict(headers or {})
-        if self.token:
-            h["Authorization"] = f"Bearer {self.token}"
-        for attempt in (0, 1):
-            if self.conn is None:
-                self.conn = http.client.HTTPConnection(*self.addr, timeout=self.timeout,
-                                                       source_address=self.source)
-            try:
-                self.conn.request(method, path, body=body, headers=h)
-                r = self.conn.getresponse()
-                return r.status, r.read()
-            except (OSError, http.client.HTTPException):
-                self.conn.close()
-                self.conn = None
-                if attempt:
-                    raise
-
-
-def deploy(addr, token, name, code, **query):
-    q = "&".join(f"{k}={v}" for k, v in query.items())
-    status, body = Client(addr, token, timeout=120).call(
-        "POST", f"/v1/functions/{name}?{q}", code)
-    if status != 201:
-        raise SystemExit(f"deploy {name}: {status} {body[:300]!r}")
+    return hearthbench.start(BIN, work, "--capacity-mib", str(CAPACITY_MIB),
+                             "--allow-private-egress", "true")
 
 
 HOLD_WAT = """(module
