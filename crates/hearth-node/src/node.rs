@@ -207,6 +207,16 @@ struct Admitted {
     meta: InvocationMeta,
 }
 
+/// What running an admitted invocation left: its answer, the tier that
+/// gave it, the host it ran with (its tape and logs), and whether its
+/// compiled answer is to be checked in the isolate.
+struct Ran {
+    result: Result<Response, InvokeError>,
+    tier: Tier,
+    host: HostCtx,
+    check: Option<jit::CheckSlot>,
+}
+
 /// A finished invocation: the function's answer or why there is none.
 #[derive(Debug)]
 pub struct InvokeOutcome {
@@ -1037,7 +1047,10 @@ impl Node {
         self.invoke_ready(v, ready, req, forwarded).await
     }
 
-    /// [`invoke`](Self::invoke) of a version already [`ready`](Self::ready).
+    /// [`invoke`](Self::invoke) of a version already [`ready`](Self::ready):
+    /// the invocation pipeline (`docs/architecture.md`, "The request
+    /// path"). [`invoke_streaming`](Self::invoke_streaming) shares its
+    /// steps but the run.
     pub async fn invoke_ready(
         &self,
         v: &Arc<FunctionVersion>,
@@ -1050,97 +1063,69 @@ impl Node {
             tier,
             start,
         } = ready;
-        let admitted = match self.admit(v, forwarded, &req) {
-            Ok(admitted) => admitted,
+        // Admitted (the node's permit, the tenant's share), or refused.
+        let (admitted, host) = match self.begin(v, forwarded, &req).await {
+            Ok(begun) => begun,
             Err(refused) => return Ok(refused),
         };
-        let Admitted {
+        // Run: in its tier, or compiled or traced (`node/jit.rs`).
+        let mut ran = self
+            .run_routed(v, &prepared, tier, &req, host, &admitted)
+            .await;
+        // What the isolate cannot run runs again in the process tier.
+        let fallback = v.spec.runtime.tiers().get(1).copied();
+        if let (Err(InvokeError::Unsupported(why)), Some(to), Tier::Js) =
+            (&ran.result, fallback, ran.tier)
+        {
+            let why = why.clone();
+            ran = self
+                .fall_back(v, to, why, &req, ran.host, &admitted.meta)
+                .await;
+        }
+        self.end_journal(forwarded, &ran.host, &admitted.meta);
+        let (id, started) = (admitted.id, admitted.started);
+        let done = self.finish(
+            v,
             id,
             started,
-            taping,
-            ref meta,
-            ..
-        } = admitted;
-        let fallback = v.spec.runtime.tiers().get(1).copied();
-        let mut host = self.host_for(forwarded, meta).await;
-        let (route, jit) = match &self.jit {
-            Some(jit) if tier == Tier::Js && !prepared.streams() => (jit.route(v), Some(jit)),
-            _ => (jit::Route::Isolate, None),
-        };
-        let (mut result, mut tier) = match &route {
-            jit::Route::Compiled(c) => {
-                (self.attempt(&c.prepared, &req, &host).await, Tier::Compiled)
-            }
-            jit::Route::Traced(traced) => {
-                host.divert_logs(hearth_jit::TRACE_PREFIX);
-                (self.attempt(traced, &req, &host).await, tier)
-            }
-            jit::Route::Isolate => (self.attempt(&prepared, &req, &host).await, tier),
-        };
-        // A compiled answer whose tape is kept may be checked in the
-        // isolate, once the invocation is done. Answers only: a failure's
-        // tape may be cut at the budget (a replay would part from it),
-        // and a timeout would hold the one check for the whole deadline.
-        let mut check = None;
-        if let (Some(jit), jit::Route::Compiled(c)) = (jit, &route) {
-            let left = result
-                .as_ref()
-                .err()
-                .and_then(InvokeError::compiled_left_at);
-            jit.compiled_ran(v, c, left.is_some());
-            if result.is_ok() && taping.is_some() && host.tape_budget_exceeded().is_none() {
-                check = jit.check_slot();
-            }
-            if let Some(at) = left {
-                // What the trace did not cover runs in the isolate, with
-                // the host's answers so far (KV reads and writes, clocks,
-                // randomness) given again: each effect happens once.
-                self.metrics.compiled_left();
-                if let Some(t) = &meta.trace {
-                    let at = KeyValue::new("hearth.left_at", at.to_string());
-                    crate::trace::event(t, "compiled code left for the isolate", vec![at]);
-                }
-                host = host.fall_back();
-                host.log(LogStream::System, "info", &jit::left_line(&c.plan, at));
-                result = self.attempt(&prepared, &req, &host).await;
-                tier = Tier::Js;
-            }
+            (start, ran.tier),
+            Some(ran.host),
+            ran.result,
+        );
+        if let Some(slot) = ran.check {
+            slot.check(v, prepared, self.host.clone(), &req, &done);
         }
-        match (jit, &route) {
-            (Some(jit), jit::Route::Traced(_)) => {
-                jit.traced(v, &host.take_diverted(), || self.jit_parts())
-            }
-            (Some(jit), jit::Route::Isolate) if result.is_ok() => {
-                jit.ran_in_isolate(v, started.elapsed(), || self.jit_parts())
-            }
-            _ => {}
-        }
-        // The journal is done with once the invocation is answered (a
-        // fallback below journals on into it).
-        let forget = |host: &HostCtx| {
-            if forwarded.is_some_and(|f| f.retry) || host.journaled() > 0 {
-                self.forget_journal(meta);
-            }
-        };
-        let (Err(InvokeError::Unsupported(why)), Some(fallback), Tier::Js) =
-            (&result, fallback, tier)
-        else {
-            forget(&host);
-            let done = self.finish(v, id, started, (start, tier), Some(host), result);
-            if let (Some(slot), Some(jit)) = (check, jit) {
-                let answered = jit::Answered {
-                    id: done.0.id,
-                    request: req.clone(),
-                    tape: done.1.clone(),
-                    outcome: hearth_record::Outcome::of(&done.0.result),
-                };
-                jit.check(slot, v, prepared.clone(), self.host.clone(), answered);
-            }
-            return Ok(self.record(v, tier, taping, (&req, None), done).await);
-        };
-        // Containerless: re-run in the process tier; the host calls the
-        // first attempt made are answered again from its tape, so each
-        // effect happens once.
+        let taped = (&req, None);
+        Ok(self.record(v, ran.tier, admitted.taping, taped, done).await)
+    }
+
+    /// An invocation of `v` [admitted](Self::admit), and the host it
+    /// runs with; or its refusal.
+    async fn begin(
+        &self,
+        v: &Arc<FunctionVersion>,
+        forwarded: Option<GatewayAttempt>,
+        req: &Request,
+    ) -> Result<(Admitted, HostCtx), InvokeOutcome> {
+        let admitted = self.admit(v, forwarded, req)?;
+        let host = self.host_for(forwarded, &admitted.meta).await;
+        Ok((admitted, host))
+    }
+
+    /// Containerless: `req` run again in tier `to` (the process tier)
+    /// because the isolate cannot run it (`why`). The host calls the
+    /// first attempt made are answered again from its tape, so each
+    /// effect happens once; the bounce counts toward pinning the function
+    /// to `to`.
+    async fn fall_back(
+        &self,
+        v: &FunctionVersion,
+        to: Tier,
+        why: String,
+        req: &Request,
+        host: HostCtx,
+        meta: &InvocationMeta,
+    ) -> Ran {
         let retry = host.fall_back();
         retry.log(
             LogStream::System,
@@ -1151,20 +1136,23 @@ impl Node {
         if let Some(t) = &meta.trace {
             let attributes = vec![
                 KeyValue::new("hearth.from_tier", "js"),
-                KeyValue::new("hearth.to_tier", fallback.as_str()),
-                KeyValue::new("hearth.reason", why.clone()),
+                KeyValue::new("hearth.to_tier", to.as_str()),
+                KeyValue::new("hearth.reason", why),
             ];
             crate::trace::event(t, "fallback", attributes);
         }
-        let result = match self.prepared(v, fallback).await {
-            Ok((prepared, _)) => self.attempt(&prepared, &req, &retry).await,
+        let result = match self.prepared(v, to).await {
+            Ok((prepared, _)) => self.attempt(&prepared, req, &retry).await,
             Err(e) => Err(InvokeError::Crashed(format!(
                 "the process tier could not load the function: {e}"
             ))),
         };
-        forget(&retry);
-        let done = self.finish(v, id, started, (start, fallback), Some(retry), result);
-        Ok(self.record(v, fallback, taping, (&req, None), done).await)
+        Ran {
+            result,
+            tier: to,
+            host: retry,
+            check: None,
+        }
     }
 
     /// What the compiled path's background steps need of this node.

@@ -61,6 +61,19 @@ impl Node {
         }
     }
 
+    /// Forgets the journal of an answered invocation sent by a gateway
+    /// (`forwarded`): a retry's, or the one this attempt wrote (`host`).
+    pub(crate) fn end_journal(
+        &self,
+        forwarded: Option<GatewayAttempt>,
+        host: &HostCtx,
+        meta: &InvocationMeta,
+    ) {
+        if forwarded.is_some_and(|f| f.retry) || host.journaled() > 0 {
+            self.forget_journal(meta);
+        }
+    }
+
     /// Drops an invocation's journal once it is answered, off the
     /// response's path; what is missed here the gateway's sweep removes.
     pub(crate) fn forget_journal(&self, meta: &InvocationMeta) {

@@ -30,9 +30,11 @@ use hearth_host::{
 use hearth_jit::{Plan, Trace};
 use hearth_record::diff::outcome_diff;
 use hearth_record::{Outcome, Recorder};
-use hearth_store::{ArtifactStore, TapePin, TapeQuery};
+use hearth_store::{ArtifactStore, LogStream, TapePin, TapeQuery};
+use opentelemetry::KeyValue;
 use parking_lot::Mutex;
 
+use super::{Admitted, InvokeOutcome, Node, Ran};
 use crate::metrics::CompiledChecks;
 
 /// When a js function is compiled, and how it is proved.
@@ -195,6 +197,103 @@ impl Drop for CheckSlot {
     fn drop(&mut self) {
         let idle = self.started.elapsed() * self.jit.config.check_idle;
         *self.jit.checking.lock() = (false, Instant::now() + idle);
+    }
+}
+
+impl CheckSlot {
+    /// Checks `done`, a compiled invocation of `v` asked `req`, in the
+    /// isolate (`isolate`, `v` prepared there), in the background
+    /// ([`Jit::check`]).
+    pub(crate) fn check(
+        self,
+        v: &Arc<FunctionVersion>,
+        isolate: Arc<dyn Prepared>,
+        services: Arc<HostServices>,
+        req: &Request,
+        done: &(InvokeOutcome, Tape),
+    ) {
+        let answered = Answered {
+            id: done.0.id,
+            request: req.clone(),
+            tape: done.1.clone(),
+            outcome: Outcome::of(&done.0.result),
+        };
+        let jit = self.jit.clone();
+        jit.check(self, v, isolate, services, answered);
+    }
+}
+
+impl Node {
+    /// Runs `req` where `v` runs now (`prepared`, in `tier`); a js
+    /// version the compiled path has runs compiled or traced instead
+    /// ([`Jit::route`]). Compiled code that meets what its traces did not
+    /// cover leaves, and the invocation runs in the isolate with the
+    /// host's answers so far (KV reads and writes, clocks, randomness)
+    /// given again, so each effect happens once. A compiled answer whose
+    /// tape is kept may get a slot to be checked in the isolate once the
+    /// invocation is done.
+    pub(super) async fn run_routed(
+        &self,
+        v: &Arc<FunctionVersion>,
+        prepared: &Arc<dyn Prepared>,
+        tier: Tier,
+        req: &Request,
+        mut host: HostCtx,
+        admitted: &Admitted,
+    ) -> Ran {
+        let (route, jit) = match &self.jit {
+            Some(jit) if tier == Tier::Js && !prepared.streams() => (jit.route(v), Some(jit)),
+            _ => (Route::Isolate, None),
+        };
+        let (mut result, mut tier) = match &route {
+            Route::Compiled(c) => (self.attempt(&c.prepared, req, &host).await, Tier::Compiled),
+            Route::Traced(traced) => {
+                host.divert_logs(hearth_jit::TRACE_PREFIX);
+                (self.attempt(traced, req, &host).await, tier)
+            }
+            Route::Isolate => (self.attempt(prepared, req, &host).await, tier),
+        };
+        // Answers only: a failure's tape may be cut at the budget (a
+        // replay would part from it), and a timeout would hold the one
+        // check for the whole deadline.
+        let mut check = None;
+        if let (Some(jit), Route::Compiled(c)) = (jit, &route) {
+            let left = result
+                .as_ref()
+                .err()
+                .and_then(InvokeError::compiled_left_at);
+            jit.compiled_ran(v, c, left.is_some());
+            let taped = admitted.taping.is_some() && host.tape_budget_exceeded().is_none();
+            if result.is_ok() && taped {
+                check = jit.check_slot();
+            }
+            if let Some(at) = left {
+                self.metrics.compiled_left();
+                if let Some(t) = &admitted.meta.trace {
+                    let at = KeyValue::new("hearth.left_at", at.to_string());
+                    crate::trace::event(t, "compiled code left for the isolate", vec![at]);
+                }
+                host = host.fall_back();
+                host.log(LogStream::System, "info", &left_line(&c.plan, at));
+                result = self.attempt(prepared, req, &host).await;
+                tier = Tier::Js;
+            }
+        }
+        match (jit, &route) {
+            (Some(jit), Route::Traced(_)) => {
+                jit.traced(v, &host.take_diverted(), || self.jit_parts())
+            }
+            (Some(jit), Route::Isolate) if result.is_ok() => {
+                jit.ran_in_isolate(v, admitted.started.elapsed(), || self.jit_parts())
+            }
+            _ => {}
+        }
+        Ran {
+            result,
+            tier,
+            host,
+            check,
+        }
     }
 }
 

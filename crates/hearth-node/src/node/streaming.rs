@@ -54,8 +54,8 @@ impl Node {
             tier,
             start,
         } = ready;
-        let admitted = match self.admit(v, forwarded, &req) {
-            Ok(admitted) => admitted,
+        let (admitted, host) = match self.begin(v, forwarded, &req).await {
+            Ok(begun) => begun,
             Err(refused) => {
                 return Ok(Streaming {
                     id: refused.id,
@@ -75,7 +75,6 @@ impl Node {
             .trace
             .as_ref()
             .map(|t| hearth_host::trace::traceparent(&t.span_context()).into_boxed_str());
-        let host = self.host_for(forwarded, &admitted.meta).await;
         // An invocation without a tape keeps nothing of its bodies and
         // hashes none: hashing was nearly half the daemon's CPU streaming.
         let keep = taping.map_or(0, |_| kept_bytes(&host));
@@ -93,9 +92,7 @@ impl Node {
                 Ok(sandbox) => node.stream_in(sandbox, &req, body, &host, &mut sink).await,
                 Err(e) => Err(e),
             };
-            if forwarded.is_some_and(|f| f.retry) || host.journaled() > 0 {
-                node.forget_journal(&admitted.meta);
-            }
+            node.end_journal(forwarded, &host, &admitted.meta);
             // A request that did not arrive whole fails the invocation,
             // whatever the function made of it.
             let result = match request_tee.lock().failure() {
