@@ -7,9 +7,10 @@
 #
 # Usage: bench/ab.sh BIN_A BIN_B [rounds] [seconds] [module]
 #   BIN_A, BIN_B  two `hearth` binaries (copy one aside before rebuilding)
-#   module        a .wasm/.wat, or a Python handler.py (its `handler`), to deploy
-#                 and invoke; default: the embedded hello. For Python, the CPU
-#                 figure is the daemon's alone, not its handlers'
+#   module        a .wasm/.wat, a Python handler.py (its `handler`), or a
+#                 JavaScript .js/.mjs, to deploy and invoke; default: the
+#                 embedded hello. For Python, the CPU figure is the daemon's
+#                 alone, not its handlers'
 # Environment: C (wrk connections, default 16).
 set -euo pipefail
 A=$1 B=$2 ROUNDS=${3:-6} SECS=${4:-3} MODULE=${5:-}
@@ -42,6 +43,7 @@ FN=/fn/admin/hello
 if [ -n "$MODULE" ]; then
   case "$MODULE" in
     *.py) QUERY="runtime=python&file_name=handler.py" ;;
+    *.js|*.mjs) QUERY="runtime=js&file_name=$(basename "$MODULE")" ;;
     *) QUERY="runtime=wasm" ;;
   esac
   for side in "a $UA" "b $UB"; do
