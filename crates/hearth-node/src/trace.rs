@@ -1,7 +1,7 @@
-//! OpenTelemetry traces of invocations (docs/observability.md), exported
-//! by OTLP over HTTP when the operator names a collector
-//! (`--otlp-endpoint`); off otherwise, when an invocation pays one `None`
-//! check for it.
+//! OpenTelemetry traces of invocations (docs/observability.md), sent to
+//! the exporter the binary makes when the operator names a collector
+//! (`--otlp-endpoint`: OTLP over HTTP, `hearth/src/otlp.rs`); off
+//! otherwise, when an invocation pays one `None` check for it.
 //!
 //! Every invocation is a server span: a child of the caller's, if the
 //! request carried a valid W3C `traceparent`, else the root of a new trace.
@@ -12,18 +12,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use hearth_core::{FunctionVersion, InvocationId, Request, Tier};
 use hearth_host::trace::InvocationTrace;
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_http::{HttpClient, HttpError};
-use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider, Tracer,
+    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider, SpanExporter, Tracer,
 };
 
 /// Longest `tracestate` taken from a request: the W3C minimum a vendor
@@ -44,35 +41,12 @@ pub struct Tracing {
 }
 
 impl Tracing {
-    /// Exports to the OTLP/HTTP collector at `endpoint` (its base URL, as
-    /// `OTEL_EXPORTER_OTLP_ENDPOINT`: spans go to `{endpoint}/v1/traces`).
-    /// `node` names this node in every span. Of the traces that begin here
-    /// (no valid `traceparent` came), `ratio` are sampled, chosen by trace
-    /// id; one that came follows its caller's sampled flag. Call inside a
-    /// Tokio runtime: the exporter sends on it.
-    pub fn otlp(endpoint: &str, node: &str, ratio: f64) -> Result<Tracing, String> {
-        let url = url::Url::parse(endpoint)
-            .map_err(|e| format!("--otlp-endpoint {endpoint:?} is not a URL: {e}"))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(format!(
-                "--otlp-endpoint {endpoint:?}: use an http:// or https:// URL of an OTLP/HTTP collector (port 4318 by convention)"
-            ));
-        }
-        let traces = format!("{}/v1/traces", endpoint.trim_end_matches('/'));
-        let client = OtlpClient {
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(10))
-                .build()
-                .map_err(|e| format!("cannot make the OTLP client: {e}"))?,
-            runtime: tokio::runtime::Handle::current(),
-        };
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_http_client(client)
-            .with_protocol(Protocol::HttpBinary)
-            .with_endpoint(traces)
-            .build()
-            .map_err(|e| format!("cannot make the OTLP exporter: {e}"))?;
+    /// Sends spans to `exporter` (the binary makes an OTLP/HTTP one for
+    /// `--otlp-endpoint`), in batches. `node` names this node in every
+    /// span. Of the traces that begin here (no valid `traceparent` came),
+    /// `ratio` are sampled, chosen by trace id; one that came follows its
+    /// caller's sampled flag.
+    pub fn new(exporter: impl SpanExporter + 'static, node: &str, ratio: f64) -> Tracing {
         let batches = BatchConfigBuilder::default()
             .with_max_queue_size(MAX_QUEUED_SPANS)
             .with_scheduled_delay(Duration::from_millis(500))
@@ -92,11 +66,11 @@ impl Tracing {
             .with_resource(resource)
             .build();
         let tracer = opentelemetry::trace::TracerProvider::tracer(&provider, "hearth");
-        Ok(Tracing {
+        Tracing {
             provider,
             tracer,
             node: node.to_string(),
-        })
+        }
     }
 
     /// Starts the span of invocation `id` of `v`, under the caller's
@@ -369,38 +343,6 @@ impl Extractor for HeaderMapOf<'_> {
 /// `value` of header `key`, unless it is a `tracestate` past its bound.
 fn within_bound<'v>(key: &str, value: &'v str) -> Option<&'v str> {
     (key != "tracestate" || value.len() <= MAX_TRACESTATE_BYTES).then_some(value)
-}
-
-/// OTLP over Hearth's own reqwest, on the daemon's runtime (the SDK's batch
-/// thread waits on the send; the request runs on the runtime).
-#[derive(Debug)]
-struct OtlpClient {
-    http: reqwest::Client,
-    runtime: tokio::runtime::Handle,
-}
-
-#[async_trait::async_trait]
-impl HttpClient for OtlpClient {
-    async fn send_bytes(
-        &self,
-        request: http::Request<Bytes>,
-    ) -> Result<http::Response<Bytes>, HttpError> {
-        let http = self.http.clone();
-        let sent = self.runtime.spawn(async move {
-            let (parts, body) = request.into_parts();
-            let response = http
-                .request(parts.method, parts.uri.to_string())
-                .headers(parts.headers)
-                .body(body)
-                .send()
-                .await?;
-            let status = response.status();
-            let body = response.bytes().await?;
-            Ok::<_, reqwest::Error>((status, body))
-        });
-        let (status, body) = sent.await??;
-        Ok(http::Response::builder().status(status).body(body)?)
-    }
 }
 
 #[cfg(test)]

@@ -228,9 +228,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     };
     let advertise = settings.advertise.clone().unwrap_or_else(|| url.clone());
     if let Some(endpoint) = &settings.otlp_endpoint {
-        let tracing =
-            hearth_node::trace::Tracing::otlp(endpoint, &advertise, settings.otlp_sample_ratio)
-                .map_err(anyhow::Error::msg)?;
+        let tracing = crate::otlp::tracing(endpoint, &advertise, settings.otlp_sample_ratio)
+            .map_err(anyhow::Error::msg)?;
         node.start_tracing(tracing);
     }
     let (role, membership) = match (&settings.role, &shared) {

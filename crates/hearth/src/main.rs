@@ -8,6 +8,7 @@ mod datadir;
 mod deploy;
 mod kv;
 mod logs;
+mod otlp;
 mod recordings;
 mod serve;
 

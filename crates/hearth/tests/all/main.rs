@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod api;
+mod architecture;
 mod auth;
 mod browser;
 mod cli;
