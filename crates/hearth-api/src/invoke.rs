@@ -329,7 +329,7 @@ async fn stream(
     ready: hearth_node::Ready,
     req: Request,
     (headers, body): (&HeaderMap, Body),
-    forwarded: Option<hearth_node::GatewayAttempt>,
+    forwarded: Option<hearth_core::GatewayAttempt>,
 ) -> Result<Response, ApiError> {
     use futures::StreamExt;
     let limit = s.node.max_stream_bytes();

@@ -8,8 +8,8 @@
 //! a client cannot name another invocation's id to be served its journal,
 //! and a node ignores the header from anyone but its gateway.
 
+use hearth_core::GatewayAttempt;
 use hearth_core::InvocationId;
-use hearth_node::GatewayAttempt;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 

@@ -39,9 +39,9 @@ use http::{HeaderMap, Method};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use hearth_core::GatewayAttempt;
 use hearth_core::{ByMode, InvocationId};
-use hearth_node::GatewayAttempt;
-use hearth_node::trace::ForwardSpan;
+use hearth_host::trace::ForwardSpan;
 use hearth_store::{AwayTapes, MemberRow, PgStore};
 
 use crate::attempt::AttemptKey;

@@ -26,6 +26,6 @@ pub mod tls;
 
 pub use attempt::AttemptKey;
 pub use gateway::{Gateway, GatewayConfig, GatewayError};
-pub use member::{Membership, SharedArtifacts};
+pub use member::{Membership, Reporting, SharedArtifacts};
 pub use placer::{Colocation, Placer};
 pub use tls::{MemberTls, TlsFiles};

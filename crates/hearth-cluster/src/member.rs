@@ -11,10 +11,27 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use hearth_node::{ArtifactSource, Node};
+use hearth_core::{ByMode, Colocation};
+use hearth_host::ArtifactSource;
 use hearth_store::{ClusterSettings, PgStore};
 
 use crate::gateway::{Heartbeat, Join};
+
+/// The node a member speaks for, as the cluster sees it: what a
+/// heartbeat reports of it, and the cluster's settings it follows. The
+/// binary implements it for its node: the cluster knows no node.
+pub trait Reporting: Send + Sync + 'static {
+    /// Functions with code prepared there, as (tenant, name).
+    fn loaded(&self) -> Vec<(String, String)>;
+    /// Invocations running there now.
+    fn in_flight(&self) -> u64;
+    /// Warm pools: instances ready for a new invocation, by kind.
+    fn pool_free(&self) -> std::collections::BTreeMap<String, u64>;
+    /// Invocations it ran since it started, by mode.
+    fn ran(&self) -> ByMode;
+    /// Takes the cluster's default colocation mode.
+    fn set_default_colocation(&self, mode: Colocation);
+}
 
 /// This node's membership of the cluster whose store is `store`.
 pub struct Membership {
@@ -98,13 +115,13 @@ impl Membership {
 
     /// One heartbeat now; the cluster's settings it carried back are
     /// applied to `node`.
-    pub async fn beat(&self, node: &Node) -> Result<(), String> {
+    pub async fn beat(&self, node: &dyn Reporting) -> Result<(), String> {
         let beat = Heartbeat {
             loaded: node.loaded(),
-            in_flight: node.in_flight() as u64,
+            in_flight: node.in_flight(),
             rss_mib: rss_mib(),
             pool_free: node.pool_free(),
-            ran: node.invocations_by_mode(),
+            ran: node.ran(),
         };
         let report = serde_json::to_string(&beat).expect("serializes");
         let (store, id) = (self.store.clone(), self.id());
@@ -121,7 +138,7 @@ impl Membership {
         Ok(())
     }
 
-    fn follow(&self, node: &Node, settings: &ClusterSettings) {
+    fn follow(&self, node: &dyn Reporting, settings: &ClusterSettings) {
         if let Some(mode) = settings.colocation.as_deref() {
             match mode.parse() {
                 // Logs a change from this node's own.
@@ -135,12 +152,12 @@ impl Membership {
     }
 
     /// Sends a heartbeat every interval until the node leaves.
-    pub fn spawn_heartbeats(self: &Arc<Self>, node: Arc<Node>) {
+    pub fn spawn_heartbeats(self: &Arc<Self>, node: Arc<dyn Reporting>) {
         let me = self.clone();
         tokio::spawn(async move {
             let mut warned = false;
             while !me.left.load(Ordering::Acquire) {
-                let beat = me.beat(&node).await;
+                let beat = me.beat(node.as_ref()).await;
                 me.beating.store(beat.is_ok(), Ordering::Release);
                 match beat {
                     Ok(()) => warned = false,

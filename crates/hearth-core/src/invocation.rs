@@ -22,6 +22,16 @@ impl InvocationId {
     }
 }
 
+/// An invocation a cluster's gateway forwarded. The gateway names it, with
+/// the same id on both attempts, so a retry on another node can find what
+/// the first attempt journaled.
+#[derive(Debug, Clone, Copy)]
+pub struct GatewayAttempt {
+    pub id: InvocationId,
+    /// This is the second attempt: the first one's node failed.
+    pub retry: bool,
+}
+
 impl Default for InvocationId {
     fn default() -> Self {
         Self::new()

@@ -20,7 +20,7 @@ pub use function::{
     host_allowed, validate_function_name, validate_tenant_name,
 };
 pub use headers::{REFUSED_HEADER, is_hop_by_hop};
-pub use invocation::{InvocationId, Request, Response};
+pub use invocation::{GatewayAttempt, InvocationId, Request, Response};
 pub use log_stream::LogStream;
 
 /// Milliseconds since the Unix epoch, the unit of every stored timestamp

@@ -13,6 +13,17 @@ pub trait Artifacts: Send + Sync {
     fn read(&self, hash: &str) -> Result<Vec<u8>, StoreError>;
 }
 
+/// Code every member of a cluster can reach by hash: a deploy publishes
+/// its artifact there before its version names it, and a node fetches
+/// what it does not have (checking the bytes against the hash before
+/// keeping them). The cluster's store is one (`hearth-cluster`'s
+/// `SharedArtifacts`); a node alone has none.
+#[async_trait::async_trait]
+pub trait ArtifactSource: Send + Sync + 'static {
+    async fn fetch(&self, hash: &str) -> Result<Vec<u8>, String>;
+    async fn publish(&self, hash: &str, bytes: bytes::Bytes) -> Result<(), String>;
+}
+
 impl Artifacts for ArtifactStore {
     fn read(&self, hash: &str) -> Result<Vec<u8>, StoreError> {
         self.get(hash)

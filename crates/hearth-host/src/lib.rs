@@ -35,7 +35,7 @@ pub mod trace;
 pub mod bundle;
 pub mod deps;
 
-pub use code::{Artifacts, content_hash, write_whole};
+pub use code::{ArtifactSource, Artifacts, content_hash, write_whole};
 pub use ctx::{
     CallGuard, HostCtx, HostError, HostLimits, HostServices, InvocationMeta, LogLine,
     monotonic_now_nanos,

@@ -7,6 +7,9 @@
 //!
 //! Tracing off costs an invocation a `None` check, and one per such call.
 
+mod forward;
+pub use forward::{AttemptSpan, ForwardSpan};
+
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use opentelemetry::trace::{

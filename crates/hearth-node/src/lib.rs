@@ -33,7 +33,7 @@ pub use disk::DiskConfig;
 pub use logs::LogQuotas;
 pub use metrics::Metrics;
 pub use node::{
-    ArtifactSource, CodeHeld, CompiledMode, DeployOutcome, GatewayAttempt, InvokeOutcome,
-    JitConfig, Node, NodeConfig, NodeError, Ready, ReplayReport, StartKind, Streaming,
+    CodeHeld, CompiledMode, DeployOutcome, InvokeOutcome, JitConfig, Node, NodeConfig, NodeError,
+    Ready, ReplayReport, StartKind, Streaming,
 };
 pub use share::MemoryBudget;

@@ -6,10 +6,12 @@ use std::time::{Duration, Instant};
 
 use displaydoc::Display;
 use hearth_core::{
-    FunctionSpec, FunctionVersion, InvocationId, InvokeError, Request, Response, Tier,
+    FunctionSpec, FunctionVersion, GatewayAttempt, InvocationId, InvokeError, Request, Response,
+    Tier,
 };
 use hearth_host::{
-    Compiled, DeployError, Engine, HostCtx, HostServices, InvocationMeta, Prepared, Source, Tape,
+    ArtifactSource, Compiled, DeployError, Engine, HostCtx, HostServices, InvocationMeta, Prepared,
+    Source, Tape,
 };
 use hearth_record::Recorder;
 use hearth_store::{ArtifactStore, FunctionMode, LogRecord, LogStream, Store, StoreError};
@@ -28,7 +30,6 @@ mod installed;
 mod jit;
 mod streaming;
 mod tapes;
-pub use forwarded::GatewayAttempt;
 pub use installed::CodeHeld;
 use installed::InstalledCache;
 pub use jit::{CompiledMode, JitConfig};
@@ -230,16 +231,6 @@ pub struct InvokeOutcome {
     /// Its span as a W3C `traceparent`, when the node exports traces: the
     /// caller gets it back.
     pub traceparent: Option<Box<str>>,
-}
-
-/// Code every member of a cluster can reach by hash: a deploy publishes
-/// its artifact there before its version names it, and a node fetches
-/// what it does not have (checking the bytes against the hash before
-/// keeping them).
-#[async_trait::async_trait]
-pub trait ArtifactSource: Send + Sync + 'static {
-    async fn fetch(&self, hash: &str) -> Result<Vec<u8>, String>;
-    async fn publish(&self, hash: &str, bytes: bytes::Bytes) -> Result<(), String>;
 }
 
 /// One Hearth node.

@@ -244,10 +244,11 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
                 .map_err(anyhow::Error::msg)?;
             // The first heartbeat brings the cluster's settings (its
             // colocation mode), before any invocation arrives.
-            if let Err(e) = m.beat(&node).await {
+            let reported = Arc::new(Reported(node.clone()));
+            if let Err(e) = m.beat(reported.as_ref()).await {
                 tracing::warn!(error = %e, "first heartbeat");
             }
-            m.spawn_heartbeats(node.clone());
+            m.spawn_heartbeats(reported);
             let role = ClusterRole::Member {
                 gateway: gateway.clone(),
                 key: cluster_key(),
@@ -554,6 +555,31 @@ fn spawn_cluster_sweep(store: Arc<dyn Store>, pg: Arc<PgStore>) {
             }
         }
     });
+}
+
+/// The node as its cluster membership reports it.
+struct Reported(Arc<Node>);
+
+impl hearth_cluster::Reporting for Reported {
+    fn loaded(&self) -> Vec<(String, String)> {
+        self.0.loaded()
+    }
+
+    fn in_flight(&self) -> u64 {
+        self.0.in_flight() as u64
+    }
+
+    fn pool_free(&self) -> std::collections::BTreeMap<String, u64> {
+        self.0.pool_free()
+    }
+
+    fn ran(&self) -> hearth_core::ByMode {
+        self.0.invocations_by_mode()
+    }
+
+    fn set_default_colocation(&self, mode: hearth_core::Colocation) {
+        self.0.set_default_colocation(mode);
+    }
 }
 
 #[cfg(test)]

@@ -2,21 +2,11 @@
 //! the retry journal a first attempt writes, and the host a retry gets
 //! from it (`HostCtx::journaling`, `docs/cluster.md`).
 
-use hearth_core::InvocationId;
+use hearth_core::GatewayAttempt;
 use hearth_host::{HostCtx, InvocationMeta, Tape};
 use hearth_store::LogStream;
 
 use super::Node;
-
-/// An invocation a cluster's gateway forwarded. The gateway names it, with
-/// the same id on both attempts, so a retry on another node can find what
-/// the first attempt journaled.
-#[derive(Debug, Clone, Copy)]
-pub struct GatewayAttempt {
-    pub id: InvocationId,
-    /// This is the second attempt: the first one's node failed.
-    pub retry: bool,
-}
 
 impl Node {
     /// The host of a first attempt: plain, or journaling if a gateway may

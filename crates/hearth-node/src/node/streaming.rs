@@ -14,7 +14,9 @@ use hearth_core::{FunctionVersion, InvocationId, InvokeError, Request, Response}
 use hearth_host::{BodyStream, HostCtx, Kept, ResponseHead, ResponseSink, Tee};
 use hearth_record::{BodyDigest, Streamed};
 
-use super::{GatewayAttempt, Node, NodeError, Ready, StartKind};
+use hearth_core::GatewayAttempt;
+
+use super::{Node, NodeError, Ready, StartKind};
 
 /// Bytes of each streamed body a tape keeps, at most; less when the
 /// function's tape budget is small (a quarter of it).

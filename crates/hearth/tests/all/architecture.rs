@@ -117,6 +117,8 @@ fn each_crate_is_not_what_the_architecture_says_it_is_not() {
     for http in HTTP {
         assert!(!deps("hearth-node").contains(*http), "hearth-node → {http}");
     }
+    // "the cluster knows no node"
+    assert!(!deps("hearth-cluster").contains("hearth-node"));
     // "the API knows no engine"
     for engine in ENGINES.iter().chain(&["hearth-jit"]) {
         assert!(
