@@ -13,13 +13,15 @@
 //!   dropped), `Hearth-Node` naming the node that answered and, after a
 //!   retry, `Hearth-Retried-From` naming the one that failed first.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, header};
 
 use hearth_core::{FunctionVersion, is_hop_by_hop};
-
-use crate::gateway::{Forwarded, Outgoing, OutgoingBody};
+use hearth_host::trace::ForwardSpan;
 
 /// How much longer than the function's own timeout the gateway waits for a
 /// node: a cold start (a process-tier runtime, an artifact fetch) comes
@@ -30,6 +32,93 @@ pub const NODE_GRACE: Duration = Duration::from_secs(10);
 pub const NODE_HEADER: &str = "hearth-node";
 /// The response header naming the node that failed before a retry.
 pub const RETRIED_FROM_HEADER: &str = "hearth-retried-from";
+
+/// An invocation to forward.
+pub struct Outgoing<'a> {
+    pub tenant: &'a str,
+    pub function: &'a str,
+    /// The function's memory limit: what it commits on its node.
+    pub memory_mib: u64,
+    /// How long to wait for the node's answer.
+    pub timeout: Duration,
+    pub method: Method,
+    /// `/fn/…` with the query, as the node should see it.
+    pub path_and_query: String,
+    pub headers: HeaderMap,
+    pub body: OutgoingBody,
+    /// The gateway's span over the invocation, when it is traced (its
+    /// `traceparent` is in `headers`): in a sampled trace each attempt is
+    /// a span under it, whose `traceparent` the node gets instead.
+    pub span: Option<&'a ForwardSpan>,
+}
+
+/// An invocation's request body as the gateway sends it on.
+pub enum OutgoingBody {
+    /// Held whole: it can be sent again, to another node, if the first
+    /// fails before answering.
+    Whole(Bytes),
+    /// Longer than the gateway holds (`--max-body-bytes`): it streams to
+    /// the node as the client sends it, so it can be sent only once.
+    Streaming(std::sync::Mutex<Option<reqwest::Body>>),
+}
+
+impl OutgoingBody {
+    /// A body that streams as `chunks` arrive.
+    pub fn streaming<S, E>(chunks: S) -> OutgoingBody
+    where
+        S: futures::Stream<Item = Result<Bytes, E>> + Send + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+    {
+        let body = reqwest::Body::wrap_stream(chunks);
+        OutgoingBody::Streaming(std::sync::Mutex::new(Some(body)))
+    }
+
+    /// The body for one attempt; `None` once a streaming one was sent.
+    pub(crate) fn take(&self) -> Option<reqwest::Body> {
+        match self {
+            OutgoingBody::Whole(b) => Some(reqwest::Body::from(b.clone())),
+            OutgoingBody::Streaming(b) => b.lock().expect("not poisoned").take(),
+        }
+    }
+
+    /// Whether another attempt could send it again.
+    pub(crate) fn resendable(&self) -> bool {
+        matches!(self, OutgoingBody::Whole(_))
+    }
+}
+
+/// A node's answer body, passed on as the node sends it.
+pub type ForwardedBody =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
+
+impl Forwarded {
+    /// This answer with `held` (its lease, its attempt's span) dropped
+    /// only once its body has passed.
+    pub(crate) fn holding<T: Send + 'static>(self, held: T) -> Forwarded {
+        use futures::StreamExt;
+        let body = self.body.map(move |chunk| {
+            let _held = &held;
+            chunk
+        });
+        Forwarded {
+            body: Box::pin(body),
+            ..self
+        }
+    }
+}
+
+/// A node's answer.
+pub struct Forwarded {
+    pub status: u16,
+    pub headers: HeaderMap,
+    /// Streams: a retry happens only before the node answered, so nothing
+    /// needs the body whole.
+    pub body: ForwardedBody,
+    /// The node that answered.
+    pub node: Arc<str>,
+    /// The node that failed first, if this was a retry.
+    pub retried_from: Option<Arc<str>>,
+}
 
 impl<'a> Outgoing<'a> {
     /// The invocation of `function` a client sent the gateway as `method`

@@ -1,13 +1,9 @@
-//! The gateway of a real cluster: who the nodes are, whether they are
-//! alive, and which one runs each invocation.
+//! The gateway of a real cluster: which node runs each invocation, and
+//! the one retry. Who the nodes are and whether they are alive is
+//! `gateway/members.rs`; what is sent to a node and what of its answer
+//! passes, [`crate::forward`].
 //!
-//! Nodes join by writing a row in the cluster's store with their URL and
-//! memory capacity, and update it every heartbeat with what they have
-//! loaded; the gateway reads the rows ([`Gateway::sync`]), so any number of
-//! gateways know the same nodes. A node whose row misses `missed`
-//! heartbeats, that leaves, or that refuses a connection is out of
-//! placement until its next heartbeat. Each invocation goes where the
-//! [`Placer`] says (its function's node, else its tenant's, else the least
+//! Each invocation goes where the [`Placer`](crate::Placer) says (its function's node, else its tenant's, else the least
 //! loaded, within capacity), with the function's memory limit committed on
 //! that node while it runs.
 //!
@@ -27,27 +23,24 @@
 //! `Retry-After` when both were busy).
 
 use parking_lot::{Mutex, MutexGuard};
-use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
-
-use tokio::time::Instant;
 
 use bytes::Bytes;
 use displaydoc::Display;
 use http::{HeaderMap, Method};
-use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use hearth_core::GatewayAttempt;
-use hearth_core::{ByMode, InvocationId};
-use hearth_host::trace::ForwardSpan;
-use hearth_store::{AwayTapes, MemberRow, PgStore};
+use hearth_core::{GatewayAttempt, InvocationId};
+use hearth_store::{AwayTapes, PgStore};
+
+mod members;
+
+pub use members::{Heartbeat, Join, MemberView, PlacedBy};
 
 use crate::attempt::AttemptKey;
-use crate::placer::{Placer, Rule};
-
-const LEFT: &str = "left";
+use crate::forward::{Forwarded, Outgoing};
+use members::State;
 
 /// How often nodes report, and how many missed reports take one out.
 #[derive(Debug, Clone)]
@@ -73,88 +66,6 @@ impl Default for GatewayConfig {
     }
 }
 
-/// What a node offers when it joins (its row in the store's `members`).
-#[derive(Debug, Clone)]
-pub struct Join {
-    /// Where gateways reach the node (`http(s)://host:port`).
-    pub url: String,
-    /// Memory the node offers to running functions, MiB.
-    pub capacity_mib: u64,
-    /// Invocations it runs at once before refusing (`--max-concurrency`).
-    pub max_concurrency: Option<u32>,
-}
-
-/// What a node reports every interval (its row's `report`, as JSON).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Heartbeat {
-    /// Functions with code prepared there, as (tenant, name).
-    pub loaded: Vec<(String, String)>,
-    /// Invocations running there now (from any gateway).
-    pub in_flight: u64,
-    /// The node process's resident memory, MiB.
-    pub rss_mib: u64,
-    /// Warm pools: instances ready for a new invocation, by kind.
-    #[serde(default)]
-    pub pool_free: BTreeMap<String, u64>,
-    /// Invocations the node ran since it started (from any gateway), by
-    /// mode.
-    #[serde(default)]
-    pub ran: ByMode,
-}
-
-/// One node as `GET /v1/cluster/nodes` shows it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct MemberView {
-    pub id: String,
-    pub url: String,
-    pub alive: bool,
-    /// Why a node is out of placement: `left`, `missed heartbeats`, or
-    /// the error of a forwarded invocation.
-    pub out_because: Option<String>,
-    pub capacity_mib: u64,
-    /// Memory committed to invocations this gateway has running there.
-    pub committed_mib: u64,
-    /// Invocations this gateway has running there, and the node's limit.
-    pub running: u32,
-    pub max_concurrency: Option<u32>,
-    pub loaded: usize,
-    /// Tenants with a function loaded there.
-    pub tenants: usize,
-    pub in_flight: u64,
-    pub rss_mib: u64,
-    pub pool_free: BTreeMap<String, u64>,
-    /// Invocations this gateway sent there.
-    pub placed: u64,
-    /// Of those, how many each of the placer's rules sent: as the
-    /// function's node, as its tenant's, or as the least loaded.
-    pub placed_by: PlacedBy,
-    /// Invocations the node ran since it started, from any gateway, by
-    /// the mode that ran them (as of its last heartbeat).
-    pub ran: ByMode,
-    pub last_heartbeat_ms_ago: u64,
-}
-
-/// Invocations placed on a node, by the placer's rule that chose it
-/// ([`Rule`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct PlacedBy {
-    pub function: u64,
-    pub tenant: u64,
-    pub least_loaded: u64,
-}
-
-impl PlacedBy {
-    fn count(&mut self, rule: Rule) {
-        *match rule {
-            Rule::Function => &mut self.function,
-            Rule::Tenant => &mut self.tenant,
-            Rule::LeastLoaded => &mut self.least_loaded,
-        } += 1;
-    }
-}
-
 /// Why an invocation got no answer from any node.
 #[derive(Debug, Display, Error)]
 pub enum GatewayError {
@@ -168,178 +79,6 @@ pub enum GatewayError {
     Failed(String),
     /// node {node} did not answer within {timeout_ms} ms
     Timeout { node: Arc<str>, timeout_ms: u64 },
-}
-
-/// An invocation to forward.
-pub struct Outgoing<'a> {
-    pub tenant: &'a str,
-    pub function: &'a str,
-    /// The function's memory limit: what it commits on its node.
-    pub memory_mib: u64,
-    /// How long to wait for the node's answer.
-    pub timeout: Duration,
-    pub method: Method,
-    /// `/fn/…` with the query, as the node should see it.
-    pub path_and_query: String,
-    pub headers: HeaderMap,
-    pub body: OutgoingBody,
-    /// The gateway's span over the invocation, when it is traced (its
-    /// `traceparent` is in `headers`): in a sampled trace each attempt is
-    /// a span under it, whose `traceparent` the node gets instead.
-    pub span: Option<&'a ForwardSpan>,
-}
-
-/// An invocation's request body as the gateway sends it on.
-pub enum OutgoingBody {
-    /// Held whole: it can be sent again, to another node, if the first
-    /// fails before answering.
-    Whole(Bytes),
-    /// Longer than the gateway holds (`--max-body-bytes`): it streams to
-    /// the node as the client sends it, so it can be sent only once.
-    Streaming(std::sync::Mutex<Option<reqwest::Body>>),
-}
-
-impl OutgoingBody {
-    /// A body that streams as `chunks` arrive.
-    pub fn streaming<S, E>(chunks: S) -> OutgoingBody
-    where
-        S: futures::Stream<Item = Result<Bytes, E>> + Send + 'static,
-        E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
-    {
-        let body = reqwest::Body::wrap_stream(chunks);
-        OutgoingBody::Streaming(std::sync::Mutex::new(Some(body)))
-    }
-
-    /// The body for one attempt; `None` once a streaming one was sent.
-    fn take(&self) -> Option<reqwest::Body> {
-        match self {
-            OutgoingBody::Whole(b) => Some(reqwest::Body::from(b.clone())),
-            OutgoingBody::Streaming(b) => b.lock().expect("not poisoned").take(),
-        }
-    }
-
-    /// Whether another attempt could send it again.
-    fn resendable(&self) -> bool {
-        matches!(self, OutgoingBody::Whole(_))
-    }
-}
-
-/// A node's answer body, passed on as the node sends it.
-pub type ForwardedBody =
-    std::pin::Pin<Box<dyn futures::Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
-
-impl Forwarded {
-    /// This answer with `held` (its lease, its attempt's span) dropped
-    /// only once its body has passed.
-    fn holding<T: Send + 'static>(self, held: T) -> Forwarded {
-        use futures::StreamExt;
-        let body = self.body.map(move |chunk| {
-            let _held = &held;
-            chunk
-        });
-        Forwarded {
-            body: Box::pin(body),
-            ..self
-        }
-    }
-}
-
-/// A node's answer.
-pub struct Forwarded {
-    pub status: u16,
-    pub headers: HeaderMap,
-    /// Streams: a retry happens only before the node answered, so nothing
-    /// needs the body whole.
-    pub body: ForwardedBody,
-    /// The node that answered.
-    pub node: Arc<str>,
-    /// The node that failed first, if this was a retry.
-    pub retried_from: Option<Arc<str>>,
-}
-
-struct Member {
-    /// Shared with each forward's answer, which names its node.
-    id: Arc<str>,
-    url: Arc<str>,
-    capacity_mib: u64,
-    /// `None` while in placement; why not, otherwise.
-    out: Option<String>,
-    last_seen: Instant,
-    loaded: HashSet<(u32, u32)>,
-    committed_mib: u64,
-    /// Invocations this gateway has running there, and how many the node
-    /// takes at once.
-    running: u32,
-    max_concurrency: Option<u32>,
-    report: Heartbeat,
-    /// The heartbeat count of its row when this gateway last read it.
-    beats: u64,
-    placed: u64,
-    placed_by: PlacedBy,
-}
-
-#[derive(Default)]
-struct State {
-    placer: Placer,
-    /// Index = the placer's node index; a node that left keeps its slot
-    /// (capacity 0) until a node with its URL joins again.
-    members: Vec<Member>,
-    /// The placer's numbers for tenants and their functions: tenant →
-    /// (its number, function → its number). Nested so that a lookup
-    /// borrows its keys; only a name seen for the first time allocates.
-    names: HashMap<String, (u32, HashMap<String, u32>)>,
-    functions_named: u32,
-}
-
-impl State {
-    fn ids(&mut self, tenant: &str, function: &str) -> (u32, u32) {
-        if let Some((t, fns)) = self.names.get(tenant)
-            && let Some(&f) = fns.get(function)
-        {
-            return (*t, f);
-        }
-        let tenants = self.names.len() as u32;
-        let (t, fns) = self
-            .names
-            .entry(tenant.to_string())
-            .or_insert_with(|| (tenants, HashMap::new()));
-        let f = *fns
-            .entry(function.to_string())
-            .or_insert(self.functions_named);
-        if f == self.functions_named {
-            self.functions_named += 1;
-        }
-        (*t, f)
-    }
-
-    fn find(&self, id: &str) -> Option<usize> {
-        self.members.iter().position(|m| &*m.id == id)
-    }
-
-    /// Takes node `n` out of placement and forgets what it had loaded.
-    fn take_out(&mut self, n: usize, why: &str) {
-        let m = &mut self.members[n];
-        if m.out.is_some() {
-            return;
-        }
-        tracing::warn!(node = %m.id, url = %m.url, why, "node out of placement");
-        m.out = Some(why.to_string());
-        self.placer.set_capacity(n, 0);
-        for (t, f) in std::mem::take(&mut self.members[n].loaded) {
-            self.placer.unregister(n, t, f);
-        }
-    }
-
-    fn set_loaded(&mut self, n: usize, now: HashSet<(u32, u32)>) {
-        let before = std::mem::take(&mut self.members[n].loaded);
-        for &(t, f) in before.difference(&now) {
-            self.placer.unregister(n, t, f);
-        }
-        for &(t, f) in now.difference(&before) {
-            self.placer.register(n, t, f);
-        }
-        self.members[n].loaded = now;
-    }
 }
 
 /// The cluster as one gateway sees it.
@@ -423,217 +162,6 @@ impl Gateway {
     fn lock(&self) -> MutexGuard<'_, State> {
         // Every update leaves the state consistent before it can panic.
         self.state.lock()
-    }
-
-    /// Takes out nodes whose heartbeats stopped, every half interval,
-    /// for as long as the gateway lives.
-    pub fn spawn_reaper(self: &Arc<Self>) {
-        let weak = Arc::downgrade(self);
-        let period = self.config.heartbeat / 2;
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(period).await;
-                let Some(g) = weak.upgrade() else { return };
-                let limit = g.config.heartbeat * g.config.missed;
-                let mut s = g.lock();
-                for n in 0..s.members.len() {
-                    if s.members[n].out.is_none() && s.members[n].last_seen.elapsed() > limit {
-                        s.take_out(n, "missed heartbeats");
-                    }
-                }
-            }
-        });
-    }
-
-    /// Brings this gateway up to date with the nodes' rows in the store:
-    /// a new row is a node that joined, a row whose heartbeat count moved
-    /// (within the heartbeat limit) a heartbeat, a marked row a node that
-    /// left, and a missing one a node that is gone.
-    pub fn sync(&self, rows: &[MemberRow]) {
-        let limit = self.config.heartbeat * self.config.missed;
-        for row in rows {
-            let known = {
-                let s = self.lock();
-                s.find(&row.id).map(|n| s.members[n].beats)
-            };
-            if row.left {
-                if known.is_some() {
-                    self.leave(&row.id);
-                }
-                continue;
-            }
-            if known.is_none() {
-                self.join(
-                    &row.id,
-                    Join {
-                        url: row.url.clone(),
-                        capacity_mib: row.capacity_mib,
-                        max_concurrency: row.max_concurrency,
-                    },
-                );
-            }
-            let fresh = row.beat_age < limit;
-            if fresh && known != Some(row.beats) {
-                let beat = serde_json::from_str(&row.report).unwrap_or_else(|e| {
-                    tracing::warn!(node = %row.id, error = %e, "unreadable heartbeat");
-                    Heartbeat::default()
-                });
-                self.heartbeat(&row.id, beat);
-            }
-            let mut s = self.lock();
-            if let Some(n) = s.find(&row.id) {
-                let m = &mut s.members[n];
-                m.beats = row.beats;
-                // The row's age by the database's clock: the reaper takes
-                // the node out once it passes the limit.
-                m.last_seen = Instant::now()
-                    .checked_sub(row.beat_age)
-                    .unwrap_or_else(Instant::now);
-            }
-        }
-        let mut s = self.lock();
-        for n in 0..s.members.len() {
-            if !rows.iter().any(|r| *r.id == *s.members[n].id) {
-                s.take_out(n, "gone from the cluster's store");
-            }
-        }
-        self.synced
-            .store(true, std::sync::atomic::Ordering::Release);
-    }
-
-    /// Reads the nodes' rows every half heartbeat, and at once when
-    /// `changed` says a node joined or left, for as long as the gateway
-    /// lives.
-    pub fn spawn_sync(self: &Arc<Self>, store: Arc<PgStore>, changed: Arc<tokio::sync::Notify>) {
-        let _ = self.store.set(store.clone());
-        let weak = Arc::downgrade(self);
-        let period = self.config.heartbeat / 2;
-        tokio::spawn(async move {
-            let mut warned = false;
-            loop {
-                let store = store.clone();
-                let rows = tokio::task::spawn_blocking(move || store.members()).await;
-                let Some(g) = weak.upgrade() else { return };
-                match rows {
-                    Ok(Ok(rows)) => {
-                        warned = false;
-                        g.sync(&rows);
-                    }
-                    Ok(Err(e)) if !warned => {
-                        warned = true;
-                        tracing::warn!(error = %e, "cannot read the cluster's nodes");
-                    }
-                    _ => {}
-                }
-                drop(g);
-                tokio::select! {
-                    _ = tokio::time::sleep(period) => {}
-                    _ = changed.notified() => {}
-                }
-            }
-        });
-    }
-
-    /// A node joins (or rejoins, after a restart, under a new id).
-    fn join(&self, id: &str, join: Join) {
-        let mut s = self.lock();
-        let member = Member {
-            id: id.into(),
-            url: join.url.trim_end_matches('/').into(),
-            capacity_mib: join.capacity_mib,
-            out: None,
-            last_seen: Instant::now(),
-            loaded: HashSet::new(),
-            committed_mib: 0,
-            running: 0,
-            max_concurrency: join.max_concurrency,
-            report: Heartbeat::default(),
-            beats: 0,
-            placed: 0,
-            placed_by: PlacedBy::default(),
-        };
-        let n = match s.members.iter().position(|m| m.url == member.url) {
-            Some(n) => {
-                s.take_out(n, "rejoined");
-                s.members[n] = member;
-                n
-            }
-            None => {
-                let n = s.placer.add_node(0);
-                s.members.push(member);
-                n
-            }
-        };
-        s.placer.set_capacity(n, join.capacity_mib);
-        s.placer.set_committed(n, 0);
-        s.placer.set_slots(n, join.max_concurrency);
-        s.placer.set_running(n, 0);
-        tracing::info!(node = %id, url = %s.members[n].url, capacity_mib = join.capacity_mib, "node joined");
-    }
-
-    /// Records a heartbeat; false if the node is unknown (it should join).
-    fn heartbeat(&self, id: &str, beat: Heartbeat) -> bool {
-        let mut s = self.lock();
-        let Some(n) = s.find(id) else { return false };
-        if s.members[n].out.as_deref() == Some(LEFT) {
-            // A heartbeat that crossed the node's goodbye.
-            return false;
-        }
-        let loaded = beat
-            .loaded
-            .iter()
-            .map(|(t, f)| s.ids(t, f))
-            .collect::<HashSet<_>>();
-        let m = &mut s.members[n];
-        m.last_seen = Instant::now();
-        m.report = beat;
-        if m.out.take().is_some() {
-            tracing::info!(node = %m.id, "node back in placement");
-            let capacity = m.capacity_mib;
-            s.placer.set_capacity(n, capacity);
-        }
-        s.set_loaded(n, loaded);
-        s.placer.set_busy(n, false);
-        true
-    }
-
-    /// A node leaves cleanly; false if it was unknown.
-    fn leave(&self, id: &str) -> bool {
-        let mut s = self.lock();
-        let Some(n) = s.find(id) else { return false };
-        s.take_out(n, LEFT);
-        true
-    }
-
-    pub fn members(&self) -> Vec<MemberView> {
-        let s = self.lock();
-        s.members
-            .iter()
-            .map(|m| MemberView {
-                id: m.id.to_string(),
-                url: m.url.to_string(),
-                alive: m.out.is_none(),
-                out_because: m.out.clone(),
-                capacity_mib: m.capacity_mib,
-                committed_mib: m.committed_mib,
-                running: m.running,
-                max_concurrency: m.max_concurrency,
-                loaded: m.loaded.len(),
-                tenants: m
-                    .loaded
-                    .iter()
-                    .map(|(t, _)| t)
-                    .collect::<HashSet<_>>()
-                    .len(),
-                in_flight: m.report.in_flight,
-                rss_mib: m.report.rss_mib,
-                pool_free: m.report.pool_free.clone(),
-                placed: m.placed,
-                placed_by: m.placed_by,
-                ran: m.report.ran,
-                last_heartbeat_ms_ago: m.last_seen.elapsed().as_millis() as u64,
-            })
-            .collect()
     }
 
     /// Sends the same request to every node in placement, at once: for
@@ -929,7 +457,12 @@ impl SendError {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
+    use hearth_store::MemberRow;
+
     use super::*;
+    use crate::forward::OutgoingBody;
 
     fn outgoing(function: &str, memory_mib: u64) -> Outgoing<'_> {
         Outgoing {
