@@ -1,22 +1,31 @@
-//! [`HostCtx`]: one invocation's view of the platform.
+//! [`HostCtx`]: one invocation's view of the platform. This file holds
+//! what every capability shares (the tape, the earlier tape a replay or
+//! retry answers from, calls in flight, the deadline, the store on a
+//! blocking thread); each capability is a part of its own: clocks and
+//! randomness (`ctx/clock.rs`), the log (`ctx/logs.rs`), KV (`ctx/kv.rs`),
+//! outbound HTTP (`ctx/fetch.rs`), and the retry journal
+//! (`ctx/journal.rs`).
 
 use parking_lot::Mutex;
+use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use displaydoc::Display;
 use hearth_core::{FunctionVersion, InvocationId};
 use hearth_store::{LogStream, Store};
-use rand::Rng;
 use thiserror::Error;
 
-use crate::http::{self, OutboundRequest, OutboundResponse};
 use crate::replay::{Earlier, Follow, Verdict};
 use crate::{CallTime, CallTiming, Divergence, HostEvent, Tape};
 
+mod clock;
+mod fetch;
 mod journal;
 mod kv;
+mod logs;
+
+pub use clock::monotonic_now_nanos;
 
 /// Ceilings on what one invocation may ask of the host.
 #[derive(Debug, Clone)]
@@ -44,7 +53,7 @@ pub struct HostLimits {
     /// [`HostEvent::Truncated`].
     pub tape_max_bytes: usize,
     /// Let outbound HTTP reach loopback, private and link-local addresses
-    /// (see [`crate::egress`]); off by default, for an operator whose
+    /// (see `egress.rs`); off by default, for an operator whose
     /// functions must call services on the host or its private network.
     pub private_egress: bool,
     /// Outbound connections in flight at once, over the node and per
@@ -243,11 +252,6 @@ struct Recorded {
     diverted: Option<(&'static str, Vec<String>)>,
 }
 
-/// Diverted lines one invocation may leave ([`HostCtx::divert_logs`]), and
-/// the bytes of each: past them, lines are dropped.
-const MAX_DIVERTED_LINES: usize = 4;
-const MAX_DIVERTED_BYTES: usize = 64 * 1024;
-
 struct Inner {
     meta: InvocationMeta,
     services: Arc<HostServices>,
@@ -265,19 +269,6 @@ struct Inner {
 /// The host, bound to one invocation. Cheap to clone; all clones share one tape.
 #[derive(Clone)]
 pub struct HostCtx(Arc<Inner>);
-
-fn monotonic_origin() -> Instant {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    *ORIGIN.get_or_init(Instant::now)
-}
-
-/// The monotonic clock [`HostCtx::monotonic_nanos`] answers from, read
-/// without going on any tape: for the host's own timing (how long a sleep
-/// until an absolute monotonic time lasts) and for code that runs outside
-/// any invocation (an init step at deploy), which has no tape.
-pub fn monotonic_now_nanos() -> u64 {
-    monotonic_origin().elapsed().as_nanos() as u64
-}
 
 impl HostCtx {
     pub fn new(services: Arc<HostServices>, meta: InvocationMeta) -> Self {
@@ -460,141 +451,6 @@ impl HostCtx {
             .saturating_duration_since(Instant::now())
     }
 
-    // ---- clocks and randomness (synchronous: WASI asks for them inline) ----
-
-    /// Wall-clock time, nanoseconds since the Unix epoch.
-    pub fn wall_clock_nanos(&self) -> u64 {
-        if let Some(Ok(nanos)) = self.earlier(
-            false,
-            || "clock.wall".into(),
-            |e| match e {
-                HostEvent::WallClock { nanos } => Some(*nanos),
-                _ => None,
-            },
-        ) {
-            return nanos;
-        }
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        self.record(HostEvent::WallClock { nanos });
-        nanos
-    }
-
-    /// Monotonic time in nanoseconds from an arbitrary, per-process origin.
-    pub fn monotonic_nanos(&self) -> u64 {
-        if let Some(Ok(nanos)) = self.earlier(
-            false,
-            || "clock.monotonic".into(),
-            |e| match e {
-                HostEvent::MonotonicClock { nanos } => Some(*nanos),
-                _ => None,
-            },
-        ) {
-            return nanos;
-        }
-        let nanos = monotonic_now_nanos();
-        self.record(HostEvent::MonotonicClock { nanos });
-        nanos
-    }
-
-    /// Fills `buf` with cryptographically secure random bytes.
-    pub fn fill_random(&self, buf: &mut [u8]) {
-        let len = buf.len();
-        if let Some(Ok(bytes)) = self.earlier(
-            false,
-            || format!("random {len} bytes"),
-            |e| match e {
-                HostEvent::Random { bytes } if bytes.len() == len => Some(bytes.clone()),
-                _ => None,
-            },
-        ) {
-            buf.copy_from_slice(&bytes);
-            return;
-        }
-        rand::rng().fill_bytes(buf);
-        self.record(HostEvent::Random {
-            bytes: buf.to_vec(),
-        });
-    }
-
-    // ---- logs ----
-
-    /// From now on, `log` lines starting with `prefix` are kept for the
-    /// node ([`take_diverted`](Self::take_diverted)) rather than logged or
-    /// taped: how a traced run hands its trace over (`hearth-jit`). At
-    /// most a few lines of 64 KiB are kept; the function can fill them
-    /// only with lines about itself.
-    pub fn divert_logs(&self, prefix: &'static str) {
-        self.recorded().diverted = Some((prefix, Vec::new()));
-    }
-
-    /// The lines [`divert_logs`](Self::divert_logs) kept.
-    pub fn take_diverted(&self) -> Vec<String> {
-        self.recorded()
-            .diverted
-            .as_mut()
-            .map(|(_, lines)| std::mem::take(lines))
-            .unwrap_or_default()
-    }
-
-    /// Appends to the function's log, within the per-invocation byte budget
-    /// and the tenant's rate ([`crate::log_rate`]). The tape keeps what the
-    /// log keeps: a line cut or dropped here costs nothing further.
-    pub fn log(&self, stream: LogStream, level: &str, message: &str) {
-        let limit = self.0.services.limits.log_max_bytes;
-        let mut rec = self.recorded();
-        if let Some((prefix, lines)) = &mut rec.diverted
-            && message.starts_with(*prefix)
-        {
-            if lines.len() < MAX_DIVERTED_LINES && message.len() <= MAX_DIVERTED_BYTES {
-                lines.push(message.to_string());
-            }
-            return;
-        }
-        if rec.logs_truncated {
-            return;
-        }
-        let mut kept = message;
-        let room = limit.saturating_sub(rec.log_bytes);
-        if kept.len() > room {
-            kept = &kept[..kept.floor_char_boundary(room)];
-            rec.logs_truncated = true;
-        }
-        // The node's own lines are few and bounded per invocation.
-        if stream != LogStream::System {
-            let rates = &self.0.services.log_rates;
-            if !rates.take(&self.0.meta.version.tenant, kept.len()) {
-                rec.logs_truncated = false;
-                rec.log_dropped_bytes += kept.len() as u64;
-                return;
-            }
-        }
-        if stream == LogStream::Log {
-            let event = HostEvent::Log {
-                level: level.to_string(),
-                message: kept.to_string(),
-            };
-            rec.push(event, self.tape_budget(), false, None);
-        }
-        rec.log_bytes += kept.len();
-        rec.logs.push(LogLine {
-            ts_ms: hearth_core::unix_time_ms(),
-            stream,
-            level: level.to_string(),
-            message: kept.to_string(),
-        });
-        if rec.logs_truncated {
-            rec.logs.push(LogLine {
-                ts_ms: hearth_core::unix_time_ms(),
-                stream: LogStream::System,
-                level: "warn".into(),
-                message: format!("log output truncated at {limit} bytes for this invocation"),
-            });
-        }
-    }
-
     // ---- the store, on a blocking thread (KV: `ctx/kv.rs`) ----
 
     /// Runs a store call for KV call `name` on a blocking thread, within
@@ -647,105 +503,6 @@ impl HostCtx {
         }
     }
 
-    // ---- outbound HTTP ----
-
-    /// Sends an HTTP request on the function's behalf, if its policy allows
-    /// the destination. Never waits past the invocation's deadline.
-    pub async fn http_fetch(
-        &self,
-        request: OutboundRequest,
-    ) -> Result<OutboundResponse, HostError> {
-        let _call = self.begin_call()?;
-        let same = |e: &HostEvent| match e {
-            HostEvent::HttpFetch { request: r, result } if *r == request => Some(result.clone()),
-            _ => None,
-        };
-        if self.0.earlier.as_ref().is_some_and(Earlier::is_strict) {
-            // A call the policy refuses was refused without a trace the
-            // first time too, so it is refused before the tape is asked.
-            let private = self.0.services.limits.private_egress;
-            http::check(&self.0.meta.version.spec, &request, private)?;
-        }
-        let asked = || format!("http.fetch {} {}", request.method, request.url);
-        if let Some(answer) = self.earlier(true, asked, same) {
-            return answer?;
-        }
-        self.check_tape_room()?;
-        {
-            let mut rec = self.recorded();
-            let max = self.0.services.limits.http_max_calls;
-            if rec.http_calls >= max {
-                return Err(HostError::TooMany(max));
-            }
-            if rec.fetching >= crate::outbound::PER_INVOCATION {
-                return Err(HostError::Congested(format!(
-                    "this invocation has {} fetches in flight, all one may",
-                    crate::outbound::PER_INVOCATION
-                )));
-            }
-            rec.http_calls += 1;
-            rec.fetching += 1;
-        }
-        let _fetching = Fetching(self.clone());
-        let _held = self
-            .0
-            .services
-            .outbound
-            .try_hold(&self.0.meta.version.tenant)?;
-        let services = &self.0.services;
-        let timeout = self
-            .remaining()
-            .min(Duration::from_millis(services.limits.http_timeout_ms));
-        let mut span = self.call_span("http.fetch", || {
-            vec![
-                opentelemetry::KeyValue::new("http.request.method", request.method.clone()),
-                opentelemetry::KeyValue::new("url.full", request.url.clone()),
-            ]
-        });
-        let traceparent = span.as_ref().map(crate::trace::CallSpan::traceparent);
-        let began = Instant::now();
-        let result = http::fetch(
-            &services.http,
-            &self.0.meta.version.spec,
-            &request,
-            timeout,
-            (
-                services.limits.http_max_response_bytes,
-                services.limits.private_egress,
-            ),
-            traceparent.as_deref(),
-        )
-        .await;
-        if let Some(span) = &mut span {
-            match &result {
-                Ok(r) => span.set(opentelemetry::KeyValue::new(
-                    "http.response.status_code",
-                    i64::from(r.status),
-                )),
-                Err(e) => span.failed(e.to_string()),
-            }
-        }
-        drop(span);
-        // A denied call never left the machine: nothing to record.
-        if !matches!(
-            result,
-            Err(HostError::Denied(_)
-                | HostError::Invalid(_)
-                | HostError::Internal(_)
-                | HostError::Congested(_))
-        ) {
-            self.record_effect(
-                HostEvent::HttpFetch {
-                    request,
-                    result: result.clone(),
-                },
-                began,
-            )
-            .await;
-        }
-        result
-    }
-
     /// Takes what the invocation recorded: its tape and its log lines.
     pub fn take_records(&self) -> (Tape, Vec<LogLine>) {
         let mut rec = self.recorded();
@@ -767,16 +524,6 @@ impl HostCtx {
             });
         }
         (std::mem::take(&mut rec.tape), std::mem::take(&mut rec.logs))
-    }
-}
-
-/// One of an invocation's fetches in flight (counted in its `Recorded`
-/// when it began), uncounted when dropped.
-struct Fetching(HostCtx);
-
-impl Drop for Fetching {
-    fn drop(&mut self) {
-        self.0.recorded().fetching -= 1;
     }
 }
 
@@ -817,6 +564,7 @@ impl Recorded {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::OutboundRequest;
     use hearth_core::Runtime;
     use hearth_store::SqliteStore;
 
