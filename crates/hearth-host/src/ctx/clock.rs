@@ -25,38 +25,48 @@ pub fn monotonic_now_nanos() -> u64 {
 impl HostCtx {
     /// Wall-clock time, nanoseconds since the Unix epoch.
     pub fn wall_clock_nanos(&self) -> u64 {
-        if let Some(Ok(nanos)) = self.earlier(
-            false,
-            || "clock.wall".into(),
+        self.clock(
+            "clock.wall",
             |e| match e {
                 HostEvent::WallClock { nanos } => Some(*nanos),
                 _ => None,
             },
-        ) {
-            return nanos;
-        }
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        self.record(HostEvent::WallClock { nanos });
-        nanos
+            || {
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64)
+            },
+            |nanos| HostEvent::WallClock { nanos },
+        )
     }
 
     /// Monotonic time in nanoseconds from an arbitrary, per-process origin.
     pub fn monotonic_nanos(&self) -> u64 {
-        if let Some(Ok(nanos)) = self.earlier(
-            false,
-            || "clock.monotonic".into(),
+        self.clock(
+            "clock.monotonic",
             |e| match e {
                 HostEvent::MonotonicClock { nanos } => Some(*nanos),
                 _ => None,
             },
-        ) {
+            monotonic_now_nanos,
+            |nanos| HostEvent::MonotonicClock { nanos },
+        )
+    }
+
+    /// A clock's reading: an earlier tape's (`same` finds it), or `read`
+    /// now and taped as `taped` makes it.
+    fn clock(
+        &self,
+        asked: &'static str,
+        same: impl FnOnce(&HostEvent) -> Option<u64>,
+        read: impl FnOnce() -> u64,
+        taped: impl FnOnce(u64) -> HostEvent,
+    ) -> u64 {
+        if let Some(Ok(nanos)) = self.earlier(false, || asked.into(), same) {
             return nanos;
         }
-        let nanos = monotonic_now_nanos();
-        self.record(HostEvent::MonotonicClock { nanos });
+        let nanos = read();
+        self.record(taped(nanos));
         nanos
     }
 
