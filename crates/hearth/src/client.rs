@@ -289,10 +289,13 @@ pub(crate) async fn with_progress<T>(what: &str, fut: impl std::future::Future<O
     }
 }
 
+/// `ms` (since the Unix epoch) as a date and time in UTC, to the
+/// millisecond: `2026-11-28 13:14:05.123Z`. Out of range, the number.
 pub(crate) fn fmt_time(ms: i64) -> String {
-    let secs = ms / 1000;
-    let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
-    format!("{h:02}:{m:02}:{s:02}.{:03}", ms % 1000)
+    match jiff::Timestamp::from_millisecond(ms) {
+        Ok(t) => t.strftime("%Y-%m-%d %H:%M:%S%.3fZ").to_string(),
+        Err(_) => format!("{ms} ms"),
+    }
 }
 
 fn print_status(url: &str, v: &Value) {
@@ -525,13 +528,13 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
                 return Ok(());
             }
             println!(
-                "{:>8}  {:<12}  {:<16}  SETTINGS",
+                "{:>8}  {:<24}  {:<16}  SETTINGS",
                 "VERSION", "CREATED", "ARTIFACT"
             );
             for ver in v["versions"].as_array().into_iter().flatten() {
                 let spec = &ver["spec"];
                 println!(
-                    "{:>8}  {:<12}  {:<16}  {}MiB {}ms{}{}",
+                    "{:>8}  {:<24}  {:<16}  {}MiB {}ms{}{}",
                     ver["version"].to_string(),
                     fmt_time(ver["created_at_ms"].as_i64().unwrap_or(0)),
                     &ver["artifact"].as_str().unwrap_or_default()
@@ -708,4 +711,17 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fmt_time;
+
+    #[test]
+    fn times_are_printed_with_their_date_in_utc() {
+        // 2026-11-28 13:14:05.123 UTC.
+        assert_eq!(fmt_time(1_795_871_645_123), "2026-11-28 13:14:05.123Z");
+        assert_eq!(fmt_time(0), "1970-01-01 00:00:00.000Z");
+        assert_eq!(fmt_time(i64::MAX), format!("{} ms", i64::MAX));
+    }
 }
