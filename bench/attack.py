@@ -21,6 +21,8 @@ Attacks (each from the `attacker` tenant, as many clients as it likes):
   connections  300 half-sent request heads (reopened when cut) and 16
                callers posting 6 MiB bodies without reading the answers
   logs         8 callers of a JS function logging 1 MB per call
+  python       16 callers of a Python function that spins for 2 s per
+               call, each in a handler process of its own
   deploys      2 deployers of a 12,000-function module, back to back
   flood        48 callers of a function that does not exist (404): the
                request rate alone, for comparison with memory and fds,
@@ -276,6 +278,14 @@ def main():
                 b" for (let i = 0; i < 16; i++) console.log(l);"
                 b" return new Response('x'); } };\n")
         deploy(addr, x, "logs", logs, runtime="js", file_name="index.mjs")
+        pyspin = (b"import time\n"
+                  b"def handler(event, context):\n"
+                  b"    end = time.monotonic() + 2\n"
+                  b"    while time.monotonic() < end:\n"
+                  b"        pass\n"
+                  b"    return 'spun'\n")
+        deploy(addr, x, "pyspin", pyspin, runtime="python", file_name="handler.py",
+               timeout_ms="3000")
         module = big_module()
         fns = ["wasm", "js", "py"]
         probe(addr, fns, 1.5)  # warm
@@ -285,6 +295,7 @@ def main():
             Attack("fds", [caller(addr, x, "/fn/attacker/fds")] * 64),
             Attack("connections", [loris(addr)] * 4 + [unread_bodies(addr)] * 16),
             Attack("logs", [caller(addr, x, "/fn/attacker/logs")] * 8),
+            Attack("python", [caller(addr, x, "/fn/attacker/pyspin")] * 16),
             Attack("deploys", [deployer(addr, x, module)] * 2),
             Attack("flood", [caller(addr, x, "/fn/attacker/nothing")] * 48),
         ]
