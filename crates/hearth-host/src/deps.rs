@@ -721,3 +721,36 @@ mod tests {
         );
     }
 }
+
+/// Requirements and `package.json` are tenant input: no text or JSON
+/// makes their readers panic.
+#[cfg(test)]
+mod proptests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #[test]
+        fn no_requirements_text_makes_the_reader_panic(
+            text in "([a-zA-Z0-9_.=<>!~;,\\[\\] #@:/\\\\-]{0,40}\n){0,8}",
+        ) {
+            if let Ok(reqs) = parse_requirements(&text) {
+                prop_assert!(reqs.iter().all(|r| !r.name.is_empty()));
+            }
+        }
+
+        #[test]
+        fn no_package_json_dependencies_make_the_reader_panic(
+            deps in prop::collection::btree_map("[@a-z0-9/._-]{0,16}", "[ -~]{0,16}", 0..6),
+            other in any::<bool>(),
+        ) {
+            let deps: serde_json::Map<String, serde_json::Value> = deps
+                .into_iter()
+                .map(|(k, v)| (k, if other { serde_json::json!([v]) } else { v.into() }))
+                .collect();
+            let pkg = serde_json::json!({ "dependencies": deps });
+            let _ = parse_package_json(&pkg);
+        }
+    }
+}

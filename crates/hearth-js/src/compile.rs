@@ -437,3 +437,25 @@ mod tests {
         assert!(err.to_string().starts_with("h.js:3:"), "{err}");
     }
 }
+
+/// A compiled-code cache file is read back from disk: whatever its body
+/// holds under a checksum that matches, decoding never panics.
+#[cfg(test)]
+mod proptests {
+    use proptest::prelude::*;
+    use sha2::{Digest, Sha256};
+
+    use super::*;
+
+    proptest! {
+        #[test]
+        fn no_checksummed_body_makes_decoding_panic(
+            body in prop::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let mut file = MAGIC.to_vec();
+            file.extend_from_slice(&Sha256::digest(&body));
+            file.extend_from_slice(&body);
+            let _ = decode(&file);
+        }
+    }
+}

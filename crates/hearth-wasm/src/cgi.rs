@@ -291,3 +291,51 @@ mod tests {
         assert_eq!(&r.body[..], b"short");
     }
 }
+
+/// What a guest writes is tenant input: no bytes make the reader panic,
+/// and a header block it finds is exactly what was written.
+#[cfg(test)]
+mod proptests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #[test]
+        fn no_output_makes_it_panic_or_answer_an_invalid_status(
+            out in prop::collection::vec(any::<u8>(), 0..600),
+        ) {
+            let r = parse_cgi_output(Bytes::from(out.clone()));
+            prop_assert!((100..=999).contains(&r.status));
+            prop_assert!(out.ends_with(&r.body), "the body is what follows the head");
+            prop_assert!(r.headers.iter().all(|(k, _)| !k.eq_ignore_ascii_case("content-length")));
+            let _ = head_is_known(&out);
+        }
+
+        #[test]
+        fn a_header_block_reads_back_as_written(
+            headers in prop::collection::vec(("[A-Za-z][A-Za-z0-9_-]{0,12}", "[ -~&&[^:]]{0,20}"), 1..6),
+            body in prop::collection::vec(any::<u8>(), 0..200),
+        ) {
+            let headers: Vec<(String, String)> = headers
+                .into_iter()
+                .filter(|(k, _)| {
+                    !["status", "content-length"].contains(&k.to_ascii_lowercase().as_str())
+                })
+                .map(|(k, v)| (k, v.trim().to_string()))
+                .collect();
+            prop_assume!(!headers.is_empty());
+            let mut out = Vec::new();
+            for (k, v) in &headers {
+                out.extend_from_slice(format!("{k}: {v}\r\n").as_bytes());
+            }
+            out.extend_from_slice(b"\r\n");
+            out.extend_from_slice(&body);
+            let r = parse_cgi_output(Bytes::from(out));
+            prop_assert_eq!(&r.headers, &headers);
+            prop_assert_eq!(&r.body[..], &body[..]);
+            let located = headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("location"));
+            prop_assert_eq!(r.status, if located { 302 } else { 200 });
+        }
+    }
+}
