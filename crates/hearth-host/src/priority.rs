@@ -215,6 +215,30 @@ pub fn give_way(lower: bool) {
     });
 }
 
+/// The calling thread [giving way](give_way) until dropped (also when
+/// its work panics): for work a pool thread does that should run after
+/// invocations, as a deploy's does.
+pub struct GivingWay(());
+
+impl GivingWay {
+    pub fn new() -> GivingWay {
+        give_way(true);
+        GivingWay(())
+    }
+}
+
+impl Default for GivingWay {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for GivingWay {
+    fn drop(&mut self) {
+        give_way(false);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,6 +324,31 @@ mod tests {
                 assert!(set_own_level(19, true));
                 assert_eq!(nice_now(), 19);
             }
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn work_that_gives_way_is_lowered_until_it_ends_even_by_panicking() {
+        std::thread::spawn(|| {
+            let base = nice_now();
+            let lowered = if lowering_works() {
+                (base + LOWER_BY).min(19)
+            } else {
+                base
+            };
+            {
+                let _way = GivingWay::new();
+                assert_eq!(nice_now(), lowered);
+            }
+            assert_eq!(nice_now(), base, "raised when the work ended");
+            let panicked = std::panic::catch_unwind(|| {
+                let _way = GivingWay::new();
+                panic!("the work failed");
+            });
+            assert!(panicked.is_err());
+            assert_eq!(nice_now(), base, "raised when the work panicked");
         })
         .join()
         .unwrap();

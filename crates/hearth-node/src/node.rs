@@ -810,9 +810,12 @@ impl Node {
         // between the two leaves an unreferenced file, never a dangling version.
         let artifacts = self.artifacts.clone();
         let bytes = artifact.clone();
-        let hash = tokio::task::spawn_blocking(move || artifacts.put(&bytes))
-            .await
-            .map_err(|e| NodeError::Internal(e.to_string()))??;
+        let hash = tokio::task::spawn_blocking(move || {
+            let _lowered = hearth_host::priority::GivingWay::new();
+            artifacts.put(&bytes)
+        })
+        .await
+        .map_err(|e| NodeError::Internal(e.to_string()))??;
         if let Some(shared) = &self.artifact_source {
             shared.publish(&hash, artifact).await.map_err(|e| {
                 NodeError::Internal(format!("failed to publish artifact {hash}: {e}"))

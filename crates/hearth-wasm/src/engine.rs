@@ -399,9 +399,12 @@ impl Engine for WasmEngine {
             )));
         }
         // WAT text is assembled off the async threads, as compiling is.
-        let binary = tokio::task::spawn_blocking(move || to_binary(source.code))
-            .await
-            .map_err(|e| DeployError::Load(format!("compiler task failed: {e}")))??;
+        let binary = tokio::task::spawn_blocking(move || {
+            let _lowered = hearth_host::priority::GivingWay::new();
+            to_binary(source.code)
+        })
+        .await
+        .map_err(|e| DeployError::Load(format!("compiler task failed: {e}")))??;
         if crate::component::is_component(&binary) {
             // Checked, compiled and (with an init step) snapshotted; cached
             // under the hash of the Wasm that is stored.
@@ -409,6 +412,7 @@ impl Engine for WasmEngine {
             let this = self.clone();
             let hash = hearth_host::content_hash(&binary);
             tokio::task::spawn_blocking(move || {
+                let _lowered = hearth_host::priority::GivingWay::new();
                 this.store_compiled(&hash, &Loaded::Component(component))
             })
             .await
@@ -430,6 +434,9 @@ impl Engine for WasmEngine {
         };
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
+            // Serializing a large module takes as long as compiling it:
+            // it gives way to invocations as the compile does.
+            let _lowered = hearth_host::priority::GivingWay::new();
             this.link(&module)?;
             let hash = hearth_host::content_hash(&binary);
             this.store_compiled(&hash, &Loaded::Module(module))?;
