@@ -955,11 +955,13 @@ impl Node {
     }
 
     /// The prepared code of `v`, preparing it (once, even under concurrent
-    /// callers) if needed. Also says whether this call did the preparing.
+    /// callers) if needed, unless `may_prepare` says no first. Also says
+    /// whether this call did the preparing.
     async fn prepared(
         &self,
         v: &FunctionVersion,
         tier: Tier,
+        may_prepare: impl FnOnce() -> Result<(), NodeError>,
     ) -> Result<(Arc<dyn Prepared>, StartKind), NodeError> {
         let slots = self.table.slot(v);
         slots.touch();
@@ -967,6 +969,7 @@ impl Node {
         if let Some(p) = slot.get() {
             return Ok((p.clone(), StartKind::Warm));
         }
+        may_prepare()?;
         let mut start = StartKind::Warm;
         let prepared = slot
             .get_or_try_init(|| async {
@@ -1005,14 +1008,14 @@ impl Node {
         forwarded: Option<GatewayAttempt>,
     ) -> Result<Ready, NodeError> {
         let tier = self.tier_for(v).await?;
-        if self.table.slot(v).get(tier).get().is_none()
-            && let Err(error) = self.would_admit(v)
-        {
-            let id = forwarded.map_or_else(InvocationId::new, |f| f.id);
-            self.refuse(v, id, &error);
-            return Err(NodeError::Refused { id, error });
-        }
-        let (prepared, start) = self.prepared(v, tier).await?;
+        let admissible = || {
+            self.would_admit(v).map_err(|error| {
+                let id = forwarded.map_or_else(InvocationId::new, |f| f.id);
+                self.refuse(v, id, &error);
+                NodeError::Refused { id, error }
+            })
+        };
+        let (prepared, start) = self.prepared(v, tier, admissible).await?;
         Ok(Ready {
             prepared,
             tier,
@@ -1135,7 +1138,8 @@ impl Node {
             ];
             crate::trace::event(t, "fallback", attributes);
         }
-        let result = match self.prepared(v, to).await {
+        // Already admitted: nothing to ask before preparing.
+        let result = match self.prepared(v, to, || Ok(())).await {
             Ok((prepared, _)) => self.attempt(&prepared, req, &retry).await,
             Err(e) => Err(InvokeError::Crashed(format!(
                 "the process tier could not load the function: {e}"

@@ -115,7 +115,7 @@ impl Node {
         } else {
             self.tier_for(target).await?
         };
-        let (prepared, _) = self.prepared(target, tier).await?;
+        let (prepared, _) = self.prepared(target, tier, || Ok(())).await?;
         let streamed = recording.streamed.as_ref();
         if let Some(whole) = streamed.and_then(|s| s.cut_request(&recording.request.body)) {
             return Err(NodeError::Invalid(format!(
