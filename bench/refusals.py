@@ -13,6 +13,7 @@ Usage: bench/refusals.py BIN [BIN...] [--functions N] [--runs R]
 import argparse
 import concurrent.futures
 import http.client
+import json
 import os
 import tempfile
 import threading
@@ -53,7 +54,7 @@ def run(binary, functions):
             _, body = Client(addr, admin).call(
                 "POST", "/v1/tenants", f'{{"name": "{tenant}"}}'.encode(),
                 {"Content-Type": "application/json"})
-            tokens[tenant] = __import__("json").loads(body)["token"]
+            tokens[tenant] = json.loads(body)["token"]
         deploy(addr, tokens["acme"], "spin", SPIN, runtime="wasm", timeout_ms="3000",
                memory_mib="128")
         for i in range(functions):
