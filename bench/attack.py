@@ -27,6 +27,10 @@ Attacks (each from the `attacker` tenant, as many clients as it likes):
   flood        48 callers of a function that does not exist (404): the
                request rate alone, for comparison with memory and fds,
                whose refused callers (429) retry as fast
+  spinner      no attacker: one process outside Hearth spinning at nice
+               +10, as a compile or a tenant over its CPU share runs; the
+               machine's floor for any work behind the victim's
+  idlespinner  the same spinner at SCHED_IDLE, the lowest the kernel has
 """
 import json
 import multiprocessing
@@ -228,6 +232,17 @@ def unread_bodies(addr):
     return run
 
 
+def spinner(*policy):
+    """A CPU-bound process outside the daemon, at the given scheduling."""
+    def run(a):
+        p = subprocess.Popen([*policy, sys.executable, "-c", "while True: pass"])
+        a.stop.wait()
+        p.kill()
+        p.wait()
+        a.note("spun")
+    return run
+
+
 def deployer(addr, token, module):
     def run(a):
         c = Client(addr, token, timeout=120, source=ATTACKER)
@@ -298,6 +313,8 @@ def main():
             Attack("python", [caller(addr, x, "/fn/attacker/pyspin")] * 16),
             Attack("deploys", [deployer(addr, x, module)] * 2),
             Attack("flood", [caller(addr, x, "/fn/attacker/nothing")] * 48),
+            Attack("spinner", [spinner("nice", "-n", "10")]),
+            Attack("idlespinner", [spinner("chrt", "--idle", "0")]),
         ]
         attacks = [a for a in attacks if ONLY is None or a.name in ONLY]
         peak = {"idle": 0}
