@@ -24,45 +24,6 @@ use crate::{PgStore, StoreError, TapeBlock};
 /// The channel every member listens on.
 pub(crate) const CHANNEL: &str = "hearth_changes";
 
-const CLUSTER_SCHEMA: &str = r#"
-CREATE TABLE IF NOT EXISTS members (
-    id              TEXT PRIMARY KEY,
-    url             TEXT NOT NULL,
-    capacity_mib    BIGINT NOT NULL,
-    max_concurrency BIGINT,
-    report          TEXT NOT NULL,
-    beats           BIGINT NOT NULL,
-    beat_at         TIMESTAMPTZ NOT NULL,
-    left_at         TIMESTAMPTZ
-);
-CREATE TABLE IF NOT EXISTS artifacts (
-    sha256      TEXT PRIMARY KEY,
-    bytes       BYTEA NOT NULL,
-    created_ms  BIGINT NOT NULL
-);
--- The tape index a node handed over as it left: its tapes stay on its
--- machine, and the cluster knows they are there.
-CREATE TABLE IF NOT EXISTS away_tapes (
-    node_url    TEXT NOT NULL,
-    tenant      TEXT NOT NULL,
-    function    TEXT NOT NULL,
-    first_id    TEXT NOT NULL,
-    last_id     TEXT NOT NULL,
-    count       BIGINT NOT NULL,
-    errors      BIGINT NOT NULL,
-    left_ms     BIGINT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS away_tapes_by_function ON away_tapes (tenant, function);
-CREATE TABLE IF NOT EXISTS cluster_settings (
-    key         TEXT PRIMARY KEY,
-    value       TEXT NOT NULL
-);
-"#;
-
-pub(crate) fn create_schema(tx: &mut postgres::Transaction<'_>) -> Result<(), postgres::Error> {
-    tx.batch_execute(CLUSTER_SCHEMA)
-}
-
 /// What changed, as every member hears it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

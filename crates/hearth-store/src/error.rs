@@ -12,6 +12,8 @@ pub enum StoreError {
     Postgres(#[from] postgres::Error),
     /// no PostgreSQL connection: {0}
     Pool(#[from] r2d2::Error),
+    /// the database's schema could not be migrated ({0}); a database another Hearth migrated further needs that Hearth or a newer one
+    Migration(#[from] refinery::Error),
     /// a stored record is unreadable: {0}
     Corrupt(String),
     /// failed to {action} {path}: {source}

@@ -19,6 +19,7 @@ mod cluster;
 #[cfg(test)]
 mod conformance;
 mod error;
+mod migrations;
 mod postgres;
 mod split;
 mod sqlite;

@@ -5,10 +5,11 @@
 //! joins the two behind [`Store`](crate::Store)).
 //!
 //! The schema is the SQLite one ported (`BLOB` → `bytea`, rowids →
-//! `bigserial`). Where SQLite relies on its single writer, PostgreSQL gets
-//! a lock: version numbering takes an advisory transaction lock on the
-//! function's name, and schema creation one of its own, so nodes starting
-//! together do not race on `CREATE TABLE`.
+//! `bigserial`), migration by migration (`crate::migrations`). Where
+//! SQLite relies on its single writer, PostgreSQL gets a lock: version
+//! numbering takes an advisory transaction lock on the function's name,
+//! and migrating one of its own, so nodes starting together do not race
+//! on `CREATE TABLE`.
 //!
 //! Calls are synchronous (the `postgres` crate), like SQLite's; callers
 //! already run store calls on blocking threads. A few connections are kept
@@ -27,123 +28,6 @@ use crate::{
     StoreError, parse_colocation, sha256_hex,
 };
 
-const SCHEMA: &str = r#"
-CREATE TABLE IF NOT EXISTS tenants (
-    name        TEXT PRIMARY KEY,
-    created_ms  BIGINT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS tenant_settings (
-    tenant      TEXT PRIMARY KEY REFERENCES tenants(name),
-    colocation  TEXT
-);
-CREATE TABLE IF NOT EXISTS tokens (
-    hash        TEXT PRIMARY KEY,
-    tenant      TEXT NOT NULL REFERENCES tenants(name),
-    role        TEXT NOT NULL,
-    created_ms  BIGINT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS functions (
-    tenant      TEXT NOT NULL,
-    name        TEXT NOT NULL,
-    latest      BIGINT NOT NULL,
-    PRIMARY KEY (tenant, name)
-);
-CREATE TABLE IF NOT EXISTS versions (
-    tenant      TEXT NOT NULL,
-    name        TEXT NOT NULL,
-    version     BIGINT NOT NULL,
-    artifact    TEXT NOT NULL,
-    spec        TEXT NOT NULL,
-    created_ms  BIGINT NOT NULL,
-    PRIMARY KEY (tenant, name, version)
-);
-CREATE TABLE IF NOT EXISTS modes (
-    tenant      TEXT NOT NULL,
-    name        TEXT NOT NULL,
-    bounces     BIGINT NOT NULL,
-    pinned      BOOLEAN NOT NULL,
-    PRIMARY KEY (tenant, name)
-);
-CREATE TABLE IF NOT EXISTS kv (
-    tenant      TEXT NOT NULL,
-    function    TEXT NOT NULL,
-    key         BYTEA NOT NULL,
-    value       BYTEA NOT NULL,
-    PRIMARY KEY (tenant, function, key)
-);
--- What each tenant's KV holds, kept by a trigger, for its quota.
-CREATE TABLE IF NOT EXISTS kv_usage (
-    tenant      TEXT PRIMARY KEY,
-    bytes       BIGINT NOT NULL
-);
-CREATE OR REPLACE FUNCTION hearth_kv_usage() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        INSERT INTO kv_usage (tenant, bytes) VALUES (NEW.tenant, length(NEW.key) + length(NEW.value))
-            ON CONFLICT (tenant) DO UPDATE SET bytes = kv_usage.bytes + excluded.bytes;
-    ELSIF TG_OP = 'UPDATE' THEN
-        UPDATE kv_usage SET bytes = bytes - length(OLD.key) - length(OLD.value)
-            + length(NEW.key) + length(NEW.value) WHERE tenant = NEW.tenant;
-    ELSE
-        UPDATE kv_usage SET bytes = bytes - length(OLD.key) - length(OLD.value)
-            WHERE tenant = OLD.tenant;
-    END IF;
-    RETURN NULL;
-END $$;
-DROP TRIGGER IF EXISTS kv_usage ON kv;
-CREATE TRIGGER kv_usage AFTER INSERT OR UPDATE OR DELETE ON kv
-    FOR EACH ROW EXECUTE FUNCTION hearth_kv_usage();
-CREATE TABLE IF NOT EXISTS logs (
-    id          BIGSERIAL PRIMARY KEY,
-    tenant      TEXT NOT NULL,
-    function    TEXT NOT NULL,
-    version     BIGINT NOT NULL,
-    invocation  TEXT NOT NULL,
-    ts_ms       BIGINT NOT NULL,
-    stream      TEXT NOT NULL,
-    level       TEXT NOT NULL,
-    message     TEXT NOT NULL
-);
--- A database from before traces: its logs get the column.
-ALTER TABLE logs ADD COLUMN IF NOT EXISTS trace_id TEXT;
-CREATE INDEX IF NOT EXISTS logs_by_function ON logs (tenant, function, id);
--- What each function's logs hold, kept by a trigger, for its quota.
-CREATE TABLE IF NOT EXISTS log_usage (
-    tenant      TEXT NOT NULL,
-    function    TEXT NOT NULL,
-    bytes       BIGINT NOT NULL,
-    PRIMARY KEY (tenant, function)
-);
-CREATE OR REPLACE FUNCTION hearth_log_usage() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        INSERT INTO log_usage (tenant, function, bytes)
-            VALUES (NEW.tenant, NEW.function, octet_length(NEW.message))
-            ON CONFLICT (tenant, function) DO UPDATE SET bytes = log_usage.bytes + excluded.bytes;
-    ELSE
-        UPDATE log_usage SET bytes = bytes - octet_length(OLD.message)
-            WHERE tenant = OLD.tenant AND function = OLD.function;
-    END IF;
-    RETURN NULL;
-END $$;
-DROP TRIGGER IF EXISTS log_usage ON logs;
-CREATE TRIGGER log_usage AFTER INSERT OR DELETE ON logs
-    FOR EACH ROW EXECUTE FUNCTION hearth_log_usage();
-CREATE INDEX IF NOT EXISTS logs_by_invocation ON logs (invocation);
-CREATE TABLE IF NOT EXISTS journal (
-    tenant      TEXT NOT NULL,
-    function    TEXT NOT NULL,
-    invocation  TEXT NOT NULL,
-    seq         BIGINT NOT NULL,
-    event       BYTEA NOT NULL,
-    created_ms  BIGINT NOT NULL,
-    PRIMARY KEY (tenant, function, invocation, seq)
-);
-"#;
-
-/// Taken while creating the schema (an arbitrary constant: "hearth").
-const SCHEMA_LOCK: i64 = 0x6865_6172_7468;
-
 /// Connections a node or gateway keeps open to the cluster's database.
 const CONNECTIONS: u32 = 4;
 /// How long a store call waits for a free connection (or a new one).
@@ -158,19 +42,19 @@ pub struct PgStore {
 }
 
 impl PgStore {
-    /// Connects to `url` (`postgres://user@host:port/db`) and creates the
-    /// schema if it is not there.
+    /// Connects to `url` (`postgres://user@host:port/db`) and brings its
+    /// schema to this build's (`crate::migrations`).
     pub fn open(url: &str) -> Result<Self, StoreError> {
         let config: postgres::Config = url.parse()?;
         // The first connection is made here, so an unreachable or refusing
         // server is the caller's error at once (the pool would retry it
-        // for its whole timeout), and it creates the schema; the pool then
+        // for its whole timeout), and it migrates the schema; the pool then
         // opens connections as calls need them. One that broke is dropped
         // when it is given back (the pool asks the client whether it
         // closed), so no round trip is spent testing each as it is taken.
         let pool = tokio::task::block_in_place(|| -> Result<_, StoreError> {
             let mut first = config.connect(NoTls)?;
-            create_schema(&mut first)?;
+            crate::migrations::postgres(&mut first)?;
             Ok(Pool::builder()
                 .max_size(CONNECTIONS)
                 .min_idle(Some(0))
@@ -785,28 +669,6 @@ impl PgStore {
             rows.iter().rev().map(record).collect()
         })
     }
-}
-
-/// Creates the schema if it is not there, under a lock so that nodes and
-/// gateways starting together do not race.
-fn create_schema(c: &mut Client) -> Result<(), postgres::Error> {
-    let mut tx = c.transaction()?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])?;
-    // A database from before per-tenant KV quotas: count what it holds
-    // once, as the trigger will from now on.
-    let counted: bool = tx
-        .query_one("SELECT to_regclass('kv_usage') IS NOT NULL", &[])?
-        .get(0);
-    tx.batch_execute(SCHEMA)?;
-    crate::cluster::create_schema(&mut tx)?;
-    if !counted {
-        tx.batch_execute(
-            "INSERT INTO kv_usage (tenant, bytes)
-             SELECT tenant, SUM(length(key) + length(value)) FROM kv GROUP BY tenant
-             ON CONFLICT (tenant) DO NOTHING",
-        )?;
-    }
-    tx.commit()
 }
 
 impl Drop for PgStore {

@@ -20,108 +20,6 @@ use crate::{
     sha256_hex,
 };
 
-const SCHEMA: &str = r#"
-CREATE TABLE IF NOT EXISTS tenants (
-    name        TEXT PRIMARY KEY,
-    created_ms  INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS tenant_settings (
-    tenant      TEXT PRIMARY KEY REFERENCES tenants(name),
-    colocation  TEXT
-);
-CREATE TABLE IF NOT EXISTS tokens (
-    hash        TEXT PRIMARY KEY,
-    tenant      TEXT NOT NULL REFERENCES tenants(name),
-    role        TEXT NOT NULL,
-    created_ms  INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS functions (
-    tenant      TEXT NOT NULL,
-    name        TEXT NOT NULL,
-    latest      INTEGER NOT NULL,
-    PRIMARY KEY (tenant, name)
-);
-CREATE TABLE IF NOT EXISTS versions (
-    tenant      TEXT NOT NULL,
-    name        TEXT NOT NULL,
-    version     INTEGER NOT NULL,
-    artifact    TEXT NOT NULL,
-    spec        TEXT NOT NULL,
-    created_ms  INTEGER NOT NULL,
-    PRIMARY KEY (tenant, name, version)
-);
-CREATE TABLE IF NOT EXISTS modes (
-    tenant      TEXT NOT NULL,
-    name        TEXT NOT NULL,
-    bounces     INTEGER NOT NULL,
-    pinned      INTEGER NOT NULL,
-    PRIMARY KEY (tenant, name)
-);
-CREATE TABLE IF NOT EXISTS kv (
-    tenant      TEXT NOT NULL,
-    function    TEXT NOT NULL,
-    key         BLOB NOT NULL,
-    value       BLOB NOT NULL,
-    PRIMARY KEY (tenant, function, key)
-) WITHOUT ROWID;
--- What each tenant's KV holds, kept by triggers, for its quota.
-CREATE TABLE IF NOT EXISTS kv_usage (
-    tenant      TEXT PRIMARY KEY,
-    bytes       INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TRIGGER IF NOT EXISTS kv_usage_insert AFTER INSERT ON kv BEGIN
-    INSERT INTO kv_usage (tenant, bytes) VALUES (NEW.tenant, length(NEW.key) + length(NEW.value))
-        ON CONFLICT (tenant) DO UPDATE SET bytes = bytes + excluded.bytes;
-END;
-CREATE TRIGGER IF NOT EXISTS kv_usage_update AFTER UPDATE ON kv BEGIN
-    UPDATE kv_usage SET bytes = bytes - length(OLD.key) - length(OLD.value)
-        + length(NEW.key) + length(NEW.value) WHERE tenant = NEW.tenant;
-END;
-CREATE TRIGGER IF NOT EXISTS kv_usage_delete AFTER DELETE ON kv BEGIN
-    UPDATE kv_usage SET bytes = bytes - length(OLD.key) - length(OLD.value)
-        WHERE tenant = OLD.tenant;
-END;
-CREATE TABLE IF NOT EXISTS logs (
-    id          INTEGER PRIMARY KEY,
-    tenant      TEXT NOT NULL,
-    function    TEXT NOT NULL,
-    version     INTEGER NOT NULL,
-    invocation  TEXT NOT NULL,
-    ts_ms       INTEGER NOT NULL,
-    stream      TEXT NOT NULL,
-    level       TEXT NOT NULL,
-    message     TEXT NOT NULL,
-    trace_id    TEXT
-);
-CREATE INDEX IF NOT EXISTS logs_by_function ON logs (tenant, function, id);
--- What each function's logs hold, kept by triggers, for its quota.
-CREATE TABLE IF NOT EXISTS log_usage (
-    tenant      TEXT NOT NULL,
-    function    TEXT NOT NULL,
-    bytes       INTEGER NOT NULL,
-    PRIMARY KEY (tenant, function)
-) WITHOUT ROWID;
-CREATE TRIGGER IF NOT EXISTS log_usage_insert AFTER INSERT ON logs BEGIN
-    INSERT INTO log_usage (tenant, function, bytes)
-        VALUES (NEW.tenant, NEW.function, length(CAST(NEW.message AS BLOB)))
-        ON CONFLICT (tenant, function) DO UPDATE SET bytes = bytes + excluded.bytes;
-END;
-CREATE TRIGGER IF NOT EXISTS log_usage_delete AFTER DELETE ON logs BEGIN
-    UPDATE log_usage SET bytes = bytes - length(CAST(OLD.message AS BLOB))
-        WHERE tenant = OLD.tenant AND function = OLD.function;
-END;
-CREATE INDEX IF NOT EXISTS logs_by_invocation ON logs (invocation);
-CREATE TABLE IF NOT EXISTS journal (
-    tenant      TEXT NOT NULL,
-    function    TEXT NOT NULL,
-    invocation  TEXT NOT NULL,
-    seq         INTEGER NOT NULL,
-    event       BLOB NOT NULL,
-    created_ms  INTEGER NOT NULL,
-    PRIMARY KEY (tenant, function, invocation, seq)
-) WITHOUT ROWID;
-"#;
-
 const READERS: usize = 4;
 
 /// SQLite-backed [`Store`].
@@ -161,43 +59,8 @@ impl SqliteStore {
     /// Opens (creating if needed) the database at `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref();
-        let writer = open_connection(path)?;
-        // A database from before per-tenant KV quotas: count what it holds
-        // once, as the triggers will from now on.
-        let counted: bool = writer.query_row(
-            "SELECT count(*) > 0 FROM sqlite_master WHERE name = 'kv_usage'",
-            [],
-            |r| r.get(0),
-        )?;
-        let logs_counted: bool = writer.query_row(
-            "SELECT count(*) > 0 FROM sqlite_master WHERE name = 'log_usage'",
-            [],
-            |r| r.get(0),
-        )?;
-        writer.execute_batch(SCHEMA)?;
-        // A database from before traces: its logs get the column.
-        let traced: bool = writer.query_row(
-            "SELECT count(*) > 0 FROM pragma_table_info('logs') WHERE name = 'trace_id'",
-            [],
-            |r| r.get(0),
-        )?;
-        if !traced {
-            writer.execute_batch("ALTER TABLE logs ADD COLUMN trace_id TEXT")?;
-        }
-        if !counted {
-            writer.execute_batch(
-                "INSERT OR IGNORE INTO kv_usage (tenant, bytes)
-                 SELECT tenant, SUM(length(key) + length(value)) FROM kv GROUP BY tenant",
-            )?;
-        }
-        if !logs_counted {
-            writer.execute_batch(
-                "INSERT OR IGNORE INTO log_usage (tenant, function, bytes)
-                 SELECT tenant, function, SUM(length(CAST(message AS BLOB)))
-                 FROM logs GROUP BY tenant, function",
-            )?;
-        }
-        writer.execute_batch(tapes::SCHEMA)?;
+        let mut writer = open_connection(path)?;
+        crate::migrations::sqlite(&mut writer)?;
         let readers = (0..READERS)
             .map(|_| open_connection(path).map(Mutex::new))
             .collect::<Result<_, _>>()?;
@@ -978,11 +841,12 @@ mod tests {
         let (dir, s) = store();
         s.kv_set("t", "f", b"ab", b"1234", u64::MAX).unwrap();
         s.kv_set("t", "g", b"c", b"5", u64::MAX).unwrap();
-        // As a database from before kv_usage existed.
+        // As a database from before kv_usage existed (and migrations).
         s.writer()
             .execute_batch(
                 "DROP TRIGGER kv_usage_insert; DROP TRIGGER kv_usage_update;
-                 DROP TRIGGER kv_usage_delete; DROP TABLE kv_usage;",
+                 DROP TRIGGER kv_usage_delete; DROP TABLE kv_usage;
+                 DROP TABLE hearth_migrations;",
             )
             .unwrap();
         drop(s);
@@ -1010,9 +874,9 @@ mod tests {
             trace_id: trace_id.map(String::from),
         };
         s.append_logs(&[line(None)]).unwrap();
-        // As a database from before trace ids.
+        // As a database from before trace ids (and migrations).
         s.writer()
-            .execute_batch("ALTER TABLE logs DROP COLUMN trace_id")
+            .execute_batch("ALTER TABLE logs DROP COLUMN trace_id; DROP TABLE hearth_migrations;")
             .unwrap();
         drop(s);
         let s = SqliteStore::open(dir.path().join("hearth.db")).unwrap();

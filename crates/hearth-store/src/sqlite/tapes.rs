@@ -8,47 +8,6 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::{BlobEntry, BlockQuery, MAX_PINS_PER_FUNCTION, StoreError, TapeBlock, TapePin};
 
-pub(super) const SCHEMA: &str = r#"
-DROP TABLE IF EXISTS tapes;
-CREATE TABLE IF NOT EXISTS tape_blocks (
-    tenant      TEXT NOT NULL,
-    function    TEXT NOT NULL,
-    segment     INTEGER NOT NULL,
-    offset      INTEGER NOT NULL,
-    first_id    TEXT NOT NULL,
-    last_id     TEXT NOT NULL,
-    first_ms    INTEGER NOT NULL,
-    last_ms     INTEGER NOT NULL,
-    count       INTEGER NOT NULL,
-    errors      INTEGER NOT NULL,
-    min_version INTEGER NOT NULL,
-    max_version INTEGER NOT NULL,
-    ok_expired  INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (segment, offset, function)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS tape_blocks_by_id ON tape_blocks (tenant, first_id);
-CREATE INDEX IF NOT EXISTS tape_blocks_by_function ON tape_blocks (tenant, function, last_id);
-CREATE INDEX IF NOT EXISTS tape_blocks_newest ON tape_blocks (tenant, last_id);
-CREATE TABLE IF NOT EXISTS tape_spans (
-    tenant      TEXT PRIMARY KEY,
-    span_ms     INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS tape_pins (
-    tenant      TEXT NOT NULL,
-    function    TEXT NOT NULL,
-    id          TEXT NOT NULL,
-    PRIMARY KEY (tenant, function, id)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS tape_blobs (
-    tenant      TEXT NOT NULL,
-    hash        TEXT NOT NULL,
-    segment     INTEGER NOT NULL,
-    offset      INTEGER NOT NULL,
-    PRIMARY KEY (tenant, hash, segment)
-);
-CREATE INDEX IF NOT EXISTS tape_blobs_by_segment ON tape_blobs (segment, offset);
-"#;
-
 const BLOCK_COLUMNS: &str = "tenant, function, segment, offset, first_id, last_id, first_ms, last_ms, count, errors, min_version, max_version, ok_expired";
 
 fn block_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TapeBlock> {
