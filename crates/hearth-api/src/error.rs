@@ -4,7 +4,9 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hearth_node::NodeError;
-use serde::Serialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// A request that cannot be served, as the caller will see it.
@@ -61,27 +63,30 @@ impl ApiError {
 }
 
 /// The body of every error answer.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct ErrorBody<'a> {
-    error: ErrorDetail<'a>,
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody<'a> {
+    #[serde(borrow)]
+    pub error: ErrorDetail<'a>,
     /// The failed invocation (invocation routes only; its tape and logs
     /// carry the same id).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    invocation_id: Option<&'a str>,
+    #[serde(default, skip_serializing_if = "Option::is_none", borrow)]
+    pub invocation_id: Option<Cow<'a, str>>,
 }
 
 /// What failed, for programs (`kind`) and for people (`message`: the cause
 /// and the fix).
-#[derive(Serialize, ToSchema)]
-pub(crate) struct ErrorDetail<'a> {
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail<'a> {
     /// `bad_request`, `unauthorized`, `forbidden`, `not_found`, `conflict`,
     /// `payload_too_large`, `request_timeout`, `no_capacity`, `rate_limited`,
     /// `unavailable`, `internal`, `node_failed`, `timeout`, a quota's name
     /// (`kv_quota_exceeded`, …), or an invocation's failure kind.
-    #[schema(example = "not_found")]
-    kind: &'a str,
-    #[schema(example = "function acme/resize does not exist")]
-    message: &'a str,
+    #[schema(example = "not_found", value_type = String)]
+    #[serde(borrow)]
+    pub kind: Cow<'a, str>,
+    #[schema(example = "function acme/resize does not exist", value_type = String)]
+    #[serde(borrow)]
+    pub message: Cow<'a, str>,
 }
 
 /// An error answer: `status` and the body, with `Retry-After` when trying
@@ -93,8 +98,11 @@ pub(crate) fn error_response(
     invocation_id: Option<&str>,
 ) -> Response {
     let body = ErrorBody {
-        error: ErrorDetail { kind, message },
-        invocation_id,
+        error: ErrorDetail {
+            kind: kind.into(),
+            message: message.into(),
+        },
+        invocation_id: invocation_id.map(Cow::Borrowed),
     };
     let mut resp = (status, Json(body)).into_response();
     if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {

@@ -64,13 +64,13 @@ pub(crate) struct ListQuery {
 }
 
 /// A function's KV keys.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct Keys {
-    tenant: String,
-    name: String,
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct Keys {
+    pub tenant: String,
+    pub name: String,
     /// Keys listed that are not UTF-8, and so not in `keys`.
-    not_utf8: usize,
-    keys: Vec<String>,
+    pub not_utf8: usize,
+    pub keys: Vec<String>,
 }
 
 /// A function's KV keys (UTF-8 ones; `not_utf8` counts the others)

@@ -102,14 +102,14 @@ pub(crate) async fn metrics(
 }
 
 /// The tenant's functions' last hour.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct Stats {
-    tenant: String,
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct Stats {
+    pub tenant: String,
     /// Function name → its minutes with invocations, oldest first:
     /// `{t_ms, count, errors, refused, p50_ms, p99_ms}` (quantiles from a
     /// doubling histogram: an upper bound, at most twice the true value).
     #[schema(value_type = Object)]
-    functions: std::collections::HashMap<String, Vec<hearth_node::stats::MinuteStats>>,
+    pub functions: std::collections::HashMap<String, Vec<hearth_node::stats::MinuteStats>>,
 }
 
 /// Each function's invocations, errors, p50 and p99 per minute over the last hour
@@ -217,11 +217,11 @@ pub(crate) struct NewTenant {
 }
 
 /// A new tenant and its first token.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct TenantCreated {
-    tenant: String,
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct TenantCreated {
+    pub tenant: String,
     /// A member token of the tenant; shown once.
-    token: String,
+    pub token: String,
 }
 
 /// Create a tenant and a member token for it (admin only)
@@ -259,15 +259,15 @@ pub(crate) async fn create_tenant(
 }
 
 /// A tenant's settings.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct TenantView {
-    tenant: String,
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct TenantView {
+    pub tenant: String,
     /// The mode that applies: the override, else the cluster's.
-    colocation: Colocation,
+    pub colocation: Colocation,
     /// The tenant's own setting, if any.
-    colocation_override: Option<Colocation>,
+    pub colocation_override: Option<Colocation>,
     /// The mode of tenants without an override.
-    cluster_colocation: Colocation,
+    pub cluster_colocation: Colocation,
 }
 
 impl TenantView {
@@ -344,21 +344,21 @@ pub(crate) async fn put_tenant(
 }
 
 /// A new version, as the deploy answers.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct Deployed {
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct Deployed {
     #[serde(flatten)]
-    version: FunctionVersion,
+    pub version: FunctionVersion,
     /// Checking and compiling the code, in every tier its runtime has.
-    compile_ms: u64,
+    pub compile_ms: u64,
     /// Resolving and installing its packages.
-    install_ms: u64,
+    pub install_ms: u64,
     /// The lock: each package installed, and whether it was cached here.
-    packages: Vec<hearth_host::DeployedPackage>,
+    pub packages: Vec<hearth_host::DeployedPackage>,
     /// What may not work as meant (unpinned requirements, …).
-    warnings: Vec<String>,
+    pub warnings: Vec<String>,
     /// Where it is invoked.
     #[schema(example = "/fn/acme/resize")]
-    url: String,
+    pub url: String,
 }
 
 /// Deploy a new version
@@ -441,28 +441,40 @@ pub(crate) async fn deploy(
 }
 
 /// The tenant's functions.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct FunctionList {
-    tenant: String,
-    functions: Vec<FunctionListed>,
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct FunctionList {
+    pub tenant: String,
+    pub functions: Vec<FunctionListed>,
+}
+
+/// Whether a JavaScript function's newest version runs compiled from its
+/// traces on this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Compiled {
+    /// In the isolate, and it will stay there (`not_compiled` says why).
+    Interpreted,
+    /// In the isolate, its traces being gathered.
+    Tracing,
+    /// Compiled, proved on `proved_tapes` tapes.
+    Compiled,
 }
 
 /// A function as listed, with whether this node serves its newest
 /// version compiled (js only).
-#[derive(Serialize, ToSchema)]
-pub(crate) struct FunctionListed {
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct FunctionListed {
     #[serde(flatten)]
-    summary: FunctionSummary,
-    /// `interpreted`, `tracing` or `compiled` (js functions; absent for
-    /// the rest).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    compiled: Option<&'static str>,
+    pub summary: FunctionSummary,
+    /// How this node runs it (js functions; absent for the rest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compiled: Option<Compiled>,
     /// Tapes its compiled code was proved against.
     #[serde(skip_serializing_if = "Option::is_none")]
-    proved_tapes: Option<usize>,
+    pub proved_tapes: Option<usize>,
     /// Why it is not compiled, when it will not be.
     #[serde(skip_serializing_if = "Option::is_none")]
-    not_compiled: Option<String>,
+    pub not_compiled: Option<String>,
 }
 
 impl FunctionListed {
@@ -480,12 +492,12 @@ impl FunctionListed {
         listed.compiled = Some(match node.compiled_mode(&listed.summary.latest) {
             CompiledMode::NotCompiled(why) => {
                 listed.not_compiled = why;
-                "interpreted"
+                Compiled::Interpreted
             }
-            CompiledMode::Tracing => "tracing",
+            CompiledMode::Tracing => Compiled::Tracing,
             CompiledMode::Compiled { proved } => {
                 listed.proved_tapes = Some(proved);
-                "compiled"
+                Compiled::Compiled
             }
         });
         listed
@@ -512,21 +524,21 @@ pub(crate) async fn list_functions(
 }
 
 /// One version of a function, with its lock.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct VersionView {
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct VersionView {
     #[serde(flatten)]
-    version: FunctionVersion,
+    pub version: FunctionVersion,
     /// The packages it installs, exactly (empty for wasm and for code
     /// without packages).
-    packages: Vec<Package>,
+    pub packages: Vec<Package>,
 }
 
 /// A function's versions.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct FunctionVersions {
-    tenant: String,
-    name: String,
-    versions: Vec<VersionView>,
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct FunctionVersions {
+    pub tenant: String,
+    pub name: String,
+    pub versions: Vec<VersionView>,
 }
 
 /// A function's versions, each with its packages (lock)
@@ -627,11 +639,11 @@ pub(crate) struct LogsQuery {
 }
 
 /// A function's log lines.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct Logs {
-    tenant: String,
-    name: String,
-    lines: Vec<LogRecord>,
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct Logs {
+    pub tenant: String,
+    pub name: String,
+    pub lines: Vec<LogRecord>,
 }
 
 /// A function's log lines, oldest first

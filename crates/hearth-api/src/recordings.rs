@@ -138,23 +138,23 @@ impl TapeFilter {
 }
 
 /// A function's tapes.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct Recordings {
-    tenant: String,
-    name: String,
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct Recordings {
+    pub tenant: String,
+    pub name: String,
     /// Newest first. Through a gateway each also names its `node`.
-    recordings: Vec<TapeEntry>,
+    pub recordings: Vec<TapeEntry>,
     /// Through a gateway: the nodes that did not answer, so the list may
     /// lack their tapes.
     #[serde(skip_serializing_if = "Option::is_none")]
-    unreachable: Option<Vec<Unreachable>>,
+    pub unreachable: Option<Vec<Unreachable>>,
 }
 
 /// A node a gateway's question did not reach.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct Unreachable {
-    node: String,
-    error: String,
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct Unreachable {
+    pub node: String,
+    pub error: String,
 }
 
 /// A function's tapes, newest first (docs/recording.md)
@@ -224,14 +224,14 @@ async fn listed(
 }
 
 /// The tenant's tapes.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct TenantRecordings {
-    tenant: String,
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct TenantRecordings {
+    pub tenant: String,
     /// Newest first. Through a gateway each also names its `node`.
-    recordings: Vec<TapeEntry>,
+    pub recordings: Vec<TapeEntry>,
     /// Through a gateway: the nodes that did not answer.
     #[serde(skip_serializing_if = "Option::is_none")]
-    unreachable: Option<Vec<Unreachable>>,
+    pub unreachable: Option<Vec<Unreachable>>,
 }
 
 /// The tenant's tapes of all its functions, newest first
@@ -409,35 +409,35 @@ pub(crate) async fn export(
 }
 
 /// What a replay found.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct Replayed {
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct Replayed {
     /// The tape's invocation id.
-    id: String,
-    function: String,
-    recorded_version: u32,
-    replayed_version: u32,
+    pub id: String,
+    pub function: String,
+    pub recorded_version: u32,
+    pub replayed_version: u32,
     /// The code differs from the code the tape was made with.
-    code_changed: bool,
+    pub code_changed: bool,
     /// The tier that ran the replay: `wasm`, `js` or `process`.
-    tier: &'static str,
+    pub tier: String,
     /// Same host calls in the same order, and the same response.
-    identical: bool,
+    pub identical: bool,
     /// Where the replay first did something the tape did not.
-    divergence: Option<hearth_host::Divergence>,
+    pub divergence: Option<hearth_host::Divergence>,
     /// `identical`, the divergence in words, or `the response differs`.
-    verdict: String,
+    pub verdict: String,
     /// The recorded outcome: `{kind: ok, status, headers, body}` or the
     /// failure.
     #[schema(value_type = Object)]
-    recorded: Value,
+    pub recorded: Value,
     /// The replay's outcome, as `recorded`.
     #[schema(value_type = Object)]
-    replayed: Value,
+    pub replayed: Value,
     /// `-` recorded, `+` replayed; absent when the outcomes are equal.
-    diff: Option<String>,
+    pub diff: Option<String>,
     /// What the replay logged (not added to the function's logs).
-    logs: Vec<String>,
-    duration_us: u64,
+    pub logs: Vec<String>,
+    pub duration_us: u64,
 }
 
 impl From<ReplayReport> for Replayed {
@@ -455,7 +455,7 @@ impl From<ReplayReport> for Replayed {
             recorded_version: r.recorded_version,
             replayed_version: r.replayed_version,
             code_changed: r.code_changed,
-            tier: r.tier.as_str(),
+            tier: r.tier.as_str().to_string(),
             identical: r.identical,
             divergence: r.divergence,
             verdict,
@@ -564,21 +564,21 @@ pub(crate) struct TrafficQuery {
 }
 
 /// Recorded traffic, replayed against a version.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct TrafficReplay {
-    name: String,
-    against: u32,
-    replayed: usize,
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct TrafficReplay {
+    pub name: String,
+    pub against: u32,
+    pub replayed: usize,
     /// Replays whose response differs from the recorded one.
-    changed: usize,
+    pub changed: usize,
     /// Replays that did something the tape did not.
-    diverged: usize,
+    pub diverged: usize,
     /// Oldest first: the order the traffic came in. Through a gateway
     /// each also names its `node`.
-    results: Vec<Replayed>,
+    pub results: Vec<Replayed>,
     /// Through a gateway: the nodes that did not answer.
     #[serde(skip_serializing_if = "Option::is_none")]
-    unreachable: Option<Vec<Unreachable>>,
+    pub unreachable: Option<Vec<Unreachable>>,
 }
 
 /// Replay recorded traffic against a version: which responses changed

@@ -66,7 +66,7 @@ pub struct Compiled {
 }
 
 /// A locked package as a deploy reports it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeployedPackage {
     #[serde(flatten)]

@@ -11,7 +11,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use parking_lot::Mutex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Minutes kept per function.
 pub const MINUTES: usize = 60;
@@ -43,7 +43,7 @@ struct Minute {
 }
 
 /// One minute of one function, as the API shows it.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct MinuteStats {
     /// The minute's start, ms since the Unix epoch.
     pub t_ms: i64,

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
+use hearth_api::answers;
+use hearth_core::Runtime;
 use serde_json::Value;
 
 use crate::deploy::DeployArgs;
@@ -214,6 +216,25 @@ impl Client {
         rb
     }
 
+    /// A successful answer read as the API's own type for it
+    /// (`hearth_api::answers`), and as JSON for `--json`. An answer that is
+    /// not that type (another Hearth's) is an error naming the field.
+    pub(crate) async fn send_as<T: serde::de::DeserializeOwned>(
+        &self,
+        rb: reqwest::RequestBuilder,
+    ) -> anyhow::Result<(T, Value)> {
+        let v = self.send(rb).await?;
+        let typed = serde_path_to_error::deserialize(&v).map_err(|e| {
+            anyhow::anyhow!(
+                "Hearth at {} answered in a shape this CLI does not know (at `{}`: {}): is it another version?",
+                self.url,
+                e.path(),
+                e.inner()
+            )
+        })?;
+        Ok((typed, v))
+    }
+
     pub(crate) async fn send(&self, rb: reqwest::RequestBuilder) -> anyhow::Result<Value> {
         let bytes = self.send_raw(rb).await?;
         if bytes.is_empty() {
@@ -232,11 +253,10 @@ impl Client {
         let status = resp.status();
         let bytes = resp.bytes().await?;
         if !status.is_success() {
-            let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            let msg = v["error"]["message"]
-                .as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
+            let msg = match serde_json::from_slice::<hearth_api::answers::ErrorBody>(&bytes) {
+                Ok(body) => body.error.message.into_owned(),
+                Err(_) => String::from_utf8_lossy(&bytes).into_owned(),
+            };
             bail!("{} {}", status.as_u16(), msg);
         }
         Ok(bytes.to_vec())
@@ -403,13 +423,10 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
             let tenant = match tenant {
                 Some(t) => t,
                 None => {
-                    let me = c
-                        .send(c.request(reqwest::Method::GET, "/v1/whoami"))
+                    let (me, _): (hearth_store::Principal, _) = c
+                        .send_as(c.request(reqwest::Method::GET, "/v1/whoami"))
                         .await?;
-                    me["tenant"]
-                        .as_str()
-                        .context("whoami returned no tenant")?
-                        .to_string()
+                    me.tenant
                 }
             };
             let body = data.as_deref().map(read_data).transpose()?;
@@ -476,8 +493,8 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
         }
         ClientCommand::Ls { target } => {
             let c = Client::new(data_dir, &target)?;
-            let v = c
-                .send(c.request(reqwest::Method::GET, "/v1/functions"))
+            let (list, v): (answers::FunctionList, _) = c
+                .send_as(c.request(reqwest::Method::GET, "/v1/functions"))
                 .await?;
             if c.json {
                 c.print_json(&v);
@@ -487,41 +504,39 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
                 "{:<24} {:>7} {:>8} {:>10} {:>8}  {:<6}  MODE",
                 "NAME", "RUNTIME", "VERSION", "MEMORY", "TIMEOUT", "PUBLIC"
             );
-            for f in v["functions"].as_array().into_iter().flatten() {
-                let l = &f["latest"];
-                let runtime = l["spec"]["runtime"].as_str().unwrap_or_default();
-                let bounces = f["bounces"].as_u64().unwrap_or(0);
-                let mode = match (runtime, f["pinned"].as_bool() == Some(true)) {
-                    ("js", true) => format!("process (pinned after {bounces} fallbacks)"),
-                    ("js", false) if f["compiled"] == "compiled" => {
-                        let proved = f["proved_tapes"].as_u64().unwrap_or(0);
-                        format!("compiled (proved on {proved} tapes)")
+            for f in &list.functions {
+                let l = &f.summary.latest;
+                let (bounces, pinned) = (f.summary.mode.bounces, f.summary.mode.pinned);
+                let mode = match (l.spec.runtime, pinned, f.compiled) {
+                    (Runtime::Js, true, _) => format!("process (pinned after {bounces} fallbacks)"),
+                    (Runtime::Js, false, Some(answers::Compiled::Compiled)) => {
+                        format!("compiled (proved on {} tapes)", f.proved_tapes.unwrap_or(0))
                     }
-                    ("js", false) if bounces > 0 => format!("isolate ({bounces} fallbacks)"),
-                    ("js", false) if f["compiled"] == "tracing" => "isolate (tracing)".to_string(),
-                    ("js", false) => "isolate".to_string(),
-                    ("wasm", _) => "wasm".to_string(),
+                    (Runtime::Js, false, _) if bounces > 0 => {
+                        format!("isolate ({bounces} fallbacks)")
+                    }
+                    (Runtime::Js, false, Some(answers::Compiled::Tracing)) => {
+                        "isolate (tracing)".to_string()
+                    }
+                    (Runtime::Js, false, _) => "isolate".to_string(),
+                    (Runtime::Wasm, _, _) => "wasm".to_string(),
                     _ => "process".to_string(),
                 };
                 println!(
                     "{:<24} {:>7} {:>8} {:>7}MiB {:>6}ms  {:<6}  {mode}",
-                    f["name"].as_str().unwrap_or_default(),
-                    l["spec"]["runtime"].as_str().unwrap_or_default(),
-                    l["version"].to_string(),
-                    l["spec"]["limits"]["memory_mib"].to_string(),
-                    l["spec"]["limits"]["timeout_ms"].to_string(),
-                    if l["spec"]["public"].as_bool() == Some(true) {
-                        "yes"
-                    } else {
-                        "no"
-                    }
+                    f.summary.name,
+                    l.spec.runtime.as_str(),
+                    l.version,
+                    l.spec.limits.memory_mib,
+                    l.spec.limits.timeout_ms,
+                    if l.spec.public { "yes" } else { "no" }
                 );
             }
         }
         ClientCommand::Versions { name, target } => {
             let c = Client::new(data_dir, &target)?;
-            let v = c
-                .send(c.request(reqwest::Method::GET, &format!("/v1/functions/{name}")))
+            let (versions, v): (answers::FunctionVersions, _) = c
+                .send_as(c.request(reqwest::Method::GET, &format!("/v1/functions/{name}")))
                 .await?;
             if c.json {
                 c.print_json(&v);
@@ -531,47 +546,29 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
                 "{:>8}  {:<24}  {:<16}  SETTINGS",
                 "VERSION", "CREATED", "ARTIFACT"
             );
-            for ver in v["versions"].as_array().into_iter().flatten() {
-                let spec = &ver["spec"];
+            for ver in &versions.versions {
+                let (version, spec) = (&ver.version, &ver.version.spec);
+                let hosts = if spec.allowed_hosts.is_empty() {
+                    String::new()
+                } else {
+                    format!(" hosts={}", spec.allowed_hosts.join(","))
+                };
                 println!(
-                    "{:>8}  {:<24}  {:<16}  {}MiB {}ms{}{}",
-                    ver["version"].to_string(),
-                    fmt_time(ver["created_at_ms"].as_i64().unwrap_or(0)),
-                    &ver["artifact"].as_str().unwrap_or_default()
-                        [..12.min(ver["artifact"].as_str().unwrap_or_default().len())],
-                    spec["limits"]["memory_mib"],
-                    spec["limits"]["timeout_ms"],
-                    if spec["public"].as_bool() == Some(true) {
-                        " public"
-                    } else {
-                        ""
-                    },
-                    spec["allowed_hosts"]
-                        .as_array()
-                        .filter(|a| !a.is_empty())
-                        .map(|a| format!(
-                            " hosts={}",
-                            a.iter()
-                                .filter_map(|h| h.as_str())
-                                .collect::<Vec<_>>()
-                                .join(",")
-                        ))
-                        .unwrap_or_default(),
+                    "{:>8}  {:<24}  {:<16}  {}MiB {}ms{}{hosts}",
+                    version.version,
+                    fmt_time(version.created_at_ms),
+                    &version.artifact[..12.min(version.artifact.len())],
+                    spec.limits.memory_mib,
+                    spec.limits.timeout_ms,
+                    if spec.public { " public" } else { "" },
                 );
                 // The lock: what this version installs, exactly.
-                let packages: Vec<String> = ver["packages"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|p| {
-                        let (name, version) = (
-                            p["name"].as_str().unwrap_or_default(),
-                            p["version"].as_str().unwrap_or_default(),
-                        );
-                        match spec["runtime"].as_str() {
-                            Some("python") => format!("{name}=={version}"),
-                            _ => format!("{name}@{version}"),
-                        }
+                let packages: Vec<String> = ver
+                    .packages
+                    .iter()
+                    .map(|p| match spec.runtime {
+                        Runtime::Python => format!("{}=={}", p.name, p.version),
+                        _ => format!("{}@{}", p.name, p.version),
                     })
                     .collect();
                 if !packages.is_empty() {
@@ -672,20 +669,19 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
             } else {
                 c.request(reqwest::Method::GET, &path)
             };
-            let v = c.send(req).await?;
+            let (view, v): (answers::TenantView, _) = c.send_as(req).await?;
             if c.json {
                 c.print_json(&v);
             } else {
-                let own = v["colocation_override"].as_str();
                 println!(
                     "tenant {}: colocation {} ({})",
-                    v["tenant"].as_str().unwrap_or_default(),
-                    v["colocation"].as_str().unwrap_or("?"),
-                    match own {
+                    view.tenant,
+                    view.colocation.as_str(),
+                    match view.colocation_override {
                         Some(_) => "its own".to_string(),
                         None => format!(
                             "the cluster's; its own would override {}",
-                            v["cluster_colocation"].as_str().unwrap_or("?")
+                            view.cluster_colocation.as_str()
                         ),
                     }
                 );
@@ -693,8 +689,8 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
         }
         ClientCommand::CreateTenant { name, target } => {
             let c = Client::new(data_dir, &target)?;
-            let v = c
-                .send(
+            let (created, v): (answers::TenantCreated, _) = c
+                .send_as(
                     c.request(reqwest::Method::POST, "/v1/tenants")
                         .json(&serde_json::json!({"name": name})),
                 )
@@ -704,8 +700,7 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
             } else {
                 println!(
                     "created tenant {}\ntoken: {}",
-                    v["tenant"].as_str().unwrap_or_default(),
-                    v["token"].as_str().unwrap_or_default()
+                    created.tenant, created.token
                 );
             }
         }

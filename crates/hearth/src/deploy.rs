@@ -141,41 +141,37 @@ pub(crate) async fn deploy(c: &Client, args: DeployArgs) -> anyhow::Result<()> {
         .request(reqwest::Method::POST, &format!("/v1/functions/{name}"))
         .query(&q)
         .body(code);
-    let v = with_progress(
+    let (deployed, v): (hearth_api::answers::Deployed, _) = with_progress(
         &format!("uploading {size_kib:.1} KiB, installing its packages and compiling"),
-        c.send(rb),
+        c.send_as(rb),
     )
     .await?;
     if c.json {
         c.print_json(&v);
     } else {
-        let packages = v["packages"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let installs = match packages.len() {
+        let installs = match deployed.packages.len() {
             0 => String::new(),
             n => {
-                let cached = packages.iter().filter(|p| p["cached"] == true).count();
+                let cached = deployed.packages.iter().filter(|p| p.cached).count();
                 format!(
                     ", {} ms to install {n} package{} ({cached} cached)",
-                    v["install_ms"],
+                    deployed.install_ms,
                     if n == 1 { "" } else { "s" }
                 )
             }
         };
         println!(
             "deployed {} version {} ({} ms to check and compile{installs})\n  invoke: {}{}",
-            v["name"].as_str().unwrap_or_default(),
-            v["version"],
-            v["compile_ms"],
+            deployed.version.name,
+            deployed.version.version,
+            deployed.compile_ms,
             c.url,
-            v["url"].as_str().unwrap_or_default()
+            deployed.url
         );
     }
     // Choices made for the deployer are theirs to know, also under --json.
-    for w in v["warnings"].as_array().into_iter().flatten() {
-        eprintln!("warning: {}", w.as_str().unwrap_or_default());
+    for w in &deployed.warnings {
+        eprintln!("warning: {w}");
     }
     Ok(())
 }

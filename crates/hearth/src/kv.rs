@@ -76,8 +76,8 @@ pub(crate) async fn run(data_dir: &std::path::Path, cmd: KvCommand) -> anyhow::R
             target,
         } => {
             let c = Client::new(data_dir, &target)?;
-            let v = c
-                .send(
+            let (keys, v): (hearth_api::answers::Keys, _) = c
+                .send_as(
                     c.request(reqwest::Method::GET, &format!("/v1/functions/{name}/kv"))
                         .query(&[("prefix", prefix)]),
                 )
@@ -86,11 +86,11 @@ pub(crate) async fn run(data_dir: &std::path::Path, cmd: KvCommand) -> anyhow::R
                 c.print_json(&v);
                 return Ok(());
             }
-            for k in v["keys"].as_array().into_iter().flatten() {
-                println!("{}", k.as_str().unwrap_or_default());
+            for k in &keys.keys {
+                println!("{k}");
             }
-            if let Some(n) = v["not_utf8"].as_u64().filter(|n| *n > 0) {
-                eprintln!("({n} keys that are not UTF-8 not shown)");
+            if keys.not_utf8 > 0 {
+                eprintln!("({} keys that are not UTF-8 not shown)", keys.not_utf8);
             }
         }
         KvCommand::Rm { name, key, target } => {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
+use hearth_api::answers::Logs;
 
 use crate::client::{Client, fmt_time};
 
@@ -24,65 +24,62 @@ pub(crate) async fn show(
         let mut q = vec![("limit", limit.to_string())];
         q.extend(invocation.clone().map(|i| ("invocation", i)));
         q.extend(after.map(|a| ("after", a.to_string())));
-        c.send(
+        c.send_as::<Logs>(
             c.request(reqwest::Method::GET, &format!("/v1/functions/{name}/logs"))
                 .query(&q),
         )
     };
-    let v = page(None).await?;
+    let (logs, v) = page(None).await?;
     if c.json && !follow {
         c.print_json(&v);
         return Ok(());
     }
-    let mut last = print(c, &v, &mut std::io::stdout())?;
+    let mut last = print(c, &logs, &mut std::io::stdout())?;
     if !follow {
         return Ok(());
     }
     loop {
         tokio::time::sleep(FOLLOW_EVERY).await;
-        let v = page(Some(last.unwrap_or(0))).await?;
-        last = print(c, &v, &mut std::io::stdout())?.or(last);
+        let (logs, _) = page(Some(last.unwrap_or(0))).await?;
+        last = print(c, &logs, &mut std::io::stdout())?.or(last);
     }
 }
 
 /// Prints invocation `id`'s lines of `name`'s log to standard error.
 pub(crate) async fn of_invocation(c: &Client, name: &str, id: &str) -> anyhow::Result<()> {
-    let v = c
-        .send(
+    let (logs, _) = c
+        .send_as::<Logs>(
             c.request(reqwest::Method::GET, &format!("/v1/functions/{name}/logs"))
                 .query(&[("invocation", id), ("limit", "1000")]),
         )
         .await?;
-    print(c, &v, &mut std::io::stderr())?;
+    print(c, &logs, &mut std::io::stderr())?;
     Ok(())
 }
 
 /// Prints a logs answer's lines (one JSON object per line with --json);
 /// the id of the last.
-fn print(c: &Client, v: &Value, out: &mut dyn std::io::Write) -> anyhow::Result<Option<i64>> {
-    let mut last = None;
-    for l in v["lines"].as_array().into_iter().flatten() {
-        last = l["id"].as_i64().or(last);
+fn print(c: &Client, logs: &Logs, out: &mut dyn std::io::Write) -> anyhow::Result<Option<i64>> {
+    for l in &logs.lines {
         if c.json {
-            writeln!(out, "{l}")?;
+            writeln!(out, "{}", serde_json::to_string(l)?)?;
             continue;
         }
-        let level = l["level"].as_str().unwrap_or_default();
         writeln!(
             out,
             "{} {} v{} {:<6} {}{}",
-            fmt_time(l["ts_ms"].as_i64().unwrap_or(0)),
-            l["invocation_id"].as_str().unwrap_or_default(),
-            l["version"],
-            l["stream"].as_str().unwrap_or_default(),
-            if level.is_empty() {
+            fmt_time(l.ts_ms),
+            l.invocation_id,
+            l.version,
+            l.stream.as_str(),
+            if l.level.is_empty() {
                 String::new()
             } else {
-                format!("[{level}] ")
+                format!("[{}] ", l.level)
             },
-            l["message"].as_str().unwrap_or_default()
+            l.message
         )?;
     }
     out.flush()?;
-    Ok(last)
+    Ok(logs.lines.last().map(|l| l.id))
 }

@@ -2,6 +2,7 @@
 //! `/v1/recordings` API.
 
 use anyhow::Context;
+use hearth_api::answers::{Recordings, Replayed, TrafficReplay};
 use serde_json::Value;
 
 use crate::client::{Client, fmt_time};
@@ -16,8 +17,8 @@ pub(crate) async fn list(
     let mut q = vec![("limit", limit.to_string())];
     q.extend(status.map(|s| ("status", s)));
     q.extend(since.map(|s| ("since", s)));
-    let v = c
-        .send(
+    let (listed, v): (Recordings, _) = c
+        .send_as(
             c.request(
                 reqwest::Method::GET,
                 &format!("/v1/functions/{name}/recordings"),
@@ -33,16 +34,16 @@ pub(crate) async fn list(
         "{:<32}  {:<23}  {:>4}  {:<8}  {:>6}  {:>10}  OUTCOME",
         "ID", "STARTED", "VER", "TIER", "STATUS", "DURATION"
     );
-    for t in v["recordings"].as_array().into_iter().flatten() {
+    for t in &listed.recordings {
         println!(
             "{:<32}  {:<23}  {:>4}  {:<8}  {:>6}  {:>8.2}ms  {}",
-            t["id"].as_str().unwrap_or_default(),
-            fmt_time(t["started_ms"].as_i64().unwrap_or(0)),
-            t["version"],
-            t["tier"].as_str().unwrap_or_default(),
-            t["status"],
-            t["duration_us"].as_f64().unwrap_or(0.0) / 1000.0,
-            t["outcome"].as_str().unwrap_or_default(),
+            t.id,
+            fmt_time(t.started_ms),
+            t.version,
+            t.tier,
+            t.status,
+            t.duration_us as f64 / 1000.0,
+            t.outcome,
         );
     }
     Ok(())
@@ -126,33 +127,29 @@ fn preview(text: &str) -> String {
     }
 }
 
-/// Prints one replay's verdict; true if it was identical.
-fn print_report(c: &Client, r: &Value) -> bool {
-    let identical = r["identical"].as_bool().unwrap_or(false);
+/// Prints one replay's verdict (its JSON, `v`, with --json); true if it
+/// was identical.
+fn print_report(c: &Client, r: &Replayed, v: &Value) -> bool {
     if c.json {
-        c.print_json(r);
-        return identical;
+        c.print_json(v);
+        return r.identical;
     }
     println!(
         "{}  v{} → v{}{}: {}",
-        r["id"].as_str().unwrap_or_default(),
-        r["recorded_version"],
-        r["replayed_version"],
-        if r["code_changed"].as_bool() == Some(true)
-            && r["recorded_version"] == r["replayed_version"]
-        {
+        r.id,
+        r.recorded_version,
+        r.replayed_version,
+        if r.code_changed && r.recorded_version == r.replayed_version {
             " (the code under this version changed)"
         } else {
             ""
         },
-        r["verdict"].as_str().unwrap_or_default()
+        r.verdict
     );
-    if let Some(diff) = r["diff"].as_str() {
-        for line in diff.lines() {
-            println!("    {line}");
-        }
+    for line in r.diff.iter().flat_map(|d| d.lines()) {
+        println!("    {line}");
     }
-    identical
+    r.identical
 }
 
 pub(crate) async fn replay(c: &Client, id: &str, version: Option<u32>) -> anyhow::Result<bool> {
@@ -163,8 +160,8 @@ pub(crate) async fn replay(c: &Client, id: &str, version: Option<u32>) -> anyhow
     if let Some(v) = version {
         rb = rb.query(&[("version", v)]);
     }
-    let r = c.send(rb).await?;
-    Ok(print_report(c, &r))
+    let (r, v) = c.send_as(rb).await?;
+    Ok(print_report(c, &r, &v))
 }
 
 pub(crate) async fn replay_file(
@@ -176,8 +173,11 @@ pub(crate) async fn replay_file(
     if let Some(v) = version {
         rb = rb.query(&[("version", v)]);
     }
-    let r = c.send(rb).await.context("replaying the tape file failed")?;
-    Ok(print_report(c, &r))
+    let (r, v) = c
+        .send_as(rb)
+        .await
+        .context("replaying the tape file failed")?;
+    Ok(print_report(c, &r, &v))
 }
 
 pub(crate) async fn replay_traffic(
@@ -192,8 +192,8 @@ pub(crate) async fn replay_traffic(
     q.extend(last.map(|l| ("last", l.to_string())));
     q.extend(since.map(|s| ("since", s)));
     q.extend(status.map(|s| ("status", s)));
-    let v = c
-        .send(
+    let (traffic, v): (TrafficReplay, _) = c
+        .send_as(
             c.request(
                 reqwest::Method::POST,
                 &format!("/v1/functions/{name}/replay"),
@@ -205,14 +205,14 @@ pub(crate) async fn replay_traffic(
         c.print_json(&v);
         return Ok(());
     }
-    for r in v["results"].as_array().into_iter().flatten() {
-        if r["diff"].is_string() || !r["divergence"].is_null() {
-            print_report(c, r);
+    for r in &traffic.results {
+        if r.diff.is_some() || r.divergence.is_some() {
+            print_report(c, r, &Value::Null);
         }
     }
     println!(
         "replayed {} recordings of {name} against v{against}: {} responses changed, {} diverged from their tape",
-        v["replayed"], v["changed"], v["diverged"]
+        traffic.replayed, traffic.changed, traffic.diverged
     );
     Ok(())
 }

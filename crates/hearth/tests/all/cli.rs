@@ -102,6 +102,68 @@ async fn deploy_invoke_ls_versions_logs_rm_from_the_data_dir() {
     assert!(!ok && err.contains("does not exist"), "{err}");
 }
 
+/// The readable forms of the answers the CLI reads as the API's own types
+/// (`hearth_api::answers`): tenants, versions, recordings and replays.
+#[tokio::test]
+async fn tenants_versions_recordings_and_replays_read_as_the_api_writes_them() {
+    let d = Daemon::start();
+    let (ok, out, err) = hearth(&d, &["create-tenant", "acme"]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("created tenant acme\ntoken: "), "{out}");
+    let (ok, out, err) = hearth(&d, &["tenant", "acme"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.starts_with("tenant acme: colocation ")
+            && out.contains("(the cluster's; its own would override "),
+        "{out}"
+    );
+    let (ok, out, err) = hearth(&d, &["tenant", "acme", "--colocation", "none"]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "tenant acme: colocation none (its own)\n");
+
+    let file = examples_dir().join("echo.wat");
+    let (ok, _, err) = hearth(&d, &["deploy", file.to_str().unwrap(), "--name", "say"]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = hearth(&d, &["versions", "say"]);
+    assert!(ok, "{err}");
+    let row = out.lines().nth(1).unwrap_or_default();
+    // Version, its date and time, the artifact's first 12 hex digits.
+    assert!(
+        row.trim_start().starts_with("1  20") && row.contains("Z  ") && row.contains("MiB"),
+        "{out}"
+    );
+    let (ok, out, _) = hearth(&d, &["invoke", "say", "-d", "taped"]);
+    assert!(ok && out == "taped", "{out}");
+
+    // Tapes reach the index shortly after the answer.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let row = loop {
+        let (ok, out, err) = hearth(&d, &["recordings", "say"]);
+        assert!(ok, "{err}");
+        if let Some(row) = out.lines().nth(1) {
+            break row.to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no tape listed: {out}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let id = row.split_whitespace().next().unwrap().to_string();
+    assert_eq!(id.len(), 32, "{row}");
+    assert!(row.contains(" 200 ") && row.ends_with("ok"), "{row}");
+
+    let (ok, out, err) = hearth(&d, &["replay", &id]);
+    assert!(ok, "{out}{err}");
+    assert_eq!(out, format!("{id}  v1 → v1: identical\n"));
+    let (ok, out, err) = hearth(&d, &["replay", "say", "--against", "1"]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        out,
+        "replayed 1 recordings of say against v1: 0 responses changed, 0 diverged from their tape\n"
+    );
+}
+
 #[tokio::test]
 async fn hearth_url_and_token_reach_a_remote_hearth() {
     let d = Daemon::start();
