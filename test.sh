@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: format check, clippy, the Kubernetes manifests
 # (every overlay rendered and validated), the benchmarks' statistics
-# helper's self-check, unit and end-to-end tests
+# helper's self-check, unit and end-to-end tests, then each fuzz target
+# for a bounded time (scripts/fuzz.sh)
 # (the latter start the real daemon and build the C examples with clang;
 # the console's drive Debian's headless chromium).
 set -euo pipefail
@@ -32,4 +33,10 @@ set -e
 # One closing line for the whole run, summed over every test binary.
 awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "hearth: %d passed, %d failed, %d skipped\n", p, f, i }' \
   "${TMPDIR:-/tmp}/hearth-test.log"
-exit "$status"
+echo "== fuzz targets (fuzz/: what parses a tenant's input), ${FUZZ_SECONDS:-30} s each"
+set +e
+scripts/fuzz.sh
+fuzz_status=$?
+set -e
+[ "$status" -ne 0 ] && exit "$status"
+exit "$fuzz_status"

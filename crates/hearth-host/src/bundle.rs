@@ -42,6 +42,8 @@ pub enum BundleError {
     Escapes { path: String },
     /// {path:?} is not a file name
     NotAFileName { path: String },
+    /// {path:?}: a path in a bundle may not hold a NUL or other control character
+    ControlCharacter { path: String },
     /// {path}: only regular files and directories may be in a bundle
     NotAFile { path: String },
     /// {path}: links may not be in a bundle
@@ -483,6 +485,13 @@ pub fn is_tar(bytes: &[u8]) -> bool {
 
 /// A relative path of normal components, as a `/`-separated string.
 fn check_path(path: &str) -> Result<String, BundleError> {
+    // No file system takes a NUL, and a tar header cannot hold one; a
+    // control character in a name is a trap for whoever lists it.
+    if path.chars().any(char::is_control) {
+        return Err(BundleError::ControlCharacter {
+            path: path.to_string(),
+        });
+    }
     let p = Path::new(path);
     let mut parts = Vec::new();
     for c in p.components() {
@@ -518,6 +527,26 @@ mod tests {
         let b = Bundle::from_upload(Runtime::Python, None, b"x = 1\n").unwrap();
         assert_eq!(b.entry(Runtime::Python, None).unwrap(), "handler.py");
         assert!(Bundle::from_upload(Runtime::Python, None, &[0xff, 0xfe, 0]).is_err());
+    }
+
+    /// Found by the `bundle` fuzz target: a zip entry named with a NUL
+    /// passed the path check, and writing the canonical tar then panicked.
+    #[test]
+    fn names_with_control_characters_are_refused() {
+        for name in ["a\0b.js", "index\n.js", "dir/\x1b[2Jx.js"] {
+            let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+            zip.start_file(name, zip::write::SimpleFileOptions::default())
+                .unwrap();
+            std::io::Write::write_all(&mut zip, b"x").unwrap();
+            let upload = zip.finish().unwrap().into_inner();
+            let err = Bundle::from_upload(Runtime::Node, None, &upload).unwrap_err();
+            assert!(
+                matches!(err, BundleError::ControlCharacter { .. }),
+                "{name:?}: {err}"
+            );
+        }
+        let err = Bundle::from_upload(Runtime::Python, Some("a\tb.py"), b"x = 1\n").unwrap_err();
+        assert!(matches!(err, BundleError::ControlCharacter { .. }), "{err}");
     }
 
     #[test]

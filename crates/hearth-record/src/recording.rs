@@ -608,7 +608,10 @@ impl Recording {
                 export.format
             )));
         }
-        if export.checksum() != export.checksum {
+        // A fuzzer cannot forge checksums, so under `cfg(fuzzing)` (the
+        // fuzz targets' build) a tape's own is not checked, and what
+        // follows it is reached.
+        if export.checksum() != export.checksum && !cfg!(fuzzing) {
             return Err(RecordError::BadTape(
                 "the tape was changed after it was exported (checksum mismatch)".into(),
             ));

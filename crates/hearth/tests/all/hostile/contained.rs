@@ -64,6 +64,36 @@ async fn invalid_and_non_wasi_modules_are_refused_with_the_reason() {
     );
 }
 
+/// A bundle whose entry names hold control characters (the `bundle` fuzz
+/// target's find: a NUL passed the path check and then panicked the
+/// deploy) is refused with a 400 naming the entry, and the node goes on.
+#[tokio::test]
+async fn bundle_names_with_control_characters_are_refused_at_deploy() {
+    let d = Daemon::start();
+    for name in ["a\0b.js", "index.js\n"] {
+        let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        zip.start_file(name, zip::write::SimpleFileOptions::default())
+            .unwrap();
+        std::io::Write::write_all(&mut zip, b"exports.handler = async () => 'hi'\n").unwrap();
+        let upload = zip.finish().unwrap().into_inner();
+        let resp = d
+            .post("/v1/functions/named")
+            .query(&[("runtime", "node")])
+            .body(upload)
+            .send()
+            .await
+            .unwrap();
+        let (status, kind, msg) = error_of(resp).await;
+        assert_eq!(
+            (status, kind.as_str()),
+            (400, "bad_request"),
+            "{name:?}: {msg}"
+        );
+        assert!(msg.contains("control character"), "{msg}");
+    }
+    d.deploy("hello", example("hello.wat"), &[]).await;
+}
+
 #[tokio::test]
 async fn unknown_functions_and_oversized_bodies() {
     let d = Daemon::start_with(&["--max-body-bytes", "1024"]);
