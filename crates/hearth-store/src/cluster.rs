@@ -393,6 +393,7 @@ mod tests {
     /// what one rolls back, nobody does.
     #[test]
     fn members_share_nodes_artifacts_and_changes_through_postgres() {
+        hearth_test_support::require!(Postgres);
         let pg = TempPostgres::start().unwrap();
         let url = pg.create_database("cluster").unwrap();
         let (a, b) = (PgStore::open(&url).unwrap(), PgStore::open(&url).unwrap());

@@ -243,6 +243,7 @@ mod tests {
     /// before migrations (the old schema, with data) comes through too.
     #[test]
     fn postgres_migrates_to_the_columns_sqlite_has() {
+        hearth_test_support::require!(Postgres);
         let pg = hearth_test_support::TempPostgres::start().unwrap();
         let url = pg.create_database("migrations").unwrap();
         let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();

@@ -736,6 +736,7 @@ mod tests {
     /// One server for all of this; a database per scenario.
     #[test]
     fn postgres_passes_the_store_scenarios_and_numbers_concurrent_deploys() {
+        hearth_test_support::require!(Postgres);
         let pg = TempPostgres::start().unwrap();
         let local = tempfile::tempdir().unwrap();
         for (i, (name, scenario)) in crate::conformance::SCENARIOS.iter().enumerate() {

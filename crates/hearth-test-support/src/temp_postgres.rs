@@ -16,7 +16,7 @@ pub struct TempPostgres {
     as_postgres: bool,
 }
 
-fn find_bin() -> Result<PathBuf, String> {
+pub(crate) fn find_bin() -> Result<PathBuf, String> {
     let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
         .flatten()

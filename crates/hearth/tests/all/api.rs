@@ -1,6 +1,7 @@
 //! Deploy, invoke, list, version, remove, logs, metrics, OpenAPI.
 
 use crate::harness::{Daemon, JsonExt, error_of, example, function_names};
+use hearth_test_support::require;
 
 #[tokio::test]
 async fn first_start_serves_the_bundled_examples() {
@@ -334,6 +335,7 @@ async fn the_daemons_answers_fit_its_openapi_document() {
 /// a gateway places by), and its next invocation is a cold start again.
 #[tokio::test]
 async fn prepared_code_idle_past_the_keep_alive_is_dropped() {
+    require!(Python);
     let d = Daemon::start_with(&["--keep-alive-s", "1"]);
     d.deploy("idle", example("hello.wat"), &[]).await;
     d.deploy(
@@ -382,6 +384,7 @@ async fn prepared_code_idle_past_the_keep_alive_is_dropped() {
 /// what it wrote, list and remove keys, with the limits its own calls have.
 #[tokio::test]
 async fn a_functions_kv_is_seeded_and_inspected_from_outside() {
+    require!(Python);
     let d = Daemon::start_with(&["--max-kv-mib-per-tenant", "1"]);
     let code = "import hearth\ndef handler(e, c):\n    g = hearth.kv.get('greet ing/1')\n    hearth.kv.set('seen', b'\\xffyes')\n    return {'greeting': g.decode() if g else None}\n";
     d.deploy("kvfn", code.as_bytes().to_vec(), &[("runtime", "python")])

@@ -1,5 +1,6 @@
 //! The `hearth` CLI against a running daemon.
 
+use hearth_test_support::require;
 use std::process::Command;
 
 use crate::harness::{Daemon, HEARTH};
@@ -222,6 +223,7 @@ async fn a_reader_that_goes_away_ends_the_cli_quietly() {
 /// shows the lock, and `hearth kv` seeds and reads the function's KV.
 #[tokio::test]
 async fn deploy_reports_packages_and_kv_seeds_a_function() {
+    require!(Python);
     let wheels = tempfile::tempdir().unwrap();
     crate::process::write_wheel_of(wheels.path(), "tinypkg", "1.2.0", "VERSION = '1.2.0'\n");
     let d = Daemon::start_with(&["--offline-packages", wheels.path().to_str().unwrap()]);
@@ -275,6 +277,7 @@ async fn deploy_reports_packages_and_kv_seeds_a_function() {
 /// lines as they are stored.
 #[tokio::test]
 async fn invoke_prints_its_logs_and_logs_follow() {
+    require!(Python);
     let d = Daemon::start();
     let code = "def handler(event, context):\n    print('saw', event['body'])\n    return 'ok'\n";
     let dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,7 @@
 //! A real cluster on loopback: PostgreSQL from Debian's packages, a
 //! gateway and three nodes, each a `hearth up` process.
 
+use hearth_test_support::require;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
@@ -154,6 +155,7 @@ fn header(r: &reqwest::Response, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
+    require!(Postgres, ComponentTools);
     let pg = TempPostgres::start().unwrap();
     let store = pg.create_database("cluster").unwrap();
     let gw = gateway(&store);
@@ -531,6 +533,7 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
 /// once (it hears the change); either keeps serving when the other dies.
 #[tokio::test(flavor = "multi_thread")]
 async fn any_gateway_serves_any_request_and_hears_the_others_deploys() {
+    require!(Postgres);
     let pg = TempPostgres::start().unwrap();
     let store = pg.create_database("gateways").unwrap();
     let mut gw1 = gateway(&store);
@@ -612,6 +615,7 @@ async fn any_gateway_serves_any_request_and_hears_the_others_deploys() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gateway_without_room_answers_429_with_retry_after() {
+    require!(Postgres);
     let pg = TempPostgres::start().unwrap();
     let store = pg.create_database("small").unwrap();
     let gw = gateway(&store);
@@ -632,6 +636,7 @@ async fn a_gateway_without_room_answers_429_with_retry_after() {
 /// when the node it asks next is full too.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_busy_node_pushes_back_and_the_gateway_places_elsewhere() {
+    require!(Postgres);
     let pg = TempPostgres::start().unwrap();
     let store = pg.create_database("busy").unwrap();
     let gw = gateway(&store);
@@ -725,6 +730,7 @@ async fn a_busy_node_pushes_back_and_the_gateway_places_elsewhere() {
 /// node, and the node's answer streams back, in the gateway's flat memory.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_streamed_body_passes_through_a_gateway_in_flat_memory() {
+    require!(Postgres);
     use crate::streaming::{echo_through, generated};
     use futures::StreamExt;
 
@@ -793,6 +799,7 @@ pub(crate) fn member_certs(dir: &std::path::Path) {
 /// gateway serves the console's page itself.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gateway_sums_the_console_stats_and_merges_the_tapes_of_its_nodes() {
+    require!(Postgres);
     let pg = TempPostgres::start().unwrap();
     let store = pg.create_database("console").unwrap();
     let gw = gateway(&store);

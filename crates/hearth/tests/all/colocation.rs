@@ -4,9 +4,11 @@
 
 use crate::harness::{Daemon, tar_of};
 use crate::process::write_wheel;
+use hearth_test_support::require;
 
 #[tokio::test]
 async fn with_full_colocation_tenants_share_package_zygotes_but_never_a_sandbox_or_its_scratch() {
+    require!(Python);
     let wheels = tempfile::tempdir().unwrap();
     write_wheel(wheels.path());
     let d = Daemon::start_with(&[
@@ -99,6 +101,7 @@ def handler(e, c):
 /// handlers forked from one zygote report the same `IMPORTED_AT`.
 #[tokio::test]
 async fn colocation_decides_who_forks_from_one_package_zygote_and_tenants_can_override_it() {
+    require!(Python);
     let wheels = tempfile::tempdir().unwrap();
     write_wheel(wheels.path());
     let d = Daemon::start_with(&["--offline-packages", wheels.path().to_str().unwrap()]);

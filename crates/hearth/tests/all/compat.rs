@@ -3,6 +3,7 @@
 //! proxy events), OpenWhisk actions, and what a missing or failing handler
 //! gets. docs/compatibility.md is the table these hold Hearth to.
 
+use hearth_test_support::require;
 use serde_json::{Value, json};
 
 use crate::harness::{Daemon, error_of, tar_of};
@@ -128,6 +129,7 @@ exports.handler = async (event) => ({ statusCode: 200, body: JSON.stringify(even
 
 #[tokio::test]
 async fn lambda_handlers_get_the_api_gateway_proxy_event_in_every_runtime() {
+    require!(Python);
     let d = Daemon::start();
     d.deploy(
         "py",
@@ -197,6 +199,7 @@ exports.handler = function (event, context, callback) {
 
 #[tokio::test]
 async fn lambda_handlers_run_as_lambdas_documentation_writes_them() {
+    require!(Python);
     let d = Daemon::start();
     let bundle = tar_of(&[("lambda_function.py", LAMBDA_DOCS_PY)]);
     d.deploy(
@@ -271,6 +274,7 @@ function main(params) {
 
 #[tokio::test]
 async fn openwhisk_actions_get_merged_params() {
+    require!(Python);
     let d = Daemon::start();
     d.deploy(
         "ow-py",
@@ -325,6 +329,7 @@ async fn openwhisk_actions_get_merged_params() {
 
 #[tokio::test]
 async fn a_missing_handler_is_refused_at_deploy_and_a_raised_error_is_never_a_200() {
+    require!(Python);
     let d = Daemon::start();
     // (runtime, file, code, handler setting, what the 400 must say)
     let refused = [
@@ -435,6 +440,7 @@ async fn a_missing_handler_is_refused_at_deploy_and_a_raised_error_is_never_a_20
 /// that take bundles.
 #[tokio::test]
 async fn a_bundle_whose_code_sits_in_one_package_runs_as_deployed() {
+    require!(Python);
     let d = Daemon::start();
     let py = tar_of(&[
         ("myfn/app/__init__.py", ""),

@@ -2,6 +2,7 @@
 //! (examples/components/build.sh: wit-bindgen, clang, wasm-tools and
 //! wasmtime's preview-1 adapter), deployed and called like any function.
 
+use hearth_test_support::require;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -63,6 +64,7 @@ pub fn component_with(name: &str, world: &str, cflags: &str) -> Vec<u8> {
 
 #[tokio::test]
 async fn a_wasi_http_component_deploys_and_answers() {
+    require!(ComponentTools);
     let d = Daemon::start();
     let deployed = d.deploy("hello", component("hello"), &[]).await;
     assert_eq!(deployed["spec"]["runtime"], "wasm", "{deployed}");
@@ -128,6 +130,7 @@ async fn a_wasi_http_component_deploys_and_answers() {
 
 #[tokio::test]
 async fn wasi_keyvalue_is_the_functions_kv_and_its_increments_are_atomic() {
+    require!(ComponentTools);
     let d = Daemon::start();
     d.deploy("probe", component("probe"), &[]).await;
     assert_eq!(
@@ -219,6 +222,7 @@ async fn wasi_keyvalue_is_the_functions_kv_and_its_increments_are_atomic() {
 
 #[tokio::test]
 async fn outgoing_requests_go_through_the_allow_list() {
+    require!(ComponentTools);
     let d = Daemon::start_with(&["--allow-private-egress", "true"]);
     let addr = crate::outbound::upstream().await;
     d.deploy(
@@ -252,6 +256,7 @@ async fn outgoing_requests_go_through_the_allow_list() {
 
 #[tokio::test]
 async fn a_components_tape_replays_identically() {
+    require!(ComponentTools);
     let d = Daemon::start_with(&["--allow-private-egress", "true"]);
     let addr = crate::outbound::upstream().await;
     d.deploy(
@@ -345,6 +350,7 @@ async fn components_hearth_cannot_run_are_refused_at_deploy() {
 
 #[tokio::test]
 async fn a_components_init_step_runs_once_at_deploy_and_is_snapshotted() {
+    require!(ComponentTools);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     let d = Daemon::start_in(&dir, &[]);
@@ -450,6 +456,7 @@ fn javascript_component() -> Vec<u8> {
 /// imports of two patch versions, 0.2.9 and 0.2.12) runs unchanged.
 #[tokio::test]
 async fn a_python_component_from_componentize_py_runs_unchanged() {
+    require!(ComponentTools);
     let d = Daemon::start();
     d.deploy("hello-py", python_component(), &[]).await;
     assert_eq!(
@@ -466,6 +473,7 @@ async fn a_python_component_from_componentize_py_runs_unchanged() {
 /// inside) runs unchanged, and reads the function's --env as wasi:config.
 #[tokio::test]
 async fn a_javascript_component_from_componentize_js_runs_unchanged() {
+    require!(ComponentTools);
     let d = Daemon::start();
     d.deploy(
         "hello-js",

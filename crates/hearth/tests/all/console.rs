@@ -5,6 +5,7 @@
 
 use crate::browser::Browser;
 use crate::harness::Daemon;
+use hearth_test_support::require;
 
 const GREET: &str = r#"
 exports.handler = async (event) => {
@@ -24,6 +25,7 @@ fn trace_report() -> String {
 
 #[tokio::test]
 async fn a_tenant_logs_in_invokes_opens_and_replays_and_another_sees_none_of_it() {
+    require!(Chromium);
     let d = Daemon::start_with(&["--trace-report", &trace_report()]);
     d.deploy(
         "greet",
@@ -197,6 +199,7 @@ async fn a_functions_stats_outlive_a_new_version_and_go_with_the_function() {
 /// each ran, by mode, as their heartbeats report it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gateways_cluster_page_shows_each_nodes_placements_and_modes() {
+    require!(Postgres, Chromium);
     use crate::cluster::{alive, gateway, members_until, node};
     let pg = hearth_test_support::TempPostgres::start().unwrap();
     let store = pg.create_database("console").unwrap();

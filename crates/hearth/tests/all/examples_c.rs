@@ -1,6 +1,7 @@
 //! The C examples in examples/wasm, built with Debian's clang for
 //! wasm32-wasi (the README's test command installs it), deployed and called.
 
+use hearth_test_support::require;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -35,6 +36,7 @@ pub fn build_with(name: &str, out_dir: &Path, extra: &[&str]) -> Vec<u8> {
 
 #[tokio::test]
 async fn c_examples_build_deploy_and_answer() {
+    require!(Clang);
     let tmp = tempfile::tempdir().unwrap();
     let d = Daemon::start();
 
@@ -108,6 +110,7 @@ async fn c_examples_build_deploy_and_answer() {
 /// non-zero exit is the function's error.
 #[tokio::test]
 async fn wasi_libc_gets_what_a_function_needs_and_no_host_files() {
+    require!(Clang);
     let tmp = tempfile::tempdir().unwrap();
     let d = Daemon::start();
     d.deploy(

@@ -11,6 +11,7 @@
 //! manifests' own paths; a gateway stops as the manifests stop it (out of
 //! the Service, its `preStop`, SIGTERM, SIGKILL after the grace period).
 
+use hearth_test_support::require;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -355,6 +356,7 @@ struct Tally {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_dev_overlay_loses_nothing_when_a_node_is_upgraded_and_a_gateway_stops() {
+    require!(Postgres, Kubectl);
     let objects = render("dev");
     // The Secret deploy/kubernetes/tls.sh makes, as its volume holds it.
     let tls = tempfile::tempdir().unwrap();

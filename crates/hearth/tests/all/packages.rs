@@ -5,6 +5,7 @@
 
 use crate::harness::{Daemon, tar_of};
 use crate::process::{write_wheel_of, write_wheel_requiring};
+use hearth_test_support::require;
 
 /// `(name, version, has a hash, was cached)` of a deploy's packages.
 fn locked(v: &serde_json::Value) -> Vec<(String, String, bool, bool)> {
@@ -31,6 +32,7 @@ fn owned(rows: &[(&str, &str, bool, bool)]) -> Vec<(String, String, bool, bool)>
 
 #[tokio::test]
 async fn python_requirements_resolve_at_deploy_into_a_lock_each_version_keeps() {
+    require!(Python);
     let wheels = tempfile::tempdir().unwrap();
     let w = wheels.path();
     write_wheel_of(w, "tinypkg", "1.1.0", "VERSION = '1.1.0'\n");
@@ -331,6 +333,7 @@ async fn js_ranges_resolve_and_install_at_deploy_for_both_js_runtimes() {
 /// release that their ranges would now pick.
 #[tokio::test]
 async fn an_npm_lock_holds_the_dependencies_of_dependencies() {
+    require!(Node);
     let (registry, server) = Registry::start().await;
     registry.publish(
         "tinydep",

@@ -1,6 +1,7 @@
 //! The process tier end to end: Python and Node.js functions in lean
 //! containers, their caches, and hostile code.
 
+use hearth_test_support::require;
 use std::time::Duration;
 
 use crate::harness::{Daemon, error_of, instance_dir, spin_times_out_while_ok_answers, tar_of};
@@ -47,6 +48,7 @@ def handler(event, context):
 
 #[tokio::test]
 async fn python_handlers_run_sandboxed_with_kv_logs_and_both_shapes() {
+    require!(Python);
     let d = Daemon::start();
     deploy(
         &d,
@@ -168,6 +170,7 @@ def handler(event, context):
 
 #[tokio::test]
 async fn hostile_python_is_contained_and_others_keep_serving() {
+    require!(Python);
     let d = Daemon::start();
     deploy(
         &d,
@@ -290,6 +293,7 @@ pub(crate) fn write_wheel_with(
 
 #[tokio::test]
 async fn pinned_packages_install_once_and_handlers_fork_from_a_zygote_that_imported_them() {
+    require!(Python);
     let wheels = tempfile::tempdir().unwrap();
     write_wheel(wheels.path());
     let d = Daemon::start_with(&["--offline-packages", wheels.path().to_str().unwrap()]);
@@ -348,6 +352,7 @@ async fn pinned_packages_install_once_and_handlers_fork_from_a_zygote_that_impor
 /// the next version's first handler starts with it imported.
 #[tokio::test]
 async fn zygotes_learn_the_submodules_handlers_import() {
+    require!(Python);
     let wheels = tempfile::tempdir().unwrap();
     write_wheel_with(
         wheels.path(),
@@ -400,6 +405,7 @@ async fn zygotes_learn_the_submodules_handlers_import() {
 /// named like a package, which it may read at import, is warned about.
 #[tokio::test]
 async fn env_that_native_libraries_read_at_load_reaches_the_zygote() {
+    require!(Python);
     let wheels = tempfile::tempdir().unwrap();
     write_wheel_of(
         wheels.path(),
@@ -562,6 +568,7 @@ def handler(event, context):
 
 #[tokio::test]
 async fn new_python_functions_start_from_the_generic_pool_with_their_own_code_and_limits() {
+    require!(Python);
     let d = Daemon::start();
     // The pool is kept once a Python function is prepared here.
     deploy(
@@ -660,6 +667,7 @@ async fn new_python_functions_start_from_the_generic_pool_with_their_own_code_an
 
 #[tokio::test]
 async fn stopping_the_daemon_removes_its_mounts_and_cgroups() {
+    require!(Python);
     let dir = tempfile::tempdir().unwrap();
     {
         let d = Daemon::start_in(dir.path(), &[]);
@@ -697,6 +705,7 @@ async fn stopping_the_daemon_removes_its_mounts_and_cgroups() {
 
 #[tokio::test]
 async fn without_root_sandboxes_get_a_user_namespace_and_status_says_what_is_missing() {
+    require!(Python);
     let d = Daemon::start_as_user(65534);
     let status: serde_json::Value = d.get_json("/v1/status").await;
     let degraded = status["degraded"].to_string();

@@ -3,6 +3,7 @@
 //! responses are reported; tapes stay with their tenant, are unreadable on
 //! disk, and survive `kill -9`.
 
+use hearth_test_support::require;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -275,6 +276,7 @@ async fn js_tapes_replay_identically_and_a_new_version_is_diffed() {
 
 #[tokio::test]
 async fn python_tapes_replay_identically_and_a_new_version_is_diffed() {
+    require!(Python);
     tape_of_each_tier_replays_identically_and_a_new_version_is_diffed("python").await;
 }
 

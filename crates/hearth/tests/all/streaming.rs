@@ -2,6 +2,7 @@
 //! gigabyte through the echo in flat memory, and what the tape keeps of
 //! streamed bodies.
 
+use hearth_test_support::require;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -103,6 +104,7 @@ pub(crate) async fn echo_through(d: &Daemon, path: &str, chunks: u64) -> u64 {
 
 #[tokio::test]
 async fn a_gigabyte_streams_through_a_component_in_flat_memory() {
+    require!(ComponentTools);
     let d = Daemon::start();
     d.deploy("echo", component("echo"), &[("timeout_ms", "240000")])
         .await;
@@ -142,6 +144,7 @@ async fn a_gigabyte_streams_through_a_component_in_flat_memory() {
 
 #[tokio::test]
 async fn a_streamed_invocation_whose_bodies_the_tape_holds_replays_identically() {
+    require!(ComponentTools);
     let d = Daemon::start();
     d.deploy("echo", component("echo"), &[]).await;
     // Within what a tape keeps of a body (64 KiB), in pieces.
@@ -258,6 +261,7 @@ const JS_PIECES: &str = r#"export default {
 
 #[tokio::test]
 async fn a_js_function_streams_its_request_and_response() {
+    require!(Python);
     let d = Daemon::start();
     let js = |file| [("runtime", "js"), ("file_name", file), ("stream", "true")];
     d.deploy("echo", JS_ECHO.as_bytes().to_vec(), &js("echo.mjs"))
@@ -404,6 +408,7 @@ const NODE_PIECES: &str = r#"export const handler = awslambda.streamifyResponse(
 
 #[tokio::test]
 async fn a_lambda_streaming_handler_streams_from_node() {
+    require!(Node);
     let d = Daemon::start();
     let node = |stream| {
         let mut q = vec![("runtime", "node"), ("file_name", "index.mjs")];

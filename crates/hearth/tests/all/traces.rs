@@ -3,6 +3,7 @@
 //! types) takes the daemon's spans, and an upstream takes the function's
 //! `fetch` with its `traceparent`.
 
+use hearth_test_support::require;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -342,6 +343,7 @@ async fn a_malformed_traceparent_starts_a_new_trace_and_tracing_off_sends_none()
 /// reaches the collector once the body has gone.
 #[tokio::test]
 async fn a_streamed_response_carries_its_span_too() {
+    require!(ComponentTools);
     let collector = Collector::default();
     let endpoint = collector.start().await;
     let d = Daemon::start_with(&["--otlp-endpoint", &endpoint]);
@@ -367,6 +369,7 @@ async fn a_streamed_response_carries_its_span_too() {
 /// the dead node, and the gateway's span has an event naming it.
 #[tokio::test(flavor = "multi_thread")]
 async fn through_a_gateway_each_attempt_is_a_span_the_nodes_is_under_and_a_retry_is_an_event() {
+    require!(Postgres);
     use crate::cluster::{alive, gateway_with, members_until, node};
     let collector = Collector::default();
     let endpoint = collector.start().await;

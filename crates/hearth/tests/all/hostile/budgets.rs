@@ -3,6 +3,7 @@
 //! the node down (an OOM kill of the daemon loses every caller's answer),
 //! and another tenant keeps its room.
 
+use hearth_test_support::require;
 use std::time::{Duration, Instant};
 
 use crate::harness::{Daemon, error_of};
@@ -115,6 +116,7 @@ async fn metric(d: &Daemon, series: &str) -> f64 {
 /// refused.
 #[tokio::test]
 async fn a_full_node_refuses_new_functions_before_it_prepares_them() {
+    require!(Python);
     let d = Daemon::start_with(&["--capacity-mib", "300", "--capacity-mib-per-tenant", "300"]);
     let acme = d.create_tenant("acme").await;
     let beta = d.create_tenant("beta").await;
@@ -624,6 +626,7 @@ async fn a_tenant_keeps_at_most_its_log_rate_and_another_tenants_lines_are_whole
 /// 400 unfinished 6 MiB bodies would have been 2.4 GB of a gateway).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_bounds_the_bodies_it_holds_in_sum() {
+    require!(Postgres);
     let pg = hearth_test_support::TempPostgres::start().unwrap();
     let store = pg.create_database("bodies").unwrap();
     let gw = crate::cluster::gateway_with(&store, &["--max-buffered-mib", "8"]);
@@ -644,6 +647,7 @@ async fn a_gateway_bounds_the_bodies_it_holds_in_sum() {
 /// node's now, and past them the proxy answers 429.
 #[tokio::test]
 async fn python_connections_through_the_proxy_count_against_the_outbound_budget() {
+    require!(Python);
     let upstream = slow_upstream(crate::harness::own_address()).await;
     let d = Daemon::start_with(&[
         "--allow-private-egress",

@@ -2,6 +2,7 @@
 //! host hold resources for it, or answers more than a response may carry.
 //! Each is stopped by its own function's bound, and the node serves others.
 
+use hearth_test_support::require;
 use std::time::{Duration, Instant};
 
 use crate::components::component;
@@ -19,6 +20,7 @@ const OK: &str = r#"(module
 
 #[tokio::test]
 async fn a_spinning_component_is_preempted_and_stopped_at_its_deadline() {
+    require!(ComponentTools);
     let d = Daemon::start();
     d.deploy("probe", component("probe"), &[("timeout_ms", "1500")])
         .await;
@@ -28,6 +30,7 @@ async fn a_spinning_component_is_preempted_and_stopped_at_its_deadline() {
 
 #[tokio::test]
 async fn a_components_memory_is_capped_at_its_limit() {
+    require!(ComponentTools);
     let d = Daemon::start();
     d.deploy("probe", component("probe"), &[("memory_mib", "16")])
         .await;
@@ -47,6 +50,7 @@ async fn a_components_memory_is_capped_at_its_limit() {
 
 #[tokio::test]
 async fn a_trapping_component_fails_with_its_trap() {
+    require!(ComponentTools);
     let d = Daemon::start();
     d.deploy("probe", component("probe"), &[]).await;
     let resp = d.post("/fn/admin/probe/trap").send().await.unwrap();
@@ -60,6 +64,7 @@ async fn a_trapping_component_fails_with_its_trap() {
 /// a loop traps at once instead of growing the daemon until its deadline.
 #[tokio::test]
 async fn host_resources_a_component_makes_are_capped() {
+    require!(ComponentTools);
     let d = Daemon::start();
     d.deploy("probe", component("probe"), &[("timeout_ms", "20000")])
         .await;
@@ -82,6 +87,7 @@ async fn host_resources_a_component_makes_are_capped() {
 /// off (chunked), and a response is cut off, the failure on its tape.
 #[tokio::test]
 async fn a_streamed_body_past_the_limit_is_cut_off() {
+    require!(ComponentTools);
     let d = Daemon::start_with(&["--max-stream-bytes", "1048576"]);
     d.deploy("probe", component("probe"), &[]).await;
     d.deploy("echo", component("echo"), &[]).await;
@@ -130,6 +136,7 @@ async fn a_streamed_body_past_the_limit_is_cut_off() {
 /// as `disconnected` instead of running on to its deadline.
 #[tokio::test]
 async fn a_caller_that_does_not_read_makes_the_daemon_hold_a_few_chunks() {
+    require!(ComponentTools);
     let d = Daemon::start();
     d.deploy("probe", component("probe"), &[("timeout_ms", "60000")])
         .await;

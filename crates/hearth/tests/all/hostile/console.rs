@@ -4,12 +4,14 @@
 
 use crate::browser::Browser;
 use crate::harness::{Daemon, error_of};
+use hearth_test_support::require;
 
 const PAYLOAD: &str =
     r#"<img src=x onerror="window.__pwned='img'"><script>window.__pwned='script'</script>"#;
 
 #[tokio::test]
 async fn markup_in_a_response_or_log_is_shown_as_text_and_never_runs() {
+    require!(Chromium);
     let d = Daemon::start();
     let code = format!(
         "exports.handler = async () => {{ console.log({p:?}); return new Response({p:?}, {{ headers: {{ 'content-type': 'text/html' }} }}); }};",

@@ -1,6 +1,7 @@
 //! Bad input and hostile functions: refused or contained with a clear
 //! status and message, while other functions keep serving.
 
+use hearth_test_support::require;
 use std::time::{Duration, Instant};
 
 use crate::harness::{Daemon, JsonExt, error_of, example};
@@ -69,6 +70,7 @@ async fn invalid_and_non_wasi_modules_are_refused_with_the_reason() {
 /// deploy) is refused with a 400 naming the entry, and the node goes on.
 #[tokio::test]
 async fn bundle_names_with_control_characters_are_refused_at_deploy() {
+    require!(Node);
     let d = Daemon::start();
     for name in ["a\0b.js", "index.js\n"] {
         let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
@@ -266,6 +268,7 @@ async fn nothing_an_invocation_writes_survives_into_the_next() {
 /// what other tenants' handlers inherit. The tenant's own zygote does.
 #[tokio::test]
 async fn a_zygote_every_tenant_shares_does_not_learn_from_one_tenants_handler() {
+    require!(Python);
     let wheels = tempfile::tempdir().unwrap();
     crate::process::write_wheel_with(
         wheels.path(),
@@ -307,6 +310,7 @@ async fn a_zygote_every_tenant_shares_does_not_learn_from_one_tenants_handler() 
 /// the last one's leftover chunks.
 #[tokio::test]
 async fn a_handler_left_mid_stream_does_not_serve_the_next_invocation() {
+    require!(Node);
     const ENDLESS: &str = r#"export const handler = awslambda.streamifyResponse(async (event, responseStream) => {
   if (event.rawQueryString !== "endless") { responseStream.end("short and whole"); return; }
   const block = Buffer.alloc(64 << 10, 98);
@@ -343,6 +347,7 @@ async fn a_handler_left_mid_stream_does_not_serve_the_next_invocation() {
 /// "broken pipe" of every call after it.
 #[tokio::test]
 async fn a_package_that_ends_its_zygote_costs_its_function_a_new_zygote_not_its_calls() {
+    require!(Python);
     let wheels = tempfile::tempdir().unwrap();
     crate::process::write_wheel_of(
         wheels.path(),

@@ -2,6 +2,7 @@
 //! tenant's functions, versions or use of the node.
 
 use crate::harness::{Daemon, error_of};
+use hearth_test_support::require;
 
 #[tokio::test]
 async fn a_private_function_answers_like_a_missing_one_to_outsiders() {
@@ -89,6 +90,7 @@ async fn metrics_need_an_admin_token_and_name_no_function_by_default() {
 /// (its own function of that name has a KV of its own).
 #[tokio::test]
 async fn another_tenants_token_cannot_reach_a_functions_kv() {
+    require!(Python);
     let d = Daemon::start();
     let code = "import hearth\ndef handler(e, c):\n    v = hearth.kv.get('secret')\n    return v.decode() if v else None\n";
     d.deploy("vault", code.as_bytes().to_vec(), &[("runtime", "python")])
@@ -214,6 +216,7 @@ async fn a_private_function_takes_as_long_to_refuse_as_a_missing_one() {
 /// the lines in the function's logs show it as `/hearth`.
 #[tokio::test]
 async fn a_package_traceback_shows_no_host_path() {
+    require!(Python);
     let wheels = tempfile::tempdir().unwrap();
     crate::process::write_wheel_of(
         wheels.path(),

@@ -3,6 +3,7 @@
 //! showed it, and `hearth rm` itself failed ("database or disk is full"),
 //! so nobody could free space through the API.
 
+use hearth_test_support::require;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -196,6 +197,7 @@ async fn until_gone(data: &Path, name: &str) {
 /// them, whoever's it was.
 #[tokio::test]
 async fn installed_packages_count_in_the_code_quota_and_go_with_their_last_function() {
+    require!(Python);
     let wheels = tempfile::tempdir().unwrap();
     // Two packages of 2 MiB each installed (1 MiB of source, and as much
     // again compiled).

@@ -1,6 +1,7 @@
 //! A sandbox that wants out: the system calls it may make.
 
 use crate::harness::Daemon;
+use hearth_test_support::require;
 
 /// Calls each `(name, number, args)` through libc's `syscall` and answers
 /// with `name=errno` lines (0: the call succeeded).
@@ -25,6 +26,7 @@ fn probe(calls: &[(&str, i64, &str)]) -> String {
 
 #[tokio::test]
 async fn a_sandbox_may_make_only_the_calls_on_its_allow_list() {
+    require!(Python);
     let d = Daemon::start();
     let refused: &[(&str, i64, &str)] = &[
         // io_uring's operations (sockets among them) pass seccomp unseen.
@@ -122,6 +124,7 @@ fn write_marking_sdist(dir: &std::path::Path, marker: &std::path::Path) {
 
 #[tokio::test]
 async fn no_package_code_runs_at_install() {
+    require!(Python, Node);
     let packages = tempfile::tempdir().unwrap();
     let marker = packages.path().join("built-by-setup-py");
     write_marking_sdist(packages.path(), &marker);
@@ -170,6 +173,7 @@ async fn no_package_code_runs_at_install() {
 /// carries its lock, as an artifact taken from one node to another does.
 #[tokio::test]
 async fn a_locked_package_whose_file_changed_is_refused() {
+    require!(Python);
     use sha2::Digest;
     let wheels = tempfile::tempdir().unwrap();
     let w = wheels.path();
@@ -255,6 +259,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 /// sandbox user, a root without the host's files, no network.
 #[tokio::test]
 async fn a_source_build_runs_only_when_asked_and_then_in_the_install_sandbox() {
+    require!(Python);
     use std::os::unix::fs::PermissionsExt;
     let packages = tempfile::tempdir().unwrap();
     std::fs::set_permissions(packages.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -344,6 +349,7 @@ in_child("mount", {mount}, b"none", b"/", b"nosuchfs", 0, None)
 
 #[tokio::test]
 async fn a_packages_import_time_code_runs_contained_in_its_zygote() {
+    require!(Python);
     let wheels = tempfile::tempdir().unwrap();
     // A host directory anyone may write: only the zygote's root keeps
     // import-time code out of it.

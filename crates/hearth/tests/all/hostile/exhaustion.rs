@@ -1,5 +1,6 @@
 //! One client must not take the node down: connections and request time.
 
+use hearth_test_support::require;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -155,6 +156,7 @@ async fn a_stalled_streamed_body_holds_its_sandbox_only_for_the_body_timeout() {
 /// streamed body may have.
 #[tokio::test]
 async fn a_streaming_node_function_reads_its_request_only_up_to_the_body_limit() {
+    require!(Node);
     const LENGTH: &str = r#"export const handler = awslambda.streamifyResponse(async (event, responseStream) => {
   responseStream.end(String((event.body || "").length));
 });
@@ -182,6 +184,7 @@ async fn a_streaming_node_function_reads_its_request_only_up_to_the_body_limit()
 
 #[tokio::test]
 async fn host_call_bombs_hit_their_budgets_and_the_daemon_stays_small() {
+    require!(Python);
     let budget = 1 << 20;
     let d = Daemon::start_with(&["--max-tape-bytes", &budget.to_string()]);
     let q = [("timeout_ms", "120000")];
@@ -408,6 +411,7 @@ async fn one_tenant_cannot_take_every_slot_of_the_node() {
 /// (importing it itself) by the function's.
 #[tokio::test]
 async fn a_package_that_eats_memory_at_import_is_stopped_by_a_limit() {
+    require!(Python);
     let wheels = tempfile::tempdir().unwrap();
     crate::process::write_wheel_of(wheels.path(), "hog", "1.0", "HELD = b'x' * (2 << 30)\n");
     let d = Daemon::start_with(&["--offline-packages", wheels.path().to_str().unwrap()]);
@@ -788,6 +792,7 @@ async fn a_tenant_taking_most_of_the_cpu_beside_another_runs_lowered() {
 /// it is not.
 #[tokio::test]
 async fn a_python_tenant_taking_most_of_the_cpu_beside_another_runs_lowered() {
+    require!(Python);
     let d = Daemon::start_with(&["--examples", "false"]);
     let burn = "def handler(event, context):\n    x = 0\n    for i in range(1500000):\n        \
                 x = (x + i) % 1000003\n    return str(x)\n";

@@ -3,6 +3,7 @@
 //! Kubernetes cluster, a gateway of another cluster on the same store)
 //! must not have it run anything, nor read what members send each other.
 
+use hearth_test_support::require;
 use std::path::Path;
 
 use hearth_test_support::TempPostgres;
@@ -14,6 +15,7 @@ use crate::harness::{Daemon, error_of};
 /// invocations: its signed attempts are refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gateway_with_another_cluster_key_is_refused_by_the_nodes() {
+    require!(Postgres);
     let pg = TempPostgres::start().unwrap();
     let store = pg.create_database("keys").unwrap();
     let gw = gateway(&store);
@@ -60,6 +62,7 @@ fn member_client(cluster: &Path, identity: Option<&Path>) -> reqwest::Client {
 /// answer on a plain port of their own.
 #[tokio::test(flavor = "multi_thread")]
 async fn gateways_reach_nodes_only_over_mutual_tls() {
+    require!(Postgres);
     let certs = tempfile::tempdir().unwrap();
     let rogue_certs = tempfile::tempdir().unwrap();
     member_certs(certs.path());

@@ -1,6 +1,7 @@
 //! Where a sandbox's network reaches: not the host, not other tenants.
 
 use crate::harness::{Daemon, error_of};
+use hearth_test_support::require;
 
 /// Binds an abstract Unix socket when imported, so that it is held by
 /// the paused handler between invocations.
@@ -21,6 +22,7 @@ const DIALER: &str = "import errno, socket\n\
 
 #[tokio::test]
 async fn a_sandbox_sees_no_host_interface_and_no_other_tenants_sockets() {
+    require!(Python);
     let d = Daemon::start();
     let acme = d.create_tenant("acme").await;
     let beta = d.create_tenant("beta").await;
@@ -170,6 +172,7 @@ def handler(event, context):
 
 #[tokio::test]
 async fn a_function_with_allowed_hosts_goes_out_only_through_the_proxy() {
+    require!(Python);
     // The upstreams are on this machine's own (private) address, which only
     // an operator's flag opens; not on loopback, which inside a sandbox is
     // the sandbox's own and not proxied.

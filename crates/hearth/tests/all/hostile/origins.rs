@@ -8,6 +8,7 @@
 
 use crate::browser::Browser;
 use crate::harness::Daemon;
+use hearth_test_support::require;
 
 /// The attack, as a page: every attempt's result is written into `#out`.
 const PAGE: &str = r#"
@@ -52,6 +53,7 @@ export default {
 
 #[tokio::test]
 async fn a_tenants_page_opened_by_a_logged_in_operator_takes_nothing() {
+    require!(Chromium);
     let d = Daemon::start();
     let evil = d.create_tenant("evil").await;
     let resp = d

@@ -1,6 +1,7 @@
 //! A node killed outright comes back quickly, and takes nothing of its
 //! dead self's sandboxes with it.
 
+use hearth_test_support::require;
 use std::time::{Duration, Instant};
 
 use crate::harness::{Daemon, instance_dir};
@@ -39,6 +40,7 @@ fn alive(pid: i32) -> bool {
 
 #[tokio::test]
 async fn a_node_killed_with_paused_handlers_listens_within_5_s_with_them_reaped() {
+    require!(Python);
     let mut d = Daemon::start();
     for i in 0..3 {
         let name = format!("paused{i}");
