@@ -146,6 +146,25 @@ impl Daemon {
     }
 
     /// GET `path` with `token` (a tenant's); the body as JSON.
+    /// Waits until at least `n` invocations are in flight on the node (its
+    /// status, as the admin sees it), at most 20 s: calls sent ahead have
+    /// been admitted and are running.
+    pub async fn until_in_flight(&self, n: u64) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let status = self.get_json("/v1/status").await;
+            if status["in_flight"].as_u64().unwrap_or(0) >= n {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never {n} invocations in flight: {}",
+                status["in_flight"]
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     pub async fn get_json_as(&self, token: &str, path: &str) -> serde_json::Value {
         let r = self
             .http

@@ -4,6 +4,8 @@
 //! and another tenant keeps its room.
 
 use hearth_test_support::require;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::harness::{Daemon, error_of};
@@ -384,18 +386,25 @@ export default {
 
 /// A server on `ip` whose `/slow` answers after 1.5 s: each fetch of it
 /// holds a connection that long.
-async fn slow_upstream(ip: std::net::IpAddr) -> std::net::SocketAddr {
+async fn slow_upstream(ip: std::net::IpAddr) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
     let upstream = listener.local_addr().unwrap();
+    let waiting = Arc::new(AtomicUsize::new(0));
+    let counted = waiting.clone();
     let app = axum::Router::new().route(
         "/slow",
-        axum::routing::get(|| async {
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-            "slow"
+        axum::routing::get(move || {
+            let waiting = counted.clone();
+            async move {
+                waiting.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                waiting.fetch_sub(1, Ordering::SeqCst);
+                "slow"
+            }
         }),
     );
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    upstream
+    (upstream, waiting)
 }
 
 /// A tenant's fetches to a slow host hold sockets; past its share of the
@@ -403,7 +412,7 @@ async fn slow_upstream(ip: std::net::IpAddr) -> std::net::SocketAddr {
 /// refused before it opens one, and another tenant still gets out.
 #[tokio::test]
 async fn one_tenants_fetches_hold_at_most_its_share_of_outbound_connections() {
-    let upstream = slow_upstream(std::net::Ipv4Addr::LOCALHOST.into()).await;
+    let (upstream, waiting) = slow_upstream(std::net::Ipv4Addr::LOCALHOST.into()).await;
     let d = Daemon::start_with(&[
         "--allow-private-egress",
         "true",
@@ -454,7 +463,15 @@ async fn one_tenants_fetches_hold_at_most_its_share_of_outbound_connections() {
     let acme: Vec<_> = (0..2)
         .map(|_| tokio::spawn(fan(&tokens[0], "acme", 12)))
         .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Once acme's 20 reach the upstream (each waits there 1.5 s).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while waiting.load(Ordering::SeqCst) < 20 {
+        assert!(
+            Instant::now() < deadline,
+            "acme's fetches never reached the upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let beta: serde_json::Value = fan(&tokens[1], "beta", 4)
         .await
         .unwrap()
@@ -648,7 +665,7 @@ async fn a_gateway_bounds_the_bodies_it_holds_in_sum() {
 #[tokio::test]
 async fn python_connections_through_the_proxy_count_against_the_outbound_budget() {
     require!(Python);
-    let upstream = slow_upstream(crate::harness::own_address()).await;
+    let (upstream, _) = slow_upstream(crate::harness::own_address()).await;
     let d = Daemon::start_with(&[
         "--allow-private-egress",
         "true",

@@ -185,7 +185,7 @@ async fn spinning_functions_hit_their_deadline_while_hello_keeps_answering() {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    d.until_in_flight(4).await;
     let mut worst = Duration::ZERO;
     for _ in 0..10 {
         let started = Instant::now();

@@ -383,7 +383,8 @@ async fn one_tenant_cannot_take_every_slot_of_the_node() {
             tokio::spawn(async move { crate::harness::error_of(req.await.unwrap()).await })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Its share (two) running, the other two refused.
+    d.until_in_flight(2).await;
     // beta still gets in.
     let r = d.invoke_as(&beta, "beta", "hello").send().await.unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
@@ -477,8 +478,16 @@ async fn spinning_tenants_hold_their_share_of_js_workers_not_all_of_them() {
         spinners.push(tokio::spawn(call(tenant)));
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let status = d.get_json("/v1/status").await;
+    // The watch marks a worker stalled once its call has run past its
+    // threshold: wait for that (or a deadline), then check.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        let status = d.get_json("/v1/status").await;
+        if status["tiers"]["js"]["details"]["stalled_workers"] == 4 || Instant::now() > deadline {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let js = &status["tiers"]["js"]["details"];
     assert_eq!(
         js["stalled_workers"], 4,
