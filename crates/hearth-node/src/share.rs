@@ -174,11 +174,6 @@ impl TenantShares {
         self.node_memory.clone()
     }
 
-    /// `tenant`'s CPU account.
-    pub fn cpu(&self, tenant: &str) -> Arc<TenantCpu> {
-        self.counter(tenant).cpu.clone()
-    }
-
     /// What the node's tenants did with its CPU in the last window.
     pub fn cpu_window(&self) -> hearth_host::cpu::CpuWindow {
         self.cpu.last_window()

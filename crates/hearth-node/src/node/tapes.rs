@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hearth_core::{FunctionVersion, InvocationId, Request, Tier};
+use hearth_core::{FunctionVersion, InvocationId, InvokeError, Request, Tier};
 use hearth_host::{Divergence, HostCtx, InvocationMeta, Tape};
 use hearth_record::{BodyDigest, Outcome, OutcomeRef, Recording, RecordingRef, Streamed};
 
@@ -103,6 +103,12 @@ impl Node {
     /// Runs `recording` again against `target` (the version that made it,
     /// or another), answering every host call from the tape; nothing the
     /// replay does reaches the world, the function's logs or the tapes.
+    ///
+    /// A replay runs the tenant's code as an invocation does, so it is
+    /// admitted as one: refused ([`NodeError::Refused`]) before anything
+    /// is prepared when the node or the tenant is at its limit (slots,
+    /// memory), and holding a node permit and the tenant's share while it
+    /// runs.
     pub async fn replay(
         &self,
         recording: &Recording,
@@ -115,7 +121,12 @@ impl Node {
         } else {
             self.tier_for(target).await?
         };
-        let (prepared, _) = self.prepared(target, tier, || Ok(())).await?;
+        let refused = |error| NodeError::Refused {
+            id: InvocationId::new(),
+            error,
+        };
+        let admissible = || self.would_admit(target).map_err(refused);
+        let (prepared, _) = self.prepared(target, tier, admissible).await?;
         let streamed = recording.streamed.as_ref();
         if let Some(whole) = streamed.and_then(|s| s.cut_request(&recording.request.body)) {
             return Err(NodeError::Invalid(format!(
@@ -127,12 +138,14 @@ impl Node {
                 recording.request.body.len()
             )));
         }
-        let _permit = self
-            .admission
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|e| NodeError::Internal(e.to_string()))?;
+        // Both held until the replay ends.
+        let Ok(_permit) = self.admission.clone().try_acquire_owned() else {
+            return Err(refused(InvokeError::Overloaded));
+        };
+        let share = self
+            .shares
+            .take(&target.tenant, self.reservation(target))
+            .map_err(|why| refused(self.refusal(why)))?;
         let started = Instant::now();
         let meta = InvocationMeta {
             id: InvocationId::new(),
@@ -140,7 +153,7 @@ impl Node {
             started,
             deadline: started + Duration::from_millis(target.spec.limits.timeout_ms),
             trace: None,
-            cpu: Some(self.shares.cpu(&target.tenant)),
+            cpu: Some(share.cpu()),
         };
         let host = HostCtx::replaying(self.host.clone(), meta, recording.tape.clone());
         // In an instance of its own: a replay neither sees what live

@@ -119,3 +119,39 @@ async fn a_crafted_tape_is_refused_by_size_and_host_calls_before_it_is_decoded()
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// A replay runs the tenant's code, so it is admitted as an invocation
+/// is: a tenant at its share of the node's slots cannot run more code by
+/// replaying tapes (it is refused before anything runs), and replays
+/// again once its slot is free.
+#[tokio::test]
+async fn a_replay_is_admitted_against_the_tenants_share() {
+    let d = Daemon::start_with(&["--max-concurrency-per-tenant", "1"]);
+    d.deploy("hello", crate::harness::example("hello.wat"), &[])
+        .await;
+    d.deploy(
+        "spin",
+        crate::harness::example("spin.wat"),
+        &[("timeout_ms", "3000")],
+    )
+    .await;
+    assert_eq!(d.invoke("hello", b"").await.status(), 200);
+    let id = d.newest_tape("hello", 1).await;
+    let spinning = tokio::spawn(d.post("/fn/admin/spin").send());
+    d.until_in_flight(1).await;
+    let resp = d
+        .post(&format!("/v1/recordings/{id}/replay"))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let (_, kind, msg) = crate::harness::error_of(resp).await;
+    assert_eq!(status, 503, "{kind}: {msg}");
+    assert!(
+        msg.contains("invocations running on this node, its share"),
+        "{msg}"
+    );
+    spinning.await.unwrap().unwrap();
+    let report = d.replay(&id).await;
+    assert_eq!(report["identical"], true, "{report}");
+}
