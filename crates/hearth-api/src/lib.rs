@@ -51,18 +51,22 @@ pub use origin::App;
 /// The answers the API gives, as the types it writes them from: a client
 /// (the CLI) reads them with the same types, so the two cannot drift
 /// apart. Fields a gateway adds as it merges nodes' answers (`node`) are
-/// not in them and are skipped when read. The status and a tape's
-/// timeline are open documents (each engine adds its own details) and
-/// stay JSON.
+/// not in them and are skipped when read. Each tier's part of the status
+/// (`tiers.*.details`) and a tape's timeline are open documents (each
+/// engine adds its own figures, each host call its own shape) and stay
+/// JSON.
 pub mod answers {
     pub use crate::error::{ErrorBody, ErrorDetail};
     pub use crate::kv::Keys;
     pub use crate::manage::{
-        Compiled, Deployed, FunctionList, FunctionListed, FunctionVersions, Logs, Stats,
-        TenantCreated, TenantView, VersionView,
+        Compiled, Deployed, FunctionList, FunctionListed, FunctionVersions, Logs, Stats, Status,
+        TenantCreated, TenantStatus, TenantView, VersionView,
     };
     pub use crate::recordings::{
         Recordings, Replayed, TenantRecordings, TrafficReplay, Unreachable,
+    };
+    pub use hearth_node::status::{
+        CpuShare, DiskStatus, LongRuns, MemoryStatus, NodeStatus, RecordingStatus,
     };
 }
 

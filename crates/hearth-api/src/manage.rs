@@ -11,7 +11,6 @@ use hearth_core::{Colocation, FunctionVersion, Runtime};
 use hearth_host::deps::Package;
 use hearth_store::{FunctionSummary, LogQuery, LogRecord, Principal, Role};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::body::read_body;
@@ -144,16 +143,41 @@ pub(crate) async fn whoami(State(s): S, headers: HeaderMap) -> Result<Json<Princ
     Ok(Json(s.auth.require(s.node.store(), &headers).await?))
 }
 
-/// Figures of `/v1/status` that sum every tenant's activity, shown to the
-/// operator only.
-const NODE_WIDE: &[&str] = &[
-    "in_flight",
-    "recording",
-    "memory",
-    "cpu_share",
-    "disk",
-    "faults",
-];
+/// The node's status as a token sees it: the node's (less the node-wide
+/// figures, for a tenant), its tenant's use, and for an admin what a
+/// gateway's heartbeat carries.
+#[derive(Serialize, Deserialize)]
+pub struct Status {
+    #[serde(flatten)]
+    pub node: hearth_node::status::NodeStatus,
+    pub tenant: TenantStatus,
+    /// `[[tenant, name]]` with code prepared here (admin only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loaded: Option<Vec<(String, String)>>,
+    /// The warm pools' free instances (admin only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_free: Option<std::collections::BTreeMap<String, u64>>,
+    /// Invocations run here since start, by mode (admin only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ran: Option<hearth_core::ByMode>,
+}
+
+/// The token's tenant's use of this node against its quotas and shares.
+#[derive(Serialize, Deserialize)]
+pub struct TenantStatus {
+    pub name: String,
+    pub in_flight: usize,
+    pub max_concurrency: usize,
+    pub kv_bytes: u64,
+    pub kv_max_bytes: u64,
+    /// Its tapes' bytes on this node (absent when the node records none).
+    pub recording_bytes: Option<u64>,
+    pub recording_max_bytes: Option<u64>,
+    pub code_bytes: u64,
+    pub code_max_bytes: u64,
+    pub memory_reserved_mib: u64,
+    pub memory_max_mib: u64,
+}
 
 /// The node's state and what it cannot enforce here
 ///
@@ -172,40 +196,44 @@ const NODE_WIDE: &[&str] = &[
 #[utoipa::path(get, path = "/v1/status", tag = "node",
     responses((status = 200, body = Object, description = "The node's status"),
         (status = 401, body = ErrorBody)))]
-pub(crate) async fn status(State(s): S, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn status(State(s): S, headers: HeaderMap) -> Result<Json<Status>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
-    let mut status = s.node.status();
     let (running, share) = s.node.tenant_in_flight(&p.tenant);
     let tenant = p.tenant.clone();
     let kv_bytes = blocking(&s, move |st| st.kv_bytes(&tenant)).await?;
     let (code_bytes, _) = s.node.code_bytes(&p.tenant).await?;
-    status["tenant"] = json!({
-        "name": p.tenant,
-        "in_flight": running,
-        "max_concurrency": share,
-        "kv_bytes": kv_bytes,
-        "kv_max_bytes": s.node.kv_max_tenant_bytes(),
-        "recording_bytes": s.node.recorder().map(|r| {
-            r.stats().tenant_bytes.lock().get(&p.tenant).copied().unwrap_or(0)
+    let (memory_reserved, memory_max) = s.node.tenant_memory(&p.tenant);
+    let tenant = TenantStatus {
+        in_flight: running,
+        max_concurrency: share,
+        kv_bytes,
+        kv_max_bytes: s.node.kv_max_tenant_bytes(),
+        recording_bytes: s.node.recorder().map(|r| {
+            r.stats()
+                .tenant_bytes
+                .lock()
+                .get(&p.tenant)
+                .copied()
+                .unwrap_or(0)
         }),
-        "recording_max_bytes": s.node.recorder().map(|r| r.max_tenant_bytes()),
-        "code_bytes": code_bytes,
-        "code_max_bytes": s.node.max_code_bytes_per_tenant(),
-        "memory_reserved_mib": s.node.tenant_memory(&p.tenant).0 >> 20,
-        "memory_max_mib": s.node.tenant_memory(&p.tenant).1 >> 20,
-    });
-    if p.role == Role::Admin {
-        status["loaded"] = json!(s.node.loaded());
-        status["pool_free"] = json!(s.node.pool_free());
-        status["ran"] = json!(s.node.invocations_by_mode());
-    } else if let Some(node) = status.as_object_mut() {
+        recording_max_bytes: s.node.recorder().map(|r| r.max_tenant_bytes()),
+        code_bytes,
+        code_max_bytes: s.node.max_code_bytes_per_tenant(),
+        memory_reserved_mib: memory_reserved >> 20,
+        memory_max_mib: memory_max >> 20,
+        name: p.tenant,
+    };
+    let admin = p.role == Role::Admin;
+    let node = s.node.status();
+    Ok(Json(Status {
         // What every tenant together does here is the operator's: a
         // tenant reading it would watch the others' traffic.
-        for key in NODE_WIDE {
-            node.remove(*key);
-        }
-    }
-    Ok(Json(status))
+        node: if admin { node } else { node.for_a_tenant() },
+        tenant,
+        loaded: admin.then(|| s.node.loaded()),
+        pool_free: admin.then(|| s.node.pool_free()),
+        ran: admin.then(|| s.node.invocations_by_mode()),
+    }))
 }
 
 #[derive(Deserialize, ToSchema)]

@@ -78,7 +78,7 @@ pub struct TenantCpu {
 const NEVER: u64 = u64::MAX;
 
 /// What [`CpuShares::last_window`] reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CpuWindow {
     /// Tenants whose code ran in the last full window.
     pub tenants: usize,

@@ -165,7 +165,7 @@ pub trait Engine: Send + Sync + 'static {
 }
 
 /// One tier's report for `hearth status`.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct EngineStatus {
     /// Plain sentences about protections this machine cannot give (for
     /// example no cgroups when not root). Empty when nothing is degraded.

@@ -167,15 +167,15 @@ impl Disk {
     }
 
     /// For `/v1/status`.
-    pub fn status(&self) -> serde_json::Value {
-        serde_json::json!({
-            "full": self.full(),
-            "free_mib": self.free.load(Ordering::Relaxed) >> 20,
-            "total_mib": self.total.load(Ordering::Relaxed) >> 20,
-            "min_free_mib": self.min_free >> 20,
-            "reserve_mib": self.config.reserve_bytes >> 20,
-            "reserve_held": self.reserved.load(Ordering::Relaxed),
-        })
+    pub fn status(&self) -> crate::status::DiskStatus {
+        crate::status::DiskStatus {
+            full: self.full(),
+            free_mib: self.free.load(Ordering::Relaxed) >> 20,
+            total_mib: self.total.load(Ordering::Relaxed) >> 20,
+            min_free_mib: self.min_free >> 20,
+            reserve_mib: self.config.reserve_bytes >> 20,
+            reserve_held: self.reserved.load(Ordering::Relaxed),
+        }
     }
 }
 

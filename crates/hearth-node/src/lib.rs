@@ -25,6 +25,7 @@ mod metrics;
 mod node;
 mod share;
 pub mod stats;
+pub mod status;
 mod table;
 pub mod trace;
 

@@ -634,69 +634,62 @@ impl Node {
     }
 
     /// What this node is doing and what it cannot enforce, per tier.
-    pub fn status(&self) -> serde_json::Value {
+    pub fn status(&self) -> crate::status::NodeStatus {
+        use crate::status::{CpuShare, LongRuns, MemoryStatus, NodeStatus, RecordingStatus};
         let mut degraded = Vec::new();
-        let mut tiers = serde_json::Map::new();
+        let mut tiers = std::collections::BTreeMap::new();
         for (tier, engine) in &self.engines {
             let s = engine.status();
             degraded.extend(s.degraded.iter().map(|d| format!("{}: {d}", tier.as_str())));
-            tiers.insert(
-                tier.as_str().to_string(),
-                serde_json::to_value(s).unwrap_or_default(),
-            );
+            tiers.insert(tier.as_str().to_string(), s);
         }
         let recording = self.recorder.as_ref().map(|r| {
             let s = r.stats();
             let n = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-            serde_json::json!({
-                "durability": format!("{:?}", r.durability()).to_lowercase(),
-                "tapes_written": n(&s.tapes),
-                "bytes_written": n(&s.bytes),
-                "dropped": n(&s.dropped),
-                "expired": n(&s.expired),
-                "queued_bytes": s.queued.get().1,
-                "disk_bytes": r.archive().disk_bytes(),
-                "damaged_blocks": r.archive().damaged_blocks(),
-            })
+            RecordingStatus {
+                durability: format!("{:?}", r.durability()).to_lowercase(),
+                tapes_written: n(&s.tapes),
+                bytes_written: n(&s.bytes),
+                dropped: n(&s.dropped),
+                expired: n(&s.expired),
+                queued_bytes: s.queued.get().1,
+                disk_bytes: r.archive().disk_bytes(),
+                damaged_blocks: r.archive().damaged_blocks() as u64,
+            }
         });
         if !self.long_runs.lowers_threads() {
             degraded.push(
                 "node: long invocations and tenants over their CPU share run at the priority of others (no CAP_SYS_NICE or RLIMIT_NICE to raise a thread again)".into(),
             );
         }
-        let disk = self.disk.as_ref().map(|d| d.status());
-        // What is wrong with the node now (not what it cannot enforce,
-        // which is `degraded`).
-        let faults: Vec<String> = self.disk_full().into_iter().collect();
-        serde_json::json!({
-            "version": env!("CARGO_PKG_VERSION"),
-            "recording": recording,
-            "in_flight": self.in_flight(),
-            "max_concurrency": self.config.max_concurrency,
-            "max_concurrency_per_tenant": self.shares.max(),
-            "memory": {
-                "reserved_mib": self.shares.node_memory() >> 20,
-                "capacity_mib": self.shares.memory().node_bytes >> 20,
-                "capacity_mib_per_tenant": self.shares.memory().tenant_bytes >> 20,
+        NodeStatus {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            recording,
+            in_flight: Some(self.in_flight()),
+            max_concurrency: self.config.max_concurrency,
+            max_concurrency_per_tenant: self.shares.max(),
+            memory: Some(MemoryStatus {
+                reserved_mib: self.shares.node_memory() >> 20,
+                capacity_mib: self.shares.memory().node_bytes >> 20,
+                capacity_mib_per_tenant: self.shares.memory().tenant_bytes >> 20,
+            }),
+            colocation: self.config.colocation.get(),
+            long_runs: LongRuns {
+                lane: self.long_runs.lane_size(),
+                lowered: self.long_runs.lowers_threads(),
             },
-            "colocation": self.config.colocation.get(),
-            // Long invocations' slices at once, and whether they run lower.
-            "long_runs": {
-                "lane": self.long_runs.lane_size(),
-                "lowered": self.long_runs.lowers_threads(),
-            },
-            // Tenants whose code ran in the last window, and those of
-            // them over their share (their code runs lowered now).
-            "cpu_share": {
-                "window_ms": hearth_host::cpu::WINDOW.as_millis() as u64,
-                "last_window": self.shares.cpu_window(),
-                "lowered": self.long_runs.lowers_threads(),
-            },
-            "degraded": degraded,
-            "disk": disk,
-            "faults": faults,
-            "tiers": tiers,
-        })
+            cpu_share: Some(CpuShare {
+                window_ms: hearth_host::cpu::WINDOW.as_millis() as u64,
+                last_window: self.shares.cpu_window(),
+                lowered: self.long_runs.lowers_threads(),
+            }),
+            degraded,
+            disk: self.disk.as_ref().map(|d| d.status()),
+            // What is wrong with the node now (not what it cannot enforce,
+            // which is `degraded`).
+            faults: Some(self.disk_full().into_iter().collect()),
+            tiers,
+        }
     }
 
     /// Validates and compiles `code`, stores it, and records a new version.

@@ -318,47 +318,46 @@ pub(crate) fn fmt_time(ms: i64) -> String {
     }
 }
 
-fn print_status(url: &str, v: &Value) {
+fn print_status(url: &str, status: &answers::Status) {
+    let node = &status.node;
     // A tenant is shown its own invocations; the operator the node's.
-    let (flying, of) = if v["in_flight"].is_null() {
-        (&v["tenant"]["in_flight"], &v["tenant"]["max_concurrency"])
-    } else {
-        (&v["in_flight"], &v["max_concurrency"])
+    let (flying, of) = match node.in_flight {
+        Some(n) => (n, node.max_concurrency),
+        None => (status.tenant.in_flight, status.tenant.max_concurrency),
     };
     println!(
         "Hearth {} at {url}: {flying} of {of} invocations in flight",
-        v["version"].as_str().unwrap_or("?"),
+        node.version
     );
-    if let Some(m) = v["memory"].as_object() {
+    if let Some(m) = &node.memory {
         println!(
             "memory: {} of {} MiB reserved by running invocations",
-            m.get("reserved_mib").unwrap_or(&Value::Null),
-            m.get("capacity_mib").unwrap_or(&Value::Null),
+            m.reserved_mib, m.capacity_mib
         );
     }
-    if let Some(d) = v["disk"].as_object() {
-        let full = d.get("full").and_then(Value::as_bool).unwrap_or(false);
+    if let Some(d) = &node.disk {
         println!(
             "disk: {}{} MiB free of {} (at least {} must stay free)",
-            if full { "FULL, " } else { "" },
-            d.get("free_mib").unwrap_or(&Value::Null),
-            d.get("total_mib").unwrap_or(&Value::Null),
-            d.get("min_free_mib").unwrap_or(&Value::Null),
+            if d.full { "FULL, " } else { "" },
+            d.free_mib,
+            d.total_mib,
+            d.min_free_mib,
         );
     }
-    for fault in v["faults"].as_array().into_iter().flatten() {
-        println!("FAULT: {}", fault.as_str().unwrap_or_default());
+    for fault in node.faults.iter().flatten() {
+        println!("FAULT: {fault}");
     }
-    let degraded = v["degraded"].as_array().cloned().unwrap_or_default();
-    if degraded.is_empty() {
+    if node.degraded.is_empty() {
         println!("isolation: full (nothing degraded)");
     } else {
         println!("isolation: DEGRADED");
-        for d in degraded {
-            println!("  - {}", d.as_str().unwrap_or_default());
+        for d in &node.degraded {
+            println!("  - {d}");
         }
     }
-    if let Some(j) = v["tiers"]["js"]["details"].as_object() {
+    // Each tier's details are its own (open JSON).
+    let details = |tier: &str| node.tiers.get(tier).map(|t| &t.details);
+    if let Some(j) = details("js").and_then(Value::as_object) {
         println!(
             "js tier: {} workers, {} running, {} idle isolates ({} KiB)",
             j.get("workers").unwrap_or(&Value::Null),
@@ -370,7 +369,7 @@ fn print_status(url: &str, v: &Value) {
                 / 1024,
         );
     }
-    if let Some(p) = v["tiers"]["process"]["details"].as_object() {
+    if let Some(p) = details("process").and_then(Value::as_object) {
         println!(
             "process tier: cgroups {}, colocation {}, {} paused handlers, generic processes ready: {} Python, {} Node.js",
             p.get("cgroups").and_then(Value::as_str).unwrap_or("none"),
@@ -482,14 +481,14 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
         }
         ClientCommand::Status { target } => {
             let c = Client::new(data_dir, &target)?;
-            let v = c
-                .send(c.request(reqwest::Method::GET, "/v1/status"))
+            let (status, v): (answers::Status, _) = c
+                .send_as(c.request(reqwest::Method::GET, "/v1/status"))
                 .await?;
             if c.json {
                 c.print_json(&v);
                 return Ok(());
             }
-            print_status(&c.url, &v);
+            print_status(&c.url, &status);
         }
         ClientCommand::Ls { target } => {
             let c = Client::new(data_dir, &target)?;

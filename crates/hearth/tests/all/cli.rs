@@ -108,6 +108,14 @@ async fn deploy_invoke_ls_versions_logs_rm_from_the_data_dir() {
 #[tokio::test]
 async fn tenants_versions_recordings_and_replays_read_as_the_api_writes_them() {
     let d = Daemon::start();
+    let (ok, out, err) = hearth(&d, &["status"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.starts_with("Hearth ")
+            && out.contains(" invocations in flight\nmemory: 0 of ")
+            && out.contains("\nisolation: "),
+        "{out}"
+    );
     let (ok, out, err) = hearth(&d, &["create-tenant", "acme"]);
     assert!(ok, "{err}");
     assert!(out.starts_with("created tenant acme\ntoken: "), "{out}");
