@@ -146,7 +146,7 @@ pub(crate) async fn whoami(State(s): S, headers: HeaderMap) -> Result<Json<Princ
 /// The node's status as a token sees it: the node's (less the node-wide
 /// figures, for a tenant), its tenant's use, and for an admin what a
 /// gateway's heartbeat carries.
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, ToSchema)]
 pub struct Status {
     #[serde(flatten)]
     pub node: hearth_node::status::NodeStatus,
@@ -163,7 +163,7 @@ pub struct Status {
 }
 
 /// The token's tenant's use of this node against its quotas and shares.
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, ToSchema)]
 pub struct TenantStatus {
     pub name: String,
     pub in_flight: usize,
@@ -194,8 +194,7 @@ pub struct TenantStatus {
 /// tenant's, by mode: wasm, isolate, compiled, process). The tiers'
 /// sections differ by tier.
 #[utoipa::path(get, path = "/v1/status", tag = "node",
-    responses((status = 200, body = Object, description = "The node's status"),
-        (status = 401, body = ErrorBody)))]
+    responses((status = 200, body = Status), (status = 401, body = ErrorBody)))]
 pub(crate) async fn status(State(s): S, headers: HeaderMap) -> Result<Json<Status>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     let (running, share) = s.node.tenant_in_flight(&p.tenant);

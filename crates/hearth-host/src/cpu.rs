@@ -79,6 +79,7 @@ const NEVER: u64 = u64::MAX;
 
 /// What [`CpuShares::last_window`] reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CpuWindow {
     /// Tenants whose code ran in the last full window.
     pub tenants: usize,

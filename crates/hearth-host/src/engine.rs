@@ -166,11 +166,13 @@ pub trait Engine: Send + Sync + 'static {
 
 /// One tier's report for `hearth status`.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EngineStatus {
     /// Plain sentences about protections this machine cannot give (for
     /// example no cgroups when not root). Empty when nothing is degraded.
     pub degraded: Vec<String>,
     /// Tier-specific figures (sandboxes, zygotes, pools).
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub details: serde_json::Value,
 }
 

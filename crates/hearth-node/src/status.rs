@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 /// The node's state and what it cannot enforce here.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NodeStatus {
     /// The daemon's version.
     pub version: String,
@@ -60,6 +61,7 @@ impl NodeStatus {
 
 /// The recorder's counters.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RecordingStatus {
     /// `batched` or `sync`.
     pub durability: String,
@@ -74,6 +76,7 @@ pub struct RecordingStatus {
 
 /// Memory reserved by running invocations against the node's capacity.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MemoryStatus {
     pub reserved_mib: u64,
     pub capacity_mib: u64,
@@ -82,6 +85,7 @@ pub struct MemoryStatus {
 
 /// How long invocations run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LongRuns {
     /// Executor workers long slices may take at once.
     pub lane: usize,
@@ -91,6 +95,7 @@ pub struct LongRuns {
 
 /// The tenants' CPU shares in the last window.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CpuShare {
     pub window_ms: u64,
     pub last_window: hearth_host::cpu::CpuWindow,
@@ -99,6 +104,7 @@ pub struct CpuShare {
 
 /// The data directory's file system.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DiskStatus {
     /// Writes are refused: less than `min_free_mib` is free.
     pub full: bool,

@@ -277,6 +277,18 @@ async fn the_daemons_answers_fit_its_openapi_document() {
     )
     .await;
     fits("post", "/v1/tenants", st, &v);
+    // A tenant's status: the node-wide figures left out.
+    let acme = v["token"].as_str().unwrap().to_string();
+    let as_acme = d
+        .http
+        .get(format!("{}/v1/status", d.url))
+        .bearer_auth(&acme);
+    let (st, v) = send(as_acme).await;
+    fits("get", "/v1/status", st, &v);
+    assert!(
+        v["in_flight"].is_null() && v["tenant"]["name"] == "acme",
+        "{v}"
+    );
     let (st, v) = send(d.get("/v1/tenants/acme")).await;
     fits("get", "/v1/tenants/{tenant}", st, &v);
 
