@@ -243,7 +243,8 @@ impl Guest<'_> {
         (0..n)
             .map(|i| {
                 let at = iovs.checked_add(i * 8).ok_or(errno::FAULT)?;
-                Ok((self.u32(at)?, self.u32(at + 4)?))
+                let len_at = at.checked_add(4).ok_or(errno::FAULT)?;
+                Ok((self.u32(at)?, self.u32(len_at)?))
             })
             .collect()
     }
@@ -916,5 +917,35 @@ mod tests {
         );
         assert_eq!(g.put_strings(&[&a], 0, 4), Ok(()));
         assert_eq!(&g.0[0..9], &[4, 0, 0, 0, b'n', b'a', b'm', b'e', 0]);
+    }
+
+    proptest::proptest! {
+        /// Whatever pointers and lengths a guest passes, the accessors
+        /// answer EFAULT (or EINVAL) and never panic; what they read or
+        /// write lies inside its memory.
+        #[test]
+        fn no_pointer_makes_guest_memory_panic(
+            len in 0usize..64,
+            ptr in proptest::prop_oneof![0u32..80, (u32::MAX - 80)..=u32::MAX],
+            n in proptest::prop_oneof![0u32..80, (u32::MAX - 80)..=u32::MAX],
+            iovs in 0u32..=8,
+        ) {
+            let mut mem: Vec<u8> = (0..len as u8).collect();
+            let mut g = Guest(&mut mem);
+            if let Ok(b) = g.slice(ptr, n) {
+                proptest::prop_assert!(ptr as usize + b.len() <= len);
+            }
+            let fits = (ptr as usize).checked_add(4).is_some_and(|end| end <= len);
+            proptest::prop_assert_eq!(g.u32(ptr).is_ok(), fits);
+            let _ = g.put_u64(ptr, 7);
+            let _ = g.put(ptr, &[1, 2, 3]);
+            if let Ok(pairs) = g.iovecs(ptr, iovs) {
+                proptest::prop_assert_eq!(pairs.len(), iovs as usize);
+                proptest::prop_assert!(iovs == 0 || ptr as usize + 8 * iovs as usize <= len);
+            }
+            let mut strings = Strings::default();
+            strings.push(&[b"ab"]);
+            let _ = g.put_strings(&[&strings], ptr, n);
+        }
     }
 }
