@@ -69,14 +69,12 @@ async fn kill_9_during_deploys_and_invocations_loses_nothing_completed() {
     }
     // Killed mid-load: once every one of the 15 names has a deploy
     // acknowledged (and the workers are deploying more).
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while acked.lock().unwrap().len() < 15 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the deploys never got going"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    crate::harness::until(
+        "15 deploys acknowledged",
+        Duration::from_secs(60),
+        async || acked.lock().unwrap().len() >= 15,
+    )
+    .await;
     d.kill9();
     for w in workers {
         w.await.unwrap();

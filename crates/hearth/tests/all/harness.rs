@@ -150,19 +150,15 @@ impl Daemon {
     /// status, as the admin sees it), at most 20 s: calls sent ahead have
     /// been admitted and are running.
     pub async fn until_in_flight(&self, n: u64) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let status = self.get_json("/v1/status").await;
-            if status["in_flight"].as_u64().unwrap_or(0) >= n {
-                return;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "never {n} invocations in flight: {}",
-                status["in_flight"]
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until(
+            &format!("{n} invocations in flight"),
+            Duration::from_secs(20),
+            async || {
+                let status = self.get_json("/v1/status").await;
+                status["in_flight"].as_u64().unwrap_or(0) >= n
+            },
+        )
+        .await;
     }
 
     pub async fn get_json_as(&self, token: &str, path: &str) -> serde_json::Value {
@@ -529,6 +525,16 @@ pub async fn zygote_modules_learned(d: &Daemon) -> u64 {
 }
 
 /// The JSON error body's kind and message.
+/// Waits until `ready` says so, asking every 10 ms; fails the test,
+/// naming `what` it waited for, if that takes longer than `within`.
+pub async fn until(what: &str, within: Duration, mut ready: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !ready().await {
+        assert!(Instant::now() < deadline, "waited {within:?} for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 pub async fn error_of(resp: reqwest::Response) -> (u16, String, String) {
     let status = resp.status().as_u16();
     let v: serde_json::Value = resp.json().await.unwrap();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::harness::{Daemon, error_of};
+use crate::harness::{Daemon, error_of, until};
 
 /// Each spinning call of acme reserves 128 MiB and the 4 MiB tape budget:
 /// two fit the tenant's 300 MiB, a third does not; beta's hello (64 + 4
@@ -55,11 +55,8 @@ async fn invocations_reserve_their_memory_at_admission_per_tenant_and_per_node()
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap()
     };
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while reserved().await < 2 * (132 << 20) {
-        assert!(Instant::now() < deadline, "the spins did not start");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let started = async || reserved().await >= 2 * (132 << 20);
+    until("the spins to start", Duration::from_secs(2), started).await;
     let r = d.invoke_as(&acme, "acme", "spin").send().await.unwrap();
     assert!(r.headers().contains_key("retry-after"));
     let (status, kind, message) = error_of(r).await;
@@ -149,11 +146,9 @@ async fn a_full_node_refuses_new_functions_before_it_prepares_them() {
             tokio::spawn(async move { error_of(req.await.unwrap()).await })
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while metric(&d, "hearth_memory_reserved_bytes").await < f64::from(2 * (132 << 20)) {
-        assert!(Instant::now() < deadline, "the spins did not start");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let started =
+        async || metric(&d, "hearth_memory_reserved_bytes").await >= f64::from(2 * (132 << 20));
+    until("the spins to start", Duration::from_secs(5), started).await;
     let prepared = metric(&d, "hearth_prepares_total").await;
     let burst: Vec<_> = (0..FUNCTIONS)
         .map(|i| d.invoke_as(&beta, "beta", &format!("f{i}")).send())
@@ -464,14 +459,13 @@ async fn one_tenants_fetches_hold_at_most_its_share_of_outbound_connections() {
         .map(|_| tokio::spawn(fan(&tokens[0], "acme", 12)))
         .collect();
     // Once acme's 20 reach the upstream (each waits there 1.5 s).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while waiting.load(Ordering::SeqCst) < 20 {
-        assert!(
-            Instant::now() < deadline,
-            "acme's fetches never reached the upstream"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let at_upstream = async || waiting.load(Ordering::SeqCst) >= 20;
+    until(
+        "acme's 20 fetches at the upstream",
+        Duration::from_secs(10),
+        at_upstream,
+    )
+    .await;
     let beta: serde_json::Value = fan(&tokens[1], "beta", 4)
         .await
         .unwrap()
