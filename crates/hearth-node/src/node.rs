@@ -199,13 +199,20 @@ fn within_tape_budget<T>(host: &HostCtx, result: Result<T, InvokeError>) -> Resu
 
 /// An invocation let in ([`Node::admit`]).
 struct Admitted {
-    /// Its admission permit and tenant share, given back when it ends.
-    _held: (tokio::sync::OwnedSemaphorePermit, crate::share::Share),
+    /// Its room, given back when it ends.
+    _held: Room,
     id: InvocationId,
     started: Instant,
     /// When it started, if it gets a tape.
     taping: Option<i64>,
     meta: InvocationMeta,
+}
+
+/// A node permit and the tenant's share (slots, memory reservation),
+/// held by what runs a tenant's code, invocation or replay, until it ends.
+pub(crate) struct Room {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    pub(crate) share: crate::share::Share,
 }
 
 /// What running an admitted invocation left: its answer, the tier that
@@ -1180,13 +1187,7 @@ impl Node {
             self.refuse(v, id, &error);
             self::refused(v, id, error)
         };
-        let Ok(permit) = self.admission.clone().try_acquire_owned() else {
-            return Err(refused(InvokeError::Overloaded));
-        };
-        let share = match self.shares.take(&v.tenant, self.reservation(v)) {
-            Ok(share) => share,
-            Err(why) => return Err(refused(self.refusal(why))),
-        };
+        let room = self.room(v).map_err(refused)?;
         // When it started, if it gets a tape (the request itself is kept
         // by the caller, borrowed by the tiers, and taped from there): the
         // time in its id, made just now here or, forwarded, by the gateway
@@ -1211,9 +1212,25 @@ impl Node {
                 started,
                 deadline: started + Duration::from_millis(v.spec.limits.timeout_ms),
                 trace,
-                cpu: Some(share.cpu()),
+                cpu: Some(room.share.cpu()),
             },
-            _held: (permit, share),
+            _held: room,
+        })
+    }
+
+    /// The room an invocation of `v` runs in, taken now: a node permit and
+    /// the tenant's share; or why there is none.
+    pub(crate) fn room(&self, v: &FunctionVersion) -> Result<Room, InvokeError> {
+        let Ok(permit) = self.admission.clone().try_acquire_owned() else {
+            return Err(InvokeError::Overloaded);
+        };
+        let share = self
+            .shares
+            .take(&v.tenant, self.reservation(v))
+            .map_err(|why| self.refusal(why))?;
+        Ok(Room {
+            _permit: permit,
+            share,
         })
     }
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hearth_core::{FunctionVersion, InvocationId, InvokeError, Request, Tier};
+use hearth_core::{FunctionVersion, InvocationId, Request, Tier};
 use hearth_host::{Divergence, HostCtx, InvocationMeta, Tape};
 use hearth_record::{BodyDigest, Outcome, OutcomeRef, Recording, RecordingRef, Streamed};
 
@@ -138,14 +138,8 @@ impl Node {
                 recording.request.body.len()
             )));
         }
-        // Both held until the replay ends.
-        let Ok(_permit) = self.admission.clone().try_acquire_owned() else {
-            return Err(refused(InvokeError::Overloaded));
-        };
-        let share = self
-            .shares
-            .take(&target.tenant, self.reservation(target))
-            .map_err(|why| refused(self.refusal(why)))?;
+        // Held until the replay ends.
+        let room = self.room(target).map_err(refused)?;
         let started = Instant::now();
         let meta = InvocationMeta {
             id: InvocationId::new(),
@@ -153,7 +147,7 @@ impl Node {
             started,
             deadline: started + Duration::from_millis(target.spec.limits.timeout_ms),
             trace: None,
-            cpu: Some(share.cpu()),
+            cpu: Some(room.share.cpu()),
         };
         let host = HostCtx::replaying(self.host.clone(), meta, recording.tape.clone());
         // In an instance of its own: a replay neither sees what live
