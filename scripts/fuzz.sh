@@ -26,6 +26,9 @@ seconds="${FUZZ_SECONDS:-30}"
 # Apart from the main build: these are built with coverage instrumentation.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR%/}-fuzz"
 corpus="${HEARTH_FUZZ_CORPUS:-$HOME/.cache/hearth/fuzz-corpus}"
+# Past this many inputs a kept corpus is merged down to the ones that
+# each add coverage, so it stays bounded on disk.
+max_kept="${FUZZ_MAX_KEPT:-20000}"
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 
@@ -48,6 +51,14 @@ for target in $(cargo fuzz list); do
     exit 1
   fi
   grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)' "$log"
+  kept=$(find "$corpus/$target" -type f | wc -l)
+  if [ "$kept" -gt "$max_kept" ]; then
+    merged="$corpus/$target.merged"
+    rm -rf "$merged" && mkdir -p "$merged"
+    cargo fuzz run -O -s none "$target" -- -merge=1 "$merged" "$corpus/$target" >"$log" 2>&1
+    rm -rf "$corpus/$target" && mv "$merged" "$corpus/$target"
+    echo "corpus: $kept inputs merged down to $(find "$corpus/$target" -type f | wc -l)"
+  fi
   echo "corpus: $(find "$corpus/$target" -type f | wc -l) inputs kept in $corpus/$target"
 done
 echo "fuzz: every target ran ${seconds} s without a failure"

@@ -81,8 +81,11 @@ pub(crate) fn postgres(client: &mut postgres::Client) -> Result<(), StoreError> 
     let mut runner = postgres_files::migrations::runner().set_grouped(true);
     runner.set_migration_table_name(HISTORY);
     let migrated = runner.run(client);
-    client.execute("SELECT pg_advisory_unlock($1)", &[&POSTGRES_LOCK])?;
+    // A failed migration's error is the one to report, whatever the
+    // unlock says (the lock goes with the session anyway).
+    let unlocked = client.execute("SELECT pg_advisory_unlock($1)", &[&POSTGRES_LOCK]);
     migrated?;
+    unlocked?;
     Ok(())
 }
 

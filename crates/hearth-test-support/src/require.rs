@@ -26,7 +26,7 @@ use std::path::Path;
 pub enum Tool {
     /// Debian's clang, lld and wasi-libc: C built to `wasm32-wasi`.
     Clang,
-    /// `/usr/bin/python3` with pip: the process tier's Python.
+    /// `/usr/bin/python3`: the process tier's Python.
     Python,
     /// `/usr/bin/node` and npm: the process tier's Node.js.
     Node,
