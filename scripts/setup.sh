@@ -33,6 +33,10 @@ fi
 for comp in rustfmt clippy; do
   rustup component list --installed 2>/dev/null | grep -q "^$comp" || rustup component add "$comp"
 done
+# The compiled js tier's runtime (crates/hearth-jit-runtime) is built to
+# wasm32 by hearth-jit's build script.
+rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown ||
+  rustup target add wasm32-unknown-unknown
 
 # Builds are kept outside the checkout so fresh clones build incrementally.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hearth/target}"

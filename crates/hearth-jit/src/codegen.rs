@@ -5,11 +5,14 @@
 //! Values are typed by what the trace saw, and represented unboxed:
 //! numbers are `f64`, booleans `i32`, and strings, typed arrays, arrays
 //! and responses are `i32` addresses in linear memory (layouts in
-//! [`layout`]), allocated by a bump pointer that is never freed (each
-//! invocation has a fresh instance). Where the code meets something its
-//! trace did not (an expression never evaluated, an index out of range, a
-//! number too large to print exactly), it calls `hearth.leave(at)`, which
-//! ends the attempt; the node runs the invocation in the isolate instead.
+//! [`layout`]), allocated by the runtime's bump pointer, never freed
+//! (each invocation has fresh instances). The memory, the heap and the
+//! functions for numbers and strings are the runtime's
+//! (`crates/hearth-jit-runtime`, imported as [`RUNTIME_NAME`]); the
+//! module calls them. Where the code meets something its trace did not
+//! (an expression never evaluated, an index out of range), it calls
+//! `hearth.leave(at)`, which ends the attempt; the node runs the
+//! invocation in the isolate instead.
 //!
 //! Here: the module (its layout, imports, helpers, functions) and
 //! statements; expressions are in [`expr`].
@@ -17,9 +20,9 @@
 use std::collections::{HashMap, HashSet};
 
 use wasm_encoder::{
-    BlockType, CodeSection, ConstExpr, DataSection, EntityType, ExportKind, ExportSection,
+    BlockType, CodeSection, ConstExpr, DataCountSection, DataSection, EntityType, ExportKind, ExportSection,
     Function, FunctionSection, GlobalSection, GlobalType, ImportSection, Instruction as I, MemArg,
-    MemorySection, MemoryType, Module, TypeSection, ValType,
+    MemoryType, Module, TypeSection, ValType,
 };
 
 mod dynamic;
@@ -47,16 +50,20 @@ pub mod layout {
     /// a block of CGI header lines (`[len: i32][bytes]`, in the data).
     pub const RESP_BODY: u64 = 8;
     pub const RESP_HEADERS: u64 = 12;
-    /// Scratch for WASI calls (an iovec and a count) and for printing
-    /// numbers.
-    pub const SCRATCH: u32 = 0;
-    pub const DIGITS: u32 = 16;
+    include!(concat!(env!("OUT_DIR"), "/runtime_layout.rs"));
+    /// Where the module's own part of memory starts: after the runtime's
+    /// stack and data ([`RUNTIME_END`]), 8-aligned. The start function
+    /// takes it from the runtime's heap and copies the module's data in.
+    pub const BASE: u32 = (RUNTIME_END + 7) & !7;
+    /// Scratch for WASI and host calls (an iovec and a count, an
+    /// answer's length).
+    pub const SCRATCH: u32 = BASE;
     /// `Math.random`'s state: `[seeded: i32][xorshift128 words: i32 × 4]`.
-    pub const RANDOM: u32 = 40;
+    pub const RANDOM: u32 = BASE + 40;
     /// Where the environment is kept once read (`helpers::env_get`), or 0.
-    pub const ENVIRON: u32 = 60;
+    pub const ENVIRON: u32 = BASE + 60;
     /// String literals start here.
-    pub const DATA: u32 = 64;
+    pub const DATA: u32 = BASE + 64;
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -178,34 +185,36 @@ fn refuse<T>(what: impl Into<String>) -> R<T> {
 // are); KV and outbound HTTP are the wasm tier's `hearth` calls, which
 // the isolate's `hearth.kv` and `fetch` make too.
 pub(crate) const FD_WRITE: u32 = 0;
-pub(crate) const FD_READ: u32 = 1;
-const LEAVE: u32 = 2;
-const CLOCK_TIME_GET: u32 = 3;
-pub(crate) const RANDOM_GET: u32 = 4;
-const KV_GET: u32 = 5;
-const KV_SET: u32 = 6;
-const HTTP_FETCH: u32 = 7;
-const URL_HREF: u32 = 8;
-pub(crate) const ENVIRON_SIZES_GET: u32 = 9;
-pub(crate) const ENVIRON_GET: u32 = 10;
-// Helpers, emitted by `helpers.rs`, in this order.
-pub(crate) const ALLOC: u32 = 11;
+const LEAVE: u32 = 1;
+const CLOCK_TIME_GET: u32 = 2;
+pub(crate) const RANDOM_GET: u32 = 3;
+const KV_GET: u32 = 4;
+const KV_SET: u32 = 5;
+const HTTP_FETCH: u32 = 6;
+const URL_HREF: u32 = 7;
+pub(crate) const ENVIRON_SIZES_GET: u32 = 8;
+pub(crate) const ENVIRON_GET: u32 = 9;
+// The runtime's functions (`crates/hearth-jit-runtime`), imported from
+// [`RUNTIME_NAME`] in this order (`RUNTIME_FUNCS`).
+pub(crate) const ALLOC: u32 = 10;
+pub(crate) const HEAP_SET: u32 = 11;
 pub(crate) const TO_INT32: u32 = 12;
 pub(crate) const REM: u32 = 13;
 pub(crate) const CONCAT: u32 = 14;
 pub(crate) const NUM_TO_STR: u32 = 15;
 pub(crate) const STR_EQ: u32 = 16;
-pub(crate) const WRITE_RESPONSE: u32 = 17;
-pub(crate) const READ_BODY: u32 = 18;
-pub(crate) const STR_TO_NUM: u32 = 19;
-const RANDOM: u32 = 20;
-pub(crate) const SB_NEW: u32 = 21;
-pub(crate) const SB_ROOM: u32 = 22;
-pub(crate) const SB_PUSH: u32 = 23;
-pub(crate) const SB_QUOTE: u32 = 24;
-pub(crate) const SB_NUM: u32 = 25;
-const ASCII_OUT: u32 = 26;
-pub(crate) const ASCII_IN: u32 = 27;
+pub(crate) const READ_BODY: u32 = 17;
+pub(crate) const STR_TO_NUM: u32 = 18;
+pub(crate) const ASCII_IN: u32 = 19;
+// Helpers, emitted by `helpers.rs`, in this order.
+pub(crate) const WRITE_RESPONSE: u32 = 20;
+const RANDOM: u32 = 21;
+pub(crate) const SB_NEW: u32 = 22;
+pub(crate) const SB_ROOM: u32 = 23;
+pub(crate) const SB_PUSH: u32 = 24;
+pub(crate) const SB_QUOTE: u32 = 25;
+pub(crate) const SB_NUM: u32 = 26;
+const ASCII_OUT: u32 = 27;
 pub(crate) const JP_WS: u32 = 28;
 pub(crate) const JP_STRING: u32 = 29;
 pub(crate) const JP_VALUE: u32 = 30;
@@ -213,6 +222,28 @@ pub(crate) const JP_PARSE: u32 = 31;
 pub(crate) const JP_GET: u32 = 32;
 const ENV_GET: u32 = 33;
 const FIRST_USER: u32 = 34;
+
+/// The module compiled code imports its memory and the runtime's
+/// functions from; the wasm tier links it (`hearth_wasm`'s libraries).
+pub const RUNTIME_NAME: &str = "hearth_rt";
+
+/// The runtime's functions, in the order of their indices (from
+/// [`ALLOC`]): name, parameters, results.
+const RUNTIME_FUNCS: [(&str, &[ValType], &[ValType]); 10] = {
+    use ValType::{F64 as F, I32 as N};
+    [
+        ("alloc", &[N], &[N]),
+        ("heap_set", &[N], &[]),
+        ("to_int32", &[F], &[N]),
+        ("rem", &[F, F], &[F]),
+        ("concat", &[N, N], &[N]),
+        ("num_to_str", &[F], &[N]),
+        ("str_eq", &[N, N], &[N]),
+        ("read_body", &[], &[N]),
+        ("str_to_num", &[N], &[F]),
+        ("ascii_in", &[N, N], &[N]),
+    ]
+};
 
 /// The room a host call's answer (a KV value, a fetched body) is read
 /// into: the host's default limit on a KV value. The part an answer does
@@ -224,9 +255,8 @@ const ANSWER_ROOM: i32 = 1 << 20;
 const CLOCK_REALTIME: i32 = 0;
 const CLOCK_MONOTONIC: i32 = 1;
 
-/// The heap pointer is global 0, the JSON parser's cursor global 1.
-pub(crate) const HEAP: u32 = 0;
-pub(crate) const CURSOR: u32 = 1;
+/// The JSON parser's cursor is global 0 (the heap is the runtime's).
+pub(crate) const CURSOR: u32 = 0;
 
 pub(crate) fn mem(offset: u64, align: u32) -> MemArg {
     MemArg {
@@ -430,7 +460,7 @@ pub(crate) struct ModuleBuilder<'p> {
     trace: &'p Trace,
     data: Vec<u8>,
     strings: HashMap<Vec<u16>, u32>,
-    /// Globals after the heap pointer.
+    /// The module's globals, by index (the parser's cursor first).
     globals: Vec<ValType>,
     /// Wasm function index of each program function compiled.
     index_of: HashMap<FuncId, u32>,
@@ -640,6 +670,10 @@ impl ModuleBuilder<'_> {
         let kv_set = self.type_index(vec![ValType::I32; 4], vec![ValType::I32]);
         let http_fetch = self.type_index(vec![ValType::I32; 11], vec![ValType::I32]);
         let start = self.type_index(vec![], vec![]);
+        let runtime: Vec<u32> = RUNTIME_FUNCS
+            .iter()
+            .map(|(_, p, r)| self.type_index(p.to_vec(), r.to_vec()))
+            .collect();
         let helpers = crate::helpers::emit(&mut self);
         let mut types = TypeSection::new();
         for (p, r) in &self.types {
@@ -651,7 +685,6 @@ impl ModuleBuilder<'_> {
         const WASI: &str = "wasi_snapshot_preview1";
         for (module, name, ty) in [
             (WASI, "fd_write", fd_io),
-            (WASI, "fd_read", fd_io),
             ("hearth", "leave", leave),
             (WASI, "clock_time_get", clock),
             (WASI, "random_get", random),
@@ -664,6 +697,21 @@ impl ModuleBuilder<'_> {
         ] {
             imports.import(module, name, EntityType::Function(ty));
         }
+        for ((name, _, _), ty) in RUNTIME_FUNCS.iter().zip(runtime) {
+            imports.import(RUNTIME_NAME, name, EntityType::Function(ty));
+        }
+        let data_len = (layout::DATA - layout::BASE) as usize + self.data.len();
+        imports.import(
+            RUNTIME_NAME,
+            "memory",
+            EntityType::Memory(MemoryType {
+                minimum: 1,
+                maximum: None,
+                memory64: false,
+                shared: false,
+                page_size_log2: None,
+            }),
+        );
         module.section(&imports);
         let mut funcs = FunctionSection::new();
         for (ty, _) in &helpers {
@@ -675,25 +723,7 @@ impl ModuleBuilder<'_> {
         let start_index = FIRST_USER + self.func_types.len() as u32;
         funcs.function(start);
         module.section(&funcs);
-        let mut memory = MemorySection::new();
-        memory.memory(MemoryType {
-            minimum: 1,
-            maximum: None,
-            memory64: false,
-            shared: false,
-            page_size_log2: None,
-        });
-        module.section(&memory);
         let mut globals = GlobalSection::new();
-        let heap_start = (layout::DATA + self.data.len() as u32 + 7) & !7;
-        globals.global(
-            GlobalType {
-                val_type: ValType::I32,
-                mutable: true,
-                shared: false,
-            },
-            &ConstExpr::i32_const(heap_start as i32),
-        );
         for g in &self.globals {
             let init = match g {
                 ValType::F64 => ConstExpr::f64_const(0.0.into()),
@@ -713,6 +743,7 @@ impl ModuleBuilder<'_> {
         exports.export("memory", ExportKind::Memory, 0);
         exports.export("_start", ExportKind::Func, start_index);
         module.section(&exports);
+        module.section(&DataCountSection { count: 1 });
         let mut code = CodeSection::new();
         for (_, body) in &helpers {
             code.function(body);
@@ -724,18 +755,28 @@ impl ModuleBuilder<'_> {
                 .ok_or_else(|| Refused::new(format!("internal: function {i} has no body")))?;
             code.function(body);
         }
+        // The module's part of memory, taken from the runtime's heap, and
+        // its data (zeroed scratch, then literals) copied in; the heap
+        // goes on after it.
         let mut s = Function::new([]);
+        s.instruction(&I::I32Const(layout::BASE as i32));
+        s.instruction(&I::Call(HEAP_SET));
+        s.instruction(&I::I32Const(data_len as i32));
+        s.instruction(&I::Call(ALLOC));
+        s.instruction(&I::I32Const(0));
+        s.instruction(&I::I32Const(data_len as i32));
+        s.instruction(&I::MemoryInit { mem: 0, data_index: 0 });
+        s.instruction(&I::DataDrop(0));
         s.instruction(&I::Call(handler));
         s.instruction(&I::Call(WRITE_RESPONSE));
         s.instruction(&I::End);
         code.function(&s);
         module.section(&code);
         let mut data = DataSection::new();
-        data.active(
-            0,
-            &ConstExpr::i32_const(layout::DATA as i32),
-            self.data.iter().copied(),
-        );
+        let zeroed = (layout::DATA - layout::BASE) as usize;
+        let mut bytes = vec![0; zeroed];
+        bytes.extend_from_slice(&self.data);
+        data.passive(bytes);
         module.section(&data);
         Ok(module.finish())
     }
@@ -893,7 +934,7 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
         };
         let b = if self.shared(name) {
             self.m.globals.push(v);
-            Binding::Global(self.m.globals.len() as u32, t)
+            Binding::Global(self.m.globals.len() as u32 - 1, t)
         } else {
             Binding::Local(self.local(v), t)
         };
@@ -1183,7 +1224,7 @@ impl<'m, 'p> FnBuilder<'m, 'p> {
                     && (pattern || elems.iter().all(|e| !matches!(e.kind, ExprKind::Array(_)))) =>
             {
                 self.m.globals.push(ValType::I32);
-                let g = self.m.globals.len() as u32;
+                let g = self.m.globals.len() as u32 - 1;
                 self.emit(I::GlobalGet(g));
                 self.emit(I::I32Eqz);
                 self.emit(I::If(BlockType::Empty));

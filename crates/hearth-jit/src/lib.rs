@@ -13,6 +13,10 @@
 //!   expression, the kinds of value seen (`unknown` where none was).
 //! * [`codegen`] (+ `helpers`): the module, typed by the trace, leaving
 //!   for the isolate wherever the trace has nothing to say.
+//! * [`RUNTIME`]: what the module imports its memory, heap, numbers and
+//!   strings from (`crates/hearth-jit-runtime`, Rust built to wasm32 by
+//!   this crate's build script); the wasm tier links it to every
+//!   compiled module.
 //!
 //! The node decides when a function is hot, runs the traces, proves the
 //! module against the function's tapes and serves it (`hearth-node`,
@@ -24,7 +28,12 @@ pub mod instrument;
 pub mod ir;
 pub mod lower;
 
+pub use codegen::RUNTIME_NAME;
 pub use helpers::left;
+
+/// The runtime module compiled modules import (as [`RUNTIME_NAME`]): a
+/// core wasm module of its own, instantiated beside each compiled one.
+pub const RUNTIME: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/hearth_rt.wasm"));
 pub use instrument::{TRACE_PREFIX, Trace};
 
 /// Why a function is not compiled: a sentence for its status.
@@ -74,7 +83,7 @@ impl Plan {
     pub fn where_left(&self, at: u32) -> String {
         match at {
             left::MEMORY => "an allocation the memory limit refused".into(),
-            left::NUMBER => "a number it cannot convert or print exactly".into(),
+            left::NUMBER => "a number it cannot convert exactly".into(),
             left::STATUS => "a response status outside 200–599".into(),
             left::TEXT => "text that is not ASCII or too long".into(),
             left::HOST => "a host call that failed".into(),

@@ -199,6 +199,12 @@ fn run_module(engine: &Engine, wasm: &[u8], body: &str) -> Ran {
             stdout: vec![],
         },
     );
+    // The runtime first: the module imports its memory and functions.
+    let runtime = wasmtime::Module::new(engine, hearth_jit::RUNTIME).unwrap();
+    let rt = linker.instantiate(&mut store, &runtime).unwrap();
+    linker
+        .instance(&mut store, hearth_jit::RUNTIME_NAME, rt)
+        .unwrap();
     let instance = linker.instantiate(&mut store, &module).unwrap();
     let start = instance
         .get_typed_func::<(), ()>(&mut store, "_start")

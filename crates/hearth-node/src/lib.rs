@@ -38,3 +38,7 @@ pub use node::{
     Ready, ReplayReport, StartKind, Streaming,
 };
 pub use share::MemoryBudget;
+
+/// The module the compiled js tier's modules import, and its name: the
+/// wasm engine must link it (`hearth_wasm::WasmConfig::libraries`).
+pub use hearth_jit::{RUNTIME as JIT_RUNTIME, RUNTIME_NAME as JIT_RUNTIME_NAME};

@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use hearth_core::{FunctionSpec, FunctionVersion, InvokeError, Tier};
 use hearth_host::{Artifacts, Compiled, DeployError, Engine, Prepared, Sandbox, Source};
-use wasmtime::{InstanceAllocationStrategy, InstancePre, Linker, Module, PoolingAllocationConfig};
+use wasmtime::{InstanceAllocationStrategy, Linker, Module, PoolingAllocationConfig};
 
 use crate::component::{ComponentPrepared, ComponentState};
+use crate::library::{Library, LibrarySource, Linked};
 use crate::sandbox::{SandboxState, SandboxTemplate, WasmSandbox};
 
 /// Core instances (and tables) one component may hold: its code, the
@@ -37,6 +38,9 @@ pub struct WasmConfig {
     pub cache_dir: PathBuf,
     /// Largest response body a function may write to stdout.
     pub max_response_bytes: usize,
+    /// Core modules that modules may import whole, by name
+    /// (`library.rs`): the compiled js tier's runtime.
+    pub libraries: Vec<LibrarySource>,
 }
 
 impl WasmConfig {
@@ -48,6 +52,7 @@ impl WasmConfig {
             time_slice_ms: 5,
             cache_dir: cache_dir.into(),
             max_response_bytes: 16 << 20,
+            libraries: vec![],
         }
     }
 
@@ -64,7 +69,8 @@ pub struct WasmEngine(Arc<EngineInner>);
 
 struct EngineInner {
     engine: wasmtime::Engine,
-    linker: Linker<SandboxState>,
+    linker: Arc<Linker<SandboxState>>,
+    libraries: Vec<Arc<Library>>,
     component_linker: wasmtime::component::Linker<ComponentState>,
     config: WasmConfig,
     /// `cache_dir/<engine compatibility hash>`: a new wasmtime or new
@@ -123,6 +129,11 @@ impl WasmEngine {
         let mut linker = Linker::new(&engine);
         crate::wasi::add_to_linker(&mut linker)?;
         crate::imports::add_to_linker(&mut linker)?;
+        let libraries = config
+            .libraries
+            .iter()
+            .map(|l| Library::new(&engine, &linker, l).map(Arc::new))
+            .collect::<wasmtime::Result<_>>()?;
         let component_linker = crate::component::linker(&engine)?;
 
         let mut hasher = DefaultHasher::new();
@@ -137,7 +148,8 @@ impl WasmEngine {
 
         Ok(WasmEngine(Arc::new(EngineInner {
             engine,
-            linker,
+            linker: Arc::new(linker),
+            libraries,
             component_linker,
             config,
             cache_dir,
@@ -162,7 +174,9 @@ impl WasmEngine {
     }
 
     /// Links a module and checks it is a WASI command Hearth can run.
-    pub(crate) fn link(&self, module: &Module) -> Result<InstancePre<SandboxState>, DeployError> {
+    /// A module that imports a library is instantiated once, in a
+    /// throwaway store, so that what would fail at invoke fails here.
+    pub(crate) fn link(&self, module: &Module) -> Result<Linked, DeployError> {
         let start = module.get_export("_start");
         if !matches!(start, Some(wasmtime::ExternType::Func(ref f)) if f.params().len() == 0 && f.results().len() == 0)
         {
@@ -180,11 +194,23 @@ impl WasmEngine {
                 "it exports no memory named `memory`".into(),
             ));
         }
-        self.0.linker.instantiate_pre(module).map_err(|e| {
-            DeployError::NotAFunction(format!(
-                "{e}; Hearth provides the `wasi_snapshot_preview1` and `hearth` import modules"
-            ))
-        })
+        let linked = Linked::new(module, &self.0.linker, &self.0.libraries)?;
+        if let Linked::WithLibrary { .. } = linked {
+            let mut store = crate::bounds::new_store(
+                self,
+                SandboxState {
+                    wasi: crate::wasi::WasiCtx::default(),
+                    host: None,
+                    bounds: crate::bounds::Bounds::new((self.0.config.max_memory_mib as usize) << 20),
+                },
+            );
+            futures::executor::block_on(linked.instantiate(&mut store)).map_err(|e| {
+                DeployError::NotAFunction(format!(
+                    "{e:#}; Hearth provides the `wasi_snapshot_preview1` and `hearth` import modules"
+                ))
+            })?;
+        }
+        Ok(linked)
     }
 
     pub(crate) async fn compile_off_thread(
@@ -535,7 +561,7 @@ impl WasmEngine {
 /// A linked module, ready for fresh instances.
 pub struct WasmPrepared {
     engine: WasmEngine,
-    pre: InstancePre<SandboxState>,
+    pre: Linked,
     template: Arc<SandboxTemplate>,
 }
 

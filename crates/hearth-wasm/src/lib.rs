@@ -5,6 +5,8 @@
 //!     │ compile(code)   deploy: validate, run an init step and snapshot (snapshot.rs),
 //!     │                 compile, cache `.cwasm` by content hash
 //!     │ prepare(version) once per version: load `.cwasm`, link → InstancePre
+//!     │                 (or, for a module that imports a library such as the
+//!     │                 compiled js tier's runtime, the pair: `library.rs`)
 //!     ▼
 //!  WasmPrepared ──instantiate──▶ WasmSandbox (Store + Instance, one pool slot)
 //!                                   │ invoke(req, host): stdin = body, env = CGI,
@@ -29,6 +31,7 @@ mod cgi;
 mod component;
 mod engine;
 mod imports;
+mod library;
 mod sandbox;
 mod snapshot;
 mod wasi;
@@ -36,4 +39,5 @@ mod wasi;
 pub use cgi::parse_cgi_output;
 pub use component::{ComponentPrepared, ComponentSandbox};
 pub use engine::{WasmConfig, WasmEngine, WasmPrepared};
+pub use library::LibrarySource;
 pub use sandbox::WasmSandbox;

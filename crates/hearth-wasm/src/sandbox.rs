@@ -8,11 +8,12 @@ use hearth_core::LogStream;
 use hearth_core::{FunctionVersion, InvokeError, LastOutput, Request, Response};
 use hearth_host::{BodyStream, HostCtx, ResponseHead, ResponseSink, Sandbox};
 use tokio::sync::mpsc;
-use wasmtime::{Instance, InstancePre, ModuleExport, PoolConcurrencyLimitError, Store};
+use wasmtime::{Instance, ModuleExport, PoolConcurrencyLimitError, Store};
 
 use crate::WasmEngine;
 use crate::bounds::{Bounded, Bounds, new_store, why_failed};
 use crate::cgi::{parse_cgi_output, request_env, version_env};
+use crate::library::Linked;
 use crate::wasi::{Exit, Output, StdioStream, Strings, WasiCtx};
 
 /// Per-sandbox state inside the wasmtime `Store`.
@@ -77,7 +78,7 @@ pub struct WasmSandbox {
 impl WasmSandbox {
     pub(crate) async fn new(
         engine: &WasmEngine,
-        pre: &InstancePre<SandboxState>,
+        pre: &Linked,
         template: &Arc<SandboxTemplate>,
     ) -> Result<Self, InvokeError> {
         let limits = template.limits;
@@ -91,7 +92,7 @@ impl WasmSandbox {
             bounds: Bounds::new(limits.memory_bytes()),
         };
         let mut store = new_store(engine, state);
-        let instance = match pre.instantiate_async(&mut store).await {
+        let instance = match pre.instantiate(&mut store).await {
             Ok(i) => i,
             Err(e) => {
                 if store.data().bounds.limiter.refused() {

@@ -123,7 +123,7 @@ pub(crate) async fn snapshot(
             &state.wasi.stderr.bytes,
         )
     };
-    let instance = match pre.instantiate_async(&mut store).await {
+    let instance = match pre.instantiate(&mut store).await {
         Ok(i) => i,
         Err(e) => return Err(failed(&store, "could not be instantiated", e)),
     };

@@ -82,6 +82,11 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     wasm_config.max_memory_mib = settings.max_memory_mib;
     wasm_config.time_slice_ms = settings.time_slice_ms;
     wasm_config.max_response_bytes = settings.max_response_bytes;
+    // Every module the compiled js tier makes imports its runtime.
+    wasm_config.libraries = vec![hearth_wasm::LibrarySource {
+        name: hearth_node::JIT_RUNTIME_NAME,
+        wasm: hearth_node::JIT_RUNTIME,
+    }];
     let wasm = WasmEngine::new(wasm_config).context("failed to start the wasm engine")?;
     let mut proc_config = ProcConfig::new(dir.join("proc"));
     proc_config.max_response_bytes = settings.max_response_bytes;

@@ -438,7 +438,7 @@ impl FnBuilder<'_, '_> {
                 self.emit(I::End);
                 ty
             }
-            ExprKind::Call(name, args) => self.call(name, args, e.start)?,
+            ExprKind::Call(name, args) => self.call(name, args)?,
             ExprKind::New(class, args) => self.new_(class, args)?,
             ExprKind::Method(obj, name, args) if name == "parse" && self.is_global(obj, "JSON") => {
                 let [text] = args.as_slice() else {
@@ -999,7 +999,7 @@ impl FnBuilder<'_, '_> {
         }
     }
 
-    pub(super) fn call(&mut self, name: &str, args: &[Expr], at: u32) -> R<Ty> {
+    pub(super) fn call(&mut self, name: &str, args: &[Expr]) -> R<Ty> {
         match self.lookup(name) {
             Some((Binding::Func(id), _)) => {
                 let sig = self.m.signature(id)?;
@@ -1046,7 +1046,6 @@ impl FnBuilder<'_, '_> {
                 ("Number", [x]) => match self.expr(x)? {
                     Ty::Num => Ok(Ty::Num),
                     Ty::Str => {
-                        self.emit(I::I32Const(at as i32));
                         self.emit(I::Call(STR_TO_NUM));
                         Ok(Ty::Num)
                     }

@@ -196,7 +196,7 @@ impl FnBuilder<'_, '_> {
         self.emit(I::I32Const(layout::SCRATCH as i32));
         self.emit(I::I32Load(mem(0, 2)));
         self.emit(I::I32Add);
-        self.emit(I::GlobalSet(HEAP));
+        self.emit(I::Call(HEAP_SET));
     }
 
     /// `r.status` and `r.ok` of what `fetch` answered (on the stack).

@@ -116,9 +116,10 @@ async fn a_hot_cpu_bound_function_is_compiled_proved_against_its_tapes_and_answe
         "{served} compiled: {metrics}"
     );
 
-    // Not a decimal number: the compiled code leaves, and the isolate
-    // answers (Number("twelve") is NaN, and no loop runs).
-    let (status, body, left_id) = invoke(&d, "primes", "twelve").await;
+    // A body that is not ASCII: the compiled code leaves (it decodes
+    // only ASCII exactly), and the isolate answers (Number("zwölf") is
+    // NaN, and no loop runs).
+    let (status, body, left_id) = invoke(&d, "primes", "zwölf").await;
     assert_eq!((status, body.as_str()), (200, "0 0"));
     let metrics = d.get_text("/metrics").await;
     assert!(

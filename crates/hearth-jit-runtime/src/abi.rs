@@ -1,0 +1,196 @@
+//! The module's exports, over linear memory. A string is `[len: u32][u16 ×
+//! len]` at a 4-aligned address; the heap is a bump pointer that is never
+//! freed (each invocation has a fresh instance), and starts where the
+//! compiled module's data ends (`heap_set`, from its start function).
+//!
+//! Addresses come from compiled code the compiler made, inside this
+//! memory: a wrong one is a compiler bug, and in wasm it reads whatever
+//! is there or traps, never outside the sandbox.
+
+use core::arch::wasm32;
+use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+use crate::{left, number, text};
+
+#[link(wasm_import_module = "hearth")]
+unsafe extern "C" {
+    /// Ends the compiled attempt: the node runs the invocation in the
+    /// isolate instead. `at` is a source offset or a [`left`] code.
+    #[link_name = "leave"]
+    fn hearth_leave(at: u32) -> !;
+}
+
+#[link(wasm_import_module = "wasi_snapshot_preview1")]
+unsafe extern "C" {
+    fn fd_read(fd: u32, iovs: *const Iovec, n: u32, nread: *mut u32) -> u16;
+}
+
+#[repr(C)]
+struct Iovec {
+    buf: u32,
+    len: u32,
+}
+
+fn leave(at: u32) -> ! {
+    // SAFETY: `hearth.leave` is the host's; it never returns (it traps
+    // the instance with the code, which the wasm tier reads back).
+    unsafe { hearth_leave(at) }
+}
+
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
+    wasm32::unreachable()
+}
+
+/// The heap's next free address.
+static HEAP: AtomicU32 = AtomicU32::new(0);
+
+/// Sets the heap's top: where the compiled module's data ends, from its
+/// start function, and later what a host call's answer did not use of the
+/// room it was read into, given back.
+#[unsafe(no_mangle)]
+pub extern "C" fn heap_set(top: u32) {
+    HEAP.store(top, Relaxed);
+}
+
+/// `size` bytes, 8-aligned, growing memory as needed; leaves when the
+/// sandbox's memory limit refuses.
+#[unsafe(no_mangle)]
+pub extern "C" fn alloc(size: u32) -> u32 {
+    let p = HEAP.load(Relaxed).checked_add(7).unwrap_or_else(|| leave(left::MEMORY)) & !7;
+    let end = p.checked_add(size).unwrap_or_else(|| leave(left::MEMORY));
+    let pages = (u64::from(end) + 0xFFFF) >> 16;
+    let have = wasm32::memory_size(0) as u64;
+    if pages > have && wasm32::memory_grow(0, (pages - have) as usize) == usize::MAX {
+        leave(left::MEMORY);
+    }
+    HEAP.store(end, Relaxed);
+    p
+}
+
+/// The code units of the string at `s`.
+fn units<'a>(s: u32) -> &'a [u16] {
+    // SAFETY: `s` is a string compiled code made (a literal in its data or
+    // one this module allocated): a length, then that many units, inside
+    // memory, 2-aligned; nothing writes to a string once made.
+    unsafe {
+        let len = *(s as *const u32);
+        core::slice::from_raw_parts((s + 4) as *const u16, len as usize)
+    }
+}
+
+/// A new string of `len` units, for the caller to fill.
+fn new_string<'a>(len: usize) -> (u32, &'a mut [u16]) {
+    // Strings stay far below 4 GiB of units: past 2^28 the text leaves.
+    if len >= 1 << 28 {
+        leave(left::TEXT);
+    }
+    let s = alloc(4 + 2 * len as u32);
+    // SAFETY: `alloc` just gave these bytes to this string alone, inside
+    // memory and 8-aligned.
+    unsafe {
+        *(s as *mut u32) = len as u32;
+        (s, core::slice::from_raw_parts_mut((s + 4) as *mut u16, len))
+    }
+}
+
+/// Bytes `[at, at + len)` of memory.
+fn bytes<'a>(at: u32, len: u32) -> &'a [u8] {
+    // SAFETY: a block compiled code or the host wrote, inside memory.
+    unsafe { core::slice::from_raw_parts(at as *const u8, len as usize) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn to_int32(x: f64) -> i32 {
+    number::to_int32(x)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn rem(a: f64, b: f64) -> f64 {
+    number::rem(a, b)
+}
+
+/// `a + b` of two strings.
+#[unsafe(no_mangle)]
+pub extern "C" fn concat(a: u32, b: u32) -> u32 {
+    let (x, y) = (units(a), units(b));
+    if x.is_empty() {
+        return b;
+    }
+    if y.is_empty() {
+        return a;
+    }
+    let (s, out) = new_string(x.len() + y.len());
+    out[..x.len()].copy_from_slice(x);
+    out[x.len()..].copy_from_slice(y);
+    s
+}
+
+/// `a === b` of two strings.
+#[unsafe(no_mangle)]
+pub extern "C" fn str_eq(a: u32, b: u32) -> i32 {
+    i32::from(a == b || units(a) == units(b))
+}
+
+/// `String(x)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn num_to_str(x: f64) -> u32 {
+    let mut digits = [0u8; number::MAX_LEN];
+    let n = number::to_string(x, &mut digits);
+    let (s, out) = new_string(n);
+    for (o, &d) in out.iter_mut().zip(&digits[..n]) {
+        *o = u16::from(d);
+    }
+    s
+}
+
+/// `Number(s)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn str_to_num(s: u32) -> f64 {
+    let u = units(s);
+    // Scratch on the heap, given back once parsed.
+    let top = HEAP.load(Relaxed);
+    let at = alloc(u.len() as u32);
+    // SAFETY: `alloc` just gave these bytes to this call alone.
+    let scratch = unsafe { core::slice::from_raw_parts_mut(at as *mut u8, u.len()) };
+    let x = number::parse(u, scratch).unwrap_or_else(|_| leave(left::NUMBER));
+    HEAP.store(top, Relaxed);
+    x
+}
+
+/// A string of the ASCII bytes `[at, at + len)`; other text leaves.
+#[unsafe(no_mangle)]
+pub extern "C" fn ascii_in(at: u32, len: u32) -> u32 {
+    let b = bytes(at, len);
+    let (s, out) = new_string(b.len());
+    if !text::ascii_units(b, out) {
+        leave(left::TEXT);
+    }
+    s
+}
+
+/// `await request.text()`: stdin whole, as a string; a body that is not
+/// ASCII leaves (decoding UTF-8 exactly is the isolate's).
+#[unsafe(no_mangle)]
+pub extern "C" fn read_body() -> u32 {
+    const CHUNK: u32 = 64 << 10;
+    let start = alloc(0);
+    let mut total: u32 = 0;
+    loop {
+        // Room for the next chunk right after what was read.
+        HEAP.store(start + total, Relaxed);
+        let buf = alloc(CHUNK);
+        let iov = Iovec { buf, len: CHUNK };
+        let mut n: u32 = 0;
+        // SAFETY: one iovec over room `alloc` gave; `n` is this frame's.
+        if unsafe { fd_read(0, &iov, 1, &mut n) } != 0 {
+            leave(left::TEXT);
+        }
+        if n == 0 {
+            break;
+        }
+        total = total.checked_add(n).unwrap_or_else(|| leave(left::TEXT));
+    }
+    HEAP.store(start + total, Relaxed);
+    ascii_in(start, total)
+}
