@@ -97,14 +97,26 @@ pub fn to_string(x: f64, out: &mut [u8; MAX_LEN]) -> usize {
         w.push(b"Infinity");
         return w.len;
     }
-    // The shortest digits that read back as x, and their exponent:
-    // `{:e}` gives `d[.ddd]e[-]N`.
+    // How many digits read back as x, fewest: `{:e}` gives the shortest
+    // `d[.ddd]e[-]N`. Of the k-digit decimals the spec takes the closest
+    // to x, ties to even, which is `{:.(k-1)e}` (exact, ties to even);
+    // the shortest one `{:e}` gives rounds a tie up.
     let mut sci = [0u8; MAX_LEN];
+    let k = {
+        let mut s = Buf {
+            bytes: &mut sci,
+            len: 0,
+        };
+        let _ = write!(s, "{x:e}");
+        let len = s.len;
+        let e_at = sci[..len].iter().position(|&b| b == b'e').unwrap_or(len);
+        sci[..e_at].iter().filter(|b| b.is_ascii_digit()).count()
+    };
     let mut s = Buf {
         bytes: &mut sci,
         len: 0,
     };
-    let _ = write!(s, "{x:e}");
+    let _ = write!(s, "{x:.*e}", k.saturating_sub(1));
     let len = s.len;
     let sci = &sci[..len];
     let e_at = sci.iter().position(|&b| b == b'e').unwrap_or(sci.len());
@@ -281,6 +293,8 @@ mod tests {
             (f64::MAX, "1.7976931348623157e+308"),
             (5e-324, "5e-324"),
             (f64::NEG_INFINITY, "-Infinity"),
+            // …238.25 exactly: of .2 and .3, the even.
+            (583171126317238.2, "583171126317238.2"),
         ] {
             assert_eq!(show(x), s, "{x:e}");
         }

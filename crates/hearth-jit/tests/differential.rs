@@ -115,6 +115,18 @@ fn iovecs(c: &mut Caller<'_, Io>, iovs: i32, n: i32) -> (Memory, Vec<(usize, usi
 
 fn run_module(engine: &Engine, wasm: &[u8], body: &str) -> Ran {
     let module = wasmtime::Module::new(engine, wasm).expect("the module validates");
+    let runtime = wasmtime::Module::new(engine, hearth_jit::RUNTIME).unwrap();
+    run_compiled(engine, &runtime, &module, body)
+}
+
+/// Runs `module` with the runtime it imports (both compiled for `engine`).
+fn run_compiled(
+    engine: &Engine,
+    runtime: &wasmtime::Module,
+    module: &wasmtime::Module,
+    body: &str,
+) -> Ran {
+    let module = module.clone();
     let mut linker = Linker::new(engine);
     linker
         .func_wrap(
@@ -200,8 +212,7 @@ fn run_module(engine: &Engine, wasm: &[u8], body: &str) -> Ran {
         },
     );
     // The runtime first: the module imports its memory and functions.
-    let runtime = wasmtime::Module::new(engine, hearth_jit::RUNTIME).unwrap();
-    let rt = linker.instantiate(&mut store, &runtime).unwrap();
+    let rt = linker.instantiate(&mut store, runtime).unwrap();
     linker
         .instance(&mut store, hearth_jit::RUNTIME_NAME, rt)
         .unwrap();
@@ -237,42 +248,77 @@ fn run_module(engine: &Engine, wasm: &[u8], body: &str) -> Ran {
     Ran::Answered(status, headers + body)
 }
 
+/// A handler traced over bodies in QuickJS and compiled, with QuickJS
+/// running the plain handler beside it.
+struct Compiled {
+    plan: Plan,
+    plain: Interpreter,
+    engine: Engine,
+    runtime: wasmtime::Module,
+    module: wasmtime::Module,
+}
+
+impl Compiled {
+    fn new(source: &str, training: &[&str]) -> Compiled {
+        let plan = Plan::new(source).unwrap_or_else(|r| panic!("refused: {r}"));
+        let traced = Interpreter::new(&plan.traced_source());
+        let plain = Interpreter::new(source);
+        let mut trace: Trace = plan.trace();
+        for body in training {
+            let (status, text, lines) = traced.run(body);
+            let (plain_status, plain_text, _) = plain.run(body);
+            assert_eq!(
+                (status, text),
+                (plain_status, plain_text),
+                "tracing changed the answer"
+            );
+            let merged = lines.iter().filter(|l| trace.merge_line(l)).count();
+            assert_eq!(merged, 1, "one trace line per run: {lines:?}");
+        }
+        let wasm = plan
+            .compile(&trace)
+            .unwrap_or_else(|r| panic!("not compiled: {r}"));
+        let engine = Engine::default();
+        let module = wasmtime::Module::new(&engine, &wasm).expect("the module validates");
+        let runtime = wasmtime::Module::new(&engine, hearth_jit::RUNTIME).unwrap();
+        Compiled {
+            plan,
+            plain,
+            engine,
+            runtime,
+            module,
+        }
+    }
+
+    /// Runs `body` compiled and in QuickJS: `Ok(true)` if the compiled
+    /// code answered as QuickJS did, `Ok(false)` if it left, `Err` with
+    /// both answers if it answered otherwise.
+    fn check(&self, body: &str) -> Result<bool, String> {
+        let (status, text, _) = self.plain.run(body);
+        match run_compiled(&self.engine, &self.runtime, &self.module, body) {
+            Ran::Answered(s, t) if (s, t.as_str()) == (status, text.as_str()) => Ok(true),
+            Ran::Answered(s, t) => Err(format!(
+                "for body {body:?}: compiled {s} {t:?}, QuickJS {status} {text:?}"
+            )),
+            Ran::Left(at) => {
+                eprintln!("left for {body:?}: {}", self.plan.where_left(at));
+                Ok(false)
+            }
+        }
+    }
+}
+
 /// Traces `source` over `training`, compiles, then checks every body in
 /// `training` and `checks`: each compiled answer is QuickJS's, or the
 /// module left. Returns how many it answered.
 fn differential(source: &str, training: &[&str], checks: &[&str]) -> usize {
-    let plan = Plan::new(source).unwrap_or_else(|r| panic!("refused: {r}"));
-    let traced = Interpreter::new(&plan.traced_source());
-    let plain = Interpreter::new(source);
-    let mut trace: Trace = plan.trace();
-    for body in training {
-        let (status, text, lines) = traced.run(body);
-        let (plain_status, plain_text, _) = plain.run(body);
-        assert_eq!(
-            (status, text),
-            (plain_status, plain_text),
-            "tracing changed the answer"
-        );
-        let merged = lines.iter().filter(|l| trace.merge_line(l)).count();
-        assert_eq!(merged, 1, "one trace line per run: {lines:?}");
-    }
-    let wasm = plan
-        .compile(&trace)
-        .unwrap_or_else(|r| panic!("not compiled: {r}"));
-    let engine = Engine::default();
+    let compiled = Compiled::new(source, training);
     let mut answered = 0;
     for body in training.iter().chain(checks) {
-        let (status, text, _) = plain.run(body);
-        match run_module(&engine, &wasm, body) {
-            Ran::Answered(s, t) => {
-                assert_eq!(
-                    (s, t.as_str()),
-                    (status, text.as_str()),
-                    "for body {body:?}"
-                );
-                answered += 1;
-            }
-            Ran::Left(at) => eprintln!("left for {body:?}: {}", plan.where_left(at)),
+        match compiled.check(body) {
+            Ok(true) => answered += 1,
+            Ok(false) => {}
+            Err(e) => panic!("{e}"),
         }
     }
     answered
@@ -639,4 +685,99 @@ fn json_the_compiled_parser_does_not_take_leaves() {
             plan.where_left(at)
         );
     }
+}
+
+/// The compiled pipeline on random input (the runtime in wasm32, the
+/// emitted code around it): numbers read from text, printed, divided and
+/// truncated answer as QuickJS does, and only what compiled code does not
+/// take leaves.
+#[test]
+fn numbers_from_random_text_answer_as_quickjs_does() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let src = r#"
+export default {
+  async fetch(request) {
+    const t = await request.text();
+    const x = Number(t);
+    return new Response(`${x} ${String(x * 3)} ${x % 7} ${x | 0} ${t + "!"} ${t === "1"}`);
+  },
+};
+"#;
+    let compiled = Compiled::new(src, &["1.5", "abc", "12", "-0", "1e300", "1"]);
+    let text = proptest::string::string_regex(
+        "[ \t\n]{0,2}([+-]?[0-9]{0,22}(\\.[0-9]{0,22})?([eE][+-]?[0-9]{0,3})?|[+-]?Infinity|0[xob][0-9a-f]{1,8}|[ -~]{0,12})[ \t\n]{0,2}",
+    )
+    .unwrap();
+    let left = std::cell::Cell::new(0);
+    TestRunner::new(Config::with_cases(2_000))
+        .run(&text, |body| {
+            match compiled.check(&body) {
+                Ok(true) => {}
+                Ok(false) => left.set(left.get() + 1),
+                Err(e) => prop_assert!(false, "{}", e),
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(left.get(), 0, "ASCII text never leaves");
+}
+
+/// JSON of random strings (any character, escaped) and numbers, parsed by
+/// the compiled parser and written back: each answer is QuickJS's to the
+/// unit, or the module leaves (a fraction or exponent, which the compiled
+/// parser does not convert).
+#[test]
+fn random_json_answers_as_quickjs_does() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let src = r#"
+export default {
+  async fetch(request) {
+    const v = await request.json();
+    return Response.json({ n: v.n * 2, s: v.s + "?", list: [v.n, 1], same: v.s === "a" });
+  },
+};
+"#;
+    let compiled = Compiled::new(
+        src,
+        &[r#"{"n": 3, "s": "a"}"#, r#" {"s":"x\n\u00e9","n":-5} "#],
+    );
+    let number = prop_oneof![
+        any::<i32>().prop_map(|n| n.to_string()),
+        any::<f64>().prop_map(|x| serde_json::to_string(&x).unwrap()),
+    ];
+    let body = (number, any::<String>(), any::<bool>(), "[ \t\n]{0,2}").prop_map(
+        |(n, s, order, space)| {
+            // ASCII JSON (what the compiled tier reads): other characters
+            // as `\u` escapes of their UTF-16 units.
+            let s: String = serde_json::to_string(&s)
+                .unwrap()
+                .chars()
+                .map(|c| match c {
+                    ' '..='~' => c.to_string(),
+                    c => c
+                        .encode_utf16(&mut [0; 2])
+                        .iter()
+                        .map(|u| format!("\\u{u:04x}"))
+                        .collect(),
+                })
+                .collect();
+            let (a, b) = (format!("\"n\":{space}{n}"), format!("\"s\":{s}"));
+            let (a, b) = if order { (a, b) } else { (b, a) };
+            format!("{space}{{{a},{space}{b}}}{space}")
+        },
+    );
+    let answered = std::cell::Cell::new(0);
+    TestRunner::new(Config::with_cases(1_000))
+        .run(&body, |body| {
+            match compiled.check(&body) {
+                Ok(true) => answered.set(answered.get() + 1),
+                Ok(false) => {}
+                Err(e) => prop_assert!(false, "{}", e),
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert!(answered.get() > 400, "{} answered", answered.get());
 }
