@@ -11,7 +11,8 @@
 #                 JavaScript .js/.mjs, to deploy and invoke; default: the
 #                 embedded hello. For Python, the CPU figure is the daemon's
 #                 alone, not its handlers'
-# Environment: C (wrk connections, default 16).
+# Environment: C (wrk connections, default 16); BODY, a file each request
+# POSTs (default: GETs with no body).
 set -euo pipefail
 A=$1 B=$2 ROUNDS=${3:-6} SECS=${4:-3} MODULE=${5:-}
 CONNS=${C:-16}
@@ -32,7 +33,9 @@ trap cleanup EXIT
 # start NAME BIN -> URL (pid appended to PIDS; the daemon's dir is $WORK/NAME)
 start() {
   local dir="$WORK/$1"
-  HEARTH_LOG=warn "$2" --data-dir "$dir" up --listen 127.0.0.1:0 >"$WORK/$1.log" 2>&1 &
+  # wrk is one client standing for many: no per-client body rate.
+  HEARTH_LOG=warn HEARTH_CLIENT_BODY_MIB_PER_SEC=1048576 \
+    "$2" --data-dir "$dir" up --listen 127.0.0.1:0 >"$WORK/$1.log" 2>&1 &
   echo $! >"$WORK/$1.pid"
   for _ in $(seq 1 600); do [ -s "$dir/server.json" ] && break; sleep 0.05; done
   python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["url"])' "$dir/server.json"
@@ -53,14 +56,41 @@ if [ -n "$MODULE" ]; then
   done
   FN=/fn/admin/abfn
 fi
-for u in "$UA" "$UB"; do curl -sf "$u$FN" >/dev/null; wrk -t1 -c"$CONNS" -d1s "$u$FN" >/dev/null; done
+WRK_ARGS=() CURL_ARGS=()
+if [ -n "${BODY:-}" ]; then
+  printf 'wrk.method = "POST"\nlocal f = io.open("%s", "rb")\nwrk.body = f:read("*a")\nf:close()\n' \
+    "$(realpath "$BODY")" >"$WORK/post.lua"
+  WRK_ARGS=(-s "$WORK/post.lua") CURL_ARGS=(--data-binary @"$BODY")
+fi
+for u in "$UA" "$UB"; do
+  curl -sf "${CURL_ARGS[@]}" "$u$FN" >/dev/null
+  wrk -t1 -c"$CONNS" -d1s "${WRK_ARGS[@]}" "$u$FN" >/dev/null
+done
+# A JavaScript function is measured as it serves once hot: compiled from
+# its traces where it compiles (docs/js-tier.md). Wait up to a minute for
+# each side to say so, or for the compiler to say why not.
+case "$MODULE" in
+  *.js|*.mjs)
+    for side in "a $UA" "b $UB"; do
+      set -- $side
+      for _ in $(seq 1 120); do
+        state=$(curl -sf -H "Authorization: Bearer $(cat "$WORK/$1/token")" "$2/v1/functions" |
+          python3 -c 'import json,sys
+f = [f for f in json.load(sys.stdin)["functions"] if f["name"] == "abfn"][0]
+print(f.get("compiled") if f.get("not_compiled") is None else "refused")')
+        [ "$state" = compiled ] || [ "$state" = refused ] && break
+        curl -sf "${CURL_ARGS[@]}" "$2$FN" >/dev/null; sleep 0.5
+      done
+      echo "$1: $state" >&2
+    done ;;
+esac
 
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # measure URL PID -> "req/s cpu_ticks"
 measure() {
   local t0 t1 rps
   t0=$(ticks "$2")
-  rps=$(wrk -t1 -c"$CONNS" -d"${SECS}s" "$1$FN" | awk '/Requests\/sec/{print $2}')
+  rps=$(wrk -t1 -c"$CONNS" -d"${SECS}s" "${WRK_ARGS[@]}" "$1$FN" | awk '/Requests\/sec/{print $2}')
   t1=$(ticks "$2")
   echo "$rps $((t1 - t0))"
 }

@@ -281,3 +281,80 @@ async fn compiled_fetch_is_held_to_the_allow_list_and_its_answer_to_its_room() {
         "no failure in compiled code: {metrics}"
     );
 }
+
+/// Compiled modules import their memory and functions from the compiled
+/// tier's runtime (`hearth_rt`, a library the wasm tier links: a second
+/// instance in the sandbox's store). A tenant's own module may import it
+/// too, as it may bundle the same code; but a module that takes the
+/// runtime's memory and defines one of its own would hold two memories,
+/// each up to the limit: refused at deploy, as is an import the runtime
+/// does not export with that type. A module that takes the runtime as
+/// compiled modules do runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_module_importing_the_runtime_gets_no_second_memory_and_is_checked_at_deploy() {
+    let d = Daemon::start();
+    let refused = [
+        (
+            r#"(module
+                 (import "hearth_rt" "memory" (memory 1))
+                 (memory $own 1)
+                 (export "memory" (memory 0))
+                 (func (export "_start")))"#,
+            "must import its memory from it and define none",
+        ),
+        (
+            r#"(module
+                 (import "hearth_rt" "alloc" (func (param i64) (result i32)))
+                 (memory (export "memory") 1)
+                 (func (export "_start")))"#,
+            "`hearth_rt::alloc` is not a function the library exports",
+        ),
+        (
+            r#"(module
+                 (import "hearth_rt" "memory" (memory 1))
+                 (import "hearth_rt" "no_such_thing" (func))
+                 (export "memory" (memory 0))
+                 (func (export "_start")))"#,
+            "`hearth_rt::no_such_thing` is not a function the library exports",
+        ),
+    ];
+    for (wat, says) in refused {
+        let resp = d
+            .post("/v1/functions/lib")
+            .query(&[("runtime", "wasm")])
+            .body(wat.as_bytes().to_vec())
+            .send()
+            .await
+            .unwrap();
+        let (status, _, msg) = error_of(resp).await;
+        assert_eq!(status, 400, "{wat}: {msg}");
+        assert!(msg.contains(says), "{msg}");
+    }
+    // The runtime's heap and strings, used as compiled code uses them: a
+    // string made by `num_to_str` (`[len: u32][u16 × len]`), its units
+    // written out after a CGI head with the module's own WASI.
+    let ok = r#"(module
+        (import "hearth_rt" "memory" (memory 1))
+        (import "hearth_rt" "heap_set" (func $heap_set (param i32)))
+        (import "hearth_rt" "num_to_str" (func $num_to_str (param f64) (result i32)))
+        (import "wasi_snapshot_preview1" "fd_write"
+          (func $fd_write (param i32 i32 i32 i32) (result i32)))
+        (export "memory" (memory 0))
+        (data (i32.const 61000) "content-type: text/plain\n\n")
+        (func (export "_start") (local $s i32) (local $i i32)
+          (call $heap_set (i32.const 60000))
+          (local.set $s (call $num_to_str (f64.const 0.1)))
+          (loop $copy
+            (i32.store8
+              (i32.add (i32.const 61026) (local.get $i))
+              (i32.load16_u offset=4
+                (i32.add (local.get $s) (i32.shl (local.get $i) (i32.const 1)))))
+            (local.set $i (i32.add (local.get $i) (i32.const 1)))
+            (br_if $copy (i32.lt_u (local.get $i) (i32.load (local.get $s)))))
+          (i32.store (i32.const 50000) (i32.const 61000))
+          (i32.store (i32.const 50004) (i32.add (i32.const 26) (i32.load (local.get $s))))
+          (drop (call $fd_write (i32.const 1) (i32.const 50000) (i32.const 1) (i32.const 50008)))))"#;
+    d.deploy("lib", ok.as_bytes().to_vec(), &[("runtime", "wasm")])
+        .await;
+    assert_eq!(d.call("lib", "", "").await, (200, "0.1".to_string()));
+}
