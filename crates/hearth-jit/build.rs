@@ -16,12 +16,22 @@ fn main() {
     let here = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let runtime = here.join("../hearth-jit-runtime");
     println!("cargo:rerun-if-changed={}", runtime.join("src").display());
-    println!("cargo:rerun-if-changed={}", runtime.join("Cargo.toml").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        runtime.join("Cargo.toml").display()
+    );
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets it"));
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut build = Command::new(cargo);
     build
-        .args(["rustc", "--quiet", "--release", "--lib", "--crate-type", "cdylib"])
+        .args([
+            "rustc",
+            "--quiet",
+            "--release",
+            "--lib",
+            "--crate-type",
+            "cdylib",
+        ])
         .args(["--target", TARGET])
         .arg("--manifest-path")
         .arg(runtime.join("Cargo.toml"))
@@ -29,7 +39,13 @@ fn main() {
         .arg(out.join("runtime"))
         // No debug info in the module compiled code links to.
         .args(["--config", "profile.release.debug=false"])
-        .args(["--", "-C", "link-arg=-zstack-size=32768", "-C", "strip=symbols"]);
+        .args([
+            "--",
+            "-C",
+            "link-arg=-zstack-size=8192",
+            "-C",
+            "strip=symbols",
+        ]);
     for flags in [
         "RUSTFLAGS",
         "CARGO_ENCODED_RUSTFLAGS",

@@ -57,7 +57,11 @@ pub extern "C" fn heap_set(top: u32) {
 /// sandbox's memory limit refuses.
 #[unsafe(no_mangle)]
 pub extern "C" fn alloc(size: u32) -> u32 {
-    let p = HEAP.load(Relaxed).checked_add(7).unwrap_or_else(|| leave(left::MEMORY)) & !7;
+    let p = HEAP
+        .load(Relaxed)
+        .checked_add(7)
+        .unwrap_or_else(|| leave(left::MEMORY))
+        & !7;
     let end = p.checked_add(size).unwrap_or_else(|| leave(left::MEMORY));
     let pages = (u64::from(end) + 0xFFFF) >> 16;
     let have = wasm32::memory_size(0) as u64;

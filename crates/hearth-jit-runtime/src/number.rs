@@ -75,10 +75,7 @@ impl Write for Buf<'_> {
 
 /// Writes `String(x)` into `out`; returns its length.
 pub fn to_string(x: f64, out: &mut [u8; MAX_LEN]) -> usize {
-    let mut w = Buf {
-        bytes: out,
-        len: 0,
-    };
+    let mut w = Buf { bytes: out, len: 0 };
     if x.is_nan() {
         w.push(b"NaN");
         return w.len;
@@ -95,6 +92,23 @@ pub fn to_string(x: f64, out: &mut [u8; MAX_LEN]) -> usize {
     };
     if x.is_infinite() {
         w.push(b"Infinity");
+        return w.len;
+    }
+    // An integer below 2^53, the common case, is its digits: no search
+    // for the shortest.
+    if x < 9_007_199_254_740_992.0 && x == (x as u64) as f64 {
+        let mut digits = [0u8; 16];
+        let mut at = digits.len();
+        let mut v = x as u64;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        w.push(&digits[at..]);
         return w.len;
     }
     // How many digits read back as x, fewest: `{:e}` gives the shortest
@@ -307,7 +321,9 @@ mod tests {
         assert_eq!(num("0x1F"), Ok(31.0));
         assert_eq!(num("-Infinity"), Ok(f64::NEG_INFINITY));
         assert!(num("-0").is_ok_and(|x| x == 0.0 && x.is_sign_negative()));
-        for nan in ["1_000", "-0x1", "0x", "inf", "1e", ".", "1..2", "++1", "NaN"] {
+        for nan in [
+            "1_000", "-0x1", "0x", "inf", "1e", ".", "1..2", "++1", "NaN",
+        ] {
             assert!(num(nan).is_ok_and(f64::is_nan), "{nan}");
         }
         assert_eq!(num("0x10000000000000000"), Err(TooLong));

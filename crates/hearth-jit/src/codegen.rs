@@ -20,9 +20,9 @@
 use std::collections::{HashMap, HashSet};
 
 use wasm_encoder::{
-    BlockType, CodeSection, ConstExpr, DataCountSection, DataSection, EntityType, ExportKind, ExportSection,
-    Function, FunctionSection, GlobalSection, GlobalType, ImportSection, Instruction as I, MemArg,
-    MemoryType, Module, TypeSection, ValType,
+    BlockType, CodeSection, ConstExpr, DataCountSection, DataSection, EntityType, ExportKind,
+    ExportSection, Function, FunctionSection, GlobalSection, GlobalType, ImportSection,
+    Instruction as I, MemArg, MemoryType, Module, TypeSection, ValType,
 };
 
 mod dynamic;
@@ -765,7 +765,10 @@ impl ModuleBuilder<'_> {
         s.instruction(&I::Call(ALLOC));
         s.instruction(&I::I32Const(0));
         s.instruction(&I::I32Const(data_len as i32));
-        s.instruction(&I::MemoryInit { mem: 0, data_index: 0 });
+        s.instruction(&I::MemoryInit {
+            mem: 0,
+            data_index: 0,
+        });
         s.instruction(&I::DataDrop(0));
         s.instruction(&I::Call(handler));
         s.instruction(&I::Call(WRITE_RESPONSE));

@@ -7,8 +7,8 @@
 use wasm_encoder::{BlockType, Function, Instruction as I, ValType};
 
 use crate::codegen::{
-    ALLOC, ASCII_IN, ENVIRON_GET, ENVIRON_SIZES_GET, FD_WRITE, FnBuilder, ModuleBuilder, RANDOM_GET, Ty,
-    layout, mem,
+    ALLOC, ASCII_IN, ENVIRON_GET, ENVIRON_SIZES_GET, FD_WRITE, FnBuilder, ModuleBuilder,
+    RANDOM_GET, Ty, layout, mem,
 };
 
 pub use hearth_jit_runtime::left;
