@@ -3,6 +3,11 @@
 //! freed (each invocation has a fresh instance), and starts where the
 //! compiled module's data ends (`heap_set`, from its start function).
 //!
+//! Memory above the heap's top is zero: a fresh instance's is, nothing is
+//! freed, and scratch given back is zeroed first ([`with_scratch`]).
+//! Emitted code relies on it (the JSON parser builds a string in a block
+//! whose length it takes as 0).
+//!
 //! Addresses come from compiled code the compiler made, inside this
 //! memory: a wrong one is a compiler bug, and in wasm it reads whatever
 //! is there or traps, never outside the sandbox.
@@ -70,6 +75,19 @@ pub extern "C" fn alloc(size: u32) -> u32 {
     }
     HEAP.store(end, Relaxed);
     p
+}
+
+/// Runs `f` over `len` bytes of scratch on the heap, then zeroes them and
+/// gives them back.
+fn with_scratch<T>(len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
+    let top = HEAP.load(Relaxed);
+    let at = alloc(len as u32);
+    // SAFETY: `alloc` just gave these bytes to this call alone.
+    let scratch = unsafe { core::slice::from_raw_parts_mut(at as *mut u8, len) };
+    let answer = f(scratch);
+    scratch.fill(0);
+    HEAP.store(top, Relaxed);
+    answer
 }
 
 /// The code units of the string at `s`.
@@ -152,14 +170,29 @@ pub extern "C" fn num_to_str(x: f64) -> u32 {
 #[unsafe(no_mangle)]
 pub extern "C" fn str_to_num(s: u32) -> f64 {
     let u = units(s);
-    // Scratch on the heap, given back once parsed.
-    let top = HEAP.load(Relaxed);
-    let at = alloc(u.len() as u32);
-    // SAFETY: `alloc` just gave these bytes to this call alone.
-    let scratch = unsafe { core::slice::from_raw_parts_mut(at as *mut u8, u.len()) };
-    let x = number::parse(u, scratch).unwrap_or_else(|_| leave(left::NUMBER));
-    HEAP.store(top, Relaxed);
+    with_scratch(u.len(), |scratch| number::parse(u, scratch))
+        .unwrap_or_else(|_| leave(left::NUMBER))
+}
+
+/// Where the last [`json_number`] ended: a unit index into its text.
+static JSON_END: AtomicU32 = AtomicU32::new(0);
+
+/// The JSON number at unit `at` of string `s` (the compiled parser's
+/// cursor); [`json_number_end`] then says where it ended. Text that is
+/// not a number leaves, for the isolate's `SyntaxError`.
+#[unsafe(no_mangle)]
+pub extern "C" fn json_number(s: u32, at: u32) -> f64 {
+    let rest = units(s).get(at as usize..).unwrap_or(&[]);
+    let (x, n) = with_scratch(rest.len(), |scratch| number::json_number(rest, scratch))
+        .unwrap_or_else(|_| leave(left::JSON));
+    JSON_END.store(at + n as u32, Relaxed);
     x
+}
+
+/// Where the last [`json_number`] ended.
+#[unsafe(no_mangle)]
+pub extern "C" fn json_number_end() -> u32 {
+    JSON_END.load(Relaxed)
 }
 
 /// A string of the ASCII bytes `[at, at + len)`; other text leaves.

@@ -277,6 +277,57 @@ fn radix_integer(digits: &[u16], radix: u32) -> Result<f64, TooLong> {
     Ok(v as f64)
 }
 
+/// Why [`json_number`] reads no number: the text there is not one.
+#[derive(Debug, PartialEq, Eq)]
+pub struct NotJson;
+
+/// The JSON number at the start of `units` (RFC 8259 §6: `-`, `0` or
+/// digits not starting with `0`, a fraction, an exponent) and how many
+/// units it takes; what follows it is the caller's. `scratch` must hold
+/// `units.len()` bytes. The value is the correctly rounded double, as
+/// `JSON.parse` gives.
+pub fn json_number(units: &[u16], scratch: &mut [u8]) -> Result<(f64, usize), NotJson> {
+    let digits = |from: usize| {
+        units[from.min(units.len())..]
+            .iter()
+            .take_while(|u| (0x30..=0x39).contains(*u))
+            .count()
+    };
+    let mut i = usize::from(units.first() == Some(&0x2D));
+    match units.get(i) {
+        Some(0x30) => i += 1,
+        Some(0x31..=0x39) => i += digits(i),
+        _ => return Err(NotJson),
+    }
+    if units.get(i) == Some(&0x2E) {
+        let n = digits(i + 1);
+        if n == 0 {
+            return Err(NotJson);
+        }
+        i += 1 + n;
+    }
+    if let Some(0x65 | 0x45) = units.get(i) {
+        i += 1;
+        if let Some(0x2B | 0x2D) = units.get(i) {
+            i += 1;
+        }
+        let n = digits(i);
+        if n == 0 {
+            return Err(NotJson);
+        }
+        i += n;
+    }
+    let bytes = scratch.get_mut(..i).ok_or(NotJson)?;
+    for (b, &u) in bytes.iter_mut().zip(units) {
+        *b = u as u8;
+    }
+    core::str::from_utf8(bytes)
+        .ok()
+        .and_then(|t| t.parse::<f64>().ok())
+        .map(|x| (x, i))
+        .ok_or(NotJson)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,6 +378,21 @@ mod tests {
             assert!(num(nan).is_ok_and(f64::is_nan), "{nan}");
         }
         assert_eq!(num("0x10000000000000000"), Err(TooLong));
+    }
+
+    #[test]
+    fn json_numbers_are_read_to_their_end() {
+        let read = |s: &str| {
+            let units: Vec<u16> = s.encode_utf16().collect();
+            json_number(&units, &mut vec![0; units.len()])
+        };
+        assert_eq!(read("-12.5e1,"), Ok((-125.0, 7)));
+        assert_eq!(read("0]"), Ok((0.0, 1)));
+        assert_eq!(read("01"), Ok((0.0, 1)), "the caller refuses what follows");
+        assert!(read("-0").is_ok_and(|(x, n)| x == 0.0 && x.is_sign_negative() && n == 2));
+        for bad in ["-", "1.", ".5", "1e", "+1", "1e+", "x"] {
+            assert_eq!(read(bad), Err(NotJson), "{bad}");
+        }
     }
 
     #[test]

@@ -206,22 +206,24 @@ pub(crate) const STR_EQ: u32 = 16;
 pub(crate) const READ_BODY: u32 = 17;
 pub(crate) const STR_TO_NUM: u32 = 18;
 pub(crate) const ASCII_IN: u32 = 19;
+pub(crate) const JSON_NUMBER: u32 = 20;
+pub(crate) const JSON_NUMBER_END: u32 = 21;
 // Helpers, emitted by `helpers.rs`, in this order.
-pub(crate) const WRITE_RESPONSE: u32 = 20;
-const RANDOM: u32 = 21;
-pub(crate) const SB_NEW: u32 = 22;
-pub(crate) const SB_ROOM: u32 = 23;
-pub(crate) const SB_PUSH: u32 = 24;
-pub(crate) const SB_QUOTE: u32 = 25;
-pub(crate) const SB_NUM: u32 = 26;
-const ASCII_OUT: u32 = 27;
-pub(crate) const JP_WS: u32 = 28;
-pub(crate) const JP_STRING: u32 = 29;
-pub(crate) const JP_VALUE: u32 = 30;
-pub(crate) const JP_PARSE: u32 = 31;
-pub(crate) const JP_GET: u32 = 32;
-const ENV_GET: u32 = 33;
-const FIRST_USER: u32 = 34;
+pub(crate) const WRITE_RESPONSE: u32 = 22;
+const RANDOM: u32 = 23;
+pub(crate) const SB_NEW: u32 = 24;
+pub(crate) const SB_ROOM: u32 = 25;
+pub(crate) const SB_PUSH: u32 = 26;
+pub(crate) const SB_QUOTE: u32 = 27;
+pub(crate) const SB_NUM: u32 = 28;
+const ASCII_OUT: u32 = 29;
+pub(crate) const JP_WS: u32 = 30;
+pub(crate) const JP_STRING: u32 = 31;
+pub(crate) const JP_VALUE: u32 = 32;
+pub(crate) const JP_PARSE: u32 = 33;
+pub(crate) const JP_GET: u32 = 34;
+const ENV_GET: u32 = 35;
+const FIRST_USER: u32 = 36;
 
 /// The module compiled code imports its memory and the runtime's
 /// functions from; the wasm tier links it (`hearth_wasm`'s libraries).
@@ -229,7 +231,7 @@ pub const RUNTIME_NAME: &str = "hearth_rt";
 
 /// The runtime's functions, in the order of their indices (from
 /// [`ALLOC`]): name, parameters, results.
-const RUNTIME_FUNCS: [(&str, &[ValType], &[ValType]); 10] = {
+const RUNTIME_FUNCS: [(&str, &[ValType], &[ValType]); 12] = {
     use ValType::{F64 as F, I32 as N};
     [
         ("alloc", &[N], &[N]),
@@ -242,6 +244,8 @@ const RUNTIME_FUNCS: [(&str, &[ValType], &[ValType]); 10] = {
         ("read_body", &[], &[N]),
         ("str_to_num", &[N], &[F]),
         ("ascii_in", &[N, N], &[N]),
+        ("json_number", &[N, N], &[F]),
+        ("json_number_end", &[], &[N]),
     ]
 };
 

@@ -625,15 +625,18 @@ fn parsed_json_is_read_as_quickjs_reads_it() {
         // Whitespace, escapes, a repeated key (the last counts), key order.
         " { \"member\" : false , \"items\" : [ { \"cents\":7, \"qty\":3, \"sku\":\"q\\\"\\u00e9\\ud83d\\ude00\\n\" , \"qty\": 4 } ] } ".to_string(),
         order(&[("neg", -3, 10)], false),
+        // Fractions and exponents, read exactly by the runtime.
+        r#"{"items":[{"sku":"a","qty":2,"cents":2.5},{"sku":"b","qty":1e1,"cents":-0.1E-2}],"member":true}"#.to_string(),
+        r#"{"items":[{"sku":"a","qty":3,"cents":1.25e3}],"member":false}"#.to_string(),
     ];
     let training: Vec<&str> = training.iter().map(String::as_str).collect();
     let checks: Vec<&str> = checks.iter().map(String::as_str).collect();
-    assert_eq!(differential(ORDERS, &training, &checks), 7);
+    assert_eq!(differential(ORDERS, &training, &checks), 9);
 }
 
 /// What the compiled parser does not take leaves, and says so: malformed
-/// text (QuickJS throws), fractions (an exact conversion it lacks), deep
-/// nesting; and a read the trace typed otherwise leaves where it is.
+/// text (QuickJS throws), deep nesting; and a read the trace typed
+/// otherwise leaves where it is.
 #[test]
 fn json_the_compiled_parser_does_not_take_leaves() {
     let plan = Plan::new(ORDERS).unwrap();
@@ -651,14 +654,6 @@ fn json_the_compiled_parser_does_not_take_leaves() {
         (r#"{"items":[],"member":true"#, "JSON"),
         (r#"{"items":[],"member":true} x"#, "JSON"),
         (r#"{"items":[01],"member":true}"#, "JSON"),
-        (
-            r#"{"items":[{"sku":"a","qty":2,"cents":2.5}],"member":true}"#,
-            "number",
-        ),
-        (
-            r#"{"items":[{"sku":"a","qty":2,"cents":1e3}],"member":true}"#,
-            "number",
-        ),
         (
             &format!(
                 r#"{{"items":[],"member":true,"deep":{}{}}}"#,
@@ -723,10 +718,9 @@ export default {
     assert_eq!(left.get(), 0, "ASCII text never leaves");
 }
 
-/// JSON of random strings (any character, escaped) and numbers, parsed by
-/// the compiled parser and written back: each answer is QuickJS's to the
-/// unit, or the module leaves (a fraction or exponent, which the compiled
-/// parser does not convert).
+/// JSON of random strings (any character, escaped) and numbers (any
+/// double, as serde_json prints it), parsed by the compiled parser and
+/// written back: each answer is QuickJS's to the unit.
 #[test]
 fn random_json_answers_as_quickjs_does() {
     use proptest::prelude::*;
@@ -779,5 +773,7 @@ export default {
             Ok(())
         })
         .unwrap();
-    assert!(answered.get() > 400, "{} answered", answered.get());
+    // Only a body whose `n` is `null` (serde_json's NaN and infinities)
+    // leaves: the trace saw numbers there.
+    assert!(answered.get() > 900, "{} answered", answered.get());
 }

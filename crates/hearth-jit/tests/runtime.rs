@@ -132,3 +132,39 @@ fn int32_and_remainder_of_any_numbers_are_quickjs_s() {
         })
         .unwrap();
 }
+
+/// A JSON number, nearly (each part optional, so some are malformed),
+/// then what follows it in a document.
+#[test]
+fn json_numbers_are_quickjs_s() {
+    let js = Js::new();
+    let text = proptest::string::string_regex(
+        "-?[0-9]{0,20}(\\.[0-9]{0,20})?([eE][+-]?[0-9]{0,4})?[,\\]} ]?",
+    )
+    .unwrap();
+    TestRunner::new(Config::with_cases(20_000))
+        .run(&text, |s| {
+            let units: Vec<u16> = s.encode_utf16().collect();
+            let got = number::json_number(&units, &mut vec![0; units.len()]);
+            let literal = s.trim_end_matches([',', ']', '}', ' ']);
+            // QuickJS's JSON.parse of the literal alone: its value, or
+            // that it throws.
+            let want: Option<f64> = js.call(
+                "(s) => { try { return JSON.parse(s); } catch { return undefined; } }",
+                (literal,),
+            );
+            match (got, want) {
+                (Ok((x, n)), Some(w)) => {
+                    prop_assert_eq!(n, literal.len(), "{:?}", s);
+                    prop_assert_eq!(x.to_bits(), w.to_bits(), "{:?}", s);
+                }
+                // "01" reads as 0 and leaves the 1 to the parser, which
+                // refuses it there.
+                (Ok((_, n)), None) => prop_assert!(n < literal.len(), "{:?} read whole", s),
+                (Err(_), None) => {}
+                (Err(_), Some(w)) => prop_assert!(false, "{:?} refused, QuickJS reads {}", s, w),
+            }
+            Ok(())
+        })
+        .unwrap();
+}

@@ -1,10 +1,9 @@
 //! `JSON.parse`, in the sandbox: a recursive descent over the string's
 //! UTF-16 units into cells, which compiled code reads with the types its
 //! trace saw (`codegen/dynamic.rs`). What the parser does not take —
-//! malformed text (a `SyntaxError` in JavaScript), a number with a
-//! fraction or exponent or over 15 digits (which would need an exact
-//! decimal-to-binary conversion), nesting past 64 — leaves, and the
-//! isolate parses it.
+//! malformed text (a `SyntaxError` in JavaScript), nesting past 64 —
+//! leaves, and the isolate parses it. Numbers are the runtime's
+//! (`json_number`: exact, every fraction and exponent).
 //!
 //! A cell is `[tag: i32][ptr: i32][number: f64]`; an array's `ptr` is an
 //! array block of cell pointers, an object's an array block of
@@ -14,7 +13,10 @@
 use wasm_encoder::{BlockType, Instruction as I};
 
 use super::{Consts, F, N, left};
-use crate::codegen::{ALLOC, CURSOR, FnBuilder, JP_STRING, JP_VALUE, JP_WS, STR_EQ, layout, mem};
+use crate::codegen::{
+    ALLOC, CURSOR, FnBuilder, JP_STRING, JP_VALUE, JP_WS, JSON_NUMBER, JSON_NUMBER_END, STR_EQ,
+    layout, mem,
+};
 
 /// Cell tags.
 pub mod cell {
@@ -369,81 +371,15 @@ pub(super) fn jp_string(f: &mut FnBuilder<'_, '_>, _: &Consts) {
     f.emit(I::LocalGet(out));
 }
 
-/// Pushes a number literal's value: `-`, then `0` or digits, at most 15
-/// (below 2^53, so exact); a fraction, an exponent or more digits leave.
+/// Pushes the value of the number literal at the cursor, read by the
+/// runtime (exact, as `JSON.parse` reads it), and steps over it.
 fn number(f: &mut FnBuilder<'_, '_>, s: u32) {
-    let (c, digits, neg) = (f.local(N), f.local(N), f.local(N));
-    let v = f.local(F);
-    peek(f, s);
     f.all([
-        I::I32Const(b'-' as i32),
-        I::I32Eq,
-        I::LocalTee(neg),
-        I::If(BlockType::Empty),
-    ]);
-    advance(f, 1);
-    f.all([
-        I::End,
-        I::Block(BlockType::Empty),
-        I::Loop(BlockType::Empty),
-    ]);
-    peek(f, s);
-    f.all([
-        I::LocalTee(c),
-        I::I32Const(48),
-        I::I32Sub,
-        I::I32Const(10),
-        I::I32GeU,
-        I::BrIf(1),
-        // A leading zero is a number of its own ("01" is malformed).
-        I::LocalGet(digits),
-        I::I32Const(1),
-        I::I32Eq,
-        I::LocalGet(v),
-        I::F64Const(0.0.into()),
-        I::F64Eq,
-        I::I32And,
-    ]);
-    f.leave_if(left::JSON);
-    f.all([
-        I::LocalGet(v),
-        I::F64Const(10.0.into()),
-        I::F64Mul,
-        I::LocalGet(c),
-        I::I32Const(48),
-        I::I32Sub,
-        I::F64ConvertI32U,
-        I::F64Add,
-        I::LocalSet(v),
-        I::LocalGet(digits),
-        I::I32Const(1),
-        I::I32Add,
-        I::LocalTee(digits),
-        I::I32Const(15),
-        I::I32GtU,
-    ]);
-    f.leave_if(left::NUMBER);
-    advance(f, 1);
-    f.all([I::Br(0), I::End, I::End, I::LocalGet(digits), I::I32Eqz]);
-    f.leave_if(left::JSON);
-    f.all([
-        I::LocalGet(c),
-        I::I32Const(b'.' as i32),
-        I::I32Eq,
-        I::LocalGet(c),
-        I::I32Const(0x20),
-        I::I32Or,
-        I::I32Const(b'e' as i32),
-        I::I32Eq,
-        I::I32Or,
-    ]);
-    f.leave_if(left::NUMBER);
-    f.all([
-        I::LocalGet(v),
-        I::F64Neg,
-        I::LocalGet(v),
-        I::LocalGet(neg),
-        I::Select,
+        I::LocalGet(s),
+        I::GlobalGet(CURSOR),
+        I::Call(JSON_NUMBER),
+        I::Call(JSON_NUMBER_END),
+        I::GlobalSet(CURSOR),
     ]);
 }
 
