@@ -281,12 +281,10 @@ fn radix_integer(digits: &[u16], radix: u32) -> Result<f64, TooLong> {
 #[derive(Debug, PartialEq, Eq)]
 pub struct NotJson;
 
-/// The JSON number at the start of `units` (RFC 8259 §6: `-`, `0` or
-/// digits not starting with `0`, a fraction, an exponent) and how many
-/// units it takes; what follows it is the caller's. `scratch` must hold
-/// `units.len()` bytes. The value is the correctly rounded double, as
-/// `JSON.parse` gives.
-pub fn json_number(units: &[u16], scratch: &mut [u8]) -> Result<(f64, usize), NotJson> {
+/// How many units the JSON number at the start of `units` takes (RFC
+/// 8259 §6: `-`, `0` or digits not starting with `0`, a fraction, an
+/// exponent); what follows it is the caller's.
+pub fn json_number_len(units: &[u16]) -> Result<usize, NotJson> {
     let digits = |from: usize| {
         units[from.min(units.len())..]
             .iter()
@@ -317,14 +315,22 @@ pub fn json_number(units: &[u16], scratch: &mut [u8]) -> Result<(f64, usize), No
         }
         i += n;
     }
-    let bytes = scratch.get_mut(..i).ok_or(NotJson)?;
+    Ok(i)
+}
+
+/// The JSON number at the start of `units` and how many units it takes
+/// ([`json_number_len`]). `scratch` must hold that many bytes. The value
+/// is the correctly rounded double, as `JSON.parse` gives.
+pub fn json_number(units: &[u16], scratch: &mut [u8]) -> Result<(f64, usize), NotJson> {
+    let n = json_number_len(units)?;
+    let bytes = scratch.get_mut(..n).ok_or(NotJson)?;
     for (b, &u) in bytes.iter_mut().zip(units) {
         *b = u as u8;
     }
     core::str::from_utf8(bytes)
         .ok()
         .and_then(|t| t.parse::<f64>().ok())
-        .map(|x| (x, i))
+        .map(|x| (x, n))
         .ok_or(NotJson)
 }
 
@@ -384,7 +390,8 @@ mod tests {
     fn json_numbers_are_read_to_their_end() {
         let read = |s: &str| {
             let units: Vec<u16> = s.encode_utf16().collect();
-            json_number(&units, &mut vec![0; units.len()])
+            let n = json_number_len(&units)?;
+            json_number(&units, &mut vec![0; n])
         };
         assert_eq!(read("-12.5e1,"), Ok((-125.0, 7)));
         assert_eq!(read("0]"), Ok((0.0, 1)));
