@@ -28,6 +28,7 @@ unsafe extern "C" {
 #[link(wasm_import_module = "wasi_snapshot_preview1")]
 unsafe extern "C" {
     fn fd_read(fd: u32, iovs: *const Iovec, n: u32, nread: *mut u32) -> u16;
+    fn fd_write(fd: u32, iovs: *const Iovec, n: u32, nwritten: *mut u32) -> u16;
 }
 
 #[repr(C)]
@@ -233,4 +234,64 @@ pub extern "C" fn read_body() -> u32 {
     }
     HEAP.store(start + total, Relaxed);
     ascii_in(start, total)
+}
+
+/// Writes response `r` (`[status: f64][body: string][headers: block]`,
+/// the headers the CGI lines compiling made, `[len: u32][bytes]`) to
+/// stdout: the header lines, `status: NNN`, a blank line, then the body
+/// as UTF-8, lone surrogates as U+FFFD (as `TextEncoder` does). A status
+/// that is not an integer in 200–599 leaves.
+#[unsafe(no_mangle)]
+pub extern "C" fn write_response(r: u32) {
+    // SAFETY: a response compiled code made, 8-aligned, inside memory.
+    let (status, body, headers) = unsafe {
+        (
+            *(r as *const f64),
+            *((r + 8) as *const u32),
+            *((r + 12) as *const u32),
+        )
+    };
+    let code = status as u32;
+    if f64::from(code) != status || !(200..=599).contains(&code) {
+        leave(left::STATUS);
+    }
+    // SAFETY: the block's length word, inside memory.
+    let head = bytes(headers + 4, unsafe { *(headers as *const u32) });
+    let body = units(body);
+    let room = head.len() + 13 + 3 * body.len();
+    let at = alloc(u32::try_from(room).unwrap_or_else(|_| leave(left::TEXT)));
+    // SAFETY: `alloc` just gave these bytes to this call alone.
+    let out = unsafe { core::slice::from_raw_parts_mut(at as *mut u8, room) };
+    out[..head.len()].copy_from_slice(head);
+    let mut n = head.len();
+    let line = [
+        b's',
+        b't',
+        b'a',
+        b't',
+        b'u',
+        b's',
+        b':',
+        b' ',
+        b'0' + (code / 100) as u8,
+        b'0' + (code / 10 % 10) as u8,
+        b'0' + (code % 10) as u8,
+        b'\n',
+        b'\n',
+    ];
+    out[n..n + line.len()].copy_from_slice(&line);
+    n += line.len();
+    n += text::utf8(body, &mut out[n..]);
+    let iov = Iovec {
+        buf: at,
+        len: n as u32,
+    };
+    let mut written = 0;
+    // SAFETY: one iovec over the bytes just written; `written` is this
+    // frame's.
+    if unsafe { fd_write(1, &iov, 1, &mut written) } != 0 {
+        // A refused write is a response past its limit: trap, and the
+        // sandbox says so.
+        wasm32::unreachable();
+    }
 }

@@ -68,6 +68,18 @@ pub fn ascii_units(bytes: &[u8], out: &mut [u16]) -> bool {
     true
 }
 
+/// Writes `units` as UTF-8 into `out`, a lone surrogate as U+FFFD (as
+/// `TextEncoder` does); returns the length. `out` must hold three bytes
+/// per unit (a surrogate pair takes four for two).
+pub fn utf8(units: &[u16], out: &mut [u8]) -> usize {
+    let mut at = 0;
+    for c in char::decode_utf16(units.iter().copied()) {
+        let c = c.unwrap_or(char::REPLACEMENT_CHARACTER);
+        at += c.encode_utf8(&mut out[at..]).len();
+    }
+    at
+}
+
 /// Four bytes, each into the low half of a 16-bit lane.
 fn spread(x: u32) -> u64 {
     let x = u64::from(x);
@@ -77,6 +89,28 @@ fn spread(x: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utf8_is_the_standard_librarys_lossy_conversion() {
+        // Lone surrogates of either half, pairs, and each width of UTF-8.
+        let cases: [&[u16]; 6] = [
+            &[],
+            &[0x41, 0xE9, 0x20AC],
+            &[0xD83D, 0xDE00, 0x21],
+            &[0xD800],
+            &[0xDC00, 0xD800, 0x41, 0xD800, 0xD800, 0xDFFF],
+            &[0xFFFF, 0x7F, 0x80, 0x7FF, 0x800],
+        ];
+        for units in cases {
+            let mut out = vec![0; 3 * units.len()];
+            let n = utf8(units, &mut out);
+            assert_eq!(
+                &out[..n],
+                String::from_utf16_lossy(units).as_bytes(),
+                "{units:x?}"
+            );
+        }
+    }
 
     #[test]
     fn ascii_units_is_the_plain_widening_for_any_bytes() {

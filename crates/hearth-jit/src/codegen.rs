@@ -184,46 +184,45 @@ fn refuse<T>(what: impl Into<String>) -> R<T> {
 // randomness are taped as the isolate's `Date.now()` and `Math.random()`
 // are); KV and outbound HTTP are the wasm tier's `hearth` calls, which
 // the isolate's `hearth.kv` and `fetch` make too.
-pub(crate) const FD_WRITE: u32 = 0;
-const LEAVE: u32 = 1;
-const CLOCK_TIME_GET: u32 = 2;
-pub(crate) const RANDOM_GET: u32 = 3;
-const KV_GET: u32 = 4;
-const KV_SET: u32 = 5;
-const HTTP_FETCH: u32 = 6;
-const URL_HREF: u32 = 7;
-pub(crate) const ENVIRON_SIZES_GET: u32 = 8;
-pub(crate) const ENVIRON_GET: u32 = 9;
+const LEAVE: u32 = 0;
+const CLOCK_TIME_GET: u32 = 1;
+pub(crate) const RANDOM_GET: u32 = 2;
+const KV_GET: u32 = 3;
+const KV_SET: u32 = 4;
+const HTTP_FETCH: u32 = 5;
+const URL_HREF: u32 = 6;
+pub(crate) const ENVIRON_SIZES_GET: u32 = 7;
+pub(crate) const ENVIRON_GET: u32 = 8;
 // The runtime's functions (`crates/hearth-jit-runtime`), imported from
 // [`RUNTIME_NAME`] in this order (`RUNTIME_FUNCS`).
-pub(crate) const ALLOC: u32 = 10;
-pub(crate) const HEAP_SET: u32 = 11;
-pub(crate) const TO_INT32: u32 = 12;
-pub(crate) const REM: u32 = 13;
-pub(crate) const CONCAT: u32 = 14;
-pub(crate) const NUM_TO_STR: u32 = 15;
-pub(crate) const STR_EQ: u32 = 16;
-pub(crate) const READ_BODY: u32 = 17;
-pub(crate) const STR_TO_NUM: u32 = 18;
-pub(crate) const ASCII_IN: u32 = 19;
-pub(crate) const JSON_NUMBER: u32 = 20;
-pub(crate) const JSON_NUMBER_END: u32 = 21;
+pub(crate) const ALLOC: u32 = 9;
+pub(crate) const HEAP_SET: u32 = 10;
+pub(crate) const TO_INT32: u32 = 11;
+pub(crate) const REM: u32 = 12;
+pub(crate) const CONCAT: u32 = 13;
+pub(crate) const NUM_TO_STR: u32 = 14;
+pub(crate) const STR_EQ: u32 = 15;
+pub(crate) const READ_BODY: u32 = 16;
+pub(crate) const STR_TO_NUM: u32 = 17;
+pub(crate) const ASCII_IN: u32 = 18;
+pub(crate) const JSON_NUMBER: u32 = 19;
+pub(crate) const JSON_NUMBER_END: u32 = 20;
+pub(crate) const WRITE_RESPONSE: u32 = 21;
 // Helpers, emitted by `helpers.rs`, in this order.
-pub(crate) const WRITE_RESPONSE: u32 = 22;
-const RANDOM: u32 = 23;
-pub(crate) const SB_NEW: u32 = 24;
-pub(crate) const SB_ROOM: u32 = 25;
-pub(crate) const SB_PUSH: u32 = 26;
-pub(crate) const SB_QUOTE: u32 = 27;
-pub(crate) const SB_NUM: u32 = 28;
-const ASCII_OUT: u32 = 29;
-pub(crate) const JP_WS: u32 = 30;
-pub(crate) const JP_STRING: u32 = 31;
-pub(crate) const JP_VALUE: u32 = 32;
-pub(crate) const JP_PARSE: u32 = 33;
-pub(crate) const JP_GET: u32 = 34;
-const ENV_GET: u32 = 35;
-const FIRST_USER: u32 = 36;
+const RANDOM: u32 = 22;
+pub(crate) const SB_NEW: u32 = 23;
+pub(crate) const SB_ROOM: u32 = 24;
+pub(crate) const SB_PUSH: u32 = 25;
+pub(crate) const SB_QUOTE: u32 = 26;
+pub(crate) const SB_NUM: u32 = 27;
+const ASCII_OUT: u32 = 28;
+pub(crate) const JP_WS: u32 = 29;
+pub(crate) const JP_STRING: u32 = 30;
+pub(crate) const JP_VALUE: u32 = 31;
+pub(crate) const JP_PARSE: u32 = 32;
+pub(crate) const JP_GET: u32 = 33;
+const ENV_GET: u32 = 34;
+const FIRST_USER: u32 = 35;
 
 /// The module compiled code imports its memory and the runtime's
 /// functions from; the wasm tier links it (`hearth_wasm`'s libraries).
@@ -231,7 +230,7 @@ pub const RUNTIME_NAME: &str = "hearth_rt";
 
 /// The runtime's functions, in the order of their indices (from
 /// [`ALLOC`]): name, parameters, results.
-const RUNTIME_FUNCS: [(&str, &[ValType], &[ValType]); 12] = {
+const RUNTIME_FUNCS: [(&str, &[ValType], &[ValType]); 13] = {
     use ValType::{F64 as F, I32 as N};
     [
         ("alloc", &[N], &[N]),
@@ -246,6 +245,7 @@ const RUNTIME_FUNCS: [(&str, &[ValType], &[ValType]); 12] = {
         ("ascii_in", &[N, N], &[N]),
         ("json_number", &[N, N], &[F]),
         ("json_number_end", &[], &[N]),
+        ("write_response", &[N], &[]),
     ]
 };
 
@@ -486,13 +486,6 @@ impl ModuleBuilder<'_> {
         (self.types.len() - 1) as u32
     }
 
-    /// The address of raw bytes in the data segment.
-    pub(crate) fn bytes(&mut self, bytes: &[u8]) -> u32 {
-        let at = layout::DATA + self.data.len() as u32;
-        self.data.extend_from_slice(bytes);
-        at
-    }
-
     /// The address of `[len: i32][bytes]`, 4-aligned, in the data segment.
     fn prefixed(&mut self, len: usize, bytes: impl IntoIterator<Item = u8>) -> u32 {
         while !self.data.len().is_multiple_of(4) {
@@ -663,7 +656,6 @@ impl ModuleBuilder<'_> {
     fn finish(mut self, handler: u32) -> Result<Vec<u8>, Refused> {
         let mut module = Module::new();
         // Types: imports and helpers first.
-        let fd_io = self.type_index(vec![ValType::I32; 4], vec![ValType::I32]);
         let leave = self.type_index(vec![ValType::I32], vec![]);
         let clock = self.type_index(
             vec![ValType::I32, ValType::I64, ValType::I32],
@@ -685,10 +677,9 @@ impl ModuleBuilder<'_> {
         }
         module.section(&types);
         let mut imports = ImportSection::new();
-        // In the order of their indices (FD_WRITE … ENVIRON_GET).
+        // In the order of their indices (LEAVE … ENVIRON_GET).
         const WASI: &str = "wasi_snapshot_preview1";
         for (module, name, ty) in [
-            (WASI, "fd_write", fd_io),
             ("hearth", "leave", leave),
             (WASI, "clock_time_get", clock),
             (WASI, "random_get", random),

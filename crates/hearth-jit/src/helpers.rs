@@ -1,14 +1,14 @@
 //! The functions compiled code calls that are still emitted into every
 //! module, instruction by instruction, in the order of the indices in
-//! [`codegen`](crate::codegen): the response, `Math.random`, JSON and the
-//! environment. Allocation, numbers, strings and the request body are the
+//! [`codegen`](crate::codegen): `Math.random`, JSON and the environment.
+//! Allocation, numbers, strings, the request body and the response are the
 //! runtime's (`crates/hearth-jit-runtime`), which modules import.
 
 use wasm_encoder::{BlockType, Function, Instruction as I, ValType};
 
 use crate::codegen::{
-    ALLOC, ASCII_IN, ENVIRON_GET, ENVIRON_SIZES_GET, FD_WRITE, FnBuilder, ModuleBuilder,
-    RANDOM_GET, Ty, layout, mem,
+    ALLOC, ASCII_IN, ENVIRON_GET, ENVIRON_SIZES_GET, FnBuilder, ModuleBuilder, RANDOM_GET, Ty,
+    layout, mem,
 };
 
 pub use hearth_jit_runtime::left;
@@ -27,11 +27,8 @@ type Helper = (
 );
 
 pub(crate) fn emit(m: &mut ModuleBuilder<'_>) -> Vec<(u32, Function)> {
-    let prefix = b"status: ";
-    let prefix_at = m.bytes(prefix);
     let null = m.str_addr("null") as u32;
     let helpers: Vec<Helper> = vec![
-        (vec![N], vec![], write_response),
         (vec![], vec![F], random),
         (vec![], vec![N], json::sb_new),
         (vec![N, N], vec![N], json::sb_room),
@@ -46,11 +43,7 @@ pub(crate) fn emit(m: &mut ModuleBuilder<'_>) -> Vec<(u32, Function)> {
         (vec![N, N], vec![N], parse::jp_get),
         (vec![N], vec![N], env_get),
     ];
-    let consts = Consts {
-        prefix_at,
-        prefix_len: prefix.len() as i32,
-        null,
-    };
+    let consts = Consts { null };
     helpers
         .into_iter()
         .map(|(params, results, body)| {
@@ -64,8 +57,6 @@ pub(crate) fn emit(m: &mut ModuleBuilder<'_>) -> Vec<(u32, Function)> {
 }
 
 struct Consts {
-    prefix_at: u32,
-    prefix_len: i32,
     null: u32,
 }
 
@@ -75,352 +66,6 @@ impl FnBuilder<'_, '_> {
             self.emit(i);
         }
     }
-}
-
-/// Writes the response as CGI output: its header lines (made when
-/// compiling, as the isolate's `Response` would have them) and `status`,
-/// then the body as UTF-8, lone surrogates as U+FFFD (as `TextEncoder`
-/// does).
-fn write_response(f: &mut FnBuilder<'_, '_>, c: &Consts) {
-    let r = 0;
-    let (status, body, len, out, p, i, u, next) = (
-        f.local(N),
-        f.local(N),
-        f.local(N),
-        f.local(N),
-        f.local(N),
-        f.local(N),
-        f.local(N),
-        f.local(N),
-    );
-    let (headers, hlen) = (f.local(N), f.local(N));
-    let x = f.local(F);
-    f.all([
-        I::LocalGet(r),
-        I::F64Load(mem(0, 3)),
-        I::LocalTee(x),
-        I::I32TruncSatF64U,
-        I::LocalTee(status),
-        I::F64ConvertI32U,
-        I::LocalGet(x),
-        I::F64Ne,
-        I::LocalGet(status),
-        I::I32Const(200),
-        I::I32LtU,
-        I::I32Or,
-        I::LocalGet(status),
-        I::I32Const(599),
-        I::I32GtU,
-        I::I32Or,
-    ]);
-    f.leave_if(left::STATUS);
-    // The header lines, then `status: `.
-    f.all([
-        I::LocalGet(r),
-        I::I32Load(mem(layout::RESP_HEADERS, 2)),
-        I::LocalTee(headers),
-        I::I32Load(mem(0, 2)),
-        I::LocalSet(hlen),
-        I::LocalGet(r),
-        I::I32Load(mem(layout::RESP_BODY, 2)),
-        I::LocalTee(body),
-        I::I32Load(mem(0, 2)),
-        I::LocalTee(len),
-        I::I32Const(3),
-        I::I32Mul,
-        I::LocalGet(hlen),
-        I::I32Add,
-        I::I32Const(c.prefix_len + 5),
-        I::I32Add,
-        I::Call(ALLOC),
-        I::LocalTee(out),
-        I::LocalGet(headers),
-        I::I32Const(4),
-        I::I32Add,
-        I::LocalGet(hlen),
-        I::MemoryCopy {
-            src_mem: 0,
-            dst_mem: 0,
-        },
-        I::LocalGet(out),
-        I::LocalGet(hlen),
-        I::I32Add,
-        I::LocalTee(p),
-        I::I32Const(c.prefix_at as i32),
-        I::I32Const(c.prefix_len),
-        I::MemoryCopy {
-            src_mem: 0,
-            dst_mem: 0,
-        },
-        I::LocalGet(p),
-        I::I32Const(c.prefix_len),
-        I::I32Add,
-        I::LocalSet(p),
-    ]);
-    // Three digits of the status, then a blank line.
-    for (k, div) in [100, 10, 1].into_iter().enumerate() {
-        f.all([
-            I::LocalGet(p),
-            I::LocalGet(status),
-            I::I32Const(div),
-            I::I32DivU,
-            I::I32Const(10),
-            I::I32RemU,
-            I::I32Const(48),
-            I::I32Add,
-            I::I32Store8(mem(k as u64, 0)),
-        ]);
-    }
-    f.all([
-        I::LocalGet(p),
-        I::I32Const(10),
-        I::I32Store8(mem(3, 0)),
-        I::LocalGet(p),
-        I::I32Const(10),
-        I::I32Store8(mem(4, 0)),
-        I::LocalGet(p),
-        I::I32Const(5),
-        I::I32Add,
-        I::LocalSet(p),
-    ]);
-    // UTF-16 to UTF-8.
-    let byte = |f: &mut FnBuilder<'_, '_>, offset: u64, value: Vec<I<'static>>| {
-        f.emit(I::LocalGet(p));
-        f.all(value);
-        f.emit(I::I32Store8(mem(offset, 0)));
-    };
-    let advance = |f: &mut FnBuilder<'_, '_>, n: i32| {
-        f.all([I::LocalGet(p), I::I32Const(n), I::I32Add, I::LocalSet(p)]);
-    };
-    f.all([
-        I::Block(BlockType::Empty),
-        I::Loop(BlockType::Empty),
-        I::LocalGet(i),
-        I::LocalGet(len),
-        I::I32GeU,
-        I::BrIf(1),
-        I::LocalGet(body),
-        I::LocalGet(i),
-        I::I32Const(1),
-        I::I32Shl,
-        I::I32Add,
-        I::I32Load16U(mem(layout::STR_UNITS, 1)),
-        I::LocalTee(u),
-        I::I32Const(0x80),
-        I::I32LtU,
-        I::If(BlockType::Empty),
-    ]);
-    byte(f, 0, vec![I::LocalGet(u)]);
-    advance(f, 1);
-    f.all([
-        I::Else,
-        I::LocalGet(u),
-        I::I32Const(0x800),
-        I::I32LtU,
-        I::If(BlockType::Empty),
-    ]);
-    byte(
-        f,
-        0,
-        vec![
-            I::LocalGet(u),
-            I::I32Const(6),
-            I::I32ShrU,
-            I::I32Const(0xC0),
-            I::I32Or,
-        ],
-    );
-    byte(
-        f,
-        1,
-        vec![
-            I::LocalGet(u),
-            I::I32Const(63),
-            I::I32And,
-            I::I32Const(0x80),
-            I::I32Or,
-        ],
-    );
-    advance(f, 2);
-    f.all([I::Else]);
-    // A high surrogate followed by a low one: one code point, 4 bytes.
-    f.all([
-        I::LocalGet(u),
-        I::I32Const(0xFC00),
-        I::I32And,
-        I::I32Const(0xD800),
-        I::I32Eq,
-        I::LocalGet(i),
-        I::I32Const(1),
-        I::I32Add,
-        I::LocalGet(len),
-        I::I32LtU,
-        I::I32And,
-        I::If(BlockType::Result(N)),
-        I::LocalGet(body),
-        I::LocalGet(i),
-        I::I32Const(1),
-        I::I32Add,
-        I::I32Const(1),
-        I::I32Shl,
-        I::I32Add,
-        I::I32Load16U(mem(layout::STR_UNITS, 1)),
-        I::LocalTee(next),
-        I::I32Const(0xFC00),
-        I::I32And,
-        I::I32Const(0xDC00),
-        I::I32Eq,
-        I::Else,
-        I::I32Const(0),
-        I::End,
-        I::If(BlockType::Empty),
-        // cp = 0x10000 + ((u - 0xD800) << 10) + (next - 0xDC00)
-        I::LocalGet(u),
-        I::I32Const(0xD800),
-        I::I32Sub,
-        I::I32Const(10),
-        I::I32Shl,
-        I::LocalGet(next),
-        I::I32Const(0xDC00),
-        I::I32Sub,
-        I::I32Add,
-        I::I32Const(0x10000),
-        I::I32Add,
-        I::LocalSet(u),
-    ]);
-    byte(
-        f,
-        0,
-        vec![
-            I::LocalGet(u),
-            I::I32Const(18),
-            I::I32ShrU,
-            I::I32Const(0xF0),
-            I::I32Or,
-        ],
-    );
-    byte(
-        f,
-        1,
-        vec![
-            I::LocalGet(u),
-            I::I32Const(12),
-            I::I32ShrU,
-            I::I32Const(63),
-            I::I32And,
-            I::I32Const(0x80),
-            I::I32Or,
-        ],
-    );
-    byte(
-        f,
-        2,
-        vec![
-            I::LocalGet(u),
-            I::I32Const(6),
-            I::I32ShrU,
-            I::I32Const(63),
-            I::I32And,
-            I::I32Const(0x80),
-            I::I32Or,
-        ],
-    );
-    byte(
-        f,
-        3,
-        vec![
-            I::LocalGet(u),
-            I::I32Const(63),
-            I::I32And,
-            I::I32Const(0x80),
-            I::I32Or,
-        ],
-    );
-    advance(f, 4);
-    f.all([
-        I::LocalGet(i),
-        I::I32Const(1),
-        I::I32Add,
-        I::LocalSet(i),
-        I::Else,
-        // A lone surrogate is U+FFFD.
-        I::LocalGet(u),
-        I::I32Const(0xF800),
-        I::I32And,
-        I::I32Const(0xD800),
-        I::I32Eq,
-        I::If(BlockType::Empty),
-        I::I32Const(0xFFFD),
-        I::LocalSet(u),
-        I::End,
-    ]);
-    byte(
-        f,
-        0,
-        vec![
-            I::LocalGet(u),
-            I::I32Const(12),
-            I::I32ShrU,
-            I::I32Const(0xE0),
-            I::I32Or,
-        ],
-    );
-    byte(
-        f,
-        1,
-        vec![
-            I::LocalGet(u),
-            I::I32Const(6),
-            I::I32ShrU,
-            I::I32Const(63),
-            I::I32And,
-            I::I32Const(0x80),
-            I::I32Or,
-        ],
-    );
-    byte(
-        f,
-        2,
-        vec![
-            I::LocalGet(u),
-            I::I32Const(63),
-            I::I32And,
-            I::I32Const(0x80),
-            I::I32Or,
-        ],
-    );
-    advance(f, 3);
-    f.all([
-        I::End, // surrogate pair or not
-        I::End, // < 0x800
-        I::End, // < 0x80
-        I::LocalGet(i),
-        I::I32Const(1),
-        I::I32Add,
-        I::LocalSet(i),
-        I::Br(0),
-        I::End,
-        I::End,
-        // One iovec at SCRATCH: [out, p - out]; the count at SCRATCH + 8.
-        I::I32Const(layout::SCRATCH as i32),
-        I::LocalGet(out),
-        I::I32Store(mem(0, 2)),
-        I::I32Const(layout::SCRATCH as i32),
-        I::LocalGet(p),
-        I::LocalGet(out),
-        I::I32Sub,
-        I::I32Store(mem(4, 2)),
-        I::I32Const(1),
-        I::I32Const(layout::SCRATCH as i32),
-        I::I32Const(1),
-        I::I32Const(layout::SCRATCH as i32 + 8),
-        I::Call(FD_WRITE),
-        // A refused write is a response past its limit: trap, and the
-        // sandbox says so.
-        I::If(BlockType::Empty),
-        I::Unreachable,
-        I::End,
-    ]);
 }
 
 /// `Math.random()` as the isolate's prelude computes it: xorshift128 on
