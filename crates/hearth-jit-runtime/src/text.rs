@@ -72,9 +72,25 @@ pub fn ascii_units(bytes: &[u8], out: &mut [u16]) -> bool {
 /// `TextEncoder` does); returns the length. `out` must hold three bytes
 /// per unit (a surrogate pair takes four for two).
 pub fn utf8(units: &[u16], out: &mut [u8]) -> usize {
-    let mut at = 0;
-    for c in char::decode_utf16(units.iter().copied()) {
-        let c = c.unwrap_or(char::REPLACEMENT_CHARACTER);
+    let (mut at, mut i) = (0, 0);
+    while let Some(&u) = units.get(i) {
+        // ASCII, most of any response, a byte each.
+        if u < 0x80 {
+            out[at] = u as u8;
+            at += 1;
+            i += 1;
+            continue;
+        }
+        // One character: a pair, or a lone surrogate.
+        let c = char::decode_utf16(units[i..].iter().copied().take(2))
+            .next()
+            .and_then(Result::ok)
+            .unwrap_or(char::REPLACEMENT_CHARACTER);
+        i += if c == char::REPLACEMENT_CHARACTER {
+            1
+        } else {
+            c.len_utf16()
+        };
         at += c.encode_utf8(&mut out[at..]).len();
     }
     at

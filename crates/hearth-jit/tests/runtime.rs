@@ -168,3 +168,19 @@ fn json_numbers_are_quickjs_s() {
         })
         .unwrap();
 }
+
+/// The response's UTF-8 is the standard library's lossy conversion for
+/// any units: ASCII runs, every width, pairs and lone surrogates.
+#[test]
+fn utf8_of_any_units_is_the_standard_librarys() {
+    let unit = prop_oneof![0u16..0x80, 0x80u16..0x800, 0xD800u16..0xE000, any::<u16>()];
+    TestRunner::new(Config::with_cases(20_000))
+        .run(&proptest::collection::vec(unit, 0..40), |units| {
+            let mut out = vec![0; 3 * units.len()];
+            let n = hearth_jit_runtime::text::utf8(&units, &mut out);
+            let want = String::from_utf16_lossy(&units);
+            prop_assert_eq!(&out[..n], want.as_bytes());
+            Ok(())
+        })
+        .unwrap();
+}
