@@ -74,6 +74,23 @@ pub fn ascii_units(bytes: &[u8], out: &mut [u16]) -> bool {
 pub fn utf8(units: &[u16], out: &mut [u8]) -> usize {
     let (mut at, mut i) = (0, 0);
     while let Some(&u) = units.get(i) {
+        // Four ASCII units at once: one check, one 32-bit store.
+        if let (Some(four), Some(dst)) = (units.get(i..i + 4), out.get_mut(at..at + 4)) {
+            let w = u64::from(four[0])
+                | u64::from(four[1]) << 16
+                | u64::from(four[2]) << 32
+                | u64::from(four[3]) << 48;
+            if w & 0xFF80_FF80_FF80_FF80 == 0 {
+                let packed = (w & 0xFF)
+                    | (w >> 8 & 0xFF00)
+                    | (w >> 16 & 0xFF_0000)
+                    | (w >> 24 & 0xFF00_0000);
+                dst.copy_from_slice(&(packed as u32).to_le_bytes());
+                at += 4;
+                i += 4;
+                continue;
+            }
+        }
         // ASCII, most of any response, a byte each.
         if u < 0x80 {
             out[at] = u as u8;
