@@ -29,6 +29,7 @@ unsafe extern "C" {
 unsafe extern "C" {
     fn fd_read(fd: u32, iovs: *const Iovec, n: u32, nread: *mut u32) -> u16;
     fn fd_write(fd: u32, iovs: *const Iovec, n: u32, nwritten: *mut u32) -> u16;
+    fn random_get(buf: *mut u8, len: u32) -> u16;
 }
 
 #[repr(C)]
@@ -294,4 +295,39 @@ pub extern "C" fn write_response(r: u32) {
         // sandbox says so.
         wasm32::unreachable();
     }
+}
+
+/// `Math.random`'s xorshift128 state, four words; all zero until the
+/// first draw seeds it.
+static RANDOM: [AtomicU32; 4] = [const { AtomicU32::new(0) }; 4];
+
+/// `Math.random()` as the isolate's prelude computes it: xorshift128 on
+/// four 32-bit words, seeded on first use by one host call for 16 random
+/// bytes (taped, so a replay draws the same numbers); the state starts
+/// unseeded with each instance.
+#[unsafe(no_mangle)]
+pub extern "C" fn random() -> f64 {
+    let s = &RANDOM;
+    if s.iter().all(|w| w.load(Relaxed) == 0) {
+        let mut seed = [0u8; 16];
+        // SAFETY: 16 bytes of this frame. A failed call leaves them zero,
+        // as the emitted code did.
+        unsafe { random_get(seed.as_mut_ptr(), 16) };
+        for (w, b) in s.iter().zip(seed.chunks_exact(4)) {
+            w.store(u32::from_le_bytes([b[0], b[1], b[2], b[3]]), Relaxed);
+        }
+        // All four zero: the first is 1.
+        if s.iter().all(|w| w.load(Relaxed) == 0) {
+            s[0].store(1, Relaxed);
+        }
+    }
+    let (mut t, s0) = (s[3].load(Relaxed), s[0].load(Relaxed));
+    s[3].store(s[2].load(Relaxed), Relaxed);
+    s[2].store(s[1].load(Relaxed), Relaxed);
+    s[1].store(s0, Relaxed);
+    t ^= t << 11;
+    t ^= t >> 8;
+    let next = t ^ s0 ^ (s0 >> 19);
+    s[0].store(next, Relaxed);
+    f64::from(next) / 4_294_967_296.0
 }

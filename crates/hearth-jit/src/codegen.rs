@@ -58,8 +58,6 @@ pub mod layout {
     /// Scratch for WASI and host calls (an iovec and a count, an
     /// answer's length).
     pub const SCRATCH: u32 = BASE;
-    /// `Math.random`'s state: `[seeded: i32][xorshift128 words: i32 × 4]`.
-    pub const RANDOM: u32 = BASE + 40;
     /// Where the environment is kept once read (`helpers::env_get`), or 0.
     pub const ENVIRON: u32 = BASE + 60;
     /// String literals start here.
@@ -186,43 +184,42 @@ fn refuse<T>(what: impl Into<String>) -> R<T> {
 // the isolate's `hearth.kv` and `fetch` make too.
 const LEAVE: u32 = 0;
 const CLOCK_TIME_GET: u32 = 1;
-pub(crate) const RANDOM_GET: u32 = 2;
-const KV_GET: u32 = 3;
-const KV_SET: u32 = 4;
-const HTTP_FETCH: u32 = 5;
-const URL_HREF: u32 = 6;
-pub(crate) const ENVIRON_SIZES_GET: u32 = 7;
-pub(crate) const ENVIRON_GET: u32 = 8;
+const KV_GET: u32 = 2;
+const KV_SET: u32 = 3;
+const HTTP_FETCH: u32 = 4;
+const URL_HREF: u32 = 5;
+pub(crate) const ENVIRON_SIZES_GET: u32 = 6;
+pub(crate) const ENVIRON_GET: u32 = 7;
 // The runtime's functions (`crates/hearth-jit-runtime`), imported from
 // [`RUNTIME_NAME`] in this order (`RUNTIME_FUNCS`).
-pub(crate) const ALLOC: u32 = 9;
-pub(crate) const HEAP_SET: u32 = 10;
-pub(crate) const TO_INT32: u32 = 11;
-pub(crate) const REM: u32 = 12;
-pub(crate) const CONCAT: u32 = 13;
-pub(crate) const NUM_TO_STR: u32 = 14;
-pub(crate) const STR_EQ: u32 = 15;
-pub(crate) const READ_BODY: u32 = 16;
-pub(crate) const STR_TO_NUM: u32 = 17;
-pub(crate) const ASCII_IN: u32 = 18;
-pub(crate) const JSON_NUMBER: u32 = 19;
-pub(crate) const JSON_NUMBER_END: u32 = 20;
-pub(crate) const WRITE_RESPONSE: u32 = 21;
+pub(crate) const ALLOC: u32 = 8;
+pub(crate) const HEAP_SET: u32 = 9;
+pub(crate) const TO_INT32: u32 = 10;
+pub(crate) const REM: u32 = 11;
+pub(crate) const CONCAT: u32 = 12;
+pub(crate) const NUM_TO_STR: u32 = 13;
+pub(crate) const STR_EQ: u32 = 14;
+pub(crate) const READ_BODY: u32 = 15;
+pub(crate) const STR_TO_NUM: u32 = 16;
+pub(crate) const ASCII_IN: u32 = 17;
+pub(crate) const JSON_NUMBER: u32 = 18;
+pub(crate) const JSON_NUMBER_END: u32 = 19;
+pub(crate) const WRITE_RESPONSE: u32 = 20;
+const RANDOM: u32 = 21;
 // Helpers, emitted by `helpers.rs`, in this order.
-const RANDOM: u32 = 22;
-pub(crate) const SB_NEW: u32 = 23;
-pub(crate) const SB_ROOM: u32 = 24;
-pub(crate) const SB_PUSH: u32 = 25;
-pub(crate) const SB_QUOTE: u32 = 26;
-pub(crate) const SB_NUM: u32 = 27;
-const ASCII_OUT: u32 = 28;
-pub(crate) const JP_WS: u32 = 29;
-pub(crate) const JP_STRING: u32 = 30;
-pub(crate) const JP_VALUE: u32 = 31;
-pub(crate) const JP_PARSE: u32 = 32;
-pub(crate) const JP_GET: u32 = 33;
-const ENV_GET: u32 = 34;
-const FIRST_USER: u32 = 35;
+pub(crate) const SB_NEW: u32 = 22;
+pub(crate) const SB_ROOM: u32 = 23;
+pub(crate) const SB_PUSH: u32 = 24;
+pub(crate) const SB_QUOTE: u32 = 25;
+pub(crate) const SB_NUM: u32 = 26;
+const ASCII_OUT: u32 = 27;
+pub(crate) const JP_WS: u32 = 28;
+pub(crate) const JP_STRING: u32 = 29;
+pub(crate) const JP_VALUE: u32 = 30;
+pub(crate) const JP_PARSE: u32 = 31;
+pub(crate) const JP_GET: u32 = 32;
+const ENV_GET: u32 = 33;
+const FIRST_USER: u32 = 34;
 
 /// The module compiled code imports its memory and the runtime's
 /// functions from; the wasm tier links it (`hearth_wasm`'s libraries).
@@ -230,7 +227,7 @@ pub const RUNTIME_NAME: &str = "hearth_rt";
 
 /// The runtime's functions, in the order of their indices (from
 /// [`ALLOC`]): name, parameters, results.
-const RUNTIME_FUNCS: [(&str, &[ValType], &[ValType]); 13] = {
+const RUNTIME_FUNCS: [(&str, &[ValType], &[ValType]); 14] = {
     use ValType::{F64 as F, I32 as N};
     [
         ("alloc", &[N], &[N]),
@@ -246,6 +243,7 @@ const RUNTIME_FUNCS: [(&str, &[ValType], &[ValType]); 13] = {
         ("json_number", &[N, N], &[F]),
         ("json_number_end", &[], &[N]),
         ("write_response", &[N], &[]),
+        ("random", &[], &[F]),
     ]
 };
 
@@ -682,7 +680,6 @@ impl ModuleBuilder<'_> {
         for (module, name, ty) in [
             ("hearth", "leave", leave),
             (WASI, "clock_time_get", clock),
-            (WASI, "random_get", random),
             ("hearth", "kv_get", kv_get),
             ("hearth", "kv_set", kv_set),
             ("hearth", "http_fetch", http_fetch),

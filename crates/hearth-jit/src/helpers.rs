@@ -1,14 +1,13 @@
 //! The functions compiled code calls that are still emitted into every
 //! module, instruction by instruction, in the order of the indices in
-//! [`codegen`](crate::codegen): `Math.random`, JSON and the environment.
-//! Allocation, numbers, strings, the request body and the response are the
-//! runtime's (`crates/hearth-jit-runtime`), which modules import.
+//! [`codegen`](crate::codegen): JSON and the environment. Allocation,
+//! numbers, strings, the request body, the response and `Math.random` are
+//! the runtime's (`crates/hearth-jit-runtime`), which modules import.
 
 use wasm_encoder::{BlockType, Function, Instruction as I, ValType};
 
 use crate::codegen::{
-    ALLOC, ASCII_IN, ENVIRON_GET, ENVIRON_SIZES_GET, FnBuilder, ModuleBuilder, RANDOM_GET, Ty,
-    layout, mem,
+    ALLOC, ASCII_IN, ENVIRON_GET, ENVIRON_SIZES_GET, FnBuilder, ModuleBuilder, Ty, layout, mem,
 };
 
 pub use hearth_jit_runtime::left;
@@ -29,7 +28,6 @@ type Helper = (
 pub(crate) fn emit(m: &mut ModuleBuilder<'_>) -> Vec<(u32, Function)> {
     let null = m.str_addr("null") as u32;
     let helpers: Vec<Helper> = vec![
-        (vec![], vec![F], random),
         (vec![], vec![N], json::sb_new),
         (vec![N, N], vec![N], json::sb_room),
         (vec![N, N], vec![], json::sb_push),
@@ -66,97 +64,6 @@ impl FnBuilder<'_, '_> {
             self.emit(i);
         }
     }
-}
-
-/// `Math.random()` as the isolate's prelude computes it: xorshift128 on
-/// four 32-bit words, seeded on first use by one host call for 16 random
-/// bytes (taped, so a replay draws the same numbers); the state lives at
-/// [`layout::RANDOM`] and starts unseeded with each instance.
-fn random(f: &mut FnBuilder<'_, '_>, _: &Consts) {
-    let (t, s) = (f.local(N), f.local(N));
-    let at = layout::RANDOM;
-    let word = |k: u32| mem(u64::from(4 + 4 * k), 2);
-    f.all([
-        I::I32Const(at as i32),
-        I::I32Load(mem(0, 2)),
-        I::I32Eqz,
-        I::If(BlockType::Empty),
-        I::I32Const(at as i32 + 4),
-        I::I32Const(16),
-        I::Call(RANDOM_GET),
-        I::Drop,
-        I::I32Const(at as i32),
-        I::I32Const(1),
-        I::I32Store(mem(0, 2)),
-        // All four zero: the first is 1.
-        I::I32Const(at as i32),
-        I::I32Load(word(0)),
-        I::I32Const(at as i32),
-        I::I32Load(word(1)),
-        I::I32Or,
-        I::I32Const(at as i32),
-        I::I32Load(word(2)),
-        I::I32Or,
-        I::I32Const(at as i32),
-        I::I32Load(word(3)),
-        I::I32Or,
-        I::I32Eqz,
-        I::If(BlockType::Empty),
-        I::I32Const(at as i32),
-        I::I32Const(1),
-        I::I32Store(word(0)),
-        I::End,
-        I::End,
-    ]);
-    // t = s3; s = s0; s3 = s2; s2 = s1; s1 = s;
-    f.all([
-        I::I32Const(at as i32),
-        I::I32Load(word(3)),
-        I::LocalSet(t),
-        I::I32Const(at as i32),
-        I::I32Load(word(0)),
-        I::LocalSet(s),
-        I::I32Const(at as i32),
-        I::I32Const(at as i32),
-        I::I32Load(word(2)),
-        I::I32Store(word(3)),
-        I::I32Const(at as i32),
-        I::I32Const(at as i32),
-        I::I32Load(word(1)),
-        I::I32Store(word(2)),
-        I::I32Const(at as i32),
-        I::LocalGet(s),
-        I::I32Store(word(1)),
-    ]);
-    // t ^= t << 11; t ^= t >>> 8; s0 = t ^ s ^ (s >>> 19);
-    f.all([
-        I::LocalGet(t),
-        I::LocalGet(t),
-        I::I32Const(11),
-        I::I32Shl,
-        I::I32Xor,
-        I::LocalTee(t),
-        I::LocalGet(t),
-        I::I32Const(8),
-        I::I32ShrU,
-        I::I32Xor,
-        I::LocalSet(t),
-        I::I32Const(at as i32),
-        I::LocalGet(t),
-        I::LocalGet(s),
-        I::I32Xor,
-        I::LocalGet(s),
-        I::I32Const(19),
-        I::I32ShrU,
-        I::I32Xor,
-        I::LocalTee(t),
-        I::I32Store(word(0)),
-        // s0 / 2^32
-        I::LocalGet(t),
-        I::F64ConvertI32U,
-        I::F64Const(4294967296.0.into()),
-        I::F64Div,
-    ]);
 }
 
 /// `ascii_out(string) -> bytes`: the string's units as bytes (its UTF-8,
