@@ -192,34 +192,36 @@ pub(crate) const ENVIRON_SIZES_GET: u32 = 6;
 pub(crate) const ENVIRON_GET: u32 = 7;
 // The runtime's functions (`crates/hearth-jit-runtime`), imported from
 // [`RUNTIME_NAME`] in this order (`RUNTIME_FUNCS`).
-pub(crate) const ALLOC: u32 = 8;
-pub(crate) const HEAP_SET: u32 = 9;
-pub(crate) const TO_INT32: u32 = 10;
-pub(crate) const REM: u32 = 11;
-pub(crate) const CONCAT: u32 = 12;
-pub(crate) const NUM_TO_STR: u32 = 13;
-pub(crate) const STR_EQ: u32 = 14;
-pub(crate) const READ_BODY: u32 = 15;
-pub(crate) const STR_TO_NUM: u32 = 16;
-pub(crate) const ASCII_IN: u32 = 17;
-pub(crate) const JSON_NUMBER: u32 = 18;
-pub(crate) const JSON_NUMBER_END: u32 = 19;
-pub(crate) const WRITE_RESPONSE: u32 = 20;
-const RANDOM: u32 = 21;
-// Helpers, emitted by `helpers.rs`, in this order.
-pub(crate) const SB_NEW: u32 = 22;
-pub(crate) const SB_ROOM: u32 = 23;
-pub(crate) const SB_PUSH: u32 = 24;
-pub(crate) const SB_QUOTE: u32 = 25;
-pub(crate) const SB_NUM: u32 = 26;
-const ASCII_OUT: u32 = 27;
-pub(crate) const JP_WS: u32 = 28;
-pub(crate) const JP_STRING: u32 = 29;
-pub(crate) const JP_VALUE: u32 = 30;
-pub(crate) const JP_PARSE: u32 = 31;
-pub(crate) const JP_GET: u32 = 32;
-const ENV_GET: u32 = 33;
-const FIRST_USER: u32 = 34;
+const RUNTIME_FIRST: u32 = ENVIRON_GET + 1;
+pub(crate) const ALLOC: u32 = RUNTIME_FIRST;
+pub(crate) const HEAP_SET: u32 = RUNTIME_FIRST + 1;
+pub(crate) const TO_INT32: u32 = RUNTIME_FIRST + 2;
+pub(crate) const REM: u32 = RUNTIME_FIRST + 3;
+pub(crate) const CONCAT: u32 = RUNTIME_FIRST + 4;
+pub(crate) const NUM_TO_STR: u32 = RUNTIME_FIRST + 5;
+pub(crate) const STR_EQ: u32 = RUNTIME_FIRST + 6;
+pub(crate) const READ_BODY: u32 = RUNTIME_FIRST + 7;
+pub(crate) const STR_TO_NUM: u32 = RUNTIME_FIRST + 8;
+pub(crate) const ASCII_IN: u32 = RUNTIME_FIRST + 9;
+pub(crate) const JSON_NUMBER: u32 = RUNTIME_FIRST + 10;
+pub(crate) const JSON_NUMBER_END: u32 = RUNTIME_FIRST + 11;
+pub(crate) const WRITE_RESPONSE: u32 = RUNTIME_FIRST + 12;
+const RANDOM: u32 = RUNTIME_FIRST + 13;
+// Helpers, emitted by `helpers.rs`, in this order, after the runtime's.
+const HELPERS_FIRST: u32 = RUNTIME_FIRST + RUNTIME_FUNCS.len() as u32;
+pub(crate) const SB_NEW: u32 = HELPERS_FIRST;
+pub(crate) const SB_ROOM: u32 = HELPERS_FIRST + 1;
+pub(crate) const SB_PUSH: u32 = HELPERS_FIRST + 2;
+pub(crate) const SB_QUOTE: u32 = HELPERS_FIRST + 3;
+pub(crate) const SB_NUM: u32 = HELPERS_FIRST + 4;
+const ASCII_OUT: u32 = HELPERS_FIRST + 5;
+pub(crate) const JP_WS: u32 = HELPERS_FIRST + 6;
+pub(crate) const JP_STRING: u32 = HELPERS_FIRST + 7;
+pub(crate) const JP_VALUE: u32 = HELPERS_FIRST + 8;
+pub(crate) const JP_PARSE: u32 = HELPERS_FIRST + 9;
+pub(crate) const JP_GET: u32 = HELPERS_FIRST + 10;
+const ENV_GET: u32 = HELPERS_FIRST + 11;
+const FIRST_USER: u32 = HELPERS_FIRST + 12;
 
 /// The module compiled code imports its memory and the runtime's
 /// functions from; the wasm tier links it (`hearth_wasm`'s libraries).
@@ -669,6 +671,13 @@ impl ModuleBuilder<'_> {
             .map(|(_, p, r)| self.type_index(p.to_vec(), r.to_vec()))
             .collect();
         let helpers = crate::helpers::emit(&mut self);
+        if helpers.len() as u32 != FIRST_USER - HELPERS_FIRST {
+            return Err(Refused::new(format!(
+                "internal: {} helpers emitted, {} indexed",
+                helpers.len(),
+                FIRST_USER - HELPERS_FIRST
+            )));
+        }
         let mut types = TypeSection::new();
         for (p, r) in &self.types {
             types.ty().function(p.clone(), r.clone());
@@ -1315,5 +1324,32 @@ fn elem_bytes(t: &Ty) -> u32 {
     match t.val() {
         Some(ValType::F64) => 8,
         _ => 4,
+    }
+}
+
+#[cfg(test)]
+mod index_tests {
+    use super::*;
+
+    #[test]
+    fn each_runtime_index_names_its_import() {
+        for (index, name) in [
+            (ALLOC, "alloc"),
+            (HEAP_SET, "heap_set"),
+            (TO_INT32, "to_int32"),
+            (REM, "rem"),
+            (CONCAT, "concat"),
+            (NUM_TO_STR, "num_to_str"),
+            (STR_EQ, "str_eq"),
+            (READ_BODY, "read_body"),
+            (STR_TO_NUM, "str_to_num"),
+            (ASCII_IN, "ascii_in"),
+            (JSON_NUMBER, "json_number"),
+            (JSON_NUMBER_END, "json_number_end"),
+            (WRITE_RESPONSE, "write_response"),
+            (RANDOM, "random"),
+        ] {
+            assert_eq!(RUNTIME_FUNCS[(index - RUNTIME_FIRST) as usize].0, name);
+        }
     }
 }
