@@ -28,6 +28,7 @@
 
 mod bounds;
 mod cgi;
+mod command;
 mod component;
 mod engine;
 mod imports;
@@ -37,6 +38,7 @@ mod snapshot;
 mod wasi;
 
 pub use cgi::parse_cgi_output;
+pub use command::{CommandInput, CommandOutcome, WasiCommand};
 pub use component::{ComponentPrepared, ComponentSandbox};
 pub use engine::{WasmConfig, WasmEngine, WasmPrepared};
 pub use library::LibrarySource;
