@@ -25,6 +25,8 @@
 //! environment, clocks, randomness, sleep and exit, no files or sockets.
 //! Clocks and randomness are served by [`HostCtx`](hearth_host::HostCtx),
 //! like the `hearth` imports, so every answer is on the invocation's tape.
+//! [`WasiCommand`] (`command.rs`) runs a plain WASI command through the
+//! same linker and bounds, for the conformance programs and the fuzzer.
 
 mod bounds;
 mod cgi;
