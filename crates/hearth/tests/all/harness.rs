@@ -590,7 +590,7 @@ pub async fn spin_times_out_while_ok_answers(d: &Daemon, spin: &str, within: Dur
         let req = d.post(spin);
         async move { req.send().await.unwrap() }
     });
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    d.until_in_flight(1).await;
     let t = Instant::now();
     let r = d.post("/fn/admin/ok").send().await.unwrap();
     assert_eq!(r.status(), 200);

@@ -23,7 +23,7 @@ use hearth_test_support::TempPostgres;
 use serde::Deserialize as _;
 use serde_yaml::Value;
 
-use crate::harness::{HEARTH, remove_leftovers_of_killed};
+use crate::harness::{HEARTH, remove_leftovers_of_killed, until};
 
 /// Every object `kubectl kustomize` renders of `overlay`.
 fn render(overlay: &str) -> Vec<Value> {
@@ -354,6 +354,18 @@ struct Tally {
     refused: u32,
 }
 
+/// Waits until the load has had `n` more writes acknowledged: it is
+/// running, through whatever the Service lists now.
+async fn until_acknowledged(tally: &parking_lot::Mutex<Tally>, n: usize) {
+    let from = tally.lock().acknowledged.len();
+    until(
+        &format!("{n} more writes acknowledged"),
+        Duration::from_secs(60),
+        async || tally.lock().acknowledged.len() >= from + n,
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_dev_overlay_loses_nothing_when_a_node_is_upgraded_and_a_gateway_stops() {
     require!(Postgres, Kubectl);
@@ -500,7 +512,7 @@ async fn the_dev_overlay_loses_nothing_when_a_node_is_upgraded_and_a_gateway_sto
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    until_acknowledged(&tally, 8).await;
 
     // The node running the function is stopped: it leaves, finishes what
     // it runs, exits; then its replacement starts, as in a rolling update.
@@ -528,7 +540,7 @@ async fn the_dev_overlay_loses_nothing_when_a_node_is_upgraded_and_a_gateway_sto
         "figure: the replacement node ready {:?} after start",
         started.elapsed()
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    until_acknowledged(&tally, 8).await;
 
     // A gateway is stopped as the manifests stop it: out of the Service,
     // its preStop, then SIGTERM (SIGKILL after the grace period).
@@ -538,7 +550,7 @@ async fn the_dev_overlay_loses_nothing_when_a_node_is_upgraded_and_a_gateway_sto
     }
     let gateway_exit = gateways[0].terminate().await;
     eprintln!("figure: gateway SIGTERM to exit {gateway_exit:?}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    until_acknowledged(&tally, 8).await;
     stop.store(true, std::sync::atomic::Ordering::Release);
     for c in clients {
         c.await.unwrap();

@@ -653,6 +653,7 @@ async fn new_python_functions_start_from_the_generic_pool_with_their_own_code_an
     )
     .await;
     assert_eq!(off.call("f", "", "").await, (200, "f".into()));
+    // A window for a pre-start that must not come.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let s = proc_status(&off).await;
     assert_eq!(

@@ -87,7 +87,8 @@ async fn compiled_code_is_held_to_the_functions_timeout_and_tape_budget() {
     );
     // A failure is not held against the compiled code: its tape is cut at
     // the budget, so an isolate replaying it would part from it and drop
-    // the version (live checks take answers only).
+    // the version (live checks take answers only). What must not come has
+    // no event to wait for: it is given a window.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(compiled(&d, "clocks").await, "dropped after the bomb");
 

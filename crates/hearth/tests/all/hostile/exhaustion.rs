@@ -592,7 +592,7 @@ async fn a_tenant_refused_for_its_share_is_answered_at_a_pace() {
     // acme's one slot spins until its deadline.
     let spinner = d.invoke_as(&acme, "acme", "spin").send();
     let spinner = tokio::spawn(async move { spinner.await.unwrap().status() });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    d.until_in_flight(1).await;
     // Called again at once for two seconds, on one connection.
     let started = Instant::now();
     let mut refused = 0;

@@ -45,7 +45,19 @@ async fn another_local_user_reads_no_tenant_data_and_loose_modes_are_fixed() {
         let d = Daemon::start_in(&dir, &[]);
         // KV (in the WAL), code (an artifact) and a tape.
         assert_eq!(d.invoke("counter", b"").await.status(), 200);
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        crate::harness::until(
+            "the tape is written",
+            std::time::Duration::from_secs(10),
+            async || {
+                let mut files = Vec::new();
+                let recordings = dir.join("recordings");
+                if recordings.is_dir() {
+                    files_below(&recordings, &mut files);
+                }
+                !files.is_empty()
+            },
+        )
+        .await;
         let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700, "the data directory");
         let mut files = Vec::new();
