@@ -15,7 +15,7 @@
 use core::arch::wasm32;
 use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
-use crate::{left, number, text};
+use crate::{json, left, number, text};
 
 #[link(wasm_import_module = "hearth")]
 unsafe extern "C" {
@@ -176,28 +176,157 @@ pub extern "C" fn str_to_num(s: u32) -> f64 {
         .unwrap_or_else(|_| leave(left::NUMBER))
 }
 
-/// Where the last [`json_number`] ended: a unit index into its text.
-static JSON_END: AtomicU32 = AtomicU32::new(0);
+/// Builds `JSON.parse`'s values as compiled code reads them ([`json::cell`]).
+struct Cells;
 
-/// The JSON number at unit `at` of string `s` (the compiled parser's
-/// cursor); [`json_number_end`] then says where it ended. Text that is
-/// not a number leaves, for the isolate's `SyntaxError`.
-#[unsafe(no_mangle)]
-pub extern "C" fn json_number(s: u32, at: u32) -> f64 {
-    let rest = units(s).get(at as usize..).unwrap_or(&[]);
-    // Scratch for the number alone, not the rest of the text: a document
-    // of two million numbers reads each in its own few bytes.
-    let len = number::json_number_len(rest).unwrap_or_else(|_| leave(left::JSON));
-    let (x, n) = with_scratch(len, |scratch| number::json_number(rest, scratch))
-        .unwrap_or_else(|_| leave(left::JSON));
-    JSON_END.store(at + n as u32, Relaxed);
-    x
+impl Cells {
+    fn cell(tag: i32, ptr: u32) -> u32 {
+        let c = alloc(json::cell::SIZE);
+        // SAFETY: `alloc` just gave these 16 bytes, 8-aligned, to this
+        // cell alone.
+        unsafe {
+            *(c as *mut i32) = tag;
+            *((c + json::cell::PTR as u32) as *mut u32) = ptr;
+        }
+        c
+    }
 }
 
-/// Where the last [`json_number`] ended.
+/// An array block being filled: `[len][cap][data]`, items of `words`
+/// 4-byte words, as compiled code's arrays are (and grow: room doubled
+/// plus four).
+struct Block {
+    at: u32,
+    words: u32,
+}
+
+impl json::Builder for Cells {
+    type Value = u32;
+    type List = Block;
+
+    fn null(&mut self) -> u32 {
+        Cells::cell(json::cell::NULL, 0)
+    }
+
+    fn boolean(&mut self, b: bool) -> u32 {
+        Cells::cell(
+            if b {
+                json::cell::TRUE
+            } else {
+                json::cell::FALSE
+            },
+            0,
+        )
+    }
+
+    fn number(&mut self, x: f64) -> u32 {
+        let c = Cells::cell(json::cell::NUMBER, 0);
+        // SAFETY: inside the cell just made, 8-aligned.
+        unsafe { *((c + json::cell::NUM as u32) as *mut f64) = x };
+        c
+    }
+
+    fn string(&mut self, len: usize, fill: &mut dyn FnMut(&mut [u16])) -> u32 {
+        let (s, out) = new_string(len);
+        fill(out);
+        Cells::cell(json::cell::STRING, s)
+    }
+
+    type Key = u32;
+
+    /// A key is the bare string: a pair is `(string, cell)`.
+    fn key(&mut self, len: usize, fill: &mut dyn FnMut(&mut [u16])) -> u32 {
+        let (s, out) = new_string(len);
+        fill(out);
+        s
+    }
+
+    fn with_scratch(
+        &mut self,
+        len: usize,
+        f: &mut dyn FnMut(&mut [u8]) -> Option<f64>,
+    ) -> Option<f64> {
+        with_scratch(len, f)
+    }
+
+    fn list(&mut self, object: bool) -> Block {
+        const ROOM: u32 = 4;
+        let words = if object { 2 } else { 1 };
+        let at = alloc(12);
+        let data = alloc(4 * words * ROOM);
+        // SAFETY: `alloc` just gave these 12 bytes to this block alone.
+        unsafe {
+            let b = at as *mut u32;
+            *b = 0;
+            *b.add(1) = ROOM;
+            *b.add(2) = data;
+        }
+        Block { at, words }
+    }
+
+    fn push(&mut self, list: &mut Block, key: Option<u32>, value: u32) {
+        let size = 4 * list.words;
+        // SAFETY: `list.at` is a block this builder made; its data holds
+        // `cap` items, and a full one is moved to room twice as large.
+        unsafe {
+            let b = list.at as *mut u32;
+            let (len, cap) = (*b, *b.add(1));
+            if len >= cap {
+                let cap = 2 * cap + 4;
+                let data = alloc(cap * size);
+                core::ptr::copy_nonoverlapping(
+                    *b.add(2) as *const u8,
+                    data as *mut u8,
+                    (len * size) as usize,
+                );
+                *b.add(1) = cap;
+                *b.add(2) = data;
+            }
+            let item = (*b.add(2) + len * size) as *mut u32;
+            match key {
+                Some(k) => {
+                    *item = k;
+                    *item.add(1) = value;
+                }
+                None => *item = value,
+            }
+            *b = len + 1;
+        }
+    }
+
+    fn finish(&mut self, list: Block, object: bool) -> u32 {
+        let tag = if object {
+            json::cell::OBJECT
+        } else {
+            json::cell::ARRAY
+        };
+        Cells::cell(tag, list.at)
+    }
+}
+
+/// `JSON.parse(s)`: the value's cell. Text the parser does not take
+/// leaves, for the isolate's `SyntaxError` (or its deeper parse).
 #[unsafe(no_mangle)]
-pub extern "C" fn json_number_end() -> u32 {
-    JSON_END.load(Relaxed)
+pub extern "C" fn json_parse(s: u32) -> u32 {
+    json::parse(units(s), &mut Cells).unwrap_or_else(|_| leave(left::JSON))
+}
+
+/// The cell of `key` in an object's pairs (the last, as JavaScript keeps
+/// the last of a repeated key), or 0.
+#[unsafe(no_mangle)]
+pub extern "C" fn json_get(pairs: u32, key: u32) -> u32 {
+    // SAFETY: `pairs` is an object's block `json_parse` made: `len`
+    // (key, cell) pairs at `data`.
+    let pairs = unsafe {
+        let b = pairs as *const u32;
+        core::slice::from_raw_parts(*b.add(2) as *const [u32; 2], *b as usize)
+    };
+    let wanted = units(key);
+    pairs
+        .iter()
+        .rev()
+        .find(|[k, _]| *k == key || units(*k) == wanted)
+        .map_or(0, |[_, cell]| *cell)
 }
 
 /// A string of the ASCII bytes `[at, at + len)`; other text leaves.

@@ -14,12 +14,13 @@
 //!  └───────────────────────────┘           └──────────────────────────┘
 //! ```
 //!
-//! The logic is plain Rust ([`number`], [`text`]); natively it is an
+//! The logic is plain Rust ([`number`], [`text`], [`json`]); natively it is an
 //! ordinary library that `hearth-jit`'s tests hold to QuickJS, and in
 //! wasm32 `abi` exports it over linear memory.
 
 #![cfg_attr(target_arch = "wasm32", no_std)]
 
+pub mod json;
 pub mod number;
 pub mod text;
 

@@ -203,8 +203,8 @@ pub(crate) const STR_EQ: u32 = RUNTIME_FIRST + 6;
 pub(crate) const READ_BODY: u32 = RUNTIME_FIRST + 7;
 pub(crate) const STR_TO_NUM: u32 = RUNTIME_FIRST + 8;
 pub(crate) const ASCII_IN: u32 = RUNTIME_FIRST + 9;
-pub(crate) const JSON_NUMBER: u32 = RUNTIME_FIRST + 10;
-pub(crate) const JSON_NUMBER_END: u32 = RUNTIME_FIRST + 11;
+pub(crate) const JSON_PARSE: u32 = RUNTIME_FIRST + 10;
+pub(crate) const JSON_GET: u32 = RUNTIME_FIRST + 11;
 pub(crate) const WRITE_RESPONSE: u32 = RUNTIME_FIRST + 12;
 const RANDOM: u32 = RUNTIME_FIRST + 13;
 // Helpers, emitted by `helpers.rs`, in this order, after the runtime's.
@@ -215,13 +215,8 @@ pub(crate) const SB_PUSH: u32 = HELPERS_FIRST + 2;
 pub(crate) const SB_QUOTE: u32 = HELPERS_FIRST + 3;
 pub(crate) const SB_NUM: u32 = HELPERS_FIRST + 4;
 const ASCII_OUT: u32 = HELPERS_FIRST + 5;
-pub(crate) const JP_WS: u32 = HELPERS_FIRST + 6;
-pub(crate) const JP_STRING: u32 = HELPERS_FIRST + 7;
-pub(crate) const JP_VALUE: u32 = HELPERS_FIRST + 8;
-pub(crate) const JP_PARSE: u32 = HELPERS_FIRST + 9;
-pub(crate) const JP_GET: u32 = HELPERS_FIRST + 10;
-const ENV_GET: u32 = HELPERS_FIRST + 11;
-const FIRST_USER: u32 = HELPERS_FIRST + 12;
+const ENV_GET: u32 = HELPERS_FIRST + 6;
+const FIRST_USER: u32 = HELPERS_FIRST + 7;
 
 /// The module compiled code imports its memory and the runtime's
 /// functions from; the wasm tier links it (`hearth_wasm`'s libraries).
@@ -242,8 +237,8 @@ const RUNTIME_FUNCS: [(&str, &[ValType], &[ValType]); 14] = {
         ("read_body", &[], &[N]),
         ("str_to_num", &[N], &[F]),
         ("ascii_in", &[N, N], &[N]),
-        ("json_number", &[N, N], &[F]),
-        ("json_number_end", &[], &[N]),
+        ("json_parse", &[N], &[N]),
+        ("json_get", &[N, N], &[N]),
         ("write_response", &[N], &[]),
         ("random", &[], &[F]),
     ]
@@ -258,9 +253,6 @@ const ANSWER_ROOM: i32 = 1 << 20;
 /// WASI's clock ids.
 const CLOCK_REALTIME: i32 = 0;
 const CLOCK_MONOTONIC: i32 = 1;
-
-/// The JSON parser's cursor is global 0 (the heap is the runtime's).
-pub(crate) const CURSOR: u32 = 0;
 
 pub(crate) fn mem(offset: u64, align: u32) -> MemArg {
     MemArg {
@@ -305,7 +297,6 @@ pub fn compile(program: &Program, trace: &Trace) -> Result<Vec<u8>, Refused> {
         sigs: HashMap::new(),
         captured: captured_names(program),
     };
-    m.globals.push(ValType::I32); // CURSOR
     m.strings_for_helpers();
     // Module scope: consts and top-level functions.
     let mut module_scope = HashMap::new();
@@ -1344,8 +1335,8 @@ mod index_tests {
             (READ_BODY, "read_body"),
             (STR_TO_NUM, "str_to_num"),
             (ASCII_IN, "ascii_in"),
-            (JSON_NUMBER, "json_number"),
-            (JSON_NUMBER_END, "json_number_end"),
+            (JSON_PARSE, "json_parse"),
+            (JSON_GET, "json_get"),
             (WRITE_RESPONSE, "write_response"),
             (RANDOM, "random"),
         ] {

@@ -1,8 +1,8 @@
 //! The functions compiled code calls that are still emitted into every
 //! module, instruction by instruction, in the order of the indices in
-//! [`codegen`](crate::codegen): JSON and the environment. Allocation,
-//! numbers, strings, the request body, the response and `Math.random` are
-//! the runtime's (`crates/hearth-jit-runtime`), which modules import.
+//! [`codegen`](crate::codegen): `JSON.stringify`'s printer and the
+//! environment. Allocation, numbers, strings, `JSON.parse`, the request
+//! body, the response and `Math.random` are the runtime's (`crates/hearth-jit-runtime`), which modules import.
 
 use wasm_encoder::{BlockType, Function, Instruction as I, ValType};
 
@@ -13,7 +13,6 @@ use crate::codegen::{
 pub use hearth_jit_runtime::left;
 
 mod json;
-pub(crate) mod parse;
 
 const F: ValType = ValType::F64;
 const N: ValType = ValType::I32;
@@ -34,11 +33,6 @@ pub(crate) fn emit(m: &mut ModuleBuilder<'_>) -> Vec<(u32, Function)> {
         (vec![N, N], vec![], json::sb_quote),
         (vec![N, F], vec![], json::sb_num),
         (vec![N], vec![N], ascii_out),
-        (vec![N], vec![], parse::jp_ws),
-        (vec![N], vec![N], parse::jp_string),
-        (vec![N, N], vec![N], parse::jp_value),
-        (vec![N], vec![N], parse::jp_parse),
-        (vec![N, N], vec![N], parse::jp_get),
         (vec![N], vec![N], env_get),
     ];
     let consts = Consts { null };

@@ -690,6 +690,35 @@ fn json_the_compiled_parser_does_not_take_leaves() {
     }
 }
 
+/// At the runtime parser's depth limit the compiled code still answers:
+/// 64 levels fit the runtime's stack in wasm.
+#[test]
+fn json_nested_to_the_limit_is_parsed_in_the_sandbox() {
+    let src = r#"
+export default {
+  async fetch(request) {
+    const o = await request.json();
+    return new Response(String(o.n + 1));
+  },
+};
+"#;
+    let deep = |levels: usize| {
+        format!(
+            r#"{{"n":41,"deep":{}{}}}"#,
+            "[".repeat(levels),
+            "]".repeat(levels)
+        )
+    };
+    // The object is one level; its `deep` field the rest, to 64 in all.
+    let compiled = Compiled::new(src, &[r#"{"n":1}"#]);
+    assert_eq!(
+        compiled.check(&deep(63)),
+        Ok(true),
+        "63 arrays in the object"
+    );
+    assert_eq!(compiled.check(&deep(64)), Ok(false), "one past: leaves");
+}
+
 /// The compiled pipeline on random input (the runtime in wasm32, the
 /// emitted code around it): numbers read from text, printed, divided and
 /// truncated answer as QuickJS does, and only what compiled code does not

@@ -184,3 +184,230 @@ fn utf8_of_any_units_is_the_standard_librarys() {
         })
         .unwrap();
 }
+
+/// What the runtime's parser made, as a tree.
+#[derive(Debug)]
+enum Tree {
+    Null,
+    Bool(bool),
+    Num(f64),
+    Str(Vec<u16>),
+    Arr(Vec<usize>),
+    Obj(Vec<(usize, usize)>),
+}
+
+/// Builds [`Tree`]s in an arena (values are indices; keys are too, into
+/// `keys`).
+#[derive(Default)]
+struct Trees {
+    values: Vec<Tree>,
+    keys: Vec<Vec<u16>>,
+}
+
+impl Trees {
+    fn add(&mut self, t: Tree) -> usize {
+        self.values.push(t);
+        self.values.len() - 1
+    }
+
+    /// The canonical form `CANON` (below) gives QuickJS's value: strings
+    /// as their units, object keys sorted and the last of a repeated key
+    /// kept, `-0` apart from `0`.
+    fn canon(&self, v: usize) -> String {
+        let units = |u: &[u16]| {
+            let list: Vec<String> = u.iter().map(u16::to_string).collect();
+            format!("s{}", list.join(","))
+        };
+        match &self.values[v] {
+            Tree::Null => "n".into(),
+            Tree::Bool(b) => if *b { "t" } else { "f" }.into(),
+            Tree::Num(x) if *x == 0.0 && x.is_sign_negative() => "#-0".into(),
+            Tree::Num(x) => format!("#{}", shown(*x)),
+            Tree::Str(u) => units(u),
+            Tree::Arr(items) => {
+                let items: Vec<String> = items.iter().map(|&i| self.canon(i)).collect();
+                format!("[{}]", items.join(";"))
+            }
+            Tree::Obj(pairs) => {
+                let mut last = std::collections::BTreeMap::new();
+                for &(k, v) in pairs {
+                    last.insert(self.keys[k].clone(), v);
+                }
+                let pairs: Vec<String> = last
+                    .iter()
+                    .map(|(k, &v)| format!("{}:{}", units(k), self.canon(v)))
+                    .collect();
+                format!("{{{}}}", pairs.join(";"))
+            }
+        }
+    }
+}
+
+impl hearth_jit_runtime::json::Builder for Trees {
+    type Value = usize;
+    type List = Vec<(Option<usize>, usize)>;
+    type Key = usize;
+
+    fn null(&mut self) -> usize {
+        self.add(Tree::Null)
+    }
+    fn boolean(&mut self, b: bool) -> usize {
+        self.add(Tree::Bool(b))
+    }
+    fn number(&mut self, x: f64) -> usize {
+        self.add(Tree::Num(x))
+    }
+    fn string(&mut self, len: usize, fill: &mut dyn FnMut(&mut [u16])) -> usize {
+        let mut u = vec![0; len];
+        fill(&mut u);
+        self.add(Tree::Str(u))
+    }
+    fn key(&mut self, len: usize, fill: &mut dyn FnMut(&mut [u16])) -> usize {
+        let mut u = vec![0; len];
+        fill(&mut u);
+        self.keys.push(u);
+        self.keys.len() - 1
+    }
+    fn with_scratch(
+        &mut self,
+        len: usize,
+        f: &mut dyn FnMut(&mut [u8]) -> Option<f64>,
+    ) -> Option<f64> {
+        f(&mut vec![0; len])
+    }
+    fn list(&mut self, _: bool) -> Self::List {
+        Vec::new()
+    }
+    fn push(&mut self, list: &mut Self::List, key: Option<usize>, value: usize) {
+        list.push((key, value));
+    }
+    fn finish(&mut self, list: Self::List, object: bool) -> usize {
+        let t = if object {
+            Tree::Obj(list.into_iter().map(|(k, v)| (k.unwrap(), v)).collect())
+        } else {
+            Tree::Arr(list.into_iter().map(|(_, v)| v).collect())
+        };
+        self.add(t)
+    }
+}
+
+/// QuickJS's `JSON.parse` of a text (given as its units, so a lone
+/// surrogate reaches it as one) in the canonical form of
+/// [`Trees::canon`], or `!` where it throws.
+const CANON: &str = r##"(codes) => {
+  const text = codes.map((c) => String.fromCharCode(c)).join("");
+  const units = (s) => "s" + Array.from({ length: s.length }, (_, i) => s.charCodeAt(i)).join(",");
+  const cmp = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
+  const canon = (v) => {
+    if (v === null) return "n";
+    if (typeof v === "boolean") return v ? "t" : "f";
+    if (typeof v === "number") return Object.is(v, -0) ? "#-0" : "#" + String(v);
+    if (typeof v === "string") return units(v);
+    if (Array.isArray(v)) return "[" + v.map(canon).join(";") + "]";
+    return "{" + Object.keys(v).sort(cmp).map((k) => units(k) + ":" + canon(v[k])).join(";") + "}";
+  };
+  try { return canon(JSON.parse(text)); } catch { return "!"; }
+}"##;
+
+/// JSON text of every kind, nested a few deep, with JSON's whitespace
+/// between tokens and escapes of every kind in strings (lone surrogates
+/// too); then, often, one unit changed, dropped or added, so that much
+/// of it is malformed.
+fn json_texts() -> impl Strategy<Value = Vec<u16>> {
+    let white = proptest::string::string_regex("[ \t\n\r]{0,2}")
+        .unwrap()
+        .boxed();
+    let piece = prop_oneof![
+        proptest::string::string_regex("[a-zA-Z0-9 ~é€😀]").unwrap(),
+        proptest::string::string_regex(r#"\\["\\/bfnrt]"#).unwrap(),
+        proptest::string::string_regex(r"\\u[0-9a-fA-F]{4}").unwrap(),
+        prop_oneof![Just(r"\uD800".to_string()), Just(r"\uDC00x".to_string())],
+    ];
+    let string = proptest::collection::vec(piece, 0..6)
+        .prop_map(|p| format!("\"{}\"", p.concat()))
+        .boxed();
+    let leaf = prop_oneof![
+        Just("null".to_string()),
+        Just("true".to_string()),
+        Just("false".to_string()),
+        proptest::string::string_regex(
+            "-?(0|[1-9][0-9]{0,17})(\\.[0-9]{1,17})?([eE][+-]?[0-9]{1,3})?"
+        )
+        .unwrap(),
+        string.clone(),
+    ];
+    let value = leaf.prop_recursive(5, 48, 5, move |inner| {
+        let w = white.clone();
+        prop_oneof![
+            (proptest::collection::vec((inner.clone(), w.clone()), 0..5)).prop_map(|items| {
+                let items: Vec<String> = items
+                    .into_iter()
+                    .map(|(v, w)| format!("{w}{v}{w}"))
+                    .collect();
+                format!("[{}]", items.join(","))
+            }),
+            (proptest::collection::vec((string.clone(), inner, w), 0..5)).prop_map(|pairs| {
+                let pairs: Vec<String> = pairs
+                    .into_iter()
+                    .map(|(k, v, w)| format!("{w}{k}{w}:{w}{v}"))
+                    .collect();
+                format!("{{{}}}", pairs.join(","))
+            }),
+        ]
+    });
+    let edit = prop_oneof![
+        3 => Just(None),
+        1 => (any::<prop::sample::Index>(), any::<u8>(), 0..3u8).prop_map(Some),
+    ];
+    (value, edit).prop_map(|(text, edit)| {
+        let mut units: Vec<u16> = text.encode_utf16().collect();
+        if let Some((at, unit, how)) = edit {
+            let i = at.index(units.len() + 1);
+            let pick = b"\"\\{}[]:,.-e0 \x01\x1fu";
+            let u = u16::from(pick[unit as usize % pick.len()]);
+            match how {
+                0 if i < units.len() => units[i] = u,
+                1 if i < units.len() => {
+                    units.remove(i);
+                }
+                _ => units.insert(i, u),
+            }
+        }
+        units
+    })
+}
+
+/// The runtime's `JSON.parse` takes what QuickJS's takes, refuses what
+/// it throws on, and makes the same value, unit for unit.
+#[test]
+fn json_parse_of_any_text_is_quickjs_s() {
+    let js = Js::new();
+    TestRunner::new(Config::with_cases(5_000))
+        .run(&json_texts(), |units| {
+            let text = String::from_utf16_lossy(&units);
+            let mut trees = Trees::default();
+            let got = match hearth_jit_runtime::json::parse(&units, &mut trees) {
+                Ok(v) => trees.canon(v),
+                Err(_) => "!".into(),
+            };
+            let codes: Vec<i32> = units.iter().map(|&u| i32::from(u)).collect();
+            let want: String = js.call(CANON, (codes,));
+            prop_assert_eq!(got, want, "{:?}", text);
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// Arrays nested 64 deep parse; 65 are refused (the isolate parses
+/// them instead).
+#[test]
+fn json_nesting_past_the_limit_is_refused() {
+    let nested = |n: usize| -> Vec<u16> {
+        format!("{}{}", "[".repeat(n), "]".repeat(n))
+            .encode_utf16()
+            .collect()
+    };
+    let limit = hearth_jit_runtime::json::MAX_DEPTH as usize;
+    assert!(hearth_jit_runtime::json::parse(&nested(limit), &mut Trees::default()).is_ok());
+    assert!(hearth_jit_runtime::json::parse(&nested(limit + 1), &mut Trees::default()).is_err());
+}

@@ -1,4 +1,4 @@
-//! Values `JSON.parse` made (`helpers/parse.rs`): their shape is only
+//! Values `JSON.parse` made (the runtime's `json_parse`): their shape is only
 //! known when the request comes, so each read is typed by what the trace
 //! saw there and guarded. `body.n` looks the key up and, where the trace
 //! saw only numbers, reads a number or leaves; an object or array read
@@ -8,12 +8,12 @@
 use wasm_encoder::{Instruction as I, ValType};
 
 use super::*;
-use crate::helpers::parse::cell;
+use hearth_jit_runtime::json::cell;
 
 impl FnBuilder<'_, '_> {
     /// `JSON.parse(text)` (`e`), of the string on the stack.
     pub(super) fn parse_json(&mut self, e: &Expr) -> R<Ty> {
-        self.emit(I::Call(JP_PARSE));
+        self.emit(I::Call(JSON_PARSE));
         self.unbox(e)
     }
 
@@ -21,7 +21,7 @@ impl FnBuilder<'_, '_> {
     pub(super) fn parsed_field(&mut self, e: &Expr, name: &str) -> R<Ty> {
         let key = self.m.str_addr(name);
         self.emit(I::I32Const(key));
-        self.emit(I::Call(JP_GET));
+        self.emit(I::Call(JSON_GET));
         self.unbox(e)
     }
 
