@@ -30,6 +30,8 @@ unsafe extern "C" {
     fn fd_read(fd: u32, iovs: *const Iovec, n: u32, nread: *mut u32) -> u16;
     fn fd_write(fd: u32, iovs: *const Iovec, n: u32, nwritten: *mut u32) -> u16;
     fn random_get(buf: *mut u8, len: u32) -> u16;
+    fn environ_sizes_get(count: *mut u32, size: *mut u32) -> u16;
+    fn environ_get(ptrs: *mut u32, buf: *mut u8) -> u16;
 }
 
 #[repr(C)]
@@ -459,4 +461,171 @@ pub extern "C" fn random() -> f64 {
     let next = t ^ s0 ^ (s0 >> 19);
     s[0].store(next, Relaxed);
     f64::from(next) / 4_294_967_296.0
+}
+
+/// A string being built (`JSON.stringify`'s text): `[str: u32][cap:
+/// u32]`, `str` a string with room for `cap` units; finishing is reading
+/// `str`. Compiled code appends the structure (brackets, keys, commas)
+/// as literals, knowing every value's type, and values with these.
+#[repr(C)]
+struct Builder {
+    s: u32,
+    cap: u32,
+}
+
+/// Strings past this many units leave (no sandbox has the memory).
+const MAX_ROOM: usize = 1 << 28;
+
+impl Builder {
+    /// The builder at `sb`.
+    fn at<'a>(sb: u32) -> &'a mut Builder {
+        // SAFETY: `sb` is a builder `sb_new` made, 8 bytes, 8-aligned.
+        unsafe { &mut *(sb as *mut Builder) }
+    }
+
+    /// Room for `n` more units (moving the text to twice its room, or
+    /// more, when full): the slice they go in. The length is not changed.
+    fn room<'a>(&mut self, n: usize) -> &'a mut [u16] {
+        let len = units(self.s).len();
+        if n > MAX_ROOM || len + n > MAX_ROOM {
+            leave(left::TEXT);
+        }
+        if len + n > self.cap as usize {
+            let cap = (2 * self.cap as usize).max(len + n);
+            let (s, out) = new_string(cap);
+            out[..len].copy_from_slice(units(self.s));
+            // SAFETY: `s` was just made; its length is what is in it.
+            unsafe { *(s as *mut u32) = len as u32 };
+            self.s = s;
+            self.cap = cap as u32;
+        }
+        // SAFETY: the string has room for `cap` units, `len + n` of them
+        // within it; only this builder writes to it.
+        unsafe { core::slice::from_raw_parts_mut((self.s + 4 + 2 * len as u32) as *mut u16, n) }
+    }
+
+    /// Counts `n` more units written into the room.
+    fn grow(&mut self, n: usize) {
+        // SAFETY: as in `room`: the string's length word.
+        unsafe { *(self.s as *mut u32) += n as u32 };
+    }
+
+    fn push(&mut self, text: &[u16]) {
+        self.room(text.len()).copy_from_slice(text);
+        self.grow(text.len());
+    }
+}
+
+/// An empty builder with room for 16 units.
+#[unsafe(no_mangle)]
+pub extern "C" fn sb_new() -> u32 {
+    let sb = alloc(8);
+    let (s, _) = new_string(16);
+    // SAFETY: `s` was just made; it starts empty.
+    unsafe { *(s as *mut u32) = 0 };
+    *Builder::at(sb) = Builder { s, cap: 16 };
+    sb
+}
+
+/// Appends string `s`'s units.
+#[unsafe(no_mangle)]
+pub extern "C" fn sb_push(sb: u32, s: u32) {
+    Builder::at(sb).push(units(s));
+}
+
+/// Appends string `s` as `JSON.stringify` quotes it.
+#[unsafe(no_mangle)]
+pub extern "C" fn sb_quote(sb: u32, s: u32) {
+    let u = units(s);
+    if u.len() > MAX_ROOM / 6 {
+        leave(left::TEXT);
+    }
+    let b = Builder::at(sb);
+    let n = text::json_quote(u, b.room(text::json_quote_room(u.len())));
+    b.grow(n);
+}
+
+/// Appends `x` as `JSON.stringify` prints a number: `null` for NaN and
+/// the infinities, else as `String(x)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn sb_num(sb: u32, x: f64) {
+    let b = Builder::at(sb);
+    if !x.is_finite() {
+        return b.push(&[0x6E, 0x75, 0x6C, 0x6C]);
+    }
+    let mut digits = [0u8; number::MAX_LEN];
+    let n = number::to_string(x, &mut digits);
+    let out = b.room(n);
+    for (o, &d) in out.iter_mut().zip(&digits[..n]) {
+        *o = u16::from(d);
+    }
+    b.grow(n);
+}
+
+/// String `s`'s units as bytes (its UTF-8, as the isolate sends a KV key
+/// or value, or a URL), the string's length of them; text that is not
+/// ASCII leaves.
+#[unsafe(no_mangle)]
+pub extern "C" fn ascii_out(s: u32) -> u32 {
+    let u = units(s);
+    let at = alloc(u.len() as u32);
+    // SAFETY: `alloc` just gave these bytes to this call alone.
+    let out = unsafe { core::slice::from_raw_parts_mut(at as *mut u8, u.len()) };
+    for (o, &c) in out.iter_mut().zip(u) {
+        if c >= 0x80 {
+            leave(left::TEXT);
+        }
+        *o = c as u8;
+    }
+    at
+}
+
+/// WASI's environment, read once per instance: `NAME=value` strings,
+/// NUL-terminated, in the order the host lists them.
+static ENVIRON: AtomicU32 = AtomicU32::new(0);
+static ENVIRON_COUNT: AtomicU32 = AtomicU32::new(0);
+
+/// The value of the first variable in the environment that starts with
+/// `prefix` (a `[len: u32][bytes]` block, `NAME=`) as a string, or 0 if
+/// none does. The wasm tier lists the function's own variables before
+/// CGI's, so the first match is the one the isolate's `env.NAME` has.
+#[unsafe(no_mangle)]
+pub extern "C" fn env_get(prefix: u32) -> u32 {
+    if ENVIRON.load(Relaxed) == 0 {
+        let (mut count, mut size) = (0u32, 0u32);
+        // SAFETY: WASI writes the two counts; then `count` pointers and
+        // `size` bytes into room just allocated for them.
+        let ptrs = unsafe {
+            if environ_sizes_get(&mut count, &mut size) != 0 {
+                leave(left::HOST);
+            }
+            let ptrs = alloc(4 * count + size);
+            if environ_get(ptrs as *mut u32, (ptrs + 4 * count) as *mut u8) != 0 {
+                leave(left::HOST);
+            }
+            ptrs
+        };
+        ENVIRON_COUNT.store(count, Relaxed);
+        ENVIRON.store(ptrs, Relaxed);
+    }
+    // SAFETY: `prefix` is a block in the module's data; the pointers were
+    // written by WASI above, each to a NUL-terminated string.
+    let (prefix, vars) = unsafe {
+        let len = *(prefix as *const u32);
+        (
+            bytes(prefix + 4, len),
+            core::slice::from_raw_parts(
+                ENVIRON.load(Relaxed) as *const u32,
+                ENVIRON_COUNT.load(Relaxed) as usize,
+            ),
+        )
+    };
+    for &var in vars {
+        // SAFETY: as above: a NUL-terminated string WASI wrote.
+        let var = unsafe { core::ffi::CStr::from_ptr(var as *const core::ffi::c_char) }.to_bytes();
+        if let Some(value) = var.strip_prefix(prefix) {
+            return ascii_in(value.as_ptr() as u32, value.len() as u32);
+        }
+    }
+    0
 }

@@ -119,6 +119,64 @@ fn spread(x: u32) -> u64 {
     (x & 0xFF) | ((x & 0xFF00) << 8) | ((x & 0xFF_0000) << 16) | ((x & 0xFF00_0000) << 24)
 }
 
+/// The most units [`json_quote`] writes for `len` units: every one as
+/// `\uxxxx`, and the quotes.
+pub fn json_quote_room(len: usize) -> usize {
+    6 * len + 2
+}
+
+/// `units` quoted as `JSON.stringify` quotes a string (ECMA-262
+/// §25.5.2.3, QuoteJSONString): `"` and `\` escaped, `\b \f \n \r \t` by
+/// name, other units below U+0020 and lone surrogates as `\uxxxx`
+/// (lowercase hex), surrogate pairs and the rest as they are. `out` holds
+/// [`json_quote_room`] units; returns how many it wrote.
+pub fn json_quote(units: &[u16], out: &mut [u16]) -> usize {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut n = 0;
+    let mut put = |u: u16| {
+        out[n] = u;
+        n += 1;
+    };
+    put(u16::from(b'"'));
+    let mut i = 0;
+    while i < units.len() {
+        let u = units[i];
+        let named = match u {
+            0x22 => Some(b'"'),
+            0x5C => Some(b'\\'),
+            0x08 => Some(b'b'),
+            0x0C => Some(b'f'),
+            0x0A => Some(b'n'),
+            0x0D => Some(b'r'),
+            0x09 => Some(b't'),
+            _ => None,
+        };
+        let pair = (0xD800..0xDC00).contains(&u)
+            && units
+                .get(i + 1)
+                .is_some_and(|v| (0xDC00..0xE000).contains(v));
+        if let Some(c) = named {
+            put(u16::from(b'\\'));
+            put(u16::from(c));
+        } else if pair {
+            put(u);
+            put(units[i + 1]);
+            i += 1;
+        } else if u < 0x20 || (0xD800..0xE000).contains(&u) {
+            put(u16::from(b'\\'));
+            put(u16::from(b'u'));
+            for shift in [12, 8, 4, 0] {
+                put(u16::from(HEX[usize::from((u >> shift) & 15)]));
+            }
+        } else {
+            put(u);
+        }
+        i += 1;
+    }
+    put(u16::from(b'"'));
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

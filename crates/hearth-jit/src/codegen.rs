@@ -58,8 +58,6 @@ pub mod layout {
     /// Scratch for WASI and host calls (an iovec and a count, an
     /// answer's length).
     pub const SCRATCH: u32 = BASE;
-    /// Where the environment is kept once read (`helpers::env_get`), or 0.
-    pub const ENVIRON: u32 = BASE + 60;
     /// String literals start here.
     pub const DATA: u32 = BASE + 64;
 }
@@ -177,22 +175,20 @@ fn refuse<T>(what: impl Into<String>) -> R<T> {
     Err(Stop::Refused(Refused::new(what.into())))
 }
 
-// Imported functions. Clocks, randomness and the environment are WASI's,
-// which the wasm tier answers from the host layer (so clocks and
-// randomness are taped as the isolate's `Date.now()` and `Math.random()`
-// are); KV and outbound HTTP are the wasm tier's `hearth` calls, which
-// the isolate's `hearth.kv` and `fetch` make too.
+// Imported functions. Clocks are WASI's, which the wasm tier answers
+// from the host layer (so they are taped as the isolate's `Date.now()`
+// is; the runtime reads randomness and the environment from WASI the
+// same way); KV and outbound HTTP are the wasm tier's `hearth` calls,
+// which the isolate's `hearth.kv` and `fetch` make too.
 const LEAVE: u32 = 0;
 const CLOCK_TIME_GET: u32 = 1;
 const KV_GET: u32 = 2;
 const KV_SET: u32 = 3;
 const HTTP_FETCH: u32 = 4;
 const URL_HREF: u32 = 5;
-pub(crate) const ENVIRON_SIZES_GET: u32 = 6;
-pub(crate) const ENVIRON_GET: u32 = 7;
 // The runtime's functions (`crates/hearth-jit-runtime`), imported from
 // [`RUNTIME_NAME`] in this order (`RUNTIME_FUNCS`).
-const RUNTIME_FIRST: u32 = ENVIRON_GET + 1;
+const RUNTIME_FIRST: u32 = URL_HREF + 1;
 pub(crate) const ALLOC: u32 = RUNTIME_FIRST;
 pub(crate) const HEAP_SET: u32 = RUNTIME_FIRST + 1;
 pub(crate) const TO_INT32: u32 = RUNTIME_FIRST + 2;
@@ -207,16 +203,14 @@ pub(crate) const JSON_PARSE: u32 = RUNTIME_FIRST + 10;
 pub(crate) const JSON_GET: u32 = RUNTIME_FIRST + 11;
 pub(crate) const WRITE_RESPONSE: u32 = RUNTIME_FIRST + 12;
 const RANDOM: u32 = RUNTIME_FIRST + 13;
-// Helpers, emitted by `helpers.rs`, in this order, after the runtime's.
-const HELPERS_FIRST: u32 = RUNTIME_FIRST + RUNTIME_FUNCS.len() as u32;
-pub(crate) const SB_NEW: u32 = HELPERS_FIRST;
-pub(crate) const SB_ROOM: u32 = HELPERS_FIRST + 1;
-pub(crate) const SB_PUSH: u32 = HELPERS_FIRST + 2;
-pub(crate) const SB_QUOTE: u32 = HELPERS_FIRST + 3;
-pub(crate) const SB_NUM: u32 = HELPERS_FIRST + 4;
-const ASCII_OUT: u32 = HELPERS_FIRST + 5;
-const ENV_GET: u32 = HELPERS_FIRST + 6;
-const FIRST_USER: u32 = HELPERS_FIRST + 7;
+pub(crate) const SB_NEW: u32 = RUNTIME_FIRST + 14;
+pub(crate) const SB_PUSH: u32 = RUNTIME_FIRST + 15;
+pub(crate) const SB_QUOTE: u32 = RUNTIME_FIRST + 16;
+pub(crate) const SB_NUM: u32 = RUNTIME_FIRST + 17;
+const ASCII_OUT: u32 = RUNTIME_FIRST + 18;
+const ENV_GET: u32 = RUNTIME_FIRST + 19;
+// The module's own functions follow.
+const FIRST_USER: u32 = RUNTIME_FIRST + RUNTIME_FUNCS.len() as u32;
 
 /// The module compiled code imports its memory and the runtime's
 /// functions from; the wasm tier links it (`hearth_wasm`'s libraries).
@@ -224,7 +218,7 @@ pub const RUNTIME_NAME: &str = "hearth_rt";
 
 /// The runtime's functions, in the order of their indices (from
 /// [`ALLOC`]): name, parameters, results.
-const RUNTIME_FUNCS: [(&str, &[ValType], &[ValType]); 14] = {
+const RUNTIME_FUNCS: [(&str, &[ValType], &[ValType]); 20] = {
     use ValType::{F64 as F, I32 as N};
     [
         ("alloc", &[N], &[N]),
@@ -241,6 +235,12 @@ const RUNTIME_FUNCS: [(&str, &[ValType], &[ValType]); 14] = {
         ("json_get", &[N, N], &[N]),
         ("write_response", &[N], &[]),
         ("random", &[], &[F]),
+        ("sb_new", &[], &[N]),
+        ("sb_push", &[N, N], &[]),
+        ("sb_quote", &[N, N], &[]),
+        ("sb_num", &[N, F], &[]),
+        ("ascii_out", &[N], &[N]),
+        ("env_get", &[N], &[N]),
     ]
 };
 
@@ -297,7 +297,6 @@ pub fn compile(program: &Program, trace: &Trace) -> Result<Vec<u8>, Refused> {
         sigs: HashMap::new(),
         captured: captured_names(program),
     };
-    m.strings_for_helpers();
     // Module scope: consts and top-level functions.
     let mut module_scope = HashMap::new();
     for (i, (name, _)) in program.consts.iter().enumerate() {
@@ -503,22 +502,6 @@ impl ModuleBuilder<'_> {
         at
     }
 
-    fn strings_for_helpers(&mut self) {
-        for s in [
-            "true",
-            "false",
-            "NaN",
-            "Infinity",
-            "-Infinity",
-            "0",
-            "",
-            "null",
-        ] {
-            let units: Vec<u16> = s.encode_utf16().collect();
-            self.string(&units);
-        }
-    }
-
     pub(crate) fn str_addr(&mut self, s: &str) -> i32 {
         let units: Vec<u16> = s.encode_utf16().collect();
         self.string(&units) as i32
@@ -646,13 +629,12 @@ impl ModuleBuilder<'_> {
 
     fn finish(mut self, handler: u32) -> Result<Vec<u8>, Refused> {
         let mut module = Module::new();
-        // Types: imports and helpers first.
+        // Types: imports first.
         let leave = self.type_index(vec![ValType::I32], vec![]);
         let clock = self.type_index(
             vec![ValType::I32, ValType::I64, ValType::I32],
             vec![ValType::I32],
         );
-        let random = self.type_index(vec![ValType::I32; 2], vec![ValType::I32]);
         let kv_get = self.type_index(vec![ValType::I32; 5], vec![ValType::I32]);
         let kv_set = self.type_index(vec![ValType::I32; 4], vec![ValType::I32]);
         let http_fetch = self.type_index(vec![ValType::I32; 11], vec![ValType::I32]);
@@ -661,21 +643,13 @@ impl ModuleBuilder<'_> {
             .iter()
             .map(|(_, p, r)| self.type_index(p.to_vec(), r.to_vec()))
             .collect();
-        let helpers = crate::helpers::emit(&mut self);
-        if helpers.len() as u32 != FIRST_USER - HELPERS_FIRST {
-            return Err(Refused::new(format!(
-                "internal: {} helpers emitted, {} indexed",
-                helpers.len(),
-                FIRST_USER - HELPERS_FIRST
-            )));
-        }
         let mut types = TypeSection::new();
         for (p, r) in &self.types {
             types.ty().function(p.clone(), r.clone());
         }
         module.section(&types);
         let mut imports = ImportSection::new();
-        // In the order of their indices (LEAVE … ENVIRON_GET).
+        // In the order of their indices (LEAVE … URL_HREF).
         const WASI: &str = "wasi_snapshot_preview1";
         for (module, name, ty) in [
             ("hearth", "leave", leave),
@@ -684,8 +658,6 @@ impl ModuleBuilder<'_> {
             ("hearth", "kv_set", kv_set),
             ("hearth", "http_fetch", http_fetch),
             ("hearth", "url_href", kv_get),
-            (WASI, "environ_sizes_get", random),
-            (WASI, "environ_get", random),
         ] {
             imports.import(module, name, EntityType::Function(ty));
         }
@@ -706,9 +678,6 @@ impl ModuleBuilder<'_> {
         );
         module.section(&imports);
         let mut funcs = FunctionSection::new();
-        for (ty, _) in &helpers {
-            funcs.function(*ty);
-        }
         for ty in &self.func_types {
             funcs.function(*ty);
         }
@@ -737,9 +706,6 @@ impl ModuleBuilder<'_> {
         module.section(&exports);
         module.section(&DataCountSection { count: 1 });
         let mut code = CodeSection::new();
-        for (_, body) in &helpers {
-            code.function(body);
-        }
         for i in FIRST_USER..start_index {
             let (_, body) = self
                 .bodies
@@ -1339,6 +1305,12 @@ mod index_tests {
             (JSON_GET, "json_get"),
             (WRITE_RESPONSE, "write_response"),
             (RANDOM, "random"),
+            (SB_NEW, "sb_new"),
+            (SB_PUSH, "sb_push"),
+            (SB_QUOTE, "sb_quote"),
+            (SB_NUM, "sb_num"),
+            (ASCII_OUT, "ascii_out"),
+            (ENV_GET, "env_get"),
         ] {
             assert_eq!(RUNTIME_FUNCS[(index - RUNTIME_FIRST) as usize].0, name);
         }

@@ -23,13 +23,12 @@
 //! `docs/js-tier.md`).
 
 mod codegen;
-mod helpers;
 pub mod instrument;
 pub mod ir;
 pub mod lower;
 
 pub use codegen::RUNTIME_NAME;
-pub use helpers::left;
+pub use hearth_jit_runtime::left;
 
 /// The runtime module compiled modules import (as [`RUNTIME_NAME`]): a
 /// core wasm module of its own, instantiated beside each compiled one.

@@ -179,20 +179,21 @@ fn run_compiled(
         .unwrap();
     // The functions here use no clock, randomness, environment, KV nor
     // HTTP; the daemon's tests compare those with the isolate's through
-    // the real host layer. Randomness is the runtime's import.
-    linker
-        .func_wrap(
-            "wasi_snapshot_preview1",
-            "random_get",
-            |_: i32, _: i32| -> wasmtime::Result<i32> {
-                Err(wasmtime::Error::msg("random_get was called"))
-            },
-        )
-        .unwrap();
+    // the real host layer. Randomness and the environment are the
+    // runtime's imports.
+    for name in ["random_get", "environ_sizes_get", "environ_get"] {
+        linker
+            .func_wrap(
+                "wasi_snapshot_preview1",
+                name,
+                move |_: i32, _: i32| -> wasmtime::Result<i32> {
+                    Err(wasmtime::Error::msg(format!("{name} was called")))
+                },
+            )
+            .unwrap();
+    }
     for (module_name, name) in [
         ("wasi_snapshot_preview1", "clock_time_get"),
-        ("wasi_snapshot_preview1", "environ_sizes_get"),
-        ("wasi_snapshot_preview1", "environ_get"),
         ("hearth", "kv_get"),
         ("hearth", "kv_set"),
         ("hearth", "http_fetch"),

@@ -7,7 +7,7 @@
 // Tests unwrap: a failed unwrap is the test failing, at its line.
 #![allow(clippy::unwrap_used)]
 
-use hearth_jit_runtime::number;
+use hearth_jit_runtime::{number, text};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use rquickjs::{Context, Function, Runtime};
@@ -410,4 +410,29 @@ fn json_nesting_past_the_limit_is_refused() {
     let limit = hearth_jit_runtime::json::MAX_DEPTH as usize;
     assert!(hearth_jit_runtime::json::parse(&nested(limit), &mut Trees::default()).is_ok());
     assert!(hearth_jit_runtime::json::parse(&nested(limit + 1), &mut Trees::default()).is_err());
+}
+
+/// `JSON.stringify` of any string (units of every kind: ASCII, controls,
+/// escapes, pairs, lone and swapped surrogates) quotes as QuickJS's.
+#[test]
+fn json_quote_of_any_units_is_quickjs_s() {
+    let js = Js::new();
+    let unit = prop_oneof![0u16..0x80, 0u16..0x20, 0xD800u16..0xE000, any::<u16>(),];
+    TestRunner::new(Config::with_cases(5_000))
+        .run(&proptest::collection::vec(unit, 0..24), |units| {
+            let mut out = vec![0; text::json_quote_room(units.len())];
+            let n = text::json_quote(&units, &mut out);
+            let codes: Vec<i32> = units.iter().map(|&u| i32::from(u)).collect();
+            let want: Vec<i32> = js.call(
+                r#"(codes) => {
+                    const q = JSON.stringify(codes.map((c) => String.fromCharCode(c)).join(""));
+                    return Array.from({ length: q.length }, (_, i) => q.charCodeAt(i));
+                }"#,
+                (codes,),
+            );
+            let got: Vec<i32> = out[..n].iter().map(|&u| i32::from(u)).collect();
+            prop_assert_eq!(got, want, "{:?}", units);
+            Ok(())
+        })
+        .unwrap();
 }

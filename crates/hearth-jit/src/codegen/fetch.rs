@@ -20,7 +20,7 @@ use wasm_encoder::{Instruction as I, ValType};
 
 use super::json::header_lines;
 use super::*;
-use crate::helpers::left;
+use hearth_jit_runtime::left;
 
 /// What `fetch` answered, laid out as [`Ty::Fetched`].
 mod answer {

@@ -1,8 +1,8 @@
 //! `JSON.stringify`, `Response.json` and the responses' options. Every
 //! value's type is known when compiling, so stringifying is code written
 //! out for that type: brackets, keys and commas appended as literals,
-//! strings and numbers by the string builder's helpers
-//! (`helpers/json.rs`).
+//! strings and numbers by the runtime's string builder (`sb_*` in
+//! `hearth-jit-runtime`'s `abi.rs`).
 
 use wasm_encoder::{BlockType, Instruction as I, ValType};
 

@@ -11,7 +11,7 @@
 use wasm_encoder::{BlockType, Instruction as I, ValType};
 
 use super::*;
-use crate::helpers::left;
+use hearth_jit_runtime::left;
 
 impl FnBuilder<'_, '_> {
     /// The key of `e` if it is `await hearth.kv.get(key)` (and `hearth`
