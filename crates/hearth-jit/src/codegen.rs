@@ -14,7 +14,7 @@
 //! `hearth.leave(at)`, which ends the attempt; the node runs the
 //! invocation in the isolate instead.
 //!
-//! Here: the module (its layout, imports, helpers, functions) and
+//! Here: the module (its layout, imports, functions) and
 //! statements; expressions are in [`expr`].
 
 use std::collections::{HashMap, HashSet};

@@ -11,10 +11,10 @@
 //! * [`lower`]: the subset that compiles, refused with a reason otherwise.
 //! * [`instrument`]: the traced variant, and the [`Trace`] it reports: per
 //!   expression, the kinds of value seen (`unknown` where none was).
-//! * [`codegen`] (+ `helpers`): the module, typed by the trace, leaving
+//! * [`codegen`]: the module, typed by the trace, leaving
 //!   for the isolate wherever the trace has nothing to say.
-//! * [`RUNTIME`]: what the module imports its memory, heap, numbers and
-//!   strings from (`crates/hearth-jit-runtime`, Rust built to wasm32 by
+//! * [`RUNTIME`]: what the module imports its memory, heap, numbers,
+//!   strings, JSON and environment from (`crates/hearth-jit-runtime`, Rust built to wasm32 by
 //!   this crate's build script); the wasm tier links it to every
 //!   compiled module.
 //!
