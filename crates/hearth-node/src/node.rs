@@ -1471,7 +1471,7 @@ impl Node {
                 Ok(r) => (r.status, None),
                 Err(e) => (e.http_status(), Some((e.kind(), e.to_string()))),
             };
-            crate::trace::end(&t, tier, status, failure);
+            crate::trace::end(&t, tier, start == StartKind::Cold, status, failure);
             hearth_host::trace::traceparent(&t.span_context()).into_boxed_str()
         });
         let outcome = InvokeOutcome {

@@ -38,6 +38,8 @@ pub struct Tracing {
     provider: SdkTracerProvider,
     tracer: Tracer,
     node: String,
+    /// How callers reach this node: `https` where its URL says so.
+    scheme: &'static str,
 }
 
 impl Tracing {
@@ -70,11 +72,19 @@ impl Tracing {
             provider,
             tracer,
             node: node.to_string(),
+            scheme: if node.starts_with("https://") {
+                "https"
+            } else {
+                "http"
+            },
         }
     }
 
     /// Starts the span of invocation `id` of `v`, under the caller's
-    /// `traceparent` if `req` has a valid one.
+    /// `traceparent` if `req` has a valid one. Its attributes follow
+    /// OpenTelemetry's FaaS and HTTP server conventions (`faas.*`,
+    /// `http.request.method`, `url.*`, `server.*` from the `Host` the
+    /// caller named), and Hearth's own (`hearth.*`).
     pub(crate) fn begin(
         &self,
         v: &FunctionVersion,
@@ -82,19 +92,39 @@ impl Tracing {
         req: &Request,
     ) -> Arc<InvocationTrace> {
         let parent = TraceContextPropagator::new().extract(&Headers(&req.headers));
+        let mut attributes = vec![
+            KeyValue::new("faas.invocation_id", id.to_string()),
+            KeyValue::new("faas.name", v.name.clone()),
+            KeyValue::new("faas.version", v.version.to_string()),
+            KeyValue::new("faas.trigger", "http"),
+            KeyValue::new("hearth.tenant", v.tenant.clone()),
+            KeyValue::new("hearth.node", self.node.clone()),
+            KeyValue::new("http.request.method", req.method.clone()),
+            // The function's path (a version pinned in it, `name@N`, is
+            // `faas.version`; its root is the function's own).
+            KeyValue::new(
+                "url.path",
+                format!(
+                    "/fn/{}/{}{}",
+                    v.tenant,
+                    v.name,
+                    if req.path == "/" { "" } else { &req.path }
+                ),
+            ),
+            KeyValue::new("url.scheme", self.scheme),
+        ];
+        if let Some((host, port)) = req
+            .header("host")
+            .and_then(|h| host_and_port(h, self.scheme))
+        {
+            attributes.push(KeyValue::new("server.address", host.to_string()));
+            attributes.push(KeyValue::new("server.port", i64::from(port)));
+        }
         let span = self
             .tracer
             .span_builder(v.name.clone())
             .with_kind(SpanKind::Server)
-            .with_attributes([
-                KeyValue::new("faas.invocation_id", id.to_string()),
-                KeyValue::new("faas.name", v.name.clone()),
-                KeyValue::new("faas.version", i64::from(v.version)),
-                KeyValue::new("faas.trigger", "http"),
-                KeyValue::new("hearth.tenant", v.tenant.clone()),
-                KeyValue::new("hearth.node", self.node.clone()),
-                KeyValue::new("http.request.method", req.method.clone()),
-            ])
+            .with_attributes(attributes)
             .start_with_context(&self.tracer, &parent);
         Arc::new(InvocationTrace::new(
             Context::current_with_span(span),
@@ -117,7 +147,7 @@ impl Tracing {
             .with_kind(SpanKind::Server)
             .with_attributes([
                 KeyValue::new("faas.name", v.name.clone()),
-                KeyValue::new("faas.version", i64::from(v.version)),
+                KeyValue::new("faas.version", v.version.to_string()),
                 KeyValue::new("hearth.tenant", v.tenant.clone()),
                 KeyValue::new("hearth.gateway", self.node.clone()),
                 KeyValue::new("http.request.method", method.to_string()),
@@ -134,15 +164,19 @@ impl Tracing {
     }
 }
 
-/// Ends an invocation's span: the tier that answered, and how.
+/// Ends an invocation's span: the tier that answered, whether it started
+/// cold, and how it ended. A failure, or a 5xx the function answered
+/// itself, is the span's error (`error.type` its kind, or the status).
 pub(crate) fn end(
     trace: &InvocationTrace,
     tier: Tier,
+    cold: bool,
     status: u16,
     failure: Option<(&str, String)>,
 ) {
     let span = trace.context().span();
     span.set_attribute(KeyValue::new("hearth.tier", tier.as_str()));
+    span.set_attribute(KeyValue::new("faas.coldstart", cold));
     span.set_attribute(KeyValue::new(
         "http.response.status_code",
         i64::from(status),
@@ -154,11 +188,31 @@ pub(crate) fn end(
             i64::from(unspanned),
         ));
     }
-    if let Some((kind, message)) = failure {
-        span.set_attribute(KeyValue::new("error.type", kind.to_string()));
-        span.set_status(Status::error(message));
+    match failure {
+        Some((kind, message)) => {
+            span.set_attribute(KeyValue::new("error.type", kind.to_string()));
+            span.set_status(Status::error(message));
+        }
+        None if status >= 500 => {
+            span.set_attribute(KeyValue::new("error.type", status.to_string()));
+            span.set_status(Status::error(format!("the function answered {status}")));
+        }
+        None => {}
     }
     span.end();
+}
+
+/// The host and port a `Host` header names (the scheme's default port
+/// where it names none); `None` for one that is not a host.
+fn host_and_port<'a>(host: &'a str, scheme: &str) -> Option<(&'a str, u16)> {
+    let default = if scheme == "https" { 443 } else { 80 };
+    let (name, port) = match host.rsplit_once(':') {
+        // `[::1]:8080`, `example.com:8080`; a bare IPv6 `[::1]` has no port.
+        Some((name, port)) if !port.ends_with(']') => (name, port.parse().ok()?),
+        _ => (host, default),
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    (!name.is_empty()).then_some((name, port))
 }
 
 /// An event on the invocation's span.
@@ -205,6 +259,23 @@ fn within_bound<'v>(key: &str, value: &'v str) -> Option<&'v str> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_host_names_its_port_or_the_schemes() {
+        use super::host_and_port;
+        assert_eq!(
+            host_and_port("example.com:8080", "http"),
+            Some(("example.com", 8080))
+        );
+        assert_eq!(
+            host_and_port("example.com", "https"),
+            Some(("example.com", 443))
+        );
+        assert_eq!(host_and_port("[::1]:3000", "http"), Some(("::1", 3000)));
+        assert_eq!(host_and_port("[::1]", "http"), Some(("::1", 80)));
+        assert_eq!(host_and_port("x:notaport", "http"), None);
+        assert_eq!(host_and_port(":80", "http"), None);
+    }
+
     use super::*;
     use opentelemetry::trace::SpanContext;
 

@@ -29,6 +29,7 @@ pub fn tracing(endpoint: &str, node: &str, ratio: f64) -> Result<Tracing, String
             .build()
             .map_err(|e| format!("cannot make the OTLP client: {e}"))?,
         runtime: tokio::runtime::Handle::current(),
+        failures: Failures::default(),
     };
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
@@ -46,6 +47,35 @@ pub fn tracing(endpoint: &str, node: &str, ratio: f64) -> Result<Tracing, String
 struct OtlpClient {
     http: reqwest::Client,
     runtime: tokio::runtime::Handle,
+    failures: Failures,
+}
+
+/// How often a collector that cannot be reached is said so in the log.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// Sends that failed, said in the log at most once per [`WARN_EVERY`]
+/// (with how many were not said): a collector that is down loses spans,
+/// and the operator should know, but not once per batch.
+#[derive(Debug, Default)]
+struct Failures(parking_lot::Mutex<(Option<std::time::Instant>, u64)>);
+
+impl Failures {
+    fn failed(&self, url: &str, why: &str) {
+        let mut last = self.0.lock();
+        let now = std::time::Instant::now();
+        if last.0.is_some_and(|at| now.duration_since(at) < WARN_EVERY) {
+            last.1 += 1;
+            return;
+        }
+        let unsaid = std::mem::take(&mut last.1);
+        last.0 = Some(now);
+        tracing::warn!(
+            collector = url,
+            error = why,
+            failures_not_logged = unsaid,
+            "spans could not be sent to the OTLP collector; they are dropped (said at most once a minute)"
+        );
+    }
 }
 
 #[async_trait::async_trait]
@@ -55,6 +85,7 @@ impl HttpClient for OtlpClient {
         request: http::Request<Bytes>,
     ) -> Result<http::Response<Bytes>, HttpError> {
         let http = self.http.clone();
+        let url = request.uri().to_string();
         let sent = self.runtime.spawn(async move {
             let (parts, body) = request.into_parts();
             let response = http
@@ -67,7 +98,22 @@ impl HttpClient for OtlpClient {
             let body = response.bytes().await?;
             Ok::<_, reqwest::Error>((status, body))
         });
-        let (status, body) = sent.await??;
-        Ok(http::Response::builder().status(status).body(body)?)
+        let answer = match sent.await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match answer {
+            Ok((status, body)) => {
+                if !status.is_success() {
+                    self.failures.failed(&url, &format!("it answered {status}"));
+                }
+                Ok(http::Response::builder().status(status).body(body)?)
+            }
+            Err(why) => {
+                self.failures.failed(&url, &why);
+                Err(why.into())
+            }
+        }
     }
 }

@@ -50,6 +50,18 @@ impl Daemon {
         d
     }
 
+    /// Starts with `args`, its log (stderr) written to the file at `log`
+    /// instead of the test's output.
+    pub fn start_logging_to(args: &[&str], log: &Path) -> Daemon {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        let mut cmd = Command::new(HEARTH);
+        cmd.stderr(std::fs::File::create(log).unwrap());
+        let mut d = Self::spawn(cmd, &dir, args);
+        d._tmp = Some(tmp);
+        d
+    }
+
     /// Starts as an unprivileged user (uid = gid = `uid`), from a copy of
     /// the binary that user can execute, in a data directory it owns.
     pub fn start_as_user(uid: u32) -> Daemon {
@@ -83,7 +95,6 @@ impl Daemon {
             .args(args)
             .env("HEARTH_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
             .spawn()
             .expect("start hearth");
         let pid = child.id();

@@ -104,6 +104,17 @@ pub(crate) fn string_attr(
     })
 }
 
+/// The value of attribute `key`, typed.
+fn attr_value(
+    attrs: &[opentelemetry_proto::tonic::common::v1::KeyValue],
+    key: &str,
+) -> Option<Value> {
+    attrs
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref()?.value.clone())
+}
+
 /// An upstream that answers a price and keeps the `traceparent` of each
 /// request it got.
 async fn upstream(seen: Arc<Mutex<Vec<Option<String>>>>) -> std::net::SocketAddr {
@@ -202,7 +213,19 @@ async fn an_invocation_is_a_span_under_the_callers_with_its_fetch_as_a_child_and
     assert_eq!(inv.name, "priced");
     let attr = |k: &str| string_attr(&inv.attributes, k);
     assert_eq!(attr("faas.name").as_deref(), Some("priced"));
-    assert_eq!(attr("faas.version").as_deref(), Some("1"));
+    // OpenTelemetry's conventions type them: a version is a string,
+    // a cold start a boolean, a port an integer.
+    let port: i64 = d.url.rsplit(':').next().unwrap().parse().unwrap();
+    for (key, want) in [
+        ("faas.version", Value::StringValue("1".into())),
+        ("faas.coldstart", Value::BoolValue(true)),
+        ("url.path", Value::StringValue("/fn/admin/priced".into())),
+        ("url.scheme", Value::StringValue("http".into())),
+        ("server.address", Value::StringValue("127.0.0.1".into())),
+        ("server.port", Value::IntValue(port)),
+    ] {
+        assert_eq!(attr_value(&inv.attributes, key), Some(want), "{key}");
+    }
     assert_eq!(attr("hearth.tenant").as_deref(), Some("admin"));
     assert_eq!(attr("hearth.node").as_deref(), Some(d.url.as_str()));
     assert_eq!(
@@ -292,6 +315,52 @@ async fn an_invocation_is_a_span_under_the_callers_with_its_fetch_as_a_child_and
     d.recording_when_written(&id).await;
     let replay = d.replay(&id).await;
     assert_eq!(replay["verdict"], "identical", "{replay}");
+}
+
+/// A 5xx the function answers itself is its span's error, as a failure
+/// is (OpenTelemetry's HTTP server convention), with the status as
+/// `error.type`; a second call to a loaded function is not a cold start.
+#[tokio::test]
+async fn a_functions_own_5xx_is_its_spans_error_and_a_warm_call_is_not_cold() {
+    let collector = Collector::default();
+    let endpoint = collector.start().await;
+    let d = Daemon::start_with(&["--otlp-endpoint", &endpoint]);
+    let busy = r#"export default { fetch() { return new Response("busy", { status: 503 }); } };"#;
+    d.deploy(
+        "busy",
+        busy.as_bytes().to_vec(),
+        &[("runtime", "js"), ("file_name", "index.mjs")],
+    )
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let resp = d.post("/fn/admin/busy").send().await.unwrap();
+        assert_eq!(resp.status(), 503);
+        ids.push(
+            resp.headers()["hearth-invocation-id"]
+                .to_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    let first = collector.invocation(&ids[0]).await;
+    let status = first.status.clone().unwrap_or_default();
+    assert_eq!(status.code, StatusCode::Error as i32, "{status:?}");
+    assert_eq!(status.message, "the function answered 503");
+    assert_eq!(
+        string_attr(&first.attributes, "error.type").as_deref(),
+        Some("503")
+    );
+    assert_eq!(
+        attr_value(&first.attributes, "faas.coldstart"),
+        Some(Value::BoolValue(true))
+    );
+    let second = collector.invocation(&ids[1]).await;
+    assert_eq!(
+        attr_value(&second.attributes, "faas.coldstart"),
+        Some(Value::BoolValue(false)),
+        "loaded by the first call"
+    );
 }
 
 #[tokio::test]
@@ -564,4 +633,46 @@ async fn a_sample_ratio_drops_new_traces_and_a_sampled_caller_is_followed() {
             "{logs}"
         );
     }
+}
+
+/// A collector that cannot be reached loses the spans, and the log says
+/// so once, not once per batch (the exporter sends every half second).
+#[tokio::test]
+async fn an_unreachable_collector_is_logged_once_a_minute() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("daemon.log");
+    let d = Daemon::start_logging_to(&["--otlp-endpoint", &endpoint], &log);
+    d.deploy("hello", crate::harness::example("hello.wat"), &[])
+        .await;
+    let said = || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .matches("spans could not be sent to the OTLP collector")
+            .count()
+    };
+    let calls = async || {
+        for _ in 0..5 {
+            assert_eq!(d.call("hello", "", "").await.0, 200);
+        }
+    };
+    calls().await;
+    crate::harness::until(
+        "the collector's failure in the log",
+        Duration::from_secs(15),
+        async || said() >= 1,
+    )
+    .await;
+    assert!(
+        std::fs::read_to_string(&log).unwrap().contains(&endpoint),
+        "names the collector"
+    );
+    // Four more batches fail: a window for warnings that must not come.
+    for _ in 0..4 {
+        calls().await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
+    }
+    assert_eq!(said(), 1, "{}", std::fs::read_to_string(&log).unwrap());
 }
