@@ -262,6 +262,55 @@ async fn nothing_an_invocation_writes_survives_into_the_next() {
     }
 }
 
+/// Calls Hearth's WASI with pointers past its one page of memory, one
+/// that wraps past 4 GiB, and a scatter list longer than any host walks,
+/// and answers with each call's errno (two digits each).
+const BAD_POINTERS: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "args_get" (func $args_get (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "random_get" (func $random_get (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "clock_time_get" (func $clock (param i32 i64 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "poll_oneoff" (func $poll (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 1024) "Content-Type: text/plain\n\n")
+  (global $at (mut i32) (i32.const 1050))
+  (func $say (param $errno i32)
+    (i32.store8 (global.get $at) (i32.add (i32.const 48) (i32.div_u (local.get $errno) (i32.const 10))))
+    (i32.store8 (i32.add (global.get $at) (i32.const 1)) (i32.add (i32.const 48) (i32.rem_u (local.get $errno) (i32.const 10))))
+    (i32.store8 (i32.add (global.get $at) (i32.const 2)) (i32.const 32))
+    (global.set $at (i32.add (global.get $at) (i32.const 3))))
+  (func (export "_start")
+    ;; the iovec list itself past the end, wrapping
+    (call $say (call $fd_write (i32.const 1) (i32.const 0xFFFFFFF8) (i32.const 1) (i32.const 8)))
+    ;; an iovec whose buffer runs past the end
+    (i32.store (i32.const 0) (i32.const 65530))
+    (i32.store (i32.const 4) (i32.const 100))
+    (call $say (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))
+    (call $say (call $args_get (i32.const 65535) (i32.const 65534)))
+    (call $say (call $random_get (i32.const 65500) (i32.const 100)))
+    (call $say (call $clock (i32.const 0) (i64.const 0) (i32.const 65532)))
+    (call $say (call $poll (i32.const 65520) (i32.const 0) (i32.const 1) (i32.const 0)))
+    ;; two billion iovecs
+    (call $say (call $fd_write (i32.const 1) (i32.const 16) (i32.const 0x7FFFFFFF) (i32.const 8)))
+    (i32.store (i32.const 0) (i32.const 1024))
+    (i32.store (i32.const 4) (i32.sub (global.get $at) (i32.const 1024)))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
+
+/// A module that hands Hearth's WASI addresses outside its memory gets
+/// `EFAULT` (21) for each, and `EINVAL` (28) for a scatter list past
+/// 1024 entries: the host neither reads nor writes outside the guest's
+/// memory, nor panics (which would be a 500), nor walks two billion
+/// entries. The `wasi` fuzz target tries every call so, with any
+/// arguments.
+#[tokio::test]
+async fn wasi_calls_with_pointers_outside_memory_get_efault() {
+    let d = Daemon::start();
+    d.deploy("pointers", BAD_POINTERS.as_bytes().to_vec(), &[])
+        .await;
+    let (status, body) = d.call("pointers", "", "").await;
+    assert_eq!((status, body.as_str()), (200, "21 21 21 21 21 21 28 "));
+}
+
 /// What a handler reports it imported decides what its zygote imports
 /// next — so a zygote every tenant shares (`--colocation full`) never
 /// learns: one tenant's handler (whose report it controls) would choose
