@@ -108,15 +108,27 @@ function Headers({ headers }) {
   return html`<table>${headers.map(([k, v]) => html`<tr><td>${k}</td><td>${v}</td></tr>`)}</table>`;
 }
 
+/// A y-axis tick in as few characters as say it (214,637 is "214.6K"),
+/// so a label fits the axis whatever the count: uPlot's axis is 50 px
+/// wide, and 214,637 showed as "0,000".
+const compact = new Intl.NumberFormat("en", { notation: "compact", maximumFractionDigits: 1 });
+export function tick(v) {
+  return v == null ? "" : compact.format(v);
+}
+
 /// A uPlot chart of minutes: `series` is [{label, values, color}], over `xs`
-/// (seconds).
+/// (seconds). A minute with nothing is a gap; a minute alone between gaps
+/// is drawn as a point (a line needs two).
 function Chart({ title, xs, series, id }) {
   const el = useRef(null);
   useEffect(() => {
     const opts = {
       title, width: 360, height: 160,
       scales: { x: { time: true } },
-      series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 1.5 }))],
+      axes: [{}, { values: (u, splits) => splits.map(tick) }],
+      series: [{}, ...series.map((s) => ({
+        label: s.label, stroke: s.color, width: 1.5, points: { show: true, size: 4 },
+      }))],
       legend: { live: false },
     };
     const plot = new uPlot(opts, [xs, ...series.map((s) => s.values)], el.current);

@@ -1424,12 +1424,14 @@ impl Node {
             duration.as_secs_f64(),
         );
 
+        // A 5xx the function answered itself is an error in its charts, as
+        // on its span; a 4xx is its caller's.
         self.stats.add(
             &v.tenant,
             &v.name,
             hearth_core::unix_time_ms(),
             duration.as_micros() as u64,
-            result.is_ok(),
+            result.as_ref().is_ok_and(|r| r.status < 500),
         );
         let trace = host.as_ref().and_then(|h| h.meta().trace.clone());
         let (tape, mut lines) = host.map(|h| h.take_records()).unwrap_or_default();

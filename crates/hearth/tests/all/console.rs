@@ -61,6 +61,18 @@ async fn a_tenant_logs_in_invokes_opens_and_replays_and_another_sees_none_of_it(
     b.client.refresh().await.unwrap();
     b.wait_for_text("[data-fn=greet]", "1 invocations in the last hour")
         .await;
+    // The y axes' ticks say a count in a few characters: uPlot's axis is
+    // 50 px wide, and 214,637 showed as "0,000".
+    let ticks: Option<Vec<String>> = b
+        .wait_for_js(
+            "the charts' tick labels",
+            "if (!window.__ticks) import('/console/app.js').then((m) => { \
+               window.__ticks = [0, 950, 214637, 1.5e6].map(m.tick); }); \
+             return window.__ticks || null;",
+            |t: &Option<Vec<String>>| t.is_some(),
+        )
+        .await;
+    assert_eq!(ticks.unwrap(), ["0", "950", "214.6K", "1.5M"]);
     b.screenshot("functions").await;
 
     // Its invocation: request, host calls, response, logs.
@@ -192,6 +204,39 @@ async fn a_functions_stats_outlive_a_new_version_and_go_with_the_function() {
     assert!(r.status().is_success(), "{}", r.status());
     let stats = d.get_json("/v1/stats").await;
     assert!(stats["functions"].get("h").is_none(), "{stats}");
+}
+
+/// A 5xx the function answers itself is an error in its charts, as a
+/// failure is; a 4xx is its caller's and is not.
+#[tokio::test]
+async fn a_functions_own_5xx_counts_as_an_error_in_its_stats() {
+    let d = Daemon::start();
+    let answers = r#"export default {
+  fetch(request) {
+    const status = Number(new URL(request.url).searchParams.get("status"));
+    return new Response("", { status });
+  },
+};"#;
+    d.deploy(
+        "answers",
+        answers.as_bytes().to_vec(),
+        &[("runtime", "js"), ("file_name", "index.mjs")],
+    )
+    .await;
+    for status in [200, 404, 503, 500] {
+        let query = format!("?status={status}");
+        assert_eq!(d.call("answers", &query, "").await.0, status);
+    }
+    let stats = d.get_json("/v1/stats").await;
+    let sum = |key: &str| -> u64 {
+        stats["functions"]["answers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m[key].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!((sum("count"), sum("errors")), (4, 2), "{stats}");
 }
 
 /// A gateway serves the console too: its Cluster page lists the nodes
