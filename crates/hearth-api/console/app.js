@@ -127,7 +127,8 @@ function Chart({ title, xs, series, id }) {
       scales: { x: { time: true } },
       axes: [{}, { values: (u, splits) => splits.map(tick) }],
       series: [{}, ...series.map((s) => ({
-        label: s.label, stroke: s.color, width: 1.5, points: { show: true, size: 4 },
+        label: s.label, stroke: s.color, width: 1.5,
+        points: { show: s.values.some((v) => v == null), size: 4 },
       }))],
       legend: { live: false },
     };
