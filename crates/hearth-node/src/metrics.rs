@@ -231,6 +231,16 @@ impl Metrics {
             live_sandboxes.clone(),
         );
         registry.register("deploys", "Function versions deployed", deploys.clone());
+        // `hearth_build_info{version="…"} 1`: which build a node runs, for
+        // a dashboard to group or alert by (a rolling update half done).
+        registry.register(
+            "build",
+            "The build of Hearth this member runs",
+            prometheus_client::metrics::info::Info::new(vec![(
+                "version",
+                env!("CARGO_PKG_VERSION"),
+            )]),
+        );
         registry.register(
             "logs_dropped",
             "Log lines dropped because the writer fell behind",

@@ -218,6 +218,13 @@ async fn metrics_count_invocations_errors_and_starts() {
     );
     assert_eq!(value("hearth_sandboxes_live"), 0.0);
     assert!(text.contains("hearth_invocation_duration_seconds_bucket"));
+    assert_eq!(
+        value(&format!(
+            "hearth_build_info{{version=\"{}\"}}",
+            env!("CARGO_PKG_VERSION")
+        )),
+        1.0
+    );
 }
 
 /// The document is served without a token, and the daemon's real answers
