@@ -16,8 +16,8 @@ use wasmtime::Module;
 use crate::WasmEngine;
 use crate::bounds::{Bounds, new_store, why_failed};
 use crate::library::Linked;
-use crate::sandbox::SandboxState;
-use crate::wasi::{Exit, Output, Strings, WasiCtx};
+use crate::sandbox::{Ended, SandboxState, run_start};
+use crate::wasi::{Output, Strings, WasiCtx};
 
 /// A WASI command compiled and linked, ready to run any number of times,
 /// each in a fresh instance.
@@ -99,25 +99,13 @@ impl WasiCommand {
             Err(e) => Err(why_failed(&store.data().bounds, &limits, &e)),
             Ok(instance) => match instance.get_typed_func::<(), ()>(&mut store, "_start") {
                 Err(e) => Err(hearth_core::InvokeError::Crashed(e.to_string())),
-                // As in an invocation, this timer also covers a guest parked
-                // in a WASI sleep or poll, where no epoch tick reaches it.
                 Ok(start) => {
-                    match tokio::time::timeout_at(deadline.into(), start.call_async(&mut store, ()))
-                        .await
+                    match run_start(&mut store, start, deadline, &limits, input.output_limit).await
                     {
-                        Err(_) => Err(hearth_core::InvokeError::Timeout {
-                            limit_ms: limits.timeout_ms,
-                        }),
-                        Ok(Ok(())) => Ok(0),
-                        Ok(Err(e)) => match e.downcast_ref::<Exit>() {
-                            Some(Exit(status)) => Ok(*status),
-                            None if store.data().wasi.stdout_overflowed() => {
-                                Err(hearth_core::InvokeError::ResponseTooLarge {
-                                    limit_bytes: input.output_limit,
-                                })
-                            }
-                            None => Err(why_failed(&store.data().bounds, &limits, &e)),
-                        },
+                        Ok(Ended::Returned) => Ok(0),
+                        Ok(Ended::Exited(status)) => Ok(status),
+                        Ok(Ended::Left(at)) => Err(hearth_core::InvokeError::left_compiled(at)),
+                        Err(e) => Err(e),
                     }
                 }
             },

@@ -114,17 +114,52 @@ impl WasmSandbox {
             template: template.clone(),
         })
     }
+}
 
-    /// Why a run that returned `err` failed, in the caller's terms.
-    fn classify(&self, err: &wasmtime::Error) -> InvokeError {
-        let state = self.store.data();
-        if state.wasi.stdout_overflowed() {
-            return InvokeError::ResponseTooLarge {
-                limit_bytes: self.template.max_response_bytes,
-            };
+/// How a guest's `_start` ended, when it did not fail.
+pub(crate) enum Ended {
+    Returned,
+    /// It called `proc_exit` with this status.
+    Exited(i32),
+    /// Compiled code left for the isolate at this point (`hearth.leave`).
+    Left(u32),
+}
+
+/// Runs `start` until `deadline` and says how it ended, or why it failed
+/// in the caller's terms: out of time, its stdout past `max_output`, out
+/// of memory, or the trap. The timer also covers a guest parked in a
+/// WASI sleep or poll, or waiting on the caller, where no epoch tick
+/// reaches it.
+pub(crate) async fn run_start(
+    store: &mut Store<SandboxState>,
+    start: wasmtime::TypedFunc<(), ()>,
+    deadline: std::time::Instant,
+    limits: &hearth_core::Limits,
+    max_output: usize,
+) -> Result<Ended, InvokeError> {
+    let run = start.call_async(&mut *store, ());
+    let err = match tokio::time::timeout_at(deadline.into(), run).await {
+        Err(_) => {
+            return Err(InvokeError::Timeout {
+                limit_ms: limits.timeout_ms,
+            });
         }
-        why_failed(&state.bounds, &self.template.limits, err)
+        Ok(Ok(())) => return Ok(Ended::Returned),
+        Ok(Err(e)) => e,
+    };
+    if let Some(Exit(status)) = err.downcast_ref::<Exit>() {
+        return Ok(Ended::Exited(*status));
     }
+    if let Some(left) = err.downcast_ref::<crate::imports::Left>() {
+        return Ok(Ended::Left(left.0));
+    }
+    let state = store.data();
+    if state.wasi.stdout_overflowed() {
+        return Err(InvokeError::ResponseTooLarge {
+            limit_bytes: max_output,
+        });
+    }
+    Err(why_failed(&state.bounds, limits, &err))
 }
 
 impl WasmSandbox {
@@ -167,31 +202,30 @@ impl WasmSandbox {
             .typed::<(), ()>(&self.store)
             .map_err(|e| InvokeError::Crashed(e.to_string()))?;
 
-        // Epochs interrupt running Wasm; this outer timer also covers a guest
-        // parked in a WASI sleep or poll, or waiting on the caller.
-        let run = start.call_async(&mut self.store, ());
-        let outcome = match tokio::time::timeout_at(deadline.into(), run).await {
-            Err(_) => Err(InvokeError::Timeout {
-                limit_ms: self.template.limits.timeout_ms,
-            }),
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => match e.downcast_ref::<Exit>() {
-                Some(Exit(0)) => Ok(()),
-                // A program whose allocation the limit refused and that
-                // then gave up (C's malloc returns NULL, the program exits
-                // non-zero) ran out of memory, whatever status it chose.
-                Some(_) if self.store.data().bounds.limiter.refused() => {
-                    Err(InvokeError::OutOfMemory {
-                        limit_mib: self.template.limits.memory_mib,
-                        last_output: Default::default(),
-                    })
-                }
-                Some(exit) => Err(InvokeError::Function(exit.to_string())),
-                None => match e.downcast_ref::<crate::imports::Left>() {
-                    Some(left) => Err(InvokeError::left_compiled(left.0)),
-                    None => Err(self.classify(&e)),
-                },
-            },
+        // Epochs interrupt running Wasm; `run_start`'s timer covers the rest.
+        let limits = self.template.limits;
+        let ended = run_start(
+            &mut self.store,
+            start,
+            deadline,
+            &limits,
+            self.template.max_response_bytes,
+        )
+        .await;
+        let outcome = match ended {
+            Ok(Ended::Returned | Ended::Exited(0)) => Ok(()),
+            // A program whose allocation the limit refused and that then
+            // gave up (C's malloc returns NULL, the program exits
+            // non-zero) ran out of memory, whatever status it chose.
+            Ok(Ended::Exited(_)) if self.store.data().bounds.limiter.refused() => {
+                Err(InvokeError::OutOfMemory {
+                    limit_mib: limits.memory_mib,
+                    last_output: Default::default(),
+                })
+            }
+            Ok(Ended::Exited(status)) => Err(InvokeError::Function(Exit(status).to_string())),
+            Ok(Ended::Left(at)) => Err(InvokeError::left_compiled(at)),
+            Err(e) => Err(e),
         };
         let state = self.store.data_mut();
         state.host = None;
