@@ -12,7 +12,9 @@
 #                 embedded hello. For Python, the CPU figure is the daemon's
 #                 alone, not its handlers'
 # Environment: C (wrk connections, default 16); BODY, a file each request
-# POSTs (default: GETs with no body).
+# POSTs (default: GETs with no body); PG=1 gives each daemon a database of
+# its own in a throwaway PostgreSQL (`--store`, as a cluster member has:
+# registry, KV and logs there) instead of its SQLite.
 set -euo pipefail
 A=$1 B=$2 ROUNDS=${3:-6} SECS=${4:-3} MODULE=${5:-}
 CONNS=${C:-16}
@@ -26,16 +28,24 @@ cleanup() {
   for p in "${PIDS[@]}"; do
     for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
   done
+  [ -n "${PG:-}" ] && stop_postgres
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+STORE_ARGS_a=() STORE_ARGS_b=()
+if [ -n "${PG:-}" ]; then
+  . "$(dirname "$0")/postgres.sh"
+  start_postgres
+  create_database a; create_database b
+  STORE_ARGS_a=(--store "$PG_URL/a") STORE_ARGS_b=(--store "$PG_URL/b")
+fi
 
 # start NAME BIN -> URL (pid appended to PIDS; the daemon's dir is $WORK/NAME)
 start() {
-  local dir="$WORK/$1"
+  local dir="$WORK/$1" store="STORE_ARGS_$1[@]"
   # wrk is one client standing for many: no per-client body rate.
   HEARTH_LOG=warn HEARTH_CLIENT_BODY_MIB_PER_SEC=1048576 \
-    "$2" --data-dir "$dir" up --listen 127.0.0.1:0 >"$WORK/$1.log" 2>&1 &
+    "$2" --data-dir "$dir" up --listen 127.0.0.1:0 "${!store}" >"$WORK/$1.log" 2>&1 &
   echo $! >"$WORK/$1.pid"
   for _ in $(seq 1 600); do [ -s "$dir/server.json" ] && break; sleep 0.05; done
   python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["url"])' "$dir/server.json"

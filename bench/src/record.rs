@@ -20,7 +20,7 @@ use bytes::Bytes;
 use hearth_core::{InvocationId, Request, Response, Tier};
 use hearth_host::Tape;
 use hearth_record::{Archive, OutcomeRef, RecordConfig, Recorder, RecordingRef};
-use hearth_store::{SqliteStore, Store};
+use hearth_store::SqliteStore;
 
 /// Tapes handed over between two flushes: well under the queue's bound,
 /// so none is dropped.
@@ -28,8 +28,12 @@ const BATCH: usize = 5_000;
 
 pub fn run(n: usize, threads: usize) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db"))?);
-    let archive = Arc::new(Archive::open(&dir.path().join("rec"), store)?);
+    let store = SqliteStore::open(dir.path().join("db"))?;
+    let archive = Arc::new(Archive::open(
+        &dir.path().join("rec"),
+        Arc::new(store.clone()),
+        Arc::new(store),
+    )?);
     let recorder = Recorder::open(
         archive,
         RecordConfig {

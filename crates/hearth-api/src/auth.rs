@@ -47,10 +47,7 @@ impl TokenCache {
         if let Some(p) = self.0.read().get(token) {
             return Ok(Some(p.clone()));
         }
-        let (store, t) = (store.clone(), token.to_string());
-        let found = tokio::task::spawn_blocking(move || store.authenticate(&t))
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))??;
+        let found = store.authenticate(token).await?;
         match found {
             Some(p) => {
                 let mut map = self.0.write();
@@ -110,8 +107,8 @@ mod tests {
     async fn tokens_are_checked_against_the_store_and_a_missing_one_is_required_only_when_asked() {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
-        store.create_tenant("acme").unwrap();
-        let token = store.create_token("acme", Role::Member).unwrap();
+        store.create_tenant("acme").await.unwrap();
+        let token = store.create_token("acme", Role::Member).await.unwrap();
         let cache = TokenCache::default();
 
         assert!(

@@ -20,7 +20,6 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::body::read_body;
 use crate::error::ErrorBody;
-use crate::manage::blocking;
 use crate::query::Query;
 use crate::{ApiError, AppState};
 
@@ -30,7 +29,7 @@ type S = State<Arc<AppState>>;
 async fn owner(s: &AppState, headers: &HeaderMap, name: &str) -> Result<String, ApiError> {
     let p = s.auth.require(s.node.store(), headers).await?;
     let (tenant, n) = (p.tenant.clone(), name.to_string());
-    let versions = blocking(s, move |st| st.list_versions(&tenant, &n)).await?;
+    let versions = s.node.store().list_versions(&tenant, &n).await?;
     if versions.is_empty() {
         return Err(ApiError::NotFound(format!(
             "function {}/{name} does not exist",
@@ -89,7 +88,11 @@ pub(crate) async fn list(
     let most = s.node.kv_limits().2;
     let limit = query.limit.unwrap_or(most).min(most);
     let (t, n) = (tenant.clone(), name.clone());
-    let keys = blocking(&s, move |st| st.kv_list(&t, &n, prefix.as_bytes(), limit)).await?;
+    let keys = s
+        .node
+        .store()
+        .kv_list(&t, &n, prefix.as_bytes(), limit)
+        .await?;
     let total = keys.len();
     let keys: Vec<String> = keys
         .into_iter()
@@ -118,7 +121,7 @@ pub(crate) async fn get(
     check_key(&s, &key)?;
     s.node.make_room_to_delete();
     let (t, n, k) = (tenant.clone(), name.clone(), key.clone());
-    match blocking(&s, move |st| st.kv_get(&t, &n, k.as_bytes())).await? {
+    match s.node.store().kv_get(&t, &n, k.as_bytes()).await? {
         Some(value) => Ok(([("content-type", "application/octet-stream")], value)),
         None => Err(ApiError::NotFound(format!(
             "{tenant}/{name} has no KV key {key:?}"
@@ -145,10 +148,10 @@ pub(crate) async fn put(
     let (_, max_value, _) = s.node.kv_limits();
     let value = read_body(&headers, body, (max_value, s.config.body_timeout), "value").await?;
     let quota = s.node.kv_max_tenant_bytes();
-    blocking(&s, move |st| {
-        st.kv_set(&tenant, &name, key.as_bytes(), &value, quota)
-    })
-    .await?;
+    s.node
+        .store()
+        .kv_set(&tenant, &name, key.as_bytes(), &value, quota)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -165,7 +168,7 @@ pub(crate) async fn delete(
     check_key(&s, &key)?;
     s.node.make_room_to_delete();
     let (t, n, k) = (tenant.clone(), name.clone(), key.clone());
-    if blocking(&s, move |st| st.kv_delete(&t, &n, k.as_bytes())).await? {
+    if s.node.store().kv_delete(&t, &n, k.as_bytes()).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound(format!(

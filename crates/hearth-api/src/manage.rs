@@ -20,16 +20,6 @@ use crate::{ApiError, AppState};
 
 type S = State<Arc<AppState>>;
 
-pub(crate) async fn blocking<T: Send + 'static>(
-    s: &AppState,
-    f: impl FnOnce(&dyn hearth_store::Store) -> Result<T, hearth_store::StoreError> + Send + 'static,
-) -> Result<T, ApiError> {
-    let store = s.node.store().clone();
-    Ok(tokio::task::spawn_blocking(move || f(&*store))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))??)
-}
-
 /// Liveness: the process answers
 #[utoipa::path(get, path = "/healthz", tag = "node", security(()),
     responses((status = 200, description = "`ok`", content_type = "text/plain")))]
@@ -51,12 +41,10 @@ pub(crate) async fn readyz(State(s): S) -> Response {
             format!("not ready: {why}\n"),
         )
     };
-    let store = s.node.store().clone();
-    let probe = tokio::task::spawn_blocking(move || store.tenant_exists("admin"));
+    let probe = s.node.store().tenant_exists("admin");
     match tokio::time::timeout(std::time::Duration::from_secs(2), probe).await {
-        Ok(Ok(Ok(_))) => {}
-        Ok(Ok(Err(e))) => return not(format!("the store: {e}")).into_response(),
-        Ok(Err(e)) => return not(e.to_string()).into_response(),
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => return not(format!("the store: {e}")).into_response(),
         Err(_) => return not("the store did not answer within 2 s".into()).into_response(),
     }
     if let Some(why) = s.membership.as_ref().and_then(|m| m.not_ready()) {
@@ -199,7 +187,7 @@ pub(crate) async fn status(State(s): S, headers: HeaderMap) -> Result<Json<Statu
     let p = s.auth.require(s.node.store(), &headers).await?;
     let (running, share) = s.node.tenant_in_flight(&p.tenant);
     let tenant = p.tenant.clone();
-    let kv_bytes = blocking(&s, move |st| st.kv_bytes(&tenant)).await?;
+    let kv_bytes = s.node.store().kv_bytes(&tenant).await?;
     let (code_bytes, _) = s.node.code_bytes(&p.tenant).await?;
     let (memory_reserved, memory_max) = s.node.tenant_memory(&p.tenant);
     let tenant = TenantStatus {
@@ -270,12 +258,9 @@ pub(crate) async fn create_tenant(
     hearth_core::validate_tenant_name(&body.name)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     s.node.admit_growth()?;
-    let name = body.name.clone();
-    let token = blocking(&s, move |st| {
-        st.create_tenant(&name)?;
-        st.create_token(&name, Role::Member)
-    })
-    .await?;
+    let store = s.node.store();
+    store.create_tenant(&body.name).await?;
+    let token = store.create_token(&body.name, Role::Member).await?;
     Ok((
         StatusCode::CREATED,
         Json(TenantCreated {
@@ -326,14 +311,11 @@ pub(crate) async fn get_tenant(
             p.tenant
         )));
     }
-    let name = tenant.clone();
-    let own = blocking(&s, move |st| {
-        if !st.tenant_exists(&name)? {
-            return Err(hearth_store::StoreError::NoSuchTenant(name));
-        }
-        st.tenant_colocation(&name)
-    })
-    .await?;
+    let store = s.node.store();
+    if !store.tenant_exists(&tenant).await? {
+        return Err(hearth_store::StoreError::NoSuchTenant(tenant).into());
+    }
+    let own = store.tenant_colocation(&tenant).await?;
     Ok(Json(TenantView::new(&s, &tenant, own)))
 }
 
@@ -366,7 +348,7 @@ pub(crate) async fn put_tenant(
     }
     let name = tenant.clone();
     let mode = body.colocation;
-    blocking(&s, move |st| st.set_tenant_colocation(&name, mode)).await?;
+    s.node.store().set_tenant_colocation(&name, mode).await?;
     Ok(Json(TenantView::new(&s, &tenant, mode)))
 }
 
@@ -540,7 +522,7 @@ pub(crate) async fn list_functions(
 ) -> Result<Json<FunctionList>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     let tenant = p.tenant.clone();
-    let functions = blocking(&s, move |st| st.list_functions(&tenant)).await?;
+    let functions = s.node.store().list_functions(&tenant).await?;
     Ok(Json(FunctionList {
         tenant: p.tenant,
         functions: functions
@@ -579,7 +561,7 @@ pub(crate) async fn get_function(
 ) -> Result<Json<FunctionVersions>, ApiError> {
     let p = s.auth.require(s.node.store(), &headers).await?;
     let (tenant, n) = (p.tenant.clone(), name.clone());
-    let versions = blocking(&s, move |st| st.list_versions(&tenant, &n)).await?;
+    let versions = s.node.store().list_versions(&tenant, &n).await?;
     if versions.is_empty() {
         return Err(ApiError::NotFound(format!(
             "function {}/{name} does not exist",
@@ -696,7 +678,7 @@ pub(crate) async fn logs(
     // it is read (briefly: the writer stores within 50 ms).
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), s.node.flush_logs()).await;
     let (tenant, n) = (p.tenant.clone(), name.clone());
-    let lines = blocking(&s, move |st| st.read_logs(&tenant, &n, &q)).await?;
+    let lines = s.node.store().read_logs(&tenant, &n, &q).await?;
     Ok(Json(Logs {
         tenant: p.tenant,
         name,

@@ -143,14 +143,12 @@ impl Gateway {
         let Some(store) = self.store.get().cloned() else {
             return Vec::new();
         };
-        let (t, f) = (tenant.to_string(), function.to_string());
-        match tokio::task::spawn_blocking(move || store.away_tapes(&t, &f)).await {
-            Ok(Ok(away)) => away,
-            Ok(Err(e)) => {
+        match store.away_tapes(tenant, function).await {
+            Ok(away) => away,
+            Err(e) => {
                 tracing::warn!(error = %e, "reading the tapes of nodes that left");
                 Vec::new()
             }
-            Err(_) => Vec::new(),
         }
     }
 

@@ -47,16 +47,6 @@ pub struct Membership {
     beating: AtomicBool,
 }
 
-/// Runs a store call off the async workers.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, hearth_store::StoreError> + Send + 'static,
-) -> Result<T, String> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
 impl Membership {
     /// Joins as the node reachable at `join.url`, retrying for up to
     /// `patience` while the store is not reachable.
@@ -88,12 +78,11 @@ impl Membership {
     }
 
     async fn insert(store: &Arc<PgStore>, join: &Join) -> Result<String, String> {
-        let (store, join) = (store.clone(), join.clone());
         let report = serde_json::to_string(&Heartbeat::default()).expect("serializes");
-        blocking(move || {
-            store.member_join(&join.url, join.capacity_mib, join.max_concurrency, &report)
-        })
-        .await
+        store
+            .member_join(&join.url, join.capacity_mib, join.max_concurrency, &report)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     pub fn id(&self) -> String {
@@ -124,8 +113,8 @@ impl Membership {
             ran: node.ran(),
         };
         let report = serde_json::to_string(&beat).expect("serializes");
-        let (store, id) = (self.store.clone(), self.id());
-        match blocking(move || store.member_beat(&id, &report)).await? {
+        let beat = self.store.member_beat(&self.id(), &report).await;
+        match beat.map_err(|e| e.to_string())? {
             _ if self.left.load(Ordering::Acquire) => {}
             Some(settings) => self.follow(node, &settings),
             // Our row is gone (swept after a long silence): join again.
@@ -177,8 +166,7 @@ impl Membership {
     /// here. Invocations already sent still finish.
     pub async fn leave(&self) {
         self.left.store(true, Ordering::Release);
-        let (store, id) = (self.store.clone(), self.id());
-        match blocking(move || store.member_leave(&id)).await {
+        match self.store.member_leave(&self.id()).await {
             Ok(_) => tracing::info!("left the cluster"),
             Err(e) => tracing::warn!(error = %e, "leaving the cluster"),
         }
@@ -199,15 +187,18 @@ impl SharedArtifacts {
 #[async_trait::async_trait]
 impl ArtifactSource for SharedArtifacts {
     async fn fetch(&self, hash: &str) -> Result<Vec<u8>, String> {
-        let (store, h) = (self.store.clone(), hash.to_string());
-        blocking(move || store.get_artifact(&h))
-            .await?
+        self.store
+            .get_artifact(hash)
+            .await
+            .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("no artifact {hash} in the cluster's store"))
     }
 
     async fn publish(&self, hash: &str, bytes: bytes::Bytes) -> Result<(), String> {
-        let (store, h) = (self.store.clone(), hash.to_string());
-        blocking(move || store.put_artifact(&h, &bytes)).await
+        self.store
+            .put_artifact(hash, &bytes)
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 

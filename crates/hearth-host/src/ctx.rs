@@ -451,17 +451,28 @@ impl HostCtx {
             .saturating_duration_since(Instant::now())
     }
 
-    // ---- the store, on a blocking thread (KV: `ctx/kv.rs`) ----
+    // ---- the store (KV: `ctx/kv.rs`) ----
 
-    /// Runs a store call for KV call `name` on a blocking thread, within
-    /// the deadline (a child span, when traced).
-    async fn blocking<T: Send + 'static>(
+    /// The store, and whose KV and journals in it this invocation's are:
+    /// its tenant and function.
+    fn scope(&self) -> (&dyn Store, &str, &str) {
+        let inner = &self.0;
+        (
+            &*inner.services.store,
+            &inner.meta.version.tenant,
+            &inner.meta.version.name,
+        )
+    }
+
+    /// Runs a store call for KV call `name` within the deadline (a child
+    /// span, when traced).
+    async fn store_call<T>(
         &self,
         name: &'static str,
-        f: impl FnOnce(&dyn Store, &str, &str) -> Result<T, hearth_store::StoreError> + Send + 'static,
+        work: impl Future<Output = Result<T, hearth_store::StoreError>>,
     ) -> Result<T, HostError> {
         let mut span = self.call_span(name, Vec::new);
-        let result = self.blocking_untraced(f).await;
+        let result = self.store_call_untraced(work).await;
         if let (Some(span), Err(e)) = (&mut span, &result) {
             span.failed(e.to_string());
         }
@@ -478,22 +489,17 @@ impl HostCtx {
         self.0.meta.trace.as_ref()?.call(name, attributes())
     }
 
-    async fn blocking_untraced<T: Send + 'static>(
+    /// A store call (not begun until awaited) within the deadline: past
+    /// it the call is dropped (a PostgreSQL query is abandoned, a
+    /// transaction rolled back; SQLite's blocking thread finishes on its
+    /// own and its answer is not used).
+    async fn store_call_untraced<T>(
         &self,
-        f: impl FnOnce(&dyn Store, &str, &str) -> Result<T, hearth_store::StoreError> + Send + 'static,
+        work: impl Future<Output = Result<T, hearth_store::StoreError>>,
     ) -> Result<T, HostError> {
-        let inner = self.0.clone();
-        let work = tokio::task::spawn_blocking(move || {
-            f(
-                &*inner.services.store,
-                &inner.meta.version.tenant,
-                &inner.meta.version.name,
-            )
-        });
         match tokio::time::timeout(self.remaining(), work).await {
             Err(_) => Err(HostError::Timeout),
-            Ok(Err(join)) => Err(HostError::Storage(join.to_string())),
-            Ok(Ok(result)) => result.map_err(|e| match e {
+            Ok(result) => result.map_err(|e| match e {
                 hearth_store::StoreError::KvQuota { max_bytes, .. } => {
                     HostError::KvQuota(max_bytes)
                 }

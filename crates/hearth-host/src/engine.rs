@@ -98,15 +98,17 @@ impl From<hearth_store::StoreError> for DeployError {
 /// time it is about to give a function a runtime that another function
 /// could also be using (a Python zygote), so a changed override applies to
 /// the next cold start.
+#[async_trait::async_trait]
 pub trait ColocationPolicy: Send + Sync + std::fmt::Debug {
-    fn mode_for(&self, tenant: &str) -> Colocation;
+    async fn mode_for(&self, tenant: &str) -> Colocation;
     /// The mode of tenants without an override (the cluster's).
     fn default_mode(&self) -> Colocation;
 }
 
 /// One mode for every tenant.
+#[async_trait::async_trait]
 impl ColocationPolicy for Colocation {
-    fn mode_for(&self, _tenant: &str) -> Colocation {
+    async fn mode_for(&self, _tenant: &str) -> Colocation {
         *self
     }
     fn default_mode(&self) -> Colocation {

@@ -62,9 +62,10 @@ impl std::fmt::Debug for StoreColocation {
     }
 }
 
+#[async_trait::async_trait]
 impl ColocationPolicy for StoreColocation {
-    fn mode_for(&self, tenant: &str) -> Colocation {
-        match self.store.tenant_colocation(tenant) {
+    async fn mode_for(&self, tenant: &str) -> Colocation {
+        match self.store.tenant_colocation(tenant).await {
             Ok(Some(mode)) => mode,
             Ok(None) => self.default.get(),
             Err(e) => {

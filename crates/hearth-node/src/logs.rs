@@ -95,14 +95,10 @@ pub(crate) fn spawn_writer(store: Arc<dyn Store>, max_bytes: usize) -> LogWriter
             if !batch.is_empty() {
                 let records = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_LINES));
                 let bytes: usize = records.iter().map(queued_bytes).sum();
-                let store = store.clone();
-                let written =
-                    tokio::task::spawn_blocking(move || store.append_logs(&records)).await;
+                let written = store.append_logs(&records).await;
                 held.fetch_sub(bytes, Ordering::Relaxed);
-                match written {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => tracing::error!(error = %e, "failed to write function logs"),
-                    Err(e) => tracing::error!(error = %e, "log writer task failed"),
+                if let Err(e) = written {
+                    tracing::error!(error = %e, "failed to write function logs");
                 }
             }
             for done in waiting.drain(..) {
@@ -155,22 +151,15 @@ pub(crate) fn spawn_sweeper(store: Arc<dyn Store>, quotas: LogQuotas) {
             if expire {
                 expired_at = Some(tokio::time::Instant::now());
             }
-            let store = store.clone();
-            let swept = tokio::task::spawn_blocking(move || {
-                sweep(&*store, &quotas, expire, &mut last_total).map(|()| last_total)
-            })
-            .await;
-            match swept {
-                Ok(Ok(total)) => last_total = total,
-                Ok(Err(e)) => tracing::warn!(error = %e, "failed to enforce the log quotas"),
-                Err(e) => tracing::warn!(error = %e, "log sweeper task failed"),
+            if let Err(e) = sweep(&*store, &quotas, expire, &mut last_total).await {
+                tracing::warn!(error = %e, "failed to enforce the log quotas");
             }
         }
     });
 }
 
 /// One sweep (see the module's documentation).
-fn sweep(
+async fn sweep(
     store: &dyn Store,
     quotas: &LogQuotas,
     expire: bool,
@@ -178,13 +167,15 @@ fn sweep(
 ) -> Result<(), hearth_store::StoreError> {
     if expire {
         let before = hearth_core::unix_time_ms() - quotas.max_age.as_millis() as i64;
-        store.expire_logs(before)?;
+        store.expire_logs(before).await?;
     }
-    let usage = store.log_usage()?;
+    let usage = store.log_usage().await?;
     let mut tenants: std::collections::HashMap<&str, Vec<(&str, u64)>> = Default::default();
     for (tenant, function, bytes) in &usage {
         let bytes = if *bytes > quotas.per_function {
-            store.trim_logs(tenant, function, quotas.per_function)?;
+            store
+                .trim_logs(tenant, function, quotas.per_function)
+                .await?;
             quotas.per_function
         } else {
             *bytes
@@ -201,13 +192,13 @@ fn sweep(
                 break;
             }
             let keep = bytes.saturating_sub(total - quotas.per_tenant);
-            store.trim_logs(tenant, function, keep)?;
+            store.trim_logs(tenant, function, keep).await?;
             total -= bytes - keep;
         }
     }
-    let now: u64 = store.log_usage()?.iter().map(|(_, _, b)| b).sum();
+    let now: u64 = store.log_usage().await?.iter().map(|(_, _, b)| b).sum();
     if now < *last_total {
-        store.reclaim_space()?;
+        store.reclaim_space().await?;
     }
     *last_total = now;
     Ok(())

@@ -590,6 +590,11 @@ impl Node {
         &self.store
     }
 
+    /// The index of this node's tapes, if it records.
+    pub fn tape_index(&self) -> Option<Arc<dyn hearth_store::TapeIndex>> {
+        self.recorder.as_ref().map(|r| r.archive().index().clone())
+    }
+
     /// This node's code by hash (a gateway serves it to its nodes).
     pub fn artifacts(&self) -> &ArtifactStore {
         &self.artifacts
@@ -597,17 +602,6 @@ impl Node {
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
-    }
-
-    async fn blocking<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, NodeError> {
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || f(&*store))
-            .await
-            .map_err(|e| NodeError::Internal(e.to_string()))?
-            .map_err(NodeError::from)
     }
 
     /// The engine a function runs in: the first of its runtime's tiers
@@ -821,10 +815,10 @@ impl Node {
                 NodeError::Internal(format!("failed to publish artifact {hash}: {e}"))
             })?;
         }
-        let (t, n) = (tenant.to_string(), name.to_string());
         let generation = self.table.generation();
         let version = self
-            .blocking(move |s| s.create_version(&t, &n, &hash, &spec))
+            .store
+            .create_version(tenant, name, &hash, &spec)
             .await?;
         self.table
             .insert(Arc::new(version.clone()), true, generation);
@@ -881,8 +875,7 @@ impl Node {
     /// Removes a function and everything of it. False if it did not exist.
     pub async fn remove(self: &Arc<Self>, tenant: &str, name: &str) -> Result<bool, NodeError> {
         self.make_room_to_delete();
-        let (t, n) = (tenant.to_string(), name.to_string());
-        let existed = self.blocking(move |s| s.delete_function(&t, &n)).await?;
+        let existed = self.store.delete_function(tenant, name).await?;
         self.table.remove(tenant, name);
         self.forget_mode(tenant, name);
         self.stats.forget(tenant, name);
@@ -929,10 +922,7 @@ impl Node {
         version: Option<u32>,
     ) -> Result<Arc<FunctionVersion>, NodeError> {
         let generation = self.table.generation();
-        let (t, n) = (tenant.to_string(), name.to_string());
-        let found = self
-            .blocking(move |s| s.get_version(&t, &n, version))
-            .await?;
+        let found = self.store.get_version(tenant, name, version).await?;
         let found = match (found, version) {
             (Some(v), _) => Arc::new(v),
             (None, Some(version)) => {
@@ -1090,7 +1080,14 @@ impl Node {
             ran.result,
         );
         if let Some(slot) = ran.check {
-            slot.check(v, prepared, self.host.clone(), &req, &done);
+            slot.check(
+                v,
+                prepared,
+                self.host.clone(),
+                self.tape_index(),
+                &req,
+                &done,
+            );
         }
         let taped = (&req, None);
         Ok(self.record(v, ran.tier, admitted.taping, taped, done).await)
@@ -1349,8 +1346,7 @@ impl Node {
         if let Some(m) = self.modes.lock().get(tenant).and_then(|f| f.get(name)) {
             return Ok(*m);
         }
-        let (t, n) = (tenant.to_string(), name.to_string());
-        let mode = self.blocking(move |s| s.function_mode(&t, &n)).await?;
+        let mode = self.store.function_mode(tenant, name).await?;
         self.remember_mode(tenant, name, mode);
         Ok(mode)
     }
@@ -1387,12 +1383,8 @@ impl Node {
 
     async fn record_fallback(&self, v: &FunctionVersion) {
         self.metrics.fallback(&v.tenant, &v.name);
-        let (t, n, limit) = (
-            v.tenant.clone(),
-            v.name.clone(),
-            self.config.pin_after_fallbacks,
-        );
-        match self.blocking(move |s| s.record_bounce(&t, &n, limit)).await {
+        let limit = self.config.pin_after_fallbacks;
+        match self.store.record_bounce(&v.tenant, &v.name, limit).await {
             Ok(mode) => {
                 if mode.pinned {
                     self.metrics.pinned(&v.tenant, &v.name, true);

@@ -51,7 +51,7 @@ async fn node_with(limits: (usize, usize), memory: MemoryBudget) -> Fixture {
         config,
     ));
     for tenant in ["a", "b"] {
-        store.create_tenant(tenant).unwrap();
+        store.create_tenant(tenant).await.unwrap();
         for (name, code) in [("spin", SPIN), ("hello", HELLO)] {
             let mut spec = FunctionSpec::new(Runtime::Wasm);
             spec.limits.timeout_ms = 400;

@@ -7,7 +7,8 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use hearth_store::{BlockQuery, Store, TapeBlock, TapeEntry, TapeQuery};
+use hearth_core::FunctionVersion;
+use hearth_store::{BlockQuery, Store, StoreError, TapeBlock, TapeEntry, TapeIndex, TapeQuery};
 use parking_lot::Mutex;
 
 use crate::RecordError;
@@ -83,6 +84,55 @@ fn append_frame(
     zstd.compress_to_buffer(src, &mut tail).map(drop)
 }
 
+/// The registry's async calls, for the writer thread: each is run to
+/// its end on the runtime the archive was opened on (or, opened outside
+/// any, a small one of its own).
+struct Registry {
+    store: Arc<dyn Store>,
+    runtime: tokio::runtime::Handle,
+    /// The runtime of its own, when there was none to share.
+    _own: Option<tokio::runtime::Runtime>,
+}
+
+impl Registry {
+    fn new(store: Arc<dyn Store>) -> Result<Registry, RecordError> {
+        let (runtime, own) = match tokio::runtime::Handle::try_current() {
+            Ok(handle) => (handle, None),
+            Err(_) => {
+                let own = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name("hearth-record-registry")
+                    .enable_all()
+                    .build()?;
+                (own.handle().clone(), Some(own))
+            }
+        };
+        Ok(Registry {
+            store,
+            runtime,
+            _own: own,
+        })
+    }
+
+    fn newest_version(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<Option<FunctionVersion>, StoreError> {
+        let ask = || {
+            self.runtime
+                .block_on(self.store.get_version(tenant, name, None))
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            return ask();
+        }
+        // On a thread that drives the runtime (the sweep as the recorder
+        // opens), which must not block on it: a thread of its own waits.
+        std::thread::scope(|s| s.spawn(ask).join())
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    }
+}
+
 /// A block read for a listing: its tapes (taken out as they are used) and
 /// payloads.
 type Decoded = (Vec<Option<Stored>>, Vec<(Hash, Vec<u8>)>);
@@ -90,21 +140,28 @@ type Decoded = (Vec<Option<Stored>>, Vec<(Hash, Vec<u8>)>);
 pub struct Archive {
     dir: PathBuf,
     keys: Keys,
-    store: Arc<dyn Store>,
+    index: Arc<dyn TapeIndex>,
+    registry: Registry,
     /// Blocks that failed to read (checksum, decryption, decoding, I/O):
     /// their tapes are lost, and only theirs.
     damaged: Mutex<HashSet<(u64, u64)>>,
 }
 
 impl Archive {
-    /// The archive in `dir` (made if missing), indexed in `store`.
-    pub fn open(dir: &Path, store: Arc<dyn Store>) -> Result<Archive, RecordError> {
+    /// The archive in `dir` (made if missing), indexed in `index`; its
+    /// retention asks `registry` for functions' settings.
+    pub fn open(
+        dir: &Path,
+        index: Arc<dyn TapeIndex>,
+        registry: Arc<dyn Store>,
+    ) -> Result<Archive, RecordError> {
         std::fs::create_dir_all(dir.join("segments"))?;
         let keys = Keys::open(&dir.join("master.key"))?;
         Ok(Archive {
             dir: dir.to_path_buf(),
             keys,
-            store,
+            index,
+            registry: Registry::new(registry)?,
             damaged: Mutex::default(),
         })
     }
@@ -139,8 +196,18 @@ impl Archive {
         }
     }
 
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+    pub fn index(&self) -> &Arc<dyn TapeIndex> {
+        &self.index
+    }
+
+    /// The newest version of tenant/name, asked from a thread that is not
+    /// the runtime's (the recorder's writer).
+    pub(crate) fn newest_version(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<Option<FunctionVersion>, StoreError> {
+        self.registry.newest_version(tenant, name)
     }
 
     pub(crate) fn segment_path(&self, n: u64) -> PathBuf {
@@ -283,7 +350,7 @@ impl Archive {
         let mut found: Vec<TapeEntry> = Vec::new();
         let mut blocks: HashMap<(u64, u64), Decoded> = HashMap::new();
         'pages: loop {
-            let rows = self.store.list_blocks(tenant, &page)?;
+            let rows = self.index.list_blocks(tenant, &page)?;
             for row in &rows {
                 if found.len() >= limit {
                     found.sort_unstable_by(|a, b| b.id.cmp(&a.id));
@@ -326,7 +393,7 @@ impl Archive {
     /// Reads one of `tenant`'s tapes; another tenant's id, or an expired
     /// one, is `NotFound`.
     pub fn read(&self, tenant: &str, id: &str) -> Result<Recording, RecordError> {
-        let rows = self.store.blocks_holding(tenant, id)?;
+        let rows = self.index.blocks_holding(tenant, id)?;
         let mut tried = Vec::new();
         let mut damaged = false;
         for row in &rows {
@@ -410,7 +477,7 @@ impl Archive {
         }
         let hex = hex::encode(hash);
         let found = self
-            .store
+            .index
             .find_blob(&entry.tenant, &hex, entry.segment)?
             .ok_or_else(|| RecordError::Corrupt(format!("payload {hex} is missing")))?;
         let body = self.read_body(&entry.tenant, found.segment, found.offset)?;

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use hearth_core::{FunctionSpec, Request, Response, Runtime, Tier};
 use hearth_host::{HostEvent, Tape};
 use hearth_record::{Archive, Durability, Outcome, RecordConfig, RecordError, Recorder, Recording};
-use hearth_store::{MAX_PINS_PER_FUNCTION, SqliteStore, Store, TapePin, TapeQuery};
+use hearth_store::{MAX_PINS_PER_FUNCTION, SqliteStore, Store, TapeIndex, TapePin, TapeQuery};
 
 fn recording(tenant: &str, function: &str, body: &str, ok: bool, started_ms: i64) -> Recording {
     Recording {
@@ -48,19 +48,29 @@ fn recording(tenant: &str, function: &str, body: &str, ok: bool, started_ms: i64
 
 struct Fixture {
     dir: tempfile::TempDir,
+    /// The registry, as the node has it.
     store: Arc<dyn Store>,
+    /// The same database as the tape index.
+    index: SqliteStore,
 }
 
 impl Fixture {
     fn new() -> Fixture {
         let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
-        Fixture { dir, store }
+        let index = SqliteStore::open(dir.path().join("db")).unwrap();
+        let store: Arc<dyn Store> = Arc::new(index.clone());
+        Fixture { dir, store, index }
     }
 
     fn recorder(&self, config: RecordConfig) -> Recorder {
-        let archive =
-            Arc::new(Archive::open(&self.dir.path().join("rec"), self.store.clone()).unwrap());
+        let archive = Arc::new(
+            Archive::open(
+                &self.dir.path().join("rec"),
+                Arc::new(self.index.clone()),
+                self.store.clone(),
+            )
+            .unwrap(),
+        );
         Recorder::open(archive, config).unwrap()
     }
 
@@ -245,10 +255,10 @@ async fn a_torn_tail_is_cut_and_unindexed_blocks_are_found_on_restart() {
     let number = |p: &std::path::Path| {
         u64::from_str_radix(p.file_stem().unwrap().to_str().unwrap(), 16).unwrap()
     };
-    fx.store
+    fx.index
         .unindex_segment(number(&fx.segments().pop().unwrap()), 0)
         .unwrap();
-    fx.store.unindex_segment(number(&seg), 0).unwrap();
+    fx.index.unindex_segment(number(&seg), 0).unwrap();
 
     let rec = fx.recorder(RecordConfig::default());
     assert_eq!(std::fs::read(&seg).unwrap(), whole, "the torn tail is cut");
@@ -280,11 +290,12 @@ async fn sync_durability_acknowledges_only_indexed_tapes() {
 #[tokio::test]
 async fn retention_keeps_errors_longer_when_a_function_asks_and_caps_size() {
     let fx = Fixture::new();
-    fx.store.create_tenant("a").unwrap();
+    fx.store.create_tenant("a").await.unwrap();
     let mut spec = FunctionSpec::new(Runtime::Wasm);
     spec.record.keep_errors_s = Some(30 * 24 * 3600);
     fx.store
         .create_version("a", "f", &"00".repeat(32), &spec)
+        .await
         .unwrap();
     let day = 24 * 3600 * 1000;
     let old = hearth_core::unix_time_ms() - 10 * day;
@@ -338,11 +349,12 @@ async fn retention_keeps_errors_longer_when_a_function_asks_and_caps_size() {
 #[tokio::test]
 async fn a_pinned_tape_outlives_retention_while_its_function_exists() {
     let fx = Fixture::new();
-    fx.store.create_tenant("a").unwrap();
+    fx.store.create_tenant("a").await.unwrap();
     let spec = FunctionSpec::new(Runtime::Wasm);
     for f in ["f", "g"] {
         fx.store
             .create_version("a", f, &"00".repeat(32), &spec)
+            .await
             .unwrap();
     }
     let old = hearth_core::unix_time_ms() - 10 * 24 * 3600 * 1000;
@@ -353,7 +365,7 @@ async fn a_pinned_tape_outlives_retention_while_its_function_exists() {
         function: "f".into(),
         id: pinned.id.clone(),
     };
-    fx.store.pin_tape(&pin).unwrap();
+    fx.index.pin_tape(&pin).unwrap();
     {
         let rec = fx.recorder(RecordConfig::default());
         for r in [&pinned, &other] {
@@ -374,9 +386,9 @@ async fn a_pinned_tape_outlives_retention_while_its_function_exists() {
     rec.sweep().await.unwrap();
     assert_eq!(a.read("a", &pinned.id).unwrap(), pinned);
 
-    assert!(fx.store.delete_function("a", "f").unwrap());
+    assert!(fx.store.delete_function("a", "f").await.unwrap());
     rec.sweep().await.unwrap();
-    assert!(fx.store.tape_pins().unwrap().is_empty(), "unpinned");
+    assert!(fx.index.tape_pins().unwrap().is_empty(), "unpinned");
     rec.close();
     let rec = fx.recorder(RecordConfig::default());
     rec.sweep().await.unwrap();
@@ -394,7 +406,7 @@ async fn a_pinned_tape_outlives_retention_while_its_function_exists() {
         .collect();
     ids.sort();
     for id in &ids {
-        fx.store
+        fx.index
             .pin_tape(&TapePin {
                 id: id.clone(),
                 function: "g".into(),
@@ -403,7 +415,7 @@ async fn a_pinned_tape_outlives_retention_while_its_function_exists() {
             .unwrap();
     }
     let mut kept: Vec<String> = fx
-        .store
+        .index
         .tape_pins()
         .unwrap()
         .into_iter()

@@ -1,261 +1,296 @@
 //! Behaviour every [`Store`] must have, run against each backend: SQLite
 //! here, PostgreSQL (through `SplitStore`) in `postgres.rs`'s tests.
 
+use std::future::Future;
+use std::pin::Pin;
+
 use hearth_core::{Colocation, FunctionSpec, Runtime};
 
 use crate::{FunctionMode, JournalKey, LogQuery, LogRecord, LogStream, Role, Store, StoreError};
 
 /// One scenario: it wants a fresh, empty store.
-type Scenario = fn(&dyn Store);
+type Scenario = for<'a> fn(&'a dyn Store) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
 
 /// Each scenario with its name.
-pub(crate) const SCENARIOS: &[(&str, Scenario)] = &[
-    (
-        "versions_resolve_newest_or_pinned",
-        versions_resolve_newest_or_pinned,
-    ),
-    (
-        "delete_removes_function_and_numbering_continues",
-        delete_removes_function_and_numbering_continues,
-    ),
-    (
-        "tokens_authenticate_to_their_tenant_only",
-        tokens_authenticate_to_their_tenant_only,
-    ),
-    (
-        "tenant_colocation_overrides_are_set_cleared_and_refused_for_unknown_tenants",
-        tenant_colocation_overrides_are_set_cleared_and_refused_for_unknown_tenants,
-    ),
-    (
-        "bounces_count_up_pin_at_the_limit_and_reset_on_deploy",
-        bounces_count_up_pin_at_the_limit_and_reset_on_deploy,
-    ),
-    (
-        "kv_is_scoped_and_lists_by_prefix",
-        kv_is_scoped_and_lists_by_prefix,
-    ),
-    (
-        "kv_quota_counts_all_of_a_tenants_functions_and_refuses_whole",
-        kv_quota_counts_all_of_a_tenants_functions_and_refuses_whole,
-    ),
-    (
-        "kv_counters_increment_in_place_and_refuse_what_is_not_a_number",
-        kv_counters_increment_in_place_and_refuse_what_is_not_a_number,
-    ),
-    (
-        "logs_filter_by_invocation_and_return_oldest_first",
-        logs_filter_by_invocation_and_return_oldest_first,
-    ),
-    (
-        "journals_keep_order_per_invocation_and_are_forgotten_or_swept",
-        journals_keep_order_per_invocation_and_are_forgotten_or_swept,
-    ),
-    (
-        "logs_are_counted_per_function_trimmed_oldest_first_and_expired",
-        logs_are_counted_per_function_trimmed_oldest_first_and_expired,
-    ),
+macro_rules! scenarios {
+    ($($name:ident),* $(,)?) => {
+        pub(crate) const SCENARIOS: &[(&str, Scenario)] =
+            &[$((stringify!($name), |s| Box::pin($name(s)))),*];
+    };
+}
+
+scenarios![
+    versions_resolve_newest_or_pinned,
+    delete_removes_function_and_numbering_continues,
+    tokens_authenticate_to_their_tenant_only,
+    tenant_colocation_overrides_are_set_cleared_and_refused_for_unknown_tenants,
+    bounces_count_up_pin_at_the_limit_and_reset_on_deploy,
+    kv_is_scoped_and_lists_by_prefix,
+    kv_quota_counts_all_of_a_tenants_functions_and_refuses_whole,
+    kv_counters_increment_in_place_and_refuse_what_is_not_a_number,
+    logs_filter_by_invocation_and_return_oldest_first,
+    logs_are_counted_per_function_trimmed_oldest_first_and_expired,
+    journals_keep_order_per_invocation_and_are_forgotten_or_swept,
 ];
 
-pub(crate) fn versions_resolve_newest_or_pinned(s: &dyn Store) {
-    s.create_tenant("acme").unwrap();
+pub(crate) async fn versions_resolve_newest_or_pinned(s: &dyn Store) {
+    s.create_tenant("acme").await.unwrap();
     let spec = FunctionSpec::new(Runtime::Wasm);
     assert_eq!(
         s.create_version("acme", "hello", "aa", &spec)
+            .await
             .unwrap()
             .version,
         1
     );
     assert_eq!(
         s.create_version("acme", "hello", "bb", &spec)
+            .await
             .unwrap()
             .version,
         2
     );
-    let latest = s.get_version("acme", "hello", None).unwrap().unwrap();
+    let latest = s.get_version("acme", "hello", None).await.unwrap().unwrap();
     assert_eq!((latest.version, latest.artifact.as_str()), (2, "bb"));
     assert_eq!(latest.spec, spec);
-    let first = s.get_version("acme", "hello", Some(1)).unwrap().unwrap();
+    let first = s
+        .get_version("acme", "hello", Some(1))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(first.artifact, "aa");
-    assert!(s.get_version("acme", "hello", Some(3)).unwrap().is_none());
-    assert_eq!(s.list_versions("acme", "hello").unwrap().len(), 2);
-    let listed = s.list_functions("acme").unwrap();
+    assert!(
+        s.get_version("acme", "hello", Some(3))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(s.list_versions("acme", "hello").await.unwrap().len(), 2);
+    let listed = s.list_functions("acme").await.unwrap();
     assert_eq!((listed.len(), listed[0].versions), (1, 2));
-    assert!(s.get_version("other", "hello", None).unwrap().is_none());
-    let mut refs = s.referenced_artifacts().unwrap();
+    assert!(
+        s.get_version("other", "hello", None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let mut refs = s.referenced_artifacts().await.unwrap();
     refs.sort();
     assert_eq!(refs, ["aa", "bb"]);
 }
 
-pub(crate) fn delete_removes_function_and_numbering_continues(s: &dyn Store) {
+async fn delete_removes_function_and_numbering_continues(s: &dyn Store) {
     let spec = FunctionSpec::new(Runtime::Wasm);
-    s.create_version("t", "f", "aa", &spec).unwrap();
-    s.create_version("t", "f", "bb", &spec).unwrap();
-    s.kv_set("t", "f", b"k", b"v", u64::MAX).unwrap();
-    assert!(s.delete_function("t", "f").unwrap());
-    assert!(!s.delete_function("t", "f").unwrap());
-    assert!(s.get_version("t", "f", None).unwrap().is_none());
-    assert!(s.get_version("t", "f", Some(2)).unwrap().is_none());
-    assert!(s.list_functions("t").unwrap().is_empty());
-    assert!(s.list_versions("t", "f").unwrap().is_empty());
-    assert!(s.referenced_artifacts().unwrap().is_empty());
-    assert_eq!(s.kv_get("t", "f", b"k").unwrap(), None);
-    assert_eq!(s.create_version("t", "f", "cc", &spec).unwrap().version, 3);
+    s.create_version("t", "f", "aa", &spec).await.unwrap();
+    s.create_version("t", "f", "bb", &spec).await.unwrap();
+    s.kv_set("t", "f", b"k", b"v", u64::MAX).await.unwrap();
+    assert!(s.delete_function("t", "f").await.unwrap());
+    assert!(!s.delete_function("t", "f").await.unwrap());
+    assert!(s.get_version("t", "f", None).await.unwrap().is_none());
+    assert!(s.get_version("t", "f", Some(2)).await.unwrap().is_none());
+    assert!(s.list_functions("t").await.unwrap().is_empty());
+    assert!(s.list_versions("t", "f").await.unwrap().is_empty());
+    assert!(s.referenced_artifacts().await.unwrap().is_empty());
+    assert_eq!(s.kv_get("t", "f", b"k").await.unwrap(), None);
+    assert_eq!(
+        s.create_version("t", "f", "cc", &spec)
+            .await
+            .unwrap()
+            .version,
+        3
+    );
 }
 
-pub(crate) fn tokens_authenticate_to_their_tenant_only(s: &dyn Store) {
-    s.create_tenant("acme").unwrap();
+async fn tokens_authenticate_to_their_tenant_only(s: &dyn Store) {
+    s.create_tenant("acme").await.unwrap();
     assert!(matches!(
-        s.create_tenant("acme"),
+        s.create_tenant("acme").await,
         Err(StoreError::TenantExists(_))
     ));
     assert!(matches!(
-        s.create_token("ghost", Role::Member),
+        s.create_token("ghost", Role::Member).await,
         Err(StoreError::NoSuchTenant(_))
     ));
-    let token = s.create_token("acme", Role::Member).unwrap();
-    let p = s.authenticate(&token).unwrap().unwrap();
+    let token = s.create_token("acme", Role::Member).await.unwrap();
+    let p = s.authenticate(&token).await.unwrap().unwrap();
     assert_eq!((p.tenant.as_str(), p.role), ("acme", Role::Member));
-    assert!(s.authenticate("hth_wrong").unwrap().is_none());
+    assert!(s.authenticate("hth_wrong").await.unwrap().is_none());
 
     // A token the operator chose: added once, again as a no-op, never to
     // a second tenant or role.
-    s.create_tenant("zeta").unwrap();
+    s.create_tenant("zeta").await.unwrap();
     s.add_token("acme", Role::Admin, "chosen-by-operator")
+        .await
         .unwrap();
     s.add_token("acme", Role::Admin, "chosen-by-operator")
+        .await
         .unwrap();
-    let p = s.authenticate("chosen-by-operator").unwrap().unwrap();
+    let p = s.authenticate("chosen-by-operator").await.unwrap().unwrap();
     assert_eq!((p.tenant.as_str(), p.role), ("acme", Role::Admin));
     assert!(matches!(
-        s.add_token("zeta", Role::Admin, "chosen-by-operator"),
+        s.add_token("zeta", Role::Admin, "chosen-by-operator").await,
         Err(StoreError::TokenTaken)
     ));
     assert!(matches!(
-        s.add_token("acme", Role::Member, "chosen-by-operator"),
+        s.add_token("acme", Role::Member, "chosen-by-operator")
+            .await,
         Err(StoreError::TokenTaken)
     ));
     assert!(matches!(
-        s.add_token("ghost", Role::Admin, "another"),
+        s.add_token("ghost", Role::Admin, "another").await,
         Err(StoreError::NoSuchTenant(_))
     ));
 }
 
-pub(crate) fn tenant_colocation_overrides_are_set_cleared_and_refused_for_unknown_tenants(
+async fn tenant_colocation_overrides_are_set_cleared_and_refused_for_unknown_tenants(
     s: &dyn Store,
 ) {
-    s.create_tenant("acme").unwrap();
-    s.create_tenant("zeta").unwrap();
+    s.create_tenant("acme").await.unwrap();
+    s.create_tenant("zeta").await.unwrap();
     assert_eq!(
-        s.tenant_colocation("acme").unwrap(),
+        s.tenant_colocation("acme").await.unwrap(),
         None,
         "no override yet"
     );
     s.set_tenant_colocation("acme", Some(Colocation::Function))
+        .await
         .unwrap();
     s.set_tenant_colocation("acme", Some(Colocation::None))
+        .await
         .unwrap();
     assert_eq!(
-        s.tenant_colocation("acme").unwrap(),
+        s.tenant_colocation("acme").await.unwrap(),
         Some(Colocation::None),
         "the second write replaces the first"
     );
-    assert_eq!(s.tenant_colocation("zeta").unwrap(), None, "per tenant");
-    s.set_tenant_colocation("acme", None).unwrap();
-    assert_eq!(s.tenant_colocation("acme").unwrap(), None, "cleared");
+    assert_eq!(
+        s.tenant_colocation("zeta").await.unwrap(),
+        None,
+        "per tenant"
+    );
+    s.set_tenant_colocation("acme", None).await.unwrap();
+    assert_eq!(s.tenant_colocation("acme").await.unwrap(), None, "cleared");
     assert!(matches!(
-        s.set_tenant_colocation("ghost", Some(Colocation::Full)),
+        s.set_tenant_colocation("ghost", Some(Colocation::Full)).await,
         Err(StoreError::NoSuchTenant(t)) if t == "ghost"
     ));
-    assert_eq!(s.tenant_colocation("ghost").unwrap(), None);
+    assert_eq!(s.tenant_colocation("ghost").await.unwrap(), None);
 }
 
-pub(crate) fn bounces_count_up_pin_at_the_limit_and_reset_on_deploy(s: &dyn Store) {
-    s.create_tenant("t").unwrap();
+async fn bounces_count_up_pin_at_the_limit_and_reset_on_deploy(s: &dyn Store) {
+    s.create_tenant("t").await.unwrap();
     let spec = FunctionSpec::new(Runtime::Js);
-    s.create_version("t", "f", "a", &spec).unwrap();
-    assert_eq!(s.function_mode("t", "f").unwrap(), FunctionMode::default());
-    assert!(!s.record_bounce("t", "f", 2).unwrap().pinned);
-    let m = s.record_bounce("t", "f", 2).unwrap();
+    s.create_version("t", "f", "a", &spec).await.unwrap();
+    assert_eq!(
+        s.function_mode("t", "f").await.unwrap(),
+        FunctionMode::default()
+    );
+    assert!(!s.record_bounce("t", "f", 2).await.unwrap().pinned);
+    let m = s.record_bounce("t", "f", 2).await.unwrap();
     assert_eq!((m.bounces, m.pinned), (2, true));
-    assert_eq!(s.list_functions("t").unwrap()[0].mode, m);
-    s.create_version("t", "f", "b", &spec).unwrap();
-    assert_eq!(s.function_mode("t", "f").unwrap(), FunctionMode::default());
+    assert_eq!(s.list_functions("t").await.unwrap()[0].mode, m);
+    s.create_version("t", "f", "b", &spec).await.unwrap();
+    assert_eq!(
+        s.function_mode("t", "f").await.unwrap(),
+        FunctionMode::default()
+    );
 }
 
-pub(crate) fn kv_is_scoped_and_lists_by_prefix(s: &dyn Store) {
-    s.kv_set("t", "f", b"user:1", b"a", u64::MAX).unwrap();
-    s.kv_set("t", "f", b"user:2", b"b", u64::MAX).unwrap();
-    s.kv_set("t", "f", b"zzz", b"c", u64::MAX).unwrap();
-    s.kv_set("t", "g", b"user:3", b"d", u64::MAX).unwrap();
-    s.kv_set("u", "f", b"user:4", b"e", u64::MAX).unwrap();
+async fn kv_is_scoped_and_lists_by_prefix(s: &dyn Store) {
+    s.kv_set("t", "f", b"user:1", b"a", u64::MAX).await.unwrap();
+    s.kv_set("t", "f", b"user:2", b"b", u64::MAX).await.unwrap();
+    s.kv_set("t", "f", b"zzz", b"c", u64::MAX).await.unwrap();
+    s.kv_set("t", "g", b"user:3", b"d", u64::MAX).await.unwrap();
+    s.kv_set("u", "f", b"user:4", b"e", u64::MAX).await.unwrap();
     assert_eq!(
-        s.kv_list("t", "f", b"user:", 100).unwrap(),
+        s.kv_list("t", "f", b"user:", 100).await.unwrap(),
         vec![b"user:1".to_vec(), b"user:2".to_vec()]
     );
-    assert_eq!(s.kv_list("t", "f", b"", 2).unwrap().len(), 2);
-    assert_eq!(s.kv_get("u", "f", b"user:1").unwrap(), None);
-    s.kv_set("t", "f", b"user:1", b"z", u64::MAX).unwrap();
-    assert_eq!(s.kv_get("t", "f", b"user:1").unwrap().unwrap(), b"z");
-    assert!(s.kv_exists("t", "f", b"user:1").unwrap());
+    assert_eq!(s.kv_list("t", "f", b"", 2).await.unwrap().len(), 2);
+    assert_eq!(s.kv_get("u", "f", b"user:1").await.unwrap(), None);
+    s.kv_set("t", "f", b"user:1", b"z", u64::MAX).await.unwrap();
+    assert_eq!(s.kv_get("t", "f", b"user:1").await.unwrap().unwrap(), b"z");
+    assert!(s.kv_exists("t", "f", b"user:1").await.unwrap());
     assert!(
-        !s.kv_exists("u", "f", b"user:1").unwrap(),
+        !s.kv_exists("u", "f", b"user:1").await.unwrap(),
         "another tenant's"
     );
     assert!(
-        !s.kv_exists("t", "g", b"user:1").unwrap(),
+        !s.kv_exists("t", "g", b"user:1").await.unwrap(),
         "another function's"
     );
-    assert!(s.kv_delete("t", "f", b"user:1").unwrap());
-    assert!(!s.kv_delete("t", "f", b"user:1").unwrap());
-    assert!(!s.kv_exists("t", "f", b"user:1").unwrap(), "deleted");
+    assert!(s.kv_delete("t", "f", b"user:1").await.unwrap());
+    assert!(!s.kv_delete("t", "f", b"user:1").await.unwrap());
+    assert!(!s.kv_exists("t", "f", b"user:1").await.unwrap(), "deleted");
 }
 
-pub(crate) fn kv_quota_counts_all_of_a_tenants_functions_and_refuses_whole(s: &dyn Store) {
+async fn kv_quota_counts_all_of_a_tenants_functions_and_refuses_whole(s: &dyn Store) {
     // 1 + 4 bytes each: key and value count.
-    s.kv_set("q", "f", b"a", b"1234", 12).unwrap();
-    s.kv_set("q", "g", b"b", b"1234", 12).unwrap();
-    assert_eq!(s.kv_bytes("q").unwrap(), 10);
+    s.kv_set("q", "f", b"a", b"1234", 12).await.unwrap();
+    s.kv_set("q", "g", b"b", b"1234", 12).await.unwrap();
+    assert_eq!(s.kv_bytes("q").await.unwrap(), 10);
     // Another function of the same tenant would pass 12: refused, unchanged.
-    let err = s.kv_set("q", "h", b"c", b"1234", 12).unwrap_err();
+    let err = s.kv_set("q", "h", b"c", b"1234", 12).await.unwrap_err();
     assert!(
         matches!(err, StoreError::KvQuota { max_bytes: 12, .. }),
         "{err}"
     );
-    assert_eq!(s.kv_get("q", "h", b"c").unwrap(), None);
-    assert_eq!(s.kv_bytes("q").unwrap(), 10);
+    assert_eq!(s.kv_get("q", "h", b"c").await.unwrap(), None);
+    assert_eq!(s.kv_bytes("q").await.unwrap(), 10);
     // Overwriting counts the difference; deleting gives room back.
-    s.kv_set("q", "f", b"a", b"123456", 12).unwrap();
-    assert_eq!(s.kv_bytes("q").unwrap(), 12);
-    assert!(s.kv_delete("q", "g", b"b").unwrap());
-    assert_eq!(s.kv_bytes("q").unwrap(), 7);
-    s.kv_set("q", "h", b"c", b"1234", 12).unwrap();
+    s.kv_set("q", "f", b"a", b"123456", 12).await.unwrap();
+    assert_eq!(s.kv_bytes("q").await.unwrap(), 12);
+    assert!(s.kv_delete("q", "g", b"b").await.unwrap());
+    assert_eq!(s.kv_bytes("q").await.unwrap(), 7);
+    s.kv_set("q", "h", b"c", b"1234", 12).await.unwrap();
     // Other tenants have their own.
-    assert_eq!(s.kv_bytes("other").unwrap(), 0);
-    s.kv_set("other", "f", b"a", b"1234", 12).unwrap();
+    assert_eq!(s.kv_bytes("other").await.unwrap(), 0);
+    s.kv_set("other", "f", b"a", b"1234", 12).await.unwrap();
 }
 
-pub(crate) fn kv_counters_increment_in_place_and_refuse_what_is_not_a_number(s: &dyn Store) {
-    assert_eq!(s.kv_increment("c", "f", b"n", 5, u64::MAX).unwrap(), 5);
-    assert_eq!(s.kv_increment("c", "f", b"n", 2, u64::MAX).unwrap(), 7);
-    assert_eq!(s.kv_get("c", "f", b"n").unwrap().unwrap(), b"7");
+async fn kv_counters_increment_in_place_and_refuse_what_is_not_a_number(s: &dyn Store) {
+    assert_eq!(
+        s.kv_increment("c", "f", b"n", 5, u64::MAX).await.unwrap(),
+        5
+    );
+    assert_eq!(
+        s.kv_increment("c", "f", b"n", 2, u64::MAX).await.unwrap(),
+        7
+    );
+    assert_eq!(s.kv_get("c", "f", b"n").await.unwrap().unwrap(), b"7");
     // Scoped like every key.
-    assert_eq!(s.kv_increment("c", "g", b"n", 1, u64::MAX).unwrap(), 1);
-    s.kv_set("c", "f", b"word", b"seven", u64::MAX).unwrap();
-    let err = s.kv_increment("c", "f", b"word", 1, u64::MAX).unwrap_err();
-    assert!(matches!(err, StoreError::KvNotACounter(_)), "{err}");
-    assert_eq!(s.kv_get("c", "f", b"word").unwrap().unwrap(), b"seven");
-    s.kv_set("c", "f", b"max", u64::MAX.to_string().as_bytes(), u64::MAX)
+    assert_eq!(
+        s.kv_increment("c", "g", b"n", 1, u64::MAX).await.unwrap(),
+        1
+    );
+    s.kv_set("c", "f", b"word", b"seven", u64::MAX)
+        .await
         .unwrap();
-    let err = s.kv_increment("c", "f", b"max", 1, u64::MAX).unwrap_err();
+    let err = s
+        .kv_increment("c", "f", b"word", 1, u64::MAX)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::KvNotACounter(_)), "{err}");
+    assert_eq!(
+        s.kv_get("c", "f", b"word").await.unwrap().unwrap(),
+        b"seven"
+    );
+    s.kv_set("c", "f", b"max", u64::MAX.to_string().as_bytes(), u64::MAX)
+        .await
+        .unwrap();
+    let err = s
+        .kv_increment("c", "f", b"max", 1, u64::MAX)
+        .await
+        .unwrap_err();
     assert!(matches!(err, StoreError::KvNotACounter(_)), "{err}");
     // The quota holds: a counter that would pass it is refused, unchanged.
-    let used = s.kv_bytes("c").unwrap();
-    let err = s.kv_increment("c", "f", b"new", 1, used).unwrap_err();
+    let used = s.kv_bytes("c").await.unwrap();
+    let err = s.kv_increment("c", "f", b"new", 1, used).await.unwrap_err();
     assert!(matches!(err, StoreError::KvQuota { .. }), "{err}");
-    assert_eq!(s.kv_get("c", "f", b"new").unwrap(), None);
+    assert_eq!(s.kv_get("c", "f", b"new").await.unwrap(), None);
 }
 
-pub(crate) fn logs_filter_by_invocation_and_return_oldest_first(s: &dyn Store) {
+async fn logs_filter_by_invocation_and_return_oldest_first(s: &dyn Store) {
     let rec = |inv: &str, msg: &str| LogRecord {
         id: 0,
         tenant: "t".into(),
@@ -270,8 +305,9 @@ pub(crate) fn logs_filter_by_invocation_and_return_oldest_first(s: &dyn Store) {
         trace_id: (inv == "a").then(|| "4bf92f3577b34da6a3ce929d0e0e4736".into()),
     };
     s.append_logs(&[rec("a", "one"), rec("b", "two"), rec("a", "three")])
+        .await
         .unwrap();
-    let all = s.read_logs("t", "f", &LogQuery::default()).unwrap();
+    let all = s.read_logs("t", "f", &LogQuery::default()).await.unwrap();
     assert_eq!(
         all.iter().map(|r| r.message.as_str()).collect::<Vec<_>>(),
         ["one", "two", "three"]
@@ -291,7 +327,7 @@ pub(crate) fn logs_filter_by_invocation_and_return_oldest_first(s: &dyn Store) {
         limit: 1,
         after: None,
     };
-    let a = s.read_logs("t", "f", &q).unwrap();
+    let a = s.read_logs("t", "f", &q).await.unwrap();
     assert_eq!(a.len(), 1);
     assert_eq!(a[0].message, "three");
     // A follower: lines after the one it saw, oldest first, a page at most.
@@ -301,29 +337,31 @@ pub(crate) fn logs_filter_by_invocation_and_return_oldest_first(s: &dyn Store) {
         limit,
         after: Some(id),
     };
-    let next = s.read_logs("t", "f", &after(all[0].id, 1)).unwrap();
+    let next = s.read_logs("t", "f", &after(all[0].id, 1)).await.unwrap();
     assert_eq!(
         next.iter().map(|r| r.message.as_str()).collect::<Vec<_>>(),
         ["two"]
     );
-    let rest = s.read_logs("t", "f", &after(all[0].id, 10)).unwrap();
+    let rest = s.read_logs("t", "f", &after(all[0].id, 10)).await.unwrap();
     assert_eq!(
         rest.iter().map(|r| r.message.as_str()).collect::<Vec<_>>(),
         ["two", "three"]
     );
     assert!(
         s.read_logs("t", "f", &after(all[2].id, 10))
+            .await
             .unwrap()
             .is_empty()
     );
     assert!(
         s.read_logs("u", "f", &LogQuery::default())
+            .await
             .unwrap()
             .is_empty()
     );
 }
 
-pub(crate) fn logs_are_counted_per_function_trimmed_oldest_first_and_expired(s: &dyn Store) {
+async fn logs_are_counted_per_function_trimmed_oldest_first_and_expired(s: &dyn Store) {
     let rec = |f: &str, ts_ms: i64, msg: &str| LogRecord {
         id: 0,
         tenant: "t".into(),
@@ -341,9 +379,9 @@ pub(crate) fn logs_are_counted_per_function_trimmed_oldest_first_and_expired(s: 
     let lines: Vec<_> = (1..=10)
         .map(|i| rec("f", i, &format!("line {i:05}")))
         .collect();
-    s.append_logs(&lines).unwrap();
-    s.append_logs(&[rec("g", 100, "éé")]).unwrap();
-    let mut usage = s.log_usage().unwrap();
+    s.append_logs(&lines).await.unwrap();
+    s.append_logs(&[rec("g", 100, "éé")]).await.unwrap();
+    let mut usage = s.log_usage().await.unwrap();
     usage.sort();
     assert_eq!(
         usage,
@@ -351,58 +389,72 @@ pub(crate) fn logs_are_counted_per_function_trimmed_oldest_first_and_expired(s: 
         "bytes, not characters"
     );
     // Keeping 35 bytes keeps the newest three whole lines.
-    assert_eq!(s.trim_logs("t", "f", 35).unwrap(), 7);
-    let left = s.read_logs("t", "f", &LogQuery::default()).unwrap();
+    assert_eq!(s.trim_logs("t", "f", 35).await.unwrap(), 7);
+    let left = s.read_logs("t", "f", &LogQuery::default()).await.unwrap();
     assert_eq!(
         left.iter().map(|r| r.message.as_str()).collect::<Vec<_>>(),
         ["line 00008", "line 00009", "line 00010"]
     );
-    assert_eq!(s.trim_logs("t", "f", 35).unwrap(), 0, "already within");
-    let usage = s.log_usage().unwrap();
+    assert_eq!(
+        s.trim_logs("t", "f", 35).await.unwrap(),
+        0,
+        "already within"
+    );
+    let usage = s.log_usage().await.unwrap();
     assert!(usage.contains(&("t".into(), "f".into(), 30)), "{usage:?}");
     // Older than ts 10: two more of f's go; g's stays.
-    assert_eq!(s.expire_logs(10).unwrap(), 2);
+    assert_eq!(s.expire_logs(10).await.unwrap(), 2);
     assert_eq!(
-        s.read_logs("t", "g", &LogQuery::default()).unwrap().len(),
+        s.read_logs("t", "g", &LogQuery::default())
+            .await
+            .unwrap()
+            .len(),
         1
     );
-    s.reclaim_space().unwrap();
+    s.reclaim_space().await.unwrap();
     // A removed function's logs and their count go with it.
     s.create_version("t", "g", "aa", &FunctionSpec::new(Runtime::Wasm))
+        .await
         .unwrap();
-    assert!(s.delete_function("t", "g").unwrap());
-    let usage = s.log_usage().unwrap();
+    assert!(s.delete_function("t", "g").await.unwrap());
+    let usage = s.log_usage().await.unwrap();
     assert_eq!(usage, [("t".into(), "f".into(), 10)]);
 }
 
-pub(crate) fn journals_keep_order_per_invocation_and_are_forgotten_or_swept(s: &dyn Store) {
+async fn journals_keep_order_per_invocation_and_are_forgotten_or_swept(s: &dyn Store) {
     let key = |f, i| JournalKey {
         tenant: "t",
         function: f,
         invocation: i,
     };
     let (a, b, other_fn) = (key("f", "a"), key("f", "b"), key("g", "a"));
-    s.journal_append(&a, 1, b"second").unwrap();
-    s.journal_append(&a, 0, b"first").unwrap();
-    s.journal_append(&a, 0, b"again").unwrap();
-    s.journal_append(&b, 0, b"b's").unwrap();
+    s.journal_append(&a, 1, b"second").await.unwrap();
+    s.journal_append(&a, 0, b"first").await.unwrap();
+    s.journal_append(&a, 0, b"again").await.unwrap();
+    s.journal_append(&b, 0, b"b's").await.unwrap();
     assert_eq!(
-        s.journal_read(&a).unwrap(),
+        s.journal_read(&a).await.unwrap(),
         vec![b"first".to_vec(), b"second".to_vec()],
         "in seq order; a repeated seq keeps the first"
     );
     assert!(
-        s.journal_read(&other_fn).unwrap().is_empty(),
+        s.journal_read(&other_fn).await.unwrap().is_empty(),
         "scoped to the function"
     );
-    s.journal_forget(&a).unwrap();
-    assert!(s.journal_read(&a).unwrap().is_empty());
-    assert_eq!(s.journal_read(&b).unwrap().len(), 1);
+    s.journal_forget(&a).await.unwrap();
+    assert!(s.journal_read(&a).await.unwrap().is_empty());
+    assert_eq!(s.journal_read(&b).await.unwrap().len(), 1);
     assert_eq!(
         s.journal_sweep(hearth_core::unix_time_ms() - 60_000)
+            .await
             .unwrap(),
         0
     );
-    assert_eq!(s.journal_sweep(hearth_core::unix_time_ms() + 1).unwrap(), 1);
-    assert!(s.journal_read(&b).unwrap().is_empty());
+    assert_eq!(
+        s.journal_sweep(hearth_core::unix_time_ms() + 1)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(s.journal_read(&b).await.unwrap().is_empty());
 }

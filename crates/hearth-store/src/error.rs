@@ -9,9 +9,11 @@ pub enum StoreError {
     /// database error: {0}
     Sqlite(#[from] rusqlite::Error),
     /// PostgreSQL: {0}
-    Postgres(#[from] postgres::Error),
+    Postgres(#[from] tokio_postgres::Error),
     /// no PostgreSQL connection: {0}
-    Pool(#[from] r2d2::Error),
+    Pool(#[from] deadpool_postgres::PoolError),
+    /// the store's blocking thread was stopped (the runtime is shutting down)
+    Stopped,
     /// the database's schema could not be migrated ({0}); a database another Hearth migrated further needs that Hearth or a newer one
     Migration(#[from] refinery::Error),
     /// a stored record is unreadable: {0}

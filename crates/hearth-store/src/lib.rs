@@ -256,45 +256,54 @@ pub struct JournalKey<'a> {
     pub invocation: &'a str,
 }
 
+/// A new random token: `hth_` and 48 hex digits.
+fn new_token() -> String {
+    let secret: [u8; 24] = rand::random();
+    format!("hth_{}", hex::encode(secret))
+}
+
 /// A stored colocation mode (`NULL`: no override).
 fn parse_colocation(text: Option<String>) -> Result<Option<Colocation>, StoreError> {
     text.map(|t| t.parse().map_err(StoreError::Corrupt))
         .transpose()
 }
 
-/// The durable state behind one Hearth node (or a cluster's gateway).
+/// The durable state behind one Hearth node (or a cluster's gateway):
+/// what must outlive it and, in a cluster, is shared.
 ///
-/// Calls block on I/O: async callers run them on a blocking thread.
+/// Calls are async: PostgreSQL's are queries on the runtime's own sockets,
+/// SQLite's run on a blocking thread, so no caller steps off the runtime
+/// itself. (`async_trait`: the node holds the store as `Arc<dyn Store>`.)
+#[async_trait::async_trait]
 pub trait Store: Send + Sync + 'static {
     // -- tenants and tokens --
-    fn create_tenant(&self, name: &str) -> Result<(), StoreError>;
-    fn tenant_exists(&self, name: &str) -> Result<bool, StoreError>;
+    async fn create_tenant(&self, name: &str) -> Result<(), StoreError>;
+    async fn tenant_exists(&self, name: &str) -> Result<bool, StoreError>;
     /// Makes a new random token for `tenant` and returns it; only its hash is kept.
-    fn create_token(&self, tenant: &str, role: Role) -> Result<String, StoreError> {
-        let secret: [u8; 24] = rand::random();
-        let token = format!("hth_{}", hex::encode(secret));
-        self.add_token(tenant, role, &token)?;
+    async fn create_token(&self, tenant: &str, role: Role) -> Result<String, StoreError> {
+        let token = new_token();
+        self.add_token(tenant, role, &token).await?;
         Ok(token)
     }
     /// Makes `token` (one the operator chose, e.g. from a Kubernetes
     /// Secret) a token of `tenant`; only its hash is kept. Adding a token
     /// again is a no-op; one that is another tenant's or role's is refused.
-    fn add_token(&self, tenant: &str, role: Role, token: &str) -> Result<(), StoreError>;
+    async fn add_token(&self, tenant: &str, role: Role, token: &str) -> Result<(), StoreError>;
     /// The tenant's own colocation mode, if it overrides the cluster's.
-    fn tenant_colocation(&self, tenant: &str) -> Result<Option<Colocation>, StoreError>;
+    async fn tenant_colocation(&self, tenant: &str) -> Result<Option<Colocation>, StoreError>;
     /// Sets (or, with `None`, clears) the tenant's override; fails with
     /// [`StoreError::NoSuchTenant`] for an unknown tenant.
-    fn set_tenant_colocation(
+    async fn set_tenant_colocation(
         &self,
         tenant: &str,
         mode: Option<Colocation>,
     ) -> Result<(), StoreError>;
-    fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError>;
+    async fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError>;
 
     // -- functions --
     /// Records a new version of `name` (creating the function if new) whose
     /// code is the already-stored artifact `artifact`. Atomic.
-    fn create_version(
+    async fn create_version(
         &self,
         tenant: &str,
         name: &str,
@@ -302,41 +311,46 @@ pub trait Store: Send + Sync + 'static {
         spec: &FunctionSpec,
     ) -> Result<FunctionVersion, StoreError>;
     /// The newest version, or the given one.
-    fn get_version(
+    async fn get_version(
         &self,
         tenant: &str,
         name: &str,
         version: Option<u32>,
     ) -> Result<Option<FunctionVersion>, StoreError>;
-    fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>, StoreError>;
-    fn list_versions(&self, tenant: &str, name: &str) -> Result<Vec<FunctionVersion>, StoreError>;
+    async fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>, StoreError>;
+    async fn list_versions(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<Vec<FunctionVersion>, StoreError>;
     /// Deletes the function, its versions, KV and logs. False if it did not exist.
-    fn delete_function(&self, tenant: &str, name: &str) -> Result<bool, StoreError>;
+    async fn delete_function(&self, tenant: &str, name: &str) -> Result<bool, StoreError>;
     /// The function's fallback record; reset by every deploy.
-    fn function_mode(&self, tenant: &str, name: &str) -> Result<FunctionMode, StoreError>;
+    async fn function_mode(&self, tenant: &str, name: &str) -> Result<FunctionMode, StoreError>;
     /// Counts one fallback; pins the function once it has `pin_after`.
-    fn record_bounce(
+    async fn record_bounce(
         &self,
         tenant: &str,
         name: &str,
         pin_after: u32,
     ) -> Result<FunctionMode, StoreError>;
     /// Every artifact hash some version still points at.
-    fn referenced_artifacts(&self) -> Result<Vec<String>, StoreError>;
+    async fn referenced_artifacts(&self) -> Result<Vec<String>, StoreError>;
 
     // -- KV, scoped to one tenant's function --
-    fn kv_get(
+    async fn kv_get(
         &self,
         tenant: &str,
         function: &str,
         key: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError>;
     /// Whether `key` holds a value, without reading the value.
-    fn kv_exists(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError>;
+    async fn kv_exists(&self, tenant: &str, function: &str, key: &[u8])
+    -> Result<bool, StoreError>;
     /// Sets `key`, unless the tenant's KV (keys and values of all its
     /// functions) would then hold more than `max_tenant_bytes`:
     /// [`StoreError::KvQuota`], and nothing changed.
-    fn kv_set(
+    async fn kv_set(
         &self,
         tenant: &str,
         function: &str,
@@ -348,7 +362,7 @@ pub trait Store: Send + Sync + 'static {
     /// absent key counts from 0) in one transaction, and returns the new
     /// value. [`StoreError::KvNotACounter`] if the value is not a number or
     /// would overflow; [`StoreError::KvQuota`] as for `kv_set`.
-    fn kv_increment(
+    async fn kv_increment(
         &self,
         tenant: &str,
         function: &str,
@@ -357,9 +371,10 @@ pub trait Store: Send + Sync + 'static {
         max_tenant_bytes: u64,
     ) -> Result<u64, StoreError>;
     /// Bytes of keys and values the tenant's KV holds.
-    fn kv_bytes(&self, tenant: &str) -> Result<u64, StoreError>;
-    fn kv_delete(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError>;
-    fn kv_list(
+    async fn kv_bytes(&self, tenant: &str) -> Result<u64, StoreError>;
+    async fn kv_delete(&self, tenant: &str, function: &str, key: &[u8])
+    -> Result<bool, StoreError>;
+    async fn kv_list(
         &self,
         tenant: &str,
         function: &str,
@@ -367,7 +382,53 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<Vec<u8>>, StoreError>;
 
-    // -- recording index --
+    // -- retry journals (clusters) --
+    /// Appends event `seq` (encoded by the host) to `key`'s journal: the
+    /// answers an invocation got from KV and HTTP, written before the
+    /// function sees them, so a retry on another node can be given the
+    /// same answers if this node dies. Appending a `seq` twice keeps the first.
+    async fn journal_append(
+        &self,
+        key: &JournalKey<'_>,
+        seq: u32,
+        event: &[u8],
+    ) -> Result<(), StoreError>;
+    /// `key`'s journal, in order.
+    async fn journal_read(&self, key: &JournalKey<'_>) -> Result<Vec<Vec<u8>>, StoreError>;
+    /// Forgets `key`'s journal: the invocation finished.
+    async fn journal_forget(&self, key: &JournalKey<'_>) -> Result<(), StoreError>;
+    /// Forgets journals begun before `before_ms` (left by nodes that died;
+    /// their retries are long over). Returns how many events went.
+    async fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError>;
+
+    // -- logs --
+    async fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError>;
+    /// Bytes of log messages each function holds, `(tenant, function,
+    /// bytes)`, kept by triggers as lines come and go.
+    async fn log_usage(&self) -> Result<Vec<(String, String, u64)>, StoreError>;
+    /// Deletes `function`'s oldest lines until it holds at most `keep`
+    /// bytes of messages; how many lines went.
+    async fn trim_logs(&self, tenant: &str, function: &str, keep: u64) -> Result<u64, StoreError>;
+    /// Deletes every line written before `before_ms`; how many went.
+    async fn expire_logs(&self, before_ms: i64) -> Result<u64, StoreError>;
+    /// Gives the space deleted rows held back to the file system, where
+    /// the store keeps it otherwise (SQLite; PostgreSQL's autovacuum does).
+    async fn reclaim_space(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    async fn read_logs(
+        &self,
+        tenant: &str,
+        function: &str,
+        query: &LogQuery,
+    ) -> Result<Vec<LogRecord>, StoreError>;
+}
+
+/// The index of this node's tapes: rows pointing into its own segment
+/// files, so always in the node's SQLite, even in a cluster (a segment
+/// number means nothing on another node). Synchronous: the recorder's
+/// writer thread is its main caller.
+pub trait TapeIndex: Send + Sync + 'static {
     /// Indexes written blocks' rows and new blobs in one transaction, which
     /// also forgets every row of segment `retire` (retention moving its
     /// last tapes forward: they are never indexed twice, nor lost).
@@ -405,47 +466,6 @@ pub trait Store: Send + Sync + 'static {
     fn unindex_segment(&self, segment: u64, from_offset: u64) -> Result<(), StoreError>;
     /// The offset of the last indexed block of `segment`, if any.
     fn last_indexed_offset(&self, segment: u64) -> Result<Option<u64>, StoreError>;
-
-    // -- retry journals (clusters) --
-    /// Appends event `seq` (encoded by the host) to `key`'s journal: the
-    /// answers an invocation got from KV and HTTP, written before the
-    /// function sees them, so a retry on another node can be given the
-    /// same answers if this node dies. Appending a `seq` twice keeps the first.
-    fn journal_append(
-        &self,
-        key: &JournalKey<'_>,
-        seq: u32,
-        event: &[u8],
-    ) -> Result<(), StoreError>;
-    /// `key`'s journal, in order.
-    fn journal_read(&self, key: &JournalKey<'_>) -> Result<Vec<Vec<u8>>, StoreError>;
-    /// Forgets `key`'s journal: the invocation finished.
-    fn journal_forget(&self, key: &JournalKey<'_>) -> Result<(), StoreError>;
-    /// Forgets journals begun before `before_ms` (left by nodes that died;
-    /// their retries are long over). Returns how many events went.
-    fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError>;
-
-    // -- logs --
-    fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError>;
-    /// Bytes of log messages each function holds, `(tenant, function,
-    /// bytes)`, kept by triggers as lines come and go.
-    fn log_usage(&self) -> Result<Vec<(String, String, u64)>, StoreError>;
-    /// Deletes `function`'s oldest lines until it holds at most `keep`
-    /// bytes of messages; how many lines went.
-    fn trim_logs(&self, tenant: &str, function: &str, keep: u64) -> Result<u64, StoreError>;
-    /// Deletes every line written before `before_ms`; how many went.
-    fn expire_logs(&self, before_ms: i64) -> Result<u64, StoreError>;
-    /// Gives the space deleted rows held back to the file system, where
-    /// the store keeps it otherwise (SQLite; PostgreSQL's autovacuum does).
-    fn reclaim_space(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-    fn read_logs(
-        &self,
-        tenant: &str,
-        function: &str,
-        query: &LogQuery,
-    ) -> Result<Vec<LogRecord>, StoreError>;
 }
 
 /// The value after adding `delta` to the counter `current` (decimal text;

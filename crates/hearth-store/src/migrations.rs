@@ -76,14 +76,18 @@ fn sqlite_predates_history_with_traces(
 
 /// Brings the cluster's PostgreSQL database to the newest schema, in one
 /// transaction, under a lock that members starting together queue on.
-pub(crate) fn postgres(client: &mut postgres::Client) -> Result<(), StoreError> {
-    client.execute("SELECT pg_advisory_lock($1)", &[&POSTGRES_LOCK])?;
+pub(crate) async fn postgres(client: &mut tokio_postgres::Client) -> Result<(), StoreError> {
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&POSTGRES_LOCK])
+        .await?;
     let mut runner = postgres_files::migrations::runner().set_grouped(true);
     runner.set_migration_table_name(HISTORY);
-    let migrated = runner.run(client);
+    let migrated = runner.run_async(client).await;
     // A failed migration's error is the one to report, whatever the
     // unlock says (the lock goes with the session anyway).
-    let unlocked = client.execute("SELECT pg_advisory_unlock($1)", &[&POSTGRES_LOCK]);
+    let unlocked = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&POSTGRES_LOCK])
+        .await;
     migrated?;
     unlocked?;
     Ok(())
@@ -244,14 +248,23 @@ mod tests {
     /// The tables both dialects have, with their columns in order, after
     /// every migration: SQLite's and PostgreSQL's agree. A database from
     /// before migrations (the old schema, with data) comes through too.
-    #[test]
-    fn postgres_migrates_to_the_columns_sqlite_has() {
+    /// A client whose connection runs on the test's runtime.
+    async fn connect(url: &str) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+    }
+
+    #[tokio::test]
+    async fn postgres_migrates_to_the_columns_sqlite_has() {
         hearth_test_support::require!(Postgres);
         let pg = hearth_test_support::TempPostgres::start().unwrap();
         let url = pg.create_database("migrations").unwrap();
-        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-        postgres(&mut client).unwrap();
-        postgres(&mut client).unwrap();
+        let mut client = connect(&url).await;
+        postgres(&mut client).await.unwrap();
+        postgres(&mut client).await.unwrap();
         let mut lite = Connection::open_in_memory().unwrap();
         sqlite(&mut lite).unwrap();
 
@@ -261,6 +274,7 @@ mod tests {
                  WHERE table_schema = 'public' ORDER BY table_name, ordinal_position",
                 &[],
             )
+            .await
             .unwrap();
         let mut pg_tables: std::collections::BTreeMap<String, Vec<String>> = Default::default();
         for r in rows {
@@ -280,6 +294,7 @@ mod tests {
                 &format!("SELECT version FROM {HISTORY} ORDER BY version"),
                 &[],
             )
+            .await
             .unwrap()
             .iter()
             .map(|r| r.get(0))
@@ -288,7 +303,7 @@ mod tests {
 
         // The old schema, with a tenant's KV and logs in it.
         let url = pg.create_database("before").unwrap();
-        let mut old = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let mut old = connect(&url).await;
         old.batch_execute(
             "CREATE TABLE tenants (name TEXT PRIMARY KEY, created_ms BIGINT NOT NULL);
              CREATE TABLE kv (tenant TEXT NOT NULL, function TEXT NOT NULL, key BYTEA NOT NULL,
@@ -302,15 +317,16 @@ mod tests {
              INSERT INTO logs (tenant, function, version, invocation, ts_ms, stream, level, message)
                  VALUES ('t', 'f', 1, 'i', 1, 'stdout', 'info', 'four');",
         )
+        .await
         .unwrap();
-        postgres(&mut old).unwrap();
-        let one =
-            |c: &mut postgres::Client, sql: &str| -> i64 { c.query_one(sql, &[]).unwrap().get(0) };
-        assert_eq!(one(&mut old, "SELECT bytes FROM kv_usage"), 6);
-        assert_eq!(one(&mut old, "SELECT bytes FROM log_usage"), 4);
-        assert_eq!(
-            one(&mut old, "SELECT count(*) FROM logs WHERE trace_id IS NULL"),
-            1
-        );
+        postgres(&mut old).await.unwrap();
+        for (sql, want) in [
+            ("SELECT bytes FROM kv_usage", 6),
+            ("SELECT bytes FROM log_usage", 4),
+            ("SELECT count(*) FROM logs WHERE trace_id IS NULL", 1),
+        ] {
+            let got: i64 = old.query_one(sql, &[]).await.unwrap().get(0);
+            assert_eq!(got, want, "{sql}");
+        }
     }
 }

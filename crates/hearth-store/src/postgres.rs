@@ -11,16 +11,16 @@
 //! and migrating one of its own, so nodes starting together do not race
 //! on `CREATE TABLE`.
 //!
-//! Calls are synchronous (the `postgres` crate), like SQLite's; callers
-//! already run store calls on blocking threads. A few connections are kept
-//! open; one that PostgreSQL closed is reopened on its next use.
+//! Calls are async (`tokio-postgres`): a query waits on the runtime's own
+//! sockets, never on a blocking thread. A few connections are kept open
+//! (`deadpool-postgres`); one that PostgreSQL closed is dropped when it
+//! is given back and a new one opened on a later call.
 //!
 //! [`SplitStore`]: crate::SplitStore
 
+use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
-use postgres::{Client, NoTls, Row};
-use r2d2::Pool;
-use r2d2_postgres::PostgresConnectionManager;
+use tokio_postgres::{NoTls, Row};
 
 use crate::cluster::{Change, notify};
 use crate::{
@@ -29,141 +29,157 @@ use crate::{
 };
 
 /// Connections a node or gateway keeps open to the cluster's database.
-const CONNECTIONS: u32 = 4;
+const CONNECTIONS: usize = 4;
 /// How long a store call waits for a free connection (or a new one).
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The cluster's registry, KV and logs in PostgreSQL.
 pub struct PgStore {
-    /// `None` only while it is dropped (see `Drop`).
-    pool: Option<Pool<PostgresConnectionManager<NoTls>>>,
+    pool: Pool,
     /// For connections of its own (the change listener's).
-    pub(crate) config: postgres::Config,
+    pub(crate) config: tokio_postgres::Config,
 }
 
 impl PgStore {
     /// Connects to `url` (`postgres://user@host:port/db`) and brings its
     /// schema to this build's (`crate::migrations`).
-    pub fn open(url: &str) -> Result<Self, StoreError> {
-        let config: postgres::Config = url.parse()?;
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
+        let mut config: tokio_postgres::Config = url.parse()?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
         // The first connection is made here, so an unreachable or refusing
-        // server is the caller's error at once (the pool would retry it
-        // for its whole timeout), and it migrates the schema; the pool then
-        // opens connections as calls need them. One that broke is dropped
-        // when it is given back (the pool asks the client whether it
-        // closed), so no round trip is spent testing each as it is taken.
-        let pool = tokio::task::block_in_place(|| -> Result<_, StoreError> {
-            let mut first = config.connect(NoTls)?;
-            crate::migrations::postgres(&mut first)?;
-            Ok(Pool::builder()
-                .max_size(CONNECTIONS)
-                .min_idle(Some(0))
-                .connection_timeout(CONNECT_TIMEOUT)
-                .test_on_check_out(false)
-                .build_unchecked(PostgresConnectionManager::new(config.clone(), NoTls)))
-        })?;
-        Ok(PgStore {
-            pool: Some(pool),
-            config,
-        })
+        // server is the caller's error at once, and it migrates the
+        // schema; the pool then opens connections as calls need them.
+        let (mut first, connection) = config.connect(NoTls).await?;
+        let driver = tokio::spawn(connection);
+        crate::migrations::postgres(&mut first).await?;
+        drop(first);
+        let _ = driver.await;
+        // `Fast`: a connection is not tested with a query as it is taken
+        // (a broken one is dropped when given back: the pool asks the
+        // client whether it closed).
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(CONNECTIONS)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(CONNECT_TIMEOUT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .build()
+            .expect("a pool with a runtime and timeouts builds");
+        Ok(PgStore { pool, config })
     }
 
-    /// Runs `f` on a connection from the pool (r2d2: at most
-    /// [`CONNECTIONS`], opened as needed, broken ones replaced).
-    ///
-    /// The `postgres` client runs its own small runtime, which must not be
-    /// started on an async worker: `block_in_place` steps off it (and is a
-    /// plain call on a blocking or non-Tokio thread).
-    pub(crate) fn with<T>(
+    /// Runs `f` on a connection from the pool (at most [`CONNECTIONS`],
+    /// opened as needed, broken ones replaced).
+    pub(crate) async fn with<T>(
         &self,
-        f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
+        f: impl AsyncFnOnce(&mut Client) -> Result<T, tokio_postgres::Error>,
     ) -> Result<T, StoreError> {
-        tokio::task::block_in_place(|| {
-            let pool = self
-                .pool
-                .as_ref()
-                .expect("the pool lives until the store drops");
-            let mut client = pool.get()?;
-            Ok(f(&mut client)?)
-        })
+        let mut client = self.pool.get().await?;
+        Ok(f(&mut client).await?)
     }
 
-    pub fn create_tenant(&self, name: &str) -> Result<(), StoreError> {
-        let inserted = self.with(|c| {
-            c.execute(
-                "INSERT INTO tenants (name, created_ms) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                &[&name, &hearth_core::unix_time_ms()],
-            )
-        })?;
+    pub async fn create_tenant(&self, name: &str) -> Result<(), StoreError> {
+        let inserted = self
+            .with(async |c| {
+                c.execute(
+                    "INSERT INTO tenants (name, created_ms) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                    &[&name, &hearth_core::unix_time_ms()],
+                )
+                .await
+            })
+            .await?;
         if inserted == 0 {
             return Err(StoreError::TenantExists(name.to_string()));
         }
         Ok(())
     }
 
-    pub fn tenant_exists(&self, name: &str) -> Result<bool, StoreError> {
-        self.with(|c| {
+    pub async fn tenant_exists(&self, name: &str) -> Result<bool, StoreError> {
+        self.with(async |c| {
             Ok(
-                c.query_opt("SELECT 1 FROM tenants WHERE name = $1", &[&name])?
+                c.query_opt("SELECT 1 FROM tenants WHERE name = $1", &[&name])
+                    .await?
                     .is_some(),
             )
         })
+        .await
     }
 
-    pub fn tenant_colocation(&self, tenant: &str) -> Result<Option<Colocation>, StoreError> {
-        let text: Option<String> = self.with(|c| {
-            Ok(c.query_opt(
-                "SELECT colocation FROM tenant_settings WHERE tenant = $1",
-                &[&tenant],
-            )?
-            .and_then(|r| r.get(0)))
-        })?;
+    pub async fn tenant_colocation(&self, tenant: &str) -> Result<Option<Colocation>, StoreError> {
+        let text: Option<String> = self
+            .with(async |c| {
+                Ok(c.query_opt(
+                    "SELECT colocation FROM tenant_settings WHERE tenant = $1",
+                    &[&tenant],
+                )
+                .await?
+                .and_then(|r| r.get(0)))
+            })
+            .await?;
         parse_colocation(text)
     }
 
-    pub fn set_tenant_colocation(
+    pub async fn set_tenant_colocation(
         &self,
         tenant: &str,
         mode: Option<Colocation>,
     ) -> Result<(), StoreError> {
         let mode = mode.map(Colocation::as_str);
-        let written = self.with(|c| {
-            let mut tx = c.transaction()?;
-            let n = tx.execute(
-                "INSERT INTO tenant_settings (tenant, colocation)
+        let written = self
+            .with(async |c| {
+                let tx = c.transaction().await?;
+                let n = tx
+                    .execute(
+                        "INSERT INTO tenant_settings (tenant, colocation)
                  SELECT name, $2 FROM tenants WHERE name = $1
                  ON CONFLICT (tenant) DO UPDATE SET colocation = excluded.colocation",
-                &[&tenant, &mode],
-            )?;
-            notify(
-                &mut tx,
-                &Change::Tenant {
-                    tenant: tenant.to_string(),
-                },
-            )?;
-            tx.commit()?;
-            Ok(n)
-        })?;
+                        &[&tenant, &mode],
+                    )
+                    .await?;
+                notify(
+                    &tx,
+                    &Change::Tenant {
+                        tenant: tenant.to_string(),
+                    },
+                )
+                .await?;
+                tx.commit().await?;
+                Ok(n)
+            })
+            .await?;
         if written == 0 {
             return Err(StoreError::NoSuchTenant(tenant.to_string()));
         }
         Ok(())
     }
 
-    pub fn add_token(&self, tenant: &str, role: Role, token: &str) -> Result<(), StoreError> {
+    pub async fn add_token(&self, tenant: &str, role: Role, token: &str) -> Result<(), StoreError> {
         let hash = sha256_hex(token.as_bytes());
-        let row = self.with(|c| {
-            let mut tx = c.transaction()?;
-            tx.execute(
-                "INSERT INTO tokens (hash, tenant, role, created_ms)
+        let row = self
+            .with(async |c| {
+                let tx = c.transaction().await?;
+                tx.execute(
+                    "INSERT INTO tokens (hash, tenant, role, created_ms)
                  SELECT $1, name, $3, $4 FROM tenants WHERE name = $2
                  ON CONFLICT (hash) DO NOTHING",
-                &[&hash, &tenant, &role.as_str(), &hearth_core::unix_time_ms()],
-            )?;
-            let row = tx.query_opt("SELECT tenant, role FROM tokens WHERE hash = $1", &[&hash])?;
-            tx.commit()?;
-            Ok(row)
-        })?;
+                    &[&hash, &tenant, &role.as_str(), &hearth_core::unix_time_ms()],
+                )
+                .await?;
+                let row = tx
+                    .query_opt("SELECT tenant, role FROM tokens WHERE hash = $1", &[&hash])
+                    .await?;
+                tx.commit().await?;
+                Ok(row)
+            })
+            .await?;
         match row {
             None => Err(StoreError::NoSuchTenant(tenant.to_string())),
             Some(r) if r.get::<_, &str>(0) == tenant && r.get::<_, &str>(1) == role.as_str() => {
@@ -173,10 +189,14 @@ impl PgStore {
         }
     }
 
-    pub fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError> {
+    pub async fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError> {
         let hash = sha256_hex(token.as_bytes());
         let row = self
-            .with(|c| c.query_opt("SELECT tenant, role FROM tokens WHERE hash = $1", &[&hash]))?;
+            .with(async |c| {
+                c.query_opt("SELECT tenant, role FROM tokens WHERE hash = $1", &[&hash])
+                    .await
+            })
+            .await?;
         Ok(row.map(|r| Principal {
             tenant: r.get(0),
             role: if r.get::<_, &str>(1) == "admin" {
@@ -187,7 +207,7 @@ impl PgStore {
         }))
     }
 
-    pub fn create_version(
+    pub async fn create_version(
         &self,
         tenant: &str,
         name: &str,
@@ -197,38 +217,39 @@ impl PgStore {
         let spec_json = serde_json::to_string(spec).expect("FunctionSpec always serializes");
         let created_at_ms = hearth_core::unix_time_ms();
         let key = format!("{tenant}/{name}");
-        let version = self.with(|c| {
-            let mut tx = c.transaction()?;
+        let version = self.with(async |c| {
+            let tx = c.transaction().await?;
             // One deploy of a name at a time, across the cluster; the
             // numbering rule is SqliteStore::create_version's.
-            tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&key])?;
+            tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&key]).await?;
             let last: i64 = tx
                 .query_one(
                     "SELECT GREATEST(
                         (SELECT COALESCE(MAX(version), 0) FROM versions WHERE tenant = $1 AND name = $2),
                         (SELECT COALESCE(MAX(latest), 0) FROM functions WHERE tenant = $1 AND name = $2))",
                     &[&tenant, &name],
-                )?
+                )
+                .await?
                 .get(0);
             let version = last + 1;
             tx.execute(
                 "INSERT INTO versions (tenant, name, version, artifact, spec, created_ms)
                  VALUES ($1, $2, $3, $4, $5, $6)",
                 &[&tenant, &name, &version, &artifact, &spec_json, &created_at_ms],
-            )?;
+            ).await?;
             tx.execute(
                 "INSERT INTO functions (tenant, name, latest) VALUES ($1, $2, $3)
                  ON CONFLICT (tenant, name) DO UPDATE SET latest = excluded.latest",
                 &[&tenant, &name, &version],
-            )?;
+            ).await?;
             tx.execute(
                 "DELETE FROM modes WHERE tenant = $1 AND name = $2",
                 &[&tenant, &name],
-            )?;
-            notify(&mut tx, &function_changed(tenant, name))?;
-            tx.commit()?;
+            ).await?;
+            notify(&tx, &function_changed(tenant, name)).await?;
+            tx.commit().await?;
             Ok(version)
-        })?;
+        }).await?;
         Ok(FunctionVersion {
             tenant: tenant.to_string(),
             name: name.to_string(),
@@ -239,26 +260,29 @@ impl PgStore {
         })
     }
 
-    pub fn get_version(
+    pub async fn get_version(
         &self,
         tenant: &str,
         name: &str,
         version: Option<u32>,
     ) -> Result<Option<FunctionVersion>, StoreError> {
         let version = version.map(i64::from);
-        let row = self.with(|c| {
-            c.query_opt(
-                "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms
+        let row = self
+            .with(async |c| {
+                c.query_opt(
+                    "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms
                  FROM functions f JOIN versions v ON v.tenant = f.tenant AND v.name = f.name
                  WHERE f.tenant = $1 AND f.name = $2 AND v.version = COALESCE($3, f.latest)",
-                &[&tenant, &name, &version],
-            )
-        })?;
+                    &[&tenant, &name, &version],
+                )
+                .await
+            })
+            .await?;
         row.as_ref().map(row_to_version).transpose()
     }
 
-    pub fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>, StoreError> {
-        let rows = self.with(|c| {
+    pub async fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>, StoreError> {
+        let rows = self.with(async |c| {
             c.query(
                 "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms,
                         (SELECT COUNT(*) FROM versions c WHERE c.tenant = f.tenant AND c.name = f.name),
@@ -268,8 +292,8 @@ impl PgStore {
                  LEFT JOIN modes m ON m.tenant = f.tenant AND m.name = f.name
                  WHERE f.tenant = $1 ORDER BY f.name",
                 &[&tenant],
-            )
-        })?;
+            ).await
+        }).await?;
         rows.iter()
             .map(|r| {
                 let latest = row_to_version(r)?;
@@ -286,125 +310,149 @@ impl PgStore {
             .collect()
     }
 
-    pub fn list_versions(
+    pub async fn list_versions(
         &self,
         tenant: &str,
         name: &str,
     ) -> Result<Vec<FunctionVersion>, StoreError> {
-        let rows = self.with(|c| {
-            c.query(
-                "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms
+        let rows = self
+            .with(async |c| {
+                c.query(
+                    "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms
                  FROM versions v JOIN functions f ON f.tenant = v.tenant AND f.name = v.name
                  WHERE v.tenant = $1 AND v.name = $2 ORDER BY v.version",
-                &[&tenant, &name],
-            )
-        })?;
+                    &[&tenant, &name],
+                )
+                .await
+            })
+            .await?;
         rows.iter().map(row_to_version).collect()
     }
 
-    pub fn delete_function(&self, tenant: &str, name: &str) -> Result<bool, StoreError> {
-        self.with(|c| {
-            let mut tx = c.transaction()?;
+    pub async fn delete_function(&self, tenant: &str, name: &str) -> Result<bool, StoreError> {
+        self.with(async |c| {
+            let tx = c.transaction().await?;
             // The last version row stays as a tombstone, invisible without
             // its functions row, so a re-created function continues the
             // count (as in SqliteStore).
             let existed = tx.execute(
                 "DELETE FROM functions WHERE tenant = $1 AND name = $2",
                 &[&tenant, &name],
-            )? > 0;
+            ).await? > 0;
             if existed {
                 tx.execute(
                     "DELETE FROM versions WHERE tenant = $1 AND name = $2
                        AND version < (SELECT MAX(version) FROM versions WHERE tenant = $1 AND name = $2)",
                     &[&tenant, &name],
-                )?;
+                ).await?;
                 for table in ["kv", "logs", "log_usage"] {
                     tx.execute(
                         &format!("DELETE FROM {table} WHERE tenant = $1 AND function = $2"),
                         &[&tenant, &name],
-                    )?;
+                    ).await?;
                 }
                 tx.execute(
                     "DELETE FROM modes WHERE tenant = $1 AND name = $2",
                     &[&tenant, &name],
-                )?;
-                notify(&mut tx, &function_changed(tenant, name))?;
+                ).await?;
+                notify(&tx, &function_changed(tenant, name)).await?;
             }
-            tx.commit()?;
+            tx.commit().await?;
             Ok(existed)
-        })
+        }).await
     }
 
-    pub fn function_mode(&self, tenant: &str, name: &str) -> Result<FunctionMode, StoreError> {
-        let row = self.with(|c| {
-            c.query_opt(
-                "SELECT bounces, pinned FROM modes WHERE tenant = $1 AND name = $2",
-                &[&tenant, &name],
-            )
-        })?;
+    pub async fn function_mode(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<FunctionMode, StoreError> {
+        let row = self
+            .with(async |c| {
+                c.query_opt(
+                    "SELECT bounces, pinned FROM modes WHERE tenant = $1 AND name = $2",
+                    &[&tenant, &name],
+                )
+                .await
+            })
+            .await?;
         Ok(row.map(|r| mode_of(&r)).unwrap_or_default())
     }
 
-    pub fn record_bounce(
+    pub async fn record_bounce(
         &self,
         tenant: &str,
         name: &str,
         pin_after: u32,
     ) -> Result<FunctionMode, StoreError> {
         let pin_after = i64::from(pin_after);
-        let row = self.with(|c| {
-            let mut tx = c.transaction()?;
+        let row = self.with(async |c| {
+            let tx = c.transaction().await?;
             let row = tx.query_one(
                 "INSERT INTO modes (tenant, name, bounces, pinned) VALUES ($1, $2, 1, $3::bigint <= 1)
                  ON CONFLICT (tenant, name) DO UPDATE
                    SET bounces = modes.bounces + 1, pinned = (modes.bounces + 1 >= $3)
                  RETURNING bounces, pinned",
                 &[&tenant, &name, &pin_after],
-            )?;
-            notify(&mut tx, &function_changed(tenant, name))?;
-            tx.commit()?;
+            ).await?;
+            notify(&tx, &function_changed(tenant, name)).await?;
+            tx.commit().await?;
             Ok(row)
-        })?;
+        }).await?;
         Ok(mode_of(&row))
     }
 
-    pub fn referenced_artifacts(&self) -> Result<Vec<String>, StoreError> {
-        let rows = self.with(|c| {
-            c.query(
-                "SELECT DISTINCT v.artifact FROM versions v JOIN functions f
+    pub async fn referenced_artifacts(&self) -> Result<Vec<String>, StoreError> {
+        let rows = self
+            .with(async |c| {
+                c.query(
+                    "SELECT DISTINCT v.artifact FROM versions v JOIN functions f
                    ON f.tenant = v.tenant AND f.name = v.name",
-                &[],
-            )
-        })?;
+                    &[],
+                )
+                .await
+            })
+            .await?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    pub fn kv_get(
+    pub async fn kv_get(
         &self,
         tenant: &str,
         function: &str,
         key: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let row = self.with(|c| {
-            c.query_opt(
-                "SELECT value FROM kv WHERE tenant = $1 AND function = $2 AND key = $3",
-                &[&tenant, &function, &key],
-            )
-        })?;
+        let row = self
+            .with(async |c| {
+                c.query_opt(
+                    "SELECT value FROM kv WHERE tenant = $1 AND function = $2 AND key = $3",
+                    &[&tenant, &function, &key],
+                )
+                .await
+            })
+            .await?;
         Ok(row.map(|r| r.get(0)))
     }
 
-    pub fn kv_exists(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError> {
-        let row = self.with(|c| {
-            c.query_opt(
-                "SELECT 1 FROM kv WHERE tenant = $1 AND function = $2 AND key = $3",
-                &[&tenant, &function, &key],
-            )
-        })?;
+    pub async fn kv_exists(
+        &self,
+        tenant: &str,
+        function: &str,
+        key: &[u8],
+    ) -> Result<bool, StoreError> {
+        let row = self
+            .with(async |c| {
+                c.query_opt(
+                    "SELECT 1 FROM kv WHERE tenant = $1 AND function = $2 AND key = $3",
+                    &[&tenant, &function, &key],
+                )
+                .await
+            })
+            .await?;
         Ok(row.is_some())
     }
 
-    pub fn kv_set(
+    pub async fn kv_set(
         &self,
         tenant: &str,
         function: &str,
@@ -412,14 +460,16 @@ impl PgStore {
         value: &[u8],
         max_tenant_bytes: u64,
     ) -> Result<(), StoreError> {
-        let within = self.with(|c| {
-            let mut tx = c.transaction()?;
-            if !put_within_quota(&mut tx, tenant, function, key, value, max_tenant_bytes)? {
-                return Ok(false);
-            }
-            tx.commit()?;
-            Ok(true)
-        })?;
+        let within = self
+            .with(async |c| {
+                let tx = c.transaction().await?;
+                if !put_within_quota(&tx, tenant, function, key, value, max_tenant_bytes).await? {
+                    return Ok(false);
+                }
+                tx.commit().await?;
+                Ok(true)
+            })
+            .await?;
         if !within {
             return Err(StoreError::KvQuota {
                 tenant: tenant.to_string(),
@@ -429,7 +479,7 @@ impl PgStore {
         Ok(())
     }
 
-    pub fn kv_increment(
+    pub async fn kv_increment(
         &self,
         tenant: &str,
         function: &str,
@@ -437,21 +487,23 @@ impl PgStore {
         delta: u64,
         max_tenant_bytes: u64,
     ) -> Result<u64, StoreError> {
-        self.with(|c| {
-            let mut tx = c.transaction()?;
+        self.with(async |c| {
+            let tx = c.transaction().await?;
             // Taking the row lock first makes concurrent increments queue;
             // an absent key is inserted as 0 so that there is a row to lock.
             tx.execute(
                 "INSERT INTO kv (tenant, function, key, value) VALUES ($1, $2, $3, '0')
                  ON CONFLICT (tenant, function, key) DO NOTHING",
                 &[&tenant, &function, &key],
-            )?;
+            )
+            .await?;
             let current: Vec<u8> = tx
                 .query_one(
                     "SELECT value FROM kv WHERE tenant = $1 AND function = $2 AND key = $3
                      FOR UPDATE",
                     &[&tenant, &function, &key],
-                )?
+                )
+                .await?
                 .get(0);
             let next = match crate::kv_counter_next(Some(&current), delta) {
                 Ok(next) => next,
@@ -459,39 +511,55 @@ impl PgStore {
             };
             let text = next.to_string();
             if !put_within_quota(
-                &mut tx,
+                &tx,
                 tenant,
                 function,
                 key,
                 text.as_bytes(),
                 max_tenant_bytes,
-            )? {
+            )
+            .await?
+            {
                 return Ok(Err(StoreError::KvQuota {
                     tenant: tenant.to_string(),
                     max_bytes: max_tenant_bytes,
                 }));
             }
-            tx.commit()?;
+            tx.commit().await?;
             Ok(Ok(next))
-        })?
+        })
+        .await?
     }
 
-    pub fn kv_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
-        let row =
-            self.with(|c| c.query_opt("SELECT bytes FROM kv_usage WHERE tenant = $1", &[&tenant]))?;
+    pub async fn kv_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
+        let row = self
+            .with(async |c| {
+                c.query_opt("SELECT bytes FROM kv_usage WHERE tenant = $1", &[&tenant])
+                    .await
+            })
+            .await?;
         Ok(row.map_or(0, |r| r.get::<_, i64>(0)) as u64)
     }
 
-    pub fn kv_delete(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError> {
-        Ok(self.with(|c| {
-            c.execute(
-                "DELETE FROM kv WHERE tenant = $1 AND function = $2 AND key = $3",
-                &[&tenant, &function, &key],
-            )
-        })? > 0)
+    pub async fn kv_delete(
+        &self,
+        tenant: &str,
+        function: &str,
+        key: &[u8],
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .with(async |c| {
+                c.execute(
+                    "DELETE FROM kv WHERE tenant = $1 AND function = $2 AND key = $3",
+                    &[&tenant, &function, &key],
+                )
+                .await
+            })
+            .await?
+            > 0)
     }
 
-    pub fn kv_list(
+    pub async fn kv_list(
         &self,
         tenant: &str,
         function: &str,
@@ -500,13 +568,16 @@ impl PgStore {
     ) -> Result<Vec<Vec<u8>>, StoreError> {
         // bytea compares bytewise, as SQLite's blobs do (see SqliteStore).
         let limit = i64::from(limit);
-        let rows = self.with(|c| {
-            c.query(
-                "SELECT key FROM kv WHERE tenant = $1 AND function = $2 AND key >= $3
+        let rows = self
+            .with(async |c| {
+                c.query(
+                    "SELECT key FROM kv WHERE tenant = $1 AND function = $2 AND key >= $3
                  ORDER BY key LIMIT $4",
-                &[&tenant, &function, &prefix, &limit],
-            )
-        })?;
+                    &[&tenant, &function, &prefix, &limit],
+                )
+                .await
+            })
+            .await?;
         Ok(rows
             .iter()
             .map(|r| r.get::<_, Vec<u8>>(0))
@@ -514,13 +585,13 @@ impl PgStore {
             .collect())
     }
 
-    pub fn journal_append(
+    pub async fn journal_append(
         &self,
         key: &JournalKey<'_>,
         seq: u32,
         event: &[u8],
     ) -> Result<(), StoreError> {
-        self.with(|c| {
+        self.with(async |c| {
             c.execute(
                 "INSERT INTO journal (tenant, function, invocation, seq, event, created_ms)
                  VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
@@ -533,45 +604,56 @@ impl PgStore {
                     &hearth_core::unix_time_ms(),
                 ],
             )
-        })?;
+            .await
+        })
+        .await?;
         Ok(())
     }
 
-    pub fn journal_read(&self, key: &JournalKey<'_>) -> Result<Vec<Vec<u8>>, StoreError> {
-        let rows = self.with(|c| {
-            c.query(
-                "SELECT event FROM journal
+    pub async fn journal_read(&self, key: &JournalKey<'_>) -> Result<Vec<Vec<u8>>, StoreError> {
+        let rows = self
+            .with(async |c| {
+                c.query(
+                    "SELECT event FROM journal
                  WHERE tenant = $1 AND function = $2 AND invocation = $3 ORDER BY seq",
-                &[&key.tenant, &key.function, &key.invocation],
-            )
-        })?;
+                    &[&key.tenant, &key.function, &key.invocation],
+                )
+                .await
+            })
+            .await?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    pub fn journal_forget(&self, key: &JournalKey<'_>) -> Result<(), StoreError> {
-        self.with(|c| {
+    pub async fn journal_forget(&self, key: &JournalKey<'_>) -> Result<(), StoreError> {
+        self.with(async |c| {
             c.execute(
                 "DELETE FROM journal WHERE tenant = $1 AND function = $2 AND invocation = $3",
                 &[&key.tenant, &key.function, &key.invocation],
             )
-        })?;
+            .await
+        })
+        .await?;
         Ok(())
     }
 
-    pub fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError> {
-        self.with(|c| c.execute("DELETE FROM journal WHERE created_ms < $1", &[&before_ms]))
+    pub async fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError> {
+        self.with(async |c| {
+            c.execute("DELETE FROM journal WHERE created_ms < $1", &[&before_ms])
+                .await
+        })
+        .await
     }
 
-    pub fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError> {
+    pub async fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError> {
         if records.is_empty() {
             return Ok(());
         }
-        self.with(|c| {
-            let mut tx = c.transaction()?;
+        self.with(async |c| {
+            let tx = c.transaction().await?;
             let stmt = tx.prepare(
                 "INSERT INTO logs (tenant, function, version, invocation, ts_ms, stream, level, message, trace_id)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            )?;
+            ).await?;
             for r in records {
                 tx.execute(
                     &stmt,
@@ -586,28 +668,36 @@ impl PgStore {
                         &r.message,
                         &r.trace_id,
                     ],
-                )?;
+                ).await?;
             }
-            tx.commit()
-        })
+            tx.commit().await
+        }).await
     }
 
-    pub fn log_usage(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
-        let rows = self.with(|c| {
-            c.query(
-                "SELECT tenant, function, bytes FROM log_usage WHERE bytes > 0",
-                &[],
-            )
-        })?;
+    pub async fn log_usage(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
+        let rows = self
+            .with(async |c| {
+                c.query(
+                    "SELECT tenant, function, bytes FROM log_usage WHERE bytes > 0",
+                    &[],
+                )
+                .await
+            })
+            .await?;
         Ok(rows
             .iter()
             .map(|r| (r.get(0), r.get(1), r.get::<_, i64>(2).max(0) as u64))
             .collect())
     }
 
-    pub fn trim_logs(&self, tenant: &str, function: &str, keep: u64) -> Result<u64, StoreError> {
+    pub async fn trim_logs(
+        &self,
+        tenant: &str,
+        function: &str,
+        keep: u64,
+    ) -> Result<u64, StoreError> {
         let keep = i64::try_from(keep).unwrap_or(i64::MAX);
-        self.with(|c| {
+        self.with(async |c| {
             c.execute(
                 "DELETE FROM logs WHERE tenant = $1 AND function = $2 AND id <= (
                      SELECT id FROM (
@@ -617,14 +707,20 @@ impl PgStore {
                  )",
                 &[&tenant, &function, &keep],
             )
+            .await
         })
+        .await
     }
 
-    pub fn expire_logs(&self, before_ms: i64) -> Result<u64, StoreError> {
-        self.with(|c| c.execute("DELETE FROM logs WHERE ts_ms < $1", &[&before_ms]))
+    pub async fn expire_logs(&self, before_ms: i64) -> Result<u64, StoreError> {
+        self.with(async |c| {
+            c.execute("DELETE FROM logs WHERE ts_ms < $1", &[&before_ms])
+                .await
+        })
+        .await
     }
 
-    pub fn read_logs(
+    pub async fn read_logs(
         &self,
         tenant: &str,
         function: &str,
@@ -633,7 +729,7 @@ impl PgStore {
         let limit = i64::from(if query.limit == 0 { 100 } else { query.limit });
         // Newest first, unless following: then the oldest after the cursor.
         let order = if query.after.is_some() { "ASC" } else { "DESC" };
-        let rows = self.with(|c| {
+        let rows = self.with(async |c| {
             c.query(
                 &format!(
                     "SELECT id, tenant, function, version, invocation, ts_ms, stream, level, message, trace_id
@@ -649,9 +745,9 @@ impl PgStore {
                     &limit,
                     &query.after,
                 ],
-            )
-        })?;
-        let record = |r: &postgres::Row| LogRecord {
+            ).await
+        }).await?;
+        let record = |r: &Row| LogRecord {
             id: r.get(0),
             tenant: r.get(1),
             function: r.get(2),
@@ -668,16 +764,6 @@ impl PgStore {
         } else {
             rows.iter().rev().map(record).collect()
         })
-    }
-}
-
-impl Drop for PgStore {
-    /// A `postgres` client closes its connection by blocking on its own
-    /// runtime, which panics on an async worker (where a daemon drops its
-    /// store): close them on a plain thread instead.
-    fn drop(&mut self) {
-        let pool = self.pool.take();
-        let _ = std::thread::spawn(move || drop(pool)).join();
     }
 }
 
@@ -708,21 +794,23 @@ fn mode_of(r: &Row) -> FunctionMode {
 
 /// Writes `key` in `tx`: false if the tenant's KV would then pass its quota
 /// (the caller drops `tx`, which rolls the write back).
-fn put_within_quota(
-    tx: &mut postgres::Transaction<'_>,
+async fn put_within_quota(
+    tx: &tokio_postgres::Transaction<'_>,
     tenant: &str,
     function: &str,
     key: &[u8],
     value: &[u8],
     max_tenant_bytes: u64,
-) -> Result<bool, postgres::Error> {
+) -> Result<bool, tokio_postgres::Error> {
     tx.execute(
         "INSERT INTO kv (tenant, function, key, value) VALUES ($1, $2, $3, $4)
          ON CONFLICT (tenant, function, key) DO UPDATE SET value = excluded.value",
         &[&tenant, &function, &key, &value],
-    )?;
+    )
+    .await?;
     let used: i64 = tx
-        .query_one("SELECT bytes FROM kv_usage WHERE tenant = $1", &[&tenant])?
+        .query_one("SELECT bytes FROM kv_usage WHERE tenant = $1", &[&tenant])
+        .await?
         .get(0);
     Ok(used as u64 <= max_tenant_bytes)
 }
@@ -732,10 +820,11 @@ mod tests {
     use super::*;
     use crate::{SplitStore, SqliteStore};
     use hearth_test_support::TempPostgres;
+    use std::sync::Arc;
 
     /// One server for all of this; a database per scenario.
-    #[test]
-    fn postgres_passes_the_store_scenarios_and_numbers_concurrent_deploys() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_passes_the_store_scenarios_and_numbers_concurrent_deploys() {
         hearth_test_support::require!(Postgres);
         let pg = TempPostgres::start().unwrap();
         let local = tempfile::tempdir().unwrap();
@@ -743,69 +832,79 @@ mod tests {
             eprintln!("scenario {name}");
             let url = pg.create_database(&format!("s{i}")).unwrap();
             let s = SplitStore::new(
-                std::sync::Arc::new(PgStore::open(&url).unwrap()),
+                Arc::new(PgStore::open(&url).await.unwrap()),
                 SqliteStore::open(local.path().join(format!("s{i}.db"))).unwrap(),
             );
-            scenario(&s);
+            scenario(&s).await;
         }
 
-        // Deploys of one name from many connections (as from several
-        // nodes) each get their own number, with none skipped.
+        // Deploys of one name from many stores (as from several nodes),
+        // each on a task of its own, get their own numbers, none skipped.
         let url = pg.create_database("race").unwrap();
-        let stores: Vec<_> = (0..4).map(|_| PgStore::open(&url).unwrap()).collect();
+        let mut stores = Vec::new();
+        for _ in 0..4 {
+            stores.push(Arc::new(PgStore::open(&url).await.unwrap()));
+        }
         let spec = FunctionSpec::new(hearth_core::Runtime::Wasm);
-        let mut got: Vec<u32> = std::thread::scope(|scope| {
-            let handles: Vec<_> = stores
-                .iter()
-                .map(|s| {
-                    let spec = &spec;
-                    scope.spawn(move || {
-                        (0..10)
-                            .map(|_| s.create_version("t", "f", "aa", spec).unwrap().version)
-                            .collect::<Vec<_>>()
-                    })
+        let deploys: Vec<_> = stores
+            .iter()
+            .map(|s| {
+                let (s, spec) = (s.clone(), spec.clone());
+                tokio::spawn(async move {
+                    let mut got = Vec::new();
+                    for _ in 0..10 {
+                        got.push(
+                            s.create_version("t", "f", "aa", &spec)
+                                .await
+                                .unwrap()
+                                .version,
+                        );
+                    }
+                    got
                 })
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap())
-                .collect()
-        });
+            })
+            .collect();
+        let mut got = Vec::new();
+        for d in deploys {
+            got.extend(d.await.unwrap());
+        }
         got.sort();
         assert_eq!(got, (1..=40).collect::<Vec<_>>());
-        assert_eq!(
-            stores[0]
-                .get_version("t", "f", None)
-                .unwrap()
-                .unwrap()
-                .version,
-            40
-        );
+        let newest = stores[0].get_version("t", "f", None).await.unwrap();
+        assert_eq!(newest.unwrap().version, 40);
 
-        // Increments of one counter from many connections: none is lost.
-        std::thread::scope(|scope| {
-            for s in &stores {
-                scope.spawn(move || {
+        // Increments of one counter from many stores at once: none is lost.
+        let increments: Vec<_> = stores
+            .iter()
+            .map(|s| {
+                let s = s.clone();
+                tokio::spawn(async move {
                     for _ in 0..25 {
-                        s.kv_increment("t", "f", b"hits", 1, u64::MAX).unwrap();
+                        s.kv_increment("t", "f", b"hits", 1, u64::MAX)
+                            .await
+                            .unwrap();
                     }
-                });
-            }
-        });
+                })
+            })
+            .collect();
+        for i in increments {
+            i.await.unwrap();
+        }
         assert_eq!(
-            stores[0].kv_get("t", "f", b"hits").unwrap().unwrap(),
+            stores[0].kv_get("t", "f", b"hits").await.unwrap().unwrap(),
             b"100"
         );
     }
 
-    #[test]
-    fn an_unreachable_server_is_a_clear_error() {
+    #[tokio::test]
+    async fn an_unreachable_server_is_a_clear_error() {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
         let err = PgStore::open(&format!("postgres://hearth@127.0.0.1:{port}/x"))
+            .await
             .err()
             .expect("nothing listens there");
         assert!(err.to_string().contains("PostgreSQL"), "{err}");

@@ -7,7 +7,7 @@ use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 
 use crate::{
     BlobEntry, BlockQuery, FunctionMode, FunctionSummary, JournalKey, LogQuery, LogRecord, PgStore,
-    Principal, Role, SqliteStore, Store, StoreError, TapeBlock, TapePin,
+    Principal, Role, SqliteStore, Store, StoreError, TapeBlock, TapeIndex, TapePin,
 };
 
 /// Shared state in PostgreSQL, the tape index in local SQLite.
@@ -24,91 +24,106 @@ impl SplitStore {
     /// Hands this node's tape index to the cluster's store as it leaves
     /// (`url` is where it was reached): the cluster then knows which of
     /// its tapes are on the machine it left. How many tapes.
-    pub fn hand_over_tapes(&self, url: &str) -> Result<u64, StoreError> {
-        let blocks = self.local.all_blocks()?;
-        self.shared.hand_over_tapes(url, &blocks)
+    pub async fn hand_over_tapes(&self, url: &str) -> Result<u64, StoreError> {
+        let blocks = self.local.off_runtime(|local| local.all_blocks()).await?;
+        self.shared.hand_over_tapes(url, &blocks).await
     }
 }
 
+#[async_trait::async_trait]
 impl Store for SplitStore {
-    fn create_tenant(&self, name: &str) -> Result<(), StoreError> {
-        self.shared.create_tenant(name)
+    async fn create_tenant(&self, name: &str) -> Result<(), StoreError> {
+        self.shared.create_tenant(name).await
     }
-    fn tenant_exists(&self, name: &str) -> Result<bool, StoreError> {
-        self.shared.tenant_exists(name)
+    async fn tenant_exists(&self, name: &str) -> Result<bool, StoreError> {
+        self.shared.tenant_exists(name).await
     }
-    fn tenant_colocation(&self, tenant: &str) -> Result<Option<Colocation>, StoreError> {
-        self.shared.tenant_colocation(tenant)
+    async fn tenant_colocation(&self, tenant: &str) -> Result<Option<Colocation>, StoreError> {
+        self.shared.tenant_colocation(tenant).await
     }
-    fn set_tenant_colocation(
+    async fn set_tenant_colocation(
         &self,
         tenant: &str,
         mode: Option<Colocation>,
     ) -> Result<(), StoreError> {
-        self.shared.set_tenant_colocation(tenant, mode)
+        self.shared.set_tenant_colocation(tenant, mode).await
     }
-    fn add_token(&self, tenant: &str, role: Role, token: &str) -> Result<(), StoreError> {
-        self.shared.add_token(tenant, role, token)
+    async fn add_token(&self, tenant: &str, role: Role, token: &str) -> Result<(), StoreError> {
+        self.shared.add_token(tenant, role, token).await
     }
-    fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError> {
-        self.shared.authenticate(token)
+    async fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError> {
+        self.shared.authenticate(token).await
     }
-    fn create_version(
+    async fn create_version(
         &self,
         tenant: &str,
         name: &str,
         artifact: &str,
         spec: &FunctionSpec,
     ) -> Result<FunctionVersion, StoreError> {
-        self.shared.create_version(tenant, name, artifact, spec)
+        self.shared
+            .create_version(tenant, name, artifact, spec)
+            .await
     }
-    fn get_version(
+    async fn get_version(
         &self,
         tenant: &str,
         name: &str,
         version: Option<u32>,
     ) -> Result<Option<FunctionVersion>, StoreError> {
-        self.shared.get_version(tenant, name, version)
+        self.shared.get_version(tenant, name, version).await
     }
-    fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>, StoreError> {
-        self.shared.list_functions(tenant)
+    async fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>, StoreError> {
+        self.shared.list_functions(tenant).await
     }
-    fn list_versions(&self, tenant: &str, name: &str) -> Result<Vec<FunctionVersion>, StoreError> {
-        self.shared.list_versions(tenant, name)
+    async fn list_versions(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<Vec<FunctionVersion>, StoreError> {
+        self.shared.list_versions(tenant, name).await
     }
-    fn delete_function(&self, tenant: &str, name: &str) -> Result<bool, StoreError> {
-        let existed = self.shared.delete_function(tenant, name)?;
+    async fn delete_function(&self, tenant: &str, name: &str) -> Result<bool, StoreError> {
+        let existed = self.shared.delete_function(tenant, name).await?;
         // This member's tapes of it. Other members keep their index rows
         // of it until retention expires them (docs/cluster.md lists this).
-        self.local.forget_tapes(tenant, name)?;
+        let (tenant, name) = (tenant.to_owned(), name.to_owned());
+        self.local
+            .off_runtime(move |local| local.forget_tapes(&tenant, &name))
+            .await?;
         Ok(existed)
     }
-    fn function_mode(&self, tenant: &str, name: &str) -> Result<FunctionMode, StoreError> {
-        self.shared.function_mode(tenant, name)
+    async fn function_mode(&self, tenant: &str, name: &str) -> Result<FunctionMode, StoreError> {
+        self.shared.function_mode(tenant, name).await
     }
-    fn record_bounce(
+    async fn record_bounce(
         &self,
         tenant: &str,
         name: &str,
         pin_after: u32,
     ) -> Result<FunctionMode, StoreError> {
-        self.shared.record_bounce(tenant, name, pin_after)
+        self.shared.record_bounce(tenant, name, pin_after).await
     }
-    fn referenced_artifacts(&self) -> Result<Vec<String>, StoreError> {
-        self.shared.referenced_artifacts()
+    async fn referenced_artifacts(&self) -> Result<Vec<String>, StoreError> {
+        self.shared.referenced_artifacts().await
     }
-    fn kv_get(
+    async fn kv_get(
         &self,
         tenant: &str,
         function: &str,
         key: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        self.shared.kv_get(tenant, function, key)
+        self.shared.kv_get(tenant, function, key).await
     }
-    fn kv_exists(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError> {
-        self.shared.kv_exists(tenant, function, key)
+    async fn kv_exists(
+        &self,
+        tenant: &str,
+        function: &str,
+        key: &[u8],
+    ) -> Result<bool, StoreError> {
+        self.shared.kv_exists(tenant, function, key).await
     }
-    fn kv_set(
+    async fn kv_set(
         &self,
         tenant: &str,
         function: &str,
@@ -118,8 +133,9 @@ impl Store for SplitStore {
     ) -> Result<(), StoreError> {
         self.shared
             .kv_set(tenant, function, key, value, max_tenant_bytes)
+            .await
     }
-    fn kv_increment(
+    async fn kv_increment(
         &self,
         tenant: &str,
         function: &str,
@@ -129,61 +145,69 @@ impl Store for SplitStore {
     ) -> Result<u64, StoreError> {
         self.shared
             .kv_increment(tenant, function, key, delta, max_tenant_bytes)
+            .await
     }
-    fn kv_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
-        self.shared.kv_bytes(tenant)
+    async fn kv_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
+        self.shared.kv_bytes(tenant).await
     }
-    fn kv_delete(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError> {
-        self.shared.kv_delete(tenant, function, key)
+    async fn kv_delete(
+        &self,
+        tenant: &str,
+        function: &str,
+        key: &[u8],
+    ) -> Result<bool, StoreError> {
+        self.shared.kv_delete(tenant, function, key).await
     }
-    fn kv_list(
+    async fn kv_list(
         &self,
         tenant: &str,
         function: &str,
         prefix: &[u8],
         limit: u32,
     ) -> Result<Vec<Vec<u8>>, StoreError> {
-        self.shared.kv_list(tenant, function, prefix, limit)
+        self.shared.kv_list(tenant, function, prefix, limit).await
     }
-    fn journal_append(
+    async fn journal_append(
         &self,
         key: &JournalKey<'_>,
         seq: u32,
         event: &[u8],
     ) -> Result<(), StoreError> {
-        self.shared.journal_append(key, seq, event)
+        self.shared.journal_append(key, seq, event).await
     }
-    fn journal_read(&self, key: &JournalKey<'_>) -> Result<Vec<Vec<u8>>, StoreError> {
-        self.shared.journal_read(key)
+    async fn journal_read(&self, key: &JournalKey<'_>) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.shared.journal_read(key).await
     }
-    fn journal_forget(&self, key: &JournalKey<'_>) -> Result<(), StoreError> {
-        self.shared.journal_forget(key)
+    async fn journal_forget(&self, key: &JournalKey<'_>) -> Result<(), StoreError> {
+        self.shared.journal_forget(key).await
     }
-    fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError> {
-        self.shared.journal_sweep(before_ms)
+    async fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError> {
+        self.shared.journal_sweep(before_ms).await
     }
-    fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError> {
-        self.shared.append_logs(records)
+    async fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError> {
+        self.shared.append_logs(records).await
     }
-    fn log_usage(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
-        self.shared.log_usage()
+    async fn log_usage(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
+        self.shared.log_usage().await
     }
-    fn trim_logs(&self, tenant: &str, function: &str, keep: u64) -> Result<u64, StoreError> {
-        self.shared.trim_logs(tenant, function, keep)
+    async fn trim_logs(&self, tenant: &str, function: &str, keep: u64) -> Result<u64, StoreError> {
+        self.shared.trim_logs(tenant, function, keep).await
     }
-    fn expire_logs(&self, before_ms: i64) -> Result<u64, StoreError> {
-        self.shared.expire_logs(before_ms)
+    async fn expire_logs(&self, before_ms: i64) -> Result<u64, StoreError> {
+        self.shared.expire_logs(before_ms).await
     }
-    fn read_logs(
+    async fn read_logs(
         &self,
         tenant: &str,
         function: &str,
         query: &LogQuery,
     ) -> Result<Vec<LogRecord>, StoreError> {
-        self.shared.read_logs(tenant, function, query)
+        self.shared.read_logs(tenant, function, query).await
     }
+}
 
-    // -- the tape index: this member's own --
+/// The tape index: this member's own.
+impl TapeIndex for SplitStore {
     fn index_tapes(
         &self,
         blocks: &[TapeBlock],

@@ -120,9 +120,8 @@ impl TempPostgres {
     }
 
     /// Creates database `name` and returns its URL.
-    /// Callable from async tests too (see `PgStore`'s `block_in_place`).
     pub fn create_database(&self, name: &str) -> Result<String, String> {
-        tokio::task::block_in_place(|| {
+        off_runtime(|| {
             let mut client = postgres::Client::connect(&self.url("postgres"), postgres::NoTls)
                 .map_err(|e| e.to_string())?;
             client
@@ -135,7 +134,7 @@ impl TempPostgres {
     /// The number `sql` (one row, one integer column) gives on `database`:
     /// for tests to watch the cluster's shared state.
     pub fn count(&self, database: &str, sql: &str) -> Result<i64, String> {
-        tokio::task::block_in_place(|| {
+        off_runtime(|| {
             let mut client = postgres::Client::connect(&self.url(database), postgres::NoTls)
                 .map_err(|e| e.to_string())?;
             let row = client.query_one(sql, &[]).map_err(|e| e.to_string())?;
@@ -150,6 +149,12 @@ impl TempPostgres {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// Runs `f` on a thread of its own: the `postgres` client blocks on a
+/// runtime of its own, which must not start on an async test's thread.
+fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| s.spawn(f).join().expect("the PostgreSQL client panicked"))
 }
 
 fn effective_root() -> bool {

@@ -21,7 +21,7 @@ use hearth_host::{Engine, HostLimits, HostServices};
 use hearth_js::{JsConfig, JsEngine};
 use hearth_node::{Node, NodeConfig};
 use hearth_proc::{ProcConfig, ProcEngine};
-use hearth_store::{ArtifactStore, PgStore, SplitStore, SqliteStore, Store};
+use hearth_store::{ArtifactStore, PgStore, SplitStore, SqliteStore, Store, TapeIndex};
 use hearth_wasm::{WasmConfig, WasmEngine};
 
 use crate::config::{Role, Settings};
@@ -54,10 +54,12 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         .with_context(|| format!("failed to open {}", dir.display()))?;
     let shared = match &settings.store {
         None => None,
-        Some(url) => Some(Arc::new(PgStore::open(url).with_context(|| {
+        Some(url) => Some(Arc::new(PgStore::open(url).await.with_context(|| {
             format!("failed to open the cluster store {}", redact(url))
         })?)),
     };
+    // The tape index is always this node's own (it points into its files).
+    let tape_index: Arc<dyn TapeIndex> = Arc::new(local.clone());
     // Kept as itself too: a leaving node hands its tape index over.
     let mut split = None;
     let store: Arc<dyn Store> = match &shared {
@@ -71,7 +73,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let artifacts = ArtifactStore::open(dir.join("artifacts"))?;
     // Before serving, so no deploy can be between writing its artifact and
     // committing its version: anything unreferenced now is garbage.
-    let keep = store.referenced_artifacts()?.into_iter().collect();
+    let keep = store.referenced_artifacts().await?.into_iter().collect();
     let removed = artifacts.retain(&keep)?;
     if removed > 0 {
         tracing::info!(removed, "removed artifacts no version refers to");
@@ -137,8 +139,12 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     proc.use_outbound(host.outbound.clone());
     let recorder = match &settings.record {
         Some(config) => {
-            let archive = hearth_record::Archive::open(&dir.join("recordings"), store.clone())
-                .context("failed to open the recordings")?;
+            let archive = hearth_record::Archive::open(
+                &dir.join("recordings"),
+                tape_index.clone(),
+                store.clone(),
+            )
+            .context("failed to open the recordings")?;
             let recorder = hearth_record::Recorder::open(Arc::new(archive), config.clone())
                 .context("failed to start the recorder")?;
             Some(Arc::new(recorder))
@@ -273,8 +279,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
                 colocation: Some(settings.colocation.as_str().to_string()),
                 heartbeat_ms: Some(settings.heartbeat_ms),
             };
-            let pg2 = pg.clone();
-            tokio::task::spawn_blocking(move || pg2.set_cluster_settings(&cluster)).await??;
+            pg.set_cluster_settings(&cluster).await?;
             g.spawn_reaper();
             g.spawn_sync(pg.clone(), members_changed);
             spawn_cluster_sweep(store.clone(), pg.clone());
@@ -410,10 +415,9 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     // a store that does not answer within a few seconds is not waited for
     // (the tapes stay, uncounted, until a node starts here again).
     if let (Role::Node { .. }, Some(split)) = (&settings.role, split) {
-        let handing = tokio::task::spawn_blocking(move || split.hand_over_tapes(&advertise));
+        let handing = split.hand_over_tapes(&advertise);
         match tokio::time::timeout(std::time::Duration::from_secs(3), handing).await {
-            Ok(Ok(Ok(tapes))) => tracing::info!(tapes, "tape index handed to the cluster's store"),
-            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "could not hand the tape index over"),
+            Ok(Ok(tapes)) => tracing::info!(tapes, "tape index handed to the cluster's store"),
             Ok(Err(e)) => tracing::warn!(error = %e, "could not hand the tape index over"),
             Err(_) => tracing::warn!("the store did not take the tape index within 3 s"),
         }
@@ -454,7 +458,7 @@ async fn first_start(
     node: &Arc<Node>,
 ) -> anyhow::Result<()> {
     let token_path = settings.data_dir.join("token");
-    let created = match store.create_tenant(ADMIN_TENANT) {
+    let created = match store.create_tenant(ADMIN_TENANT).await {
         Ok(()) => true,
         Err(hearth_store::StoreError::TenantExists(_)) => false,
         Err(e) => return Err(e.into()),
@@ -463,12 +467,15 @@ async fn first_start(
         Some(token) => {
             store
                 .add_token(ADMIN_TENANT, hearth_store::Role::Admin, &token.0)
+                .await
                 .context("taking HEARTH_ADMIN_TOKEN as the admin token")?;
             hearth_store::write_secret(&token_path, token.0.as_bytes())?;
         }
         None if !created && token_path.exists() => {}
         None => {
-            let token = store.create_token(ADMIN_TENANT, hearth_store::Role::Admin)?;
+            let token = store
+                .create_token(ADMIN_TENANT, hearth_store::Role::Admin)
+                .await?;
             hearth_store::write_secret(&token_path, token.as_bytes())?;
             println!(
                 "Created an admin token of tenant {ADMIN_TENANT:?} in {} (mode 0600)",
@@ -541,22 +548,22 @@ fn spawn_cluster_sweep(store: Arc<dyn Store>, pg: Arc<PgStore>) {
         let mut every = tokio::time::interval(std::time::Duration::from_secs(60));
         loop {
             every.tick().await;
-            let (store, pg) = (store.clone(), pg.clone());
-            let swept = tokio::task::spawn_blocking(move || {
+            let swept = async {
                 Ok::<_, hearth_store::StoreError>((
-                    store.journal_sweep(hearth_core::unix_time_ms() - KEEP_MS)?,
-                    pg.sweep_members(HOUR)?,
-                    pg.sweep_artifacts(HOUR)?,
+                    store
+                        .journal_sweep(hearth_core::unix_time_ms() - KEEP_MS)
+                        .await?,
+                    pg.sweep_members(HOUR).await?,
+                    pg.sweep_artifacts(HOUR).await?,
                 ))
-            })
+            }
             .await;
             match swept {
-                Ok(Ok((0, 0, 0))) => {}
-                Ok(Ok((events, nodes, artifacts))) => {
+                Ok((0, 0, 0)) => {}
+                Ok((events, nodes, artifacts)) => {
                     tracing::info!(events, nodes, artifacts, "swept the cluster's store")
                 }
-                Ok(Err(e)) => tracing::warn!(error = %e, "could not sweep the cluster's store"),
-                Err(_) => {}
+                Err(e) => tracing::warn!(error = %e, "could not sweep the cluster's store"),
             }
         }
     });

@@ -278,15 +278,14 @@ impl Gateway {
         tokio::spawn(async move {
             let mut warned = false;
             loop {
-                let store = store.clone();
-                let rows = tokio::task::spawn_blocking(move || store.members()).await;
+                let rows = store.members().await;
                 let Some(g) = weak.upgrade() else { return };
                 match rows {
-                    Ok(Ok(rows)) => {
+                    Ok(rows) => {
                         warned = false;
                         g.sync(&rows);
                     }
-                    Ok(Err(e)) if !warned => {
+                    Err(e) if !warned => {
                         warned = true;
                         tracing::warn!(error = %e, "cannot read the cluster's nodes");
                     }

@@ -36,7 +36,10 @@ impl HostCtx {
     /// [`journaling`](Self::journaling)), as a tape to retry from. An
     /// entry that does not decode ends the tape there: the retry then
     /// goes to the world from that call on.
-    pub fn journal_tape(services: &HostServices, meta: &InvocationMeta) -> Result<Tape, HostError> {
+    pub async fn journal_tape(
+        services: &HostServices,
+        meta: &InvocationMeta,
+    ) -> Result<Tape, HostError> {
         let invocation = meta.id.to_string();
         let key = JournalKey {
             tenant: &meta.version.tenant,
@@ -46,6 +49,7 @@ impl HostCtx {
         let entries = services
             .store
             .journal_read(&key)
+            .await
             .map_err(|e| HostError::Storage(e.to_string()))?;
         Ok(Tape::of(
             entries
@@ -105,13 +109,14 @@ impl HostCtx {
             let bytes = postcard::to_allocvec(&event).expect("host events always encode");
             let invocation = self.0.meta.id.to_string();
             let written = self
-                .blocking_untraced(move |s, tenant, function| {
+                .store_call_untraced(async {
+                    let (s, tenant, function) = self.scope();
                     let key = JournalKey {
                         tenant,
                         function,
                         invocation: &invocation,
                     };
-                    s.journal_append(&key, seq, &bytes)
+                    s.journal_append(&key, seq, &bytes).await
                 })
                 .await;
             if let Err(e) = written
@@ -156,20 +161,21 @@ mod tests {
         // The retry runs the same code: it must see the counter as the
         // first attempt did (not the live 1), and its write must not happen
         // again: the key is removed behind its back, and stays removed.
-        assert!(services.store.kv_delete("t", "f", b"n").unwrap());
-        let tape = HostCtx::journal_tape(&services, &meta).unwrap();
+        assert!(services.store.kv_delete("t", "f", b"n").await.unwrap());
+        let tape = HostCtx::journal_tape(&services, &meta).await.unwrap();
         assert_eq!(tape.events.len(), 2);
         let retry = HostCtx::retrying(services.clone(), meta.clone(), tape);
         services
             .store
             .kv_set("t", "f", b"n", b"1", u64::MAX)
+            .await
             .unwrap();
         assert_eq!(
             retry.kv_get(b"n".to_vec()).await.unwrap(),
             None,
             "the journal's answer"
         );
-        services.store.kv_delete("t", "f", b"n").unwrap();
+        services.store.kv_delete("t", "f", b"n").await.unwrap();
         retry.kv_set(b"n".to_vec(), b"1".to_vec()).await.unwrap();
         // Past the journal calls are live again, and see no second write.
         assert_eq!(retry.kv_get(b"n".to_vec()).await.unwrap(), None);
@@ -179,9 +185,10 @@ mod tests {
             function: "f",
             invocation: &meta.id.to_string(),
         };
-        services.store.journal_forget(&key).unwrap();
+        services.store.journal_forget(&key).await.unwrap();
         assert!(
             HostCtx::journal_tape(&services, &meta)
+                .await
                 .unwrap()
                 .events
                 .is_empty()
@@ -189,7 +196,7 @@ mod tests {
         // A host that does not journal writes nothing.
         let plain = HostCtx::new(services.clone(), meta.clone());
         plain.kv_set(b"m".to_vec(), b"x".to_vec()).await.unwrap();
-        assert!(services.store.journal_read(&key).unwrap().is_empty());
+        assert!(services.store.journal_read(&key).await.unwrap().is_empty());
     }
 
     /// A js function that falls back to the process tier inside a first
@@ -200,7 +207,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let first = ctx(&dir, HostLimits::default());
         let (services, meta) = (first.0.services.clone(), first.0.meta.clone());
-        let kv = |k: &str| services.store.kv_get("t", "f", k.as_bytes()).unwrap();
+        let kv = async |k: &str| services.store.kv_get("t", "f", k.as_bytes()).await.unwrap();
 
         // Node A: the isolate reads and bumps a counter, then cannot go on.
         let isolate = HostCtx::journaling(services.clone(), meta.clone());
@@ -215,10 +222,10 @@ mod tests {
         fallback.kv_set(b"m".to_vec(), b"x".to_vec()).await.unwrap();
         assert_eq!(fallback.journaled(), 3, "two from the isolate, one its own");
         assert_eq!(
-            (kv("n"), kv("m")),
+            (kv("n").await, kv("m").await),
             (Some(b"1".to_vec()), Some(b"x".to_vec()))
         );
-        let tape = HostCtx::journal_tape(&services, &meta).unwrap();
+        let tape = HostCtx::journal_tape(&services, &meta).await.unwrap();
         assert_eq!(tape.events.len(), 3);
 
         // Node A dies. Node B's retry starts in the isolate again: it gets
@@ -228,10 +235,12 @@ mod tests {
         services
             .store
             .kv_set("t", "f", b"n", b"7", u64::MAX)
+            .await
             .unwrap();
         services
             .store
             .kv_set("t", "f", b"m", b"y", u64::MAX)
+            .await
             .unwrap();
         let isolate = HostCtx::retrying(services.clone(), meta.clone(), tape);
         assert_eq!(isolate.kv_get(b"n".to_vec()).await.unwrap(), None);
@@ -240,7 +249,7 @@ mod tests {
         fallback.kv_set(b"n".to_vec(), b"1".to_vec()).await.unwrap();
         fallback.kv_set(b"m".to_vec(), b"x".to_vec()).await.unwrap();
         assert_eq!(
-            (kv("n"), kv("m")),
+            (kv("n").await, kv("m").await),
             (Some(b"7".to_vec()), Some(b"y".to_vec()))
         );
         // Past the journal, calls are live.

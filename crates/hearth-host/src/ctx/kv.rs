@@ -2,13 +2,12 @@
 //! through [`HostCtx::kv_call`], which does once what each needs (the key
 //! checked, the call counted until it ends, an earlier tape's answer
 //! given again, room on the tape, the disk asked before a write, the
-//! store asked on a blocking thread within the deadline, the answer
-//! taped and journaled); each call says only what it asks and how its
-//! answer is taped.
+//! store asked within the deadline, the answer taped and journaled); each
+//! call says only what it asks and how its answer is taped.
 
 use std::time::Instant;
 
-use hearth_store::{Store, StoreError};
+use hearth_store::StoreError;
 
 use super::{HostCtx, HostError};
 use crate::HostEvent;
@@ -48,15 +47,15 @@ const LIST: Op = Op {
 impl HostCtx {
     /// One KV call of kind `op` about `key`. `asked` is the call as a
     /// tape shows it; `same` finds its answer in an earlier tape's event;
-    /// `run` asks the store (with the tenant and function); `taped` is the
-    /// event that keeps the answer.
-    async fn kv_call<T: Send + 'static>(
+    /// `run` asks the store (a future, begun only if the call gets that
+    /// far); `taped` is the event that keeps the answer.
+    async fn kv_call<T>(
         &self,
         op: Op,
         key: &[u8],
         asked: impl FnOnce() -> HostEvent,
         same: impl FnOnce(&HostEvent) -> Option<T>,
-        run: impl FnOnce(&dyn Store, &str, &str) -> Result<T, StoreError> + Send + 'static,
+        run: impl Future<Output = Result<T, StoreError>>,
         taped: impl FnOnce(&T) -> HostEvent,
     ) -> Result<T, HostError> {
         self.check_key(key)?;
@@ -69,7 +68,7 @@ impl HostCtx {
             self.0.services.admit_growth()?;
         }
         let began = Instant::now();
-        let answer = self.blocking(op.name, run).await?;
+        let answer = self.store_call(op.name, run).await?;
         self.record_effect(taped(&answer), began).await;
         Ok(answer)
     }
@@ -85,7 +84,6 @@ impl HostCtx {
     }
 
     pub async fn kv_get(&self, key: Vec<u8>) -> Result<Option<Vec<u8>>, HostError> {
-        let k = key.clone();
         self.kv_call(
             GET,
             &key,
@@ -97,7 +95,10 @@ impl HostCtx {
                 HostEvent::KvGet { key: k, value } if *k == key => Some(value.clone()),
                 _ => None,
             },
-            move |s, t, f| s.kv_get(t, f, &k),
+            {
+                let (s, t, f) = self.scope();
+                s.kv_get(t, f, &key)
+            },
             |value| HostEvent::KvGet {
                 key: key.clone(),
                 value: value.clone(),
@@ -109,7 +110,6 @@ impl HostCtx {
     /// Whether `key` holds a value. The tape keeps the answer, not the
     /// value (a `kv_get` would tape all of it).
     pub async fn kv_exists(&self, key: Vec<u8>) -> Result<bool, HostError> {
-        let k = key.clone();
         self.kv_call(
             EXISTS,
             &key,
@@ -121,7 +121,10 @@ impl HostCtx {
                 HostEvent::KvExists { key: k, exists } if *k == key => Some(*exists),
                 _ => None,
             },
-            move |s, t, f| s.kv_exists(t, f, &k),
+            {
+                let (s, t, f) = self.scope();
+                s.kv_exists(t, f, &key)
+            },
             |&exists| HostEvent::KvExists {
                 key: key.clone(),
                 exists,
@@ -135,7 +138,6 @@ impl HostCtx {
         if value.len() > max {
             return Err(HostError::TooLarge(max));
         }
-        let (k, v) = (key.clone(), value.clone());
         let quota = self.0.services.limits.kv_max_tenant_bytes;
         self.kv_call(
             SET,
@@ -148,7 +150,10 @@ impl HostCtx {
                 HostEvent::KvSet { key: k, value: v } if *k == key && *v == value => Some(()),
                 _ => None,
             },
-            move |s, t, f| s.kv_set(t, f, &k, &v, quota),
+            {
+                let (s, t, f) = self.scope();
+                s.kv_set(t, f, &key, &value, quota)
+            },
             |()| HostEvent::KvSet {
                 key: key.clone(),
                 value: value.clone(),
@@ -158,7 +163,6 @@ impl HostCtx {
     }
 
     pub async fn kv_delete(&self, key: Vec<u8>) -> Result<bool, HostError> {
-        let k = key.clone();
         self.kv_call(
             DELETE,
             &key,
@@ -170,7 +174,10 @@ impl HostCtx {
                 HostEvent::KvDelete { key: k, existed } if *k == key => Some(*existed),
                 _ => None,
             },
-            move |s, t, f| s.kv_delete(t, f, &k),
+            {
+                let (s, t, f) = self.scope();
+                s.kv_delete(t, f, &key)
+            },
             |&existed| HostEvent::KvDelete {
                 key: key.clone(),
                 existed,
@@ -183,7 +190,6 @@ impl HostCtx {
     /// as text; absent counts from 0): the new value. A value that is not
     /// a counter is an answer (taped, given again), not a failure.
     pub async fn kv_increment(&self, key: Vec<u8>, delta: u64) -> Result<u64, HostError> {
-        let k = key.clone();
         let quota = self.0.services.limits.kv_max_tenant_bytes;
         let result = self
             .kv_call(
@@ -202,10 +208,13 @@ impl HostCtx {
                     } if *k == key && *d == delta => Some(result.clone()),
                     _ => None,
                 },
-                move |s, t, f| match s.kv_increment(t, f, &k, delta, quota) {
-                    Ok(n) => Ok(Ok(n)),
-                    Err(e @ StoreError::KvNotACounter(_)) => Ok(Err(e.to_string())),
-                    Err(e) => Err(e),
+                async {
+                    let (s, t, f) = self.scope();
+                    match s.kv_increment(t, f, &key, delta, quota).await {
+                        Ok(n) => Ok(Ok(n)),
+                        Err(e @ StoreError::KvNotACounter(_)) => Ok(Err(e.to_string())),
+                        Err(e) => Err(e),
+                    }
                 },
                 |result| HostEvent::KvIncrement {
                     key: key.clone(),
@@ -218,7 +227,6 @@ impl HostCtx {
     }
 
     pub async fn kv_list(&self, prefix: Vec<u8>) -> Result<Vec<Vec<u8>>, HostError> {
-        let p = prefix.clone();
         let limit = self.0.services.limits.kv_max_list;
         self.kv_call(
             LIST,
@@ -231,7 +239,10 @@ impl HostCtx {
                 HostEvent::KvList { prefix: p, keys } if *p == prefix => Some(keys.clone()),
                 _ => None,
             },
-            move |s, t, f| s.kv_list(t, f, &p, limit),
+            {
+                let (s, t, f) = self.scope();
+                s.kv_list(t, f, &prefix, limit)
+            },
             |keys| HostEvent::KvList {
                 prefix: prefix.clone(),
                 keys: keys.clone(),

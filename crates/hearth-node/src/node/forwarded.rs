@@ -24,11 +24,7 @@ impl Node {
                 HostCtx::journaling(services, meta.clone())
             }
             Some(GatewayAttempt { retry: true, .. }) => {
-                let (s, m) = (services.clone(), meta.clone());
-                let journal = tokio::task::spawn_blocking(move || HostCtx::journal_tape(&s, &m))
-                    .await
-                    .map_err(|e| hearth_host::HostError::Storage(e.to_string()))
-                    .and_then(|r| r);
+                let journal = HostCtx::journal_tape(&services, meta).await;
                 let (tape, note) = match journal {
                     Ok(tape) => {
                         let note = format!(
@@ -70,13 +66,13 @@ impl Node {
         let store = self.store().clone();
         let (tenant, function) = (meta.version.tenant.clone(), meta.version.name.clone());
         let invocation = meta.id.to_string();
-        tokio::task::spawn_blocking(move || {
+        tokio::spawn(async move {
             let key = hearth_store::JournalKey {
                 tenant: &tenant,
                 function: &function,
                 invocation: &invocation,
             };
-            if let Err(e) = store.journal_forget(&key) {
+            if let Err(e) = store.journal_forget(&key).await {
                 tracing::warn!(error = %e, invocation, "could not forget a retry journal");
             }
         });

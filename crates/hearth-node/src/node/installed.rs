@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use hearth_core::FunctionSpec;
 use hearth_host::Engine;
-use hearth_store::StoreError;
 
 use super::{Node, NodeError};
 
@@ -44,16 +43,10 @@ impl Node {
     /// Bytes of code `tenant` keeps deployed: each artifact its versions
     /// name, and each package they installed on this node, once.
     pub async fn code_bytes(&self, tenant: &str) -> Result<(u64, CodeHeld), NodeError> {
-        let t = tenant.to_string();
-        let versions = self
-            .blocking(move |s| {
-                let mut versions = Vec::new();
-                for f in s.list_functions(&t)? {
-                    versions.extend(s.list_versions(&t, &f.name)?);
-                }
-                Ok(versions)
-            })
-            .await?;
+        let mut versions = Vec::new();
+        for f in self.store.list_functions(tenant).await? {
+            versions.extend(self.store.list_versions(tenant, &f.name).await?);
+        }
         let hashes: std::collections::HashSet<String> =
             versions.iter().map(|v| v.artifact.clone()).collect();
         // Another gateway's deploys are counted too: their code comes from
@@ -153,12 +146,18 @@ impl Node {
             node.sweep_wanted
                 .store(false, std::sync::atomic::Ordering::Release);
             node.installed_cache.lock().clear();
-            let store = node.store.clone();
+            let referenced: std::collections::HashSet<String> =
+                match node.store.referenced_artifacts().await {
+                    Ok(hashes) => hashes.into_iter().collect(),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not sweep installed packages");
+                        return;
+                    }
+                };
             let artifacts = node.artifacts.clone();
             let engines: Vec<Arc<dyn Engine>> = node.engines.values().cloned().collect();
-            let swept = tokio::task::spawn_blocking(move || -> Result<u64, StoreError> {
-                let referenced: std::collections::HashSet<String> =
-                    store.referenced_artifacts()?.into_iter().collect();
+            // Reading bundles and removing directories: off the runtime.
+            let swept = tokio::task::spawn_blocking(move || {
                 let mut keep = std::collections::HashSet::new();
                 for h in &referenced {
                     // Only bundles (tar files) install anything: a module
@@ -174,18 +173,17 @@ impl Node {
                         keep.extend(e.installed(None, &code).into_iter().map(|(d, _)| d));
                     }
                 }
-                Ok(engines
+                engines
                     .iter()
                     .map(|e| e.sweep_installed(&keep, &referenced))
-                    .sum())
+                    .sum::<u64>()
             })
             .await;
             match swept {
-                Ok(Ok(0)) => {}
-                Ok(Ok(freed)) => {
+                Ok(0) => {}
+                Ok(freed) => {
                     tracing::info!(bytes = freed, "installed packages no version needs removed")
                 }
-                Ok(Err(e)) => tracing::warn!(error = %e, "could not sweep installed packages"),
                 Err(e) => tracing::warn!(error = %e, "the package sweep failed"),
             }
         });

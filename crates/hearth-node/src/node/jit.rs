@@ -30,7 +30,7 @@ use hearth_host::{
 use hearth_jit::{Plan, Trace};
 use hearth_record::diff::outcome_diff;
 use hearth_record::{Outcome, Recorder};
-use hearth_store::{ArtifactStore, LogStream, TapePin, TapeQuery};
+use hearth_store::{ArtifactStore, LogStream, TapeIndex, TapePin, TapeQuery};
 use opentelemetry::KeyValue;
 use parking_lot::Mutex;
 
@@ -209,6 +209,7 @@ impl CheckSlot {
         v: &Arc<FunctionVersion>,
         isolate: Arc<dyn Prepared>,
         services: Arc<HostServices>,
+        pins: Option<Arc<dyn TapeIndex>>,
         req: &Request,
         done: &(InvokeOutcome, Tape),
     ) {
@@ -219,7 +220,7 @@ impl CheckSlot {
             outcome: Outcome::of(&done.0.result),
         };
         let jit = self.jit.clone();
-        jit.check(self, v, isolate, services, answered);
+        jit.check(self, v, isolate, services, pins, answered);
     }
 }
 
@@ -515,13 +516,15 @@ impl Jit {
     /// Runs `answered`, a compiled invocation of `v`, again in the isolate
     /// (`isolate`, `v` prepared there) against its own tape, in the
     /// background; if the isolate answers otherwise, or asks the host for
-    /// other calls, `v` is no longer served compiled.
+    /// other calls, `v` is no longer served compiled (and the tape is
+    /// pinned in `pins`, the node's tape index, if it records).
     pub(crate) fn check(
         self: &Arc<Self>,
         slot: CheckSlot,
         v: &Arc<FunctionVersion>,
         isolate: Arc<dyn Prepared>,
         services: Arc<HostServices>,
+        pins: Option<Arc<dyn TapeIndex>>,
         answered: Answered,
     ) {
         let (jit, v) = (self.clone(), v.clone());
@@ -540,7 +543,7 @@ impl Jit {
                 return;
             };
             jit.checks.diverged.inc();
-            pin(&services, &v, &id.to_string()).await;
+            pin(pins, &v, &id.to_string()).await;
             jit.demote(
                 &v,
                 format!(
@@ -698,7 +701,7 @@ async fn compile_and_prove(
             continue;
         }
         if let Some(how) = differs(&rec.outcome, &result, divergence) {
-            pin(&parts.host, v, &rec.id).await;
+            pin(Some(recorder.archive().index().clone()), v, &rec.id).await;
             return Err(format!(
                 "its compiled code answered tape {} otherwise than the isolate did (the tape \
                  is kept: `hearth replay {}` replays it):\n{how}",
@@ -718,16 +721,15 @@ async fn compile_and_prove(
 
 /// Keeps tape `id` of `v`'s function past retention: it showed the
 /// compiled code wrong, and the reason `v` is not compiled names it.
-async fn pin(services: &HostServices, v: &FunctionVersion, id: &str) {
-    let (store, pin) = (
-        services.store.clone(),
-        TapePin {
-            tenant: v.tenant.clone(),
-            function: v.name.clone(),
-            id: id.to_string(),
-        },
-    );
-    let pinned = tokio::task::spawn_blocking(move || store.pin_tape(&pin)).await;
+async fn pin(index: Option<Arc<dyn TapeIndex>>, v: &FunctionVersion, id: &str) {
+    // A node that records nothing has no tape to keep.
+    let Some(index) = index else { return };
+    let pin = TapePin {
+        tenant: v.tenant.clone(),
+        function: v.name.clone(),
+        id: id.to_string(),
+    };
+    let pinned = tokio::task::spawn_blocking(move || index.pin_tape(&pin)).await;
     if let Err(e) = pinned
         .map_err(|e| e.to_string())
         .and_then(|r| r.map_err(|e| e.to_string()))
@@ -851,8 +853,10 @@ mod tests {
     async fn a_live_answer_the_isolate_gives_otherwise_or_leaving_too_often_drops_the_compiled_version()
      {
         let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+        let sqlite = SqliteStore::open(dir.path().join("db")).unwrap();
+        let store: Arc<dyn Store> = Arc::new(sqlite.clone());
         let services = Arc::new(HostServices::new(store, HostLimits::default()));
+        let pins: Arc<dyn TapeIndex> = Arc::new(sqlite.clone());
         let artifacts = Arc::new(ArtifactStore::open(dir.path().join("artifacts")).unwrap());
         let js: Arc<dyn Engine> = Arc::new(
             hearth_js::JsEngine::new(hearth_js::JsConfig::new(dir.path().join("cache"))).unwrap(),
@@ -922,7 +926,14 @@ mod tests {
                     ..right.clone()
                 }),
             };
-            jit.check(slot, &v, isolate.clone(), services.clone(), answered);
+            jit.check(
+                slot,
+                &v,
+                isolate.clone(),
+                services.clone(),
+                Some(pins.clone()),
+                answered,
+            );
             id
         };
         check("25 1060");
@@ -940,7 +951,7 @@ mod tests {
         assert!(why.contains("26 1060") && why.contains("25 1060"), "{why}");
         // The tape that diverged is kept past retention.
         assert_eq!(
-            services.store.tape_pins().unwrap(),
+            sqlite.tape_pins().unwrap(),
             vec![TapePin {
                 tenant: "t".into(),
                 function: "primes".into(),

@@ -753,7 +753,7 @@ impl ProcPrepared {
     async fn choose_zygote(&self, tree: &ZygoteTree, installed: &[Installed]) -> Arc<Zygote> {
         let caches = self.engine.0.config.caches;
         let v = &self.version;
-        let mode = self.engine.0.config.colocation.mode_for(&v.tenant);
+        let mode = self.engine.0.config.colocation.mode_for(&v.tenant).await;
         match Scope::for_function(mode, &v.tenant, &v.name) {
             Some(scope) if caches.install && caches.import => {
                 let env = crate::zygote::import_env(&v.spec.env);

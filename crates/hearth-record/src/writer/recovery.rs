@@ -16,7 +16,7 @@ use crate::segment::{self, SEGMENT_MAGIC};
 /// no rows at all (an index lost or from an older layout; retention never
 /// leaves a segment without rows on disk).
 pub(super) fn recover(archive: &Archive, segments: &[u64]) -> Result<(), RecordError> {
-    let store = archive.store();
+    let store = archive.index();
     for (i, &n) in segments.iter().enumerate() {
         let newest = i + 1 == segments.len();
         let indexed = store.last_indexed_offset(n)?;

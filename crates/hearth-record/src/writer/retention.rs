@@ -34,10 +34,10 @@ impl Writer {
     /// failed: its own settings, or the node's.
     fn keep_for(&mut self, row: &TapeBlock) -> (Duration, Duration) {
         let key = (row.tenant.clone(), row.function.clone());
-        let store = self.archive.store().clone();
+        let archive = self.archive.clone();
         let policy = *self.policies.entry(key).or_insert_with(|| {
-            store
-                .get_version(&row.tenant, &row.function, None)
+            archive
+                .newest_version(&row.tenant, &row.function)
                 .ok()
                 .flatten()
                 .map(|v| v.spec.record)
@@ -59,7 +59,7 @@ impl Writer {
     pub(super) fn sweep(&mut self) -> Result<(), RecordError> {
         self.policies.clear();
         let now = hearth_core::unix_time_ms();
-        let store = self.archive.store().clone();
+        let store = self.archive.index().clone();
         let closed: Vec<u64> = self
             .archive
             .segments()?
@@ -121,11 +121,11 @@ impl Writer {
     /// The pinned tapes whose function still exists; the others are
     /// unpinned (a deleted function's tapes age out as usual).
     fn live_pins(&self) -> Result<Vec<TapePin>, RecordError> {
-        let store = self.archive.store();
+        let store = self.archive.index();
         let (live, stale): (Vec<TapePin>, Vec<TapePin>) =
             store.tape_pins()?.into_iter().partition(|p| {
-                store
-                    .get_version(&p.tenant, &p.function, None)
+                self.archive
+                    .newest_version(&p.tenant, &p.function)
                     .map_or(true, |v| v.is_some())
             });
         if !stale.is_empty() {
@@ -138,7 +138,7 @@ impl Writer {
         // Index first: a crash in between leaves an unindexed file, which
         // the next start indexes again and a sweep then judges anew, never
         // an index row pointing at nothing.
-        self.archive.store().unindex_segment(n, 0)?;
+        self.archive.index().unindex_segment(n, 0)?;
         match std::fs::remove_file(self.archive.segment_path(n)) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -198,7 +198,7 @@ impl Writer {
     /// Deletes segment `n` with `tenant`'s tapes in it, moving every other
     /// tenant's forward.
     fn take_from(&mut self, n: u64, tenant: &str) -> Result<(), RecordError> {
-        let rows = self.archive.store().blocks_in_segment(n)?;
+        let rows = self.archive.index().blocks_in_segment(n)?;
         let (gone, kept): (Vec<TapeBlock>, Vec<TapeBlock>) =
             rows.into_iter().partition(|r| r.tenant == tenant);
         let lost: u32 = gone
@@ -220,7 +220,7 @@ impl Writer {
             self.write(&mut [moved], Some(n))?;
         }
         self.stats.expired.fetch_add(lost as u64, Ordering::Relaxed);
-        let store = self.archive.store();
+        let store = self.archive.index();
         let taken: Vec<TapePin> = store
             .tape_pins()?
             .into_iter()
@@ -244,7 +244,7 @@ impl Writer {
             } else {
                 std::fs::metadata(self.archive.segment_path(n)).map_or(0, |m| m.len())
             };
-            let rows = self.archive.store().blocks_in_segment(n)?;
+            let rows = self.archive.index().blocks_in_segment(n)?;
             let owners: BTreeMap<u64, &str> =
                 rows.iter().map(|r| (r.offset, r.tenant.as_str())).collect();
             let mut tenants: HashMap<String, u64> = HashMap::new();

@@ -247,7 +247,7 @@ impl Writer {
         for (tenant, hash) in added {
             self.known.entry(tenant).or_default().insert(hash);
         }
-        self.archive.store().index_tapes(&rows, &blobs, retire)?;
+        self.archive.index().index_tapes(&rows, &blobs, retire)?;
         self.stats.tapes.fetch_add(count, Ordering::Relaxed);
         self.stats
             .bytes

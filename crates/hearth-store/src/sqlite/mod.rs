@@ -5,27 +5,35 @@
 //! and listings do not queue behind a write. `synchronous = NORMAL` in WAL
 //! mode keeps every committed transaction across a process crash (`kill -9`);
 //! only an OS crash or power loss can drop the last commits.
+//!
+//! SQLite's calls block, so the store's own methods are synchronous (what
+//! the recorder's writer thread and tests call); its [`Store`] impl runs
+//! each of them on a blocking thread.
 
 use parking_lot::{Mutex, MutexGuard};
 use std::path::Path;
+use std::sync::Arc;
 
 use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use rusqlite::{Connection, OptionalExtension, params};
 
+mod store;
 mod tapes;
 
 use crate::{
     BlobEntry, BlockQuery, FunctionMode, FunctionSummary, JournalKey, LogQuery, LogRecord,
-    LogStream, Principal, Role, Store, StoreError, TapeBlock, TapePin, parse_colocation,
+    LogStream, Principal, Role, StoreError, TapeBlock, TapeIndex, TapePin, parse_colocation,
     sha256_hex,
 };
 
 const READERS: usize = 4;
 
-/// SQLite-backed [`Store`].
+/// SQLite-backed [`Store`] and [`TapeIndex`]. A clone is another handle
+/// to the same connections.
+#[derive(Clone)]
 pub struct SqliteStore {
-    writer: Mutex<Connection>,
-    readers: Vec<Mutex<Connection>>,
+    writer: Arc<Mutex<Connection>>,
+    readers: Arc<[Mutex<Connection>]>,
 }
 
 fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
@@ -63,9 +71,10 @@ impl SqliteStore {
         crate::migrations::sqlite(&mut writer)?;
         let readers = (0..READERS)
             .map(|_| open_connection(path).map(Mutex::new))
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<Vec<_>, _>>()?
+            .into();
         Ok(SqliteStore {
-            writer: Mutex::new(writer),
+            writer: Arc::new(Mutex::new(writer)),
             readers,
         })
     }
@@ -77,7 +86,7 @@ impl SqliteStore {
     }
 
     fn reader(&self) -> MutexGuard<'_, Connection> {
-        for r in &self.readers {
+        for r in self.readers.iter() {
             if let Some(guard) = r.try_lock() {
                 return guard;
             }
@@ -107,8 +116,15 @@ fn row_to_version(row: &rusqlite::Row<'_>) -> rusqlite::Result<FunctionVersion> 
 
 const VERSION_COLUMNS: &str = "tenant, name, version, artifact, spec, created_ms";
 
-impl Store for SqliteStore {
-    fn create_tenant(&self, name: &str) -> Result<(), StoreError> {
+impl SqliteStore {
+    /// Makes a new random token for `tenant` (see [`Store::create_token`]).
+    pub fn create_token(&self, tenant: &str, role: Role) -> Result<String, StoreError> {
+        let token = crate::new_token();
+        self.add_token(tenant, role, &token)?;
+        Ok(token)
+    }
+
+    pub fn create_tenant(&self, name: &str) -> Result<(), StoreError> {
         let conn = self.writer();
         let inserted = conn.execute(
             "INSERT OR IGNORE INTO tenants (name, created_ms) VALUES (?1, ?2)",
@@ -120,7 +136,7 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    fn tenant_exists(&self, name: &str) -> Result<bool, StoreError> {
+    pub fn tenant_exists(&self, name: &str) -> Result<bool, StoreError> {
         let conn = self.reader();
         Ok(conn
             .query_row("SELECT 1 FROM tenants WHERE name = ?1", [name], |_| Ok(()))
@@ -128,7 +144,7 @@ impl Store for SqliteStore {
             .is_some())
     }
 
-    fn tenant_colocation(&self, tenant: &str) -> Result<Option<Colocation>, StoreError> {
+    pub fn tenant_colocation(&self, tenant: &str) -> Result<Option<Colocation>, StoreError> {
         let conn = self.reader();
         let text: Option<Option<String>> = conn
             .query_row(
@@ -140,7 +156,7 @@ impl Store for SqliteStore {
         parse_colocation(text.flatten())
     }
 
-    fn set_tenant_colocation(
+    pub fn set_tenant_colocation(
         &self,
         tenant: &str,
         mode: Option<Colocation>,
@@ -159,7 +175,7 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    fn add_token(&self, tenant: &str, role: Role, token: &str) -> Result<(), StoreError> {
+    pub fn add_token(&self, tenant: &str, role: Role, token: &str) -> Result<(), StoreError> {
         let conn = self.writer();
         let exists = conn
             .query_row(
@@ -189,7 +205,7 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError> {
+    pub fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError> {
         let conn = self.reader();
         let row: Option<(String, String)> = conn
             .query_row(
@@ -208,7 +224,7 @@ impl Store for SqliteStore {
         }))
     }
 
-    fn create_version(
+    pub fn create_version(
         &self,
         tenant: &str,
         name: &str,
@@ -261,7 +277,7 @@ impl Store for SqliteStore {
         })
     }
 
-    fn get_version(
+    pub fn get_version(
         &self,
         tenant: &str,
         name: &str,
@@ -294,7 +310,7 @@ impl Store for SqliteStore {
         Ok(row)
     }
 
-    fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>, StoreError> {
+    pub fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>, StoreError> {
         let conn = self.reader();
         let mut stmt = conn.prepare(
             "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms,
@@ -328,7 +344,11 @@ impl Store for SqliteStore {
         Ok(out)
     }
 
-    fn list_versions(&self, tenant: &str, name: &str) -> Result<Vec<FunctionVersion>, StoreError> {
+    pub fn list_versions(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<Vec<FunctionVersion>, StoreError> {
         let conn = self.reader();
         let mut stmt = conn.prepare(&format!(
             "SELECT {VERSION_COLUMNS} FROM versions v
@@ -340,7 +360,7 @@ impl Store for SqliteStore {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    fn delete_function(&self, tenant: &str, name: &str) -> Result<bool, StoreError> {
+    pub fn delete_function(&self, tenant: &str, name: &str) -> Result<bool, StoreError> {
         let mut conn = self.writer();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let existed = tx.execute(
@@ -381,7 +401,7 @@ impl Store for SqliteStore {
         Ok(existed)
     }
 
-    fn function_mode(&self, tenant: &str, name: &str) -> Result<FunctionMode, StoreError> {
+    pub fn function_mode(&self, tenant: &str, name: &str) -> Result<FunctionMode, StoreError> {
         let conn = self.reader();
         Ok(conn
             .query_row(
@@ -398,7 +418,7 @@ impl Store for SqliteStore {
             .unwrap_or_default())
     }
 
-    fn record_bounce(
+    pub fn record_bounce(
         &self,
         tenant: &str,
         name: &str,
@@ -420,7 +440,7 @@ impl Store for SqliteStore {
         )?)
     }
 
-    fn referenced_artifacts(&self) -> Result<Vec<String>, StoreError> {
+    pub fn referenced_artifacts(&self) -> Result<Vec<String>, StoreError> {
         let conn = self.reader();
         let mut stmt = conn.prepare(
             "SELECT DISTINCT v.artifact FROM versions v JOIN functions f
@@ -430,7 +450,7 @@ impl Store for SqliteStore {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    fn kv_get(
+    pub fn kv_get(
         &self,
         tenant: &str,
         function: &str,
@@ -446,7 +466,7 @@ impl Store for SqliteStore {
             .optional()?)
     }
 
-    fn kv_exists(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError> {
+    pub fn kv_exists(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError> {
         let conn = self.reader();
         Ok(conn
             .query_row(
@@ -458,7 +478,7 @@ impl Store for SqliteStore {
             .is_some())
     }
 
-    fn kv_set(
+    pub fn kv_set(
         &self,
         tenant: &str,
         function: &str,
@@ -473,7 +493,7 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    fn kv_increment(
+    pub fn kv_increment(
         &self,
         tenant: &str,
         function: &str,
@@ -504,7 +524,7 @@ impl Store for SqliteStore {
         Ok(next)
     }
 
-    fn kv_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
+    pub fn kv_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
         let conn = self.reader();
         let used: Option<i64> = conn
             .query_row(
@@ -516,7 +536,7 @@ impl Store for SqliteStore {
         Ok(used.unwrap_or(0) as u64)
     }
 
-    fn kv_delete(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError> {
+    pub fn kv_delete(&self, tenant: &str, function: &str, key: &[u8]) -> Result<bool, StoreError> {
         let conn = self.writer();
         Ok(conn.execute(
             "DELETE FROM kv WHERE tenant = ?1 AND function = ?2 AND key = ?3",
@@ -524,7 +544,7 @@ impl Store for SqliteStore {
         )? > 0)
     }
 
-    fn kv_list(
+    pub fn kv_list(
         &self,
         tenant: &str,
         function: &str,
@@ -552,6 +572,172 @@ impl Store for SqliteStore {
         Ok(out)
     }
 
+    pub fn journal_append(
+        &self,
+        key: &JournalKey<'_>,
+        seq: u32,
+        event: &[u8],
+    ) -> Result<(), StoreError> {
+        self.writer().execute(
+            "INSERT INTO journal (tenant, function, invocation, seq, event, created_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+            params![
+                key.tenant,
+                key.function,
+                key.invocation,
+                seq,
+                event,
+                hearth_core::unix_time_ms()
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn journal_read(&self, key: &JournalKey<'_>) -> Result<Vec<Vec<u8>>, StoreError> {
+        let conn = self.reader();
+        let mut stmt = conn.prepare(
+            "SELECT event FROM journal WHERE tenant = ?1 AND function = ?2 AND invocation = ?3
+             ORDER BY seq",
+        )?;
+        let rows = stmt.query_map(params![key.tenant, key.function, key.invocation], |r| {
+            r.get::<_, Vec<u8>>(0)
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn journal_forget(&self, key: &JournalKey<'_>) -> Result<(), StoreError> {
+        self.writer().execute(
+            "DELETE FROM journal WHERE tenant = ?1 AND function = ?2 AND invocation = ?3",
+            params![key.tenant, key.function, key.invocation],
+        )?;
+        Ok(())
+    }
+
+    pub fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError> {
+        Ok(self.writer().execute(
+            "DELETE FROM journal WHERE created_ms < ?1",
+            params![before_ms],
+        )? as u64)
+    }
+
+    pub fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.writer();
+        let tx = conn.transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT INTO logs (tenant, function, version, invocation, ts_ms, stream, level, message, trace_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )?;
+            for r in records {
+                stmt.execute(params![
+                    r.tenant,
+                    r.function,
+                    r.version,
+                    r.invocation_id,
+                    r.ts_ms,
+                    r.stream.as_str(),
+                    r.level,
+                    r.message,
+                    r.trace_id
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn log_usage(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
+        let conn = self.reader();
+        let mut stmt =
+            conn.prepare_cached("SELECT tenant, function, bytes FROM log_usage WHERE bytes > 0")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)?.max(0) as u64))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn trim_logs(&self, tenant: &str, function: &str, keep: u64) -> Result<u64, StoreError> {
+        let conn = self.writer();
+        // The newest line past which the newest `keep` bytes are full:
+        // it and every older one go.
+        let n = conn.execute(
+            "DELETE FROM logs WHERE tenant = ?1 AND function = ?2 AND id <= (
+                 SELECT id FROM (
+                     SELECT id, SUM(length(CAST(message AS BLOB))) OVER (ORDER BY id DESC) AS newer
+                     FROM logs WHERE tenant = ?1 AND function = ?2
+                 ) WHERE newer > ?3 ORDER BY id DESC LIMIT 1
+             )",
+            params![tenant, function, i64::try_from(keep).unwrap_or(i64::MAX)],
+        )?;
+        Ok(n as u64)
+    }
+
+    pub fn expire_logs(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let n = self
+            .writer()
+            .execute("DELETE FROM logs WHERE ts_ms < ?1", params![before_ms])?;
+        Ok(n as u64)
+    }
+
+    pub fn reclaim_space(&self) -> Result<(), StoreError> {
+        let conn = self.writer();
+        // Stepped to its end: each step gives back pages.
+        let mut vacuum = conn.prepare("PRAGMA incremental_vacuum")?;
+        let mut steps = vacuum.query([])?;
+        while steps.next()?.is_some() {}
+        drop(steps);
+        drop(vacuum);
+        // The WAL holds what was written since the last checkpoint; cut it
+        // back too.
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        Ok(())
+    }
+
+    pub fn read_logs(
+        &self,
+        tenant: &str,
+        function: &str,
+        query: &LogQuery,
+    ) -> Result<Vec<LogRecord>, StoreError> {
+        let conn = self.reader();
+        let limit = if query.limit == 0 { 100 } else { query.limit };
+        // Newest first, unless following: then the oldest after the cursor.
+        let order = if query.after.is_some() { "ASC" } else { "DESC" };
+        let mut stmt = conn.prepare(&format!(
+            "SELECT id, tenant, function, version, invocation, ts_ms, stream, level, message, trace_id FROM logs
+             WHERE tenant = ?1 AND function = ?2 AND (?3 IS NULL OR invocation = ?3)
+               AND (?5 IS NULL OR id > ?5)
+             ORDER BY id {order} LIMIT ?4"
+        ))?;
+        let rows = stmt.query_map(
+            params![tenant, function, query.invocation_id, limit, query.after],
+            |r| {
+                Ok(LogRecord {
+                    id: r.get(0)?,
+                    tenant: r.get(1)?,
+                    function: r.get(2)?,
+                    version: r.get(3)?,
+                    invocation_id: r.get(4)?,
+                    ts_ms: r.get(5)?,
+                    stream: LogStream::parse(&r.get::<_, String>(6)?),
+                    level: r.get(7)?,
+                    message: r.get(8)?,
+                    trace_id: r.get(9)?,
+                })
+            },
+        )?;
+        let mut out: Vec<LogRecord> = rows.collect::<Result<_, _>>()?;
+        if query.after.is_none() {
+            out.reverse();
+        }
+        Ok(out)
+    }
+}
+
+impl TapeIndex for SqliteStore {
     fn index_tapes(
         &self,
         blocks: &[TapeBlock],
@@ -610,170 +796,6 @@ impl Store for SqliteStore {
         // The writer's connection: it sees the writer's own last commit.
         tapes::last_indexed_offset(&self.writer(), segment)
     }
-
-    fn journal_append(
-        &self,
-        key: &JournalKey<'_>,
-        seq: u32,
-        event: &[u8],
-    ) -> Result<(), StoreError> {
-        self.writer().execute(
-            "INSERT INTO journal (tenant, function, invocation, seq, event, created_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
-            params![
-                key.tenant,
-                key.function,
-                key.invocation,
-                seq,
-                event,
-                hearth_core::unix_time_ms()
-            ],
-        )?;
-        Ok(())
-    }
-
-    fn journal_read(&self, key: &JournalKey<'_>) -> Result<Vec<Vec<u8>>, StoreError> {
-        let conn = self.reader();
-        let mut stmt = conn.prepare(
-            "SELECT event FROM journal WHERE tenant = ?1 AND function = ?2 AND invocation = ?3
-             ORDER BY seq",
-        )?;
-        let rows = stmt.query_map(params![key.tenant, key.function, key.invocation], |r| {
-            r.get::<_, Vec<u8>>(0)
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
-    fn journal_forget(&self, key: &JournalKey<'_>) -> Result<(), StoreError> {
-        self.writer().execute(
-            "DELETE FROM journal WHERE tenant = ?1 AND function = ?2 AND invocation = ?3",
-            params![key.tenant, key.function, key.invocation],
-        )?;
-        Ok(())
-    }
-
-    fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError> {
-        Ok(self.writer().execute(
-            "DELETE FROM journal WHERE created_ms < ?1",
-            params![before_ms],
-        )? as u64)
-    }
-
-    fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError> {
-        if records.is_empty() {
-            return Ok(());
-        }
-        let mut conn = self.writer();
-        let tx = conn.transaction()?;
-        {
-            let mut stmt = tx.prepare_cached(
-                "INSERT INTO logs (tenant, function, version, invocation, ts_ms, stream, level, message, trace_id)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            )?;
-            for r in records {
-                stmt.execute(params![
-                    r.tenant,
-                    r.function,
-                    r.version,
-                    r.invocation_id,
-                    r.ts_ms,
-                    r.stream.as_str(),
-                    r.level,
-                    r.message,
-                    r.trace_id
-                ])?;
-            }
-        }
-        tx.commit()?;
-        Ok(())
-    }
-
-    fn log_usage(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
-        let conn = self.reader();
-        let mut stmt =
-            conn.prepare_cached("SELECT tenant, function, bytes FROM log_usage WHERE bytes > 0")?;
-        let rows = stmt.query_map([], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)?.max(0) as u64))
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
-    fn trim_logs(&self, tenant: &str, function: &str, keep: u64) -> Result<u64, StoreError> {
-        let conn = self.writer();
-        // The newest line past which the newest `keep` bytes are full:
-        // it and every older one go.
-        let n = conn.execute(
-            "DELETE FROM logs WHERE tenant = ?1 AND function = ?2 AND id <= (
-                 SELECT id FROM (
-                     SELECT id, SUM(length(CAST(message AS BLOB))) OVER (ORDER BY id DESC) AS newer
-                     FROM logs WHERE tenant = ?1 AND function = ?2
-                 ) WHERE newer > ?3 ORDER BY id DESC LIMIT 1
-             )",
-            params![tenant, function, i64::try_from(keep).unwrap_or(i64::MAX)],
-        )?;
-        Ok(n as u64)
-    }
-
-    fn expire_logs(&self, before_ms: i64) -> Result<u64, StoreError> {
-        let n = self
-            .writer()
-            .execute("DELETE FROM logs WHERE ts_ms < ?1", params![before_ms])?;
-        Ok(n as u64)
-    }
-
-    fn reclaim_space(&self) -> Result<(), StoreError> {
-        let conn = self.writer();
-        // Stepped to its end: each step gives back pages.
-        let mut vacuum = conn.prepare("PRAGMA incremental_vacuum")?;
-        let mut steps = vacuum.query([])?;
-        while steps.next()?.is_some() {}
-        drop(steps);
-        drop(vacuum);
-        // The WAL holds what was written since the last checkpoint; cut it
-        // back too.
-        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
-        Ok(())
-    }
-
-    fn read_logs(
-        &self,
-        tenant: &str,
-        function: &str,
-        query: &LogQuery,
-    ) -> Result<Vec<LogRecord>, StoreError> {
-        let conn = self.reader();
-        let limit = if query.limit == 0 { 100 } else { query.limit };
-        // Newest first, unless following: then the oldest after the cursor.
-        let order = if query.after.is_some() { "ASC" } else { "DESC" };
-        let mut stmt = conn.prepare(&format!(
-            "SELECT id, tenant, function, version, invocation, ts_ms, stream, level, message, trace_id FROM logs
-             WHERE tenant = ?1 AND function = ?2 AND (?3 IS NULL OR invocation = ?3)
-               AND (?5 IS NULL OR id > ?5)
-             ORDER BY id {order} LIMIT ?4"
-        ))?;
-        let rows = stmt.query_map(
-            params![tenant, function, query.invocation_id, limit, query.after],
-            |r| {
-                Ok(LogRecord {
-                    id: r.get(0)?,
-                    tenant: r.get(1)?,
-                    function: r.get(2)?,
-                    version: r.get(3)?,
-                    invocation_id: r.get(4)?,
-                    ts_ms: r.get(5)?,
-                    stream: LogStream::parse(&r.get::<_, String>(6)?),
-                    level: r.get(7)?,
-                    message: r.get(8)?,
-                    trace_id: r.get(9)?,
-                })
-            },
-        )?;
-        let mut out: Vec<LogRecord> = rows.collect::<Result<_, _>>()?;
-        if query.after.is_none() {
-            out.reverse();
-        }
-        Ok(out)
-    }
 }
 
 /// Writes `key` in `tx`, unless the tenant's KV would then pass its quota:
@@ -816,19 +838,19 @@ mod tests {
         (dir, store)
     }
 
-    #[test]
-    fn passes_the_store_scenarios() {
+    #[tokio::test]
+    async fn passes_the_store_scenarios() {
         for (name, scenario) in crate::conformance::SCENARIOS {
             eprintln!("scenario {name}");
             let (_dir, s) = store();
-            scenario(&s);
+            scenario(&s).await;
         }
     }
 
-    #[test]
-    fn versions_survive_reopen() {
+    #[tokio::test]
+    async fn versions_survive_reopen() {
         let (dir, s) = store();
-        crate::conformance::versions_resolve_newest_or_pinned(&s);
+        crate::conformance::versions_resolve_newest_or_pinned(&s).await;
         drop(s);
         let s = SqliteStore::open(dir.path().join("hearth.db")).unwrap();
         let latest = s.get_version("acme", "hello", None).unwrap().unwrap();

@@ -1,0 +1,276 @@
+//! [`Store`] for [`SqliteStore`]: each call is the store's own synchronous
+//! method, run on a blocking thread with owned copies of its arguments
+//! (SQLite's calls block on the disk; an async worker must not).
+
+use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
+
+use super::SqliteStore;
+use crate::{
+    FunctionMode, FunctionSummary, JournalKey, LogQuery, LogRecord, Principal, Role, Store,
+    StoreError,
+};
+
+impl SqliteStore {
+    /// Runs `f` with this store on a blocking thread. A panic in `f` goes
+    /// on in the caller, as if `f` had run there.
+    pub(crate) async fn off_runtime<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&SqliteStore) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let store = self.clone();
+        match tokio::task::spawn_blocking(move || f(&store)).await {
+            Ok(result) => result,
+            Err(e) => match e.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(_) => Err(StoreError::Stopped),
+            },
+        }
+    }
+}
+
+/// A [`JournalKey`] that can go to another thread.
+struct OwnedKey {
+    tenant: String,
+    function: String,
+    invocation: String,
+}
+
+impl OwnedKey {
+    fn of(key: &JournalKey<'_>) -> Self {
+        OwnedKey {
+            tenant: key.tenant.to_owned(),
+            function: key.function.to_owned(),
+            invocation: key.invocation.to_owned(),
+        }
+    }
+
+    fn key(&self) -> JournalKey<'_> {
+        JournalKey {
+            tenant: &self.tenant,
+            function: &self.function,
+            invocation: &self.invocation,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for SqliteStore {
+    async fn create_tenant(&self, name: &str) -> Result<(), StoreError> {
+        let name = name.to_owned();
+        self.off_runtime(move |s| s.create_tenant(&name)).await
+    }
+    async fn tenant_exists(&self, name: &str) -> Result<bool, StoreError> {
+        let name = name.to_owned();
+        self.off_runtime(move |s| s.tenant_exists(&name)).await
+    }
+    async fn add_token(&self, tenant: &str, role: Role, token: &str) -> Result<(), StoreError> {
+        let (tenant, token) = (tenant.to_owned(), token.to_owned());
+        self.off_runtime(move |s| s.add_token(&tenant, role, &token))
+            .await
+    }
+    async fn tenant_colocation(&self, tenant: &str) -> Result<Option<Colocation>, StoreError> {
+        let tenant = tenant.to_owned();
+        self.off_runtime(move |s| s.tenant_colocation(&tenant))
+            .await
+    }
+    async fn set_tenant_colocation(
+        &self,
+        tenant: &str,
+        mode: Option<Colocation>,
+    ) -> Result<(), StoreError> {
+        let tenant = tenant.to_owned();
+        self.off_runtime(move |s| s.set_tenant_colocation(&tenant, mode))
+            .await
+    }
+    async fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError> {
+        let token = token.to_owned();
+        self.off_runtime(move |s| s.authenticate(&token)).await
+    }
+
+    async fn create_version(
+        &self,
+        tenant: &str,
+        name: &str,
+        artifact: &str,
+        spec: &FunctionSpec,
+    ) -> Result<FunctionVersion, StoreError> {
+        let (tenant, name, artifact, spec) = (
+            tenant.to_owned(),
+            name.to_owned(),
+            artifact.to_owned(),
+            spec.clone(),
+        );
+        self.off_runtime(move |s| s.create_version(&tenant, &name, &artifact, &spec))
+            .await
+    }
+    async fn get_version(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<Option<FunctionVersion>, StoreError> {
+        let (tenant, name) = (tenant.to_owned(), name.to_owned());
+        self.off_runtime(move |s| s.get_version(&tenant, &name, version))
+            .await
+    }
+    async fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>, StoreError> {
+        let tenant = tenant.to_owned();
+        self.off_runtime(move |s| s.list_functions(&tenant)).await
+    }
+    async fn list_versions(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<Vec<FunctionVersion>, StoreError> {
+        let (tenant, name) = (tenant.to_owned(), name.to_owned());
+        self.off_runtime(move |s| s.list_versions(&tenant, &name))
+            .await
+    }
+    async fn delete_function(&self, tenant: &str, name: &str) -> Result<bool, StoreError> {
+        let (tenant, name) = (tenant.to_owned(), name.to_owned());
+        self.off_runtime(move |s| s.delete_function(&tenant, &name))
+            .await
+    }
+    async fn function_mode(&self, tenant: &str, name: &str) -> Result<FunctionMode, StoreError> {
+        let (tenant, name) = (tenant.to_owned(), name.to_owned());
+        self.off_runtime(move |s| s.function_mode(&tenant, &name))
+            .await
+    }
+    async fn record_bounce(
+        &self,
+        tenant: &str,
+        name: &str,
+        pin_after: u32,
+    ) -> Result<FunctionMode, StoreError> {
+        let (tenant, name) = (tenant.to_owned(), name.to_owned());
+        self.off_runtime(move |s| s.record_bounce(&tenant, &name, pin_after))
+            .await
+    }
+    async fn referenced_artifacts(&self) -> Result<Vec<String>, StoreError> {
+        self.off_runtime(|s| s.referenced_artifacts()).await
+    }
+
+    async fn kv_get(
+        &self,
+        tenant: &str,
+        function: &str,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let (tenant, function, key) = (tenant.to_owned(), function.to_owned(), key.to_owned());
+        self.off_runtime(move |s| s.kv_get(&tenant, &function, &key))
+            .await
+    }
+    async fn kv_exists(
+        &self,
+        tenant: &str,
+        function: &str,
+        key: &[u8],
+    ) -> Result<bool, StoreError> {
+        let (tenant, function, key) = (tenant.to_owned(), function.to_owned(), key.to_owned());
+        self.off_runtime(move |s| s.kv_exists(&tenant, &function, &key))
+            .await
+    }
+    async fn kv_set(
+        &self,
+        tenant: &str,
+        function: &str,
+        key: &[u8],
+        value: &[u8],
+        max_tenant_bytes: u64,
+    ) -> Result<(), StoreError> {
+        let (tenant, function) = (tenant.to_owned(), function.to_owned());
+        let (key, value) = (key.to_owned(), value.to_owned());
+        self.off_runtime(move |s| s.kv_set(&tenant, &function, &key, &value, max_tenant_bytes))
+            .await
+    }
+    async fn kv_increment(
+        &self,
+        tenant: &str,
+        function: &str,
+        key: &[u8],
+        delta: u64,
+        max_tenant_bytes: u64,
+    ) -> Result<u64, StoreError> {
+        let (tenant, function, key) = (tenant.to_owned(), function.to_owned(), key.to_owned());
+        self.off_runtime(move |s| s.kv_increment(&tenant, &function, &key, delta, max_tenant_bytes))
+            .await
+    }
+    async fn kv_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
+        let tenant = tenant.to_owned();
+        self.off_runtime(move |s| s.kv_bytes(&tenant)).await
+    }
+    async fn kv_delete(
+        &self,
+        tenant: &str,
+        function: &str,
+        key: &[u8],
+    ) -> Result<bool, StoreError> {
+        let (tenant, function, key) = (tenant.to_owned(), function.to_owned(), key.to_owned());
+        self.off_runtime(move |s| s.kv_delete(&tenant, &function, &key))
+            .await
+    }
+    async fn kv_list(
+        &self,
+        tenant: &str,
+        function: &str,
+        prefix: &[u8],
+        limit: u32,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        let (tenant, function) = (tenant.to_owned(), function.to_owned());
+        let prefix = prefix.to_owned();
+        self.off_runtime(move |s| s.kv_list(&tenant, &function, &prefix, limit))
+            .await
+    }
+
+    async fn journal_append(
+        &self,
+        key: &JournalKey<'_>,
+        seq: u32,
+        event: &[u8],
+    ) -> Result<(), StoreError> {
+        let (key, event) = (OwnedKey::of(key), event.to_owned());
+        self.off_runtime(move |s| s.journal_append(&key.key(), seq, &event))
+            .await
+    }
+    async fn journal_read(&self, key: &JournalKey<'_>) -> Result<Vec<Vec<u8>>, StoreError> {
+        let key = OwnedKey::of(key);
+        self.off_runtime(move |s| s.journal_read(&key.key())).await
+    }
+    async fn journal_forget(&self, key: &JournalKey<'_>) -> Result<(), StoreError> {
+        let key = OwnedKey::of(key);
+        self.off_runtime(move |s| s.journal_forget(&key.key()))
+            .await
+    }
+    async fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError> {
+        self.off_runtime(move |s| s.journal_sweep(before_ms)).await
+    }
+
+    async fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError> {
+        let records = records.to_owned();
+        self.off_runtime(move |s| s.append_logs(&records)).await
+    }
+    async fn log_usage(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
+        self.off_runtime(|s| s.log_usage()).await
+    }
+    async fn trim_logs(&self, tenant: &str, function: &str, keep: u64) -> Result<u64, StoreError> {
+        let (tenant, function) = (tenant.to_owned(), function.to_owned());
+        self.off_runtime(move |s| s.trim_logs(&tenant, &function, keep))
+            .await
+    }
+    async fn expire_logs(&self, before_ms: i64) -> Result<u64, StoreError> {
+        self.off_runtime(move |s| s.expire_logs(before_ms)).await
+    }
+    async fn reclaim_space(&self) -> Result<(), StoreError> {
+        self.off_runtime(|s| s.reclaim_space()).await
+    }
+    async fn read_logs(
+        &self,
+        tenant: &str,
+        function: &str,
+        query: &LogQuery,
+    ) -> Result<Vec<LogRecord>, StoreError> {
+        let (tenant, function, query) = (tenant.to_owned(), function.to_owned(), query.clone());
+        self.off_runtime(move |s| s.read_logs(&tenant, &function, &query))
+            .await
+    }
+}
