@@ -59,6 +59,12 @@ pub(crate) const SETTINGS: &[Setting] = &[
         example: "GREETING=hi",
     },
     Setting {
+        name: "promote",
+        kind: Type::Boolean,
+        doc: "point the `live` alias at the new version (default true); with false it is kept and invocable as name@N until promoted (`POST /v1/functions/{name}/aliases/live`)",
+        example: "false",
+    },
+    Setting {
         name: "public",
         kind: Type::Boolean,
         doc: "invocable without a token",
@@ -136,12 +142,21 @@ impl utoipa::IntoParams for DeploySettings {
 
 /// Deploy settings from the query string (repeatable keys allowed): the
 /// spec, the runtime if given or inferable, and the upload's file name.
-pub(crate) fn parse(
-    query: &str,
-) -> Result<(FunctionSpec, Option<Runtime>, Option<String>), ApiError> {
+/// A deploy's settings, as its query string gave them.
+pub(crate) struct Parsed {
+    pub spec: FunctionSpec,
+    /// Given, or inferred from the file name.
+    pub runtime: Option<Runtime>,
+    pub file_name: Option<String>,
+    /// Whether `live` moves to the new version.
+    pub promote: bool,
+}
+
+pub(crate) fn parse(query: &str) -> Result<Parsed, ApiError> {
     let mut spec = FunctionSpec::new(Runtime::Wasm);
     let mut runtime = None;
     let mut file_name = None;
+    let mut promote = true;
     let bad = |k: &str, v: &str| ApiError::BadRequest(format!("invalid value {v:?} for {k}"));
     for (k, v) in form_urlencoded::parse(query.as_bytes()) {
         // Only what is documented is taken: a setting handled below but
@@ -165,6 +180,7 @@ pub(crate) fn parse(
             "timeout_ms" => spec.limits.timeout_ms = v.parse().map_err(|_| bad(&k, &v))?,
             "allow_host" => spec.allowed_hosts.push(v.into_owned()),
             "public" => spec.public = v.parse().map_err(|_| bad(&k, &v))?,
+            "promote" => promote = v.parse().map_err(|_| bad(&k, &v))?,
             "source_builds" => spec.source_builds = v.parse().map_err(|_| bad(&k, &v))?,
             "stream" => spec.stream = v.parse().map_err(|_| bad(&k, &v))?,
             "handler" => {
@@ -204,7 +220,12 @@ pub(crate) fn parse(
         }
     }
     let inferred = file_name.as_deref().and_then(Runtime::infer_from_file_name);
-    Ok((spec, runtime.or(inferred), file_name))
+    Ok(Parsed {
+        spec,
+        runtime: runtime.or(inferred),
+        file_name,
+        promote,
+    })
 }
 
 #[cfg(test)]
@@ -217,10 +238,20 @@ mod tests {
             let query = format!("{}={}", s.name, s.example);
             assert!(parse(&query).is_ok(), "{query} refused");
         }
-        let (spec, runtime, _) =
-            parse("runtime=node&record_sample=0.5&keep_ok=1h&keep_errors=2d&max_tape_bytes=10")
-                .unwrap();
+        let Parsed {
+            spec,
+            runtime,
+            promote,
+            ..
+        } = parse("runtime=node&record_sample=0.5&keep_ok=1h&keep_errors=2d&max_tape_bytes=10")
+            .unwrap();
         assert_eq!(runtime, Some(Runtime::Node));
+        assert!(
+            promote,
+            "a deploy makes its version live unless told not to"
+        );
+        assert!(!parse("promote=false").unwrap().promote);
+        assert!(parse("promote=later").is_err());
         assert_eq!(spec.record.sample_ppm, 500_000);
         assert_eq!(spec.record.keep_ok_s, Some(3600));
         assert_eq!(spec.record.keep_errors_s, Some(2 * 86_400));

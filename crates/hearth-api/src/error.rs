@@ -154,12 +154,15 @@ impl From<NodeError> for ApiError {
     fn from(e: NodeError) -> Self {
         let msg = e.to_string();
         match e {
-            NodeError::NotFound { .. } | NodeError::NoSuchVersion { .. } => ApiError::NotFound(msg),
+            NodeError::NotFound { .. }
+            | NodeError::NoSuchVersion { .. }
+            | NodeError::NoSuchAlias { .. } => ApiError::NotFound(msg),
             NodeError::Deploy(hearth_host::DeployError::Load(_)) => ApiError::Internal(msg),
             NodeError::Deploy(_) | NodeError::Invalid(_) | NodeError::RuntimeUnavailable(_) => {
                 ApiError::BadRequest(msg)
             }
-            NodeError::Store(_) | NodeError::Internal(_) => ApiError::Internal(msg),
+            NodeError::Store(e) => ApiError::from(e),
+            NodeError::Internal(_) => ApiError::Internal(msg),
             NodeError::CodeQuota { .. } => ApiError::QuotaExceeded("code_quota_exceeded", msg),
             NodeError::DiskFull(_) => ApiError::QuotaExceeded("disk_full", msg),
             // The invocation route answers a refusal itself (its status,
@@ -173,7 +176,10 @@ impl From<hearth_store::StoreError> for ApiError {
     fn from(e: hearth_store::StoreError) -> Self {
         match e {
             hearth_store::StoreError::TenantExists(_) => ApiError::Conflict(e.to_string()),
-            hearth_store::StoreError::NoSuchTenant(_) => ApiError::NotFound(e.to_string()),
+            hearth_store::StoreError::NoSuchTenant(_)
+            | hearth_store::StoreError::NoSuchVersion { .. }
+            | hearth_store::StoreError::NoSuchAlias { .. } => ApiError::NotFound(e.to_string()),
+            hearth_store::StoreError::NothingToRollBack { .. } => ApiError::Conflict(e.to_string()),
             hearth_store::StoreError::KvQuota { tenant, max_bytes } => ApiError::QuotaExceeded(
                 "kv_quota_exceeded",
                 format!(

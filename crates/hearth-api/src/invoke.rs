@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use hearth_core::{FunctionVersion, InvokeError, Request};
 use hearth_node::NodeError;
+use hearth_node::Pin;
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder, ResponsesBuilder};
 
 use crate::body::{BodyBudget, BodyHeld, read_body_within};
@@ -120,21 +121,33 @@ fn held(mut resp: Response, site: &crate::origin::Site) -> Response {
     resp
 }
 
-/// `name` or `name@version`, and a `Hearth-Version` header, pin a version.
+/// `name`, `name@3` or `name@canary`, and a `Hearth-Version` header (a
+/// number or an alias, winning over the path), say which version runs:
+/// `live` unless pinned.
 fn split_version<'a>(
     name: &'a str,
-    headers: &HeaderMap,
-) -> Result<(&'a str, Option<u32>), ApiError> {
-    let bad = |v: &str| ApiError::BadRequest(format!("version {v:?} is not a positive number"));
-    let (name, mut version) = match name.split_once('@') {
-        Some((n, v)) => (n, Some(v.parse::<u32>().map_err(|_| bad(v))?)),
-        None => (name, None),
+    headers: &'a HeaderMap,
+) -> Result<(&'a str, Pin<'a>), ApiError> {
+    let pin = |v: &'a str| -> Result<Pin<'a>, ApiError> {
+        if let Ok(n) = v.parse::<u32>() {
+            return Ok(Pin::Version(n));
+        }
+        hearth_core::validate_alias_name(v).map_err(|_| {
+            ApiError::BadRequest(format!(
+                "{v:?} is neither a version number nor an alias name (a-z, 0-9, '-', '_', \
+                 starting with a letter)"
+            ))
+        })?;
+        Ok(Pin::Alias(v))
+    };
+    let (name, mut chosen) = match name.split_once('@') {
+        Some((n, v)) => (n, pin(v)?),
+        None => (name, Pin::LIVE),
     };
     if let Some(h) = headers.get(VERSION) {
-        let v = h.to_str().unwrap_or_default();
-        version = Some(v.parse::<u32>().map_err(|_| bad(v))?);
+        chosen = pin(h.to_str().unwrap_or_default())?;
     }
-    Ok((name, version))
+    Ok((name, chosen))
 }
 
 /// A name no function has (deploys refuse `/` in a name).
@@ -159,7 +172,7 @@ async fn visible_function(
     s: &AppState,
     tenant: &str,
     name: &str,
-    version: Option<u32>,
+    version: Pin<'_>,
     headers: &HeaderMap,
 ) -> Result<Arc<FunctionVersion>, ApiError> {
     let held = s.node.resolve_held(tenant, name, version);
@@ -180,7 +193,10 @@ async fn visible_function(
     let hidden_from_caller = !is_tenant
         && matches!(
             found,
-            Ok(_) | Err(NodeError::NotFound { .. } | NodeError::NoSuchVersion { .. })
+            Ok(_)
+                | Err(NodeError::NotFound { .. }
+                    | NodeError::NoSuchVersion { .. }
+                    | NodeError::NoSuchAlias { .. })
         );
     if !hidden_from_caller {
         return found.map_err(ApiError::from);
@@ -195,8 +211,8 @@ async fn visible_function(
             .await;
     }
     let asked = match version {
-        Some(v) => format!("{tenant}/{name}@{v}"),
-        None => format!("{tenant}/{name}"),
+        Pin::LIVE => format!("{tenant}/{name}"),
+        pinned => format!("{tenant}/{name}@{pinned}"),
     };
     Err(ApiError::NotFound(format!(
         "no function {asked} that this caller may invoke: it does not exist, or it is \
@@ -483,27 +499,32 @@ mod tests {
     #[test]
     fn a_version_is_pinned_by_the_path_or_the_header() {
         let none = HeaderMap::new();
-        assert_eq!(split_version("f", &none).unwrap(), ("f", None));
-        assert_eq!(split_version("f@3", &none).unwrap(), ("f", Some(3)));
+        assert_eq!(split_version("f", &none).unwrap(), ("f", Pin::LIVE));
+        assert_eq!(split_version("f@3", &none).unwrap(), ("f", Pin::Version(3)));
         assert_eq!(
-            split_version("f", &with_version("4")).unwrap(),
-            ("f", Some(4))
+            split_version("f@canary", &none).unwrap(),
+            ("f", Pin::Alias("canary"))
         );
+        let four = with_version("4");
+        assert_eq!(split_version("f", &four).unwrap(), ("f", Pin::Version(4)));
         assert_eq!(
-            split_version("f@3", &with_version("4")).unwrap(),
-            ("f", Some(4)),
+            split_version("f@3", &four).unwrap(),
+            ("f", Pin::Version(4)),
             "the header wins"
         );
+        let staging = with_version("staging");
+        assert_eq!(
+            split_version("f@3", &staging).unwrap(),
+            ("f", Pin::Alias("staging"))
+        );
+        for bad in ["f@X", "f@-1", "f@", "f@3x"] {
+            assert!(
+                matches!(split_version(bad, &none), Err(ApiError::BadRequest(_))),
+                "{bad}"
+            );
+        }
         assert!(matches!(
-            split_version("f@x", &none),
-            Err(ApiError::BadRequest(_))
-        ));
-        assert!(matches!(
-            split_version("f@-1", &none),
-            Err(ApiError::BadRequest(_))
-        ));
-        assert!(matches!(
-            split_version("f", &with_version("latest")),
+            split_version("f", &with_version("Latest!")),
             Err(ApiError::BadRequest(_))
         ));
     }

@@ -17,6 +17,7 @@
 //! What this crate is not: the invoker. It parses, authenticates, bounds
 //! sizes and maps results to status codes; [`hearth_node::Node`] does the rest.
 
+mod aliases;
 mod auth;
 mod body;
 mod clients;
@@ -56,6 +57,7 @@ pub use origin::App;
 /// engine adds its own figures, each host call its own shape) and stay
 /// JSON.
 pub mod answers {
+    pub use crate::aliases::{AliasHistory, Aliases, Promotion};
     pub use crate::error::{ErrorBody, ErrorDetail};
     pub use crate::kv::Keys;
     pub use crate::manage::{
@@ -68,6 +70,7 @@ pub mod answers {
     pub use hearth_node::status::{
         CpuShare, DiskStatus, LongRuns, MemoryStatus, NodeStatus, RecordingStatus,
     };
+    pub use hearth_store::{Alias, AliasMove};
 }
 
 /// Limits of the HTTP surface.
@@ -261,6 +264,11 @@ fn api() -> OpenApiRouter<Arc<AppState>> {
             manage::get_function,
             manage::remove_function
         ))
+        .routes(routes!(aliases::list))
+        .routes(routes!(aliases::promote))
+        .routes(routes!(aliases::rollback))
+        .routes(routes!(aliases::history))
+        .routes(routes!(aliases::code))
         .routes(routes!(manage::logs))
         .routes(routes!(kv::list))
         .routes(routes!(recordings::list))

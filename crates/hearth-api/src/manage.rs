@@ -365,9 +365,12 @@ pub struct Deployed {
     pub packages: Vec<hearth_host::DeployedPackage>,
     /// What may not work as meant (unpinned requirements, …).
     pub warnings: Vec<String>,
-    /// Where it is invoked.
+    /// Where it is invoked: the function's own URL once live, else its
+    /// version's (`name@N`).
     #[schema(example = "/fn/acme/resize")]
     pub url: String,
+    /// Whether `live` points at it now.
+    pub live: bool,
 }
 
 /// Deploy a new version
@@ -398,8 +401,12 @@ pub(crate) async fn deploy(
             "this node is a member of a cluster: deploy through {there}, so every node can fetch the code"
         )));
     }
-    let (mut spec, runtime, file_name) =
-        crate::deploy_settings::parse(query.as_deref().unwrap_or_default())?;
+    let crate::deploy_settings::Parsed {
+        mut spec,
+        runtime,
+        file_name,
+        promote,
+    } = crate::deploy_settings::parse(query.as_deref().unwrap_or_default())?;
     let code = read_body(
         &headers,
         body,
@@ -433,9 +440,16 @@ pub(crate) async fn deploy(
         code: code.to_vec(),
         artifact: false,
     };
-    let out = s.node.deploy(&p.tenant, &name, source, spec).await?;
+    let out = s
+        .node
+        .deploy(&p.tenant, &name, source, spec, promote)
+        .await?;
     let (v, compiled) = (out.version, out.compiled);
-    let url = format!("/fn/{}/{}", v.tenant, v.name);
+    let url = if promote {
+        format!("/fn/{}/{}", v.tenant, v.name)
+    } else {
+        format!("/fn/{}/{}@{}", v.tenant, v.name, v.version)
+    };
     Ok((
         StatusCode::CREATED,
         Json(Deployed {
@@ -445,6 +459,7 @@ pub(crate) async fn deploy(
             packages: compiled.packages,
             warnings: compiled.warnings,
             url,
+            live: promote,
         }),
     ))
 }
@@ -548,6 +563,9 @@ pub struct FunctionVersions {
     pub tenant: String,
     pub name: String,
     pub versions: Vec<VersionView>,
+    /// Where each alias points (`live`: what an unpinned call runs).
+    #[serde(default)]
+    pub aliases: Vec<hearth_store::Alias>,
 }
 
 /// A function's versions, each with its packages (lock)
@@ -606,10 +624,12 @@ pub(crate) async fn get_function(
     })
     .await
     .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let aliases = s.node.store().aliases(&p.tenant, &name).await?;
     Ok(Json(FunctionVersions {
         tenant: p.tenant,
         name,
         versions,
+        aliases,
     }))
 }
 

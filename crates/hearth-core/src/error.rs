@@ -165,6 +165,8 @@ impl InvokeError {
 pub enum ValidationError {
     /// invalid {kind} name {name:?}: use 1-64 characters of a-z, 0-9, '-' and '_', starting with a letter or digit
     BadName { kind: &'static str, name: String },
+    /// invalid alias name {0:?}: use 1-32 characters of a-z, 0-9, '-' and '_', starting with a letter (a number names a version)
+    BadAlias(String),
     /// unknown runtime {0:?}: expected one of wasm, js, python, node
     UnknownRuntime(String),
     /// invalid handler {0:?}: write it as module.function, e.g. app.handler or src/index.handler

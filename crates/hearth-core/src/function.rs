@@ -390,6 +390,21 @@ pub fn validate_function_name(name: &str) -> Result<(), ValidationError> {
     validate_name("function", name)
 }
 
+/// Alias names (`live`, `canary`): 1–32 of `a-z 0-9 - _`, starting with a
+/// letter, so that `name@3` is always a version and `name@canary` an alias.
+pub fn validate_alias_name(alias: &str) -> Result<(), ValidationError> {
+    let ok = alias.len() <= 32
+        && alias.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
+        && alias
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(ValidationError::BadAlias(alias.to_string()))
+    }
+}
+
 /// Tenant names follow the same rule as function names.
 pub fn validate_tenant_name(name: &str) -> Result<(), ValidationError> {
     validate_name("tenant", name)
@@ -398,6 +413,25 @@ pub fn validate_tenant_name(name: &str) -> Result<(), ValidationError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn alias_names_start_with_a_letter() {
+        for ok in ["live", "canary", "blue-2", "a", "stage_1"] {
+            assert!(validate_alias_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "3",
+            "2fast",
+            "Live",
+            "-x",
+            "a.b",
+            "a/b",
+            &"a".repeat(33),
+        ] {
+            assert!(validate_alias_name(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn runtime_is_inferred_from_extension() {

@@ -38,6 +38,7 @@ pub use node::{
     Ready, ReplayReport, StartKind, Streaming,
 };
 pub use share::MemoryBudget;
+pub use table::Pin;
 
 /// The module the compiled js tier's modules import, and its name: the
 /// wasm engine must link it (`hearth_wasm::WasmConfig::libraries`).

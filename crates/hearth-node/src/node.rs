@@ -23,7 +23,7 @@ use tracing::Instrument;
 use crate::Metrics;
 use crate::metrics::ErrorLabels;
 use crate::share::Refused;
-use crate::table::FunctionTable;
+use crate::table::{FunctionTable, Pin};
 
 mod forwarded;
 mod installed;
@@ -107,6 +107,12 @@ pub enum NodeError {
         tenant: String,
         name: String,
         version: u32,
+    },
+    /// {tenant}/{name} has no alias {alias:?}: `hearth promote {name} VERSION --alias {alias}` makes it (a function deployed with --no-promote has no `live` until promoted)
+    NoSuchAlias {
+        tenant: String,
+        name: String,
+        alias: String,
     },
     /// {0}
     Deploy(#[from] DeployError),
@@ -700,6 +706,7 @@ impl Node {
         name: &str,
         source: Source,
         spec: FunctionSpec,
+        promote: bool,
     ) -> Result<DeployOutcome, NodeError> {
         hearth_core::validate_function_name(name).map_err(|e| NodeError::Invalid(e.to_string()))?;
         self.admit_growth()?;
@@ -815,13 +822,18 @@ impl Node {
                 NodeError::Internal(format!("failed to publish artifact {hash}: {e}"))
             })?;
         }
-        let generation = self.table.generation();
         let version = self
             .store
-            .create_version(tenant, name, &hash, &spec)
+            .create_version(tenant, name, &hash, &spec, promote)
             .await?;
+        let alias = if promote {
+            self.table.forget_aliases(Some((tenant, name)));
+            Some(hearth_store::LIVE)
+        } else {
+            None
+        };
         self.table
-            .insert(Arc::new(version.clone()), true, generation);
+            .insert(Arc::new(version.clone()), alias, self.table.generation());
         self.forget_mode(tenant, name);
         if let Some(jit) = &self.jit {
             jit.forget(tenant, name);
@@ -888,60 +900,109 @@ impl Node {
         Ok(existed)
     }
 
-    /// The version a request names: the newest, or a pinned one.
-    pub async fn resolve(
+    /// The version a request names: the live one, an alias's, or a
+    /// pinned one.
+    pub async fn resolve<'p>(
         &self,
         tenant: &str,
         name: &str,
-        version: Option<u32>,
+        pin: impl Into<Pin<'p>>,
     ) -> Result<Arc<FunctionVersion>, NodeError> {
-        if let Some(v) = self.table.get(tenant, name, version) {
+        let pin = pin.into();
+        if let Some(v) = self.table.get(tenant, name, pin) {
             return Ok(v);
         }
-        self.resolve_from_store(tenant, name, version).await
+        self.resolve_from_store(tenant, name, pin).await
     }
 
     /// The version the node holds in memory, if it does (no store query).
-    pub fn resolve_held(
+    pub fn resolve_held<'p>(
         &self,
         tenant: &str,
         name: &str,
-        version: Option<u32>,
+        pin: impl Into<Pin<'p>>,
     ) -> Option<Arc<FunctionVersion>> {
-        self.table.get(tenant, name, version)
+        self.table.get(tenant, name, pin)
     }
 
     /// [`resolve`](Self::resolve) past the function table: always one
     /// store query. For a caller who may not learn whether a function
     /// exists, a function the node holds costs that query as a missing one
     /// does (`hearth-api`'s `visible_function`).
-    pub async fn resolve_from_store(
+    pub async fn resolve_from_store<'p>(
         &self,
         tenant: &str,
         name: &str,
-        version: Option<u32>,
+        pin: impl Into<Pin<'p>>,
     ) -> Result<Arc<FunctionVersion>, NodeError> {
+        let pin = pin.into();
         let generation = self.table.generation();
-        let found = self.store.get_version(tenant, name, version).await?;
-        let found = match (found, version) {
-            (Some(v), _) => Arc::new(v),
-            (None, Some(version)) => {
-                return Err(NodeError::NoSuchVersion {
-                    tenant: tenant.into(),
-                    name: name.into(),
-                    version,
-                });
-            }
-            (None, None) => {
-                return Err(NodeError::NotFound {
-                    tenant: tenant.into(),
-                    name: name.into(),
-                });
-            }
+        let found = match pin {
+            Pin::Version(v) => self.store.get_version(tenant, name, Some(v)).await?,
+            Pin::Alias(alias) => self.store.alias_version(tenant, name, alias).await?,
         };
-        self.table
-            .insert(found.clone(), version.is_none(), generation);
+        let Some(found) = found else {
+            return Err(self.not_found(tenant, name, pin).await);
+        };
+        let found = Arc::new(found);
+        let alias = match pin {
+            Pin::Alias(alias) => Some(alias),
+            Pin::Version(_) => None,
+        };
+        self.table.insert(found.clone(), alias, generation);
         Ok(found)
+    }
+
+    /// Why `pin` names nothing: the function does not exist, or it has no
+    /// such version, or no such alias (a function deployed only without
+    /// promotion has no `live`).
+    async fn not_found(&self, tenant: &str, name: &str, pin: Pin<'_>) -> NodeError {
+        let missing = || NodeError::NotFound {
+            tenant: tenant.into(),
+            name: name.into(),
+        };
+        match pin {
+            Pin::Version(version) => NodeError::NoSuchVersion {
+                tenant: tenant.into(),
+                name: name.into(),
+                version,
+            },
+            Pin::Alias(alias) => match self.store.list_versions(tenant, name).await {
+                Ok(versions) if !versions.is_empty() => NodeError::NoSuchAlias {
+                    tenant: tenant.into(),
+                    name: name.into(),
+                    alias: alias.into(),
+                },
+                _ => missing(),
+            },
+        }
+    }
+
+    /// Points `alias` of tenant/name at `version` (`hearth promote`).
+    pub async fn promote(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+        version: u32,
+    ) -> Result<hearth_store::AliasMove, NodeError> {
+        hearth_core::validate_alias_name(alias).map_err(|e| NodeError::Invalid(e.to_string()))?;
+        let moved = self.store.set_alias(tenant, name, alias, version).await?;
+        self.table.forget_aliases(Some((tenant, name)));
+        Ok(moved)
+    }
+
+    /// Points `alias` of tenant/name back where it was before its last
+    /// move (`hearth rollback`).
+    pub async fn roll_back(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+    ) -> Result<hearth_store::AliasMove, NodeError> {
+        let moved = self.store.rollback_alias(tenant, name, alias).await?;
+        self.table.forget_aliases(Some((tenant, name)));
+        Ok(moved)
     }
 
     /// The prepared code of `v`, preparing it (once, even under concurrent
@@ -1363,7 +1424,7 @@ impl Node {
     /// cluster changed (a deploy, a removal, a fallback pin), or of every
     /// function with `None`: the next invocation reads the store.
     pub fn forget(&self, function: Option<(&str, &str)>) {
-        self.table.forget_latest(function);
+        self.table.forget_aliases(function);
         match function {
             Some((tenant, name)) => {
                 if let Some(f) = self.modes.lock().get_mut(tenant) {

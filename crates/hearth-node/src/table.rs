@@ -1,9 +1,10 @@
-//! The node's in-memory view of the registry: which version a name means
-//! now, the versions seen so far (immutable, so safe to keep), and each
-//! version's prepared code.
+//! The node's in-memory view of the registry: which version each of a
+//! name's aliases means now (`live` for an unpinned call), the versions
+//! seen so far (immutable, so safe to keep), and each version's prepared
+//! code.
 //!
 //! ```text
-//! tenant ─▶ name ─▶ Entry { latest, versions: version ─▶ (FunctionVersion, prepared slot) }
+//! tenant ─▶ name ─▶ Entry { aliases: alias ─▶ version, versions: version ─▶ (FunctionVersion, prepared slot) }
 //! ```
 //! Lookups borrow `&str` keys, so once a version is known an invocation
 //! allocates nothing here and never touches the store, pinned or not.
@@ -70,10 +71,39 @@ impl TierSlots {
     }
 }
 
+/// Which version a request runs: where one of the function's aliases
+/// points, or a version by number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pin<'a> {
+    Alias(&'a str),
+    Version(u32),
+}
+
+impl Pin<'_> {
+    /// What an unpinned request runs.
+    pub const LIVE: Pin<'static> = Pin::Alias(hearth_store::LIVE);
+}
+
+/// A number pins that version; none is [`Pin::LIVE`].
+impl From<Option<u32>> for Pin<'static> {
+    fn from(version: Option<u32>) -> Self {
+        version.map_or(Pin::LIVE, Pin::Version)
+    }
+}
+
+impl std::fmt::Display for Pin<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pin::Alias(a) => f.write_str(a),
+            Pin::Version(v) => write!(f, "{v}"),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Entry {
-    /// The newest version, once known.
-    latest: Option<u32>,
+    /// Where each alias looked up so far points.
+    aliases: HashMap<String, u32>,
     versions: HashMap<u32, (Arc<FunctionVersion>, PreparedSlot)>,
 }
 
@@ -102,22 +132,26 @@ impl FunctionTable {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// `version` of tenant/name, or its newest, if known.
-    pub fn get(
+    /// The version `pin` names of tenant/name, if known.
+    pub fn get<'p>(
         &self,
         tenant: &str,
         name: &str,
-        version: Option<u32>,
+        pin: impl Into<Pin<'p>>,
     ) -> Option<Arc<FunctionVersion>> {
         let map = self.read();
         let entry = map.get(tenant)?.get(name)?;
-        let v = version.or(entry.latest)?;
+        let v = match pin.into() {
+            Pin::Version(v) => v,
+            Pin::Alias(alias) => *entry.aliases.get(alias)?,
+        };
         entry.versions.get(&v).map(|(fv, _)| fv.clone())
     }
 
-    /// Records a version from the store or a deploy; `newest` says it is the
-    /// function's newest. Skipped if a removal happened since `generation`.
-    pub fn insert(&self, v: Arc<FunctionVersion>, newest: bool, generation: u64) {
+    /// Records a version from the store or a deploy; `alias` is one that
+    /// points at it. Skipped if a removal or a move happened since
+    /// `generation`.
+    pub fn insert(&self, v: Arc<FunctionVersion>, alias: Option<&str>, generation: u64) {
         let mut map = self.write();
         if self.generation() != generation {
             return;
@@ -127,8 +161,8 @@ impl FunctionTable {
             .or_default()
             .entry(v.name.clone())
             .or_default();
-        if newest {
-            entry.latest = Some(entry.latest.map_or(v.version, |l| l.max(v.version)));
+        if let Some(alias) = alias {
+            entry.aliases.insert(alias.to_string(), v.version);
         }
         entry
             .versions
@@ -145,23 +179,23 @@ impl FunctionTable {
         }
     }
 
-    /// Forgets which version of tenant/name is the newest (another member
-    /// deployed or removed it), or of every function with `None`; the next
-    /// lookup asks the store. Versions and their prepared code stay: a
-    /// version never changes. A fill that read the store before this is
-    /// skipped, as after a removal.
-    pub fn forget_latest(&self, function: Option<(&str, &str)>) {
+    /// Forgets where tenant/name's aliases point (it was deployed, or an
+    /// alias moved, here or on another member), or every function's with
+    /// `None`; the next lookup asks the store. Versions and their prepared
+    /// code stay: a version never changes. A fill that read the store
+    /// before this is skipped, as after a removal.
+    pub fn forget_aliases(&self, function: Option<(&str, &str)>) {
         let mut map = self.write();
         self.generation.fetch_add(1, Ordering::AcqRel);
         match function {
             Some((tenant, name)) => {
                 if let Some(entry) = map.get_mut(tenant).and_then(|fns| fns.get_mut(name)) {
-                    entry.latest = None;
+                    entry.aliases.clear();
                 }
             }
             None => {
                 for entry in map.values_mut().flat_map(|fns| fns.values_mut()) {
-                    entry.latest = None;
+                    entry.aliases.clear();
                 }
             }
         }
@@ -242,15 +276,26 @@ mod tests {
     }
 
     #[test]
-    fn newest_and_pinned_versions_are_served_from_memory() {
+    fn live_aliased_and_pinned_versions_are_served_from_memory() {
         let t = FunctionTable::default();
         let g = t.generation();
-        t.insert(v(2), true, g);
-        t.insert(v(1), false, g);
-        t.insert(v(1), true, g); // an older "newest" never moves latest back
+        t.insert(v(2), Some("live"), g);
+        t.insert(v(1), None, g);
+        t.insert(v(3), Some("canary"), g);
         assert_eq!(t.get("t", "f", None).map(|v| v.version), Some(2));
+        assert_eq!(
+            t.get("t", "f", Pin::Alias("canary")).map(|v| v.version),
+            Some(3)
+        );
+        assert!(
+            t.get("t", "f", Pin::Alias("staging")).is_none(),
+            "asks the store"
+        );
+        // A rollback moves live back: the table says what it was told.
+        t.insert(v(1), Some("live"), g);
+        assert_eq!(t.get("t", "f", None).map(|v| v.version), Some(1));
         assert_eq!(t.get("t", "f", Some(1)).map(|v| v.version), Some(1));
-        assert!(t.get("t", "f", Some(3)).is_none());
+        assert!(t.get("t", "f", Some(4)).is_none());
         assert!(
             Arc::ptr_eq(&t.slot(&v(2)), &t.slot(&v(2))),
             "one slot per version"
@@ -260,7 +305,7 @@ mod tests {
     #[tokio::test]
     async fn prepared_code_idle_for_the_keep_alive_is_dropped() {
         let t = FunctionTable::default();
-        t.insert(v(1), true, t.generation());
+        t.insert(v(1), Some("live"), t.generation());
         assert!(t.loaded().is_empty(), "known, not prepared");
         let slot = t.slot(&v(1));
         slot.get(Tier::Wasm)
@@ -299,10 +344,10 @@ mod tests {
     fn a_fill_that_raced_a_removal_is_dropped() {
         let t = FunctionTable::default();
         let before = t.generation();
-        t.insert(v(1), true, before);
+        t.insert(v(1), Some("live"), before);
         t.remove("t", "f");
         assert!(t.get("t", "f", None).is_none());
-        t.insert(v(1), true, before); // read from the store before the removal
+        t.insert(v(1), Some("live"), before); // read from the store before the removal
         assert!(t.get("t", "f", None).is_none());
         assert!(
             !Arc::ptr_eq(&t.slot(&v(1)), &t.slot(&v(1))),
@@ -311,22 +356,22 @@ mod tests {
     }
 
     #[test]
-    fn a_change_elsewhere_forgets_the_newest_but_keeps_versions() {
+    fn a_change_forgets_the_aliases_but_keeps_versions() {
         let t = FunctionTable::default();
         let before = t.generation();
-        t.insert(v(1), true, before);
+        t.insert(v(1), Some("live"), before);
         let slot = t.slot(&v(1));
-        t.forget_latest(Some(("t", "f")));
+        t.forget_aliases(Some(("t", "f")));
         assert!(t.get("t", "f", None).is_none(), "the store is asked again");
         assert_eq!(t.get("t", "f", Some(1)).map(|v| v.version), Some(1));
         assert!(Arc::ptr_eq(&slot, &t.slot(&v(1))), "prepared code stays");
         // A lookup that read the store before the change cannot put back
-        // the newest it read.
-        t.insert(v(1), true, before);
+        // the alias it read.
+        t.insert(v(1), Some("live"), before);
         assert!(t.get("t", "f", None).is_none());
-        t.insert(v(2), true, t.generation());
+        t.insert(v(2), Some("live"), t.generation());
         assert_eq!(t.get("t", "f", None).map(|v| v.version), Some(2));
-        t.forget_latest(None);
+        t.forget_aliases(None);
         assert!(t.get("t", "f", None).is_none(), "a resync forgets all");
     }
 }

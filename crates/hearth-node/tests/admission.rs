@@ -55,7 +55,7 @@ async fn node_with(limits: (usize, usize), memory: MemoryBudget) -> Fixture {
         for (name, code) in [("spin", SPIN), ("hello", HELLO)] {
             let mut spec = FunctionSpec::new(Runtime::Wasm);
             spec.limits.timeout_ms = 400;
-            node.deploy(tenant, name, Source::from(code.to_vec()), spec)
+            node.deploy(tenant, name, Source::from(code.to_vec()), spec, true)
                 .await
                 .unwrap();
         }
@@ -201,7 +201,7 @@ async fn memory_is_reserved_at_admission_against_the_tenants_share_and_the_nodes
         let mut spec = FunctionSpec::new(Runtime::Wasm);
         spec.limits.timeout_ms = 3000;
         f.node
-            .deploy(t, "long", Source::from(SPIN.to_vec()), spec)
+            .deploy(t, "long", Source::from(SPIN.to_vec()), spec, true)
             .await
             .unwrap();
         invoke(&f.node, t, "hello").await.unwrap();
@@ -243,7 +243,7 @@ async fn memory_is_reserved_at_admission_against_the_tenants_share_and_the_nodes
     spec.limits.memory_mib = 200;
     let e = f
         .node
-        .deploy("a", "huge", Source::from(HELLO.to_vec()), spec)
+        .deploy("a", "huge", Source::from(HELLO.to_vec()), spec, true)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("--capacity-mib-per-tenant"), "{e}");

@@ -294,7 +294,7 @@ async fn retention_keeps_errors_longer_when_a_function_asks_and_caps_size() {
     let mut spec = FunctionSpec::new(Runtime::Wasm);
     spec.record.keep_errors_s = Some(30 * 24 * 3600);
     fx.store
-        .create_version("a", "f", &"00".repeat(32), &spec)
+        .create_version("a", "f", &"00".repeat(32), &spec, true)
         .await
         .unwrap();
     let day = 24 * 3600 * 1000;
@@ -353,7 +353,7 @@ async fn a_pinned_tape_outlives_retention_while_its_function_exists() {
     let spec = FunctionSpec::new(Runtime::Wasm);
     for f in ["f", "g"] {
         fx.store
-            .create_version("a", f, &"00".repeat(32), &spec)
+            .create_version("a", f, &"00".repeat(32), &spec, true)
             .await
             .unwrap();
     }

@@ -466,7 +466,7 @@ mod tests {
 
         a.create_tenant("t").await.unwrap();
         let spec = FunctionSpec::new(hearth_core::Runtime::Wasm);
-        a.create_version("t", "f", "aa", &spec).await.unwrap();
+        a.create_version("t", "f", "aa", &spec, true).await.unwrap();
         let f = Change::Function {
             tenant: "t".into(),
             name: "f".into(),
@@ -542,6 +542,7 @@ mod tests {
             "g",
             "h2",
             &FunctionSpec::new(hearth_core::Runtime::Wasm),
+            true,
         )
         .await
         .unwrap();

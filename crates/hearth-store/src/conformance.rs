@@ -6,7 +6,9 @@ use std::pin::Pin;
 
 use hearth_core::{Colocation, FunctionSpec, Runtime};
 
-use crate::{FunctionMode, JournalKey, LogQuery, LogRecord, LogStream, Role, Store, StoreError};
+use crate::{
+    Alias, FunctionMode, JournalKey, LIVE, LogQuery, LogRecord, LogStream, Role, Store, StoreError,
+};
 
 /// One scenario: it wants a fresh, empty store.
 type Scenario = for<'a> fn(&'a dyn Store) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
@@ -20,6 +22,7 @@ macro_rules! scenarios {
 }
 
 scenarios![
+    aliases_move_with_history_and_roll_back_one_move_at_a_time,
     versions_resolve_newest_or_pinned,
     delete_removes_function_and_numbering_continues,
     tokens_authenticate_to_their_tenant_only,
@@ -37,14 +40,14 @@ pub(crate) async fn versions_resolve_newest_or_pinned(s: &dyn Store) {
     s.create_tenant("acme").await.unwrap();
     let spec = FunctionSpec::new(Runtime::Wasm);
     assert_eq!(
-        s.create_version("acme", "hello", "aa", &spec)
+        s.create_version("acme", "hello", "aa", &spec, true)
             .await
             .unwrap()
             .version,
         1
     );
     assert_eq!(
-        s.create_version("acme", "hello", "bb", &spec)
+        s.create_version("acme", "hello", "bb", &spec, true)
             .await
             .unwrap()
             .version,
@@ -81,8 +84,8 @@ pub(crate) async fn versions_resolve_newest_or_pinned(s: &dyn Store) {
 
 async fn delete_removes_function_and_numbering_continues(s: &dyn Store) {
     let spec = FunctionSpec::new(Runtime::Wasm);
-    s.create_version("t", "f", "aa", &spec).await.unwrap();
-    s.create_version("t", "f", "bb", &spec).await.unwrap();
+    s.create_version("t", "f", "aa", &spec, true).await.unwrap();
+    s.create_version("t", "f", "bb", &spec, true).await.unwrap();
     s.kv_set("t", "f", b"k", b"v", u64::MAX).await.unwrap();
     assert!(s.delete_function("t", "f").await.unwrap());
     assert!(!s.delete_function("t", "f").await.unwrap());
@@ -93,7 +96,7 @@ async fn delete_removes_function_and_numbering_continues(s: &dyn Store) {
     assert!(s.referenced_artifacts().await.unwrap().is_empty());
     assert_eq!(s.kv_get("t", "f", b"k").await.unwrap(), None);
     assert_eq!(
-        s.create_version("t", "f", "cc", &spec)
+        s.create_version("t", "f", "cc", &spec, true)
             .await
             .unwrap()
             .version,
@@ -180,7 +183,7 @@ async fn tenant_colocation_overrides_are_set_cleared_and_refused_for_unknown_ten
 async fn bounces_count_up_pin_at_the_limit_and_reset_on_deploy(s: &dyn Store) {
     s.create_tenant("t").await.unwrap();
     let spec = FunctionSpec::new(Runtime::Js);
-    s.create_version("t", "f", "a", &spec).await.unwrap();
+    s.create_version("t", "f", "a", &spec, true).await.unwrap();
     assert_eq!(
         s.function_mode("t", "f").await.unwrap(),
         FunctionMode::default()
@@ -189,7 +192,7 @@ async fn bounces_count_up_pin_at_the_limit_and_reset_on_deploy(s: &dyn Store) {
     let m = s.record_bounce("t", "f", 2).await.unwrap();
     assert_eq!((m.bounces, m.pinned), (2, true));
     assert_eq!(s.list_functions("t").await.unwrap()[0].mode, m);
-    s.create_version("t", "f", "b", &spec).await.unwrap();
+    s.create_version("t", "f", "b", &spec, true).await.unwrap();
     assert_eq!(
         s.function_mode("t", "f").await.unwrap(),
         FunctionMode::default()
@@ -413,7 +416,7 @@ async fn logs_are_counted_per_function_trimmed_oldest_first_and_expired(s: &dyn 
     );
     s.reclaim_space().await.unwrap();
     // A removed function's logs and their count go with it.
-    s.create_version("t", "g", "aa", &FunctionSpec::new(Runtime::Wasm))
+    s.create_version("t", "g", "aa", &FunctionSpec::new(Runtime::Wasm), true)
         .await
         .unwrap();
     assert!(s.delete_function("t", "g").await.unwrap());
@@ -457,4 +460,125 @@ async fn journals_keep_order_per_invocation_and_are_forgotten_or_swept(s: &dyn S
         1
     );
     assert!(s.journal_read(&b).await.unwrap().is_empty());
+}
+
+async fn aliases_move_with_history_and_roll_back_one_move_at_a_time(s: &dyn Store) {
+    s.create_tenant("t").await.unwrap();
+    let spec = FunctionSpec::new(Runtime::Wasm);
+    s.create_version("t", "f", "aa", &spec, true).await.unwrap();
+    s.create_version("t", "f", "bb", &spec, true).await.unwrap();
+    let v3 = s
+        .create_version("t", "f", "cc", &spec, false)
+        .await
+        .unwrap();
+    assert_eq!(v3.version, 3);
+    let live = async || {
+        s.get_version("t", "f", None)
+            .await
+            .unwrap()
+            .unwrap()
+            .version
+    };
+    assert_eq!(
+        live().await,
+        2,
+        "a version deployed without promotion is not live"
+    );
+    let listed = &s.list_functions("t").await.unwrap()[0];
+    assert_eq!((listed.latest.version, listed.live), (3, Some(2)));
+    assert_eq!(
+        s.aliases("t", "f").await.unwrap(),
+        vec![Alias {
+            alias: LIVE.into(),
+            version: 2
+        }]
+    );
+
+    let promoted = s.set_alias("t", "f", LIVE, 3).await.unwrap();
+    assert_eq!(
+        (promoted.version, promoted.previous, promoted.rollback),
+        (3, Some(2), false)
+    );
+    s.set_alias("t", "f", "canary", 1).await.unwrap();
+    let canary = s.alias_version("t", "f", "canary").await.unwrap().unwrap();
+    assert_eq!((canary.version, canary.artifact.as_str()), (1, "aa"));
+    assert_eq!(live().await, 3, "another alias leaves live where it is");
+
+    // Each rollback undoes one move: 3 → 2 → 1, then nothing is before.
+    let back = s.rollback_alias("t", "f", LIVE).await.unwrap();
+    assert_eq!(
+        (back.version, back.previous, back.rollback),
+        (2, Some(3), true)
+    );
+    assert_eq!(live().await, 2);
+    assert_eq!(s.rollback_alias("t", "f", LIVE).await.unwrap().version, 1);
+    assert!(matches!(
+        s.rollback_alias("t", "f", LIVE).await,
+        Err(StoreError::NothingToRollBack { .. })
+    ));
+    assert_eq!(live().await, 1, "a refused rollback moves nothing");
+    // A promotion after rollbacks is a new move, which a rollback undoes.
+    s.set_alias("t", "f", LIVE, 3).await.unwrap();
+    assert_eq!(s.rollback_alias("t", "f", LIVE).await.unwrap().version, 1);
+    let history: Vec<(u32, bool)> = s
+        .alias_moves("t", "f", LIVE, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| (m.version, m.rollback))
+        .collect();
+    assert_eq!(
+        history,
+        [
+            (1, true),
+            (3, false),
+            (1, true),
+            (2, true),
+            (3, false),
+            (2, false),
+            (1, false)
+        ]
+    );
+    assert_eq!(s.alias_moves("t", "f", LIVE, 2).await.unwrap().len(), 2);
+
+    // What does not exist is refused, and nothing moves.
+    assert!(matches!(
+        s.set_alias("t", "f", LIVE, 9).await,
+        Err(StoreError::NoSuchVersion { version: 9, .. })
+    ));
+    assert!(matches!(
+        s.set_alias("t", "g", LIVE, 1).await,
+        Err(StoreError::NoSuchVersion { .. })
+    ));
+    assert!(matches!(
+        s.rollback_alias("t", "f", "staging").await,
+        Err(StoreError::NoSuchAlias { .. })
+    ));
+    assert!(
+        s.alias_version("t", "f", "staging")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(live().await, 1);
+
+    // Removing the function forgets its aliases: made again, it has none
+    // until a version is promoted.
+    assert!(s.delete_function("t", "f").await.unwrap());
+    assert!(s.aliases("t", "f").await.unwrap().is_empty());
+    assert!(s.alias_moves("t", "f", LIVE, 10).await.unwrap().is_empty());
+    let again = s
+        .create_version("t", "f", "dd", &spec, false)
+        .await
+        .unwrap();
+    assert_eq!(again.version, 4);
+    assert!(s.get_version("t", "f", None).await.unwrap().is_none());
+    assert_eq!(
+        s.get_version("t", "f", Some(4))
+            .await
+            .unwrap()
+            .unwrap()
+            .artifact,
+        "dd"
+    );
 }

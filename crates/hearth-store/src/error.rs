@@ -39,6 +39,12 @@ pub enum StoreError {
     KvQuota { tenant: String, max_bytes: u64 },
     /// the KV value cannot be incremented: {0}
     KvNotACounter(String),
+    /// function {function} has no version {version} (`hearth versions` lists them)
+    NoSuchVersion { function: String, version: u32 },
+    /// function {function} has no alias {alias:?} (`hearth aliases` lists them)
+    NoSuchAlias { function: String, alias: String },
+    /// alias {alias:?} of {function} has no earlier version to roll back to: promote one instead
+    NothingToRollBack { function: String, alias: String },
 }
 
 impl StoreError {

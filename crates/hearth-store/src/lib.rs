@@ -64,16 +64,47 @@ pub struct Principal {
     pub role: Role,
 }
 
-/// A function as listed: its newest version and how many it has.
+/// A function as listed: its newest version, the one live, and how many
+/// it has.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FunctionSummary {
     pub name: String,
     pub latest: FunctionVersion,
+    /// The version `live` points at (none: no version is live yet).
+    #[serde(default)]
+    pub live: Option<u32>,
     pub versions: u32,
     /// Where a JavaScript function runs (see [`FunctionMode`]).
     #[serde(flatten)]
     pub mode: FunctionMode,
+}
+
+/// The alias an unpinned invocation runs.
+pub const LIVE: &str = "live";
+
+/// One of a function's aliases and the version it points at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Alias {
+    pub alias: String,
+    pub version: u32,
+}
+
+/// One move of an alias, as its history keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AliasMove {
+    /// The move's place in the history (rising).
+    pub id: i64,
+    pub alias: String,
+    /// Where the alias points after the move.
+    pub version: u32,
+    /// Where it pointed before (none: the move made it).
+    pub previous: Option<u32>,
+    /// Whether the move was a rollback.
+    pub rollback: bool,
+    pub at_ms: i64,
 }
 
 /// How often a JavaScript function fell back from the isolate tier to the
@@ -302,28 +333,69 @@ pub trait Store: Send + Sync + 'static {
 
     // -- functions --
     /// Records a new version of `name` (creating the function if new) whose
-    /// code is the already-stored artifact `artifact`. Atomic.
+    /// code is the already-stored artifact `artifact`, and with `promote`
+    /// points [`LIVE`] at it. Atomic.
     async fn create_version(
         &self,
         tenant: &str,
         name: &str,
         artifact: &str,
         spec: &FunctionSpec,
+        promote: bool,
     ) -> Result<FunctionVersion, StoreError>;
-    /// The newest version, or the given one.
+    /// The version [`LIVE`] points at (none if no version is live), or
+    /// the given one.
     async fn get_version(
         &self,
         tenant: &str,
         name: &str,
         version: Option<u32>,
     ) -> Result<Option<FunctionVersion>, StoreError>;
+    /// The version `alias` points at.
+    async fn alias_version(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+    ) -> Result<Option<FunctionVersion>, StoreError>;
+    /// The function's aliases, by name.
+    async fn aliases(&self, tenant: &str, name: &str) -> Result<Vec<Alias>, StoreError>;
+    /// Points `alias` (made if new) at `version`, which must exist
+    /// ([`StoreError::NoSuchVersion`]); the move joins the alias's
+    /// history. Atomic.
+    async fn set_alias(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+        version: u32,
+    ) -> Result<AliasMove, StoreError>;
+    /// Points `alias` back where it was before the move that made its
+    /// current version; again, and it goes further back (each rollback
+    /// undoes one move). [`StoreError::NothingToRollBack`] at the start
+    /// of its history. Atomic.
+    async fn rollback_alias(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+    ) -> Result<AliasMove, StoreError>;
+    /// The alias's moves, newest first, at most `limit`.
+    async fn alias_moves(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+        limit: u32,
+    ) -> Result<Vec<AliasMove>, StoreError>;
     async fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>, StoreError>;
     async fn list_versions(
         &self,
         tenant: &str,
         name: &str,
     ) -> Result<Vec<FunctionVersion>, StoreError>;
-    /// Deletes the function, its versions, KV and logs. False if it did not exist.
+    /// Deletes the function, its versions, aliases, KV and logs. False if
+    /// it did not exist.
     async fn delete_function(&self, tenant: &str, name: &str) -> Result<bool, StoreError>;
     /// The function's fallback record; reset by every deploy.
     async fn function_mode(&self, tenant: &str, name: &str) -> Result<FunctionMode, StoreError>;

@@ -6,8 +6,9 @@
 use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 
 use crate::{
-    BlobEntry, BlockQuery, FunctionMode, FunctionSummary, JournalKey, LogQuery, LogRecord, PgStore,
-    Principal, Role, SqliteStore, Store, StoreError, TapeBlock, TapeIndex, TapePin,
+    Alias, AliasMove, BlobEntry, BlockQuery, FunctionMode, FunctionSummary, JournalKey, LogQuery,
+    LogRecord, PgStore, Principal, Role, SqliteStore, Store, StoreError, TapeBlock, TapeIndex,
+    TapePin,
 };
 
 /// Shared state in PostgreSQL, the tape index in local SQLite.
@@ -60,9 +61,10 @@ impl Store for SplitStore {
         name: &str,
         artifact: &str,
         spec: &FunctionSpec,
+        promote: bool,
     ) -> Result<FunctionVersion, StoreError> {
         self.shared
-            .create_version(tenant, name, artifact, spec)
+            .create_version(tenant, name, artifact, spec, promote)
             .await
     }
     async fn get_version(
@@ -72,6 +74,43 @@ impl Store for SplitStore {
         version: Option<u32>,
     ) -> Result<Option<FunctionVersion>, StoreError> {
         self.shared.get_version(tenant, name, version).await
+    }
+    async fn alias_version(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+    ) -> Result<Option<FunctionVersion>, StoreError> {
+        self.shared.alias_version(tenant, name, alias).await
+    }
+    async fn aliases(&self, tenant: &str, name: &str) -> Result<Vec<Alias>, StoreError> {
+        self.shared.aliases(tenant, name).await
+    }
+    async fn set_alias(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+        version: u32,
+    ) -> Result<AliasMove, StoreError> {
+        self.shared.set_alias(tenant, name, alias, version).await
+    }
+    async fn rollback_alias(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+    ) -> Result<AliasMove, StoreError> {
+        self.shared.rollback_alias(tenant, name, alias).await
+    }
+    async fn alias_moves(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+        limit: u32,
+    ) -> Result<Vec<AliasMove>, StoreError> {
+        self.shared.alias_moves(tenant, name, alias, limit).await
     }
     async fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>, StoreError> {
         self.shared.list_functions(tenant).await

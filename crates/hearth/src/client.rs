@@ -46,9 +46,10 @@ pub enum ClientCommand {
         /// Tenant that owns the function (default: the token's).
         #[arg(long)]
         tenant: Option<String>,
-        /// Pin a version instead of the newest.
+        /// Run this version (a number) or alias (`canary`) instead of the
+        /// live one.
         #[arg(long)]
-        version: Option<u32>,
+        version: Option<String>,
         /// Also print status and headers.
         #[arg(short = 'i', long)]
         include: bool,
@@ -63,9 +64,45 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
-    /// List a function's versions.
+    /// List a function's versions and where its aliases point, or
+    /// download one version's code.
     Versions {
         name: String,
+        /// Write version N's code (as the node stores it) to --output.
+        #[arg(long, value_name = "N")]
+        download: Option<u32>,
+        /// Where --download writes (default: NAME@N in this directory;
+        /// `-`: standard output).
+        #[arg(short = 'o', long, requires = "download")]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Point an alias (default `live`, what unpinned calls run) at a
+    /// version: a release, or a rollback to a version chosen by number.
+    Promote {
+        name: String,
+        version: u32,
+        #[arg(long, default_value = hearth_store::LIVE)]
+        alias: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Point an alias (default `live`) back where it was before its last
+    /// move, in one call; again, and it goes further back.
+    Rollback {
+        name: String,
+        #[arg(long, default_value = hearth_store::LIVE)]
+        alias: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Where a function's aliases point, with an alias's recent moves.
+    Aliases {
+        name: String,
+        /// Also list this alias's moves, newest first.
+        #[arg(long, value_name = "ALIAS")]
+        history: Option<String>,
         #[command(flatten)]
         target: Target,
     },
@@ -500,8 +537,8 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
                 return Ok(());
             }
             println!(
-                "{:<24} {:>7} {:>8} {:>10} {:>8}  {:<6}  MODE",
-                "NAME", "RUNTIME", "VERSION", "MEMORY", "TIMEOUT", "PUBLIC"
+                "{:<24} {:>7} {:>5} {:>6} {:>10} {:>8}  {:<6}  MODE",
+                "NAME", "RUNTIME", "LIVE", "NEWEST", "MEMORY", "TIMEOUT", "PUBLIC"
             );
             for f in &list.functions {
                 let l = &f.summary.latest;
@@ -521,8 +558,12 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
                     (Runtime::Wasm, _, _) => "wasm".to_string(),
                     _ => "process".to_string(),
                 };
+                let live = f
+                    .summary
+                    .live
+                    .map_or_else(|| "-".to_string(), |v| v.to_string());
                 println!(
-                    "{:<24} {:>7} {:>8} {:>7}MiB {:>6}ms  {:<6}  {mode}",
+                    "{:<24} {:>7} {live:>5} {:>6} {:>7}MiB {:>6}ms  {:<6}  {mode}",
                     f.summary.name,
                     l.spec.runtime.as_str(),
                     l.version,
@@ -532,7 +573,46 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
                 );
             }
         }
-        ClientCommand::Versions { name, target } => {
+        ClientCommand::Versions {
+            name,
+            download: Some(n),
+            output,
+            target,
+        } => {
+            let c = Client::new(data_dir, &target)?;
+            crate::releases::download(&c, &name, n, output).await?;
+        }
+        ClientCommand::Promote {
+            name,
+            version,
+            alias,
+            target,
+        } => {
+            let c = Client::new(data_dir, &target)?;
+            crate::releases::promote(&c, &name, &alias, version).await?;
+        }
+        ClientCommand::Rollback {
+            name,
+            alias,
+            target,
+        } => {
+            let c = Client::new(data_dir, &target)?;
+            crate::releases::rollback(&c, &name, &alias).await?;
+        }
+        ClientCommand::Aliases {
+            name,
+            history,
+            target,
+        } => {
+            let c = Client::new(data_dir, &target)?;
+            crate::releases::aliases(&c, &name, history.as_deref()).await?;
+        }
+        ClientCommand::Versions {
+            name,
+            download: None,
+            output: _,
+            target,
+        } => {
             let c = Client::new(data_dir, &target)?;
             let (versions, v): (answers::FunctionVersions, _) = c
                 .send_as(c.request(reqwest::Method::GET, &format!("/v1/functions/{name}")))
@@ -542,21 +622,28 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
                 return Ok(());
             }
             println!(
-                "{:>8}  {:<24}  {:<16}  SETTINGS",
-                "VERSION", "CREATED", "ARTIFACT"
+                "{:>8}  {:<24}  {:<16}  {:<12}  SETTINGS",
+                "VERSION", "CREATED", "ARTIFACT", "ALIASES"
             );
             for ver in &versions.versions {
                 let (version, spec) = (&ver.version, &ver.version.spec);
+                let aliases: Vec<&str> = versions
+                    .aliases
+                    .iter()
+                    .filter(|a| a.version == version.version)
+                    .map(|a| a.alias.as_str())
+                    .collect();
                 let hosts = if spec.allowed_hosts.is_empty() {
                     String::new()
                 } else {
                     format!(" hosts={}", spec.allowed_hosts.join(","))
                 };
                 println!(
-                    "{:>8}  {:<24}  {:<16}  {}MiB {}ms{}{hosts}",
+                    "{:>8}  {:<24}  {:<16}  {:<12}  {}MiB {}ms{}{hosts}",
                     version.version,
                     fmt_time(version.created_at_ms),
                     &version.artifact[..12.min(version.artifact.len())],
+                    aliases.join(","),
                     spec.limits.memory_mib,
                     spec.limits.timeout_ms,
                     if spec.public { " public" } else { "" },

@@ -487,7 +487,7 @@ async fn first_start(
         for (name, code, public) in EXAMPLES {
             let mut spec = FunctionSpec::new(Runtime::Wasm);
             spec.public = *public;
-            node.deploy(ADMIN_TENANT, name, code.to_vec().into(), spec)
+            node.deploy(ADMIN_TENANT, name, code.to_vec().into(), spec, true)
                 .await
                 .with_context(|| format!("failed to deploy example {name}"))?;
         }

@@ -65,6 +65,10 @@ pub struct DeployArgs {
     /// most: the node's --max-tape-bytes).
     #[arg(long)]
     max_tape_bytes: Option<usize>,
+    /// Keep the new version without making it live: it answers as
+    /// NAME@VERSION until `hearth promote NAME VERSION`.
+    #[arg(long)]
+    no_promote: bool,
     #[command(flatten)]
     pub(crate) target: Target,
 }
@@ -87,6 +91,7 @@ pub(crate) async fn deploy(c: &Client, args: DeployArgs) -> anyhow::Result<()> {
         keep_ok,
         keep_errors,
         max_tape_bytes,
+        no_promote,
         target: _,
     } = args;
     let mut file_name = file
@@ -136,6 +141,9 @@ pub(crate) async fn deploy(c: &Client, args: DeployArgs) -> anyhow::Result<()> {
     q.extend(keep_ok.map(|k| ("keep_ok", k)));
     q.extend(keep_errors.map(|k| ("keep_errors", k)));
     q.extend(max_tape_bytes.map(|b| ("max_tape_bytes", b.to_string())));
+    if no_promote {
+        q.push(("promote", "false".into()));
+    }
     let size_kib = code.len() as f64 / 1024.0;
     let rb = c
         .request(reqwest::Method::POST, &format!("/v1/functions/{name}"))
@@ -168,6 +176,12 @@ pub(crate) async fn deploy(c: &Client, args: DeployArgs) -> anyhow::Result<()> {
             c.url,
             deployed.url
         );
+        if !deployed.live {
+            println!(
+                "  not live: `hearth promote {} {}` makes it so",
+                deployed.version.name, deployed.version.version
+            );
+        }
     }
     // Choices made for the deployer are theirs to know, also under --json.
     for w in &deployed.warnings {

@@ -10,6 +10,7 @@ mod kv;
 mod logs;
 mod otlp;
 mod recordings;
+mod releases;
 mod serve;
 
 use std::path::PathBuf;

@@ -17,13 +17,14 @@ use std::sync::Arc;
 use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use rusqlite::{Connection, OptionalExtension, params};
 
+mod aliases;
 mod store;
 mod tapes;
 
 use crate::{
-    BlobEntry, BlockQuery, FunctionMode, FunctionSummary, JournalKey, LogQuery, LogRecord,
-    LogStream, Principal, Role, StoreError, TapeBlock, TapeIndex, TapePin, parse_colocation,
-    sha256_hex,
+    Alias, AliasMove, BlobEntry, BlockQuery, FunctionMode, FunctionSummary, JournalKey, LIVE,
+    LogQuery, LogRecord, LogStream, Principal, Role, StoreError, TapeBlock, TapeIndex, TapePin,
+    parse_colocation, sha256_hex,
 };
 
 const READERS: usize = 4;
@@ -230,6 +231,7 @@ impl SqliteStore {
         name: &str,
         artifact: &str,
         spec: &FunctionSpec,
+        promote: bool,
     ) -> Result<FunctionVersion, StoreError> {
         let spec_json = serde_json::to_string(spec).expect("FunctionSpec always serializes");
         let created_at_ms = hearth_core::unix_time_ms();
@@ -266,6 +268,9 @@ impl SqliteStore {
             "DELETE FROM modes WHERE tenant = ?1 AND name = ?2",
             params![tenant, name],
         )?;
+        if promote {
+            aliases::set(&tx, tenant, name, LIVE, version, None)?;
+        }
         tx.commit()?;
         Ok(FunctionVersion {
             tenant: tenant.to_string(),
@@ -296,18 +301,94 @@ impl SqliteStore {
                     row_to_version,
                 )
                 .optional()?,
-            None => conn
-                .query_row(
-                    "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms
-                     FROM functions f JOIN versions v
-                       ON v.tenant = f.tenant AND v.name = f.name AND v.version = f.latest
-                     WHERE f.tenant = ?1 AND f.name = ?2",
-                    params![tenant, name],
-                    row_to_version,
-                )
-                .optional()?,
+            None => return self.alias_version(tenant, name, LIVE),
         };
         Ok(row)
+    }
+
+    pub fn alias_version(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+    ) -> Result<Option<FunctionVersion>, StoreError> {
+        Ok(self
+            .reader()
+            .query_row(
+                "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms
+                 FROM aliases a JOIN versions v
+                   ON v.tenant = a.tenant AND v.name = a.name AND v.version = a.version
+                 WHERE a.tenant = ?1 AND a.name = ?2 AND a.alias = ?3",
+                params![tenant, name, alias],
+                row_to_version,
+            )
+            .optional()?)
+    }
+
+    pub fn aliases(&self, tenant: &str, name: &str) -> Result<Vec<Alias>, StoreError> {
+        let conn = self.reader();
+        let mut stmt = conn.prepare(
+            "SELECT alias, version FROM aliases WHERE tenant = ?1 AND name = ?2 ORDER BY alias",
+        )?;
+        let rows = stmt.query_map(params![tenant, name], |r| {
+            Ok(Alias {
+                alias: r.get(0)?,
+                version: r.get(1)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn set_alias(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+        version: u32,
+    ) -> Result<AliasMove, StoreError> {
+        let mut conn = self.writer();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let moved = aliases::set(&tx, tenant, name, alias, version, None)?;
+        tx.commit()?;
+        Ok(moved)
+    }
+
+    pub fn rollback_alias(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+    ) -> Result<AliasMove, StoreError> {
+        let mut conn = self.writer();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let moved = aliases::roll_back(&tx, tenant, name, alias)?;
+        tx.commit()?;
+        Ok(moved)
+    }
+
+    pub fn alias_moves(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+        limit: u32,
+    ) -> Result<Vec<AliasMove>, StoreError> {
+        let conn = self.reader();
+        let mut stmt = conn.prepare(
+            "SELECT id, alias, version, previous, undoes IS NOT NULL, at_ms FROM alias_moves
+             WHERE tenant = ?1 AND name = ?2 AND alias = ?3 ORDER BY id DESC LIMIT ?4",
+        )?;
+        let rows = stmt.query_map(params![tenant, name, alias, limit], |r| {
+            Ok(AliasMove {
+                id: r.get(0)?,
+                alias: r.get(1)?,
+                version: r.get(2)?,
+                previous: r.get(3)?,
+                rollback: r.get(4)?,
+                at_ms: r.get(5)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     pub fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>, StoreError> {
@@ -315,7 +396,9 @@ impl SqliteStore {
         let mut stmt = conn.prepare(
             "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms,
                     (SELECT COUNT(*) FROM versions c WHERE c.tenant = f.tenant AND c.name = f.name),
-                    COALESCE(m.bounces, 0), COALESCE(m.pinned, 0)
+                    COALESCE(m.bounces, 0), COALESCE(m.pinned, 0),
+                    (SELECT a.version FROM aliases a
+                      WHERE a.tenant = f.tenant AND a.name = f.name AND a.alias = 'live')
              FROM functions f JOIN versions v
                ON v.tenant = f.tenant AND v.name = f.name AND v.version = f.latest
              LEFT JOIN modes m ON m.tenant = f.tenant AND m.name = f.name
@@ -329,14 +412,16 @@ impl SqliteStore {
                     bounces: r.get(7)?,
                     pinned: r.get(8)?,
                 },
+                r.get::<_, Option<u32>>(9)?,
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (latest, versions, mode) = row?;
+            let (latest, versions, mode, live) = row?;
             out.push(FunctionSummary {
                 name: latest.name.clone(),
                 latest,
+                live,
                 versions,
                 mode,
             });
@@ -395,6 +480,7 @@ impl SqliteStore {
                 "DELETE FROM log_usage WHERE tenant = ?1 AND function = ?2",
                 params![tenant, name],
             )?;
+            aliases::forget(&tx, tenant, name)?;
             tapes::forget_function(&tx, tenant, name)?;
         }
         tx.commit()?;

@@ -6,8 +6,8 @@ use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 
 use super::SqliteStore;
 use crate::{
-    FunctionMode, FunctionSummary, JournalKey, LogQuery, LogRecord, Principal, Role, Store,
-    StoreError,
+    Alias, AliasMove, FunctionMode, FunctionSummary, JournalKey, LogQuery, LogRecord, Principal,
+    Role, Store, StoreError,
 };
 
 impl SqliteStore {
@@ -93,6 +93,7 @@ impl Store for SqliteStore {
         name: &str,
         artifact: &str,
         spec: &FunctionSpec,
+        promote: bool,
     ) -> Result<FunctionVersion, StoreError> {
         let (tenant, name, artifact, spec) = (
             tenant.to_owned(),
@@ -100,7 +101,7 @@ impl Store for SqliteStore {
             artifact.to_owned(),
             spec.clone(),
         );
-        self.off_runtime(move |s| s.create_version(&tenant, &name, &artifact, &spec))
+        self.off_runtime(move |s| s.create_version(&tenant, &name, &artifact, &spec, promote))
             .await
     }
     async fn get_version(
@@ -111,6 +112,52 @@ impl Store for SqliteStore {
     ) -> Result<Option<FunctionVersion>, StoreError> {
         let (tenant, name) = (tenant.to_owned(), name.to_owned());
         self.off_runtime(move |s| s.get_version(&tenant, &name, version))
+            .await
+    }
+    async fn alias_version(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+    ) -> Result<Option<FunctionVersion>, StoreError> {
+        let (tenant, name, alias) = (tenant.to_owned(), name.to_owned(), alias.to_owned());
+        self.off_runtime(move |s| s.alias_version(&tenant, &name, &alias))
+            .await
+    }
+    async fn aliases(&self, tenant: &str, name: &str) -> Result<Vec<Alias>, StoreError> {
+        let (tenant, name) = (tenant.to_owned(), name.to_owned());
+        self.off_runtime(move |s| s.aliases(&tenant, &name)).await
+    }
+    async fn set_alias(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+        version: u32,
+    ) -> Result<AliasMove, StoreError> {
+        let (tenant, name, alias) = (tenant.to_owned(), name.to_owned(), alias.to_owned());
+        self.off_runtime(move |s| s.set_alias(&tenant, &name, &alias, version))
+            .await
+    }
+    async fn rollback_alias(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+    ) -> Result<AliasMove, StoreError> {
+        let (tenant, name, alias) = (tenant.to_owned(), name.to_owned(), alias.to_owned());
+        self.off_runtime(move |s| s.rollback_alias(&tenant, &name, &alias))
+            .await
+    }
+    async fn alias_moves(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+        limit: u32,
+    ) -> Result<Vec<AliasMove>, StoreError> {
+        let (tenant, name, alias) = (tenant.to_owned(), name.to_owned(), alias.to_owned());
+        self.off_runtime(move |s| s.alias_moves(&tenant, &name, &alias, limit))
             .await
     }
     async fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>, StoreError> {

@@ -577,6 +577,36 @@ async fn any_gateway_serves_any_request_and_hears_the_others_deploys() {
         deployed.elapsed()
     );
 
+    // A rollback through gw1 (gw2 has version 2 cached as live) reaches
+    // gw2 as a deploy does; so does a promotion back.
+    for (path, body, want) in [
+        ("/v1/functions/f/aliases/live/rollback", None, "1"),
+        (
+            "/v1/functions/f/aliases/live",
+            Some(serde_json::json!({"version": 2})),
+            "2",
+        ),
+    ] {
+        let mut rb = gw1.post(path);
+        if let Some(body) = &body {
+            rb = rb.json(body);
+        }
+        let r = rb.send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path}: {}", r.text().await.unwrap());
+        let moved = Instant::now();
+        while header(&gw2.invoke("f", b"").await, "hearth-version") != want {
+            assert!(
+                moved.elapsed() < Duration::from_secs(10),
+                "gw2 still serves the old live version of f after {path}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        eprintln!(
+            "figure: {path} through one gateway served by another after {:?}",
+            moved.elapsed()
+        );
+    }
+
     // A removal through gw2 is heard by gw1.
     let r = gw2.delete("/v1/functions/f").send().await.unwrap();
     assert!(r.status().is_success(), "{}", r.status());

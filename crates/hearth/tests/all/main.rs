@@ -26,6 +26,7 @@ mod packages;
 mod process;
 mod readme;
 mod recording;
+mod releases;
 mod snapshot;
 mod streaming;
 mod traces;

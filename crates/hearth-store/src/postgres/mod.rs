@@ -22,10 +22,12 @@ use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod, R
 use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use tokio_postgres::{NoTls, Row};
 
+mod aliases;
+
 use crate::cluster::{Change, notify};
 use crate::{
-    FunctionMode, FunctionSummary, JournalKey, LogQuery, LogRecord, LogStream, Principal, Role,
-    StoreError, parse_colocation, sha256_hex,
+    Alias, AliasMove, FunctionMode, FunctionSummary, JournalKey, LIVE, LogQuery, LogRecord,
+    LogStream, Principal, Role, StoreError, parse_colocation, sha256_hex,
 };
 
 /// Connections a node or gateway keeps open to the cluster's database.
@@ -84,6 +86,19 @@ impl PgStore {
     ) -> Result<T, StoreError> {
         let mut client = self.pool.get().await?;
         Ok(f(&mut client).await?)
+    }
+
+    /// Runs `f` in a transaction on a connection from the pool, and
+    /// commits what it did unless it failed.
+    async fn in_transaction<T>(
+        &self,
+        f: impl AsyncFnOnce(&tokio_postgres::Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let out = f(&tx).await?;
+        tx.commit().await?;
+        Ok(out)
     }
 
     pub async fn create_tenant(&self, name: &str) -> Result<(), StoreError> {
@@ -213,12 +228,12 @@ impl PgStore {
         name: &str,
         artifact: &str,
         spec: &FunctionSpec,
+        promote: bool,
     ) -> Result<FunctionVersion, StoreError> {
         let spec_json = serde_json::to_string(spec).expect("FunctionSpec always serializes");
         let created_at_ms = hearth_core::unix_time_ms();
         let key = format!("{tenant}/{name}");
-        let version = self.with(async |c| {
-            let tx = c.transaction().await?;
+        let version = self.in_transaction(async |tx| {
             // One deploy of a name at a time, across the cluster; the
             // numbering rule is SqliteStore::create_version's.
             tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&key]).await?;
@@ -246,8 +261,10 @@ impl PgStore {
                 "DELETE FROM modes WHERE tenant = $1 AND name = $2",
                 &[&tenant, &name],
             ).await?;
-            notify(&tx, &function_changed(tenant, name)).await?;
-            tx.commit().await?;
+            notify(tx, &function_changed(tenant, name)).await?;
+            if promote {
+                aliases::set(tx, tenant, name, LIVE, version as u32, None).await?;
+            }
             Ok(version)
         }).await?;
         Ok(FunctionVersion {
@@ -266,13 +283,15 @@ impl PgStore {
         name: &str,
         version: Option<u32>,
     ) -> Result<Option<FunctionVersion>, StoreError> {
-        let version = version.map(i64::from);
+        let Some(version) = version.map(i64::from) else {
+            return self.alias_version(tenant, name, LIVE).await;
+        };
         let row = self
             .with(async |c| {
                 c.query_opt(
                     "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms
-                 FROM functions f JOIN versions v ON v.tenant = f.tenant AND v.name = f.name
-                 WHERE f.tenant = $1 AND f.name = $2 AND v.version = COALESCE($3, f.latest)",
+                     FROM functions f JOIN versions v ON v.tenant = f.tenant AND v.name = f.name
+                     WHERE f.tenant = $1 AND f.name = $2 AND v.version = $3",
                     &[&tenant, &name, &version],
                 )
                 .await
@@ -281,12 +300,108 @@ impl PgStore {
         row.as_ref().map(row_to_version).transpose()
     }
 
+    pub async fn alias_version(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+    ) -> Result<Option<FunctionVersion>, StoreError> {
+        let row = self
+            .with(async |c| {
+                c.query_opt(
+                    "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms
+                     FROM aliases a JOIN versions v
+                       ON v.tenant = a.tenant AND v.name = a.name AND v.version = a.version
+                     WHERE a.tenant = $1 AND a.name = $2 AND a.alias = $3",
+                    &[&tenant, &name, &alias],
+                )
+                .await
+            })
+            .await?;
+        row.as_ref().map(row_to_version).transpose()
+    }
+
+    pub async fn aliases(&self, tenant: &str, name: &str) -> Result<Vec<Alias>, StoreError> {
+        let rows = self
+            .with(async |c| {
+                c.query(
+                    "SELECT alias, version FROM aliases WHERE tenant = $1 AND name = $2
+                     ORDER BY alias",
+                    &[&tenant, &name],
+                )
+                .await
+            })
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| Alias {
+                alias: r.get(0),
+                version: r.get::<_, i64>(1) as u32,
+            })
+            .collect())
+    }
+
+    pub async fn set_alias(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+        version: u32,
+    ) -> Result<AliasMove, StoreError> {
+        self.in_transaction(async |tx| aliases::set(tx, tenant, name, alias, version, None).await)
+            .await
+    }
+
+    pub async fn rollback_alias(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+    ) -> Result<AliasMove, StoreError> {
+        self.in_transaction(async |tx| aliases::roll_back(tx, tenant, name, alias).await)
+            .await
+    }
+
+    pub async fn alias_moves(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+        limit: u32,
+    ) -> Result<Vec<AliasMove>, StoreError> {
+        let limit = i64::from(limit);
+        let rows = self
+            .with(async |c| {
+                c.query(
+                    "SELECT id, alias, version, previous, undoes IS NOT NULL, at_ms
+                     FROM alias_moves WHERE tenant = $1 AND name = $2 AND alias = $3
+                     ORDER BY id DESC LIMIT $4",
+                    &[&tenant, &name, &alias, &limit],
+                )
+                .await
+            })
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| AliasMove {
+                id: r.get(0),
+                alias: r.get(1),
+                version: r.get::<_, i64>(2) as u32,
+                previous: r.get::<_, Option<i64>>(3).map(|p| p as u32),
+                rollback: r.get(4),
+                at_ms: r.get(5),
+            })
+            .collect())
+    }
+
     pub async fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>, StoreError> {
         let rows = self.with(async |c| {
             c.query(
                 "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms,
                         (SELECT COUNT(*) FROM versions c WHERE c.tenant = f.tenant AND c.name = f.name),
-                        COALESCE(m.bounces, 0), COALESCE(m.pinned, false)
+                        COALESCE(m.bounces, 0), COALESCE(m.pinned, false),
+                        (SELECT a.version FROM aliases a
+                          WHERE a.tenant = f.tenant AND a.name = f.name AND a.alias = 'live')
                  FROM functions f JOIN versions v
                    ON v.tenant = f.tenant AND v.name = f.name AND v.version = f.latest
                  LEFT JOIN modes m ON m.tenant = f.tenant AND m.name = f.name
@@ -300,6 +415,7 @@ impl PgStore {
                 Ok(FunctionSummary {
                     name: latest.name.clone(),
                     latest,
+                    live: r.get::<_, Option<i64>>(9).map(|v| v as u32),
                     versions: r.get::<_, i64>(6) as u32,
                     mode: FunctionMode {
                         bounces: r.get::<_, i64>(7) as u32,
@@ -355,6 +471,7 @@ impl PgStore {
                     "DELETE FROM modes WHERE tenant = $1 AND name = $2",
                     &[&tenant, &name],
                 ).await?;
+                aliases::forget(&tx, tenant, name).await?;
                 notify(&tx, &function_changed(tenant, name)).await?;
             }
             tx.commit().await?;
@@ -854,7 +971,7 @@ mod tests {
                     let mut got = Vec::new();
                     for _ in 0..10 {
                         got.push(
-                            s.create_version("t", "f", "aa", &spec)
+                            s.create_version("t", "f", "aa", &spec, true)
                                 .await
                                 .unwrap()
                                 .version,

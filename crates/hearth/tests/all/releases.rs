@@ -1,0 +1,326 @@
+//! Releases: aliases, promotion, rollback, deploys kept out of traffic,
+//! and a kept version's code downloaded, through the API and the CLI.
+
+use std::process::Command;
+
+use crate::harness::{Daemon, HEARTH, JsonExt, error_of, example};
+
+/// Which version answered an invocation of admin's `target`, and its body.
+async fn served(d: &Daemon, target: &str) -> (String, String) {
+    let resp = d.invoke(target, b"echoed").await;
+    assert_eq!(resp.status(), 200, "{target}");
+    let version = resp.headers()["hearth-version"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    (version, resp.text().await.unwrap())
+}
+
+async fn promote(d: &Daemon, name: &str, alias: &str, version: u32) -> reqwest::Response {
+    d.post(&format!("/v1/functions/{name}/aliases/{alias}"))
+        .json(&serde_json::json!({ "version": version }))
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn roll_back(d: &Daemon, name: &str, alias: &str) -> reqwest::Response {
+    d.post(&format!("/v1/functions/{name}/aliases/{alias}/rollback"))
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn live_moves_by_promotion_and_rollback_and_aliases_pin_without_a_redeploy() {
+    let d = Daemon::start();
+    d.deploy("greet", example("hello.wat"), &[]).await;
+    d.deploy("greet", example("echo.wat"), &[]).await;
+    let kept = d
+        .deploy("greet", example("hello.wat"), &[("promote", "false")])
+        .await;
+    assert_eq!(
+        (kept["version"].as_u64(), kept["live"].as_bool()),
+        (Some(3), Some(false))
+    );
+    assert_eq!(
+        kept["url"], "/fn/admin/greet@3",
+        "where the kept version answers"
+    );
+    let hello = "hello from wasm\n".to_string();
+    let echoed = "echoed".to_string();
+    assert_eq!(
+        served(&d, "greet").await,
+        ("2".into(), echoed.clone()),
+        "3 is not live"
+    );
+    assert_eq!(served(&d, "greet@3").await, ("3".into(), hello.clone()));
+
+    // Promote 3, then roll back one move at a time: 3 → 2 → 1.
+    let moved: serde_json::Value = promote(&d, "greet", "live", 3).await.json().await.unwrap();
+    assert_eq!(
+        (moved["version"].as_u64(), moved["previous"].as_u64()),
+        (Some(3), Some(2))
+    );
+    assert_eq!(served(&d, "greet").await.0, "3");
+    let back = roll_back(&d, "greet", "live").await;
+    assert_eq!(back.status(), 200);
+    let back: serde_json::Value = back.json().await.unwrap();
+    assert_eq!(
+        (back["version"].as_u64(), back["rollback"].as_bool()),
+        (Some(2), Some(true))
+    );
+    assert_eq!(served(&d, "greet").await, ("2".into(), echoed.clone()));
+    roll_back(&d, "greet", "live").await;
+    assert_eq!(served(&d, "greet").await, ("1".into(), hello.clone()));
+    let (status, kind, message) = error_of(roll_back(&d, "greet", "live").await).await;
+    assert_eq!((status, kind.as_str()), (409, "conflict"), "{message}");
+    assert!(message.contains("promote"), "the fix is named: {message}");
+    assert_eq!(
+        served(&d, "greet").await.0,
+        "1",
+        "a refused rollback moves nothing"
+    );
+
+    // Another alias: by path or header, live stays where it is.
+    assert_eq!(promote(&d, "greet", "canary", 2).await.status(), 200);
+    assert_eq!(
+        served(&d, "greet@canary").await,
+        ("2".into(), echoed.clone())
+    );
+    let by_header = d
+        .post("/fn/admin/greet")
+        .header("hearth-version", "canary")
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_header.headers()["hearth-version"], "2");
+    assert_eq!(served(&d, "greet").await.0, "1");
+    let aliases = d.get("/v1/functions/greet/aliases").json_value().await;
+    assert_eq!(
+        aliases["aliases"],
+        serde_json::json!([{"alias": "canary", "version": 2}, {"alias": "live", "version": 1}])
+    );
+    let versions = d.get("/v1/functions/greet").json_value().await;
+    assert_eq!(versions["aliases"], aliases["aliases"]);
+    let history = d
+        .get("/v1/functions/greet/aliases/live/history")
+        .json_value()
+        .await;
+    let moves: Vec<(u64, bool)> = history["moves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["version"].as_u64().unwrap(),
+                m["rollback"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        moves,
+        [(1, true), (2, true), (3, false), (2, false), (1, false)]
+    );
+
+    // Bad input: a clear 4xx, and nothing moved.
+    for (alias, body, want) in [
+        ("Canary", serde_json::json!({"version": 1}), 400),
+        ("7", serde_json::json!({"version": 1}), 400),
+        ("live", serde_json::json!({"version": 9}), 404),
+        ("live", serde_json::json!({"version": "2"}), 422),
+        ("live", serde_json::json!({"version": 1, "weight": 5}), 422),
+    ] {
+        let r = d
+            .post(&format!("/v1/functions/greet/aliases/{alias}"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), want, "{alias} {body}");
+    }
+    assert_eq!(
+        error_of(roll_back(&d, "greet", "staging").await).await.0,
+        404
+    );
+    assert_eq!(
+        error_of(promote(&d, "nobody", "live", 1).await).await.0,
+        404
+    );
+    let (status, _, message) = error_of(d.invoke("greet@staging", b"").await).await;
+    assert_eq!(status, 404, "{message}");
+    assert!(message.contains("staging"), "{message}");
+    assert_eq!(error_of(d.invoke("greet@Nope!", b"").await).await.0, 400);
+    assert_eq!(served(&d, "greet").await.0, "1");
+
+    // Another tenant learns nothing from aliases: one 404 for all.
+    let other = d.create_tenant("other").await;
+    let mut answers = Vec::new();
+    for target in ["greet", "greet@canary", "greet@staging", "ghost@canary"] {
+        let r = d.invoke_as(&other, "admin", target).send().await.unwrap();
+        assert_eq!(r.status(), 404, "{target}");
+        let (_, kind, message) = error_of(r).await;
+        answers.push((kind, message.replace(target, "NAME")));
+    }
+    answers.dedup();
+    assert_eq!(answers.len(), 1, "{answers:?}");
+
+    // A function deployed only without promotion serves nothing unpinned.
+    d.deploy("fresh", example("echo.wat"), &[("promote", "false")])
+        .await;
+    let (status, _, message) = error_of(d.invoke("fresh", b"").await).await;
+    assert_eq!(status, 404);
+    assert!(message.contains("hearth promote fresh"), "{message}");
+    assert_eq!(served(&d, "fresh@1").await.1, "echoed");
+}
+
+#[tokio::test]
+async fn a_kept_versions_code_downloads_and_deploys_again_to_the_same_answer() {
+    let d = Daemon::start();
+    d.deploy("say", example("echo.wat"), &[]).await;
+    d.deploy("say", example("hello.wat"), &[]).await;
+    let resp = d
+        .get("/v1/functions/say/versions/1/code")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/octet-stream");
+    let code = resp.bytes().await.unwrap().to_vec();
+    assert!(code.starts_with(b"\0asm"), "the stored module");
+    d.deploy("copy", code, &[]).await;
+    assert_eq!(served(&d, "copy").await.1, "echoed");
+    assert_eq!(
+        error_of(
+            d.get("/v1/functions/say/versions/7/code")
+                .send()
+                .await
+                .unwrap()
+        )
+        .await
+        .0,
+        404
+    );
+    let other = d.create_tenant("other").await;
+    let theirs = d
+        .http
+        .get(format!("{}/v1/functions/say/versions/1/code", d.url))
+        .bearer_auth(&other)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        theirs.status(),
+        404,
+        "another tenant's code is not reachable"
+    );
+}
+
+fn hearth(d: &Daemon, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(HEARTH)
+        .arg("--data-dir")
+        .arg(&d.dir)
+        .args(args)
+        .env_remove("HEARTH_URL")
+        .env_remove("HEARTH_TOKEN")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_cli_releases_promotes_rolls_back_lists_and_downloads() {
+    let d = Daemon::start();
+    let dir = crate::harness::crate_dir().join("../../examples/wasm");
+    let (hello, echo) = (dir.join("hello.wat"), dir.join("echo.wat"));
+    let deploy = |file: &std::path::Path, extra: &[&str]| {
+        let mut args = vec!["deploy", file.to_str().unwrap(), "--name", "app"];
+        args.extend_from_slice(extra);
+        hearth(&d, &args)
+    };
+    assert!(deploy(&hello, &[]).0);
+    let (ok, out, err) = deploy(&echo, &["--no-promote"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("hearth promote app 2"), "{out}");
+    let invoke = |extra: &[&str]| {
+        let mut args = vec!["invoke", "app", "-d", "hi"];
+        args.extend_from_slice(extra);
+        hearth(&d, &args).1
+    };
+    assert_eq!(invoke(&[]), "hello from wasm\n");
+    assert_eq!(invoke(&["--version", "2"]), "hi");
+
+    let (ok, out, err) = hearth(&d, &["promote", "app", "2"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "promoted app@live: version 2 (was version 1)");
+    assert_eq!(invoke(&[]), "hi");
+    let (ok, out, err) = hearth(&d, &["promote", "app", "1", "--alias", "stable"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("(was nothing)"), "{out}");
+    assert_eq!(invoke(&["--version", "stable"]), "hello from wasm\n");
+
+    let (ok, out, err) = hearth(&d, &["rollback", "app"]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.trim(),
+        "rolled back app@live: version 1 (was version 2)"
+    );
+    assert_eq!(invoke(&[]), "hello from wasm\n");
+    let (ok, _, err) = hearth(&d, &["rollback", "app"]);
+    assert!(!ok, "nothing before version 1");
+    assert!(
+        err.contains("409") && err.contains("promote one instead"),
+        "{err}"
+    );
+
+    let (ok, out, err) = hearth(&d, &["aliases", "app", "--history", "live"]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    let row = |alias: &str, version: u32| format!("{alias:<16} {version}");
+    assert_eq!(lines[..2], [row("live", 1), row("stable", 1)], "{out}");
+    assert!(
+        lines[3].ends_with("rolled back app@live: version 1 (was version 2)"),
+        "{out}"
+    );
+    assert!(
+        lines[4].ends_with("promoted app@live: version 2 (was version 1)"),
+        "{out}"
+    );
+
+    let (ok, out, _) = hearth(&d, &["versions", "app"]);
+    assert!(ok);
+    let row = |v: &str| {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(v))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(row("1 ").contains("live,stable"), "{out}");
+
+    let saved = tempfile::tempdir().unwrap();
+    let path = saved.path().join("v2.wasm");
+    let (ok, _, err) = hearth(
+        &d,
+        &[
+            "versions",
+            "app",
+            "--download",
+            "2",
+            "-o",
+            path.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{err}");
+    let code = std::fs::read(&path).unwrap();
+    assert!(code.starts_with(b"\0asm"));
+    d.deploy("again", code, &[]).await;
+    assert_eq!(served(&d, "again").await.1, "echoed");
+    let (ok, _, err) = hearth(&d, &["versions", "app", "--download", "9", "-o", "-"]);
+    assert!(!ok);
+    assert!(err.contains("404"), "{err}");
+}
