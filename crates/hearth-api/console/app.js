@@ -219,7 +219,8 @@ function Functions({ who }) {
           <div style=${{ minWidth: "16rem" }}>
             <h2><a href=${`#/invocations?function=${encodeURIComponent(f.name)}`}>${f.name}</a></h2>
             <span class="tag mode">${mode(f)}</span><span class="tag">${spec.runtime}</span>
-            <span class="tag">v${f.latest.version} of ${f.versions}</span>
+            <span class="tag">${f.live == null ? "nothing live" : `live v${f.live}`}</span>
+            <a class="tag" id=${`versions-${f.name}`} href=${`#/versions/${encodeURIComponent(f.name)}`}>${f.versions} versions</a>
             <div class="muted">${spec.limits.memory_mib} MiB, ${spec.limits.timeout_ms} ms${spec.public ? ", public" : ""}</div>
             <div class="muted">deployed ${time(f.latest.created_at_ms)}</div>
             <div class="muted">${total} invocations in the last hour</div>
@@ -235,6 +236,82 @@ function Functions({ who }) {
         </div>
       </div>`;
     })}`;
+}
+
+/// A function's versions, where its aliases point, and `live`'s moves;
+/// promote a version to live, or roll live back one move.
+function Versions({ name }) {
+  const [moved, setMoved] = useState(null);
+  const [acting, setActing] = useState(null);
+  const fn = encodeURIComponent(name);
+  const { data, error } = useLoad(async () => {
+    const [versions, history] = await Promise.all([
+      json(`/v1/functions/${fn}`),
+      json(`/v1/functions/${fn}/aliases/live/history?limit=20`),
+    ]);
+    return { versions, history };
+  }, [name, moved], 10000);
+  const act = async (what, path, body) => {
+    setActing({ what });
+    try {
+      const m = await json(path, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      setActing(null);
+      setMoved(m);
+    } catch (e) {
+      setActing({ what, error: e.message });
+    }
+  };
+  // The session's CSRF value goes in a header, which a plain link cannot
+  // send: fetch the code, then save it from memory.
+  const download = async (version) => {
+    const resp = await authorized(`/v1/functions/${fn}/versions/${version}/code`);
+    if (!resp.ok) {
+      setActing({ what: "download", error: resp.statusText });
+      return;
+    }
+    const url = URL.createObjectURL(await resp.blob());
+    const a = document.createElement("a");
+    a.href = url;
+    a.download = `${name}@${version}`;
+    a.click();
+    URL.revokeObjectURL(url);
+  };
+  if (!data) return html`<p class=${error ? "error" : "muted"}>${error || "Loading…"}</p>`;
+  const aliasesOf = (v) => data.versions.aliases.filter((a) => a.version === v).map((a) => a.alias);
+  const live = data.versions.aliases.find((a) => a.alias === "live")?.version;
+  return html`<h1>${name}: versions</h1>
+    ${error && html`<p class="error">${error}</p>`}
+    <p>
+      ${live == null ? html`<span class="muted">No version is live.</span>` : html`Live: <b id="live-version">v${live}</b> `}
+      <button id="rollback" disabled=${live == null} onClick=${() => act("rollback", `/v1/functions/${fn}/aliases/live/rollback`)}>Roll back live</button>
+    </p>
+    ${acting?.error && html`<p class="error" id="release-error">${acting.what}: ${acting.error}</p>`}
+    ${moved && html`<p class="ok" id="moved">live is v${moved.version} (was ${moved.previous == null ? "nothing" : `v${moved.previous}`})</p>`}
+    <table id="versions">
+      <tr><th>version</th><th>aliases</th><th>deployed</th><th>runtime</th><th>limits</th><th></th></tr>
+      ${[...data.versions.versions].reverse().map((v) => html`<tr data-version=${v.version}>
+        <td>v${v.version}</td>
+        <td>${aliasesOf(v.version).map((a) => html`<span class="tag">${a}</span>`)}</td>
+        <td>${time(v.created_at_ms)}</td>
+        <td>${v.spec.runtime}</td>
+        <td class="muted">${v.spec.limits.memory_mib} MiB, ${v.spec.limits.timeout_ms} ms</td>
+        <td>${v.version !== live && html`<button id=${`promote-${v.version}`}
+          onClick=${() => act("promote", `/v1/functions/${fn}/aliases/live`, { version: v.version })}>Promote to live</button>`}
+          <button id=${`code-${v.version}`} onClick=${() => download(v.version)}>Code</button></td>
+      </tr>`)}
+    </table>
+    <h2>Moves of live</h2>
+    <table id="history">
+      <tr><th>when</th><th>to</th><th>from</th><th></th></tr>
+      ${data.history.moves.map((m) => html`<tr>
+        <td>${time(m.at_ms)}</td><td>v${m.version}</td>
+        <td>${m.previous == null ? "—" : `v${m.previous}`}</td>
+        <td>${m.rollback ? "rollback" : "promotion"}</td></tr>`)}
+    </table>`;
 }
 
 function Invocations({ params }) {
@@ -457,6 +534,7 @@ function App() {
       ${page === "functions" && html`<${Functions} who=${who} />`}
       ${page === "invocations" && html`<${Invocations} params=${where.params} />`}
       ${page === "invocation" && html`<${Invocation} id=${where.parts[1]} />`}
+      ${page === "versions" && html`<${Versions} name=${decodeURIComponent(where.parts[1] || "")} />`}
       ${page === "cluster" && html`<${Cluster} who=${who} />`}
     </main>`;
 }

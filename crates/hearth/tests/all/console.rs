@@ -177,6 +177,49 @@ async fn a_tenant_logs_in_invokes_opens_and_replays_and_another_sees_none_of_it(
     b.close().await;
 }
 
+/// A function's versions page: promote a kept version to live, roll live
+/// back, and see why a rollback with nothing before is refused.
+#[tokio::test]
+async fn the_versions_view_promotes_and_rolls_back_live() {
+    require!(Chromium);
+    let d = Daemon::start();
+    d.deploy("rel", crate::harness::example("hello.wat"), &[])
+        .await;
+    d.deploy(
+        "rel",
+        crate::harness::example("echo.wat"),
+        &[("promote", "false")],
+    )
+    .await;
+    let served = async || {
+        let r = d.invoke("rel", b"x").await;
+        r.headers()["hearth-version"].to_str().unwrap().to_string()
+    };
+    let b = Browser::start().await;
+    b.log_in(&d.url, &d.token).await;
+    b.wait_for_text("[data-fn=rel]", "live v1").await;
+    b.click("#versions-rel").await;
+    b.wait_for_text("#live-version", "v1").await;
+    b.wait_for_text("#versions [data-version='1']", "live").await;
+
+    b.click("#promote-2").await;
+    b.wait_for_text("#moved", "live is v2 (was v1)").await;
+    b.wait_for_text("#live-version", "v2").await;
+    assert_eq!(served().await, "2");
+    b.wait_for_text("#history", "promotion").await;
+    b.screenshot("versions").await;
+
+    b.click("#rollback").await;
+    b.wait_for_text("#moved", "live is v1 (was v2)").await;
+    assert_eq!(served().await, "1");
+    b.wait_for_text("#history", "rollback").await;
+    // Nothing before v1: the API's reason is shown, and nothing moves.
+    b.click("#rollback").await;
+    b.wait_for_text("#release-error", "promote one instead")
+        .await;
+    assert_eq!(served().await, "1");
+}
+
 /// The charts' numbers belong to the function, not its version: a new
 /// version keeps them, and removing the function takes them away.
 #[tokio::test]
