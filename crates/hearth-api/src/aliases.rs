@@ -7,6 +7,7 @@
 //!   at N (`hearth promote`), made if new.
 //! - `POST /v1/functions/{name}/aliases/{alias}/rollback`: back where it
 //!   was before its last move (`hearth rollback`); again, further back.
+//! - `DELETE /v1/functions/{name}/aliases/{alias}`: remove one (not `live`).
 //! - `GET /v1/functions/{name}/aliases/{alias}/history`: its moves.
 //! - `GET /v1/functions/{name}/versions/{version}/code`: the code a
 //!   version runs, as the node stores it.
@@ -91,7 +92,7 @@ pub struct Promotion {
     params(("name" = String, Path), ("alias" = String, Path)),
     request_body = Promotion,
     responses((status = 200, body = AliasMove), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody)))]
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub(crate) async fn promote(
     State(s): S,
     Path((name, alias)): Path<(String, String)>,
@@ -103,6 +104,29 @@ pub(crate) async fn promote(
     Ok(Json(
         s.node.promote(&tenant, &name, &alias, body.version).await?,
     ))
+}
+
+/// Remove an alias and its history
+///
+/// `live` cannot be removed (400): promote another version to it instead.
+/// A function keeps at most 32 aliases, so one may have to go first.
+#[utoipa::path(delete, path = "/v1/functions/{name}/aliases/{alias}", tag = "functions",
+    params(("name" = String, Path), ("alias" = String, Path)),
+    responses((status = 204, description = "Removed"), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub(crate) async fn remove(
+    State(s): S,
+    Path((name, alias)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    let tenant = owner(&s, &headers, &name).await?;
+    if s.node.remove_alias(&tenant, &name, &alias).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound(format!(
+            "function {tenant}/{name} has no alias {alias:?}"
+        )))
+    }
 }
 
 /// Roll an alias back
@@ -127,7 +151,8 @@ pub(crate) async fn rollback(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct HistoryQuery {
-    /// At most this many moves, newest first (default 50, at most 1000).
+    /// At most this many moves, newest first (default 50; an alias keeps
+    /// its newest 1000).
     limit: Option<u32>,
 }
 
@@ -150,7 +175,10 @@ pub(crate) async fn history(
     headers: HeaderMap,
 ) -> Result<Json<AliasHistory>, ApiError> {
     let tenant = owner(&s, &headers, &name).await?;
-    let limit = q.limit.unwrap_or(50).clamp(1, 1000);
+    let limit = q
+        .limit
+        .unwrap_or(50)
+        .clamp(1, 2 * hearth_store::MAX_MOVES_PER_ALIAS);
     let moves = s
         .node
         .store()

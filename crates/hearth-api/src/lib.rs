@@ -265,7 +265,7 @@ fn api() -> OpenApiRouter<Arc<AppState>> {
             manage::remove_function
         ))
         .routes(routes!(aliases::list))
-        .routes(routes!(aliases::promote))
+        .routes(routes!(aliases::promote, aliases::remove))
         .routes(routes!(aliases::rollback))
         .routes(routes!(aliases::history))
         .routes(routes!(aliases::code))

@@ -992,6 +992,18 @@ impl Node {
         Ok(moved)
     }
 
+    /// Removes `alias` of tenant/name and its history (not `live`).
+    pub async fn remove_alias(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+    ) -> Result<bool, NodeError> {
+        let removed = self.store.remove_alias(tenant, name, alias).await?;
+        self.table.forget_aliases(Some((tenant, name)));
+        Ok(removed)
+    }
+
     /// Points `alias` of tenant/name back where it was before its last
     /// move (`hearth rollback`).
     pub async fn roll_back(

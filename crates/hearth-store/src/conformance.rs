@@ -562,6 +562,37 @@ async fn aliases_move_with_history_and_roll_back_one_move_at_a_time(s: &dyn Stor
     );
     assert_eq!(live().await, 1);
 
+    // Aliases are bounded per function, and each one's history keeps its
+    // newest moves; an alias removed takes its history with it.
+    // live and canary, and 30 more.
+    for i in 2..crate::MAX_ALIASES_PER_FUNCTION {
+        s.set_alias("t", "f", &format!("a{i}"), 1).await.unwrap();
+    }
+    assert!(matches!(
+        s.set_alias("t", "f", "one-too-many", 1).await,
+        Err(StoreError::TooManyAliases { max: 32, .. })
+    ));
+    s.set_alias("t", "f", "a2", 3).await.unwrap();
+    assert!(s.remove_alias("t", "f", "a3").await.unwrap());
+    assert!(!s.remove_alias("t", "f", "a3").await.unwrap());
+    assert!(matches!(
+        s.remove_alias("t", "f", LIVE).await,
+        Err(StoreError::LiveAlias)
+    ));
+    s.set_alias("t", "f", "one-too-many", 1).await.unwrap();
+    let max = crate::MAX_MOVES_PER_ALIAS;
+    for i in 0..max {
+        s.set_alias("t", "f", "a4", 1 + i % 3).await.unwrap();
+    }
+    let kept = s.alias_moves("t", "f", "a4", max + 10).await.unwrap();
+    assert_eq!(kept.len(), max as usize, "the oldest move went");
+    assert_eq!(kept[0].version, 1 + (max - 1) % 3, "the newest is kept");
+    assert_eq!(
+        s.alias_moves("t", "f", LIVE, 100).await.unwrap().len(),
+        7,
+        "another alias's history is its own"
+    );
+
     // Removing the function forgets its aliases: made again, it has none
     // until a version is promoted.
     assert!(s.delete_function("t", "f").await.unwrap());

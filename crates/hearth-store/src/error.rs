@@ -45,6 +45,10 @@ pub enum StoreError {
     NoSuchAlias { function: String, alias: String },
     /// alias {alias:?} of {function} has no earlier version to roll back to: promote one instead
     NothingToRollBack { function: String, alias: String },
+    /// function {function} has {max} aliases, the most it may: remove one first (`DELETE /v1/functions/{{name}}/aliases/{{alias}}`)
+    TooManyAliases { function: String, max: u32 },
+    /// the live alias is what unpinned calls run and cannot be removed: promote another version to it instead
+    LiveAlias,
 }
 
 impl StoreError {

@@ -83,6 +83,12 @@ pub struct FunctionSummary {
 /// The alias an unpinned invocation runs.
 pub const LIVE: &str = "live";
 
+/// How many aliases one function may have (`live` included).
+pub const MAX_ALIASES_PER_FUNCTION: u32 = 32;
+/// How many moves an alias's history keeps (the oldest go): a rollback
+/// reaches back at most this far.
+pub const MAX_MOVES_PER_ALIAS: u32 = 1000;
+
 /// One of a function's aliases and the version it points at.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -362,7 +368,9 @@ pub trait Store: Send + Sync + 'static {
     async fn aliases(&self, tenant: &str, name: &str) -> Result<Vec<Alias>, StoreError>;
     /// Points `alias` (made if new) at `version`, which must exist
     /// ([`StoreError::NoSuchVersion`]); the move joins the alias's
-    /// history. Atomic.
+    /// history, which keeps its newest [`MAX_MOVES_PER_ALIAS`]. A new
+    /// alias past [`MAX_ALIASES_PER_FUNCTION`] is refused
+    /// ([`StoreError::TooManyAliases`]). Atomic.
     async fn set_alias(
         &self,
         tenant: &str,
@@ -380,6 +388,10 @@ pub trait Store: Send + Sync + 'static {
         name: &str,
         alias: &str,
     ) -> Result<AliasMove, StoreError>;
+    /// Removes `alias` and its history; false if there was none. `live`
+    /// is refused ([`StoreError::LiveAlias`]): point it elsewhere instead.
+    async fn remove_alias(&self, tenant: &str, name: &str, alias: &str)
+    -> Result<bool, StoreError>;
     /// The alias's moves, newest first, at most `limit`.
     async fn alias_moves(
         &self,

@@ -103,6 +103,14 @@ impl Store for SplitStore {
     ) -> Result<AliasMove, StoreError> {
         self.shared.rollback_alias(tenant, name, alias).await
     }
+    async fn remove_alias(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+    ) -> Result<bool, StoreError> {
+        self.shared.remove_alias(tenant, name, alias).await
+    }
     async fn alias_moves(
         &self,
         tenant: &str,

@@ -103,6 +103,9 @@ pub enum ClientCommand {
         /// Also list this alias's moves, newest first.
         #[arg(long, value_name = "ALIAS")]
         history: Option<String>,
+        /// Remove this alias and its history instead (not `live`).
+        #[arg(long, value_name = "ALIAS", conflicts_with = "history")]
+        remove: Option<String>,
         #[command(flatten)]
         target: Target,
     },
@@ -601,7 +604,17 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
         }
         ClientCommand::Aliases {
             name,
+            remove: Some(alias),
+            target,
+            ..
+        } => {
+            let c = Client::new(data_dir, &target)?;
+            crate::releases::remove(&c, &name, &alias).await?;
+        }
+        ClientCommand::Aliases {
+            name,
             history,
+            remove: None,
             target,
         } => {
             let c = Client::new(data_dir, &target)?;

@@ -102,6 +102,20 @@ pub(crate) async fn aliases(c: &Client, name: &str, history: Option<&str>) -> an
     Ok(())
 }
 
+pub(crate) async fn remove(c: &Client, name: &str, alias: &str) -> anyhow::Result<()> {
+    c.send(c.request(
+        reqwest::Method::DELETE,
+        &format!("/v1/functions/{name}/aliases/{alias}"),
+    ))
+    .await?;
+    if c.json {
+        c.print_json(&serde_json::json!({"removed": alias}));
+    } else {
+        println!("removed {name}@{alias}");
+    }
+    Ok(())
+}
+
 pub(crate) async fn download(
     c: &Client,
     name: &str,

@@ -6,7 +6,7 @@
 use tokio_postgres::Transaction;
 
 use crate::cluster::{Change, notify};
-use crate::{AliasMove, StoreError};
+use crate::{AliasMove, LIVE, MAX_ALIASES_PER_FUNCTION, MAX_MOVES_PER_ALIAS, StoreError};
 
 /// Points `alias` at `version` (which must exist), recording the move;
 /// `undoes` names the move a rollback undoes.
@@ -43,6 +43,21 @@ pub(super) async fn set(
         )
         .await?
         .map(|r| r.get(0));
+    if previous.is_none() {
+        let count: i64 = tx
+            .query_one(
+                "SELECT COUNT(*) FROM aliases WHERE tenant = $1 AND name = $2",
+                &[&tenant, &name],
+            )
+            .await?
+            .get(0);
+        if count >= i64::from(MAX_ALIASES_PER_FUNCTION) {
+            return Err(StoreError::TooManyAliases {
+                function: format!("{tenant}/{name}"),
+                max: MAX_ALIASES_PER_FUNCTION,
+            });
+        }
+    }
     tx.execute(
         "INSERT INTO aliases (tenant, name, alias, version) VALUES ($1, $2, $3, $4)
          ON CONFLICT (tenant, name, alias) DO UPDATE SET version = excluded.version",
@@ -58,6 +73,14 @@ pub(super) async fn set(
         )
         .await?
         .get(0);
+    // The history keeps its newest moves.
+    tx.execute(
+        "DELETE FROM alias_moves WHERE tenant = $1 AND name = $2 AND alias = $3
+           AND id <= (SELECT id FROM alias_moves WHERE tenant = $1 AND name = $2 AND alias = $3
+                      ORDER BY id DESC LIMIT 1 OFFSET $4)",
+        &[&tenant, &name, &alias, &i64::from(MAX_MOVES_PER_ALIAS)],
+    )
+    .await?;
     notify(
         tx,
         &Change::Function {
@@ -117,6 +140,41 @@ pub(super) async fn roll_back(
             alias: alias.to_string(),
         }),
     }
+}
+
+/// Removes one alias and its history (not `live`).
+pub(super) async fn remove(
+    tx: &Transaction<'_>,
+    tenant: &str,
+    name: &str,
+    alias: &str,
+) -> Result<bool, StoreError> {
+    if alias == LIVE {
+        return Err(StoreError::LiveAlias);
+    }
+    let removed = tx
+        .execute(
+            "DELETE FROM aliases WHERE tenant = $1 AND name = $2 AND alias = $3",
+            &[&tenant, &name, &alias],
+        )
+        .await?
+        > 0;
+    tx.execute(
+        "DELETE FROM alias_moves WHERE tenant = $1 AND name = $2 AND alias = $3",
+        &[&tenant, &name, &alias],
+    )
+    .await?;
+    if removed {
+        notify(
+            tx,
+            &Change::Function {
+                tenant: tenant.to_string(),
+                name: name.to_string(),
+            },
+        )
+        .await?;
+    }
+    Ok(removed)
 }
 
 /// Forgets every alias of a function and their history (it is removed).

@@ -362,6 +362,16 @@ impl PgStore {
             .await
     }
 
+    pub async fn remove_alias(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+    ) -> Result<bool, StoreError> {
+        self.in_transaction(async |tx| aliases::remove(tx, tenant, name, alias).await)
+            .await
+    }
+
     pub async fn alias_moves(
         &self,
         tenant: &str,

@@ -5,7 +5,7 @@
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use crate::{AliasMove, StoreError};
+use crate::{AliasMove, LIVE, MAX_ALIASES_PER_FUNCTION, MAX_MOVES_PER_ALIAS, StoreError};
 
 /// Points `alias` at `version` (which must exist), recording the move;
 /// `undoes` names the move a rollback undoes.
@@ -37,6 +37,19 @@ pub(super) fn set(
             |r| r.get(0),
         )
         .optional()?;
+    if previous.is_none() {
+        let count: u32 = tx.query_row(
+            "SELECT COUNT(*) FROM aliases WHERE tenant = ?1 AND name = ?2",
+            params![tenant, name],
+            |r| r.get(0),
+        )?;
+        if count >= MAX_ALIASES_PER_FUNCTION {
+            return Err(StoreError::TooManyAliases {
+                function: format!("{tenant}/{name}"),
+                max: MAX_ALIASES_PER_FUNCTION,
+            });
+        }
+    }
     tx.execute(
         "INSERT INTO aliases (tenant, name, alias, version) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (tenant, name, alias) DO UPDATE SET version = excluded.version",
@@ -48,8 +61,16 @@ pub(super) fn set(
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         params![tenant, name, alias, version, previous, undoes, at_ms],
     )?;
+    let id = tx.last_insert_rowid();
+    // The history keeps its newest moves.
+    tx.execute(
+        "DELETE FROM alias_moves WHERE tenant = ?1 AND name = ?2 AND alias = ?3
+           AND id <= (SELECT id FROM alias_moves WHERE tenant = ?1 AND name = ?2 AND alias = ?3
+                      ORDER BY id DESC LIMIT 1 OFFSET ?4)",
+        params![tenant, name, alias, MAX_MOVES_PER_ALIAS],
+    )?;
     Ok(AliasMove {
-        id: tx.last_insert_rowid(),
+        id,
         alias: alias.to_string(),
         version,
         previous,
@@ -98,6 +119,27 @@ pub(super) fn roll_back(
             alias: alias.to_string(),
         }),
     }
+}
+
+/// Removes one alias and its history (not `live`).
+pub(super) fn remove(
+    tx: &Transaction<'_>,
+    tenant: &str,
+    name: &str,
+    alias: &str,
+) -> Result<bool, StoreError> {
+    if alias == LIVE {
+        return Err(StoreError::LiveAlias);
+    }
+    let removed = tx.execute(
+        "DELETE FROM aliases WHERE tenant = ?1 AND name = ?2 AND alias = ?3",
+        params![tenant, name, alias],
+    )? > 0;
+    tx.execute(
+        "DELETE FROM alias_moves WHERE tenant = ?1 AND name = ?2 AND alias = ?3",
+        params![tenant, name, alias],
+    )?;
+    Ok(removed)
 }
 
 /// Forgets every alias of a function and their history (it is removed).

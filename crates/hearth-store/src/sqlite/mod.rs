@@ -366,6 +366,14 @@ impl SqliteStore {
         Ok(moved)
     }
 
+    pub fn remove_alias(&self, tenant: &str, name: &str, alias: &str) -> Result<bool, StoreError> {
+        let mut conn = self.writer();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let removed = aliases::remove(&tx, tenant, name, alias)?;
+        tx.commit()?;
+        Ok(removed)
+    }
+
     pub fn alias_moves(
         &self,
         tenant: &str,

@@ -149,6 +149,16 @@ impl Store for SqliteStore {
         self.off_runtime(move |s| s.rollback_alias(&tenant, &name, &alias))
             .await
     }
+    async fn remove_alias(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+    ) -> Result<bool, StoreError> {
+        let (tenant, name, alias) = (tenant.to_owned(), name.to_owned(), alias.to_owned());
+        self.off_runtime(move |s| s.remove_alias(&tenant, &name, &alias))
+            .await
+    }
     async fn alias_moves(
         &self,
         tenant: &str,

@@ -200,7 +200,8 @@ async fn the_versions_view_promotes_and_rolls_back_live() {
     b.wait_for_text("[data-fn=rel]", "live v1").await;
     b.click("#versions-rel").await;
     b.wait_for_text("#live-version", "v1").await;
-    b.wait_for_text("#versions [data-version='1']", "live").await;
+    b.wait_for_text("#versions [data-version='1']", "live")
+        .await;
 
     b.click("#promote-2").await;
     b.wait_for_text("#moved", "live is v2 (was v1)").await;

@@ -263,3 +263,54 @@ async fn one_tenant_cannot_fill_the_disk_with_code() {
     assert!((600 << 10..1 << 20).contains(&used), "{status}");
     assert_eq!(status["tenant"]["code_max_bytes"], 1 << 20);
 }
+
+/// A tenant scripting releases cannot grow the registry without bound:
+/// a function keeps at most 32 aliases (the 33rd is a 409 naming the
+/// fix), and each alias's history its newest 1000 moves.
+#[tokio::test]
+async fn one_tenant_cannot_grow_aliases_or_their_history_without_bound() {
+    let d = Daemon::start();
+    d.deploy("f", crate::harness::example("hello.wat"), &[])
+        .await;
+    d.deploy("f", crate::harness::example("echo.wat"), &[])
+        .await;
+    let promote = |alias: String, version: u32| {
+        let d = &d;
+        async move {
+            d.post(&format!("/v1/functions/f/aliases/{alias}"))
+                .json(&serde_json::json!({ "version": version }))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    for i in 1..32 {
+        assert_eq!(promote(format!("a{i}"), 1).await.status(), 200, "a{i}");
+    }
+    let (status, kind, msg) = crate::harness::error_of(promote("more".into(), 1).await).await;
+    assert_eq!((status, kind.as_str()), (409, "conflict"), "{msg}");
+    assert!(msg.contains("32") && msg.contains("remove one"), "{msg}");
+    // Removing one makes room; `live` cannot be removed.
+    let r = d.delete("/v1/functions/f/aliases/a1").send().await.unwrap();
+    assert_eq!(r.status(), 204);
+    assert_eq!(promote("more".into(), 1).await.status(), 200);
+    let r = d
+        .delete("/v1/functions/f/aliases/live")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+
+    // 1,010 moves of one alias: its history holds the newest 1,000.
+    for i in 0..1010 {
+        assert_eq!(promote("a2".into(), 1 + i % 2).await.status(), 200);
+    }
+    let history = d
+        .get_json("/v1/functions/f/aliases/a2/history?limit=2000")
+        .await;
+    let moves = history["moves"].as_array().unwrap();
+    assert_eq!(moves.len(), 1000);
+    let oldest = moves.last().unwrap()["id"].as_i64().unwrap();
+    let newest = moves[0]["id"].as_i64().unwrap();
+    assert_eq!(newest - oldest, 999, "the newest 1,000, none missing");
+}
