@@ -13,6 +13,7 @@ trap 'rc=$?; if [ "$rc" -eq 0 ]; then echo "hearth: test run passed"; else echo 
 . scripts/component-tools.sh
 . scripts/kubernetes-tools.sh
 . scripts/browser-tools.sh
+. scripts/prometheus-tools.sh
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

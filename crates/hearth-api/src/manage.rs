@@ -5,7 +5,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hearth_core::{Colocation, FunctionVersion, Runtime};
 use hearth_host::deps::Package;
@@ -67,7 +67,7 @@ pub(crate) async fn readyz(State(s): S) -> Response {
 /// and functions only with `--metrics-per-function`.
 #[utoipa::path(get, path = "/metrics", tag = "node",
     responses(
-        (status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text"),
+        (status = 200, description = "OpenMetrics text; Prometheus' text format 0.0.4 when `Accept` asks for `text/plain` and not for OpenMetrics", content_type = "application/openmetrics-text"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub(crate) async fn metrics(
     State(s): S,
@@ -77,6 +77,18 @@ pub(crate) async fn metrics(
     if p.role != Role::Admin {
         return Err(ApiError::Forbidden(
             "metrics describe every tenant's use of the node: they need an admin token".into(),
+        ));
+    }
+    // OpenMetrics unless the scraper asks for Prometheus' text format
+    // (`text/plain`) and not for OpenMetrics.
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if accept.contains("text/plain") && !accept.contains("application/openmetrics-text") {
+        return Ok((
+            [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+            s.node.metrics().encode_prometheus(),
         ));
     }
     Ok((

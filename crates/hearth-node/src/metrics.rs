@@ -358,13 +358,75 @@ impl Metrics {
         }));
     }
 
-    /// The Prometheus text exposition of every metric.
+    /// Every metric in the OpenMetrics text format (what Prometheus asks
+    /// for first).
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry.lock())
             .expect("writing to a String cannot fail");
         out
     }
+
+    /// Every metric in Prometheus' text format 0.0.4, for scrapers that
+    /// ask for `text/plain`.
+    pub fn encode_prometheus(&self) -> String {
+        openmetrics_to_prometheus(&self.encode())
+    }
+}
+
+/// OpenMetrics text as Prometheus' 0.0.4 text format, which
+/// `prometheus-client` does not write: the two differ only in how they
+/// name families and which lines they have. A counter family `x` (samples
+/// `x_total`) is typed and described as `x_total`; an info family `x`
+/// (sample `x_info`) becomes a gauge `x_info`; `# UNIT`, `# EOF` and the
+/// `_created` samples go. Everything else is the same line.
+fn openmetrics_to_prometheus(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len());
+    // The families' types, from their TYPE lines (which come first).
+    let mut kinds = std::collections::HashMap::new();
+    for line in openmetrics.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ")
+            && let Some((name, kind)) = rest.split_once(' ')
+        {
+            kinds.insert(name, kind);
+        }
+    }
+    let renamed = |name: &str| match kinds.get(name).copied() {
+        Some("counter") => format!("{name}_total"),
+        Some("info") => format!("{name}_info"),
+        _ => name.to_string(),
+    };
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ")
+            && let Some((name, kind)) = rest.split_once(' ')
+        {
+            let kind = match kind {
+                "info" => "gauge",
+                "unknown" => "untyped",
+                other => other,
+            };
+            out.push_str(&format!("# TYPE {} {kind}\n", renamed(name)));
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ")
+            && let Some((name, help)) = rest.split_once(' ')
+        {
+            out.push_str(&format!("# HELP {} {help}\n", renamed(name)));
+            continue;
+        }
+        let metric = line.split(['{', ' ']).next().unwrap_or_default();
+        if let Some(family) = metric.strip_suffix("_created")
+            && matches!(kinds.get(family).copied(), Some("counter" | "histogram"))
+        {
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 /// `hearth_tapes_total`, the recorder's own count read at each scrape. A
@@ -427,6 +489,24 @@ impl Collector for Reading {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn openmetrics_becomes_prometheus_text_family_by_family() {
+        let om = "# HELP hearth_deploys Deploys.\n# TYPE hearth_deploys counter\n\
+                  hearth_deploys_total 3\nhearth_deploys_created 1.7e9\n\
+                  # HELP hearth_build The build.\n# TYPE hearth_build info\n\
+                  hearth_build_info{version=\"0.1.0\"} 1\n\
+                  # HELP hearth_live Live.\n# TYPE hearth_live gauge\n# UNIT hearth_live bytes\n\
+                  hearth_live 2\n# EOF\n";
+        assert_eq!(
+            openmetrics_to_prometheus(om),
+            "# HELP hearth_deploys_total Deploys.\n# TYPE hearth_deploys_total counter\n\
+             hearth_deploys_total 3\n\
+             # HELP hearth_build_info The build.\n# TYPE hearth_build_info gauge\n\
+             hearth_build_info{version=\"0.1.0\"} 1\n\
+             # HELP hearth_live Live.\n# TYPE hearth_live gauge\nhearth_live 2\n"
+        );
+    }
+
     use super::*;
 
     /// The counts by mode are the exposition's, per tier, ok and errors

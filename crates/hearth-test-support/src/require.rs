@@ -36,6 +36,8 @@ pub enum Tool {
     Chromium,
     /// `kubectl` (for `kubectl kustomize`).
     Kubectl,
+    /// Prometheus' `promtool` (Debian's `prometheus`), to check `/metrics`.
+    Promtool,
     /// What the component examples build with: clang, wasm-tools,
     /// wit-bindgen, componentize-py and componentize-js, as
     /// `scripts/component-tools.sh` installs and names them.
@@ -66,6 +68,7 @@ impl Tool {
             Tool::Postgres => vec![crate::temp_postgres::find_bin().map(drop)],
             Tool::Chromium => vec![file("/usr/bin/chromium"), file("/usr/bin/chromedriver")],
             Tool::Kubectl => vec![on_path("kubectl")],
+            Tool::Promtool => vec![on_path("promtool")],
             Tool::ComponentTools => vec![
                 on_path("clang"),
                 on_path("wasm-tools"),
@@ -86,6 +89,7 @@ impl Tool {
             Tool::Postgres => "apt-get install postgresql",
             Tool::Chromium => "scripts/browser-tools.sh (apt-get install chromium chromium-driver)",
             Tool::Kubectl => "scripts/kubernetes-tools.sh (apt-get install kubernetes-client)",
+            Tool::Promtool => "scripts/prometheus-tools.sh (apt-get install prometheus)",
             Tool::ComponentTools => "run the tests with ./test.sh (scripts/component-tools.sh)",
         }
     }

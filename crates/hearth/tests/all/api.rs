@@ -181,6 +181,69 @@ async fn logs_hold_stderr_log_calls_and_failures_per_invocation() {
     );
 }
 
+/// A scraper asking for Prometheus' text format (`text/plain`) gets it,
+/// and `promtool check metrics` accepts it: OpenMetrics' info and counter
+/// families, which promtool's parser refuses, are named as that format
+/// names them. OpenMetrics stays the default and Prometheus' first choice.
+#[tokio::test]
+async fn metrics_answer_prometheus_text_that_promtool_accepts() {
+    require!(Promtool);
+    let d = Daemon::start();
+    d.invoke("hello", b"").await;
+    let scrape = |accept: &'static str| {
+        let d = &d;
+        async move {
+            let r = d
+                .get("/metrics")
+                .header("accept", accept)
+                .send()
+                .await
+                .unwrap();
+            let kind = r.headers()["content-type"].to_str().unwrap().to_string();
+            (kind, r.text().await.unwrap())
+        }
+    };
+    let (kind, text) = scrape("text/plain;version=0.0.4").await;
+    assert_eq!(kind, "text/plain; version=0.0.4; charset=utf-8");
+    assert!(text.contains("# TYPE hearth_build_info gauge"), "{text}");
+    assert!(
+        text.contains("# TYPE hearth_invocations_total counter"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("# EOF") && !text.contains("_created"),
+        "{text}"
+    );
+    let check = |text: String| {
+        use std::io::Write;
+        let mut promtool = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        promtool
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let out = promtool.wait_with_output().unwrap();
+        eprintln!("promtool: {}", String::from_utf8_lossy(&out.stderr));
+        out.status.success()
+    };
+    assert!(check(text), "promtool refused the Prometheus text");
+    // What Prometheus itself sends first: OpenMetrics, which promtool's
+    // (Prometheus-format) linter does not read.
+    let (kind, om) =
+        scrape("application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3")
+            .await;
+    assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
+    assert!(om.ends_with("# EOF\n"));
+    assert!(!check(om), "the check can fail");
+}
+
 #[tokio::test]
 async fn metrics_count_invocations_errors_and_starts() {
     let d = Daemon::start();
