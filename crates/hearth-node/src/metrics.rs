@@ -64,6 +64,8 @@ pub struct Metrics {
     /// JavaScript invocations re-run in the process tier: per function
     /// when the operator opted into per-function series, else node-wide.
     fallbacks: Fallbacks,
+    /// Each function's calls and latency, when opted into.
+    per_function: Option<PerFunction>,
     /// The recorder whose handed-over tapes are `hearth_tapes_total`.
     recorder: Arc<OnceLock<Arc<Recorder>>>,
     /// Tapes the recorder had no room for, or failed to write.
@@ -123,6 +125,20 @@ enum Fallbacks {
 struct FunctionLabels {
     pub tenant: String,
     pub function: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FunctionOutcomeLabels {
+    pub tenant: String,
+    pub function: String,
+    pub outcome: &'static str,
+}
+
+/// With `--metrics-per-function`: each function's calls by outcome and
+/// their latency.
+struct PerFunction {
+    invocations: Family<FunctionOutcomeLabels, Counter>,
+    duration: Family<FunctionLabels, Histogram>,
 }
 
 fn labels(tenant: &str, function: &str) -> FunctionLabels {
@@ -195,6 +211,23 @@ impl Metrics {
             registry.register("js_fallbacks", FALLBACKS, count.clone());
             Fallbacks::NodeWide(count)
         };
+        let per_function = per_function.then(|| {
+            let functions = PerFunction {
+                invocations: Family::default(),
+                duration: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            };
+            registry.register(
+                "function_invocations",
+                "Invocations by tenant, function and outcome (ok, or error: it failed or answered 5xx)",
+                functions.invocations.clone(),
+            );
+            registry.register(
+                "function_duration_seconds",
+                "Invocation latency by tenant and function",
+                functions.duration.clone(),
+            );
+            functions
+        });
         registry.register(
             "invocations",
             "Invocations by tier and outcome",
@@ -271,6 +304,7 @@ impl Metrics {
             compiled_left,
             compiled_checks,
             fallbacks,
+            per_function,
         }
     }
 
@@ -324,6 +358,40 @@ impl Metrics {
         let s = usize::from(!cold);
         self.hot.starts[s].inc();
         self.hot.duration[s].observe(seconds);
+    }
+
+    /// Counts one finished invocation of `tenant/function` in its own
+    /// series, when the operator opted into them; `ok` is false for a
+    /// failure and for a 5xx the function answered (as its charts count).
+    pub fn function_invocation(&self, tenant: &str, function: &str, ok: bool, seconds: f64) {
+        let Some(f) = &self.per_function else {
+            return;
+        };
+        f.invocations
+            .get_or_create(&FunctionOutcomeLabels {
+                tenant: tenant.to_string(),
+                function: function.to_string(),
+                outcome: if ok { "ok" } else { "error" },
+            })
+            .inc();
+        f.duration
+            .get_or_create(&labels(tenant, function))
+            .observe(seconds);
+    }
+
+    /// Drops a removed function's own series.
+    pub fn forget_function(&self, tenant: &str, function: &str) {
+        if let Some(f) = &self.per_function {
+            for outcome in ["ok", "error"] {
+                f.invocations.remove(&FunctionOutcomeLabels {
+                    tenant: tenant.to_string(),
+                    function: function.to_string(),
+                    outcome,
+                });
+            }
+            f.duration.remove(&labels(tenant, function));
+        }
+        self.pinned(tenant, function, false);
     }
 
     /// Invocations finished here since start, by mode, ok or not: what

@@ -891,6 +891,7 @@ impl Node {
         self.table.remove(tenant, name);
         self.forget_mode(tenant, name);
         self.stats.forget(tenant, name);
+        self.metrics.forget_function(tenant, name);
         if let Some(jit) = &self.jit {
             jit.forget(tenant, name);
         }
@@ -1491,12 +1492,15 @@ impl Node {
 
         // A 5xx the function answered itself is an error in its charts, as
         // on its span; a 4xx is its caller's.
+        let function_ok = result.as_ref().is_ok_and(|r| r.status < 500);
+        self.metrics
+            .function_invocation(&v.tenant, &v.name, function_ok, duration.as_secs_f64());
         self.stats.add(
             &v.tenant,
             &v.name,
             hearth_core::unix_time_ms(),
             duration.as_micros() as u64,
-            result.as_ref().is_ok_and(|r| r.status < 500),
+            function_ok,
         );
         let trace = host.as_ref().and_then(|h| h.meta().trace.clone());
         let (tape, mut lines) = host.map(|h| h.take_records()).unwrap_or_default();

@@ -181,6 +181,48 @@ async fn logs_hold_stderr_log_calls_and_failures_per_invocation() {
     );
 }
 
+/// With `--metrics-per-function`, each function's calls by outcome and
+/// its latency are series of their own (a 5xx it answers is an error);
+/// they go with the function, and without the flag there are none.
+#[tokio::test]
+async fn per_function_series_count_calls_errors_and_latency_when_opted_into() {
+    let d = Daemon::start_with(&["--metrics-per-function", "true"]);
+    d.deploy("broken", example("trap.wat"), &[]).await;
+    for _ in 0..3 {
+        d.invoke("hello", b"").await;
+    }
+    d.invoke("broken", b"").await;
+    let text = d.get_text("/metrics").await;
+    let value = |needle: &str| -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with(needle))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    };
+    let calls = |f: &str, outcome: &str| {
+        value(&format!(
+            "hearth_function_invocations_total{{tenant=\"admin\",function=\"{f}\",outcome=\"{outcome}\"}}"
+        ))
+    };
+    assert_eq!(calls("hello", "ok"), Some(3.0), "{text}");
+    assert_eq!(calls("broken", "error"), Some(1.0), "{text}");
+    assert_eq!(calls("broken", "ok"), None);
+    assert_eq!(
+        value("hearth_function_duration_seconds_count{tenant=\"admin\",function=\"hello\"}"),
+        Some(3.0),
+        "{text}"
+    );
+    let r = d.delete("/v1/functions/broken").send().await.unwrap();
+    assert_eq!(r.status(), 204);
+    let after = d.get_text("/metrics").await;
+    assert!(!after.contains("function=\"broken\""), "{after}");
+
+    let plain = Daemon::start();
+    plain.invoke("hello", b"").await;
+    let text = plain.get_text("/metrics").await;
+    assert!(!text.contains("hearth_function_"), "{text}");
+}
+
 /// A scraper asking for Prometheus' text format (`text/plain`) gets it,
 /// and `promtool check metrics` accepts it: OpenMetrics' info and counter
 /// families, which promtool's parser refuses, are named as that format
