@@ -14,7 +14,9 @@
 # Environment: C (wrk connections, default 16); BODY, a file each request
 # POSTs (default: GETs with no body); PG=1 gives each daemon a database of
 # its own in a throwaway PostgreSQL (`--store`, as a cluster member has:
-# registry, KV and logs there) instead of its SQLite.
+# registry, KV and logs there) instead of its SQLite; SPLIT_B=PERCENT
+# deploys the module to B a second time and sends PERCENT of its live
+# calls there (`hearth split`), to weigh a split's routing against none.
 set -euo pipefail
 A=$1 B=$2 ROUNDS=${3:-6} SECS=${4:-3} MODULE=${5:-}
 CONNS=${C:-16}
@@ -65,6 +67,14 @@ if [ -n "$MODULE" ]; then
       "$2/v1/functions/abfn?$QUERY&public=true" >/dev/null
   done
   FN=/fn/admin/abfn
+  if [ -n "${SPLIT_B:-}" ]; then
+    auth=(-H "Authorization: Bearer $(cat "$WORK/b/token")")
+    curl -sf "${auth[@]}" --data-binary @"$MODULE" \
+      "$UB/v1/functions/abfn?$QUERY&public=true&promote=false" >/dev/null
+    curl -sf "${auth[@]}" -H 'content-type: application/json' \
+      -d "{\"version\": 1, \"split\": {\"version\": 2, \"percent\": $SPLIT_B}}" \
+      "$UB/v1/functions/abfn/aliases/live" >/dev/null
+  fi
 fi
 WRK_ARGS=() CURL_ARGS=()
 if [ -n "${BODY:-}" ]; then

@@ -76,11 +76,16 @@ pub(crate) async fn list(
     }))
 }
 
-/// Which version an alias is to point at.
+/// Which version an alias is to point at, and a share of its calls to
+/// send to another.
 #[derive(Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Promotion {
     pub version: u32,
+    /// `percent` (1–99) of the alias's calls go to `split.version`; a
+    /// caller's `Hearth-Split-Key` header keeps it on one side.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<hearth_store::Split>,
 }
 
 /// Point an alias at a version (promote)
@@ -102,7 +107,9 @@ pub(crate) async fn promote(
     hearth_core::validate_alias_name(&alias).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let tenant = owner(&s, &headers, &name).await?;
     Ok(Json(
-        s.node.promote(&tenant, &name, &alias, body.version).await?,
+        s.node
+            .promote(&tenant, &name, &alias, body.version, body.split)
+            .await?,
     ))
 }
 

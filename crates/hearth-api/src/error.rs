@@ -181,7 +181,9 @@ impl From<hearth_store::StoreError> for ApiError {
             | hearth_store::StoreError::NoSuchAlias { .. } => ApiError::NotFound(e.to_string()),
             hearth_store::StoreError::NothingToRollBack { .. }
             | hearth_store::StoreError::TooManyAliases { .. } => ApiError::Conflict(e.to_string()),
-            hearth_store::StoreError::LiveAlias => ApiError::BadRequest(e.to_string()),
+            hearth_store::StoreError::LiveAlias | hearth_store::StoreError::BadSplit(_) => {
+                ApiError::BadRequest(e.to_string())
+            }
             hearth_store::StoreError::KvQuota { tenant, max_bytes } => ApiError::QuotaExceeded(
                 "kv_quota_exceeded",
                 format!(

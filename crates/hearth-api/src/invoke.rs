@@ -150,6 +150,23 @@ fn split_version<'a>(
     Ok((name, chosen))
 }
 
+/// Where an alias splits its calls between two versions, which one this
+/// call runs: a `Hearth-Split-Key` (a user id, a session) always draws
+/// the same number, so that caller stays on one side; without one, a
+/// uniform random draw.
+fn split_draw(headers: &HeaderMap) -> u8 {
+    match headers.get(SPLIT_KEY) {
+        Some(key) => {
+            let hash = blake3::hash(key.as_bytes());
+            let first: [u8; 8] = hash.as_bytes()[..8]
+                .try_into()
+                .expect("a blake3 hash has 32 bytes");
+            (u64::from_le_bytes(first) % 100) as u8
+        }
+        None => hearth_node::random_draw(),
+    }
+}
+
 /// A name no function has (deploys refuse `/` in a name).
 const NO_FUNCTION: &str = "/";
 
@@ -172,15 +189,15 @@ async fn visible_function(
     s: &AppState,
     tenant: &str,
     name: &str,
-    version: Pin<'_>,
+    (version, draw): (Pin<'_>, u8),
     headers: &HeaderMap,
 ) -> Result<Arc<FunctionVersion>, ApiError> {
-    let held = s.node.resolve_held(tenant, name, version);
+    let held = s.node.resolve_held(tenant, name, version, draw);
     let asked_store = held.is_none();
     let found = match held {
         Some(f) if f.spec.public => return Ok(f),
         Some(f) => Ok(f),
-        None => match s.node.resolve_from_store(tenant, name, version).await {
+        None => match s.node.resolve_from_store(tenant, name, version, draw).await {
             Ok(f) if f.spec.public => return Ok(f),
             other => other,
         },
@@ -207,7 +224,7 @@ async fn visible_function(
         // decoded, which a miss never costs).
         let _ = s
             .node
-            .resolve_from_store(tenant, NO_FUNCTION, version)
+            .resolve_from_store(tenant, NO_FUNCTION, version, draw)
             .await;
     }
     let asked = match version {
@@ -225,6 +242,7 @@ async fn visible_function(
 pub(crate) const INVOCATION_ID: HeaderName = HeaderName::from_static("hearth-invocation-id");
 pub(crate) const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 const VERSION: HeaderName = HeaderName::from_static("hearth-version");
+const SPLIT_KEY: HeaderName = HeaderName::from_static("hearth-split-key");
 const START: HeaderName = HeaderName::from_static("hearth-start");
 
 /// The request is taken whole (not as `HeaderMap`, `Method`, `Uri`
@@ -240,7 +258,8 @@ async fn run(
     let client = parts.extensions.get::<crate::ClientShare>();
     let (method, uri, headers) = (parts.method, parts.uri, parts.headers);
     let (name, version) = split_version(name, &headers)?;
-    let function = visible_function(s, tenant, name, version, &headers).await?;
+    let draw = split_draw(&headers);
+    let function = visible_function(s, tenant, name, (version, draw), &headers).await?;
     if let Some(g) = &s.gateway {
         // What the gateway holds of the body counts until it is sent on
         // (and, whole, until no retry needs it).

@@ -33,12 +33,13 @@ pub use colocation::{DefaultColocation, StoreColocation};
 pub use disk::DiskConfig;
 pub use logs::LogQuotas;
 pub use metrics::Metrics;
+pub use node::random_draw;
 pub use node::{
     CodeHeld, CompiledMode, DeployOutcome, InvokeOutcome, JitConfig, Node, NodeConfig, NodeError,
     Ready, ReplayReport, StartKind, Streaming,
 };
 pub use share::MemoryBudget;
-pub use table::Pin;
+pub use table::{Pin, Target};
 
 /// The module the compiled js tier's modules import, and its name: the
 /// wasm engine must link it (`hearth_wasm::WasmConfig::libraries`).

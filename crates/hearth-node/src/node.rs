@@ -23,7 +23,7 @@ use tracing::Instrument;
 use crate::Metrics;
 use crate::metrics::ErrorLabels;
 use crate::share::Refused;
-use crate::table::{FunctionTable, Pin};
+use crate::table::{FunctionTable, Pin, Target};
 
 mod forwarded;
 mod installed;
@@ -828,7 +828,11 @@ impl Node {
             .await?;
         let alias = if promote {
             self.table.forget_aliases(Some((tenant, name)));
-            Some(hearth_store::LIVE)
+            let live = Target {
+                version: version.version,
+                split: None,
+            };
+            Some((hearth_store::LIVE, live))
         } else {
             None
         };
@@ -902,54 +906,65 @@ impl Node {
     }
 
     /// The version a request names: the live one, an alias's, or a
-    /// pinned one.
+    /// pinned one (an alias that splits chooses at random).
     pub async fn resolve<'p>(
         &self,
         tenant: &str,
         name: &str,
         pin: impl Into<Pin<'p>>,
     ) -> Result<Arc<FunctionVersion>, NodeError> {
-        let pin = pin.into();
-        if let Some(v) = self.table.get(tenant, name, pin) {
+        let (pin, draw) = (pin.into(), random_draw());
+        if let Some(v) = self.table.get(tenant, name, pin, draw) {
             return Ok(v);
         }
-        self.resolve_from_store(tenant, name, pin).await
+        self.resolve_from_store(tenant, name, pin, draw).await
     }
 
-    /// The version the node holds in memory, if it does (no store query).
-    pub fn resolve_held<'p>(
+    /// The version the node holds in memory, if it does (no store query);
+    /// `draw` (0–99) chooses where an alias splits.
+    pub fn resolve_held(
         &self,
         tenant: &str,
         name: &str,
-        pin: impl Into<Pin<'p>>,
+        pin: Pin<'_>,
+        draw: u8,
     ) -> Option<Arc<FunctionVersion>> {
-        self.table.get(tenant, name, pin)
+        self.table.get(tenant, name, pin, draw)
     }
 
     /// [`resolve`](Self::resolve) past the function table: always one
     /// store query. For a caller who may not learn whether a function
     /// exists, a function the node holds costs that query as a missing one
     /// does (`hearth-api`'s `visible_function`).
-    pub async fn resolve_from_store<'p>(
+    pub async fn resolve_from_store(
         &self,
         tenant: &str,
         name: &str,
-        pin: impl Into<Pin<'p>>,
+        pin: Pin<'_>,
+        draw: u8,
     ) -> Result<Arc<FunctionVersion>, NodeError> {
-        let pin = pin.into();
         let generation = self.table.generation();
-        let found = match pin {
-            Pin::Version(v) => self.store.get_version(tenant, name, Some(v)).await?,
-            Pin::Alias(alias) => self.store.alias_version(tenant, name, alias).await?,
+        let (version, alias) = match pin {
+            Pin::Version(v) => (Some(v), None),
+            Pin::Alias(alias) => match self.store.alias(tenant, name, alias).await? {
+                Some(a) => {
+                    let target = Target {
+                        version: a.version,
+                        split: a.split,
+                    };
+                    (Some(target.choose(draw)), Some((alias, target)))
+                }
+                None => (None, None),
+            },
+        };
+        let found = match version {
+            Some(v) => self.store.get_version(tenant, name, Some(v)).await?,
+            None => None,
         };
         let Some(found) = found else {
             return Err(self.not_found(tenant, name, pin).await);
         };
         let found = Arc::new(found);
-        let alias = match pin {
-            Pin::Alias(alias) => Some(alias),
-            Pin::Version(_) => None,
-        };
         self.table.insert(found.clone(), alias, generation);
         Ok(found)
     }
@@ -979,16 +994,21 @@ impl Node {
         }
     }
 
-    /// Points `alias` of tenant/name at `version` (`hearth promote`).
+    /// Points `alias` of tenant/name at `version`, with `split` of its
+    /// calls to another version if given (`hearth promote`, `hearth split`).
     pub async fn promote(
         &self,
         tenant: &str,
         name: &str,
         alias: &str,
         version: u32,
+        split: Option<hearth_store::Split>,
     ) -> Result<hearth_store::AliasMove, NodeError> {
         hearth_core::validate_alias_name(alias).map_err(|e| NodeError::Invalid(e.to_string()))?;
-        let moved = self.store.set_alias(tenant, name, alias, version).await?;
+        let moved = self
+            .store
+            .set_alias(tenant, name, alias, version, split)
+            .await?;
         self.table.forget_aliases(Some((tenant, name)));
         Ok(moved)
     }
@@ -1555,4 +1575,10 @@ impl Node {
         };
         (outcome, tape)
     }
+}
+
+/// A uniform draw in 0–99: where an alias splits, which of its versions a
+/// call without a key of its own runs.
+pub fn random_draw() -> u8 {
+    rand::random_range(0..100)
 }

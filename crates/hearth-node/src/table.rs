@@ -100,10 +100,30 @@ impl std::fmt::Display for Pin<'_> {
     }
 }
 
+/// Where an alias points: its version, and a share of calls that goes to
+/// another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    pub version: u32,
+    pub split: Option<hearth_store::Split>,
+}
+
+impl Target {
+    /// The version a call with `draw` (0–99, uniform over calls, or the
+    /// same for one caller's key) runs: the split's for draws under its
+    /// percent, else the alias's own.
+    pub fn choose(&self, draw: u8) -> u32 {
+        match self.split {
+            Some(s) if draw < s.percent => s.version,
+            _ => self.version,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Entry {
     /// Where each alias looked up so far points.
-    aliases: HashMap<String, u32>,
+    aliases: HashMap<String, Target>,
     versions: HashMap<u32, (Arc<FunctionVersion>, PreparedSlot)>,
 }
 
@@ -132,26 +152,28 @@ impl FunctionTable {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// The version `pin` names of tenant/name, if known.
+    /// The version `pin` names of tenant/name, if known; `draw` (0–99)
+    /// chooses between an alias's two versions when it splits.
     pub fn get<'p>(
         &self,
         tenant: &str,
         name: &str,
         pin: impl Into<Pin<'p>>,
+        draw: u8,
     ) -> Option<Arc<FunctionVersion>> {
         let map = self.read();
         let entry = map.get(tenant)?.get(name)?;
         let v = match pin.into() {
             Pin::Version(v) => v,
-            Pin::Alias(alias) => *entry.aliases.get(alias)?,
+            Pin::Alias(alias) => entry.aliases.get(alias)?.choose(draw),
         };
         entry.versions.get(&v).map(|(fv, _)| fv.clone())
     }
 
-    /// Records a version from the store or a deploy; `alias` is one that
-    /// points at it. Skipped if a removal or a move happened since
-    /// `generation`.
-    pub fn insert(&self, v: Arc<FunctionVersion>, alias: Option<&str>, generation: u64) {
+    /// Records a version from the store or a deploy, and `alias`, where
+    /// an alias points (at it, or at it and another). Skipped if a removal
+    /// or a move happened since `generation`.
+    pub fn insert(&self, v: Arc<FunctionVersion>, alias: Option<(&str, Target)>, generation: u64) {
         let mut map = self.write();
         if self.generation() != generation {
             return;
@@ -161,8 +183,8 @@ impl FunctionTable {
             .or_default()
             .entry(v.name.clone())
             .or_default();
-        if let Some(alias) = alias {
-            entry.aliases.insert(alias.to_string(), v.version);
+        if let Some((alias, target)) = alias {
+            entry.aliases.insert(alias.to_string(), target);
         }
         entry
             .versions
@@ -264,6 +286,17 @@ mod tests {
     use super::*;
     use hearth_core::{FunctionSpec, Runtime};
 
+    /// An alias pointing at `version` alone.
+    fn to(alias: &str, version: u32) -> Option<(&str, Target)> {
+        Some((
+            alias,
+            Target {
+                version,
+                split: None,
+            },
+        ))
+    }
+
     fn v(version: u32) -> Arc<FunctionVersion> {
         Arc::new(FunctionVersion {
             tenant: "t".into(),
@@ -279,23 +312,37 @@ mod tests {
     fn live_aliased_and_pinned_versions_are_served_from_memory() {
         let t = FunctionTable::default();
         let g = t.generation();
-        t.insert(v(2), Some("live"), g);
+        t.insert(v(2), to("live", 2), g);
         t.insert(v(1), None, g);
-        t.insert(v(3), Some("canary"), g);
-        assert_eq!(t.get("t", "f", None).map(|v| v.version), Some(2));
+        t.insert(v(3), to("canary", 3), g);
+        assert_eq!(t.get("t", "f", None, 0).map(|v| v.version), Some(2));
         assert_eq!(
-            t.get("t", "f", Pin::Alias("canary")).map(|v| v.version),
+            t.get("t", "f", Pin::Alias("canary"), 0).map(|v| v.version),
             Some(3)
         );
         assert!(
-            t.get("t", "f", Pin::Alias("staging")).is_none(),
+            t.get("t", "f", Pin::Alias("staging"), 0).is_none(),
             "asks the store"
         );
         // A rollback moves live back: the table says what it was told.
-        t.insert(v(1), Some("live"), g);
-        assert_eq!(t.get("t", "f", None).map(|v| v.version), Some(1));
-        assert_eq!(t.get("t", "f", Some(1)).map(|v| v.version), Some(1));
-        assert!(t.get("t", "f", Some(4)).is_none());
+        t.insert(v(1), to("live", 1), g);
+        assert_eq!(t.get("t", "f", None, 0).map(|v| v.version), Some(1));
+        assert_eq!(t.get("t", "f", Some(1), 0).map(|v| v.version), Some(1));
+        assert!(t.get("t", "f", Some(4), 0).is_none());
+        // A split: draws under its percent run the other version.
+        let split = Target {
+            version: 1,
+            split: Some(hearth_store::Split {
+                version: 2,
+                percent: 5,
+            }),
+        };
+        t.insert(v(2), Some(("live", split)), g);
+        let chosen: Vec<u32> = [0, 4, 5, 99]
+            .iter()
+            .map(|&d| t.get("t", "f", None, d).unwrap().version)
+            .collect();
+        assert_eq!(chosen, [2, 2, 1, 1]);
         assert!(
             Arc::ptr_eq(&t.slot(&v(2)), &t.slot(&v(2))),
             "one slot per version"
@@ -305,7 +352,7 @@ mod tests {
     #[tokio::test]
     async fn prepared_code_idle_for_the_keep_alive_is_dropped() {
         let t = FunctionTable::default();
-        t.insert(v(1), Some("live"), t.generation());
+        t.insert(v(1), to("live", 1), t.generation());
         assert!(t.loaded().is_empty(), "known, not prepared");
         let slot = t.slot(&v(1));
         slot.get(Tier::Wasm)
@@ -325,7 +372,7 @@ mod tests {
             slot.get(Tier::Wasm).get().is_some(),
             "an invocation holding the old slot keeps its code"
         );
-        assert_eq!(t.get("t", "f", None).map(|v| v.version), Some(1));
+        assert_eq!(t.get("t", "f", None, 0).map(|v| v.version), Some(1));
     }
 
     /// Prepared code that runs nothing, for the table's own tests.
@@ -344,11 +391,11 @@ mod tests {
     fn a_fill_that_raced_a_removal_is_dropped() {
         let t = FunctionTable::default();
         let before = t.generation();
-        t.insert(v(1), Some("live"), before);
+        t.insert(v(1), to("live", 1), before);
         t.remove("t", "f");
-        assert!(t.get("t", "f", None).is_none());
-        t.insert(v(1), Some("live"), before); // read from the store before the removal
-        assert!(t.get("t", "f", None).is_none());
+        assert!(t.get("t", "f", None, 0).is_none());
+        t.insert(v(1), to("live", 1), before); // read from the store before the removal
+        assert!(t.get("t", "f", None, 0).is_none());
         assert!(
             !Arc::ptr_eq(&t.slot(&v(1)), &t.slot(&v(1))),
             "removed versions are not cached"
@@ -359,19 +406,22 @@ mod tests {
     fn a_change_forgets_the_aliases_but_keeps_versions() {
         let t = FunctionTable::default();
         let before = t.generation();
-        t.insert(v(1), Some("live"), before);
+        t.insert(v(1), to("live", 1), before);
         let slot = t.slot(&v(1));
         t.forget_aliases(Some(("t", "f")));
-        assert!(t.get("t", "f", None).is_none(), "the store is asked again");
-        assert_eq!(t.get("t", "f", Some(1)).map(|v| v.version), Some(1));
+        assert!(
+            t.get("t", "f", None, 0).is_none(),
+            "the store is asked again"
+        );
+        assert_eq!(t.get("t", "f", Some(1), 0).map(|v| v.version), Some(1));
         assert!(Arc::ptr_eq(&slot, &t.slot(&v(1))), "prepared code stays");
         // A lookup that read the store before the change cannot put back
         // the alias it read.
-        t.insert(v(1), Some("live"), before);
-        assert!(t.get("t", "f", None).is_none());
-        t.insert(v(2), Some("live"), t.generation());
-        assert_eq!(t.get("t", "f", None).map(|v| v.version), Some(2));
+        t.insert(v(1), to("live", 1), before);
+        assert!(t.get("t", "f", None, 0).is_none());
+        t.insert(v(2), to("live", 2), t.generation());
+        assert_eq!(t.get("t", "f", None, 0).map(|v| v.version), Some(2));
         t.forget_aliases(None);
-        assert!(t.get("t", "f", None).is_none(), "a resync forgets all");
+        assert!(t.get("t", "f", None, 0).is_none(), "a resync forgets all");
     }
 }

@@ -490,19 +490,85 @@ async fn aliases_move_with_history_and_roll_back_one_move_at_a_time(s: &dyn Stor
         s.aliases("t", "f").await.unwrap(),
         vec![Alias {
             alias: LIVE.into(),
-            version: 2
+            version: 2,
+            split: None,
         }]
     );
 
-    let promoted = s.set_alias("t", "f", LIVE, 3).await.unwrap();
+    let promoted = s.set_alias("t", "f", LIVE, 3, None).await.unwrap();
     assert_eq!(
         (promoted.version, promoted.previous, promoted.rollback),
         (3, Some(2), false)
     );
-    s.set_alias("t", "f", "canary", 1).await.unwrap();
+    s.set_alias("t", "f", "canary", 1, None).await.unwrap();
     let canary = s.alias_version("t", "f", "canary").await.unwrap().unwrap();
     assert_eq!((canary.version, canary.artifact.as_str()), (1, "aa"));
     assert_eq!(live().await, 3, "another alias leaves live where it is");
+
+    // A split sends a share of live's calls to a second version; a
+    // rollback gives back the alias's version and split from before.
+    let split = crate::Split {
+        version: 1,
+        percent: 20,
+    };
+    let moved = s.set_alias("t", "f", LIVE, 3, Some(split)).await.unwrap();
+    assert_eq!((moved.split, moved.previous_split), (Some(split), None));
+    assert_eq!(
+        s.alias("t", "f", LIVE).await.unwrap().unwrap().split,
+        Some(split)
+    );
+    assert_eq!(
+        s.list_functions("t").await.unwrap()[0].live_split,
+        Some(split)
+    );
+    let back = s.rollback_alias("t", "f", LIVE).await.unwrap();
+    assert_eq!((back.version, back.split), (3, None));
+    assert_eq!(s.alias("t", "f", LIVE).await.unwrap().unwrap().split, None);
+    for (bad, why) in [
+        (
+            crate::Split {
+                version: 3,
+                percent: 20,
+            },
+            "its own version",
+        ),
+        (
+            crate::Split {
+                version: 1,
+                percent: 0,
+            },
+            "0%",
+        ),
+        (
+            crate::Split {
+                version: 1,
+                percent: 100,
+            },
+            "100%",
+        ),
+    ] {
+        assert!(
+            matches!(
+                s.set_alias("t", "f", LIVE, 3, Some(bad)).await,
+                Err(StoreError::BadSplit(_))
+            ),
+            "{why}"
+        );
+    }
+    assert!(matches!(
+        s.set_alias(
+            "t",
+            "f",
+            LIVE,
+            3,
+            Some(crate::Split {
+                version: 9,
+                percent: 5
+            })
+        )
+        .await,
+        Err(StoreError::NoSuchVersion { version: 9, .. })
+    ));
 
     // Each rollback undoes one move: 3 → 2 → 1, then nothing is before.
     let back = s.rollback_alias("t", "f", LIVE).await.unwrap();
@@ -518,7 +584,7 @@ async fn aliases_move_with_history_and_roll_back_one_move_at_a_time(s: &dyn Stor
     ));
     assert_eq!(live().await, 1, "a refused rollback moves nothing");
     // A promotion after rollbacks is a new move, which a rollback undoes.
-    s.set_alias("t", "f", LIVE, 3).await.unwrap();
+    s.set_alias("t", "f", LIVE, 3, None).await.unwrap();
     assert_eq!(s.rollback_alias("t", "f", LIVE).await.unwrap().version, 1);
     let history: Vec<(u32, bool)> = s
         .alias_moves("t", "f", LIVE, 100)
@@ -534,6 +600,8 @@ async fn aliases_move_with_history_and_roll_back_one_move_at_a_time(s: &dyn Stor
             (3, false),
             (1, true),
             (2, true),
+            (3, true),
+            (3, false),
             (3, false),
             (2, false),
             (1, false)
@@ -543,11 +611,11 @@ async fn aliases_move_with_history_and_roll_back_one_move_at_a_time(s: &dyn Stor
 
     // What does not exist is refused, and nothing moves.
     assert!(matches!(
-        s.set_alias("t", "f", LIVE, 9).await,
+        s.set_alias("t", "f", LIVE, 9, None).await,
         Err(StoreError::NoSuchVersion { version: 9, .. })
     ));
     assert!(matches!(
-        s.set_alias("t", "g", LIVE, 1).await,
+        s.set_alias("t", "g", LIVE, 1, None).await,
         Err(StoreError::NoSuchVersion { .. })
     ));
     assert!(matches!(
@@ -566,30 +634,34 @@ async fn aliases_move_with_history_and_roll_back_one_move_at_a_time(s: &dyn Stor
     // newest moves; an alias removed takes its history with it.
     // live and canary, and 30 more.
     for i in 2..crate::MAX_ALIASES_PER_FUNCTION {
-        s.set_alias("t", "f", &format!("a{i}"), 1).await.unwrap();
+        s.set_alias("t", "f", &format!("a{i}"), 1, None)
+            .await
+            .unwrap();
     }
     assert!(matches!(
-        s.set_alias("t", "f", "one-too-many", 1).await,
+        s.set_alias("t", "f", "one-too-many", 1, None).await,
         Err(StoreError::TooManyAliases { max: 32, .. })
     ));
-    s.set_alias("t", "f", "a2", 3).await.unwrap();
+    s.set_alias("t", "f", "a2", 3, None).await.unwrap();
     assert!(s.remove_alias("t", "f", "a3").await.unwrap());
     assert!(!s.remove_alias("t", "f", "a3").await.unwrap());
     assert!(matches!(
         s.remove_alias("t", "f", LIVE).await,
         Err(StoreError::LiveAlias)
     ));
-    s.set_alias("t", "f", "one-too-many", 1).await.unwrap();
+    s.set_alias("t", "f", "one-too-many", 1, None)
+        .await
+        .unwrap();
     let max = crate::MAX_MOVES_PER_ALIAS;
     for i in 0..max {
-        s.set_alias("t", "f", "a4", 1 + i % 3).await.unwrap();
+        s.set_alias("t", "f", "a4", 1 + i % 3, None).await.unwrap();
     }
     let kept = s.alias_moves("t", "f", "a4", max + 10).await.unwrap();
     assert_eq!(kept.len(), max as usize, "the oldest move went");
     assert_eq!(kept[0].version, 1 + (max - 1) % 3, "the newest is kept");
     assert_eq!(
         s.alias_moves("t", "f", LIVE, 100).await.unwrap().len(),
-        7,
+        9,
         "another alias's history is its own"
     );
 

@@ -49,6 +49,8 @@ pub enum StoreError {
     TooManyAliases { function: String, max: u32 },
     /// the live alias is what unpinned calls run and cannot be removed: promote another version to it instead
     LiveAlias,
+    /// {0}
+    BadSplit(String),
 }
 
 impl StoreError {

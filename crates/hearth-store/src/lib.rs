@@ -74,6 +74,9 @@ pub struct FunctionSummary {
     /// The version `live` points at (none: no version is live yet).
     #[serde(default)]
     pub live: Option<u32>,
+    /// The share of `live`'s calls another version takes, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_split: Option<Split>,
     pub versions: u32,
     /// Where a JavaScript function runs (see [`FunctionMode`]).
     #[serde(flatten)]
@@ -95,6 +98,20 @@ pub const MAX_MOVES_PER_ALIAS: u32 = 1000;
 pub struct Alias {
     pub alias: String,
     pub version: u32,
+    /// A share of the alias's calls that goes to another version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<Split>,
+}
+
+/// `percent` of an alias's calls go to `version` (the rest to the
+/// alias's own version).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Split {
+    pub version: u32,
+    /// 1 to 99.
+    pub percent: u8,
 }
 
 /// One move of an alias, as its history keeps it.
@@ -106,8 +123,14 @@ pub struct AliasMove {
     pub alias: String,
     /// Where the alias points after the move.
     pub version: u32,
+    /// Its split after the move, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<Split>,
     /// Where it pointed before (none: the move made it).
     pub previous: Option<u32>,
+    /// Its split before the move, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_split: Option<Split>,
     /// Whether the move was a rollback.
     pub rollback: bool,
     pub at_ms: i64,
@@ -293,6 +316,29 @@ pub struct JournalKey<'a> {
     pub invocation: &'a str,
 }
 
+/// Refuses a split that is not one: a share of 1–99% to a version other
+/// than the alias's own.
+pub(crate) fn check_split(version: u32, split: Option<Split>) -> Result<(), StoreError> {
+    match split {
+        Some(s) if !(1..=99).contains(&s.percent) => Err(StoreError::BadSplit(format!(
+            "a split sends 1 to 99 percent of calls to the other version, not {}",
+            s.percent
+        ))),
+        Some(s) if s.version == version => Err(StoreError::BadSplit(format!(
+            "a split needs a second version: {version} is the alias's own"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// A split as its columns hold it (both or neither).
+pub(crate) fn split_of(version: Option<u32>, percent: Option<u8>) -> Option<Split> {
+    Some(Split {
+        version: version?,
+        percent: percent?,
+    })
+}
+
 /// A new random token: `hth_` and 48 hex digits.
 fn new_token() -> String {
     let secret: [u8; 24] = rand::random();
@@ -357,6 +403,13 @@ pub trait Store: Send + Sync + 'static {
         name: &str,
         version: Option<u32>,
     ) -> Result<Option<FunctionVersion>, StoreError>;
+    /// `alias` of the function: where it points, and its split.
+    async fn alias(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+    ) -> Result<Option<Alias>, StoreError>;
     /// The version `alias` points at.
     async fn alias_version(
         &self,
@@ -368,7 +421,9 @@ pub trait Store: Send + Sync + 'static {
     async fn aliases(&self, tenant: &str, name: &str) -> Result<Vec<Alias>, StoreError>;
     /// Points `alias` (made if new) at `version`, which must exist
     /// ([`StoreError::NoSuchVersion`]); the move joins the alias's
-    /// history, which keeps its newest [`MAX_MOVES_PER_ALIAS`]. A new
+    /// history, which keeps its newest [`MAX_MOVES_PER_ALIAS`]. With
+    /// `split`, that share of its calls goes to another existing version
+    /// (1–99%, not its own: [`StoreError::BadSplit`]). A new
     /// alias past [`MAX_ALIASES_PER_FUNCTION`] is refused
     /// ([`StoreError::TooManyAliases`]). Atomic.
     async fn set_alias(
@@ -377,6 +432,7 @@ pub trait Store: Send + Sync + 'static {
         name: &str,
         alias: &str,
         version: u32,
+        split: Option<Split>,
     ) -> Result<AliasMove, StoreError>;
     /// Points `alias` back where it was before the move that made its
     /// current version; again, and it goes further back (each rollback

@@ -92,8 +92,19 @@ impl Store for SplitStore {
         name: &str,
         alias: &str,
         version: u32,
+        split: Option<crate::Split>,
     ) -> Result<AliasMove, StoreError> {
-        self.shared.set_alias(tenant, name, alias, version).await
+        self.shared
+            .set_alias(tenant, name, alias, version, split)
+            .await
+    }
+    async fn alias(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+    ) -> Result<Option<Alias>, StoreError> {
+        self.shared.alias(tenant, name, alias).await
     }
     async fn rollback_alias(
         &self,

@@ -88,6 +88,19 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
+    /// Send PERCENT of an alias's (default `live`) calls to VERSION, the
+    /// rest staying where the alias points (a canary; 0 ends it). A
+    /// caller's `Hearth-Split-Key` header keeps it on one side.
+    Split {
+        name: String,
+        version: u32,
+        #[arg(value_parser = clap::value_parser!(u8).range(0..100))]
+        percent: u8,
+        #[arg(long, default_value = hearth_store::LIVE)]
+        alias: String,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Point an alias (default `live`) back where it was before its last
     /// move, in one call; again, and it goes further back.
     Rollback {
@@ -561,10 +574,11 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
                     (Runtime::Wasm, _, _) => "wasm".to_string(),
                     _ => "process".to_string(),
                 };
-                let live = f
-                    .summary
-                    .live
-                    .map_or_else(|| "-".to_string(), |v| v.to_string());
+                let live = match (f.summary.live, f.summary.live_split) {
+                    (Some(v), Some(s)) => format!("{v}+{}@{}%", s.version, s.percent),
+                    (Some(v), None) => v.to_string(),
+                    (None, _) => "-".to_string(),
+                };
                 println!(
                     "{:<24} {:>7} {live:>5} {:>6} {:>7}MiB {:>6}ms  {:<6}  {mode}",
                     f.summary.name,
@@ -593,6 +607,16 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
         } => {
             let c = Client::new(data_dir, &target)?;
             crate::releases::promote(&c, &name, &alias, version).await?;
+        }
+        ClientCommand::Split {
+            name,
+            version,
+            percent,
+            alias,
+            target,
+        } => {
+            let c = Client::new(data_dir, &target)?;
+            crate::releases::split(&c, &name, &alias, version, percent).await?;
         }
         ClientCommand::Rollback {
             name,

@@ -10,20 +10,65 @@ use hearth_api::answers;
 
 use crate::client::{Client, fmt_time};
 
+/// `version 3`, or `version 3, 5% to version 4` where it splits.
+fn target(version: u32, split: Option<hearth_store::Split>) -> String {
+    match split {
+        Some(s) => format!("version {version}, {}% to version {}", s.percent, s.version),
+        None => format!("version {version}"),
+    }
+}
+
 /// One line for a move: where the alias points now and where it was.
 fn describe(name: &str, m: &answers::AliasMove) -> String {
     let from = m
         .previous
-        .map_or_else(|| "nothing".to_string(), |p| format!("version {p}"));
+        .map_or_else(|| "nothing".to_string(), |p| target(p, m.previous_split));
     let how = if m.rollback {
         "rolled back"
     } else {
         "promoted"
     };
     format!(
-        "{how} {name}@{}: version {} (was {from})",
-        m.alias, m.version
+        "{how} {name}@{}: {} (was {from})",
+        m.alias,
+        target(m.version, m.split)
     )
+}
+
+/// Sends `percent` of `alias`'s calls to `version`, the rest staying on
+/// the version it points at (0: none, ending a split).
+pub(crate) async fn split(
+    c: &Client,
+    name: &str,
+    alias: &str,
+    version: u32,
+    percent: u8,
+) -> anyhow::Result<()> {
+    let (list, _): (answers::Aliases, _) = c
+        .send_as(c.request(
+            reqwest::Method::GET,
+            &format!("/v1/functions/{name}/aliases"),
+        ))
+        .await?;
+    let current = list.aliases.iter().find(|a| a.alias == alias).with_context(|| {
+        format!("{name} has no alias {alias:?}: `hearth promote {name} VERSION --alias {alias}` makes it")
+    })?;
+    let rb = c
+        .request(
+            reqwest::Method::POST,
+            &format!("/v1/functions/{name}/aliases/{alias}"),
+        )
+        .json(&answers::Promotion {
+            version: current.version,
+            split: (percent > 0).then_some(hearth_store::Split { version, percent }),
+        });
+    let (moved, v): (answers::AliasMove, _) = c.send_as(rb).await?;
+    if c.json {
+        c.print_json(&v);
+    } else {
+        println!("{}", describe(name, &moved));
+    }
+    Ok(())
 }
 
 pub(crate) async fn promote(
@@ -37,7 +82,10 @@ pub(crate) async fn promote(
             reqwest::Method::POST,
             &format!("/v1/functions/{name}/aliases/{alias}"),
         )
-        .json(&answers::Promotion { version });
+        .json(&answers::Promotion {
+            version,
+            split: None,
+        });
     let (moved, v): (answers::AliasMove, _) = c.send_as(rb).await?;
     if c.json {
         c.print_json(&v);
@@ -91,7 +139,13 @@ pub(crate) async fn aliases(c: &Client, name: &str, history: Option<&str>) -> an
         println!("{name} has no aliases: no version is live (`hearth promote {name} VERSION`)");
     }
     for a in &list.aliases {
-        println!("{:<16} {}", a.alias, a.version);
+        match a.split {
+            Some(s) => println!(
+                "{:<16} {} ({}% to {})",
+                a.alias, a.version, s.percent, s.version
+            ),
+            None => println!("{:<16} {}", a.alias, a.version),
+        }
     }
     if let Some((h, _)) = moves {
         println!();

@@ -24,6 +24,8 @@ use tokio_postgres::{NoTls, Row};
 
 mod aliases;
 
+use crate::Split;
+
 use crate::cluster::{Change, notify};
 use crate::{
     Alias, AliasMove, FunctionMode, FunctionSummary, JournalKey, LIVE, LogQuery, LogRecord,
@@ -263,7 +265,7 @@ impl PgStore {
             ).await?;
             notify(tx, &function_changed(tenant, name)).await?;
             if promote {
-                aliases::set(tx, tenant, name, LIVE, version as u32, None).await?;
+                aliases::set(tx, tenant, name, LIVE, (version as u32, None), None).await?;
             }
             Ok(version)
         }).await?;
@@ -325,8 +327,8 @@ impl PgStore {
         let rows = self
             .with(async |c| {
                 c.query(
-                    "SELECT alias, version FROM aliases WHERE tenant = $1 AND name = $2
-                     ORDER BY alias",
+                    "SELECT alias, version, split_version, split_percent FROM aliases
+                     WHERE tenant = $1 AND name = $2 ORDER BY alias",
                     &[&tenant, &name],
                 )
                 .await
@@ -337,8 +339,22 @@ impl PgStore {
             .map(|r| Alias {
                 alias: r.get(0),
                 version: r.get::<_, i64>(1) as u32,
+                split: aliases::split_of(r.get(2), r.get(3)),
             })
             .collect())
+    }
+
+    pub async fn alias(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+    ) -> Result<Option<Alias>, StoreError> {
+        Ok(self
+            .aliases(tenant, name)
+            .await?
+            .into_iter()
+            .find(|a| a.alias == alias))
     }
 
     pub async fn set_alias(
@@ -347,9 +363,12 @@ impl PgStore {
         name: &str,
         alias: &str,
         version: u32,
+        split: Option<Split>,
     ) -> Result<AliasMove, StoreError> {
-        self.in_transaction(async |tx| aliases::set(tx, tenant, name, alias, version, None).await)
-            .await
+        self.in_transaction(async |tx| {
+            aliases::set(tx, tenant, name, alias, (version, split), None).await
+        })
+        .await
     }
 
     pub async fn rollback_alias(
@@ -383,7 +402,9 @@ impl PgStore {
         let rows = self
             .with(async |c| {
                 c.query(
-                    "SELECT id, alias, version, previous, undoes IS NOT NULL, at_ms
+                    "SELECT id, alias, version, previous, undoes IS NOT NULL, at_ms,
+                            split_version, split_percent, previous_split_version,
+                            previous_split_percent
                      FROM alias_moves WHERE tenant = $1 AND name = $2 AND alias = $3
                      ORDER BY id DESC LIMIT $4",
                     &[&tenant, &name, &alias, &limit],
@@ -400,6 +421,8 @@ impl PgStore {
                 previous: r.get::<_, Option<i64>>(3).map(|p| p as u32),
                 rollback: r.get(4),
                 at_ms: r.get(5),
+                split: aliases::split_of(r.get(6), r.get(7)),
+                previous_split: aliases::split_of(r.get(8), r.get(9)),
             })
             .collect())
     }
@@ -410,11 +433,11 @@ impl PgStore {
                 "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms,
                         (SELECT COUNT(*) FROM versions c WHERE c.tenant = f.tenant AND c.name = f.name),
                         COALESCE(m.bounces, 0), COALESCE(m.pinned, false),
-                        (SELECT a.version FROM aliases a
-                          WHERE a.tenant = f.tenant AND a.name = f.name AND a.alias = 'live')
+                        a.version, a.split_version, a.split_percent
                  FROM functions f JOIN versions v
                    ON v.tenant = f.tenant AND v.name = f.name AND v.version = f.latest
                  LEFT JOIN modes m ON m.tenant = f.tenant AND m.name = f.name
+                 LEFT JOIN aliases a ON a.tenant = f.tenant AND a.name = f.name AND a.alias = 'live'
                  WHERE f.tenant = $1 ORDER BY f.name",
                 &[&tenant],
             ).await
@@ -426,6 +449,7 @@ impl PgStore {
                     name: latest.name.clone(),
                     latest,
                     live: r.get::<_, Option<i64>>(9).map(|v| v as u32),
+                    live_split: aliases::split_of(r.get(10), r.get(11)),
                     versions: r.get::<_, i64>(6) as u32,
                     mode: FunctionMode {
                         bounces: r.get::<_, i64>(7) as u32,

@@ -5,39 +5,45 @@
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use crate::{AliasMove, LIVE, MAX_ALIASES_PER_FUNCTION, MAX_MOVES_PER_ALIAS, StoreError};
+use crate::{AliasMove, LIVE, MAX_ALIASES_PER_FUNCTION, MAX_MOVES_PER_ALIAS, Split, StoreError};
 
-/// Points `alias` at `version` (which must exist), recording the move;
-/// `undoes` names the move a rollback undoes.
+/// Points `alias` at `version` (which must exist), with `split` if
+/// given, recording the move; `undoes` names the move a rollback undoes.
 pub(super) fn set(
     tx: &Transaction<'_>,
     tenant: &str,
     name: &str,
     alias: &str,
-    version: u32,
+    (version, split): (u32, Option<Split>),
     undoes: Option<i64>,
 ) -> Result<AliasMove, StoreError> {
-    let exists: bool = tx.query_row(
-        "SELECT EXISTS (SELECT 1 FROM versions v JOIN functions f
-             ON f.tenant = v.tenant AND f.name = v.name
-           WHERE v.tenant = ?1 AND v.name = ?2 AND v.version = ?3)",
-        params![tenant, name, version],
-        |r| r.get(0),
-    )?;
-    if !exists {
-        return Err(StoreError::NoSuchVersion {
-            function: format!("{tenant}/{name}"),
-            version,
-        });
-    }
-    let previous: Option<u32> = tx
-        .query_row(
-            "SELECT version FROM aliases WHERE tenant = ?1 AND name = ?2 AND alias = ?3",
-            params![tenant, name, alias],
+    let exists = |v: u32| -> Result<bool, StoreError> {
+        Ok(tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM versions v JOIN functions f
+                 ON f.tenant = v.tenant AND f.name = v.name
+               WHERE v.tenant = ?1 AND v.name = ?2 AND v.version = ?3)",
+            params![tenant, name, v],
             |r| r.get(0),
+        )?)
+    };
+    for v in std::iter::once(version).chain(split.map(|s| s.version)) {
+        if !exists(v)? {
+            return Err(StoreError::NoSuchVersion {
+                function: format!("{tenant}/{name}"),
+                version: v,
+            });
+        }
+    }
+    crate::check_split(version, split)?;
+    let before: Option<(u32, Option<u32>, Option<u8>)> = tx
+        .query_row(
+            "SELECT version, split_version, split_percent FROM aliases
+             WHERE tenant = ?1 AND name = ?2 AND alias = ?3",
+            params![tenant, name, alias],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
         .optional()?;
-    if previous.is_none() {
+    if before.is_none() {
         let count: u32 = tx.query_row(
             "SELECT COUNT(*) FROM aliases WHERE tenant = ?1 AND name = ?2",
             params![tenant, name],
@@ -50,16 +56,36 @@ pub(super) fn set(
             });
         }
     }
+    let (previous, previous_split) = match before {
+        Some((v, sv, sp)) => (Some(v), crate::split_of(sv, sp)),
+        None => (None, None),
+    };
+    let (split_version, split_percent) = (split.map(|s| s.version), split.map(|s| s.percent));
     tx.execute(
-        "INSERT INTO aliases (tenant, name, alias, version) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (tenant, name, alias) DO UPDATE SET version = excluded.version",
-        params![tenant, name, alias, version],
+        "INSERT INTO aliases (tenant, name, alias, version, split_version, split_percent)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (tenant, name, alias) DO UPDATE SET version = excluded.version,
+           split_version = excluded.split_version, split_percent = excluded.split_percent",
+        params![tenant, name, alias, version, split_version, split_percent],
     )?;
     let at_ms = hearth_core::unix_time_ms();
     tx.execute(
-        "INSERT INTO alias_moves (tenant, name, alias, version, previous, undoes, at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        params![tenant, name, alias, version, previous, undoes, at_ms],
+        "INSERT INTO alias_moves (tenant, name, alias, version, previous, undoes, at_ms,
+             split_version, split_percent, previous_split_version, previous_split_percent)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        params![
+            tenant,
+            name,
+            alias,
+            version,
+            previous,
+            undoes,
+            at_ms,
+            split_version,
+            split_percent,
+            previous_split.map(|s| s.version),
+            previous_split.map(|s| s.percent)
+        ],
     )?;
     let id = tx.last_insert_rowid();
     // The history keeps its newest moves.
@@ -73,14 +99,17 @@ pub(super) fn set(
         id,
         alias: alias.to_string(),
         version,
+        split,
         previous,
+        previous_split,
         rollback: undoes.is_some(),
         at_ms,
     })
 }
 
 /// Undoes the move that made `alias`'s current version: the newest move
-/// to it that is neither a rollback nor undone already.
+/// to it that is neither a rollback nor undone already. The alias gets
+/// back the version and the split it had before that move.
 pub(super) fn roll_back(
     tx: &Transaction<'_>,
     tenant: &str,
@@ -99,9 +128,11 @@ pub(super) fn roll_back(
             function: function(),
             alias: alias.to_string(),
         })?;
-    let undone: Option<(i64, Option<u32>)> = tx
+    type Undone = (i64, Option<u32>, Option<u32>, Option<u8>);
+    let undone: Option<Undone> = tx
         .query_row(
-            "SELECT m.id, m.previous FROM alias_moves m
+            "SELECT m.id, m.previous, m.previous_split_version, m.previous_split_percent
+             FROM alias_moves m
              WHERE m.tenant = ?1 AND m.name = ?2 AND m.alias = ?3 AND m.version = ?4
                AND m.undoes IS NULL
                AND NOT EXISTS (SELECT 1 FROM alias_moves r
@@ -109,11 +140,18 @@ pub(super) fn roll_back(
                      AND r.undoes = m.id)
              ORDER BY m.id DESC LIMIT 1",
             params![tenant, name, alias, current],
-            |r| Ok((r.get(0)?, r.get(1)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
         )
         .optional()?;
     match undone {
-        Some((id, Some(previous))) => set(tx, tenant, name, alias, previous, Some(id)),
+        Some((id, Some(previous), sv, sp)) => set(
+            tx,
+            tenant,
+            name,
+            alias,
+            (previous, crate::split_of(sv, sp)),
+            Some(id),
+        ),
         _ => Err(StoreError::NothingToRollBack {
             function: function(),
             alias: alias.to_string(),

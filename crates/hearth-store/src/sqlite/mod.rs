@@ -23,8 +23,8 @@ mod tapes;
 
 use crate::{
     Alias, AliasMove, BlobEntry, BlockQuery, FunctionMode, FunctionSummary, JournalKey, LIVE,
-    LogQuery, LogRecord, LogStream, Principal, Role, StoreError, TapeBlock, TapeIndex, TapePin,
-    parse_colocation, sha256_hex,
+    LogQuery, LogRecord, LogStream, Principal, Role, Split, StoreError, TapeBlock, TapeIndex,
+    TapePin, parse_colocation, sha256_hex,
 };
 
 const READERS: usize = 4;
@@ -269,7 +269,7 @@ impl SqliteStore {
             params![tenant, name],
         )?;
         if promote {
-            aliases::set(&tx, tenant, name, LIVE, version, None)?;
+            aliases::set(&tx, tenant, name, LIVE, (version, None), None)?;
         }
         tx.commit()?;
         Ok(FunctionVersion {
@@ -328,15 +328,29 @@ impl SqliteStore {
     pub fn aliases(&self, tenant: &str, name: &str) -> Result<Vec<Alias>, StoreError> {
         let conn = self.reader();
         let mut stmt = conn.prepare(
-            "SELECT alias, version FROM aliases WHERE tenant = ?1 AND name = ?2 ORDER BY alias",
+            "SELECT alias, version, split_version, split_percent FROM aliases
+             WHERE tenant = ?1 AND name = ?2 ORDER BY alias",
         )?;
         let rows = stmt.query_map(params![tenant, name], |r| {
             Ok(Alias {
                 alias: r.get(0)?,
                 version: r.get(1)?,
+                split: crate::split_of(r.get(2)?, r.get(3)?),
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn alias(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+    ) -> Result<Option<Alias>, StoreError> {
+        Ok(self
+            .aliases(tenant, name)?
+            .into_iter()
+            .find(|a| a.alias == alias))
     }
 
     pub fn set_alias(
@@ -345,10 +359,11 @@ impl SqliteStore {
         name: &str,
         alias: &str,
         version: u32,
+        split: Option<Split>,
     ) -> Result<AliasMove, StoreError> {
         let mut conn = self.writer();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let moved = aliases::set(&tx, tenant, name, alias, version, None)?;
+        let moved = aliases::set(&tx, tenant, name, alias, (version, split), None)?;
         tx.commit()?;
         Ok(moved)
     }
@@ -383,7 +398,9 @@ impl SqliteStore {
     ) -> Result<Vec<AliasMove>, StoreError> {
         let conn = self.reader();
         let mut stmt = conn.prepare(
-            "SELECT id, alias, version, previous, undoes IS NOT NULL, at_ms FROM alias_moves
+            "SELECT id, alias, version, previous, undoes IS NOT NULL, at_ms, split_version,
+                    split_percent, previous_split_version, previous_split_percent
+             FROM alias_moves
              WHERE tenant = ?1 AND name = ?2 AND alias = ?3 ORDER BY id DESC LIMIT ?4",
         )?;
         let rows = stmt.query_map(params![tenant, name, alias, limit], |r| {
@@ -394,6 +411,8 @@ impl SqliteStore {
                 previous: r.get(3)?,
                 rollback: r.get(4)?,
                 at_ms: r.get(5)?,
+                split: crate::split_of(r.get(6)?, r.get(7)?),
+                previous_split: crate::split_of(r.get(8)?, r.get(9)?),
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -405,11 +424,11 @@ impl SqliteStore {
             "SELECT v.tenant, v.name, v.version, v.artifact, v.spec, v.created_ms,
                     (SELECT COUNT(*) FROM versions c WHERE c.tenant = f.tenant AND c.name = f.name),
                     COALESCE(m.bounces, 0), COALESCE(m.pinned, 0),
-                    (SELECT a.version FROM aliases a
-                      WHERE a.tenant = f.tenant AND a.name = f.name AND a.alias = 'live')
+                    a.version, a.split_version, a.split_percent
              FROM functions f JOIN versions v
                ON v.tenant = f.tenant AND v.name = f.name AND v.version = f.latest
              LEFT JOIN modes m ON m.tenant = f.tenant AND m.name = f.name
+             LEFT JOIN aliases a ON a.tenant = f.tenant AND a.name = f.name AND a.alias = 'live'
              WHERE f.tenant = ?1 ORDER BY f.name",
         )?;
         let rows = stmt.query_map([tenant], |r| {
@@ -421,15 +440,17 @@ impl SqliteStore {
                     pinned: r.get(8)?,
                 },
                 r.get::<_, Option<u32>>(9)?,
+                crate::split_of(r.get(10)?, r.get(11)?),
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (latest, versions, mode, live) = row?;
+            let (latest, versions, mode, live, live_split) = row?;
             out.push(FunctionSummary {
                 name: latest.name.clone(),
                 latest,
                 live,
+                live_split,
                 versions,
                 mode,
             });
@@ -957,11 +978,13 @@ mod tests {
         let (dir, s) = store();
         s.kv_set("t", "f", b"ab", b"1234", u64::MAX).unwrap();
         s.kv_set("t", "g", b"c", b"5", u64::MAX).unwrap();
-        // As a database from before kv_usage existed (and migrations).
+        // As a database from before kv_usage existed (and migrations, and
+        // aliases).
         s.writer()
             .execute_batch(
                 "DROP TRIGGER kv_usage_insert; DROP TRIGGER kv_usage_update;
                  DROP TRIGGER kv_usage_delete; DROP TABLE kv_usage;
+                 DROP TABLE aliases; DROP TABLE alias_moves;
                  DROP TABLE hearth_migrations;",
             )
             .unwrap();
@@ -990,9 +1013,12 @@ mod tests {
             trace_id: trace_id.map(String::from),
         };
         s.append_logs(&[line(None)]).unwrap();
-        // As a database from before trace ids (and migrations).
+        // As a database from before trace ids (and migrations, and aliases).
         s.writer()
-            .execute_batch("ALTER TABLE logs DROP COLUMN trace_id; DROP TABLE hearth_migrations;")
+            .execute_batch(
+                "ALTER TABLE logs DROP COLUMN trace_id; DROP TABLE aliases;
+                 DROP TABLE alias_moves; DROP TABLE hearth_migrations;",
+            )
             .unwrap();
         drop(s);
         let s = SqliteStore::open(dir.path().join("hearth.db")).unwrap();

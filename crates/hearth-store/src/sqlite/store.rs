@@ -7,7 +7,7 @@ use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use super::SqliteStore;
 use crate::{
     Alias, AliasMove, FunctionMode, FunctionSummary, JournalKey, LogQuery, LogRecord, Principal,
-    Role, Store, StoreError,
+    Role, Split, Store, StoreError,
 };
 
 impl SqliteStore {
@@ -134,9 +134,20 @@ impl Store for SqliteStore {
         name: &str,
         alias: &str,
         version: u32,
+        split: Option<Split>,
     ) -> Result<AliasMove, StoreError> {
         let (tenant, name, alias) = (tenant.to_owned(), name.to_owned(), alias.to_owned());
-        self.off_runtime(move |s| s.set_alias(&tenant, &name, &alias, version))
+        self.off_runtime(move |s| s.set_alias(&tenant, &name, &alias, version, split))
+            .await
+    }
+    async fn alias(
+        &self,
+        tenant: &str,
+        name: &str,
+        alias: &str,
+    ) -> Result<Option<Alias>, StoreError> {
+        let (tenant, name, alias) = (tenant.to_owned(), name.to_owned(), alias.to_owned());
+        self.off_runtime(move |s| s.alias(&tenant, &name, &alias))
             .await
     }
     async fn rollback_alias(

@@ -324,3 +324,109 @@ async fn the_cli_releases_promotes_rolls_back_lists_and_downloads() {
     assert!(!ok);
     assert!(err.contains("404"), "{err}");
 }
+
+/// `live` split between two versions: the share holds over many calls,
+/// a caller's `Hearth-Split-Key` keeps it on one side, `hearth ls` shows
+/// it, a replay runs the version the call ran, and a rollback ends it.
+#[tokio::test]
+async fn a_split_sends_its_share_keeps_keyed_callers_and_replays_the_version_taken() {
+    let d = Daemon::start();
+    d.deploy("app", example("hello.wat"), &[]).await;
+    d.deploy("app", example("echo.wat"), &[("promote", "false")])
+        .await;
+    let (ok, out, err) = hearth(&d, &["split", "app", "2", "30"]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.trim(),
+        "promoted app@live: version 1, 30% to version 2 (was version 1)"
+    );
+    let (_, ls, _) = hearth(&d, &["ls"]);
+    assert!(
+        ls.lines()
+            .any(|l| l.starts_with("app ") && l.contains("1+2@30%")),
+        "{ls}"
+    );
+
+    let mut twos = 0;
+    let mut an_echo = None;
+    for _ in 0..1000 {
+        let r = d.invoke("app", b"echoed").await;
+        if r.headers()["hearth-version"] == "2" {
+            twos += 1;
+            an_echo = Some(
+                r.headers()["hearth-invocation-id"]
+                    .to_str()
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+    }
+    // 30% of 1,000: 300, with a standard deviation of 14.5.
+    assert!((240..=360).contains(&twos), "{twos} of 1000 ran version 2");
+
+    // One key, one side: 3 calls with each of 30 keys, which between
+    // them reach both sides (all 30 on one: p < 0.0001).
+    let mut sides = std::collections::BTreeSet::new();
+    for k in 0..30 {
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..3 {
+            let r = d
+                .post("/fn/admin/app")
+                .header("hearth-split-key", format!("user-{k}"))
+                .body("x")
+                .send()
+                .await
+                .unwrap();
+            seen.insert(r.headers()["hearth-version"].to_str().unwrap().to_string());
+        }
+        assert_eq!(seen.len(), 1, "user-{k} saw {seen:?}");
+        sides.extend(seen);
+    }
+    assert_eq!(sides.len(), 2, "keys split between the versions: {sides:?}");
+
+    // The tape keeps the version the split chose: its replay is identical.
+    let id = an_echo.expect("some call ran version 2");
+    d.recording_when_written(&id).await;
+    let replayed = d
+        .post(&format!("/v1/recordings/{id}/replay"))
+        .send()
+        .await
+        .unwrap()
+        .json::<serde_json::Value>()
+        .await
+        .unwrap();
+    assert_eq!(replayed["identical"], true, "{replayed}");
+
+    // Bad splits are refused, and nothing moves.
+    for split in [
+        serde_json::json!({"version": 2, "percent": 0}),
+        serde_json::json!({"version": 2, "percent": 100}),
+        serde_json::json!({"version": 1, "percent": 10}),
+    ] {
+        let r = d
+            .post("/v1/functions/app/aliases/live")
+            .json(&serde_json::json!({"version": 1, "split": split}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{split}");
+    }
+    let r = d
+        .post("/v1/functions/app/aliases/live")
+        .json(&serde_json::json!({"version": 1, "split": {"version": 7, "percent": 5}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+
+    // A rollback ends the split: every call runs version 1 again.
+    let (ok, out, err) = hearth(&d, &["rollback", "app"]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.trim(),
+        "rolled back app@live: version 1 (was version 1, 30% to version 2)"
+    );
+    for _ in 0..50 {
+        assert_eq!(served(&d, "app").await.0, "1");
+    }
+}
