@@ -5,7 +5,8 @@ use std::process::Command;
 
 use crate::harness::{Daemon, HEARTH};
 
-fn hearth(d: &Daemon, args: &[&str]) -> (bool, String, String) {
+/// Runs the `hearth` CLI against `d`: success, stdout, stderr.
+pub(crate) fn hearth(d: &Daemon, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(HEARTH)
         .arg("--data-dir")
         .arg(&d.dir)

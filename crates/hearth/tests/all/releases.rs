@@ -1,9 +1,8 @@
 //! Releases: aliases, promotion, rollback, deploys kept out of traffic,
 //! and a kept version's code downloaded, through the API and the CLI.
 
-use std::process::Command;
-
-use crate::harness::{Daemon, HEARTH, JsonExt, error_of, example};
+use crate::cli::hearth;
+use crate::harness::{Daemon, JsonExt, error_of, example};
 
 /// Which version answered an invocation of admin's `target`, and its body.
 async fn served(d: &Daemon, target: &str) -> (String, String) {
@@ -215,22 +214,6 @@ async fn a_kept_versions_code_downloads_and_deploys_again_to_the_same_answer() {
         404,
         "another tenant's code is not reachable"
     );
-}
-
-fn hearth(d: &Daemon, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(HEARTH)
-        .arg("--data-dir")
-        .arg(&d.dir)
-        .args(args)
-        .env_remove("HEARTH_URL")
-        .env_remove("HEARTH_TOKEN")
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[tokio::test]
