@@ -36,7 +36,7 @@ async function session(token) {
   const body = await resp.json().catch(() => null);
   if (!resp.ok) throw new Error(body?.error?.message || resp.statusText);
   sessionStorage.setItem(CSRF, body.csrf);
-  return { tenant: body.tenant, role: body.role };
+  return { tenant: body.tenant, scope: body.scope };
 }
 
 async function logOut() {
@@ -444,7 +444,7 @@ function Cluster({ who }) {
   const { data, error } = useLoad(async () => {
     const status = await json("/v1/status");
     let nodes = null;
-    if (who.role === "admin") {
+    if (who.scope === "admin") {
       const { resp, body } = await api("/v1/cluster/nodes");
       nodes = resp.ok ? body.nodes : null;
     }
@@ -460,7 +460,7 @@ function Cluster({ who }) {
       ${s.degraded?.length > 0 && html`<p class="error">Degraded: ${s.degraded.join("; ")}</p>`}
     </div>
     ${data.nodes === null
-      ? html`<p class="muted">${who.role === "admin" ? "A single Hearth: no gateway, no other nodes." : "Nodes are shown to the operator's token."}</p>`
+      ? html`<p class="muted">${who.scope === "admin" ? "A single Hearth: no gateway, no other nodes." : "Nodes are shown to the operator's token."}</p>`
       : html`<table id="nodes"><tr><th>node</th><th>alive</th><th>running</th><th>memory committed</th><th>functions loaded</th><th>tenants</th>
           <th title="Invocations this gateway placed there, by the placer's rule">placed: on its function's node / its tenant's / least loaded</th>
           <th title="Invocations the node ran since it started, from any gateway, by mode (as of its last heartbeat)">ran, by mode</th></tr>
@@ -470,7 +470,7 @@ function Cluster({ who }) {
           <td class="placed">${n.placed_by.function} / ${n.placed_by.tenant} / ${n.placed_by.least_loaded}</td>
           <td class="ran">${byMode(n.ran)}</td></tr>`)}
       </table>`}
-    ${who.role === "admin" && html`<${TraceReport} />`}`;
+    ${who.scope === "admin" && html`<${TraceReport} />`}`;
 }
 
 /// The trace bench's charts, when the operator pointed --trace-report at
@@ -527,7 +527,7 @@ function App() {
   return html`<header>
       <span class="brand">Hearth</span>
       ${nav("functions", "Functions")}${nav("invocations", "Invocations")}${nav("cluster", "Cluster")}
-      <span class="who" id="tenant">${who.tenant}</span>
+      <span class="who" id="tenant" title=${`a token of scope ${who.scope}`}>${who.tenant}</span>
       <button id="logout" onClick=${logout}>Log out</button>
     </header>
     <main>

@@ -22,7 +22,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use hearth_store::{Alias, AliasMove};
+use hearth_store::{Alias, AliasMove, Scope};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -34,8 +34,16 @@ type S = State<Arc<AppState>>;
 
 /// The caller's tenant, once the function is known to be theirs (404
 /// otherwise, as for every function route).
-async fn owner(s: &AppState, headers: &HeaderMap, name: &str) -> Result<String, ApiError> {
-    let p = s.auth.require(s.node.store(), headers).await?;
+async fn owner(
+    s: &AppState,
+    headers: &HeaderMap,
+    name: &str,
+    needed: Scope,
+) -> Result<String, ApiError> {
+    let p = s
+        .auth
+        .require_for(s.node.store(), headers, needed, name)
+        .await?;
     if s.node
         .store()
         .list_versions(&p.tenant, name)
@@ -67,7 +75,7 @@ pub(crate) async fn list(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Aliases>, ApiError> {
-    let tenant = owner(&s, &headers, &name).await?;
+    let tenant = owner(&s, &headers, &name, Scope::Read).await?;
     let aliases = s.node.store().aliases(&tenant, &name).await?;
     Ok(Json(Aliases {
         tenant,
@@ -105,7 +113,7 @@ pub(crate) async fn promote(
     Json(body): Json<Promotion>,
 ) -> Result<Json<AliasMove>, ApiError> {
     hearth_core::validate_alias_name(&alias).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let tenant = owner(&s, &headers, &name).await?;
+    let tenant = owner(&s, &headers, &name, Scope::Deploy).await?;
     Ok(Json(
         s.node
             .promote(&tenant, &name, &alias, body.version, body.split)
@@ -126,7 +134,7 @@ pub(crate) async fn remove(
     Path((name, alias)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
-    let tenant = owner(&s, &headers, &name).await?;
+    let tenant = owner(&s, &headers, &name, Scope::Deploy).await?;
     if s.node.remove_alias(&tenant, &name, &alias).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -150,7 +158,7 @@ pub(crate) async fn rollback(
     Path((name, alias)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<AliasMove>, ApiError> {
-    let tenant = owner(&s, &headers, &name).await?;
+    let tenant = owner(&s, &headers, &name, Scope::Deploy).await?;
     Ok(Json(s.node.roll_back(&tenant, &name, &alias).await?))
 }
 
@@ -181,7 +189,7 @@ pub(crate) async fn history(
     Query(q): Query<HistoryQuery>,
     headers: HeaderMap,
 ) -> Result<Json<AliasHistory>, ApiError> {
-    let tenant = owner(&s, &headers, &name).await?;
+    let tenant = owner(&s, &headers, &name, Scope::Read).await?;
     let limit = q
         .limit
         .unwrap_or(50)
@@ -208,7 +216,7 @@ pub(crate) async fn code(
     Path((name, version)): Path<(String, u32)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let tenant = owner(&s, &headers, &name).await?;
+    let tenant = owner(&s, &headers, &name, Scope::Read).await?;
     let v = s.node.resolve(&tenant, &name, Some(version)).await?;
     let artifacts = s.node.artifacts().clone();
     let hash = v.artifact.clone();

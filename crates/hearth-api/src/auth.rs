@@ -1,19 +1,35 @@
-//! Bearer tokens, checked against the store and cached in memory (tokens
-//! are never revoked in this version, so the cache cannot go stale).
+//! Bearer tokens, checked against the store and cached in memory for at
+//! most [`RECHECK`]: a revoked token stops working on every node and
+//! gateway within that, with no message between them to lose.
+//!
+//! Each call names the scope it needs. Tenant-wide calls refuse a token
+//! limited to one function ([`TokenCache::require`]); calls on one
+//! function take it for that function ([`TokenCache::require_for`]);
+//! lists take it and show only its function
+//! ([`TokenCache::require_listing`]).
 
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, HeaderValue, header};
-use hearth_store::{Principal, Store};
+use hearth_store::{Principal, Scope, Store};
 
 use crate::ApiError;
 
 const MAX_CACHED: usize = 10_000;
 
+/// How long a token's grant is trusted before the store is asked again.
+pub(crate) const RECHECK: Duration = Duration::from_millis(500);
+
+struct Cached {
+    principal: Principal,
+    checked: Instant,
+}
+
 #[derive(Default)]
-pub(crate) struct TokenCache(RwLock<HashMap<String, Principal>>);
+pub(crate) struct TokenCache(RwLock<HashMap<String, Cached>>);
 
 /// What every token Hearth issues begins with.
 const TOKEN_PREFIX: &str = "hth_";
@@ -34,8 +50,45 @@ pub(crate) fn is_hearth_credential(value: &HeaderValue) -> bool {
     bearer_of(value).is_some_and(|t| t.starts_with(TOKEN_PREFIX))
 }
 
+/// `ms` as a UTC date and time, for messages.
+pub(crate) fn when(ms: i64) -> String {
+    match jiff::Timestamp::from_millisecond(ms) {
+        Ok(t) => t.strftime("%Y-%m-%d %H:%M:%SZ").to_string(),
+        Err(_) => format!("{ms} ms after the epoch"),
+    }
+}
+
+/// Refuses a token whose scope does not allow `needed`.
+pub(crate) fn check_scope(p: &Principal, needed: Scope) -> Result<(), ApiError> {
+    if p.scope().allows(needed) {
+        return Ok(());
+    }
+    let why = match needed {
+        Scope::Admin => "it is the operator's",
+        Scope::Deploy => "it changes the tenant's functions",
+        Scope::Invoke => "it runs a function",
+        Scope::Read => "it reads the tenant's functions and their records",
+    };
+    Err(ApiError::Forbidden(format!(
+        "this call needs a token with scope {needed} ({why}); this token's scope is {}: \
+         `hearth token create --scope {needed}` makes one",
+        p.scope()
+    )))
+}
+
+/// Refuses a token limited to a function other than `function`.
+pub(crate) fn check_function(p: &Principal, function: &str) -> Result<(), ApiError> {
+    match &p.grant.function {
+        Some(only) if only != function => Err(ApiError::Forbidden(format!(
+            "this token may act only on function {only}, not {function}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 impl TokenCache {
     /// The principal of the request's token; `None` if it carries none.
+    /// An unknown or expired token is refused.
     pub async fn principal(
         &self,
         store: &Arc<dyn Store>,
@@ -44,24 +97,54 @@ impl TokenCache {
         let Some(token) = bearer(headers) else {
             return Ok(None);
         };
-        if let Some(p) = self.0.read().get(token) {
-            return Ok(Some(p.clone()));
-        }
-        let found = store.authenticate(token).await?;
-        match found {
-            Some(p) => {
+        let cached = self
+            .0
+            .read()
+            .get(token)
+            .filter(|c| c.checked.elapsed() < RECHECK)
+            .map(|c| c.principal.clone());
+        let p = match cached {
+            Some(p) => p,
+            None => {
+                let found = store.authenticate(token).await?;
+                let Some(p) = found else {
+                    self.0.write().remove(token);
+                    return Err(ApiError::Unauthorized(
+                        "the token is not valid: it was revoked, or never issued".into(),
+                    ));
+                };
                 let mut map = self.0.write();
-                if map.len() < MAX_CACHED {
-                    map.insert(token.to_string(), p.clone());
+                if map.len() >= MAX_CACHED {
+                    map.retain(|_, c| c.checked.elapsed() < RECHECK);
                 }
-                Ok(Some(p))
+                if map.len() < MAX_CACHED {
+                    map.insert(
+                        token.to_string(),
+                        Cached {
+                            principal: p.clone(),
+                            checked: Instant::now(),
+                        },
+                    );
+                }
+                p
             }
-            None => Err(ApiError::Unauthorized("the token is not valid".into())),
+        };
+        if let Some(at) = p.grant.expires_ms
+            && p.expired(hearth_core::unix_time_ms())
+        {
+            return Err(ApiError::Unauthorized(format!(
+                "the token {} expired at {}: make a new one (`hearth token create`) and \
+                 revoke this one (`hearth token revoke {}`)",
+                p.id,
+                when(at),
+                p.id
+            )));
         }
+        Ok(Some(p))
     }
 
-    /// Like [`principal`](Self::principal), but a token is required.
-    pub async fn require(
+    /// The request's principal, whatever it may do; a token is required.
+    pub async fn caller(
         &self,
         store: &Arc<dyn Store>,
         headers: &HeaderMap,
@@ -72,12 +155,62 @@ impl TokenCache {
             )
         })
     }
+
+    /// A token whose scope allows `needed` on every function of its
+    /// tenant: one limited to a function is refused.
+    pub async fn require(
+        &self,
+        store: &Arc<dyn Store>,
+        headers: &HeaderMap,
+        needed: Scope,
+    ) -> Result<Principal, ApiError> {
+        let p = self.require_listing(store, headers, needed).await?;
+        if let Some(only) = &p.grant.function {
+            return Err(ApiError::Forbidden(format!(
+                "this token may act only on function {only}, and this call spans the tenant's \
+                 functions: use a token made without --function"
+            )));
+        }
+        Ok(p)
+    }
+
+    /// A token whose scope allows `needed` on `function`.
+    pub async fn require_for(
+        &self,
+        store: &Arc<dyn Store>,
+        headers: &HeaderMap,
+        needed: Scope,
+        function: &str,
+    ) -> Result<Principal, ApiError> {
+        let p = self.require_listing(store, headers, needed).await?;
+        check_function(&p, function)?;
+        Ok(p)
+    }
+
+    /// A token whose scope allows `needed`, limited to a function or not:
+    /// the caller shows it only `p.grant.function`'s part.
+    pub async fn require_listing(
+        &self,
+        store: &Arc<dyn Store>,
+        headers: &HeaderMap,
+        needed: Scope,
+    ) -> Result<Principal, ApiError> {
+        let p = self.caller(store, headers).await?;
+        check_scope(&p, needed)?;
+        Ok(p)
+    }
+
+    /// Drops the token `id` from this cache at once (it was revoked here;
+    /// elsewhere it goes within [`RECHECK`]).
+    pub fn forget(&self, id: &str) {
+        self.0.write().retain(|_, c| c.principal.id != id);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hearth_store::{Role, SqliteStore};
+    use hearth_store::{Grant, SqliteStore};
 
     fn headers(authorization: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -108,7 +241,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
         store.create_tenant("acme").await.unwrap();
-        let token = store.create_token("acme", Role::Member).await.unwrap();
+        let (token, _) = store
+            .create_token("acme", &Grant::of(Scope::Deploy))
+            .await
+            .unwrap();
         let cache = TokenCache::default();
 
         assert!(
@@ -118,20 +254,103 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
-        let required = cache.require(&store, &HeaderMap::new()).await.unwrap_err();
+        let required = cache.caller(&store, &HeaderMap::new()).await.unwrap_err();
         assert!(matches!(required, ApiError::Unauthorized(_)));
         let forged = cache.principal(&store, &headers("Bearer hth_forged")).await;
         assert!(matches!(forged, Err(ApiError::Unauthorized(_))));
 
         let p = cache
-            .require(&store, &headers(&format!("Bearer {token}")))
+            .require(&store, &headers(&format!("Bearer {token}")), Scope::Read)
             .await
             .unwrap();
-        assert_eq!((p.tenant.as_str(), p.role), ("acme", Role::Member));
+        assert_eq!((p.tenant.as_str(), p.scope()), ("acme", Scope::Deploy));
         assert_eq!(cache.0.read().len(), 1, "a valid token is cached");
         assert!(
             cache.0.read().get("hth_forged").is_none(),
             "an invalid one is not"
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_revoked_token_fails_once_its_grant_is_rechecked_and_at_once_where_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+        store.create_tenant("acme").await.unwrap();
+        let grant = Grant::of(Scope::Read);
+        let (a, made_a) = store.create_token("acme", &grant).await.unwrap();
+        let (b, made_b) = store.create_token("acme", &grant).await.unwrap();
+        let (here, elsewhere) = (TokenCache::default(), TokenCache::default());
+        let (a, b) = (
+            headers(&format!("Bearer {a}")),
+            headers(&format!("Bearer {b}")),
+        );
+        for cache in [&here, &elsewhere] {
+            cache.caller(&store, &a).await.unwrap();
+            cache.caller(&store, &b).await.unwrap();
+        }
+        store.revoke_token("acme", &made_a.id).await.unwrap();
+        store.revoke_token("acme", &made_b.id).await.unwrap();
+        here.forget(&made_a.id);
+        assert!(here.caller(&store, &a).await.is_err(), "forgotten here");
+        // Elsewhere the grant holds until it is checked again.
+        assert!(elsewhere.caller(&store, &a).await.is_ok());
+        tokio::time::sleep(RECHECK).await;
+        assert!(elsewhere.caller(&store, &a).await.is_err());
+        assert!(elsewhere.caller(&store, &b).await.is_err());
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn scopes_functions_and_expiry_are_enforced_with_the_fix_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+        store.create_tenant("acme").await.unwrap();
+        let cache = TokenCache::default();
+        let make = async |grant: Grant| {
+            let (t, _) = store.create_token("acme", &grant).await.unwrap();
+            headers(&format!("Bearer {t}"))
+        };
+        let read = make(Grant::of(Scope::Read)).await;
+        let err = cache
+            .require(&store, &read, Scope::Deploy)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, ApiError::Forbidden(m) if m.contains("--scope deploy")),
+            "{err:?}"
+        );
+        cache.require(&store, &read, Scope::Read).await.unwrap();
+
+        let only_f = make(Grant {
+            function: Some("f".into()),
+            ..Grant::of(Scope::Deploy)
+        })
+        .await;
+        cache
+            .require_for(&store, &only_f, Scope::Deploy, "f")
+            .await
+            .unwrap();
+        assert!(matches!(
+            cache.require_for(&store, &only_f, Scope::Read, "g").await,
+            Err(ApiError::Forbidden(_))
+        ));
+        assert!(matches!(
+            cache.require(&store, &only_f, Scope::Read).await,
+            Err(ApiError::Forbidden(m)) if m.contains("without --function")
+        ));
+        let p = cache
+            .require_listing(&store, &only_f, Scope::Read)
+            .await
+            .unwrap();
+        assert_eq!(p.grant.function.as_deref(), Some("f"));
+
+        let expired = make(Grant {
+            expires_ms: Some(hearth_core::unix_time_ms() - 1),
+            ..Grant::of(Scope::Deploy)
+        })
+        .await;
+        assert!(matches!(
+            cache.caller(&store, &expired).await,
+            Err(ApiError::Unauthorized(m)) if m.contains("expired") && m.contains("hearth token create")
+        ));
     }
 }

@@ -22,7 +22,6 @@ use hearth_cluster::gateway::MemberView;
 use hearth_cluster::{Gateway, GatewayError};
 use hearth_core::FunctionVersion;
 use hearth_node::trace::Tracing;
-use hearth_store::Role;
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -34,8 +33,8 @@ type S = State<Arc<AppState>>;
 
 /// The gateway, or 404 on a node that is not one.
 async fn gateway_for_admin(s: &AppState, headers: &HeaderMap) -> Result<Arc<Gateway>, ApiError> {
-    let p = s.auth.require(s.node.store(), headers).await?;
-    if p.role != Role::Admin {
+    let p = s.auth.caller(s.node.store(), headers).await?;
+    if !p.is_admin() {
         return Err(ApiError::Forbidden(
             "cluster calls need an admin token".into(),
         ));

@@ -178,12 +178,15 @@ impl From<hearth_store::StoreError> for ApiError {
             hearth_store::StoreError::TenantExists(_) => ApiError::Conflict(e.to_string()),
             hearth_store::StoreError::NoSuchTenant(_)
             | hearth_store::StoreError::NoSuchVersion { .. }
-            | hearth_store::StoreError::NoSuchAlias { .. } => ApiError::NotFound(e.to_string()),
+            | hearth_store::StoreError::NoSuchAlias { .. }
+            | hearth_store::StoreError::NoSuchToken { .. } => ApiError::NotFound(e.to_string()),
             hearth_store::StoreError::NothingToRollBack { .. }
-            | hearth_store::StoreError::TooManyAliases { .. } => ApiError::Conflict(e.to_string()),
-            hearth_store::StoreError::LiveAlias | hearth_store::StoreError::BadSplit(_) => {
-                ApiError::BadRequest(e.to_string())
-            }
+            | hearth_store::StoreError::TooManyAliases { .. }
+            | hearth_store::StoreError::TooManyTokens { .. }
+            | hearth_store::StoreError::TokenTaken => ApiError::Conflict(e.to_string()),
+            hearth_store::StoreError::LiveAlias
+            | hearth_store::StoreError::BadSplit(_)
+            | hearth_store::StoreError::BadToken(_) => ApiError::BadRequest(e.to_string()),
             hearth_store::StoreError::KvQuota { tenant, max_bytes } => ApiError::QuotaExceeded(
                 "kv_quota_exceeded",
                 format!(

@@ -10,6 +10,7 @@ use axum::response::Response;
 use hearth_core::{FunctionVersion, InvokeError, Request};
 use hearth_node::NodeError;
 use hearth_node::Pin;
+use hearth_store::Scope;
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder, ResponsesBuilder};
 
 use crate::body::{BodyBudget, BodyHeld, read_body_within};
@@ -202,8 +203,14 @@ async fn visible_function(
             other => other,
         },
     };
+    // Only a token that may invoke this function makes the caller its
+    // tenant: any other sees a private function as missing.
     let is_tenant = match s.auth.principal(s.node.store(), headers).await {
-        Ok(Some(p)) => p.tenant == tenant,
+        Ok(Some(p)) => {
+            p.tenant == tenant
+                && p.scope().allows(Scope::Invoke)
+                && crate::auth::check_function(&p, name).is_ok()
+        }
         Ok(None) | Err(ApiError::Unauthorized(_)) => false,
         Err(e) => return Err(e),
     };

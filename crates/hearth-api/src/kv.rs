@@ -15,6 +15,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
+use hearth_store::Scope;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -26,8 +27,16 @@ use crate::{ApiError, AppState};
 type S = State<Arc<AppState>>;
 
 /// The principal's tenant, once the function is known to be theirs.
-async fn owner(s: &AppState, headers: &HeaderMap, name: &str) -> Result<String, ApiError> {
-    let p = s.auth.require(s.node.store(), headers).await?;
+async fn owner(
+    s: &AppState,
+    headers: &HeaderMap,
+    name: &str,
+    needed: Scope,
+) -> Result<String, ApiError> {
+    let p = s
+        .auth
+        .require_for(s.node.store(), headers, needed, name)
+        .await?;
     let (tenant, n) = (p.tenant.clone(), name.to_string());
     let versions = s.node.store().list_versions(&tenant, &n).await?;
     if versions.is_empty() {
@@ -83,7 +92,7 @@ pub(crate) async fn list(
     Query(query): Query<ListQuery>,
     headers: HeaderMap,
 ) -> Result<Json<Keys>, ApiError> {
-    let tenant = owner(&s, &headers, &name).await?;
+    let tenant = owner(&s, &headers, &name, Scope::Read).await?;
     let prefix = query.prefix.unwrap_or_default();
     let most = s.node.kv_limits().2;
     let limit = query.limit.unwrap_or(most).min(most);
@@ -117,7 +126,7 @@ pub(crate) async fn get(
     Path((name, key)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<impl IntoResponse, ApiError> {
-    let tenant = owner(&s, &headers, &name).await?;
+    let tenant = owner(&s, &headers, &name, Scope::Read).await?;
     check_key(&s, &key)?;
     s.node.make_room_to_delete();
     let (t, n, k) = (tenant.clone(), name.clone(), key.clone());
@@ -142,7 +151,7 @@ pub(crate) async fn put(
     headers: HeaderMap,
     body: Body,
 ) -> Result<StatusCode, ApiError> {
-    let tenant = owner(&s, &headers, &name).await?;
+    let tenant = owner(&s, &headers, &name, Scope::Deploy).await?;
     check_key(&s, &key)?;
     s.node.admit_growth()?;
     let (_, max_value, _) = s.node.kv_limits();
@@ -164,7 +173,7 @@ pub(crate) async fn delete(
     Path((name, key)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
-    let tenant = owner(&s, &headers, &name).await?;
+    let tenant = owner(&s, &headers, &name, Scope::Deploy).await?;
     check_key(&s, &key)?;
     s.node.make_room_to_delete();
     let (t, n, k) = (tenant.clone(), name.clone(), key.clone());

@@ -34,6 +34,7 @@ mod query;
 mod recordings;
 mod report;
 mod session;
+mod tokens;
 
 use std::sync::Arc;
 
@@ -67,10 +68,11 @@ pub mod answers {
     pub use crate::recordings::{
         Recordings, Replayed, TenantRecordings, TrafficReplay, Unreachable,
     };
+    pub use crate::tokens::{TokenList, TokenMade};
     pub use hearth_node::status::{
         CpuShare, DiskStatus, LongRuns, MemoryStatus, NodeStatus, RecordingStatus,
     };
-    pub use hearth_store::{Alias, AliasMove};
+    pub use hearth_store::{Alias, AliasMove, Principal};
 }
 
 /// Limits of the HTTP surface.
@@ -257,6 +259,9 @@ fn api() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(session::create, session::show, session::end))
         .routes(routes!(manage::status))
         .routes(routes!(manage::create_tenant))
+        .routes(routes!(tokens::create, tokens::list))
+        .routes(routes!(tokens::revoke))
+        .routes(routes!(tokens::rotate))
         .routes(routes!(manage::get_tenant, manage::put_tenant))
         .routes(routes!(manage::list_functions))
         .routes(routes!(

@@ -9,7 +9,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hearth_core::{Colocation, FunctionVersion, Runtime};
 use hearth_host::deps::Package;
-use hearth_store::{FunctionSummary, LogQuery, LogRecord, Principal, Role};
+use hearth_store::{FunctionSummary, Grant, LogQuery, LogRecord, Principal, Scope};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -41,7 +41,7 @@ pub(crate) async fn readyz(State(s): S) -> Response {
             format!("not ready: {why}\n"),
         )
     };
-    let probe = s.node.store().tenant_exists("admin");
+    let probe = s.node.store().tenant_exists(hearth_store::ADMIN_TENANT);
     match tokio::time::timeout(std::time::Duration::from_secs(2), probe).await {
         Ok(Ok(_)) => {}
         Ok(Err(e)) => return not(format!("the store: {e}")).into_response(),
@@ -73,8 +73,8 @@ pub(crate) async fn metrics(
     State(s): S,
     headers: HeaderMap,
 ) -> Result<impl IntoResponse, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
-    if p.role != Role::Admin {
+    let p = s.auth.caller(s.node.store(), &headers).await?;
+    if !p.is_admin() {
         return Err(ApiError::Forbidden(
             "metrics describe every tenant's use of the node: they need an admin token".into(),
         ));
@@ -121,14 +121,22 @@ pub(crate) async fn stats(
     State(s): S,
     headers: HeaderMap,
 ) -> Result<axum::response::Response, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
+    let p = s
+        .auth
+        .require_listing(s.node.store(), &headers, Scope::Read)
+        .await?;
     if let Some(g) = &s.gateway {
         return hearth_cluster::fanout::stats(g, &p.tenant, &headers)
             .await
             .map(|merged| Json(merged).into_response())
             .map_err(crate::cluster::fanout_error);
     }
-    let functions = s.node.stats().of(&p.tenant, hearth_core::unix_time_ms());
+    // Each node shows a token limited to one function that function's
+    // minutes alone (a gateway merges what its nodes show).
+    let mut functions = s.node.stats().of(&p.tenant, hearth_core::unix_time_ms());
+    if let Some(only) = &p.grant.function {
+        functions.retain(|name, _| name == only);
+    }
     Ok(Json(Stats {
         tenant: p.tenant,
         functions,
@@ -136,11 +144,11 @@ pub(crate) async fn stats(
     .into_response())
 }
 
-/// The tenant and role of the token
+/// The token: its tenant, id, scope, function and expiry
 #[utoipa::path(get, path = "/v1/whoami", tag = "tenants",
     responses((status = 200, body = Principal), (status = 401, body = ErrorBody)))]
 pub(crate) async fn whoami(State(s): S, headers: HeaderMap) -> Result<Json<Principal>, ApiError> {
-    Ok(Json(s.auth.require(s.node.store(), &headers).await?))
+    Ok(Json(s.auth.caller(s.node.store(), &headers).await?))
 }
 
 /// The node's status as a token sees it: the node's (less the node-wide
@@ -196,7 +204,11 @@ pub struct TenantStatus {
 #[utoipa::path(get, path = "/v1/status", tag = "node",
     responses((status = 200, body = Status), (status = 401, body = ErrorBody)))]
 pub(crate) async fn status(State(s): S, headers: HeaderMap) -> Result<Json<Status>, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
+    let p = s
+        .auth
+        .require(s.node.store(), &headers, Scope::Read)
+        .await?;
+    let admin = p.is_admin();
     let (running, share) = s.node.tenant_in_flight(&p.tenant);
     let tenant = p.tenant.clone();
     let kv_bytes = s.node.store().kv_bytes(&tenant).await?;
@@ -222,7 +234,6 @@ pub(crate) async fn status(State(s): S, headers: HeaderMap) -> Result<Json<Statu
         memory_max_mib: memory_max >> 20,
         name: p.tenant,
     };
-    let admin = p.role == Role::Admin;
     let node = s.node.status();
     Ok(Json(Status {
         // What every tenant together does here is the operator's: a
@@ -247,11 +258,11 @@ pub(crate) struct NewTenant {
 #[derive(Serialize, Deserialize, ToSchema)]
 pub struct TenantCreated {
     pub tenant: String,
-    /// A member token of the tenant; shown once.
+    /// A token of the tenant with scope deploy; shown once.
     pub token: String,
 }
 
-/// Create a tenant and a member token for it (admin only)
+/// Create a tenant and a deploy token for it (admin only)
 #[utoipa::path(post, path = "/v1/tenants", tag = "tenants", request_body = NewTenant,
     responses((status = 201, body = TenantCreated), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
@@ -261,18 +272,16 @@ pub(crate) async fn create_tenant(
     headers: HeaderMap,
     Json(body): Json<NewTenant>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
-    if p.role != Role::Admin {
-        return Err(ApiError::Forbidden(
-            "only an admin token may create tenants".into(),
-        ));
-    }
+    let p = s.auth.caller(s.node.store(), &headers).await?;
+    crate::auth::check_scope(&p, Scope::Admin)?;
     hearth_core::validate_tenant_name(&body.name)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     s.node.admit_growth()?;
     let store = s.node.store();
     store.create_tenant(&body.name).await?;
-    let token = store.create_token(&body.name, Role::Member).await?;
+    let (token, _) = store
+        .create_token(&body.name, &Grant::of(Scope::Deploy))
+        .await?;
     Ok((
         StatusCode::CREATED,
         Json(TenantCreated {
@@ -316,8 +325,11 @@ pub(crate) async fn get_tenant(
     headers: HeaderMap,
     Path(tenant): Path<String>,
 ) -> Result<Json<TenantView>, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
-    if p.role != Role::Admin && p.tenant != tenant {
+    let p = s
+        .auth
+        .require(s.node.store(), &headers, Scope::Read)
+        .await?;
+    if !p.is_admin() && p.tenant != tenant {
         return Err(ApiError::Forbidden(format!(
             "a token of {} cannot read tenant {tenant}",
             p.tenant
@@ -352,8 +364,8 @@ pub(crate) async fn put_tenant(
     Path(tenant): Path<String>,
     Json(body): Json<TenantSettings>,
 ) -> Result<Json<TenantView>, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
-    if p.role != Role::Admin {
+    let p = s.auth.caller(s.node.store(), &headers).await?;
+    if !p.is_admin() {
         return Err(ApiError::Forbidden(
             "only an admin token may change a tenant's colocation".into(),
         ));
@@ -403,7 +415,10 @@ pub(crate) async fn deploy(
     headers: HeaderMap,
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
+    let p = s
+        .auth
+        .require_for(s.node.store(), &headers, Scope::Deploy, &name)
+        .await?;
     if let Some(gateway) = &s.deploys_via {
         let there = match gateway {
             Some(url) => format!("its gateways at {url}"),
@@ -547,9 +562,15 @@ pub(crate) async fn list_functions(
     State(s): S,
     headers: HeaderMap,
 ) -> Result<Json<FunctionList>, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
+    let p = s
+        .auth
+        .require_listing(s.node.store(), &headers, Scope::Read)
+        .await?;
     let tenant = p.tenant.clone();
-    let functions = s.node.store().list_functions(&tenant).await?;
+    let mut functions = s.node.store().list_functions(&tenant).await?;
+    if let Some(only) = &p.grant.function {
+        functions.retain(|f| &f.name == only);
+    }
     Ok(Json(FunctionList {
         tenant: p.tenant,
         functions: functions
@@ -589,7 +610,10 @@ pub(crate) async fn get_function(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<FunctionVersions>, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
+    let p = s
+        .auth
+        .require_for(s.node.store(), &headers, Scope::Read, &name)
+        .await?;
     let (tenant, n) = (p.tenant.clone(), name.clone());
     let versions = s.node.store().list_versions(&tenant, &n).await?;
     if versions.is_empty() {
@@ -654,7 +678,10 @@ pub(crate) async fn remove_function(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<impl IntoResponse, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
+    let p = s
+        .auth
+        .require_for(s.node.store(), &headers, Scope::Deploy, &name)
+        .await?;
     if s.node.remove(&p.tenant, &name).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -700,7 +727,10 @@ pub(crate) async fn logs(
     Query(query): Query<LogsQuery>,
     headers: HeaderMap,
 ) -> Result<Json<Logs>, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
+    let p = s
+        .auth
+        .require_for(s.node.store(), &headers, Scope::Read, &name)
+        .await?;
     let q = LogQuery {
         invocation_id: query.invocation,
         limit: query.limit.unwrap_or(100).min(1000),

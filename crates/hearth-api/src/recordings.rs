@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, header};
 use axum::response::IntoResponse;
 use hearth_node::ReplayReport;
 use hearth_record::{Archive, RecordError, Recording, view};
-use hearth_store::{TapeEntry, TapeQuery};
+use hearth_store::{Principal, Scope, TapeEntry, TapeQuery};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
@@ -171,7 +171,10 @@ pub(crate) async fn list(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<axum::response::Response, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
+    let p = s
+        .auth
+        .require_for(s.node.store(), &headers, Scope::Read, &name)
+        .await?;
     let q = filter.query(Some(name.clone()))?;
     let recordings = match listed(&s, &p.tenant, Some(&name), q, query, &headers).await? {
         Listed::Merged(merged) => return Ok(Json(merged).into_response()),
@@ -247,7 +250,15 @@ pub(crate) async fn list_all(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<axum::response::Response, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
+    let p = s
+        .auth
+        .require_listing(s.node.store(), &headers, Scope::Read)
+        .await?;
+    // A token limited to one function lists that function's tapes alone.
+    if let Some(asked) = &f.function {
+        crate::auth::check_function(&p, asked)?;
+    }
+    let function = p.grant.function.clone().or(f.function);
     let filter = TapeFilter {
         status: f.status,
         since: f.since,
@@ -255,7 +266,7 @@ pub(crate) async fn list_all(
         slower_than_ms: f.slower_than_ms,
         limit: Some(f.limit.unwrap_or(100).min(MAX_LISTED)),
     };
-    let q = filter.query(f.function)?;
+    let q = filter.query(function)?;
     let recordings = match listed(&s, &p.tenant, None, q, query, &headers).await? {
         Listed::Merged(merged) => return Ok(Json(merged).into_response()),
         Listed::Here(recordings) => recordings,
@@ -268,9 +279,17 @@ pub(crate) async fn list_all(
     .into_response())
 }
 
-async fn read(s: &AppState, tenant: &str, id: &str) -> Result<Recording, ApiError> {
-    let (t, i) = (tenant.to_string(), id.to_string());
-    with_archive(s, move |a| a.read(&t, &i)).await
+/// The caller's tape `id`: one of another function than a token limited
+/// to one may touch is as missing as another tenant's.
+async fn read(s: &AppState, p: &Principal, id: &str) -> Result<Recording, ApiError> {
+    let (t, i) = (p.tenant.clone(), id.to_string());
+    let rec = with_archive(s, move |a| a.read(&t, &i)).await?;
+    if crate::auth::check_function(p, &rec.function).is_err() {
+        return Err(ApiError::NotFound(format!(
+            "no recording {id} of a function this token may read"
+        )));
+    }
+    Ok(rec)
 }
 
 /// A page of a timeline's host calls.
@@ -305,7 +324,10 @@ pub(crate) async fn show(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<axum::response::Response, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
+    let p = s
+        .auth
+        .require_listing(s.node.store(), &headers, Scope::Read)
+        .await?;
     if let Some(g) = &s.gateway {
         let path =
             hearth_cluster::fanout::with_query(format!("/v1/recordings/{id}"), query.as_deref());
@@ -314,7 +336,7 @@ pub(crate) async fn show(
     }
     let offset = page.offset.unwrap_or(0);
     let limit = page.limit.unwrap_or(view::CALLS_PER_PAGE as u32);
-    let rec = read(&s, &p.tenant, &id).await?;
+    let rec = read(&s, &p, &id).await?;
     Ok(Json(view::timeline(&rec, offset as usize, limit as usize)).into_response())
 }
 
@@ -341,7 +363,10 @@ pub(crate) async fn payload(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<axum::response::Response, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
+    let p = s
+        .auth
+        .require_listing(s.node.store(), &headers, Scope::Read)
+        .await?;
     if let Some(g) = &s.gateway {
         let path = hearth_cluster::fanout::with_query(
             format!("/v1/recordings/{id}/payload"),
@@ -355,7 +380,7 @@ pub(crate) async fn payload(
         .ok_or_else(|| ApiError::BadRequest("say which payload: of=request, response or N".into()))?
         .parse()
         .map_err(ApiError::BadRequest)?;
-    let rec = read(&s, &p.tenant, &id).await?;
+    let rec = read(&s, &p, &id).await?;
     let bytes = view::payload(&rec, of)
         .ok_or_else(|| ApiError::NotFound(format!("recording {id} has no payload {of:?}")))?
         .to_vec();
@@ -379,7 +404,10 @@ pub(crate) async fn export(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<axum::response::Response, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
+    let p = s
+        .auth
+        .require_listing(s.node.store(), &headers, Scope::Read)
+        .await?;
     let attachment = header::HeaderValue::try_from(format!("attachment; filename=\"{id}.tape\""))
         .map_err(|_| ApiError::BadRequest(format!("{id:?} is not a recording id")))?;
     if let Some(g) = &s.gateway {
@@ -394,7 +422,7 @@ pub(crate) async fn export(
         }
         return Ok(resp);
     }
-    let file = read(&s, &p.tenant, &id).await?.export();
+    let file = read(&s, &p, &id).await?.export();
     Ok((
         [
             (
@@ -502,7 +530,10 @@ pub(crate) async fn replay(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<axum::response::Response, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
+    let p = s
+        .auth
+        .require_listing(s.node.store(), &headers, Scope::Deploy)
+        .await?;
     if let Some(g) = &s.gateway {
         let path = hearth_cluster::fanout::with_query(
             format!("/v1/recordings/{id}/replay"),
@@ -511,7 +542,7 @@ pub(crate) async fn replay(
         return crate::cluster::recording_on_its_node(g, http::Method::POST, &id, &path, &headers)
             .await;
     }
-    let rec = read(&s, &p.tenant, &id).await?;
+    let rec = read(&s, &p, &id).await?;
     let report = replay_one(&s, &p.tenant, &rec, version).await?;
     Ok(Json(Replayed::from(report)).into_response())
 }
@@ -529,7 +560,10 @@ pub(crate) async fn replay_file(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Replayed>, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
+    let p = s
+        .auth
+        .require_listing(s.node.store(), &headers, Scope::Deploy)
+        .await?;
     // Bounded by this node's largest tape before a byte of it is decoded.
     let limits = s.config.replay_file;
     let file = read_body(
@@ -540,6 +574,7 @@ pub(crate) async fn replay_file(
     )
     .await?;
     let rec = Recording::import(&file, limits)?;
+    crate::auth::check_function(&p, &rec.function)?;
     let report = replay_one(&s, &p.tenant, &rec, version).await?;
     Ok(Json(report.into()))
 }
@@ -595,7 +630,10 @@ pub(crate) async fn replay_traffic(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<axum::response::Response, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
+    let p = s
+        .auth
+        .require_for(s.node.store(), &headers, Scope::Deploy, &name)
+        .await?;
     let against = traffic.against.ok_or_else(|| {
         ApiError::BadRequest("say which version to replay against: against=N".into())
     })?;

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use hearth_store::Role;
 use tokio::io::AsyncReadExt;
 
 use crate::error::ErrorBody;
@@ -38,8 +37,8 @@ pub(crate) async fn chart(
     Path(chart): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
-    if p.role != Role::Admin {
+    let p = s.auth.caller(s.node.store(), &headers).await?;
+    if !p.is_admin() {
         return Err(ApiError::Forbidden(
             "the trace report is the operator's: it needs an admin token".into(),
         ));

@@ -104,7 +104,7 @@ pub(crate) struct Login {
 #[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct SessionInfo {
     tenant: String,
-    role: hearth_store::Role,
+    scope: hearth_store::Scope,
     /// Send as `Hearth-Csrf` with every call made under the cookie.
     csrf: String,
 }
@@ -113,8 +113,8 @@ impl SessionInfo {
     /// The session of `p`, whose token is `token`.
     fn of(p: hearth_store::Principal, token: &str) -> SessionInfo {
         SessionInfo {
+            scope: p.scope(),
             tenant: p.tenant,
-            role: p.role,
             csrf: csrf_of(token),
         }
     }
@@ -132,7 +132,8 @@ fn cookie(value: &str, max_age: Option<u32>) -> HeaderValue {
 
 /// Log in: the console's session
 ///
-/// Checks the token and sets it as an HttpOnly, `SameSite=Strict`,
+/// Checks the token (any that may read the whole tenant: scope read,
+/// deploy or admin) and sets it as an HttpOnly, `SameSite=Strict`,
 /// host-only session cookie. Calls under the cookie need the answer's
 /// `csrf` as the `Hearth-Csrf` header. A JSON body is required, so a form
 /// of another site cannot log a browser in.
@@ -163,15 +164,16 @@ pub(crate) async fn create(
             .map_err(|_| ApiError::Unauthorized("the token is not valid".into()))?;
         with_token.insert(header::AUTHORIZATION, v);
     }
-    let p = s.auth.require(s.node.store(), &with_token).await?;
+    // The console reads the tenant's functions: a token that may not (one
+    // only to invoke, or limited to one function) cannot log in.
+    let p = s
+        .auth
+        .require(s.node.store(), &with_token, hearth_store::Scope::Read)
+        .await?;
     let token = crate::auth::bearer(&with_token)
         .unwrap_or_default()
         .to_string();
-    let info = SessionInfo {
-        tenant: p.tenant,
-        role: p.role,
-        csrf: csrf_of(&token),
-    };
+    let info = SessionInfo::of(p, &token);
     let mut resp = Json(info).into_response();
     resp.headers_mut()
         .insert(header::SET_COOKIE, cookie(&token, None));
@@ -186,7 +188,7 @@ pub(crate) async fn show(
     State(s): State<Arc<AppState>>,
     headers: HeaderMap,
 ) -> Result<Json<SessionInfo>, ApiError> {
-    let p = s.auth.require(s.node.store(), &headers).await?;
+    let p = s.auth.caller(s.node.store(), &headers).await?;
     let token = crate::auth::bearer(&headers).unwrap_or_default();
     Ok(Json(SessionInfo::of(p, token)))
 }

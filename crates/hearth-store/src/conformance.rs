@@ -7,7 +7,8 @@ use std::pin::Pin;
 use hearth_core::{Colocation, FunctionSpec, Runtime};
 
 use crate::{
-    Alias, FunctionMode, JournalKey, LIVE, LogQuery, LogRecord, LogStream, Role, Store, StoreError,
+    Alias, FunctionMode, Grant, JournalKey, LIVE, LogQuery, LogRecord, LogStream, Scope, Store,
+    StoreError,
 };
 
 /// One scenario: it wants a fresh, empty store.
@@ -26,6 +27,7 @@ scenarios![
     versions_resolve_newest_or_pinned,
     delete_removes_function_and_numbering_continues,
     tokens_authenticate_to_their_tenant_only,
+    tokens_are_listed_revoked_and_rotated_within_their_tenant,
     tenant_colocation_overrides_are_set_cleared_and_refused_for_unknown_tenants,
     bounces_count_up_pin_at_the_limit_and_reset_on_deploy,
     kv_is_scoped_and_lists_by_prefix,
@@ -105,43 +107,115 @@ async fn delete_removes_function_and_numbering_continues(s: &dyn Store) {
 }
 
 async fn tokens_authenticate_to_their_tenant_only(s: &dyn Store) {
+    let deploy = Grant::of(Scope::Deploy);
+    let admin = Grant::of(Scope::Admin);
     s.create_tenant("acme").await.unwrap();
     assert!(matches!(
         s.create_tenant("acme").await,
         Err(StoreError::TenantExists(_))
     ));
     assert!(matches!(
-        s.create_token("ghost", Role::Member).await,
+        s.create_token("ghost", &deploy).await,
         Err(StoreError::NoSuchTenant(_))
     ));
-    let token = s.create_token("acme", Role::Member).await.unwrap();
+    let (token, made) = s.create_token("acme", &deploy).await.unwrap();
     let p = s.authenticate(&token).await.unwrap().unwrap();
-    assert_eq!((p.tenant.as_str(), p.role), ("acme", Role::Member));
+    assert_eq!(p, made);
+    assert_eq!((p.tenant.as_str(), p.scope()), ("acme", Scope::Deploy));
+    assert_eq!(p.id, crate::sha256_hex(token.as_bytes())[..16]);
     assert!(s.authenticate("hth_wrong").await.unwrap().is_none());
 
     // A token the operator chose: added once, again as a no-op, never to
-    // a second tenant or role.
+    // a second tenant or scope.
     s.create_tenant("zeta").await.unwrap();
-    s.add_token("acme", Role::Admin, "chosen-by-operator")
+    s.add_token("acme", &admin, "chosen-by-operator")
         .await
         .unwrap();
-    s.add_token("acme", Role::Admin, "chosen-by-operator")
+    s.add_token("acme", &admin, "chosen-by-operator")
         .await
         .unwrap();
     let p = s.authenticate("chosen-by-operator").await.unwrap().unwrap();
-    assert_eq!((p.tenant.as_str(), p.role), ("acme", Role::Admin));
+    assert_eq!((p.tenant.as_str(), p.scope()), ("acme", Scope::Admin));
     assert!(matches!(
-        s.add_token("zeta", Role::Admin, "chosen-by-operator").await,
+        s.add_token("zeta", &admin, "chosen-by-operator").await,
         Err(StoreError::TokenTaken)
     ));
     assert!(matches!(
-        s.add_token("acme", Role::Member, "chosen-by-operator")
-            .await,
+        s.add_token("acme", &deploy, "chosen-by-operator").await,
         Err(StoreError::TokenTaken)
     ));
     assert!(matches!(
-        s.add_token("ghost", Role::Admin, "another").await,
+        s.add_token("ghost", &admin, "another").await,
         Err(StoreError::NoSuchTenant(_))
+    ));
+}
+
+async fn tokens_are_listed_revoked_and_rotated_within_their_tenant(s: &dyn Store) {
+    s.create_tenant("acme").await.unwrap();
+    s.create_tenant("zeta").await.unwrap();
+    let ci = Grant {
+        function: Some("resize".into()),
+        expires_ms: Some(4_000_000_000_000),
+        name: Some("ci".into()),
+        ..Grant::of(Scope::Invoke)
+    };
+    let (reader, read) = s
+        .create_token("acme", &Grant::of(Scope::Read))
+        .await
+        .unwrap();
+    let (invoker, invoke) = s.create_token("acme", &ci).await.unwrap();
+    s.create_token("zeta", &Grant::of(Scope::Deploy))
+        .await
+        .unwrap();
+    // Oldest first; two made in one millisecond in either order.
+    let mut listed = s.tokens("acme").await.unwrap();
+    listed.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut made = vec![read.clone(), invoke.clone()];
+    made.sort_by(|a, b| a.id.cmp(&b.id));
+    assert_eq!(listed, made);
+    assert_eq!(invoke.grant, ci, "the grant is kept whole");
+
+    // Another tenant's id is no token of this tenant's.
+    assert!(matches!(
+        s.revoke_token("zeta", &read.id).await,
+        Err(StoreError::NoSuchToken { .. })
+    ));
+    assert!(matches!(
+        s.revoke_token("acme", "not-an-id").await,
+        Err(StoreError::NoSuchToken { .. })
+    ));
+    assert_eq!(s.revoke_token("acme", &read.id).await.unwrap(), read);
+    assert!(s.authenticate(&reader).await.unwrap().is_none());
+    assert!(matches!(
+        s.revoke_token("acme", &read.id).await,
+        Err(StoreError::NoSuchToken { .. })
+    ));
+
+    // Rotation: the old stops as the new starts, with the same grant.
+    let (rotated, new) = s.rotate_token("acme", &invoke.id).await.unwrap();
+    assert!(s.authenticate(&invoker).await.unwrap().is_none());
+    let p = s.authenticate(&rotated).await.unwrap().unwrap();
+    assert_eq!((p.grant, &p.id), (ci, &new.id));
+    assert_ne!(new.id, invoke.id);
+    assert_eq!(s.tokens("acme").await.unwrap(), vec![new]);
+
+    // A tenant's tokens are bounded.
+    for _ in 1..crate::MAX_TOKENS_PER_TENANT {
+        s.create_token("acme", &Grant::of(Scope::Read))
+            .await
+            .unwrap();
+    }
+    assert!(matches!(
+        s.create_token("acme", &Grant::of(Scope::Read)).await,
+        Err(StoreError::TooManyTokens { .. })
+    ));
+    let bad = Grant {
+        name: Some("two\nlines".into()),
+        ..Grant::of(Scope::Read)
+    };
+    assert!(matches!(
+        s.create_token("zeta", &bad).await,
+        Err(StoreError::BadToken(_))
     ));
 }
 

@@ -33,8 +33,14 @@ pub enum StoreError {
     NoSuchTenant(String),
     /// tenant {0:?} already exists
     TenantExists(String),
-    /// that token is already another tenant's or role's: choose another
+    /// that token is already another tenant's or scope's: choose another
     TokenTaken,
+    /// tenant {tenant:?} has no token {id:?} (`hearth token ls` lists them)
+    NoSuchToken { tenant: String, id: String },
+    /// tenant {tenant:?} has {max} tokens, the most it may: revoke one first (`hearth token revoke ID`)
+    TooManyTokens { tenant: String, max: u32 },
+    /// {0}
+    BadToken(String),
     /// tenant {tenant:?}'s KV would hold more than its quota of {max_bytes} bytes (keys and values of all its functions)
     KvQuota { tenant: String, max_bytes: u64 },
     /// the KV value cannot be incremented: {0}

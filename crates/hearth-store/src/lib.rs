@@ -23,6 +23,7 @@ mod migrations;
 mod postgres;
 mod split;
 mod sqlite;
+mod tokens;
 
 use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use serde::{Deserialize, Serialize};
@@ -35,34 +36,7 @@ pub use error::StoreError;
 pub use postgres::PgStore;
 pub use split::SplitStore;
 pub use sqlite::SqliteStore;
-
-/// What a token may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// May also create tenants and their tokens.
-    Admin,
-    /// Manages and invokes its own tenant's functions only.
-    Member,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Admin => "admin",
-            Role::Member => "member",
-        }
-    }
-}
-
-/// Who a token belongs to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct Principal {
-    pub tenant: String,
-    pub role: Role,
-}
+pub use tokens::{Grant, MAX_TOKENS_PER_TENANT, Principal, Scope};
 
 /// A function as listed: its newest version, the one live, and how many
 /// it has.
@@ -82,6 +56,10 @@ pub struct FunctionSummary {
     #[serde(flatten)]
     pub mode: FunctionMode,
 }
+
+/// The operator's tenant: the one tenant whose tokens may have scope
+/// admin.
+pub const ADMIN_TENANT: &str = "admin";
 
 /// The alias an unpinned invocation runs.
 pub const LIVE: &str = "live";
@@ -339,12 +317,6 @@ pub(crate) fn split_of(version: Option<u32>, percent: Option<u8>) -> Option<Spli
     })
 }
 
-/// A new random token: `hth_` and 48 hex digits.
-fn new_token() -> String {
-    let secret: [u8; 24] = rand::random();
-    format!("hth_{}", hex::encode(secret))
-}
-
 /// A stored colocation mode (`NULL`: no override).
 fn parse_colocation(text: Option<String>) -> Result<Option<Colocation>, StoreError> {
     text.map(|t| t.parse().map_err(StoreError::Corrupt))
@@ -362,16 +334,50 @@ pub trait Store: Send + Sync + 'static {
     // -- tenants and tokens --
     async fn create_tenant(&self, name: &str) -> Result<(), StoreError>;
     async fn tenant_exists(&self, name: &str) -> Result<bool, StoreError>;
-    /// Makes a new random token for `tenant` and returns it; only its hash is kept.
-    async fn create_token(&self, tenant: &str, role: Role) -> Result<String, StoreError> {
-        let token = new_token();
-        self.add_token(tenant, role, &token).await?;
-        Ok(token)
+    /// Makes a new random token for `tenant` with `grant` and returns it
+    /// (shown once: only its hash is kept) and what the store knows of it.
+    async fn create_token(
+        &self,
+        tenant: &str,
+        grant: &Grant,
+    ) -> Result<(String, Principal), StoreError> {
+        let token = tokens::new_token();
+        let made = self.add_token(tenant, grant, &token).await?;
+        Ok((token, made))
     }
     /// Makes `token` (one the operator chose, e.g. from a Kubernetes
     /// Secret) a token of `tenant`; only its hash is kept. Adding a token
-    /// again is a no-op; one that is another tenant's or role's is refused.
-    async fn add_token(&self, tenant: &str, role: Role, token: &str) -> Result<(), StoreError>;
+    /// again is a no-op; one that is another tenant's or scope's is
+    /// refused, as is a tenant's token past [`MAX_TOKENS_PER_TENANT`].
+    async fn add_token(
+        &self,
+        tenant: &str,
+        grant: &Grant,
+        token: &str,
+    ) -> Result<Principal, StoreError>;
+    /// The tenant's tokens, oldest first (never their secrets).
+    async fn tokens(&self, tenant: &str) -> Result<Vec<Principal>, StoreError>;
+    /// Removes the tenant's token `id`: from then on it authenticates as
+    /// nothing. [`StoreError::NoSuchToken`] if the tenant has none such.
+    async fn revoke_token(&self, tenant: &str, id: &str) -> Result<Principal, StoreError>;
+    /// Replaces the tenant's token `id` by a new random one with the same
+    /// grant, in one transaction: the old stops as the new starts.
+    async fn rotate_token(
+        &self,
+        tenant: &str,
+        id: &str,
+    ) -> Result<(String, Principal), StoreError> {
+        let token = tokens::new_token();
+        let made = self.replace_token(tenant, id, &token).await?;
+        Ok((token, made))
+    }
+    /// [`rotate_token`](Self::rotate_token) with the new token given.
+    async fn replace_token(
+        &self,
+        tenant: &str,
+        id: &str,
+        token: &str,
+    ) -> Result<Principal, StoreError>;
     /// The tenant's own colocation mode, if it overrides the cluster's.
     async fn tenant_colocation(&self, tenant: &str) -> Result<Option<Colocation>, StoreError>;
     /// Sets (or, with `None`, clears) the tenant's override; fails with

@@ -6,8 +6,8 @@
 use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 
 use crate::{
-    Alias, AliasMove, BlobEntry, BlockQuery, FunctionMode, FunctionSummary, JournalKey, LogQuery,
-    LogRecord, PgStore, Principal, Role, SqliteStore, Store, StoreError, TapeBlock, TapeIndex,
+    Alias, AliasMove, BlobEntry, BlockQuery, FunctionMode, FunctionSummary, Grant, JournalKey,
+    LogQuery, LogRecord, PgStore, Principal, SqliteStore, Store, StoreError, TapeBlock, TapeIndex,
     TapePin,
 };
 
@@ -49,8 +49,27 @@ impl Store for SplitStore {
     ) -> Result<(), StoreError> {
         self.shared.set_tenant_colocation(tenant, mode).await
     }
-    async fn add_token(&self, tenant: &str, role: Role, token: &str) -> Result<(), StoreError> {
-        self.shared.add_token(tenant, role, token).await
+    async fn add_token(
+        &self,
+        tenant: &str,
+        grant: &Grant,
+        token: &str,
+    ) -> Result<Principal, StoreError> {
+        self.shared.add_token(tenant, grant, token).await
+    }
+    async fn tokens(&self, tenant: &str) -> Result<Vec<Principal>, StoreError> {
+        self.shared.tokens(tenant).await
+    }
+    async fn revoke_token(&self, tenant: &str, id: &str) -> Result<Principal, StoreError> {
+        self.shared.revoke_token(tenant, id).await
+    }
+    async fn replace_token(
+        &self,
+        tenant: &str,
+        id: &str,
+        token: &str,
+    ) -> Result<Principal, StoreError> {
+        self.shared.replace_token(tenant, id, token).await
     }
     async fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError> {
         self.shared.authenticate(token).await

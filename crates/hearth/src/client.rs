@@ -151,7 +151,10 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
-    /// Create a tenant and print its token (admin token required).
+    /// A tenant's tokens: create (with a scope), ls, revoke, rotate.
+    #[command(subcommand)]
+    Token(crate::tokens::TokenCommand),
+    /// Create a tenant and print a deploy token of it (admin token required).
     CreateTenant {
         name: String,
         #[command(flatten)]
@@ -700,6 +703,7 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
             }
         }
         ClientCommand::Kv(cmd) => crate::kv::run(data_dir, cmd).await?,
+        ClientCommand::Token(cmd) => crate::tokens::run(data_dir, cmd).await?,
         ClientCommand::Rm { name, target } => {
             let c = Client::new(data_dir, &target)?;
             c.send(c.request(reqwest::Method::DELETE, &format!("/v1/functions/{name}")))

@@ -26,7 +26,7 @@ use hearth_wasm::{WasmConfig, WasmEngine};
 
 use crate::config::{Role, Settings};
 
-pub const ADMIN_TENANT: &str = "admin";
+pub use hearth_store::ADMIN_TENANT;
 
 /// Functions every fresh Hearth starts with, so there is something to call.
 const EXAMPLES: &[(&str, &[u8], bool)] = &[
@@ -466,15 +466,22 @@ async fn first_start(
     match &settings.admin_token {
         Some(token) => {
             store
-                .add_token(ADMIN_TENANT, hearth_store::Role::Admin, &token.0)
+                .add_token(
+                    ADMIN_TENANT,
+                    &hearth_store::Grant::of(hearth_store::Scope::Admin),
+                    &token.0,
+                )
                 .await
                 .context("taking HEARTH_ADMIN_TOKEN as the admin token")?;
             hearth_store::write_secret(&token_path, token.0.as_bytes())?;
         }
         None if !created && token_path.exists() => {}
         None => {
-            let token = store
-                .create_token(ADMIN_TENANT, hearth_store::Role::Admin)
+            let (token, _) = store
+                .create_token(
+                    ADMIN_TENANT,
+                    &hearth_store::Grant::of(hearth_store::Scope::Admin),
+                )
                 .await?;
             hearth_store::write_secret(&token_path, token.as_bytes())?;
             println!(

@@ -12,6 +12,7 @@ mod otlp;
 mod recordings;
 mod releases;
 mod serve;
+mod tokens;
 
 use std::path::PathBuf;
 

@@ -23,13 +23,14 @@ use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use tokio_postgres::{NoTls, Row};
 
 mod aliases;
+mod tokens;
 
 use crate::Split;
 
 use crate::cluster::{Change, notify};
 use crate::{
     Alias, AliasMove, FunctionMode, FunctionSummary, JournalKey, LIVE, LogQuery, LogRecord,
-    LogStream, Principal, Role, StoreError, parse_colocation, sha256_hex,
+    LogStream, StoreError, parse_colocation,
 };
 
 /// Connections a node or gateway keeps open to the cluster's database.
@@ -176,52 +177,6 @@ impl PgStore {
             return Err(StoreError::NoSuchTenant(tenant.to_string()));
         }
         Ok(())
-    }
-
-    pub async fn add_token(&self, tenant: &str, role: Role, token: &str) -> Result<(), StoreError> {
-        let hash = sha256_hex(token.as_bytes());
-        let row = self
-            .with(async |c| {
-                let tx = c.transaction().await?;
-                tx.execute(
-                    "INSERT INTO tokens (hash, tenant, role, created_ms)
-                 SELECT $1, name, $3, $4 FROM tenants WHERE name = $2
-                 ON CONFLICT (hash) DO NOTHING",
-                    &[&hash, &tenant, &role.as_str(), &hearth_core::unix_time_ms()],
-                )
-                .await?;
-                let row = tx
-                    .query_opt("SELECT tenant, role FROM tokens WHERE hash = $1", &[&hash])
-                    .await?;
-                tx.commit().await?;
-                Ok(row)
-            })
-            .await?;
-        match row {
-            None => Err(StoreError::NoSuchTenant(tenant.to_string())),
-            Some(r) if r.get::<_, &str>(0) == tenant && r.get::<_, &str>(1) == role.as_str() => {
-                Ok(())
-            }
-            Some(_) => Err(StoreError::TokenTaken),
-        }
-    }
-
-    pub async fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError> {
-        let hash = sha256_hex(token.as_bytes());
-        let row = self
-            .with(async |c| {
-                c.query_opt("SELECT tenant, role FROM tokens WHERE hash = $1", &[&hash])
-                    .await
-            })
-            .await?;
-        Ok(row.map(|r| Principal {
-            tenant: r.get(0),
-            role: if r.get::<_, &str>(1) == "admin" {
-                Role::Admin
-            } else {
-                Role::Member
-            },
-        }))
     }
 
     pub async fn create_version(

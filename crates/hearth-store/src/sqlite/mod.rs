@@ -20,11 +20,12 @@ use rusqlite::{Connection, OptionalExtension, params};
 mod aliases;
 mod store;
 mod tapes;
+mod tokens;
 
 use crate::{
     Alias, AliasMove, BlobEntry, BlockQuery, FunctionMode, FunctionSummary, JournalKey, LIVE,
-    LogQuery, LogRecord, LogStream, Principal, Role, Split, StoreError, TapeBlock, TapeIndex,
-    TapePin, parse_colocation, sha256_hex,
+    LogQuery, LogRecord, LogStream, Split, StoreError, TapeBlock, TapeIndex, TapePin,
+    parse_colocation,
 };
 
 const READERS: usize = 4;
@@ -118,13 +119,6 @@ fn row_to_version(row: &rusqlite::Row<'_>) -> rusqlite::Result<FunctionVersion> 
 const VERSION_COLUMNS: &str = "tenant, name, version, artifact, spec, created_ms";
 
 impl SqliteStore {
-    /// Makes a new random token for `tenant` (see [`Store::create_token`]).
-    pub fn create_token(&self, tenant: &str, role: Role) -> Result<String, StoreError> {
-        let token = crate::new_token();
-        self.add_token(tenant, role, &token)?;
-        Ok(token)
-    }
-
     pub fn create_tenant(&self, name: &str) -> Result<(), StoreError> {
         let conn = self.writer();
         let inserted = conn.execute(
@@ -174,55 +168,6 @@ impl SqliteStore {
             return Err(StoreError::NoSuchTenant(tenant.to_string()));
         }
         Ok(())
-    }
-
-    pub fn add_token(&self, tenant: &str, role: Role, token: &str) -> Result<(), StoreError> {
-        let conn = self.writer();
-        let exists = conn
-            .query_row(
-                "SELECT 1 FROM tenants WHERE name = ?1",
-                [tenant],
-                |_| Ok(()),
-            )
-            .optional()?
-            .is_some();
-        if !exists {
-            return Err(StoreError::NoSuchTenant(tenant.to_string()));
-        }
-        let hash = sha256_hex(token.as_bytes());
-        conn.execute(
-            "INSERT INTO tokens (hash, tenant, role, created_ms) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (hash) DO NOTHING",
-            params![hash, tenant, role.as_str(), hearth_core::unix_time_ms()],
-        )?;
-        let (t, r): (String, String) = conn.query_row(
-            "SELECT tenant, role FROM tokens WHERE hash = ?1",
-            [&hash],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
-        if t != tenant || r != role.as_str() {
-            return Err(StoreError::TokenTaken);
-        }
-        Ok(())
-    }
-
-    pub fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError> {
-        let conn = self.reader();
-        let row: Option<(String, String)> = conn
-            .query_row(
-                "SELECT tenant, role FROM tokens WHERE hash = ?1",
-                [sha256_hex(token.as_bytes())],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
-        Ok(row.map(|(tenant, role)| Principal {
-            tenant,
-            role: if role == "admin" {
-                Role::Admin
-            } else {
-                Role::Member
-            },
-        }))
     }
 
     pub fn create_version(

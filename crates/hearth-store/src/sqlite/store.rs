@@ -6,8 +6,8 @@ use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 
 use super::SqliteStore;
 use crate::{
-    Alias, AliasMove, FunctionMode, FunctionSummary, JournalKey, LogQuery, LogRecord, Principal,
-    Role, Split, Store, StoreError,
+    Alias, AliasMove, FunctionMode, FunctionSummary, Grant, JournalKey, LogQuery, LogRecord,
+    Principal, Split, Store, StoreError,
 };
 
 impl SqliteStore {
@@ -63,9 +63,33 @@ impl Store for SqliteStore {
         let name = name.to_owned();
         self.off_runtime(move |s| s.tenant_exists(&name)).await
     }
-    async fn add_token(&self, tenant: &str, role: Role, token: &str) -> Result<(), StoreError> {
-        let (tenant, token) = (tenant.to_owned(), token.to_owned());
-        self.off_runtime(move |s| s.add_token(&tenant, role, &token))
+    async fn add_token(
+        &self,
+        tenant: &str,
+        grant: &Grant,
+        token: &str,
+    ) -> Result<Principal, StoreError> {
+        let (tenant, grant, token) = (tenant.to_owned(), grant.clone(), token.to_owned());
+        self.off_runtime(move |s| s.add_token(&tenant, &grant, &token))
+            .await
+    }
+    async fn tokens(&self, tenant: &str) -> Result<Vec<Principal>, StoreError> {
+        let tenant = tenant.to_owned();
+        self.off_runtime(move |s| s.tokens(&tenant)).await
+    }
+    async fn revoke_token(&self, tenant: &str, id: &str) -> Result<Principal, StoreError> {
+        let (tenant, id) = (tenant.to_owned(), id.to_owned());
+        self.off_runtime(move |s| s.revoke_token(&tenant, &id))
+            .await
+    }
+    async fn replace_token(
+        &self,
+        tenant: &str,
+        id: &str,
+        token: &str,
+    ) -> Result<Principal, StoreError> {
+        let (tenant, id, token) = (tenant.to_owned(), id.to_owned(), token.to_owned());
+        self.off_runtime(move |s| s.replace_token(&tenant, &id, &token))
             .await
     }
     async fn tenant_colocation(&self, tenant: &str) -> Result<Option<Colocation>, StoreError> {

@@ -101,7 +101,7 @@ async fn tenants_never_see_each_others_functions_logs_or_kv() {
             .all(|f| f["name"] != "count")
     );
 
-    // Members cannot create tenants.
+    // A tenant's token cannot create tenants.
     let resp = d
         .http
         .post(format!("{}/v1/tenants", d.url))
@@ -118,7 +118,159 @@ async fn tenants_never_see_each_others_functions_logs_or_kv() {
         .json_value()
         .await;
     assert_eq!(
-        (whoami["tenant"].as_str(), whoami["role"].as_str()),
-        (Some("acme"), Some("member"))
+        (whoami["tenant"].as_str(), whoami["scope"].as_str()),
+        (Some("acme"), Some("deploy"))
+    );
+}
+
+/// `hearth token …` with the admin token: the CLI's output and success.
+fn token_cli(d: &Daemon, args: &[&str]) -> (bool, String, String) {
+    let mut all = vec!["token"];
+    all.extend_from_slice(args);
+    crate::cli::hearth(d, &all)
+}
+
+#[tokio::test]
+async fn tokens_are_made_with_scopes_listed_without_secrets_revoked_and_rotated() {
+    let d = Daemon::start();
+    // A read token (the console's), from the CLI.
+    let (ok, out, err) = token_cli(&d, &["create", "--scope", "read", "--name", "grafana"]);
+    assert!(ok, "{err}");
+    let reader = out.trim().to_string();
+    assert!(reader.starts_with("hth_"), "{out}");
+    assert!(err.contains("read on every function, no expiry"), "{err}");
+
+    // It reads, and does nothing else.
+    let status = |token: &str, rb: reqwest::RequestBuilder| {
+        let rb = rb.bearer_auth(token.to_string());
+        async move { rb.send().await.unwrap().status().as_u16() }
+    };
+    let url = |path: &str| format!("{}{path}", d.url);
+    assert_eq!(status(&reader, d.http.get(url("/v1/functions"))).await, 200);
+    assert_eq!(status(&reader, d.http.get(url("/v1/status"))).await, 200);
+    assert_eq!(
+        status(&reader, d.http.post(url("/fn/admin/counter"))).await,
+        404,
+        "a read token does not invoke a private function"
+    );
+    let deploy = d
+        .deploy_as(&reader, "x", &[("runtime", "wasm")], example("hello.wat"))
+        .await;
+    let (code, _, message) = error_of(deploy).await;
+    assert_eq!(code, 403);
+    assert!(message.contains("--scope deploy"), "{message}");
+
+    // The console logs in with it.
+    let login = d
+        .http
+        .post(url("/v1/session"))
+        .json(&serde_json::json!({ "token": reader }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), 200);
+    let session: serde_json::Value = login.json().await.unwrap();
+    assert_eq!(session["scope"], "read");
+
+    // An invoke token limited to one function, expiring.
+    let (ok, out, err) = token_cli(
+        &d,
+        &[
+            "create",
+            "--scope",
+            "invoke",
+            "--function",
+            "counter",
+            "--expires",
+            "1h",
+        ],
+    );
+    assert!(ok, "{err}");
+    let invoker = out.trim().to_string();
+    assert_eq!(
+        status(&invoker, d.http.post(url("/fn/admin/counter"))).await,
+        200
+    );
+    assert_eq!(
+        status(&invoker, d.http.get(url("/v1/functions/counter/logs"))).await,
+        403,
+        "an invoke token reads nothing"
+    );
+    let login = d
+        .http
+        .post(url("/v1/session"))
+        .json(&serde_json::json!({ "token": invoker }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), 403, "the console needs a read token");
+
+    // The list names both, and no secret.
+    let (ok, out, err) = token_cli(&d, &["ls"]);
+    assert!(ok, "{err}");
+    assert!(!out.contains(&reader) && !out.contains(&invoker) && !out.contains("hth_"));
+    assert!(out.contains("grafana"), "{out}");
+    assert!(out.contains("invoke on function counter, until"), "{out}");
+    let list: serde_json::Value = d.get_json("/v1/tokens").await;
+    assert!(!list.to_string().contains("hth_"), "{list}");
+    let id_of = |label: Option<&str>, scope: &str| {
+        list["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["scope"] == scope && t["name"].as_str() == label)
+            .map(|t| t["id"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    let (read_id, invoke_id) = (id_of(Some("grafana"), "read"), id_of(None, "invoke"));
+
+    // Rotation: the old secret stops, the new one has the same grant.
+    let (ok, out, err) = token_cli(&d, &["rotate", &invoke_id]);
+    assert!(ok, "{err}");
+    let rotated = out.trim().to_string();
+    assert_eq!(
+        status(&invoker, d.http.get(url("/v1/whoami"))).await,
+        401,
+        "the old secret is no token"
+    );
+    assert_eq!(
+        status(&invoker, d.http.post(url("/fn/admin/counter"))).await,
+        404,
+        "and a private function is hidden from it"
+    );
+    assert_eq!(
+        status(&rotated, d.http.post(url("/fn/admin/counter"))).await,
+        200
+    );
+    assert_eq!(
+        status(&rotated, d.http.post(url("/fn/admin/hello"))).await,
+        200,
+        "hello is public"
+    );
+    let whoami: serde_json::Value = d.get_json_as(&rotated, "/v1/whoami").await;
+    assert_eq!(
+        (whoami["scope"].as_str(), whoami["function"].as_str()),
+        (Some("invoke"), Some("counter"))
+    );
+
+    // Revocation: refused on the next call.
+    let (ok, out, err) = token_cli(&d, &["revoke", &read_id]);
+    assert!(ok, "{err}");
+    assert!(out.contains(&format!("revoked token {read_id}")), "{out}");
+    let (code, _, message) = error_of(
+        d.http
+            .get(url("/v1/functions"))
+            .bearer_auth(&reader)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(code, 401);
+    assert!(message.contains("revoked"), "{message}");
+    let (ok, _, err) = token_cli(&d, &["revoke", &read_id]);
+    assert!(
+        !ok && err.contains("404") && err.contains("hearth token ls"),
+        "{err}"
     );
 }

@@ -607,6 +607,47 @@ async fn any_gateway_serves_any_request_and_hears_the_others_deploys() {
         );
     }
 
+    // A token revoked through gw1 fails on gw2, which had it cached,
+    // within a second.
+    let made: serde_json::Value = gw1
+        .post("/v1/tokens")
+        .json(&serde_json::json!({"scope": "read"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let (token, id) = (
+        made["token"].as_str().unwrap(),
+        made["id"].as_str().unwrap(),
+    );
+    let whoami = |gw: &Daemon| {
+        gw.http
+            .get(format!("{}/v1/whoami", gw.url))
+            .bearer_auth(token)
+            .send()
+    };
+    assert_eq!(whoami(&gw2).await.unwrap().status(), 200);
+    let r = gw1
+        .delete(&format!("/v1/tokens/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let revoked = Instant::now();
+    assert_eq!(
+        whoami(&gw1).await.unwrap().status(),
+        401,
+        "at once where revoked"
+    );
+    while whoami(&gw2).await.unwrap().status() != 401 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let took = revoked.elapsed();
+    eprintln!("figure: a token revoked through one gateway refused by another after {took:?}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+
     // A removal through gw2 is heard by gw1.
     let r = gw2.delete("/v1/functions/f").send().await.unwrap();
     assert!(r.status().is_success(), "{}", r.status());

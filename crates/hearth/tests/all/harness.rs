@@ -317,10 +317,16 @@ impl Daemon {
     /// The id of admin's function `name`'s newest tape once it has `n`
     /// (the recorder writes in batches).
     pub async fn newest_tape(&self, name: &str, n: usize) -> String {
+        self.newest_tape_as(&self.token, name, n).await
+    }
+
+    /// The id of the token's tenant's function `name`'s newest tape once
+    /// it has `n`.
+    pub async fn newest_tape_as(&self, token: &str, name: &str, n: usize) -> String {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let v = self
-                .get_json(&format!("/v1/functions/{name}/recordings"))
+                .get_json_as(token, &format!("/v1/functions/{name}/recordings"))
                 .await;
             let tapes = v["recordings"].as_array().cloned().unwrap_or_default();
             if tapes.len() >= n {

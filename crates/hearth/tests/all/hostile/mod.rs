@@ -24,3 +24,4 @@ mod origins;
 mod replay;
 mod restart;
 mod storage;
+mod tokens;
