@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::ErrorBody;
+use crate::gate::{Gate, GateResult};
 use crate::query::Query;
 use crate::{ApiError, AppState};
 
@@ -94,31 +95,90 @@ pub struct Promotion {
     /// caller's `Hearth-Split-Key` header keeps it on one side.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split: Option<hearth_store::Split>,
+    /// First replay the newest tapes of the version the alias points at
+    /// against the version taking traffic (`split.version` if splitting,
+    /// else `version`), and move only if each answers as its tape did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<Gate>,
 }
 
-/// Point an alias at a version (promote)
+/// An alias moved, and what its gate found.
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct Promoted {
+    #[serde(flatten)]
+    pub moved: AliasMove,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<GateResult>,
+}
+
+/// A gate that refused: the error, and what the gate found.
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct GateRefused {
+    /// `kind` is `gate_refused`.
+    #[schema(value_type = Object)]
+    pub error: serde_json::Value,
+    pub gate: GateResult,
+}
+
+/// Point an alias at a version (promote), gated by replay if asked
 ///
 /// `live` is what unpinned invocations run: pointing it at an older
 /// version is a rollback to it, at a newer one a release. Recorded in the
-/// alias's history.
+/// alias's history. With `gate`, the newest tapes of the version the alias
+/// points at are first replayed against the new one (docs/releases.md); a
+/// gate that does not pass answers 409 `gate_refused` with what it found,
+/// and nothing moves.
 #[utoipa::path(post, path = "/v1/functions/{name}/aliases/{alias}", tag = "functions",
     params(("name" = String, Path), ("alias" = String, Path)),
     request_body = Promotion,
-    responses((status = 200, body = AliasMove), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = Promoted), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = GateRefused)))]
 pub(crate) async fn promote(
     State(s): S,
     Path((name, alias)): Path<(String, String)>,
     headers: HeaderMap,
     Json(body): Json<Promotion>,
-) -> Result<Json<AliasMove>, ApiError> {
+) -> Result<Response, ApiError> {
     hearth_core::validate_alias_name(&alias).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let tenant = owner(&s, &headers, &name, Scope::Deploy).await?;
-    Ok(Json(
-        s.node
-            .promote(&tenant, &name, &alias, body.version, body.split)
-            .await?,
-    ))
+    let gate = match &body.gate {
+        None => None,
+        Some(gate) => {
+            let Some(current) = s.node.store().alias_version(&tenant, &name, &alias).await? else {
+                return Err(ApiError::Conflict(format!(
+                    "{name}@{alias} points at no version yet, so it has no tapes to gate on: \
+                     promote without the gate"
+                )));
+            };
+            let against = body.split.map_or(body.version, |sp| sp.version);
+            // Both versions must exist before any replay runs.
+            for v in [body.version, against] {
+                s.node.resolve(&tenant, &name, Some(v)).await?;
+            }
+            let found = crate::gate::run(
+                &s,
+                &headers,
+                (&tenant, &name),
+                (current.version, against),
+                gate,
+            )
+            .await?;
+            if !found.passed {
+                let message = crate::gate::refusal(&name, &found);
+                let refused = GateRefused {
+                    error: serde_json::json!({"kind": "gate_refused", "message": message}),
+                    gate: found,
+                };
+                return Ok((StatusCode::CONFLICT, Json(refused)).into_response());
+            }
+            Some(found)
+        }
+    };
+    let moved = s
+        .node
+        .promote(&tenant, &name, &alias, body.version, body.split)
+        .await?;
+    Ok(Json(Promoted { moved, gate }).into_response())
 }
 
 /// Remove an alias and its history

@@ -25,6 +25,7 @@ mod cluster;
 mod console;
 mod deploy_settings;
 mod error;
+mod gate;
 mod invoke;
 mod kv;
 mod manage;
@@ -58,8 +59,9 @@ pub use origin::App;
 /// engine adds its own figures, each host call its own shape) and stay
 /// JSON.
 pub mod answers {
-    pub use crate::aliases::{AliasHistory, Aliases, Promotion};
+    pub use crate::aliases::{AliasHistory, Aliases, GateRefused, Promoted, Promotion};
     pub use crate::error::{ErrorBody, ErrorDetail};
+    pub use crate::gate::{Gate, GateResult};
     pub use crate::kv::Keys;
     pub use crate::manage::{
         Compiled, Deployed, FunctionList, FunctionListed, FunctionVersions, Logs, Stats, Status,

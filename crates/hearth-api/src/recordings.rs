@@ -586,16 +586,16 @@ pub(crate) async fn replay_file(
 pub(crate) struct TrafficQuery {
     /// The version to replay against.
     #[param(required = true)]
-    against: Option<u32>,
+    pub(crate) against: Option<u32>,
     /// At most this many tapes, the newest (replayed oldest first).
     #[param(default = 100)]
-    last: Option<u32>,
+    pub(crate) last: Option<u32>,
     /// As in the recordings list.
-    status: Option<String>,
+    pub(crate) status: Option<String>,
     /// As in the recordings list.
-    since: Option<String>,
+    pub(crate) since: Option<String>,
     /// Only tapes made by this version.
-    version: Option<u32>,
+    pub(crate) version: Option<u32>,
 }
 
 /// Recorded traffic, replayed against a version.
@@ -634,9 +634,6 @@ pub(crate) async fn replay_traffic(
         .auth
         .require_for(s.node.store(), &headers, Scope::Deploy, &name)
         .await?;
-    let against = traffic.against.ok_or_else(|| {
-        ApiError::BadRequest("say which version to replay against: against=N".into())
-    })?;
     if let Some(g) = &s.gateway {
         let path = hearth_cluster::fanout::with_query(
             format!("/v1/functions/{name}/replay"),
@@ -647,7 +644,23 @@ pub(crate) async fn replay_traffic(
             .map(|merged| Json(merged).into_response())
             .map_err(crate::cluster::fanout_error);
     }
-    let target = s.node.resolve(&p.tenant, &name, Some(against)).await?;
+    Ok(Json(replay_here(&s, &p.tenant, &name, traffic).await?).into_response())
+}
+
+/// Replays `name`'s tapes that `traffic` picks against its version
+/// `against`, on this node (the tapes it holds), oldest first. Each runs
+/// in a fresh sandbox whose KV and network calls are answered from its
+/// tape: nothing live is read or written.
+pub(crate) async fn replay_here(
+    s: &AppState,
+    tenant: &str,
+    name: &str,
+    traffic: TrafficQuery,
+) -> Result<TrafficReplay, ApiError> {
+    let against = traffic.against.ok_or_else(|| {
+        ApiError::BadRequest("say which version to replay against: against=N".into())
+    })?;
+    let target = s.node.resolve(tenant, name, Some(against)).await?;
     let filter = TapeFilter {
         status: traffic.status,
         since: traffic.since,
@@ -655,9 +668,9 @@ pub(crate) async fn replay_traffic(
         slower_than_ms: None,
         limit: traffic.last,
     };
-    let q = filter.query(Some(name.clone()))?;
-    let tenant = p.tenant.clone();
-    let recordings = with_archive(&s, move |a| a.recordings(&tenant, &q)).await?;
+    let q = filter.query(Some(name.to_string()))?;
+    let t = tenant.to_string();
+    let recordings = with_archive(s, move |a| a.recordings(&t, &q)).await?;
     let mut results = Vec::new();
     let (mut changed, mut diverged) = (0, 0);
     // Oldest first: the order the traffic came in.
@@ -667,8 +680,8 @@ pub(crate) async fn replay_traffic(
         diverged += usize::from(report.divergence.is_some());
         results.push(Replayed::from(report));
     }
-    Ok(Json(TrafficReplay {
-        name,
+    Ok(TrafficReplay {
+        name: name.to_string(),
         against,
         replayed: results.len(),
         changed,
@@ -676,5 +689,4 @@ pub(crate) async fn replay_traffic(
         results,
         unreachable: None,
     })
-    .into_response())
 }

@@ -85,6 +85,30 @@ pub enum ClientCommand {
         version: u32,
         #[arg(long, default_value = hearth_store::LIVE)]
         alias: String,
+        /// First replay the newest tapes of the version the alias points
+        /// at against VERSION, and move only if each answers as recorded.
+        #[arg(long)]
+        gate: bool,
+        /// With --gate: the newest this many tapes (default 100).
+        #[arg(long, requires = "gate", value_name = "K")]
+        gate_last: Option<u32>,
+        /// With --gate: only tapes newer than this (90s, 15m, 1h, 2d).
+        #[arg(long, requires = "gate", value_name = "AGE")]
+        gate_since: Option<String>,
+        /// With --gate: move even if replays differ (printing each).
+        #[arg(long, requires = "gate")]
+        accept_diff: bool,
+        /// With --gate: a canary, through these percentages of the
+        /// alias's calls (e.g. 1,10,100), gated and checked between steps;
+        /// a breach rolls the alias back.
+        #[arg(long, requires = "gate", value_delimiter = ',', value_parser = clap::value_parser!(u8).range(1..=100))]
+        steps: Vec<u8>,
+        /// With --steps: how long each step runs before it is judged.
+        #[arg(long, requires = "steps", default_value = "60s")]
+        step_wait: String,
+        /// With --steps: the percent of the canary's calls that may fail.
+        #[arg(long, requires = "steps", default_value_t = 1.0)]
+        max_error_rate: f64,
         #[command(flatten)]
         target: Target,
     },
@@ -606,10 +630,41 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
             name,
             version,
             alias,
+            gate,
+            gate_last,
+            gate_since,
+            accept_diff,
+            steps,
+            step_wait,
+            max_error_rate,
             target,
         } => {
             let c = Client::new(data_dir, &target)?;
-            crate::releases::promote(&c, &name, &alias, version).await?;
+            let gate = gate.then_some(answers::Gate {
+                last: gate_last,
+                since: gate_since,
+                accept_diff,
+            });
+            match (gate, steps.is_empty()) {
+                (Some(gate), false) => {
+                    let wait = hearth_core::parse_duration_s(&step_wait).with_context(|| {
+                        format!("--step-wait {step_wait:?}: write 90s, 15m or 1h")
+                    })?;
+                    if steps.last() != Some(&100) || !steps.is_sorted() {
+                        anyhow::bail!(
+                            "--steps rise to 100 (e.g. 1,10,100): the canary ends with the \
+                             version taking every call"
+                        );
+                    }
+                    let canary = crate::releases::Canary {
+                        steps,
+                        step_wait: std::time::Duration::from_secs(wait),
+                        max_error_percent: max_error_rate,
+                    };
+                    crate::releases::canary(&c, &name, &alias, version, gate, canary).await?;
+                }
+                (gate, _) => crate::releases::promote(&c, &name, &alias, version, gate).await?,
+            }
         }
         ClientCommand::Split {
             name,

@@ -61,6 +61,7 @@ pub(crate) async fn split(
         .json(&answers::Promotion {
             version: current.version,
             split: (percent > 0).then_some(hearth_store::Split { version, percent }),
+            gate: None,
         });
     let (moved, v): (answers::AliasMove, _) = c.send_as(rb).await?;
     if c.json {
@@ -76,21 +77,208 @@ pub(crate) async fn promote(
     name: &str,
     alias: &str,
     version: u32,
+    gate: Option<answers::Gate>,
 ) -> anyhow::Result<()> {
-    let rb = c
-        .request(
-            reqwest::Method::POST,
-            &format!("/v1/functions/{name}/aliases/{alias}"),
-        )
-        .json(&answers::Promotion {
-            version,
-            split: None,
-        });
-    let (moved, v): (answers::AliasMove, _) = c.send_as(rb).await?;
+    let promotion = answers::Promotion {
+        version,
+        split: None,
+        gate,
+    };
+    let (promoted, v) = move_alias(c, name, alias, &promotion).await?;
     if c.json {
         c.print_json(&v);
     } else {
-        println!("{}", describe(name, &moved));
+        print_promoted(name, &promoted);
+    }
+    Ok(())
+}
+
+/// Moves `alias` as `promotion` says. A gate that refuses is an error
+/// that lists each replay that differed (with its diff).
+async fn move_alias(
+    c: &Client,
+    name: &str,
+    alias: &str,
+    promotion: &answers::Promotion,
+) -> anyhow::Result<(answers::Promoted, serde_json::Value)> {
+    let path = format!("/v1/functions/{name}/aliases/{alias}");
+    let resp = c
+        .request(reqwest::Method::POST, &path)
+        .json(promotion)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach Hearth at {}", c.url))?;
+    if resp.status() == reqwest::StatusCode::CONFLICT {
+        let body = resp.bytes().await?;
+        if let Ok(refused) = serde_json::from_slice::<answers::GateRefused>(&body) {
+            if c.json {
+                c.print_json(&serde_json::from_slice(&body)?);
+            } else {
+                print_differing(&refused.gate);
+            }
+            let message = refused.error["message"]
+                .as_str()
+                .unwrap_or("the gate refused");
+            anyhow::bail!("409 {message}");
+        }
+        let message = serde_json::from_slice::<answers::ErrorBody>(&body)
+            .map(|b| b.error.message.into_owned())
+            .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
+        anyhow::bail!("409 {message}");
+    }
+    let v: serde_json::Value = {
+        let status = resp.status();
+        let bytes = resp.bytes().await?;
+        if !status.is_success() {
+            let message = serde_json::from_slice::<answers::ErrorBody>(&bytes)
+                .map(|b| b.error.message.into_owned())
+                .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into_owned());
+            anyhow::bail!("{} {message}", status.as_u16());
+        }
+        serde_json::from_slice(&bytes)?
+    };
+    let promoted = serde_json::from_value(v.clone())
+        .context("the promotion's answer is not in the shape this CLI knows")?;
+    Ok((promoted, v))
+}
+
+/// Each replay a gate found different: its tape, verdict and diff.
+fn print_differing(gate: &answers::GateResult) {
+    for r in &gate.differing {
+        eprintln!("tape {}: {}", r.id, r.verdict);
+        if let Some(diff) = &r.diff {
+            for line in diff.lines() {
+                eprintln!("  {line}");
+            }
+        }
+    }
+}
+
+fn print_promoted(name: &str, promoted: &answers::Promoted) {
+    if let Some(gate) = &promoted.gate {
+        print_differing(gate);
+        println!(
+            "gate: {} tapes of version {} replayed against version {} in {} ms: {} identical{}",
+            gate.replayed,
+            gate.tapes_of,
+            gate.against,
+            gate.took_ms,
+            gate.replayed - gate.differing.len(),
+            if gate.differing.is_empty() {
+                String::new()
+            } else {
+                format!(", {} differing (accepted)", gate.differing.len())
+            }
+        );
+    }
+    println!("{}", describe(name, &promoted.moved));
+}
+
+/// A canary: the steps (percent of the alias's calls to `version`), how
+/// long each runs, and the error rate that rolls it back.
+pub(crate) struct Canary {
+    pub steps: Vec<u8>,
+    pub step_wait: std::time::Duration,
+    /// Percent of the canary's calls that may fail (5xx or a failure).
+    pub max_error_percent: f64,
+}
+
+/// Steps `alias` to `version` through `canary`'s percentages, gated by
+/// replay before each step, and checking the canary's own calls between
+/// steps; a breach puts the alias back where it was (no split) and fails.
+pub(crate) async fn canary(
+    c: &Client,
+    name: &str,
+    alias: &str,
+    version: u32,
+    gate: answers::Gate,
+    canary: Canary,
+) -> anyhow::Result<()> {
+    let (list, _): (answers::Aliases, _) = c
+        .send_as(c.request(
+            reqwest::Method::GET,
+            &format!("/v1/functions/{name}/aliases"),
+        ))
+        .await?;
+    let stable = list
+        .aliases
+        .iter()
+        .find(|a| a.alias == alias)
+        .map(|a| a.version)
+        .with_context(|| {
+            format!(
+                "{name} has no alias {alias:?} to step a canary on: promote a first version to it"
+            )
+        })?;
+    let back = answers::Promotion {
+        version: stable,
+        split: None,
+        gate: None,
+    };
+    for &percent in &canary.steps {
+        let promotion = answers::Promotion {
+            version: if percent >= 100 { version } else { stable },
+            split: (percent < 100).then_some(hearth_store::Split { version, percent }),
+            gate: Some(gate.clone()),
+        };
+        let (promoted, _) = match move_alias(c, name, alias, &promotion).await {
+            Ok(moved) => moved,
+            Err(e) => {
+                move_alias(c, name, alias, &back).await?;
+                return Err(e.context(format!(
+                    "the canary stopped at {percent}%: {name}@{alias} is back on version {stable}"
+                )));
+            }
+        };
+        print_promoted(name, &promoted);
+        if percent >= 100 {
+            return Ok(());
+        }
+        tokio::time::sleep(canary.step_wait).await;
+        let since = format!("{}s", canary.step_wait.as_secs().max(1));
+        let count = async |status: Option<&str>| -> anyhow::Result<usize> {
+            let mut q = vec![
+                ("version", version.to_string()),
+                ("since", since.clone()),
+                ("limit", "1000".to_string()),
+            ];
+            if let Some(s) = status {
+                q.push(("status", s.to_string()));
+            }
+            let rb = c
+                .request(
+                    reqwest::Method::GET,
+                    &format!("/v1/functions/{name}/recordings"),
+                )
+                .query(&q);
+            let (tapes, _): (answers::Recordings, _) = c.send_as(rb).await?;
+            Ok(tapes.recordings.len())
+        };
+        let (calls, failed) = (count(None).await?, count(Some("error")).await?);
+        let rate = if calls == 0 {
+            f64::INFINITY
+        } else {
+            100.0 * failed as f64 / calls as f64
+        };
+        if calls == 0 || rate > canary.max_error_percent {
+            move_alias(c, name, alias, &back).await?;
+            let why = if calls == 0 {
+                format!(
+                    "no call reached version {version} in {since}, so its error rate is unknown                      (send traffic, or lengthen --step-wait)"
+                )
+            } else {
+                format!(
+                    "{failed} of its {calls} calls in {since} failed ({rate:.1}%, more than                      --max-error-rate {}%)",
+                    canary.max_error_percent
+                )
+            };
+            anyhow::bail!(
+                "the canary at {percent}% breached: {why}; {name}@{alias} is back on version {stable}"
+            );
+        }
+        println!(
+            "canary at {percent}%: {failed} of {calls} calls to version {version} failed in {since}"
+        );
     }
     Ok(())
 }

@@ -413,3 +413,192 @@ async fn a_split_sends_its_share_keeps_keyed_callers_and_replays_the_version_tak
         assert_eq!(served(&d, "app").await.0, "1");
     }
 }
+
+/// Version 1 shouts what it is sent; `same` does too, written another
+/// way; `other` whispers it; `flaky` shouts, except that `boom` fails.
+const SHOUT: &str = "export default { async fetch(req) { \
+    return new Response((await req.text()).toUpperCase()); } };";
+const SAME: &str = "export default { async fetch(req) { \
+    const t = await req.text(); return new Response(t.toUpperCase()); } };";
+const OTHER: &str = "export default { async fetch(req) { \
+    return new Response((await req.text()).toLowerCase()); } };";
+const FLAKY: &str = "export default { async fetch(req) { const t = await req.text(); \
+    if (t === 'boom') throw new Error('boom'); return new Response(t.toUpperCase()); } };";
+
+async fn deploy_js(d: &Daemon, code: &str, promote: bool) -> u64 {
+    let v = d
+        .deploy(
+            "say",
+            code.as_bytes().to_vec(),
+            &[
+                ("runtime", "js"),
+                ("file_name", "index.mjs"),
+                ("promote", if promote { "true" } else { "false" }),
+            ],
+        )
+        .await;
+    v["version"].as_u64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gated_promotion_replays_lives_tapes_and_refuses_a_version_that_answers_differently() {
+    let d = Daemon::start();
+    deploy_js(&d, SHOUT, true).await;
+    for word in ["alpha", "Beta", "gamma"] {
+        let body = d.invoke_body("say", word.to_string()).await;
+        assert_eq!(body, word.to_uppercase());
+    }
+    d.newest_tape("say", 3).await;
+    let same = deploy_js(&d, SAME, false).await;
+    let other = deploy_js(&d, OTHER, false).await;
+
+    // A version that answers differently is refused, with each tape that
+    // differs and its diff; nothing moves.
+    let (ok, _, err) = hearth(&d, &["promote", "say", &other.to_string(), "--gate"]);
+    assert!(!ok);
+    assert!(
+        err.contains("gate refused version 3: 3 of 3 tapes"),
+        "{err}"
+    );
+    assert!(
+        err.contains("+") && err.contains("alpha"),
+        "the diff: {err}"
+    );
+    let r = d
+        .post("/v1/functions/say/aliases/live")
+        .json(&serde_json::json!({"version": other, "gate": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+    let refused: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(refused["error"]["kind"], "gate_refused");
+    assert_eq!(refused["gate"]["replayed"], 3);
+    assert_eq!(refused["gate"]["differing"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        d.invoke_body("say", "x".into()).await,
+        "X",
+        "live did not move"
+    );
+
+    // The same behaviour, written another way, passes and moves.
+    let (ok, out, err) = hearth(&d, &["promote", "say", &same.to_string(), "--gate"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("gate: 3 tapes of version 1 replayed against version 2")
+            && out.contains("3 identical"),
+        "{out}"
+    );
+    assert!(
+        out.contains("promoted say@live: version 2 (was version 1)"),
+        "{out}"
+    );
+
+    // Differences may be accepted, and are shown; a window with no tapes
+    // proves nothing and is refused.
+    d.newest_tape("say", 4).await;
+    assert_eq!(d.invoke_body("say", "delta".into()).await, "DELTA");
+    d.newest_tape("say", 5).await;
+    let (ok, out, err) = hearth(
+        &d,
+        &[
+            "promote",
+            "say",
+            &other.to_string(),
+            "--gate",
+            "--accept-diff",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(err.contains("delta") || err.contains("DELTA"), "{err}");
+    assert!(out.contains("differing (accepted)"), "{out}");
+    assert_eq!(d.invoke_body("say", "Q".into()).await, "q");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let (ok, _, err) = hearth(&d, &["promote", "say", "1", "--gate", "--gate-since", "1s"]);
+    assert!(!ok);
+    assert!(err.contains("found no tapes"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_canary_steps_up_through_its_gate_and_rolls_back_by_itself_on_a_breach() {
+    let d = std::sync::Arc::new(Daemon::start());
+    deploy_js(&d, SHOUT, true).await;
+    for word in ["one", "two"] {
+        d.invoke_body("say", word.to_string()).await;
+    }
+    d.newest_tape("say", 2).await;
+    let flaky = deploy_js(&d, FLAKY, false).await;
+
+    // Traffic during the canary: every third call is `boom`, which the
+    // recorded traffic never held, so the gate passes and the canary's
+    // own calls fail.
+    let (ok, out, err) = canary_under_load(&d, flaky, true).await;
+    assert!(!ok, "{out}");
+    assert!(out.contains("gate: 2 tapes of version 1"), "{out}");
+    assert!(
+        err.contains("the canary at 50% breached") && err.contains("back on version 1"),
+        "{err}"
+    );
+    let aliases: serde_json::Value = d.get("/v1/functions/say/aliases").json_value().await;
+    assert_eq!(
+        aliases["aliases"][0],
+        serde_json::json!({"alias": "live", "version": 1}),
+        "no split is left behind"
+    );
+
+    // A version that fails nothing steps through to every call.
+    let same = deploy_js(&d, SAME, false).await;
+    let (ok, out, err) = canary_under_load(&d, same, false).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("canary at 50%: 0 of"), "{out}");
+    assert!(out.contains("promoted say@live: version 3"), "{out}");
+    assert_eq!(d.invoke_body("say", "z".into()).await, "Z");
+}
+
+/// Runs `hearth promote say VERSION --gate --steps 50,100` while calls
+/// flow (every third `boom` if `booms`).
+async fn canary_under_load(
+    d: &std::sync::Arc<Daemon>,
+    version: u64,
+    booms: bool,
+) -> (bool, String, String) {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (d, stop) = (d.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let body: &'static [u8] = if booms && n.is_multiple_of(3) {
+                    b"boom"
+                } else {
+                    b"fine"
+                };
+                d.invoke("say", body).await;
+                n += 1;
+            }
+        })
+    };
+    let d = d.clone();
+    let run = tokio::task::spawn_blocking(move || {
+        hearth(
+            &d,
+            &[
+                "promote",
+                "say",
+                &version.to_string(),
+                "--gate",
+                "--steps",
+                "50,100",
+                "--step-wait",
+                "2s",
+                "--max-error-rate",
+                "5",
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    load.await.unwrap();
+    run
+}
