@@ -243,6 +243,7 @@ function Functions({ who }) {
 function Versions({ name }) {
   const [moved, setMoved] = useState(null);
   const [acting, setActing] = useState(null);
+  const [percent, setPercent] = useState("10");
   const fn = encodeURIComponent(name);
   const { data, error } = useLoad(async () => {
     const [versions, history] = await Promise.all([
@@ -282,15 +283,21 @@ function Versions({ name }) {
   };
   if (!data) return html`<p class=${error ? "error" : "muted"}>${error || "Loading…"}</p>`;
   const aliasesOf = (v) => data.versions.aliases.filter((a) => a.version === v).map((a) => a.alias);
-  const live = data.versions.aliases.find((a) => a.alias === "live")?.version;
+  const liveAlias = data.versions.aliases.find((a) => a.alias === "live");
+  const live = liveAlias?.version;
+  const promote = (body) => act("promote", `/v1/functions/${fn}/aliases/live`, body);
+  const gateSaid = (g) => `gate: ${g.replayed} tapes of v${g.tapes_of} replayed against v${g.against}, ${g.replayed - g.differing.length} identical`;
   return html`<h1>${name}: versions</h1>
     ${error && html`<p class="error">${error}</p>`}
     <p>
       ${live == null ? html`<span class="muted">No version is live.</span>` : html`Live: <b id="live-version">v${live}</b> `}
+      ${liveAlias?.split && html`<span id="live-split">(${liveAlias.split.percent}% to v${liveAlias.split.version}) </span>`}
       <button id="rollback" disabled=${live == null} onClick=${() => act("rollback", `/v1/functions/${fn}/aliases/live/rollback`)}>Roll back live</button>
+      <label> Split share <input id="split-percent" type="number" min="1" max="99" size="3" value=${percent}
+        onInput=${(e) => setPercent(e.target.value)} />%</label>
     </p>
     ${acting?.error && html`<p class="error" id="release-error">${acting.what}: ${acting.error}</p>`}
-    ${moved && html`<p class="ok" id="moved">live is v${moved.version} (was ${moved.previous == null ? "nothing" : `v${moved.previous}`})</p>`}
+    ${moved && html`<p class="ok" id="moved">live is v${moved.version}${moved.split ? ` with ${moved.split.percent}% to v${moved.split.version}` : ""} (was ${moved.previous == null ? "nothing" : `v${moved.previous}`})${moved.gate ? `; ${gateSaid(moved.gate)}` : ""}</p>`}
     <table id="versions">
       <tr><th>version</th><th>aliases</th><th>deployed</th><th>runtime</th><th>limits</th><th></th></tr>
       ${[...data.versions.versions].reverse().map((v) => html`<tr data-version=${v.version}>
@@ -300,7 +307,11 @@ function Versions({ name }) {
         <td>${v.spec.runtime}</td>
         <td class="muted">${v.spec.limits.memory_mib} MiB, ${v.spec.limits.timeout_ms} ms</td>
         <td>${v.version !== live && html`<button id=${`promote-${v.version}`}
-          onClick=${() => act("promote", `/v1/functions/${fn}/aliases/live`, { version: v.version })}>Promote to live</button>`}
+          onClick=${() => promote({ version: v.version })}>Promote to live</button>
+          <button id=${`gate-${v.version}`} disabled=${live == null} title="Replay live's newest 100 tapes against this version first; move only if each answers as recorded"
+          onClick=${() => promote({ version: v.version, gate: {} })}>Promote, gated by replay</button>
+          <button id=${`split-${v.version}`} disabled=${live == null}
+          onClick=${() => promote({ version: live, split: { version: v.version, percent: Number(percent) } })}>Split ${percent}% here</button>`}
           <button id=${`code-${v.version}`} onClick=${() => download(v.version)}>Code</button></td>
       </tr>`)}
     </table>

@@ -219,6 +219,18 @@ async fn the_versions_view_promotes_and_rolls_back_live() {
     b.wait_for_text("#release-error", "promote one instead")
         .await;
     assert_eq!(served().await, "1");
+
+    // Gated by replay: v2 echoes where v1 said hello, so the gate refuses
+    // it with its reason, and nothing moves.
+    d.newest_tape("rel", 3).await;
+    b.click("#gate-2").await;
+    b.wait_for_text("#release-error", "the gate refused version 2")
+        .await;
+    assert_eq!(served().await, "1");
+    // A split sends the share typed to a version.
+    b.click("#split-2").await;
+    b.wait_for_text("#moved", "live is v1 with 10% to v2").await;
+    b.wait_for_text("#live-split", "10% to v2").await;
 }
 
 /// The charts' numbers belong to the function, not its version: a new
