@@ -59,6 +59,12 @@ pub(crate) const SETTINGS: &[Setting] = &[
         example: "GREETING=hi",
     },
     Setting {
+        name: "secret",
+        kind: Type::String,
+        doc: "repeatable; NAME binds the tenant's secret NAME as the environment variable NAME, VAR=NAME as VAR (`PUT /v1/secrets/{name}` sets one); the value is read when the version is prepared, never kept with the version",
+        example: "DB_PASSWORD",
+    },
+    Setting {
         name: "promote",
         kind: Type::Boolean,
         doc: "point the `live` alias at the new version (default true); with false it is kept and invocable as name@N until promoted (`POST /v1/functions/{name}/aliases/live`)",
@@ -205,6 +211,22 @@ pub(crate) fn parse(query: &str) -> Result<Parsed, ApiError> {
             "keep_errors" => {
                 spec.record.keep_errors_s =
                     Some(hearth_core::parse_duration_s(&v).ok_or_else(|| bad(&k, &v))?)
+            }
+            "secret" => {
+                let (var, secret) = v.split_once('=').unwrap_or((&v, &v));
+                for (kind, name) in [("environment variable", var), ("secret name", secret)] {
+                    hearth_core::validate_env_name(kind, name)
+                        .map_err(|e| ApiError::BadRequest(format!("secret={v:?}: {e}")))?;
+                }
+                if spec
+                    .secrets
+                    .insert(var.to_string(), secret.to_string())
+                    .is_some()
+                {
+                    return Err(ApiError::BadRequest(format!(
+                        "secret={v:?}: {var} is bound twice"
+                    )));
+                }
             }
             "env" => {
                 let (name, value) = v.split_once('=').ok_or_else(|| {

@@ -163,6 +163,7 @@ impl From<NodeError> for ApiError {
             }
             NodeError::Store(e) => ApiError::from(e),
             NodeError::Internal(_) => ApiError::Internal(msg),
+            NodeError::Conflict(_) => ApiError::Conflict(msg),
             NodeError::CodeQuota { .. } => ApiError::QuotaExceeded("code_quota_exceeded", msg),
             NodeError::DiskFull(_) => ApiError::QuotaExceeded("disk_full", msg),
             // The invocation route answers a refusal itself (its status,
@@ -183,7 +184,8 @@ impl From<hearth_store::StoreError> for ApiError {
             hearth_store::StoreError::NothingToRollBack { .. }
             | hearth_store::StoreError::TooManyAliases { .. }
             | hearth_store::StoreError::TooManyTokens { .. }
-            | hearth_store::StoreError::TokenTaken => ApiError::Conflict(e.to_string()),
+            | hearth_store::StoreError::TokenTaken
+            | hearth_store::StoreError::TooManySecrets { .. } => ApiError::Conflict(e.to_string()),
             hearth_store::StoreError::LiveAlias
             | hearth_store::StoreError::BadSplit(_)
             | hearth_store::StoreError::BadToken(_) => ApiError::BadRequest(e.to_string()),

@@ -34,6 +34,7 @@ mod origin;
 mod query;
 mod recordings;
 mod report;
+mod secrets;
 mod session;
 mod tokens;
 
@@ -70,6 +71,7 @@ pub mod answers {
     pub use crate::recordings::{
         Recordings, Replayed, TenantRecordings, TrafficReplay, Unreachable,
     };
+    pub use crate::secrets::{SecretList, SecretListed, SecretSet};
     pub use crate::tokens::{TokenList, TokenMade};
     pub use hearth_node::status::{
         CpuShare, DiskStatus, LongRuns, MemoryStatus, NodeStatus, RecordingStatus,
@@ -264,6 +266,8 @@ fn api() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(tokens::create, tokens::list))
         .routes(routes!(tokens::revoke))
         .routes(routes!(tokens::rotate))
+        .routes(routes!(secrets::list))
+        .routes(routes!(secrets::set, secrets::remove))
         .routes(routes!(manage::get_tenant, manage::put_tenant))
         .routes(routes!(manage::list_functions))
         .routes(routes!(

@@ -171,6 +171,8 @@ pub enum ValidationError {
     UnknownRuntime(String),
     /// invalid handler {0:?}: write it as module.function, e.g. app.handler or src/index.handler
     BadHandler(String),
+    /// invalid {kind} {name:?}: an environment variable's name is 1-128 characters of A-Z, a-z, 0-9 and '_', not starting with a digit
+    BadEnvName { kind: &'static str, name: String },
 }
 
 #[cfg(test)]

@@ -182,6 +182,12 @@ pub struct FunctionSpec {
     /// Environment the function sees (wasm: WASI env, next to the CGI vars).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Secrets of the tenant the function sees as environment variables:
+    /// variable name → secret name. Only the names are kept here; the
+    /// values are read (decrypted) when the version is prepared, so a
+    /// rotated secret reaches the function without a new version.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secrets: BTreeMap<String, String>,
     /// Whether invocation works without a token.
     #[serde(default)]
     pub public: bool,
@@ -324,6 +330,7 @@ impl FunctionSpec {
             limits: Limits::default(),
             allowed_hosts: Vec::new(),
             env: BTreeMap::new(),
+            secrets: BTreeMap::new(),
             public: false,
             record: RecordPolicy::default(),
             source_builds: false,
@@ -402,6 +409,23 @@ pub fn validate_alias_name(alias: &str) -> Result<(), ValidationError> {
         Ok(())
     } else {
         Err(ValidationError::BadAlias(alias.to_string()))
+    }
+}
+
+/// Secret names, and the variables they are bound to: an environment
+/// variable's name as every tier can read it: 1–128 of `A-Z a-z 0-9 _`,
+/// not starting with a digit.
+pub fn validate_env_name(kind: &'static str, name: &str) -> Result<(), ValidationError> {
+    let ok = (1..=128).contains(&name.len())
+        && !name.as_bytes()[0].is_ascii_digit()
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(ValidationError::BadEnvName {
+            kind,
+            name: name.to_string(),
+        })
     }
 }
 

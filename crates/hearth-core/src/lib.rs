@@ -17,7 +17,8 @@ pub use colocation::Colocation;
 pub use error::{InvokeError, LastOutput, ValidationError};
 pub use function::{
     ByMode, FunctionSpec, FunctionVersion, HandlerName, Limits, RecordPolicy, Runtime, Tier,
-    host_allowed, validate_alias_name, validate_function_name, validate_tenant_name,
+    host_allowed, validate_alias_name, validate_env_name, validate_function_name,
+    validate_tenant_name,
 };
 pub use headers::{REFUSED_HEADER, is_hop_by_hop};
 pub use invocation::{GatewayAttempt, InvocationId, Request, Response};

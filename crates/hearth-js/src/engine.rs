@@ -82,6 +82,9 @@ pub(crate) struct JsVersion {
     pub(crate) tenant: Arc<str>,
     pub(crate) code: Arc<CompiledCode>,
     pub(crate) memory_mib: u32,
+    /// The environment it was prepared with (its secrets' values
+    /// included), given to each invocation as `env`/`process.env`.
+    pub(crate) env: Arc<std::collections::BTreeMap<String, String>>,
     /// Deployed with `stream`: its bodies stream.
     pub(crate) stream: bool,
     /// Idle isolates of this version, per worker.
@@ -183,6 +186,7 @@ impl Engine for JsEngine {
                 tenant: version.tenant.as_str().into(),
                 code: Arc::new(code),
                 memory_mib: version.spec.limits.memory_mib,
+                env: Arc::new(version.spec.env.clone()),
                 stream: version.spec.stream,
                 idle_on: (0..self.0.pool.workers.len())
                     .map(|_| AtomicUsize::new(0))

@@ -648,7 +648,7 @@ async fn run_job(
         }
     };
     let result = isolate
-        .invoke(req, host, config.max_response_bytes, streams)
+        .invoke(req, host, config.max_response_bytes, streams, &version.env)
         .await;
     isolate.finish();
     // Kept only when its state is known good: a clean run or a plain

@@ -23,6 +23,7 @@ mod long_runs;
 pub use long_runs::start_threads_at_this_priority;
 mod metrics;
 mod node;
+mod secrets;
 mod share;
 pub mod stats;
 pub mod status;
@@ -38,6 +39,7 @@ pub use node::{
     CodeHeld, CompiledMode, DeployOutcome, InvokeOutcome, JitConfig, Node, NodeConfig, NodeError,
     Ready, ReplayReport, StartKind, Streaming,
 };
+pub use secrets::{MAX_SECRET_BYTES, SecretBox};
 pub use share::MemoryBudget;
 pub use table::{Pin, Target};
 

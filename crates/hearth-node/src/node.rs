@@ -28,6 +28,7 @@ use crate::table::{FunctionTable, Pin, Target};
 mod forwarded;
 mod installed;
 mod jit;
+mod secrets;
 mod streaming;
 mod tapes;
 pub use installed::CodeHeld;
@@ -118,6 +119,8 @@ pub enum NodeError {
     Deploy(#[from] DeployError),
     /// {0}
     Invalid(String),
+    /// {0}
+    Conflict(String),
     /// runtime {0} is not available on this node yet
     RuntimeUnavailable(String),
     /// storage failed: {0}
@@ -293,6 +296,8 @@ pub struct Node {
     tracing: std::sync::OnceLock<crate::trace::Tracing>,
     /// The data directory's disk; `None` when not watched.
     disk: Option<Arc<crate::disk::Disk>>,
+    /// Seals and opens tenants' secrets; `None`: this node keeps none.
+    secrets: Option<Arc<crate::SecretBox>>,
     /// Invocations polled for long give way to short ones.
     long_runs: crate::long_runs::LongRuns,
 }
@@ -408,6 +413,7 @@ impl Node {
             stats: Default::default(),
             tracing: std::sync::OnceLock::new(),
             disk,
+            secrets: None,
         }
     }
 
@@ -585,6 +591,13 @@ impl Node {
     pub fn with_recorder(mut self, recorder: Arc<Recorder>) -> Self {
         self.metrics.count_tapes_of(recorder.clone());
         self.recorder = Some(recorder);
+        self
+    }
+
+    /// Keeps tenants' secrets sealed with `secrets` (without it, setting
+    /// or binding one is refused).
+    pub fn with_secrets(mut self, secrets: crate::SecretBox) -> Self {
+        self.secrets = Some(Arc::new(secrets));
         self
     }
 
@@ -767,6 +780,7 @@ impl Node {
                 "environment variable {k:?}: names must be non-empty without '=' or NUL, values without NUL"
             )));
         }
+        self.check_bindings(tenant, &spec).await?;
         let _installing = self.installing.read().await;
         let compiling = self
             .compiling
@@ -1071,8 +1085,11 @@ impl Node {
                     version = v.version
                 );
                 let code: Arc<dyn hearth_host::Artifacts> = self.artifacts.clone();
+                // A version that binds secrets is prepared with their
+                // values now stored in its environment.
+                let with_secrets = self.with_secret_values(v).await?;
                 engine
-                    .prepare(v, &code)
+                    .prepare(with_secrets.as_ref().unwrap_or(v), &code)
                     .instrument(span)
                     .await
                     .map_err(NodeError::from)

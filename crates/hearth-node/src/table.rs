@@ -201,6 +201,29 @@ impl FunctionTable {
         }
     }
 
+    /// Forgets each of the tenant's functions that holds a version for
+    /// which `binds` is true, prepared code and all; their names.
+    pub fn remove_where(
+        &self,
+        tenant: &str,
+        binds: impl Fn(&FunctionVersion) -> bool,
+    ) -> Vec<String> {
+        let mut map = self.write();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let Some(fns) = map.get_mut(tenant) else {
+            return Vec::new();
+        };
+        let names: Vec<String> = fns
+            .iter()
+            .filter(|(_, e)| e.versions.values().any(|(v, _)| binds(v)))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in &names {
+            fns.remove(name);
+        }
+        names
+    }
+
     /// Forgets where tenant/name's aliases point (it was deployed, or an
     /// alias moved, here or on another member), or every function's with
     /// `None`; the next lookup asks the store. Versions and their prepared

@@ -31,6 +31,9 @@ pub enum Change {
     Function { tenant: String, name: String },
     /// A tenant's settings changed.
     Tenant { tenant: String },
+    /// A tenant's secret was set or removed: code prepared with it is
+    /// forgotten, so the next invocation reads the value now stored.
+    Secret { tenant: String, name: String },
     /// A node joined or left.
     Members,
     /// The listener lost its connection and may have missed changes:

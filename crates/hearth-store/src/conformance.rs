@@ -28,6 +28,7 @@ scenarios![
     delete_removes_function_and_numbering_continues,
     tokens_authenticate_to_their_tenant_only,
     tokens_are_listed_revoked_and_rotated_within_their_tenant,
+    secrets_are_kept_per_tenant_replaced_removed_and_bounded,
     tenant_colocation_overrides_are_set_cleared_and_refused_for_unknown_tenants,
     bounces_count_up_pin_at_the_limit_and_reset_on_deploy,
     kv_is_scoped_and_lists_by_prefix,
@@ -217,6 +218,54 @@ async fn tokens_are_listed_revoked_and_rotated_within_their_tenant(s: &dyn Store
         s.create_token("zeta", &bad).await,
         Err(StoreError::BadToken(_))
     ));
+}
+
+async fn secrets_are_kept_per_tenant_replaced_removed_and_bounded(s: &dyn Store) {
+    s.create_tenant("acme").await.unwrap();
+    s.create_tenant("zeta").await.unwrap();
+    assert!(
+        s.put_secret("acme", "DB", b"sealed-1").await.unwrap(),
+        "new"
+    );
+    assert!(
+        !s.put_secret("acme", "DB", b"sealed-2").await.unwrap(),
+        "replaced"
+    );
+    assert_eq!(
+        s.sealed_secret("acme", "DB").await.unwrap().as_deref(),
+        Some(&b"sealed-2"[..])
+    );
+    assert_eq!(
+        s.sealed_secret("zeta", "DB").await.unwrap(),
+        None,
+        "per tenant"
+    );
+    let listed = s.secrets("acme").await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].name, "DB");
+    assert!(listed[0].updated_ms >= listed[0].created_ms);
+    assert!(s.secrets("zeta").await.unwrap().is_empty());
+    assert!(matches!(
+        s.put_secret("ghost", "DB", b"x").await,
+        Err(StoreError::NoSuchTenant(_))
+    ));
+    assert!(!s.remove_secret("zeta", "DB").await.unwrap());
+    assert!(s.remove_secret("acme", "DB").await.unwrap());
+    assert_eq!(s.sealed_secret("acme", "DB").await.unwrap(), None);
+
+    for i in 0..crate::MAX_SECRETS_PER_TENANT {
+        s.put_secret("acme", &format!("S{i}"), b"x").await.unwrap();
+    }
+    assert!(matches!(
+        s.put_secret("acme", "ONE_MORE", b"x").await,
+        Err(StoreError::TooManySecrets { .. })
+    ));
+    assert!(
+        !s.put_secret("acme", "S0", b"y").await.unwrap(),
+        "a replacement still fits"
+    );
+    let huge = vec![0u8; crate::MAX_SEALED_SECRET_BYTES + 1];
+    assert!(s.put_secret("zeta", "BIG", &huge).await.is_err());
 }
 
 async fn tenant_colocation_overrides_are_set_cleared_and_refused_for_unknown_tenants(

@@ -41,6 +41,8 @@ pub enum StoreError {
     TooManyTokens { tenant: String, max: u32 },
     /// {0}
     BadToken(String),
+    /// tenant {tenant:?} has {max} secrets, the most it may: remove one first (`hearth secret rm NAME`)
+    TooManySecrets { tenant: String, max: u32 },
     /// tenant {tenant:?}'s KV would hold more than its quota of {max_bytes} bytes (keys and values of all its functions)
     KvQuota { tenant: String, max_bytes: u64 },
     /// the KV value cannot be incremented: {0}

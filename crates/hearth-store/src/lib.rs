@@ -21,6 +21,7 @@ mod conformance;
 mod error;
 mod migrations;
 mod postgres;
+mod secrets;
 mod split;
 mod sqlite;
 mod tokens;
@@ -34,6 +35,7 @@ pub use artifacts::{ArtifactStore, sha256_hex, write_atomically, write_secret};
 pub use cluster::{AwayTapes, Change, ClusterSettings, MemberRow};
 pub use error::StoreError;
 pub use postgres::PgStore;
+pub use secrets::{MAX_SEALED_SECRET_BYTES, MAX_SECRETS_PER_TENANT, SecretInfo};
 pub use split::SplitStore;
 pub use sqlite::SqliteStore;
 pub use tokens::{Grant, MAX_TOKENS_PER_TENANT, Principal, Scope};
@@ -388,6 +390,19 @@ pub trait Store: Send + Sync + 'static {
         mode: Option<Colocation>,
     ) -> Result<(), StoreError>;
     async fn authenticate(&self, token: &str) -> Result<Option<Principal>, StoreError>;
+
+    // -- secrets --
+    /// Sets the tenant's secret `name` to `sealed` (made or replaced);
+    /// whether it is new. Past [`MAX_SECRETS_PER_TENANT`] a new one is
+    /// refused. In a cluster every member hears it ([`Change::Secret`]).
+    async fn put_secret(&self, tenant: &str, name: &str, sealed: &[u8])
+    -> Result<bool, StoreError>;
+    /// The tenant's secrets by name (never their values).
+    async fn secrets(&self, tenant: &str) -> Result<Vec<SecretInfo>, StoreError>;
+    /// The sealed value of the tenant's secret `name`, if it has one.
+    async fn sealed_secret(&self, tenant: &str, name: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Removes the tenant's secret `name`; whether it had one.
+    async fn remove_secret(&self, tenant: &str, name: &str) -> Result<bool, StoreError>;
 
     // -- functions --
     /// Records a new version of `name` (creating the function if new) whose

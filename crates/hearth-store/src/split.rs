@@ -7,8 +7,8 @@ use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 
 use crate::{
     Alias, AliasMove, BlobEntry, BlockQuery, FunctionMode, FunctionSummary, Grant, JournalKey,
-    LogQuery, LogRecord, PgStore, Principal, SqliteStore, Store, StoreError, TapeBlock, TapeIndex,
-    TapePin,
+    LogQuery, LogRecord, PgStore, Principal, SecretInfo, SqliteStore, Store, StoreError, TapeBlock,
+    TapeIndex, TapePin,
 };
 
 /// Shared state in PostgreSQL, the tape index in local SQLite.
@@ -56,6 +56,23 @@ impl Store for SplitStore {
         token: &str,
     ) -> Result<Principal, StoreError> {
         self.shared.add_token(tenant, grant, token).await
+    }
+    async fn put_secret(
+        &self,
+        tenant: &str,
+        name: &str,
+        sealed: &[u8],
+    ) -> Result<bool, StoreError> {
+        self.shared.put_secret(tenant, name, sealed).await
+    }
+    async fn secrets(&self, tenant: &str) -> Result<Vec<SecretInfo>, StoreError> {
+        self.shared.secrets(tenant).await
+    }
+    async fn sealed_secret(&self, tenant: &str, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.shared.sealed_secret(tenant, name).await
+    }
+    async fn remove_secret(&self, tenant: &str, name: &str) -> Result<bool, StoreError> {
+        self.shared.remove_secret(tenant, name).await
     }
     async fn tokens(&self, tenant: &str) -> Result<Vec<Principal>, StoreError> {
         self.shared.tokens(tenant).await

@@ -175,6 +175,10 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
+    /// The tenant's secrets: set (or rotate), ls, rm; bound to functions
+    /// with `deploy --secret`.
+    #[command(subcommand)]
+    Secret(crate::secrets::SecretCommand),
     /// A tenant's tokens: create (with a scope), ls, revoke, rotate.
     #[command(subcommand)]
     Token(crate::tokens::TokenCommand),
@@ -759,6 +763,7 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
         }
         ClientCommand::Kv(cmd) => crate::kv::run(data_dir, cmd).await?,
         ClientCommand::Token(cmd) => crate::tokens::run(data_dir, cmd).await?,
+        ClientCommand::Secret(cmd) => crate::secrets::run(data_dir, cmd).await?,
         ClientCommand::Rm { name, target } => {
             let c = Client::new(data_dir, &target)?;
             c.send(c.request(reqwest::Method::DELETE, &format!("/v1/functions/{name}")))

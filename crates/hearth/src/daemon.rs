@@ -193,6 +193,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     if let Some(r) = &recorder {
         node = node.with_recorder(r.clone());
     }
+    // Every member of a cluster derives the same secrets key from the
+    // cluster key; a single Hearth keeps its own.
+    node = node.with_secrets(match &settings.cluster_key {
+        Some(key) => hearth_node::SecretBox::from_cluster_key(key.0.as_bytes()),
+        None => hearth_node::SecretBox::in_file(&settings.data_dir.join("secrets.key"))
+            .map_err(anyhow::Error::msg)?,
+    });
     if let Some(pg) = &shared {
         // Deploys publish their code there; nodes fetch what they lack.
         node = node.with_artifact_source(SharedArtifacts::shared(pg.clone()));
@@ -521,6 +528,7 @@ fn spawn_change_listener(
         while let Some(change) = changes.recv().await {
             match change {
                 Change::Function { tenant, name } => node.forget(Some((&tenant, &name))),
+                Change::Secret { tenant, name } => node.forget_secret(&tenant, &name),
                 // Tenant settings are read from the store when used.
                 Change::Tenant { .. } => {}
                 Change::Members => members_changed.notify_one(),

@@ -34,6 +34,10 @@ pub struct DeployArgs {
     /// NAME=VALUE in the function's environment; repeatable.
     #[arg(long = "env")]
     env: Vec<String>,
+    /// Bind the tenant's secret NAME as the environment variable NAME, or
+    /// VAR=NAME as VAR (`hearth secret set` makes one); repeatable.
+    #[arg(long = "secret", value_name = "[VAR=]NAME")]
+    secrets: Vec<String>,
     /// Allow invocation without a token.
     #[arg(long)]
     public: bool,
@@ -83,6 +87,7 @@ pub(crate) async fn deploy(c: &Client, args: DeployArgs) -> anyhow::Result<()> {
         timeout_ms,
         allow_hosts,
         env,
+        secrets,
         public,
         handler,
         source_builds,
@@ -127,6 +132,7 @@ pub(crate) async fn deploy(c: &Client, args: DeployArgs) -> anyhow::Result<()> {
     }
     q.extend(allow_hosts.into_iter().map(|h| ("allow_host", h)));
     q.extend(env.into_iter().map(|e| ("env", e)));
+    q.extend(secrets.into_iter().map(|s| ("secret", s)));
     if public {
         q.push(("public", "true".into()));
     }

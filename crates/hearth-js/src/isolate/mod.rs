@@ -332,6 +332,7 @@ impl Isolate {
         host: HostCtx,
         max_response: usize,
         streams: Option<Streams>,
+        env: &std::collections::BTreeMap<String, String>,
     ) -> Result<Answered, InvokeError> {
         let meta = host.meta().clone();
         self.state.host.replace(Some(host));
@@ -359,7 +360,7 @@ impl Isolate {
                 "version": v.version,
                 "memory_mib": v.spec.limits.memory_mib,
                 "remaining_ms": meta.deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
-                "env": v.spec.env,
+                "env": env,
                 "streaming": streaming,
             });
             let msg = ctx.json_parse(msg.to_string())?;

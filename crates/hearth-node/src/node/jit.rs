@@ -389,6 +389,13 @@ impl Jit {
         let Phase::Warming { runs, busy } = phase else {
             return;
         };
+        if !v.spec.secrets.is_empty() {
+            // Compiled code reads `env` from its module's environment,
+            // which is built from the version as listed, without the
+            // secrets' values.
+            *phase = Phase::Off("it binds secrets, which compiled code does not read yet".into());
+            return;
+        }
         *runs += 1;
         *busy += took;
         if *runs < self.config.hot_after {

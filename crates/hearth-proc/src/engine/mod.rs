@@ -567,8 +567,22 @@ fn env_read_at_import(spec: &FunctionSpec, modules: &[String]) -> Option<String>
     })
 }
 
+/// Which paused handlers a prepared version may take: its version's, and
+/// only those started with the environment it has now (a rotated
+/// secret's new value makes another key, so a handler started with the
+/// old one is never resumed for it).
 fn version_key(v: &FunctionVersion) -> String {
-    format!("{}/{}@{}/{}", v.tenant, v.name, v.version, v.artifact)
+    use std::hash::{Hash, Hasher};
+    let mut env = std::collections::hash_map::DefaultHasher::new();
+    v.spec.env.hash(&mut env);
+    format!(
+        "{}/{}@{}/{}/{:016x}",
+        v.tenant,
+        v.name,
+        v.version,
+        v.artifact,
+        env.finish()
+    )
 }
 
 /// One version of a Python or Node.js function, ready to run.

@@ -23,6 +23,7 @@ use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use tokio_postgres::{NoTls, Row};
 
 mod aliases;
+mod secrets;
 mod tokens;
 
 use crate::Split;

@@ -18,6 +18,7 @@ use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use rusqlite::{Connection, OptionalExtension, params};
 
 mod aliases;
+mod secrets;
 mod store;
 mod tapes;
 mod tokens;

@@ -7,7 +7,7 @@ use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use super::SqliteStore;
 use crate::{
     Alias, AliasMove, FunctionMode, FunctionSummary, Grant, JournalKey, LogQuery, LogRecord,
-    Principal, Split, Store, StoreError,
+    Principal, SecretInfo, Split, Store, StoreError,
 };
 
 impl SqliteStore {
@@ -71,6 +71,30 @@ impl Store for SqliteStore {
     ) -> Result<Principal, StoreError> {
         let (tenant, grant, token) = (tenant.to_owned(), grant.clone(), token.to_owned());
         self.off_runtime(move |s| s.add_token(&tenant, &grant, &token))
+            .await
+    }
+    async fn put_secret(
+        &self,
+        tenant: &str,
+        name: &str,
+        sealed: &[u8],
+    ) -> Result<bool, StoreError> {
+        let (tenant, name, sealed) = (tenant.to_owned(), name.to_owned(), sealed.to_vec());
+        self.off_runtime(move |s| s.put_secret(&tenant, &name, &sealed))
+            .await
+    }
+    async fn secrets(&self, tenant: &str) -> Result<Vec<SecretInfo>, StoreError> {
+        let tenant = tenant.to_owned();
+        self.off_runtime(move |s| s.secrets(&tenant)).await
+    }
+    async fn sealed_secret(&self, tenant: &str, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let (tenant, name) = (tenant.to_owned(), name.to_owned());
+        self.off_runtime(move |s| s.sealed_secret(&tenant, &name))
+            .await
+    }
+    async fn remove_secret(&self, tenant: &str, name: &str) -> Result<bool, StoreError> {
+        let (tenant, name) = (tenant.to_owned(), name.to_owned());
+        self.off_runtime(move |s| s.remove_secret(&tenant, &name))
             .await
     }
     async fn tokens(&self, tenant: &str) -> Result<Vec<Principal>, StoreError> {

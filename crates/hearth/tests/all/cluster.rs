@@ -648,6 +648,41 @@ async fn any_gateway_serves_any_request_and_hears_the_others_deploys() {
     eprintln!("figure: a token revoked through one gateway refused by another after {took:?}");
     assert!(took < Duration::from_secs(1), "{took:?}");
 
+    // A secret rotated through gw2 reaches the node, which had the
+    // function prepared with the old value.
+    let put = |gw: &Daemon, value: &'static str| {
+        gw.http
+            .put(format!("{}/v1/secrets/API_KEY", gw.url))
+            .bearer_auth(&gw.token)
+            .body(value)
+            .send()
+    };
+    assert_eq!(put(&gw1, "one").await.unwrap().status(), 200);
+    gw1.deploy(
+        "sec",
+        b"export default { fetch(req, env) { return new Response(env.API_KEY); } };".to_vec(),
+        &[
+            ("runtime", "js"),
+            ("file_name", "index.mjs"),
+            ("secret", "API_KEY"),
+        ],
+    )
+    .await;
+    assert_eq!(gw1.invoke_body("sec", String::new()).await, "one");
+    assert_eq!(put(&gw2, "two").await.unwrap().status(), 200);
+    let rotated = Instant::now();
+    while gw1.invoke_body("sec", String::new()).await != "two" {
+        assert!(
+            rotated.elapsed() < Duration::from_secs(10),
+            "the node still runs the old value"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eprintln!(
+        "figure: a secret rotated through one gateway read by the node after {:?}",
+        rotated.elapsed()
+    );
+
     // A removal through gw2 is heard by gw1.
     let r = gw2.delete("/v1/functions/f").send().await.unwrap();
     assert!(r.status().is_success(), "{}", r.status());

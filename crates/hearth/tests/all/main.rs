@@ -27,6 +27,7 @@ mod process;
 mod readme;
 mod recording;
 mod releases;
+mod secrets;
 mod snapshot;
 mod streaming;
 mod traces;

@@ -23,5 +23,6 @@ mod network;
 mod origins;
 mod replay;
 mod restart;
+mod secrets;
 mod storage;
 mod tokens;

@@ -1,0 +1,144 @@
+//! A tenant's secrets on the node: set (sealed before the store sees
+//! them), removed, checked when a deploy binds them, and opened when a
+//! version that binds them is prepared. A change forgets the prepared
+//! code of every function whose versions bind the secret, so the next
+//! invocation runs with the value now stored: rotation needs no deploy.
+
+use std::collections::BTreeMap;
+
+use hearth_core::{FunctionSpec, FunctionVersion};
+
+use super::{Node, NodeError};
+use crate::SecretBox;
+
+impl Node {
+    fn secret_box(&self) -> Result<&SecretBox, NodeError> {
+        self.secrets.as_deref().ok_or_else(|| {
+            NodeError::Invalid(
+                "this node keeps no secrets (it was started without a secrets key)".into(),
+            )
+        })
+    }
+
+    /// Sets the tenant's secret `name` to `value` (made, or rotated);
+    /// whether it is new.
+    pub async fn set_secret(
+        &self,
+        tenant: &str,
+        name: &str,
+        value: &[u8],
+    ) -> Result<bool, NodeError> {
+        hearth_core::validate_env_name("secret name", name)
+            .map_err(|e| NodeError::Invalid(e.to_string()))?;
+        crate::secrets::check_value(name, value).map_err(NodeError::Invalid)?;
+        let sealed = self.secret_box()?.seal(tenant, name, value);
+        let new = self.store.put_secret(tenant, name, &sealed).await?;
+        self.forget_secret(tenant, name);
+        Ok(new)
+    }
+
+    /// Removes the tenant's secret `name`; whether it had one. Refused
+    /// while a function's live version binds it: that function would
+    /// fail at its next cold start.
+    pub async fn remove_secret(&self, tenant: &str, name: &str) -> Result<bool, NodeError> {
+        let mut binding = Vec::new();
+        for f in self.store.list_functions(tenant).await? {
+            if let Some(live) = f.live
+                && let Some(v) = self.store.get_version(tenant, &f.name, Some(live)).await?
+                && v.spec.secrets.values().any(|s| s == name)
+            {
+                binding.push(format!("{}@{live}", f.name));
+            }
+        }
+        if !binding.is_empty() {
+            return Err(NodeError::Conflict(format!(
+                "secret {name} is bound by the live version of {}: promote a version without it \
+                 (or remove the function) first",
+                binding.join(", ")
+            )));
+        }
+        let removed = self.store.remove_secret(tenant, name).await?;
+        self.forget_secret(tenant, name);
+        Ok(removed)
+    }
+
+    /// Forgets the prepared code of the tenant's functions that bind the
+    /// secret `name` (it changed here, or on another member).
+    pub fn forget_secret(&self, tenant: &str, name: &str) {
+        let forgotten = self
+            .table
+            .remove_where(tenant, |v| v.spec.secrets.values().any(|s| s == name));
+        if let Some(jit) = &self.jit {
+            for function in &forgotten {
+                jit.forget(tenant, function);
+            }
+        }
+    }
+
+    /// Refuses a deploy whose bindings cannot work: a variable that is
+    /// not one, one also set by `env`, or a secret the tenant does not
+    /// have (another tenant's is as missing as one nobody has).
+    pub(super) async fn check_bindings(
+        &self,
+        tenant: &str,
+        spec: &FunctionSpec,
+    ) -> Result<(), NodeError> {
+        if spec.secrets.is_empty() {
+            return Ok(());
+        }
+        self.secret_box()?;
+        for (var, secret) in &spec.secrets {
+            hearth_core::validate_env_name("environment variable", var)
+                .map_err(|e| NodeError::Invalid(e.to_string()))?;
+            if spec.env.contains_key(var) {
+                return Err(NodeError::Invalid(format!(
+                    "{var} is set both by env and by secret {secret}: drop one"
+                )));
+            }
+            if self.store.sealed_secret(tenant, secret).await?.is_none() {
+                return Err(NodeError::Invalid(format!(
+                    "tenant {tenant} has no secret {secret}: set it first (`hearth secret set \
+                     {secret}`)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// `v` with its bound secrets' values in its environment, opened from
+    /// the store now; `None` if it binds none.
+    pub(super) async fn with_secret_values(
+        &self,
+        v: &FunctionVersion,
+    ) -> Result<Option<FunctionVersion>, NodeError> {
+        if v.spec.secrets.is_empty() {
+            return Ok(None);
+        }
+        let secret_box = self.secret_box()?;
+        let mut values = BTreeMap::new();
+        for (var, secret) in &v.spec.secrets {
+            let missing = || {
+                NodeError::Conflict(format!(
+                    "{}@{} binds secret {secret}, which tenant {} no longer has (or this node \
+                     cannot open): set it again (`hearth secret set {secret}`) or promote a \
+                     version without it",
+                    v.name, v.version, v.tenant
+                ))
+            };
+            let sealed = self
+                .store
+                .sealed_secret(&v.tenant, secret)
+                .await?
+                .ok_or_else(missing)?;
+            let value = secret_box
+                .open(&v.tenant, secret, &sealed)
+                .and_then(|b| String::from_utf8(b).ok())
+                .ok_or_else(missing)?;
+            values.insert(var.clone(), value);
+        }
+        Ok(Some(FunctionVersion {
+            spec: crate::secrets::with_values(&v.spec, values),
+            ..v.clone()
+        }))
+    }
+}
