@@ -325,6 +325,25 @@ function Versions({ name }) {
     </table>`;
 }
 
+/// The tenant's secrets by name: no call answers a value, so none can
+/// be shown.
+function Secrets() {
+  const { data, error } = useLoad(() => json("/v1/secrets"), [], 10000);
+  if (!data) return html`<p class=${error ? "error" : "muted"}>${error || "Loading…"}</p>`;
+  return html`<h1>Secrets</h1>
+    ${error && html`<p class="error">${error}</p>`}
+    <p class="muted">Values are never shown. Set or rotate one with <code>hearth secret set NAME</code>;
+      bind it with <code>hearth deploy … --secret NAME</code>.</p>
+    ${data.secrets.length === 0
+      ? html`<p class="muted" id="no-secrets">No secrets.</p>`
+      : html`<table id="secrets">
+        <tr><th>name</th><th>updated</th><th>created</th><th>bound by (live)</th></tr>
+        ${data.secrets.map((s) => html`<tr data-secret=${s.name}>
+          <td>${s.name}</td><td>${time(s.updated_ms)}</td><td>${time(s.created_ms)}</td>
+          <td>${s.bound_by.length ? s.bound_by.map((b) => html`<span class="tag">${b}</span>`) : "—"}</td></tr>`)}
+      </table>`}`;
+}
+
 function Invocations({ params }) {
   const [filter, setFilter] = useState({
     function: params.get("function") || "", status: params.get("status") || "any",
@@ -537,7 +556,7 @@ function App() {
   const nav = (name, label) => html`<a id=${`nav-${name}`} class=${page === name ? "active" : ""} href=${`#/${name}`}>${label}</a>`;
   return html`<header>
       <span class="brand">Hearth</span>
-      ${nav("functions", "Functions")}${nav("invocations", "Invocations")}${nav("cluster", "Cluster")}
+      ${nav("functions", "Functions")}${nav("invocations", "Invocations")}${nav("secrets", "Secrets")}${nav("cluster", "Cluster")}
       <span class="who" id="tenant" title=${`a token of scope ${who.scope}`}>${who.tenant}</span>
       <button id="logout" onClick=${logout}>Log out</button>
     </header>
@@ -546,6 +565,7 @@ function App() {
       ${page === "invocations" && html`<${Invocations} params=${where.params} />`}
       ${page === "invocation" && html`<${Invocation} id=${where.parts[1]} />`}
       ${page === "versions" && html`<${Versions} name=${decodeURIComponent(where.parts[1] || "")} />`}
+      ${page === "secrets" && html`<${Secrets} />`}
       ${page === "cluster" && html`<${Cluster} who=${who} />`}
     </main>`;
 }

@@ -1269,6 +1269,8 @@ impl Node {
             artifacts: self.artifacts.clone(),
             recorder: self.recorder.clone(),
             host: self.host.clone(),
+            store: self.store.clone(),
+            secrets: self.secrets.clone(),
         })
     }
 

@@ -176,6 +176,21 @@ pub(crate) struct Parts {
     pub(crate) artifacts: Arc<ArtifactStore>,
     pub(crate) recorder: Option<Arc<Recorder>>,
     pub(crate) host: Arc<HostServices>,
+    /// Where a version's bound secrets are read and opened: its traced
+    /// and compiled variants are prepared with them, as its isolate is.
+    pub(crate) store: Arc<dyn hearth_store::Store>,
+    pub(crate) secrets: Option<Arc<crate::SecretBox>>,
+}
+
+impl Parts {
+    /// `v` with its secrets' values in its environment (itself if it
+    /// binds none).
+    async fn with_secrets(&self, v: &FunctionVersion) -> Result<FunctionVersion, String> {
+        super::secrets::with_secret_values(self.store.as_ref(), self.secrets.as_deref(), v)
+            .await
+            .map(|opened| opened.unwrap_or_else(|| v.clone()))
+            .map_err(|e| e.to_string())
+    }
 }
 
 pub(crate) struct Jit {
@@ -389,13 +404,6 @@ impl Jit {
         let Phase::Warming { runs, busy } = phase else {
             return;
         };
-        if !v.spec.secrets.is_empty() {
-            // Compiled code reads `env` from its module's environment,
-            // which is built from the version as listed, without the
-            // secrets' values.
-            *phase = Phase::Off("it binds secrets, which compiled code does not read yet".into());
-            return;
-        }
         *runs += 1;
         *busy += took;
         if *runs < self.config.hot_after {
@@ -624,7 +632,7 @@ async fn traced_variant(
             .artifacts
             .put(&compiled.artifact)
             .map_err(|e| e.to_string())?,
-        ..v.clone()
+        ..parts.with_secrets(v).await?
     };
     let code: Arc<dyn hearth_host::Artifacts> = parts.artifacts.clone();
     let prepared = parts
@@ -647,7 +655,8 @@ async fn compile_and_prove(
     tapes: u32,
 ) -> Result<(Arc<dyn Prepared>, usize), String> {
     let wasm = plan.compile(trace).map_err(|r| r.to_string())?;
-    let mut spec = v.spec.clone();
+    let opened = parts.with_secrets(v).await?;
+    let mut spec = opened.spec.clone();
     spec.runtime = Runtime::Wasm;
     spec.handler = None;
     let compiled = parts

@@ -111,34 +111,48 @@ impl Node {
         &self,
         v: &FunctionVersion,
     ) -> Result<Option<FunctionVersion>, NodeError> {
-        if v.spec.secrets.is_empty() {
-            return Ok(None);
-        }
-        let secret_box = self.secret_box()?;
-        let mut values = BTreeMap::new();
-        for (var, secret) in &v.spec.secrets {
-            let missing = || {
-                NodeError::Conflict(format!(
-                    "{}@{} binds secret {secret}, which tenant {} no longer has (or this node \
-                     cannot open): set it again (`hearth secret set {secret}`) or promote a \
-                     version without it",
-                    v.name, v.version, v.tenant
-                ))
-            };
-            let sealed = self
-                .store
-                .sealed_secret(&v.tenant, secret)
-                .await?
-                .ok_or_else(missing)?;
-            let value = secret_box
-                .open(&v.tenant, secret, &sealed)
-                .and_then(|b| String::from_utf8(b).ok())
-                .ok_or_else(missing)?;
-            values.insert(var.clone(), value);
-        }
-        Ok(Some(FunctionVersion {
-            spec: crate::secrets::with_values(&v.spec, values),
-            ..v.clone()
-        }))
+        with_secret_values(self.store.as_ref(), self.secrets.as_deref(), v).await
     }
+}
+
+/// `v` with its bound secrets' values (from `store`, opened with
+/// `secret_box`) in its environment; `None` if it binds none. What the
+/// isolate and the compiled path both prepare a version with.
+pub(crate) async fn with_secret_values(
+    store: &dyn hearth_store::Store,
+    secret_box: Option<&SecretBox>,
+    v: &FunctionVersion,
+) -> Result<Option<FunctionVersion>, NodeError> {
+    if v.spec.secrets.is_empty() {
+        return Ok(None);
+    }
+    let secret_box = secret_box.ok_or_else(|| {
+        NodeError::Invalid(
+            "this node keeps no secrets (it was started without a secrets key)".into(),
+        )
+    })?;
+    let mut values = BTreeMap::new();
+    for (var, secret) in &v.spec.secrets {
+        let missing = || {
+            NodeError::Conflict(format!(
+                "{}@{} binds secret {secret}, which tenant {} no longer has (or this node \
+                 cannot open): set it again (`hearth secret set {secret}`) or promote a \
+                 version without it",
+                v.name, v.version, v.tenant
+            ))
+        };
+        let sealed = store
+            .sealed_secret(&v.tenant, secret)
+            .await?
+            .ok_or_else(missing)?;
+        let value = secret_box
+            .open(&v.tenant, secret, &sealed)
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or_else(missing)?;
+        values.insert(var.clone(), value);
+    }
+    Ok(Some(FunctionVersion {
+        spec: crate::secrets::with_values(&v.spec, values),
+        ..v.clone()
+    }))
 }

@@ -231,6 +231,22 @@ async fn the_versions_view_promotes_and_rolls_back_live() {
     b.click("#split-2").await;
     b.wait_for_text("#moved", "live is v1 with 10% to v2").await;
     b.wait_for_text("#live-split", "10% to v2").await;
+
+    // Secrets are listed by name, with who binds them, and no value.
+    let r = d
+        .http
+        .put(format!("{}/v1/secrets/API_KEY", d.url))
+        .bearer_auth(&d.token)
+        .body("value-never-shown")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    b.click("#nav-secrets").await;
+    b.wait_for_text("#secrets [data-secret='API_KEY']", "API_KEY")
+        .await;
+    b.screenshot("secrets").await;
+    assert!(!b.text().await.contains("value-never-shown"));
 }
 
 /// The charts' numbers belong to the function, not its version: a new

@@ -506,3 +506,57 @@ async fn every_example_answers_a_recorded_stream_of_1000_varied_requests_compile
         );
     }
 }
+
+/// primes, answering with its secret too.
+const KEYED_PRIMES: &str = "export default { async fetch(request, env) { \
+    const n = Number(await request.text()); let count = 0; \
+    for (let k = 2; k <= n; k++) { let prime = true; \
+      for (let d = 2; d * d <= k; d++) { if (k % d === 0) { prime = false; break; } } \
+      if (prime) { count++; } } \
+    return new Response(count + ' ' + env.API_KEY); } };";
+
+/// A function that binds a secret is compiled like any other, and its
+/// compiled code reads the secret's value, the rotated one after a
+/// rotation.
+#[tokio::test(flavor = "multi_thread")]
+async fn compiled_code_reads_a_bound_secret_and_its_rotation() {
+    let d = Daemon::start();
+    let put = async |value: &'static str| {
+        let r = d
+            .http
+            .put(format!("{}/v1/secrets/API_KEY", d.url))
+            .bearer_auth(&d.token)
+            .body(value)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    };
+    put("k-one").await;
+    d.deploy(
+        "keyed",
+        KEYED_PRIMES.as_bytes().to_vec(),
+        &[
+            ("runtime", "js"),
+            ("file_name", "index.mjs"),
+            ("secret", "API_KEY"),
+        ],
+    )
+    .await;
+    let bodies: Vec<String> = (0..20).map(|i| (3000 + 97 * i).to_string()).collect();
+    let (isolate, _) = until_compiled(&d, "keyed", &bodies).await;
+    assert!(isolate.values().all(|(_, a)| a.ends_with(" k-one")));
+    let (status, answer, id) = invoke(&d, "keyed", "3000").await;
+    assert_eq!((status, answer.as_str()), (200, "430 k-one"));
+    let tape = d.recording_when_written(&id).await;
+    assert_eq!(tape["tier"], "compiled", "{tape:#}");
+
+    put("k-two").await;
+    let (status, answer, _) = invoke(&d, "keyed", "3000").await;
+    assert_eq!((status, answer.as_str()), (200, "430 k-two"));
+    let (_, after) = until_compiled(&d, "keyed", &bodies).await;
+    let (_, answer, id) = invoke(&d, "keyed", "3000").await;
+    assert_eq!(answer, "430 k-two", "compiled again after {after} calls");
+    let tape = d.recording_when_written(&id).await;
+    assert_eq!(tape["tier"], "compiled", "{tape:#}");
+}
