@@ -1,7 +1,9 @@
 //! Each function's last hour, a minute at a time: invocations, errors,
 //! refusals and a latency histogram, for the console's charts (`/v1/stats`). Kept in
 //! memory on the node that ran them (tapes may be sampled; these count
-//! every invocation); a restart starts them afresh.
+//! every invocation), and saved to the data directory each minute and at
+//! a clean stop ([`Stats::save`]), so a restart picks up the hour it had
+//! (less at most the minute before a crash).
 //!
 //! Bounded: at most [`MINUTES`] minutes per function, each a fixed array;
 //! a function's series go when it is removed here, and a tenant's series
@@ -136,6 +138,101 @@ impl Stats {
             .collect()
     }
 
+    /// Every minute within the hour before `now_ms`, to keep across a
+    /// restart.
+    fn snapshot(&self, now_ms: i64) -> Vec<Saved> {
+        let oldest = now_ms.div_euclid(60_000) - MINUTES as i64 + 1;
+        let all = self.0.lock();
+        let mut saved = Vec::new();
+        for (tenant, functions) in all.iter() {
+            for (function, series) in functions {
+                let minutes: Vec<SavedMinute> = series
+                    .iter()
+                    .filter(|m| m.at >= oldest)
+                    .map(|m| SavedMinute {
+                        at: m.at,
+                        count: m.count,
+                        errors: m.errors,
+                        refused: m.refused,
+                        buckets: m.buckets.to_vec(),
+                    })
+                    .collect();
+                if !minutes.is_empty() {
+                    saved.push(Saved {
+                        tenant: tenant.clone(),
+                        function: function.clone(),
+                        minutes,
+                    });
+                }
+            }
+        }
+        saved
+    }
+
+    /// Writes the last hour to `path` (whole or not at all).
+    pub fn save(&self, path: &std::path::Path, now_ms: i64) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec(&self.snapshot(now_ms)).map_err(std::io::Error::other)?;
+        hearth_store::write_secret(path, &bytes).map_err(std::io::Error::other)
+    }
+
+    /// Takes up the minutes [`save`](Self::save) wrote to `path` that are
+    /// still within the hour before `now_ms`, added to what is counted
+    /// here already; how many series it read. A missing file is none; one that
+    /// does not read as saved minutes is skipped (and said so).
+    pub fn load(&self, path: &std::path::Path, now_ms: i64) -> Result<usize, String> {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(format!("reading {}: {e}", path.display())),
+        };
+        let saved: Vec<Saved> = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("{} is not saved stats: {e}", path.display()))?;
+        let oldest = now_ms.div_euclid(60_000) - MINUTES as i64 + 1;
+        let mut all = self.0.lock();
+        let mut series_read = 0;
+        for s in saved {
+            let series = all
+                .entry(s.tenant)
+                .or_default()
+                .entry(s.function)
+                .or_default();
+            let minutes = s
+                .minutes
+                .into_iter()
+                .filter(|m| m.at >= oldest && m.buckets.len() == BOUNDS_US.len() + 1)
+                .map(|m| Minute {
+                    at: m.at,
+                    count: m.count,
+                    errors: m.errors,
+                    refused: m.refused,
+                    buckets: m.buckets.try_into().expect("checked the length"),
+                });
+            // In order by minute; a minute also counted since the start
+            // (the one the restart fell in) adds up.
+            for m in minutes {
+                match series.iter_mut().find(|x| x.at == m.at) {
+                    Some(x) => {
+                        x.count += m.count;
+                        x.errors += m.errors;
+                        x.refused += m.refused;
+                        for (b, n) in x.buckets.iter_mut().zip(m.buckets) {
+                            *b += n;
+                        }
+                    }
+                    None => {
+                        let i = series.partition_point(|x| x.at < m.at);
+                        series.insert(i, m);
+                    }
+                }
+            }
+            while series.len() > MINUTES {
+                series.pop_front();
+            }
+            series_read += 1;
+        }
+        Ok(series_read)
+    }
+
     /// Forgets a removed function's minutes.
     pub fn forget(&self, tenant: &str, function: &str) {
         let mut all = self.0.lock();
@@ -146,6 +243,23 @@ impl Stats {
             }
         }
     }
+}
+
+/// One function's minutes as [`Stats::save`] writes them.
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    tenant: String,
+    function: String,
+    minutes: Vec<SavedMinute>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedMinute {
+    at: i64,
+    count: u32,
+    errors: u32,
+    refused: u32,
+    buckets: Vec<u32>,
 }
 
 /// The upper bound of the bucket holding the `q` quantile, ms.
@@ -201,6 +315,37 @@ mod tests {
         assert_eq!(of["f"][0].t_ms, (200 - MINUTES as i64) * 60_000);
         s.forget("a", "f");
         assert!(s.of("a", 199 * 60_000).is_empty());
+    }
+
+    #[test]
+    fn the_last_hour_is_saved_and_taken_up_again_under_what_came_since() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stats.json");
+        let t0 = 30_000_000 * 60_000i64;
+        let before = Stats::default();
+        before.add("a", "f", t0 - 90 * 60_000, 150, true); // over an hour old
+        for _ in 0..3 {
+            before.add("a", "f", t0, 150, true);
+        }
+        before.add("a", "f", t0, 30_000, false);
+        before.refused("a", "f", t0);
+        before.add("b", "g", t0 + 60_000, 150, true);
+        before.save(&path, t0 + 60_000).unwrap();
+
+        // After the restart, one more call in the same minute as the last
+        // saved one: the two add up.
+        let after = Stats::default();
+        after.add("b", "g", t0 + 60_000, 150, true);
+        assert_eq!(after.load(&path, t0 + 120_000), Ok(2));
+        let a = &after.of("a", t0 + 120_000)["f"];
+        assert_eq!(a.len(), 1, "the hour-old minute is dropped");
+        assert_eq!((a[0].count, a[0].errors, a[0].refused), (4, 1, 1));
+        assert_eq!(a[0].p99_ms, before.of("a", t0 + 60_000)["f"][0].p99_ms);
+        let g = &after.of("b", t0 + 120_000)["g"];
+        assert_eq!((g.len(), g[0].count), (1, 2), "saved, and counted since");
+        assert_eq!(after.load(&dir.path().join("none"), t0), Ok(0));
+        std::fs::write(&path, b"not stats").unwrap();
+        assert!(after.load(&path, t0).is_err());
     }
 
     #[test]

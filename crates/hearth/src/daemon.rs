@@ -205,6 +205,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         node = node.with_artifact_source(SharedArtifacts::shared(pg.clone()));
     }
     let node = Arc::new(node);
+    let stats_file = settings.data_dir.join("stats.json");
+    keep_stats(&node, stats_file.clone());
     // Prepared code lives as long as an idle handler does.
     node.spawn_prepared_sweeper(std::time::Duration::from_secs(settings.keep_alive_s));
     // What other members change reaches this one's caches at once.
@@ -308,7 +310,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     if let Some(endpoint) = &settings.otlp_endpoint {
         println!("  traces: OTLP to {endpoint}");
     }
-    let traced = node.clone();
+    // Held past the server (which takes its own) for what a stop does last.
+    let held = node.clone();
     let (app, probes) = hearth_api::routers_for(
         node,
         hearth_api::ApiConfig {
@@ -344,7 +347,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         trusted_proxies: settings.trusted_proxies.clone(),
     });
     {
-        let metrics = traced.metrics();
+        let metrics = held.metrics();
         let seen = clients.clone();
         metrics.read_at_scrape(
             "client_bodies_rate_limited",
@@ -407,12 +410,15 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         tracing::info!(ms = at.elapsed().as_millis() as u64, "drained");
     }
     let _ = std::fs::remove_file(dir.join("server.json"));
+    if let Err(e) = held.stats().save(&stats_file, hearth_core::unix_time_ms()) {
+        tracing::warn!(error = %e, "the last hour's stats were not saved");
+    }
     // Sandboxes, zygotes, mounts and cgroups go with the daemon: first,
     // since they outlive it on the host.
     tokio::task::spawn_blocking(move || proc.shutdown()).await?;
     tracing::info!("sandboxes removed");
     // Sends the spans still queued.
-    tokio::task::spawn_blocking(move || traced.stop_tracing()).await?;
+    tokio::task::spawn_blocking(move || held.stop_tracing()).await?;
     if let Some(r) = recorder {
         // Writes what is queued: a clean stop loses no tape.
         tokio::task::spawn_blocking(move || r.close()).await?;
@@ -430,6 +436,33 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         }
     }
     served
+}
+
+/// Takes up the last hour's stats the daemon saved before it stopped,
+/// and saves them each minute from now on (a crash loses at most that).
+fn keep_stats(node: &Arc<Node>, path: std::path::PathBuf) {
+    match node.stats().load(&path, hearth_core::unix_time_ms()) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(functions = n, "the last hour's stats taken up again"),
+        Err(e) => tracing::warn!(error = %e, "the saved stats were skipped"),
+    }
+    let node = Arc::downgrade(node);
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(60));
+        every.tick().await;
+        loop {
+            every.tick().await;
+            let Some(node) = node.upgrade() else { return };
+            let path = path.clone();
+            let saved = tokio::task::spawn_blocking(move || {
+                node.stats().save(&path, hearth_core::unix_time_ms())
+            })
+            .await;
+            if let Ok(Err(e)) = saved {
+                tracing::warn!(error = %e, "the last hour's stats were not saved");
+            }
+        }
+    });
 }
 
 /// A store URL without its password, for messages.

@@ -745,7 +745,11 @@ async fn a_busy_node_pushes_back_and_the_gateway_places_elsewhere() {
     require!(Postgres);
     let pg = TempPostgres::start().unwrap();
     let store = pg.create_database("busy").unwrap();
-    let gw = gateway(&store);
+    // Two nodes spinning on two cores starve their heartbeats: past
+    // 600 ms the gateway took both out ("missed heartbeats") and answered
+    // "no node" instead of what this test is about. A second's heartbeat
+    // (out after 3 s) outlasts the spins.
+    let gw = gateway_with(&store, &["--heartbeat-ms", "1000"]);
     let a = node(&gw, &store, &["--max-concurrency", "1"]);
     let b = node(&gw, &store, &["--max-concurrency", "1"]);
     let m = members_until(&gw, "both nodes join", |m| alive(m) == 2).await;

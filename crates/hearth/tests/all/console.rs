@@ -278,6 +278,45 @@ async fn a_functions_stats_outlive_a_new_version_and_go_with_the_function() {
     assert!(stats["functions"].get("h").is_none(), "{stats}");
 }
 
+/// The charts' last hour outlives a restart: a clean stop saves it, the
+/// next start takes it up, and calls after the restart add to it.
+#[tokio::test]
+async fn a_functions_last_hour_of_stats_survives_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let counted = |stats: &serde_json::Value| -> (u64, u64) {
+        stats["functions"]["h"].as_array().map_or((0, 0), |m| {
+            m.iter().fold((0, 0), |(c, e), m| {
+                (
+                    c + m["count"].as_u64().unwrap(),
+                    e + m["errors"].as_u64().unwrap(),
+                )
+            })
+        })
+    };
+    {
+        let d = Daemon::start_in(tmp.path(), &[]);
+        d.deploy("h", crate::harness::example("hello.wat"), &[])
+            .await;
+        d.deploy("t", crate::harness::example("trap.wat"), &[])
+            .await;
+        for _ in 0..3 {
+            assert_eq!(d.call("h", "", "").await.0, 200);
+        }
+        assert_eq!(counted(&d.get_json("/v1/stats").await), (3, 0));
+        assert_eq!(d.call("t", "", "").await.0, 500);
+    }
+    let d = Daemon::start_in(tmp.path(), &[]);
+    let stats = d.get_json("/v1/stats").await;
+    assert_eq!(counted(&stats), (3, 0), "{stats}");
+    let trapped = &stats["functions"]["t"][0];
+    assert_eq!(
+        (trapped["count"].as_u64(), trapped["errors"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(d.call("h", "", "").await.0, 200);
+    assert_eq!(counted(&d.get_json("/v1/stats").await).0, 4);
+}
+
 /// A 5xx the function answers itself is an error in its charts, as a
 /// failure is; a 4xx is its caller's and is not.
 #[tokio::test]
