@@ -1,6 +1,8 @@
-//! Bearer tokens, checked against the store and cached in memory for at
-//! most [`RECHECK`]: a revoked token stops working on every node and
-//! gateway within that, with no message between them to lose.
+//! Bearer tokens, checked against the store and cached in memory for
+//! [`RECHECK`]: a revoked token stops working on every node and gateway
+//! within that and one store query (while one request asks again, the
+//! others take the grant as it was), with no message between them to
+//! lose.
 //!
 //! Each call names the scope it needs. Tenant-wide calls refuse a token
 //! limited to one function ([`TokenCache::require`]); calls on one
@@ -26,6 +28,11 @@ pub(crate) const RECHECK: Duration = Duration::from_millis(500);
 struct Cached {
     principal: Principal,
     checked: Instant,
+    /// A request is asking the store again: the others meanwhile take
+    /// the grant as it was (for that query's time, and at most another
+    /// [`RECHECK`]), so a busy token costs one query per period, not one
+    /// per request that arrives while it is stale.
+    refreshing: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -97,12 +104,13 @@ impl TokenCache {
         let Some(token) = bearer(headers) else {
             return Ok(None);
         };
-        let cached = self
-            .0
-            .read()
-            .get(token)
-            .filter(|c| c.checked.elapsed() < RECHECK)
-            .map(|c| c.principal.clone());
+        let cached = self.0.read().get(token).and_then(|c| {
+            let age = c.checked.elapsed();
+            let fresh = age < RECHECK
+                || (age < 2 * RECHECK
+                    && c.refreshing.swap(true, std::sync::atomic::Ordering::AcqRel));
+            fresh.then(|| c.principal.clone())
+        });
         let p = match cached {
             Some(p) => p,
             None => {
@@ -123,6 +131,7 @@ impl TokenCache {
                         Cached {
                             principal: p.clone(),
                             checked: Instant::now(),
+                            refreshing: Default::default(),
                         },
                     );
                 }

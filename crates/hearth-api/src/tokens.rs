@@ -188,7 +188,8 @@ pub(crate) async fn list(
 /// Revoke a token
 ///
 /// It fails here at once, and on every node and gateway of a cluster
-/// within half a second (each checks a token's grant again that often).
+/// within half a second and one store query (each checks a token's grant
+/// again that often).
 #[utoipa::path(delete, path = "/v1/tokens/{id}", tag = "tenants",
     params(("id" = String, Path), Whose),
     responses((status = 200, body = Principal, description = "The token revoked"),

@@ -158,7 +158,11 @@ async fn a_gateway_places_on_nodes_and_survives_a_node_killed_under_load() {
     require!(Postgres, ComponentTools);
     let pg = TempPostgres::start().unwrap();
     let store = pg.create_database("cluster").unwrap();
-    let gw = gateway(&store);
+    // Sixteen spinning calls on three nodes sharing two cores starve the
+    // nodes' heartbeats: at 200 ms (out after 600 ms) the gateway could
+    // take the node to be killed out before the load reached it. At 1 s
+    // the killed node is still out within 3 s.
+    let gw = gateway_with(&store, &["--heartbeat-ms", "1000"]);
 
     // No node yet: nothing can run, and the caller is told so.
     let (status, _, message) = error_of(gw.invoke("hello", b"").await).await;
@@ -954,6 +958,41 @@ async fn a_gateway_sums_the_console_stats_and_merges_the_tapes_of_its_nodes() {
     assert!(
         listed.iter().all(|t| t["node"].as_str().is_some()),
         "each names its node"
+    );
+
+    // A gated promotion through the gateway replays the tapes of both
+    // nodes: a version that answers otherwise is refused on all 20, one
+    // that answers the same passes on all 20.
+    let gated = async |code: &str| {
+        let v = gw
+            .deploy(
+                "hello",
+                crate::harness::example(code),
+                &[("promote", "false")],
+            )
+            .await;
+        let r = gw
+            .post("/v1/functions/hello/aliases/live")
+            .json(&serde_json::json!({"version": v["version"], "gate": {}}))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json::<serde_json::Value>().await.unwrap())
+    };
+    let (status, refused) = gated("echo.wat").await;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["gate"]["replayed"], 20, "{refused}");
+    assert_eq!(refused["gate"]["differing"].as_array().unwrap().len(), 20);
+    let (status, promoted) = gated("hello.wat").await;
+    assert_eq!(status, 200, "{promoted}");
+    assert_eq!(
+        (
+            promoted["gate"]["replayed"].as_u64(),
+            promoted["version"].as_u64()
+        ),
+        (Some(20), Some(3)),
+        "{promoted}"
     );
 
     let other = gw.create_tenant("other").await;
