@@ -911,7 +911,7 @@ impl Node {
         self.stats.forget(tenant, name);
         self.metrics.forget_function(tenant, name);
         if let Some(jit) = &self.jit {
-            jit.forget(tenant, name);
+            jit.forget_removed(tenant, name);
         }
         if existed {
             self.sweep_installed();

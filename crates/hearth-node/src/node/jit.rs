@@ -199,6 +199,10 @@ pub(crate) struct Jit {
     /// Whether a live check runs, and when the next may start.
     checking: Mutex<(bool, Instant)>,
     checks: CompiledChecks,
+    /// Per tenant and function, the time a secret it binds last changed:
+    /// its compiled code is proved only on tapes made since, which ran
+    /// with the value it is prepared with.
+    tapes_from: Mutex<HashMap<(String, String), i64>>,
 }
 
 /// The right to run the one live check; given back when dropped, which
@@ -329,7 +333,17 @@ impl Jit {
             phases: Mutex::new(Phases::default()),
             checking: Mutex::new((false, Instant::now())),
             checks,
+            tapes_from: Mutex::default(),
         }
+    }
+
+    /// Forgets every version of a function whose secret changed at
+    /// `at_ms`: it is compiled again, proved on tapes made since.
+    pub(crate) fn forget_secret_change(&self, tenant: &str, name: &str, at_ms: i64) {
+        self.forget(tenant, name);
+        self.tapes_from
+            .lock()
+            .insert((tenant.to_string(), name.to_string()), at_ms);
     }
 
     /// How `v`'s next invocation runs.
@@ -369,6 +383,14 @@ impl Jit {
             Some(Phase::Off(why)) => CompiledMode::NotCompiled(Some(why.clone())),
             _ => CompiledMode::NotCompiled(None),
         }
+    }
+
+    /// Forgets a removed function, and when its secrets changed.
+    pub(crate) fn forget_removed(&self, tenant: &str, name: &str) {
+        self.forget(tenant, name);
+        self.tapes_from
+            .lock()
+            .remove(&(tenant.to_string(), name.to_string()));
     }
 
     /// Forgets every version of a function (it was redeployed or removed).
@@ -469,10 +491,17 @@ impl Jit {
         };
         let hot_at = *hot_at;
         drop(phases);
+        let since = self
+            .tapes_from
+            .lock()
+            .get(&(v.tenant.clone(), v.name.clone()))
+            .copied();
         let (jit, v) = (self.clone(), v.clone());
         tokio::spawn(async move {
             let next =
-                match compile_and_prove(&v, &plan, &trace, &parts, jit.config.proof_tapes).await {
+                match compile_and_prove(&v, &plan, &trace, &parts, (jit.config.proof_tapes, since))
+                    .await
+                {
                     Ok((prepared, proved)) => {
                         let ready_after = hot_at.elapsed();
                         tracing::info!(
@@ -652,7 +681,7 @@ async fn compile_and_prove(
     plan: &Plan,
     trace: &Trace,
     parts: &Parts,
-    tapes: u32,
+    (tapes, since_ms): (u32, Option<i64>),
 ) -> Result<(Arc<dyn Prepared>, usize), String> {
     let wasm = plan.compile(trace).map_err(|r| r.to_string())?;
     let opened = parts.with_secrets(v).await?;
@@ -690,6 +719,7 @@ async fn compile_and_prove(
     let query = TapeQuery {
         function: Some(v.name.clone()),
         version: Some(v.version),
+        since_ms,
         limit: tapes,
         ..TapeQuery::default()
     };

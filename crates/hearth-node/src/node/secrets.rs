@@ -69,8 +69,9 @@ impl Node {
             .table
             .remove_where(tenant, |v| v.spec.secrets.values().any(|s| s == name));
         if let Some(jit) = &self.jit {
+            let now = hearth_core::unix_time_ms();
             for function in &forgotten {
-                jit.forget(tenant, function);
+                jit.forget_secret_change(tenant, function, now);
             }
         }
     }
