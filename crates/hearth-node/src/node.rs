@@ -60,6 +60,9 @@ pub struct NodeConfig {
     pub max_code_bytes_per_tenant: u64,
     /// Bytes one invocation's request, and its response, may stream.
     pub max_stream_bytes: u64,
+    /// Functions one tenant may have: what grows per function without
+    /// code (aliases and their history, stats) is bounded in sum by it.
+    pub max_functions_per_tenant: usize,
     /// Memory running invocations may reserve, the node's and each
     /// tenant's ([`crate::share`]).
     pub memory: crate::MemoryBudget,
@@ -85,6 +88,7 @@ impl Default for NodeConfig {
             max_concurrency_per_tenant: 768,
             max_code_bytes_per_tenant: 1 << 30,
             max_stream_bytes: 4 << 30,
+            max_functions_per_tenant: 1000,
             memory: crate::MemoryBudget {
                 node_bytes: 16 << 30,
                 tenant_bytes: 16 << 30,
@@ -781,6 +785,9 @@ impl Node {
             )));
         }
         self.check_bindings(tenant, &spec).await?;
+        // Before the work of compiling, and again under the deploy lock
+        // (two deploys of new names may both have passed this one).
+        self.admit_function(tenant, name).await?;
         let _installing = self.installing.read().await;
         let compiling = self
             .compiling
@@ -792,6 +799,7 @@ impl Node {
         // One deploy at a time from the quota check to the version, so two
         // cannot both fit in what is left.
         let _quota = self.deploying.lock().await;
+        self.admit_function(tenant, name).await?;
         let artifact = bytes::Bytes::from(std::mem::take(&mut compiled.artifact));
         let hash = hearth_store::sha256_hex(&artifact);
         let (used, held) = self.code_bytes(tenant).await?;
@@ -1025,6 +1033,23 @@ impl Node {
             .await?;
         self.table.forget_aliases(Some((tenant, name)));
         Ok(moved)
+    }
+
+    /// Refuses a deploy that would give `tenant` a function past
+    /// [`NodeConfig::max_functions_per_tenant`]; a new version of one it
+    /// has always passes.
+    async fn admit_function(&self, tenant: &str, name: &str) -> Result<(), NodeError> {
+        let functions = self.store.list_functions(tenant).await?;
+        let max = self.config.max_functions_per_tenant;
+        if functions.len() >= max && !functions.iter().any(|f| f.name == name) {
+            return Err(NodeError::Conflict(format!(
+                "tenant {tenant} has {} functions, the most it may (--max-functions-per-tenant \
+                 {max}): remove one it no longer needs (`hearth rm NAME`), or deploy a new \
+                 version of one it has",
+                functions.len()
+            )));
+        }
+        Ok(())
     }
 
     /// Removes `alias` of tenant/name and its history (not `live`).

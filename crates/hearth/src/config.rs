@@ -334,6 +334,11 @@ pub struct UpArgs {
     /// and versions; past it a deploy gets 507 (default 1024).
     #[arg(long, env = "HEARTH_MAX_CODE_MIB_PER_TENANT")]
     pub max_code_mib_per_tenant: Option<u64>,
+    /// Functions one tenant may have; past it a deploy of a new one gets
+    /// 409 (default 1000). Bounds what grows per function without code:
+    /// aliases and their history, stats, tapes' series.
+    #[arg(long, env = "HEARTH_MAX_FUNCTIONS_PER_TENANT")]
+    pub max_functions_per_tenant: Option<usize>,
 }
 
 /// What this Hearth is in a cluster.
@@ -441,6 +446,7 @@ pub struct Settings {
     pub max_concurrency_per_tenant: usize,
     pub max_kv_mib_per_tenant: u64,
     pub max_code_mib_per_tenant: u64,
+    pub max_functions_per_tenant: usize,
 }
 
 /// Refuses a URL that is not `http(s)://host[:port]`.
@@ -724,6 +730,7 @@ impl Settings {
                 .clamp(1, max_outbound_connections),
             max_kv_mib_per_tenant: o.max_kv_mib_per_tenant.unwrap_or(1024),
             max_code_mib_per_tenant: o.max_code_mib_per_tenant.unwrap_or(1024),
+            max_functions_per_tenant: o.max_functions_per_tenant.unwrap_or(1000),
             max_concurrency_per_tenant: o.max_concurrency_per_tenant.unwrap_or_else(|| {
                 let all = o.max_concurrency.unwrap_or(1024);
                 (all * 3 / 4).max(1)

@@ -314,3 +314,47 @@ async fn one_tenant_cannot_grow_aliases_or_their_history_without_bound() {
     let newest = moves[0]["id"].as_i64().unwrap();
     assert_eq!(newest - oldest, 999, "the newest 1,000, none missing");
 }
+
+/// A tenant's functions are bounded in number (`--max-functions-per-tenant`):
+/// each function carries what grows without code (aliases and their
+/// history, stats), so the bound on functions bounds their sum. The
+/// deploy past it is refused before it compiles, naming the fix; a new
+/// version of a function the tenant has still deploys, a removal makes
+/// room, and another tenant is not counted against it.
+#[tokio::test]
+async fn one_tenant_cannot_make_functions_without_bound() {
+    let d = Daemon::start_with(&["--max-functions-per-tenant", "3"]);
+    let acme = d.create_tenant("acme").await;
+    let deploy = async |token: &str, name: &str| {
+        d.deploy_as(
+            token,
+            name,
+            &[("runtime", "wasm")],
+            crate::harness::example("hello.wat"),
+        )
+        .await
+    };
+    for name in ["a", "b", "c"] {
+        assert_eq!(deploy(&acme, name).await.status(), 201, "{name}");
+    }
+    let (status, _, message) = crate::harness::error_of(deploy(&acme, "d").await).await;
+    assert_eq!(status, 409, "{message}");
+    assert!(
+        message.contains("3 functions") && message.contains("hearth rm"),
+        "{message}"
+    );
+    assert_eq!(deploy(&acme, "c").await.status(), 201, "a new version");
+    let list = d.get_json_as(&acme, "/v1/functions").await;
+    assert_eq!(list["functions"].as_array().unwrap().len(), 3);
+    let beta = d.create_tenant("beta").await;
+    assert_eq!(deploy(&beta, "d").await.status(), 201, "another tenant");
+    let r = d
+        .http
+        .delete(format!("{}/v1/functions/a", d.url))
+        .bearer_auth(&acme)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    assert_eq!(deploy(&acme, "d").await.status(), 201, "room made");
+}
