@@ -789,11 +789,16 @@ async fn a_busy_node_pushes_back_and_the_gateway_places_elsewhere() {
         (&b, &a)
     };
     let gw = &gw;
-    let after = |ms| async move {
-        tokio::time::sleep(Duration::from_millis(ms)).await;
+    // Through the gateway once the direct calls run on `busy` (a fixed
+    // pause raced them on a loaded machine).
+    let once_running = async |busy: &[&Daemon]| {
+        for n in busy {
+            n.until_in_flight(1).await;
+        }
         gw.invoke("slow", b"").await
     };
-    let (direct, r) = tokio::join!(first.invoke("slow", b""), after(300));
+    let just_first = [first];
+    let (direct, r) = tokio::join!(first.invoke("slow", b""), once_running(&just_first));
     assert_eq!(direct.status(), 200);
     assert_eq!(r.status(), 200);
     assert_eq!(
@@ -804,10 +809,11 @@ async fn a_busy_node_pushes_back_and_the_gateway_places_elsewhere() {
     assert_eq!(r.text().await.unwrap(), "done\n");
 
     // Both kept busy directly: both refuse, and the caller is told so.
+    let both = [first, other];
     let (d1, d2, r) = tokio::join!(
         first.invoke("slow", b""),
         other.invoke("slow", b""),
-        after(300)
+        once_running(&both)
     );
     assert_eq!((d1.status().as_u16(), d2.status().as_u16()), (200, 200));
     assert_eq!(header(&r, "retry-after"), "1");
