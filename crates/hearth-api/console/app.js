@@ -286,7 +286,7 @@ function Versions({ name }) {
   const liveAlias = data.versions.aliases.find((a) => a.alias === "live");
   const live = liveAlias?.version;
   const promote = (body) => act("promote", `/v1/functions/${fn}/aliases/live`, body);
-  const gateSaid = (g) => `gate: ${g.replayed} tapes of v${g.tapes_of} replayed against v${g.against}, ${g.replayed - g.differing.length} identical`;
+  const gateSaid = (g) => `gate: ${g.replayed} tapes of v${g.tapes_of} replayed against v${g.against}, ${g.replayed - g.not_identical} identical`;
   return html`<h1>${name}: versions</h1>
     ${error && html`<p class="error">${error}</p>`}
     <p>

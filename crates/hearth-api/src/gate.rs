@@ -9,7 +9,7 @@ use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::recordings::{Replayed, TrafficQuery, TrafficReplay, replay_here};
+use crate::recordings::{MAX_REPLAYED, Replayed, TrafficQuery, TrafficReplay, replay_here};
 use crate::{ApiError, AppState};
 
 /// Which tapes a gate replays, and whether it lets differences through.
@@ -17,7 +17,7 @@ use crate::{ApiError, AppState};
 #[serde(deny_unknown_fields)]
 pub struct Gate {
     /// Replay at most this many of the newest tapes (default 100, at most
-    /// 10,000).
+    /// 10,000; through a gateway, on each node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last: Option<u32>,
     /// Only tapes newer than this: `90s`, `15m`, `1h`, `2d`.
@@ -27,9 +27,6 @@ pub struct Gate {
     #[serde(default)]
     pub accept_diff: bool,
 }
-
-/// The most tapes one gate replays.
-const MAX_GATE_TAPES: u32 = 10_000;
 
 /// What a gate found.
 #[derive(Serialize, Deserialize, ToSchema)]
@@ -43,7 +40,9 @@ pub struct GateResult {
     pub changed: usize,
     /// Replays that did something their tape did not.
     pub diverged: usize,
-    /// Every replay that was not identical, oldest first.
+    /// Replays that were not identical (changed, diverged, or both).
+    pub not_identical: usize,
+    /// The first of them (at most 100 from each node), oldest first.
     pub differing: Vec<Replayed>,
     /// Whether the move went ahead: every replay identical, or
     /// `accept_diff`.
@@ -66,9 +65,9 @@ pub(crate) async fn run(
     gate: &Gate,
 ) -> Result<GateResult, ApiError> {
     let last = gate.last.unwrap_or(100);
-    if last == 0 || last > MAX_GATE_TAPES {
+    if last == 0 || last > MAX_REPLAYED {
         return Err(ApiError::BadRequest(format!(
-            "a gate replays 1 to {MAX_GATE_TAPES} tapes, not {last}"
+            "a gate replays 1 to {MAX_REPLAYED} tapes, not {last}"
         )));
     }
     let started = std::time::Instant::now();
@@ -78,6 +77,7 @@ pub(crate) async fn run(
         status: None,
         since: gate.since.clone(),
         version: Some(tapes_of),
+        differing_only: Some(true),
     };
     let replay: TrafficReplay = match &s.gateway {
         None => replay_here(s, tenant, name, traffic).await?,
@@ -86,7 +86,8 @@ pub(crate) async fn run(
                 let mut q = form_urlencoded::Serializer::new(String::new());
                 q.append_pair("against", &against.to_string())
                     .append_pair("last", &last.to_string())
-                    .append_pair("version", &tapes_of.to_string());
+                    .append_pair("version", &tapes_of.to_string())
+                    .append_pair("differing_only", "true");
                 if let Some(since) = &gate.since {
                     q.append_pair("since", since);
                 }
@@ -101,20 +102,17 @@ pub(crate) async fn run(
         }
     };
     let unreachable = replay.unreachable.unwrap_or_default();
-    let differing: Vec<Replayed> = replay
-        .results
-        .into_iter()
-        .filter(|r| !r.identical)
-        .collect();
-    let passed =
-        replay.replayed > 0 && unreachable.is_empty() && (differing.is_empty() || gate.accept_diff);
+    let passed = replay.replayed > 0
+        && unreachable.is_empty()
+        && (replay.differing == 0 || gate.accept_diff);
     Ok(GateResult {
         tapes_of,
         against,
         replayed: replay.replayed,
         changed: replay.changed,
         diverged: replay.diverged,
-        differing,
+        not_identical: replay.differing,
+        differing: replay.results,
         passed,
         took_ms: started.elapsed().as_millis() as u64,
         unreachable,
@@ -149,10 +147,10 @@ pub(crate) fn refusal(name: &str, result: &GateResult) -> String {
         "the gate refused version {against}: {} of {} tapes of version {tapes_of} replay \
          differently ({}{}); see `gate.differing`, or accept the differences (accept_diff, \
          `hearth promote --gate --accept-diff`)",
-        result.differing.len(),
+        result.not_identical,
         result.replayed,
         ids.join(", "),
-        if result.differing.len() > ids.len() {
+        if result.not_identical > ids.len() {
             ", …"
         } else {
             ""

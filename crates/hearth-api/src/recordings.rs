@@ -181,7 +181,7 @@ pub(crate) async fn list(
         Listed::Here(recordings) => recordings,
     };
     Ok(Json(Recordings {
-        tenant: p.tenant,
+        tenant: p.tenant.clone(),
         name,
         recordings,
         unreachable: None,
@@ -272,7 +272,7 @@ pub(crate) async fn list_all(
         Listed::Here(recordings) => recordings,
     };
     Ok(Json(TenantRecordings {
-        tenant: p.tenant,
+        tenant: p.tenant.clone(),
         recordings,
         unreachable: None,
     })
@@ -588,7 +588,7 @@ pub(crate) struct TrafficQuery {
     #[param(required = true)]
     pub(crate) against: Option<u32>,
     /// At most this many tapes, the newest (replayed oldest first).
-    #[param(default = 100)]
+    #[param(default = 100, maximum = 10000)]
     pub(crate) last: Option<u32>,
     /// As in the recordings list.
     pub(crate) status: Option<String>,
@@ -596,7 +596,16 @@ pub(crate) struct TrafficQuery {
     pub(crate) since: Option<String>,
     /// Only tapes made by this version.
     pub(crate) version: Option<u32>,
+    /// Answer only the replays that were not identical, and at most 100
+    /// of them (the counts still cover every replay).
+    pub(crate) differing_only: Option<bool>,
 }
+
+/// Tapes one replay of traffic replays at most.
+pub(crate) const MAX_REPLAYED: u32 = 10_000;
+
+/// Replays a `differing_only` answer shows at most.
+const MAX_DIFFERING_SHOWN: usize = 100;
 
 /// Recorded traffic, replayed against a version.
 #[derive(Serialize, Deserialize, ToSchema)]
@@ -608,8 +617,12 @@ pub struct TrafficReplay {
     pub changed: usize,
     /// Replays that did something the tape did not.
     pub diverged: usize,
-    /// Oldest first: the order the traffic came in. Through a gateway
-    /// each also names its `node`.
+    /// Replays that were not identical (changed, diverged, or both).
+    #[serde(default)]
+    pub differing: usize,
+    /// Oldest first: the order the traffic came in (with
+    /// `differing_only`, those not identical, at most 100). Through a
+    /// gateway each also names its `node`.
     pub results: Vec<Replayed>,
     /// Through a gateway: the nodes that did not answer.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -666,26 +679,33 @@ pub(crate) async fn replay_here(
         since: traffic.since,
         version: traffic.version,
         slower_than_ms: None,
-        limit: traffic.last,
+        limit: Some(traffic.last.unwrap_or(100).clamp(1, MAX_REPLAYED)),
     };
     let q = filter.query(Some(name.to_string()))?;
     let t = tenant.to_string();
     let recordings = with_archive(s, move |a| a.recordings(&t, &q)).await?;
+    let differing_only = traffic.differing_only.unwrap_or(false);
     let mut results = Vec::new();
-    let (mut changed, mut diverged) = (0, 0);
+    let (mut changed, mut diverged, mut differing) = (0, 0, 0);
     // Oldest first: the order the traffic came in.
     for rec in recordings.iter().rev() {
         let report = s.node.replay(rec, &target).await?;
         changed += usize::from(report.diff.is_some());
         diverged += usize::from(report.divergence.is_some());
-        results.push(Replayed::from(report));
+        differing += usize::from(!report.identical);
+        // Held until the answer: a gate of thousands of tapes keeps only
+        // what it shows.
+        if !differing_only || (!report.identical && results.len() < MAX_DIFFERING_SHOWN) {
+            results.push(Replayed::from(report));
+        }
     }
     Ok(TrafficReplay {
         name: name.to_string(),
         against,
-        replayed: results.len(),
+        replayed: recordings.len(),
         changed,
         diverged,
+        differing,
         results,
         unreachable: None,
     })

@@ -237,9 +237,10 @@ pub async fn replay_traffic(
 }
 
 fn sum_replays(answers: Vec<(Arc<str>, Value)>) -> Value {
-    let mut total = json!({"replayed": 0, "changed": 0, "diverged": 0, "results": []});
+    let mut total =
+        json!({"replayed": 0, "changed": 0, "diverged": 0, "differing": 0, "results": []});
     for (node, answer) in answers {
-        for key in ["replayed", "changed", "diverged"] {
+        for key in ["replayed", "changed", "diverged", "differing"] {
             let sum = total[key].as_u64().unwrap_or(0) + answer[key].as_u64().unwrap_or(0);
             total[key] = json!(sum);
         }

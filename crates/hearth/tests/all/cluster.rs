@@ -990,6 +990,7 @@ async fn a_gateway_sums_the_console_stats_and_merges_the_tapes_of_its_nodes() {
     assert_eq!(status, 409, "{refused}");
     assert_eq!(refused["gate"]["replayed"], 20, "{refused}");
     assert_eq!(refused["gate"]["differing"].as_array().unwrap().len(), 20);
+    assert_eq!(refused["gate"]["not_identical"], 20);
     let (status, promoted) = gated("hello.wat").await;
     assert_eq!(status, 200, "{promoted}");
     assert_eq!(
@@ -999,6 +1000,14 @@ async fn a_gateway_sums_the_console_stats_and_merges_the_tapes_of_its_nodes() {
         ),
         (Some(20), Some(3)),
         "{promoted}"
+    );
+    assert_eq!(
+        (
+            &promoted["gate"]["not_identical"],
+            &promoted["gate"]["differing"]
+        ),
+        (&serde_json::json!(0), &serde_json::json!([])),
+        "identical replays are counted, not kept: {promoted}"
     );
 
     let other = gw.create_tenant("other").await;

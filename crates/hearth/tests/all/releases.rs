@@ -475,6 +475,7 @@ async fn a_gated_promotion_replays_lives_tapes_and_refuses_a_version_that_answer
     assert_eq!(refused["error"]["kind"], "gate_refused");
     assert_eq!(refused["gate"]["replayed"], 3);
     assert_eq!(refused["gate"]["differing"].as_array().unwrap().len(), 3);
+    assert_eq!(refused["gate"]["not_identical"], 3);
     assert_eq!(
         d.invoke_body("say", "x".into()).await,
         "X",
