@@ -87,21 +87,8 @@ pub(crate) async fn list(State(s): S, headers: HeaderMap) -> Result<Json<SecretL
         .auth
         .require(s.node.store(), &headers, Scope::Read)
         .await?;
-    let store = s.node.store();
-    let infos = store.secrets(&p.tenant).await?;
-    // Which live versions bind which secret: one read of each function.
-    let mut bound: std::collections::HashMap<String, Vec<String>> = Default::default();
-    for f in store.list_functions(&p.tenant).await? {
-        let Some(live) = f.live else { continue };
-        if let Some(v) = store.get_version(&p.tenant, &f.name, Some(live)).await? {
-            for secret in v.spec.secrets.values() {
-                bound
-                    .entry(secret.clone())
-                    .or_default()
-                    .push(format!("{}@{live}", f.name));
-            }
-        }
-    }
+    let infos = s.node.store().secrets(&p.tenant).await?;
+    let mut bound = s.node.live_secret_bindings(&p.tenant).await?;
     let secrets = infos
         .into_iter()
         .map(|info| SecretListed {
@@ -110,7 +97,7 @@ pub(crate) async fn list(State(s): S, headers: HeaderMap) -> Result<Json<SecretL
         })
         .collect();
     Ok(Json(SecretList {
-        tenant: p.tenant,
+        tenant: p.tenant.clone(),
         secrets,
     }))
 }

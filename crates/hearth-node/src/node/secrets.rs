@@ -13,11 +13,7 @@ use crate::SecretBox;
 
 impl Node {
     fn secret_box(&self) -> Result<&SecretBox, NodeError> {
-        self.secrets.as_deref().ok_or_else(|| {
-            NodeError::Invalid(
-                "this node keeps no secrets (it was started without a secrets key)".into(),
-            )
-        })
+        keeping(self.secrets.as_deref())
     }
 
     /// Sets the tenant's secret `name` to `value` (made, or rotated);
@@ -41,16 +37,7 @@ impl Node {
     /// while a function's live version binds it: that function would
     /// fail at its next cold start.
     pub async fn remove_secret(&self, tenant: &str, name: &str) -> Result<bool, NodeError> {
-        let mut binding = Vec::new();
-        for f in self.store.list_functions(tenant).await? {
-            if let Some(live) = f.live
-                && let Some(v) = self.store.get_version(tenant, &f.name, Some(live)).await?
-                && v.spec.secrets.values().any(|s| s == name)
-            {
-                binding.push(format!("{}@{live}", f.name));
-            }
-        }
-        if !binding.is_empty() {
+        if let Some(binding) = self.live_secret_bindings(tenant).await?.get(name) {
             return Err(NodeError::Conflict(format!(
                 "secret {name} is bound by the live version of {}: promote a version without it \
                  (or remove the function) first",
@@ -60,6 +47,34 @@ impl Node {
         let removed = self.store.remove_secret(tenant, name).await?;
         self.forget_secret(tenant, name);
         Ok(removed)
+    }
+
+    /// Which of the tenant's functions' live versions bind each secret:
+    /// secret name → `["name@N"]`. One store query, and one more per
+    /// function whose live version is not its newest.
+    pub async fn live_secret_bindings(
+        &self,
+        tenant: &str,
+    ) -> Result<BTreeMap<String, Vec<String>>, NodeError> {
+        let mut bound: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for f in self.store.list_functions(tenant).await? {
+            let Some(live) = f.live else { continue };
+            let spec = if f.latest.version == live {
+                f.latest.spec
+            } else {
+                match self.store.get_version(tenant, &f.name, Some(live)).await? {
+                    Some(v) => v.spec,
+                    None => continue,
+                }
+            };
+            for secret in spec.secrets.into_values() {
+                bound
+                    .entry(secret)
+                    .or_default()
+                    .push(format!("{}@{live}", f.name));
+            }
+        }
+        Ok(bound)
     }
 
     /// Forgets the prepared code of the tenant's functions that bind the
@@ -116,6 +131,15 @@ impl Node {
     }
 }
 
+/// The node's secret box, or why it has none.
+fn keeping(secrets: Option<&SecretBox>) -> Result<&SecretBox, NodeError> {
+    secrets.ok_or_else(|| {
+        NodeError::Invalid(
+            "this node keeps no secrets (it was started without a secrets key)".into(),
+        )
+    })
+}
+
 /// `v` with its bound secrets' values (from `store`, opened with
 /// `secret_box`) in its environment; `None` if it binds none. What the
 /// isolate and the compiled path both prepare a version with.
@@ -127,11 +151,7 @@ pub(crate) async fn with_secret_values(
     if v.spec.secrets.is_empty() {
         return Ok(None);
     }
-    let secret_box = secret_box.ok_or_else(|| {
-        NodeError::Invalid(
-            "this node keeps no secrets (it was started without a secrets key)".into(),
-        )
-    })?;
+    let secret_box = keeping(secret_box)?;
     let mut values = BTreeMap::new();
     for (var, secret) in &v.spec.secrets {
         let missing = || {
