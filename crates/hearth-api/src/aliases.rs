@@ -33,32 +33,6 @@ use crate::{ApiError, AppState};
 
 type S = State<Arc<AppState>>;
 
-/// The caller's tenant, once the function is known to be theirs (404
-/// otherwise, as for every function route).
-async fn owner(
-    s: &AppState,
-    headers: &HeaderMap,
-    name: &str,
-    needed: Scope,
-) -> Result<String, ApiError> {
-    let p = s
-        .auth
-        .require_for(s.node.store(), headers, needed, name)
-        .await?;
-    if s.node
-        .store()
-        .list_versions(&p.tenant, name)
-        .await?
-        .is_empty()
-    {
-        return Err(ApiError::NotFound(format!(
-            "function {}/{name} does not exist",
-            p.tenant
-        )));
-    }
-    Ok(p.tenant)
-}
-
 /// A function's aliases.
 #[derive(Serialize, Deserialize, ToSchema)]
 pub struct Aliases {
@@ -76,7 +50,7 @@ pub(crate) async fn list(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Aliases>, ApiError> {
-    let tenant = owner(&s, &headers, &name, Scope::Read).await?;
+    let tenant = crate::auth::function_owner(&s, &headers, &name, Scope::Read).await?;
     let aliases = s.node.store().aliases(&tenant, &name).await?;
     Ok(Json(Aliases {
         tenant,
@@ -140,7 +114,7 @@ pub(crate) async fn promote(
     Json(body): Json<Promotion>,
 ) -> Result<Response, ApiError> {
     hearth_core::validate_alias_name(&alias).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let tenant = owner(&s, &headers, &name, Scope::Deploy).await?;
+    let tenant = crate::auth::function_owner(&s, &headers, &name, Scope::Deploy).await?;
     let gate = match &body.gate {
         None => None,
         Some(gate) => {
@@ -194,7 +168,7 @@ pub(crate) async fn remove(
     Path((name, alias)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
-    let tenant = owner(&s, &headers, &name, Scope::Deploy).await?;
+    let tenant = crate::auth::function_owner(&s, &headers, &name, Scope::Deploy).await?;
     if s.node.remove_alias(&tenant, &name, &alias).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -218,7 +192,7 @@ pub(crate) async fn rollback(
     Path((name, alias)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<AliasMove>, ApiError> {
-    let tenant = owner(&s, &headers, &name, Scope::Deploy).await?;
+    let tenant = crate::auth::function_owner(&s, &headers, &name, Scope::Deploy).await?;
     Ok(Json(s.node.roll_back(&tenant, &name, &alias).await?))
 }
 
@@ -249,7 +223,7 @@ pub(crate) async fn history(
     Query(q): Query<HistoryQuery>,
     headers: HeaderMap,
 ) -> Result<Json<AliasHistory>, ApiError> {
-    let tenant = owner(&s, &headers, &name, Scope::Read).await?;
+    let tenant = crate::auth::function_owner(&s, &headers, &name, Scope::Read).await?;
     let limit = q
         .limit
         .unwrap_or(50)
@@ -276,7 +250,7 @@ pub(crate) async fn code(
     Path((name, version)): Path<(String, u32)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let tenant = owner(&s, &headers, &name, Scope::Read).await?;
+    let tenant = crate::auth::function_owner(&s, &headers, &name, Scope::Read).await?;
     let v = s.node.resolve(&tenant, &name, Some(version)).await?;
     let artifacts = s.node.artifacts().clone();
     let hash = v.artifact.clone();

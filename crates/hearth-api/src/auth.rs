@@ -26,7 +26,8 @@ const MAX_CACHED: usize = 10_000;
 pub(crate) const RECHECK: Duration = Duration::from_millis(500);
 
 struct Cached {
-    principal: Principal,
+    /// Shared with the requests that use it: a cache hit allocates nothing.
+    principal: Arc<Principal>,
     checked: Instant,
     /// A request is asking the store again: the others meanwhile take
     /// the grant as it was (for that query's time, and at most another
@@ -93,6 +94,33 @@ pub(crate) fn check_function(p: &Principal, function: &str) -> Result<(), ApiErr
     }
 }
 
+/// The caller's tenant, once its token may make a call that needs
+/// `needed` on function `name` and the tenant has that function (404
+/// otherwise, as for every function route).
+pub(crate) async fn function_owner(
+    s: &crate::AppState,
+    headers: &HeaderMap,
+    name: &str,
+    needed: Scope,
+) -> Result<String, ApiError> {
+    let p = s
+        .auth
+        .require_for(s.node.store(), headers, needed, name)
+        .await?;
+    if s.node
+        .store()
+        .list_versions(&p.tenant, name)
+        .await?
+        .is_empty()
+    {
+        return Err(ApiError::NotFound(format!(
+            "function {}/{name} does not exist",
+            p.tenant
+        )));
+    }
+    Ok(p.tenant.clone())
+}
+
 impl TokenCache {
     /// The principal of the request's token; `None` if it carries none.
     /// An unknown or expired token is refused.
@@ -100,7 +128,7 @@ impl TokenCache {
         &self,
         store: &Arc<dyn Store>,
         headers: &HeaderMap,
-    ) -> Result<Option<Principal>, ApiError> {
+    ) -> Result<Option<Arc<Principal>>, ApiError> {
         let Some(token) = bearer(headers) else {
             return Ok(None);
         };
@@ -109,13 +137,13 @@ impl TokenCache {
             let fresh = age < RECHECK
                 || (age < 2 * RECHECK
                     && c.refreshing.swap(true, std::sync::atomic::Ordering::AcqRel));
-            fresh.then(|| c.principal.clone())
+            fresh.then(|| Arc::clone(&c.principal))
         });
         let p = match cached {
             Some(p) => p,
             None => {
                 let found = store.authenticate(token).await?;
-                let Some(p) = found else {
+                let Some(p) = found.map(Arc::new) else {
                     self.0.write().remove(token);
                     return Err(ApiError::Unauthorized(
                         "the token is not valid: it was revoked, or never issued".into(),
@@ -157,7 +185,7 @@ impl TokenCache {
         &self,
         store: &Arc<dyn Store>,
         headers: &HeaderMap,
-    ) -> Result<Principal, ApiError> {
+    ) -> Result<Arc<Principal>, ApiError> {
         self.principal(store, headers).await?.ok_or_else(|| {
             ApiError::Unauthorized(
                 "this call needs a token: send `Authorization: Bearer <token>`".into(),
@@ -172,7 +200,7 @@ impl TokenCache {
         store: &Arc<dyn Store>,
         headers: &HeaderMap,
         needed: Scope,
-    ) -> Result<Principal, ApiError> {
+    ) -> Result<Arc<Principal>, ApiError> {
         let p = self.require_listing(store, headers, needed).await?;
         if let Some(only) = &p.grant.function {
             return Err(ApiError::Forbidden(format!(
@@ -190,7 +218,7 @@ impl TokenCache {
         headers: &HeaderMap,
         needed: Scope,
         function: &str,
-    ) -> Result<Principal, ApiError> {
+    ) -> Result<Arc<Principal>, ApiError> {
         let p = self.require_listing(store, headers, needed).await?;
         check_function(&p, function)?;
         Ok(p)
@@ -203,7 +231,7 @@ impl TokenCache {
         store: &Arc<dyn Store>,
         headers: &HeaderMap,
         needed: Scope,
-    ) -> Result<Principal, ApiError> {
+    ) -> Result<Arc<Principal>, ApiError> {
         let p = self.caller(store, headers).await?;
         check_scope(&p, needed)?;
         Ok(p)

@@ -26,28 +26,6 @@ use crate::{ApiError, AppState};
 
 type S = State<Arc<AppState>>;
 
-/// The principal's tenant, once the function is known to be theirs.
-async fn owner(
-    s: &AppState,
-    headers: &HeaderMap,
-    name: &str,
-    needed: Scope,
-) -> Result<String, ApiError> {
-    let p = s
-        .auth
-        .require_for(s.node.store(), headers, needed, name)
-        .await?;
-    let (tenant, n) = (p.tenant.clone(), name.to_string());
-    let versions = s.node.store().list_versions(&tenant, &n).await?;
-    if versions.is_empty() {
-        return Err(ApiError::NotFound(format!(
-            "function {}/{name} does not exist",
-            p.tenant
-        )));
-    }
-    Ok(p.tenant)
-}
-
 fn check_key(s: &AppState, key: &str) -> Result<(), ApiError> {
     let (max_key, _, _) = s.node.kv_limits();
     if key.is_empty() || key.len() > max_key {
@@ -92,7 +70,7 @@ pub(crate) async fn list(
     Query(query): Query<ListQuery>,
     headers: HeaderMap,
 ) -> Result<Json<Keys>, ApiError> {
-    let tenant = owner(&s, &headers, &name, Scope::Read).await?;
+    let tenant = crate::auth::function_owner(&s, &headers, &name, Scope::Read).await?;
     let prefix = query.prefix.unwrap_or_default();
     let most = s.node.kv_limits().2;
     let limit = query.limit.unwrap_or(most).min(most);
@@ -126,7 +104,7 @@ pub(crate) async fn get(
     Path((name, key)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<impl IntoResponse, ApiError> {
-    let tenant = owner(&s, &headers, &name, Scope::Read).await?;
+    let tenant = crate::auth::function_owner(&s, &headers, &name, Scope::Read).await?;
     check_key(&s, &key)?;
     s.node.make_room_to_delete();
     let (t, n, k) = (tenant.clone(), name.clone(), key.clone());
@@ -151,7 +129,7 @@ pub(crate) async fn put(
     headers: HeaderMap,
     body: Body,
 ) -> Result<StatusCode, ApiError> {
-    let tenant = owner(&s, &headers, &name, Scope::Deploy).await?;
+    let tenant = crate::auth::function_owner(&s, &headers, &name, Scope::Deploy).await?;
     check_key(&s, &key)?;
     s.node.admit_growth()?;
     let (_, max_value, _) = s.node.kv_limits();
@@ -173,7 +151,7 @@ pub(crate) async fn delete(
     Path((name, key)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
-    let tenant = owner(&s, &headers, &name, Scope::Deploy).await?;
+    let tenant = crate::auth::function_owner(&s, &headers, &name, Scope::Deploy).await?;
     check_key(&s, &key)?;
     s.node.make_room_to_delete();
     let (t, n, k) = (tenant.clone(), name.clone(), key.clone());

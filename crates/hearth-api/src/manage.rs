@@ -138,7 +138,7 @@ pub(crate) async fn stats(
         functions.retain(|name, _| name == only);
     }
     Ok(Json(Stats {
-        tenant: p.tenant,
+        tenant: p.tenant.clone(),
         functions,
     })
     .into_response())
@@ -148,7 +148,9 @@ pub(crate) async fn stats(
 #[utoipa::path(get, path = "/v1/whoami", tag = "tenants",
     responses((status = 200, body = Principal), (status = 401, body = ErrorBody)))]
 pub(crate) async fn whoami(State(s): S, headers: HeaderMap) -> Result<Json<Principal>, ApiError> {
-    Ok(Json(s.auth.caller(s.node.store(), &headers).await?))
+    Ok(Json(Principal::clone(
+        &*s.auth.caller(s.node.store(), &headers).await?,
+    )))
 }
 
 /// The node's status as a token sees it: the node's (less the node-wide
@@ -232,7 +234,7 @@ pub(crate) async fn status(State(s): S, headers: HeaderMap) -> Result<Json<Statu
         code_max_bytes: s.node.max_code_bytes_per_tenant(),
         memory_reserved_mib: memory_reserved >> 20,
         memory_max_mib: memory_max >> 20,
-        name: p.tenant,
+        name: p.tenant.clone(),
     };
     let node = s.node.status();
     Ok(Json(Status {
@@ -572,7 +574,7 @@ pub(crate) async fn list_functions(
         functions.retain(|f| &f.name == only);
     }
     Ok(Json(FunctionList {
-        tenant: p.tenant,
+        tenant: p.tenant.clone(),
         functions: functions
             .into_iter()
             .map(|f| FunctionListed::of(f, &s.node))
@@ -662,7 +664,7 @@ pub(crate) async fn get_function(
     .map_err(|e| ApiError::Internal(e.to_string()))?;
     let aliases = s.node.store().aliases(&p.tenant, &name).await?;
     Ok(Json(FunctionVersions {
-        tenant: p.tenant,
+        tenant: p.tenant.clone(),
         name,
         versions,
         aliases,
@@ -742,7 +744,7 @@ pub(crate) async fn logs(
     let (tenant, n) = (p.tenant.clone(), name.clone());
     let lines = s.node.store().read_logs(&tenant, &n, &q).await?;
     Ok(Json(Logs {
-        tenant: p.tenant,
+        tenant: p.tenant.clone(),
         name,
         lines,
     }))

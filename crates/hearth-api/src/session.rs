@@ -111,10 +111,10 @@ pub(crate) struct SessionInfo {
 
 impl SessionInfo {
     /// The session of `p`, whose token is `token`.
-    fn of(p: hearth_store::Principal, token: &str) -> SessionInfo {
+    fn of(p: &hearth_store::Principal, token: &str) -> SessionInfo {
         SessionInfo {
             scope: p.scope(),
-            tenant: p.tenant,
+            tenant: p.tenant.clone(),
             csrf: csrf_of(token),
         }
     }
@@ -173,7 +173,7 @@ pub(crate) async fn create(
     let token = crate::auth::bearer(&with_token)
         .unwrap_or_default()
         .to_string();
-    let info = SessionInfo::of(p, &token);
+    let info = SessionInfo::of(&p, &token);
     let mut resp = Json(info).into_response();
     resp.headers_mut()
         .insert(header::SET_COOKIE, cookie(&token, None));
@@ -190,7 +190,7 @@ pub(crate) async fn show(
 ) -> Result<Json<SessionInfo>, ApiError> {
     let p = s.auth.caller(s.node.store(), &headers).await?;
     let token = crate::auth::bearer(&headers).unwrap_or_default();
-    Ok(Json(SessionInfo::of(p, token)))
+    Ok(Json(SessionInfo::of(&p, token)))
 }
 
 /// Log out: the session cookie is cleared

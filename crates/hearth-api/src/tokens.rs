@@ -73,7 +73,7 @@ async fn manager(
     s: &AppState,
     headers: &HeaderMap,
     whose: Whose,
-) -> Result<(Principal, String), ApiError> {
+) -> Result<(Arc<Principal>, String), ApiError> {
     let p = s
         .auth
         .require(s.node.store(), headers, Scope::Deploy)
