@@ -344,29 +344,67 @@ function Secrets() {
       </table>`}`;
 }
 
+/// The filters an invocations view can have, as its URL names them.
+const FILTERS = ["function", "status", "since", "slower", "version", "trace", "node", "before"];
+
+/// Invocations, newest first, filtered by what the URL says (so a view can
+/// be bookmarked and shared), a page at a time. The search box takes an
+/// invocation id (opens it) or a trace id (lists the trace's invocations).
 function Invocations({ params }) {
-  const [filter, setFilter] = useState({
-    function: params.get("function") || "", status: params.get("status") || "any",
-    since: "", slower: "", node: "",
-  });
+  const filter = Object.fromEntries(FILTERS.map((k) => [k, params.get(k) || ""]));
+  const show = (changes) => {
+    const next = new URLSearchParams();
+    for (const k of FILTERS) {
+      const v = k in changes ? changes[k] : filter[k];
+      if (v) next.set(k, v);
+    }
+    location.hash = `#/invocations?${next}`;
+  };
   const [live, setLive] = useState(true);
+  const [search, setSearch] = useState("");
+  const [searchError, setSearchError] = useState(null);
   const fns = useLoad(() => json("/v1/functions"), []);
   const query = new URLSearchParams({ limit: "100" });
   if (filter.function) query.set("function", filter.function);
-  if (filter.status !== "any") query.set("status", filter.status);
+  if (filter.status && filter.status !== "any") query.set("status", filter.status);
   if (filter.since) query.set("since", filter.since);
   if (filter.slower) query.set("slower_than_ms", filter.slower);
+  if (filter.version) query.set("version", filter.version);
+  if (filter.trace) query.set("trace_id", filter.trace);
+  if (filter.before) query.set("before", filter.before);
+  // An older page does not change: only the newest is refreshed.
+  const refresh = live && !filter.before;
   const { data, error } = useLoad(() => json(`/v1/recordings?${query}`),
-    [query.toString(), live], live ? 2000 : 0);
-  const set = (k) => (e) => setFilter({ ...filter, [k]: e.target.value });
+    [query.toString(), refresh], refresh ? 2000 : 0);
+  // A filter changed: back to the newest page.
+  const set = (k) => (e) => show({ [k]: e.target.value, before: "" });
+  const find = async (e) => {
+    e.preventDefault();
+    const q = search.trim().toLowerCase();
+    setSearchError(null);
+    if (!/^[0-9a-f]{32}$/.test(q)) {
+      setSearchError("give an invocation id or a trace id: 32 hex digits");
+      return;
+    }
+    // Both are 32 hex digits: an invocation, if there is one by that id.
+    const { resp } = await api(`/v1/recordings/${q}`);
+    if (resp.ok) location.hash = `#/invocation/${q}`;
+    else show({ trace: q, before: "" });
+  };
   const rows = (data?.recordings || []).filter((r) => !filter.node || (r.node || "").includes(filter.node));
   return html`<h1>Invocations</h1>
+    <form class="filters" id="search" onSubmit=${find}>
+      <label>invocation or trace id<input id="search-id" size="34" value=${search}
+        onInput=${(e) => setSearch(e.target.value)} /></label>
+      <button type="submit">Find</button>
+      ${searchError && html`<span class="error">${searchError}</span>`}
+    </form>
     <div class="filters">
       <label>function<select id="filter-function" value=${filter.function} onChange=${set("function")}>
         <option value="">all</option>
         ${(fns.data?.functions || []).map((f) => html`<option value=${f.name}>${f.name}</option>`)}
       </select></label>
-      <label>status<select id="filter-status" value=${filter.status} onChange=${set("status")}>
+      <label>status<select id="filter-status" value=${filter.status || "any"} onChange=${set("status")}>
         <option value="any">any</option><option value="error">errors</option>
         <option value="200">200</option><option value="500">500</option>
       </select></label>
@@ -374,10 +412,13 @@ function Invocations({ params }) {
         <option value="">any time</option><option value="15m">15 minutes</option>
         <option value="1h">1 hour</option><option value="1d">1 day</option>
       </select></label>
+      <label>version<input id="filter-version" size="4" value=${filter.version} onChange=${set("version")} /></label>
       <label>slower than (ms)<input id="filter-slower" size="6" value=${filter.slower} onChange=${set("slower")} /></label>
       <label>node<input id="filter-node" size="14" value=${filter.node} onChange=${set("node")} /></label>
       <label><span><input id="live" type="checkbox" checked=${live} onChange=${(e) => setLive(e.target.checked)} /> live</span></label>
     </div>
+    ${filter.trace && html`<p id="trace-filter">In trace <code>${filter.trace}</code>
+      <button id="clear-trace" onClick=${() => show({ trace: "", before: "" })}>all traces</button></p>`}
     ${error && html`<p class="error">${error}</p>`}
     <table id="invocations">
       <tr><th>started</th><th>function</th><th>version</th><th>status</th><th>took</th><th>tier</th><th>node</th></tr>
@@ -387,7 +428,11 @@ function Invocations({ params }) {
         <td>${duration(r.duration_us)}</td><td>${r.tier}</td><td>${r.node || "this node"}</td>
       </tr>`)}
     </table>
-    ${data && rows.length === 0 && html`<p class="muted">No invocations match.</p>`}`;
+    ${data && rows.length === 0 && html`<p class="muted">No invocations match.</p>`}
+    <div class="pages">
+      ${filter.before && html`<button id="newest" onClick=${() => show({ before: "" })}>Newest</button>`}
+      ${data?.next_before && html`<button id="older" onClick=${() => show({ before: data.next_before })}>Older</button>`}
+    </div>`;
 }
 
 function Replay({ id, version }) {
@@ -436,6 +481,8 @@ function Invocation({ id }) {
     <div class="card">
       <span class="tag mode">${r.tier}</span><span class="tag">${r.function} v${r.version}</span>
       <span class="muted">started ${time(r.started_ms)}, took ${duration(r.duration_us)}</span>
+      ${r.trace_id && html`<div class="muted">trace <a id="trace-link" title="this trace's invocations"
+        href=${`#/invocations?trace=${r.trace_id}`}><code>${r.trace_id}</code></a></div>`}
     </div>
     <${Replay} id=${r.id} version=${r.version} />
     <div class="card">

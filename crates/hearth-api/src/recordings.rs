@@ -71,6 +71,13 @@ pub(crate) struct TapeFilter {
     version: Option<u32>,
     /// Only invocations that took at least this many milliseconds.
     slower_than_ms: Option<u64>,
+    /// Only invocations in this trace (32 hex digits): its caller's, from
+    /// the request's `traceparent`, or the one the invocation began.
+    #[param(example = "4bf92f3577b34da6a3ce929d0e0e4736")]
+    trace_id: Option<String>,
+    /// Only invocations older than this one: the previous page's
+    /// `next_before`.
+    before: Option<String>,
     /// At most this many, newest first.
     #[param(default = 100)]
     limit: Option<u32>,
@@ -97,6 +104,13 @@ pub(crate) struct AllTapesFilter {
     version: Option<u32>,
     /// Only invocations that took at least this many milliseconds.
     slower_than_ms: Option<u64>,
+    /// Only invocations in this trace (32 hex digits): its caller's, from
+    /// the request's `traceparent`, or the one the invocation began.
+    #[param(example = "4bf92f3577b34da6a3ce929d0e0e4736")]
+    trace_id: Option<String>,
+    /// Only invocations older than this one: the previous page's
+    /// `next_before`.
+    before: Option<String>,
     /// At most this many, newest first.
     #[param(default = 100, maximum = 1000)]
     limit: Option<u32>,
@@ -111,6 +125,16 @@ impl TapeFilter {
             function,
             version: self.version,
             min_duration_us: self.slower_than_ms.map(|ms| ms.saturating_mul(1000)),
+            trace_id: self
+                .trace_id
+                .as_deref()
+                .map(|t| hex_id("trace_id", t, "a trace id"))
+                .transpose()?,
+            before: self
+                .before
+                .as_deref()
+                .map(|b| hex_id("before", b, "an invocation id"))
+                .transpose()?,
             limit: self.limit.unwrap_or(100),
             ..TapeQuery::default()
         };
@@ -137,6 +161,26 @@ impl TapeFilter {
     }
 }
 
+/// `value` of query parameter `name` in lower case, if it is 32 hex digits
+/// and not all zeros (what `what` is: a trace or an invocation id).
+fn hex_id(name: &str, value: &str, what: &str) -> Result<String, ApiError> {
+    if value.len() == 32
+        && value.bytes().all(|b| b.is_ascii_hexdigit())
+        && value.bytes().any(|b| b != b'0')
+    {
+        Ok(value.to_ascii_lowercase())
+    } else {
+        Err(ApiError::BadRequest(format!(
+            "{name} {value:?} is not {what}: give its 32 hex digits"
+        )))
+    }
+}
+
+/// The page after `listed`, if it was full: older than its oldest.
+fn next_before(listed: &[TapeEntry], limit: u32) -> Option<String> {
+    (listed.len() >= limit.max(1) as usize).then(|| listed.last().map(|e| e.id.clone()))?
+}
+
 /// A function's tapes.
 #[derive(Serialize, Deserialize, ToSchema)]
 pub struct Recordings {
@@ -144,6 +188,9 @@ pub struct Recordings {
     pub name: String,
     /// Newest first. Through a gateway each also names its `node`.
     pub recordings: Vec<TapeEntry>,
+    /// The page was full: the next is the one `before` this id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_before: Option<String>,
     /// Through a gateway: the nodes that did not answer, so the list may
     /// lack their tapes.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -176,6 +223,7 @@ pub(crate) async fn list(
         .require_for(s.node.store(), &headers, Scope::Read, &name)
         .await?;
     let q = filter.query(Some(name.clone()))?;
+    let limit = q.limit;
     let recordings = match listed(&s, &p.tenant, Some(&name), q, query, &headers).await? {
         Listed::Merged(merged) => return Ok(Json(merged).into_response()),
         Listed::Here(recordings) => recordings,
@@ -183,6 +231,7 @@ pub(crate) async fn list(
     Ok(Json(Recordings {
         tenant: p.tenant.clone(),
         name,
+        next_before: next_before(&recordings, limit),
         recordings,
         unreachable: None,
     })
@@ -232,6 +281,9 @@ pub struct TenantRecordings {
     pub tenant: String,
     /// Newest first. Through a gateway each also names its `node`.
     pub recordings: Vec<TapeEntry>,
+    /// The page was full: the next is the one `before` this id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_before: Option<String>,
     /// Through a gateway: the nodes that did not answer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unreachable: Option<Vec<Unreachable>>,
@@ -264,15 +316,19 @@ pub(crate) async fn list_all(
         since: f.since,
         version: f.version,
         slower_than_ms: f.slower_than_ms,
+        trace_id: f.trace_id,
+        before: f.before,
         limit: Some(f.limit.unwrap_or(100).min(MAX_LISTED)),
     };
     let q = filter.query(function)?;
+    let limit = q.limit;
     let recordings = match listed(&s, &p.tenant, None, q, query, &headers).await? {
         Listed::Merged(merged) => return Ok(Json(merged).into_response()),
         Listed::Here(recordings) => recordings,
     };
     Ok(Json(TenantRecordings {
         tenant: p.tenant.clone(),
+        next_before: next_before(&recordings, limit),
         recordings,
         unreachable: None,
     })
@@ -679,6 +735,8 @@ pub(crate) async fn replay_here(
         since: traffic.since,
         version: traffic.version,
         slower_than_ms: None,
+        trace_id: None,
+        before: None,
         limit: Some(traffic.last.unwrap_or(100).clamp(1, MAX_REPLAYED)),
     };
     let q = filter.query(Some(name.to_string()))?;

@@ -114,11 +114,20 @@ pub async fn recordings(
         None => "/v1/recordings".to_string(),
     };
     let (answers, failed) = ask_all(g, Method::GET, &with_query(path, query), headers).await?;
+    let recordings = merge_recordings(answers, limit);
+    // A full page has a next, older than its oldest: every node lists
+    // from there.
+    let next_before = (recordings.len() >= limit.max(1))
+        .then(|| recordings.last().map(|e| e["id"].clone()))
+        .flatten();
     let mut merged = json!({
         "tenant": tenant,
-        "recordings": merge_recordings(answers, limit),
+        "recordings": recordings,
         "unreachable": unreachable(&failed),
     });
+    if let Some(next) = next_before {
+        merged["next_before"] = next;
+    }
     if let Some(name) = function {
         merged["name"] = name.into();
         // Tapes on machines whose nodes left: out of reach until a node

@@ -20,6 +20,44 @@ impl InvocationId {
     pub fn unix_ms(&self) -> Option<i64> {
         (self.0.get_version_num() == 7).then(|| (self.0.as_u128() >> 80) as i64)
     }
+
+    /// The W3C trace id of a trace this invocation begins (its caller sent
+    /// none): its own id, mixed so that the low 64 bits, which a ratio
+    /// sampler reads, are random (a UUIDv7 keeps its clock in the high
+    /// bits and its randomness in the low). The mix is a bijection, so a
+    /// trace id leads back to the invocation ([`Self::from_trace_id`]) and
+    /// a tape, which keeps the id, says which trace it began.
+    pub fn trace_id(&self) -> u128 {
+        let id = self.0.as_u128();
+        let (high, low) = ((id >> 64) as u64, id as u64);
+        (u128::from(low) << 64) | u128::from(high ^ mix(low))
+    }
+
+    /// The invocation whose [`trace_id`](Self::trace_id) is `trace`, if it
+    /// is one (a UUIDv7: any other trace id began elsewhere).
+    pub fn from_trace_id(trace: u128) -> Option<InvocationId> {
+        let low = (trace >> 64) as u64;
+        let high = trace as u64 ^ mix(low);
+        let id = uuid::Uuid::from_u128((u128::from(high) << 64) | u128::from(low));
+        (id.get_version_num() == 7 && id.get_variant() == uuid::Variant::RFC4122)
+            .then_some(InvocationId(id))
+    }
+}
+
+impl std::str::FromStr for InvocationId {
+    type Err = uuid::Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        uuid::Uuid::parse_str(s).map(InvocationId)
+    }
+}
+
+/// SplitMix64's finalizer: every bit of `x` moves about half of the
+/// output's (a fixed, public permutation: it hides nothing, it spreads).
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 /// An invocation a cluster's gateway forwarded. The gateway names it, with
@@ -91,5 +129,36 @@ mod tests {
             "{before} <= {ms} <= {after}"
         );
         assert_eq!(InvocationId(uuid::Uuid::nil()).unix_ms(), None);
+    }
+
+    #[test]
+    fn a_trace_id_leads_back_to_the_invocation_that_began_it() {
+        for _ in 0..10_000 {
+            let id = InvocationId::new();
+            assert_eq!(InvocationId::from_trace_id(id.trace_id()), Some(id));
+        }
+        // W3C's example trace id began elsewhere.
+        assert_eq!(
+            InvocationId::from_trace_id(0x4bf92f3577b34da6a3ce929d0e0e4736),
+            None
+        );
+    }
+
+    /// OpenTelemetry's ratio sampler keeps a trace when the low 64 bits
+    /// of its id, shifted right by one, fall under ratio × 2^63: those bits
+    /// must be uniform for a ratio to mean anything. A UUIDv7's own low
+    /// bits start with its variant (`10`), so unmixed none would be kept
+    /// at ratio 0.5.
+    #[test]
+    fn a_ratio_sampler_keeps_its_share_of_the_traces_invocations_begin() {
+        let n = 20_000;
+        for ratio in [0.1, 0.5, 0.9] {
+            let bound = (ratio * (1u64 << 63) as f64) as u64;
+            let kept = (0..n)
+                .filter(|_| ((InvocationId::new().trace_id() as u64) >> 1) < bound)
+                .count();
+            let share = kept as f64 / n as f64;
+            assert!((share - ratio).abs() < 0.02, "{ratio}: kept {share}");
+        }
     }
 }

@@ -205,6 +205,25 @@ pub enum HostError {
 }
 
 impl HostError {
+    /// Its kind in a word, as a span's `error.type` says it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            HostError::Denied(_) => "denied",
+            HostError::Invalid(_) => "invalid",
+            HostError::Network(_) => "network",
+            HostError::TooLarge(_) => "too_large",
+            HostError::Timeout => "timeout",
+            HostError::Storage(_) => "storage",
+            HostError::TooMany(_) => "too_many",
+            HostError::OffTape(_) => "off_tape",
+            HostError::Ended => "ended",
+            HostError::KvQuota(_) => "kv_quota",
+            HostError::TapeFull(_) => "tape_full",
+            HostError::Internal(_) => "internal",
+            HostError::Congested(_) => "congested",
+        }
+    }
+
     /// The code a Wasm guest receives; documented in `examples/wasm/hearth.h`.
     pub fn code(&self) -> i32 {
         match self {
@@ -464,21 +483,6 @@ impl HostCtx {
         )
     }
 
-    /// Runs a store call for KV call `name` within the deadline (a child
-    /// span, when traced).
-    async fn store_call<T>(
-        &self,
-        name: &'static str,
-        work: impl Future<Output = Result<T, hearth_store::StoreError>>,
-    ) -> Result<T, HostError> {
-        let mut span = self.call_span(name, Vec::new);
-        let result = self.store_call_untraced(work).await;
-        if let (Some(span), Err(e)) = (&mut span, &result) {
-            span.failed(e.to_string());
-        }
-        result
-    }
-
     /// A child span for host call `name`, if this invocation is traced and
     /// has spans left (`attributes` is only asked for then).
     fn call_span(
@@ -493,7 +497,7 @@ impl HostCtx {
     /// it the call is dropped (a PostgreSQL query is abandoned, a
     /// transaction rolled back; SQLite's blocking thread finishes on its
     /// own and its answer is not used).
-    async fn store_call_untraced<T>(
+    async fn store_call<T>(
         &self,
         work: impl Future<Output = Result<T, hearth_store::StoreError>>,
     ) -> Result<T, HostError> {

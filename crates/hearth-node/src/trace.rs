@@ -9,29 +9,54 @@
 //! js tier's fallback to the process tier, compiled code leaving for the
 //! isolate and a gateway's retry are events on it.
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hearth_core::{FunctionVersion, InvocationId, Request, Tier};
 use hearth_host::trace::{ForwardSpan, InvocationTrace};
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
-use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
+use opentelemetry::trace::{SpanId, SpanKind, Status, TraceContextExt, TraceId, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider, SpanExporter, Tracer,
+    BatchConfigBuilder, BatchSpanProcessor, IdGenerator, RandomIdGenerator, Sampler,
+    SdkTracerProvider, SpanExporter, Tracer,
 };
 
-/// Longest `tracestate` taken from a request: the W3C minimum a vendor
-/// must pass on. A longer one is dropped (the `traceparent` is still
-/// used): every span of the trace would keep it until exported.
-pub const MAX_TRACESTATE_BYTES: usize = 512;
+pub use hearth_host::trace::MAX_TRACESTATE_BYTES;
+use hearth_host::trace::within_bound;
 
 /// Spans waiting for the exporter, at most; past it new ones are dropped
 /// (and counted by the SDK), so a collector that is slow or down costs a
 /// bounded amount of memory.
 const MAX_QUEUED_SPANS: usize = 8192;
+
+thread_local! {
+    /// The trace id the next new trace on this thread takes: set by
+    /// [`Tracing::begin`] around the one span it starts.
+    static BEGINS: Cell<Option<TraceId>> = const { Cell::new(None) };
+}
+
+/// Ids as the SDK's random generator makes them, except a trace that an
+/// invocation begins, whose id is the invocation's
+/// ([`InvocationId::trace_id`]: a tape then says which trace it began,
+/// and a trace id found in a collector leads to its tapes). The SDK takes
+/// no trace id from a span builder, so [`BEGINS`] hands it over, on the
+/// thread starting the span, for that one span.
+#[derive(Debug, Default)]
+struct InvocationTraceIds(RandomIdGenerator);
+
+impl IdGenerator for InvocationTraceIds {
+    fn new_trace_id(&self) -> TraceId {
+        BEGINS.take().unwrap_or_else(|| self.0.new_trace_id())
+    }
+
+    fn new_span_id(&self) -> SpanId {
+        self.0.new_span_id()
+    }
+}
 
 /// The node's tracer and where its spans go.
 pub struct Tracing {
@@ -63,6 +88,7 @@ impl Tracing {
             .build();
         let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(ratio)));
         let provider = SdkTracerProvider::builder()
+            .with_id_generator(InvocationTraceIds::default())
             .with_sampler(sampler)
             .with_span_processor(processor)
             .with_resource(resource)
@@ -91,7 +117,10 @@ impl Tracing {
         id: InvocationId,
         req: &Request,
     ) -> Arc<InvocationTrace> {
-        let parent = TraceContextPropagator::new().extract(&Headers(&req.headers));
+        let parent = hearth_host::trace::caller(&req.headers);
+        if !parent.span().span_context().is_valid() {
+            BEGINS.set(Some(TraceId::from(id.trace_id())));
+        }
         let mut attributes = vec![
             KeyValue::new("faas.invocation_id", id.to_string()),
             KeyValue::new("faas.name", v.name.clone()),
@@ -126,6 +155,8 @@ impl Tracing {
             .with_kind(SpanKind::Server)
             .with_attributes(attributes)
             .start_with_context(&self.tracer, &parent);
+        // Unused if the provider has shut down: not left for another span.
+        BEGINS.take();
         Arc::new(InvocationTrace::new(
             Context::current_with_span(span),
             self.tracer.clone(),
@@ -220,26 +251,7 @@ pub(crate) fn event(trace: &InvocationTrace, name: &'static str, attributes: Vec
     trace.context().span().add_event(name, attributes);
 }
 
-/// A request's headers as the propagator reads them: `traceparent`, and
-/// `tracestate` up to [`MAX_TRACESTATE_BYTES`].
-struct Headers<'a>(&'a [(String, String)]);
-
-impl Extractor for Headers<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        let value = self
-            .0
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(key))
-            .map(|(_, v)| v.as_str())?;
-        within_bound(key, value)
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        self.0.iter().map(|(k, _)| k.as_str()).collect()
-    }
-}
-
-/// [`Headers`] for a request a gateway holds as an `http::HeaderMap`.
+/// The request's headers as [`hearth_host::trace::caller`] reads them, for a request a gateway holds as an `http::HeaderMap`.
 struct HeaderMapOf<'a>(&'a http::HeaderMap);
 
 impl Extractor for HeaderMapOf<'_> {
@@ -250,11 +262,6 @@ impl Extractor for HeaderMapOf<'_> {
     fn keys(&self) -> Vec<&str> {
         self.0.keys().map(|k| k.as_str()).collect()
     }
-}
-
-/// `value` of header `key`, unless it is a `tracestate` past its bound.
-fn within_bound<'v>(key: &str, value: &'v str) -> Option<&'v str> {
-    (key != "tracestate" || value.len() <= MAX_TRACESTATE_BYTES).then_some(value)
 }
 
 #[cfg(test)]
@@ -284,8 +291,10 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let cx = TraceContextPropagator::new().extract(&Headers(&headers));
-        cx.span().span_context().clone()
+        hearth_host::trace::caller(&headers)
+            .span()
+            .span_context()
+            .clone()
     }
 
     const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";

@@ -344,6 +344,7 @@ impl Archive {
             errors_only: q.errors_only,
             since_ms: q.since_ms,
             version: q.version,
+            before: q.before.clone(),
             after: None,
             limit: 32,
         };
@@ -501,6 +502,17 @@ fn matches(q: &TapeQuery, r: &Recording) -> bool {
         && q.since_ms.is_none_or(|s| r.started_ms >= s)
         && q.version.is_none_or(|v| v == r.version)
         && q.min_duration_us.is_none_or(|d| r.duration_us >= d)
+        && q.before.as_ref().is_none_or(|b| r.id < *b)
+        && q.trace_id.as_ref().is_none_or(|t| *t == trace_of(r))
+}
+
+/// The trace a taped invocation was in (`hearth_host::trace::trace_of`).
+pub fn trace_of(r: &Recording) -> String {
+    match r.id.parse() {
+        Ok(id) => hearth_host::trace::trace_of(id, &r.request.headers),
+        // Not an id this node made: no trace it began.
+        Err(_) => String::new(),
+    }
 }
 
 /// What a listing shows of a tape in the block at (`segment`, `offset`).

@@ -29,7 +29,7 @@ mod segment;
 pub mod view;
 mod writer;
 
-pub use archive::Archive;
+pub use archive::{Archive, trace_of};
 pub use pending::Queued;
 pub use recording::{
     BLOB_MIN_BYTES, BodyDigest, ImportLimits, Outcome, OutcomeRef, Recording, RecordingRef,

@@ -127,6 +127,8 @@ pub fn timeline(r: &Recording, offset: usize, limit: usize) -> Value {
         "tier": r.tier.as_str(),
         "started_ms": r.started_ms,
         "duration_us": r.duration_us,
+        // The trace it was in: its caller's, or the one it began.
+        "trace_id": crate::trace_of(r),
         "request": {
             "method": r.request.method,
             "path": r.request.path,

@@ -7,10 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use hearth_core::{FunctionSpec, Request, Response, Runtime, Tier};
+use hearth_core::{FunctionSpec, InvocationId, Request, Response, Runtime, Tier};
 use hearth_host::{HostEvent, Tape};
 use hearth_record::{Archive, Durability, Outcome, RecordConfig, RecordError, Recorder, Recording};
 use hearth_store::{MAX_PINS_PER_FUNCTION, SqliteStore, Store, TapeIndex, TapePin, TapeQuery};
+
+/// A caller's `traceparent` (W3C's example).
+const CALLERS: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 fn recording(tenant: &str, function: &str, body: &str, ok: bool, started_ms: i64) -> Recording {
     Recording {
@@ -469,6 +472,9 @@ async fn listing_walks_blocks_newest_first_and_filters() {
                 now + n as i64,
             );
             r.version = if block < 3 { 1 } else { 2 };
+            if n % 5 == 0 {
+                r.request.headers = vec![("traceparent".into(), CALLERS.into())];
+            }
             rec.record(r.borrowed()).await.unwrap();
             all.push(r);
         }
@@ -527,6 +533,46 @@ async fn listing_walks_blocks_newest_first_and_filters() {
             ..TapeQuery::default()
         }),
         newest(&|r| r.started_ms >= now + 20, 100)
+    );
+    // Pages: each starts before the last one's oldest, and together they
+    // are the whole listing, once each, in order.
+    let (mut paged, mut before) = (Vec::new(), None);
+    loop {
+        let page = ids(TapeQuery {
+            function: Some("f".into()),
+            before: before.clone(),
+            limit: 4,
+            ..TapeQuery::default()
+        });
+        paged.extend(page.iter().cloned());
+        match page.last() {
+            Some(last) if page.len() == 4 => before = Some(last.clone()),
+            _ => break,
+        }
+    }
+    assert_eq!(paged, newest(&|r| r.function == "f", 100));
+    // A trace: the caller's, on five tapes' requests; or the one an
+    // invocation began, which only its own tape is in.
+    let callers = &CALLERS[3..35];
+    assert_eq!(
+        ids(TapeQuery {
+            trace_id: Some(callers.into()),
+            ..TapeQuery::default()
+        }),
+        newest(&|r| r.request.header("traceparent").is_some(), 100)
+    );
+    let began = &all[7];
+    let trace = format!(
+        "{:032x}",
+        began.id.parse::<InvocationId>().unwrap().trace_id()
+    );
+    assert_eq!(hearth_record::trace_of(began), trace);
+    assert_eq!(
+        ids(TapeQuery {
+            trace_id: Some(trace),
+            ..TapeQuery::default()
+        }),
+        std::slice::from_ref(&began.id)
     );
     // Whole tapes in the same order, each block decoded once.
     let got = rec.archive().recordings("a", &q(9)).unwrap();

@@ -235,6 +235,9 @@ pub struct BlockQuery {
     pub since_ms: Option<i64>,
     /// Only blocks that may hold this version.
     pub version: Option<u32>,
+    /// Only blocks that may hold a tape older than this invocation (its
+    /// id).
+    pub before: Option<String>,
     /// Keyset cursor: only blocks ordered after this one.
     pub after: Option<BlockCursor>,
     /// At most this many.
@@ -283,6 +286,12 @@ pub struct TapeQuery {
     pub version: Option<u32>,
     /// Only invocations that took at least this long.
     pub min_duration_us: Option<u64>,
+    /// Only invocations in this trace (32 hex digits, lower case): its
+    /// caller's, or the one it began.
+    pub trace_id: Option<String>,
+    /// Only invocations older than this one (its id): the next page after
+    /// a listing whose oldest this was.
+    pub before: Option<String>,
     /// At most this many (0: 100).
     pub limit: u32,
 }

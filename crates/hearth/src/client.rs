@@ -208,14 +208,8 @@ pub enum ClientCommand {
         name: String,
         /// With `show`: the recording's id.
         id: Option<String>,
-        /// `error`, `any`, or an HTTP status.
-        #[arg(long)]
-        status: Option<String>,
-        /// Only invocations newer than this: 90s, 15m, 1h, 2d.
-        #[arg(long)]
-        since: Option<String>,
-        #[arg(long, default_value_t = 50)]
-        limit: u32,
+        #[command(flatten)]
+        filter: crate::recordings::Filter,
         #[command(flatten)]
         target: Target,
     },
@@ -787,9 +781,7 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Recordings {
             name,
             id,
-            status,
-            since,
-            limit,
+            filter,
             target,
         } => {
             let c = Client::new(data_dir, &target)?;
@@ -798,7 +790,7 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
                 (_, Some(_)) => {
                     bail!("use `hearth recordings NAME` or `hearth recordings show ID`")
                 }
-                (name, None) => crate::recordings::list(&c, name, status, since, limit).await?,
+                (name, None) => crate::recordings::list(&c, name, filter).await?,
             }
         }
         ClientCommand::Replay {

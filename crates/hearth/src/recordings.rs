@@ -7,16 +7,35 @@ use serde_json::Value;
 
 use crate::client::{Client, fmt_time};
 
-pub(crate) async fn list(
-    c: &Client,
-    name: &str,
+/// Which of a function's recordings `hearth recordings NAME` lists.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Filter {
+    /// `error`, `any`, or an HTTP status.
+    #[arg(long)]
     status: Option<String>,
+    /// Only invocations newer than this: 90s, 15m, 1h, 2d.
+    #[arg(long)]
     since: Option<String>,
+    /// Only invocations of this version.
+    #[arg(long, value_name = "N")]
+    version: Option<u32>,
+    /// Only invocations in this trace (its 32 hex digits).
+    #[arg(long)]
+    trace: Option<String>,
+    /// Only invocations older than this one: the next page.
+    #[arg(long, value_name = "ID")]
+    before: Option<String>,
+    #[arg(long, default_value_t = 50)]
     limit: u32,
-) -> anyhow::Result<()> {
-    let mut q = vec![("limit", limit.to_string())];
-    q.extend(status.map(|s| ("status", s)));
-    q.extend(since.map(|s| ("since", s)));
+}
+
+pub(crate) async fn list(c: &Client, name: &str, f: Filter) -> anyhow::Result<()> {
+    let mut q = vec![("limit", f.limit.to_string())];
+    q.extend(f.status.map(|s| ("status", s)));
+    q.extend(f.since.map(|s| ("since", s)));
+    q.extend(f.version.map(|v| ("version", v.to_string())));
+    q.extend(f.trace.map(|t| ("trace_id", t)));
+    q.extend(f.before.map(|b| ("before", b)));
     let (listed, v): (Recordings, _) = c
         .send_as(
             c.request(
@@ -45,6 +64,9 @@ pub(crate) async fn list(
             t.duration_us as f64 / 1000.0,
             t.outcome,
         );
+    }
+    if let Some(next) = &listed.next_before {
+        println!("older: hearth recordings {name} --before {next}");
     }
     Ok(())
 }

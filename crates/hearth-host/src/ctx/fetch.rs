@@ -84,7 +84,7 @@ impl HostCtx {
                     "http.response.status_code",
                     i64::from(r.status),
                 )),
-                Err(e) => span.failed(e.to_string()),
+                Err(e) => span.failed(e.kind(), e.to_string()),
             }
         }
         drop(span);

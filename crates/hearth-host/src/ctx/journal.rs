@@ -109,7 +109,7 @@ impl HostCtx {
             let bytes = postcard::to_allocvec(&event).expect("host events always encode");
             let invocation = self.0.meta.id.to_string();
             let written = self
-                .store_call_untraced(async {
+                .store_call(async {
                     let (s, tenant, function) = self.scope();
                     let key = JournalKey {
                         tenant,

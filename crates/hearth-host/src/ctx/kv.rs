@@ -8,6 +8,7 @@
 use std::time::Instant;
 
 use hearth_store::StoreError;
+use opentelemetry::KeyValue;
 
 use super::{HostCtx, HostError};
 use crate::HostEvent;
@@ -17,6 +18,26 @@ use crate::HostEvent;
 struct Op {
     name: &'static str,
     grows: bool,
+}
+
+impl Op {
+    /// Its span's attributes, by OpenTelemetry's database conventions:
+    /// the KV is the system, a tenant's KV the namespace, a function's
+    /// keys the collection. The key itself is not on the span (a span
+    /// leaves the node in the clear; a key may be the tenant's data), only
+    /// its length.
+    fn attributes(&self, tenant: &str, function: &str, key: &[u8]) -> Vec<KeyValue> {
+        vec![
+            KeyValue::new("db.system.name", "hearth.kv"),
+            KeyValue::new(
+                "db.operation.name",
+                self.name.strip_prefix("kv.").unwrap_or(self.name),
+            ),
+            KeyValue::new("db.namespace", tenant.to_string()),
+            KeyValue::new("db.collection.name", function.to_string()),
+            KeyValue::new("hearth.kv.key_bytes", key.len() as i64),
+        ]
+    }
 }
 
 const GET: Op = Op {
@@ -68,9 +89,27 @@ impl HostCtx {
             self.0.services.admit_growth()?;
         }
         let began = Instant::now();
-        let answer = self.store_call(op.name, run).await?;
-        self.record_effect(taped(&answer), began).await;
-        Ok(answer)
+        let mut span = self.call_span(op.name, || {
+            let (_, tenant, function) = self.scope();
+            op.attributes(tenant, function, key)
+        });
+        let answer = self.store_call(run).await;
+        let event = answer.as_ref().ok().map(taped);
+        if let Some(span) = &mut span {
+            match (&answer, &event) {
+                (Err(e), _) => span.failed(e.kind(), e.to_string()),
+                (_, Some(HostEvent::KvList { keys, .. })) => span.set(KeyValue::new(
+                    "db.response.returned_rows",
+                    keys.len() as i64,
+                )),
+                _ => {}
+            }
+        }
+        drop(span);
+        if let Some(event) = event {
+            self.record_effect(event, began).await;
+        }
+        answer
     }
 
     fn check_key(&self, key: &[u8]) -> Result<(), HostError> {

@@ -35,6 +35,18 @@ fn id_ms(id: &str) -> i64 {
         .unwrap_or(0)
 }
 
+/// The widest range of start times, in ms, a block of `tenant`'s has held.
+fn span_ms(conn: &Connection, tenant: &str) -> Result<i64, StoreError> {
+    Ok(conn
+        .query_row(
+            "SELECT span_ms FROM tape_spans WHERE tenant = ?1",
+            params![tenant],
+            |r| r.get(0),
+        )
+        .optional()?
+        .unwrap_or(0))
+}
+
 pub(super) fn index(
     conn: &mut Connection,
     blocks: &[TapeBlock],
@@ -95,15 +107,7 @@ pub(super) fn holding(
     // A block's ids are at most `span_ms` apart, so a block holding `id`
     // starts no earlier than that before it: the scan is bounded even for
     // an id that is not there.
-    let span: i64 = conn
-        .query_row(
-            "SELECT span_ms FROM tape_spans WHERE tenant = ?1",
-            params![tenant],
-            |r| r.get(0),
-        )
-        .optional()?
-        .unwrap_or(0);
-    let floor = format!("{:012x}", (id_ms(id) - span - 1).max(0));
+    let floor = format!("{:012x}", (id_ms(id) - span_ms(conn, tenant)? - 1).max(0));
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {BLOCK_COLUMNS} FROM tape_blocks
          WHERE tenant = ?1 AND first_id <= ?2 AND first_id >= ?3 AND last_id >= ?2
@@ -127,12 +131,22 @@ pub(super) fn list(
         ),
         None => (None, 0, 0, ""),
     };
+    // A block holding a tape older than `before` starts before it, so
+    // ends at most the tenant's widest span later: the scan starts there.
+    let ceiling = match &q.before {
+        Some(before) => Some(format!(
+            "{:012x}",
+            id_ms(before).saturating_add(span_ms(conn, tenant)?) + 1
+        )),
+        None => None,
+    };
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {BLOCK_COLUMNS} FROM tape_blocks
          WHERE tenant = ?1 AND (?2 IS NULL OR function = ?2)
            AND (?3 = 0 OR errors > 0) AND (?4 IS NULL OR last_ms >= ?4)
            AND (?5 IS NULL OR ?5 BETWEEN min_version AND max_version)
            AND (?6 IS NULL OR (last_id, segment, offset, function) < (?6, ?7, ?8, ?9))
+           AND (?11 IS NULL OR (first_id < ?11 AND last_id < ?12))
          ORDER BY last_id DESC, segment DESC, offset DESC, function DESC
          LIMIT ?10"
     ))?;
@@ -147,7 +161,9 @@ pub(super) fn list(
             after_seg,
             after_off,
             after_fn,
-            q.limit.max(1)
+            q.limit.max(1),
+            q.before,
+            ceiling
         ],
         block_row,
     )?;

@@ -162,6 +162,37 @@ async fn tenants_versions_recordings_and_replays_read_as_the_api_writes_them() {
     let id = row.split_whitespace().next().unwrap().to_string();
     assert_eq!(id.len(), 32, "{row}");
     assert!(row.contains(" 200 ") && row.ends_with("ok"), "{row}");
+    // A second: a page of one names the next, and the next has the first.
+    let (ok, _, _) = hearth(&d, &["invoke", "say", "-d", "again"]);
+    assert!(ok);
+    let newer = loop {
+        let (_, out, _) = hearth(&d, &["recordings", "say", "--limit", "1"]);
+        let first = out.lines().nth(1).unwrap_or_default();
+        if !first.starts_with(&id) {
+            break out;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let next = newer
+        .lines()
+        .last()
+        .and_then(|l| l.strip_prefix("older: hearth recordings say --before "))
+        .unwrap_or_else(|| panic!("no next page named: {newer}"));
+    let (ok, out, err) = hearth(
+        &d,
+        &[
+            "recordings",
+            "say",
+            "--limit",
+            "1",
+            "--before",
+            next,
+            "--version",
+            "1",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(out.lines().nth(1).unwrap().starts_with(&id), "{out}");
 
     let (ok, out, err) = hearth(&d, &["replay", &id]);
     assert!(ok, "{out}{err}");
@@ -170,7 +201,7 @@ async fn tenants_versions_recordings_and_replays_read_as_the_api_writes_them() {
     assert!(ok, "{err}");
     assert_eq!(
         out,
-        "replayed 1 recordings of say against v1: 0 responses changed, 0 diverged from their tape\n"
+        "replayed 2 recordings of say against v1: 0 responses changed, 0 diverged from their tape\n"
     );
 }
 

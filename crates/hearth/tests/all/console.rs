@@ -408,3 +408,126 @@ async fn a_gateways_cluster_page_shows_each_nodes_placements_and_modes() {
     b.screenshot("cluster-gateway").await;
     b.close().await;
 }
+
+/// The invocations view says its filters in its URL (a view can be
+/// shared and comes back whole), goes a page at a time past the newest
+/// 100, and finds an invocation by its id or a trace's by the trace id.
+#[tokio::test]
+async fn the_invocations_view_keeps_filters_in_its_url_pages_and_finds_by_id_or_trace() {
+    require!(Chromium);
+    let d = Daemon::start();
+    let hello = crate::harness::example("hello.wat");
+    d.deploy("h", hello.clone(), &[]).await;
+    d.deploy("g", hello, &[]).await;
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let traced = d
+        .post("/fn/admin/g")
+        .header("traceparent", format!("00-{TRACE}-00f067aa0ba902b7-01"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(traced.status(), 200);
+    let traced = traced.headers()["hearth-invocation-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let mut oldest = None;
+    for _ in 0..101 {
+        let r = d.post("/fn/admin/h").send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        let id = r.headers()["hearth-invocation-id"].to_str().unwrap();
+        oldest.get_or_insert(id.to_string());
+    }
+    let oldest = oldest.unwrap();
+    d.recording_when_written(&oldest).await;
+
+    let b = Browser::start().await;
+    b.log_in(&d.url, &d.token).await;
+    b.wait_for_text("#tenant", "admin").await;
+    const ROWS: &str = "return document.querySelectorAll('tr.link').length";
+    let rows = |n: usize| move |&r: &usize| r == n;
+
+    // A view by URL: its filters are set from it.
+    b.client
+        .goto(&format!(
+            "{}/console/#/invocations?function=h&version=1",
+            d.url
+        ))
+        .await
+        .unwrap();
+    b.wait_for_js("a page of h's", ROWS, rows(100)).await;
+    let shown: (String, String) = b
+        .wait_for_js(
+            "the filters",
+            "return [document.querySelector('#filter-function').value, \
+                     document.querySelector('#filter-version').value]",
+            |_| true,
+        )
+        .await;
+    assert_eq!(shown, ("h".to_string(), "1".to_string()));
+
+    // The next page: the 101st, and the URL says where it starts.
+    b.click("#older").await;
+    b.wait_for(&format!("tr[data-id='{oldest}']")).await;
+    b.wait_for_js("the older page", ROWS, rows(1)).await;
+    let url = b.client.current_url().await.unwrap().to_string();
+    assert!(
+        url.contains("before=") && url.contains("function=h"),
+        "{url}"
+    );
+    b.click("#newest").await;
+    b.wait_for_js("the newest page again", ROWS, rows(100))
+        .await;
+
+    // A filter set in the view goes into the URL, and back to page one.
+    let version = b.wait_for("#filter-version").await;
+    version.clear().await.unwrap();
+    version.send_keys("2\n").await.unwrap();
+    b.wait_for_text("main", "No invocations match").await;
+    let url = b.client.current_url().await.unwrap().to_string();
+    assert!(
+        url.contains("version=2") && !url.contains("before="),
+        "{url}"
+    );
+
+    // Found by id: its page opens.
+    b.client
+        .goto(&format!("{}/console/#/invocations", d.url))
+        .await
+        .unwrap();
+    b.wait_for("#search-id")
+        .await
+        .send_keys(&traced)
+        .await
+        .unwrap();
+    b.click("#search button").await;
+    b.wait_for_text("main", &format!("Invocation {traced}"))
+        .await;
+    // Its trace, the caller's, links to the trace's invocations: just it.
+    b.wait_for_text("#trace-link", TRACE).await;
+    b.click("#trace-link").await;
+    b.wait_for_text("#trace-filter", TRACE).await;
+    b.wait_for(&format!("tr[data-id='{traced}']")).await;
+    b.wait_for_js("the trace's one invocation", ROWS, rows(1))
+        .await;
+
+    // A trace id in the search box: the same list.
+    b.click("#clear-trace").await;
+    b.wait_for_js("every function again", ROWS, rows(100)).await;
+    b.wait_for("#search-id")
+        .await
+        .send_keys(TRACE)
+        .await
+        .unwrap();
+    b.click("#search button").await;
+    b.wait_for_text("#trace-filter", TRACE).await;
+    b.wait_for_js("the trace's one invocation", ROWS, rows(1))
+        .await;
+    // Not an id at all: said so.
+    let search = b.wait_for("#search-id").await;
+    search.clear().await.unwrap();
+    search.send_keys("nope").await.unwrap();
+    b.click("#search button").await;
+    b.wait_for_text("#search", "32 hex digits").await;
+    b.close().await;
+}

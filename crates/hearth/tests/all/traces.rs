@@ -676,3 +676,123 @@ async fn an_unreachable_collector_is_logged_once_a_minute() {
     }
     assert_eq!(said(), 1, "{}", std::fs::read_to_string(&log).unwrap());
 }
+
+/// A KV call is a client span by OpenTelemetry's database conventions
+/// (the key's length, never the key); an invocation that begins a trace
+/// gives it a trace id its tape leads back to, so a trace id found in a
+/// collector finds its invocations, as a caller's trace id does.
+#[tokio::test]
+async fn kv_calls_are_database_spans_and_a_trace_id_finds_its_invocations() {
+    let collector = Collector::default();
+    let endpoint = collector.start().await;
+    let d = Daemon::start_with(&["--otlp-endpoint", &endpoint]);
+    let counts = r#"export default { async fetch() {
+      await hearth.kv.set("secret-key-1", "v");
+      await hearth.kv.set("secret-key-2", "v");
+      const keys = await hearth.kv.list("secret-");
+      return new Response(String(keys.length));
+    } };"#;
+    d.deploy(
+        "counts",
+        counts.as_bytes().to_vec(),
+        &[("runtime", "js"), ("file_name", "index.mjs")],
+    )
+    .await;
+    let resp = d.post("/fn/admin/counts").send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let began = resp.headers()["hearth-invocation-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(resp.text().await.unwrap(), "2");
+
+    let inv = collector.invocation(&began).await;
+    let list = collector
+        .wait_for("kv.list", |s| {
+            s.name == "kv.list" && s.parent_span_id == inv.span_id
+        })
+        .await;
+    assert_eq!(list.kind, SpanKind::Client as i32);
+    for (key, want) in [
+        ("db.system.name", Value::StringValue("hearth.kv".into())),
+        ("db.operation.name", Value::StringValue("list".into())),
+        ("db.namespace", Value::StringValue("admin".into())),
+        ("db.collection.name", Value::StringValue("counts".into())),
+        ("hearth.kv.key_bytes", Value::IntValue(7)),
+        ("db.response.returned_rows", Value::IntValue(2)),
+    ] {
+        assert_eq!(attr_value(&list.attributes, key), Some(want), "{key}");
+    }
+    let sets: Vec<Span> = collector
+        .spans()
+        .into_iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.name == "kv.set" && s.parent_span_id == inv.span_id)
+        .collect();
+    assert_eq!(sets.len(), 2);
+    for s in &sets {
+        assert_eq!(
+            string_attr(&s.attributes, "db.operation.name").as_deref(),
+            Some("set")
+        );
+        assert!(
+            !format!("{:?}", s.attributes).contains("secret-key"),
+            "the key is not on the span: {:?}",
+            s.attributes
+        );
+    }
+
+    // The trace this invocation began: found by its id, alone.
+    let trace = hex(&inv.trace_id);
+    assert_ne!(trace, began, "the trace id is the id mixed, not the id");
+    d.recording_when_written(&began).await;
+    let found = d
+        .get_json(&format!("/v1/recordings?trace_id={trace}"))
+        .await;
+    let ids: Vec<&str> = found["recordings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [began.as_str()], "{found}");
+
+    // A caller's trace, two calls in it: both found, newest first, in
+    // upper case too; the first call's, which is not in it, is not.
+    let (_, first, _) = call_in_trace(&d, "counts", "").await;
+    let (_, second, _) = call_in_trace(&d, "counts", "").await;
+    d.recording_when_written(&second).await;
+    let found = d
+        .get_json(&format!(
+            "/v1/functions/counts/recordings?trace_id={}",
+            TRACE_ID.to_uppercase()
+        ))
+        .await;
+    let ids: Vec<&str> = found["recordings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [second.as_str(), first.as_str()], "{found}");
+    // Paged, one at a time: each page names the next.
+    let page = d.get_json("/v1/functions/counts/recordings?limit=1").await;
+    assert_eq!(page["recordings"][0]["id"], second.as_str());
+    assert_eq!(page["next_before"], second.as_str());
+    let page = d
+        .get_json(&format!(
+            "/v1/functions/counts/recordings?limit=1&before={second}"
+        ))
+        .await;
+    assert_eq!(page["recordings"][0]["id"], first.as_str(), "{page}");
+
+    // A trace id that is not one is refused, saying what one is.
+    let resp = d
+        .get("/v1/recordings?trace_id=not-a-trace")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let body = resp.text().await.unwrap();
+    assert!(body.contains("32 hex digits"), "{body}");
+}
