@@ -731,8 +731,15 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
                 } else {
                     format!(" hosts={}", spec.allowed_hosts.join(","))
                 };
+                // Which secret each variable reads (names only: values
+                // never leave the secret store).
+                let secrets: String = spec
+                    .secrets
+                    .iter()
+                    .map(|(var, secret)| format!(" secret:{var}={secret}"))
+                    .collect();
                 println!(
-                    "{:>8}  {:<24}  {:<16}  {:<12}  {}MiB {}ms{}{hosts}",
+                    "{:>8}  {:<24}  {:<16}  {:<12}  {}MiB {}ms{}{hosts}{secrets}",
                     version.version,
                     fmt_time(version.created_at_ms),
                     &version.artifact[..12.min(version.artifact.len())],

@@ -95,6 +95,13 @@ async fn a_secret_reaches_every_tier_as_env_and_rotates_without_a_deploy() {
         assert!(!text.contains("hunter2"), "{path}: {text}");
     }
     assert!(d.get_text("/v1/functions/js").await.contains("\"API_KEY\""));
+    // The versions listing says which variable reads which secret.
+    let (ok, out, err) = hearth(&d, &["versions", "wasm"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("secret:GREETING=API_KEY") && !out.contains("hunter2"),
+        "{out}"
+    );
 
     // Removing a secret a live version binds is refused; unbound, it goes.
     let (ok, _, err) = hearth(&d, &["secret", "rm", "API_KEY"]);
