@@ -1,10 +1,11 @@
 // Loads each console page in Debian's headless chromium (playwright-core,
 // the system browser) and times it: from the navigation's start until the
-// page shows its data. Usage: node bench/console.mjs URL TOKEN ID ROUNDS
-// (ID: an invocation to open). Prints a Markdown row per page.
+// page shows its data. Usage: node bench/console.mjs URL TOKEN ID ROUNDS MID
+// (ID: an invocation to open; MID: an id half way back, to page from).
+// Prints a Markdown row per page.
 import { chromium } from "playwright-core";
 
-const [url, token, id, rounds = "10"] = process.argv.slice(2);
+const [url, token, id, rounds = "10", mid] = process.argv.slice(2);
 const browser = await chromium.launch({
   executablePath: "/usr/bin/chromium",
   args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -20,6 +21,7 @@ const pages = [
   ["functions", "#/functions", "[data-fn=hello] canvas"],
   ["invocations", "#/invocations", "tr.link"],
   ["invocations, errors only", "#/invocations?status=error", "tr.link"],
+  ["invocations, 100 from half way back", `#/invocations?before=${mid}`, "tr.link"],
   ["invocation", `#/invocation/${id}`, "#outcome"],
   ["cluster", "#/cluster", "text=invocations running"],
 ];

@@ -25,18 +25,25 @@ printf 'exports.handler = async () => { throw new Error("always"); };\n' >"$WORK
 curl -sf "${auth[@]}" --data-binary @"$WORK/fails.js" \
   "$URL/v1/functions/fails?runtime=js&file_name=index.js" >/dev/null
 for _ in $(seq 1 20); do curl -s "${auth[@]}" -o /dev/null -X POST "$URL/fn/admin/fails"; done
+FIRST_MS=$(date +%s%3N)
 tapes() { curl -sf "${auth[@]}" "$URL/v1/status" | python3 -c 'import json,sys;print(json.load(sys.stdin)["recording"]["tapes_written"])'; }
 while [ "$(tapes)" -lt "$N" ]; do
   wrk -t2 -c16 -d3s "$URL/fn/admin/hello" >/dev/null
 done
+LAST_MS=$(date +%s%3N)
 sleep 2
 echo "tapes written: $(tapes)" >&2
+# An id from half way through the run: the page before it is a deep one.
+MID=$(printf '%012x%020x' $(((FIRST_MS + LAST_MS) / 2)) 1)
+# W3C's example trace id: no tape is in it, so every block is read.
+TRACE=4bf92f3577b34da6a3ce929d0e0e4736
 ID=$(curl -sf "${auth[@]}" "$URL/v1/recordings?function=hello&limit=1" | python3 -c 'import json,sys;print(json.load(sys.stdin)["recordings"][0]["id"])')
 
 echo "| API call | median ms (of $ROUNDS) |"
 echo "|---|---|"
 for path in "/v1/functions" "/v1/stats" "/v1/recordings?limit=100" "/v1/recordings?status=error&limit=100" \
-  "/v1/recordings?slower_than_ms=1000&limit=100" "/v1/recordings/$ID" "/v1/functions/hello/logs?invocation=$ID"; do
+  "/v1/recordings?slower_than_ms=1000&limit=100" "/v1/recordings?before=$MID&limit=100" \
+  "/v1/recordings?trace_id=$TRACE&limit=100" "/v1/recordings/$ID" "/v1/functions/hello/logs?invocation=$ID"; do
   for _ in $(seq 1 "$ROUNDS"); do
     curl -s -o /dev/null -w '%{time_total}\n' "${auth[@]}" "$URL$path"
   done | sort -n | awk -v p="$path" '{a[NR]=$1} END {printf "| `%s` | %.1f |\n", p, a[int((NR+1)/2)]*1000}'
@@ -46,4 +53,4 @@ echo "| page | median ms | slowest ms |"
 echo "|---|---|---|"
 # Beside its node_modules, where the import of playwright-core resolves.
 cp bench/console.mjs "$NODE_DIR/console.mjs"
-node "$NODE_DIR/console.mjs" "$URL" "$TOK" "$ID" "$ROUNDS"
+node "$NODE_DIR/console.mjs" "$URL" "$TOK" "$ID" "$ROUNDS" "$MID"
