@@ -749,12 +749,7 @@ async fn kv_calls_are_database_spans_and_a_trace_id_finds_its_invocations() {
     let found = d
         .get_json(&format!("/v1/recordings?trace_id={trace}"))
         .await;
-    let ids: Vec<&str> = found["recordings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["id"].as_str().unwrap())
-        .collect();
+    let ids = listed_ids(&found);
     assert_eq!(ids, [began.as_str()], "{found}");
 
     // A caller's trace, two calls in it: both found, newest first, in
@@ -768,12 +763,7 @@ async fn kv_calls_are_database_spans_and_a_trace_id_finds_its_invocations() {
             TRACE_ID.to_uppercase()
         ))
         .await;
-    let ids: Vec<&str> = found["recordings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["id"].as_str().unwrap())
-        .collect();
+    let ids = listed_ids(&found);
     assert_eq!(ids, [second.as_str(), first.as_str()], "{found}");
     // Paged, one at a time: each page names the next.
     let page = d.get_json("/v1/functions/counts/recordings?limit=1").await;
@@ -795,4 +785,14 @@ async fn kv_calls_are_database_spans_and_a_trace_id_finds_its_invocations() {
     assert_eq!(resp.status(), 400);
     let body = resp.text().await.unwrap();
     assert!(body.contains("32 hex digits"), "{body}");
+}
+
+/// The ids a tape listing names, in its order.
+fn listed_ids(listing: &serde_json::Value) -> Vec<&str> {
+    listing["recordings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect()
 }
