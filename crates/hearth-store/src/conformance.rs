@@ -7,8 +7,8 @@ use std::pin::Pin;
 use hearth_core::{Colocation, FunctionSpec, Runtime};
 
 use crate::{
-    Alias, FunctionMode, Grant, JournalKey, LIVE, LogQuery, LogRecord, LogStream, Scope, Store,
-    StoreError,
+    Alias, Claimed, Enqueue, FunctionMode, Grant, JournalKey, LIVE, LogQuery, LogRecord, LogStream,
+    ScheduleRow, Scope, Settle, Store, StoreError,
 };
 
 /// One scenario: it wants a fresh, empty store.
@@ -37,6 +37,8 @@ scenarios![
     logs_filter_by_invocation_and_return_oldest_first,
     logs_are_counted_per_function_trimmed_oldest_first_and_expired,
     journals_keep_order_per_invocation_and_are_forgotten_or_swept,
+    a_schedules_tick_is_fired_once_and_a_redeploy_keeps_its_state,
+    queued_invocations_are_claimed_once_until_their_lease_lapses_and_settle_once,
 ];
 
 pub(crate) async fn versions_resolve_newest_or_pinned(s: &dyn Store) {
@@ -807,4 +809,261 @@ async fn aliases_move_with_history_and_roll_back_one_move_at_a_time(s: &dyn Stor
             .artifact,
         "dd"
     );
+}
+
+fn schedule_row(id: &str, expr: &str, next_ms: i64) -> ScheduleRow {
+    ScheduleRow {
+        tenant: "t".into(),
+        function: "f".into(),
+        id: id.into(),
+        expr: expr.into(),
+        catch_up: 0,
+        paused: false,
+        next_ms,
+        fired_ms: None,
+        created_ms: 1,
+    }
+}
+
+fn queued(id: &str, at: i64) -> Enqueue {
+    Enqueue {
+        id: id.into(),
+        tenant: "t".into(),
+        function: "f".into(),
+        target: "live".into(),
+        source: "async".into(),
+        request: b"req".to_vec(),
+        enqueued_ms: at,
+        expires_ms: at + 60_000,
+        max_attempts: 3,
+    }
+}
+
+async fn a_schedules_tick_is_fired_once_and_a_redeploy_keeps_its_state(s: &dyn Store) {
+    let spec = FunctionSpec::new(Runtime::Wasm);
+    s.create_version("t", "f", "aa", &spec, true).await.unwrap();
+    let (a, b) = (
+        schedule_row("a", "@every 1s", 1_000),
+        schedule_row("b", "* * * * *", 60_000),
+    );
+    s.set_schedules("t", "f", &[a.clone(), b.clone()])
+        .await
+        .unwrap();
+    assert_eq!(
+        s.schedules("t", Some("f")).await.unwrap(),
+        [a.clone(), b.clone()]
+    );
+    assert!(s.schedules("other", None).await.unwrap().is_empty());
+    let due = s.due_schedules(1_500, 10).await.unwrap();
+    assert_eq!(due, [a.clone()], "only the tick that has come");
+
+    // Two members saw tick 1000 due: the first moves it on and queues its
+    // firing; the second, comparing against 1000, does nothing.
+    let firing = queued("tick-1000", 1_000);
+    assert!(s.fire_schedule(&a, 2_000, &[firing.clone()]).await.unwrap());
+    assert!(
+        !s.fire_schedule(&a, 2_000, &[queued("again", 1_000)])
+            .await
+            .unwrap()
+    );
+    let claimed = s.claim_queued("c", 1_500, 10_000, 10).await.unwrap();
+    assert_eq!(
+        claimed.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        ["tick-1000"],
+        "one firing queued"
+    );
+    let now = s.schedules("t", Some("f")).await.unwrap();
+    assert_eq!((now[0].next_ms, now[0].fired_ms), (2_000, Some(1_000)));
+
+    // Paused, it is not due; resumed, it starts from the tick it is given.
+    assert!(s.pause_schedule(("t", "f", "a"), true, 0).await.unwrap());
+    assert!(
+        s.due_schedules(i64::MAX, 10)
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.id != "a")
+    );
+    let paused = schedule_row("a", "@every 1s", 2_000);
+    assert!(
+        !s.fire_schedule(&paused, 3_000, &[]).await.unwrap(),
+        "a paused tick is not fired"
+    );
+
+    // A redeploy that keeps `a` keeps its pause and next tick; `b` goes.
+    s.set_schedules(
+        "t",
+        "f",
+        &[
+            schedule_row("a", "@every 1s", 99_999),
+            schedule_row("c", "@hourly", 3_600_000),
+        ],
+    )
+    .await
+    .unwrap();
+    let kept = s.schedules("t", Some("f")).await.unwrap();
+    assert_eq!(
+        kept.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["a", "c"]
+    );
+    assert_eq!((kept[0].paused, kept[0].next_ms), (true, 2_000));
+    assert!(
+        s.pause_schedule(("t", "f", "a"), false, 7_000)
+            .await
+            .unwrap()
+    );
+    assert_eq!(s.schedules("t", Some("f")).await.unwrap()[0].next_ms, 7_000);
+    assert!(s.remove_schedule("t", "f", "c").await.unwrap());
+    assert!(!s.remove_schedule("t", "f", "c").await.unwrap());
+
+    let many: Vec<_> = (0..=crate::MAX_SCHEDULES_PER_FUNCTION)
+        .map(|i| schedule_row(&format!("s{i}"), "@every 1m", 60_000))
+        .collect();
+    assert!(matches!(
+        s.set_schedules("t", "f", &many).await,
+        Err(StoreError::TooManySchedules { .. })
+    ));
+
+    // A removed function's schedules and queue go with it.
+    assert!(s.delete_function("t", "f").await.unwrap());
+    assert!(s.schedules("t", None).await.unwrap().is_empty());
+    assert!(s.queue_depths().await.unwrap().is_empty());
+}
+
+async fn queued_invocations_are_claimed_once_until_their_lease_lapses_and_settle_once(
+    s: &dyn Store,
+) {
+    assert!(s.enqueue(&queued("one", 100)).await.unwrap());
+    assert!(
+        !s.enqueue(&queued("one", 100)).await.unwrap(),
+        "an id is queued once"
+    );
+    assert!(s.enqueue(&queued("two", 200)).await.unwrap());
+    let depth = s.queue_depths().await.unwrap();
+    assert_eq!((depth[0].ready, depth[0].oldest_ms), (2, Some(100)));
+
+    let first = s.claim_queued("A", 1_000, 5_000, 1).await.unwrap();
+    assert_eq!((first[0].id.as_str(), first[0].deliveries), ("one", 1));
+    assert!(!first[0].redelivered());
+    assert_eq!(first[0].request, b"req");
+    let second = s.claim_queued("B", 1_000, 25_000, 10).await.unwrap();
+    assert_eq!(
+        second.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        ["two"],
+        "held by A"
+    );
+
+    // A vanishes: after its lease, C gets "one" again, as a redelivery;
+    // A's late answer settles nothing.
+    let key = JournalKey {
+        tenant: "t",
+        function: "f",
+        invocation: "one",
+    };
+    s.journal_append(&key, 0, b"kv answer").await.unwrap();
+    let again = s.claim_queued("C", 6_001, 5_000, 10).await.unwrap();
+    assert_eq!(
+        again.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        ["one"]
+    );
+    assert!(again[0].redelivered());
+    assert!(
+        !s.settle_queued(&first[0], &Settle::Done).await.unwrap(),
+        "A's claim lapsed"
+    );
+    assert_eq!(
+        s.journal_read(&key).await.unwrap().len(),
+        1,
+        "kept for C to follow"
+    );
+    s.journal_sweep(i64::MAX).await.unwrap();
+    assert_eq!(
+        s.journal_read(&key).await.unwrap().len(),
+        1,
+        "a queued invocation's journal is not swept"
+    );
+
+    // C's attempt fails: tried again later, an attempt counted, its journal
+    // forgotten (the next attempt runs afresh).
+    let retry = Settle::Retry {
+        visible_ms: 20_000,
+        error: "boom".into(),
+        refused: false,
+    };
+    assert!(s.settle_queued(&again[0], &retry).await.unwrap());
+    assert!(s.journal_read(&key).await.unwrap().is_empty());
+    assert!(
+        s.claim_queued("D", 19_999, 5_000, 10)
+            .await
+            .unwrap()
+            .iter()
+            .all(|c| c.id != "one")
+    );
+    let third = s.claim_queued("D", 20_000, 5_000, 10).await.unwrap();
+    let one: &Claimed = third.iter().find(|c| c.id == "one").unwrap();
+    assert_eq!((one.attempts, one.last_error.as_deref()), (1, Some("boom")));
+    assert!(!one.redelivered());
+    // Refused (nothing ran): tried again, no attempt counted.
+    let refused = Settle::Retry {
+        visible_ms: 20_000,
+        error: "busy".into(),
+        refused: true,
+    };
+    assert!(s.settle_queued(one, &refused).await.unwrap());
+    let fourth = s.claim_queued("E", 20_000, 5_000, 10).await.unwrap();
+    let one = fourth.iter().find(|c| c.id == "one").unwrap();
+    assert_eq!((one.attempts, one.redelivered()), (1, false));
+
+    // The last failure makes it a dead letter, which can be read, queued
+    // again and purged.
+    assert!(
+        s.settle_queued(
+            one,
+            &Settle::Dead {
+                error: "gave up".into()
+            }
+        )
+        .await
+        .unwrap()
+    );
+    let dead = s.dead_letters("t", "f", 10).await.unwrap();
+    assert_eq!(
+        (dead.len(), dead[0].id.as_str(), dead[0].attempts),
+        (1, "one", 2)
+    );
+    assert_eq!(dead[0].error, "gave up");
+    assert!(s.dead_letters("other", "f", 10).await.unwrap().is_empty());
+    assert_eq!(
+        s.requeue_dead(("other", "f", None), 30_000, 90_000)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        s.requeue_dead(("t", "f", Some("one")), 30_000, 90_000)
+            .await
+            .unwrap(),
+        1
+    );
+    let back = s.claim_queued("F", 30_000, 5_000, 10).await.unwrap();
+    let one = back.iter().find(|c| c.id == "one").unwrap();
+    assert_eq!(
+        (one.attempts, one.deliveries, one.expires_ms),
+        (0, 1, 90_000)
+    );
+    assert!(
+        s.settle_queued(
+            one,
+            &Settle::Dead {
+                error: "again".into()
+            }
+        )
+        .await
+        .unwrap()
+    );
+    assert_eq!(s.purge_dead(("t", "f", None)).await.unwrap(), 1);
+    assert!(s.dead_letters("t", "f", 10).await.unwrap().is_empty());
+    let two = back.iter().find(|c| c.id == "two").unwrap();
+    assert!(s.settle_queued(two, &Settle::Done).await.unwrap());
+    assert!(s.queue_depths().await.unwrap().is_empty());
 }

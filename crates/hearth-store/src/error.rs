@@ -59,6 +59,8 @@ pub enum StoreError {
     LiveAlias,
     /// {0}
     BadSplit(String),
+    /// a function has at most {max} schedules
+    TooManySchedules { max: usize },
 }
 
 impl StoreError {

@@ -19,6 +19,7 @@ mod cluster;
 #[cfg(test)]
 mod conformance;
 mod error;
+mod events;
 mod migrations;
 mod postgres;
 mod secrets;
@@ -34,6 +35,9 @@ pub use hearth_core::LogStream;
 pub use artifacts::{ArtifactStore, sha256_hex, write_atomically, write_secret};
 pub use cluster::{AwayTapes, Change, ClusterSettings, MemberRow};
 pub use error::StoreError;
+pub use events::{
+    Claimed, DeadLetter, Enqueue, MAX_SCHEDULES_PER_FUNCTION, QueueDepth, ScheduleRow, Settle,
+};
 pub use postgres::PgStore;
 pub use secrets::{MAX_SEALED_SECRET_BYTES, MAX_SECRETS_PER_TENANT, SecretInfo};
 pub use split::SplitStore;
@@ -570,6 +574,83 @@ pub trait Store: Send + Sync + 'static {
     /// Forgets journals begun before `before_ms` (left by nodes that died;
     /// their retries are long over). Returns how many events went.
     async fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError>;
+
+    // -- events (`events.rs`) --
+    /// Sets `function`'s schedules to `rows`: a row whose id the function
+    /// has already keeps its pause and next tick; the others go.
+    async fn set_schedules(
+        &self,
+        tenant: &str,
+        function: &str,
+        rows: &[ScheduleRow],
+    ) -> Result<(), StoreError>;
+    /// The tenant's schedules (of one function, if named).
+    async fn schedules(
+        &self,
+        tenant: &str,
+        function: Option<&str>,
+    ) -> Result<Vec<ScheduleRow>, StoreError>;
+    /// Pauses a schedule, or resumes it from its tick `next_ms`; whether
+    /// it exists.
+    async fn pause_schedule(
+        &self,
+        key: (&str, &str, &str),
+        paused: bool,
+        next_ms: i64,
+    ) -> Result<bool, StoreError>;
+    /// Removes a schedule; whether it existed.
+    async fn remove_schedule(
+        &self,
+        tenant: &str,
+        function: &str,
+        id: &str,
+    ) -> Result<bool, StoreError>;
+    /// Every tenant's schedules not paused whose next tick is at or
+    /// before `now_ms`, earliest first.
+    async fn due_schedules(&self, now_ms: i64, limit: u32) -> Result<Vec<ScheduleRow>, StoreError>;
+    /// Fires `row`'s tick: moves its next tick from `row.next_ms` to
+    /// `next_ms` and queues `firings`, in one transaction, unless another
+    /// caller moved it first (or it was paused); whether this call did.
+    async fn fire_schedule(
+        &self,
+        row: &ScheduleRow,
+        next_ms: i64,
+        firings: &[Enqueue],
+    ) -> Result<bool, StoreError>;
+    /// Queues an invocation; false if its id is queued already.
+    async fn enqueue(&self, item: &Enqueue) -> Result<bool, StoreError>;
+    /// Claims up to `limit` queued invocations visible at `now_ms` (any
+    /// tenant's, the longest waiting first), each invisible to other
+    /// claimers for `lease_ms`, under the token `claim`.
+    async fn claim_queued(
+        &self,
+        claim: &str,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<Claimed>, StoreError>;
+    /// Settles a claimed invocation, and forgets its journal; false if its
+    /// claim had lapsed and another claimer has it.
+    async fn settle_queued(&self, item: &Claimed, how: &Settle) -> Result<bool, StoreError>;
+    /// `function`'s dead letters, newest first.
+    async fn dead_letters(
+        &self,
+        tenant: &str,
+        function: &str,
+        limit: u32,
+    ) -> Result<Vec<DeadLetter>, StoreError>;
+    /// Queues `function`'s dead letters (one, if `id`) again from their
+    /// first attempt, to expire at `expires_ms`; how many.
+    async fn requeue_dead(
+        &self,
+        key: (&str, &str, Option<&str>),
+        now_ms: i64,
+        expires_ms: i64,
+    ) -> Result<u64, StoreError>;
+    /// Deletes `function`'s dead letters (one, if `id`); how many.
+    async fn purge_dead(&self, key: (&str, &str, Option<&str>)) -> Result<u64, StoreError>;
+    /// Every function's queue that holds anything.
+    async fn queue_depths(&self) -> Result<Vec<QueueDepth>, StoreError>;
 
     // -- logs --
     async fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError>;

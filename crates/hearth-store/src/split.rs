@@ -6,9 +6,9 @@
 use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 
 use crate::{
-    Alias, AliasMove, BlobEntry, BlockQuery, FunctionMode, FunctionSummary, Grant, JournalKey,
-    LogQuery, LogRecord, PgStore, Principal, SecretInfo, SqliteStore, Store, StoreError, TapeBlock,
-    TapeIndex, TapePin,
+    Alias, AliasMove, BlobEntry, BlockQuery, Claimed, DeadLetter, Enqueue, FunctionMode,
+    FunctionSummary, Grant, JournalKey, LogQuery, LogRecord, PgStore, Principal, QueueDepth,
+    ScheduleRow, SecretInfo, Settle, SqliteStore, Store, StoreError, TapeBlock, TapeIndex, TapePin,
 };
 
 /// Shared state in PostgreSQL, the tape index in local SQLite.
@@ -278,6 +278,88 @@ impl Store for SplitStore {
     async fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError> {
         self.shared.journal_sweep(before_ms).await
     }
+    async fn set_schedules(
+        &self,
+        tenant: &str,
+        function: &str,
+        rows: &[ScheduleRow],
+    ) -> Result<(), StoreError> {
+        self.shared.set_schedules(tenant, function, rows).await
+    }
+    async fn schedules(
+        &self,
+        tenant: &str,
+        function: Option<&str>,
+    ) -> Result<Vec<ScheduleRow>, StoreError> {
+        self.shared.schedules(tenant, function).await
+    }
+    async fn pause_schedule(
+        &self,
+        key: (&str, &str, &str),
+        paused: bool,
+        next_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.shared.pause_schedule(key, paused, next_ms).await
+    }
+    async fn remove_schedule(
+        &self,
+        tenant: &str,
+        function: &str,
+        id: &str,
+    ) -> Result<bool, StoreError> {
+        self.shared.remove_schedule(tenant, function, id).await
+    }
+    async fn due_schedules(&self, now_ms: i64, limit: u32) -> Result<Vec<ScheduleRow>, StoreError> {
+        self.shared.due_schedules(now_ms, limit).await
+    }
+    async fn fire_schedule(
+        &self,
+        row: &ScheduleRow,
+        next_ms: i64,
+        firings: &[Enqueue],
+    ) -> Result<bool, StoreError> {
+        self.shared.fire_schedule(row, next_ms, firings).await
+    }
+    async fn enqueue(&self, item: &Enqueue) -> Result<bool, StoreError> {
+        self.shared.enqueue(item).await
+    }
+    async fn claim_queued(
+        &self,
+        claim: &str,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        self.shared
+            .claim_queued(claim, now_ms, lease_ms, limit)
+            .await
+    }
+    async fn settle_queued(&self, item: &Claimed, how: &Settle) -> Result<bool, StoreError> {
+        self.shared.settle_queued(item, how).await
+    }
+    async fn dead_letters(
+        &self,
+        tenant: &str,
+        function: &str,
+        limit: u32,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        self.shared.dead_letters(tenant, function, limit).await
+    }
+    async fn requeue_dead(
+        &self,
+        key: (&str, &str, Option<&str>),
+        now_ms: i64,
+        expires_ms: i64,
+    ) -> Result<u64, StoreError> {
+        self.shared.requeue_dead(key, now_ms, expires_ms).await
+    }
+    async fn purge_dead(&self, key: (&str, &str, Option<&str>)) -> Result<u64, StoreError> {
+        self.shared.purge_dead(key).await
+    }
+    async fn queue_depths(&self) -> Result<Vec<QueueDepth>, StoreError> {
+        self.shared.queue_depths().await
+    }
+
     async fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError> {
         self.shared.append_logs(records).await
     }

@@ -23,6 +23,7 @@ use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use tokio_postgres::{NoTls, Row};
 
 mod aliases;
+mod events;
 mod secrets;
 mod tokens;
 
@@ -451,7 +452,9 @@ impl PgStore {
                        AND version < (SELECT MAX(version) FROM versions WHERE tenant = $1 AND name = $2)",
                     &[&tenant, &name],
                 ).await?;
-                for table in ["kv", "logs", "log_usage"] {
+                // Its schedules and queued invocations go with it: nothing
+                // of a removed function runs again.
+                for table in ["kv", "logs", "log_usage", "schedules", "queue"] {
                     tx.execute(
                         &format!("DELETE FROM {table} WHERE tenant = $1 AND function = $2"),
                         &[&tenant, &name],
@@ -745,8 +748,12 @@ impl PgStore {
 
     pub async fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError> {
         self.with(async |c| {
-            c.execute("DELETE FROM journal WHERE created_ms < $1", &[&before_ms])
-                .await
+            c.execute(
+                "DELETE FROM journal WHERE created_ms < $1
+                 AND invocation NOT IN (SELECT id FROM queue)",
+                &[&before_ms],
+            )
+            .await
         })
         .await
     }

@@ -18,6 +18,7 @@ use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 use rusqlite::{Connection, OptionalExtension, params};
 
 mod aliases;
+mod events;
 mod secrets;
 mod store;
 mod tapes;
@@ -455,6 +456,14 @@ impl SqliteStore {
                 "DELETE FROM log_usage WHERE tenant = ?1 AND function = ?2",
                 params![tenant, name],
             )?;
+            // Its schedules and queued invocations go with it: nothing of
+            // a removed function runs again.
+            for table in ["schedules", "queue"] {
+                tx.execute(
+                    &format!("DELETE FROM {table} WHERE tenant = ?1 AND function = ?2"),
+                    params![tenant, name],
+                )?;
+            }
             aliases::forget(&tx, tenant, name)?;
             tapes::forget_function(&tx, tenant, name)?;
         }
@@ -676,7 +685,7 @@ impl SqliteStore {
 
     pub fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError> {
         Ok(self.writer().execute(
-            "DELETE FROM journal WHERE created_ms < ?1",
+            "DELETE FROM journal WHERE created_ms < ?1 AND invocation NOT IN (SELECT id FROM queue)",
             params![before_ms],
         )? as u64)
     }

@@ -6,8 +6,9 @@ use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 
 use super::SqliteStore;
 use crate::{
-    Alias, AliasMove, FunctionMode, FunctionSummary, Grant, JournalKey, LogQuery, LogRecord,
-    Principal, SecretInfo, Split, Store, StoreError,
+    Alias, AliasMove, Claimed, DeadLetter, Enqueue, FunctionMode, FunctionSummary, Grant,
+    JournalKey, LogQuery, LogRecord, Principal, QueueDepth, ScheduleRow, SecretInfo, Settle, Split,
+    Store, StoreError,
 };
 
 impl SqliteStore {
@@ -359,6 +360,121 @@ impl Store for SqliteStore {
     }
     async fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError> {
         self.off_runtime(move |s| s.journal_sweep(before_ms)).await
+    }
+
+    async fn set_schedules(
+        &self,
+        tenant: &str,
+        function: &str,
+        rows: &[ScheduleRow],
+    ) -> Result<(), StoreError> {
+        let (tenant, function, rows) = (tenant.to_owned(), function.to_owned(), rows.to_vec());
+        self.off_runtime(move |s| s.set_schedules(&tenant, &function, &rows))
+            .await
+    }
+    async fn schedules(
+        &self,
+        tenant: &str,
+        function: Option<&str>,
+    ) -> Result<Vec<ScheduleRow>, StoreError> {
+        let (tenant, function) = (tenant.to_owned(), function.map(str::to_owned));
+        self.off_runtime(move |s| s.schedules(&tenant, function.as_deref()))
+            .await
+    }
+    async fn pause_schedule(
+        &self,
+        (tenant, function, id): (&str, &str, &str),
+        paused: bool,
+        next_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let key = (tenant.to_owned(), function.to_owned(), id.to_owned());
+        self.off_runtime(move |s| s.pause_schedule((&key.0, &key.1, &key.2), paused, next_ms))
+            .await
+    }
+    async fn remove_schedule(
+        &self,
+        tenant: &str,
+        function: &str,
+        id: &str,
+    ) -> Result<bool, StoreError> {
+        let key = (tenant.to_owned(), function.to_owned(), id.to_owned());
+        self.off_runtime(move |s| s.remove_schedule(&key.0, &key.1, &key.2))
+            .await
+    }
+    async fn due_schedules(&self, now_ms: i64, limit: u32) -> Result<Vec<ScheduleRow>, StoreError> {
+        self.off_runtime(move |s| s.due_schedules(now_ms, limit))
+            .await
+    }
+    async fn fire_schedule(
+        &self,
+        row: &ScheduleRow,
+        next_ms: i64,
+        firings: &[Enqueue],
+    ) -> Result<bool, StoreError> {
+        let (row, firings) = (row.clone(), firings.to_vec());
+        self.off_runtime(move |s| s.fire_schedule(&row, next_ms, &firings))
+            .await
+    }
+    async fn enqueue(&self, item: &Enqueue) -> Result<bool, StoreError> {
+        let item = item.clone();
+        self.off_runtime(move |s| s.enqueue(&item)).await
+    }
+    async fn claim_queued(
+        &self,
+        claim: &str,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        let claim = claim.to_owned();
+        self.off_runtime(move |s| s.claim_queued(&claim, now_ms, lease_ms, limit))
+            .await
+    }
+    async fn settle_queued(&self, item: &Claimed, how: &Settle) -> Result<bool, StoreError> {
+        let (item, how) = (item.clone(), how.clone());
+        self.off_runtime(move |s| s.settle_queued(&item, &how))
+            .await
+    }
+    async fn dead_letters(
+        &self,
+        tenant: &str,
+        function: &str,
+        limit: u32,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        let (tenant, function) = (tenant.to_owned(), function.to_owned());
+        self.off_runtime(move |s| s.dead_letters(&tenant, &function, limit))
+            .await
+    }
+    async fn requeue_dead(
+        &self,
+        (tenant, function, id): (&str, &str, Option<&str>),
+        now_ms: i64,
+        expires_ms: i64,
+    ) -> Result<u64, StoreError> {
+        let key = (
+            tenant.to_owned(),
+            function.to_owned(),
+            id.map(str::to_owned),
+        );
+        self.off_runtime(move |s| {
+            s.requeue_dead((&key.0, &key.1, key.2.as_deref()), now_ms, expires_ms)
+        })
+        .await
+    }
+    async fn purge_dead(
+        &self,
+        (tenant, function, id): (&str, &str, Option<&str>),
+    ) -> Result<u64, StoreError> {
+        let key = (
+            tenant.to_owned(),
+            function.to_owned(),
+            id.map(str::to_owned),
+        );
+        self.off_runtime(move |s| s.purge_dead((&key.0, &key.1, key.2.as_deref())))
+            .await
+    }
+    async fn queue_depths(&self) -> Result<Vec<QueueDepth>, StoreError> {
+        self.off_runtime(|s| s.queue_depths()).await
     }
 
     async fn append_logs(&self, records: &[LogRecord]) -> Result<(), StoreError> {
