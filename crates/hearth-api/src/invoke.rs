@@ -291,6 +291,10 @@ async fn run(
             .iter()
             .filter(|(k, v)| *k != header::AUTHORIZATION || !auth::is_hearth_credential(v))
             .filter(|(k, _)| attempt.is_none() || k.as_str() != hearth_cluster::attempt::HEADER)
+            // Only the queue says a request is an event.
+            .filter(|(k, _)| {
+                forwarded.is_some_and(|f| f.queued) || k.as_str() != hearth_core::EVENT_HEADER
+            })
             .map(|(k, v)| {
                 (
                     k.as_str().to_string(),

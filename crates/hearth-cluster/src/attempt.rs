@@ -42,7 +42,13 @@ impl AttemptKey {
 
     /// The header value for `attempt`.
     pub fn sign(&self, attempt: GatewayAttempt) -> String {
-        let message = format!("{}.{}", attempt.id, if attempt.retry { 2 } else { 1 });
+        let n = match (attempt.queued, attempt.retry) {
+            (false, false) => 1,
+            (false, true) => 2,
+            (true, false) => 3,
+            (true, true) => 4,
+        };
+        let message = format!("{}.{n}", attempt.id);
         let tag = self.mac(&message).finalize().into_bytes();
         format!("{message}.{}", hex::encode(tag))
     }
@@ -55,14 +61,17 @@ impl AttemptKey {
         self.mac(message).verify_slice(&tag).map_err(|_| bad())?;
         let (id, n) = message.split_once('.').ok_or_else(bad)?;
         let id = uuid::Uuid::parse_str(id).map_err(|_| bad())?;
-        let retry = match n {
-            "1" => false,
-            "2" => true,
+        let (queued, retry) = match n {
+            "1" => (false, false),
+            "2" => (false, true),
+            "3" => (true, false),
+            "4" => (true, true),
             _ => return Err(bad()),
         };
         Ok(GatewayAttempt {
             id: InvocationId(id),
             retry,
+            queued,
         })
     }
 }
@@ -77,6 +86,7 @@ mod tests {
         let first = GatewayAttempt {
             id: InvocationId::new(),
             retry: false,
+            queued: false,
         };
         let header = key.sign(first);
         let back = key.verify(&header).unwrap();
@@ -88,6 +98,17 @@ mod tests {
             }))
             .unwrap();
         assert!(retry.retry);
+        let queued = key
+            .verify(&key.sign(GatewayAttempt {
+                queued: true,
+                ..first
+            }))
+            .unwrap();
+        assert!(queued.queued && !queued.retry);
+        assert!(
+            key.verify(&header.replacen(".1.", ".3.", 1)).is_err(),
+            "an HTTP attempt turned into a queued one"
+        );
 
         let other = AttemptKey::from_token("another cluster");
         assert!(other.verify(&header).is_err(), "another key");

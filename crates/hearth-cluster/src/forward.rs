@@ -50,6 +50,10 @@ pub struct Outgoing<'a> {
     /// `traceparent` is in `headers`): in a sampled trace each attempt is
     /// a span under it, whose `traceparent` the node gets instead.
     pub span: Option<&'a ForwardSpan>,
+    /// An invocation from the event queue: its id and whether an earlier
+    /// attempt vanished (the node follows its journal); `None` for a
+    /// client's request, which the gateway names.
+    pub queued: Option<hearth_core::GatewayAttempt>,
 }
 
 /// An invocation's request body as the gateway sends it on.
@@ -145,6 +149,7 @@ impl<'a> Outgoing<'a> {
             header::HOST,
             HeaderName::from_static("hearth-version"),
             HeaderName::from_static(crate::attempt::HEADER),
+            HeaderName::from_static(hearth_core::EVENT_HEADER),
         ] {
             headers.remove(h);
         }
@@ -166,6 +171,7 @@ impl<'a> Outgoing<'a> {
             headers,
             body,
             span: None,
+            queued: None,
         }
     }
 }

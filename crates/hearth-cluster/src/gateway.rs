@@ -244,10 +244,14 @@ impl Gateway {
     /// first fails before answering or refuses it (at its limit, before
     /// running any of it: [`hearth_core::REFUSED_HEADER`]).
     pub async fn forward(self: &Arc<Self>, out: &Outgoing<'_>) -> Result<Forwarded, GatewayError> {
-        let invocation = InvocationId::new();
-        let attempt = |retry| GatewayAttempt {
+        let (invocation, redelivered, queued) = match out.queued {
+            Some(q) => (q.id, q.retry, true),
+            None => (InvocationId::new(), false, false),
+        };
+        let attempt = |retry: bool| GatewayAttempt {
             id: invocation,
-            retry,
+            retry: retry || redelivered,
+            queued,
         };
         let (lease, id, url) = self.place(out, None)?;
         let first = lease.node;
@@ -473,6 +477,7 @@ mod tests {
             headers: HeaderMap::new(),
             body: OutgoingBody::Whole(Bytes::new()),
             span: None,
+            queued: None,
         }
     }
 

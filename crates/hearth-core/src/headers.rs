@@ -9,6 +9,14 @@
 /// dropped, so only the node can say it.
 pub const REFUSED_HEADER: &str = "hearth-refused";
 
+/// The request header that says an invocation is an event, not an HTTP
+/// call (`scheduled`: a schedule's firing; docs/events.md), so a function's
+/// runtime gives it the event's shape. Only the platform sets it: a node
+/// takes it out of every request that does not come from Hearth's queue
+/// (a [`crate::GatewayAttempt`] that is `queued`), and a gateway out of
+/// every client's, so no caller can pass a request off as a firing.
+pub const EVENT_HEADER: &str = "hearth-event";
+
 /// Whether a header (lowercase, as `http` names are) belongs to one
 /// connection and not to the message: never passed from a function's
 /// response to the client, nor from a client through a gateway to a node

@@ -60,14 +60,22 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// An invocation a cluster's gateway forwarded. The gateway names it, with
-/// the same id on both attempts, so a retry on another node can find what
-/// the first attempt journaled.
+/// An invocation whose id was given to the node: forwarded by a cluster's
+/// gateway, which gives both of its attempts the same id so a retry on
+/// another node can find what the first attempt journaled; or run from
+/// the event queue (`queued`), whose every attempt has the id it was
+/// queued with.
 #[derive(Debug, Clone, Copy)]
 pub struct GatewayAttempt {
     pub id: InvocationId,
-    /// This is the second attempt: the first one's node failed.
+    /// An earlier attempt ended without an answer (its node, or the
+    /// queue's claimer, failed): this one follows its journal.
     pub retry: bool,
+    /// From the event queue: its journal outlives its answer (the queue
+    /// forgets it when it settles the invocation, so a claimer that dies
+    /// after the answer leaves a journal for the next to follow), and its
+    /// request's `hearth-event` header is the platform's.
+    pub queued: bool,
 }
 
 impl Default for InvocationId {

@@ -20,7 +20,7 @@ pub use function::{
     host_allowed, validate_alias_name, validate_env_name, validate_function_name,
     validate_tenant_name,
 };
-pub use headers::{REFUSED_HEADER, is_hop_by_hop};
+pub use headers::{EVENT_HEADER, REFUSED_HEADER, is_hop_by_hop};
 pub use invocation::{GatewayAttempt, InvocationId, Request, Response};
 pub use log_stream::LogStream;
 

@@ -310,16 +310,34 @@ impl HostCtx {
     /// first call that differs, the rest of `earlier` is dropped, a warning
     /// goes to the function's log, and calls go to the world.
     pub fn retrying(services: Arc<HostServices>, meta: InvocationMeta, earlier: Tape) -> Self {
-        Self::following(services, meta, Earlier::new(Follow::ThenLive, earlier))
+        Self::following(services, meta, Earlier::new(Follow::ThenLive, earlier), None)
     }
 
-    fn following(services: Arc<HostServices>, meta: InvocationMeta, earlier: Earlier) -> Self {
+    /// [`retrying`](Self::retrying), journaling what it asks past the
+    /// journal it follows (`earlier`), after it: a queued invocation,
+    /// whose next attempt must repeat none of this one's effects either.
+    pub fn retrying_journaled(
+        services: Arc<HostServices>,
+        meta: InvocationMeta,
+        earlier: Tape,
+    ) -> Self {
+        let next = u32::try_from(earlier.events.len()).unwrap_or(u32::MAX);
+        let earlier = Earlier::new(Follow::ThenLive, earlier);
+        Self::following(services, meta, earlier, Some(AtomicU32::new(next)))
+    }
+
+    fn following(
+        services: Arc<HostServices>,
+        meta: InvocationMeta,
+        earlier: Earlier,
+        journal: Option<AtomicU32>,
+    ) -> Self {
         HostCtx(Arc::new(Inner {
             meta,
             services,
             recorded: Mutex::default(),
             earlier: Some(earlier),
-            journal: None,
+            journal,
             settled: tokio::sync::Notify::new(),
         }))
     }
@@ -332,7 +350,7 @@ impl HostCtx {
     /// randomness are read fresh, so the code runs to an end without side
     /// effects.
     pub fn replaying(services: Arc<HostServices>, meta: InvocationMeta, tape: Tape) -> Self {
-        Self::following(services, meta, Earlier::new(Follow::Strict, tape))
+        Self::following(services, meta, Earlier::new(Follow::Strict, tape), None)
     }
 
     /// Where a replay left its tape: at a call that differs, or at a call

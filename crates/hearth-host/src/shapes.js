@@ -154,7 +154,13 @@
       const f = fnIn(ns, name) || fnIn(def, name) || (name === "main" ? scopeMain : null);
       return f ? { shape: shape(name), f } : null;
     }
-    if (def && typeof def.fetch === "function") return { shape: "workers", f: def.fetch.bind(def) };
+    if (def && (typeof def.fetch === "function" || typeof def.scheduled === "function")) {
+      const f = typeof def.fetch === "function" ? def.fetch.bind(def) : () => {
+        throw new Error("this Workers module exports scheduled() but no fetch(): it runs on its schedule, not over HTTP");
+      };
+      const scheduled = typeof def.scheduled === "function" ? def.scheduled.bind(def) : null;
+      return { shape: "workers", f, scheduled };
+    }
     for (const k of ["handler", "main"]) {
       const f = fnIn(ns, k) || fnIn(def, k);
       if (f) return { shape: shape(k), f };
@@ -162,6 +168,28 @@
     if (scopeMain) return { shape: "openwhisk", f: scopeMain };
     if (typeof def === "function") return { shape: "lambda", f: def };
     return null;
+  }
+
+  // A schedule's firing (docs/events.md), or null: the platform's own
+  // header (the node takes it out of every request that does not come
+  // from Hearth's queue) and an EventBridge scheduled event as the body.
+  function scheduledEvent(msg, text) {
+    if (!msg.headers.some(([k, v]) => k.toLowerCase() === "hearth-event" && v === "scheduled")) return null;
+    return JSON.parse(text);
+  }
+
+  // Runs a Workers module's scheduled(controller, env, ctx) for a firing
+  // `event`; nothing to answer (204).
+  async function runScheduled(fn, event, env, ctx) {
+    if (!fn.scheduled) {
+      throw new Error(
+        "this function has a schedule but its Workers module exports no scheduled() handler: add `async scheduled(controller, env, ctx)` to its default export",
+      );
+    }
+    const detail = event.detail || {};
+    const controller = { cron: detail.cron, scheduledTime: detail.scheduledTime, type: "scheduled", noRetry() {} };
+    await fn.scheduled(controller, env, ctx);
+    return undefined;
   }
 
   // Calls a Lambda handler: async, or (three parameters) with a callback,
@@ -181,8 +209,10 @@
   // `isBase64Encoded`: the body; `wallMs`: the invocation's taped start;
   // `clockMs`: a clock in ms for the context's remaining time;
   // `responseStream`: a Lambda streaming handler's (Node.js only).
+  // A schedule's firing gives either its EventBridge event whole.
   async function call(fn, msg, text, isBase64Encoded, wallMs, clockMs, responseStream) {
-    if (fn.shape === "openwhisk") return openwhiskResult(await fn.f(openwhiskParams(msg, text, isBase64Encoded)));
+    const scheduled = scheduledEvent(msg, text);
+    if (fn.shape === "openwhisk") return openwhiskResult(await fn.f(scheduled || openwhiskParams(msg, text, isBase64Encoded)));
     const deadline = clockMs() + (msg.remaining_ms || 0);
     const context = {
       awsRequestId: msg.id,
@@ -196,10 +226,10 @@
       callbackWaitsForEmptyEventLoop: true,
       getRemainingTimeInMillis: () => Math.max(0, deadline - clockMs()),
     };
-    const event = lambdaEvent(msg, text, isBase64Encoded, wallMs);
+    const event = scheduled || lambdaEvent(msg, text, isBase64Encoded, wallMs);
     if (responseStream) return fn.f(event, responseStream, context);
     return callLambda(fn.f, event, context);
   }
 
-  return { pick, call };
+  return { pick, call, scheduledEvent, runScheduled };
 })()

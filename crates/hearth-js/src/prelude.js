@@ -701,7 +701,10 @@
         body = fn.shape === "workers" ? arriving : await readAll(arriving);
       }
       let result;
-      if (fn.shape === "workers") {
+      const firing = fn.shape === "workers" && shapes.scheduledEvent(msg, bodyText(body)[0]);
+      if (firing) {
+        result = await shapes.runScheduled(fn, firing, { ...env, hearth }, { waitUntil() {}, passThroughOnException() {} });
+      } else if (fn.shape === "workers") {
         // Parsed once, by Request; the other shapes never need the URL.
         const url = `http://function${msg.path}${msg.query ? "?" + msg.query : ""}`;
         const init = { method: msg.method, headers: msg.headers };

@@ -356,7 +356,10 @@ async function invokeHandler(msg, body) {
       if (whole) send({ op: "response", status: whole.status, headers: whole.headers }, whole.body);
       return;
     }
-    if (fn.shape === "workers") {
+    const firing = fn.shape === "workers" && shapes.scheduledEvent(msg, bodyText(body)[0]);
+    if (firing) {
+      result = await shapes.runScheduled(fn, firing, { ...process.env, hearth }, { waitUntil() {}, passThroughOnException() {} });
+    } else if (fn.shape === "workers") {
       const init = { method: msg.method, headers: msg.headers };
       if (!["GET", "HEAD"].includes(msg.method)) init.body = body;
       result = await fn.f(new Request(url, init), { ...process.env, hearth }, { waitUntil() {}, passThroughOnException() {} });

@@ -760,12 +760,14 @@ class Handler:
             rnd._urandom = os.urandom
             rnd.seed(self.urandom(32))
         try:
+            firing = scheduled_event(msg, body)
             if self.shape == "lambda":
-                event = lambda_event(msg, body)
+                event = firing if firing is not None else lambda_event(msg, body)
                 args = (event, Context(msg))[:self.arity]
                 result = self.fn(*args)
             else:
-                result = self.fn(*(openwhisk_params(msg, body),)[:self.arity])
+                params = firing if firing is not None else openwhisk_params(msg, body)
+                result = self.fn(*(params,)[:self.arity])
             if inspect.iscoroutine(result):
                 import asyncio
                 result = asyncio.run(result)
@@ -878,6 +880,17 @@ def _split_request(msg, body):
         text, is_b64 = base64.b64encode(body).decode(), True
     headers = {k: ",".join(v) for k, v in multi_headers.items()}
     return headers, multi_headers, multi_query, text, is_b64
+
+
+def scheduled_event(msg, body):
+    """A schedule's firing (docs/events.md), or None: the platform's own
+    `hearth-event: scheduled` header (the node takes it out of every
+    request that does not come from Hearth's queue) and an EventBridge
+    scheduled event as the body, which the handler gets whole."""
+    for k, v in msg.get("headers", []):
+        if k.lower() == "hearth-event" and v == "scheduled":
+            return json.loads(body)
+    return None
 
 
 def lambda_event(msg, body):

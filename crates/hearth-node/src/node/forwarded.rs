@@ -23,7 +23,11 @@ impl Node {
             Some(GatewayAttempt { retry: false, .. }) => {
                 HostCtx::journaling(services, meta.clone())
             }
-            Some(GatewayAttempt { retry: true, .. }) => {
+            Some(GatewayAttempt {
+                retry: true,
+                queued,
+                ..
+            }) => {
                 let journal = HostCtx::journal_tape(&services, meta).await;
                 let (tape, note) = match journal {
                     Ok(tape) => {
@@ -40,7 +44,13 @@ impl Node {
                         ),
                     ),
                 };
-                let host = HostCtx::retrying(services, meta.clone(), tape);
+                // A queued invocation may be delivered again: what this
+                // attempt asks beyond the journal joins it.
+                let host = if queued {
+                    HostCtx::retrying_journaled(services, meta.clone(), tape)
+                } else {
+                    HostCtx::retrying(services, meta.clone(), tape)
+                };
                 host.log(LogStream::System, "warn", &note);
                 host
             }
@@ -49,12 +59,16 @@ impl Node {
 
     /// Forgets the journal of an answered invocation sent by a gateway
     /// (`forwarded`): a retry's, or the one this attempt wrote (`host`).
+    /// A queued invocation's stays until the queue settles it.
     pub(crate) fn end_journal(
         &self,
         forwarded: Option<GatewayAttempt>,
         host: &HostCtx,
         meta: &InvocationMeta,
     ) {
+        if forwarded.is_some_and(|f| f.queued) {
+            return;
+        }
         if forwarded.is_some_and(|f| f.retry) || host.journaled() > 0 {
             self.forget_journal(meta);
         }

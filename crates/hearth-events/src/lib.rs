@@ -1,0 +1,120 @@
+//! Hearth's events: invocations that are not a client's HTTP call.
+//!
+//! - **Schedules** (`schedule.rs`: what an expression means;
+//!   `ticker.rs`: firing them): every member that runs events looks for
+//!   due schedules; the one whose compare-and-set moves a tick on queues
+//!   its firing in the same transaction, so a tick is queued once across
+//!   the cluster whichever member saw it first, and however many did.
+//! - **The queue** (`worker.rs`): invocations waiting to run, in the store
+//!   (SQLite alone, PostgreSQL shared by a cluster). A claim hides one for
+//!   a lease; its attempt runs through the [`Dispatch`] the binary gives
+//!   (on this node, or placed by this gateway), with an id that every
+//!   attempt keeps and a journal that outlives the answer until the queue
+//!   settles it, so a claimer killed at any point leaves the next claimer
+//!   to follow the journal: its effects happen once. A failure is tried
+//!   again after an exponential backoff with jitter, up to the attempts
+//!   and age it was queued with, then kept as a dead letter.
+//!
+//! The store keeps the rows (`hearth_store::events`); this crate decides
+//! what they mean. It knows no node and no HTTP: the binary hands it a
+//! [`Dispatch`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hearth_core::{GatewayAttempt, Request};
+use hearth_store::{Claimed, Store};
+
+pub mod event;
+pub mod schedule;
+mod ticker;
+mod worker;
+
+pub use schedule::{Schedule, ScheduleError};
+
+/// What became of one attempt at a queued invocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dispatched {
+    /// The function answered with this status (5xx counts as a failure).
+    Answered(u16),
+    /// The function failed (an unhandled error, a timeout): why.
+    Failed(String),
+    /// Nothing ran (the node or tenant was at its limit, no node could
+    /// take it): tried again shortly, no attempt counted.
+    Refused(String),
+    /// Its function or target is gone: a dead letter at once.
+    Gone(String),
+}
+
+/// Runs queued invocations: the binary's, over its node or its gateway.
+#[async_trait::async_trait]
+pub trait Dispatch: Send + Sync + 'static {
+    /// Runs `request` as `item`'s attempt `attempt` (`queued`, with
+    /// `item`'s id; `retry` when an earlier claim vanished).
+    async fn dispatch(&self, item: &Claimed, request: Request, attempt: GatewayAttempt)
+    -> Dispatched;
+
+    /// Tells `function`'s owner something about its events that no
+    /// invocation's log says (ticks skipped, a firing given up): a line
+    /// in its system log.
+    fn note(&self, tenant: &str, function: &str, level: &str, message: &str);
+}
+
+/// How a member runs events.
+#[derive(Debug, Clone)]
+pub struct EventsConfig {
+    /// How often due schedules and visible queued invocations are looked
+    /// for (a firing queued here is claimed at once).
+    pub poll: Duration,
+    /// How long a claim hides an invocation from other claimers: past
+    /// the longest an invocation may run, so only a claimer that died
+    /// loses its claim.
+    pub lease: Duration,
+    /// Queued invocations this member runs at once.
+    pub max_in_flight: usize,
+    /// Attempts of a schedule's firing (Lambda's default for async
+    /// invocations: the first and two retries).
+    pub attempts: u32,
+    /// How long a firing may wait and be retried before it is dead.
+    pub max_age: Duration,
+    /// The first retry's delay; each later one doubles it, to
+    /// `backoff_max`, and takes a random half of it off (jitter).
+    pub backoff: Duration,
+    pub backoff_max: Duration,
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        EventsConfig {
+            poll: Duration::from_millis(100),
+            lease: Duration::from_secs(120),
+            max_in_flight: 64,
+            attempts: 3,
+            max_age: Duration::from_secs(6 * 3600),
+            backoff: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(300),
+        }
+    }
+}
+
+/// A member's events, running: its ticker and its queue worker, tasks
+/// on the runtime that end when it does.
+pub struct Events {
+    worker: Arc<worker::Worker>,
+}
+
+impl Events {
+    /// Starts firing schedules and running queued invocations.
+    pub fn start(store: Arc<dyn Store>, dispatch: Arc<dyn Dispatch>, config: EventsConfig) -> Events {
+        let worker = Arc::new(worker::Worker::new(store.clone(), dispatch.clone(), config.clone()));
+        tokio::spawn(worker.clone().run());
+        tokio::spawn(ticker::run(store, dispatch, config, worker.clone()));
+        Events { worker }
+    }
+
+    /// Something was queued here: claim it now rather than at the next
+    /// poll.
+    pub fn wake(&self) {
+        self.worker.wake();
+    }
+}
