@@ -95,6 +95,18 @@ pub(crate) const SETTINGS: &[Setting] = &[
         example: "true",
     },
     Setting {
+        name: "schedule",
+        kind: Type::String,
+        doc: "repeatable; fire the function's live alias on a schedule: five cron fields (`*/5 * * * *`), optionally after `TZ=<IANA zone> `, a nickname (`@hourly`, `@daily`, …) or `@every 30s`; given, they replace the function's schedules (`none`: remove them all), each kept one keeping its pause and next tick; not given, the function keeps its schedules (docs/events.md)",
+        example: "*/5 * * * *",
+    },
+    Setting {
+        name: "schedule_catch_up",
+        kind: Type::Integer,
+        doc: "how many ticks a schedule missed while no member ran are fired late, 0 to 100 (default 0: skipped, and said in the function's log)",
+        example: "3",
+    },
+    Setting {
         name: "record_sample",
         kind: Type::Number,
         doc: "share of invocations taped, 0 to 1 (default 1: all)",
@@ -156,6 +168,10 @@ pub(crate) struct Parsed {
     pub file_name: Option<String>,
     /// Whether `live` moves to the new version.
     pub promote: bool,
+    /// The function's schedules from now on, if the deploy says
+    /// (`schedule=none`: none).
+    pub schedules: Option<Vec<hearth_events::Schedule>>,
+    pub catch_up: u32,
 }
 
 pub(crate) fn parse(query: &str) -> Result<Parsed, ApiError> {
@@ -163,6 +179,8 @@ pub(crate) fn parse(query: &str) -> Result<Parsed, ApiError> {
     let mut runtime = None;
     let mut file_name = None;
     let mut promote = true;
+    let mut schedules: Option<Vec<hearth_events::Schedule>> = None;
+    let mut catch_up = 0;
     let bad = |k: &str, v: &str| ApiError::BadRequest(format!("invalid value {v:?} for {k}"));
     for (k, v) in form_urlencoded::parse(query.as_bytes()) {
         // Only what is documented is taken: a setting handled below but
@@ -228,6 +246,37 @@ pub(crate) fn parse(query: &str) -> Result<Parsed, ApiError> {
                     )));
                 }
             }
+            "schedule" => {
+                let list = schedules.get_or_insert_with(Vec::new);
+                if v.trim() != "none" {
+                    let parsed: hearth_events::Schedule = v
+                        .parse()
+                        .map_err(|e: hearth_events::ScheduleError| {
+                            ApiError::BadRequest(e.to_string())
+                        })?;
+                    if list.iter().any(|s| s.id() == parsed.id()) {
+                        return Err(ApiError::BadRequest(format!(
+                            "schedule {:?} is given twice",
+                            parsed.expr()
+                        )));
+                    }
+                    list.push(parsed);
+                }
+                if list.len() > hearth_store::MAX_SCHEDULES_PER_FUNCTION {
+                    return Err(ApiError::BadRequest(format!(
+                        "a function has at most {} schedules",
+                        hearth_store::MAX_SCHEDULES_PER_FUNCTION
+                    )));
+                }
+            }
+            "schedule_catch_up" => {
+                catch_up = v.parse().map_err(|_| bad(&k, &v))?;
+                if catch_up > 100 {
+                    return Err(ApiError::BadRequest(format!(
+                        "schedule_catch_up is 0 to 100 ticks, not {catch_up}"
+                    )));
+                }
+            }
             "env" => {
                 let (name, value) = v.split_once('=').ok_or_else(|| {
                     ApiError::BadRequest(format!("env {v:?} should be NAME=VALUE"))
@@ -247,6 +296,8 @@ pub(crate) fn parse(query: &str) -> Result<Parsed, ApiError> {
         runtime: runtime.or(inferred),
         file_name,
         promote,
+        schedules,
+        catch_up,
     })
 }
 

@@ -266,14 +266,6 @@ async fn run(
     let (method, uri, headers) = (parts.method, parts.uri, parts.headers);
     let (name, version) = split_version(name, &headers)?;
     let draw = split_draw(&headers);
-    let function = visible_function(s, tenant, name, (version, draw), &headers).await?;
-    if let Some(g) = &s.gateway {
-        // What the gateway holds of the body counts until it is sent on
-        // (and, whole, until no retry needs it).
-        let (body, _held) = crate::cluster::outgoing_body(s, &headers, body, client).await?;
-        let tracing = s.node.tracing();
-        return crate::cluster::forward(g, tracing, &function, method, &uri, headers, body).await;
-    }
     // A cluster member trusts the header only with its gateway's signature.
     let attempt = headers.get(hearth_cluster::attempt::HEADER);
     let forwarded = match (&s.attempt_key, attempt) {
@@ -283,6 +275,19 @@ async fn run(
         ),
         _ => None,
     };
+    let function = if forwarded.is_some_and(|f| f.queued) {
+        // The gateway's queue, not a client: no token to check.
+        s.node.resolve(tenant, name, version).await?
+    } else {
+        visible_function(s, tenant, name, (version, draw), &headers).await?
+    };
+    if let Some(g) = &s.gateway {
+        // What the gateway holds of the body counts until it is sent on
+        // (and, whole, until no retry needs it).
+        let (body, _held) = crate::cluster::outgoing_body(s, &headers, body, client).await?;
+        let tracing = s.node.tracing();
+        return crate::cluster::forward(g, tracing, &function, method, &uri, headers, body).await;
+    }
     let req = Request {
         method: method.as_str().to_string(),
         path,

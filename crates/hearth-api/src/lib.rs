@@ -25,6 +25,7 @@ mod cluster;
 mod console;
 mod deploy_settings;
 mod error;
+mod events;
 mod gate;
 mod invoke;
 mod kv;
@@ -34,6 +35,7 @@ mod origin;
 mod query;
 mod recordings;
 mod report;
+mod schedules;
 mod secrets;
 mod session;
 mod tokens;
@@ -71,6 +73,7 @@ pub mod answers {
     pub use crate::recordings::{
         Recordings, Replayed, TenantRecordings, TrafficReplay, Unreachable,
     };
+    pub use crate::schedules::Schedules;
     pub use crate::secrets::{SecretList, SecretListed, SecretSet};
     pub use crate::tokens::{TokenList, TokenMade};
     pub use hearth_node::status::{
@@ -100,6 +103,8 @@ pub struct ApiConfig {
     /// How large a tape file `/v1/replay` reads, and how many host calls it
     /// may hold: this node's largest tape, exported.
     pub replay_file: hearth_record::ImportLimits,
+    /// How schedules fire and queued invocations run (`None`: not here).
+    pub events: Option<hearth_events::EventsConfig>,
 }
 
 impl Default for ApiConfig {
@@ -112,6 +117,7 @@ impl Default for ApiConfig {
             functions_domain: "localhost".into(),
             max_buffered_bytes: 1 << 30,
             replay_file: hearth_record::ImportLimits::for_node(6 << 20, 16 << 20, 4 << 20),
+            events: None,
         }
     }
 }
@@ -148,6 +154,9 @@ pub(crate) struct AppState {
     pub membership: Option<Arc<hearth_cluster::Membership>>,
     /// Invocation request bodies held now, a permit per KiB.
     pub buffered: Arc<tokio::sync::Semaphore>,
+    /// Schedules fired and queued invocations run here (alone, or on a
+    /// gateway), once started.
+    pub events: std::sync::OnceLock<hearth_events::Events>,
 }
 
 /// The whole HTTP application of a single Hearth.
@@ -194,7 +203,18 @@ pub fn routers_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> (Ap
         deploys_via,
         attempt_key,
         membership,
+        events: std::sync::OnceLock::new(),
     });
+    // A cluster's members run what their gateways place on them.
+    if let Some(events) = state.config.events.clone()
+        && state.deploys_via.is_none()
+    {
+        let dispatch = Arc::new(events::ApiDispatch(Arc::downgrade(&state)));
+        let store = state.node.store().clone();
+        let _ = state
+            .events
+            .set(hearth_events::Events::start(store, dispatch, events));
+    }
     let panics = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let seen = panics.clone();
     state.node.metrics().read_at_scrape(
@@ -280,6 +300,11 @@ fn api() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(aliases::rollback))
         .routes(routes!(aliases::history))
         .routes(routes!(aliases::code))
+        .routes(routes!(schedules::list_all))
+        .routes(routes!(schedules::list))
+        .routes(routes!(schedules::pause))
+        .routes(routes!(schedules::resume))
+        .routes(routes!(schedules::remove))
         .routes(routes!(manage::logs))
         .routes(routes!(kv::list))
         .routes(routes!(recordings::list))

@@ -397,6 +397,9 @@ pub struct Deployed {
     pub url: String,
     /// Whether `live` points at it now.
     pub live: bool,
+    /// The function's schedules, which fire its live alias.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schedules: Vec<hearth_store::ScheduleRow>,
 }
 
 /// Deploy a new version
@@ -435,6 +438,8 @@ pub(crate) async fn deploy(
         runtime,
         file_name,
         promote,
+        schedules,
+        catch_up,
     } = crate::deploy_settings::parse(query.as_deref().unwrap_or_default())?;
     let code = read_body(
         &headers,
@@ -474,6 +479,12 @@ pub(crate) async fn deploy(
         .deploy(&p.tenant, &name, source, spec, promote)
         .await?;
     let (v, compiled) = (out.version, out.compiled);
+    let store = s.node.store();
+    if let Some(schedules) = &schedules {
+        let rows = crate::schedules::rows(&v.tenant, &v.name, schedules, catch_up);
+        store.set_schedules(&v.tenant, &v.name, &rows).await?;
+    }
+    let schedules = store.schedules(&v.tenant, Some(&v.name)).await?;
     let url = if promote {
         format!("/fn/{}/{}", v.tenant, v.name)
     } else {
@@ -489,6 +500,7 @@ pub(crate) async fn deploy(
             warnings: compiled.warnings,
             url,
             live: promote,
+            schedules,
         }),
     ))
 }

@@ -1400,6 +1400,27 @@ impl Node {
     /// it is counted in `hearth_invocations_refused_total` and the
     /// function's stats as refused, not as an invocation, a start or a
     /// latency, and it is never taped.
+    /// A line in `function`'s system log that no running invocation
+    /// writes (`invocation`: the one it is about, if any): what became of
+    /// an event that did not run, say.
+    pub fn note(&self, tenant: &str, function: &str, invocation: &str, level: &str, message: &str) {
+        let record = LogRecord {
+            id: 0,
+            tenant: tenant.to_string(),
+            function: function.to_string(),
+            version: 0,
+            invocation_id: invocation.to_string(),
+            ts_ms: hearth_core::unix_time_ms(),
+            stream: LogStream::System,
+            level: level.into(),
+            message: message.to_string(),
+            trace_id: None,
+        };
+        if self.disk.as_ref().is_some_and(|d| d.full()) || !self.logs.send(record) {
+            self.metrics.logs_dropped.inc();
+        }
+    }
+
     fn refuse(&self, v: &FunctionVersion, id: InvocationId, error: &InvokeError) {
         self.metrics.refused(error.kind());
         let now = hearth_core::unix_time_ms();

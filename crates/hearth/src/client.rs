@@ -179,6 +179,9 @@ pub enum ClientCommand {
     /// with `deploy --secret`.
     #[command(subcommand)]
     Secret(crate::secrets::SecretCommand),
+    /// The tenant's schedules (set with `deploy --schedule`): list them,
+    /// or pause, resume or rm one.
+    Schedules(crate::schedules::SchedulesArgs),
     /// A tenant's tokens: create (with a scope), ls, revoke, rotate.
     #[command(subcommand)]
     Token(crate::tokens::TokenCommand),
@@ -765,6 +768,7 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Kv(cmd) => crate::kv::run(data_dir, cmd).await?,
         ClientCommand::Token(cmd) => crate::tokens::run(data_dir, cmd).await?,
         ClientCommand::Secret(cmd) => crate::secrets::run(data_dir, cmd).await?,
+        ClientCommand::Schedules(args) => crate::schedules::run(data_dir, args).await?,
         ClientCommand::Rm { name, target } => {
             let c = Client::new(data_dir, &target)?;
             c.send(c.request(reqwest::Method::DELETE, &format!("/v1/functions/{name}")))

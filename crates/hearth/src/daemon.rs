@@ -328,6 +328,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
                 settings.max_response_bytes,
                 settings.max_tape_bytes,
             ),
+            // A claim outlives the longest invocation a function may be
+            // given, so only a claimer that died loses one.
+            events: Some(hearth_events::EventsConfig {
+                lease: std::time::Duration::from_millis(settings.max_timeout_ms)
+                    + std::time::Duration::from_secs(30),
+                ..Default::default()
+            }),
         },
         role,
     );

@@ -38,6 +38,16 @@ pub struct DeployArgs {
     /// VAR=NAME as VAR (`hearth secret set` makes one); repeatable.
     #[arg(long = "secret", value_name = "[VAR=]NAME")]
     secrets: Vec<String>,
+    /// Fire the function's live alias on a schedule: five cron fields
+    /// ("*/5 * * * *"), optionally after "TZ=<IANA zone> ", a nickname
+    /// (@hourly, @daily, …) or "@every 30s"; repeatable. Given, they
+    /// replace the function's schedules ("none": remove them all).
+    #[arg(long = "schedule", value_name = "EXPR")]
+    schedules: Vec<String>,
+    /// How many ticks a schedule missed while Hearth was down fire late
+    /// (default 0: skipped).
+    #[arg(long, value_name = "N")]
+    schedule_catch_up: Option<u32>,
     /// Allow invocation without a token.
     #[arg(long)]
     public: bool,
@@ -88,6 +98,8 @@ pub(crate) async fn deploy(c: &Client, args: DeployArgs) -> anyhow::Result<()> {
         allow_hosts,
         env,
         secrets,
+        schedules,
+        schedule_catch_up,
         public,
         handler,
         source_builds,
@@ -133,6 +145,8 @@ pub(crate) async fn deploy(c: &Client, args: DeployArgs) -> anyhow::Result<()> {
     q.extend(allow_hosts.into_iter().map(|h| ("allow_host", h)));
     q.extend(env.into_iter().map(|e| ("env", e)));
     q.extend(secrets.into_iter().map(|s| ("secret", s)));
+    q.extend(schedules.into_iter().map(|s| ("schedule", s)));
+    q.extend(schedule_catch_up.map(|n| ("schedule_catch_up", n.to_string())));
     if public {
         q.push(("public", "true".into()));
     }
@@ -187,6 +201,14 @@ pub(crate) async fn deploy(c: &Client, args: DeployArgs) -> anyhow::Result<()> {
                 "  not live: `hearth promote {} {}` makes it so",
                 deployed.version.name, deployed.version.version
             );
+        }
+        for s in &deployed.schedules {
+            let next = if s.paused {
+                "paused".to_string()
+            } else {
+                format!("next at {}", crate::client::fmt_time(s.next_ms))
+            };
+            println!("  schedule {}: {} ({next})", s.id, s.expr);
         }
     }
     // Choices made for the deployer are theirs to know, also under --json.

@@ -11,6 +11,7 @@ mod logs;
 mod otlp;
 mod recordings;
 mod releases;
+mod schedules;
 mod secrets;
 mod serve;
 mod tokens;

@@ -28,6 +28,7 @@ mod readme;
 mod recording;
 mod releases;
 mod secrets;
+mod events;
 mod snapshot;
 mod streaming;
 mod traces;

@@ -1,0 +1,101 @@
+//! How this Hearth runs its queued invocations (`hearth_events`): on its
+//! own node, or, on a gateway, placed on a node as a client's call would
+//! be, with the queue's attempt signed so the node knows the invocation
+//! is the platform's (no client token is needed, and its `hearth-event`
+//! header stands).
+
+use std::sync::{Arc, Weak};
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
+use hearth_cluster::GatewayError;
+use hearth_cluster::forward::{Outgoing, OutgoingBody};
+use hearth_core::{GatewayAttempt, Request};
+use hearth_events::{Dispatch, Dispatched};
+use hearth_node::{NodeError, Pin};
+use hearth_store::Claimed;
+
+use crate::AppState;
+
+pub(crate) struct ApiDispatch(pub Weak<AppState>);
+
+#[async_trait::async_trait]
+impl Dispatch for ApiDispatch {
+    async fn dispatch(
+        &self,
+        item: &Claimed,
+        request: Request,
+        attempt: GatewayAttempt,
+    ) -> Dispatched {
+        let Some(s) = self.0.upgrade() else {
+            return Dispatched::Refused("this Hearth is stopping".into());
+        };
+        let pin = match item.target.parse::<u32>() {
+            Ok(n) => Pin::Version(n),
+            Err(_) => Pin::Alias(&item.target),
+        };
+        let function = match s.node.resolve(&item.tenant, &item.function, pin).await {
+            Ok(f) => f,
+            Err(
+                e @ (NodeError::NotFound { .. }
+                | NodeError::NoSuchVersion { .. }
+                | NodeError::NoSuchAlias { .. }),
+            ) => return Dispatched::Gone(e.to_string()),
+            Err(e) => return Dispatched::Refused(e.to_string()),
+        };
+        match &s.gateway {
+            Some(g) => forward(g, &function, request, attempt).await,
+            None => match s.node.invoke(&function, request, Some(attempt)).await {
+                Ok(outcome) => match outcome.result {
+                    Ok(resp) => Dispatched::Answered(resp.status),
+                    Err(e) if e.is_refusal() => Dispatched::Refused(e.to_string()),
+                    Err(e) => Dispatched::Failed(format!("{} ({})", e, e.kind())),
+                },
+                Err(e) => Dispatched::Refused(e.to_string()),
+            },
+        }
+    }
+
+    fn note(&self, tenant: &str, function: &str, level: &str, message: &str) {
+        if let Some(s) = self.0.upgrade() {
+            s.node.note(tenant, function, "", level, message);
+        }
+    }
+}
+
+/// A queued invocation placed by this gateway.
+async fn forward(
+    g: &Arc<hearth_cluster::Gateway>,
+    function: &hearth_core::FunctionVersion,
+    request: Request,
+    attempt: GatewayAttempt,
+) -> Dispatched {
+    let uri: Uri = match format!("/fn/{}/{}", function.tenant, function.name).parse() {
+        Ok(u) => u,
+        Err(e) => return Dispatched::Gone(format!("its name is not a path ({e})")),
+    };
+    let method = Method::from_bytes(request.method.as_bytes()).unwrap_or(Method::POST);
+    let mut headers = HeaderMap::new();
+    for (k, v) in &request.headers {
+        if let (Ok(k), Ok(v)) = (HeaderName::try_from(k.as_str()), HeaderValue::try_from(v.as_str())) {
+            headers.append(k, v);
+        }
+    }
+    let event = headers.get(hearth_core::EVENT_HEADER).cloned();
+    let mut out = Outgoing {
+        queued: Some(attempt),
+        ..Outgoing::pinned(function, method, &uri, headers, OutgoingBody::Whole(request.body))
+    };
+    // `pinned` drops a client's event header; this one is the queue's.
+    if let Some(event) = event {
+        out.headers.insert(hearth_core::EVENT_HEADER, event);
+    }
+    match g.forward(&out).await {
+        Ok(answer) => Dispatched::Answered(answer.status),
+        Err(e @ (GatewayError::NoNodes | GatewayError::Busy(_) | GatewayError::NoRoom(_))) => {
+            Dispatched::Refused(e.to_string())
+        }
+        Err(e @ (GatewayError::Failed(_) | GatewayError::Timeout { .. })) => {
+            Dispatched::Failed(e.to_string())
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Events: schedules fire functions of every runtime with their
+//! platform's event, through the store's queue, and are listed, paused,
+//! resumed and removed (docs/events.md).
+
+use std::time::Duration;
+
+use hearth_test_support::require;
+
+use crate::cli::hearth;
+use crate::harness::{Daemon, error_of, until};
+
+/// The messages of `name`'s log lines that start with `prefix`.
+pub(crate) fn said(lines: &[serde_json::Value], prefix: &str) -> Vec<String> {
+    lines
+        .iter()
+        .filter_map(|l| l["message"].as_str())
+        .filter(|m| m.starts_with(prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+/// What each firing logged as JSON after `prefix`.
+fn fired(lines: &[serde_json::Value], prefix: &str) -> Vec<serde_json::Value> {
+    said(lines, prefix)
+        .iter()
+        .map(|m| serde_json::from_str(&m[prefix.len()..]).unwrap())
+        .collect()
+}
+
+const EVERY_SECOND: &str = "@every 1s";
+
+#[tokio::test]
+async fn a_schedule_fires_every_runtime_with_its_platforms_event_and_each_firing_is_taped() {
+    require!(Python);
+    let d = Daemon::start();
+    // A Workers module with only scheduled(): the controller it gets.
+    let workers = "export default { async scheduled(controller, env, ctx) { \
+        console.log('fired ' + JSON.stringify({ cron: controller.cron, type: controller.type, \
+        t: controller.scheduledTime })); } };";
+    let node = "exports.handler = async (event, context) => { console.log('fired ' + \
+        JSON.stringify({ source: event.source, type: event['detail-type'], \
+        t: event.detail.scheduledTime, id: context.awsRequestId })); };\n";
+    let python = "import json\ndef handler(event, context):\n    print('fired ' + \
+        json.dumps({'source': event['source'], 'type': event['detail-type'], \
+        't': event['detail']['scheduledTime'], 'time': event['time']}))\n";
+    for (name, file, runtime, code) in [
+        ("js", "index.mjs", "js", workers),
+        ("node", "index.js", "node", node),
+        ("py", "handler.py", "python", python),
+    ] {
+        let deployed = d
+            .deploy(
+                name,
+                code.as_bytes().to_vec(),
+                &[
+                    ("runtime", runtime),
+                    ("file_name", file),
+                    ("schedule", EVERY_SECOND),
+                ],
+            )
+            .await;
+        let schedules = deployed["schedules"].as_array().unwrap();
+        assert_eq!(schedules.len(), 1, "{deployed}");
+        assert_eq!(schedules[0]["expr"], EVERY_SECOND);
+    }
+    // A wasm module is a CGI program: echo.wat answers its body.
+    d.deploy(
+        "wasm",
+        crate::harness::example("echo.wat"),
+        &[("schedule", EVERY_SECOND)],
+    )
+    .await;
+
+    let js = d
+        .logs_until("js", |l| said(l, "fired ").len() >= 2)
+        .await;
+    let js = fired(&js, "fired ");
+    assert_eq!((&js[0]["cron"], &js[0]["type"]), (&EVERY_SECOND.into(), &"scheduled".into()));
+    let (t0, t1) = (js[0]["t"].as_i64().unwrap(), js[1]["t"].as_i64().unwrap());
+    assert_eq!(t0 % 1000, 0, "a tick is a whole second: {t0}");
+    assert!(t1 > t0, "each firing its own tick: {js:?}");
+
+    for name in ["node", "py"] {
+        let lines = d.logs_until(name, |l| said(l, "fired ").len() >= 2).await;
+        let events = fired(&lines, "fired ");
+        assert_eq!(events[0]["source"], "aws.events", "{name}: {events:?}");
+        assert_eq!(events[0]["type"], "Scheduled Event", "{name}");
+        assert!(events[1]["t"].as_i64() > events[0]["t"].as_i64(), "{name}");
+    }
+    let py = fired(&d.logs_until("py", |l| !l.is_empty()).await, "fired ");
+    let when = py[0]["time"].as_str().unwrap();
+    assert!(when.ends_with('Z') && when.len() == 20, "EventBridge's time: {when}");
+
+    // Each firing is an invocation, taped: the wasm module's tape holds
+    // the CGI request it was given and the event it echoed.
+    let mut taped = serde_json::Value::Null;
+    until("a taped firing of the wasm module", Duration::from_secs(30), async || {
+        let list = d.get_json("/v1/functions/wasm/recordings").await;
+        match list["recordings"].as_array().and_then(|r| r.first()) {
+            Some(r) => {
+                taped = d.recording_when_written(r["id"].as_str().unwrap()).await;
+                true
+            }
+            None => false,
+        }
+    })
+    .await;
+    let request = &taped["request"];
+    assert_eq!(request["method"], "POST", "{taped:#}");
+    let headers = request["headers"].to_string();
+    assert!(headers.contains("hearth-event") && headers.contains("scheduled"), "{headers}");
+    let body = taped["outcome"]["body"]["text"].as_str().unwrap_or_default();
+    assert!(body.contains("Scheduled Event"), "the module read the event: {taped:#}");
+}
+
+#[tokio::test]
+async fn schedules_are_listed_paused_resumed_and_removed_and_a_bad_one_is_refused_at_deploy() {
+    let d = Daemon::start();
+    let code = crate::harness::example("hello.wat");
+    // A schedule that does not parse is refused before anything is kept.
+    let resp = d
+        .deploy_raw("tick", code.clone(), &[("schedule", "61 * * * *")])
+        .await;
+    let (status, _, message) = error_of(resp).await;
+    assert_eq!(status, 400);
+    assert!(message.contains("minute field \"61\""), "{message}");
+    assert!(message.contains("@every 30s"), "names the forms: {message}");
+    let resp = d
+        .deploy_raw("tick", code.clone(), &[("schedule", "TZ=Mars/Olympus 0 9 * * *")])
+        .await;
+    let (status, _, message) = error_of(resp).await;
+    assert_eq!(status, 400);
+    assert!(message.contains("IANA"), "{message}");
+    let (status, _) = (d.get("/v1/functions/tick").send().await.unwrap().status(), ());
+    assert_eq!(status, 404, "nothing was deployed");
+
+    let deployed = d
+        .deploy(
+            "tick",
+            code.clone(),
+            &[
+                ("schedule", "TZ=Europe/Paris 0 9 * * 1-5"),
+                ("schedule", "@hourly"),
+            ],
+        )
+        .await;
+    let ids: Vec<String> = deployed["schedules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    let (ok, out, err) = hearth(&d, &["schedules", "tick"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("TZ=Europe/Paris 0 9 * * 1-5") && out.contains("@hourly"), "{out}");
+    assert!(out.contains(&ids[0]), "{out}");
+
+    let (ok, out, err) = hearth(&d, &["schedules", "pause", "tick", &ids[1]]);
+    assert!(ok, "{err}");
+    assert!(out.contains("paused"), "{out}");
+    let listed = d.get_json("/v1/functions/tick/schedules").await;
+    assert_eq!(listed["schedules"][1]["paused"], true, "{listed}");
+
+    // A redeploy without schedules keeps them, the pause too; one that
+    // names one of them keeps that one and drops the other.
+    d.deploy("tick", code.clone(), &[]).await;
+    let listed = d.get_json("/v1/functions/tick/schedules").await;
+    assert_eq!(listed["schedules"].as_array().unwrap().len(), 2);
+    assert_eq!(listed["schedules"][1]["paused"], true);
+    d.deploy("tick", code.clone(), &[("schedule", "@hourly")]).await;
+    let listed = d.get_json("/v1/functions/tick/schedules").await;
+    let kept = listed["schedules"].as_array().unwrap();
+    assert_eq!((kept.len(), &kept[0]["id"]), (1, &ids[1].clone().into()));
+    assert_eq!(kept[0]["paused"], true, "kept with its pause");
+
+    let (ok, out, err) = hearth(&d, &["schedules", "resume", "tick", &ids[1]]);
+    assert!(ok, "{err}");
+    assert!(out.contains("resumed"), "{out}");
+    let listed = d.get_json("/v1/schedules").await;
+    let one = &listed["schedules"][0];
+    assert_eq!((one["function"].as_str(), one["paused"].as_bool()), (Some("tick"), Some(false)));
+    let next = one["next_ms"].as_i64().unwrap();
+    assert!(next > hearth_core::unix_time_ms() && next % 3_600_000 == 0, "{one}");
+
+    let resp = d
+        .post("/v1/functions/tick/schedules/nope/pause")
+        .send()
+        .await
+        .unwrap();
+    let (status, _, message) = error_of(resp).await;
+    assert_eq!(status, 404);
+    assert!(message.contains("hearth schedules tick"), "{message}");
+    let (ok, _, err) = hearth(&d, &["schedules", "rm", "tick", &ids[1]]);
+    assert!(ok, "{err}");
+    let listed = d.get_json("/v1/functions/tick/schedules").await;
+    assert!(listed["schedules"].as_array().unwrap().is_empty());
+    let resp = d
+        .post("/v1/functions/missing/schedules/x/pause")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+}
