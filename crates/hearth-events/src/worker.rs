@@ -100,9 +100,11 @@ impl Worker {
             match decode(&item) {
                 Err(why) => self.given_up(&item, why),
                 Ok((request, id)) => {
+                    // Every attempt after the first follows the journal of
+                    // those before it (up to its first failed answer).
                     let attempt = GatewayAttempt {
                         id,
-                        retry: item.redelivered(),
+                        retry: item.redelivered() || item.attempts > 0,
                         queued: true,
                     };
                     let done = self.dispatch.dispatch(&item, request, attempt).await;

@@ -131,6 +131,20 @@ impl HostEvent {
 }
 
 impl HostEvent {
+    /// Whether the world failed this call: an HTTP call that got no answer
+    /// or a 5xx, a counter that would not increment. A retry asks such a
+    /// call again rather than be given the failure (what caused a retry
+    /// may be just that).
+    pub fn failed(&self) -> bool {
+        match self {
+            HostEvent::HttpFetch { result, .. } => {
+                result.as_ref().map_or(true, |r| r.status >= 500)
+            }
+            HostEvent::KvIncrement { result, .. } => result.is_err(),
+            _ => false,
+        }
+    }
+
     /// The call and its arguments, for a person: `kv.get "count"`.
     pub fn call(&self) -> String {
         match self {

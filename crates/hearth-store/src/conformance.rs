@@ -984,14 +984,17 @@ async fn queued_invocations_are_claimed_once_until_their_lease_lapses_and_settle
     );
 
     // C's attempt fails: tried again later, an attempt counted, its journal
-    // forgotten (the next attempt runs afresh).
+    // kept for the retry, which may cut it where the failure began.
     let retry = Settle::Retry {
         visible_ms: 20_000,
         error: "boom".into(),
         refused: false,
     };
     assert!(s.settle_queued(&again[0], &retry).await.unwrap());
-    assert!(s.journal_read(&key).await.unwrap().is_empty());
+    s.journal_append(&key, 1, b"failed answer").await.unwrap();
+    assert_eq!(s.journal_read(&key).await.unwrap().len(), 2);
+    s.journal_cut(&key, 1).await.unwrap();
+    assert_eq!(s.journal_read(&key).await.unwrap(), [b"kv answer".to_vec()]);
     assert!(
         s.claim_queued("D", 19_999, 5_000, 10)
             .await
@@ -1032,6 +1035,7 @@ async fn queued_invocations_are_claimed_once_until_their_lease_lapses_and_settle
         (1, "one", 2)
     );
     assert_eq!(dead[0].error, "gave up");
+    assert!(s.journal_read(&key).await.unwrap().is_empty(), "a dead letter's journal goes");
     assert!(s.dead_letters("other", "f", 10).await.unwrap().is_empty());
     assert_eq!(
         s.requeue_dead(("other", "f", None), 30_000, 90_000)

@@ -91,7 +91,7 @@ pub enum Settle {
     /// Done: gone from the queue, with its journal.
     Done,
     /// Failed: tried again at `visible_ms` (an attempt counted unless
-    /// `refused`, which ran nothing), its journal forgotten.
+    /// `refused`, which ran nothing), its journal kept for the retry.
     Retry {
         visible_ms: i64,
         error: String,

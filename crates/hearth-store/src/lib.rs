@@ -571,6 +571,10 @@ pub trait Store: Send + Sync + 'static {
     async fn journal_read(&self, key: &JournalKey<'_>) -> Result<Vec<Vec<u8>>, StoreError>;
     /// Forgets `key`'s journal: the invocation finished.
     async fn journal_forget(&self, key: &JournalKey<'_>) -> Result<(), StoreError>;
+    /// Cuts `key`'s journal before entry `from_seq`: a queued invocation's
+    /// retry keeps what its earlier attempts got up to their first failed
+    /// answer, and journals its own from there.
+    async fn journal_cut(&self, key: &JournalKey<'_>, from_seq: u32) -> Result<(), StoreError>;
     /// Forgets journals begun before `before_ms` (left by nodes that died;
     /// their retries are long over). Returns how many events went.
     async fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError>;
@@ -629,8 +633,9 @@ pub trait Store: Send + Sync + 'static {
         lease_ms: i64,
         limit: u32,
     ) -> Result<Vec<Claimed>, StoreError>;
-    /// Settles a claimed invocation, and forgets its journal; false if its
-    /// claim had lapsed and another claimer has it.
+    /// Settles a claimed invocation, forgetting its journal unless it is
+    /// tried again; false if its claim had lapsed and another claimer has
+    /// it.
     async fn settle_queued(&self, item: &Claimed, how: &Settle) -> Result<bool, StoreError>;
     /// `function`'s dead letters, newest first.
     async fn dead_letters(

@@ -275,6 +275,9 @@ impl Store for SplitStore {
     async fn journal_forget(&self, key: &JournalKey<'_>) -> Result<(), StoreError> {
         self.shared.journal_forget(key).await
     }
+    async fn journal_cut(&self, key: &JournalKey<'_>, from_seq: u32) -> Result<(), StoreError> {
+        self.shared.journal_cut(key, from_seq).await
+    }
     async fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError> {
         self.shared.journal_sweep(before_ms).await
     }

@@ -332,7 +332,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             // given, so only a claimer that died loses one.
             events: Some(hearth_events::EventsConfig {
                 lease: std::time::Duration::from_millis(settings.max_timeout_ms)
-                    + std::time::Duration::from_secs(30),
+                    + std::time::Duration::from_secs(5),
                 ..Default::default()
             }),
         },

@@ -59,6 +59,37 @@ impl HostCtx {
         ))
     }
 
+    /// What the earlier attempts of queued invocation `meta.id` journaled,
+    /// up to their first failed answer ([`HostEvent::failed`]), for its
+    /// next attempt to follow: the effects they made are given again, the
+    /// failed call and all after it are asked again. The stored journal is
+    /// cut there too, so the next attempt journals on from it.
+    pub async fn journal_to_retry(
+        services: &HostServices,
+        meta: &InvocationMeta,
+    ) -> Result<Tape, HostError> {
+        let mut tape = Self::journal_tape(services, meta).await?;
+        let cut = tape
+            .events
+            .iter()
+            .position(HostEvent::failed)
+            .unwrap_or(tape.events.len());
+        tape.events.truncate(cut);
+        let invocation = meta.id.to_string();
+        let key = JournalKey {
+            tenant: &meta.version.tenant,
+            function: &meta.version.name,
+            invocation: &invocation,
+        };
+        let cut = u32::try_from(cut).unwrap_or(u32::MAX);
+        services
+            .store
+            .journal_cut(&key, cut)
+            .await
+            .map_err(|e| HostError::Storage(e.to_string()))?;
+        Ok(tape)
+    }
+
     /// How many answers this host journaled.
     pub fn journaled(&self) -> u32 {
         self.0

@@ -28,11 +28,20 @@ impl Node {
                 queued,
                 ..
             }) => {
-                let journal = HostCtx::journal_tape(&services, meta).await;
+                let journal = if queued {
+                    HostCtx::journal_to_retry(&services, meta).await
+                } else {
+                    HostCtx::journal_tape(&services, meta).await
+                };
+                let whose = if queued {
+                    "a queued invocation"
+                } else {
+                    "an invocation whose node failed"
+                };
                 let (tape, note) = match journal {
                     Ok(tape) => {
                         let note = format!(
-                            "retry of an invocation whose node failed: {} answer(s) its first attempt got from KV and HTTP are given again",
+                            "retry of {whose}: {} answer(s) its first attempt got from KV and HTTP are given again",
                             tape.events.len()
                         );
                         (tape, note)
@@ -40,7 +49,7 @@ impl Node {
                     Err(e) => (
                         Tape::default(),
                         format!(
-                            "retry of an invocation whose node failed; its journal could not be read ({e}), so its host calls go to the world again"
+                            "retry of {whose}; its journal could not be read ({e}), so its host calls go to the world again"
                         ),
                     ),
                 };

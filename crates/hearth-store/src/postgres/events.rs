@@ -308,11 +308,13 @@ impl PgStore {
                     .await?;
                 }
             }
-            tx.execute(
-                "DELETE FROM journal WHERE tenant = $1 AND function = $2 AND invocation = $3",
-                &[&item.tenant, &item.function, &item.id],
-            )
-            .await?;
+            if !matches!(how, Settle::Retry { .. }) {
+                tx.execute(
+                    "DELETE FROM journal WHERE tenant = $1 AND function = $2 AND invocation = $3",
+                    &[&item.tenant, &item.function, &item.id],
+                )
+                .await?;
+            }
             Ok(true)
         })
         .await

@@ -746,6 +746,20 @@ impl PgStore {
         Ok(())
     }
 
+    pub async fn journal_cut(&self, key: &JournalKey<'_>, from_seq: u32) -> Result<(), StoreError> {
+        let from = i64::from(from_seq);
+        self.with(async |c| {
+            c.execute(
+                "DELETE FROM journal
+                 WHERE tenant = $1 AND function = $2 AND invocation = $3 AND seq >= $4",
+                &[&key.tenant, &key.function, &key.invocation, &from],
+            )
+            .await
+        })
+        .await?;
+        Ok(())
+    }
+
     pub async fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError> {
         self.with(async |c| {
             c.execute(

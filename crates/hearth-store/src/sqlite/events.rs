@@ -280,7 +280,9 @@ impl SqliteStore {
                 )?;
             }
         }
-        forget_journal(&tx, item)?;
+        if !matches!(how, Settle::Retry { .. }) {
+            forget_journal(&tx, item)?;
+        }
         tx.commit()?;
         Ok(true)
     }

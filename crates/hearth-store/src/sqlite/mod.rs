@@ -683,6 +683,15 @@ impl SqliteStore {
         Ok(())
     }
 
+    pub fn journal_cut(&self, key: &JournalKey<'_>, from_seq: u32) -> Result<(), StoreError> {
+        self.writer().execute(
+            "DELETE FROM journal
+             WHERE tenant = ?1 AND function = ?2 AND invocation = ?3 AND seq >= ?4",
+            params![key.tenant, key.function, key.invocation, from_seq],
+        )?;
+        Ok(())
+    }
+
     pub fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError> {
         Ok(self.writer().execute(
             "DELETE FROM journal WHERE created_ms < ?1 AND invocation NOT IN (SELECT id FROM queue)",

@@ -358,6 +358,11 @@ impl Store for SqliteStore {
         self.off_runtime(move |s| s.journal_forget(&key.key()))
             .await
     }
+    async fn journal_cut(&self, key: &JournalKey<'_>, from_seq: u32) -> Result<(), StoreError> {
+        let key = OwnedKey::of(key);
+        self.off_runtime(move |s| s.journal_cut(&key.key(), from_seq))
+            .await
+    }
     async fn journal_sweep(&self, before_ms: i64) -> Result<u64, StoreError> {
         self.off_runtime(move |s| s.journal_sweep(before_ms)).await
     }

@@ -44,7 +44,7 @@ fn fetch_then_spin() -> Vec<u8> {
 
 /// An HTTP server on loopback answering `GET /hit/{i}` with `hit {i}`,
 /// and how many times it saw each `i`.
-async fn counting_upstream() -> (
+pub(crate) async fn counting_upstream() -> (
     std::net::SocketAddr,
     std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, u32>>>,
 ) {

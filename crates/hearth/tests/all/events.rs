@@ -202,3 +202,99 @@ async fn schedules_are_listed_paused_resumed_and_removed_and_a_bad_one_is_refuse
         .unwrap();
     assert_eq!(resp.status(), 404);
 }
+
+/// A Workers module whose every firing GETs `/hit/{scheduledTime}` from
+/// `upstream` (an effect the test counts per tick), then takes 0.8 s more
+/// (a js isolate waits out its timers on its thread: a node has as many as
+/// it has cores, so longer would queue the firings).
+fn hitting(upstream: std::net::SocketAddr) -> String {
+    format!(
+        "export default {{ async scheduled(controller) {{ \
+         const r = await fetch('http://{upstream}/hit/' + controller.scheduledTime); \
+         await new Promise((done) => setTimeout(done, 800)); \
+         console.log('fired ' + await r.text()); }} }};"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_tick_fires_once_across_gateways_even_as_they_are_killed() {
+    require!(Postgres);
+    let pg = hearth_test_support::TempPostgres::start().unwrap();
+    let store = pg.create_database("ticks").unwrap();
+    // A short longest timeout makes a short claim: a killed gateway's
+    // firings are taken over 3 + 5 s after they were claimed.
+    let short = ["--max-timeout-ms", "3000", "--examples", "false"];
+    let gateway = || crate::cluster::gateway_with(&store, &short);
+    let mut first = gateway();
+    let _node = crate::cluster::node(&first, &store, &[]);
+    crate::cluster::members_until(&first, "the node joins", |m| crate::cluster::alive(m) == 1)
+        .await;
+    let (upstream, hits) = crate::cluster::counting_upstream().await;
+    let allow = upstream.to_string();
+    first
+        .deploy(
+            "tick",
+            hitting(upstream).into_bytes(),
+            &[
+                ("runtime", "js"),
+                ("file_name", "index.mjs"),
+                ("allow_host", &allow),
+                ("timeout_ms", "3000"),
+                ("schedule", EVERY_SECOND),
+            ],
+        )
+        .await;
+    // The only gateway fires a tick; its firing has made its call and is
+    // waiting to answer when the gateway is killed: its claim is unsettled,
+    // the call journaled.
+    until("a firing's call", Duration::from_secs(20), async || {
+        !hits.lock().unwrap().is_empty()
+    })
+    .await;
+    first.kill9();
+    let unsettled: i64 = hits.lock().unwrap().keys().next().unwrap().parse().unwrap();
+    // Two others share the ticks from then on; one of them takes the
+    // unsettled firing over when its claim lapses, and one of them is
+    // killed in turn.
+    let mut gateways = [gateway(), gateway()];
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
+    gateways[0].kill9();
+    let killed = hearth_core::unix_time_ms();
+    let survivor = &gateways[1];
+    let lines = survivor
+        .logs_until("tick", |l| {
+            !said(l, "retry of a queued invocation: 1 answer").is_empty()
+        })
+        .await;
+    assert!(!said(&lines, "retry of a queued invocation").is_empty());
+    let mut fired = 0;
+    until("ticks well after the kills", Duration::from_secs(40), async || {
+        let done = survivor.get_json("/v1/functions/tick/schedules").await;
+        fired = done["schedules"][0]["fired_ms"].as_i64().unwrap_or(0);
+        fired > killed + 10_000
+    })
+    .await;
+    // The firings of ticks up to then have made their calls.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let hits: std::collections::BTreeMap<i64, u32> = hits
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(k, n)| (k.parse().unwrap(), *n))
+        .filter(|(t, _)| *t <= fired)
+        .collect();
+    assert_eq!(hits.get(&unsettled), Some(&1), "the taken-over firing repeated its call");
+    let ticks: Vec<i64> = hits.keys().copied().collect();
+    assert!(ticks.len() >= 12, "{hits:?}");
+    assert!(
+        hits.values().all(|&n| n == 1),
+        "a tick's effect happened more than once: {hits:?}"
+    );
+    // No tick from the first to the last went unfired.
+    let (first, last) = (ticks.iter().min().unwrap(), ticks.iter().max().unwrap());
+    assert_eq!(
+        ticks.len() as i64,
+        (last - first) / 1000 + 1,
+        "a tick was skipped: {ticks:?}"
+    );
+}
