@@ -298,3 +298,76 @@ async fn each_tick_fires_once_across_gateways_even_as_they_are_killed() {
         "a tick was skipped: {ticks:?}"
     );
 }
+
+/// Each tick a function logged as `fired <scheduledTime>` after
+/// `after_ms`, with how late it ran (the line's time less the tick),
+/// by tick.
+fn lateness(lines: &[serde_json::Value], after_ms: i64) -> Vec<(i64, i64)> {
+    let mut out: Vec<(i64, i64)> = lines
+        .iter()
+        .filter_map(|l| {
+            let tick: i64 = l["message"].as_str()?.strip_prefix("fired ")?.parse().ok()?;
+            Some((tick, l["ts_ms"].as_i64()? - tick))
+        })
+        .filter(|(tick, _)| *tick > after_ms)
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn ticks_missed_while_down_are_skipped_or_caught_up_as_the_schedule_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start_in(dir.path(), &[]);
+    let logs = "export default { scheduled(c) { console.log('fired ' + c.scheduledTime); } };";
+    for (name, catch_up) in [("late", "2"), ("skip", "0")] {
+        d.deploy(
+            name,
+            logs.as_bytes().to_vec(),
+            &[
+                ("runtime", "js"),
+                ("file_name", "index.mjs"),
+                ("schedule", EVERY_SECOND),
+                ("schedule_catch_up", catch_up),
+            ],
+        )
+        .await;
+    }
+    for name in ["late", "skip"] {
+        d.logs_until(name, |l| !said(l, "fired ").is_empty()).await;
+    }
+    // Down for 4.5 s: four or five ticks pass with nothing to fire them.
+    d.kill9();
+    let killed = hearth_core::unix_time_ms();
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    let d = Daemon::start_in(dir.path(), &[]);
+    // A tick after the kill was fired by the restarted daemon: on time
+    // (within its grace of a period), or late, caught up.
+    let late = d
+        .logs_until("late", |l| lateness(l, killed).len() >= 5)
+        .await;
+    let late = lateness(&late, killed);
+    let caught_up: Vec<_> = late.iter().filter(|(_, by)| *by >= 2_000).collect();
+    assert_eq!(caught_up.len(), 1, "the last two missed ticks, no more: {late:?}");
+    let (first, _) = late[0];
+    assert_eq!(
+        (late[1].0, late[2].0),
+        (first + 1_000, first + 2_000),
+        "two missed ticks, then the one on time, fired together: {late:?}"
+    );
+    assert!(late[1].1 >= 1_000, "{late:?}");
+
+    let skip = d
+        .logs_until("skip", |l| {
+            lateness(l, killed).len() >= 3 && !said(l, "schedule ").is_empty()
+        })
+        .await;
+    let fired = lateness(&skip, killed);
+    assert!(fired.iter().all(|(_, by)| *by < 2_000), "none caught up: {fired:?}");
+    let note = &said(&skip, "schedule ")[0];
+    assert!(
+        note.contains("tick(s) while no member ran; they were skipped")
+            && note.contains("schedule_catch_up"),
+        "{note}"
+    );
+}

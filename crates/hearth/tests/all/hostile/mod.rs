@@ -17,6 +17,7 @@ mod disclosure;
 mod disk;
 mod effects;
 mod escape;
+mod events;
 mod exhaustion;
 mod members;
 mod network;
