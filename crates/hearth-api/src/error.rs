@@ -185,7 +185,11 @@ impl From<hearth_store::StoreError> for ApiError {
             | hearth_store::StoreError::TooManyAliases { .. }
             | hearth_store::StoreError::TooManyTokens { .. }
             | hearth_store::StoreError::TokenTaken
-            | hearth_store::StoreError::TooManySecrets { .. } => ApiError::Conflict(e.to_string()),
+            | hearth_store::StoreError::TooManySecrets { .. }
+            | hearth_store::StoreError::TooManySchedules { .. } => {
+                ApiError::Conflict(e.to_string())
+            }
+            hearth_store::StoreError::QueueFull { .. } => ApiError::TooManyRequests(e.to_string()),
             hearth_store::StoreError::LiveAlias
             | hearth_store::StoreError::BadSplit(_)
             | hearth_store::StoreError::BadToken(_) => ApiError::BadRequest(e.to_string()),

@@ -250,6 +250,7 @@ pub(crate) const INVOCATION_ID: HeaderName = HeaderName::from_static("hearth-inv
 pub(crate) const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 const VERSION: HeaderName = HeaderName::from_static("hearth-version");
 const SPLIT_KEY: HeaderName = HeaderName::from_static("hearth-split-key");
+const INVOCATION_TYPE: HeaderName = HeaderName::from_static("hearth-invocation-type");
 const START: HeaderName = HeaderName::from_static("hearth-start");
 
 /// The request is taken whole (not as `HeaderMap`, `Method`, `Uri`
@@ -281,6 +282,17 @@ async fn run(
     } else {
         visible_function(s, tenant, name, (version, draw), &headers).await?
     };
+    if is_async(&headers) && forwarded.is_none() {
+        let (body, _held) = read_request_body(s, &headers, body, client).await?;
+        let req = Request {
+            method: method.as_str().to_string(),
+            path,
+            query: uri.query().unwrap_or_default().to_string(),
+            headers: passed_on(&headers, false),
+            body,
+        };
+        return enqueued(s, &function, &req).await;
+    }
     if let Some(g) = &s.gateway {
         // What the gateway holds of the body counts until it is sent on
         // (and, whole, until no retry needs it).
@@ -292,21 +304,7 @@ async fn run(
         method: method.as_str().to_string(),
         path,
         query: uri.query().unwrap_or_default().to_string(),
-        headers: headers
-            .iter()
-            .filter(|(k, v)| *k != header::AUTHORIZATION || !auth::is_hearth_credential(v))
-            .filter(|(k, _)| attempt.is_none() || k.as_str() != hearth_cluster::attempt::HEADER)
-            // Only the queue says a request is an event.
-            .filter(|(k, _)| {
-                forwarded.is_some_and(|f| f.queued) || k.as_str() != hearth_core::EVENT_HEADER
-            })
-            .map(|(k, v)| {
-                (
-                    k.as_str().to_string(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
+        headers: passed_on(&headers, forwarded.is_some_and(|f| f.queued)),
         body: Default::default(),
     };
     let from_gateway = forwarded.is_some();
@@ -345,6 +343,70 @@ async fn run(
     };
     let resp = stamped(resp, outcome.id, outcome.version, start);
     Ok(traced(resp, outcome.traceparent.as_deref()))
+}
+
+/// The request's headers as its function sees them: without Hearth's
+/// credential, a gateway's attempt, or (unless it comes from the queue,
+/// `queued`) the event header only the queue may set.
+fn passed_on(headers: &HeaderMap, queued: bool) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter(|(k, v)| *k != header::AUTHORIZATION || !auth::is_hearth_credential(v))
+        .filter(|(k, _)| {
+            let k = k.as_str();
+            k != hearth_cluster::attempt::HEADER
+                && k != INVOCATION_TYPE.as_str()
+                && (queued || k != hearth_core::EVENT_HEADER)
+        })
+        .map(|(k, v)| {
+            (
+                k.as_str().to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Whether the caller asked for the invocation to run later
+/// (`Hearth-Invocation-Type: Event`, Lambda's `InvocationType`).
+fn is_async(headers: &HeaderMap) -> bool {
+    headers
+        .get(INVOCATION_TYPE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"event"))
+}
+
+/// Queues `req` to run later and answers 202 with its id at once
+/// (docs/events.md): it runs from the store's queue, retried on failure,
+/// and ends in the function's dead letters if every attempt fails.
+async fn enqueued(
+    s: &AppState,
+    function: &FunctionVersion,
+    req: &Request,
+) -> Result<Response, ApiError> {
+    let Some(events) = s.events.get() else {
+        return Err(ApiError::Unavailable(
+            "this Hearth runs no queued invocations (a cluster's node): send async \
+             invocations to a gateway"
+                .into(),
+        ));
+    };
+    let id = hearth_core::InvocationId::new();
+    events
+        .enqueue_async((&function.tenant, &function.name, function.version), req, id)
+        .await?;
+    let body = serde_json::json!({ "invocation_id": id.to_string(), "status": "queued" });
+    let mut resp = answer(
+        (
+            StatusCode::ACCEPTED.as_u16(),
+            vec![("content-type".into(), "application/json".into())],
+        ),
+        Body::from(body.to_string()),
+    );
+    let v = HeaderValue::from_str(&id.to_string()).expect("an id is hex");
+    resp.headers_mut().insert(INVOCATION_ID, v);
+    let v = HeaderValue::from(function.version);
+    resp.headers_mut().insert(VERSION, v);
+    Ok(resp)
 }
 
 /// `resp` with the invocation's span as `traceparent`, if it was traced:

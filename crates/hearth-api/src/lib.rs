@@ -24,6 +24,7 @@ mod clients;
 mod cluster;
 mod console;
 mod deploy_settings;
+mod dlq;
 mod error;
 mod events;
 mod gate;
@@ -73,6 +74,7 @@ pub mod answers {
     pub use crate::recordings::{
         Recordings, Replayed, TenantRecordings, TrafficReplay, Unreachable,
     };
+    pub use crate::dlq::{DeadLetters, DeadLettersTaken};
     pub use crate::schedules::Schedules;
     pub use crate::secrets::{SecretList, SecretListed, SecretSet};
     pub use crate::tokens::{TokenList, TokenMade};
@@ -305,6 +307,8 @@ fn api() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(schedules::pause))
         .routes(routes!(schedules::resume))
         .routes(routes!(schedules::remove))
+        .routes(routes!(dlq::list, dlq::purge))
+        .routes(routes!(dlq::replay))
         .routes(routes!(manage::logs))
         .routes(routes!(kv::list))
         .routes(routes!(recordings::list))

@@ -81,6 +81,9 @@ pub struct EventsConfig {
     /// `backoff_max`, and takes a random half of it off (jitter).
     pub backoff: Duration,
     pub backoff_max: Duration,
+    /// Invocations one tenant may have waiting (async calls past it are
+    /// refused with 429; a schedule's firings are bounded by its ticks).
+    pub max_queued_per_tenant: u64,
 }
 
 impl Default for EventsConfig {
@@ -93,6 +96,7 @@ impl Default for EventsConfig {
             max_age: Duration::from_secs(6 * 3600),
             backoff: Duration::from_secs(1),
             backoff_max: Duration::from_secs(300),
+            max_queued_per_tenant: 100_000,
         }
     }
 }
@@ -116,5 +120,35 @@ impl Events {
     /// poll.
     pub fn wake(&self) {
         self.worker.wake();
+    }
+
+    /// Queues `request` as an async invocation `id` of `version` of
+    /// `tenant`'s `function`, within the tenant's bound, and claims it at
+    /// once. Every attempt runs that version, as the caller's would have.
+    pub async fn enqueue_async(
+        &self,
+        (tenant, function, version): (&str, &str, u32),
+        request: &Request,
+        id: hearth_core::InvocationId,
+    ) -> Result<(), hearth_store::StoreError> {
+        let config = &self.worker.config;
+        let now = hearth_core::unix_time_ms();
+        let item = hearth_store::Enqueue {
+            id: id.to_string(),
+            tenant: tenant.to_string(),
+            function: function.to_string(),
+            target: version.to_string(),
+            source: "async".into(),
+            request: postcard::to_allocvec(request).expect("a request encodes"),
+            enqueued_ms: now,
+            expires_ms: now + i64::try_from(config.max_age.as_millis()).unwrap_or(i64::MAX),
+            max_attempts: config.attempts,
+        };
+        self.worker
+            .store
+            .enqueue(&item, config.max_queued_per_tenant)
+            .await?;
+        self.wake();
+        Ok(())
     }
 }

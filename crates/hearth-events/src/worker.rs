@@ -22,9 +22,9 @@ use crate::{Dispatch, Dispatched, EventsConfig};
 const REFUSED_DELAY: Duration = Duration::from_millis(250);
 
 pub(crate) struct Worker {
-    store: Arc<dyn Store>,
+    pub(crate) store: Arc<dyn Store>,
     dispatch: Arc<dyn Dispatch>,
-    config: EventsConfig,
+    pub(crate) config: EventsConfig,
     wake: Notify,
     slots: Arc<Semaphore>,
 }

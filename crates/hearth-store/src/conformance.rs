@@ -933,12 +933,19 @@ async fn a_schedules_tick_is_fired_once_and_a_redeploy_keeps_its_state(s: &dyn S
 async fn queued_invocations_are_claimed_once_until_their_lease_lapses_and_settle_once(
     s: &dyn Store,
 ) {
-    assert!(s.enqueue(&queued("one", 100)).await.unwrap());
+    assert!(s.enqueue(&queued("one", 100), 2).await.unwrap());
     assert!(
-        !s.enqueue(&queued("one", 100)).await.unwrap(),
+        !s.enqueue(&queued("one", 100), 2).await.unwrap(),
         "an id is queued once"
     );
-    assert!(s.enqueue(&queued("two", 200)).await.unwrap());
+    assert!(s.enqueue(&queued("two", 200), 2).await.unwrap());
+    assert!(
+        matches!(
+            s.enqueue(&queued("three", 300), 2).await,
+            Err(StoreError::QueueFull { max: 2, .. })
+        ),
+        "a tenant's queue is bounded"
+    );
     let depth = s.queue_depths().await.unwrap();
     assert_eq!((depth[0].ready, depth[0].oldest_ms), (2, Some(100)));
 

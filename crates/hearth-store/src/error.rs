@@ -61,6 +61,8 @@ pub enum StoreError {
     BadSplit(String),
     /// a function has at most {max} schedules
     TooManySchedules { max: usize },
+    /// tenant {tenant:?} has {max} invocations queued, the most it may: wait for them to run, or purge its dead letters (`hearth dlq purge`)
+    QueueFull { tenant: String, max: u64 },
 }
 
 impl StoreError {

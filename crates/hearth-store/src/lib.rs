@@ -621,8 +621,10 @@ pub trait Store: Send + Sync + 'static {
         next_ms: i64,
         firings: &[Enqueue],
     ) -> Result<bool, StoreError>;
-    /// Queues an invocation; false if its id is queued already.
-    async fn enqueue(&self, item: &Enqueue) -> Result<bool, StoreError>;
+    /// Queues an invocation, if its tenant has fewer than `max_ready`
+    /// waiting (counted in the same transaction: [`StoreError::QueueFull`]
+    /// otherwise); false if its id is queued already.
+    async fn enqueue(&self, item: &Enqueue, max_ready: u64) -> Result<bool, StoreError>;
     /// Claims up to `limit` queued invocations visible at `now_ms` (any
     /// tenant's, the longest waiting first), each invisible to other
     /// claimers for `lease_ms`, under the token `claim`.

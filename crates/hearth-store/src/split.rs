@@ -323,8 +323,8 @@ impl Store for SplitStore {
     ) -> Result<bool, StoreError> {
         self.shared.fire_schedule(row, next_ms, firings).await
     }
-    async fn enqueue(&self, item: &Enqueue) -> Result<bool, StoreError> {
-        self.shared.enqueue(item).await
+    async fn enqueue(&self, item: &Enqueue, max_ready: u64) -> Result<bool, StoreError> {
+        self.shared.enqueue(item, max_ready).await
     }
     async fn claim_queued(
         &self,

@@ -56,6 +56,11 @@ pub enum ClientCommand {
         /// Then print the invocation's log lines (to standard error).
         #[arg(long)]
         logs: bool,
+        /// Queue it and return at once with its id (202): it runs from the
+        /// queue, retried on failure (`hearth dlq` has those that failed
+        /// every attempt).
+        #[arg(long = "async", conflicts_with = "logs")]
+        run_async: bool,
         #[command(flatten)]
         target: Target,
     },
@@ -182,6 +187,9 @@ pub enum ClientCommand {
     /// The tenant's schedules (set with `deploy --schedule`): list them,
     /// or pause, resume or rm one.
     Schedules(crate::schedules::SchedulesArgs),
+    /// A function's dead letters: queued invocations that failed every
+    /// attempt. List them, or replay or purge them.
+    Dlq(crate::dlq::DlqArgs),
     /// A tenant's tokens: create (with a scope), ls, revoke, rotate.
     #[command(subcommand)]
     Token(crate::tokens::TokenCommand),
@@ -497,6 +505,7 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
             version,
             include,
             logs,
+            run_async,
             target,
         } => {
             let c = Client::new(data_dir, &target)?;
@@ -522,6 +531,9 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
             let mut rb = c.request(method, &format!("/fn/{tenant}/{name}{path}"));
             if let Some(v) = version {
                 rb = rb.header("hearth-version", v);
+            }
+            if run_async {
+                rb = rb.header("hearth-invocation-type", "Event");
             }
             for h in &headers {
                 let (k, v) = h
@@ -769,6 +781,7 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Token(cmd) => crate::tokens::run(data_dir, cmd).await?,
         ClientCommand::Secret(cmd) => crate::secrets::run(data_dir, cmd).await?,
         ClientCommand::Schedules(args) => crate::schedules::run(data_dir, args).await?,
+        ClientCommand::Dlq(args) => crate::dlq::run(data_dir, args).await?,
         ClientCommand::Rm { name, target } => {
             let c = Client::new(data_dir, &target)?;
             c.send(c.request(reqwest::Method::DELETE, &format!("/v1/functions/{name}")))

@@ -6,6 +6,7 @@ mod config;
 mod daemon;
 mod datadir;
 mod deploy;
+mod dlq;
 mod kv;
 mod logs;
 mod otlp;

@@ -235,9 +235,31 @@ impl PgStore {
         .await
     }
 
-    pub async fn enqueue(&self, item: &Enqueue) -> Result<bool, StoreError> {
-        self.in_transaction(async |tx| Ok(insert(tx, item).await?))
-            .await
+    pub async fn enqueue(&self, item: &Enqueue, max_ready: u64) -> Result<bool, StoreError> {
+        self.in_transaction(async |tx| {
+            // One tenant's enqueues take turns, so two cannot both take
+            // its last place.
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('hearth queue ' || $1))",
+                &[&item.tenant],
+            )
+            .await?;
+            let ready: i64 = tx
+                .query_one(
+                    "SELECT COUNT(*) FROM queue WHERE tenant = $1 AND state = 'ready'",
+                    &[&item.tenant],
+                )
+                .await?
+                .get(0);
+            if u64::try_from(ready).unwrap_or(0) >= max_ready {
+                return Err(StoreError::QueueFull {
+                    tenant: item.tenant.clone(),
+                    max: max_ready,
+                });
+            }
+            Ok(insert(tx, item).await?)
+        })
+        .await
     }
 
     pub async fn claim_queued(

@@ -199,9 +199,20 @@ impl SqliteStore {
         Ok(true)
     }
 
-    pub fn enqueue(&self, item: &Enqueue) -> Result<bool, StoreError> {
+    pub fn enqueue(&self, item: &Enqueue, max_ready: u64) -> Result<bool, StoreError> {
         let mut conn = self.writer();
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let ready: i64 = tx.query_row(
+            "SELECT COUNT(*) FROM queue WHERE tenant = ?1 AND state = 'ready'",
+            [&item.tenant],
+            |r| r.get(0),
+        )?;
+        if ready as u64 >= max_ready {
+            return Err(StoreError::QueueFull {
+                tenant: item.tenant.clone(),
+                max: max_ready,
+            });
+        }
         let added = insert(&tx, item)?;
         tx.commit()?;
         Ok(added)

@@ -420,9 +420,9 @@ impl Store for SqliteStore {
         self.off_runtime(move |s| s.fire_schedule(&row, next_ms, &firings))
             .await
     }
-    async fn enqueue(&self, item: &Enqueue) -> Result<bool, StoreError> {
+    async fn enqueue(&self, item: &Enqueue, max_ready: u64) -> Result<bool, StoreError> {
         let item = item.clone();
-        self.off_runtime(move |s| s.enqueue(&item)).await
+        self.off_runtime(move |s| s.enqueue(&item, max_ready)).await
     }
     async fn claim_queued(
         &self,

@@ -49,7 +49,7 @@ const LAYERS: &[&[&str]] = &[
     &["hearth-jit-runtime"],
     &["hearth-core", "hearth-jit", "hearth-test-support"],
     &["hearth-store"],
-    &["hearth-host"],
+    &["hearth-host", "hearth-events"],
     &["hearth-wasm", "hearth-js", "hearth-proc", "hearth-record"],
     &["hearth-node"],
     &["hearth-cluster"],
@@ -129,6 +129,16 @@ fn each_crate_is_not_what_the_architecture_says_it_is_not() {
     }
     // "the store knows only the vocabulary"
     assert_eq!(ours(deps("hearth-store")), BTreeSet::from(["hearth-core"]));
+    // Events know the store and the vocabulary; what runs a firing is
+    // handed to them (`Dispatch`).
+    assert!(
+        ours(deps("hearth-events")).is_subset(&BTreeSet::from(["hearth-core", "hearth-store"])),
+        "hearth-events knows {:?}",
+        ours(deps("hearth-events"))
+    );
+    for http in HTTP {
+        assert!(!deps("hearth-events").contains(*http), "hearth-events → {http}");
+    }
     // hearth-core is "not behaviour, I/O"; hearth-jit is not a tier, and
     // uses nothing of Hearth's but its runtime, which uses nothing at all
     // (its wasm build is `core` only).

@@ -371,3 +371,100 @@ async fn ticks_missed_while_down_are_skipped_or_caught_up_as_the_schedule_says()
         "{note}"
     );
 }
+
+/// Fetches `/hit/{body}` from `upstream`, then fails unless its KV holds
+/// `ok`.
+fn flaky(upstream: std::net::SocketAddr) -> String {
+    format!(
+        "export default {{ async fetch(req) {{ \
+         const r = await fetch('http://{upstream}/hit/' + await req.text()); \
+         if (!(await hearth.kv.get('ok'))) throw new Error('not yet'); \
+         console.log('ran ' + await r.text()); return new Response('done'); }} }};"
+    )
+}
+
+#[tokio::test]
+async fn an_async_call_answers_202_runs_from_the_queue_and_its_failures_retry_then_dead_letter() {
+    let d = Daemon::start_with(&["--allow-private-egress", "true"]);
+    let (upstream, hits) = crate::cluster::counting_upstream().await;
+    let allow = upstream.to_string();
+    d.deploy(
+        "flaky",
+        flaky(upstream).into_bytes(),
+        &[("runtime", "js"), ("file_name", "index.mjs"), ("allow_host", &allow)],
+    )
+    .await;
+    // Answered at once, before it ran.
+    let r = d
+        .post("/fn/admin/flaky")
+        .header("hearth-invocation-type", "Event")
+        .body("a")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let id = r.headers()["hearth-invocation-id"].to_str().unwrap().to_string();
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!((body["invocation_id"].as_str(), body["status"].as_str()), (Some(&*id), Some("queued")));
+
+    // Three attempts fail (a backoff of 0.5-1 s, then 1-2 s, between
+    // them); then it is a dead letter, which says why.
+    let mut dead = serde_json::Value::Null;
+    until("the dead letter", Duration::from_secs(20), async || {
+        dead = d.get_json("/v1/functions/flaky/dlq").await;
+        !dead["dead"].as_array().unwrap().is_empty()
+    })
+    .await;
+    let letter = &dead["dead"][0];
+    assert_eq!((letter["id"].as_str(), letter["attempts"].as_i64()), (Some(&*id), Some(3)));
+    let error = letter["error"].as_str().unwrap();
+    assert!(error.contains("attempt 3 of 3 failed") && error.contains("not yet"), "{error}");
+    // Each retry was given the first attempt's answer: the call was made
+    // once across three attempts.
+    assert_eq!(hits.lock().unwrap().get("a"), Some(&1), "{:?}", hits.lock().unwrap());
+    let lines = d.logs_until("flaky", |l| said(l, "queued invocation").len() == 1).await;
+    assert!(said(&lines, "queued invocation")[0].contains("hearth dlq flaky"));
+    let (ok, out, err) = hearth(&d, &["dlq", "flaky"]);
+    assert!(ok, "{err}");
+    assert!(out.contains(&id) && out.contains("not yet"), "{out}");
+
+    // Fixed, it is replayed from a first attempt, and runs.
+    let (ok, out, err) = hearth(&d, &["kv", "set", "flaky", "ok", "yes"]);
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) = hearth(&d, &["dlq", "replay", "flaky"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("queued 1 dead letter"), "{out}");
+    d.logs_until("flaky", |l| !said(l, "ran hit a").is_empty()).await;
+    assert!(d.get_json("/v1/functions/flaky/dlq").await["dead"].as_array().unwrap().is_empty());
+    // Every attempt is taped under the id the caller was given: three
+    // failures, then the run.
+    let mut statuses = Vec::new();
+    until("the tapes of every attempt", Duration::from_secs(20), async || {
+        let list = d.get_json("/v1/functions/flaky/recordings?limit=100").await;
+        statuses = list["recordings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["id"] == id.as_str())
+            .map(|r| r["status"].as_i64().unwrap_or(0))
+            .collect();
+        statuses.len() == 4
+    })
+    .await;
+    statuses.sort();
+    assert_eq!(statuses, [200, 500, 500, 500]);
+
+    // `hearth invoke --async` queues one too; a purge empties the list.
+    let (ok, out, err) = hearth(&d, &["kv", "rm", "flaky", "ok"]);
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) = hearth(&d, &["invoke", "flaky", "--async", "-d", "b"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("\"status\":\"queued\""), "{out}");
+    until("the second dead letter", Duration::from_secs(20), async || {
+        !d.get_json("/v1/functions/flaky/dlq").await["dead"].as_array().unwrap().is_empty()
+    })
+    .await;
+    let (ok, out, err) = hearth(&d, &["dlq", "purge", "flaky"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("purged 1"), "{out}");
+}
