@@ -195,6 +195,11 @@ async fn schedules_are_listed_paused_resumed_and_removed_and_a_bad_one_is_refuse
     assert!(ok, "{err}");
     let listed = d.get_json("/v1/functions/tick/schedules").await;
     assert!(listed["schedules"].as_array().unwrap().is_empty());
+    // `none` removes them all at deploy.
+    d.deploy("tick", code.clone(), &[("schedule", "@daily")]).await;
+    let deployed = d.deploy("tick", code, &[("schedule", "none")]).await;
+    assert!(deployed.get("schedules").is_none(), "{deployed}");
+    assert!(d.get_json("/v1/schedules").await["schedules"].as_array().unwrap().is_empty());
     let resp = d
         .post("/v1/functions/missing/schedules/x/pause")
         .send()
