@@ -12,7 +12,7 @@ use hearth_cluster::forward::{Outgoing, OutgoingBody};
 use hearth_core::{GatewayAttempt, Request};
 use hearth_events::{Dispatch, Dispatched};
 use hearth_node::{NodeError, Pin};
-use hearth_store::Claimed;
+use hearth_store::{Claimed, QueueDepth};
 
 use crate::AppState;
 
@@ -59,6 +59,71 @@ impl Dispatch for ApiDispatch {
         if let Some(s) = self.0.upgrade() {
             s.node.note(tenant, function, "", level, message);
         }
+    }
+}
+
+/// The queue's figures in `/metrics`, as last counted (every 2 s): in
+/// sum, and by function if the operator opted into series that name
+/// functions.
+pub(crate) fn count_in_metrics(events: &hearth_events::Events, metrics: &hearth_node::Metrics) {
+    type Figure = fn(&QueueDepth, i64) -> i64;
+    let age = |d: &QueueDepth, now: i64| d.oldest_ms.map_or(0, |t| (now - t).max(0) / 1000);
+    let figures: [(&'static str, &'static str, &'static str, &'static str, Figure, bool); 4] = [
+        (
+            "queue_ready",
+            "function_queue_ready",
+            "Invocations waiting in the queue or running from it (schedules' firings, async calls)",
+            "Invocations waiting in the queue or running from it, by function",
+            |d, _| d.ready as i64,
+            false,
+        ),
+        (
+            "queue_retrying",
+            "function_queue_retrying",
+            "Queued invocations that failed at least once and wait to be tried again",
+            "Queued invocations that failed at least once, by function",
+            |d, _| d.retrying as i64,
+            false,
+        ),
+        (
+            "queue_dead",
+            "function_queue_dead",
+            "Dead letters: queued invocations that failed every attempt (`hearth dlq`)",
+            "Dead letters by function",
+            |d, _| d.dead as i64,
+            false,
+        ),
+        (
+            "queue_oldest_age_seconds",
+            "function_queue_oldest_age_seconds",
+            "How long the longest-waiting queued invocation has waited",
+            "How long each function's longest-waiting queued invocation has waited",
+            age,
+            true,
+        ),
+    ];
+    for (name, per_name, help, per_help, figure, greatest) in figures {
+        let read = events.depth_reader();
+        metrics.read_at_scrape(name, help, move || {
+            let now = hearth_core::unix_time_ms();
+            let each = read().into_iter().map(|d| figure(&d, now));
+            if greatest {
+                each.max().unwrap_or(0)
+            } else {
+                each.sum()
+            }
+        });
+        let read = events.depth_reader();
+        metrics.read_per_function_at_scrape(per_name, per_help, move || {
+            let now = hearth_core::unix_time_ms();
+            read()
+                .into_iter()
+                .map(|d| {
+                    let v = figure(&d, now);
+                    ((d.tenant, d.function), v)
+                })
+                .collect()
+        });
     }
 }
 

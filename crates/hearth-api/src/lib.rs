@@ -213,9 +213,9 @@ pub fn routers_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> (Ap
     {
         let dispatch = Arc::new(events::ApiDispatch(Arc::downgrade(&state)));
         let store = state.node.store().clone();
-        let _ = state
-            .events
-            .set(hearth_events::Events::start(store, dispatch, events));
+        let events = hearth_events::Events::start(store, dispatch, events);
+        events::count_in_metrics(&events, state.node.metrics());
+        let _ = state.events.set(events);
     }
     let panics = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let seen = panics.clone();

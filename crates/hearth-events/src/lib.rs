@@ -101,10 +101,31 @@ impl Default for EventsConfig {
     }
 }
 
+/// Counts every function's queue every 2 s, while `depths` is wanted.
+async fn count_depths(
+    store: Arc<dyn Store>,
+    depths: std::sync::Weak<parking_lot::Mutex<Vec<hearth_store::QueueDepth>>>,
+) {
+    let mut every = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        every.tick().await;
+        let Some(depths) = depths.upgrade() else {
+            return;
+        };
+        match store.queue_depths().await {
+            Ok(counted) => *depths.lock() = counted,
+            Err(e) => tracing::warn!(error = %e, "could not count the queue"),
+        }
+    }
+}
+
 /// A member's events, running: its ticker and its queue worker, tasks
 /// on the runtime that end when it does.
 pub struct Events {
     worker: Arc<worker::Worker>,
+    /// Every function's queue as last counted (every 2 s): what
+    /// `/metrics` shows.
+    depths: Arc<parking_lot::Mutex<Vec<hearth_store::QueueDepth>>>,
 }
 
 impl Events {
@@ -112,8 +133,21 @@ impl Events {
     pub fn start(store: Arc<dyn Store>, dispatch: Arc<dyn Dispatch>, config: EventsConfig) -> Events {
         let worker = Arc::new(worker::Worker::new(store.clone(), dispatch.clone(), config.clone()));
         tokio::spawn(worker.clone().run());
-        tokio::spawn(ticker::run(store, dispatch, config, worker.clone()));
-        Events { worker }
+        tokio::spawn(ticker::run(store.clone(), dispatch, config, worker.clone()));
+        let depths = Arc::default();
+        tokio::spawn(count_depths(store, Arc::downgrade(&depths)));
+        Events { worker, depths }
+    }
+
+    /// Every function's queue that holds anything, as last counted.
+    pub fn depths(&self) -> Vec<hearth_store::QueueDepth> {
+        self.depths.lock().clone()
+    }
+
+    /// A reader of [`depths`](Self::depths) that holds nothing alive.
+    pub fn depth_reader(&self) -> impl Fn() -> Vec<hearth_store::QueueDepth> + Send + Sync + use<> {
+        let depths = Arc::downgrade(&self.depths);
+        move || depths.upgrade().map(|d| d.lock().clone()).unwrap_or_default()
     }
 
     /// Something was queued here: claim it now rather than at the next

@@ -426,6 +426,28 @@ impl Metrics {
         }));
     }
 
+    /// A gauge family `hearth_{name}` by tenant and function whose values
+    /// `read` gives at each scrape, if the operator opted into series that
+    /// name functions (`--metrics-per-function`); whether it did.
+    pub fn read_per_function_at_scrape(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        read: impl Fn() -> Vec<((String, String), i64)> + Send + Sync + 'static,
+    ) -> bool {
+        if self.per_function.is_none() {
+            return false;
+        }
+        self.registry
+            .lock()
+            .register_collector(Box::new(PerFunctionReading {
+                name,
+                help,
+                read: Box::new(read),
+            }));
+        true
+    }
+
     /// Every metric in the OpenMetrics text format (what Prometheus asks
     /// for first).
     pub fn encode(&self) -> String {
@@ -552,6 +574,37 @@ impl Collector for Reading {
         let gauge = prometheus_client::metrics::gauge::ConstGauge::new((self.read)());
         let metric = encoder.encode_descriptor(self.name, self.help, None, gauge.metric_type())?;
         gauge.encode(metric)
+    }
+}
+
+/// A gauge family by tenant and function, read at each scrape.
+struct PerFunctionReading {
+    name: &'static str,
+    help: &'static str,
+    #[allow(clippy::type_complexity)]
+    read: Box<dyn Fn() -> Vec<((String, String), i64)> + Send + Sync>,
+}
+
+impl std::fmt::Debug for PerFunctionReading {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl Collector for PerFunctionReading {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut family = encoder.encode_descriptor(
+            self.name,
+            self.help,
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for ((tenant, function), value) in (self.read)() {
+            let labels = FunctionLabels { tenant, function };
+            let gauge = prometheus_client::metrics::gauge::ConstGauge::new(value);
+            gauge.encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
     }
 }
 

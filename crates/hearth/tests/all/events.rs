@@ -390,7 +390,12 @@ fn flaky(upstream: std::net::SocketAddr) -> String {
 
 #[tokio::test]
 async fn an_async_call_answers_202_runs_from_the_queue_and_its_failures_retry_then_dead_letter() {
-    let d = Daemon::start_with(&["--allow-private-egress", "true"]);
+    let d = Daemon::start_with(&[
+        "--allow-private-egress",
+        "true",
+        "--metrics-per-function",
+        "true",
+    ]);
     let (upstream, hits) = crate::cluster::counting_upstream().await;
     let allow = upstream.to_string();
     d.deploy(
@@ -432,6 +437,14 @@ async fn an_async_call_answers_202_runs_from_the_queue_and_its_failures_retry_th
     let (ok, out, err) = hearth(&d, &["dlq", "flaky"]);
     assert!(ok, "{err}");
     assert!(out.contains(&id) && out.contains("not yet"), "{out}");
+    // /metrics counts it, in sum and for the function.
+    until("the dead letter in /metrics", Duration::from_secs(10), async || {
+        let m = d.get_text("/metrics").await;
+        m.contains("hearth_queue_dead 1")
+            && m.contains("hearth_function_queue_dead{tenant=\"admin\",function=\"flaky\"} 1")
+            && m.contains("hearth_queue_ready 0")
+    })
+    .await;
 
     // Fixed, it is replayed from a first attempt, and runs.
     let (ok, out, err) = hearth(&d, &["kv", "set", "flaky", "ok", "yes"]);
