@@ -249,9 +249,8 @@ pub(crate) fn parse(query: &str) -> Result<Parsed, ApiError> {
             "schedule" => {
                 let list = schedules.get_or_insert_with(Vec::new);
                 if v.trim() != "none" {
-                    let parsed: hearth_events::Schedule = v
-                        .parse()
-                        .map_err(|e: hearth_events::ScheduleError| {
+                    let parsed: hearth_events::Schedule =
+                        v.parse().map_err(|e: hearth_events::ScheduleError| {
                             ApiError::BadRequest(e.to_string())
                         })?;
                     if list.iter().any(|s| s.id() == parsed.id()) {

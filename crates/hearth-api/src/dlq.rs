@@ -79,15 +79,17 @@ pub(crate) async fn replay(
 ) -> Result<Json<DeadLettersTaken>, ApiError> {
     let tenant = crate::auth::function_owner(&s, &headers, &name, Scope::Deploy).await?;
     let now = hearth_core::unix_time_ms();
-    let age = s
-        .config
-        .events
-        .as_ref()
-        .map_or(0, |e| i64::try_from(e.max_age.as_millis()).unwrap_or(i64::MAX));
+    let age = s.config.events.as_ref().map_or(0, |e| {
+        i64::try_from(e.max_age.as_millis()).unwrap_or(i64::MAX)
+    });
     let count = s
         .node
         .store()
-        .requeue_dead((&tenant, &name, q.id.as_deref()), now, now.saturating_add(age))
+        .requeue_dead(
+            (&tenant, &name, q.id.as_deref()),
+            now,
+            now.saturating_add(age),
+        )
         .await?;
     if let Some(events) = s.events.get() {
         events.wake();

@@ -68,7 +68,14 @@ impl Dispatch for ApiDispatch {
 pub(crate) fn count_in_metrics(events: &hearth_events::Events, metrics: &hearth_node::Metrics) {
     type Figure = fn(&QueueDepth, i64) -> i64;
     let age = |d: &QueueDepth, now: i64| d.oldest_ms.map_or(0, |t| (now - t).max(0) / 1000);
-    let figures: [(&'static str, &'static str, &'static str, &'static str, Figure, bool); 4] = [
+    let figures: [(
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        Figure,
+        bool,
+    ); 4] = [
         (
             "queue_ready",
             "function_queue_ready",
@@ -141,14 +148,23 @@ async fn forward(
     let method = Method::from_bytes(request.method.as_bytes()).unwrap_or(Method::POST);
     let mut headers = HeaderMap::new();
     for (k, v) in &request.headers {
-        if let (Ok(k), Ok(v)) = (HeaderName::try_from(k.as_str()), HeaderValue::try_from(v.as_str())) {
+        if let (Ok(k), Ok(v)) = (
+            HeaderName::try_from(k.as_str()),
+            HeaderValue::try_from(v.as_str()),
+        ) {
             headers.append(k, v);
         }
     }
     let event = headers.get(hearth_core::EVENT_HEADER).cloned();
     let mut out = Outgoing {
         queued: Some(attempt),
-        ..Outgoing::pinned(function, method, &uri, headers, OutgoingBody::Whole(request.body))
+        ..Outgoing::pinned(
+            function,
+            method,
+            &uri,
+            headers,
+            OutgoingBody::Whole(request.body),
+        )
     };
     // `pinned` drops a client's event header; this one is the queue's.
     if let Some(event) = event {

@@ -392,7 +392,11 @@ async fn enqueued(
     };
     let id = hearth_core::InvocationId::new();
     events
-        .enqueue_async((&function.tenant, &function.name, function.version), req, id)
+        .enqueue_async(
+            (&function.tenant, &function.name, function.version),
+            req,
+            id,
+        )
         .await?;
     let body = serde_json::json!({ "invocation_id": id.to_string(), "status": "queued" });
     let mut resp = answer(

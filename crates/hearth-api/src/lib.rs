@@ -64,6 +64,7 @@ pub use origin::App;
 /// JSON.
 pub mod answers {
     pub use crate::aliases::{AliasHistory, Aliases, GateRefused, Promoted, Promotion};
+    pub use crate::dlq::{DeadLetters, DeadLettersTaken};
     pub use crate::error::{ErrorBody, ErrorDetail};
     pub use crate::gate::{Gate, GateResult};
     pub use crate::kv::Keys;
@@ -74,7 +75,6 @@ pub mod answers {
     pub use crate::recordings::{
         Recordings, Replayed, TenantRecordings, TrafficReplay, Unreachable,
     };
-    pub use crate::dlq::{DeadLetters, DeadLettersTaken};
     pub use crate::schedules::Schedules;
     pub use crate::secrets::{SecretList, SecretListed, SecretSet};
     pub use crate::tokens::{TokenList, TokenMade};

@@ -51,8 +51,12 @@ pub enum Dispatched {
 pub trait Dispatch: Send + Sync + 'static {
     /// Runs `request` as `item`'s attempt `attempt` (`queued`, with
     /// `item`'s id; `retry` when an earlier claim vanished).
-    async fn dispatch(&self, item: &Claimed, request: Request, attempt: GatewayAttempt)
-    -> Dispatched;
+    async fn dispatch(
+        &self,
+        item: &Claimed,
+        request: Request,
+        attempt: GatewayAttempt,
+    ) -> Dispatched;
 
     /// Tells `function`'s owner something about its events that no
     /// invocation's log says (ticks skipped, a firing given up): a line
@@ -130,8 +134,16 @@ pub struct Events {
 
 impl Events {
     /// Starts firing schedules and running queued invocations.
-    pub fn start(store: Arc<dyn Store>, dispatch: Arc<dyn Dispatch>, config: EventsConfig) -> Events {
-        let worker = Arc::new(worker::Worker::new(store.clone(), dispatch.clone(), config.clone()));
+    pub fn start(
+        store: Arc<dyn Store>,
+        dispatch: Arc<dyn Dispatch>,
+        config: EventsConfig,
+    ) -> Events {
+        let worker = Arc::new(worker::Worker::new(
+            store.clone(),
+            dispatch.clone(),
+            config.clone(),
+        ));
         tokio::spawn(worker.clone().run());
         tokio::spawn(ticker::run(store.clone(), dispatch, config, worker.clone()));
         let depths = Arc::default();
@@ -147,7 +159,12 @@ impl Events {
     /// A reader of [`depths`](Self::depths) that holds nothing alive.
     pub fn depth_reader(&self) -> impl Fn() -> Vec<hearth_store::QueueDepth> + Send + Sync + use<> {
         let depths = Arc::downgrade(&self.depths);
-        move || depths.upgrade().map(|d| d.lock().clone()).unwrap_or_default()
+        move || {
+            depths
+                .upgrade()
+                .map(|d| d.lock().clone())
+                .unwrap_or_default()
+        }
     }
 
     /// Something was queued here: claim it now rather than at the next

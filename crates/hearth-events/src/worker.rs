@@ -143,7 +143,11 @@ impl Worker {
         if item.attempts + 1 >= item.max_attempts {
             return self.given_up(
                 item,
-                format!("attempt {} of {} failed: {why}", item.attempts + 1, item.max_attempts),
+                format!(
+                    "attempt {} of {} failed: {why}",
+                    item.attempts + 1,
+                    item.max_attempts
+                ),
             );
         }
         Settle::Retry {

@@ -310,7 +310,12 @@ impl HostCtx {
     /// first call that differs, the rest of `earlier` is dropped, a warning
     /// goes to the function's log, and calls go to the world.
     pub fn retrying(services: Arc<HostServices>, meta: InvocationMeta, earlier: Tape) -> Self {
-        Self::following(services, meta, Earlier::new(Follow::ThenLive, earlier), None)
+        Self::following(
+            services,
+            meta,
+            Earlier::new(Follow::ThenLive, earlier),
+            None,
+        )
     }
 
     /// [`retrying`](Self::retrying), journaling what it asks past the

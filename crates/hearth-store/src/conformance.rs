@@ -855,12 +855,12 @@ async fn a_schedules_tick_is_fired_once_and_a_redeploy_keeps_its_state(s: &dyn S
     );
     assert!(s.schedules("other", None).await.unwrap().is_empty());
     let due = s.due_schedules(1_500, 10).await.unwrap();
-    assert_eq!(due, [a.clone()], "only the tick that has come");
+    assert_eq!(due, std::slice::from_ref(&a), "only the tick that has come");
 
     // Two members saw tick 1000 due: the first moves it on and queues its
     // firing; the second, comparing against 1000, does nothing.
     let firing = queued("tick-1000", 1_000);
-    assert!(s.fire_schedule(&a, 2_000, &[firing.clone()]).await.unwrap());
+    assert!(s.fire_schedule(&a, 2_000, &[firing]).await.unwrap());
     assert!(
         !s.fire_schedule(&a, 2_000, &[queued("again", 1_000)])
             .await
@@ -1042,7 +1042,10 @@ async fn queued_invocations_are_claimed_once_until_their_lease_lapses_and_settle
         (1, "one", 2)
     );
     assert_eq!(dead[0].error, "gave up");
-    assert!(s.journal_read(&key).await.unwrap().is_empty(), "a dead letter's journal goes");
+    assert!(
+        s.journal_read(&key).await.unwrap().is_empty(),
+        "a dead letter's journal goes"
+    );
     assert!(s.dead_letters("other", "f", 10).await.unwrap().is_empty());
     assert_eq!(
         s.requeue_dead(("other", "f", None), 30_000, 90_000)

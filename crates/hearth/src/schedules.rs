@@ -84,9 +84,8 @@ async fn list(
         Some(n) => format!("/v1/functions/{n}/schedules"),
         None => "/v1/schedules".into(),
     };
-    let (list, v): (answers::Schedules, _) = c
-        .send_as(c.request(reqwest::Method::GET, &path))
-        .await?;
+    let (list, v): (answers::Schedules, _) =
+        c.send_as(c.request(reqwest::Method::GET, &path)).await?;
     if c.json {
         c.print_json(&v);
         return Ok(());

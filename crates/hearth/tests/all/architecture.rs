@@ -137,7 +137,10 @@ fn each_crate_is_not_what_the_architecture_says_it_is_not() {
         ours(deps("hearth-events"))
     );
     for http in HTTP {
-        assert!(!deps("hearth-events").contains(*http), "hearth-events → {http}");
+        assert!(
+            !deps("hearth-events").contains(*http),
+            "hearth-events → {http}"
+        );
     }
     // hearth-core is "not behaviour, I/O"; hearth-jit is not a tier, and
     // uses nothing of Hearth's but its runtime, which uses nothing at all

@@ -71,11 +71,12 @@ async fn a_schedule_fires_every_runtime_with_its_platforms_event_and_each_firing
     )
     .await;
 
-    let js = d
-        .logs_until("js", |l| said(l, "fired ").len() >= 2)
-        .await;
+    let js = d.logs_until("js", |l| said(l, "fired ").len() >= 2).await;
     let js = fired(&js, "fired ");
-    assert_eq!((&js[0]["cron"], &js[0]["type"]), (&EVERY_SECOND.into(), &"scheduled".into()));
+    assert_eq!(
+        (&js[0]["cron"], &js[0]["type"]),
+        (&EVERY_SECOND.into(), &"scheduled".into())
+    );
     let (t0, t1) = (js[0]["t"].as_i64().unwrap(), js[1]["t"].as_i64().unwrap());
     assert_eq!(t0 % 1000, 0, "a tick is a whole second: {t0}");
     assert!(t1 > t0, "each firing its own tick: {js:?}");
@@ -89,28 +90,43 @@ async fn a_schedule_fires_every_runtime_with_its_platforms_event_and_each_firing
     }
     let py = fired(&d.logs_until("py", |l| !l.is_empty()).await, "fired ");
     let when = py[0]["time"].as_str().unwrap();
-    assert!(when.ends_with('Z') && when.len() == 20, "EventBridge's time: {when}");
+    assert!(
+        when.ends_with('Z') && when.len() == 20,
+        "EventBridge's time: {when}"
+    );
 
     // Each firing is an invocation, taped: the wasm module's tape holds
     // the CGI request it was given and the event it echoed.
     let mut taped = serde_json::Value::Null;
-    until("a taped firing of the wasm module", Duration::from_secs(30), async || {
-        let list = d.get_json("/v1/functions/wasm/recordings").await;
-        match list["recordings"].as_array().and_then(|r| r.first()) {
-            Some(r) => {
-                taped = d.recording_when_written(r["id"].as_str().unwrap()).await;
-                true
+    until(
+        "a taped firing of the wasm module",
+        Duration::from_secs(30),
+        async || {
+            let list = d.get_json("/v1/functions/wasm/recordings").await;
+            match list["recordings"].as_array().and_then(|r| r.first()) {
+                Some(r) => {
+                    taped = d.recording_when_written(r["id"].as_str().unwrap()).await;
+                    true
+                }
+                None => false,
             }
-            None => false,
-        }
-    })
+        },
+    )
     .await;
     let request = &taped["request"];
     assert_eq!(request["method"], "POST", "{taped:#}");
     let headers = request["headers"].to_string();
-    assert!(headers.contains("hearth-event") && headers.contains("scheduled"), "{headers}");
-    let body = taped["outcome"]["body"]["text"].as_str().unwrap_or_default();
-    assert!(body.contains("Scheduled Event"), "the module read the event: {taped:#}");
+    assert!(
+        headers.contains("hearth-event") && headers.contains("scheduled"),
+        "{headers}"
+    );
+    let body = taped["outcome"]["body"]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        body.contains("Scheduled Event"),
+        "the module read the event: {taped:#}"
+    );
 }
 
 #[tokio::test]
@@ -126,12 +142,19 @@ async fn schedules_are_listed_paused_resumed_and_removed_and_a_bad_one_is_refuse
     assert!(message.contains("minute field \"61\""), "{message}");
     assert!(message.contains("@every 30s"), "names the forms: {message}");
     let resp = d
-        .deploy_raw("tick", code.clone(), &[("schedule", "TZ=Mars/Olympus 0 9 * * *")])
+        .deploy_raw(
+            "tick",
+            code.clone(),
+            &[("schedule", "TZ=Mars/Olympus 0 9 * * *")],
+        )
         .await;
     let (status, _, message) = error_of(resp).await;
     assert_eq!(status, 400);
     assert!(message.contains("IANA"), "{message}");
-    let (status, _) = (d.get("/v1/functions/tick").send().await.unwrap().status(), ());
+    let (status, _) = (
+        d.get("/v1/functions/tick").send().await.unwrap().status(),
+        (),
+    );
     assert_eq!(status, 404, "nothing was deployed");
 
     let deployed = d
@@ -153,7 +176,10 @@ async fn schedules_are_listed_paused_resumed_and_removed_and_a_bad_one_is_refuse
     assert_eq!(ids.len(), 2);
     let (ok, out, err) = hearth(&d, &["schedules", "tick"]);
     assert!(ok, "{err}");
-    assert!(out.contains("TZ=Europe/Paris 0 9 * * 1-5") && out.contains("@hourly"), "{out}");
+    assert!(
+        out.contains("TZ=Europe/Paris 0 9 * * 1-5") && out.contains("@hourly"),
+        "{out}"
+    );
     assert!(out.contains(&ids[0]), "{out}");
 
     let (ok, out, err) = hearth(&d, &["schedules", "pause", "tick", &ids[1]]);
@@ -168,7 +194,8 @@ async fn schedules_are_listed_paused_resumed_and_removed_and_a_bad_one_is_refuse
     let listed = d.get_json("/v1/functions/tick/schedules").await;
     assert_eq!(listed["schedules"].as_array().unwrap().len(), 2);
     assert_eq!(listed["schedules"][1]["paused"], true);
-    d.deploy("tick", code.clone(), &[("schedule", "@hourly")]).await;
+    d.deploy("tick", code.clone(), &[("schedule", "@hourly")])
+        .await;
     let listed = d.get_json("/v1/functions/tick/schedules").await;
     let kept = listed["schedules"].as_array().unwrap();
     assert_eq!((kept.len(), &kept[0]["id"]), (1, &ids[1].clone().into()));
@@ -179,9 +206,15 @@ async fn schedules_are_listed_paused_resumed_and_removed_and_a_bad_one_is_refuse
     assert!(out.contains("resumed"), "{out}");
     let listed = d.get_json("/v1/schedules").await;
     let one = &listed["schedules"][0];
-    assert_eq!((one["function"].as_str(), one["paused"].as_bool()), (Some("tick"), Some(false)));
+    assert_eq!(
+        (one["function"].as_str(), one["paused"].as_bool()),
+        (Some("tick"), Some(false))
+    );
     let next = one["next_ms"].as_i64().unwrap();
-    assert!(next > hearth_core::unix_time_ms() && next % 3_600_000 == 0, "{one}");
+    assert!(
+        next > hearth_core::unix_time_ms() && next % 3_600_000 == 0,
+        "{one}"
+    );
 
     let resp = d
         .post("/v1/functions/tick/schedules/nope/pause")
@@ -196,10 +229,16 @@ async fn schedules_are_listed_paused_resumed_and_removed_and_a_bad_one_is_refuse
     let listed = d.get_json("/v1/functions/tick/schedules").await;
     assert!(listed["schedules"].as_array().unwrap().is_empty());
     // `none` removes them all at deploy.
-    d.deploy("tick", code.clone(), &[("schedule", "@daily")]).await;
+    d.deploy("tick", code.clone(), &[("schedule", "@daily")])
+        .await;
     let deployed = d.deploy("tick", code, &[("schedule", "none")]).await;
     assert!(deployed.get("schedules").is_none(), "{deployed}");
-    assert!(d.get_json("/v1/schedules").await["schedules"].as_array().unwrap().is_empty());
+    assert!(
+        d.get_json("/v1/schedules").await["schedules"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
     let resp = d
         .post("/v1/functions/missing/schedules/x/pause")
         .send()
@@ -273,11 +312,15 @@ async fn each_tick_fires_once_across_gateways_even_as_they_are_killed() {
         .await;
     assert!(!said(&lines, "retry of a queued invocation").is_empty());
     let mut fired = 0;
-    until("ticks well after the kills", Duration::from_secs(40), async || {
-        let done = survivor.get_json("/v1/functions/tick/schedules").await;
-        fired = done["schedules"][0]["fired_ms"].as_i64().unwrap_or(0);
-        fired > killed + 10_000
-    })
+    until(
+        "ticks well after the kills",
+        Duration::from_secs(40),
+        async || {
+            let done = survivor.get_json("/v1/functions/tick/schedules").await;
+            fired = done["schedules"][0]["fired_ms"].as_i64().unwrap_or(0);
+            fired > killed + 10_000
+        },
+    )
     .await;
     // The firings of ticks up to then have made their calls.
     tokio::time::sleep(Duration::from_millis(1_000)).await;
@@ -288,7 +331,11 @@ async fn each_tick_fires_once_across_gateways_even_as_they_are_killed() {
         .map(|(k, n)| (k.parse().unwrap(), *n))
         .filter(|(t, _)| *t <= fired)
         .collect();
-    assert_eq!(hits.get(&unsettled), Some(&1), "the taken-over firing repeated its call");
+    assert_eq!(
+        hits.get(&unsettled),
+        Some(&1),
+        "the taken-over firing repeated its call"
+    );
     let ticks: Vec<i64> = hits.keys().copied().collect();
     assert!(ticks.len() >= 12, "{hits:?}");
     assert!(
@@ -311,7 +358,11 @@ fn lateness(lines: &[serde_json::Value], after_ms: i64) -> Vec<(i64, i64)> {
     let mut out: Vec<(i64, i64)> = lines
         .iter()
         .filter_map(|l| {
-            let tick: i64 = l["message"].as_str()?.strip_prefix("fired ")?.parse().ok()?;
+            let tick: i64 = l["message"]
+                .as_str()?
+                .strip_prefix("fired ")?
+                .parse()
+                .ok()?;
             Some((tick, l["ts_ms"].as_i64()? - tick))
         })
         .filter(|(tick, _)| *tick > after_ms)
@@ -353,7 +404,11 @@ async fn ticks_missed_while_down_are_skipped_or_caught_up_as_the_schedule_says()
         .await;
     let late = lateness(&late, killed);
     let caught_up: Vec<_> = late.iter().filter(|(_, by)| *by >= 2_000).collect();
-    assert_eq!(caught_up.len(), 1, "the last two missed ticks, no more: {late:?}");
+    assert_eq!(
+        caught_up.len(),
+        1,
+        "the last two missed ticks, no more: {late:?}"
+    );
     let (first, _) = late[0];
     assert_eq!(
         (late[1].0, late[2].0),
@@ -368,7 +423,10 @@ async fn ticks_missed_while_down_are_skipped_or_caught_up_as_the_schedule_says()
         })
         .await;
     let fired = lateness(&skip, killed);
-    assert!(fired.iter().all(|(_, by)| *by < 2_000), "none caught up: {fired:?}");
+    assert!(
+        fired.iter().all(|(_, by)| *by < 2_000),
+        "none caught up: {fired:?}"
+    );
     let note = &said(&skip, "schedule ")[0];
     assert!(
         note.contains("tick(s) while no member ran; they were skipped")
@@ -401,7 +459,11 @@ async fn an_async_call_answers_202_runs_from_the_queue_and_its_failures_retry_th
     d.deploy(
         "flaky",
         flaky(upstream).into_bytes(),
-        &[("runtime", "js"), ("file_name", "index.mjs"), ("allow_host", &allow)],
+        &[
+            ("runtime", "js"),
+            ("file_name", "index.mjs"),
+            ("allow_host", &allow),
+        ],
     )
     .await;
     // Answered at once, before it ran.
@@ -413,9 +475,15 @@ async fn an_async_call_answers_202_runs_from_the_queue_and_its_failures_retry_th
         .await
         .unwrap();
     assert_eq!(r.status(), 202);
-    let id = r.headers()["hearth-invocation-id"].to_str().unwrap().to_string();
+    let id = r.headers()["hearth-invocation-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
     let body: serde_json::Value = r.json().await.unwrap();
-    assert_eq!((body["invocation_id"].as_str(), body["status"].as_str()), (Some(&*id), Some("queued")));
+    assert_eq!(
+        (body["invocation_id"].as_str(), body["status"].as_str()),
+        (Some(&*id), Some("queued"))
+    );
 
     // Three attempts fail (a backoff of 0.5-1 s, then 1-2 s, between
     // them); then it is a dead letter, which says why.
@@ -426,24 +494,41 @@ async fn an_async_call_answers_202_runs_from_the_queue_and_its_failures_retry_th
     })
     .await;
     let letter = &dead["dead"][0];
-    assert_eq!((letter["id"].as_str(), letter["attempts"].as_i64()), (Some(&*id), Some(3)));
+    assert_eq!(
+        (letter["id"].as_str(), letter["attempts"].as_i64()),
+        (Some(&*id), Some(3))
+    );
     let error = letter["error"].as_str().unwrap();
-    assert!(error.contains("attempt 3 of 3 failed") && error.contains("not yet"), "{error}");
+    assert!(
+        error.contains("attempt 3 of 3 failed") && error.contains("not yet"),
+        "{error}"
+    );
     // Each retry was given the first attempt's answer: the call was made
     // once across three attempts.
-    assert_eq!(hits.lock().unwrap().get("a"), Some(&1), "{:?}", hits.lock().unwrap());
-    let lines = d.logs_until("flaky", |l| said(l, "queued invocation").len() == 1).await;
+    assert_eq!(
+        hits.lock().unwrap().get("a"),
+        Some(&1),
+        "{:?}",
+        hits.lock().unwrap()
+    );
+    let lines = d
+        .logs_until("flaky", |l| said(l, "queued invocation").len() == 1)
+        .await;
     assert!(said(&lines, "queued invocation")[0].contains("hearth dlq flaky"));
     let (ok, out, err) = hearth(&d, &["dlq", "flaky"]);
     assert!(ok, "{err}");
     assert!(out.contains(&id) && out.contains("not yet"), "{out}");
     // /metrics counts it, in sum and for the function.
-    until("the dead letter in /metrics", Duration::from_secs(10), async || {
-        let m = d.get_text("/metrics").await;
-        m.contains("hearth_queue_dead 1")
-            && m.contains("hearth_function_queue_dead{tenant=\"admin\",function=\"flaky\"} 1")
-            && m.contains("hearth_queue_ready 0")
-    })
+    until(
+        "the dead letter in /metrics",
+        Duration::from_secs(10),
+        async || {
+            let m = d.get_text("/metrics").await;
+            m.contains("hearth_queue_dead 1")
+                && m.contains("hearth_function_queue_dead{tenant=\"admin\",function=\"flaky\"} 1")
+                && m.contains("hearth_queue_ready 0")
+        },
+    )
     .await;
 
     // Fixed, it is replayed from a first attempt, and runs.
@@ -452,22 +537,32 @@ async fn an_async_call_answers_202_runs_from_the_queue_and_its_failures_retry_th
     let (ok, out, err) = hearth(&d, &["dlq", "replay", "flaky"]);
     assert!(ok, "{err}");
     assert!(out.contains("queued 1 dead letter"), "{out}");
-    d.logs_until("flaky", |l| !said(l, "ran hit a").is_empty()).await;
-    assert!(d.get_json("/v1/functions/flaky/dlq").await["dead"].as_array().unwrap().is_empty());
+    d.logs_until("flaky", |l| !said(l, "ran hit a").is_empty())
+        .await;
+    assert!(
+        d.get_json("/v1/functions/flaky/dlq").await["dead"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
     // Every attempt is taped under the id the caller was given: three
     // failures, then the run.
     let mut statuses = Vec::new();
-    until("the tapes of every attempt", Duration::from_secs(20), async || {
-        let list = d.get_json("/v1/functions/flaky/recordings?limit=100").await;
-        statuses = list["recordings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|r| r["id"] == id.as_str())
-            .map(|r| r["status"].as_i64().unwrap_or(0))
-            .collect();
-        statuses.len() == 4
-    })
+    until(
+        "the tapes of every attempt",
+        Duration::from_secs(20),
+        async || {
+            let list = d.get_json("/v1/functions/flaky/recordings?limit=100").await;
+            statuses = list["recordings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["id"] == id.as_str())
+                .map(|r| r["status"].as_i64().unwrap_or(0))
+                .collect();
+            statuses.len() == 4
+        },
+    )
     .await;
     statuses.sort();
     assert_eq!(statuses, [200, 500, 500, 500]);
@@ -478,9 +573,16 @@ async fn an_async_call_answers_202_runs_from_the_queue_and_its_failures_retry_th
     let (ok, out, err) = hearth(&d, &["invoke", "flaky", "--async", "-d", "b"]);
     assert!(ok, "{err}");
     assert!(out.contains("\"status\":\"queued\""), "{out}");
-    until("the second dead letter", Duration::from_secs(20), async || {
-        !d.get_json("/v1/functions/flaky/dlq").await["dead"].as_array().unwrap().is_empty()
-    })
+    until(
+        "the second dead letter",
+        Duration::from_secs(20),
+        async || {
+            !d.get_json("/v1/functions/flaky/dlq").await["dead"]
+                .as_array()
+                .unwrap()
+                .is_empty()
+        },
+    )
     .await;
     let (ok, out, err) = hearth(&d, &["dlq", "purge", "flaky"]);
     assert!(ok, "{err}");

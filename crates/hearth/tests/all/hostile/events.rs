@@ -27,7 +27,11 @@ async fn a_caller_cannot_pass_a_request_off_as_a_schedules_firing() {
     d.deploy(
         "both",
         BOTH.as_bytes().to_vec(),
-        &[("runtime", "js"), ("file_name", "index.mjs"), ("public", "true")],
+        &[
+            ("runtime", "js"),
+            ("file_name", "index.mjs"),
+            ("public", "true"),
+        ],
     )
     .await;
     d.deploy(
@@ -85,14 +89,21 @@ async fn a_removed_functions_schedule_never_fires_again() {
     d.deploy(
         "gone",
         code.as_bytes().to_vec(),
-        &[("runtime", "js"), ("file_name", "index.mjs"), ("schedule", "@every 1s")],
+        &[
+            ("runtime", "js"),
+            ("file_name", "index.mjs"),
+            ("schedule", "@every 1s"),
+        ],
     )
     .await;
     d.logs_until("gone", |l| !said(l, "fired").is_empty()).await;
     let r = d.delete("/v1/functions/gone").send().await.unwrap();
     assert!(r.status().is_success(), "{}", r.status());
     let listed = d.get_json("/v1/schedules").await;
-    assert!(listed["schedules"].as_array().unwrap().is_empty(), "{listed}");
+    assert!(
+        listed["schedules"].as_array().unwrap().is_empty(),
+        "{listed}"
+    );
     // A function of the same name made again starts with no schedule of
     // the old one's: two seconds pass without a firing.
     d.deploy(

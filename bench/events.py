@@ -1,0 +1,275 @@
+"""Events (issue 57): schedule accuracy on one node and through two
+gateways, duplicate and missed firings with a gateway killed every 100
+ticks, async invocations against direct calls, and kill -9 with 10,000
+queued. Run by bench/events.sh, which builds Hearth and starts PostgreSQL.
+
+Every firing and queued call GETs a counting server on loopback once, so
+an effect that happened twice, or never, is counted where it happened.
+
+Usage: events.py BIN WORK STORE   (prints Markdown)
+Environment: FUNCS (schedules, default 20), SECS (how long they fire,
+default 60), KILL_TICKS (ticks fired while gateways are killed, default
+10000), QUEUED (default 10000)."""
+import collections
+import http.server
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from hearthbench import Client, deploy, start
+
+BIN, WORK, STORE = sys.argv[1:4]
+FUNCS = int(os.environ.get("FUNCS", 20))
+SECS = int(os.environ.get("SECS", 60))
+KILL_TICKS = int(os.environ.get("KILL_TICKS", 10000))
+QUEUED = int(os.environ.get("QUEUED", 10000))
+HEARTH = os.path.join(BIN, "hearth")
+
+hits = collections.Counter()
+hits_lock = threading.Lock()
+
+
+class Counting(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        with hits_lock:
+            hits[self.path] += 1
+        self.send_response(200)
+        self.send_header("content-length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *a):
+        pass
+
+
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Counting)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+UP = f"127.0.0.1:{srv.server_address[1]}"
+
+SCHEDULED = (
+    "export default { async scheduled(c) { const late = Date.now() - c.scheduledTime; "
+    f"await fetch('http://{UP}/hit/' + c.function_name + '/' + c.scheduledTime); "
+    "console.log('fired ' + c.scheduledTime + ' ' + late); } };")
+
+
+def scheduled_code(name):
+    return SCHEDULED.replace("c.function_name", json.dumps(name)).encode()
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
+
+
+def logs(addr, token, name):
+    status, body = Client(addr, token).call("GET", f"/v1/functions/{name}/logs?limit=1000")
+    return json.loads(body)["lines"] if status == 200 else []
+
+
+def firings(addr, token, names):
+    """Each function's logged firings: (tick, ms late)."""
+    out = {}
+    for n in names:
+        out[n] = [tuple(int(x) for x in l["message"].split()[1:3])
+                  for l in logs(addr, token, n) if l["message"].startswith("fired ")]
+    return out
+
+
+def deploy_schedules(addr, token, names):
+    for n in names:
+        deploy(addr, token, n, scheduled_code(n), runtime="js", file_name="index.mjs",
+               allow_host=UP, timeout_ms="3000", schedule="%40every%201s")
+
+
+def lateness_row(label, fired):
+    late = [ms for f in fired.values() for _, ms in f]
+    runs = collections.Counter((n, t) for n, f in fired.items() for t, _ in f)
+    twice = sum(1 for c in runs.values() if c > 1)
+    return (f"| {label} | {len(late)} | {pct(late, 50)} | {pct(late, 99)} | {max(late)} "
+            f"| {twice} |")
+
+
+def effects(names, since_ms, until_ms):
+    """Ticks in [since, until] whose call happened more than once, and
+    those that never happened, over `names`."""
+    with hits_lock:
+        seen = dict(hits)
+    dup = missing = total = 0
+    for n in names:
+        for t in range(since_ms - since_ms % 1000 + 1000, until_ms - until_ms % 1000 + 1, 1000):
+            total += 1
+            c = seen.get(f"/hit/{n}/{t}", 0)
+            dup += c > 1
+            missing += c == 0
+    return total, dup, missing
+
+
+# ---- schedules on one node ----
+one, one_addr, one_token = start(HEARTH, os.path.join(WORK, "one"), "--allow-private-egress", "true")
+names = [f"s{i}" for i in range(FUNCS)]
+deploy_schedules(one_addr, one_token, names)
+time.sleep(SECS + 2)
+one_fired = firings(one_addr, one_token, names)
+one.send_signal(signal.SIGTERM)
+one.wait()
+
+# ---- schedules through two gateways ----
+os.environ["HEARTH_CLUSTER_KEY"] = os.urandom(16).hex()
+os.environ["HEARTH_ADMIN_TOKEN"] = "hth_" + os.urandom(16).hex()
+short = ("--max-timeout-ms", "3000")
+
+
+def member(name, role):
+    return start(HEARTH, os.path.join(WORK, name), "--role", role, "--store", STORE,
+                 "--allow-private-egress", "true", *short)
+
+
+gateways = [member("g0", "gateway"), member("g1", "gateway")]
+node = member("node", "node")
+g_addr, token = gateways[0][1], gateways[0][2]
+for _ in range(200):
+    s, b = Client(g_addr, token).call("GET", "/v1/cluster/nodes")
+    if b'"alive":true' in b:
+        break
+    time.sleep(0.1)
+cnames = [f"c{i}" for i in range(FUNCS)]
+deploy_schedules(g_addr, token, cnames)
+time.sleep(SECS + 2)
+two_fired = firings(g_addr, token, cnames)
+
+# ---- a gateway killed every 100 ticks ----
+every = 100 / FUNCS
+kills = 0
+began = int(time.time() * 1000)
+deadline = time.time() + KILL_TICKS / FUNCS
+while time.time() < deadline:
+    time.sleep(every)
+    victim = kills % 2
+    proc = gateways[victim][0]
+    proc.kill()
+    proc.wait()
+    gateways[victim] = member(f"g{victim}", "gateway")
+    kills += 1
+ended = int(time.time() * 1000)
+# Claims the killed gateways held lapse (3 + 5 s) and are taken over.
+time.sleep(12)
+alive = gateways[1][1]
+total, dup, missing = effects(cnames, began, ended - 2000)
+killed_fired = firings(alive, token, cnames)
+runs = collections.Counter((n, t) for n, f in killed_fired.items() for t, _ in f if began <= t <= ended)
+reran = sum(1 for c in runs.values() if c > 1)
+for g in gateways + [node]:
+    g[0].send_signal(signal.SIGTERM)
+    g[0].wait()
+
+print(f"### Schedules: {FUNCS} functions `@every 1s` for {SECS} s each way, {os.cpu_count()} cores")
+print()
+print("Lateness: the firing's `Date.now()` in the function less its tick (claim, dispatch,")
+print("instantiate); a tick run twice is one whose claim was taken over and run again.")
+print()
+print("| where | firings | p50 ms late | p99 ms late | max ms | ticks run twice |")
+print("|---|---|---|---|---|---|")
+print(lateness_row("one node (SQLite)", one_fired))
+print(lateness_row("two gateways, one node (PostgreSQL)", two_fired))
+print()
+print(f"With a gateway killed (-9) and restarted every 100 ticks ({kills} kills over "
+      f"{(ended - began) / 1000:.0f} s): {total} ticks, **{dup} whose call happened twice**, "
+      f"**{missing} never fired**; {reran} ticks were run again after a takeover (their "
+      "calls answered from the journal).")
+print()
+
+# ---- async against direct ----
+a, a_addr, a_token = start(HEARTH, os.path.join(WORK, "async"), "--allow-private-egress", "true")
+LAT = (b"export default { async fetch(req) { const t = Number(await req.text()); "
+       b"console.log('lat ' + (Date.now() - t)); return new Response('ok'); } };")
+deploy(a_addr, a_token, "lat", LAT, runtime="js", file_name="index.mjs")
+ASYNC = {"hearth-invocation-type": "Event"}
+c = Client(a_addr, a_token)
+for _ in range(300):
+    c.call("POST", "/fn/admin/lat", str(int(time.time() * 1000)).encode(), ASYNC)
+    time.sleep(0.01)
+time.sleep(2)
+lat = [int(l["message"].split()[1]) for l in logs(a_addr, a_token, "lat")
+       if l["message"].startswith("lat ")]
+
+HIT = ("export default { async fetch(req) { await fetch('http://%s/hit/' + "
+       "new URL(req.url).pathname.slice(1) + '/' + await req.text()); return new Response('ok'); } };" % UP)
+deploy(a_addr, a_token, "hit", HIT.encode(), runtime="js", file_name="index.mjs", allow_host=UP)
+
+
+def burst(addr, tok, path, n, headers=None):
+    """n calls of path on 16 connections; the statuses."""
+    def one(chunk):
+        cl = Client(addr, tok)
+        return [cl.call("POST", path, str(i).encode(), headers)[0] for i in chunk]
+    chunks = [range(k, n, 16) for k in range(16)]
+    with ThreadPoolExecutor(16) as ex:
+        return [s for part in ex.map(one, chunks) for s in part]
+
+
+N = 3000
+t0 = time.time()
+statuses = burst(a_addr, a_token, "/fn/admin/hit/direct", N)
+direct_s = time.time() - t0
+assert all(s == 200 for s in statuses), collections.Counter(statuses)
+t0 = time.time()
+statuses = burst(a_addr, a_token, "/fn/admin/hit/queued", N, ASYNC)
+accepted_s = time.time() - t0
+assert all(s == 202 for s in statuses), collections.Counter(statuses)
+while True:
+    with hits_lock:
+        done = sum(1 for k in hits if k.startswith("/hit/queued/"))
+    if done >= N:
+        break
+    time.sleep(0.05)
+queued_s = time.time() - t0
+print(f"### Async invocations: a js function, one node, 16 connections, {os.cpu_count()} cores")
+print()
+print("| figure | value |")
+print("|---|---|")
+print(f"| enqueue → start, p50 / p99 (300 calls 10 ms apart) | {pct(lat, 50)} / {pct(lat, 99)} ms |")
+print(f"| direct HTTP, {N} calls | {N / direct_s:,.0f} inv/s |")
+print(f"| async, {N} calls: all accepted (202) | {N / accepted_s:,.0f} calls/s |")
+print(f"| async, {N} calls: all run | {N / queued_s:,.0f} inv/s |")
+print(f"| async ÷ direct (run) | {direct_s / queued_s:.2f} |")
+print()
+
+# ---- kill -9 with QUEUED queued ----
+t0 = time.time()
+statuses = burst(a_addr, a_token, "/fn/admin/hit/kill", QUEUED, ASYNC)
+assert all(s == 202 for s in statuses), collections.Counter(statuses)
+a.kill()
+a.wait()
+with hits_lock:
+    before = sum(1 for k in hits if k.startswith("/hit/kill/"))
+restart = time.time()
+a, a_addr, a_token = start(HEARTH, os.path.join(WORK, "async"), "--allow-private-egress", "true")
+while time.time() - restart < 600:
+    with hits_lock:
+        done = sum(1 for k in hits if k.startswith("/hit/kill/"))
+    if done >= QUEUED:
+        break
+    time.sleep(0.05)
+drain_s = time.time() - restart
+time.sleep(10)
+with hits_lock:
+    kill_hits = {k: v for k, v in hits.items() if k.startswith("/hit/kill/")}
+lost = QUEUED - len(kill_hits)
+twice = sum(1 for v in kill_hits.values() if v > 1)
+s, b = Client(a_addr, a_token).call("GET", "/v1/functions/hit/dlq")
+dead = len(json.loads(b)["dead"])
+a.send_signal(signal.SIGTERM)
+a.wait()
+print(f"### kill -9 with {QUEUED:,} acknowledged (202) async calls")
+print()
+print(f"{before:,} had run when the daemon was killed; after the restart the rest ran in "
+      f"**{drain_s:.1f} s** (from the restart, start-up included). **Lost: {lost}**; "
+      f"dead letters: {dead}; calls made twice: {twice}.")
