@@ -39,6 +39,7 @@ scenarios![
     journals_keep_order_per_invocation_and_are_forgotten_or_swept,
     a_schedules_tick_is_fired_once_and_a_redeploy_keeps_its_state,
     queued_invocations_are_claimed_once_until_their_lease_lapses_and_settle_once,
+    claims_take_tenants_in_turns,
 ];
 
 pub(crate) async fn versions_resolve_newest_or_pinned(s: &dyn Store) {
@@ -1080,4 +1081,24 @@ async fn queued_invocations_are_claimed_once_until_their_lease_lapses_and_settle
     let two = back.iter().find(|c| c.id == "two").unwrap();
     assert!(s.settle_queued(two, &Settle::Done).await.unwrap());
     assert!(s.queue_depths().await.unwrap().is_empty());
+}
+
+async fn claims_take_tenants_in_turns(s: &dyn Store) {
+    // Tenant "flood" queued 50 before "t" queued one.
+    for i in 0..50 {
+        let item = Enqueue {
+            tenant: "flood".into(),
+            ..queued(&format!("f{i:02}"), i)
+        };
+        s.enqueue(&item, 100).await.unwrap();
+    }
+    s.enqueue(&queued("mine", 1_000), 100).await.unwrap();
+    let first = s.claim_queued("c", 2_000, 60_000, 4).await.unwrap();
+    let mut ids: Vec<&str> = first.iter().map(|c| c.id.as_str()).collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        ["f00", "f01", "f02", "mine"],
+        "each tenant's oldest first"
+    );
 }

@@ -625,9 +625,10 @@ pub trait Store: Send + Sync + 'static {
     /// waiting (counted in the same transaction: [`StoreError::QueueFull`]
     /// otherwise); false if its id is queued already.
     async fn enqueue(&self, item: &Enqueue, max_ready: u64) -> Result<bool, StoreError>;
-    /// Claims up to `limit` queued invocations visible at `now_ms` (any
-    /// tenant's, the longest waiting first), each invisible to other
-    /// claimers for `lease_ms`, under the token `claim`.
+    /// Claims up to `limit` queued invocations visible at `now_ms`, each
+    /// invisible to other claimers for `lease_ms`, under the token
+    /// `claim`: tenants in turns (each one's longest waiting, then each
+    /// one's next), so one tenant's flood does not hold another's back.
     async fn claim_queued(
         &self,
         claim: &str,

@@ -3,7 +3,9 @@
 //! `sqlite/events.rs`). A tick is moved on by a conditional `UPDATE`, which
 //! PostgreSQL runs once per row whichever member races it; claimers skip
 //! the rows another has locked (`FOR UPDATE SKIP LOCKED`), so many
-//! gateways draw from one queue without waiting on each other.
+//! gateways draw from one queue without waiting on each other, and take
+//! tenants in turns (a window over the visible rows: PostgreSQL locks no
+//! row a window reads, so the rows it picks are locked by id).
 
 use tokio_postgres::Row;
 use tokio_postgres::Transaction;
@@ -276,8 +278,15 @@ impl PgStore {
                     &format!(
                         "UPDATE queue SET visible_ms = $2, deliveries = deliveries + 1, claim = $3
                          WHERE id IN (
-                             SELECT id FROM queue WHERE state = 'ready' AND visible_ms <= $1
-                             ORDER BY visible_ms LIMIT $4 FOR UPDATE SKIP LOCKED)
+                             SELECT id FROM queue
+                             WHERE id IN (
+                                 SELECT id FROM (
+                                     SELECT id, visible_ms, ROW_NUMBER() OVER (
+                                         PARTITION BY tenant ORDER BY visible_ms) AS turn
+                                     FROM queue WHERE state = 'ready' AND visible_ms <= $1) w
+                                 ORDER BY turn, visible_ms LIMIT $4)
+                               AND state = 'ready' AND visible_ms <= $1
+                             FOR UPDATE SKIP LOCKED)
                          RETURNING {CLAIMED_COLUMNS}"
                     ),
                     &[&now_ms, &until, &claim, &limit],

@@ -46,6 +46,15 @@ fn claimed(r: &Row<'_>) -> rusqlite::Result<Claimed> {
     })
 }
 
+/// Visible queued invocations, taken in turns between tenants: every
+/// tenant's longest waiting, then every tenant's next, … (`?1`: now,
+/// `?2`: how many). A tenant that floods its queue waits behind itself.
+const FAIR: &str = "SELECT id FROM (
+        SELECT id, visible_ms,
+               ROW_NUMBER() OVER (PARTITION BY tenant ORDER BY visible_ms) AS turn
+        FROM queue WHERE state = 'ready' AND visible_ms <= ?1)
+     ORDER BY turn, visible_ms LIMIT ?2";
+
 fn insert(tx: &Transaction<'_>, item: &Enqueue) -> rusqlite::Result<bool> {
     Ok(tx.execute(
         "INSERT INTO queue (id, tenant, function, target, source, request, enqueued_ms,
@@ -228,10 +237,7 @@ impl SqliteStore {
         let mut conn = self.writer();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let ids: Vec<String> = {
-            let mut st = tx.prepare(
-                "SELECT id FROM queue WHERE state = 'ready' AND visible_ms <= ?1
-                 ORDER BY visible_ms LIMIT ?2",
-            )?;
+            let mut st = tx.prepare(FAIR)?;
             st.query_map(params![now_ms, limit], |r| r.get(0))?
                 .collect::<Result<_, _>>()?
         };

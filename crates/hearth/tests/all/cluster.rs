@@ -10,7 +10,7 @@ use hearth_test_support::TempPostgres;
 use crate::harness::{Daemon, error_of};
 
 /// Spins ~0.2 s, then prints "done".
-const SLOW: &str = r#"(module
+pub(crate) const SLOW: &str = r#"(module
   (import "wasi_snapshot_preview1" "fd_write"
     (func $fd_write (param i32 i32 i32 i32) (result i32)))
   (memory (export "memory") 1)

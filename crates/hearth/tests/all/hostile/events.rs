@@ -1,7 +1,7 @@
 //! Events: only the platform fires a function's schedule, and a removed
 //! function's schedules go with it.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hearth_test_support::require;
 
@@ -115,4 +115,95 @@ async fn a_removed_functions_schedule_never_fires_again() {
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     let lines = d.logs_until("gone", |_| true).await;
     assert!(said(&lines, "fired").is_empty(), "{lines:#?}");
+}
+
+/// Defence: the queue is claimed in turns between tenants (each one's
+/// longest waiting, then each one's next), and every queued invocation is
+/// admitted against its tenant's share like a call: a tenant that floods
+/// its own queue waits behind itself, not others.
+#[tokio::test]
+async fn a_tenant_flooding_its_queue_holds_back_neither_anothers_queue_nor_its_calls() {
+    let d = Daemon::start();
+    let flood = d.create_tenant("flood").await;
+    let calm = d.create_tenant("calm").await;
+    // ~0.2 s of spinning each: 400 of them are ~40 s of two cores.
+    let slow = crate::cluster::SLOW.as_bytes().to_vec();
+    let r = d
+        .deploy_as(&flood, "slow", &[("runtime", "wasm")], slow)
+        .await;
+    assert_eq!(r.status(), 201);
+    let echo = crate::harness::example("echo.wat");
+    let r = d
+        .deploy_as(&calm, "echo", &[("runtime", "wasm")], echo)
+        .await;
+    assert_eq!(r.status(), 201);
+    let queue = |token: &str, tenant: &str, name: &str| {
+        d.invoke_as(token, tenant, name)
+            .header("hearth-invocation-type", "Event")
+            .body("queued")
+    };
+    for _ in 0..400 {
+        let r = queue(&flood, "flood", "slow").send().await.unwrap();
+        assert_eq!(r.status(), 202);
+    }
+    // The other tenant's queued call runs within seconds, not behind the
+    // flood's 40.
+    let queued = Instant::now();
+    let r = queue(&calm, "calm", "echo").send().await.unwrap();
+    assert_eq!(r.status(), 202);
+    let id = r.headers()["hearth-invocation-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    loop {
+        let list: serde_json::Value = reqwest::Client::new()
+            .get(format!("{}/v1/functions/echo/recordings", d.url))
+            .bearer_auth(&calm)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if list["recordings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["id"] == id.as_str())
+        {
+            break;
+        }
+        assert!(
+            queued.elapsed() < Duration::from_secs(10),
+            "the calm tenant's queued call waited behind the flood"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let waited = queued.elapsed();
+    // Its calls are answered meanwhile, each within a second.
+    let mut slowest = Duration::ZERO;
+    for _ in 0..20 {
+        let t = Instant::now();
+        let r = d
+            .invoke_as(&calm, "calm", "echo")
+            .body("now")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        slowest = slowest.max(t.elapsed());
+    }
+    eprintln!(
+        "figure: with 400 of another tenant's 0.2 s invocations queued, a queued call ran after {waited:?} and the slowest of 20 calls took {slowest:?}"
+    );
+    assert!(slowest < Duration::from_secs(1), "{slowest:?}");
+    // The flood is still draining: it was held to its own turn.
+    let metrics = d.get_text("/metrics").await;
+    let ready: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("hearth_queue_ready "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(ready > 100.0, "{ready}");
 }
