@@ -10,6 +10,7 @@ Usage: events.py BIN WORK STORE   (prints Markdown)
 Environment: FUNCS (schedules, default 20), SECS (how long they fire,
 default 60), KILL_TICKS (ticks fired while gateways are killed, default
 10000), QUEUED (default 10000)."""
+import atexit
 import collections
 import http.server
 import json
@@ -22,7 +23,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from hearthbench import Client, deploy, start
+from hearthbench import Client, deploy
+from hearthbench import start as start_in
 
 BIN, WORK, STORE = sys.argv[1:4]
 FUNCS = int(os.environ.get("FUNCS", 20))
@@ -30,6 +32,7 @@ SECS = int(os.environ.get("SECS", 60))
 KILL_TICKS = int(os.environ.get("KILL_TICKS", 10000))
 QUEUED = int(os.environ.get("QUEUED", 10000))
 HEARTH = os.path.join(BIN, "hearth")
+PARTS = os.environ.get("PARTS", "schedules,async,kill").split(",")
 
 hits = collections.Counter()
 hits_lock = threading.Lock()
@@ -58,6 +61,27 @@ SCHEDULED = (
     "export default { async scheduled(c) { const late = Date.now() - c.scheduledTime; "
     f"await fetch('http://{UP}/hit/' + c.function_name + '/' + c.scheduledTime); "
     "console.log('fired ' + c.scheduledTime + ' ' + late); } };")
+
+
+STARTED = []
+
+
+def start(binary, work, *args):
+    """A daemon (stopped when this script exits, however it exits)."""
+    os.makedirs(work, exist_ok=True)
+    started = start_in(binary, work, *args)
+    STARTED.append(started[0])
+    return started
+
+
+def stop_all():
+    for p in STARTED:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+atexit.register(stop_all)
 
 
 def scheduled_code(name):
@@ -112,97 +136,99 @@ def effects(names, since_ms, until_ms):
     return total, dup, missing
 
 
-# ---- schedules on one node ----
-one, one_addr, one_token = start(HEARTH, os.path.join(WORK, "one"), "--allow-private-egress", "true")
-names = [f"s{i}" for i in range(FUNCS)]
-deploy_schedules(one_addr, one_token, names)
-time.sleep(SECS + 2)
-one_fired = firings(one_addr, one_token, names)
-one.send_signal(signal.SIGTERM)
-one.wait()
-
-# ---- schedules through two gateways ----
-os.environ["HEARTH_CLUSTER_KEY"] = os.urandom(16).hex()
-os.environ["HEARTH_ADMIN_TOKEN"] = "hth_" + os.urandom(16).hex()
-short = ("--max-timeout-ms", "3000")
+def schedules():
+    one_fired, two_fired, killed = schedules_run()
+    report_schedules(one_fired, two_fired, killed)
 
 
-def member(name, role):
-    return start(HEARTH, os.path.join(WORK, name), "--role", role, "--store", STORE,
-                 "--allow-private-egress", "true", *short)
+def schedules_run():
+    # ---- schedules on one node ----
+    one, one_addr, one_token = start(HEARTH, os.path.join(WORK, "one"), "--allow-private-egress", "true")
+    names = [f"s{i}" for i in range(FUNCS)]
+    deploy_schedules(one_addr, one_token, names)
+    time.sleep(SECS + 2)
+    one_fired = firings(one_addr, one_token, names)
+    one.send_signal(signal.SIGTERM)
+    one.wait()
+
+    # ---- schedules through two gateways ----
+    os.environ["HEARTH_CLUSTER_KEY"] = os.urandom(16).hex()
+    os.environ["HEARTH_ADMIN_TOKEN"] = "hth_" + os.urandom(16).hex()
+    short = ("--max-timeout-ms", "3000")
 
 
-gateways = [member("g0", "gateway"), member("g1", "gateway")]
-node = member("node", "node")
-g_addr, token = gateways[0][1], gateways[0][2]
-for _ in range(200):
-    s, b = Client(g_addr, token).call("GET", "/v1/cluster/nodes")
-    if b'"alive":true' in b:
-        break
-    time.sleep(0.1)
-cnames = [f"c{i}" for i in range(FUNCS)]
-deploy_schedules(g_addr, token, cnames)
-time.sleep(SECS + 2)
-two_fired = firings(g_addr, token, cnames)
+    def member(name, role):
+        return start(HEARTH, os.path.join(WORK, name), "--role", role, "--store", STORE,
+                     "--allow-private-egress", "true", *short)
 
-# ---- a gateway killed every 100 ticks ----
-every = 100 / FUNCS
-kills = 0
-began = int(time.time() * 1000)
-deadline = time.time() + KILL_TICKS / FUNCS
-while time.time() < deadline:
-    time.sleep(every)
-    victim = kills % 2
-    proc = gateways[victim][0]
-    proc.kill()
-    proc.wait()
-    gateways[victim] = member(f"g{victim}", "gateway")
-    kills += 1
-ended = int(time.time() * 1000)
-# Claims the killed gateways held lapse (3 + 5 s) and are taken over.
-time.sleep(12)
-alive = gateways[1][1]
-total, dup, missing = effects(cnames, began, ended - 2000)
-killed_fired = firings(alive, token, cnames)
-runs = collections.Counter((n, t) for n, f in killed_fired.items() for t, _ in f if began <= t <= ended)
-reran = sum(1 for c in runs.values() if c > 1)
-for g in gateways + [node]:
-    g[0].send_signal(signal.SIGTERM)
-    g[0].wait()
 
-print(f"### Schedules: {FUNCS} functions `@every 1s` for {SECS} s each way, {os.cpu_count()} cores")
-print()
-print("Lateness: the firing's `Date.now()` in the function less its tick (claim, dispatch,")
-print("instantiate); a tick run twice is one whose claim was taken over and run again.")
-print()
-print("| where | firings | p50 ms late | p99 ms late | max ms | ticks run twice |")
-print("|---|---|---|---|---|---|")
-print(lateness_row("one node (SQLite)", one_fired))
-print(lateness_row("two gateways, one node (PostgreSQL)", two_fired))
-print()
-print(f"With a gateway killed (-9) and restarted every 100 ticks ({kills} kills over "
-      f"{(ended - began) / 1000:.0f} s): {total} ticks, **{dup} whose call happened twice**, "
-      f"**{missing} never fired**; {reran} ticks were run again after a takeover (their "
-      "calls answered from the journal).")
-print()
+    gateways = [member("g0", "gateway"), member("g1", "gateway")]
+    node = member("node", "node")
+    g_addr, token = gateways[0][1], gateways[0][2]
+    for _ in range(200):
+        s, b = Client(g_addr, token).call("GET", "/v1/cluster/nodes")
+        if b'"alive":true' in b:
+            break
+        time.sleep(0.1)
+    cnames = [f"c{i}" for i in range(FUNCS)]
+    deploy_schedules(g_addr, token, cnames)
+    time.sleep(SECS + 2)
+    two_fired = firings(g_addr, token, cnames)
 
-# ---- async against direct ----
-a, a_addr, a_token = start(HEARTH, os.path.join(WORK, "async"), "--allow-private-egress", "true")
+    # ---- a gateway killed every 100 ticks ----
+    every = 100 / FUNCS
+    kills = 0
+    began = int(time.time() * 1000)
+    deadline = time.time() + KILL_TICKS / FUNCS
+    while time.time() < deadline:
+        time.sleep(every)
+        victim = kills % 2
+        proc = gateways[victim][0]
+        proc.kill()
+        proc.wait()
+        gateways[victim] = member(f"g{victim}", "gateway")
+        kills += 1
+    ended = int(time.time() * 1000)
+    # Claims the killed gateways held lapse (3 + 5 s) and are taken over.
+    time.sleep(12)
+    alive = gateways[1][1]
+    total, dup, missing = effects(cnames, began, ended - 2000)
+    killed_fired = firings(alive, token, cnames)
+    runs = collections.Counter((n, t) for n, f in killed_fired.items() for t, _ in f if began <= t <= ended)
+    reran = sum(1 for c in runs.values() if c > 1)
+    for g in gateways + [node]:
+        g[0].send_signal(signal.SIGTERM)
+        g[0].wait()
+
+    return one_fired, two_fired, (kills, began, ended, total, dup, missing, reran)
+
+
+def report_schedules(one_fired, two_fired, killed):
+    kills, began, ended, total, dup, missing, reran = killed
+    print(f"### Schedules: {FUNCS} functions `@every 1s` for {SECS} s each way, {os.cpu_count()} cores")
+    print()
+    print("Lateness: the firing's `Date.now()` in the function less its tick (claim, dispatch,")
+    print("instantiate); a tick run twice is one whose claim was taken over and run again.")
+    print()
+    print("| where | firings | p50 ms late | p99 ms late | max ms | ticks run twice |")
+    print("|---|---|---|---|---|---|")
+    print(lateness_row("one node (SQLite)", one_fired))
+    print(lateness_row("two gateways, one node (PostgreSQL)", two_fired))
+    print()
+    print(f"With a gateway killed (-9) and restarted every 100 ticks ({kills} kills over "
+          f"{(ended - began) / 1000:.0f} s): {total} ticks, **{dup} whose call happened twice**, "
+          f"**{missing} never fired**; {reran} ticks were run again after a takeover (their "
+          "calls answered from the journal).")
+    print()
+
+
+
 LAT = (b"export default { async fetch(req) { const t = Number(await req.text()); "
        b"console.log('lat ' + (Date.now() - t)); return new Response('ok'); } };")
-deploy(a_addr, a_token, "lat", LAT, runtime="js", file_name="index.mjs")
-ASYNC = {"hearth-invocation-type": "Event"}
-c = Client(a_addr, a_token)
-for _ in range(300):
-    c.call("POST", "/fn/admin/lat", str(int(time.time() * 1000)).encode(), ASYNC)
-    time.sleep(0.01)
-time.sleep(2)
-lat = [int(l["message"].split()[1]) for l in logs(a_addr, a_token, "lat")
-       if l["message"].startswith("lat ")]
-
 HIT = ("export default { async fetch(req) { await fetch('http://%s/hit/' + "
-       "new URL(req.url).pathname.slice(1) + '/' + await req.text()); return new Response('ok'); } };" % UP)
-deploy(a_addr, a_token, "hit", HIT.encode(), runtime="js", file_name="index.mjs", allow_host=UP)
+       "new URL(req.url).pathname.slice(1) + '/' + await req.text()); "
+       "return new Response('ok'); } };" % UP).encode()
+ASYNC = {"hearth-invocation-type": "Event"}
 
 
 def burst(addr, tok, path, n, headers=None):
@@ -215,61 +241,91 @@ def burst(addr, tok, path, n, headers=None):
         return [s for part in ex.map(one, chunks) for s in part]
 
 
-N = 3000
-t0 = time.time()
-statuses = burst(a_addr, a_token, "/fn/admin/hit/direct", N)
-direct_s = time.time() - t0
-assert all(s == 200 for s in statuses), collections.Counter(statuses)
-t0 = time.time()
-statuses = burst(a_addr, a_token, "/fn/admin/hit/queued", N, ASYNC)
-accepted_s = time.time() - t0
-assert all(s == 202 for s in statuses), collections.Counter(statuses)
-while True:
+def hit_count(prefix):
     with hits_lock:
-        done = sum(1 for k in hits if k.startswith("/hit/queued/"))
-    if done >= N:
-        break
-    time.sleep(0.05)
-queued_s = time.time() - t0
-print(f"### Async invocations: a js function, one node, 16 connections, {os.cpu_count()} cores")
-print()
-print("| figure | value |")
-print("|---|---|")
-print(f"| enqueue → start, p50 / p99 (300 calls 10 ms apart) | {pct(lat, 50)} / {pct(lat, 99)} ms |")
-print(f"| direct HTTP, {N} calls | {N / direct_s:,.0f} inv/s |")
-print(f"| async, {N} calls: all accepted (202) | {N / accepted_s:,.0f} calls/s |")
-print(f"| async, {N} calls: all run | {N / queued_s:,.0f} inv/s |")
-print(f"| async ÷ direct (run) | {direct_s / queued_s:.2f} |")
-print()
+        return sum(1 for k in hits if k.startswith(prefix))
 
-# ---- kill -9 with QUEUED queued ----
-t0 = time.time()
-statuses = burst(a_addr, a_token, "/fn/admin/hit/kill", QUEUED, ASYNC)
-assert all(s == 202 for s in statuses), collections.Counter(statuses)
-a.kill()
-a.wait()
-with hits_lock:
-    before = sum(1 for k in hits if k.startswith("/hit/kill/"))
-restart = time.time()
-a, a_addr, a_token = start(HEARTH, os.path.join(WORK, "async"), "--allow-private-egress", "true")
-while time.time() - restart < 600:
+
+def async_vs_direct():
+    a, addr, token = start(HEARTH, os.path.join(WORK, "async"), "--allow-private-egress", "true")
+    deploy(addr, token, "lat", LAT, runtime="js", file_name="index.mjs")
+    c = Client(addr, token)
+    for _ in range(300):
+        c.call("POST", "/fn/admin/lat", str(int(time.time() * 1000)).encode(), ASYNC)
+        time.sleep(0.01)
+    time.sleep(2)
+    lat = [int(l["message"].split()[1]) for l in logs(addr, token, "lat")
+           if l["message"].startswith("lat ")]
+    deploy(addr, token, "hit", HIT, runtime="js", file_name="index.mjs", allow_host=UP)
+    n = 3000
+    t0 = time.time()
+    statuses = burst(addr, token, "/fn/admin/hit/direct", n)
+    direct_s = time.time() - t0
+    assert all(s == 200 for s in statuses), collections.Counter(statuses)
+    t0 = time.time()
+    statuses = burst(addr, token, "/fn/admin/hit/queued", n, ASYNC)
+    accepted_s = time.time() - t0
+    assert all(s == 202 for s in statuses), collections.Counter(statuses)
+    while hit_count("/hit/queued/") < n:
+        time.sleep(0.05)
+    queued_s = time.time() - t0
+    a.send_signal(signal.SIGTERM)
+    a.wait()
+    print(f"### Async invocations: a js function calling a loopback server, one node, "
+          f"16 connections, {os.cpu_count()} cores")
+    print()
+    print("| figure | value |")
+    print("|---|---|")
+    print(f"| enqueue → start, p50 / p99 (300 calls 10 ms apart) | {pct(lat, 50)} / {pct(lat, 99)} ms |")
+    print(f"| direct HTTP, {n} calls | {n / direct_s:,.0f} inv/s |")
+    print(f"| async, {n} calls: all accepted (202) | {n / accepted_s:,.0f} calls/s |")
+    print(f"| async, {n} calls: all run | {n / queued_s:,.0f} inv/s |")
+    print(f"| async ÷ direct (run) | {direct_s / queued_s:.2f} |")
+    print()
+
+
+def kill_with_queued():
+    # Deployed, then started again with a tenant share of 1 MiB, which
+    # refuses every run (a js function reserves 68): all QUEUED stay
+    # queued, put back at each refusal, until the daemon is killed and
+    # started again without it.
+    work = os.path.join(WORK, "kill")
+    k, addr, token = start(HEARTH, work, "--allow-private-egress", "true")
+    deploy(addr, token, "hit", HIT, runtime="js", file_name="index.mjs", allow_host=UP)
+    k.send_signal(signal.SIGTERM)
+    k.wait()
+    k, addr, token = start(HEARTH, work, "--allow-private-egress", "true",
+                           "--capacity-mib-per-tenant", "1")
+    statuses = burst(addr, token, "/fn/admin/hit/kill", QUEUED, ASYNC)
+    assert all(s == 202 for s in statuses), collections.Counter(statuses)
+    k.kill()
+    k.wait()
+    before = hit_count("/hit/kill/")
+    restart = time.time()
+    k, addr, token = start(HEARTH, work, "--allow-private-egress", "true")
+    while time.time() - restart < 600 and hit_count("/hit/kill/") < QUEUED:
+        time.sleep(0.05)
+    drain_s = time.time() - restart
+    time.sleep(10)
     with hits_lock:
-        done = sum(1 for k in hits if k.startswith("/hit/kill/"))
-    if done >= QUEUED:
-        break
-    time.sleep(0.05)
-drain_s = time.time() - restart
-time.sleep(10)
-with hits_lock:
-    kill_hits = {k: v for k, v in hits.items() if k.startswith("/hit/kill/")}
-lost = QUEUED - len(kill_hits)
-twice = sum(1 for v in kill_hits.values() if v > 1)
-s, b = Client(a_addr, a_token).call("GET", "/v1/functions/hit/dlq")
-dead = len(json.loads(b)["dead"])
-a.send_signal(signal.SIGTERM)
-a.wait()
-print(f"### kill -9 with {QUEUED:,} acknowledged (202) async calls")
-print()
-print(f"{before:,} had run when the daemon was killed; after the restart the rest ran in "
-      f"**{drain_s:.1f} s** (from the restart, start-up included). **Lost: {lost}**; "
-      f"dead letters: {dead}; calls made twice: {twice}.")
+        kill_hits = {p: n for p, n in hits.items() if p.startswith("/hit/kill/")}
+    lost = QUEUED - len(kill_hits)
+    twice = sum(1 for v in kill_hits.values() if v > 1)
+    s, b = Client(addr, token).call("GET", "/v1/functions/hit/dlq")
+    dead = len(json.loads(b)["dead"])
+    k.send_signal(signal.SIGTERM)
+    k.wait()
+    print(f"### kill -9 with {QUEUED:,} acknowledged (202) async calls queued")
+    print()
+    print(f"{before:,} had run when the daemon was killed (its tenant's share refused every "
+          f"run); after the restart all ran in **{drain_s:.1f} s** from the restart "
+          f"(start-up included). **Lost: {lost}**; dead letters: {dead}; calls made twice: "
+          f"{twice}.")
+
+
+if "schedules" in PARTS:
+    schedules()
+if "async" in PARTS:
+    async_vs_direct()
+if "kill" in PARTS:
+    kill_with_queued()

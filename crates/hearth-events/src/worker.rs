@@ -50,6 +50,16 @@ impl Worker {
     }
 
     pub(crate) async fn run(self: Arc<Self>) {
+        // A node alone that was killed holding claims takes them back now
+        // rather than after their lease.
+        match self.store.release_claims().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                n,
+                "queued invocations claimed before a restart claimed again"
+            ),
+            Err(e) => tracing::warn!(error = %e, "could not release earlier claims"),
+        }
         let lease_ms = i64::try_from(self.config.lease.as_millis()).unwrap_or(i64::MAX);
         loop {
             // Claim only what can start now: a claimed invocation waiting

@@ -125,7 +125,15 @@ impl Tracing {
             KeyValue::new("faas.invocation_id", id.to_string()),
             KeyValue::new("faas.name", v.name.clone()),
             KeyValue::new("faas.version", v.version.to_string()),
-            KeyValue::new("faas.trigger", "http"),
+            // A schedule's firing (the header only the queue may set):
+            // OpenTelemetry's `timer`.
+            KeyValue::new(
+                "faas.trigger",
+                match req.header(hearth_core::EVENT_HEADER) {
+                    Some("scheduled") => "timer",
+                    _ => "http",
+                },
+            ),
             KeyValue::new("hearth.tenant", v.tenant.clone()),
             KeyValue::new("hearth.node", self.node.clone()),
             KeyValue::new("http.request.method", req.method.clone()),

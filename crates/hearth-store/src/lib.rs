@@ -636,6 +636,12 @@ pub trait Store: Send + Sync + 'static {
         lease_ms: i64,
         limit: u32,
     ) -> Result<Vec<Claimed>, StoreError>;
+    /// Makes every claimed invocation visible again, if this store is this
+    /// process's alone (SQLite: every claim in it was made by this node
+    /// before it last stopped, which cannot settle it now); how many. A
+    /// shared store (PostgreSQL) keeps its claims, which may be other
+    /// members' live ones, until their leases lapse.
+    async fn release_claims(&self) -> Result<u64, StoreError>;
     /// Settles a claimed invocation, forgetting its journal unless it is
     /// tried again; false if its claim had lapsed and another claimer has
     /// it.

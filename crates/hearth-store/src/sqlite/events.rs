@@ -257,6 +257,14 @@ impl SqliteStore {
         Ok(out)
     }
 
+    pub fn release_claims(&self) -> Result<u64, StoreError> {
+        Ok(self.writer().execute(
+            "UPDATE queue SET visible_ms = 0, claim = NULL
+             WHERE state = 'ready' AND claim IS NOT NULL",
+            [],
+        )? as u64)
+    }
+
     pub fn settle_queued(&self, item: &Claimed, how: &Settle) -> Result<bool, StoreError> {
         let mut conn = self.writer();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -375,5 +383,40 @@ impl SqliteStore {
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_restarted_node_takes_back_the_claims_it_died_holding() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStore::open(dir.path().join("hearth.db")).unwrap();
+        let item = Enqueue {
+            id: "one".into(),
+            tenant: "t".into(),
+            function: "f".into(),
+            target: "live".into(),
+            source: "async".into(),
+            request: Vec::new(),
+            enqueued_ms: 0,
+            expires_ms: i64::MAX,
+            max_attempts: 3,
+        };
+        s.enqueue(&item, 10).unwrap();
+        assert_eq!(
+            s.claim_queued("before", 1_000, 300_000, 10).unwrap().len(),
+            1
+        );
+        assert!(
+            s.claim_queued("after", 2_000, 300_000, 10)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(s.release_claims().unwrap(), 1);
+        let again = s.claim_queued("after", 2_000, 300_000, 10).unwrap();
+        assert_eq!((again.len(), again[0].redelivered()), (1, true));
     }
 }

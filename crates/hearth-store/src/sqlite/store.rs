@@ -435,6 +435,9 @@ impl Store for SqliteStore {
         self.off_runtime(move |s| s.claim_queued(&claim, now_ms, lease_ms, limit))
             .await
     }
+    async fn release_claims(&self) -> Result<u64, StoreError> {
+        self.off_runtime(|s| s.release_claims()).await
+    }
     async fn settle_queued(&self, item: &Claimed, how: &Settle) -> Result<bool, StoreError> {
         let (item, how) = (item.clone(), how.clone());
         self.off_runtime(move |s| s.settle_queued(&item, &how))

@@ -796,3 +796,61 @@ fn listed_ids(listing: &serde_json::Value) -> Vec<&str> {
         .map(|r| r["id"].as_str().unwrap())
         .collect()
 }
+
+#[tokio::test]
+async fn an_async_call_is_a_span_in_its_callers_trace_and_a_firing_a_timer() {
+    let collector = Collector::default();
+    let endpoint = collector.start().await;
+    let d = Daemon::start_with(&["--otlp-endpoint", &endpoint]);
+    let code = "export default { fetch() { return new Response('ok'); }, scheduled() {} };";
+    d.deploy(
+        "later",
+        code.as_bytes().to_vec(),
+        &[("runtime", "js"), ("file_name", "index.mjs")],
+    )
+    .await;
+    let resp = d
+        .post("/fn/admin/later")
+        .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
+        .header("hearth-invocation-type", "Event")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    let id = resp.headers()["hearth-invocation-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    // It runs later, from the queue, as a span of the trace that queued it.
+    let span = collector.invocation(&id).await;
+    assert_eq!(hex(&span.trace_id), TRACE_ID);
+    assert_eq!(hex(&span.parent_span_id), CALLER_SPAN);
+    assert_eq!(
+        string_attr(&span.attributes, "faas.trigger").as_deref(),
+        Some("http")
+    );
+
+    d.deploy(
+        "later",
+        code.as_bytes().to_vec(),
+        &[
+            ("runtime", "js"),
+            ("file_name", "index.mjs"),
+            ("schedule", "@every 1s"),
+        ],
+    )
+    .await;
+    let fired = collector
+        .wait_for("a firing", |s| {
+            string_attr(&s.attributes, "faas.trigger").as_deref() == Some("timer")
+        })
+        .await;
+    assert_eq!(
+        string_attr(&fired.attributes, "faas.name").as_deref(),
+        Some("later")
+    );
+    assert!(
+        fired.parent_span_id.is_empty(),
+        "a firing begins its own trace"
+    );
+}
