@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use hearth_core::unix_time_ms;
-use hearth_store::{Enqueue, ScheduleRow, Store};
+use hearth_store::{Enqueue, Fired, ScheduleRow, Store};
 
 use crate::event::{firing_id, scheduled_request};
 use crate::worker::Worker;
@@ -113,7 +113,22 @@ async fn fire(
             }
         })
         .collect();
-    let moved = store.fire_schedule(row, ticks.next, &firings).await?;
+    let fired = store
+        .fire_schedule(row, ticks.next, &firings, config.max_queued_per_tenant)
+        .await?;
+    if fired == Fired::Full {
+        dispatch.note(
+            &row.tenant,
+            &row.function,
+            "warn",
+            &format!(
+                "schedule {} ({}) skipped its tick: this tenant has {} invocations queued, the \
+                 most it may",
+                row.id, row.expr, config.max_queued_per_tenant
+            ),
+        );
+    }
+    let moved = fired != Fired::Taken;
     if moved && skipped > 0 {
         let policy = match row.catch_up {
             0 => "it does not catch up".to_string(),
@@ -130,5 +145,5 @@ async fn fire(
             ),
         );
     }
-    Ok(moved && !firings.is_empty())
+    Ok(fired == Fired::Queued && !firings.is_empty())
 }

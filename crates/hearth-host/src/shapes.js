@@ -170,12 +170,11 @@
     return null;
   }
 
-  // A schedule's firing (docs/events.md), or null: the platform's own
-  // header (the node takes it out of every request that does not come
-  // from Hearth's queue) and an EventBridge scheduled event as the body.
-  function scheduledEvent(msg, text) {
-    if (!msg.headers.some(([k, v]) => k.toLowerCase() === "hearth-event" && v === "scheduled")) return null;
-    return JSON.parse(text);
+  // Whether the request is a schedule's firing (docs/events.md): the
+  // platform's own header, which the node takes out of every request that
+  // does not come from Hearth's queue. Its body is EventBridge's event.
+  function isScheduled(msg) {
+    return msg.headers.some(([k, v]) => k.toLowerCase() === "hearth-event" && v === "scheduled");
   }
 
   // Runs a Workers module's scheduled(controller, env, ctx) for a firing
@@ -211,7 +210,7 @@
   // `responseStream`: a Lambda streaming handler's (Node.js only).
   // A schedule's firing gives either its EventBridge event whole.
   async function call(fn, msg, text, isBase64Encoded, wallMs, clockMs, responseStream) {
-    const scheduled = scheduledEvent(msg, text);
+    const scheduled = isScheduled(msg) ? JSON.parse(text) : null;
     if (fn.shape === "openwhisk") return openwhiskResult(await fn.f(scheduled || openwhiskParams(msg, text, isBase64Encoded)));
     const deadline = clockMs() + (msg.remaining_ms || 0);
     const context = {
@@ -231,5 +230,5 @@
     return callLambda(fn.f, event, context);
   }
 
-  return { pick, call, scheduledEvent, runScheduled };
+  return { pick, call, isScheduled, runScheduled };
 })()

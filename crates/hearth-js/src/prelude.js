@@ -701,9 +701,11 @@
         body = fn.shape === "workers" ? arriving : await readAll(arriving);
       }
       let result;
-      const firing = fn.shape === "workers" && shapes.scheduledEvent(msg, bodyText(body)[0]);
-      if (firing) {
-        result = await shapes.runScheduled(fn, firing, { ...env, hearth }, { waitUntil() {}, passThroughOnException() {} });
+      if (fn.shape === "workers" && shapes.isScheduled(msg)) {
+        // A firing: its event whole (a streamed body arrives as a stream).
+        const whole = body instanceof Uint8Array ? body : await readAll(body);
+        const event = JSON.parse(bodyText(whole)[0]);
+        result = await shapes.runScheduled(fn, event, { ...env, hearth }, { waitUntil() {}, passThroughOnException() {} });
       } else if (fn.shape === "workers") {
         // Parsed once, by Request; the other shapes never need the URL.
         const url = `http://function${msg.path}${msg.query ? "?" + msg.query : ""}`;

@@ -356,9 +356,9 @@ async function invokeHandler(msg, body) {
       if (whole) send({ op: "response", status: whole.status, headers: whole.headers }, whole.body);
       return;
     }
-    const firing = fn.shape === "workers" && shapes.scheduledEvent(msg, bodyText(body)[0]);
-    if (firing) {
-      result = await shapes.runScheduled(fn, firing, { ...process.env, hearth }, { waitUntil() {}, passThroughOnException() {} });
+    if (fn.shape === "workers" && shapes.isScheduled(msg)) {
+      const event = JSON.parse(bodyText(body)[0]);
+      result = await shapes.runScheduled(fn, event, { ...process.env, hearth }, { waitUntil() {}, passThroughOnException() {} });
     } else if (fn.shape === "workers") {
       const init = { method: msg.method, headers: msg.headers };
       if (!["GET", "HEAD"].includes(msg.method)) init.body = body;

@@ -7,8 +7,8 @@ use std::pin::Pin;
 use hearth_core::{Colocation, FunctionSpec, Runtime};
 
 use crate::{
-    Alias, Claimed, Enqueue, FunctionMode, Grant, JournalKey, LIVE, LogQuery, LogRecord, LogStream,
-    ScheduleRow, Scope, Settle, Store, StoreError,
+    Alias, Claimed, Enqueue, Fired, FunctionMode, Grant, JournalKey, LIVE, LogQuery, LogRecord,
+    LogStream, ScheduleRow, Scope, Settle, Store, StoreError,
 };
 
 /// One scenario: it wants a fresh, empty store.
@@ -40,6 +40,7 @@ scenarios![
     a_schedules_tick_is_fired_once_and_a_redeploy_keeps_its_state,
     queued_invocations_are_claimed_once_until_their_lease_lapses_and_settle_once,
     claims_take_tenants_in_turns,
+    a_functions_dead_letters_are_bounded_oldest_first,
 ];
 
 pub(crate) async fn versions_resolve_newest_or_pinned(s: &dyn Store) {
@@ -861,11 +862,15 @@ async fn a_schedules_tick_is_fired_once_and_a_redeploy_keeps_its_state(s: &dyn S
     // Two members saw tick 1000 due: the first moves it on and queues its
     // firing; the second, comparing against 1000, does nothing.
     let firing = queued("tick-1000", 1_000);
-    assert!(s.fire_schedule(&a, 2_000, &[firing]).await.unwrap());
-    assert!(
-        !s.fire_schedule(&a, 2_000, &[queued("again", 1_000)])
+    assert_eq!(
+        s.fire_schedule(&a, 2_000, &[firing], 100).await.unwrap(),
+        Fired::Queued
+    );
+    assert_eq!(
+        s.fire_schedule(&a, 2_000, &[queued("again", 1_000)], 100)
             .await
-            .unwrap()
+            .unwrap(),
+        Fired::Taken
     );
     let claimed = s.claim_queued("c", 1_500, 10_000, 10).await.unwrap();
     assert_eq!(
@@ -886,10 +891,25 @@ async fn a_schedules_tick_is_fired_once_and_a_redeploy_keeps_its_state(s: &dyn S
             .all(|r| r.id != "a")
     );
     let paused = schedule_row("a", "@every 1s", 2_000);
-    assert!(
-        !s.fire_schedule(&paused, 3_000, &[]).await.unwrap(),
+    assert_eq!(
+        s.fire_schedule(&paused, 3_000, &[], 100).await.unwrap(),
+        Fired::Taken,
         "a paused tick is not fired"
     );
+    // With its tenant's queue at its bound, a tick moves on and queues
+    // nothing.
+    let b_now = s.schedules("t", Some("f")).await.unwrap()[1].clone();
+    assert_eq!(
+        s.fire_schedule(&b_now, 120_000, &[queued("full", 60_000)], 1)
+            .await
+            .unwrap(),
+        Fired::Full
+    );
+    assert_eq!(
+        s.schedules("t", Some("f")).await.unwrap()[1].next_ms,
+        120_000
+    );
+    assert!(s.dead_letters("t", "f", 10).await.unwrap().is_empty());
 
     // A redeploy that keeps `a` keeps its pause and next tick; `b` goes.
     s.set_schedules(
@@ -1101,4 +1121,24 @@ async fn claims_take_tenants_in_turns(s: &dyn Store) {
         ["f00", "f01", "f02", "mine"],
         "each tenant's oldest first"
     );
+}
+
+async fn a_functions_dead_letters_are_bounded_oldest_first(s: &dyn Store) {
+    let max = crate::MAX_DEAD_PER_FUNCTION as i64;
+    for i in 0..=max {
+        s.enqueue(&queued(&format!("d{i:05}"), i), u64::MAX)
+            .await
+            .unwrap();
+    }
+    let claimed = s
+        .claim_queued("c", max + 1, 60_000, max as u32 + 1)
+        .await
+        .unwrap();
+    for c in &claimed {
+        let dead = Settle::Dead { error: "no".into() };
+        assert!(s.settle_queued(c, &dead).await.unwrap());
+    }
+    let kept = s.dead_letters("t", "f", 2_000).await.unwrap();
+    assert_eq!(kept.len() as i64, max, "the oldest went");
+    assert!(kept.iter().all(|d| d.id != "d00000"));
 }

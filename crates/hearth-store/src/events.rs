@@ -13,6 +13,23 @@ use crate::StoreError;
 /// How many schedules one function may have.
 pub const MAX_SCHEDULES_PER_FUNCTION: usize = 10;
 
+/// How many dead letters one function keeps: past it, the oldest go (a
+/// schedule that always fails would otherwise add its every tick).
+pub const MAX_DEAD_PER_FUNCTION: u32 = 1000;
+
+/// What became of a tick [`crate::Store::fire_schedule`] was asked to
+/// fire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fired {
+    /// Moved on by this call, its firings queued.
+    Queued,
+    /// Another member moved it first (or it was paused): nothing done.
+    Taken,
+    /// Moved on by this call, nothing queued: the tenant's queue is at
+    /// its bound.
+    Full,
+}
+
 /// One of a function's schedules.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -29,7 +46,7 @@ pub struct ScheduleRow {
     pub paused: bool,
     /// The next tick not yet fired (ms since the epoch).
     pub next_ms: i64,
-    /// The last tick fired.
+    /// When its last firing was queued.
     pub fired_ms: Option<i64>,
     pub created_ms: i64,
 }

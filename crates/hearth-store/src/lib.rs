@@ -36,7 +36,8 @@ pub use artifacts::{ArtifactStore, sha256_hex, write_atomically, write_secret};
 pub use cluster::{AwayTapes, Change, ClusterSettings, MemberRow};
 pub use error::StoreError;
 pub use events::{
-    Claimed, DeadLetter, Enqueue, MAX_SCHEDULES_PER_FUNCTION, QueueDepth, ScheduleRow, Settle,
+    Claimed, DeadLetter, Enqueue, Fired, MAX_DEAD_PER_FUNCTION, MAX_SCHEDULES_PER_FUNCTION,
+    QueueDepth, ScheduleRow, Settle,
 };
 pub use postgres::PgStore;
 pub use secrets::{MAX_SEALED_SECRET_BYTES, MAX_SECRETS_PER_TENANT, SecretInfo};
@@ -613,14 +614,16 @@ pub trait Store: Send + Sync + 'static {
     /// before `now_ms`, earliest first.
     async fn due_schedules(&self, now_ms: i64, limit: u32) -> Result<Vec<ScheduleRow>, StoreError>;
     /// Fires `row`'s tick: moves its next tick from `row.next_ms` to
-    /// `next_ms` and queues `firings`, in one transaction, unless another
-    /// caller moved it first (or it was paused); whether this call did.
+    /// `next_ms` and queues `firings` (if its tenant has fewer than
+    /// `max_ready` waiting), in one transaction, unless another caller
+    /// moved it first (or it was paused).
     async fn fire_schedule(
         &self,
         row: &ScheduleRow,
         next_ms: i64,
         firings: &[Enqueue],
-    ) -> Result<bool, StoreError>;
+        max_ready: u64,
+    ) -> Result<Fired, StoreError>;
     /// Queues an invocation, if its tenant has fewer than `max_ready`
     /// waiting (counted in the same transaction: [`StoreError::QueueFull`]
     /// otherwise); false if its id is queued already.

@@ -6,7 +6,7 @@
 use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 
 use crate::{
-    Alias, AliasMove, BlobEntry, BlockQuery, Claimed, DeadLetter, Enqueue, FunctionMode,
+    Alias, AliasMove, BlobEntry, BlockQuery, Claimed, DeadLetter, Enqueue, Fired, FunctionMode,
     FunctionSummary, Grant, JournalKey, LogQuery, LogRecord, PgStore, Principal, QueueDepth,
     ScheduleRow, SecretInfo, Settle, SqliteStore, Store, StoreError, TapeBlock, TapeIndex, TapePin,
 };
@@ -320,8 +320,11 @@ impl Store for SplitStore {
         row: &ScheduleRow,
         next_ms: i64,
         firings: &[Enqueue],
-    ) -> Result<bool, StoreError> {
-        self.shared.fire_schedule(row, next_ms, firings).await
+        max_ready: u64,
+    ) -> Result<Fired, StoreError> {
+        self.shared
+            .fire_schedule(row, next_ms, firings, max_ready)
+            .await
     }
     async fn enqueue(&self, item: &Enqueue, max_ready: u64) -> Result<bool, StoreError> {
         self.shared.enqueue(item, max_ready).await

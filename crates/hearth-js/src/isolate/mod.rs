@@ -625,6 +625,12 @@ fn describe(ctx: &Ctx<'_>, e: rquickjs::Error) -> String {
 }
 
 fn describe_value(v: &Value<'_>) -> String {
+    // At its limit QuickJS may have no room left even for its "out of
+    // memory" error, and throws `null` instead (code that throws `null`
+    // itself is taken for the same: rare, and then told so).
+    if v.is_null() {
+        return "out of memory (the exception was null: no room was left for an error)".into();
+    }
     if let Some(o) = v.as_object() {
         let name = o
             .get::<_, String>("name")

@@ -12,7 +12,9 @@ use tokio_postgres::Transaction;
 
 use super::PgStore;
 use crate::StoreError;
-use crate::events::{Claimed, DeadLetter, Enqueue, QueueDepth, ScheduleRow, Settle};
+use crate::events::{
+    Claimed, DeadLetter, Enqueue, Fired, MAX_DEAD_PER_FUNCTION, QueueDepth, ScheduleRow, Settle,
+};
 
 const SCHEDULE_COLUMNS: &str =
     "tenant, function, id, expr, catch_up, paused, next_ms, fired_ms, created_ms";
@@ -81,6 +83,25 @@ async fn insert(tx: &Transaction<'_>, item: &Enqueue) -> Result<bool, tokio_post
         )
         .await?
         > 0)
+}
+
+/// How many invocations `tenant` has waiting or running, its enqueues
+/// taking turns from here to the transaction's end (so two cannot both
+/// take its last place).
+async fn ready(tx: &Transaction<'_>, tenant: &str) -> Result<u64, tokio_postgres::Error> {
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtext('hearth queue ' || $1))",
+        &[&tenant],
+    )
+    .await?;
+    let n: i64 = tx
+        .query_one(
+            "SELECT COUNT(*) FROM queue WHERE tenant = $1 AND state = 'ready'",
+            &[&tenant],
+        )
+        .await?
+        .get(0);
+    Ok(u64::try_from(n).unwrap_or(0))
 }
 
 impl PgStore {
@@ -208,9 +229,11 @@ impl PgStore {
         row: &ScheduleRow,
         next_ms: i64,
         firings: &[Enqueue],
-    ) -> Result<bool, StoreError> {
-        let fired = firings.last().map(|f| f.enqueued_ms);
+        max_ready: u64,
+    ) -> Result<Fired, StoreError> {
         self.in_transaction(async |tx| {
+            let full = ready(tx, &row.tenant).await? >= max_ready;
+            let fired = firings.last().filter(|_| !full).map(|f| f.enqueued_ms);
             let moved = tx
                 .execute(
                     "UPDATE schedules SET next_ms = $5, fired_ms = COALESCE($6, fired_ms)
@@ -227,12 +250,16 @@ impl PgStore {
                 )
                 .await?
                 > 0;
-            if moved {
-                for f in firings {
-                    insert(tx, f).await?;
-                }
+            if !moved {
+                return Ok(Fired::Taken);
             }
-            Ok(moved)
+            if full {
+                return Ok(Fired::Full);
+            }
+            for f in firings {
+                insert(tx, f).await?;
+            }
+            Ok(Fired::Queued)
         })
         .await
     }
@@ -241,19 +268,7 @@ impl PgStore {
         self.in_transaction(async |tx| {
             // One tenant's enqueues take turns, so two cannot both take
             // its last place.
-            tx.execute(
-                "SELECT pg_advisory_xact_lock(hashtext('hearth queue ' || $1))",
-                &[&item.tenant],
-            )
-            .await?;
-            let ready: i64 = tx
-                .query_one(
-                    "SELECT COUNT(*) FROM queue WHERE tenant = $1 AND state = 'ready'",
-                    &[&item.tenant],
-                )
-                .await?
-                .get(0);
-            if u64::try_from(ready).unwrap_or(0) >= max_ready {
+            if ready(tx, &item.tenant).await? >= max_ready {
                 return Err(StoreError::QueueFull {
                     tenant: item.tenant.clone(),
                     max: max_ready,
@@ -335,6 +350,20 @@ impl PgStore {
                              attempts = attempts + 1
                          WHERE id = $1",
                         &[&item.id, error],
+                    )
+                    .await?;
+                    // The function's oldest dead letters past its bound go.
+                    tx.execute(
+                        "DELETE FROM queue WHERE tenant = $1 AND function = $2 AND state = 'dead'
+                           AND id NOT IN (
+                             SELECT id FROM queue
+                             WHERE tenant = $1 AND function = $2 AND state = 'dead'
+                             ORDER BY enqueued_ms DESC, id DESC LIMIT $3)",
+                        &[
+                            &item.tenant,
+                            &item.function,
+                            &i64::from(MAX_DEAD_PER_FUNCTION),
+                        ],
                     )
                     .await?;
                 }

@@ -6,7 +6,9 @@ use rusqlite::{OptionalExtension, Row, Transaction, params};
 
 use super::SqliteStore;
 use crate::StoreError;
-use crate::events::{Claimed, DeadLetter, Enqueue, QueueDepth, ScheduleRow, Settle};
+use crate::events::{
+    Claimed, DeadLetter, Enqueue, Fired, MAX_DEAD_PER_FUNCTION, QueueDepth, ScheduleRow, Settle,
+};
 
 const SCHEDULE_COLUMNS: &str =
     "tenant, function, id, expr, catch_up, paused, next_ms, fired_ms, created_ms";
@@ -73,6 +75,16 @@ fn insert(tx: &Transaction<'_>, item: &Enqueue) -> rusqlite::Result<bool> {
             item.max_attempts,
         ],
     )? > 0)
+}
+
+/// How many invocations `tenant` has waiting or running.
+fn ready(tx: &Transaction<'_>, tenant: &str) -> rusqlite::Result<u64> {
+    let n: i64 = tx.query_row(
+        "SELECT COUNT(*) FROM queue WHERE tenant = ?1 AND state = 'ready'",
+        [tenant],
+        |r| r.get(0),
+    )?;
+    Ok(n.max(0) as u64)
 }
 
 fn forget_journal(tx: &Transaction<'_>, item: &Claimed) -> rusqlite::Result<()> {
@@ -183,9 +195,12 @@ impl SqliteStore {
         row: &ScheduleRow,
         next_ms: i64,
         firings: &[Enqueue],
-    ) -> Result<bool, StoreError> {
+        max_ready: u64,
+    ) -> Result<Fired, StoreError> {
         let mut conn = self.writer();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let full = ready(&tx, &row.tenant)? >= max_ready;
+        let fired = firings.last().filter(|_| !full).map(|f| f.enqueued_ms);
         let moved = tx.execute(
             "UPDATE schedules SET next_ms = ?5, fired_ms = COALESCE(?6, fired_ms)
              WHERE tenant = ?1 AND function = ?2 AND id = ?3 AND next_ms = ?4 AND paused = 0",
@@ -195,28 +210,27 @@ impl SqliteStore {
                 row.id,
                 row.next_ms,
                 next_ms,
-                firings.last().map(|f| f.enqueued_ms)
+                fired
             ],
         )? > 0;
         if !moved {
-            return Ok(false);
+            return Ok(Fired::Taken);
+        }
+        if full {
+            tx.commit()?;
+            return Ok(Fired::Full);
         }
         for f in firings {
             insert(&tx, f)?;
         }
         tx.commit()?;
-        Ok(true)
+        Ok(Fired::Queued)
     }
 
     pub fn enqueue(&self, item: &Enqueue, max_ready: u64) -> Result<bool, StoreError> {
         let mut conn = self.writer();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let ready: i64 = tx.query_row(
-            "SELECT COUNT(*) FROM queue WHERE tenant = ?1 AND state = 'ready'",
-            [&item.tenant],
-            |r| r.get(0),
-        )?;
-        if ready as u64 >= max_ready {
+        if ready(&tx, &item.tenant)? >= max_ready {
             return Err(StoreError::QueueFull {
                 tenant: item.tenant.clone(),
                 max: max_ready,
@@ -302,6 +316,15 @@ impl SqliteStore {
                          attempts = attempts + 1
                      WHERE id = ?1",
                     params![item.id, error],
+                )?;
+                // The function's oldest dead letters past its bound go.
+                tx.execute(
+                    "DELETE FROM queue WHERE tenant = ?1 AND function = ?2 AND state = 'dead'
+                       AND id NOT IN (
+                         SELECT id FROM queue
+                         WHERE tenant = ?1 AND function = ?2 AND state = 'dead'
+                         ORDER BY enqueued_ms DESC, id DESC LIMIT ?3)",
+                    params![item.tenant, item.function, MAX_DEAD_PER_FUNCTION],
                 )?;
             }
         }

@@ -6,7 +6,7 @@ use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
 
 use super::SqliteStore;
 use crate::{
-    Alias, AliasMove, Claimed, DeadLetter, Enqueue, FunctionMode, FunctionSummary, Grant,
+    Alias, AliasMove, Claimed, DeadLetter, Enqueue, Fired, FunctionMode, FunctionSummary, Grant,
     JournalKey, LogQuery, LogRecord, Principal, QueueDepth, ScheduleRow, SecretInfo, Settle, Split,
     Store, StoreError,
 };
@@ -415,9 +415,10 @@ impl Store for SqliteStore {
         row: &ScheduleRow,
         next_ms: i64,
         firings: &[Enqueue],
-    ) -> Result<bool, StoreError> {
+        max_ready: u64,
+    ) -> Result<Fired, StoreError> {
         let (row, firings) = (row.clone(), firings.to_vec());
-        self.off_runtime(move |s| s.fire_schedule(&row, next_ms, &firings))
+        self.off_runtime(move |s| s.fire_schedule(&row, next_ms, &firings, max_ready))
             .await
     }
     async fn enqueue(&self, item: &Enqueue, max_ready: u64) -> Result<bool, StoreError> {
