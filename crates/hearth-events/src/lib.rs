@@ -151,12 +151,8 @@ impl Events {
         Events { worker, depths }
     }
 
-    /// Every function's queue that holds anything, as last counted.
-    pub fn depths(&self) -> Vec<hearth_store::QueueDepth> {
-        self.depths.lock().clone()
-    }
-
-    /// A reader of [`depths`](Self::depths) that holds nothing alive.
+    /// Every function's queue that holds anything, as last counted (every
+    /// 2 s), by a reader that holds nothing alive.
     pub fn depth_reader(&self) -> impl Fn() -> Vec<hearth_store::QueueDepth> + Send + Sync + use<> {
         let depths = Arc::downgrade(&self.depths);
         move || {
