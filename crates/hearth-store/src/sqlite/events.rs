@@ -248,6 +248,16 @@ impl SqliteStore {
         lease_ms: i64,
         limit: u32,
     ) -> Result<Vec<Claimed>, StoreError> {
+        // An idle queue is polled often: asked of a reader first, so the
+        // poll does not take the writer.
+        let any: bool = self.reader().query_row(
+            "SELECT EXISTS(SELECT 1 FROM queue WHERE state = 'ready' AND visible_ms <= ?1)",
+            [now_ms],
+            |r| r.get(0),
+        )?;
+        if !any {
+            return Ok(Vec::new());
+        }
         let mut conn = self.writer();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let ids: Vec<String> = {
