@@ -76,6 +76,9 @@ pub struct EventsConfig {
     pub lease: Duration,
     /// Queued invocations this member runs at once.
     pub max_in_flight: usize,
+    /// Of those, one tenant's at most: the rest stay free for other
+    /// tenants' whatever one tenant has queued (its own run in turns).
+    pub max_in_flight_per_tenant: usize,
     /// Attempts of a schedule's firing (Lambda's default for async
     /// invocations: the first and two retries).
     pub attempts: u32,
@@ -96,6 +99,7 @@ impl Default for EventsConfig {
             poll: Duration::from_millis(100),
             lease: Duration::from_secs(120),
             max_in_flight: 64,
+            max_in_flight_per_tenant: 48,
             attempts: 3,
             max_age: Duration::from_secs(6 * 3600),
             backoff: Duration::from_secs(1),

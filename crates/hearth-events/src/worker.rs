@@ -8,11 +8,13 @@
 //! together); refused (nothing ran) and tried again shortly without
 //! counting; failed for the last time, or past its age, and dead.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hearth_core::{GatewayAttempt, InvocationId, Request, unix_time_ms};
 use hearth_store::{Claimed, Settle, Store};
+use parking_lot::Mutex;
 use rand::RngExt;
 use tokio::sync::{Notify, Semaphore};
 
@@ -27,6 +29,30 @@ pub(crate) struct Worker {
     pub(crate) config: EventsConfig,
     wake: Notify,
     slots: Arc<Semaphore>,
+    /// Each tenant's invocations running here now (tenants with none have
+    /// no entry).
+    running: Mutex<HashMap<String, usize>>,
+}
+
+/// One of a tenant's invocations running here, counted until dropped.
+struct Running<'a> {
+    worker: &'a Worker,
+    tenant: String,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut running = self.worker.running.lock();
+        if let Some(n) = running.get_mut(&self.tenant) {
+            *n -= 1;
+            if *n == 0 {
+                running.remove(&self.tenant);
+            }
+        }
+        drop(running);
+        // A slot, and maybe this tenant's turn, is free: claim again now.
+        self.worker.wake();
+    }
 }
 
 impl Worker {
@@ -42,7 +68,35 @@ impl Worker {
             config,
             wake: Notify::new(),
             slots,
+            running: Mutex::default(),
         }
+    }
+
+    /// Tenants with as many invocations running here as one may have.
+    fn at_their_share(&self) -> Vec<String> {
+        let max = self.config.max_in_flight_per_tenant.max(1);
+        let running = self.running.lock();
+        running
+            .iter()
+            .filter(|&(_, &n)| n >= max)
+            .map(|(t, _)| t.clone())
+            .collect()
+    }
+
+    /// Counts one more of `tenant`'s invocations running, unless it has
+    /// its share already.
+    fn start(&self, tenant: &str) -> Option<Running<'_>> {
+        let max = self.config.max_in_flight_per_tenant.max(1);
+        let mut running = self.running.lock();
+        let n = running.entry(tenant.to_owned()).or_default();
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(Running {
+            worker: self,
+            tenant: tenant.to_owned(),
+        })
     }
 
     pub(crate) fn wake(&self) {
@@ -73,9 +127,10 @@ impl Worker {
                 Err(_) => return,
             };
             let claim = InvocationId::new().to_string();
+            let skip = self.at_their_share();
             let claimed = self
                 .store
-                .claim_queued(&claim, unix_time_ms(), lease_ms, free as u32)
+                .claim_queued(&claim, unix_time_ms(), lease_ms, free as u32, &skip)
                 .await;
             match claimed {
                 Ok(items) if !items.is_empty() => {
@@ -85,7 +140,15 @@ impl Worker {
                         };
                         let worker = self.clone();
                         tokio::spawn(async move {
-                            worker.attempt(item).await;
+                            match worker.start(&item.tenant) {
+                                Some(running) => {
+                                    worker.attempt(item).await;
+                                    drop(running);
+                                }
+                                // More of its tenant's came in this claim
+                                // than it had turns left: back at once.
+                                None => worker.hand_back(&item).await,
+                            }
                             drop(slot);
                         });
                     }
@@ -98,6 +161,22 @@ impl Worker {
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             }
+        }
+    }
+
+    /// Makes a claimed invocation that did not run visible again now,
+    /// counting no attempt.
+    async fn hand_back(&self, item: &Claimed) {
+        let settle = Settle::Retry {
+            visible_ms: unix_time_ms(),
+            error: "its tenant had its share of the queue's invocations running".into(),
+            refused: true,
+        };
+        if let Err(e) = self.store.settle_queued(item, &settle).await {
+            tracing::warn!(
+                error = %e, id = item.id,
+                "could not hand back a queued invocation; it will be claimed again after its lease"
+            );
         }
     }
 

@@ -872,7 +872,7 @@ async fn a_schedules_tick_is_fired_once_and_a_redeploy_keeps_its_state(s: &dyn S
             .unwrap(),
         Fired::Taken
     );
-    let claimed = s.claim_queued("c", 1_500, 10_000, 10).await.unwrap();
+    let claimed = s.claim_queued("c", 1_500, 10_000, 10, &[]).await.unwrap();
     assert_eq!(
         claimed.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
         ["tick-1000"],
@@ -970,11 +970,11 @@ async fn queued_invocations_are_claimed_once_until_their_lease_lapses_and_settle
     let depth = s.queue_depths().await.unwrap();
     assert_eq!((depth[0].ready, depth[0].oldest_ms), (2, Some(100)));
 
-    let first = s.claim_queued("A", 1_000, 5_000, 1).await.unwrap();
+    let first = s.claim_queued("A", 1_000, 5_000, 1, &[]).await.unwrap();
     assert_eq!((first[0].id.as_str(), first[0].deliveries), ("one", 1));
     assert!(!first[0].redelivered());
     assert_eq!(first[0].request, b"req");
-    let second = s.claim_queued("B", 1_000, 25_000, 10).await.unwrap();
+    let second = s.claim_queued("B", 1_000, 25_000, 10, &[]).await.unwrap();
     assert_eq!(
         second.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
         ["two"],
@@ -989,7 +989,7 @@ async fn queued_invocations_are_claimed_once_until_their_lease_lapses_and_settle
         invocation: "one",
     };
     s.journal_append(&key, 0, b"kv answer").await.unwrap();
-    let again = s.claim_queued("C", 6_001, 5_000, 10).await.unwrap();
+    let again = s.claim_queued("C", 6_001, 5_000, 10, &[]).await.unwrap();
     assert_eq!(
         again.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
         ["one"]
@@ -1024,13 +1024,13 @@ async fn queued_invocations_are_claimed_once_until_their_lease_lapses_and_settle
     s.journal_cut(&key, 1).await.unwrap();
     assert_eq!(s.journal_read(&key).await.unwrap(), [b"kv answer".to_vec()]);
     assert!(
-        s.claim_queued("D", 19_999, 5_000, 10)
+        s.claim_queued("D", 19_999, 5_000, 10, &[])
             .await
             .unwrap()
             .iter()
             .all(|c| c.id != "one")
     );
-    let third = s.claim_queued("D", 20_000, 5_000, 10).await.unwrap();
+    let third = s.claim_queued("D", 20_000, 5_000, 10, &[]).await.unwrap();
     let one: &Claimed = third.iter().find(|c| c.id == "one").unwrap();
     assert_eq!((one.attempts, one.last_error.as_deref()), (1, Some("boom")));
     assert!(!one.redelivered());
@@ -1041,7 +1041,7 @@ async fn queued_invocations_are_claimed_once_until_their_lease_lapses_and_settle
         refused: true,
     };
     assert!(s.settle_queued(one, &refused).await.unwrap());
-    let fourth = s.claim_queued("E", 20_000, 5_000, 10).await.unwrap();
+    let fourth = s.claim_queued("E", 20_000, 5_000, 10, &[]).await.unwrap();
     let one = fourth.iter().find(|c| c.id == "one").unwrap();
     assert_eq!((one.attempts, one.redelivered()), (1, false));
 
@@ -1080,7 +1080,7 @@ async fn queued_invocations_are_claimed_once_until_their_lease_lapses_and_settle
             .unwrap(),
         1
     );
-    let back = s.claim_queued("F", 30_000, 5_000, 10).await.unwrap();
+    let back = s.claim_queued("F", 30_000, 5_000, 10, &[]).await.unwrap();
     let one = back.iter().find(|c| c.id == "one").unwrap();
     assert_eq!(
         (one.attempts, one.deliveries, one.expires_ms),
@@ -1113,7 +1113,7 @@ async fn claims_take_tenants_in_turns(s: &dyn Store) {
         s.enqueue(&item, 100).await.unwrap();
     }
     s.enqueue(&queued("mine", 1_000), 100).await.unwrap();
-    let first = s.claim_queued("c", 2_000, 60_000, 4).await.unwrap();
+    let first = s.claim_queued("c", 2_000, 60_000, 4, &[]).await.unwrap();
     let mut ids: Vec<&str> = first.iter().map(|c| c.id.as_str()).collect();
     ids.sort();
     assert_eq!(
@@ -1121,6 +1121,16 @@ async fn claims_take_tenants_in_turns(s: &dyn Store) {
         ["f00", "f01", "f02", "mine"],
         "each tenant's oldest first"
     );
+    // One at a time, the tenant served longest ago goes first: the
+    // flood's 47 older ones do not hold back "t"'s next.
+    s.enqueue(&queued("mine2", 1_500), 100).await.unwrap();
+    s.enqueue(&queued("mine3", 1_600), 100).await.unwrap();
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        let one = s.claim_queued("c", 2_000, 60_000, 1, &[]).await.unwrap();
+        order.push(one[0].id.clone());
+    }
+    assert_eq!(order, ["f03", "mine2", "f04", "mine3"], "tenants alternate");
 }
 
 async fn a_functions_dead_letters_are_bounded_oldest_first(s: &dyn Store) {
@@ -1131,7 +1141,7 @@ async fn a_functions_dead_letters_are_bounded_oldest_first(s: &dyn Store) {
             .unwrap();
     }
     let claimed = s
-        .claim_queued("c", max + 1, 60_000, max as u32 + 1)
+        .claim_queued("c", max + 1, 60_000, max as u32 + 1, &[])
         .await
         .unwrap();
     for c in &claimed {

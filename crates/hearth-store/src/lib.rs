@@ -631,13 +631,16 @@ pub trait Store: Send + Sync + 'static {
     /// Claims up to `limit` queued invocations visible at `now_ms`, each
     /// invisible to other claimers for `lease_ms`, under the token
     /// `claim`: tenants in turns (each one's longest waiting, then each
-    /// one's next), so one tenant's flood does not hold another's back.
+    /// one's next; among tenants, the one served longest ago first), so
+    /// one tenant's flood does not hold another's back. None of `skip`'s
+    /// (tenants the claimer runs as many of as it lets one run).
     async fn claim_queued(
         &self,
         claim: &str,
         now_ms: i64,
         lease_ms: i64,
         limit: u32,
+        skip: &[String],
     ) -> Result<Vec<Claimed>, StoreError>;
     /// Makes every claimed invocation visible again, if this store is this
     /// process's alone (SQLite: every claim in it was made by this node

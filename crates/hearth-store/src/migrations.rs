@@ -158,7 +158,7 @@ mod tests {
         let mut conn = Connection::open_in_memory().unwrap();
         sqlite(&mut conn).unwrap();
         sqlite(&mut conn).unwrap();
-        assert_eq!(history(&conn), vec![1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(history(&conn), (1..=9).collect::<Vec<_>>());
         assert!(columns(&conn, "logs").contains(&"trace_id".to_string()));
         assert!(!columns(&conn, "log_usage").is_empty());
     }
@@ -186,7 +186,7 @@ mod tests {
         let mut conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(BEFORE_MIGRATIONS).unwrap();
         sqlite(&mut conn).unwrap();
-        assert_eq!(history(&conn), vec![1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(history(&conn), (1..=9).collect::<Vec<_>>());
         assert!(columns(&conn, "logs").contains(&"trace_id".to_string()));
         // Counted once, not again over what was counted.
         assert_eq!(count(&conn, "SELECT bytes FROM kv_usage"), 6);
@@ -206,7 +206,7 @@ mod tests {
         )
         .unwrap();
         sqlite(&mut conn).unwrap();
-        assert_eq!(history(&conn), vec![1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(history(&conn), (1..=9).collect::<Vec<_>>());
         assert_eq!(count(&conn, "SELECT bytes FROM log_usage"), 4);
         // The triggers V1 and V3 create are there and count.
         conn.execute_batch(
@@ -301,7 +301,7 @@ mod tests {
             .iter()
             .map(|r| r.get(0))
             .collect();
-        assert_eq!(applied, vec![1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(applied, (1..=9).collect::<Vec<_>>());
 
         // The old schema, with a tenant's KV and logs in it.
         let url = pg.create_database("before").unwrap();

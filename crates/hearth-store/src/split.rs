@@ -335,9 +335,10 @@ impl Store for SplitStore {
         now_ms: i64,
         lease_ms: i64,
         limit: u32,
+        skip: &[String],
     ) -> Result<Vec<Claimed>, StoreError> {
         self.shared
-            .claim_queued(claim, now_ms, lease_ms, limit)
+            .claim_queued(claim, now_ms, lease_ms, limit, skip)
             .await
     }
     async fn release_claims(&self) -> Result<u64, StoreError> {

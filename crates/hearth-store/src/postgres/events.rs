@@ -285,26 +285,40 @@ impl PgStore {
         now_ms: i64,
         lease_ms: i64,
         limit: u32,
+        skip: &[String],
     ) -> Result<Vec<Claimed>, StoreError> {
         let (until, limit) = (now_ms + lease_ms, i64::from(limit));
         let rows = self
             .with(async |c| {
+                // Each tenant's oldest first, and among tenants at the same
+                // turn the one served longest ago (`queue_turns`), which the
+                // claim then moves to the back.
                 c.query(
                     &format!(
-                        "UPDATE queue SET visible_ms = $2, deliveries = deliveries + 1, claim = $3
-                         WHERE id IN (
-                             SELECT id FROM queue
-                             WHERE id IN (
-                                 SELECT id FROM (
-                                     SELECT id, visible_ms, ROW_NUMBER() OVER (
-                                         PARTITION BY tenant ORDER BY visible_ms) AS turn
-                                     FROM queue WHERE state = 'ready' AND visible_ms <= $1) w
-                                 ORDER BY turn, visible_ms LIMIT $4)
-                               AND state = 'ready' AND visible_ms <= $1
-                             FOR UPDATE SKIP LOCKED)
-                         RETURNING {CLAIMED_COLUMNS}"
+                        "WITH claimed AS (
+                           UPDATE queue SET visible_ms = $2, deliveries = deliveries + 1, claim = $3
+                           WHERE id IN (
+                               SELECT id FROM queue
+                               WHERE id IN (
+                                   SELECT w.id FROM (
+                                       SELECT id, tenant, visible_ms, ROW_NUMBER() OVER (
+                                           PARTITION BY tenant ORDER BY visible_ms) AS turn
+                                       FROM queue WHERE state = 'ready' AND visible_ms <= $1
+                                         AND NOT (tenant = ANY($5))) w
+                                   LEFT JOIN queue_turns t ON t.tenant = w.tenant
+                                   ORDER BY w.turn, COALESCE(t.served, 0), w.visible_ms LIMIT $4)
+                                 AND state = 'ready' AND visible_ms <= $1
+                               FOR UPDATE SKIP LOCKED)
+                           RETURNING {CLAIMED_COLUMNS}),
+                         turns AS (
+                           INSERT INTO queue_turns (tenant, served)
+                           SELECT DISTINCT tenant,
+                                  (SELECT COALESCE(MAX(served), 0) + 1 FROM queue_turns)
+                           FROM claimed
+                           ON CONFLICT (tenant) DO UPDATE SET served = excluded.served)
+                         SELECT {CLAIMED_COLUMNS} FROM claimed"
                     ),
-                    &[&now_ms, &until, &claim, &limit],
+                    &[&now_ms, &until, &claim, &limit, &skip],
                 )
                 .await
             })

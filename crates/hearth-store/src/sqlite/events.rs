@@ -51,11 +51,21 @@ fn claimed(r: &Row<'_>) -> rusqlite::Result<Claimed> {
 /// Visible queued invocations, taken in turns between tenants: every
 /// tenant's longest waiting, then every tenant's next, … (`?1`: now,
 /// `?2`: how many). A tenant that floods its queue waits behind itself.
-const FAIR: &str = "SELECT id FROM (
-        SELECT id, visible_ms,
+/// Whether anything is there to claim at `?1`, none of `?2`'s (a JSON
+/// array of tenants).
+const ANY: &str = "SELECT EXISTS(SELECT 1 FROM queue WHERE state = 'ready' AND visible_ms <= ?1
+     AND tenant NOT IN (SELECT value FROM json_each(?2)))";
+
+/// What a claim takes, at most `?3` visible at `?1`, none of `?2`'s:
+/// each tenant's oldest first (its `turn`), and among tenants at the same
+/// turn the one served longest ago (`queue_turns`).
+const FAIR: &str = "SELECT q.id, q.tenant FROM (
+        SELECT id, tenant, visible_ms,
                ROW_NUMBER() OVER (PARTITION BY tenant ORDER BY visible_ms) AS turn
-        FROM queue WHERE state = 'ready' AND visible_ms <= ?1)
-     ORDER BY turn, visible_ms LIMIT ?2";
+        FROM queue WHERE state = 'ready' AND visible_ms <= ?1
+          AND tenant NOT IN (SELECT value FROM json_each(?2))) q
+     LEFT JOIN queue_turns t ON t.tenant = q.tenant
+     ORDER BY q.turn, COALESCE(t.served, 0), q.visible_ms LIMIT ?3";
 
 fn insert(tx: &Transaction<'_>, item: &Enqueue) -> rusqlite::Result<bool> {
     Ok(tx.execute(
@@ -247,26 +257,36 @@ impl SqliteStore {
         now_ms: i64,
         lease_ms: i64,
         limit: u32,
+        skip: &[String],
     ) -> Result<Vec<Claimed>, StoreError> {
+        let skip = serde_json::to_string(skip).expect("strings serialize");
         // An idle queue is polled often: asked of a reader first, so the
         // poll does not take the writer.
-        let any: bool = self.reader().query_row(
-            "SELECT EXISTS(SELECT 1 FROM queue WHERE state = 'ready' AND visible_ms <= ?1)",
-            [now_ms],
-            |r| r.get(0),
-        )?;
+        let any: bool = self
+            .reader()
+            .query_row(ANY, params![now_ms, skip], |r| r.get(0))?;
         if !any {
             return Ok(Vec::new());
         }
         let mut conn = self.writer();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let ids: Vec<String> = {
+        let picked: Vec<(String, String)> = {
             let mut st = tx.prepare(FAIR)?;
-            st.query_map(params![now_ms, limit], |r| r.get(0))?
+            st.query_map(params![now_ms, skip, limit], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<Result<_, _>>()?
         };
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
+        let served: i64 = tx.query_row(
+            "SELECT COALESCE(MAX(served), 0) + 1 FROM queue_turns",
+            [],
+            |r| r.get(0),
+        )?;
+        let mut out = Vec::with_capacity(picked.len());
+        for (id, tenant) in picked {
+            tx.execute(
+                "INSERT INTO queue_turns (tenant, served) VALUES (?1, ?2)
+                 ON CONFLICT (tenant) DO UPDATE SET served = excluded.served",
+                params![tenant, served],
+            )?;
             let row = tx.query_row(
                 &format!(
                     "UPDATE queue SET visible_ms = ?2, deliveries = deliveries + 1, claim = ?3
@@ -440,16 +460,18 @@ mod tests {
         };
         s.enqueue(&item, 10).unwrap();
         assert_eq!(
-            s.claim_queued("before", 1_000, 300_000, 10).unwrap().len(),
+            s.claim_queued("before", 1_000, 300_000, 10, &[])
+                .unwrap()
+                .len(),
             1
         );
         assert!(
-            s.claim_queued("after", 2_000, 300_000, 10)
+            s.claim_queued("after", 2_000, 300_000, 10, &[])
                 .unwrap()
                 .is_empty()
         );
         assert_eq!(s.release_claims().unwrap(), 1);
-        let again = s.claim_queued("after", 2_000, 300_000, 10).unwrap();
+        let again = s.claim_queued("after", 2_000, 300_000, 10, &[]).unwrap();
         assert_eq!((again.len(), again[0].redelivered()), (1, true));
     }
 }

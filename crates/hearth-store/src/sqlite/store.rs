@@ -431,9 +431,10 @@ impl Store for SqliteStore {
         now_ms: i64,
         lease_ms: i64,
         limit: u32,
+        skip: &[String],
     ) -> Result<Vec<Claimed>, StoreError> {
-        let claim = claim.to_owned();
-        self.off_runtime(move |s| s.claim_queued(&claim, now_ms, lease_ms, limit))
+        let (claim, skip) = (claim.to_owned(), skip.to_vec());
+        self.off_runtime(move |s| s.claim_queued(&claim, now_ms, lease_ms, limit, &skip))
             .await
     }
     async fn release_claims(&self) -> Result<u64, StoreError> {
