@@ -1,7 +1,7 @@
 """Events (issue 57): schedule accuracy on one node and through two
 gateways, duplicate and missed firings with a gateway killed every 100
-ticks, async invocations against direct calls, and kill -9 with 10,000
-queued. Run by bench/events.sh, which builds Hearth and starts PostgreSQL.
+ticks, async invocations against direct calls, work after the response
+against awaited work, and kill -9 with 10,000 queued. Run by bench/events.sh, which builds Hearth and starts PostgreSQL.
 
 Every firing and queued call GETs a counting server on loopback once, so
 an effect that happened twice, or never, is counted where it happened.
@@ -9,7 +9,8 @@ an effect that happened twice, or never, is counted where it happened.
 Usage: events.py BIN WORK STORE   (prints Markdown)
 Environment: FUNCS (schedules, default 20), SECS (how long they fire,
 default 60), KILL_TICKS (ticks fired while gateways are killed, default
-10000), QUEUED (default 10000)."""
+10000), QUEUED (default 10000), PARTS (default schedules,async,after,kill), ROUNDS
+and CALLS (the after part: default 10 rounds of 300 calls)."""
 import atexit
 import collections
 import http.server
@@ -32,7 +33,7 @@ SECS = int(os.environ.get("SECS", 60))
 KILL_TICKS = int(os.environ.get("KILL_TICKS", 10000))
 QUEUED = int(os.environ.get("QUEUED", 10000))
 HEARTH = os.path.join(BIN, "hearth")
-PARTS = os.environ.get("PARTS", "schedules,async,kill").split(",")
+PARTS = os.environ.get("PARTS", "schedules,async,after,kill").split(",")
 
 hits = collections.Counter()
 hits_lock = threading.Lock()
@@ -323,9 +324,72 @@ def kill_with_queued():
           f"{twice}.")
 
 
+# The same KV write, awaited before the answer or left for after it.
+AWAITED = (b"export default { async fetch(req, env) { "
+           b"await env.hearth.kv.set('k' + await req.text(), 'v'); return new Response('ok'); } };")
+DEFERRED = (b"export default { async fetch(req, env, ctx) { "
+            b"ctx.waitUntil(env.hearth.kv.set('k' + await req.text(), 'v')); "
+            b"return new Response('ok'); } };")
+
+
+def after_response():
+    """Response latency of a js function that awaits one KV write and of
+    one that leaves it to waitUntil: ROUNDS rounds of CALLS sequential
+    calls each, the two taking turns, compared per round."""
+    import paired
+    w, addr, token = start(HEARTH, os.path.join(WORK, "after"))
+    for name, code in (("awaited", AWAITED), ("deferred", DEFERRED)):
+        deploy(addr, token, name, code, runtime="js", file_name="index.mjs")
+    c = Client(addr, token)
+    rounds_n, calls = int(os.environ.get("ROUNDS", 10)), int(os.environ.get("CALLS", 300))
+    rounds, every = [], {"awaited": [], "deferred": []}
+    n, deferred_keys = 0, []
+    for r in range(rounds_n + 1):
+        got = {}
+        for name in ("awaited", "deferred") if r % 2 else ("deferred", "awaited"):
+            times = []
+            for _ in range(calls):
+                n += 1
+                if name == "deferred":
+                    deferred_keys.append(n)
+                t0 = time.perf_counter()
+                s, _ = c.call("POST", f"/fn/admin/{name}", str(n).encode())
+                times.append((time.perf_counter() - t0) * 1e6)
+                assert s == 200, s
+            if r:  # the first round warms up
+                got[name] = {"p50": statistics.median(times)}
+                every[name] += times
+        if r:
+            rounds.append(got)
+    # The deferred writes happened (a sample of 200 of them, and the last).
+    time.sleep(1)
+    import random
+    sample = random.Random(1).sample(deferred_keys, 200) + [deferred_keys[-1]]
+    written = sum(c.call("GET", f"/v1/functions/deferred/kv/k{k}")[0] == 200 for k in sample)
+    w.send_signal(signal.SIGTERM)
+    w.wait()
+    ratio, lo, hi = paired.median_ci(paired.paired(rounds, "deferred", "awaited", "p50"))
+    print(f"### Work after the response: one KV write awaited vs passed to waitUntil "
+          f"(js isolate, one node, one connection, {os.cpu_count()} cores)")
+    print()
+    print("| function | p50 | p99 |")
+    print("|---|---|---|")
+    for name in ("awaited", "deferred"):
+        xs = every[name]
+        print(f"| {name} | {pct(xs, 50):,.0f} µs | {pct(xs, 99):,.0f} µs |")
+    print(f"| deferred ÷ awaited, p50 per round ({rounds_n} rounds of {calls}) | "
+          f"{ratio:.2f} (95% CI {lo:.2f}–{hi:.2f}) | |")
+    print()
+    print(f"Deferred writes found in KV a second later: {written} of a sample of "
+          f"{len(sample)} (of {len(deferred_keys):,} made, the last included).")
+    print()
+
+
 if "schedules" in PARTS:
     schedules()
 if "async" in PARTS:
     async_vs_direct()
+if "after" in PARTS:
+    after_response()
 if "kill" in PARTS:
     kill_with_queued()

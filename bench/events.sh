@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Events (issue 57): schedule accuracy on one node and through two
 # gateways, firings with a gateway killed every 100 ticks, async calls
-# against direct ones, and kill -9 with 10,000 queued (bench/events.py).
+# against direct ones, a KV write awaited vs passed to waitUntil, and
+# kill -9 with 10,000 queued (bench/events.py).
 # PostgreSQL (Debian's) holds the cluster's store.
-# Usage: bench/events.sh   (prints Markdown; FUNCS, SECS, KILL_TICKS,
+# Usage: bench/events.sh   (prints Markdown; PARTS, FUNCS, SECS, KILL_TICKS,
 # QUEUED as bench/events.py says)
 set -euo pipefail
 cd "$(dirname "$0")/.."

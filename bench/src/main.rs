@@ -102,6 +102,7 @@ impl Deployed {
                 deadline: Instant::now() + Duration::from_secs(10),
                 trace: None,
                 cpu: None,
+                answer: None,
             },
         )
     }

@@ -78,6 +78,7 @@ fuzz_target!(|program: &[u8]| {
         deadline: Instant::now() + Duration::from_millis(20),
         trace: None,
         cpu: None,
+        answer: None,
     };
     let host = HostCtx::new(w.services.clone(), meta);
     let ran = w.runtime.block_on(w.command.run(&input, host));

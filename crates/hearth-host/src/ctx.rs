@@ -161,6 +161,10 @@ pub struct InvocationMeta {
     /// tiers charge the time its code runs (see [`crate::cpu`]); `None`
     /// outside a node's admission (a replay, a test).
     pub cpu: Option<Arc<crate::cpu::TenantCpu>>,
+    /// Where it may answer before it ends (work after the response:
+    /// [`crate::Answer`]); `None` where it may not (a replay, a streamed
+    /// response, a tier that cannot).
+    pub answer: Option<Arc<crate::Answer>>,
 }
 
 /// One line of a function's log.
@@ -403,6 +407,58 @@ impl HostCtx {
         &self.0.meta
     }
 
+    /// Sends `response` to the caller before the invocation ends, if the
+    /// node lets this one answer early (work after the response,
+    /// [`crate::Answer`]); true if it went. The tape says when, among its
+    /// calls (a log line, which replay steps over).
+    pub fn answer_early(&self, response: &hearth_core::Response) -> bool {
+        let Some(answer) = &self.0.meta.answer else {
+            return false;
+        };
+        if !answer.early(response) {
+            return false;
+        }
+        let event = HostEvent::Log {
+            level: "info".into(),
+            message: format!(
+                "answered {} to the caller; the work passed to waitUntil goes on",
+                response.status
+            ),
+        };
+        let time = CallTime::since(self.0.meta.started, Instant::now());
+        self.recorded()
+            .push(event, self.tape_budget(), true, Some(time));
+        true
+    }
+
+    /// [`answer_early`](Self::answer_early) for a streamed response: true
+    /// if the caller's body may end now, whole, while the invocation
+    /// works on (the sink ends it: `ResponseSink::finish_early`).
+    pub fn answer_streamed_early(&self, status: u16) -> bool {
+        let Some(answer) = &self.0.meta.answer else {
+            return false;
+        };
+        if !answer.early_streamed() {
+            return false;
+        }
+        let event = HostEvent::Log {
+            level: "info".into(),
+            message: format!(
+                "answered {status} to the caller (its body whole); the work after it goes on"
+            ),
+        };
+        let time = CallTime::since(self.0.meta.started, Instant::now());
+        self.recorded()
+            .push(event, self.tape_budget(), true, Some(time));
+        true
+    }
+
+    /// Whether the invocation's function was removed while it worked
+    /// after its response: the work is to stop.
+    pub fn cut_short(&self) -> bool {
+        self.0.meta.answer.as_ref().is_some_and(|a| a.is_cut())
+    }
+
     pub fn limits(&self) -> &HostLimits {
         &self.0.services.limits
     }
@@ -618,6 +674,7 @@ mod tests {
             deadline: Instant::now() + Duration::from_secs(5),
             trace: None,
             cpu: None,
+            answer: None,
         };
         HostCtx::new(services, meta)
     }

@@ -17,6 +17,7 @@
 //! What this crate is not: an engine. It knows nothing of wasmtime, QuickJS
 //! or processes.
 
+mod answer;
 mod code;
 pub mod cpu;
 mod ctx;
@@ -35,6 +36,7 @@ pub mod trace;
 pub mod bundle;
 pub mod deps;
 
+pub use answer::{AfterResponse, Answer};
 pub use code::{ArtifactSource, Artifacts, content_hash, write_whole};
 pub use ctx::{
     CallGuard, HostCtx, HostError, HostLimits, HostServices, InvocationMeta, LogLine,

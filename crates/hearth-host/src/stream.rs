@@ -168,8 +168,9 @@ pub struct ResponseSink {
     head: Option<oneshot::Sender<Result<ResponseHead, InvokeError>>>,
     /// The head as sent, for the tape.
     sent_head: Option<ResponseHead>,
-    body: mpsc::Sender<Bytes>,
-    done: oneshot::Sender<Result<(), InvokeError>>,
+    /// `None` once the body was [finished early](Self::finish_early).
+    body: Option<mpsc::Sender<Bytes>>,
+    done: Option<oneshot::Sender<Result<(), InvokeError>>>,
     tee: Tee,
     /// A response set whole ([`ResponseSink::whole`]), held until the
     /// invocation ends.
@@ -230,8 +231,8 @@ impl ResponseSink {
         let sink = ResponseSink {
             head: Some(head_tx),
             sent_head: None,
-            body: body_tx,
-            done: done_tx,
+            body: Some(body_tx),
+            done: Some(done_tx),
             tee: Tee::new(keep, max),
             held: None,
         };
@@ -258,14 +259,36 @@ impl ResponseSink {
         if chunk.is_empty() {
             return Ok(());
         }
+        let Some(body) = &self.body else {
+            return Err(InvokeError::Function(
+                "it wrote to a response body it had finished".into(),
+            ));
+        };
         if !self.tee.see(&chunk) {
             let limit_bytes = self.tee.max() as usize;
             return Err(InvokeError::ResponseTooLarge { limit_bytes });
         }
-        self.body
-            .send(chunk)
+        body.send(chunk)
             .await
             .map_err(|_| InvokeError::Disconnected("it stopped reading the response".into()))
+    }
+
+    /// Ends the caller's body now, whole, though the invocation goes on
+    /// (work after the response): its head is out and its body finished.
+    /// What fails after this reaches the tape, not the caller. False if
+    /// the head has not gone or the response is held whole.
+    pub fn finish_early(&mut self) -> bool {
+        if !self.started() || self.held.is_some() {
+            return false;
+        }
+        self.body = None;
+        match self.done.take() {
+            Some(done) => {
+                let _ = done.send(Ok(()));
+                true
+            }
+            None => false,
+        }
     }
 
     /// Sets the whole response at once, for a function that finished it
@@ -301,14 +324,18 @@ impl ResponseSink {
         if let (Ok(()), Some((head, body))) = (result, self.held.take()) {
             self.head(head);
             // The channel is empty: nothing was sent before the head.
-            let _ = self.body.try_send(body);
+            if let Some(tx) = &self.body {
+                let _ = tx.try_send(body);
+            }
         }
         match (result, self.head.take()) {
             (Err(e), Some(head)) => {
                 let _ = head.send(Err(e.clone()));
             }
             (result, _) => {
-                let _ = self.done.send(result.clone());
+                if let Some(done) = self.done.take() {
+                    let _ = done.send(result.clone());
+                }
             }
         }
         (self.sent_head, self.tee.finish())
@@ -364,6 +391,27 @@ mod tests {
             tee.lock().failure(),
             Some(InvokeError::RequestTooLarge { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn a_body_finished_early_ends_whole_while_the_sink_lives_on() {
+        let (mut sink, source) = ResponseSink::new(64, 1 << 20);
+        assert!(!sink.finish_early(), "nothing to finish before the head");
+        sink.head(ResponseHead {
+            status: 200,
+            headers: vec![],
+            length: None,
+        });
+        sink.send(Bytes::from_static(b"hello")).await.unwrap();
+        assert!(sink.finish_early());
+        let (head, mut body) = source.split();
+        assert_eq!(head.await.unwrap().unwrap().status, 200);
+        assert_eq!(body.next().await.unwrap().unwrap(), "hello");
+        assert!(body.next().await.is_none(), "whole, with the sink alive");
+        // What fails after it is the tape's, and writes are refused.
+        assert!(sink.send(Bytes::from_static(b"more")).await.is_err());
+        let (head, kept) = sink.end(&Err(InvokeError::Trap("later".into())));
+        assert_eq!((head.unwrap().status, kept.len), (200, 5));
     }
 
     #[tokio::test]

@@ -442,6 +442,15 @@ fn what_the_compiler_does_not_take_is_refused_with_where() {
             "export default { fetch() { try { } catch (e) {} return new Response('x'); } };",
             "statement",
         ),
+        // Work after the response runs in the isolate, which has it.
+        (
+            "export default { async fetch(r, env, ctx) { ctx.waitUntil(fetch('http://a/')); return new Response('x'); } };",
+            "ctx",
+        ),
+        (
+            "export default { async fetch(r, env) { env.hearth.waitUntil(fetch('http://a/')); return new Response('x'); } };",
+            "env.hearth",
+        ),
     ] {
         match Plan::new(src) {
             Err(r) => assert!(r.to_string().contains(says), "{r}"),

@@ -519,7 +519,13 @@
     },
     fetch: hostFetch,
     log: (message, level = "info") => H.log("log", level, String(message)),
+    // Work after the response: the invocation answers, then runs on
+    // until every promise passed here settles (within its timeout).
+    waitUntil(promise) { waiting.push(Promise.resolve(promise)); },
   };
+  // What the invocation passed to waitUntil, in order.
+  let waiting = [];
+  const workersCtx = { waitUntil: hearth.waitUntil, passThroughOnException() {} };
   const console = {
     log: (...a) => H.log("log", "info", logArgs(a)),
     info: (...a) => H.log("log", "info", logArgs(a)),
@@ -692,6 +698,7 @@
       seed = null;
       timers.clear();
       out = null;
+      waiting = [];
       if (msg.streaming) {
         // The request arrives as it is read: one host call per chunk.
         const arriving = new ReadableStream({
@@ -705,17 +712,29 @@
         // A firing: its event whole (a streamed body arrives as a stream).
         const whole = body instanceof Uint8Array ? body : await readAll(body);
         const event = JSON.parse(bodyText(whole)[0]);
-        result = await shapes.runScheduled(fn, event, { ...env, hearth }, { waitUntil() {}, passThroughOnException() {} });
+        result = await shapes.runScheduled(fn, event, { ...env, hearth }, workersCtx);
       } else if (fn.shape === "workers") {
         // Parsed once, by Request; the other shapes never need the URL.
         const url = `http://function${msg.path}${msg.query ? "?" + msg.query : ""}`;
         const init = { method: msg.method, headers: msg.headers };
         if (!["GET", "HEAD"].includes(msg.method)) init.body = body;
-        result = await fn.f(new Request(url, init), { ...env, hearth }, { waitUntil() {}, passThroughOnException() {} });
+        result = await fn.f(new Request(url, init), { ...env, hearth }, workersCtx);
       } else {
         result = await shapes.call(fn, msg, ...bodyText(body), HostDate.now(), () => H.clock());
       }
       return toResult(result, msg.streaming);
+    },
+    // Whether the invocation has work after its response.
+    waiting() { return waiting.length > 0; },
+    // That work, settled: the reasons of the promises that rejected (a
+    // promise passed while it runs is waited for too).
+    async after() {
+      const failed = [];
+      for (let i = 0; i < waiting.length; i++) {
+        try { await waiting[i]; } catch (e) { failed.push(e instanceof Error ? `${e.name}: ${e.message}` : String(e)); }
+      }
+      waiting = [];
+      return failed;
     },
     // The next chunk of the streamed response, or null at its end.
     async pull() {

@@ -55,6 +55,10 @@ pub struct NodeConfig {
     pub per_function_metrics: bool,
     /// Invocations one tenant may have running at once ([`crate::share`]).
     pub max_concurrency_per_tenant: usize,
+    /// Of those, how many may be working after their response
+    /// (`ctx.waitUntil`, [`hearth_host::AfterResponse`]); past it the
+    /// caller waits for the work.
+    pub max_after_response_per_tenant: usize,
     /// Bytes of artifacts one tenant may keep deployed (every version of
     /// every function, each artifact once).
     pub max_code_bytes_per_tenant: u64,
@@ -86,6 +90,7 @@ impl Default for NodeConfig {
             colocation: crate::DefaultColocation::default(),
             per_function_metrics: false,
             max_concurrency_per_tenant: 768,
+            max_after_response_per_tenant: 192,
             max_code_bytes_per_tenant: 1 << 30,
             max_stream_bytes: 4 << 30,
             max_functions_per_tenant: 1000,
@@ -219,6 +224,9 @@ struct Admitted {
     /// When it started, if it gets a tape.
     taping: Option<i64>,
     meta: InvocationMeta,
+    /// Where its response comes if it answers before it ends
+    /// (`meta.answer`).
+    answered: Option<tokio::sync::oneshot::Receiver<Response>>,
 }
 
 /// A node permit and the tenant's share (slots, memory reservation),
@@ -302,6 +310,8 @@ pub struct Node {
     disk: Option<Arc<crate::disk::Disk>>,
     /// Seals and opens tenants' secrets; `None`: this node keeps none.
     secrets: Option<Arc<crate::SecretBox>>,
+    /// Invocations working after their response, per tenant.
+    after: Arc<hearth_host::AfterResponse>,
     /// Invocations polled for long give way to short ones.
     long_runs: crate::long_runs::LongRuns,
 }
@@ -376,6 +386,13 @@ impl Node {
             "Memory this node offers running invocations (--capacity-mib)",
             move || capacity,
         );
+        let after = hearth_host::AfterResponse::new(config.max_after_response_per_tenant.max(1));
+        let working = after.clone();
+        metrics.read_at_scrape(
+            "invocations_after_response",
+            "Invocations that answered and still work (ctx.waitUntil), within their timeout",
+            move || working.total() as i64,
+        );
         let engines: HashMap<Tier, Arc<dyn Engine>> =
             engines.into_iter().map(|e| (e.tier(), e)).collect();
         let jit = config
@@ -418,6 +435,7 @@ impl Node {
             tracing: std::sync::OnceLock::new(),
             disk,
             secrets: None,
+            after,
         }
     }
 
@@ -915,6 +933,8 @@ impl Node {
         self.make_room_to_delete();
         let existed = self.store.delete_function(tenant, name).await?;
         self.table.remove(tenant, name);
+        // What its invocations still do after their response stops.
+        self.after.cut(tenant, name);
         self.forget_mode(tenant, name);
         self.stats.forget(tenant, name);
         self.metrics.forget_function(tenant, name);
@@ -1158,7 +1178,7 @@ impl Node {
     /// and a retry is answered from that journal (see
     /// [`HostCtx::journaling`]).
     pub async fn invoke(
-        &self,
+        self: &Arc<Self>,
         v: &Arc<FunctionVersion>,
         req: Request,
         forwarded: Option<GatewayAttempt>,
@@ -1174,23 +1194,74 @@ impl Node {
     /// the invocation pipeline (`docs/architecture.md`, "The request
     /// path"). [`invoke_streaming`](Self::invoke_streaming) shares its
     /// steps but the run.
+    ///
+    /// An invocation that answers before it ends (work after its
+    /// response, [`hearth_host::Answer`]) is answered then: the rest of
+    /// it goes on in a task of its own, holding its room, and is counted
+    /// and taped when it ends.
     pub async fn invoke_ready(
-        &self,
+        self: &Arc<Self>,
         v: &Arc<FunctionVersion>,
         ready: Ready,
         req: Request,
         forwarded: Option<GatewayAttempt>,
     ) -> Result<InvokeOutcome, NodeError> {
+        // The tiers that run JavaScript and Python may answer early.
+        let early = matches!(ready.tier, Tier::Js | Tier::Process);
+        // Admitted (the node's permit, the tenant's share), or refused.
+        let (mut admitted, host) = match self.begin(v, forwarded, &req, early).await {
+            Ok(begun) => begun,
+            Err(refused) => return Ok(refused),
+        };
+        let Some(mut answered) = admitted.answered.take() else {
+            return Ok(self
+                .run_admitted(v, ready, req, forwarded, (admitted, host))
+                .await);
+        };
+        let (id, started, start) = (admitted.id, admitted.started, ready.start);
+        let traceparent = admitted
+            .meta
+            .trace
+            .as_ref()
+            .map(|t| hearth_host::trace::traceparent(&t.span_context()).into_boxed_str());
+        let node = self.clone();
+        let version = v.clone();
+        let mut invocation = Box::pin(async move {
+            node.run_admitted(&version, ready, req, forwarded, (admitted, host))
+                .await
+        });
+        tokio::select! {
+            biased;
+            outcome = &mut invocation => Ok(outcome),
+            Ok(response) = &mut answered => {
+                tokio::spawn(invocation);
+                Ok(InvokeOutcome {
+                    id,
+                    version: v.version,
+                    start,
+                    duration: started.elapsed(),
+                    result: Ok(response),
+                    traceparent,
+                })
+            }
+        }
+    }
+
+    /// Runs an admitted invocation to its end: the rest of
+    /// [`invoke_ready`](Self::invoke_ready).
+    async fn run_admitted(
+        &self,
+        v: &Arc<FunctionVersion>,
+        ready: Ready,
+        req: Request,
+        forwarded: Option<GatewayAttempt>,
+        (admitted, host): (Admitted, HostCtx),
+    ) -> InvokeOutcome {
         let Ready {
             prepared,
             tier,
             start,
         } = ready;
-        // Admitted (the node's permit, the tenant's share), or refused.
-        let (admitted, host) = match self.begin(v, forwarded, &req).await {
-            Ok(begun) => begun,
-            Err(refused) => return Ok(refused),
-        };
         // Run: in its tier, or compiled or traced (`node/jit.rs`).
         let mut ran = self
             .run_routed(v, &prepared, tier, &req, host, &admitted)
@@ -1226,18 +1297,24 @@ impl Node {
             );
         }
         let taped = (&req, None);
-        Ok(self.record(v, ran.tier, admitted.taping, taped, done).await)
+        let outcome = self.record(v, ran.tier, admitted.taping, taped, done).await;
+        if let Some(answer) = &admitted.meta.answer {
+            answer.end();
+        }
+        outcome
     }
 
     /// An invocation of `v` [admitted](Self::admit), and the host it
     /// runs with; or its refusal.
+    /// `early`: it may answer before it ends.
     async fn begin(
         &self,
         v: &Arc<FunctionVersion>,
         forwarded: Option<GatewayAttempt>,
         req: &Request,
+        early: bool,
     ) -> Result<(Admitted, HostCtx), InvokeOutcome> {
-        let admitted = self.admit(v, forwarded, req)?;
+        let admitted = self.admit(v, forwarded, req, early)?;
         let host = self.host_for(forwarded, &admitted.meta).await;
         Ok((admitted, host))
     }
@@ -1315,6 +1392,7 @@ impl Node {
         v: &Arc<FunctionVersion>,
         forwarded: Option<GatewayAttempt>,
         req: &Request,
+        early: bool,
     ) -> Result<Admitted, InvokeOutcome> {
         let id = forwarded.map_or_else(InvocationId::new, |f| f.id);
         let started = Instant::now();
@@ -1337,10 +1415,18 @@ impl Node {
             }
             trace
         });
+        let (answer, answered) = match early {
+            true => {
+                let (answer, answered) = self.after.answer(&v.tenant, &v.name);
+                (Some(answer), Some(answered))
+            }
+            false => (None, None),
+        };
         Ok(Admitted {
             id,
             started,
             taping,
+            answered,
             meta: InvocationMeta {
                 id,
                 version: v.clone(),
@@ -1348,6 +1434,7 @@ impl Node {
                 deadline: started + Duration::from_millis(v.spec.limits.timeout_ms),
                 trace,
                 cpu: Some(room.share.cpu()),
+                answer,
             },
             _held: room,
         })
@@ -1528,9 +1615,30 @@ impl Node {
                 if let Some(f) = self.modes.lock().get_mut(tenant) {
                     f.remove(name);
                 }
+                self.cut_if_removed(tenant, name);
             }
             None => self.modes.lock().clear(),
         }
+    }
+
+    /// A change another member made may be a removal: if this node's
+    /// invocations of the function still work after their response and
+    /// it has no version left, their work stops as it would here.
+    fn cut_if_removed(&self, tenant: &str, name: &str) {
+        if !self.after.working(tenant, name) {
+            return;
+        }
+        let (store, after) = (self.store.clone(), self.after.clone());
+        let (tenant, name) = (tenant.to_string(), name.to_string());
+        tokio::spawn(async move {
+            if store
+                .list_versions(&tenant, &name)
+                .await
+                .is_ok_and(|v| v.is_empty())
+            {
+                after.cut(&tenant, &name);
+            }
+        });
     }
 
     fn forget_mode(&self, tenant: &str, name: &str) {

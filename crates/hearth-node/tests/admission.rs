@@ -63,7 +63,7 @@ async fn node_with(limits: (usize, usize), memory: MemoryBudget) -> Fixture {
     Fixture { node, _dir: dir }
 }
 
-async fn invoke(node: &Node, tenant: &str, name: &str) -> Result<(), InvokeError> {
+async fn invoke(node: &Arc<Node>, tenant: &str, name: &str) -> Result<(), InvokeError> {
     let v = node.resolve(tenant, name, None).await.unwrap();
     node.invoke(&v, Request::default(), None)
         .await

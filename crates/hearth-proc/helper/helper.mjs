@@ -124,7 +124,15 @@ const hearth = {
     });
   },
   log: (message, level = "info") => log("log", level, [message]),
+  // Work after the response: the invocation answers, then runs on until
+  // every promise passed here settles (within its timeout).
+  waitUntil(promise) {
+    passed.push(Promise.resolve(promise));
+  },
 };
+// What the invocation passed to waitUntil, in order.
+let passed = [];
+const workersCtx = { waitUntil: hearth.waitUntil, passThroughOnException() {} };
 globalThis.hearth = hearth;
 // Outbound HTTP always goes through the node (its allow-list applies).
 globalThis.fetch = hearth.fetch;
@@ -338,7 +346,33 @@ globalThis.awslambda = {
   },
 };
 
+// Settles what the invocation passed to waitUntil (and what that work
+// passes in turn); a promise that rejects is logged.
+async function settleWaiting() {
+  for (let i = 0; i < passed.length; i++) {
+    try {
+      await passed[i];
+    } catch (e) {
+      log("stderr", "error", [`a promise passed to waitUntil rejected: ${e && e.stack ? e.stack : String(e)}`]);
+    }
+  }
+  passed = [];
+}
+
+// Sends the whole response: at once, or, with work after it, marked so
+// the node answers the caller while the work runs, then `done`.
+async function respond(status, headers, body) {
+  if (passed.length === 0) {
+    send({ op: "response", status, headers }, body);
+    return;
+  }
+  send({ op: "response", status, headers, after: true }, body);
+  await settleWaiting();
+  send({ op: "done" });
+}
+
 async function invokeHandler(msg, body) {
+  passed = [];
   if (loadError) {
     log("stderr", "error", [loadError]);
     send({ op: "error", message: loadError.split("\n")[0] });
@@ -352,25 +386,31 @@ async function invokeHandler(msg, body) {
       await shapes.call(fn, msg, ...bodyText(body), frozenMs, () => RealDate.now(), stream);
       if (!stream.writableEnded) stream.end();
       if (!stream.writableFinished) await new Promise((resolve, reject) => { stream.once("finish", resolve); stream.once("error", reject); });
+      // A streamed body ends with the invocation: its work after the
+      // response runs first.
+      if (msg.streaming) await settleWaiting();
       const whole = stream.finish();
-      if (whole) send({ op: "response", status: whole.status, headers: whole.headers }, whole.body);
+      if (whole) await respond(whole.status, whole.headers, whole.body);
       return;
     }
     if (fn.shape === "workers" && shapes.isScheduled(msg)) {
       const event = JSON.parse(bodyText(body)[0]);
-      result = await shapes.runScheduled(fn, event, { ...process.env, hearth }, { waitUntil() {}, passThroughOnException() {} });
+      result = await shapes.runScheduled(fn, event, { ...process.env, hearth }, workersCtx);
     } else if (fn.shape === "workers") {
       const init = { method: msg.method, headers: msg.headers };
       if (!["GET", "HEAD"].includes(msg.method)) init.body = body;
-      result = await fn.f(new Request(url, init), { ...process.env, hearth }, { waitUntil() {}, passThroughOnException() {} });
+      result = await fn.f(new Request(url, init), { ...process.env, hearth }, workersCtx);
     } else {
       result = await shapes.call(fn, msg, ...bodyText(body), frozenMs, () => RealDate.now());
     }
     const r = await toResult(result);
-    send({ op: "response", status: r.status, headers: r.headers }, r.body);
+    await respond(r.status, r.headers, r.body);
   } catch (e) {
     const text = e && e.stack ? e.stack : String(e);
     log("stderr", "error", [text]);
+    // Its work after the response still runs (as in Workers) before the
+    // error ends the exchange.
+    await settleWaiting();
     send({ op: "error", message: text.split("\n")[0] });
   }
 }

@@ -626,9 +626,20 @@ def _make_hearth_module(handler):
     def log(message, level="info"):
         handler.log(str(message), level=level, stream="log")
 
+    def wait_until(work, *args, **kwargs):
+        """Runs `work(*args, **kwargs)` (or awaits `work`, a coroutine)
+        after the response has gone to the caller, within the invocation's
+        timeout: work after the response (docs/events.md)."""
+        if not handler.invoking:
+            raise RuntimeError("hearth.wait_until is for work an invocation leaves after its response")
+        if not callable(work) and not inspect.iscoroutine(work):
+            raise TypeError("hearth.wait_until takes a function or a coroutine")
+        handler.after.append((work, args, kwargs))
+
     mod.kv = KV()
     mod.fetch = fetch
     mod.log = log
+    mod.wait_until = wait_until
     return mod
 
 
@@ -686,6 +697,8 @@ class Handler:
         # imported only `PIL`).
         self.imported = []
         self.invoking = False
+        # Work the invocation left for after its response (wait_until).
+        self.after = []
         self.urandom = _route_through_host(self)
         sys.modules["hearth"] = _make_hearth_module(self)
         sys.stdout = _Output(self, "log")
@@ -753,6 +766,7 @@ class Handler:
             send_frame(self.sock, {"op": "error", "message": self.load_error.strip().splitlines()[-1]})
             return
         self.invoking = True
+        self.after = []
         rnd = sys.modules.get("random")
         if rnd is not None:
             # The module's generator, seeded from the tape: random.random()
@@ -778,13 +792,45 @@ class Handler:
             text = _traceback_text()
             sys.stdout.flush()
             self.log(text.rstrip(), level="error", stream="stderr")
+            if self.after:
+                self.log(f"{len(self.after)} function(s) passed to hearth.wait_until did not run: "
+                         "the handler raised", level="error", stream="stderr")
+                self.after = []
             send_frame(self.sock, {"op": "error", "message": text.strip().splitlines()[-1]})
             return
         finally:
             self.invoking = False
         sys.stdout.flush()
         sys.stderr.flush()
-        send_frame(self.sock, {"op": "response", "status": status, "headers": headers}, out)
+        if not self.after:
+            send_frame(self.sock, {"op": "response", "status": status, "headers": headers}, out)
+            return
+        # The caller gets its answer now; the work follows, then `done`.
+        send_frame(self.sock, {"op": "response", "status": status, "headers": headers,
+                               "after": True}, out)
+        self.run_after()
+        send_frame(self.sock, {"op": "done"})
+
+    def run_after(self):
+        """Runs what the invocation passed to hearth.wait_until, in order;
+        one that raises is logged and the rest still run."""
+        self.invoking = True
+        try:
+            for work, args, kwargs in self.after:
+                try:
+                    result = work(*args, **kwargs) if callable(work) else work
+                    if inspect.iscoroutine(result):
+                        import asyncio
+                        asyncio.run(result)
+                except BaseException:
+                    text = _traceback_text()
+                    self.log("a function passed to hearth.wait_until raised: " + text.rstrip(),
+                             level="error", stream="stderr")
+        finally:
+            self.after = []
+            self.invoking = False
+            sys.stdout.flush()
+            sys.stderr.flush()
 
 
 def _traceback_text():

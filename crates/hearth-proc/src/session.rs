@@ -63,6 +63,9 @@ pub(crate) async fn converse(
         "streaming": out.is_some(),
     });
     write_frame(conn, &header, &req.body).await?;
+    // A response the handler sent before its work after the response
+    // (`waitUntil`), which ends with `done`.
+    let mut answered: Option<Response> = None;
     loop {
         let frame = read_frame(conn, max_response.max(1 << 20)).await?;
         match frame.str("op") {
@@ -93,11 +96,29 @@ pub(crate) async fn converse(
                         limit_bytes: max_response,
                     }));
                 }
-                return Ok(Ok(Some(Response {
+                let response = Response {
                     status: status_of(&frame),
                     headers: frame.pairs("headers"),
                     body: frame.body.into(),
-                })));
+                };
+                if frame.header.get("after").and_then(Value::as_bool) != Some(true) {
+                    return Ok(Ok(Some(response)));
+                }
+                // Work after the response follows: the caller has it now
+                // where the node lets it, and the exchange goes on.
+                if out.is_none() {
+                    host.answer_early(&response);
+                }
+                answered = Some(response);
+            }
+            "done" => {
+                return match answered.take() {
+                    Some(response) => Ok(Ok(Some(response))),
+                    None => Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "the handler said it was done before it answered",
+                    )),
+                };
             }
             "head" | "chunk" | "end" => {
                 let Some(out) = out.as_deref_mut() else {

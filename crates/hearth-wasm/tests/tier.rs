@@ -85,6 +85,7 @@ impl Fixture {
             deadline: Instant::now() + Duration::from_millis(v.spec.limits.timeout_ms),
             trace: None,
             cpu: None,
+            answer: None,
         };
         HostCtx::new(self.services.clone(), meta)
     }

@@ -165,6 +165,7 @@ async fn wasi_testsuite_preview1_programs_pass() {
             deadline: Instant::now() + Duration::from_secs(10),
             trace: None,
             cpu: None,
+            answer: None,
         };
         let ran = command
             .run(&input, HostCtx::new(services.clone(), meta))

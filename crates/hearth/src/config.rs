@@ -326,6 +326,11 @@ pub struct UpArgs {
     /// (default: three quarters of max_concurrency).
     #[arg(long, env = "HEARTH_MAX_CONCURRENCY_PER_TENANT")]
     pub max_concurrency_per_tenant: Option<usize>,
+    /// Of a tenant's invocations, how many may be working after their
+    /// response (ctx.waitUntil) at once; past it, a caller waits for the
+    /// work (default: a quarter of max_concurrency_per_tenant).
+    #[arg(long, env = "HEARTH_MAX_AFTER_RESPONSE_PER_TENANT")]
+    pub max_after_response_per_tenant: Option<usize>,
     /// MiB of KV keys and values one tenant may keep, over all its
     /// functions; past it kv.set fails (default 1024).
     #[arg(long, env = "HEARTH_MAX_KV_MIB_PER_TENANT")]
@@ -444,6 +449,7 @@ pub struct Settings {
     pub package_index_url: Option<String>,
     pub npm_registry: Option<String>,
     pub max_concurrency_per_tenant: usize,
+    pub max_after_response_per_tenant: usize,
     pub max_kv_mib_per_tenant: u64,
     pub max_code_mib_per_tenant: u64,
     pub max_functions_per_tenant: usize,
@@ -648,6 +654,10 @@ impl Settings {
             .max_outbound_connections
             .unwrap_or_else(default_max_connections)
             .max(1);
+        let max_concurrency_per_tenant = o.max_concurrency_per_tenant.unwrap_or_else(|| {
+            let all = o.max_concurrency.unwrap_or(1024);
+            (all * 3 / 4).max(1)
+        });
         let tls = match (&o.tls_cert, &o.tls_key, &o.tls_ca) {
             (None, None, None) => None,
             (Some(cert), Some(key), Some(ca)) => Some(hearth_cluster::TlsFiles {
@@ -731,10 +741,11 @@ impl Settings {
             max_kv_mib_per_tenant: o.max_kv_mib_per_tenant.unwrap_or(1024),
             max_code_mib_per_tenant: o.max_code_mib_per_tenant.unwrap_or(1024),
             max_functions_per_tenant: o.max_functions_per_tenant.unwrap_or(1000),
-            max_concurrency_per_tenant: o.max_concurrency_per_tenant.unwrap_or_else(|| {
-                let all = o.max_concurrency.unwrap_or(1024);
-                (all * 3 / 4).max(1)
-            }),
+            max_concurrency_per_tenant,
+            max_after_response_per_tenant: o
+                .max_after_response_per_tenant
+                .unwrap_or(max_concurrency_per_tenant / 4)
+                .max(1),
             allow_private_egress: o.allow_private_egress.unwrap_or(false),
             package_index_hosts: o
                 .package_index_hosts

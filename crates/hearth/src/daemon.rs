@@ -171,6 +171,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             colocation,
             per_function_metrics: settings.metrics_per_function,
             max_concurrency_per_tenant: settings.max_concurrency_per_tenant,
+            max_after_response_per_tenant: settings.max_after_response_per_tenant,
             max_code_bytes_per_tenant: settings.max_code_mib_per_tenant << 20,
             max_functions_per_tenant: settings.max_functions_per_tenant,
             max_stream_bytes: settings.max_stream_bytes,

@@ -160,6 +160,7 @@ impl Isolate {
                 crate::workers::running();
                 s.unsupported.borrow().is_some()
                     || s.deadline.get().is_some_and(|d| Instant::now() >= d)
+                    || s.host.borrow().as_ref().is_some_and(HostCtx::cut_short)
             })));
         }
         rt.set_loader(BundleResolver(state.clone()), BundleLoader(state.clone()));
@@ -302,6 +303,9 @@ impl Isolate {
             return Some(InvokeError::Unsupported(what));
         }
         let host = self.state.host();
+        if host.as_ref().is_some_and(HostCtx::cut_short) {
+            return Some(InvokeError::Function(REMOVED.into()));
+        }
         match self.state.deadline.get() {
             Some(d) if Instant::now() >= d => Some(InvokeError::Timeout {
                 limit_ms: host.map_or(0, |h| h.meta().version.spec.limits.timeout_ms),
@@ -370,7 +374,16 @@ impl Isolate {
             let promise: Promise = invoke.call((msg, body))?;
             Ok(Persistent::save(&ctx, promise))
         });
-        let value = self.settle(started).await?;
+        let value = match self.settle(started).await {
+            Ok(value) => value,
+            // The handler threw: what it passed to waitUntil still runs
+            // (as in Workers), and then the error is the answer.
+            Err(e @ InvokeError::Function(_)) => {
+                self.after_response(None).await?;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         let response = self.ctx.with(|ctx| -> rquickjs::Result<(Response, bool)> {
             let v = value.restore(&ctx)?;
             let o = v
@@ -410,7 +423,11 @@ impl Isolate {
                 headers: response.headers,
                 length: None,
             });
-            return self.stream_out(&chunks).await.map(|()| Answered::Streamed);
+            self.stream_out(&chunks).await?;
+            // A streamed body ends with the invocation: its work after
+            // the response runs before the caller sees the end.
+            self.after_response(None).await?;
+            return Ok(Answered::Streamed);
         }
         // Streamed, the node bounds the body (`--max-stream-bytes`).
         if response.body.len() > max_response && !streaming {
@@ -418,7 +435,52 @@ impl Isolate {
                 limit_bytes: max_response,
             });
         }
+        self.after_response(Some(&response)).await?;
         Ok(Answered::Whole(response))
+    }
+
+    /// Runs the work the invocation passed to `waitUntil`, if any, after
+    /// sending `response` to the caller where the node lets it
+    /// ([`HostCtx::answer_early`]; otherwise the caller waits for the
+    /// work). The work has what is left of the invocation's deadline; a
+    /// promise of it that rejected is logged and the response stands.
+    async fn after_response(&mut self, response: Option<&Response>) -> Result<(), InvokeError> {
+        let waiting = self.ctx.with(|ctx| -> rquickjs::Result<bool> {
+            let driver = self.driver.clone().restore(&ctx)?;
+            let waiting: Function = driver.get("waiting")?;
+            waiting.call(())
+        });
+        match waiting {
+            Ok(false) => return Ok(()),
+            Ok(true) => {}
+            Err(e) => return Err(self.invoke_failure(e)),
+        }
+        let Some(host) = self.state.host() else {
+            return Ok(());
+        };
+        if let Some(response) = response {
+            host.answer_early(response);
+        }
+        let after = self
+            .ctx
+            .with(|ctx| -> rquickjs::Result<Persistent<Promise<'static>>> {
+                let driver = self.driver.clone().restore(&ctx)?;
+                let after: Function = driver.get("after")?;
+                let promise: Promise = after.call(())?;
+                Ok(Persistent::save(&ctx, promise))
+            });
+        let failed = self.settle(after).await?;
+        let failed = self
+            .ctx
+            .with(|ctx| -> rquickjs::Result<Vec<String>> { failed.restore(&ctx)?.get() });
+        for why in failed.unwrap_or_default() {
+            host.log(
+                LogStream::System,
+                "error",
+                &format!("a promise passed to waitUntil rejected: {why}"),
+            );
+        }
+        Ok(())
     }
 
     /// Sends the response stream's chunks to `chunks` as the function's
@@ -575,9 +637,17 @@ impl Isolate {
             // else can add a call.
             crate::workers::yielded();
             let mut calls = std::mem::take(&mut *self.state.calls.borrow_mut());
+            let answer = self.state.host().and_then(|h| h.meta().answer.clone());
+            let cut = async {
+                match &answer {
+                    Some(a) => a.cut_notified().await,
+                    None => std::future::pending().await,
+                }
+            };
             let next = tokio::select! {
                 c = calls.next() => c,
                 _ = tokio::time::sleep_until(wait_until.into()) => None,
+                () = cut => None,
             };
             *self.state.calls.borrow_mut() = calls;
             crate::workers::running();
@@ -609,6 +679,9 @@ impl Isolate {
         }
     }
 }
+
+/// Why work after the response stopped when its function was removed.
+const REMOVED: &str = "its function was removed while it worked after its response (waitUntil)";
 
 enum Settled {
     Pending,

@@ -800,6 +800,7 @@ async fn on_tape(
         deadline: Instant::now() + Duration::from_millis(version.spec.limits.timeout_ms),
         trace: None,
         cpu: None,
+        answer: None,
         version,
     };
     let host = HostCtx::replaying(services, meta, tape);

@@ -56,7 +56,7 @@ impl Node {
             tier,
             start,
         } = ready;
-        let (admitted, host) = match self.begin(v, forwarded, &req).await {
+        let (admitted, host) = match self.begin(v, forwarded, &req, true).await {
             Ok(begun) => begun,
             Err(refused) => {
                 return Ok(Streaming {

@@ -148,6 +148,7 @@ impl Node {
             deadline: started + Duration::from_millis(target.spec.limits.timeout_ms),
             trace: None,
             cpu: Some(room.share.cpu()),
+            answer: None,
         };
         let host = HostCtx::replaying(self.host.clone(), meta, recording.tape.clone());
         // In an instance of its own: a replay neither sees what live

@@ -950,7 +950,21 @@ impl ProcSandbox {
             (max_response, &paths),
             out.as_deref_mut(),
         );
-        let exchanged = tokio::time::timeout_at(deadline.into(), exchange).await;
+        // Removing the function cuts its work after the response: the
+        // handler, cut off mid-exchange, is not kept.
+        let answer = host.meta().answer.clone();
+        let cut = async {
+            match &answer {
+                Some(a) => a.cut_notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        let exchanged = tokio::select! {
+            exchanged = tokio::time::timeout_at(deadline.into(), exchange) => exchanged,
+            () = cut => return Err(InvokeError::Function(
+                "its function was removed while it worked after its response (waitUntil)".into(),
+            )),
+        };
         // Its process's time, charged to its tenant (the process tier's
         // part of the CPU share).
         if let (Some(cpu), Some(handler)) = (cpu, self.handler.as_mut()) {

@@ -157,6 +157,7 @@ impl ComponentSandbox {
         req: &Request,
         body: BodyStream,
         out: &mut ResponseSink,
+        host: &HostCtx,
     ) -> Result<(), InvokeError> {
         use futures::StreamExt;
         let body = http_body_util::StreamBody::new(body.map(|chunk| {
@@ -176,7 +177,7 @@ impl ComponentSandbox {
                 request,
                 outparam
             ));
-            pump(call, &mut rx, out).await
+            pump(call, &mut rx, out, host).await
         };
         match called {
             // A trap or a bound is the cause, whatever it did to the body.
@@ -213,11 +214,24 @@ impl ComponentSandbox {
     ) -> Result<T, InvokeError> {
         let (mut store, stdout, stderr) = self.store(host);
         let deadline = host.meta().deadline;
-        let outcome = tokio::time::timeout_at(deadline.into(), work(&mut store))
-            .await
-            .unwrap_or(Err(InvokeError::Timeout {
-                limit_ms: self.template.limits.timeout_ms,
-            }));
+        // Removing the function cuts work it does after its response.
+        let answer = host.meta().answer.clone();
+        let cut = async {
+            match &answer {
+                Some(a) => a.cut_notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        let outcome = tokio::select! {
+            ran = tokio::time::timeout_at(deadline.into(), work(&mut store)) => {
+                ran.unwrap_or(Err(InvokeError::Timeout {
+                    limit_ms: self.template.limits.timeout_ms,
+                }))
+            }
+            () = cut => Err(InvokeError::Function(
+                "its function was removed while it worked after its response".into(),
+            )),
+        };
         drop(store);
 
         let (out, err) = (stdout.take(), stderr.take());
@@ -248,10 +262,15 @@ impl ComponentSandbox {
 /// head once it is set, then each chunk of the body as the caller takes
 /// it. Returns how the call ended (`None` when streaming failed first and
 /// the call is abandoned) and how streaming did.
+///
+/// A handler that finishes its body and goes on working (work after the
+/// response) has the caller's body ended then, whole, where the node
+/// lets it ([`HostCtx::answer_streamed_early`]).
 async fn pump(
     mut call: std::pin::Pin<&mut impl Future<Output = wasmtime::Result<()>>>,
     rx: &mut Outparam,
     out: &mut ResponseSink,
+    host: &HostCtx,
 ) -> (Option<wasmtime::Result<()>>, Result<(), InvokeError>) {
     let mut called = None;
     let response = tokio::select! {
@@ -270,6 +289,7 @@ async fn pump(
         Ok(response) => response.into_parts(),
         Err(e) => return (called, Err(e)),
     };
+    let status = parts.status.as_u16();
     out.head(ResponseHead {
         status: parts.status.as_u16(),
         headers: header_pairs(&parts.headers),
@@ -313,6 +333,9 @@ async fn pump(
         }
     }
     if called.is_none() {
+        if host.answer_streamed_early(status) {
+            out.finish_early();
+        }
         called = Some(call.await);
     }
     (called, Ok(()))
@@ -343,7 +366,7 @@ impl Sandbox for ComponentSandbox {
         out: &mut ResponseSink,
     ) -> Result<(), InvokeError> {
         self.run(&host, async |store| {
-            self.stream(store, req, body, out).await
+            self.stream(store, req, body, out, &host).await
         })
         .await
     }

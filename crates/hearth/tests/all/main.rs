@@ -4,6 +4,7 @@
 // Tests unwrap: a failed unwrap is the test failing, at its line.
 #![allow(clippy::unwrap_used)]
 
+mod after_response;
 mod api;
 mod architecture;
 mod auth;

@@ -5,6 +5,7 @@
 //!
 //! Run the group alone with `cargo test -p hearth --test all hostile::`.
 
+mod after_response;
 mod budgets;
 mod compiled;
 mod components;
