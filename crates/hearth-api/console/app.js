@@ -322,7 +322,64 @@ function Versions({ name }) {
         <td>${time(m.at_ms)}</td><td>v${m.version}</td>
         <td>${m.previous == null ? "—" : `v${m.previous}`}</td>
         <td>${m.rollback ? "rollback" : "promotion"}</td></tr>`)}
-    </table>`;
+    </table>
+    <${Events} name=${name} />`;
+}
+
+/// A function's events (docs/events.md): its schedules, paused and
+/// resumed here, and its dead letters, queued again or purged here.
+function Events({ name }) {
+  const fn = encodeURIComponent(name);
+  const [changed, setChanged] = useState(0);
+  const [said, setSaid] = useState(null);
+  const { data, error } = useLoad(async () => {
+    const [schedules, dlq] = await Promise.all([
+      json(`/v1/functions/${fn}/schedules`),
+      json(`/v1/functions/${fn}/dlq?limit=100`),
+    ]);
+    return { schedules: schedules.schedules, dead: dlq.dead };
+  }, [name, changed], 5000);
+  const act = async (what, path, method = "POST") => {
+    try {
+      const r = await json(path, { method });
+      setSaid({ ok: r?.count === undefined ? what : `${what}: ${r.count}` });
+    } catch (e) {
+      setSaid({ error: `${what}: ${e.message}` });
+    }
+    setChanged((n) => n + 1);
+  };
+  if (!data) return html`<p class=${error ? "error" : "muted"}>${error || "Loading…"}</p>`;
+  const toggle = (s) => {
+    const to = s.paused ? "resume" : "pause";
+    return html`<button id=${`${to}-${s.id}`}
+      onClick=${() => act(s.paused ? "resumed" : "paused", `/v1/functions/${fn}/schedules/${s.id}/${to}`)}>
+      ${s.paused ? "Resume" : "Pause"}</button>`;
+  };
+  return html`<h2>Schedules</h2>
+    ${said?.error && html`<p class="error" id="events-error">${said.error}</p>`}
+    ${said?.ok && html`<p class="ok" id="events-done">${said.ok}</p>`}
+    ${data.schedules.length === 0
+      ? html`<p class="muted" id="no-schedules">No schedules (deploy with <code>--schedule</code>).</p>`
+      : html`<table id="schedules">
+        <tr><th>schedule</th><th>next tick</th><th>last fired</th><th></th></tr>
+        ${data.schedules.map((s) => html`<tr data-schedule=${s.id}>
+          <td><code>${s.expr}</code>${s.paused && html` <span class="tag">paused</span>`}</td>
+          <td>${s.paused ? "—" : time(s.next_ms)}</td>
+          <td>${s.fired_ms == null ? "never" : time(s.fired_ms)}</td>
+          <td>${toggle(s)}</td></tr>`)}
+      </table>`}
+    <h2>Dead letters</h2>
+    ${data.dead.length === 0
+      ? html`<p class="muted" id="no-dead">None: every queued invocation ran, or waits to.</p>`
+      : html`<p>
+        <button id="dlq-replay" onClick=${() => act("queued again", `/v1/functions/${fn}/dlq/replay`)}>Queue all again</button>
+        <button id="dlq-purge" onClick=${() => act("purged", `/v1/functions/${fn}/dlq`, "DELETE")}>Purge all</button></p>
+        <table id="dlq">
+        <tr><th>invocation</th><th>queued</th><th>source</th><th>attempts</th><th>why</th></tr>
+        ${data.dead.map((l) => html`<tr data-dead=${l.id}>
+          <td><a href=${`#/invocation/${l.id}`}>${l.id}</a></td><td>${time(l.enqueued_ms)}</td>
+          <td>${l.source}</td><td>${l.attempts}</td><td>${l.error}</td></tr>`)}
+        </table>`}`;
 }
 
 /// The tenant's secrets by name: no call answers a value, so none can

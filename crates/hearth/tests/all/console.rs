@@ -249,6 +249,89 @@ async fn the_versions_view_promotes_and_rolls_back_live() {
     assert!(!b.text().await.contains("value-never-shown"));
 }
 
+/// A function's events on its versions page: pause and resume a
+/// schedule; see a dead letter and why, queue it again, purge it.
+#[tokio::test]
+async fn the_versions_view_pauses_schedules_and_replays_and_purges_dead_letters() {
+    require!(Chromium);
+    let d = Daemon::start();
+    d.deploy(
+        "cron",
+        crate::harness::example("hello.wat"),
+        &[("schedule", "@every 1h")],
+    )
+    .await;
+    let fails = "export default { fetch() { throw new Error('always fails'); } };";
+    d.deploy(
+        "fails",
+        fails.as_bytes().to_vec(),
+        &[("runtime", "js"), ("file_name", "index.mjs")],
+    )
+    .await;
+    let queue = async || {
+        let r = d
+            .post("/fn/admin/fails")
+            .header("hearth-invocation-type", "Event")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202);
+    };
+    queue().await;
+    let paused =
+        async || d.get_json("/v1/functions/cron/schedules").await["schedules"][0]["paused"].clone();
+
+    let b = Browser::start().await;
+    b.log_in(&d.url, &d.token).await;
+    b.click("#versions-cron").await;
+    b.wait_for_text("#schedules", "@every 1h").await;
+    let id = d.get_json("/v1/functions/cron/schedules").await["schedules"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    b.click(&format!("#pause-{id}")).await;
+    b.wait_for_text("#events-done", "paused").await;
+    b.wait_for_text("#schedules", "paused").await;
+    assert_eq!(paused().await, true);
+    b.click(&format!("#resume-{id}")).await;
+    b.wait_for_text("#events-done", "resumed").await;
+    assert_eq!(paused().await, false);
+    b.wait_for("#no-dead").await;
+
+    // Three attempts (about 3 s of backoff), then a dead letter.
+    b.click("#nav-functions").await;
+    b.click("#versions-fails").await;
+    b.wait_for("#no-schedules").await;
+    let dead = async || {
+        d.get_json("/v1/functions/fails/dlq").await["dead"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    crate::harness::until(
+        "the dead letter",
+        std::time::Duration::from_secs(20),
+        async || dead().await == 1,
+    )
+    .await;
+    b.wait_for_text("#dlq", "always fails").await;
+    b.screenshot("events").await;
+    b.click("#dlq-replay").await;
+    b.wait_for_text("#events-done", "queued again: 1").await;
+    crate::harness::until(
+        "the dead letter again",
+        std::time::Duration::from_secs(20),
+        async || dead().await == 1,
+    )
+    .await;
+    b.wait_for("#dlq-purge").await;
+    b.click("#dlq-purge").await;
+    b.wait_for_text("#events-done", "purged: 1").await;
+    b.wait_for("#no-dead").await;
+    assert_eq!(dead().await, 0);
+    b.close().await;
+}
+
 /// The charts' numbers belong to the function, not its version: a new
 /// version keeps them, and removing the function takes them away.
 #[tokio::test]
