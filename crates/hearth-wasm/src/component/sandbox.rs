@@ -1,6 +1,7 @@
 //! [`ComponentSandbox`]: one instance of a component, one request.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -160,6 +161,8 @@ impl ComponentSandbox {
         host: &HostCtx,
     ) -> Result<(), InvokeError> {
         use futures::StreamExt;
+        let arrival = Arc::new(Arrival::of(req));
+        let body = arrival.watch(body);
         let body = http_body_util::StreamBody::new(body.map(|chunk| {
             chunk.map(hyper::body::Frame::data).map_err(|e| match e {
                 InvokeError::RequestTooLarge { limit_bytes } => {
@@ -177,7 +180,7 @@ impl ComponentSandbox {
                 request,
                 outparam
             ));
-            pump(call, &mut rx, out, host).await
+            pump(call, &mut rx, out, (host, &arrival)).await
         };
         match called {
             // A trap or a bound is the cause, whatever it did to the body.
@@ -270,7 +273,7 @@ async fn pump(
     mut call: std::pin::Pin<&mut impl Future<Output = wasmtime::Result<()>>>,
     rx: &mut Outparam,
     out: &mut ResponseSink,
-    host: &HostCtx,
+    (host, arrival): (&HostCtx, &Arrival),
 ) -> (Option<wasmtime::Result<()>>, Result<(), InvokeError>) {
     let mut called = None;
     let response = tokio::select! {
@@ -333,12 +336,61 @@ async fn pump(
         }
     }
     if called.is_none() {
-        if host.answer_streamed_early(status) {
+        // Only a request that arrived whole: one cut off later fails the
+        // invocation, which the caller must still be able to see.
+        if arrival.whole() && host.answer_streamed_early(status) {
             out.finish_early();
         }
         called = Some(call.await);
     }
     (called, Ok(()))
+}
+
+/// Whether a streamed request has arrived whole: declared empty, or read
+/// to its end without an error.
+struct Arrival {
+    ended: AtomicBool,
+    failed: AtomicBool,
+}
+
+impl Arrival {
+    /// A request without a body (`content-length: 0`, or neither a length
+    /// nor a transfer coding: RFC 9112 §6.3) has arrived whole already.
+    fn of(req: &Request) -> Arrival {
+        let empty = match (
+            req.header("content-length"),
+            req.header("transfer-encoding"),
+        ) {
+            (Some(n), _) => n.trim() == "0",
+            (None, None) => true,
+            (None, Some(_)) => false,
+        };
+        Arrival {
+            ended: AtomicBool::new(empty),
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    /// `body`, noting its errors and its end here.
+    fn watch(self: &Arc<Self>, body: BodyStream) -> BodyStream {
+        use futures::StreamExt;
+        let (seen, end) = (self.clone(), self.clone());
+        Box::pin(
+            body.inspect(move |chunk| {
+                if chunk.is_err() {
+                    seen.failed.store(true, Ordering::Release);
+                }
+            })
+            .chain(
+                futures::stream::once(async move { end.ended.store(true, Ordering::Release) })
+                    .filter_map(|()| std::future::ready(None)),
+            ),
+        )
+    }
+
+    fn whole(&self) -> bool {
+        self.ended.load(Ordering::Acquire) && !self.failed.load(Ordering::Acquire)
+    }
 }
 
 /// Why an invocation failed whose handler returned with its response body
