@@ -337,7 +337,7 @@ function Events({ name }) {
       json(`/v1/functions/${fn}/schedules`),
       json(`/v1/functions/${fn}/dlq?limit=100`),
     ]);
-    return { schedules: schedules.schedules, dead: dlq.dead };
+    return { schedules: schedules.schedules, dead: dlq.dead, queue: dlq.queue };
   }, [name, changed], 5000);
   const act = async (what, path, method = "POST") => {
     try {
@@ -368,6 +368,8 @@ function Events({ name }) {
           <td>${s.fired_ms == null ? "never" : time(s.fired_ms)}</td>
           <td>${toggle(s)}</td></tr>`)}
       </table>`}
+    <h2>Queue</h2>
+    <p id="queue">${data.queue.ready} waiting or running${data.queue.retrying ? `, ${data.queue.retrying} of them retrying` : ""}${data.queue.oldest_ms == null ? "" : `, the oldest since ${time(data.queue.oldest_ms)}`}; ${data.queue.dead} dead <span class="muted">(counted every 2 s)</span></p>
     <h2>Dead letters</h2>
     ${data.dead.length === 0
       ? html`<p class="muted" id="no-dead">None: every queued invocation ran, or waits to.</p>`

@@ -1,7 +1,8 @@
 //! A function's dead letters (docs/events.md): queued invocations whose
 //! every attempt failed, or that waited past their age.
 //!
-//! - `GET /v1/functions/{name}/dlq`: the newest first, with why each died.
+//! - `GET /v1/functions/{name}/dlq`: the newest first, with why each died,
+//!   and the function's queue as last counted.
 //! - `POST /v1/functions/{name}/dlq/replay[?id=ID]`: queue them (or one)
 //!   again, from a first attempt.
 //! - `DELETE /v1/functions/{name}/dlq[?id=ID]`: purge them (or one).
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
-use hearth_store::{DeadLetter, Scope};
+use hearth_store::{DeadLetter, QueueDepth, Scope};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -28,6 +29,10 @@ pub struct DeadLetters {
     pub function: String,
     /// Newest first.
     pub dead: Vec<DeadLetter>,
+    /// The function's queue as last counted (every 2 s, as `/metrics`
+    /// shows it): waiting or running, of those retrying, dead, and since
+    /// when the oldest waits. Zeros when it holds nothing.
+    pub queue: QueueDepth,
 }
 
 /// Which dead letters a replay or purge takes.
@@ -60,10 +65,24 @@ pub(crate) async fn list(
     let tenant = crate::auth::function_owner(&s, &headers, &name, Scope::Read).await?;
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     let dead = s.node.store().dead_letters(&tenant, &name, limit).await?;
+    let queue = s
+        .events
+        .get()
+        .and_then(|e| {
+            e.depth_reader()()
+                .into_iter()
+                .find(|d| d.tenant == tenant && d.function == name)
+        })
+        .unwrap_or_else(|| QueueDepth {
+            tenant: tenant.clone(),
+            function: name.clone(),
+            ..Default::default()
+        });
     Ok(Json(DeadLetters {
         tenant,
         function: name,
         dead,
+        queue,
     }))
 }
 

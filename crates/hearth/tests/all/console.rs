@@ -315,6 +315,8 @@ async fn the_versions_view_pauses_schedules_and_replays_and_purges_dead_letters(
     )
     .await;
     b.wait_for_text("#dlq", "always fails").await;
+    b.wait_for_text("#queue", "0 waiting or running; 1 dead")
+        .await;
     b.screenshot("events").await;
     b.click("#dlq-replay").await;
     b.wait_for_text("#events-done", "queued again: 1").await;
