@@ -418,17 +418,22 @@ impl HostCtx {
         if !answer.early(response) {
             return false;
         }
+        self.tape_answered(format!(
+            "answered {} to the caller; the work passed to waitUntil goes on",
+            response.status
+        ));
+        true
+    }
+
+    /// Puts on the tape, at this moment, that the caller has its answer.
+    fn tape_answered(&self, message: String) {
         let event = HostEvent::Log {
             level: "info".into(),
-            message: format!(
-                "answered {} to the caller; the work passed to waitUntil goes on",
-                response.status
-            ),
+            message,
         };
         let time = CallTime::since(self.0.meta.started, Instant::now());
         self.recorded()
             .push(event, self.tape_budget(), true, Some(time));
-        true
     }
 
     /// [`answer_early`](Self::answer_early) for a streamed response: true
@@ -441,15 +446,9 @@ impl HostCtx {
         if !answer.early_streamed() {
             return false;
         }
-        let event = HostEvent::Log {
-            level: "info".into(),
-            message: format!(
-                "answered {status} to the caller (its body whole); the work after it goes on"
-            ),
-        };
-        let time = CallTime::since(self.0.meta.started, Instant::now());
-        self.recorded()
-            .push(event, self.tape_budget(), true, Some(time));
+        self.tape_answered(format!(
+            "answered {status} to the caller (its body whole); the work after it goes on"
+        ));
         true
     }
 
@@ -457,6 +456,23 @@ impl HostCtx {
     /// after its response: the work is to stop.
     pub fn cut_short(&self) -> bool {
         self.0.meta.answer.as_ref().is_some_and(|a| a.is_cut())
+    }
+
+    /// Resolves when [`cut_short`](Self::cut_short) becomes true (never,
+    /// for an invocation that cannot answer early): what a tier waits on
+    /// beside the function to stop it.
+    pub async fn until_cut_short(&self) {
+        match &self.0.meta.answer {
+            Some(a) => a.cut_notified().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The error an invocation cut short ends with.
+    pub fn cut_short_error() -> hearth_core::InvokeError {
+        hearth_core::InvokeError::Function(
+            "its function was removed while it worked after its response".into(),
+        )
     }
 
     pub fn limits(&self) -> &HostLimits {

@@ -304,7 +304,7 @@ impl Isolate {
         }
         let host = self.state.host();
         if host.as_ref().is_some_and(HostCtx::cut_short) {
-            return Some(InvokeError::Function(REMOVED.into()));
+            return Some(HostCtx::cut_short_error());
         }
         match self.state.deadline.get() {
             Some(d) if Instant::now() >= d => Some(InvokeError::Timeout {
@@ -637,10 +637,10 @@ impl Isolate {
             // else can add a call.
             crate::workers::yielded();
             let mut calls = std::mem::take(&mut *self.state.calls.borrow_mut());
-            let answer = self.state.host().and_then(|h| h.meta().answer.clone());
+            let host = self.state.host();
             let cut = async {
-                match &answer {
-                    Some(a) => a.cut_notified().await,
+                match &host {
+                    Some(h) => h.until_cut_short().await,
                     None => std::future::pending().await,
                 }
             };
@@ -679,9 +679,6 @@ impl Isolate {
         }
     }
 }
-
-/// Why work after the response stopped when its function was removed.
-const REMOVED: &str = "its function was removed while it worked after its response (waitUntil)";
 
 enum Settled {
     Pending,

@@ -56,7 +56,7 @@ impl Node {
             tier,
             start,
         } = ready;
-        let (admitted, host) = match self.begin(v, forwarded, &req, true).await {
+        let (mut admitted, host) = match self.begin(v, forwarded, &req, true).await {
             Ok(begun) => begun,
             Err(refused) => {
                 return Ok(Streaming {
@@ -71,6 +71,10 @@ impl Node {
                 });
             }
         };
+        // Its answer goes through the sink: a whole response cannot leave
+        // early here (`Answer::early` then fails and counts nothing), a
+        // finished body can (`HostCtx::answer_streamed_early`).
+        drop(admitted.answered.take());
         let (id, started, taping) = (admitted.id, admitted.started, admitted.taping);
         let traceparent = admitted
             .meta

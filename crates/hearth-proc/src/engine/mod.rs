@@ -952,18 +952,9 @@ impl ProcSandbox {
         );
         // Removing the function cuts its work after the response: the
         // handler, cut off mid-exchange, is not kept.
-        let answer = host.meta().answer.clone();
-        let cut = async {
-            match &answer {
-                Some(a) => a.cut_notified().await,
-                None => std::future::pending().await,
-            }
-        };
         let exchanged = tokio::select! {
             exchanged = tokio::time::timeout_at(deadline.into(), exchange) => exchanged,
-            () = cut => return Err(InvokeError::Function(
-                "its function was removed while it worked after its response (waitUntil)".into(),
-            )),
+            () = host.until_cut_short() => return Err(HostCtx::cut_short_error()),
         };
         // Its process's time, charged to its tenant (the process tier's
         // part of the CPU share).

@@ -218,22 +218,13 @@ impl ComponentSandbox {
         let (mut store, stdout, stderr) = self.store(host);
         let deadline = host.meta().deadline;
         // Removing the function cuts work it does after its response.
-        let answer = host.meta().answer.clone();
-        let cut = async {
-            match &answer {
-                Some(a) => a.cut_notified().await,
-                None => std::future::pending().await,
-            }
-        };
         let outcome = tokio::select! {
             ran = tokio::time::timeout_at(deadline.into(), work(&mut store)) => {
                 ran.unwrap_or(Err(InvokeError::Timeout {
                     limit_ms: self.template.limits.timeout_ms,
                 }))
             }
-            () = cut => Err(InvokeError::Function(
-                "its function was removed while it worked after its response".into(),
-            )),
+            () = host.until_cut_short() => Err(HostCtx::cut_short_error()),
         };
         drop(store);
 
