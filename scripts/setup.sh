@@ -4,7 +4,7 @@
 set -euo pipefail
 
 need_apt=()
-for pkg in clang lld wasi-libc libclang-rt-14-dev-wasm32 wrk pkg-config postgresql curl ca-certificates python3-venv; do
+for pkg in clang lld wasi-libc libclang-rt-14-dev-wasm32 wrk pkg-config postgresql nats-server curl ca-certificates python3-venv; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 # The process tier runs /usr/bin/python3 and /usr/bin/node, and installs

@@ -101,6 +101,12 @@ pub(crate) const SETTINGS: &[Setting] = &[
         example: "*/5 * * * *",
     },
     Setting {
+        name: "trigger",
+        kind: Type::String,
+        doc: "repeatable; invoke the function's live alias for each message of a NATS JetStream stream: `nats://HOST:PORT/STREAM?subject=…&batch=…&attempts=…&dlq=…&credentials=…&deliver=all|new`, on a broker the operator allows (`--broker-allow`), checked and its consumer made before anything is deployed; given, they replace the function's bindings (`none`: remove them all), each kept one keeping its pause; not given, the function keeps its bindings (docs/events.md)",
+        example: "nats://127.0.0.1:4222/ORDERS?subject=orders.>&dlq=orders.dead",
+    },
+    Setting {
         name: "schedule_catch_up",
         kind: Type::Integer,
         doc: "how many ticks a schedule missed while no member ran are fired late, 0 to 100 (default 0: skipped, and said in the function's log)",
@@ -172,6 +178,9 @@ pub(crate) struct Parsed {
     /// (`schedule=none`: none).
     pub schedules: Option<Vec<hearth_events::Schedule>>,
     pub catch_up: u32,
+    /// The function's broker bindings from now on, if the deploy says
+    /// (`trigger=none`: none).
+    pub triggers: Option<Vec<hearth_events::Binding>>,
 }
 
 pub(crate) fn parse(query: &str) -> Result<Parsed, ApiError> {
@@ -181,6 +190,7 @@ pub(crate) fn parse(query: &str) -> Result<Parsed, ApiError> {
     let mut promote = true;
     let mut schedules: Option<Vec<hearth_events::Schedule>> = None;
     let mut catch_up = 0;
+    let mut triggers: Option<Vec<hearth_events::Binding>> = None;
     let bad = |k: &str, v: &str| ApiError::BadRequest(format!("invalid value {v:?} for {k}"));
     for (k, v) in form_urlencoded::parse(query.as_bytes()) {
         // Only what is documented is taken: a setting handled below but
@@ -268,6 +278,26 @@ pub(crate) fn parse(query: &str) -> Result<Parsed, ApiError> {
                     )));
                 }
             }
+            "trigger" => {
+                let list = triggers.get_or_insert_with(Vec::new);
+                if v.trim() != "none" {
+                    let parsed = hearth_events::Binding::parse(v.trim())
+                        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+                    if list.iter().any(|b| b.id() == parsed.id()) {
+                        return Err(ApiError::BadRequest(format!(
+                            "trigger {v:?} reads what another of the deploy's triggers reads: \
+                             give each its own stream or subject"
+                        )));
+                    }
+                    list.push(parsed);
+                }
+                if list.len() > hearth_store::MAX_TRIGGERS_PER_FUNCTION {
+                    return Err(ApiError::BadRequest(format!(
+                        "a function has at most {} broker bindings (trigger=)",
+                        hearth_store::MAX_TRIGGERS_PER_FUNCTION
+                    )));
+                }
+            }
             "schedule_catch_up" => {
                 catch_up = v.parse().map_err(|_| bad(&k, &v))?;
                 if catch_up > 100 {
@@ -297,6 +327,7 @@ pub(crate) fn parse(query: &str) -> Result<Parsed, ApiError> {
         promote,
         schedules,
         catch_up,
+        triggers,
     })
 }
 
@@ -307,7 +338,9 @@ mod tests {
     #[test]
     fn every_documented_setting_is_taken_and_nothing_else() {
         for s in SETTINGS {
-            let query = format!("{}={}", s.name, s.example);
+            let query = form_urlencoded::Serializer::new(String::new())
+                .append_pair(s.name, s.example)
+                .finish();
             assert!(parse(&query).is_ok(), "{query} refused");
         }
         let Parsed {

@@ -30,6 +30,9 @@ pub enum ApiError {
     Internal(String),
     /// 502: the node that should have answered failed.
     BadGateway(String),
+    /// 502: a trigger's broker cannot be reached, or refused what its
+    /// binding needs.
+    Broker(String),
     /// 504: the node did not answer in time.
     GatewayTimeout(String),
     /// 507: a tenant's storage quota would be exceeded.
@@ -56,6 +59,7 @@ impl ApiError {
             ApiError::RateLimited(m, _) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited", m),
             ApiError::Internal(m) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", m),
             ApiError::BadGateway(m) => (StatusCode::BAD_GATEWAY, "node_failed", m),
+            ApiError::Broker(m) => (StatusCode::BAD_GATEWAY, "broker_failed", m),
             ApiError::GatewayTimeout(m) => (StatusCode::GATEWAY_TIMEOUT, "timeout", m),
             ApiError::QuotaExceeded(kind, m) => (StatusCode::INSUFFICIENT_STORAGE, kind, m),
         }
@@ -239,6 +243,7 @@ mod tests {
             (ApiError::Unavailable("m".into()), 503, "unavailable"),
             (ApiError::Internal("m".into()), 500, "internal"),
             (ApiError::BadGateway("m".into()), 502, "node_failed"),
+            (ApiError::Broker("m".into()), 502, "broker_failed"),
             (ApiError::GatewayTimeout("m".into()), 504, "timeout"),
             (
                 ApiError::QuotaExceeded("kv_quota_exceeded", "m".into()),

@@ -4,15 +4,16 @@
 //! is the platform's (no client token is needed, and its `hearth-event`
 //! header stands).
 
+use std::net::SocketAddr;
 use std::sync::{Arc, Weak};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 use hearth_cluster::GatewayError;
 use hearth_cluster::forward::{Outgoing, OutgoingBody};
 use hearth_core::{GatewayAttempt, Request};
-use hearth_events::{Dispatch, Dispatched};
+use hearth_events::{Dispatch, Dispatched, Target};
 use hearth_node::{NodeError, Pin};
-use hearth_store::{Claimed, QueueDepth};
+use hearth_store::QueueDepth;
 
 use crate::AppState;
 
@@ -22,18 +23,18 @@ pub(crate) struct ApiDispatch(pub Weak<AppState>);
 impl Dispatch for ApiDispatch {
     async fn dispatch(
         &self,
-        item: &Claimed,
+        target: Target<'_>,
         request: Request,
         attempt: GatewayAttempt,
     ) -> Dispatched {
         let Some(s) = self.0.upgrade() else {
             return Dispatched::Refused("this Hearth is stopping".into());
         };
-        let pin = match item.target.parse::<u32>() {
+        let pin = match target.pin.parse::<u32>() {
             Ok(n) => Pin::Version(n),
-            Err(_) => Pin::Alias(&item.target),
+            Err(_) => Pin::Alias(target.pin),
         };
-        let function = match s.node.resolve(&item.tenant, &item.function, pin).await {
+        let function = match s.node.resolve(target.tenant, target.function, pin).await {
             Ok(f) => f,
             Err(
                 e @ (NodeError::NotFound { .. }
@@ -60,6 +61,72 @@ impl Dispatch for ApiDispatch {
             s.node.note(tenant, function, "", level, message);
         }
     }
+
+    async fn broker(&self, host: &str, port: u16) -> Result<SocketAddr, String> {
+        let allow = self
+            .0
+            .upgrade()
+            .and_then(|s| s.config.events.as_ref().map(|e| e.broker_allow.clone()))
+            .unwrap_or_default();
+        broker_address(&allow, host, port).await
+    }
+
+    async fn secret(&self, tenant: &str, name: &str) -> Result<String, String> {
+        let s = self
+            .0
+            .upgrade()
+            .ok_or_else(|| "this Hearth is stopping".to_string())?;
+        s.node
+            .secret_value(tenant, name)
+            .await
+            .map_err(|e| format!("the binding's credentials: {e}"))
+    }
+}
+
+/// Where a binding may reach broker `host:port`: a broker the operator
+/// listed (`--broker-allow host:port`) at whatever address it resolves
+/// to, or with `*` any broker at a public address; nothing else. The
+/// daemon connects on a tenant's behalf, so an unlisted name that
+/// resolves to this machine or its networks would reach what functions
+/// may not.
+pub(crate) async fn broker_address(
+    allow: &[String],
+    host: &str,
+    port: u16,
+) -> Result<SocketAddr, String> {
+    let named = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+    .to_ascii_lowercase();
+    let listed = allow.contains(&named);
+    if !listed && !allow.iter().any(|a| a == "*") {
+        let allowed = if allow.is_empty() {
+            "none".to_string()
+        } else {
+            allow.join(", ")
+        };
+        return Err(format!(
+            "this Hearth does not bind functions to the broker {named}: its operator allows \
+             only the brokers in --broker-allow (now: {allowed}); ask them to add it"
+        ));
+    }
+    let mut addrs = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| format!("cannot resolve the broker {host}: {e}"))?;
+    if listed {
+        return addrs
+            .next()
+            .ok_or_else(|| format!("the broker {host} resolves to no address"));
+    }
+    addrs
+        .find(|a| !hearth_host::is_internal(a.ip()))
+        .ok_or_else(|| {
+            format!(
+                "the broker {named} is on this machine or a private network, which --broker-allow                  `*` does not reach: the operator lists it by name (--broker-allow {named})"
+            )
+        })
 }
 
 /// The queue's figures in `/metrics`, as last counted (every 2 s): in
@@ -130,6 +197,45 @@ pub(crate) fn count_in_metrics(events: &hearth_events::Events, metrics: &hearth_
                     ((d.tenant, d.function), v)
                 })
                 .collect()
+        });
+    }
+}
+
+/// What this member's broker bindings have done since it started, in
+/// `/metrics`.
+pub(crate) fn count_triggers_in_metrics(
+    events: &hearth_events::Events,
+    metrics: &hearth_node::Metrics,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    type Figure = fn(&hearth_events::trigger::Counts) -> i64;
+    let figures: [(&'static str, &'static str, Figure); 4] = [
+        (
+            "trigger_messages_done",
+            "Broker messages whose invocation succeeded and that were acknowledged",
+            |c| c.done.load(Relaxed) as i64,
+        ),
+        (
+            "trigger_messages_retried",
+            "Failed attempts at broker messages, given back to be redelivered after a backoff",
+            |c| c.retried.load(Relaxed) as i64,
+        ),
+        (
+            "trigger_messages_dead",
+            "Broker messages that failed every attempt (or were too big to run): copied to \
+             their dead-letter subject, or ended in their stream",
+            |c| c.dead.load(Relaxed) as i64,
+        ),
+        (
+            "trigger_messages_pending",
+            "Messages waiting in the brokers for this member's bindings, as last asked",
+            |c| c.pending.lock().values().sum::<u64>() as i64,
+        ),
+    ];
+    for (name, help, figure) in figures {
+        let counts = Arc::downgrade(&events.triggers);
+        metrics.read_at_scrape(name, help, move || {
+            counts.upgrade().map_or(0, |c| figure(&c))
         });
     }
 }

@@ -40,6 +40,7 @@ mod schedules;
 mod secrets;
 mod session;
 mod tokens;
+mod triggers;
 
 use std::sync::Arc;
 
@@ -78,6 +79,7 @@ pub mod answers {
     pub use crate::schedules::Schedules;
     pub use crate::secrets::{SecretList, SecretListed, SecretSet};
     pub use crate::tokens::{TokenList, TokenMade};
+    pub use crate::triggers::Triggers;
     pub use hearth_node::status::{
         CpuShare, DiskStatus, LongRuns, MemoryStatus, NodeStatus, RecordingStatus,
     };
@@ -215,6 +217,7 @@ pub fn routers_for(node: Arc<Node>, config: ApiConfig, role: ClusterRole) -> (Ap
         let store = state.node.store().clone();
         let events = hearth_events::Events::start(store, dispatch, events);
         events::count_in_metrics(&events, state.node.metrics());
+        events::count_triggers_in_metrics(&events, state.node.metrics());
         let _ = state.events.set(events);
     }
     let panics = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -307,6 +310,11 @@ fn api() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(schedules::pause))
         .routes(routes!(schedules::resume))
         .routes(routes!(schedules::remove))
+        .routes(routes!(triggers::list_all))
+        .routes(routes!(triggers::list))
+        .routes(routes!(triggers::pause))
+        .routes(routes!(triggers::resume))
+        .routes(routes!(triggers::remove))
         .routes(routes!(dlq::list, dlq::purge))
         .routes(routes!(dlq::replay))
         .routes(routes!(manage::logs))

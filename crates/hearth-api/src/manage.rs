@@ -400,6 +400,9 @@ pub struct Deployed {
     /// The function's schedules, which fire its live alias.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub schedules: Vec<hearth_store::ScheduleRow>,
+    /// The function's broker bindings, which invoke its live alias.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub triggers: Vec<hearth_store::TriggerRow>,
 }
 
 /// Deploy a new version
@@ -440,6 +443,7 @@ pub(crate) async fn deploy(
         promote,
         schedules,
         catch_up,
+        triggers,
     } = crate::deploy_settings::parse(query.as_deref().unwrap_or_default())?;
     let code = read_body(
         &headers,
@@ -469,6 +473,12 @@ pub(crate) async fn deploy(
                 .into(),
         ));
     }
+    // Before anything is deployed: a binding that cannot consume is
+    // refused now, not found out at the first message.
+    let trigger_rows = match &triggers {
+        Some(bindings) => Some(crate::triggers::check(&s, &p.tenant, &name, bindings).await?),
+        None => None,
+    };
     let source = hearth_host::Source {
         file_name,
         code: code.to_vec(),
@@ -485,6 +495,16 @@ pub(crate) async fn deploy(
         store.set_schedules(&v.tenant, &v.name, &rows).await?;
     }
     let schedules = store.schedules(&v.tenant, Some(&v.name)).await?;
+    if let Some(rows) = &trigger_rows {
+        let before = store.triggers(Some(&v.tenant), Some(&v.name)).await?;
+        store.set_triggers(&v.tenant, &v.name, rows).await?;
+        let removed: Vec<_> = before
+            .into_iter()
+            .filter(|b| !rows.iter().any(|r| r.id == b.id))
+            .collect();
+        crate::triggers::forget(&s, &removed);
+    }
+    let triggers = store.triggers(Some(&v.tenant), Some(&v.name)).await?;
     let url = if promote {
         format!("/fn/{}/{}", v.tenant, v.name)
     } else {
@@ -501,6 +521,7 @@ pub(crate) async fn deploy(
             url,
             live: promote,
             schedules,
+            triggers,
         }),
     ))
 }
@@ -696,7 +717,13 @@ pub(crate) async fn remove_function(
         .auth
         .require_for(s.node.store(), &headers, Scope::Deploy, &name)
         .await?;
+    let bindings = s
+        .node
+        .store()
+        .triggers(Some(&p.tenant), Some(&name))
+        .await?;
     if s.node.remove(&p.tenant, &name).await? {
+        crate::triggers::forget(&s, &bindings);
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound(format!(

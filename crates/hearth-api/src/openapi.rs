@@ -39,7 +39,7 @@ use utoipa::{Modify, OpenApi};
         (name = "functions", description = "Deploy, list and remove functions; their logs"),
         (name = "invoke", description = "Run a function"),
         (name = "kv", description = "A function's key-value store, from outside it"),
-        (name = "events", description = "Schedules that fire functions, and the queue their firings run from"),
+        (name = "events", description = "Schedules that fire functions, broker bindings (triggers) that feed them messages, and the queue firings and async calls run from"),
         (name = "recordings", description = "Tapes of invocations, and replaying them"),
         (name = "tenants", description = "Tenants and tokens"),
         (name = "node", description = "This Hearth: status, metrics, liveness"),

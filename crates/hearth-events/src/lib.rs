@@ -15,6 +15,12 @@
 //!   again after an exponential backoff with jitter, up to the attempts
 //!   and age it was queued with, then kept as a dead letter.
 //!
+//! - **Triggers** (`trigger.rs`: the seam; `nats.rs`: NATS JetStream):
+//!   a function bound to a broker; every member consumes each binding
+//!   through a durable consumer the broker shares among them, pulling
+//!   only what it can run, and settles each message with the broker
+//!   (acknowledged, redelivered after a backoff, or a dead letter).
+//!
 //! The store keeps the rows (`hearth_store::events`); this crate decides
 //! what they mean. It knows no node and no HTTP: the binary hands it a
 //! [`Dispatch`].
@@ -23,14 +29,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hearth_core::{GatewayAttempt, Request};
-use hearth_store::{Claimed, Store};
+use hearth_store::Store;
 
 pub mod event;
+pub mod nats;
 pub mod schedule;
 mod ticker;
+pub mod trigger;
 mod worker;
 
 pub use schedule::{Schedule, ScheduleError};
+pub use trigger::{Binding, TriggerError};
 
 /// What became of one attempt at a queued invocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,17 +55,36 @@ pub enum Dispatched {
     Gone(String),
 }
 
-/// Runs queued invocations: the binary's, over its node or its gateway.
+/// Whose invocation a dispatch runs: a tenant's function, at a version
+/// (`"3"`) or an alias (`"live"`).
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    pub tenant: &'a str,
+    pub function: &'a str,
+    pub pin: &'a str,
+}
+
+/// Runs queued invocations and triggered messages: the binary's, over
+/// its node or its gateway, and what else events need of it.
 #[async_trait::async_trait]
 pub trait Dispatch: Send + Sync + 'static {
-    /// Runs `request` as `item`'s attempt `attempt` (`queued`, with
-    /// `item`'s id; `retry` when an earlier claim vanished).
+    /// Runs `request` as `target`'s attempt `attempt` (`queued`, with
+    /// the invocation's id; `retry` when an earlier attempt failed or
+    /// vanished, so it follows that one's journal).
     async fn dispatch(
         &self,
-        item: &Claimed,
+        target: Target<'_>,
         request: Request,
         attempt: GatewayAttempt,
     ) -> Dispatched;
+
+    /// The address a tenant's binding may reach its broker `host:port`
+    /// at, as the operator allows (`--broker-allow`), or why not.
+    async fn broker(&self, host: &str, port: u16) -> Result<std::net::SocketAddr, String>;
+
+    /// The value of `tenant`'s secret `name` (a binding's credentials),
+    /// or why it cannot be had.
+    async fn secret(&self, tenant: &str, name: &str) -> Result<String, String>;
 
     /// Tells `function`'s owner something about its events that no
     /// invocation's log says (ticks skipped, a firing given up): a line
@@ -91,6 +119,12 @@ pub struct EventsConfig {
     /// Invocations one tenant may have waiting (async calls past it are
     /// refused with 429; a schedule's firings are bounded by its ticks).
     pub max_queued_per_tenant: u64,
+    /// The biggest triggered message run (the node's body limit): a
+    /// bigger one is a dead letter.
+    pub max_message_bytes: usize,
+    /// The brokers a binding may use, `host:port` (on any address), or
+    /// `*` (any on a public address): the operator's `--broker-allow`.
+    pub broker_allow: Vec<String>,
 }
 
 impl Default for EventsConfig {
@@ -105,6 +139,8 @@ impl Default for EventsConfig {
             backoff: Duration::from_secs(1),
             backoff_max: Duration::from_secs(300),
             max_queued_per_tenant: 100_000,
+            max_message_bytes: 6 << 20,
+            broker_allow: Vec::new(),
         }
     }
 }
@@ -131,6 +167,8 @@ async fn count_depths(
 /// on the runtime that end when it does.
 pub struct Events {
     worker: Arc<worker::Worker>,
+    /// What this member's triggers have done, for `/metrics`.
+    pub triggers: Arc<trigger::Counts>,
     /// Every function's queue as last counted (every 2 s): what
     /// `/metrics` shows.
     depths: Arc<parking_lot::Mutex<Vec<hearth_store::QueueDepth>>>,
@@ -149,10 +187,27 @@ impl Events {
             config.clone(),
         ));
         tokio::spawn(worker.clone().run());
-        tokio::spawn(ticker::run(store.clone(), dispatch, config, worker.clone()));
+        tokio::spawn(ticker::run(
+            store.clone(),
+            dispatch.clone(),
+            config.clone(),
+            worker.clone(),
+        ));
+        let triggers = Arc::<trigger::Counts>::default();
+        tokio::spawn(trigger::supervise(
+            store.clone(),
+            dispatch,
+            config,
+            worker.clone(),
+            triggers.clone(),
+        ));
         let depths = Arc::default();
         tokio::spawn(count_depths(store, Arc::downgrade(&depths)));
-        Events { worker, depths }
+        Events {
+            worker,
+            triggers,
+            depths,
+        }
     }
 
     /// Every function's queue that holds anything, as last counted (every

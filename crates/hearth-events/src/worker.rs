@@ -18,10 +18,10 @@ use parking_lot::Mutex;
 use rand::RngExt;
 use tokio::sync::{Notify, Semaphore};
 
-use crate::{Dispatch, Dispatched, EventsConfig};
+use crate::{Dispatch, Dispatched, EventsConfig, Target};
 
 /// How long a refused invocation waits before it is claimed again.
-const REFUSED_DELAY: Duration = Duration::from_millis(250);
+pub(crate) const REFUSED_DELAY: Duration = Duration::from_millis(250);
 
 pub(crate) struct Worker {
     pub(crate) store: Arc<dyn Store>,
@@ -32,6 +32,13 @@ pub(crate) struct Worker {
     /// Each tenant's invocations running here now (tenants with none have
     /// no entry).
     running: Mutex<HashMap<String, usize>>,
+}
+
+/// A triggered message's room among this member's event invocations:
+/// a slot, and one of its tenant's share.
+pub(crate) struct Turn<'a> {
+    _slot: tokio::sync::OwnedSemaphorePermit,
+    _running: Running<'a>,
 }
 
 /// One of a tenant's invocations running here, counted until dropped.
@@ -96,6 +103,18 @@ impl Worker {
         Some(Running {
             worker: self,
             tenant: tenant.to_owned(),
+        })
+    }
+
+    /// Room for one of `tenant`'s triggered messages now, if the member
+    /// and the tenant have it: the queue's and the triggers' invocations
+    /// share both bounds.
+    pub(crate) fn event_turn(&self, tenant: &str) -> Option<Turn<'_>> {
+        let slot = self.slots.clone().try_acquire_owned().ok()?;
+        let running = self.start(tenant)?;
+        Some(Turn {
+            _slot: slot,
+            _running: running,
         })
     }
 
@@ -196,7 +215,12 @@ impl Worker {
                         retry: item.redelivered() || item.attempts > 0,
                         queued: true,
                     };
-                    let done = self.dispatch.dispatch(&item, request, attempt).await;
+                    let target = Target {
+                        tenant: &item.tenant,
+                        function: &item.function,
+                        pin: &item.target,
+                    };
+                    let done = self.dispatch.dispatch(target, request, attempt).await;
                     self.settlement(&item, done)
                 }
             }
@@ -267,7 +291,7 @@ fn millis(d: Duration) -> i64 {
 
 /// The delay before the retry after `attempts` failures: doubling from
 /// `backoff` to `backoff_max`, less a random part of up to half.
-fn backoff(config: &EventsConfig, attempts: u32) -> Duration {
+pub(crate) fn backoff(config: &EventsConfig, attempts: u32) -> Duration {
     let full = config
         .backoff
         .saturating_mul(1 << attempts.min(20))

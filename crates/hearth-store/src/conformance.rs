@@ -41,6 +41,7 @@ scenarios![
     queued_invocations_are_claimed_once_until_their_lease_lapses_and_settle_once,
     claims_take_tenants_in_turns,
     a_functions_dead_letters_are_bounded_oldest_first,
+    broker_bindings_keep_their_pause_across_deploys_and_are_bounded,
 ];
 
 pub(crate) async fn versions_resolve_newest_or_pinned(s: &dyn Store) {
@@ -839,6 +840,88 @@ fn queued(id: &str, at: i64) -> Enqueue {
         expires_ms: at + 60_000,
         max_attempts: 3,
     }
+}
+
+fn trigger_row(function: &str, id: &str) -> crate::TriggerRow {
+    crate::TriggerRow {
+        tenant: "t".into(),
+        function: function.into(),
+        id: id.into(),
+        kind: "nats".into(),
+        spec: format!("{{\"stream\":\"{id}\"}}"),
+        paused: false,
+        created_ms: 1,
+    }
+}
+
+async fn broker_bindings_keep_their_pause_across_deploys_and_are_bounded(s: &dyn Store) {
+    let spec = FunctionSpec::new(Runtime::Wasm);
+    for f in ["f", "g"] {
+        s.create_version("t", f, "aa", &spec, true).await.unwrap();
+    }
+    s.set_triggers("t", "f", &[trigger_row("f", "a"), trigger_row("f", "b")])
+        .await
+        .unwrap();
+    assert!(s.pause_trigger(("t", "f", "a"), true).await.unwrap());
+    assert!(!s.pause_trigger(("t", "f", "zz"), true).await.unwrap());
+    // A redeploy that keeps `a` keeps its pause and takes its new
+    // settings; `b` goes, `c` comes.
+    let a = crate::TriggerRow {
+        spec: "{\"stream\":\"a\",\"batch\":5}".into(),
+        ..trigger_row("f", "a")
+    };
+    s.set_triggers("t", "f", &[a, trigger_row("f", "c")])
+        .await
+        .unwrap();
+    let kept = s.triggers(Some("t"), Some("f")).await.unwrap();
+    assert_eq!(
+        kept.iter()
+            .map(|r| (r.id.as_str(), r.paused))
+            .collect::<Vec<_>>(),
+        [("a", true), ("c", false)]
+    );
+    assert_eq!(kept[0].spec, "{\"stream\":\"a\",\"batch\":5}");
+    assert_eq!(kept[1].spec, "{\"stream\":\"c\"}");
+    s.set_triggers("t", "g", &[trigger_row("g", "a")])
+        .await
+        .unwrap();
+    assert_eq!(s.triggers(None, None).await.unwrap().len(), 3);
+    assert!(s.triggers(Some("other"), None).await.unwrap().is_empty());
+    assert!(s.remove_trigger(("t", "f", "c")).await.unwrap());
+    assert!(!s.remove_trigger(("t", "f", "c")).await.unwrap());
+
+    let too_many: Vec<_> = (0..=crate::MAX_TRIGGERS_PER_FUNCTION)
+        .map(|i| trigger_row("f", &format!("n{i}")))
+        .collect();
+    assert!(matches!(
+        s.set_triggers("t", "f", &too_many).await,
+        Err(StoreError::TooManyTriggers {
+            per: "function",
+            ..
+        })
+    ));
+    // The tenant's bound counts every function's bindings.
+    for i in 0..(crate::MAX_TRIGGERS_PER_TENANT / crate::MAX_TRIGGERS_PER_FUNCTION) {
+        let f = format!("h{i}");
+        s.create_version("t", &f, "aa", &spec, true).await.unwrap();
+        let rows: Vec<_> = (0..crate::MAX_TRIGGERS_PER_FUNCTION)
+            .map(|j| trigger_row(&f, &format!("n{j}")))
+            .collect();
+        let set = s.set_triggers("t", &f, &rows).await;
+        if i + 1 < crate::MAX_TRIGGERS_PER_TENANT / crate::MAX_TRIGGERS_PER_FUNCTION {
+            set.unwrap();
+        } else {
+            assert!(
+                matches!(set, Err(StoreError::TooManyTriggers { per: "tenant", .. })),
+                "{set:?}"
+            );
+        }
+    }
+
+    // A removed function's bindings go with it.
+    assert!(s.delete_function("t", "f").await.unwrap());
+    assert!(s.triggers(Some("t"), Some("f")).await.unwrap().is_empty());
+    assert_eq!(s.triggers(Some("t"), Some("g")).await.unwrap().len(), 1);
 }
 
 async fn a_schedules_tick_is_fired_once_and_a_redeploy_keeps_its_state(s: &dyn Store) {

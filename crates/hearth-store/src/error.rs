@@ -61,6 +61,8 @@ pub enum StoreError {
     BadSplit(String),
     /// a function has at most {max} schedules
     TooManySchedules { max: usize },
+    /// a {per} has at most {max} broker bindings (`trigger=`): remove one first (`hearth triggers`)
+    TooManyTriggers { max: usize, per: &'static str },
     /// tenant {tenant:?} has {max} invocations queued, the most it may: wait for them to run, or purge its dead letters (`hearth dlq purge`)
     QueueFull { tenant: String, max: u64 },
 }

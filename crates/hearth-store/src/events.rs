@@ -13,6 +13,13 @@ use crate::StoreError;
 /// How many schedules one function may have.
 pub const MAX_SCHEDULES_PER_FUNCTION: usize = 10;
 
+/// How many broker bindings one function may have.
+pub const MAX_TRIGGERS_PER_FUNCTION: usize = 4;
+
+/// How many broker bindings one tenant may have, every function's: each
+/// holds a connection and a consumer on every member that runs events.
+pub const MAX_TRIGGERS_PER_TENANT: usize = 32;
+
 /// How many dead letters one function keeps: past it, the oldest go (a
 /// schedule that always fails would otherwise add its every tick).
 pub const MAX_DEAD_PER_FUNCTION: u32 = 1000;
@@ -128,6 +135,43 @@ pub struct DeadLetter {
     pub enqueued_ms: i64,
     pub attempts: u32,
     pub error: String,
+}
+
+/// One of a function's bindings to a message broker: each message it
+/// delivers invokes the function's `live` alias.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TriggerRow {
+    pub tenant: String,
+    pub function: String,
+    /// Derived from the binding: a deploy that keeps it keeps its id.
+    pub id: String,
+    /// Which broker: `nats` (JetStream).
+    pub kind: String,
+    /// The binding, as its kind reads it (JSON).
+    pub spec: String,
+    /// Not consumed until resumed (its messages wait in the broker).
+    pub paused: bool,
+    pub created_ms: i64,
+}
+
+/// Refuses more bindings than a function may have, or one id twice.
+pub(crate) fn check_triggers(rows: &[TriggerRow]) -> Result<(), StoreError> {
+    if rows.len() > MAX_TRIGGERS_PER_FUNCTION {
+        return Err(StoreError::TooManyTriggers {
+            max: MAX_TRIGGERS_PER_FUNCTION,
+            per: "function",
+        });
+    }
+    for (i, r) in rows.iter().enumerate() {
+        if rows[..i].iter().any(|o| o.id == r.id) {
+            return Err(StoreError::Corrupt(format!(
+                "trigger {:?} is listed twice",
+                r.spec
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// One function's queue, as counted for metrics and the console.

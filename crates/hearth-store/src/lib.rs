@@ -37,7 +37,8 @@ pub use cluster::{AwayTapes, Change, ClusterSettings, MemberRow};
 pub use error::StoreError;
 pub use events::{
     Claimed, DeadLetter, Enqueue, Fired, MAX_DEAD_PER_FUNCTION, MAX_SCHEDULES_PER_FUNCTION,
-    QueueDepth, ScheduleRow, Settle,
+    MAX_TRIGGERS_PER_FUNCTION, MAX_TRIGGERS_PER_TENANT, QueueDepth, ScheduleRow, Settle,
+    TriggerRow,
 };
 pub use postgres::PgStore;
 pub use secrets::{MAX_SEALED_SECRET_BYTES, MAX_SECRETS_PER_TENANT, SecretInfo};
@@ -610,6 +611,30 @@ pub trait Store: Send + Sync + 'static {
         function: &str,
         id: &str,
     ) -> Result<bool, StoreError>;
+    /// Sets `function`'s broker bindings to `rows` (a row whose id the
+    /// function has already keeps its pause; the others go), within
+    /// [`MAX_TRIGGERS_PER_TENANT`] counted in the same transaction.
+    async fn set_triggers(
+        &self,
+        tenant: &str,
+        function: &str,
+        rows: &[TriggerRow],
+    ) -> Result<(), StoreError>;
+    /// Broker bindings: one tenant's (one function's, if named), or with
+    /// no tenant every tenant's (what a member consumes).
+    async fn triggers(
+        &self,
+        tenant: Option<&str>,
+        function: Option<&str>,
+    ) -> Result<Vec<TriggerRow>, StoreError>;
+    /// Pauses or resumes a binding; whether it exists.
+    async fn pause_trigger(
+        &self,
+        key: (&str, &str, &str),
+        paused: bool,
+    ) -> Result<bool, StoreError>;
+    /// Removes a binding; whether it existed.
+    async fn remove_trigger(&self, key: (&str, &str, &str)) -> Result<bool, StoreError>;
     /// Every tenant's schedules not paused whose next tick is at or
     /// before `now_ms`, earliest first.
     async fn due_schedules(&self, now_ms: i64, limit: u32) -> Result<Vec<ScheduleRow>, StoreError>;

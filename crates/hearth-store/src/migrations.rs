@@ -98,12 +98,16 @@ pub(crate) async fn postgres(client: &mut tokio_postgres::Client) -> Result<(), 
 /// Each dialect's migrations as (version, name).
 #[cfg(test)]
 pub(crate) fn versions() -> [Vec<(i32, String)>; 2] {
+    // In version order (the embedded list is in file-name order, V10
+    // before V2; refinery applies them by version).
     let list = |runner: refinery::Runner| {
-        runner
+        let mut all = runner
             .get_migrations()
             .iter()
             .map(|m| (m.version(), m.name().to_string()))
-            .collect::<Vec<_>>()
+            .collect::<Vec<_>>();
+        all.sort();
+        all
     };
     [
         list(sqlite_files::migrations::runner()),
@@ -158,7 +162,7 @@ mod tests {
         let mut conn = Connection::open_in_memory().unwrap();
         sqlite(&mut conn).unwrap();
         sqlite(&mut conn).unwrap();
-        assert_eq!(history(&conn), (1..=9).collect::<Vec<_>>());
+        assert_eq!(history(&conn), (1..=10).collect::<Vec<_>>());
         assert!(columns(&conn, "logs").contains(&"trace_id".to_string()));
         assert!(!columns(&conn, "log_usage").is_empty());
     }
@@ -186,7 +190,7 @@ mod tests {
         let mut conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(BEFORE_MIGRATIONS).unwrap();
         sqlite(&mut conn).unwrap();
-        assert_eq!(history(&conn), (1..=9).collect::<Vec<_>>());
+        assert_eq!(history(&conn), (1..=10).collect::<Vec<_>>());
         assert!(columns(&conn, "logs").contains(&"trace_id".to_string()));
         // Counted once, not again over what was counted.
         assert_eq!(count(&conn, "SELECT bytes FROM kv_usage"), 6);
@@ -206,7 +210,7 @@ mod tests {
         )
         .unwrap();
         sqlite(&mut conn).unwrap();
-        assert_eq!(history(&conn), (1..=9).collect::<Vec<_>>());
+        assert_eq!(history(&conn), (1..=10).collect::<Vec<_>>());
         assert_eq!(count(&conn, "SELECT bytes FROM log_usage"), 4);
         // The triggers V1 and V3 create are there and count.
         conn.execute_batch(
@@ -301,7 +305,7 @@ mod tests {
             .iter()
             .map(|r| r.get(0))
             .collect();
-        assert_eq!(applied, (1..=9).collect::<Vec<_>>());
+        assert_eq!(applied, (1..=10).collect::<Vec<_>>());
 
         // The old schema, with a tenant's KV and logs in it.
         let url = pg.create_database("before").unwrap();

@@ -9,6 +9,7 @@ use crate::{
     Alias, AliasMove, BlobEntry, BlockQuery, Claimed, DeadLetter, Enqueue, Fired, FunctionMode,
     FunctionSummary, Grant, JournalKey, LogQuery, LogRecord, PgStore, Principal, QueueDepth,
     ScheduleRow, SecretInfo, Settle, SqliteStore, Store, StoreError, TapeBlock, TapeIndex, TapePin,
+    TriggerRow,
 };
 
 /// Shared state in PostgreSQL, the tape index in local SQLite.
@@ -311,6 +312,31 @@ impl Store for SplitStore {
         id: &str,
     ) -> Result<bool, StoreError> {
         self.shared.remove_schedule(tenant, function, id).await
+    }
+    async fn set_triggers(
+        &self,
+        tenant: &str,
+        function: &str,
+        rows: &[TriggerRow],
+    ) -> Result<(), StoreError> {
+        self.shared.set_triggers(tenant, function, rows).await
+    }
+    async fn triggers(
+        &self,
+        tenant: Option<&str>,
+        function: Option<&str>,
+    ) -> Result<Vec<TriggerRow>, StoreError> {
+        self.shared.triggers(tenant, function).await
+    }
+    async fn pause_trigger(
+        &self,
+        key: (&str, &str, &str),
+        paused: bool,
+    ) -> Result<bool, StoreError> {
+        self.shared.pause_trigger(key, paused).await
+    }
+    async fn remove_trigger(&self, key: (&str, &str, &str)) -> Result<bool, StoreError> {
+        self.shared.remove_trigger(key).await
     }
     async fn due_schedules(&self, now_ms: i64, limit: u32) -> Result<Vec<ScheduleRow>, StoreError> {
         self.shared.due_schedules(now_ms, limit).await

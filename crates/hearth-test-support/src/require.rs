@@ -32,6 +32,8 @@ pub enum Tool {
     Node,
     /// PostgreSQL's server binaries (`initdb`, `pg_ctl`).
     Postgres,
+    /// Debian's `nats-server` (JetStream built in).
+    Nats,
     /// Debian's chromium and chromedriver: the console's browser tests.
     Chromium,
     /// `kubectl` (for `kubectl kustomize`).
@@ -66,6 +68,7 @@ impl Tool {
             Tool::Python => vec![file("/usr/bin/python3")],
             Tool::Node => vec![file("/usr/bin/node"), on_path("npm")],
             Tool::Postgres => vec![crate::temp_postgres::find_bin().map(drop)],
+            Tool::Nats => vec![on_path("nats-server")],
             Tool::Chromium => vec![file("/usr/bin/chromium"), file("/usr/bin/chromedriver")],
             Tool::Kubectl => vec![on_path("kubectl")],
             Tool::Promtool => vec![on_path("promtool")],
@@ -87,6 +90,7 @@ impl Tool {
             Tool::Python => "apt-get install python3 python3-pip python3-venv",
             Tool::Node => "apt-get install nodejs npm",
             Tool::Postgres => "apt-get install postgresql",
+            Tool::Nats => "apt-get install nats-server",
             Tool::Chromium => "scripts/browser-tools.sh (apt-get install chromium chromium-driver)",
             Tool::Kubectl => "scripts/kubernetes-tools.sh (apt-get install kubernetes-client)",
             Tool::Promtool => "scripts/prometheus-tools.sh (apt-get install prometheus)",

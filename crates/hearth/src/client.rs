@@ -187,6 +187,9 @@ pub enum ClientCommand {
     /// The tenant's schedules (set with `deploy --schedule`): list them,
     /// or pause, resume or rm one.
     Schedules(crate::schedules::SchedulesArgs),
+    /// The tenant's broker bindings (set with `deploy --trigger`): list
+    /// them, or pause, resume or remove one.
+    Triggers(crate::triggers::TriggersArgs),
     /// A function's dead letters: queued invocations that failed every
     /// attempt. List them, or replay or purge them.
     Dlq(crate::dlq::DlqArgs),
@@ -781,6 +784,7 @@ pub async fn run(data_dir: &Path, cmd: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Token(cmd) => crate::tokens::run(data_dir, cmd).await?,
         ClientCommand::Secret(cmd) => crate::secrets::run(data_dir, cmd).await?,
         ClientCommand::Schedules(args) => crate::schedules::run(data_dir, args).await?,
+        ClientCommand::Triggers(args) => crate::triggers::run(data_dir, args).await?,
         ClientCommand::Dlq(args) => crate::dlq::run(data_dir, args).await?,
         ClientCommand::Rm { name, target } => {
             let c = Client::new(data_dir, &target)?;

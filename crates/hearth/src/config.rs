@@ -314,6 +314,17 @@ pub struct UpArgs {
         value_delimiter = ','
     )]
     pub package_index_hosts: Option<Vec<String>>,
+    /// The message brokers a function may be bound to (`trigger=`), each
+    /// `host:port` as bindings name it, repeated or comma-separated, or
+    /// `*` for any broker on a public address (default: none, so every
+    /// binding is refused). A listed broker may be on this machine or its
+    /// private networks.
+    #[arg(
+        long = "broker-allow",
+        env = "HEARTH_BROKER_ALLOW",
+        value_delimiter = ','
+    )]
+    pub broker_allow: Option<Vec<String>>,
     /// The Python package index pip resolves and installs from (pip's
     /// --index-url; default PyPI). Its host must be a --package-index-host.
     #[arg(long, env = "HEARTH_PACKAGE_INDEX_URL")]
@@ -446,6 +457,7 @@ pub struct Settings {
     pub max_tape_bytes: usize,
     pub allow_private_egress: bool,
     pub package_index_hosts: Vec<String>,
+    pub broker_allow: Vec<String>,
     pub package_index_url: Option<String>,
     pub npm_registry: Option<String>,
     pub max_concurrency_per_tenant: usize,
@@ -469,6 +481,26 @@ fn check_http_url(flag: &str, url: &str) -> anyhow::Result<()> {
 /// The machine's memory in MiB, from /proc/meminfo (4096 if unreadable).
 /// The memory the daemon may use, MiB: the machine's, or its memory
 /// cgroup's limit when that is lower (a container, a systemd unit).
+/// `--broker-allow`'s entries, each `*` or `host:port`.
+fn broker_allow(entries: &[String]) -> anyhow::Result<Vec<String>> {
+    entries
+        .iter()
+        .map(|e| e.trim())
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            let port = e.rsplit_once(':').map(|(_, p)| p.parse::<u16>());
+            if e == "*" || matches!(port, Some(Ok(p)) if p > 0) {
+                Ok(e.to_ascii_lowercase())
+            } else {
+                anyhow::bail!(
+                    "--broker-allow {e:?}: name a broker as host:port (127.0.0.1:4222), or * \
+                     for any on a public address"
+                )
+            }
+        })
+        .collect()
+}
+
 fn daemon_memory_mib() -> u64 {
     let cgroup_limit = std::fs::read_to_string("/proc/self/cgroup")
         .ok()
@@ -758,6 +790,7 @@ impl Settings {
                 }),
             package_index_url: o.package_index_url.clone(),
             npm_registry: o.npm_registry.clone(),
+            broker_allow: broker_allow(o.broker_allow.as_deref().unwrap_or_default())?,
             max_tape_bytes: o.max_tape_bytes.unwrap_or(4 << 20),
             metrics_per_function: o.metrics_per_function.unwrap_or(false),
             otlp_endpoint: o.otlp_endpoint.clone(),

@@ -334,6 +334,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             events: Some(hearth_events::EventsConfig {
                 lease: std::time::Duration::from_millis(settings.max_timeout_ms)
                     + std::time::Duration::from_secs(5),
+                max_message_bytes: settings.max_body_bytes,
+                broker_allow: settings.broker_allow.clone(),
                 ..Default::default()
             }),
         },

@@ -44,6 +44,12 @@ pub struct DeployArgs {
     /// replace the function's schedules ("none": remove them all).
     #[arg(long = "schedule", value_name = "EXPR")]
     schedules: Vec<String>,
+    /// Invoke the function's live alias for each message of a NATS
+    /// JetStream stream: "nats://HOST:PORT/STREAM?subject=…&dlq=…"
+    /// (docs/events.md); repeatable. Given, they replace the function's
+    /// bindings ("none": remove them all).
+    #[arg(long = "trigger", value_name = "URL")]
+    triggers: Vec<String>,
     /// How many ticks a schedule missed while Hearth was down fire late
     /// (default 0: skipped).
     #[arg(long, value_name = "N")]
@@ -99,6 +105,7 @@ pub(crate) async fn deploy(c: &Client, args: DeployArgs) -> anyhow::Result<()> {
         env,
         secrets,
         schedules,
+        triggers,
         schedule_catch_up,
         public,
         handler,
@@ -146,6 +153,7 @@ pub(crate) async fn deploy(c: &Client, args: DeployArgs) -> anyhow::Result<()> {
     q.extend(env.into_iter().map(|e| ("env", e)));
     q.extend(secrets.into_iter().map(|s| ("secret", s)));
     q.extend(schedules.into_iter().map(|s| ("schedule", s)));
+    q.extend(triggers.into_iter().map(|t| ("trigger", t)));
     q.extend(schedule_catch_up.map(|n| ("schedule_catch_up", n.to_string())));
     if public {
         q.push(("public", "true".into()));
@@ -209,6 +217,14 @@ pub(crate) async fn deploy(c: &Client, args: DeployArgs) -> anyhow::Result<()> {
                 format!("next at {}", crate::client::fmt_time(s.next_ms))
             };
             println!("  schedule {}: {} ({next})", s.id, s.expr);
+        }
+        for t in &deployed.triggers {
+            let state = if t.paused { "paused" } else { "consuming" };
+            println!(
+                "  trigger {}: {} ({state})",
+                t.id,
+                crate::triggers::source(t)
+            );
         }
     }
     // Choices made for the deployer are theirs to know, also under --json.

@@ -16,6 +16,7 @@ mod schedules;
 mod secrets;
 mod serve;
 mod tokens;
+mod triggers;
 
 use std::path::PathBuf;
 

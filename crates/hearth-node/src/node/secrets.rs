@@ -121,6 +121,27 @@ impl Node {
         Ok(())
     }
 
+    /// The value of `tenant`'s secret `name`, opened now: what a trigger's
+    /// broker credentials name.
+    pub async fn secret_value(&self, tenant: &str, name: &str) -> Result<String, NodeError> {
+        let secret_box = keeping(self.secrets.as_deref())?;
+        let missing = || {
+            NodeError::Invalid(format!(
+                "tenant {tenant} has no secret {name} this node can open: set it (`hearth \
+                 secret set {name}`)"
+            ))
+        };
+        let sealed = self
+            .store
+            .sealed_secret(tenant, name)
+            .await?
+            .ok_or_else(missing)?;
+        secret_box
+            .open(tenant, name, &sealed)
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or_else(missing)
+    }
+
     /// `v` with its bound secrets' values in its environment, opened from
     /// the store now; `None` if it binds none.
     pub(super) async fn with_secret_values(

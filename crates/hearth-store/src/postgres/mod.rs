@@ -26,6 +26,7 @@ mod aliases;
 mod events;
 mod secrets;
 mod tokens;
+mod triggers;
 
 use crate::Split;
 
@@ -452,9 +453,9 @@ impl PgStore {
                        AND version < (SELECT MAX(version) FROM versions WHERE tenant = $1 AND name = $2)",
                     &[&tenant, &name],
                 ).await?;
-                // Its schedules and queued invocations go with it: nothing
-                // of a removed function runs again.
-                for table in ["kv", "logs", "log_usage", "schedules", "queue"] {
+                // Its schedules, broker bindings and queued invocations go
+                // with it: nothing of a removed function runs again.
+                for table in ["kv", "logs", "log_usage", "schedules", "triggers", "queue"] {
                     tx.execute(
                         &format!("DELETE FROM {table} WHERE tenant = $1 AND function = $2"),
                         &[&tenant, &name],

@@ -23,6 +23,7 @@ mod secrets;
 mod store;
 mod tapes;
 mod tokens;
+mod triggers;
 
 use crate::{
     Alias, AliasMove, BlobEntry, BlockQuery, FunctionMode, FunctionSummary, JournalKey, LIVE,
@@ -456,9 +457,9 @@ impl SqliteStore {
                 "DELETE FROM log_usage WHERE tenant = ?1 AND function = ?2",
                 params![tenant, name],
             )?;
-            // Its schedules and queued invocations go with it: nothing of
-            // a removed function runs again.
-            for table in ["schedules", "queue"] {
+            // Its schedules, broker bindings and queued invocations go
+            // with it: nothing of a removed function runs again.
+            for table in ["schedules", "triggers", "queue"] {
                 tx.execute(
                     &format!("DELETE FROM {table} WHERE tenant = ?1 AND function = ?2"),
                     params![tenant, name],

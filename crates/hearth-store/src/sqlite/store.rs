@@ -8,7 +8,7 @@ use super::SqliteStore;
 use crate::{
     Alias, AliasMove, Claimed, DeadLetter, Enqueue, Fired, FunctionMode, FunctionSummary, Grant,
     JournalKey, LogQuery, LogRecord, Principal, QueueDepth, ScheduleRow, SecretInfo, Settle, Split,
-    Store, StoreError,
+    Store, StoreError, TriggerRow,
 };
 
 impl SqliteStore {
@@ -404,6 +404,42 @@ impl Store for SqliteStore {
     ) -> Result<bool, StoreError> {
         let key = (tenant.to_owned(), function.to_owned(), id.to_owned());
         self.off_runtime(move |s| s.remove_schedule(&key.0, &key.1, &key.2))
+            .await
+    }
+    async fn set_triggers(
+        &self,
+        tenant: &str,
+        function: &str,
+        rows: &[TriggerRow],
+    ) -> Result<(), StoreError> {
+        let (tenant, function, rows) = (tenant.to_owned(), function.to_owned(), rows.to_vec());
+        self.off_runtime(move |s| s.set_triggers(&tenant, &function, &rows))
+            .await
+    }
+    async fn triggers(
+        &self,
+        tenant: Option<&str>,
+        function: Option<&str>,
+    ) -> Result<Vec<TriggerRow>, StoreError> {
+        let (tenant, function) = (tenant.map(str::to_owned), function.map(str::to_owned));
+        self.off_runtime(move |s| s.triggers(tenant.as_deref(), function.as_deref()))
+            .await
+    }
+    async fn pause_trigger(
+        &self,
+        (tenant, function, id): (&str, &str, &str),
+        paused: bool,
+    ) -> Result<bool, StoreError> {
+        let key = (tenant.to_owned(), function.to_owned(), id.to_owned());
+        self.off_runtime(move |s| s.pause_trigger((&key.0, &key.1, &key.2), paused))
+            .await
+    }
+    async fn remove_trigger(
+        &self,
+        (tenant, function, id): (&str, &str, &str),
+    ) -> Result<bool, StoreError> {
+        let key = (tenant.to_owned(), function.to_owned(), id.to_owned());
+        self.off_runtime(move |s| s.remove_trigger((&key.0, &key.1, &key.2)))
             .await
     }
     async fn due_schedules(&self, now_ms: i64, limit: u32) -> Result<Vec<ScheduleRow>, StoreError> {

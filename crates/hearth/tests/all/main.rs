@@ -33,3 +33,4 @@ mod secrets;
 mod snapshot;
 mod streaming;
 mod traces;
+mod triggers;

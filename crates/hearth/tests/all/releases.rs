@@ -568,7 +568,21 @@ async fn canary_under_load(
         let (d, stop) = (d.clone(), stop.clone());
         tokio::spawn(async move {
             let mut n = 0u64;
+            // Calls only once the canary is under way: one taped on
+            // version 1 before the gate reads its tapes would be replayed
+            // by the gate (a slow machine starts the CLI late).
+            let mut split = false;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if !split {
+                    let aliases: serde_json::Value =
+                        d.get("/v1/functions/say/aliases").json_value().await;
+                    split =
+                        aliases["aliases"][0] != serde_json::json!({"alias": "live", "version": 1});
+                    if !split {
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                        continue;
+                    }
+                }
                 let body: &'static [u8] = if booms && n.is_multiple_of(3) {
                     b"boom"
                 } else {

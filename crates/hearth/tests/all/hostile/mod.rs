@@ -28,3 +28,4 @@ mod restart;
 mod secrets;
 mod storage;
 mod tokens;
+mod triggers;
