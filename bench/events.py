@@ -9,8 +9,9 @@ an effect that happened twice, or never, is counted where it happened.
 Usage: events.py BIN WORK STORE   (prints Markdown)
 Environment: FUNCS (schedules, default 20), SECS (how long they fire,
 default 60), KILL_TICKS (ticks fired while gateways are killed, default
-10000), QUEUED (default 10000), PARTS (default schedules,async,after,kill), ROUNDS
-and CALLS (the after part: default 10 rounds of 300 calls)."""
+10000), QUEUED (default 10000), PARTS (default schedules,async,after,kill,nats), ROUNDS
+and CALLS (the after part: default 10 rounds of 300 calls), NATS_MSGS (the
+nats part: default 20000)."""
 import atexit
 import collections
 import http.server
@@ -33,7 +34,7 @@ SECS = int(os.environ.get("SECS", 60))
 KILL_TICKS = int(os.environ.get("KILL_TICKS", 10000))
 QUEUED = int(os.environ.get("QUEUED", 10000))
 HEARTH = os.path.join(BIN, "hearth")
-PARTS = os.environ.get("PARTS", "schedules,async,after,kill").split(",")
+PARTS = os.environ.get("PARTS", "schedules,async,after,kill,nats").split(",")
 
 hits = collections.Counter()
 hits_lock = threading.Lock()
@@ -385,6 +386,81 @@ def after_response():
     print()
 
 
+# Each message's invocation: nothing but an answer (throughput), or a
+# log line of how long after its publish time (the body) it started.
+SINK = b"export default { async fetch() { return new Response('ok'); } };"
+LATE = (b"export default { async fetch(req) { "
+        b"console.log('late ' + (Date.now() - Number(await req.text()))); "
+        b"return new Response('ok'); } };")
+
+
+def nats_triggers():
+    """NATS JetStream: messages a js function's binding runs per second
+    against a raw pull consumer (async-nats, the same batch, an ack per
+    message) on the same server, and publish → start latency."""
+    import socket
+    import urllib.parse
+    n = int(os.environ.get("NATS_MSGS", 20000))
+    tool_bin = os.path.join(BIN, "examples", "nats_bench")
+    port = socket.create_server(("127.0.0.1", 0)).getsockname()[1]
+    store = os.path.join(WORK, "nats")
+    os.makedirs(store, exist_ok=True)
+    srv = subprocess.Popen(["nats-server", "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", store],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    STARTED.append(srv)
+    while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+        time.sleep(0.02)
+    url = f"nats://127.0.0.1:{port}"
+
+    def tool(*a):
+        return subprocess.run([tool_bin, *a], check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    tool("publish", url, "RAW", "raw", str(n))
+    raw = float(tool("raw", url, "RAW", str(n), "10"))
+
+    w, addr, token = start(HEARTH, os.path.join(WORK, "nats-hearth"),
+                           "--broker-allow", f"127.0.0.1:{port}")
+    c = Client(addr, token)
+
+    def bind(name, code, stream):
+        tool("publish", url, stream, stream.lower(), "0")
+        trigger = urllib.parse.quote(f"{url}/{stream}?batch=10", safe="")
+        deploy(addr, token, name, code, runtime="js", file_name="index.mjs", trigger=trigger)
+        _, body = c.call("GET", f"/v1/functions/{name}/triggers")
+        return f"hearth_admin_{name}_" + json.loads(body)["triggers"][0]["id"]
+
+    sink = bind("sink", SINK, "HEARTH")
+    tool("publish", url, "HEARTH", "hearth", str(n))
+    hearth = float(tool("drain", url, "HEARTH", sink, str(n)))
+
+    bind("late", LATE, "LAT")
+    time.sleep(3)  # its consumer running
+    tool("publish", url, "LAT", "lat", "300", "100")
+    lat = []
+    while len(lat) < 300:
+        time.sleep(0.2)
+        lat = [int(l["message"].split()[1]) for l in logs(addr, token, "late")
+               if l["message"].startswith("late ")]
+    w.send_signal(signal.SIGTERM)
+    w.wait()
+    print(f"### Queue triggers on NATS JetStream (nats-server {nats_version()}, loopback, "
+          f"batch 10, a js function that answers at once, {os.cpu_count()} cores)")
+    print()
+    print("| figure | value |")
+    print("|---|---|")
+    print(f"| raw pull consumer (async-nats), {n:,} messages, ack each | {raw:,.0f} msgs/s |")
+    print(f"| Hearth binding, {n:,} messages, an invocation and an ack each | {hearth:,.0f} msgs/s |")
+    print(f"| Hearth ÷ raw | {hearth / raw:.2f} |")
+    print(f"| publish → start, p50 / p99 (300 messages, 100/s) | {pct(lat, 50)} / {pct(lat, 99)} ms |")
+    print()
+
+
+def nats_version():
+    out = subprocess.run(["nats-server", "--version"], capture_output=True, text=True).stdout
+    return out.strip().split()[-1].lstrip("v")
+
+
 if "schedules" in PARTS:
     schedules()
 if "async" in PARTS:
@@ -393,3 +469,5 @@ if "after" in PARTS:
     after_response()
 if "kill" in PARTS:
     kill_with_queued()
+if "nats" in PARTS:
+    nats_triggers()

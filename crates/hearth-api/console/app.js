@@ -326,18 +326,25 @@ function Versions({ name }) {
     <${Events} name=${name} />`;
 }
 
-/// A function's events (docs/events.md): its schedules, paused and
-/// resumed here, and its dead letters, queued again or purged here.
+/// A function's events (docs/events.md): its schedules and broker
+/// bindings, paused and resumed here, and its dead letters, queued again
+/// or purged here.
 function Events({ name }) {
   const fn = encodeURIComponent(name);
   const [changed, setChanged] = useState(0);
   const [said, setSaid] = useState(null);
   const { data, error } = useLoad(async () => {
-    const [schedules, dlq] = await Promise.all([
+    const [schedules, triggers, dlq] = await Promise.all([
       json(`/v1/functions/${fn}/schedules`),
+      json(`/v1/functions/${fn}/triggers`),
       json(`/v1/functions/${fn}/dlq?limit=100`),
     ]);
-    return { schedules: schedules.schedules, dead: dlq.dead, queue: dlq.queue };
+    return {
+      schedules: schedules.schedules,
+      triggers: triggers.triggers,
+      dead: dlq.dead,
+      queue: dlq.queue,
+    };
   }, [name, changed], 5000);
   const act = async (what, path, method = "POST") => {
     try {
@@ -349,11 +356,24 @@ function Events({ name }) {
     setChanged((n) => n + 1);
   };
   if (!data) return html`<p class=${error ? "error" : "muted"}>${error || "Loading…"}</p>`;
-  const toggle = (s) => {
+  const toggle = (s, kind = "schedules") => {
     const to = s.paused ? "resume" : "pause";
     return html`<button id=${`${to}-${s.id}`}
-      onClick=${() => act(s.paused ? "resumed" : "paused", `/v1/functions/${fn}/schedules/${s.id}/${to}`)}>
+      onClick=${() => act(s.paused ? "resumed" : "paused", `/v1/functions/${fn}/${kind}/${s.id}/${to}`)}>
       ${s.paused ? "Resume" : "Pause"}</button>`;
+  };
+  // A binding's spec as its kind keeps it (JSON): where it reads, and how.
+  const binding = (t) => {
+    try {
+      const b = JSON.parse(t.spec);
+      return {
+        source: `${t.kind}://${b.host}:${b.port}/${b.stream}${b.subject ? ` (${b.subject})` : ""}`,
+        how: `batch ${b.batch}, ${b.attempts} attempts`,
+        dlq: b.dlq || "— (ended in its stream)",
+      };
+    } catch {
+      return { source: t.kind, how: "", dlq: "" };
+    }
   };
   return html`<h2>Schedules</h2>
     ${said?.error && html`<p class="error" id="events-error">${said.error}</p>`}
@@ -367,6 +387,18 @@ function Events({ name }) {
           <td>${s.paused ? "—" : time(s.next_ms)}</td>
           <td>${s.fired_ms == null ? "never" : time(s.fired_ms)}</td>
           <td>${toggle(s)}</td></tr>`)}
+      </table>`}
+    <h2>Triggers</h2>
+    ${data.triggers.length === 0
+      ? html`<p class="muted" id="no-triggers">No broker bindings (deploy with <code>--trigger</code>).</p>`
+      : html`<table id="triggers">
+        <tr><th>source</th><th>settings</th><th>dead letters to</th><th></th></tr>
+        ${data.triggers.map((t) => {
+          const b = binding(t);
+          return html`<tr data-trigger=${t.id}>
+            <td><code>${b.source}</code>${t.paused && html` <span class="tag">paused</span>`}</td>
+            <td>${b.how}</td><td>${b.dlq}</td><td>${toggle(t, "triggers")}</td></tr>`;
+        })}
       </table>`}
     <h2>Queue</h2>
     <p id="queue">${data.queue.ready} waiting or running${data.queue.retrying ? `, ${data.queue.retrying} of them retrying` : ""}${data.queue.oldest_ms == null ? "" : `, the oldest since ${time(data.queue.oldest_ms)}`}; ${data.queue.dead} dead <span class="muted">(counted every 2 s)</span></p>

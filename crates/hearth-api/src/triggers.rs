@@ -58,13 +58,19 @@ pub(crate) async fn check(
                 .into(),
         ));
     };
-    let others = s
-        .node
-        .store()
-        .triggers(Some(tenant), None)
-        .await?
-        .into_iter()
-        .filter(|r| r.function != function)
+    let all = s.node.store().triggers(None, None).await?;
+    let elsewhere = |r: &&TriggerRow| r.tenant != tenant || r.function != function;
+    if all.iter().filter(elsewhere).count() + bindings.len() > hearth_events::trigger::MAX_BINDINGS
+    {
+        return Err(ApiError::Unavailable(format!(
+            "this Hearth consumes at most {} broker bindings, every tenant's, and has them: \
+             remove one (`hearth triggers rm`), or ask the operator",
+            hearth_events::trigger::MAX_BINDINGS
+        )));
+    }
+    let others = all
+        .iter()
+        .filter(|r| r.tenant == tenant && r.function != function)
         .count();
     if others + bindings.len() > hearth_store::MAX_TRIGGERS_PER_TENANT {
         return Err(hearth_store::StoreError::TooManyTriggers {

@@ -26,6 +26,10 @@ use crate::nats::NatsBinding;
 use crate::worker::Worker;
 use crate::{Dispatch, EventsConfig};
 
+/// The most bindings a member consumes, every tenant's: each holds a
+/// connection to its broker and a task. Deploys past it are refused.
+pub const MAX_BINDINGS: usize = 1024;
+
 /// A function's binding to a broker, as a deploy gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Binding {
@@ -168,6 +172,19 @@ pub(crate) async fn supervise(
         });
         for (k, row) in wanted {
             if running.contains_key(&k) {
+                continue;
+            }
+            if running.len() >= MAX_BINDINGS {
+                dispatch.note(
+                    &row.tenant,
+                    &row.function,
+                    "error",
+                    &format!(
+                        "trigger {} is not consumed: this member consumes at most {MAX_BINDINGS} \
+                         bindings (every tenant's)",
+                        row.id
+                    ),
+                );
                 continue;
             }
             let binding = match Binding::of_row(row) {

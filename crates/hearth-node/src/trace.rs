@@ -125,12 +125,14 @@ impl Tracing {
             KeyValue::new("faas.invocation_id", id.to_string()),
             KeyValue::new("faas.name", v.name.clone()),
             KeyValue::new("faas.version", v.version.to_string()),
-            // A schedule's firing (the header only the queue may set):
-            // OpenTelemetry's `timer`.
+            // A schedule's firing or a broker's message (the header only
+            // the queue and the triggers may set): OpenTelemetry's
+            // `timer` and `pubsub`.
             KeyValue::new(
                 "faas.trigger",
                 match req.header(hearth_core::EVENT_HEADER) {
                     Some("scheduled") => "timer",
+                    Some("nats") => "pubsub",
                     _ => "http",
                 },
             ),

@@ -252,13 +252,22 @@ async fn the_versions_view_promotes_and_rolls_back_live() {
 /// A function's events on its versions page: pause and resume a
 /// schedule; see a dead letter and why, queue it again, purge it.
 #[tokio::test]
-async fn the_versions_view_pauses_schedules_and_replays_and_purges_dead_letters() {
-    require!(Chromium);
-    let d = Daemon::start();
+async fn the_versions_view_pauses_schedules_and_triggers_and_replays_and_purges_dead_letters() {
+    require!(Chromium, Nats);
+    let nats = hearth_test_support::TempNats::start().unwrap();
+    crate::triggers::add_stream(
+        &crate::triggers::jetstream_of(&nats).await,
+        "ORDERS",
+        &["orders.>"],
+        async_nats::jetstream::stream::RetentionPolicy::Limits,
+    )
+    .await;
+    let d = Daemon::start_with(&["--broker-allow", &nats.address()]);
+    let trigger = format!("{}/ORDERS?subject=orders.>&batch=5", nats.url());
     d.deploy(
         "cron",
         crate::harness::example("hello.wat"),
-        &[("schedule", "@every 1h")],
+        &[("schedule", "@every 1h"), ("trigger", &trigger)],
     )
     .await;
     let fails = "export default { fetch() { throw new Error('always fails'); } };";
@@ -298,10 +307,33 @@ async fn the_versions_view_pauses_schedules_and_replays_and_purges_dead_letters(
     assert_eq!(paused().await, false);
     b.wait_for("#no-dead").await;
 
+    // Its binding, paused and resumed the same way.
+    let binding = d.get_json("/v1/functions/cron/triggers").await["triggers"][0].clone();
+    let id = binding["id"].as_str().unwrap().to_string();
+    b.wait_for_text(
+        "#triggers",
+        &format!("nats://127.0.0.1:{}/ORDERS (orders.>)", nats.port()),
+    )
+    .await;
+    b.wait_for_text("#triggers", "batch 5, 3 attempts").await;
+    b.click(&format!("#pause-{id}")).await;
+    b.wait_for_text("#triggers", "paused").await;
+    assert_eq!(
+        d.get_json("/v1/functions/cron/triggers").await["triggers"][0]["paused"],
+        true
+    );
+    b.click(&format!("#resume-{id}")).await;
+    b.wait_for_text("#events-done", "resumed").await;
+    assert_eq!(
+        d.get_json("/v1/functions/cron/triggers").await["triggers"][0]["paused"],
+        false
+    );
+
     // Three attempts (about 3 s of backoff), then a dead letter.
     b.click("#nav-functions").await;
     b.click("#versions-fails").await;
     b.wait_for("#no-schedules").await;
+    b.wait_for("#no-triggers").await;
     let dead = async || {
         d.get_json("/v1/functions/fails/dlq").await["dead"]
             .as_array()

@@ -303,8 +303,9 @@ async fn a_paused_binding_leaves_messages_in_the_broker_and_a_removed_one_its_co
     assert_eq!(paused.status(), 200);
     let listed = d.get_json("/v1/triggers").await;
     assert_eq!(listed["triggers"][0]["paused"], true, "{listed}");
-    // The consumer stops within its pull's wait; then a message waits.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The member stops its consumer at its next look at the bindings
+    // (every 2 s); then a message waits.
+    tokio::time::sleep(Duration::from_secs(5)).await;
     publish(&js, "orders.2", "two").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(keys(&d, "keeper", "msg/").await.len(), 1, "paused");
