@@ -18,7 +18,7 @@ use futures::StreamExt;
 fn now_ms() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .unwrap()
+        .expect("the clock is past 1970")
         .as_millis()
 }
 
