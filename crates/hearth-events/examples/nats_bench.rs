@@ -6,7 +6,8 @@
 //! ```text
 //! nats_bench publish URL STREAM SUBJECT N [PER_SEC]   # make the stream (limits), publish N
 //!                                                     # bodies holding their publish time (ms)
-//! nats_bench raw URL STREAM N BATCH                   # consume N and ack each: msgs/s
+//! nats_bench raw URL STREAM N BATCH [double]          # consume N and ack each: msgs/s
+//!                                                     # (double: each ack confirmed)
 //! nats_bench drain URL STREAM CONSUMER N              # wait for CONSUMER to ack N: msgs/s
 //! ```
 
@@ -64,12 +65,15 @@ async fn main() {
         "raw" => {
             let n: u64 = arg(3).parse().expect("N");
             let batch: usize = arg(4).parse().expect("BATCH");
+            // `double`: wait for the server to confirm each ack, as Hearth
+            // does before it forgets a message's journal.
+            let double = arg(5) == "double";
             let stream = js.get_stream(arg(2)).await.expect("stream");
             let raw: consumer::PullConsumer = stream
                 .get_or_create_consumer(
-                    "raw",
+                    &format!("raw{}", arg(5)),
                     consumer::pull::Config {
-                        durable_name: Some("raw".into()),
+                        durable_name: Some(format!("raw{}", arg(5))),
                         ack_policy: consumer::AckPolicy::Explicit,
                         ..Default::default()
                     },
@@ -89,7 +93,11 @@ async fn main() {
                 while let Some(m) = messages.next().await {
                     let m = m.expect("message");
                     start.get_or_insert_with(Instant::now);
-                    m.double_ack().await.expect("ack");
+                    if double {
+                        m.double_ack().await.expect("ack");
+                    } else {
+                        m.ack().await.expect("ack");
+                    }
                     done += 1;
                 }
             }
