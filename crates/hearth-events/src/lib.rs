@@ -15,7 +15,7 @@
 //!   again after an exponential backoff with jitter, up to the attempts
 //!   and age it was queued with, then kept as a dead letter.
 //!
-//! - **Triggers** (`trigger.rs`: the seam; `nats.rs`: NATS JetStream):
+//! - **Triggers** (`trigger.rs`: the seam; `nats/`: NATS JetStream):
 //!   a function bound to a broker; every member consumes each binding
 //!   through a durable consumer the broker shares among them, pulling
 //!   only what it can run, and settles each message with the broker

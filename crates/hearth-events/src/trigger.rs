@@ -11,7 +11,7 @@
 //! acknowledged after success, redelivered after a backoff on failure,
 //! moved to a dead-letter destination after its last attempt. A new
 //! kind (Kafka, Redis Streams) is a variant here and a module like
-//! `nats.rs` with the same four steps: check (at deploy: reachable, the
+//! `nats/` with the same four steps: check (at deploy: reachable, the
 //! source exists, dead letters have somewhere to go), consume, settle,
 //! forget (its broker-side cursor, when the binding is removed).
 
