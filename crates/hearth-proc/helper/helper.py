@@ -423,6 +423,12 @@ def drop_capabilities():
     _check(_libc.capset(ctypes.byref(header), data), "capset")
 
 
+def _vm_size():
+    """Bytes this process maps (VmSize)."""
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmSize:"))
+
+
 def enter_sandbox(cmd, fds, filters):
     """Turns this process into a sandbox; returns its connection to the node.
 
@@ -434,6 +440,8 @@ def enter_sandbox(cmd, fds, filters):
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     isolation = cmd.get("isolation", "full")
+    # Read while /proc is in reach: a chrooted sandbox has none.
+    vm_size = _vm_size() if cmd.get("extra_memory_bytes") else 0
     if isolation == "userns":
         hostname = cmd.get("hostname", "sandbox").encode()
         _check(_libc.sethostname(hostname, len(hostname)), "sethostname")
@@ -457,9 +465,7 @@ def enter_sandbox(cmd, fds, filters):
         # No cgroup to hold memory: cap the address space at what the
         # process maps now plus the function's limit.
         import resource
-        with open("/proc/self/status") as f:
-            vm = next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmSize:"))
-        cap = vm + int(cmd["extra_memory_bytes"])
+        cap = vm_size + int(cmd["extra_memory_bytes"])
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
     for bpf in filters:
@@ -651,13 +657,17 @@ _real["urandom"] = os.urandom
 def _route_through_host(handler):
     """During an invocation, clocks and randomness are answered by the node,
     so they are on the invocation's tape and a replay sees the same values.
-    Outside one (module load) they are the real ones. Not covered: code that
-    bound a function before this ran (`from time import time` in a zygote
-    package) and C-level clocks such as datetime.now(); docs/recording.md."""
+    Outside one (module load) they are the real ones, and so they are in a
+    process the handler forked: it shares the handler's connection to the
+    node, and its questions would interleave with the handler's. Not
+    covered: code that bound a function before this ran (`from time import
+    time` in a zygote package) and C-level clocks such as datetime.now();
+    docs/recording.md."""
 
     def host(real, ask):
         def f(*args):
-            return ask(*args) if handler.invoking else _real[real](*args)
+            routed = handler.invoking and os.getpid() == handler.pid
+            return ask(*args) if routed else _real[real](*args)
         return f
 
     def wall_ns():
@@ -699,6 +709,9 @@ class Handler:
         self.invoking = False
         # Work the invocation left for after its response (wait_until).
         self.after = []
+        # Only this process talks to the node: a child it forks shares the
+        # connection, and its frames would interleave with ours.
+        self.pid = os.getpid()
         self.urandom = _route_through_host(self)
         sys.modules["hearth"] = _make_hearth_module(self)
         sys.stdout = _Output(self, "log")
@@ -706,6 +719,12 @@ class Handler:
 
     # ---- talking to the node
     def call(self, header, body=b""):
+        if os.getpid() != self.pid:
+            raise HostError(
+                "hearth.kv, hearth.fetch and the other host calls work only in the "
+                "handler's own process, not in a process it forked (which shares its "
+                "connection to the node): make the call in the handler and pass the "
+                "result to the child")
         header["op"] = "call"
         send_frame(self.sock, header, body)
         reply, data = recv_frame(self.sock)

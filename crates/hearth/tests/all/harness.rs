@@ -81,6 +81,53 @@ impl Daemon {
         d
     }
 
+    /// Starts as root in a mount namespace of its own where the cgroup
+    /// filesystem is read-only, as systemd's `ProtectControlGroups=yes`
+    /// and most containers leave it.
+    pub fn start_with_read_only_cgroups() -> Daemon {
+        use std::ffi::CString;
+        use std::os::unix::process::CommandExt;
+        let points: Vec<CString> = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .filter(|m| *m == "/sys/fs/cgroup" || m.starts_with("/sys/fs/cgroup/"))
+            .map(|m| CString::new(m).unwrap())
+            .collect();
+        assert!(!points.is_empty(), "no cgroup filesystem to make read-only");
+        let mut cmd = Command::new(HEARTH);
+        // SAFETY: between fork and exec only unshare(2) and mount(2) run,
+        // on strings made before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                let none = std::ptr::null::<libc::c_char>();
+                if libc::unshare(libc::CLONE_NEWNS) != 0
+                    || libc::mount(
+                        none,
+                        c"/".as_ptr(),
+                        none,
+                        libc::MS_REC | libc::MS_SLAVE,
+                        std::ptr::null(),
+                    ) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                for p in &points {
+                    let flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY;
+                    if libc::mount(none, p.as_ptr(), none, flags, std::ptr::null()) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        let mut d = Self::spawn(cmd, &dir, &[]);
+        d._tmp = Some(tmp);
+        d
+    }
+
     /// Starts on an existing data directory (for restarts).
     pub fn start_in(dir: &Path, args: &[&str]) -> Daemon {
         Self::spawn(Command::new(HEARTH), dir, args)

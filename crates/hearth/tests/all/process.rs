@@ -704,6 +704,102 @@ async fn stopping_the_daemon_removes_its_mounts_and_cgroups() {
     }
 }
 
+/// Regression: with the cgroup filesystem read-only (systemd's
+/// `ProtectControlGroups=yes`, a container) every Python call failed ("the
+/// sandbox did not connect"): the address-space cap that stands in for a
+/// cgroup read /proc after the chroot, where there is none.
+#[tokio::test]
+async fn with_a_read_only_cgroupfs_python_and_node_run_and_status_says_what_is_missing() {
+    require!(Python);
+    require!(Node);
+    let d = Daemon::start_with_read_only_cgroups();
+    let status: serde_json::Value = d.get_json("/v1/status").await;
+    assert!(
+        status["degraded"].to_string().contains("no cgroups"),
+        "{status}"
+    );
+    assert_eq!(
+        status["tiers"]["process"]["details"]["isolation"], "full",
+        "still root: chroot, namespaces, its own user: {status}"
+    );
+    deploy(
+        &d,
+        "bad",
+        "h.py",
+        HOSTILE_PY.as_bytes(),
+        &[("timeout_ms", "3000"), ("memory_mib", "64")],
+    )
+    .await;
+    assert_eq!(d.call("bad", "?what=x", "").await, (200, "fine".into()));
+    let (status, _, msg) = error_of(d.post("/fn/admin/bad?what=mem").send().await.unwrap()).await;
+    assert_eq!(
+        status, 500,
+        "the address-space cap stops a memory bomb: {msg}"
+    );
+    assert_eq!(
+        d.call("bad", "?what=shadow", "").await,
+        (200, "no host files".into())
+    );
+    deploy(
+        &d,
+        "js",
+        "index.mjs",
+        b"export default { async fetch() { return new Response('node'); } };",
+        &[],
+    )
+    .await;
+    assert_eq!(d.call("js", "", "").await, (200, "node".into()));
+}
+
+/// A process the handler forks shares its connection to the node: its
+/// clocks are the real ones (a routed clock's question and answer would
+/// interleave with the handler's, which failed the call with a broken
+/// frame or a timeout), and a host call there says where to make it.
+#[tokio::test]
+async fn a_handlers_forked_children_read_clocks_and_are_told_host_calls_are_the_handlers() {
+    require!(Python);
+    let d = Daemon::start();
+    let code = r#"
+import os, time, hearth
+def handler(event, context):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        for _ in range(200):
+            time.perf_counter(); time.time(); time.monotonic_ns()
+        try:
+            hearth.kv.get("k")
+            said = "kv answered in a child"
+        except hearth.HostError as e:
+            said = str(e)
+        os.write(w, said.encode())
+        os._exit(0)
+    os.close(w)
+    # The handler's own clock, routed through the node while the child
+    # reads its clocks.
+    for _ in range(200):
+        time.perf_counter()
+    said = os.read(r, 4096).decode()
+    os.waitpid(pid, 0)
+    hearth.kv.set("k", "v")
+    return {"child": said, "t": time.perf_counter() > 0, "kv": hearth.kv.get("k").decode()}
+"#;
+    deploy(&d, "forks", "f.py", code.as_bytes(), &[]).await;
+    for _ in 0..3 {
+        let (status, body) = d.call("forks", "", "").await;
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert!(
+            v["child"]
+                .as_str()
+                .unwrap()
+                .contains("only in the handler's own process"),
+            "{v}"
+        );
+        assert_eq!((&v["t"], &v["kv"]), (&true.into(), &"v".into()), "{v}");
+    }
+}
+
 #[tokio::test]
 async fn without_root_sandboxes_get_a_user_namespace_and_status_says_what_is_missing() {
     require!(Python);
