@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: format check, clippy, the Kubernetes manifests
 # (every overlay rendered and validated), the benchmarks' statistics
-# helper's self-check, unit and end-to-end tests, then each fuzz target
-# for a bounded time (scripts/fuzz.sh)
+# helper's self-check, unit and end-to-end tests, the process tier under
+# systemd on a cgroup v2 VM (scripts/vm/cgroup-v2.sh), then each fuzz
+# target for a bounded time (scripts/fuzz.sh)
 # (the latter start the real daemon and build the C examples with clang;
 # the console's drive Debian's headless chromium).
 set -euo pipefail
@@ -47,10 +48,17 @@ fi
 awk -v missing="$( [ -s "$skipped_list" ] && wc -l <"$skipped_list" || echo 0)" \
   '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "hearth: %d passed, %d failed, %d skipped\n", p - missing, f, i + missing }' \
   "${TMPDIR:-/tmp}/hearth-test.log"
+echo "== cgroup v2: the shipped systemd unit on a Debian 12 VM (scripts/vm/cgroup-v2.sh)"
+set +e
+scripts/vm/cgroup-v2.sh
+vm_status=$?
+set -e
+echo "hearth: cgroup v2 VM $([ "$vm_status" -eq 0 ] && echo passed || echo "FAILED (exit $vm_status)")"
 echo "== fuzz targets (fuzz/: what parses a tenant's input), ${FUZZ_SECONDS:-30} s each"
 set +e
 scripts/fuzz.sh
 fuzz_status=$?
 set -e
 [ "$status" -ne 0 ] && exit "$status"
+[ "$vm_status" -ne 0 ] && exit "$vm_status"
 exit "$fuzz_status"

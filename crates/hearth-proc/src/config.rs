@@ -20,6 +20,9 @@ pub struct ProcConfig {
     /// A directory of wheels (and npm's cache in `npm/`) to install from
     /// without the network.
     pub offline_packages: Option<PathBuf>,
+    /// The cgroup sandboxes go under (`--cgroup-parent`); `None`: see
+    /// `cgroup`'s layouts.
+    pub cgroup_parent: Option<PathBuf>,
     /// Let the egress proxy reach this machine and private networks
     /// (the node's `--allow-private-egress`).
     pub allow_private_egress: bool,
@@ -124,6 +127,7 @@ impl ProcConfig {
             node: "/usr/bin/node".into(),
             npm: "/usr/bin/npm".into(),
             offline_packages: None,
+            cgroup_parent: None,
             allow_private_egress: false,
             registries: Default::default(),
             package_index_hosts: crate::install::DEFAULT_INDEX_HOSTS

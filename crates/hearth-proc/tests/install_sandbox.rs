@@ -200,7 +200,7 @@ async fn npm_runs_unprivileged_in_a_cgroup_on_a_copy_of_the_offline_cache() {
     let instance = format!("test-install-{}", std::process::id());
     let pool = TestCgroups(Arc::new(
         CgroupPool::new(
-            Cgroups::open(Path::new("/sys/fs/cgroup"), &instance).unwrap(),
+            Cgroups::open(Path::new("/sys/fs/cgroup"), &instance, None).unwrap(),
             0,
             2,
         )

@@ -11,6 +11,11 @@
 //!   enabled for its children holds no process (`EBUSY` either way).
 //! - `rmdir` of a group with processes or children is `EBUSY`.
 //! - `cgroup.kill` and SIGKILL end processes, frozen or not.
+//! - The root has no `cgroup.type`, `cgroup.kill` or controller files.
+//!
+//! It also records every write to the root, which this code must never
+//! make (the root is the init system's), and plays the calling process:
+//! [`FakeV2::start_in`] says in which group it was started.
 //!
 //! Processes are numbers: [`FakeV2::spawn`] puts one in a group, as a fork
 //! inside it would.
@@ -40,7 +45,14 @@ pub(crate) struct FakeV2 {
     available: BTreeSet<String>,
     groups: Mutex<BTreeMap<PathBuf, Group>>,
     killed: Mutex<Vec<i32>>,
+    /// Files of the root written to.
+    root_writes: Mutex<Vec<String>>,
+    /// The calling process's pid.
+    me: i32,
 }
+
+/// The calling process's pid in the model.
+pub(crate) const ME: i32 = 4242;
 
 fn err(code: i32, what: impl std::fmt::Display) -> io::Error {
     let e = io::Error::from_raw_os_error(code);
@@ -57,7 +69,32 @@ impl FakeV2 {
             available: controllers.split_whitespace().map(str::to_string).collect(),
             groups: Mutex::new(groups),
             killed: Mutex::default(),
+            root_writes: Mutex::default(),
+            me: ME,
         }
+    }
+
+    /// The calling process ([`ME`]), started in group `dir` as systemd
+    /// starts a service with `Delegate=yes`: the group made if missing,
+    /// every controller enabled on each level above it.
+    pub fn start_in(&self, dir: &Path) {
+        let mut groups = self.groups.lock();
+        for level in dir.ancestors().filter(|p| p.starts_with(&self.root)) {
+            groups.entry(level.to_path_buf()).or_default();
+            if level != dir {
+                groups.get_mut(level).expect("just made").subtree = self.available.clone();
+            }
+        }
+        groups
+            .get_mut(dir)
+            .expect("just made")
+            .procs
+            .insert(self.me);
+    }
+
+    /// The files of the root written to.
+    pub fn root_writes(&self) -> Vec<String> {
+        self.root_writes.lock().clone()
     }
 
     /// A process started in group `dir` (which must exist).
@@ -109,7 +146,7 @@ impl FakeV2 {
         let root = dir == self.root;
         match file {
             "cgroup.procs" | "cgroup.controllers" | "cgroup.subtree_control" => true,
-            "cgroup.kill" | "cgroup.freeze" | "cgroup.events" => !root,
+            "cgroup.kill" | "cgroup.freeze" | "cgroup.events" | "cgroup.type" => !root,
             _ => {
                 let Some((controller, _)) = file.split_once('.') else {
                     return false;
@@ -148,6 +185,7 @@ impl CgroupFs for FakeV2 {
             "cgroup.controllers" => join(&self.offered(&groups, dir)) + "\n",
             "cgroup.subtree_control" => join(&g.subtree) + "\n",
             "cgroup.freeze" => format!("{}\n", u8::from(g.frozen)),
+            "cgroup.type" => "domain\n".into(),
             "memory.events" => g
                 .values
                 .get(file)
@@ -169,6 +207,9 @@ impl CgroupFs for FakeV2 {
             return Err(err(libc::ENOENT, path.display()));
         }
         let is_root = dir == self.root;
+        if is_root {
+            self.root_writes.lock().push(file.to_string());
+        }
         match file {
             "cgroup.subtree_control" => {
                 let offered = self.offered(&groups, dir);
@@ -316,5 +357,19 @@ impl CgroupFs for FakeV2 {
                 self.killed.lock().push(pid);
             }
         }
+    }
+
+    fn own_group(&self) -> io::Result<String> {
+        let groups = self.groups.lock();
+        let (dir, _) = groups
+            .iter()
+            .find(|(_, g)| g.procs.contains(&self.me))
+            .ok_or_else(|| err(libc::ENOENT, "/proc/self/cgroup"))?;
+        let rel = dir.strip_prefix(&self.root).unwrap_or(dir);
+        Ok(format!("/{}", rel.display()))
+    }
+
+    fn own_pid(&self) -> i32 {
+        self.me
     }
 }

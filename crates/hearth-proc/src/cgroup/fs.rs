@@ -27,6 +27,11 @@ pub(crate) trait CgroupFs: Send + Sync + Debug {
     fn subdirs(&self, path: &Path) -> Vec<OsString>;
     /// Sends SIGKILL to `pid`.
     fn kill(&self, pid: i32);
+    /// This process's v2 group, as a path in the hierarchy (`/` for its
+    /// root), from `/proc/self/cgroup`.
+    fn own_group(&self) -> io::Result<String>;
+    /// This process's id.
+    fn own_pid(&self) -> i32;
 }
 
 /// The running kernel's `/sys/fs/cgroup` and `kill(2)`.
@@ -76,5 +81,22 @@ impl CgroupFs for Kernel {
     fn kill(&self, pid: i32) {
         // SAFETY: kill(2) has no memory-safety preconditions.
         unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+
+    fn own_group(&self) -> io::Result<String> {
+        let text = fs::read_to_string("/proc/self/cgroup")?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .map(str::to_string)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "/proc/self/cgroup names no cgroup v2 group",
+                )
+            })
+    }
+
+    fn own_pid(&self) -> i32 {
+        std::process::id() as i32
     }
 }

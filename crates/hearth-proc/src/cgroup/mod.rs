@@ -8,13 +8,23 @@
 //!
 //! Layouts:
 //! * **v1** (this project's CI machines): one hierarchy per controller,
-//!   `/sys/fs/cgroup/{memory,pids,cpu,freezer}/hearth/<instance>/<n>`.
-//! * **v2** (most users' machines): one directory
-//!   `/sys/fs/cgroup/hearth/<instance>/<n>`, with the memory and pids
-//!   controllers (and cpu, where the machine offers it) enabled in every
-//!   parent's `cgroup.subtree_control`. Memory and pids limits are
-//!   required; without the cpu controller a sandbox's CPU share is not
-//!   capped (its deadline still holds) and [`Cgroups::cpu_limited`] says so.
+//!   `/sys/fs/cgroup/{memory,pids,cpu,freezer}/<parent>/<instance>/<n>`,
+//!   `<parent>` being `hearth` unless the operator names one.
+//! * **v2** (most users' machines): the root of the hierarchy belongs to
+//!   the init system, so a node works only in a group delegated to it
+//!   (systemd's `Delegate=yes`, a container's own cgroup namespace, or the
+//!   operator's `--cgroup-parent`), never above it. Started alone in its
+//!   own group (a systemd service), the node moves itself into a leaf,
+//!   `<own>/daemon`, since v2 lets only leaves hold processes, and puts
+//!   its sandboxes beside it: `<own>/<instance>/<n>`. Named a parent, it
+//!   stays where it is and uses `<parent>/<instance>/<n>`. The memory and
+//!   pids controllers (and cpu, where delegated) are enabled in
+//!   `cgroup.subtree_control` from the delegated group down. Memory and
+//!   pids limits are required; without the cpu controller a sandbox's CPU
+//!   share is not capped (its deadline still holds) and
+//!   [`Cgroups::cpu_limited`] says so. Because the sandboxes are in the
+//!   service's own group, its limits cover them and stopping (or killing)
+//!   the service ends them.
 //!
 //! `<instance>` is derived from the node's data directory, so a restarted
 //! node finds and removes what a killed one left behind, and two nodes on
@@ -49,6 +59,16 @@ const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "freezer"];
 /// v2 controllers a sandbox cannot do without: its memory and its
 /// processes must be bounded.
 const V2_REQUIRED: [&str; 2] = ["memory", "pids"];
+/// v1: the group under each controller's root that holds every node's
+/// groups, unless the operator names another.
+const V1_PARENT: &str = "hearth";
+/// v2: the leaf a node started alone in its own group moves itself into.
+pub const DAEMON_LEAF: &str = "daemon";
+/// How to give a node a group of its own, for the errors that need one.
+const DELEGATE_HINT: &str = "run Hearth as a systemd service with Delegate=yes \
+     (deploy/systemd/hearth.service), under `systemd-run --scope -p Delegate=yes`, \
+     in a container with its own cgroup namespace, or name a delegated group with \
+     --cgroup-parent";
 
 /// Limits applied to one sandbox's cgroup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,11 +94,19 @@ impl Cgroups {
     /// Finds the machine's cgroup interface under `sysfs` (normally
     /// `/sys/fs/cgroup`) and creates this instance's parent groups, first
     /// removing any a previous run of the same instance left behind.
-    pub fn open(sysfs: &Path, instance: &str) -> io::Result<Cgroups> {
-        Cgroups::open_with(Arc::new(Kernel), sysfs, instance)
+    /// `parent` is the operator's `--cgroup-parent`, a path in the
+    /// hierarchy (`/hearth.slice/nodes`); without it see the module's
+    /// layouts.
+    pub fn open(sysfs: &Path, instance: &str, parent: Option<&Path>) -> io::Result<Cgroups> {
+        Cgroups::open_with(Arc::new(Kernel), sysfs, instance, parent)
     }
 
-    fn open_with(fs: Arc<dyn CgroupFs>, sysfs: &Path, instance: &str) -> io::Result<Cgroups> {
+    fn open_with(
+        fs: Arc<dyn CgroupFs>,
+        sysfs: &Path,
+        instance: &str,
+        parent: Option<&Path>,
+    ) -> io::Result<Cgroups> {
         let version = detect(fs.as_ref(), sysfs).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -88,16 +116,21 @@ impl Cgroups {
                 ),
             )
         })?;
-        let bases: Vec<PathBuf> = match version {
-            CgroupVersion::V1 => V1_CONTROLLERS
-                .iter()
-                .map(|c| sysfs.join(c).join("hearth").join(instance))
-                .collect(),
-            CgroupVersion::V2 => vec![sysfs.join("hearth").join(instance)],
-        };
-        let cpu = match version {
-            CgroupVersion::V1 => true,
-            CgroupVersion::V2 => controllers(fs.as_ref(), sysfs).contains("cpu"),
+        let relative = |p: &Path| p.strip_prefix("/").unwrap_or(p).to_path_buf();
+        let (bases, cpu) = match version {
+            CgroupVersion::V1 => {
+                let parent = parent.map_or_else(|| PathBuf::from(V1_PARENT), relative);
+                let bases = V1_CONTROLLERS
+                    .iter()
+                    .map(|c| sysfs.join(c).join(&parent).join(instance))
+                    .collect();
+                (bases, true)
+            }
+            CgroupVersion::V2 => {
+                let delegated = delegated_v2(fs.as_ref(), sysfs, parent.map(relative))?;
+                let offered = controllers(fs.as_ref(), &delegated);
+                (vec![delegated.join(instance)], offered.contains("cpu"))
+            }
         };
         let cgroups = Cgroups {
             version,
@@ -110,13 +143,15 @@ impl Cgroups {
             cgroups.fs.mkdir_all(base)?;
         }
         if version == CgroupVersion::V2 {
-            // Controllers must be enabled on every level above a leaf.
+            // Controllers must be enabled on every level above a leaf, from
+            // the delegated group (whose parent offers them) down.
             let mut wanted: Vec<&str> = V2_REQUIRED.to_vec();
             if cpu {
                 wanted.push("cpu");
             }
-            let top = sysfs.join("hearth");
-            for dir in [sysfs, &top, &cgroups.bases[0]] {
+            let base = &cgroups.bases[0];
+            let delegated = base.parent().unwrap_or(base);
+            for dir in [delegated, base] {
                 enable(cgroups.fs.as_ref(), dir, &wanted)?;
             }
         }
@@ -228,6 +263,86 @@ fn remove_dir_when_released(fs: &dyn CgroupFs, dir: &Path) {
     tracing::warn!(dir = %dir.display(), "cgroup still busy; left in place");
 }
 
+/// The v2 group delegated to this node, under which it may make groups:
+/// the operator's `parent` (made if missing), or else the group the node
+/// was started in, which it must have to itself (it moves into
+/// [`DAEMON_LEAF`] there). Never the root of the hierarchy: that is the
+/// init system's.
+fn delegated_v2(fs: &dyn CgroupFs, sysfs: &Path, parent: Option<PathBuf>) -> io::Result<PathBuf> {
+    let refuse = |why: String| io::Error::new(io::ErrorKind::PermissionDenied, why);
+    if let Some(parent) = parent {
+        let dir = sysfs.join(&parent);
+        if dir == sysfs {
+            return Err(refuse(format!(
+                "--cgroup-parent / is the root of the cgroup hierarchy, which only the init system may write; {DELEGATE_HINT}"
+            )));
+        }
+        fs.mkdir_all(&dir)?;
+        require_v2_controllers(fs, &dir)?;
+        return Ok(dir);
+    }
+    let own = fs.own_group()?;
+    let dir = sysfs.join(own.trim_start_matches('/'));
+    // The root alone has no `cgroup.type` (a container's namespace root,
+    // below the machine's, has one).
+    if !fs.exists(&dir.join("cgroup.type")) {
+        return Err(refuse(format!(
+            "Hearth runs in the root of the cgroup hierarchy, which only the init system may write; {DELEGATE_HINT}"
+        )));
+    }
+    let me = fs.own_pid();
+    let others: Vec<i32> = pids_in(fs, &dir).into_iter().filter(|p| *p != me).collect();
+    if !others.is_empty() {
+        return Err(refuse(format!(
+            "Hearth shares its cgroup {own} with other processes ({}), and cgroup v2 puts \
+             groups only below a group without processes: {DELEGATE_HINT}",
+            others
+                .iter()
+                .take(5)
+                .map(i32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    require_v2_controllers(fs, &dir)?;
+    let leaf = dir.join(DAEMON_LEAF);
+    match fs.mkdir(&leaf) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    fs.write(&leaf.join("cgroup.procs"), &me.to_string())?;
+    Ok(dir)
+}
+
+/// Whether v2 group `dir` offers what a sandbox needs.
+fn require_v2_controllers(fs: &dyn CgroupFs, dir: &Path) -> io::Result<()> {
+    let offered = controllers(fs, dir);
+    let missing: Vec<&str> = V2_REQUIRED
+        .into_iter()
+        .filter(|c| !offered.contains(*c))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!(
+            "the cgroup {} is not given the {} controller(s) by its parent: a systemd \
+             service with Delegate=yes is given every controller; for a group of your own, \
+             enable them in its parent's cgroup.subtree_control",
+            dir.display(),
+            missing.join(" and ")
+        ),
+    ))
+}
+
+/// The processes in group `dir`.
+fn pids_in(fs: &dyn CgroupFs, dir: &Path) -> Vec<i32> {
+    fs.read(&dir.join("cgroup.procs"))
+        .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
 /// Which interface `sysfs` offers, if any usable one.
 fn detect(fs: &dyn CgroupFs, sysfs: &Path) -> Option<CgroupVersion> {
     let offered = controllers(fs, sysfs);
@@ -331,10 +446,7 @@ impl Cgroup {
 
     /// The processes in the group.
     pub fn pids(&self) -> Vec<i32> {
-        self.fs
-            .read(&self.dirs[0].join("cgroup.procs"))
-            .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
-            .unwrap_or_default()
+        pids_in(self.fs.as_ref(), &self.dirs[0])
     }
 
     /// Stops every process in the group where it stands (SOCK's paused
@@ -552,10 +664,17 @@ mod tests {
         cpu_percent: 50,
     };
 
+    /// A v2 machine offering `controllers`, the caller started alone in
+    /// the delegated group of a systemd service; the machine's root, and
+    /// that group.
     fn v2(controllers: &str) -> (Arc<FakeV2>, PathBuf) {
         let root = PathBuf::from("/sys/fs/cgroup");
-        (Arc::new(FakeV2::new(&root, controllers)), root)
+        let fake = Arc::new(FakeV2::new(&root, controllers));
+        fake.start_in(&root.join(SERVICE));
+        (fake, root)
     }
+
+    const SERVICE: &str = "system.slice/hearth.service";
 
     #[test]
     fn detects_v1_and_v2_and_nothing() {
@@ -565,17 +684,17 @@ mod tests {
         assert_eq!(detect(fake.as_ref(), &root), Some(CgroupVersion::V2));
         let (no_pids, root) = v2("cpu io memory");
         assert_eq!(detect(no_pids.as_ref(), &root), None);
-        assert!(Cgroups::open_with(no_pids, &root, "x").is_err());
+        assert!(Cgroups::open_with(no_pids, &root, "x", None).is_err());
         let none = tempfile::tempdir().unwrap();
         stdfs::write(none.path().join("cgroup.controllers"), "\n").unwrap();
         assert_eq!(detect(&Kernel, none.path()), None);
-        assert!(Cgroups::open(none.path(), "x").is_err());
+        assert!(Cgroups::open(none.path(), "x", None).is_err());
     }
 
     #[test]
     fn v1_limits_land_in_each_controller() {
         let sys = fake_v1();
-        let pool = CgroupPool::new(Cgroups::open(sys.path(), "t1").unwrap(), 2, 3).unwrap();
+        let pool = CgroupPool::new(Cgroups::open(sys.path(), "t1", None).unwrap(), 2, 3).unwrap();
         assert_eq!(pool.idle(), 2);
         let cg = pool.take(LIMITS).unwrap().unwrap();
         let read = |c: &str, f: &str| stdfs::read_to_string(cg.dir(c).join(f)).unwrap();
@@ -601,12 +720,12 @@ mod tests {
         let sys = fake_v1();
         let stale = sys.path().join("memory/hearth/t3/7");
         stdfs::create_dir_all(&stale).unwrap();
-        let _cgroups = Cgroups::open(sys.path(), "t3").unwrap();
+        let _cgroups = Cgroups::open(sys.path(), "t3", None).unwrap();
         assert!(!stale.exists());
         // Another instance's groups are left alone.
         let other = sys.path().join("memory/hearth/other/0");
         stdfs::create_dir_all(&other).unwrap();
-        let _again = Cgroups::open(sys.path(), "t3").unwrap();
+        let _again = Cgroups::open(sys.path(), "t3", None).unwrap();
         assert!(other.exists());
     }
 
@@ -615,11 +734,15 @@ mod tests {
     #[test]
     fn v2_enables_controllers_on_every_level_and_the_limits_land() {
         let (fake, root) = v2("cpuset cpu io memory pids");
-        let pool =
-            CgroupPool::new(Cgroups::open_with(fake.clone(), &root, "t").unwrap(), 1, 4).unwrap();
+        let pool = CgroupPool::new(
+            Cgroups::open_with(fake.clone(), &root, "t", None).unwrap(),
+            1,
+            4,
+        )
+        .unwrap();
         assert!(pool.cgroups.cpu_limited());
         let cg = pool.take(LIMITS).unwrap().unwrap();
-        let dir = root.join("hearth/t/0");
+        let dir = root.join(SERVICE).join("t/0");
         let read = |f: &str| fake.read(&dir.join(f)).unwrap();
         assert_eq!(read("memory.max"), (64u64 << 20).to_string());
         assert_eq!(read("memory.swap.max"), "0");
@@ -636,11 +759,15 @@ mod tests {
     #[test]
     fn v2_without_the_cpu_controller_still_limits_memory_and_pids() {
         let (fake, root) = v2("io memory pids");
-        let pool =
-            CgroupPool::new(Cgroups::open_with(fake.clone(), &root, "t").unwrap(), 1, 4).unwrap();
+        let pool = CgroupPool::new(
+            Cgroups::open_with(fake.clone(), &root, "t", None).unwrap(),
+            1,
+            4,
+        )
+        .unwrap();
         assert!(!pool.cgroups.cpu_limited());
         let _cg = pool.take(LIMITS).unwrap().unwrap();
-        let dir = root.join("hearth/t/0");
+        let dir = root.join(SERVICE).join("t/0");
         assert_eq!(
             fake.read(&dir.join("memory.max")).unwrap(),
             (64u64 << 20).to_string()
@@ -655,14 +782,18 @@ mod tests {
     #[test]
     fn v2_a_sandbox_group_lives_and_is_reused() {
         let (fake, root) = v2("cpu memory pids");
-        let pool =
-            CgroupPool::new(Cgroups::open_with(fake.clone(), &root, "t").unwrap(), 1, 1).unwrap();
+        let pool = CgroupPool::new(
+            Cgroups::open_with(fake.clone(), &root, "t", None).unwrap(),
+            1,
+            1,
+        )
+        .unwrap();
         pool.adopt_zygote(100, 256 << 20, 64).unwrap();
-        let zygotes = root.join("hearth/t/zygotes");
+        let zygotes = root.join(SERVICE).join("t/zygotes");
         assert_eq!(fake.read(&zygotes.join("cgroup.procs")).unwrap(), "100\n");
         assert_eq!(fake.read(&zygotes.join("pids.max")).unwrap(), "64");
 
-        let dir = root.join("hearth/t/0");
+        let dir = root.join(SERVICE).join("t/0");
         fake.set(&dir, "memory.events", "oom 1\noom_kill 1\n");
         let cg = pool.take(LIMITS).unwrap().unwrap();
         assert!(
@@ -686,29 +817,130 @@ mod tests {
         assert!(pool.take(LIMITS).unwrap().is_some());
 
         pool.shutdown();
-        assert!(!fake.has_group(&root.join("hearth/t")));
+        assert!(!fake.has_group(&root.join(SERVICE).join("t")));
         assert!(fake.killed().contains(&100), "the zygotes went with it");
     }
 
     #[test]
     fn v2_leftovers_of_the_same_instance_are_killed_and_removed_at_open() {
         let (fake, root) = v2("memory pids");
-        for dir in ["hearth/t/3", "hearth/other/0"] {
-            fake.mkdir_all(&root.join(dir)).unwrap();
+        let svc = root.join(SERVICE);
+        for dir in ["t/3", "other/0"] {
+            fake.mkdir_all(&svc.join(dir)).unwrap();
         }
-        fake.spawn(&root.join("hearth/t/3"), 42);
-        fake.spawn(&root.join("hearth/other/0"), 43);
-        let _cgroups = Cgroups::open_with(fake.clone(), &root, "t").unwrap();
-        assert!(!fake.has_group(&root.join("hearth/t/3")));
+        fake.spawn(&svc.join("t/3"), 42);
+        fake.spawn(&svc.join("other/0"), 43);
+        let _cgroups = Cgroups::open_with(fake.clone(), &root, "t", None).unwrap();
+        assert!(!fake.has_group(&svc.join("t/3")));
         assert_eq!(fake.killed(), [42]);
-        assert!(fake.has_group(&root.join("hearth/other/0")));
+        assert!(fake.has_group(&svc.join("other/0")));
+    }
+
+    /// Started alone in its service's delegated group, the node moves into
+    /// a leaf of it and puts its sandboxes beside it, enabling controllers
+    /// from that group down and never writing the root.
+    #[test]
+    fn v2_a_service_moves_itself_into_a_leaf_and_never_writes_the_root() {
+        let (fake, root) = v2("cpu io memory pids");
+        let svc = root.join(SERVICE);
+        let pool = CgroupPool::new(
+            Cgroups::open_with(fake.clone(), &root, "t", None).unwrap(),
+            1,
+            2,
+        )
+        .unwrap();
+        assert_eq!(
+            fake.own_group().unwrap(),
+            format!("/{SERVICE}/{DAEMON_LEAF}")
+        );
+        assert_eq!(fake.read(&svc.join("cgroup.procs")).unwrap(), "");
+        assert_eq!(
+            fake.read(&svc.join("cgroup.subtree_control")).unwrap(),
+            "cpu memory pids\n"
+        );
+        let _cg = pool.take(LIMITS).unwrap().unwrap();
+        assert_eq!(fake.read(&svc.join("t/0/cpu.max")).unwrap(), "50000 100000");
+        pool.shutdown();
+        assert!(!fake.has_group(&svc.join("t")));
+        assert!(
+            fake.has_group(&svc.join(DAEMON_LEAF)),
+            "the node is still in it"
+        );
+        assert_eq!(fake.root_writes(), Vec::<String>::new());
+    }
+
+    /// The root is the init system's, and a group shared with other
+    /// processes cannot have groups below it: both are refused with what
+    /// to do, and nothing is made.
+    #[test]
+    fn v2_refuses_the_root_and_a_shared_group_naming_the_fix() {
+        let root = PathBuf::from("/sys/fs/cgroup");
+        let at_root = Arc::new(FakeV2::new(&root, "memory pids"));
+        at_root.start_in(&root);
+        let e = Cgroups::open_with(at_root.clone(), &root, "t", None).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        assert!(
+            e.to_string().contains("root of the cgroup hierarchy"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("Delegate=yes"), "{e}");
+        assert!(at_root.subdirs(&root).is_empty());
+        assert_eq!(at_root.root_writes(), Vec::<String>::new());
+
+        let scope = "user.slice/user-0.slice/session-1.scope";
+        let shared = Arc::new(FakeV2::new(&root, "memory pids"));
+        shared.start_in(&root.join(scope));
+        shared.spawn(&root.join(scope), 77); // the login shell
+        let e = Cgroups::open_with(shared.clone(), &root, "t", None).unwrap_err();
+        assert!(e.to_string().contains("shares its cgroup"), "{e}");
+        assert!(e.to_string().contains("77"), "{e}");
+        assert!(e.to_string().contains("--cgroup-parent"), "{e}");
+        assert!(shared.subdirs(&root.join(scope)).is_empty());
+
+        let e = Cgroups::open_with(shared.clone(), &root, "t", Some(Path::new("/"))).unwrap_err();
+        assert!(
+            e.to_string().contains("root of the cgroup hierarchy"),
+            "{e}"
+        );
+        assert_eq!(shared.root_writes(), Vec::<String>::new());
+    }
+
+    /// Named a delegated parent, the node stays where it is and makes its
+    /// groups below the parent; a parent whose own parent gives it no
+    /// memory controller is refused, naming the file to write.
+    #[test]
+    fn v2_an_operators_parent_is_used_as_named() {
+        let root = PathBuf::from("/sys/fs/cgroup");
+        let fake = Arc::new(FakeV2::new(&root, "memory pids"));
+        let svc = root.join("system.slice/tests.service");
+        fake.start_in(&svc.join("runner"));
+        let parent = Path::new("/system.slice/tests.service/nodes");
+        let pool = CgroupPool::new(
+            Cgroups::open_with(fake.clone(), &root, "t", Some(parent)).unwrap(),
+            1,
+            1,
+        )
+        .unwrap();
+        assert_eq!(
+            fake.own_group().unwrap(),
+            "/system.slice/tests.service/runner"
+        );
+        assert!(!pool.cpu_limited());
+        let _cg = pool.take(LIMITS).unwrap().unwrap();
+        assert_eq!(fake.read(&svc.join("nodes/t/0/pids.max")).unwrap(), "32");
+        assert_eq!(fake.root_writes(), Vec::<String>::new());
+
+        let ungiven = Path::new("/system.slice/tests.service/runner/below");
+        let e = Cgroups::open_with(fake.clone(), &root, "u", Some(ungiven)).unwrap_err();
+        assert!(e.to_string().contains("cgroup.subtree_control"), "{e}");
     }
 
     /// The double is only worth what it refuses: the kernel's rules that
     /// the tests above rely on.
     #[test]
     fn the_v2_double_refuses_what_the_kernel_refuses() {
-        let (fake, root) = v2("memory pids");
+        let root = PathBuf::from("/sys/fs/cgroup");
+        let fake = FakeV2::new(&root, "memory pids");
         let a = root.join("a");
         fake.mkdir(&a).unwrap();
         let no_controller = fake.write(&a.join("memory.max"), "1").unwrap_err();

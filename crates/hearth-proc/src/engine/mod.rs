@@ -165,7 +165,8 @@ impl ProcEngine {
         .with_registries(config.registries.clone());
         let cgroups = if root {
             let instance = instance_name(dir);
-            match Cgroups::open(Path::new("/sys/fs/cgroup"), &instance)
+            let parent = config.cgroup_parent.as_deref();
+            match Cgroups::open(Path::new("/sys/fs/cgroup"), &instance, parent)
                 .and_then(|c| CgroupPool::new(c, config.warm_cgroups, config.max_sandboxes))
             {
                 Ok(pool) => {
