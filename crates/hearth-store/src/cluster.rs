@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio_postgres::{AsyncMessage, NoTls, Row};
+use tokio_postgres::{AsyncMessage, Row};
 
 use crate::{PgStore, StoreError, TapeBlock};
 
@@ -347,10 +347,11 @@ impl PgStore {
     pub fn listen(&self, stop: Arc<AtomicBool>) -> tokio::sync::mpsc::Receiver<Change> {
         let (tx, rx) = tokio::sync::mpsc::channel(256);
         let config = self.config.clone();
+        let tls = self.tls.clone();
         tokio::spawn(async move {
             let mut first = true;
             while !stop.load(Ordering::Acquire) && !tx.is_closed() {
-                if let Err(e) = listen_once(&config, &tx, &stop, first).await {
+                if let Err(e) = listen_once(&config, tls.clone(), &tx, &stop, first).await {
                     tracing::warn!(error = %e, "lost the change listener's connection; retrying");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
@@ -366,11 +367,12 @@ impl PgStore {
 /// connection fails (the error).
 async fn listen_once(
     config: &tokio_postgres::Config,
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
     tx: &tokio::sync::mpsc::Sender<Change>,
     stop: &AtomicBool,
     first: bool,
 ) -> Result<(), tokio_postgres::Error> {
-    let (client, mut connection) = config.connect(NoTls).await?;
+    let (client, mut connection) = config.connect(tls).await?;
     // The connection yields notifications as it is polled; a task polls
     // it (which also carries the client's `LISTEN`) and hands them over.
     let (heard, mut notifications) = tokio::sync::mpsc::unbounded_channel();

@@ -10,6 +10,10 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     /// PostgreSQL: {0}
     Postgres(#[from] tokio_postgres::Error),
+    /// the store's URL: {0}
+    StoreUrl(String),
+    /// {0}
+    StoreTls(String),
     /// no PostgreSQL connection: {0}
     Pool(#[from] deadpool_postgres::PoolError),
     /// the store's blocking thread was stopped (the runtime is shutting down)

@@ -1,6 +1,7 @@
 //! A throwaway PostgreSQL server for tests: Debian's binaries, a fresh
 //! cluster in a temporary directory, loopback on a free port, trust auth,
-//! no fsync. Stopped and deleted when dropped.
+//! no fsync. Stopped and deleted when dropped. [`TempPostgres::start_tls`]
+//! serves TLS only, with a certificate from a CA of its own.
 //!
 //! Run as root (as CI does), the server runs as the `postgres` user the
 //! Debian package creates, since PostgreSQL refuses to run as root.
@@ -39,6 +40,18 @@ pub(crate) fn find_bin() -> Result<PathBuf, String> {
 
 impl TempPostgres {
     pub fn start() -> Result<TempPostgres, String> {
+        TempPostgres::start_with(false)
+    }
+
+    /// A server that accepts TCP connections over TLS only (`hostssl` in
+    /// its pg_hba.conf; plain text is refused), its certificate for
+    /// `localhost` alone (not `127.0.0.1`), signed by the CA at
+    /// [`TempPostgres::ca`]. Needs `openssl`.
+    pub fn start_tls() -> Result<TempPostgres, String> {
+        TempPostgres::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> Result<TempPostgres, String> {
         let bin = find_bin()?;
         let as_postgres = effective_root();
         let dir = std::env::temp_dir().join(format!(
@@ -71,11 +84,23 @@ impl TempPostgres {
             "UTF8",
             "--no-sync",
         ]))?;
-        let options = format!(
+        let mut options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
             pg.port,
             pg.dir.display()
         );
+        if tls {
+            pg.make_certificates()?;
+            std::fs::write(
+                data.join("pg_hba.conf"),
+                "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostssl all all ::1/128 trust\n",
+            )
+            .map_err(|e| e.to_string())?;
+            options.push_str(&format!(
+                " -c ssl=on -c ssl_cert_file={0}/server.crt -c ssl_key_file={0}/server.key",
+                pg.dir.display()
+            ));
+        }
         pg.run(pg.tool("pg_ctl").args([
             "-D",
             &data.to_string_lossy(),
@@ -87,6 +112,70 @@ impl TempPostgres {
             "start",
         ]))?;
         Ok(pg)
+    }
+
+    /// A CA, and a certificate for `localhost` it signed with its key,
+    /// readable by the server only.
+    fn make_certificates(&self) -> Result<(), String> {
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        self.run(
+            Command::new("openssl")
+                .args(["req", "-x509"])
+                .args(ec)
+                .args([
+                    "-keyout",
+                    "ca.key",
+                    "-out",
+                    "ca.pem",
+                    "-days",
+                    "2",
+                    "-subj",
+                    "/CN=hearth test CA",
+                ]),
+        )?;
+        self.run(Command::new("openssl").arg("req").args(ec).args([
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ]))?;
+        std::fs::write(self.dir.join("san.ext"), "subjectAltName=DNS:localhost\n")
+            .map_err(|e| e.to_string())?;
+        self.run(Command::new("openssl").args([
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ]))?;
+        if self.as_postgres {
+            self.run(Command::new("chown").args(["postgres:", "server.key", "server.crt"]))?;
+        }
+        self.run(Command::new("chmod").args(["600", "server.key"]))
+    }
+
+    /// The CA that signed a [`TempPostgres::start_tls`] server's
+    /// certificate (PEM).
+    pub fn ca(&self) -> PathBuf {
+        self.dir.join("ca.pem")
     }
 
     fn tool(&self, name: &str) -> Command {
@@ -122,8 +211,9 @@ impl TempPostgres {
     /// Creates database `name` and returns its URL.
     pub fn create_database(&self, name: &str) -> Result<String, String> {
         off_runtime(|| {
-            let mut client = postgres::Client::connect(&self.url("postgres"), postgres::NoTls)
-                .map_err(|e| e.to_string())?;
+            let mut client =
+                postgres::Client::connect(&self.socket_url("postgres"), postgres::NoTls)
+                    .map_err(|e| e.to_string())?;
             client
                 .batch_execute(&format!("CREATE DATABASE \"{name}\""))
                 .map_err(|e| e.to_string())
@@ -135,7 +225,7 @@ impl TempPostgres {
     /// for tests to watch the cluster's shared state.
     pub fn count(&self, database: &str, sql: &str) -> Result<i64, String> {
         off_runtime(|| {
-            let mut client = postgres::Client::connect(&self.url(database), postgres::NoTls)
+            let mut client = postgres::Client::connect(&self.socket_url(database), postgres::NoTls)
                 .map_err(|e| e.to_string())?;
             let row = client.query_one(sql, &[]).map_err(|e| e.to_string())?;
             Ok(row.get::<_, i64>(0))
@@ -144,6 +234,15 @@ impl TempPostgres {
 
     pub fn url(&self, database: &str) -> String {
         format!("postgres://hearth@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// `database` over the server's Unix socket (no TLS needed there).
+    fn socket_url(&self, database: &str) -> String {
+        format!(
+            "host={} port={} user=hearth dbname={database}",
+            self.dir.display(),
+            self.port
+        )
     }
 
     pub fn dir(&self) -> &Path {

@@ -72,6 +72,14 @@ pub struct UpArgs {
     /// (default: online).
     #[arg(long, env = "HEARTH_OFFLINE_PACKAGES")]
     pub offline_packages: Option<PathBuf>,
+    /// The cgroup Python and Node.js sandboxes go under, a path in the
+    /// hierarchy such as /hearth.slice/nodes (default: on cgroup v2 the
+    /// group Hearth was started in, which must be delegated to it and hold
+    /// no other process, as a systemd service with Delegate=yes is; on v1
+    /// /hearth). On v2 it must be delegated and offer the memory and pids
+    /// controllers; Hearth never writes the root of the hierarchy.
+    #[arg(long, env = "HEARTH_CGROUP_PARENT")]
+    pub cgroup_parent: Option<PathBuf>,
     /// Seconds a paused Python/Node.js handler, and a version's prepared
     /// code in any tier, is kept unused (default 300).
     #[arg(long, env = "HEARTH_KEEP_ALIVE_S")]
@@ -170,6 +178,10 @@ pub struct UpArgs {
     pub drain_timeout_s: Option<u64>,
     /// Where the registry, tokens, KV and logs live: sqlite (default, in
     /// the data directory) or postgres://user@host:port/db (a cluster's).
+    /// TLS as libpq's sslmode, sslrootcert, sslcert and sslkey say; a
+    /// server not on this machine gets sslmode=verify-full (checked
+    /// against the system's CAs, or sslrootcert's) unless the URL says
+    /// otherwise (docs/cluster.md).
     #[arg(long, env = "HEARTH_STORE")]
     pub store: Option<String>,
     /// The URL gateways reach this node at (default: http:// and the
@@ -405,6 +417,7 @@ pub struct Settings {
     pub http_timeout_ms: u64,
     pub examples: bool,
     pub offline_packages: Option<PathBuf>,
+    pub cgroup_parent: Option<PathBuf>,
     pub keep_alive_s: u64,
     pub proc_caches: Caches,
     pub proc_pool: usize,
@@ -478,9 +491,27 @@ fn check_http_url(flag: &str, url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The machine's memory in MiB, from /proc/meminfo (4096 if unreadable).
-/// The memory the daemon may use, MiB: the machine's, or its memory
-/// cgroup's limit when that is lower (a container, a systemd unit).
+/// `--advertise` as a URL. An IPv6 address written bare, as Kubernetes
+/// gives a pod's (`https://$(POD_IP):8080` becomes `https://fd00::7:8080`),
+/// is bracketed: `https://[fd00::7]:8080`. A last group that is a port
+/// number is taken as the port.
+fn advertise_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    if let Some((host, port)) = authority.rsplit_once(':')
+        && port.parse::<u16>().is_ok()
+        && host.parse::<std::net::Ipv6Addr>().is_ok()
+    {
+        return format!("{scheme}://[{host}]:{port}{path}");
+    }
+    if authority.parse::<std::net::Ipv6Addr>().is_ok() {
+        return format!("{scheme}://[{authority}]{path}");
+    }
+    url.to_string()
+}
+
 /// `--broker-allow`'s entries, each `*` or `host:port`.
 fn broker_allow(entries: &[String]) -> anyhow::Result<Vec<String>> {
     entries
@@ -501,6 +532,8 @@ fn broker_allow(entries: &[String]) -> anyhow::Result<Vec<String>> {
         .collect()
 }
 
+/// The memory the daemon may use, MiB: the machine's, or its memory
+/// cgroup's limit when that is lower (a container, a systemd unit).
 fn daemon_memory_mib() -> u64 {
     let cgroup_limit = std::fs::read_to_string("/proc/self/cgroup")
         .ok()
@@ -527,6 +560,7 @@ fn daemon_memory_mib() -> u64 {
     cgroup_limit.map_or(machine, |limit| limit.min(machine))
 }
 
+/// The machine's memory in MiB, from /proc/meminfo (4096 if unreadable).
 fn machine_mib() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -639,7 +673,8 @@ impl Settings {
             .filter(|p| !p.trim().is_empty())
             .map(|p| parse_proxy(p.trim()))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        if let Some(url) = &o.advertise {
+        let advertise = o.advertise.as_deref().map(advertise_url);
+        if let Some(url) = &advertise {
             check_http_url("--advertise", url)?;
         }
         if let Some(url) = &o.otlp_endpoint {
@@ -737,7 +772,7 @@ impl Settings {
             tls,
             probe_listen: o.probe_listen,
             store,
-            advertise: o.advertise.clone(),
+            advertise,
             capacity_mib,
             capacity_mib_per_tenant: o
                 .capacity_mib_per_tenant
@@ -798,6 +833,7 @@ impl Settings {
             trace_report: o.trace_report.clone(),
             functions_domain,
             offline_packages: o.offline_packages.clone(),
+            cgroup_parent: o.cgroup_parent.clone(),
             keep_alive_s: o.keep_alive_s.unwrap_or(300),
             js_pin_after: o.js_pin_after.unwrap_or(3).max(1),
             js_compile: o.js_compile.unwrap_or(true),
@@ -833,6 +869,24 @@ impl Settings {
 mod tests {
     use super::*;
     use clap::Command;
+
+    #[test]
+    fn an_advertised_bare_ipv6_address_is_bracketed() {
+        for (given, url) in [
+            ("https://fd00::7:8080", "https://[fd00::7]:8080"),
+            ("http://fd00::7", "http://[fd00::7]"),
+            ("https://[fd00::7]:8080", "https://[fd00::7]:8080"),
+            ("https://10.0.0.7:8080", "https://10.0.0.7:8080"),
+            (
+                "https://node-1.hearth:8080/x",
+                "https://node-1.hearth:8080/x",
+            ),
+            ("https://::1:8080/", "https://[::1]:8080/"),
+        ] {
+            assert_eq!(advertise_url(given), url, "{given}");
+            check_http_url("--advertise", &advertise_url(given)).unwrap();
+        }
+    }
 
     /// Every setting `hearth up` takes, by name.
     fn setting_names() -> Vec<String> {

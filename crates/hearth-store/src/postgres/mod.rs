@@ -20,11 +20,13 @@
 
 use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use hearth_core::{Colocation, FunctionSpec, FunctionVersion};
-use tokio_postgres::{NoTls, Row};
+use tokio_postgres::Row;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 mod aliases;
 mod events;
 mod secrets;
+pub mod tls;
 mod tokens;
 mod triggers;
 
@@ -46,20 +48,31 @@ pub struct PgStore {
     pool: Pool,
     /// For connections of its own (the change listener's).
     pub(crate) config: tokio_postgres::Config,
+    pub(crate) tls: MakeRustlsConnect,
+    /// How its connections are secured (`sslmode`, [`tls`]).
+    pub tls_mode: tls::Mode,
 }
 
 impl PgStore {
-    /// Connects to `url` (`postgres://user@host:port/db`) and brings its
-    /// schema to this build's (`crate::migrations`).
+    /// Connects to `url` (`postgres://user@host:port/db`, with libpq's
+    /// TLS settings: [`tls`]) and brings its schema to this build's
+    /// (`crate::migrations`).
     pub async fn open(url: &str) -> Result<Self, StoreError> {
-        let mut config: tokio_postgres::Config = url.parse()?;
+        let tls::Connect {
+            mut config,
+            mode,
+            tls,
+        } = tls::parse(url)?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
         // The first connection is made here, so an unreachable or refusing
         // server is the caller's error at once, and it migrates the
         // schema; the pool then opens connections as calls need them.
-        let (mut first, connection) = config.connect(NoTls).await?;
+        let (mut first, connection) = config
+            .connect(tls.clone())
+            .await
+            .map_err(|e| tls::connect_error(e, mode))?;
         let driver = tokio::spawn(connection);
         crate::migrations::postgres(&mut first).await?;
         drop(first);
@@ -69,7 +82,7 @@ impl PgStore {
         // client whether it closed).
         let manager = Manager::from_config(
             config.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -81,7 +94,12 @@ impl PgStore {
             .create_timeout(Some(CONNECT_TIMEOUT))
             .build()
             .expect("a pool with a runtime and timeouts builds");
-        Ok(PgStore { pool, config })
+        Ok(PgStore {
+            pool,
+            config,
+            tls,
+            tls_mode: mode,
+        })
     }
 
     /// Runs `f` on a connection from the pool (at most [`CONNECTIONS`],

@@ -1025,3 +1025,58 @@ async fn a_gateway_sums_the_console_stats_and_merges_the_tapes_of_its_nodes() {
     assert_eq!(page.status(), 200);
     assert!(page.headers().contains_key("content-security-policy"));
 }
+
+/// A cluster whose store serves TLS only: gateway and node connect with
+/// `sslmode=verify-full` and the store's CA, deploys and their change
+/// notices (LISTEN/NOTIFY) reach the node, and every TCP connection the
+/// server holds is encrypted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cluster_runs_on_a_store_that_serves_only_tls() {
+    require!(Postgres);
+    let pg = TempPostgres::start_tls().unwrap();
+    pg.create_database("cluster").unwrap();
+    let store = format!(
+        "postgres://hearth@localhost:{}/cluster?sslmode=verify-full&sslrootcert={}",
+        pg.port(),
+        pg.ca().display()
+    );
+    let gw = gateway(&store);
+    let n = node(&gw, &store, &[]);
+    members_until(&gw, "the node joins", |m| alive(m) == 1).await;
+    let r = gw.invoke("hello", b"").await;
+    assert_eq!(r.status(), 200);
+    // A new version reaches the node through the store's change notices.
+    let v = gw
+        .deploy("hello", crate::harness::example("echo.wat"), &[])
+        .await;
+    assert_eq!(v["version"], 2, "{v}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = gw.invoke("hello", b"ping").await;
+        if r.text().await.unwrap() == "ping" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "version 2 never served");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let plain = pg
+        .count(
+            "cluster",
+            "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+             WHERE a.client_addr IS NOT NULL AND NOT s.ssl",
+        )
+        .unwrap();
+    let encrypted = pg
+        .count(
+            "cluster",
+            "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+             WHERE a.client_addr IS NOT NULL AND s.ssl",
+        )
+        .unwrap();
+    assert_eq!(plain, 0);
+    assert!(
+        encrypted >= 2,
+        "the gateway's and the node's listeners at least: {encrypted}"
+    );
+    drop(n);
+}
