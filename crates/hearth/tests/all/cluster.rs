@@ -797,6 +797,12 @@ async fn a_busy_node_pushes_back_and_the_gateway_places_elsewhere() {
         }
         gw.invoke("slow", b"").await
     };
+    // The calls above were answered, but a node may give a slot back just
+    // after its answer: a call made on it at once could be refused (the
+    // likely cause of a CI run that waited 20 s for one in flight).
+    for n in [first, other] {
+        n.until_idle().await;
+    }
     let just_first = [first];
     let (direct, r) = tokio::join!(first.invoke("slow", b""), once_running(&just_first));
     assert_eq!(direct.status(), 200);
@@ -809,6 +815,9 @@ async fn a_busy_node_pushes_back_and_the_gateway_places_elsewhere() {
     assert_eq!(r.text().await.unwrap(), "done\n");
 
     // Both kept busy directly: both refuse, and the caller is told so.
+    for n in [first, other] {
+        n.until_idle().await;
+    }
     let both = [first, other];
     let (d1, d2, r) = tokio::join!(
         first.invoke("slow", b""),

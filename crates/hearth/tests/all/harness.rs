@@ -203,7 +203,6 @@ impl Daemon {
         self.get(path).send().await.unwrap().json().await.unwrap()
     }
 
-    /// GET `path` with `token` (a tenant's); the body as JSON.
     /// Waits until at least `n` invocations are in flight on the node (its
     /// status, as the admin sees it), at most 20 s: calls sent ahead have
     /// been admitted and are running.
@@ -219,6 +218,17 @@ impl Daemon {
         .await;
     }
 
+    /// Waits until nothing is in flight on the node, at most 20 s: an
+    /// answered call's slot may be given back just after its answer.
+    pub async fn until_idle(&self) {
+        until("nothing in flight", Duration::from_secs(20), async || {
+            let status = self.get_json("/v1/status").await;
+            status["in_flight"].as_u64() == Some(0)
+        })
+        .await;
+    }
+
+    /// GET `path` with `token` (a tenant's); the body as JSON.
     pub async fn get_json_as(&self, token: &str, path: &str) -> serde_json::Value {
         let r = self
             .http
