@@ -198,23 +198,10 @@ fn split_tls_params(url: &str) -> Result<(String, TlsParams), StoreError> {
 }
 
 fn percent_decode(s: &str) -> Result<String, StoreError> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| bad(format!("the store URL's {s:?} has a broken %-escape")))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| bad(format!("the store URL's {s:?} is not UTF-8")))
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .map(|v| v.into_owned())
+        .map_err(|_| bad(format!("the store URL's {s:?} is not UTF-8 once decoded")))
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -226,16 +213,22 @@ fn client_config(mode: Mode, params: &TlsParams) -> Result<rustls::ClientConfig,
         .with_safe_default_protocol_versions()
         .map_err(|e| bad(format!("TLS: {e}")))?;
     let verifier: Arc<dyn ServerCertVerifier> = match mode {
-        // Never used to connect (tokio-postgres sends no TLS request), but
-        // a connector is built all the same.
-        Mode::Disable | Mode::Require => Arc::new(Unchecked(provider())),
+        // Disable: never used to connect (tokio-postgres sends no TLS
+        // request), but a connector is built all the same.
+        Mode::Disable | Mode::Require => Arc::new(Lenient {
+            chain: None,
+            provider: provider(),
+        }),
         Mode::VerifyCa | Mode::VerifyFull => {
             let roots = Arc::new(roots(params.root_cert.as_deref())?);
             let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider())
                 .build()
                 .map_err(|e| bad(format!("TLS roots: {e}")))?;
             if mode == Mode::VerifyCa {
-                Arc::new(ChainOnly(webpki))
+                Arc::new(Lenient {
+                    chain: Some(webpki),
+                    provider: provider(),
+                })
             } else {
                 webpki
             }
@@ -296,11 +289,17 @@ fn roots(root_cert: Option<&str>) -> Result<RootCertStore, StoreError> {
     Ok(store)
 }
 
-/// `verify-ca`: the chain must lead to a root; the name is not checked.
+/// `verify-ca` and `require`: the server's name is not checked, and
+/// under `require` (no `chain`) neither is its chain. The handshake's
+/// signatures always are, so the key the certificate names is the one the
+/// server holds.
 #[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
+struct Lenient {
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
 
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -309,13 +308,13 @@ impl ServerCertVerifier for ChainOnly {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
-            Err(rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName))
-            | Err(rustls::Error::InvalidCertificate(
-                rustls::CertificateError::NotValidForNameContext { .. },
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForName
+                | rustls::CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
             other => other,
         }
@@ -327,7 +326,8 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
     }
 
     fn verify_tls13_signature(
@@ -336,62 +336,14 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// `require`: encrypted, the server unchecked (what libpq's `require` is).
-/// The handshake's signatures are still verified, so the key the
-/// certificate names is the one the server holds.
-#[derive(Debug)]
-struct Unchecked(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for Unchecked {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
