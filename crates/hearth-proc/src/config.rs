@@ -23,6 +23,9 @@ pub struct ProcConfig {
     /// The cgroup sandboxes go under (`--cgroup-parent`); `None`: see
     /// `cgroup`'s layouts.
     pub cgroup_parent: Option<PathBuf>,
+    /// Remount a container's own read-only cgroup namespace read-write
+    /// (`--remount-cgroupfs`, `cgroup::make_writable`).
+    pub remount_cgroupfs: bool,
     /// Let the egress proxy reach this machine and private networks
     /// (the node's `--allow-private-egress`).
     pub allow_private_egress: bool,
@@ -128,6 +131,7 @@ impl ProcConfig {
             npm: "/usr/bin/npm".into(),
             offline_packages: None,
             cgroup_parent: None,
+            remount_cgroupfs: false,
             allow_private_egress: false,
             registries: Default::default(),
             package_index_hosts: crate::install::DEFAULT_INDEX_HOSTS

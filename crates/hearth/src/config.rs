@@ -80,6 +80,13 @@ pub struct UpArgs {
     /// controllers; Hearth never writes the root of the hierarchy.
     #[arg(long, env = "HEARTH_CGROUP_PARENT")]
     pub cgroup_parent: Option<PathBuf>,
+    /// In a container started with a cgroup namespace of its own, which
+    /// runtimes mount read-only: remount it read-write (needs
+    /// CAP_SYS_ADMIN) and put sandboxes in groups below the container's,
+    /// inside its limits (default false). cgroup v2 only; refused where
+    /// the read-only cgroupfs is not a container's own namespace.
+    #[arg(long, env = "HEARTH_REMOUNT_CGROUPFS")]
+    pub remount_cgroupfs: Option<bool>,
     /// Seconds a paused Python/Node.js handler, and a version's prepared
     /// code in any tier, is kept unused (default 300).
     #[arg(long, env = "HEARTH_KEEP_ALIVE_S")]
@@ -418,6 +425,7 @@ pub struct Settings {
     pub examples: bool,
     pub offline_packages: Option<PathBuf>,
     pub cgroup_parent: Option<PathBuf>,
+    pub remount_cgroupfs: bool,
     pub keep_alive_s: u64,
     pub proc_caches: Caches,
     pub proc_pool: usize,
@@ -834,6 +842,7 @@ impl Settings {
             functions_domain,
             offline_packages: o.offline_packages.clone(),
             cgroup_parent: o.cgroup_parent.clone(),
+            remount_cgroupfs: o.remount_cgroupfs.unwrap_or(false),
             keep_alive_s: o.keep_alive_s.unwrap_or(300),
             js_pin_after: o.js_pin_after.unwrap_or(3).max(1),
             js_compile: o.js_compile.unwrap_or(true),

@@ -95,6 +95,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     proc_config.max_body_bytes = settings.max_body_bytes;
     proc_config.offline_packages = settings.offline_packages.clone();
     proc_config.cgroup_parent = settings.cgroup_parent.clone();
+    proc_config.remount_cgroupfs = settings.remount_cgroupfs;
     proc_config.allow_private_egress = settings.allow_private_egress;
     proc_config.package_index_hosts = settings.package_index_hosts.clone();
     proc_config.registries = hearth_proc::install::Registries {

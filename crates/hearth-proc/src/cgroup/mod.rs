@@ -38,6 +38,9 @@
 #[cfg(test)]
 mod fake;
 mod fs;
+mod remount;
+
+pub use remount::make_writable;
 
 use parking_lot::Mutex;
 use std::collections::BTreeSet;

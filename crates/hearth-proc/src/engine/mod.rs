@@ -166,7 +166,18 @@ impl ProcEngine {
         let cgroups = if root {
             let instance = instance_name(dir);
             let parent = config.cgroup_parent.as_deref();
-            match Cgroups::open(Path::new("/sys/fs/cgroup"), &instance, parent)
+            let sysfs = Path::new("/sys/fs/cgroup");
+            let writable = if config.remount_cgroupfs {
+                crate::cgroup::make_writable(sysfs).map(|remounted| {
+                    if remounted {
+                        tracing::info!("remounted the container's cgroup namespace read-write");
+                    }
+                })
+            } else {
+                Ok(())
+            };
+            match writable
+                .and_then(|()| Cgroups::open(sysfs, &instance, parent))
                 .and_then(|c| CgroupPool::new(c, config.warm_cgroups, config.max_sandboxes))
             {
                 Ok(pool) => {
