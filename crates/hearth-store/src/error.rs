@@ -20,6 +20,8 @@ pub enum StoreError {
     Stopped,
     /// the database's schema could not be migrated ({0}); a database another Hearth migrated further needs that Hearth or a newer one
     Migration(#[from] refinery::Error),
+    /// {0}
+    Schema(String),
     /// a stored record is unreadable: {0}
     Corrupt(String),
     /// failed to {action} {path}: {source}

@@ -41,6 +41,7 @@ pub use events::{
     TriggerRow,
 };
 pub use postgres::PgStore;
+pub use postgres::role_identifier;
 pub use secrets::{MAX_SEALED_SECRET_BYTES, MAX_SECRETS_PER_TENANT, SecretInfo};
 pub use split::SplitStore;
 pub use sqlite::SqliteStore;

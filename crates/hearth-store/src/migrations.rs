@@ -76,9 +76,29 @@ fn sqlite_predates_history_with_traces(
     )
 }
 
+/// How long a member whose role may not migrate waits for one that may.
+const SCHEMA_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Brings the cluster's PostgreSQL database to the newest schema, in one
-/// transaction, under a lock that members starting together queue on.
+/// transaction, under a lock that members starting together queue on. A
+/// database already there is only read. A member whose role may not
+/// change the schema (a node's: `PgStore::grant_node_role`) waits, up to
+/// [`SCHEMA_WAIT`], for a gateway to migrate it and grant the role.
 pub(crate) async fn postgres(client: &mut tokio_postgres::Client) -> Result<(), StoreError> {
+    let latest = postgres_latest();
+    let may_migrate: bool = client
+        .query_one(
+            "SELECT has_schema_privilege(current_schema(), 'CREATE')",
+            &[],
+        )
+        .await?
+        .get(0);
+    if !may_migrate {
+        return until_migrated(client, latest).await;
+    }
+    if postgres_applied(client).await? == Some(latest) {
+        return Ok(());
+    }
     client
         .execute("SELECT pg_advisory_lock($1)", &[&POSTGRES_LOCK])
         .await?;
@@ -93,6 +113,92 @@ pub(crate) async fn postgres(client: &mut tokio_postgres::Client) -> Result<(), 
     migrated?;
     unlocked?;
     Ok(())
+}
+
+/// Waits until the schema is at `latest` and this role may read it.
+async fn until_migrated(client: &tokio_postgres::Client, latest: i32) -> Result<(), StoreError> {
+    let started = std::time::Instant::now();
+    let mut said = false;
+    loop {
+        let applied = match postgres_applied(client).await {
+            Ok(v) => v,
+            // Not granted yet: no gateway has started with this role.
+            Err(StoreError::Postgres(e))
+                if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) =>
+            {
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        match applied {
+            Some(v) if v == latest => return Ok(()),
+            Some(v) if v > latest => {
+                return Err(StoreError::Schema(format!(
+                    "the store's schema is at version {v}, newer than this build's {latest}: \
+                     run this member's newer build"
+                )));
+            }
+            _ if started.elapsed() >= SCHEMA_WAIT => {
+                return Err(StoreError::Schema(format!(
+                    "after {} s the store's schema is {} and this build needs version {latest}; \
+                     this member's role may not migrate it (a node's role): start a gateway of \
+                     this build, with --store-node-role naming this role",
+                    SCHEMA_WAIT.as_secs(),
+                    applied.map_or("not readable by this role".to_string(), |v| format!(
+                        "at version {v}"
+                    )),
+                )));
+            }
+            _ => {
+                if !said {
+                    tracing::info!(
+                        "waiting for a gateway to migrate the store's schema to version {latest} \
+                         and grant this role (it may not migrate)"
+                    );
+                    said = true;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+        }
+    }
+}
+
+/// The newest version this build's PostgreSQL migrations reach.
+fn postgres_latest() -> i32 {
+    postgres_files::migrations::runner()
+        .get_migrations()
+        .iter()
+        .map(|m| m.version())
+        .max()
+        .unwrap_or(0)
+}
+
+/// The newest version `client`'s database has applied, if it keeps a
+/// history.
+async fn postgres_applied(client: &tokio_postgres::Client) -> Result<Option<i32>, StoreError> {
+    let kept: bool = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&HISTORY])
+        .await?
+        .get(0);
+    if !kept {
+        return Ok(None);
+    }
+    let row = client
+        .query_one(&format!("SELECT max(version) FROM {HISTORY}"), &[])
+        .await?;
+    Ok(row.get(0))
+}
+
+/// PostgreSQL's migrations' SQL, in version order.
+#[cfg(test)]
+pub(crate) fn postgres_sql() -> Vec<String> {
+    let mut all: Vec<(i32, String)> = postgres_files::migrations::runner()
+        .get_migrations()
+        .iter()
+        .map(|m| (m.version(), m.sql().unwrap_or_default().to_string()))
+        .collect();
+    all.sort();
+    all.into_iter().map(|(_, sql)| sql).collect()
 }
 
 /// Each dialect's migrations as (version, name).

@@ -221,6 +221,24 @@ impl TempPostgres {
         Ok(self.url(name))
     }
 
+    /// Runs `sql` on `database` as `user` (the superuser `hearth`, or a
+    /// role a test made): Err with the server's message if it refuses.
+    pub fn execute_as(&self, database: &str, user: &str, sql: &str) -> Result<(), String> {
+        off_runtime(|| {
+            let url = self
+                .socket_url(database)
+                .replace("user=hearth", &format!("user={user}"));
+            let mut client =
+                postgres::Client::connect(&url, postgres::NoTls).map_err(|e| e.to_string())?;
+            client
+                .batch_execute(sql)
+                .map_err(|e| match e.as_db_error() {
+                    Some(db) => db.message().to_string(),
+                    None => e.to_string(),
+                })
+        })
+    }
+
     /// The number `sql` (one row, one integer column) gives on `database`:
     /// for tests to watch the cluster's shared state.
     pub fn count(&self, database: &str, sql: &str) -> Result<i64, String> {

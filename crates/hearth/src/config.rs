@@ -191,6 +191,13 @@ pub struct UpArgs {
     /// otherwise (docs/cluster.md).
     #[arg(long, env = "HEARTH_STORE")]
     pub store: Option<String>,
+    /// A gateway's: the PostgreSQL role nodes connect as, which it grants
+    /// only what a node needs after migrating (reading the registry,
+    /// writing KV, logs, the journal and the members' rows, nothing of the
+    /// tokens). The role must exist; nodes' store URLs name it
+    /// (docs/cluster.md).
+    #[arg(long, env = "HEARTH_STORE_NODE_ROLE")]
+    pub store_node_role: Option<String>,
     /// The URL gateways reach this node at (default: http:// and the
     /// address it listens on).
     #[arg(long, env = "HEARTH_ADVERTISE")]
@@ -450,6 +457,8 @@ pub struct Settings {
     pub probe_listen: Option<SocketAddr>,
     /// A postgres:// URL; `None`: SQLite in the data directory.
     pub store: Option<String>,
+    /// The role a gateway grants a node's share of the store.
+    pub store_node_role: Option<String>,
     pub advertise: Option<String>,
     pub capacity_mib: u64,
     pub capacity_mib_per_tenant: u64,
@@ -772,6 +781,15 @@ impl Settings {
                  pass --store postgres://user@host:port/db to the gateway and every node"
             );
         }
+        if let Some(node_role) = &o.store_node_role {
+            if role != Role::Gateway {
+                anyhow::bail!(
+                    "--store-node-role is a gateway's (it grants the role nodes connect as); \
+                     a node names its role in its --store URL"
+                );
+            }
+            hearth_store::role_identifier(node_role)?;
+        }
         Ok(Settings {
             role,
             cluster_key,
@@ -780,6 +798,7 @@ impl Settings {
             tls,
             probe_listen: o.probe_listen,
             store,
+            store_node_role: o.store_node_role.clone(),
             advertise,
             capacity_mib,
             capacity_mib_per_tenant: o

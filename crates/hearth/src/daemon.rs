@@ -293,6 +293,9 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
                 heartbeat_ms: Some(settings.heartbeat_ms),
             };
             pg.set_cluster_settings(&cluster).await?;
+            if let Some(node_role) = &settings.store_node_role {
+                pg.grant_node_role(node_role).await?;
+            }
             g.spawn_reaper();
             g.spawn_sync(pg.clone(), members_changed);
             spawn_cluster_sweep(store.clone(), pg.clone());

@@ -25,6 +25,8 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 mod aliases;
 mod events;
+mod node_role;
+pub use node_role::role_identifier;
 mod secrets;
 pub mod tls;
 mod tokens;

@@ -129,3 +129,80 @@ async fn gateways_reach_nodes_only_over_mutual_tls() {
     let r = bare.invoke("hello", b"").await;
     assert_ne!(r.status(), 200, "{}", r.text().await.unwrap());
 }
+
+/// Code that escaped into a node holds the node's store credential. With
+/// the role a gateway grants nodes (`--store-node-role`), that credential
+/// runs functions (code by hash, KV, logs, secrets, the members' rows,
+/// private functions' callers checked against the tokens' hashes) but
+/// mints, changes or revokes no token and rewrites no one's code or
+/// registry. With the gateways' role every one of these goes through.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nodes_store_role_runs_functions_but_reads_no_token_and_writes_no_code() {
+    require!(Postgres);
+    let pg = TempPostgres::start().unwrap();
+    let store = pg.create_database("roles").unwrap();
+    pg.execute_as("roles", "hearth", "CREATE ROLE hearth_node LOGIN")
+        .unwrap();
+    let gw = gateway_with(&store, &["--store-node-role", "hearth_node"]);
+    let node_store = store.replace("postgres://hearth@", "postgres://hearth_node@");
+    assert_ne!(node_store, store);
+    let _node = node(&gw, &node_store, &[]);
+    members_until(&gw, "the node joins on its own role", |m| alive(m) == 1).await;
+    let put = gw
+        .http
+        .put(format!("{}/v1/secrets/API_KEY", gw.url))
+        .bearer_auth(&gw.token)
+        .body("s3")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    // A private function: the node checks its caller's token.
+    gw.deploy(
+        "uses",
+        br#"export default { async fetch(req, env) {
+              const n = Number((await hearth.kv.get("n")) ?? 0) + 1;
+              await hearth.kv.set("n", String(n));
+              console.log("call", n);
+              return new Response(env.API_KEY + " " + n);
+            } };"#
+            .to_vec(),
+        &[
+            ("runtime", "js"),
+            ("file_name", "index.mjs"),
+            ("secret", "API_KEY"),
+        ],
+    )
+    .await;
+    assert_eq!(gw.invoke_body("uses", String::new()).await, "s3 1");
+    assert_eq!(gw.invoke_body("uses", String::new()).await, "s3 2");
+    // What the escaped code would try with the node's credential.
+    for (what, sql) in [
+        (
+            "mint itself an admin token",
+            "INSERT INTO access_tokens SELECT * FROM access_tokens",
+        ),
+        (
+            "make every token an admin's",
+            "UPDATE access_tokens SET tenant = 'admin'",
+        ),
+        ("revoke the tokens", "DELETE FROM access_tokens"),
+        (
+            "rewrite a version's code",
+            "UPDATE versions SET artifact = artifact",
+        ),
+        (
+            "make a function",
+            "INSERT INTO functions (tenant, name) VALUES ('admin', 'evil')",
+        ),
+        ("remove a tenant", "DELETE FROM tenants"),
+        ("change a secret", "DELETE FROM secrets"),
+        ("change the schema", "CREATE TABLE evil (x int)"),
+    ] {
+        let refused = pg.execute_as("roles", "hearth_node", sql).expect_err(what);
+        assert!(refused.contains("permission denied"), "{what}: {refused}");
+    }
+    // What a node does write, it may.
+    pg.execute_as("roles", "hearth_node", "UPDATE kv SET value = value")
+        .unwrap();
+}
