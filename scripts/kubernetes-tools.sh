@@ -2,7 +2,9 @@
 # What checking the Kubernetes manifests needs: kubectl (its kustomize
 # renders the overlays; Debian's kubernetes-client, unless a kubectl is
 # there already) and kubernetes-validate (PyPI, in a virtualenv of its
-# own). Sourced after scripts/setup.sh by test.sh.
+# own), and what runs a node pod's confinement on this machine: libseccomp's
+# Python binding (python3-seccomp) for scripts/seccomp-exec.py, and
+# util-linux's setpriv. Sourced after scripts/setup.sh by test.sh.
 set -euo pipefail
 
 if ! command -v kubectl >/dev/null 2>&1; then
@@ -10,6 +12,16 @@ if ! command -v kubectl >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq kubernetes-client >/dev/null
+fi
+
+need=()
+/usr/bin/python3 -c "import seccomp" 2>/dev/null || need+=(python3-seccomp)
+command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]} from Debian" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
 KV_VENV="$HOME/.cache/hearth/kubernetes-validate-1.37.0"

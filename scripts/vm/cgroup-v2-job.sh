@@ -13,10 +13,12 @@ t0=$(date +%s)
 step() { echo "== [$(($(date +%s) - t0)) s] $*"; }
 fail() {
   echo "FAILED: $*"
-  for unit in hearth hearth-ns; do
+  for unit in hearth hearth-ns hearth-pod; do
     systemctl status "$unit" --no-pager -l 2>/dev/null | tail -20 || true
     journalctl -u "$unit" --no-pager | tail -30
   done
+  echo "AppArmor's refusals:"
+  journalctl -k --no-pager | grep -i 'apparmor="DENIED"' | tail -20 || true
   exit 1
 }
 check() { local what=$1; shift; if "$@"; then echo "ok: $what"; else fail "$what"; fi; }
@@ -187,4 +189,67 @@ step "stop: nothing is left"
 systemctl stop hearth
 check "the unit's group is gone" test ! -e $svc
 check "no mount of the data directory is left in the host's namespace" bash -c '! grep -q /var/lib/hearth /proc/self/mountinfo'
+
+step "as the Kubernetes node pod runs (deploy/kubernetes/base/node.yaml): its own cgroup namespace mounted read-only, its capabilities, its seccomp and AppArmor profiles"
+check "AppArmor is enabled" test "$(cat /sys/module/apparmor/parameters/enabled)" = Y
+profiles=$REPO/deploy/kubernetes/profiles
+apparmor_parser --replace "$profiles/hearth-node.apparmor"
+check "the AppArmor profile is loaded" grep -q "^hearth-node (enforce)" /sys/kernel/security/apparmor/profiles
+# The capabilities the DaemonSet adds, as setpriv's bounding set.
+caps=$(awk '/capabilities:/{c=1} c&&/add:/{a=1;next} a&&/^ *- [A-Z_]+$/{printf ",+%s", tolower($2)} a&&/appArmorProfile:/{exit}' \
+  "$REPO/deploy/kubernetes/base/node.yaml")
+check "the DaemonSet adds capabilities ($caps)" test -n "$caps"
+# `confined CMD...` runs CMD as the pod's container is confined: the
+# bounding set, the AppArmor profile, the seccomp profile (loaded by
+# libseccomp, as runc does). A script, so systemd's units can run it too.
+cat >/usr/local/bin/confined <<EOF
+#!/bin/bash
+exec setpriv --bounding-set "-all$caps" --inh-caps -all -- \\
+  aa-exec -p hearth-node -- \\
+  python3 "$REPO/scripts/seccomp-exec.py" "$profiles/hearth-node.json" -- "\$@"
+EOF
+chmod 0755 /usr/local/bin/confined
+# A container runtime's view: a cgroup namespace whose root is the pod's
+# group, mounted read-only, in a mount namespace of its own.
+systemd-run --unit hearth-pod -p Delegate=yes -p OOMPolicy=continue \
+  unshare --cgroup --mount --propagation private bash -c \
+  'umount -l /sys/fs/cgroup && mount -t cgroup2 -o ro,nosuid,nodev,noexec cgroup2 /sys/fs/cgroup && exec confined /usr/local/bin/hearth --data-dir /var/lib/hearth up --listen 127.0.0.1:8082 --examples false --remount-cgroupfs true'
+export UNIT=hearth-pod
+wait_up
+pod=/sys/fs/cgroup/system.slice/hearth-pod.service
+podmain=$(systemctl show -p MainPID --value hearth-pod)
+hearth status | tee /tmp/status
+check "status says cgroups v2" grep -q "cgroups v2" /tmp/status
+check "nothing is degraded" bash -c '! grep -q DEGRADED /tmp/status'
+check "it runs under the AppArmor profile" grep -q "^hearth-node (enforce)" /proc/$podmain/attr/current
+check "it runs under a seccomp filter" grep -qx "Seccomp:	2" <(grep Seccomp: /proc/$podmain/status)
+check "it remounted its namespace's cgroupfs read-write and moved into a leaf of it" grep -qx "$podmain" $pod/daemon/cgroup.procs
+# The functions deployed above are in its data directory's store.
+check "a Python call answers" test "$(call 'hostile?what=x')" = 200
+check "a Node.js call answers" test "$(call js)" = 200
+code=$(call 'hostile?what=mem')
+check "memory past 64 MiB is out_of_memory ($code)" grep -q out_of_memory /tmp/body
+check "its sandbox groups are below the pod's group" bash -c "grep -rqx 67108864 --include=memory.max $pod"
+check "the host's cgroupfs is still read-write for the host, and nothing was made at its root" test ! -e /sys/fs/cgroup/hearth
+# What a process that took the node over tries, confined as the node is,
+# in a mount namespace of its own (as the pod's).
+escape() { unshare --mount --propagation private confined bash -c "$1" >/dev/null 2>&1; }
+export -f escape
+mkdir -p /tmp/escape /var/lib/hearth/escape
+check "mounting a cgroup v1 hierarchy (the release_agent escape) is refused" \
+  bash -c '! escape "mount -t cgroup -o none,name=escape none /tmp/escape"'
+check "... and it is the AppArmor profile that refuses it (root with these capabilities may, unconfined)" \
+  unshare --mount --propagation private bash -c 'mount -t cgroup -o none,name=escape none /tmp/escape'
+check "mounting proc is refused" bash -c '! escape "mount -t proc proc /tmp/escape"'
+for src in /proc/sys /proc /sys /dev; do
+  check "binding $src into the data directory is refused" bash -c "! escape 'mount --bind $src /var/lib/hearth/escape'"
+  check "binding $src onto the cgroup mount is refused" bash -c "! escape 'mount --bind $src /sys/fs/cgroup'"
+done
+check "writing the kernel's core_pattern is refused" bash -c '! escape "cat /proc/sys/kernel/core_pattern > /proc/sys/kernel/core_pattern"'
+check "reading the host's disk is refused" bash -c '! escape "head -c 1 /dev/vda"'
+check "making a block device node is refused" bash -c '! escape "mknod /tmp/escape/disk b 254 0"'
+check "the mounts the sandbox builder makes are allowed (a system directory bound into the data directory, a scratch tmpfs)" \
+  escape "mount --rbind /usr /var/lib/hearth/escape && mount -t tmpfs -o nosuid,nodev tmpfs /var/lib/hearth/escape"
+systemctl stop hearth-pod
+check "the pod's group is gone with it" test ! -e $pod
 step "passed"

@@ -38,7 +38,7 @@ started=$(date +%s)
 # (systemd as PID 1, udev, a kernel with its initramfs); nothing else.
 echo "vm: debootstrap bookworm (once; minutes)" >&2
 debootstrap --variant=minbase \
-  --include=systemd,systemd-sysv,udev,kmod,linux-image-amd64,python3,nodejs,procps,iproute2,util-linux,curl,ca-certificates \
+  --include=systemd,systemd-sysv,udev,kmod,linux-image-amd64,python3,nodejs,procps,iproute2,util-linux,curl,ca-certificates,apparmor,python3-seccomp \
   bookworm "$work/root" http://deb.debian.org/debian >"$work/debootstrap.log" 2>&1 ||
   { tail -30 "$work/debootstrap.log" >&2; exit 1; }
 

@@ -38,6 +38,10 @@ pub enum Tool {
     Chromium,
     /// `kubectl` (for `kubectl kustomize`).
     Kubectl,
+    /// libseccomp's Python binding for `/usr/bin/python3` and util-linux's
+    /// `setpriv`: a pod's seccomp profile and capabilities, applied to a
+    /// local process (`scripts/seccomp-exec.py`).
+    Seccomp,
     /// Prometheus' `promtool` (Debian's `prometheus`), to check `/metrics`.
     Promtool,
     /// What the component examples build with: clang, wasm-tools,
@@ -71,6 +75,16 @@ impl Tool {
             Tool::Nats => vec![on_path("nats-server")],
             Tool::Chromium => vec![file("/usr/bin/chromium"), file("/usr/bin/chromedriver")],
             Tool::Kubectl => vec![on_path("kubectl")],
+            Tool::Seccomp => vec![
+                on_path("setpriv"),
+                std::process::Command::new("/usr/bin/python3")
+                    .args(["-c", "import seccomp"])
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+                    .then_some(())
+                    .ok_or("the seccomp module of /usr/bin/python3".to_string()),
+            ],
             Tool::Promtool => vec![on_path("promtool")],
             Tool::ComponentTools => vec![
                 on_path("clang"),
@@ -93,6 +107,7 @@ impl Tool {
             Tool::Nats => "apt-get install nats-server",
             Tool::Chromium => "scripts/browser-tools.sh (apt-get install chromium chromium-driver)",
             Tool::Kubectl => "scripts/kubernetes-tools.sh (apt-get install kubernetes-client)",
+            Tool::Seccomp => "scripts/kubernetes-tools.sh (apt-get install python3-seccomp)",
             Tool::Promtool => "scripts/prometheus-tools.sh (apt-get install prometheus)",
             Tool::ComponentTools => "run the tests with ./test.sh (scripts/component-tools.sh)",
         }

@@ -128,6 +128,16 @@ impl Daemon {
         d
     }
 
+    /// Starts confined as a pod's container is (`security`: its
+    /// capabilities and seccomp profile), in a fresh data directory.
+    pub fn start_confined(security: &crate::pod_security::PodSecurity, args: &[&str]) -> Daemon {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        let mut d = Self::spawn(security.command(HEARTH), &dir, args);
+        d._tmp = Some(tmp);
+        d
+    }
+
     /// Starts on an existing data directory (for restarts).
     pub fn start_in(dir: &Path, args: &[&str]) -> Daemon {
         Self::spawn(Command::new(HEARTH), dir, args)

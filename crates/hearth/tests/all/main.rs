@@ -25,6 +25,7 @@ mod js;
 mod kubernetes;
 mod outbound;
 mod packages;
+mod pod_security;
 mod process;
 mod readme;
 mod recording;

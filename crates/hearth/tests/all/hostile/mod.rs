@@ -22,6 +22,7 @@ mod events;
 mod exhaustion;
 mod members;
 mod network;
+mod node_pod;
 mod origins;
 mod replay;
 mod restart;
