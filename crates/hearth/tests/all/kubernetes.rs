@@ -6,10 +6,15 @@
 //! read from the rendered objects): two gateways and three nodes. What
 //! Kubernetes would supply is filled in as a kubelet would: each pod's
 //! address (the downward API's `status.podIP`, a loopback address of its
-//! own), the container's memory limit, the data volume (a directory of its
-//! own), and the store's Service (the test's PostgreSQL). Probes are the
-//! manifests' own paths; a gateway stops as the manifests stop it (out of
-//! the Service, its `preStop`, SIGTERM, SIGKILL after the grace period).
+//! own; a pod listening on every address listens on that one), the
+//! container's memory limit, the data volume (a directory of its own), and
+//! the store's Service (the test's PostgreSQL, over TLS verified as the
+//! manifests ask). Nodes run as their container would: root holding only
+//! the capabilities the DaemonSet adds, under its seccomp profile
+//! (`crate::pod_security`); AppArmor is not on this machine (the VM test
+//! checks the profile). Probes are the manifests' own paths; a gateway
+//! stops as the manifests stop it (out of the Service, its `preStop`,
+//! SIGTERM, SIGKILL after the grace period).
 
 use hearth_test_support::require;
 use std::collections::BTreeMap;
@@ -24,10 +29,16 @@ use serde::Deserialize as _;
 use serde_yaml::Value;
 
 use crate::harness::{HEARTH, remove_leftovers_of_killed, until};
+use crate::pod_security::PodSecurity;
 
 /// Every object `kubectl kustomize` renders of `overlay`.
 fn render(overlay: &str) -> Vec<Value> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes/overlays");
+    if overlay == "dev" {
+        // Its secrets, made at random as a user makes them (once).
+        let made = Command::new(dir.join("dev/secrets.sh")).output().unwrap();
+        assert!(made.status.success(), "{made:?}");
+    }
     let out = Command::new("kubectl")
         .arg("kustomize")
         .arg(dir.join(overlay))
@@ -102,6 +113,8 @@ struct Spec {
     readiness: (String, u16),
     grace: Duration,
     pre_stop: Option<Duration>,
+    /// The capabilities and seccomp profile it runs under, if it keeps any.
+    security: Option<PodSecurity>,
 }
 
 /// The first container of `kind`/`name`, its environment resolved as a
@@ -174,12 +187,17 @@ fn spec(objects: &[Value], kind: &str, name: &str, pod_ip: &str) -> Spec {
             .as_u64()
             .unwrap() as u16,
     };
-    let pre_stop = c["lifecycle"]["preStop"]["exec"]["command"]
+    let pre_stop = c["lifecycle"]["preStop"].as_mapping().map(|_| {
+        let seconds = &c["lifecycle"]["preStop"]["sleep"]["seconds"];
+        Duration::from_secs(seconds.as_u64().expect("a preStop the test knows: sleep"))
+    });
+    // A container that keeps capabilities runs under its seccomp profile
+    // and those alone; one that drops them all runs as the test does
+    // (it could not hold a capability to misuse).
+    let security = c["securityContext"]["capabilities"]["add"]
         .as_sequence()
-        .map(|cmd| {
-            assert_eq!(cmd[0], "sleep", "a preStop the test knows");
-            Duration::from_secs(cmd[1].as_str().unwrap().parse().unwrap())
-        });
+        .is_some()
+        .then(|| PodSecurity::of_container(c));
     Spec {
         command: strings(&c["command"]).iter().map(expand).collect(),
         args: strings(&c["args"]).iter().map(expand).collect(),
@@ -188,6 +206,7 @@ fn spec(objects: &[Value], kind: &str, name: &str, pod_ip: &str) -> Spec {
         readiness: (probe["path"].as_str().unwrap().to_string(), port),
         grace: Duration::from_secs(pod["terminationGracePeriodSeconds"].as_u64().unwrap()),
         pre_stop,
+        security,
     }
 }
 
@@ -218,16 +237,25 @@ impl Pod {
                 let to = match volume.as_str() {
                     "data" => data.clone(),
                     "tls" => tls.to_path_buf(),
-                    // The host's cgroups and scratch space are this
-                    // machine's own.
+                    // Scratch space is this machine's own.
                     _ => continue,
                 };
                 s = s.replace(path.as_str(), to.to_str().unwrap());
             }
+            // A pod's network namespace has one address, its own; here the
+            // pods share the machine's, so "every address" is the pod's.
+            for any in ["[::]:", "0.0.0.0:"] {
+                if let Some(port) = s.strip_prefix(any) {
+                    s = format!("{pod_ip}:{port}");
+                }
+            }
             s
         };
         let args: Vec<String> = spec.args.iter().map(|a| local(a)).collect();
-        let mut cmd = Command::new(HEARTH);
+        let mut cmd = match &spec.security {
+            Some(security) => security.command(HEARTH),
+            None => Command::new(HEARTH),
+        };
         cmd.env_clear()
             .env("PATH", std::env::var("PATH").unwrap())
             .args(&args)
@@ -368,13 +396,49 @@ async fn until_acknowledged(tally: &parking_lot::Mutex<Tally>, n: usize) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_dev_overlay_loses_nothing_when_a_node_is_upgraded_and_a_gateway_stops() {
-    require!(Postgres, Kubectl);
+    require!(Postgres, Kubectl, Python, Node, Seccomp);
     let objects = render("dev");
     // The Secret deploy/kubernetes/tls.sh makes, as its volume holds it.
     let tls = tempfile::tempdir().unwrap();
     crate::cluster::member_certs(tls.path());
-    let pg = TempPostgres::start().unwrap();
-    let store = pg.create_database("hearth").unwrap();
+    // The store over TLS, verified as the manifests ask: verify-full
+    // against a CA from a mounted Secret. Here the server is the test's
+    // (its certificate for localhost, its own CA) in place of the
+    // hearth-postgres Service.
+    let asked = data(&objects, "Secret", "hearth-secrets")["store-url"].clone();
+    assert!(
+        asked.contains("sslmode=verify-full") && asked.contains("sslrootcert=/etc/hearth/tls/"),
+        "{asked}"
+    );
+    let nodes_asked = data(&objects, "Secret", "hearth-node-secrets")["store-url"].clone();
+    assert!(
+        nodes_asked.starts_with("postgres://hearth_node:"),
+        "nodes connect as their own role: {nodes_asked}"
+    );
+    let pg = TempPostgres::start_tls().unwrap();
+    pg.create_database("hearth").unwrap();
+    // The nodes' role, as the dev PostgreSQL's initdb/nodes.sh makes it;
+    // gateways grant it a node's share (--store-node-role).
+    pg.execute_as("hearth", "hearth", "CREATE ROLE hearth_node LOGIN")
+        .unwrap();
+    // A pod's store: the test's server, as the role its Secret's URL names.
+    let store_for = |spec: &Spec| {
+        let asked = &spec
+            .env
+            .iter()
+            .find(|(k, _)| k == "HEARTH_STORE")
+            .unwrap()
+            .1;
+        let user = asked
+            .strip_prefix("postgres://")
+            .and_then(|rest| rest.split([':', '@']).next())
+            .unwrap();
+        format!(
+            "postgres://{user}@localhost:{}/hearth?sslmode=verify-full&sslrootcert={}",
+            pg.port(),
+            pg.ca().display()
+        )
+    };
     let replicas = find(&objects, "Deployment", "hearth-gateway")["spec"]["replicas"]
         .as_u64()
         .unwrap();
@@ -384,6 +448,7 @@ async fn the_dev_overlay_loses_nothing_when_a_node_is_upgraded_and_a_gateway_sto
     let pod = |kind: &str, name: &str, n: u32, data: Option<tempfile::TempDir>| {
         let ip = format!("127.0.32.{n}");
         let spec = spec(&objects, kind, name, &ip);
+        let store = store_for(&spec);
         let data = data.unwrap_or_else(|| tempfile::tempdir().unwrap());
         Pod::start_in(data, spec, &ip, &store, tls.path())
     };
@@ -454,6 +519,40 @@ async fn the_dev_overlay_loses_nothing_when_a_node_is_upgraded_and_a_gateway_sto
         "figure: a deploy through gateway A answered through gateway B after {:?}",
         at.elapsed()
     );
+    // The process tier, which is what the nodes' privileges are for, runs
+    // under their capabilities and seccomp profile: Python and Node.js.
+    for (name, file, runtime, code) in [
+        (
+            "py",
+            "handler.py",
+            "python",
+            "def handler(event, context):\n    return {'statusCode': 200, 'body': 'py'}\n",
+        ),
+        (
+            "nd",
+            "index.js",
+            "node",
+            "exports.handler = async () => ({ statusCode: 200, body: 'nd' });\n",
+        ),
+    ] {
+        let r = http
+            .post(format!("{a}/v1/functions/{name}"))
+            .query(&[("runtime", runtime), ("file_name", file)])
+            .bearer_auth(&token)
+            .body(code)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+        let r = http
+            .post(format!("{b}/fn/admin/{name}"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        let (status, body) = (r.status(), r.text().await.unwrap());
+        assert_eq!((status.as_u16(), body.as_str()), (200, name), "{name}");
+    }
 
     // Bounded load: four clients, each one request at a time, each request
     // a key of its own, to the gateways the Service lists.
@@ -611,4 +710,26 @@ async fn the_dev_overlay_loses_nothing_when_a_node_is_upgraded_and_a_gateway_sto
     );
     drop(nodes);
     drop(gateways);
+}
+
+/// The node's seccomp profile is what its generator writes from the lists
+/// that justify it: nobody edited the JSON by hand, and the generator was
+/// run after its lists changed.
+#[test]
+fn the_node_seccomp_profile_is_what_its_generator_writes() {
+    require!(Seccomp);
+    let profiles = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes/profiles");
+    let out = tempfile::tempdir().unwrap();
+    let written = out.path().join("hearth-node.json");
+    let run = Command::new("/usr/bin/python3")
+        .arg(profiles.join("generate-seccomp.py"))
+        .arg(&written)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{run:?}");
+    assert_eq!(
+        std::fs::read_to_string(&written).unwrap(),
+        std::fs::read_to_string(profiles.join("hearth-node.json")).unwrap(),
+        "run deploy/kubernetes/profiles/generate-seccomp.py and commit hearth-node.json"
+    );
 }
