@@ -15,6 +15,8 @@ pub struct TempPostgres {
     bin: PathBuf,
     port: u16,
     as_postgres: bool,
+    /// The server's options, for starting it again.
+    options: String,
 }
 
 pub(crate) fn find_bin() -> Result<PathBuf, String> {
@@ -64,11 +66,12 @@ impl TempPostgres {
             .and_then(|l| l.local_addr())
             .map_err(|e| e.to_string())?
             .port();
-        let pg = TempPostgres {
+        let mut pg = TempPostgres {
             dir,
             bin,
             port,
             as_postgres,
+            options: String::new(),
         };
         if as_postgres {
             pg.run(Command::new("chown").args(["postgres:", &pg.dir.to_string_lossy()]))?;
@@ -101,17 +104,39 @@ impl TempPostgres {
                 pg.dir.display()
             ));
         }
-        pg.run(pg.tool("pg_ctl").args([
+        pg.options = options;
+        pg.start_again()?;
+        Ok(pg)
+    }
+
+    /// Stops the server as a crash would (`immediate`: every connection
+    /// drops, nothing is flushed), as its clients see a failover begin.
+    pub fn stop(&self) -> Result<(), String> {
+        let data = self.dir.join("data");
+        self.run(self.tool("pg_ctl").args([
+            "-D",
+            &data.to_string_lossy(),
+            "-m",
+            "immediate",
+            "-w",
+            "stop",
+        ]))
+    }
+
+    /// Starts the server (again, after [`TempPostgres::stop`]) at the
+    /// same address, on the same data.
+    pub fn start_again(&self) -> Result<(), String> {
+        let data = self.dir.join("data");
+        self.run(self.tool("pg_ctl").args([
             "-D",
             &data.to_string_lossy(),
             "-l",
-            &pg.dir.join("log").to_string_lossy(),
+            &self.dir.join("log").to_string_lossy(),
             "-o",
-            &options,
+            &self.options,
             "-w",
             "start",
-        ]))?;
-        Ok(pg)
+        ]))
     }
 
     /// A CA, and a certificate for `localhost` it signed with its key,

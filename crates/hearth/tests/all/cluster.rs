@@ -1089,3 +1089,83 @@ async fn a_cluster_runs_on_a_store_that_serves_only_tls() {
     );
     drop(n);
 }
+
+/// The store goes away and comes back at the same address, as a failover
+/// to a standby looks to its clients (every connection drops; a managed
+/// database's or CloudNativePG's `-rw` address then answers from the new
+/// primary): members serve again without being restarted, with the KV
+/// they had, and hear deploys again (the change listener reconnects).
+#[tokio::test(flavor = "multi_thread")]
+async fn members_serve_again_when_the_store_comes_back() {
+    require!(Postgres);
+    let pg = TempPostgres::start().unwrap();
+    let store = pg.create_database("failover").unwrap();
+    let gw = gateway(&store);
+    let _node = node(&gw, &store, &[]);
+    members_until(&gw, "the node joins", |m| alive(m) == 1).await;
+    let counter = |tag: &str| {
+        format!(
+            r#"export default {{ async fetch() {{
+                 const n = Number((await hearth.kv.get("n")) ?? 0) + 1;
+                 await hearth.kv.set("n", String(n));
+                 return new Response("{tag} " + n);
+               }} }};"#
+        )
+        .into_bytes()
+    };
+    let js = [("runtime", "js"), ("file_name", "index.mjs")];
+    gw.deploy("count", counter("v1"), &js).await;
+    assert_eq!(gw.invoke_body("count", String::new()).await, "v1 1");
+
+    pg.stop().unwrap();
+    let down = Instant::now();
+    // While it is away a call fails, and says so, rather than hanging.
+    let r = gw
+        .post("/fn/admin/count")
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let said = r.text().await.unwrap();
+    eprintln!(
+        "figure: with the store away a call failed with {status} after {:?}: {said}",
+        down.elapsed()
+    );
+    assert!(status.is_server_error(), "{status} {said}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    pg.start_again().unwrap();
+    let back = Instant::now();
+    let answer = loop {
+        let r = gw.invoke("count", b"").await;
+        if r.status() == 200 {
+            break r.text().await.unwrap();
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(30),
+            "still {} 30 s after the store came back",
+            r.status()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!(
+        "figure: members served again {:?} after the store came back",
+        back.elapsed()
+    );
+    assert_eq!(answer, "v1 2", "the KV written before the outage is there");
+    // A deploy now reaches the node that ran version 1: its listener is
+    // back, so it forgot what it cached.
+    gw.deploy("count", counter("v2"), &js).await;
+    let deployed = Instant::now();
+    loop {
+        let text = gw.invoke_body("count", String::new()).await;
+        if text.starts_with("v2") {
+            break;
+        }
+        assert!(
+            deployed.elapsed() < Duration::from_secs(10),
+            "the node still runs version 1: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
