@@ -112,10 +112,9 @@ pub fn make_writable(sysfs: &Path) -> io::Result<bool> {
         return Err(io::Error::new(
             e.kind(),
             format!(
-                "remounting {} read-write: {e} (the node's container needs CAP_SYS_ADMIN, and its \
-                 AppArmor profile a `mount options=(rw, remount, bind) -> {}/` rule: \
-                 deploy/kubernetes/profiles/hearth-node.apparmor)",
-                sysfs.display(),
+                "remounting {} read-write: {e} (the node's container needs CAP_SYS_ADMIN, and an \
+                 AppArmor profile that allows the remount, as \
+                 deploy/kubernetes/profiles/hearth-node.apparmor does)",
                 sysfs.display()
             ),
         ));

@@ -18,9 +18,10 @@
 //!   (a function may invoke another asynchronously).
 //!
 //! Every gateway grants again as it starts (a new table needs its grant),
-//! so the lists follow the schema. `tests::a_node_role_is_granted_what_nodes_use_and_no_tokens`
-//! and the cluster tests that run nodes on such a role hold them to what
-//! nodes do.
+//! so the lists follow the schema: `tests::every_table_is_in_one_list`
+//! makes a new table be placed on purpose, and the tests that run nodes on
+//! such a role (`hostile::members::a_nodes_store_role_…`, the Kubernetes
+//! test) hold the lists to what nodes do.
 
 use super::PgStore;
 use crate::StoreError;

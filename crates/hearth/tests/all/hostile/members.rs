@@ -137,7 +137,7 @@ async fn gateways_reach_nodes_only_over_mutual_tls() {
 /// mints, changes or revokes no token and rewrites no one's code or
 /// registry. With the gateways' role every one of these goes through.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_nodes_store_role_runs_functions_but_reads_no_token_and_writes_no_code() {
+async fn a_nodes_store_role_runs_functions_but_writes_no_token_code_or_registry() {
     require!(Postgres);
     let pg = TempPostgres::start().unwrap();
     let store = pg.create_database("roles").unwrap();
