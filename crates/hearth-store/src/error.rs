@@ -22,6 +22,8 @@ pub enum StoreError {
     Migration(#[from] refinery::Error),
     /// {0}
     Schema(String),
+    /// the nodes' store role: {0}
+    NodeRole(String),
     /// a stored record is unreadable: {0}
     Corrupt(String),
     /// failed to {action} {path}: {source}

@@ -250,9 +250,7 @@ impl TempPostgres {
     /// role a test made): Err with the server's message if it refuses.
     pub fn execute_as(&self, database: &str, user: &str, sql: &str) -> Result<(), String> {
         off_runtime(|| {
-            let url = self
-                .socket_url(database)
-                .replace("user=hearth", &format!("user={user}"));
+            let url = self.socket_url_as(database, user);
             let mut client =
                 postgres::Client::connect(&url, postgres::NoTls).map_err(|e| e.to_string())?;
             client
@@ -279,10 +277,16 @@ impl TempPostgres {
         format!("postgres://hearth@127.0.0.1:{}/{database}", self.port)
     }
 
-    /// `database` over the server's Unix socket (no TLS needed there).
+    /// `database` over the server's Unix socket (no TLS needed there), as
+    /// the superuser.
     fn socket_url(&self, database: &str) -> String {
+        self.socket_url_as(database, "hearth")
+    }
+
+    /// `database` over the server's Unix socket, as `user`.
+    fn socket_url_as(&self, database: &str, user: &str) -> String {
         format!(
-            "host={} port={} user=hearth dbname={database}",
+            "host={} port={} user={user} dbname={database}",
             self.dir.display(),
             self.port
         )
@@ -313,15 +317,7 @@ fn effective_root() -> bool {
 
 impl Drop for TempPostgres {
     fn drop(&mut self) {
-        let data = self.dir.join("data");
-        let _ = self.run(self.tool("pg_ctl").args([
-            "-D",
-            &data.to_string_lossy(),
-            "-m",
-            "immediate",
-            "-w",
-            "stop",
-        ]));
+        let _ = self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

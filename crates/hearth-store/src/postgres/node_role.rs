@@ -73,8 +73,8 @@ pub fn role_identifier(name: &str) -> Result<String, StoreError> {
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
         && name.len() <= 63;
     if !plain {
-        return Err(StoreError::StoreUrl(format!(
-            "the node role {name:?} is not a plain role name (lower-case letters, digits and _, \
+        return Err(StoreError::NodeRole(format!(
+            "{name:?} is not a plain role name (lower-case letters, digits and _, \
              starting with a letter or _)"
         )));
     }
@@ -108,8 +108,8 @@ impl PgStore {
             tx.batch_execute(&sql).await.map_err(|e| {
                 match e.as_db_error().map(|d| d.code().clone()) {
                     Some(tokio_postgres::error::SqlState::UNDEFINED_OBJECT) => {
-                        StoreError::StoreUrl(format!(
-                            "the node role {role:?} does not exist: create it first \
+                        StoreError::NodeRole(format!(
+                            "{role:?} does not exist: create it first \
                              (CREATE ROLE {role} LOGIN PASSWORD '…'), then start this gateway again"
                         ))
                     }
